@@ -1,0 +1,107 @@
+// Package embedmongo runs an in-process MongoDB-compatible server (FerretDB 1.24
+// with its SQLite handler) on a loopback TCP port, so the demo and the test suite
+// need no MongoDB installed. The clients talk to it over the real wire protocol
+// with the real driver; nothing about it is mocked.
+//
+// It is deliberately not imported by the production binary (cmd/scorerefresh):
+// FerretDB and SQLite add tens of megabytes and a second database engine that
+// production must never fall back to by accident.
+//
+// Know its costs before measuring anything against it: the SQLite handler pushes
+// down only a filter that is exactly {_id: <string or ObjectId>}; every other
+// query decodes the whole collection in Go (about 35 µs per stored document).
+package embedmongo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/FerretDB/FerretDB/ferretdb"
+)
+
+// Config configures an embedded server. The zero value is usable.
+type Config struct {
+	// Dir holds the SQLite files. Empty means a fresh temporary directory that
+	// Close removes.
+	Dir string
+	// Addr is the TCP listen address. Defaults to "127.0.0.1:0" (a free port).
+	Addr string
+	// Logger receives FerretDB's own logs. Nil discards them: FerretDB logs every
+	// connection at info level, which drowns the service's own lines.
+	Logger *slog.Logger
+}
+
+// Server is a running embedded server.
+type Server struct {
+	uri     string
+	cancel  context.CancelFunc
+	done    chan error
+	tempDir string
+}
+
+// Start starts a server and returns once it accepts connections.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	s := &Server{done: make(chan error, 1)}
+	dir := cfg.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "embedmongo-*")
+		if err != nil {
+			return nil, fmt.Errorf("creating data directory: %w", err)
+		}
+		dir, s.tempDir = d, d
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating data directory %s: %w", dir, err)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("resolving data directory %s: %w", dir, err)
+	}
+	addr := cfg.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	f, err := ferretdb.New(&ferretdb.Config{
+		Listener:  ferretdb.ListenerConfig{TCP: addr},
+		Handler:   "sqlite",
+		SQLiteURL: "file:" + abs + "/",
+		Logger:    logger,
+	})
+	if err != nil {
+		s.removeTemp()
+		return nil, fmt.Errorf("starting embedded FerretDB: %w", err)
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	go func() { s.done <- f.Run(runCtx) }()
+	// MongoDBURI blocks until the listener is bound.
+	s.uri = f.MongoDBURI()
+	return s, nil
+}
+
+// URI is the connection string of the server, e.g. mongodb://127.0.0.1:41234/.
+func (s *Server) URI() string { return s.uri }
+
+// Close stops the server, closes its connections and removes a temporary
+// data directory.
+func (s *Server) Close() error {
+	s.cancel()
+	err := <-s.done
+	return errors.Join(err, s.removeTemp())
+}
+
+func (s *Server) removeTemp() error {
+	if s.tempDir == "" {
+		return nil
+	}
+	return os.RemoveAll(s.tempDir)
+}
