@@ -1,0 +1,162 @@
+// Package config reads the service's environment (SPEC section 4) once, in
+// cmd/, and hands plain values down. Packages below cmd/ never read the
+// environment themselves.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+)
+
+// Config is every variable of SPEC section 4, with its default.
+type Config struct {
+	MongoURI             string        `env:"MONGODB_URI" envDefault:"mongodb://localhost:27017"`
+	Database             string        `env:"MONGODB_DATABASE" envDefault:"app"`
+	QueueCollection      string        `env:"QUEUE_COLLECTION" envDefault:"score_events"`
+	ScoresCollection     string        `env:"SCORES_COLLECTION" envDefault:"user_scores"`
+	DeadLetterCollection string        `env:"DEADLETTER_COLLECTION" envDefault:"score_events_dead"`
+	ClaimsCollection     string        `env:"CLAIMS_COLLECTION" envDefault:"score_claims"`
+	ScoringRules         string        `env:"SCORING_RULES"` // empty: the built-in default rules
+	ClaimWindow          int           `env:"CLAIM_WINDOW" envDefault:"500"`
+	MaxUsersInFlight     int           `env:"MAX_USERS_IN_FLIGHT" envDefault:"64"`
+	RefreshConcurrency   int           `env:"REFRESH_CONCURRENCY" envDefault:"16"`
+	AdaptiveConcurrency  bool          `env:"ADAPTIVE_CONCURRENCY" envDefault:"false"`
+	LeaseDuration        time.Duration `env:"LEASE_DURATION" envDefault:"60s"`
+	PollInterval         time.Duration `env:"POLL_INTERVAL" envDefault:"1s"`
+	MaxAttempts          int           `env:"MAX_ATTEMPTS" envDefault:"5"`
+	MetricsAddr          string        `env:"METRICS_ADDR" envDefault:":9090"`
+	SLIInterval          time.Duration `env:"SLI_INTERVAL" envDefault:"15s"`
+	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"25s"`
+	LogLevel             string        `env:"LOG_LEVEL" envDefault:"info"`
+}
+
+// Parse reads the configuration from environ (as os.Environ returns it) and
+// validates it. The error lists every bad variable at once, so an operator
+// fixes a manifest in one go instead of one crash loop per mistake.
+func Parse(environ []string) (Config, error) {
+	var cfg Config
+	var problems []string
+	if err := env.ParseWithOptions(&cfg, env.Options{Environment: env.ToMap(environ)}); err != nil {
+		var agg env.AggregateError
+		if errors.As(err, &agg) {
+			for _, e := range agg.Errors {
+				problems = append(problems, e.Error())
+			}
+		} else {
+			problems = append(problems, err.Error())
+		}
+	}
+	problems = append(problems, cfg.validate()...)
+	if len(problems) > 0 {
+		return cfg, &Error{Problems: problems}
+	}
+	return cfg, nil
+}
+
+// Error lists every problem found in the environment.
+type Error struct{ Problems []string }
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("invalid configuration (%d problems):\n  - %s", len(e.Problems), strings.Join(e.Problems, "\n  - "))
+}
+
+func (c Config) validate() []string {
+	var p []string
+	positive := func(name string, v int) {
+		if v <= 0 {
+			p = append(p, fmt.Sprintf("%s=%d: must be a positive number", name, v))
+		}
+	}
+	positiveDur := func(name string, v time.Duration) {
+		if v <= 0 {
+			p = append(p, fmt.Sprintf("%s=%s: must be a positive duration such as 30s", name, v))
+		}
+	}
+	nonEmpty := func(name, v string) {
+		if strings.TrimSpace(v) == "" {
+			p = append(p, name+": must not be empty")
+		}
+	}
+	positive("CLAIM_WINDOW", c.ClaimWindow)
+	positive("MAX_USERS_IN_FLIGHT", c.MaxUsersInFlight)
+	positive("REFRESH_CONCURRENCY", c.RefreshConcurrency)
+	positive("MAX_ATTEMPTS", c.MaxAttempts)
+	if c.RefreshConcurrency > 0 && c.MaxUsersInFlight > 0 && c.RefreshConcurrency > c.MaxUsersInFlight {
+		p = append(p, fmt.Sprintf("REFRESH_CONCURRENCY=%d: must not exceed MAX_USERS_IN_FLIGHT=%d (a refresh slot with no claimed user to run is never used)", c.RefreshConcurrency, c.MaxUsersInFlight))
+	}
+	positiveDur("LEASE_DURATION", c.LeaseDuration)
+	positiveDur("POLL_INTERVAL", c.PollInterval)
+	positiveDur("SLI_INTERVAL", c.SLIInterval)
+	positiveDur("SHUTDOWN_TIMEOUT", c.ShutdownTimeout)
+	nonEmpty("MONGODB_URI", c.MongoURI)
+	nonEmpty("MONGODB_DATABASE", c.Database)
+	nonEmpty("QUEUE_COLLECTION", c.QueueCollection)
+	nonEmpty("SCORES_COLLECTION", c.ScoresCollection)
+	nonEmpty("DEADLETTER_COLLECTION", c.DeadLetterCollection)
+	nonEmpty("CLAIMS_COLLECTION", c.ClaimsCollection)
+	names := map[string]string{}
+	for _, n := range [][2]string{
+		{"QUEUE_COLLECTION", c.QueueCollection}, {"SCORES_COLLECTION", c.ScoresCollection},
+		{"DEADLETTER_COLLECTION", c.DeadLetterCollection}, {"CLAIMS_COLLECTION", c.ClaimsCollection},
+	} {
+		if other, dup := names[n[1]]; dup && n[1] != "" {
+			p = append(p, fmt.Sprintf("%s=%q: the same collection as %s", n[0], n[1], other))
+		}
+		names[n[1]] = n[0]
+	}
+	if c.MongoURI != "" && !strings.HasPrefix(c.MongoURI, "mongodb://") && !strings.HasPrefix(c.MongoURI, "mongodb+srv://") {
+		p = append(p, fmt.Sprintf("MONGODB_URI=%s: must start with mongodb:// or mongodb+srv://", RedactURI(c.MongoURI)))
+	}
+	if _, err := ParseLogLevel(c.LogLevel); err != nil {
+		p = append(p, err.Error())
+	}
+	return p
+}
+
+// ParseLogLevel maps LOG_LEVEL to a slog level.
+func ParseLogLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info", "":
+		return slog.LevelInfo, nil
+	case "warn", "warning":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("LOG_LEVEL=%q: must be one of debug, info, warn, error", s)
+}
+
+// RedactURI hides the password of a MongoDB connection string (and anything
+// unparsable, which may hold one) so the URI can appear in logs and errors.
+func RedactURI(uri string) string {
+	u, err := url.Parse(uri)
+	if err != nil {
+		// mongodb+srv and multi-host URIs parse; anything else might still
+		// carry a secret, so show only the scheme.
+		if i := strings.Index(uri, "://"); i >= 0 {
+			return uri[:i+3] + "[unparsable, redacted]"
+		}
+		return "[redacted]"
+	}
+	if u.User != nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+	}
+	return u.String()
+}
+
+// LogValue keeps the password out of any log line that prints the config.
+func (c Config) LogValue() slog.Value {
+	type plain Config // drops this method, so AnyValue does not recurse
+	c.MongoURI = RedactURI(c.MongoURI)
+	return slog.AnyValue(plain(c))
+}

@@ -1,0 +1,368 @@
+// Package consumer drains the score-event queue: it claims the oldest
+// claimable users, coalesces their entries to one refresh each, runs the
+// refreshes with bounded parallelism and acknowledges them in batches.
+//
+//	   wake-up (poll, change stream, a slot freed)
+//	        │
+//	   claim.go ── window of oldest entries ─► pick users ─► lease per user ─► absorb their entries
+//	        │                                    (coalesce.go)   (lease.go)
+//	        ▼
+//	   refresh.go ── at most REFRESH_CONCURRENCY at once, no tick barrier
+//	        │
+//	        ▼
+//	   ack.go ── batched: delete acked entries, release leases, back off failures
+//	        │                         └─► deadletter.go (malformed, max attempts)
+//	        ▼
+//	   room for more users ─► claim again
+//
+// Leases are renewed for everything held in one round trip per period
+// (renewLoop), and at shutdown claiming stops at once while running refreshes
+// get SHUTDOWN_TIMEOUT to finish; everything else is released.
+package consumer
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/scorerefresh/scorerefresh/metrics"
+)
+
+// Config tunes the pipeline. Zero values take the defaults named on each
+// field, which are SPEC section 4's where it names one.
+type Config struct {
+	ClaimWindow      int           // entries one claim round reads; default 500
+	MaxUsersInFlight int           // users held at once; default 64
+	LeaseDuration    time.Duration // a lease not renewed for this long is taken over; default 60s
+	PollInterval     time.Duration // idle poll period; default 1s
+	MaxAttempts      int           // failed refreshes before dead-lettering; default 5
+	ShutdownTimeout  time.Duration // running refreshes get this long after shutdown begins; default 25s
+
+	RefreshTimeout time.Duration // one refresh's deadline; default LeaseDuration
+	RetryBackoff   Backoff       // delay before a failed user's next refresh; default 1s doubling to 5m
+	AckInterval    time.Duration // a flush waits at most this for company; default 50ms
+	AckBatchSize   int           // a flush goes at once with this many users; default 100
+	OpTimeout      time.Duration // deadline of each pipeline round trip; default 30s
+	Owner          string        // written on leases for operators; default hostname:pid
+}
+
+func (c Config) withDefaults() Config {
+	host, _ := os.Hostname()
+	c.ClaimWindow = cmp.Or(c.ClaimWindow, 500)
+	c.MaxUsersInFlight = cmp.Or(c.MaxUsersInFlight, 64)
+	c.LeaseDuration = cmp.Or(c.LeaseDuration, 60*time.Second)
+	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 5)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 25*time.Second)
+	c.RefreshTimeout = cmp.Or(c.RefreshTimeout, c.LeaseDuration)
+	c.RetryBackoff = Backoff{Base: cmp.Or(c.RetryBackoff.Base, time.Second), Max: cmp.Or(c.RetryBackoff.Max, 5*time.Minute)}
+	c.AckInterval = cmp.Or(c.AckInterval, 50*time.Millisecond)
+	c.AckBatchSize = cmp.Or(c.AckBatchSize, 100)
+	c.OpTimeout = cmp.Or(c.OpTimeout, 30*time.Second)
+	c.Owner = cmp.Or(c.Owner, fmt.Sprintf("%s:%d", host, os.Getpid()))
+	return c
+}
+
+// Collections are the MongoDB collections the consumer works on.
+type Collections struct {
+	Queue, Claims, DeadLetter *mongo.Collection
+}
+
+// Deps are the consumer's collaborators.
+type Deps struct {
+	Refresher Refresher
+	Limiter   Limiter          // default: a FixedLimiter of 16
+	Metrics   *metrics.Consumer // required
+	Logger    *slog.Logger      // default: discard
+	Clock     Clock             // default: SystemClock
+	Wakeups   []WakeupSource    // hints that work arrived; polling stays on regardless
+}
+
+// Consumer is one replica's pipeline. Several may share a queue.
+type Consumer struct {
+	cfg       Config
+	refresher Refresher
+	limiter   Limiter
+	metrics   *metrics.Consumer
+	log       *slog.Logger
+	clock     Clock
+	wakeups   []WakeupSource
+
+	claimer   *claimer
+	leases    *leaseStore
+	completer *completer
+
+	wake signal // work may have arrived, or room was made
+
+	mu   sync.Mutex
+	held map[string]lease // users claimed and not yet settled: renewed, and never claimed twice
+}
+
+// New builds a consumer; it does nothing until Run.
+func New(cfg Config, colls Collections, deps Deps) *Consumer {
+	cfg = cfg.withDefaults()
+	c := &Consumer{
+		cfg:       cfg,
+		refresher: deps.Refresher,
+		limiter:   deps.Limiter,
+		metrics:   deps.Metrics,
+		log:       deps.Logger,
+		clock:     deps.Clock,
+		wakeups:   deps.Wakeups,
+		wake:      newSignal(),
+		held:      map[string]lease{},
+	}
+	if c.limiter == nil {
+		c.limiter = NewFixedLimiter(16)
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	if c.clock == nil {
+		c.clock = SystemClock{}
+	}
+	c.leases = &leaseStore{coll: colls.Claims, owner: cfg.Owner}
+	c.claimer = &claimer{queue: colls.Queue, leases: c.leases, window: cfg.ClaimWindow, lease: cfg.LeaseDuration, clock: c.clock}
+	c.completer = &completer{
+		queue:       colls.Queue,
+		leases:      c.leases,
+		dead:        &deadLetterer{queue: colls.Queue, dead: colls.DeadLetter},
+		clock:       c.clock,
+		metrics:     c.metrics,
+		log:         c.log,
+		maxAttempts: cfg.MaxAttempts,
+		retryDelay:  cfg.RetryBackoff,
+		interval:    cfg.AckInterval,
+		batchSize:   cfg.AckBatchSize,
+		onSettled:   c.settled,
+		malformed:   map[string]malformed{},
+		kick:        newSignal(),
+		rnd:         rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+	}
+	c.metrics.UsersInFlightCap.Set(float64(cfg.MaxUsersInFlight))
+	c.metrics.ConcurrencyLimit.Set(float64(c.limiter.Limit()))
+	return c
+}
+
+// Wake tells the claim loop that work may have arrived.
+func (c *Consumer) Wake() { c.wake.notify() }
+
+// Run drains the queue until ctx ends, then shuts down gracefully: no new
+// claims, running refreshes get ShutdownTimeout to finish, everything else is
+// released in one round trip. It returns nil after a clean shutdown; MongoDB
+// errors while running are logged and retried, never returned.
+func (c *Consumer) Run(ctx context.Context) error {
+	// Refreshes and the completer run on a context that outlives ctx, so a
+	// SIGTERM stops fetching at once while work in flight can finish.
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+
+	var bg sync.WaitGroup
+	completerCtx, stopCompleter := context.WithCancel(workCtx)
+	bg.Go(func() { c.completer.run(completerCtx) })
+	renewCtx, stopRenew := context.WithCancel(workCtx)
+	bg.Go(func() { c.renewLoop(renewCtx) })
+	for _, w := range c.wakeups {
+		bg.Go(func() {
+			if err := w.Run(ctx, c.Wake); err != nil && ctx.Err() == nil {
+				c.log.Warn("wake-up source stopped; polling continues", "err", err)
+			}
+		})
+	}
+
+	var refreshes sync.WaitGroup
+	c.claimLoop(ctx, workCtx, &refreshes)
+
+	// Shutdown: let running refreshes finish, up to the timeout.
+	done := make(chan struct{})
+	go func() { refreshes.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(c.cfg.ShutdownTimeout):
+		c.log.Warn("shutdown timeout reached; cancelling running refreshes", "timeout", c.cfg.ShutdownTimeout)
+		cancelWork()
+		<-done
+	}
+	stopCompleter()
+	stopRenew()
+	bg.Wait() // completer and renewer stopped; wake-up sources ended with ctx
+	final, cancel := context.WithTimeout(context.Background(), c.cfg.OpTimeout)
+	defer cancel()
+	if err := c.completer.flushAll(final); err != nil {
+		c.mu.Lock()
+		n := len(c.held)
+		c.mu.Unlock()
+		c.log.Error("final flush failed; unreleased leases expire after LEASE_DURATION", "op", "shutdown flush", "users", n, "err", err)
+		return fmt.Errorf("final flush at shutdown: %w", err)
+	}
+	c.log.Info("consumer stopped", "owner", c.cfg.Owner)
+	return nil
+}
+
+// claimLoop claims whenever there is room and maybe work: right after a round
+// that filled the room or the window, when a user settles, on a wake-up, and
+// every PollInterval regardless.
+func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitGroup) {
+	poll := time.NewTicker(c.cfg.PollInterval)
+	defer poll.Stop()
+	failures := 0
+	for ctx.Err() == nil {
+		more, err := c.claimOnce(ctx, workCtx, refreshes)
+		if err != nil && ctx.Err() == nil {
+			failures++
+			delay := Backoff{Base: 200 * time.Millisecond, Max: 30 * time.Second}.Delay(failures, nil)
+			c.log.Error("claim failed; retrying", "op", "claim", "attempt", failures, "retry_in", delay, "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(delay):
+			}
+			continue
+		}
+		failures = 0
+		if more && c.room() > 0 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case <-poll.C:
+		case <-c.wake:
+		}
+	}
+}
+
+// claimOnce runs one claim round and dispatches what it won. more reports
+// that the queue may hold more claimable work right now.
+func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitGroup) (more bool, err error) {
+	room := c.room()
+	if room <= 0 {
+		return false, nil
+	}
+	opCtx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
+	defer cancel()
+	start := time.Now()
+	c.mu.Lock()
+	exclude := make(map[string]struct{}, len(c.held))
+	for u := range c.held {
+		exclude[u] = struct{}{}
+	}
+	c.mu.Unlock()
+	res, err := c.claimer.runOnce(opCtx, room, exclude)
+	c.metrics.ClaimDuration.Observe(time.Since(start).Seconds())
+	if res != nil {
+		c.completer.addMalformed(res.malformed)
+	}
+	if err != nil {
+		return false, err
+	}
+	entries := 0
+	c.mu.Lock()
+	for _, w := range res.works {
+		c.held[w.lease.User] = w.lease
+		entries += len(w.entries)
+	}
+	c.metrics.UsersInFlight.Set(float64(len(c.held)))
+	c.mu.Unlock()
+	c.metrics.EntriesClaimed.Add(float64(entries))
+	if len(res.works) > 0 || len(res.malformed) > 0 {
+		c.log.Debug("claim batch", "users", len(res.works), "entries", entries, "malformed", len(res.malformed), "room", room, "duration", time.Since(start))
+	}
+	for _, w := range res.works {
+		refreshes.Go(func() { c.process(ctx, workCtx, w) })
+	}
+	return res.windowFull || len(res.works) == room, nil
+}
+
+// process waits for a refresh slot, refreshes and hands the outcome to the
+// completer. Waiting for a slot ends with ctx (shutdown: a refresh that has
+// not started is released, not started); the refresh itself runs on workCtx.
+func (c *Consumer) process(ctx, workCtx context.Context, w work) {
+	if len(w.entries) == 0 {
+		// Acknowledged by someone else between window and absorb.
+		c.completer.add(outcome{work: w, release: true})
+		return
+	}
+	if err := c.limiter.Acquire(ctx); err != nil {
+		c.completer.add(outcome{work: w, release: true})
+		return
+	}
+	err := c.refreshOne(workCtx, w)
+	c.limiter.Release()
+	if err != nil && workCtx.Err() != nil {
+		// Cancelled by shutdown, not the user's fault: no attempt counted.
+		c.completer.add(outcome{work: w, release: true})
+		return
+	}
+	if err != nil {
+		c.metrics.Refreshes.WithLabelValues(metrics.OutcomeError).Inc()
+		c.log.Warn("refresh failed", "op", "refresh", "attempt", w.lease.Attempts+1, "max_attempts", c.cfg.MaxAttempts, "entries", len(w.entries), "err", err)
+	} else {
+		c.metrics.Refreshes.WithLabelValues(metrics.OutcomeOK).Inc()
+	}
+	c.completer.add(outcome{work: w, err: err})
+}
+
+// settled is called by the completer once users' outcomes are in MongoDB.
+func (c *Consumer) settled(users []lease) {
+	c.mu.Lock()
+	for _, l := range users {
+		if cur, ok := c.held[l.User]; ok && cur.Token == l.Token {
+			delete(c.held, l.User)
+		}
+	}
+	c.metrics.UsersInFlight.Set(float64(len(c.held)))
+	c.mu.Unlock()
+	c.wake.notify()
+}
+
+func (c *Consumer) room() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cfg.MaxUsersInFlight - len(c.held)
+}
+
+// renewLoop extends every held lease a third of the way into its life, in one
+// round trip, so a lease expires only if this process stops renewing for two
+// whole periods.
+func (c *Consumer) renewLoop(ctx context.Context) {
+	t := time.NewTicker(c.cfg.LeaseDuration / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := c.renewOnce(ctx); err != nil && ctx.Err() == nil {
+			c.log.Error("renewing leases failed; retrying next period", "op", "lease renewal", "err", err)
+		}
+	}
+}
+
+func (c *Consumer) renewOnce(ctx context.Context) error {
+	c.mu.Lock()
+	held := make([]lease, 0, len(c.held))
+	for _, l := range c.held {
+		held = append(held, l)
+	}
+	c.mu.Unlock()
+	if len(held) == 0 {
+		return nil
+	}
+	opCtx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
+	defer cancel()
+	n, err := c.leases.renew(opCtx, held, c.clock.Now().Add(c.cfg.LeaseDuration))
+	if err != nil {
+		return err
+	}
+	if n < len(held) {
+		c.log.Warn("some leases expired and were taken over; their users may be refreshed twice", "op", "lease renewal", "held", len(held), "renewed", n)
+	}
+	return nil
+}

@@ -1,0 +1,135 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// deadLetter is one queue entry to move out of the queue, and why.
+type deadLetter struct {
+	ID       any
+	Reason   string // malformed | max_attempts: the metric label and deadLetter.reason
+	Detail   string // what exactly was wrong, for the operator reading the document
+	Attempts int
+}
+
+// deadLetterer moves entries to the dead-letter collection in three round
+// trips per batch, whatever its size: read the originals, insert copies with a
+// deadLetter subdocument, delete the originals. The copy keeps the original
+// _id, so running a batch twice (after a crash or an unknown outcome) inserts
+// nothing twice and loses nothing: the delete only runs after the insert.
+type deadLetterer struct {
+	queue *mongo.Collection
+	dead  *mongo.Collection
+}
+
+// move returns how many entries were dead-lettered by this call, per reason
+// (entries already moved or acknowledged by someone else are not counted).
+func (d *deadLetterer) move(ctx context.Context, batch []deadLetter, now time.Time) (map[string]int, error) {
+	if len(batch) == 0 {
+		return nil, nil
+	}
+	ids := make(bson.A, len(batch))
+	for i, b := range batch {
+		ids[i] = b.ID
+	}
+	cur, err := d.queue.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+	if err != nil {
+		return nil, fmt.Errorf("reading %d entries to dead-letter: %w", len(batch), err)
+	}
+	var originals []bson.Raw
+	if err := cur.All(ctx, &originals); err != nil {
+		return nil, fmt.Errorf("reading %d entries to dead-letter: %w", len(batch), err)
+	}
+	if len(originals) == 0 {
+		return nil, nil
+	}
+	byID := make(map[string]deadLetter, len(batch))
+	for _, b := range batch {
+		byID[idKey(b.ID)] = b
+	}
+	docs := make([]any, 0, len(originals))
+	reasons := make([]string, 0, len(originals))
+	for _, o := range originals {
+		b := byID[idKey(o.Lookup("_id"))]
+		doc, err := withDeadLetter(o, b, now)
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, doc)
+		reasons = append(reasons, b.Reason)
+	}
+	counts := map[string]int{}
+	inserted := make([]bool, len(docs))
+	for i := range inserted {
+		inserted[i] = true
+	}
+	if _, err := d.dead.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); err != nil {
+		var bwe mongo.BulkWriteException
+		if !errors.As(err, &bwe) || bwe.WriteConcernError != nil {
+			return nil, fmt.Errorf("inserting %d dead letters: %w", len(docs), err)
+		}
+		for _, we := range bwe.WriteErrors {
+			if !mongo.IsDuplicateKeyError(we) {
+				return nil, fmt.Errorf("inserting %d dead letters: %w", len(docs), err)
+			}
+			inserted[we.Index] = false // moved by an earlier run of this batch
+		}
+	}
+	for i, ok := range inserted {
+		if ok {
+			counts[reasons[i]]++
+		}
+	}
+	if _, err := d.queue.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}); err != nil {
+		return counts, fmt.Errorf("deleting %d dead-lettered entries from the queue: %w", len(ids), err)
+	}
+	return counts, nil
+}
+
+// withDeadLetter appends {deadLetter: {reason, at, attempts, error}} to the
+// original document, every original field kept as it was.
+func withDeadLetter(orig bson.Raw, b deadLetter, now time.Time) (bson.Raw, error) {
+	elems, err := orig.Elements()
+	if err != nil {
+		return nil, fmt.Errorf("reading entry to dead-letter: %w", err)
+	}
+	doc := bson.D{}
+	for _, e := range elems {
+		if e.Key() == "deadLetter" {
+			continue // a replayed dead letter gets a fresh verdict
+		}
+		doc = append(doc, bson.E{Key: e.Key(), Value: e.Value()})
+	}
+	doc = append(doc, bson.E{Key: "deadLetter", Value: bson.D{
+		{Key: "reason", Value: b.Reason},
+		{Key: "at", Value: now},
+		{Key: "attempts", Value: int32(b.Attempts)},
+		{Key: "error", Value: b.Detail},
+	}})
+	raw, err := bson.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("encoding dead letter: %w", err)
+	}
+	return raw, nil
+}
+
+// idKey makes any _id usable as a map key by its BSON type and bytes.
+func idKey(v any) string {
+	switch x := v.(type) {
+	case bson.RawValue:
+		return string(rune(x.Type)) + string(x.Value)
+	default:
+		t, data, err := bson.MarshalValue(v)
+		if err != nil {
+			return fmt.Sprint(v)
+		}
+		return string(rune(t)) + string(data)
+	}
+}

@@ -1,0 +1,229 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// A lease document in the claims collection, one per user held or backing off:
+//
+//	{_id: <username>, token, owner, leaseUntil, attempts, lastError, claimedAt}
+//
+// A user is claimable when it has no lease document or its leaseUntil has
+// passed. A failed refresh keeps the document with token null and leaseUntil
+// at the end of the backoff, so "held" and "backing off" are one condition and
+// one index. Queue entries themselves are never modified: claiming per user
+// costs one write per user instead of one per entry (and FerretDB's updateMany
+// is pathologically slow over many documents).
+type leaseDoc struct {
+	User       string    `bson:"_id"`
+	Token      *string   `bson:"token"`
+	Owner      string    `bson:"owner,omitempty"`
+	LeaseUntil time.Time `bson:"leaseUntil"`
+	Attempts   int       `bson:"attempts"`
+	LastError  string    `bson:"lastError,omitempty"`
+	ClaimedAt  time.Time `bson:"claimedAt,omitempty"`
+}
+
+// lease is a user this consumer holds, fenced by the token of the claim that
+// won it: every later write on the lease document matches {_id, token}, so a
+// consumer whose lease expired and was taken over cannot touch the new
+// holder's document.
+type lease struct {
+	User     string
+	Token    string
+	Attempts int // failed refreshes so far, carried across takeovers
+}
+
+// leaseStore is the claims collection, reached only through these calls.
+type leaseStore struct {
+	coll  *mongo.Collection
+	owner string
+}
+
+// blocked returns the users nobody may claim now: held by a live lease
+// (including this consumer's own) or backing off.
+func (s *leaseStore) blocked(ctx context.Context, now time.Time) ([]string, error) {
+	cur, err := s.coll.Find(ctx, bson.D{{Key: "leaseUntil", Value: bson.D{{Key: "$gt", Value: now}}}},
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("reading live leases: %w", err)
+	}
+	var docs []struct {
+		User string `bson:"_id"`
+	}
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("reading live leases: %w", err)
+	}
+	users := make([]string, len(docs))
+	for i, d := range docs {
+		users[i] = d.User
+	}
+	return users, nil
+}
+
+// acquire claims users for token: an insert per user in one round trip (a
+// duplicate key means a lease document exists), then, only for those, one
+// round trip that takes over expired leases and one that reads back what was
+// won. Running it twice with the same token wins the same users: the
+// takeover matches the token too, so a retry after an unknown outcome is safe.
+func (s *leaseStore) acquire(ctx context.Context, users []string, token string, now time.Time, d time.Duration) ([]lease, error) {
+	if len(users) == 0 {
+		return nil, nil
+	}
+	until := now.Add(d)
+	docs := make([]any, len(users))
+	for i, u := range users {
+		docs[i] = leaseDoc{User: u, Token: &token, Owner: s.owner, LeaseUntil: until, ClaimedAt: now}
+	}
+	won := make([]lease, 0, len(users))
+	_, err := s.coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+	dup := map[int]bool{}
+	if err != nil {
+		var bwe mongo.BulkWriteException
+		if !errors.As(err, &bwe) || bwe.WriteConcernError != nil {
+			return nil, fmt.Errorf("inserting %d leases: %w", len(users), err)
+		}
+		for _, we := range bwe.WriteErrors {
+			if !mongo.IsDuplicateKeyError(we) {
+				return nil, fmt.Errorf("inserting lease for a user: %w", err)
+			}
+			dup[we.Index] = true
+		}
+	}
+	var contested []string
+	for i, u := range users {
+		if dup[i] {
+			contested = append(contested, u)
+		} else {
+			won = append(won, lease{User: u, Token: token})
+		}
+	}
+	if len(contested) == 0 {
+		return won, nil
+	}
+	taken, err := s.takeOver(ctx, contested, token, now, until)
+	if err != nil {
+		return nil, err
+	}
+	return append(won, taken...), nil
+}
+
+// takeOver wins expired leases. A lease that expired while still held (its
+// holder crashed or hung) counts as a failed attempt, so an entry that kills
+// every consumer that touches it ends in the dead letters instead of cycling
+// forever; a lease whose backoff ended is taken as is.
+func (s *leaseStore) takeOver(ctx context.Context, users []string, token string, now, until time.Time) ([]lease, error) {
+	set := bson.D{{Key: "token", Value: token}, {Key: "owner", Value: s.owner}, {Key: "leaseUntil", Value: until}, {Key: "claimedAt", Value: now}}
+	expired := bson.D{{Key: "$lte", Value: now}}
+	models := make([]mongo.WriteModel, 0, 2*len(users))
+	for _, u := range users {
+		models = append(models,
+			mongo.NewUpdateOneModel().
+				SetFilter(bson.D{{Key: "_id", Value: u}, {Key: "token", Value: nil}, {Key: "leaseUntil", Value: expired}}).
+				SetUpdate(bson.D{{Key: "$set", Value: set}}),
+			mongo.NewUpdateOneModel().
+				SetFilter(bson.D{{Key: "_id", Value: u}, {Key: "token", Value: bson.D{{Key: "$nin", Value: bson.A{nil, token}}}}, {Key: "leaseUntil", Value: expired}}).
+				SetUpdate(bson.D{
+					{Key: "$set", Value: append(set, bson.E{Key: "lastError", Value: "lease expired while held (consumer crashed or hung)"})},
+					{Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}},
+				}),
+		)
+	}
+	if _, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
+		return nil, fmt.Errorf("taking over %d expired leases: %w", len(users), err)
+	}
+	cur, err := s.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "token", Value: token}},
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "attempts", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("reading back taken-over leases: %w", err)
+	}
+	var docs []leaseDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("reading back taken-over leases: %w", err)
+	}
+	won := make([]lease, len(docs))
+	for i, d := range docs {
+		won[i] = lease{User: d.User, Token: token, Attempts: d.Attempts}
+	}
+	return won, nil
+}
+
+// renew extends every lease in one round trip. It reports how many were still
+// ours; the rest expired and were taken over, which costs only a duplicate
+// refresh (acks are idempotent and the token fences the lease documents).
+func (s *leaseStore) renew(ctx context.Context, held []lease, until time.Time) (int, error) {
+	if len(held) == 0 {
+		return 0, nil
+	}
+	res, err := s.coll.UpdateMany(ctx, fenceFilter(held), bson.D{{Key: "$set", Value: bson.D{{Key: "leaseUntil", Value: until}}}})
+	if err != nil {
+		return 0, fmt.Errorf("renewing %d leases: %w", len(held), err)
+	}
+	return int(res.MatchedCount), nil
+}
+
+// release deletes leases (after an ack, a dead letter, or at shutdown) in one
+// round trip.
+func (s *leaseStore) release(ctx context.Context, held []lease) error {
+	if len(held) == 0 {
+		return nil
+	}
+	if _, err := s.coll.DeleteMany(ctx, fenceFilter(held)); err != nil {
+		return fmt.Errorf("releasing %d leases: %w", len(held), err)
+	}
+	return nil
+}
+
+// backOff keeps each user blocked until its own retry time, with attempts+1,
+// in one round trip.
+func (s *leaseStore) backOff(ctx context.Context, failed []retry) error {
+	if len(failed) == 0 {
+		return nil
+	}
+	models := make([]mongo.WriteModel, len(failed))
+	for i, f := range failed {
+		models[i] = mongo.NewUpdateOneModel().
+			SetFilter(bson.D{{Key: "_id", Value: f.lease.User}, {Key: "token", Value: f.lease.Token}}).
+			SetUpdate(bson.D{
+				{Key: "$set", Value: bson.D{
+					{Key: "token", Value: nil}, {Key: "leaseUntil", Value: f.notBefore}, {Key: "lastError", Value: f.err},
+				}},
+				{Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}},
+			})
+	}
+	if _, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
+		return fmt.Errorf("backing off %d failed users: %w", len(failed), err)
+	}
+	return nil
+}
+
+// retry is a failed user to back off.
+type retry struct {
+	lease     lease
+	notBefore time.Time
+	err       string
+}
+
+// fenceFilter matches exactly the given leases. Tokens are unique per claim
+// round and a user is won at most once per round, so matching the user set and
+// the token set together can only match documents this consumer holds.
+func fenceFilter(held []lease) bson.D {
+	users := make([]string, len(held))
+	tokens := make([]string, 0, 4)
+	seen := map[string]bool{}
+	for i, l := range held {
+		users[i] = l.User
+		if !seen[l.Token] {
+			seen[l.Token] = true
+			tokens = append(tokens, l.Token)
+		}
+	}
+	return bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "token", Value: bson.D{{Key: "$in", Value: tokens}}}}
+}

@@ -1,0 +1,64 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+)
+
+// Refresher recomputes and stores one user's score (scoring.Refresher).
+// startedAt is when the refresh began: the recompute sees every source write
+// made before it.
+type Refresher interface {
+	Refresh(ctx context.Context, username string, startedAt time.Time) error
+}
+
+// Limiter bounds the refreshes running at once. Acquire blocks until a slot is
+// free or ctx ends. An adaptive limiter can resize itself behind this.
+type Limiter interface {
+	Acquire(ctx context.Context) error
+	Release()
+	Limit() int
+}
+
+// FixedLimiter is a Limiter of constant size, FIFO among waiters.
+type FixedLimiter struct {
+	sem *semaphore.Weighted
+	n   int
+}
+
+// NewFixedLimiter returns a limiter admitting n refreshes at once.
+func NewFixedLimiter(n int) *FixedLimiter {
+	return &FixedLimiter{sem: semaphore.NewWeighted(int64(n)), n: n}
+}
+
+// Acquire waits for a slot.
+func (l *FixedLimiter) Acquire(ctx context.Context) error { return l.sem.Acquire(ctx, 1) }
+
+// Release frees a slot.
+func (l *FixedLimiter) Release() { l.sem.Release(1) }
+
+// Limit is the constant size.
+func (l *FixedLimiter) Limit() int { return l.n }
+
+// refreshOne runs one user's refresh and reports how it went. A panic in the
+// scorer is that user's failure, not the process's: it is recovered here
+// with its stack in the error so the dead letter says where it came from.
+func (c *Consumer) refreshOne(ctx context.Context, w work) (err error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RefreshTimeout)
+	defer cancel()
+	start := c.clock.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("refresh panicked: %v\n%s", r, debug.Stack())
+		}
+		c.metrics.RefreshDuration.Observe(c.clock.Now().Sub(start).Seconds())
+	}()
+	if err := c.refresher.Refresh(ctx, w.lease.User, start); err != nil {
+		return fmt.Errorf("refreshing user: %w", err)
+	}
+	return nil
+}
