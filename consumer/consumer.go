@@ -2,18 +2,18 @@
 // claimable users, coalesces their entries to one refresh each, runs the
 // refreshes with bounded parallelism and acknowledges them in batches.
 //
-//	   wake-up (poll, change stream, a slot freed)
-//	        │
-//	   claim.go ── window of oldest entries ─► pick users ─► lease per user ─► absorb their entries
-//	        │                                    (coalesce.go)   (lease.go)
-//	        ▼
-//	   refresh.go ── at most REFRESH_CONCURRENCY at once, no tick barrier
-//	        │
-//	        ▼
-//	   ack.go ── batched: delete acked entries, release leases, back off failures
-//	        │                         └─► deadletter.go (malformed, max attempts)
-//	        ▼
-//	   room for more users ─► claim again
+//	wake-up (poll, change stream, a slot freed)
+//	     │
+//	claim.go ── window of oldest entries ─► pick users ─► lease per user ─► absorb their entries
+//	     │                                    (coalesce.go)   (lease.go)
+//	     ▼
+//	refresh.go ── at most REFRESH_CONCURRENCY at once, no tick barrier
+//	     │
+//	     ▼
+//	ack.go ── batched: delete acked entries, release leases, back off failures
+//	     │                         └─► deadletter.go (malformed, max attempts)
+//	     ▼
+//	room for more users ─► claim again
 //
 // Leases are renewed for everything held in one round trip per period
 // (renewLoop), and at shutdown claiming stops at once while running refreshes
@@ -78,7 +78,7 @@ type Collections struct {
 // Deps are the consumer's collaborators.
 type Deps struct {
 	Refresher Refresher
-	Limiter   Limiter          // default: a FixedLimiter of 16
+	Limiter   Limiter           // default: a FixedLimiter of 16
 	Metrics   *metrics.Consumer // required
 	Logger    *slog.Logger      // default: discard
 	Clock     Clock             // default: SystemClock
