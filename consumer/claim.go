@@ -70,6 +70,7 @@ func (c *claimer) runOnce(ctx context.Context, room int, exclude map[string]stru
 		options.Find().
 			SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
 			SetLimit(int64(c.window)).
+			SetBatchSize(int32(c.window)). // the whole window in one reply, no getMore
 			SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("reading the oldest %d claimable entries: %w", c.window, err)
@@ -118,6 +119,7 @@ func (c *claimer) absorb(ctx context.Context, won []lease) ([]work, []malformed,
 		options.Find().
 			SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
 			SetLimit(AbsorbLimit).
+			SetBatchSize(AbsorbLimit). // one reply unless it passes 16 MiB
 			SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}))
 	if err != nil {
 		return nil, nil, err

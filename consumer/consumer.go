@@ -288,7 +288,12 @@ func (c *Consumer) process(ctx, workCtx context.Context, w work) {
 		c.completer.add(outcome{work: w, release: true})
 		return
 	}
-	if err := c.limiter.Acquire(ctx); err != nil {
+	if err := c.limiter.Acquire(ctx); err != nil || ctx.Err() != nil {
+		// A free slot may be granted even after ctx ended; shutdown still
+		// means no new refresh starts.
+		if err == nil {
+			c.limiter.Release()
+		}
 		c.completer.add(outcome{work: w, release: true})
 		return
 	}

@@ -103,17 +103,24 @@ func cmpOr[T comparable](a, b T) T {
 // start runs c until the returned stop is called; stop waits for Run to return.
 func start(t *testing.T, c *Consumer) (stop func() error) {
 	t.Helper()
+	cancel, wait := startCancel(t, c)
+	return func() error { cancel(); return wait() }
+}
+
+// startCancel runs c; cancel begins shutdown and wait waits for Run to return.
+func startCancel(t *testing.T, c *Consumer) (cancel func(), wait func() error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 	var once sync.Once
 	var err error
-	stop = func() error {
-		once.Do(func() { cancel(); err = <-done })
+	wait = func() error {
+		once.Do(func() { err = <-done })
 		return err
 	}
-	t.Cleanup(func() { _ = stop() })
-	return stop
+	t.Cleanup(func() { cancel(); _ = wait() })
+	return cancel, wait
 }
 
 // enqueue inserts one entry per username, oldest first, with createdAt 1ms apart.

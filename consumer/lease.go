@@ -51,7 +51,7 @@ type leaseStore struct {
 // (including this consumer's own) or backing off.
 func (s *leaseStore) blocked(ctx context.Context, now time.Time) ([]string, error) {
 	cur, err := s.coll.Find(ctx, bson.D{{Key: "leaseUntil", Value: bson.D{{Key: "$gt", Value: now}}}},
-		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(100_000))
 	if err != nil {
 		return nil, fmt.Errorf("reading live leases: %w", err)
 	}

@@ -1,0 +1,72 @@
+package consumer
+
+import (
+	"fmt"
+	"maps"
+	"testing"
+)
+
+// TestRoundTripsPerBatchDoNotGrowWithUsers counts the commands of one claim
+// round, one lease renewal and one ack flush for 3 and for 60 distinct users:
+// a per-user round trip anywhere would make the second count larger.
+func TestRoundTripsPerBatchDoNotGrowWithUsers(t *testing.T) {
+	t.Parallel()
+	type counts struct{ claim, renew, flush map[string]int }
+	measure := func(t *testing.T, users int) counts {
+		b := setup(t)
+		var names []string
+		for i := range users {
+			// Two entries per user, so absorb and ack carry more entries than users.
+			names = append(names, fmt.Sprintf("u%03d", i), fmt.Sprintf("u%03d", i))
+		}
+		b.enqueue(t, names...)
+		c, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{cfg: Config{ClaimWindow: 1000, MaxUsersInFlight: 100}})
+		b.cmds.take()
+
+		var got counts
+		res, err := c.claimer.runOnce(t.Context(), 100, nil)
+		if err != nil || len(res.works) != users {
+			t.Fatalf("claim: %v, %d users, want %d", err, len(res.works), users)
+		}
+		got.claim = b.cmds.take()
+		for _, w := range res.works {
+			c.held[w.lease.User] = w.lease
+		}
+		if err := c.renewOnce(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		got.renew = b.cmds.take()
+		for _, w := range res.works {
+			c.completer.add(outcome{work: w})
+		}
+		if err := c.completer.flushAll(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		got.flush = b.cmds.take()
+		if n := b.count(t, b.colls.Queue, nil); n != 0 {
+			t.Fatalf("%d entries left after the flush", n)
+		}
+		return got
+	}
+	small, large := measure(t, 3), measure(t, 60)
+	for name, pair := range map[string][2]map[string]int{
+		"claim": {small.claim, large.claim},
+		"renew": {small.renew, large.renew},
+		"flush": {small.flush, large.flush},
+	} {
+		if !maps.Equal(pair[0], pair[1]) {
+			t.Errorf("%s: commands for 3 users %v, for 60 users %v: want the same", name, pair[0], pair[1])
+		}
+	}
+	// And the exact budget, so a new round trip is a deliberate change.
+	want := map[string]map[string]int{
+		"claim": {"find": 3, "insert": 1}, // live leases, window, absorb; one insert of all leases
+		"renew": {"update": 1},
+		"flush": {"delete": 2}, // acked entries, released leases
+	}
+	for name, got := range map[string]map[string]int{"claim": large.claim, "renew": large.renew, "flush": large.flush} {
+		if !maps.Equal(got, want[name]) {
+			t.Errorf("%s: commands %v, want %v", name, got, want[name])
+		}
+	}
+}
