@@ -83,17 +83,22 @@ type Deps struct {
 	Logger    *slog.Logger      // default: discard
 	Clock     Clock             // default: SystemClock
 	Wakeups   []WakeupSource    // hints that work arrived; polling stays on regardless
+	// AfterClaim, if set, is called after every pass of the claim loop with
+	// the round's error (nil when it succeeded or had no room): the liveness
+	// watchdog's heartbeat and the readiness signal.
+	AfterClaim func(err error)
 }
 
 // Consumer is one replica's pipeline. Several may share a queue.
 type Consumer struct {
-	cfg       Config
-	refresher Refresher
-	limiter   Limiter
-	metrics   *metrics.Consumer
-	log       *slog.Logger
-	clock     Clock
-	wakeups   []WakeupSource
+	cfg        Config
+	refresher  Refresher
+	limiter    Limiter
+	metrics    *metrics.Consumer
+	log        *slog.Logger
+	clock      Clock
+	wakeups    []WakeupSource
+	afterClaim func(err error)
 
 	claimer   *claimer
 	leases    *leaseStore
@@ -109,15 +114,16 @@ type Consumer struct {
 func New(cfg Config, colls Collections, deps Deps) *Consumer {
 	cfg = cfg.withDefaults()
 	c := &Consumer{
-		cfg:       cfg,
-		refresher: deps.Refresher,
-		limiter:   deps.Limiter,
-		metrics:   deps.Metrics,
-		log:       deps.Logger,
-		clock:     deps.Clock,
-		wakeups:   deps.Wakeups,
-		wake:      newSignal(),
-		held:      map[string]lease{},
+		cfg:        cfg,
+		refresher:  deps.Refresher,
+		limiter:    deps.Limiter,
+		metrics:    deps.Metrics,
+		log:        deps.Logger,
+		clock:      deps.Clock,
+		wakeups:    deps.Wakeups,
+		afterClaim: deps.AfterClaim,
+		wake:       newSignal(),
+		held:       map[string]lease{},
 	}
 	if c.limiter == nil {
 		c.limiter = NewFixedLimiter(16)
@@ -127,6 +133,9 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 	}
 	if c.clock == nil {
 		c.clock = SystemClock{}
+	}
+	if c.afterClaim == nil {
+		c.afterClaim = func(error) {}
 	}
 	c.leases = &leaseStore{coll: colls.Claims, owner: cfg.Owner}
 	c.claimer = &claimer{queue: colls.Queue, leases: c.leases, window: cfg.ClaimWindow, lease: cfg.LeaseDuration, clock: c.clock}
@@ -215,6 +224,9 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 	failures := 0
 	for ctx.Err() == nil {
 		more, err := c.claimOnce(ctx, workCtx, refreshes)
+		if ctx.Err() == nil {
+			c.afterClaim(err)
+		}
 		if err != nil && ctx.Err() == nil {
 			failures++
 			delay := Backoff{Base: 200 * time.Millisecond, Max: 30 * time.Second}.Delay(failures, nil)

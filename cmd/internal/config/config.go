@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"reflect"
 	"strings"
 	"time"
 
@@ -41,22 +42,56 @@ type Config struct {
 // fixes a manifest in one go instead of one crash loop per mistake.
 func Parse(environ []string) (Config, error) {
 	var cfg Config
+	vars := env.ToMap(environ)
 	var problems []string
-	if err := env.ParseWithOptions(&cfg, env.Options{Environment: env.ToMap(environ)}); err != nil {
+	failed := map[string]bool{} // variables whose value did not parse
+	if err := env.ParseWithOptions(&cfg, env.Options{Environment: vars}); err != nil {
 		var agg env.AggregateError
-		if errors.As(err, &agg) {
-			for _, e := range agg.Errors {
-				problems = append(problems, e.Error())
+		if !errors.As(err, &agg) {
+			agg.Errors = []error{err}
+		}
+		for _, e := range agg.Errors {
+			var pe env.ParseError
+			if errors.As(e, &pe) {
+				name := envName(pe.Name)
+				failed[name] = true
+				problems = append(problems, fmt.Sprintf("%s=%q: %v", name, vars[name], describe(pe)))
+				continue
 			}
-		} else {
-			problems = append(problems, err.Error())
+			problems = append(problems, e.Error())
 		}
 	}
-	problems = append(problems, cfg.validate()...)
+	for _, p := range cfg.validate() {
+		// A variable that failed to parse holds its zero value: reporting
+		// that it is also "not positive" would only confuse.
+		if !failed[p.name] {
+			problems = append(problems, p.msg)
+		}
+	}
 	if len(problems) > 0 {
 		return cfg, &Error{Problems: problems}
 	}
 	return cfg, nil
+}
+
+// envName maps a Config field name to its variable.
+func envName(field string) string {
+	if f, ok := reflect.TypeFor[Config]().FieldByName(field); ok {
+		return strings.Split(f.Tag.Get("env"), ",")[0]
+	}
+	return field
+}
+
+func describe(pe env.ParseError) string {
+	switch pe.Type {
+	case reflect.TypeFor[time.Duration]():
+		return "not a duration (want a number with a unit, such as 500ms, 30s or 5m)"
+	case reflect.TypeFor[int]():
+		return "not a whole number"
+	case reflect.TypeFor[bool]():
+		return "not a boolean (want true or false)"
+	}
+	return pe.Err.Error()
 }
 
 // Error lists every problem found in the environment.
@@ -66,21 +101,26 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("invalid configuration (%d problems):\n  - %s", len(e.Problems), strings.Join(e.Problems, "\n  - "))
 }
 
-func (c Config) validate() []string {
-	var p []string
+type problem struct{ name, msg string }
+
+func (c Config) validate() []problem {
+	var p []problem
+	add := func(name, format string, args ...any) {
+		p = append(p, problem{name, name + fmt.Sprintf(format, args...)})
+	}
 	positive := func(name string, v int) {
 		if v <= 0 {
-			p = append(p, fmt.Sprintf("%s=%d: must be a positive number", name, v))
+			add(name, "=%d: must be a positive number", v)
 		}
 	}
 	positiveDur := func(name string, v time.Duration) {
 		if v <= 0 {
-			p = append(p, fmt.Sprintf("%s=%s: must be a positive duration such as 30s", name, v))
+			add(name, "=%s: must be a positive duration such as 30s", v)
 		}
 	}
 	nonEmpty := func(name, v string) {
 		if strings.TrimSpace(v) == "" {
-			p = append(p, name+": must not be empty")
+			add(name, ": must not be empty")
 		}
 	}
 	positive("CLAIM_WINDOW", c.ClaimWindow)
@@ -88,7 +128,7 @@ func (c Config) validate() []string {
 	positive("REFRESH_CONCURRENCY", c.RefreshConcurrency)
 	positive("MAX_ATTEMPTS", c.MaxAttempts)
 	if c.RefreshConcurrency > 0 && c.MaxUsersInFlight > 0 && c.RefreshConcurrency > c.MaxUsersInFlight {
-		p = append(p, fmt.Sprintf("REFRESH_CONCURRENCY=%d: must not exceed MAX_USERS_IN_FLIGHT=%d (a refresh slot with no claimed user to run is never used)", c.RefreshConcurrency, c.MaxUsersInFlight))
+		add("REFRESH_CONCURRENCY", "=%d: must not exceed MAX_USERS_IN_FLIGHT=%d (a refresh slot with no claimed user to run is never used)", c.RefreshConcurrency, c.MaxUsersInFlight)
 	}
 	positiveDur("LEASE_DURATION", c.LeaseDuration)
 	positiveDur("POLL_INTERVAL", c.PollInterval)
@@ -106,15 +146,15 @@ func (c Config) validate() []string {
 		{"DEADLETTER_COLLECTION", c.DeadLetterCollection}, {"CLAIMS_COLLECTION", c.ClaimsCollection},
 	} {
 		if other, dup := names[n[1]]; dup && n[1] != "" {
-			p = append(p, fmt.Sprintf("%s=%q: the same collection as %s", n[0], n[1], other))
+			add(n[0], "=%q: the same collection as %s", n[1], other)
 		}
 		names[n[1]] = n[0]
 	}
 	if c.MongoURI != "" && !strings.HasPrefix(c.MongoURI, "mongodb://") && !strings.HasPrefix(c.MongoURI, "mongodb+srv://") {
-		p = append(p, fmt.Sprintf("MONGODB_URI=%s: must start with mongodb:// or mongodb+srv://", RedactURI(c.MongoURI)))
+		add("MONGODB_URI", "=%s: must start with mongodb:// or mongodb+srv://", RedactURI(c.MongoURI))
 	}
 	if _, err := ParseLogLevel(c.LogLevel); err != nil {
-		p = append(p, err.Error())
+		p = append(p, problem{"LOG_LEVEL", err.Error()})
 	}
 	return p
 }

@@ -1,0 +1,178 @@
+// Package app wires the service together from a parsed configuration: the
+// MongoDB client, the scorer, the consumer, metrics and health. Both the
+// production binary and the demo build it the same way, so the demo runs the
+// very code production runs.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/scorerefresh/scorerefresh/cmd/internal/config"
+	"github.com/scorerefresh/scorerefresh/consumer"
+	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/scoring"
+)
+
+// Options are what the caller brings besides the configuration.
+type Options struct {
+	Logger   *slog.Logger        // default: discard
+	Registry *prometheus.Registry // default: metrics.NewRegistry()
+	Version  string               // for scorerefresh_build_info
+	Revision string
+	Wakeups  []consumer.WakeupSource
+}
+
+// Service is a wired, not yet running, scorerefresh.
+type Service struct {
+	cfg      config.Config
+	log      *slog.Logger
+	Client   *mongo.Client
+	DB       *mongo.Database
+	Colls    consumer.Collections
+	Rules    *scoring.Rules
+	Registry *prometheus.Registry
+	Metrics  *metrics.Consumer
+	Health   *metrics.Health
+	Consumer *consumer.Consumer
+}
+
+// New loads the rules, connects to MongoDB (lazily: an unreachable server is
+// retried by the loops, not fatal here) and builds the pipeline.
+func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	reg := opts.Registry
+	if reg == nil {
+		reg = metrics.NewRegistry()
+	}
+	rules := scoring.DefaultRules()
+	if cfg.ScoringRules != "" {
+		r, err := scoring.LoadRules(cfg.ScoringRules)
+		if err != nil {
+			return nil, err
+		}
+		rules = r
+	}
+	metrics.NewBuildInfo(reg, opts.Version, opts.Revision, goVersion())
+	mongoMetrics := metrics.NewMongo(reg)
+	client, err := mongo.Connect(ClientOptions(cfg, mongoMetrics))
+	if err != nil {
+		return nil, fmt.Errorf("configuring MongoDB client for %s: %w", config.RedactURI(cfg.MongoURI), err)
+	}
+	db := client.Database(cfg.Database)
+	s := &Service{
+		cfg:      cfg,
+		log:      log,
+		Client:   client,
+		DB:       db,
+		Rules:    rules,
+		Registry: reg,
+		Metrics:  metrics.NewConsumer(reg),
+		Health:   metrics.NewHealth(nil),
+		Colls: consumer.Collections{
+			Queue:      db.Collection(cfg.QueueCollection),
+			Claims:     db.Collection(cfg.ClaimsCollection),
+			DeadLetter: db.Collection(cfg.DeadLetterCollection),
+		},
+	}
+	store := scoring.NewStore(db.Collection(cfg.ScoresCollection), scoring.StoreConfig{OnConflict: s.Metrics.OCCConflicts.Inc})
+	refresher := scoring.NewRefresher(scoring.NewRecomputer(db, rules), store)
+
+	// Readiness starts false: it is earned by a ping and a claim round.
+	s.Health.Set("mongodb", false, "not yet reached")
+	s.Health.Set("claiming", false, "no claim round yet")
+	// A claim round can take OpTimeout plus the longest retry backoff;
+	// silence well past that is a wedged loop, not a slow one.
+	beat := s.Health.Watch("claim loop", 2*time.Minute+2*cfg.PollInterval)
+	s.Consumer = consumer.New(consumer.Config{
+		ClaimWindow:      cfg.ClaimWindow,
+		MaxUsersInFlight: cfg.MaxUsersInFlight,
+		LeaseDuration:    cfg.LeaseDuration,
+		PollInterval:     cfg.PollInterval,
+		MaxAttempts:      cfg.MaxAttempts,
+		ShutdownTimeout:  cfg.ShutdownTimeout,
+	}, s.Colls, consumer.Deps{
+		Refresher: refresher,
+		Limiter:   consumer.NewFixedLimiter(cfg.RefreshConcurrency),
+		Metrics:   s.Metrics,
+		Logger:    log,
+		Wakeups:   opts.Wakeups,
+		AfterClaim: func(err error) {
+			beat.Beat()
+			if err != nil {
+				s.Health.Set("claiming", false, err.Error())
+			} else {
+				s.Health.Set("claiming", true, "")
+			}
+		},
+	})
+	return s, nil
+}
+
+// Run serves metrics and health on METRICS_ADDR (unless addr is empty),
+// keeps readiness up to date and drains the queue until ctx ends, then shuts
+// down gracefully and disconnects.
+func (s *Service) Run(ctx context.Context) error {
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Client.Disconnect(dctx)
+	}()
+	var bg sync.WaitGroup
+	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer func() { stopBG(); bg.Wait() }()
+	var srvErr error
+	if s.cfg.MetricsAddr != "" {
+		srv, err := metrics.Listen(s.cfg.MetricsAddr, metrics.Handler(s.Registry, s.Health))
+		if err != nil {
+			return err
+		}
+		s.log.Info("serving metrics and health", "addr", srv.Addr())
+		bg.Go(func() { srvErr = srv.Serve(bgCtx) })
+	}
+	bg.Go(func() { s.pingLoop(bgCtx) })
+
+	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	consumer.EnsureIndexes(setupCtx, s.Colls, s.log)
+	cancel()
+
+	s.log.Info("consumer starting", "config", s.cfg, "rules", s.Rules.Source, "components", len(s.Rules.Components))
+	err := s.Consumer.Run(ctx)
+	stopBG()
+	bg.Wait()
+	return errors.Join(err, srvErr)
+}
+
+// pingLoop keeps the "mongodb" readiness condition current.
+func (s *Service) pingLoop(ctx context.Context) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err := s.Client.Ping(pctx, nil)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			s.Health.Set("mongodb", false, "ping failed: "+err.Error())
+		} else {
+			s.Health.Set("mongodb", true, "")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

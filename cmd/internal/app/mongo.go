@@ -1,0 +1,48 @@
+package app
+
+import (
+	"runtime/debug"
+
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/scorerefresh/scorerefresh/cmd/internal/config"
+	"github.com/scorerefresh/scorerefresh/metrics"
+)
+
+// PoolOverhead is the connections the pipeline uses besides refreshes: the
+// claim loop, the ack flush, lease renewal, the SLI sampler and a wake-up
+// stream may each hold one at the same moment.
+const PoolOverhead = 5
+
+// PoolSize returns the driver's maxPoolSize for cfg: one connection per
+// refresh slot plus the overhead, never unbounded. Across a fleet the server
+// sees at most replicas × PoolSize connections (plus the driver's monitoring
+// connections, two per server per client).
+func PoolSize(cfg config.Config) uint64 {
+	return uint64(cfg.RefreshConcurrency + PoolOverhead)
+}
+
+// ClientOptions builds the driver options from the configuration. The pool is
+// sized from the concurrency (the driver's default of 100 per replica is how a
+// fleet runs a server out of connections), and maxConnecting is raised from
+// its default of 2, which makes a burst of refreshes queue for connection
+// establishment one or two at a time.
+func ClientOptions(cfg config.Config, m *metrics.Mongo) *options.ClientOptions {
+	pool := PoolSize(cfg)
+	m.PoolMaxSize.Set(float64(pool))
+	return options.Client().
+		ApplyURI(cfg.MongoURI).
+		SetAppName("scorerefresh").
+		SetMaxPoolSize(pool).
+		SetMinPoolSize(min(pool, 4)).
+		SetMaxConnecting(min(pool, 8)).
+		SetPoolMonitor(m.PoolMonitor()).
+		SetMonitor(m.CommandMonitor(nil))
+}
+
+func goVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		return bi.GoVersion
+	}
+	return "unknown"
+}

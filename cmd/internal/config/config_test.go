@@ -1,0 +1,119 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaultsAreSPECs(t *testing.T) {
+	t.Parallel()
+	cfg, err := Parse(nil)
+	if err != nil {
+		t.Fatalf("Parse(empty environment): %v", err)
+	}
+	want := Config{
+		MongoURI: "mongodb://localhost:27017", Database: "app",
+		QueueCollection: "score_events", ScoresCollection: "user_scores",
+		DeadLetterCollection: "score_events_dead", ClaimsCollection: "score_claims",
+		ClaimWindow: 500, MaxUsersInFlight: 64, RefreshConcurrency: 16,
+		LeaseDuration: 60 * time.Second, PollInterval: time.Second, MaxAttempts: 5,
+		MetricsAddr: ":9090", SLIInterval: 15 * time.Second, ShutdownTimeout: 25 * time.Second,
+		LogLevel: "info",
+	}
+	if cfg != want {
+		t.Errorf("defaults:\n got %+v\nwant %+v", cfg, want)
+	}
+}
+
+func TestEveryVariableIsRead(t *testing.T) {
+	t.Parallel()
+	cfg, err := Parse([]string{
+		"MONGODB_URI=mongodb://db:27017/?replicaSet=rs0", "MONGODB_DATABASE=prod",
+		"QUEUE_COLLECTION=q", "SCORES_COLLECTION=s", "DEADLETTER_COLLECTION=d", "CLAIMS_COLLECTION=c",
+		"SCORING_RULES=/etc/rules.yaml", "CLAIM_WINDOW=1000", "MAX_USERS_IN_FLIGHT=128",
+		"REFRESH_CONCURRENCY=32", "ADAPTIVE_CONCURRENCY=true", "LEASE_DURATION=2m", "POLL_INTERVAL=250ms",
+		"MAX_ATTEMPTS=7", "METRICS_ADDR=:9100", "SLI_INTERVAL=5s", "SHUTDOWN_TIMEOUT=10s", "LOG_LEVEL=debug",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		MongoURI: "mongodb://db:27017/?replicaSet=rs0", Database: "prod",
+		QueueCollection: "q", ScoresCollection: "s", DeadLetterCollection: "d", ClaimsCollection: "c",
+		ScoringRules: "/etc/rules.yaml", ClaimWindow: 1000, MaxUsersInFlight: 128, RefreshConcurrency: 32,
+		AdaptiveConcurrency: true, LeaseDuration: 2 * time.Minute, PollInterval: 250 * time.Millisecond,
+		MaxAttempts: 7, MetricsAddr: ":9100", SLIInterval: 5 * time.Second, ShutdownTimeout: 10 * time.Second,
+		LogLevel: "debug",
+	}
+	if cfg != want {
+		t.Errorf("got %+v\nwant %+v", cfg, want)
+	}
+}
+
+func TestEveryBadVariableIsListedOnce(t *testing.T) {
+	t.Parallel()
+	_, err := Parse([]string{
+		"CLAIM_WINDOW=abc", "MAX_USERS_IN_FLIGHT=0", "REFRESH_CONCURRENCY=-3", "LEASE_DURATION=60",
+		"POLL_INTERVAL=-1s", "MAX_ATTEMPTS=zero", "SLI_INTERVAL=0s", "SHUTDOWN_TIMEOUT=soon",
+		"ADAPTIVE_CONCURRENCY=maybe", "LOG_LEVEL=verbose", "MONGODB_URI=postgres://u:hunter2@h/db",
+		"DEADLETTER_COLLECTION=score_claims",
+	})
+	var cerr *Error
+	if !errors.As(err, &cerr) {
+		t.Fatalf("want *Error, got %v", err)
+	}
+	for _, v := range []string{"CLAIM_WINDOW", "MAX_USERS_IN_FLIGHT", "REFRESH_CONCURRENCY", "LEASE_DURATION",
+		"POLL_INTERVAL", "MAX_ATTEMPTS", "SLI_INTERVAL", "SHUTDOWN_TIMEOUT", "ADAPTIVE_CONCURRENCY",
+		"LOG_LEVEL", "MONGODB_URI", "CLAIMS_COLLECTION"} {
+		n := 0
+		for _, p := range cerr.Problems {
+			if strings.HasPrefix(p, v+"=") || strings.HasPrefix(p, v+":") {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%s named in %d problems, want 1:\n%s", v, n, err)
+		}
+	}
+	if strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("the password reached the error message: %s", err)
+	}
+}
+
+func TestConcurrencyMustNotExceedUsersInFlight(t *testing.T) {
+	t.Parallel()
+	_, err := Parse([]string{"REFRESH_CONCURRENCY=65", "MAX_USERS_IN_FLIGHT=64"})
+	if err == nil || !strings.Contains(err.Error(), "REFRESH_CONCURRENCY=65: must not exceed MAX_USERS_IN_FLIGHT=64") {
+		t.Errorf("got %v", err)
+	}
+	if _, err := Parse([]string{"REFRESH_CONCURRENCY=64", "MAX_USERS_IN_FLIGHT=64"}); err != nil {
+		t.Errorf("equal values rejected: %v", err)
+	}
+}
+
+func TestRedactURI(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct{ in, want string }{
+		"no credentials": {"mongodb://localhost:27017", "mongodb://localhost:27017"},
+		"password":       {"mongodb://app:s3cret@db:27017/app?authSource=admin", "mongodb://app:xxxxx@db:27017/app?authSource=admin"},
+		"srv":            {"mongodb+srv://app:s3cret@cluster0.example.net/", "mongodb+srv://app:xxxxx@cluster0.example.net/"},
+		"multi-host":     {"mongodb://app:s3cret@h1:27017,h2:27017/?replicaSet=rs0", "mongodb://app:xxxxx@h1:27017,h2:27017/?replicaSet=rs0"},
+		"unparsable":     {"mongodb://app:s3cret@%zz", "mongodb://[unparsable, redacted]"},
+	} {
+		if got := RedactURI(tc.in); got != tc.want {
+			t.Errorf("%s: RedactURI(%q) = %q, want %q", name, tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestLogValueHidesPassword(t *testing.T) {
+	t.Parallel()
+	cfg, _ := Parse([]string{"MONGODB_URI=mongodb://app:s3cret@db/"})
+	var sb strings.Builder
+	logTo(&sb).Info("config", "config", cfg)
+	if strings.Contains(sb.String(), "s3cret") || !strings.Contains(sb.String(), "app:xxxxx@db") {
+		t.Errorf("log line: %s", sb.String())
+	}
+}

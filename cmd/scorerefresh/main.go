@@ -1,0 +1,81 @@
+// Command scorerefresh is the production binary (SPEC section 6):
+//
+//	scorerefresh run        the service (the container's command)
+//	scorerefresh version    prints the build's version
+//
+// Configuration comes from the environment only (SPEC section 4). This binary
+// never links the embedded MongoDB server: the demo is cmd/scorerefresh-demo.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/scorerefresh/scorerefresh/cmd/internal/app"
+	"github.com/scorerefresh/scorerefresh/cmd/internal/config"
+)
+
+// Set at build time: -ldflags "-X main.version=v1.2.3 -X main.revision=abc123".
+var (
+	version  = "dev"
+	revision = "unknown"
+)
+
+const usage = `usage: scorerefresh <command>
+
+commands:
+  run       drain the queue (configured by environment variables, see README)
+  version   print the version
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
+}
+
+func run(args, environ []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "run":
+		return runService(environ, stderr)
+	case "version", "--version":
+		fmt.Fprintf(stdout, "scorerefresh %s (revision %s)\n", version, revision)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "scorerefresh: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+func runService(environ []string, stderr io.Writer) int {
+	cfg, err := config.Parse(environ)
+	if err != nil {
+		fmt.Fprintf(stderr, "scorerefresh: %v\n", err)
+		return 2
+	}
+	level, _ := config.ParseLogLevel(cfg.LogLevel)
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	svc, err := app.New(ctx, cfg, app.Options{Logger: log, Version: version, Revision: revision})
+	if err != nil {
+		log.Error("cannot start", "err", err)
+		fmt.Fprintf(stderr, "scorerefresh: %v\n", err)
+		return 2
+	}
+	if err := svc.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		log.Error("stopped with an error", "err", err)
+		return 1
+	}
+	return 0
+}
