@@ -226,8 +226,13 @@ func (f *flush) run(ctx context.Context) error {
 	}
 	if !f.releaseDone {
 		all := append(append(append([]lease{}, f.acked...), f.exhausted...), f.releases...)
-		if err := c.leases.release(ctx, all); err != nil {
+		n, err := c.leases.release(ctx, all)
+		if err != nil {
 			return err
+		}
+		if n < len(all) {
+			c.log.Warn("leases were taken over while held (expired during a stall); those users may be refreshed twice, which is harmless",
+				"op", "ack flush", "released", n, "held", len(all))
 		}
 		f.releaseDone = true
 	}

@@ -171,14 +171,18 @@ func (s *leaseStore) renew(ctx context.Context, held []lease, until time.Time) (
 
 // release deletes leases (after an ack, a dead letter, or at shutdown) in one
 // round trip.
-func (s *leaseStore) release(ctx context.Context, held []lease) error {
+// It returns how many were still this consumer's: fewer than len(held)
+// means leases expired and were taken over (or the call is a retry of a
+// release that had already succeeded).
+func (s *leaseStore) release(ctx context.Context, held []lease) (int, error) {
 	if len(held) == 0 {
-		return nil
+		return 0, nil
 	}
-	if _, err := s.coll.DeleteMany(ctx, fenceFilter(held)); err != nil {
-		return fmt.Errorf("releasing %d leases: %w", len(held), err)
+	res, err := s.coll.DeleteMany(ctx, fenceFilter(held))
+	if err != nil {
+		return 0, fmt.Errorf("releasing %d leases: %w", len(held), err)
 	}
-	return nil
+	return int(res.DeletedCount), nil
 }
 
 // backOff keeps each user blocked until its own retry time, with attempts+1,

@@ -73,6 +73,7 @@ func runService(environ []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "scorerefresh: %v\n", err)
 		return 2
 	}
+	defer svc.Close(context.Background())
 	if err := svc.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("stopped with an error", "err", err)
 		return 1

@@ -23,7 +23,7 @@ import (
 
 // Options are what the caller brings besides the configuration.
 type Options struct {
-	Logger   *slog.Logger        // default: discard
+	Logger   *slog.Logger         // default: discard
 	Registry *prometheus.Registry // default: metrics.NewRegistry()
 	Version  string               // for scorerefresh_build_info
 	Revision string
@@ -40,6 +40,7 @@ type Service struct {
 	Rules    *scoring.Rules
 	Registry *prometheus.Registry
 	Metrics  *metrics.Consumer
+	Mongo    *metrics.Mongo
 	Health   *metrics.Health
 	Consumer *consumer.Consumer
 }
@@ -78,6 +79,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 		Rules:    rules,
 		Registry: reg,
 		Metrics:  metrics.NewConsumer(reg),
+		Mongo:    mongoMetrics,
 		Health:   metrics.NewHealth(nil),
 		Colls: consumer.Collections{
 			Queue:      db.Collection(cfg.QueueCollection),
@@ -119,15 +121,10 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 	return s, nil
 }
 
-// Run serves metrics and health on METRICS_ADDR (unless addr is empty),
-// keeps readiness up to date and drains the queue until ctx ends, then shuts
-// down gracefully and disconnects.
+// Run serves metrics and health on METRICS_ADDR (unless it is empty), keeps
+// readiness up to date and drains the queue until ctx ends, then shuts down
+// gracefully. Close disconnects afterwards.
 func (s *Service) Run(ctx context.Context) error {
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Client.Disconnect(dctx)
-	}()
 	var bg sync.WaitGroup
 	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer func() { stopBG(); bg.Wait() }()
@@ -175,4 +172,9 @@ func (s *Service) pingLoop(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// Close disconnects from MongoDB.
+func (s *Service) Close(ctx context.Context) error {
+	return s.Client.Disconnect(ctx)
 }

@@ -1,0 +1,144 @@
+// Command scorerefresh-demo runs the real service against an embedded
+// MongoDB-compatible server (FerretDB, SQLite, in-process), so it needs no
+// MongoDB installed:
+//
+//	go run ./cmd/scorerefresh-demo
+//
+// It seeds a backlog that mixes one firehose user with many distinct users,
+// drains it with exactly the pipeline `scorerefresh run` uses, prints a
+// progress line every second and a summary at the end, and checks every score
+// against an independent aggregate over the source data.
+//
+// The embedded server lives only in this binary: the production binary
+// (cmd/scorerefresh) does not link it.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"syscall"
+	"time"
+
+	"github.com/scorerefresh/scorerefresh/cmd/internal/app"
+	"github.com/scorerefresh/scorerefresh/cmd/internal/config"
+	"github.com/scorerefresh/scorerefresh/pkg/embedmongo"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
+}
+
+type demoOptions struct {
+	entries  int
+	users    int
+	firehose float64
+	seed     uint64
+	dataDir  string
+	logLevel string
+	cpuProf  string
+}
+
+func run(args, environ []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("scorerefresh-demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o demoOptions
+	fs.IntVar(&o.entries, "entries", 3000, "queue entries to seed")
+	fs.IntVar(&o.users, "users", 300, "distinct users besides the firehose user")
+	fs.Float64Var(&o.firehose, "firehose", 0.5, "fraction of entries that belong to the one firehose user")
+	fs.Uint64Var(&o.seed, "seed", 1, "random seed of the backlog")
+	fs.StringVar(&o.dataDir, "data", "", "keep the embedded server's SQLite files here (default: a temporary directory)")
+	fs.StringVar(&o.logLevel, "log-level", "warn", "the service's log level (its JSON lines go to stderr)")
+	fs.StringVar(&o.cpuProf, "cpuprofile", "", "write a CPU profile of the whole run (server included) to this file")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if o.cpuProf != "" {
+		f, err := os.Create(o.cpuProf)
+		if err != nil {
+			fmt.Fprintf(stderr, "scorerefresh-demo: %v\n", err)
+			return 2
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "scorerefresh-demo: %v\n", err)
+			return 2
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if o.entries <= 0 || o.users <= 0 || o.firehose < 0 || o.firehose > 1 {
+		fmt.Fprintln(stderr, "scorerefresh-demo: -entries and -users must be positive, -firehose within [0, 1]")
+		return 2
+	}
+	// The rest of the service's configuration comes from the environment as
+	// in production (REFRESH_CONCURRENCY=4 go run ./cmd/scorerefresh-demo),
+	// except where the demo must decide: its own server, a free metrics port.
+	environ = append(environ, "METRICS_ADDR=127.0.0.1:0", "LOG_LEVEL="+o.logLevel, "POLL_INTERVAL=200ms")
+	cfg, err := config.Parse(environ)
+	if err != nil {
+		fmt.Fprintf(stderr, "scorerefresh-demo: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := demo(ctx, cfg, o, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "scorerefresh-demo: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func demo(ctx context.Context, cfg config.Config, o demoOptions, stdout, stderr io.Writer) error {
+	srv, err := embedmongo.Start(ctx, embedmongo.Config{Dir: o.dataDir})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	cfg.MongoURI = srv.URI()
+	fmt.Fprintf(stdout, "embedded MongoDB-compatible server (FerretDB, SQLite) at %s\n", srv.URI())
+
+	level, _ := config.ParseLogLevel(cfg.LogLevel)
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	svc, err := app.New(ctx, cfg, app.Options{Logger: log, Version: "demo"})
+	if err != nil {
+		return err
+	}
+	defer svc.Close(context.Background())
+	rnd := rand.New(rand.NewPCG(o.seed, 0))
+	b := newBacklog(o, rnd, time.Now())
+	seedStart := time.Now()
+	if err := b.seed(ctx, svc.DB, cfg); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "seeded %d entries for %d distinct users (%.0f%% from one firehose user) and %d source documents in %s\n",
+		len(b.entries), b.distinctUsers(), o.firehose*100, len(b.activity), time.Since(seedStart).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "draining with REFRESH_CONCURRENCY=%d MAX_USERS_IN_FLIGHT=%d CLAIM_WINDOW=%d\n",
+		cfg.RefreshConcurrency, cfg.MaxUsersInFlight, cfg.ClaimWindow)
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(runCtx) }()
+
+	p := newProgress(svc, stdout)
+	drained, err := p.untilDrained(ctx, done)
+	cancel()
+	if runErr := <-done; runErr != nil && err == nil {
+		err = runErr
+	}
+	if err != nil {
+		return err
+	}
+	if !drained {
+		fmt.Fprintln(stdout, "interrupted before the queue drained")
+		return nil
+	}
+	p.summary(len(b.entries), b.distinctUsers())
+	return verify(ctx, svc, b, stdout)
+}
