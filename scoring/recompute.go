@@ -1,0 +1,104 @@
+package scoring
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// Result is one user's freshly computed score.
+type Result struct {
+	Score      float64            // Σ weight × value over the components
+	Components map[string]float64 // component name -> value before weighting
+}
+
+// Recomputer computes scores from the source collections. It is safe for
+// concurrent use; share one per process so what it learns about the server
+// (see max) is learnt once.
+type Recomputer struct {
+	db    *mongo.Database
+	rules *Rules
+	// noMaxAccumulator is set once the server has answered that it lacks the
+	// $group accumulator $max (FerretDB 1.24 does): from then on max components
+	// use a sorted find, so the failed attempt costs one round trip per process
+	// rather than one per refresh.
+	noMaxAccumulator atomic.Bool
+}
+
+// NewRecomputer returns a Recomputer reading the source collections of rules
+// from db.
+func NewRecomputer(db *mongo.Database, rules *Rules) *Recomputer {
+	return &Recomputer{db: db, rules: rules}
+}
+
+// Recompute computes username's score as of startedAt, the moment the refresh
+// began. It runs exactly one query (one round trip) per component, one after
+// another; on a server without the $max accumulator the first max component
+// a Recomputer meets costs one extra round trip, once. A user with no source
+// documents gets 0 for every component.
+func (r *Recomputer) Recompute(ctx context.Context, username string, startedAt time.Time) (Result, error) {
+	res := Result{Components: make(map[string]float64, len(r.rules.Components))}
+	for _, c := range r.rules.Components {
+		v, err := r.componentValue(ctx, c, username, startedAt)
+		if err != nil {
+			return Result{}, fmt.Errorf("computing component %q (%s over %s): %w", c.Name, c.Op, c.Collection, err)
+		}
+		res.Components[c.Name] = v
+		res.Score += c.Weight * v
+	}
+	return res, nil
+}
+
+func (r *Recomputer) componentValue(ctx context.Context, c Component, username string, startedAt time.Time) (float64, error) {
+	coll := r.db.Collection(c.Collection)
+	f := componentFilter(c, username, startedAt)
+	switch c.Op {
+	case OpCount:
+		return countMatching(ctx, coll, f)
+	case OpSum:
+		// $sum skips missing and non-numeric values, which is SPEC's "count as 0".
+		return groupValue(ctx, coll, f, bson.D{{Key: "$sum", Value: "$" + c.Field}})
+	case OpMax:
+		return r.maxValue(ctx, coll, c.Field, f)
+	case OpDistinct:
+		return countDistinct(ctx, coll, c.Field, f)
+	}
+	return 0, fmt.Errorf("unknown op %q", c.Op)
+}
+
+// componentFilter matches the component's documents of username.
+//
+// The username goes in only as the operand of $eq, so a name such as "$gt" or
+// `{"$ne": null}` is compared as the literal string it is and never read as an
+// operator.
+//
+// The window has a lower bound only: a producer whose clock runs slightly
+// ahead of ours writes documents stamped after startedAt, and an upper bound
+// would make exactly those just-written documents invisible to the refresh
+// their event asked for.
+func componentFilter(c Component, username string, startedAt time.Time) bson.D {
+	f := withCond(nil, c.UserField, "$eq", username)
+	if c.Window > 0 {
+		// BSON dates hold milliseconds; round the bound down so a document
+		// stamped exactly at the edge of the window counts.
+		since := startedAt.Add(-c.Window).Truncate(time.Millisecond)
+		f = withCond(f, c.TimeField, "$gte", since)
+	}
+	return f
+}
+
+// withCond adds {field: {op: v}} to f, merging with the operators already on
+// field (userField, timeField and field may be the same path).
+func withCond(f bson.D, field, op string, v any) bson.D {
+	for i, e := range f {
+		if e.Key == field {
+			f[i].Value = append(e.Value.(bson.D), bson.E{Key: op, Value: v})
+			return f
+		}
+	}
+	return append(f, bson.E{Key: field, Value: bson.D{{Key: op, Value: v}}})
+}

@@ -1,0 +1,90 @@
+package scoring
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"time"
+)
+
+// Op is the aggregation a component applies to its matching documents.
+type Op string
+
+// The operations SPEC section 3 defines.
+const (
+	// OpSum sums Field; missing and non-numeric values count as 0.
+	OpSum Op = "sum"
+	// OpCount counts the matching documents.
+	OpCount Op = "count"
+	// OpMax takes the largest numeric value of Field; 0 when there is none.
+	OpMax Op = "max"
+	// OpDistinct counts the distinct non-null values of Field.
+	OpDistinct Op = "distinct"
+)
+
+// Defaults applied to a component when the rules file leaves a key out.
+const (
+	DefaultUserField = "username"
+	DefaultTimeField = "at"
+	DefaultWeight    = 1.0
+)
+
+// BuiltInSource is the Source of DefaultRules.
+const BuiltInSource = "built-in"
+
+// Component is one term of a score: Op over the documents of Collection whose
+// UserField equals the username, optionally limited to a time window.
+type Component struct {
+	Name       string        // key in the score document's components
+	Collection string        // source collection
+	UserField  string        // field holding the username; defaults to "username"
+	Op         Op            // sum, count, max or distinct
+	Field      string        // field read by sum, max and distinct; unused by count
+	Weight     float64       // multiplies the value in the score; 1 when the file omits it
+	Window     time.Duration // only documents this recent count; 0 means no window
+	TimeField  string        // date field the window applies to; defaults to "at"
+}
+
+// Rules is a validated set of components.
+type Rules struct {
+	Source     string // file path the rules came from, or "built-in"
+	Components []Component
+}
+
+// DefaultRules returns the rules used when no rules file is configured:
+// exactly the first component of SPEC section 3's example.
+func DefaultRules() *Rules {
+	return &Rules{
+		Source: BuiltInSource,
+		Components: []Component{{
+			Name:       "activity",
+			Collection: "user_activity",
+			UserField:  "username",
+			Op:         OpSum,
+			Field:      "points",
+			Weight:     1,
+			Window:     720 * time.Hour,
+			TimeField:  "at",
+		}},
+	}
+}
+
+// LoadRules reads and validates the rules file at path. Errors name the path.
+func LoadRules(path string) (*Rules, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		// The *PathError already names the file.
+		return nil, fmt.Errorf("reading scoring rules: %w", err)
+	}
+	return ParseRules(path, data)
+}
+
+// Collections returns the distinct source collections the rules read, sorted.
+func (r *Rules) Collections() []string {
+	var names []string
+	for _, c := range r.Components {
+		names = append(names, c.Collection)
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}

@@ -1,0 +1,249 @@
+package scoring
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// RulesError reports every problem found in a rules file, so an operator fixes
+// them all in one go instead of one per restart.
+type RulesError struct {
+	Source string
+	// Problems each name the source, the component (1-based index and name)
+	// and the problem, e.g.
+	// `rules.yaml: component 2 ("posts"): unknown op "avg" (want sum, count, max or distinct)`.
+	Problems []string
+}
+
+// Error lists every problem, one per line when there are several.
+func (e *RulesError) Error() string {
+	if len(e.Problems) == 1 {
+		return "invalid scoring rules: " + e.Problems[0]
+	}
+	return fmt.Sprintf("invalid scoring rules (%d problems):\n\t%s",
+		len(e.Problems), strings.Join(e.Problems, "\n\t"))
+}
+
+// componentKeys are the keys a component may have, in the order the error
+// message lists them. Anything else is rejected: a typo such as "colection"
+// silently falling back to a default would score from the wrong data.
+var componentKeys = []string{"name", "collection", "userField", "op", "field", "weight", "window", "timeField"}
+
+// ParseRules parses and validates rules in YAML (JSON, being YAML, works too).
+// source names the data in error messages, usually the file path. A non-nil
+// error is a *RulesError listing every problem found.
+func ParseRules(source string, data []byte) (*Rules, error) {
+	p := &rulesParser{source: source}
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		p.problem("not valid YAML or JSON: %v", err)
+		return nil, p.err()
+	}
+	comps := p.parseRoot(&root)
+	if len(p.problems) > 0 {
+		return nil, p.err()
+	}
+	return &Rules{Source: source, Components: comps}, nil
+}
+
+// rulesParser walks the YAML tree by hand rather than decoding into structs,
+// so it can keep going after a problem and say which component it is in.
+type rulesParser struct {
+	source   string
+	problems []string
+}
+
+func (p *rulesParser) problem(format string, args ...any) {
+	p.problems = append(p.problems, p.source+": "+fmt.Sprintf(format, args...))
+}
+
+func (p *rulesParser) err() error {
+	return &RulesError{Source: p.source, Problems: p.problems}
+}
+
+func (p *rulesParser) parseRoot(root *yaml.Node) []Component {
+	doc := root
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) > 0 {
+		doc = doc.Content[0]
+	}
+	if doc.Kind == 0 || doc.Kind == yaml.DocumentNode {
+		p.problem("no components (the file is empty)")
+		return nil
+	}
+	if doc.Kind != yaml.MappingNode {
+		p.problem("want a mapping with a components list at the top level, got %s", kindName(doc))
+		return nil
+	}
+	var list *yaml.Node
+	for i := 0; i+1 < len(doc.Content); i += 2 {
+		key, val := doc.Content[i], doc.Content[i+1]
+		if key.Value != "components" {
+			p.problem("unknown top-level key %q (want components)", key.Value)
+			continue
+		}
+		list = val
+	}
+	switch {
+	case list == nil:
+		p.problem("no components (missing components list)")
+		return nil
+	case list.Kind != yaml.SequenceNode:
+		p.problem("components must be a list, got %s", kindName(list))
+		return nil
+	case len(list.Content) == 0:
+		p.problem("no components (the components list is empty)")
+		return nil
+	}
+	comps := make([]Component, 0, len(list.Content))
+	firstIndex := map[string]int{} // name -> 1-based index of its first use
+	for i, n := range list.Content {
+		cp := componentParser{p: p, index: i + 1}
+		c := cp.parse(n)
+		if c.Name != "" {
+			if first, dup := firstIndex[c.Name]; dup {
+				cp.problem("duplicate name %q (also component %d)", c.Name, first)
+			} else {
+				firstIndex[c.Name] = i + 1
+			}
+		}
+		comps = append(comps, c)
+	}
+	return comps
+}
+
+// componentParser reports problems prefixed with the component they are in.
+type componentParser struct {
+	p     *rulesParser
+	index int
+	name  string
+}
+
+func (cp *componentParser) problem(format string, args ...any) {
+	where := fmt.Sprintf("component %d", cp.index)
+	if cp.name != "" {
+		where += fmt.Sprintf(" (%q)", cp.name)
+	}
+	cp.p.problem("%s: %s", where, fmt.Sprintf(format, args...))
+}
+
+func (cp *componentParser) parse(n *yaml.Node) Component {
+	c := Component{UserField: DefaultUserField, TimeField: DefaultTimeField, Weight: DefaultWeight}
+	if n.Kind != yaml.MappingNode {
+		cp.problem("want a mapping, got %s", kindName(n))
+		return c
+	}
+	// Read the name first so every problem of this component can carry it.
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == "name" {
+			cp.name = cp.str("name", n.Content[i+1])
+		}
+	}
+	c.Name = cp.name
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		cp.setKey(&c, n.Content[i].Value, n.Content[i+1])
+	}
+	cp.validate(&c)
+	return c
+}
+
+func (cp *componentParser) setKey(c *Component, key string, v *yaml.Node) {
+	switch key {
+	case "name":
+		// Read before the others.
+	case "collection":
+		c.Collection = cp.str(key, v)
+	case "userField":
+		c.UserField = cmp.Or(cp.str(key, v), DefaultUserField)
+	case "op":
+		c.Op = Op(cp.str(key, v))
+	case "field":
+		c.Field = cp.str(key, v)
+	case "timeField":
+		c.TimeField = cmp.Or(cp.str(key, v), DefaultTimeField)
+	case "weight":
+		c.Weight = cp.weight(v)
+	case "window":
+		c.Window = cp.window(v)
+	default:
+		msg := fmt.Sprintf("unknown key %q", key)
+		if s := suggestKey(key); s != "" {
+			msg += fmt.Sprintf(" (did you mean %q?)", s)
+		}
+		cp.problem("%s; known keys are %s", msg, strings.Join(componentKeys, ", "))
+	}
+}
+
+func (cp *componentParser) validate(c *Component) {
+	if c.Name == "" {
+		cp.problem("missing name")
+	} else if strings.Contains(c.Name, ".") || strings.HasPrefix(c.Name, "$") {
+		cp.problem("invalid name %q: it becomes a key of the score document's components, so it must not contain \".\" or start with \"$\"", c.Name)
+	}
+	if c.Collection == "" {
+		cp.problem("missing collection")
+	} else if strings.ContainsAny(c.Collection, "$\x00") {
+		cp.problem("invalid collection %q: must not contain \"$\" or NUL", c.Collection)
+	}
+	switch c.Op {
+	case OpSum, OpMax, OpDistinct:
+		if c.Field == "" {
+			cp.problem("missing field (op %q reads it)", c.Op)
+		}
+	case OpCount:
+	case "":
+		cp.problem("missing op (want sum, count, max or distinct)")
+	default:
+		cp.problem("unknown op %q (want sum, count, max or distinct)", c.Op)
+	}
+	paths := []struct{ key, path string }{{"userField", c.UserField}, {"field", c.Field}, {"timeField", c.TimeField}}
+	for _, f := range paths {
+		if f.path != "" && !validFieldPath(f.path) {
+			cp.problem("invalid %s %q: a field path must not start with \"$\" or have empty parts", f.key, f.path)
+		}
+	}
+}
+
+// str reads a scalar. A null value reads as "" so that it is reported as
+// missing or replaced by the default, like an absent key.
+func (cp *componentParser) str(key string, v *yaml.Node) string {
+	if v.Kind != yaml.ScalarNode {
+		cp.problem("%s must be a string, got %s", key, kindName(v))
+		return ""
+	}
+	if v.Tag == "!!null" {
+		return ""
+	}
+	return v.Value
+}
+
+func (cp *componentParser) weight(v *yaml.Node) float64 {
+	var w float64
+	if v.Kind != yaml.ScalarNode || v.Decode(&w) != nil {
+		cp.problem("weight %q is not a number", v.Value)
+		return DefaultWeight
+	}
+	if math.IsNaN(w) || math.IsInf(w, 0) {
+		cp.problem("weight %s is not a finite number", v.Value)
+	}
+	return w
+}
+
+func (cp *componentParser) window(v *yaml.Node) time.Duration {
+	s := cp.str("window", v)
+	if s == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		cp.problem("window %q is not a duration such as \"720h\" or \"90m\"", s)
+	case d < 0:
+		cp.problem("negative window %q", s)
+	}
+	return d
+}

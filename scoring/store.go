@@ -1,0 +1,213 @@
+package scoring
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// ErrConflict is wrapped by the error Write returns when it gives up after
+// MaxConflictRetries version conflicts.
+var ErrConflict = errors.New("score document version conflict")
+
+// ScoreDoc is a document of user_scores (SPEC section 2).
+type ScoreDoc struct {
+	Username    string             `bson:"_id"`
+	Score       float64            `bson:"score"`
+	Components  map[string]float64 `bson:"components"`
+	Version     int64              `bson:"version"`     // incremented by exactly 1 on every write
+	RefreshedAt time.Time          `bson:"refreshedAt"` // when the recompute that wrote it began
+}
+
+// StoreConfig tunes a Store. The zero value uses the defaults.
+type StoreConfig struct {
+	MaxConflictRetries int           // give up after this many conflicts in one Write; default 10
+	BackoffBase        time.Duration // the first retry waits up to this (full jitter); default 5ms
+	BackoffMax         time.Duration // cap on the wait, doubling from BackoffBase; default 500ms
+	OnConflict         func()        // called once per version conflict (metrics hook); may be nil
+}
+
+// Defaults of StoreConfig.
+const (
+	DefaultMaxConflictRetries = 10
+	DefaultBackoffBase        = 5 * time.Millisecond
+	DefaultBackoffMax         = 500 * time.Millisecond
+)
+
+// WriteOutcome says what Write did.
+type WriteOutcome int
+
+// The outcomes of a successful Write. The zero value means no write happened
+// (Write returned an error).
+const (
+	WriteInserted     WriteOutcome = iota + 1 // first document of the user, version 1
+	WriteUpdated                              // replaced the document, version + 1
+	WriteSkippedNewer                         // the stored document came from a newer recompute
+)
+
+// String names the outcome for logs.
+func (o WriteOutcome) String() string {
+	switch o {
+	case WriteInserted:
+		return "inserted"
+	case WriteUpdated:
+		return "updated"
+	case WriteSkippedNewer:
+		return "skipped_newer"
+	}
+	return fmt.Sprintf("WriteOutcome(%d)", int(o))
+}
+
+// Store reads and writes score documents. It is safe for concurrent use.
+// Share one per process: it also serialises the writes of each user within
+// the process (see userLocks), which saves conflicts everywhere and is what
+// keeps writes correct on FerretDB.
+type Store struct {
+	coll  *mongo.Collection
+	cfg   StoreConfig
+	locks userLocks
+}
+
+// NewStore returns a Store writing to coll (user_scores).
+func NewStore(coll *mongo.Collection, cfg StoreConfig) *Store {
+	if cfg.MaxConflictRetries <= 0 {
+		cfg.MaxConflictRetries = DefaultMaxConflictRetries
+	}
+	if cfg.BackoffBase <= 0 {
+		cfg.BackoffBase = DefaultBackoffBase
+	}
+	if cfg.BackoffMax <= 0 {
+		cfg.BackoffMax = DefaultBackoffMax
+	}
+	cfg.BackoffMax = max(cfg.BackoffMax, cfg.BackoffBase)
+	return &Store{coll: coll, cfg: cfg}
+}
+
+// Get returns username's score document; found is false when there is none.
+func (s *Store) Get(ctx context.Context, username string) (doc ScoreDoc, found bool, err error) {
+	err = s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: username}}).Decode(&doc)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return ScoreDoc{}, false, nil
+	}
+	if err != nil {
+		return ScoreDoc{}, false, fmt.Errorf("reading score document of %q: %w", username, err)
+	}
+	return doc, true, nil
+}
+
+// Write stores res as username's score, computed by a recompute that began at
+// refreshedAt, under optimistic concurrency (SPEC section 2): it reads the
+// document, then inserts version 1 if there is none or updates the version it
+// read to version + 1. A racing insert (duplicate key) or update (no match on
+// the version read) is a conflict: Write calls OnConflict, waits a jittered,
+// exponentially growing backoff and starts again from the read. After
+// MaxConflictRetries conflicts it returns an error wrapping ErrConflict.
+//
+// If the stored document comes from a recompute that began after refreshedAt,
+// Write leaves it alone and returns WriteSkippedNewer: the older result lost,
+// which is not an error. An equal refreshedAt is written (version + 1).
+func (s *Store) Write(ctx context.Context, username string, res Result, refreshedAt time.Time) (WriteOutcome, error) {
+	unlock, err := s.locks.lock(ctx, username)
+	if err != nil {
+		return 0, fmt.Errorf("waiting for another write of the score of %q: %w", username, err)
+	}
+	defer unlock()
+
+	doc := ScoreDoc{
+		Username:   username,
+		Score:      res.Score,
+		Components: maps.Clone(res.Components),
+		// BSON dates hold milliseconds: compare what will be stored.
+		RefreshedAt: refreshedAt.Truncate(time.Millisecond).UTC(),
+	}
+	if doc.Components == nil {
+		doc.Components = map[string]float64{} // a document, never null
+	}
+	for conflicts := 1; ; conflicts++ {
+		outcome, err := s.writeOnce(ctx, doc)
+		if !errors.Is(err, errVersionMoved) {
+			return outcome, err
+		}
+		if s.cfg.OnConflict != nil {
+			s.cfg.OnConflict()
+		}
+		if conflicts >= s.cfg.MaxConflictRetries {
+			return 0, fmt.Errorf("writing score of %q: gave up after %d version conflicts: %w", username, conflicts, ErrConflict)
+		}
+		if err := sleepCtx(ctx, s.backoff(conflicts)); err != nil {
+			return 0, fmt.Errorf("backing off after a version conflict on the score of %q: %w", username, err)
+		}
+	}
+}
+
+// errVersionMoved reports that another writer got in between our read and our
+// write.
+var errVersionMoved = errors.New("version moved")
+
+func (s *Store) writeOnce(ctx context.Context, doc ScoreDoc) (WriteOutcome, error) {
+	cur, found, err := s.Get(ctx, doc.Username)
+	if err != nil {
+		return 0, err
+	}
+	if !found {
+		doc.Version = 1
+		_, err := s.coll.InsertOne(ctx, doc)
+		if mongo.IsDuplicateKeyError(err) {
+			return 0, errVersionMoved
+		}
+		if err != nil {
+			return 0, fmt.Errorf("inserting score document of %q: %w", doc.Username, err)
+		}
+		return WriteInserted, nil
+	}
+	if cur.RefreshedAt.After(doc.RefreshedAt) {
+		return WriteSkippedNewer, nil
+	}
+	r, err := s.coll.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: doc.Username}, {Key: "version", Value: cur.Version}},
+		bson.D{{Key: "$set", Value: bson.D{
+			{Key: "score", Value: doc.Score},
+			{Key: "components", Value: doc.Components},
+			{Key: "refreshedAt", Value: doc.RefreshedAt},
+			{Key: "version", Value: cur.Version + 1},
+		}}})
+	if err != nil {
+		return 0, fmt.Errorf("updating score document of %q from version %d: %w", doc.Username, cur.Version, err)
+	}
+	if r.MatchedCount == 0 {
+		return 0, errVersionMoved
+	}
+	return WriteUpdated, nil
+}
+
+// backoff returns the wait before the retry that follows the n-th conflict:
+// uniformly random up to BackoffBase·2^(n-1), capped at BackoffMax ("full
+// jitter", so writers that collided do not collide again in lockstep).
+func (s *Store) backoff(n int) time.Duration {
+	ceiling := s.cfg.BackoffMax
+	if n <= 30 {
+		ceiling = min(s.cfg.BackoffBase<<(n-1), s.cfg.BackoffMax)
+		if ceiling <= 0 { // overflowed
+			ceiling = s.cfg.BackoffMax
+		}
+	}
+	return rand.N(ceiling + 1)
+}
+
+// sleepCtx waits for d or until ctx is done, whichever comes first.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
