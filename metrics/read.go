@@ -23,3 +23,12 @@ func Read(m prometheus.Metric) float64 {
 	}
 	return 0
 }
+
+// histogramSum returns the sum of a histogram's observations.
+func histogramSum(m prometheus.Metric) float64 {
+	var d dto.Metric
+	if err := m.Write(&d); err != nil || d.Histogram == nil {
+		return 0
+	}
+	return d.Histogram.GetSampleSum()
+}

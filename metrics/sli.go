@@ -1,6 +1,9 @@
 package metrics
 
 import (
+	"sync"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
@@ -8,24 +11,30 @@ import (
 // SLI holds the sampled service-level indicators and the headroom estimate.
 type SLI struct {
 	QueueDepth      prometheus.Gauge
-	OldestAge       prometheus.Gauge
 	DeadLetterDepth prometheus.Gauge
 	ArrivalRate     prometheus.Gauge
 	DrainCapacity   prometheus.Gauge
 	TimeToDrain     prometheus.Gauge
 	LastSample      prometheus.Gauge
 	SampleErrors    prometheus.Counter
+
+	now    func() time.Time
+	mu     sync.Mutex
+	oldest time.Time // createdAt of the oldest entry at the last sample; zero when empty
 }
 
-// NewSLI registers the SLI gauges on reg.
-func NewSLI(reg prometheus.Registerer) *SLI {
+// NewSLI registers the SLI gauges on reg. now defaults to time.Now.
+func NewSLI(reg prometheus.Registerer, now func() time.Time) *SLI {
+	if now == nil {
+		now = time.Now
+	}
 	f := promauto.With(reg)
 	g := func(name, help string) prometheus.Gauge {
 		return f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help})
 	}
-	return &SLI{
+	s := &SLI{
+		now:             now,
 		QueueDepth:      g("queue_depth", "Documents in the queue collection at the last sample."),
-		OldestAge:       g("queue_oldest_age_seconds", "Now minus createdAt of the oldest queue entry (0 when empty)."),
 		DeadLetterDepth: g("deadletter_depth", "Documents in the dead-letter collection at the last sample."),
 		ArrivalRate:     g("arrival_rate", "Estimated entries enqueued per second over the recent window."),
 		DrainCapacity:   g("drain_capacity", "Estimated entries per second this consumer can acknowledge now."),
@@ -36,6 +45,32 @@ func NewSLI(reg prometheus.Registerer) *SLI {
 			Help: "SLI samples that failed (MongoDB unreachable or slow).",
 		}),
 	}
+	// The age is computed when scraped from the last oldest createdAt seen,
+	// not stored at sample time: if sampling stops (MongoDB unreachable, the
+	// process wedged), the age keeps rising instead of freezing at a
+	// reassuring value — a stall must look like one.
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "queue_oldest_age_seconds",
+		Help: "Now minus createdAt of the oldest queue entry at the last sample (0 when empty); keeps rising if sampling stops.",
+	}, s.OldestAge)
+	return s
+}
+
+// SetOldest records the oldest entry's createdAt; zero means the queue is empty.
+func (s *SLI) SetOldest(t time.Time) {
+	s.mu.Lock()
+	s.oldest = t
+	s.mu.Unlock()
+}
+
+// OldestAge is the oldest entry's age now, in seconds.
+func (s *SLI) OldestAge() float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.oldest.IsZero() {
+		return 0
+	}
+	return max(0, s.now().Sub(s.oldest).Seconds())
 }
 
 // NewBuildInfo exports scorerefresh_build_info{version, revision, goversion} = 1.

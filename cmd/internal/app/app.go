@@ -41,8 +41,12 @@ type Service struct {
 	Registry *prometheus.Registry
 	Metrics  *metrics.Consumer
 	Mongo    *metrics.Mongo
+	SLI      *metrics.SLI
+	Sampler  *metrics.Sampler
 	Health   *metrics.Health
 	Consumer *consumer.Consumer
+
+	server *metrics.Server // nil when METRICS_ADDR is empty
 }
 
 // New loads the rules, connects to MongoDB (lazily: an unreachable server is
@@ -80,6 +84,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 		Registry: reg,
 		Metrics:  metrics.NewConsumer(reg),
 		Mongo:    mongoMetrics,
+		SLI:      metrics.NewSLI(reg, nil),
 		Health:   metrics.NewHealth(nil),
 		Colls: consumer.Collections{
 			Queue:      db.Collection(cfg.QueueCollection),
@@ -87,6 +92,9 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 			DeadLetter: db.Collection(cfg.DeadLetterCollection),
 		},
 	}
+	s.Sampler = metrics.NewSampler(metrics.SamplerConfig{
+		Queue: s.Colls.Queue, DeadLetter: s.Colls.DeadLetter, Interval: cfg.SLIInterval,
+	}, s.SLI, s.Metrics, log)
 	store := scoring.NewStore(db.Collection(cfg.ScoresCollection), scoring.StoreConfig{OnConflict: s.Metrics.OCCConflicts.Inc})
 	refresher := scoring.NewRefresher(scoring.NewRecomputer(db, rules), store)
 
@@ -118,7 +126,26 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 			}
 		},
 	})
+	if cfg.MetricsAddr != "" {
+		// Bound here, not in Run, so a taken port fails at boot and callers
+		// (tests, the demo) know the address before the service runs.
+		srv, err := metrics.Listen(cfg.MetricsAddr, metrics.Handler(reg, s.Health))
+		if err != nil {
+			_ = client.Disconnect(ctx)
+			return nil, err
+		}
+		s.server = srv
+	}
 	return s, nil
+}
+
+// MetricsAddr is the address /metrics, /healthz and /readyz are served on,
+// or "" when they are not served.
+func (s *Service) MetricsAddr() string {
+	if s.server == nil {
+		return ""
+	}
+	return s.server.Addr()
 }
 
 // Run serves metrics and health on METRICS_ADDR (unless it is empty), keeps
@@ -129,15 +156,12 @@ func (s *Service) Run(ctx context.Context) error {
 	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer func() { stopBG(); bg.Wait() }()
 	var srvErr error
-	if s.cfg.MetricsAddr != "" {
-		srv, err := metrics.Listen(s.cfg.MetricsAddr, metrics.Handler(s.Registry, s.Health))
-		if err != nil {
-			return err
-		}
-		s.log.Info("serving metrics and health", "addr", srv.Addr())
-		bg.Go(func() { srvErr = srv.Serve(bgCtx) })
+	if s.server != nil {
+		s.log.Info("serving metrics and health", "addr", s.server.Addr())
+		bg.Go(func() { srvErr = s.server.Serve(bgCtx) })
 	}
 	bg.Go(func() { s.pingLoop(bgCtx) })
+	bg.Go(func() { s.Sampler.Run(bgCtx) })
 
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	consumer.EnsureIndexes(setupCtx, s.Colls, s.log)

@@ -1,0 +1,84 @@
+package metrics
+
+import (
+	"math"
+	"time"
+)
+
+// HeadroomSample is what one SLI sample knows: the queue as sampled, and this
+// consumer's cumulative counters at that moment.
+type HeadroomSample struct {
+	At          time.Time
+	Depth       float64 // queue documents
+	Removed     float64 // cumulative entries this consumer acked or dead-lettered
+	Refreshes   float64 // cumulative finished refreshes (ok and error)
+	RefreshSecs float64 // cumulative seconds spent in those refreshes
+	OKRefreshes float64 // cumulative successful refreshes
+	Acked       float64 // cumulative entries acked
+	Limit       float64 // current refresh concurrency limit
+}
+
+// Headroom is the estimate of whether the consumer keeps up: how fast entries
+// arrive, how fast it could remove them now, and how long the current depth
+// takes to drain at those rates. It says whether the service is in the
+// vulnerable state before the queue shows it.
+type Headroom struct {
+	ArrivalRate   float64 // entries enqueued per second over the window
+	DrainCapacity float64 // entries per second this consumer could acknowledge now
+	TimeToDrain   float64 // seconds; 0 when empty, +Inf when arrivals ≥ capacity
+}
+
+// HeadroomEstimator keeps the samples of a sliding window and derives
+// Headroom from the oldest and newest of them.
+//
+// Arrivals are Δdepth + entries removed by this consumer, over the window:
+// exact with one replica. With several, each replica sees only its own
+// removals, so the fleet-wide arrival rate is computed in PromQL instead
+// (deriv of max depth + sum of every replica's ack rate; see the alert
+// rules), and this gauge is a lower bound.
+//
+// Capacity is limit ÷ mean refresh time × mean entries per refresh, from the
+// refreshes finished within the window (the last known values while idle):
+// what this consumer would acknowledge per second with every slot busy.
+type HeadroomEstimator struct {
+	Window                  time.Duration // default 2m
+	samples                 []HeadroomSample
+	meanRefresh, perRefresh float64 // last known, kept through idle windows
+}
+
+// Observe adds a sample and returns the estimate over the window.
+func (e *HeadroomEstimator) Observe(s HeadroomSample) Headroom {
+	window := e.Window
+	if window <= 0 {
+		window = 2 * time.Minute
+	}
+	e.samples = append(e.samples, s)
+	// Keep the newest sample at least window old as the baseline.
+	for len(e.samples) > 2 && s.At.Sub(e.samples[1].At) >= window {
+		e.samples = e.samples[1:]
+	}
+	first := e.samples[0]
+	var h Headroom
+	if dt := s.At.Sub(first.At).Seconds(); dt > 0 {
+		arrived := (s.Depth - first.Depth) + (s.Removed - first.Removed)
+		h.ArrivalRate = math.Max(0, arrived/dt)
+	}
+	if n := s.Refreshes - first.Refreshes; n > 0 {
+		e.meanRefresh = (s.RefreshSecs - first.RefreshSecs) / n
+	}
+	if ok := s.OKRefreshes - first.OKRefreshes; ok > 0 {
+		e.perRefresh = (s.Acked - first.Acked) / ok
+	}
+	if e.meanRefresh > 0 && e.perRefresh > 0 {
+		h.DrainCapacity = s.Limit / e.meanRefresh * e.perRefresh
+	}
+	switch {
+	case s.Depth <= 0:
+		h.TimeToDrain = 0
+	case h.DrainCapacity <= h.ArrivalRate:
+		h.TimeToDrain = math.Inf(1)
+	default:
+		h.TimeToDrain = s.Depth / (h.DrainCapacity - h.ArrivalRate)
+	}
+	return h
+}

@@ -1,0 +1,89 @@
+package metrics
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
+)
+
+// movableClock is a clock the test moves by hand.
+type movableClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *movableClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *movableClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func TestSamplerMeasuresQueueAndKeepsAgeRisingWhenStalled(t *testing.T) {
+	t.Parallel()
+	db := mongotest.Database(t, mongotest.Options{})
+	queue, dead := db.Collection("q"), db.Collection("dead")
+	clock := &movableClock{t: time.Now().Truncate(time.Second)} // ObjectIds keep whole seconds
+	reg := prometheus.NewRegistry()
+	sli := NewSLI(reg, clock.Now)
+	s := NewSampler(SamplerConfig{Queue: queue, DeadLetter: dead, Now: clock.Now}, sli, NewConsumer(reg), nil)
+
+	if err := s.RunOnce(t.Context()); err != nil {
+		t.Fatalf("sampling an empty queue: %v", err)
+	}
+	if d, a := testutil.ToFloat64(sli.QueueDepth), sli.OldestAge(); d != 0 || a != 0 {
+		t.Fatalf("empty queue: depth %v, oldest age %v; want 0, 0", d, a)
+	}
+
+	now := clock.Now()
+	_, err := queue.InsertMany(t.Context(), []any{
+		bson.D{{Key: "username", Value: "a"}, {Key: "createdAt", Value: now.Add(-30 * time.Second)}},
+		bson.D{{Key: "username", Value: "b"}, {Key: "createdAt", Value: now.Add(-90 * time.Second)}},
+		bson.D{{Key: "username", Value: "c"}, {Key: "createdAt", Value: now.Add(-10 * time.Second)}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dead.InsertOne(t.Context(), bson.D{{Key: "username", Value: "z"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RunOnce(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if d := testutil.ToFloat64(sli.QueueDepth); d != 3 {
+		t.Errorf("depth = %v, want 3", d)
+	}
+	if d := testutil.ToFloat64(sli.DeadLetterDepth); d != 1 {
+		t.Errorf("dead-letter depth = %v, want 1", d)
+	}
+	if a := sli.OldestAge(); a != 90 {
+		t.Errorf("oldest age = %v, want 90", a)
+	}
+
+	// An undated entry whose ObjectId is older still is the oldest.
+	oid := bson.NewObjectIDFromTimestamp(now.Add(-10 * time.Minute))
+	if _, err := queue.InsertOne(t.Context(), bson.D{{Key: "_id", Value: oid}, {Key: "username", Value: "d"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RunOnce(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if a := sli.OldestAge(); a != 600 {
+		t.Errorf("oldest age with an undated ObjectId entry = %v, want 600", a)
+	}
+
+	// No more samples (MongoDB gone, loop wedged): the age keeps rising.
+	clock.Add(5 * time.Minute)
+	if a := sli.OldestAge(); a != 900 {
+		t.Errorf("oldest age 5 minutes after the last sample = %v, want 900", a)
+	}
+	if got := testutil.ToFloat64(sli.LastSample); got != float64(now.UnixNano())/1e9 {
+		t.Errorf("last sample timestamp = %v, want %v", got, float64(now.UnixNano())/1e9)
+	}
+}
