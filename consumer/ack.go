@@ -134,6 +134,7 @@ func (c *completer) flushAll(ctx context.Context) error {
 			c.onSettled(f.settled)
 			return nil
 		}
+		c.metrics.AckFlushErrors.Inc()
 		c.log.Error("flushing finished users failed; will retry", "op", "ack flush", "users", len(batch), "attempt", attempt, "err", err)
 		delay := Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}.Delay(attempt, nil)
 		select {
@@ -231,6 +232,7 @@ func (f *flush) run(ctx context.Context) error {
 			return err
 		}
 		if n < len(all) {
+			c.metrics.LeasesLost.Add(float64(len(all) - n))
 			c.log.Warn("leases were taken over while held (expired during a stall); those users may be refreshed twice, which is harmless",
 				"op", "ack flush", "released", n, "held", len(all))
 		}

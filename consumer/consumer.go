@@ -229,6 +229,7 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 			c.afterClaim(err)
 		}
 		if err != nil && ctx.Err() == nil {
+			c.metrics.ClaimErrors.Inc()
 			failures++
 			delay := Backoff{Base: 200 * time.Millisecond, Max: 30 * time.Second}.Delay(failures, nil)
 			c.log.Error("claim failed; retrying", "op", "claim", "attempt", failures, "retry_in", delay, "err", err)

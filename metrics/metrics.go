@@ -48,6 +48,9 @@ type Consumer struct {
 	ConcurrencyLimit    prometheus.Gauge
 	ClaimDuration       prometheus.Histogram
 	CoalescedEntries    prometheus.Histogram
+	ClaimErrors         prometheus.Counter
+	AckFlushErrors      prometheus.Counter
+	LeasesLost          prometheus.Counter
 }
 
 // NewConsumer registers the pipeline's metrics on reg. Label values that are
@@ -101,6 +104,18 @@ func NewConsumer(reg prometheus.Registerer) *Consumer {
 			Namespace: namespace, Name: "coalesced_entries",
 			Help:    "Queue entries acknowledged per refresh (the coalescing factor).",
 			Buckets: prometheus.ExponentialBuckets(1, 4, 10), // 1 .. 262144
+		}),
+		ClaimErrors: f.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "claim_errors_total",
+			Help: "Claim rounds that failed (each retried with backoff).",
+		}),
+		AckFlushErrors: f.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "ack_flush_errors_total",
+			Help: "Ack flushes that failed (each retried whole with backoff; the users stay held).",
+		}),
+		LeasesLost: f.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "leases_lost_total",
+			Help: "Leases found taken over by another consumer when released (they expired during a stall).",
 		}),
 	}
 	for _, r := range []string{ReasonMalformed, ReasonMaxAttempts} {
