@@ -24,6 +24,9 @@ type outcome struct {
 	// release means the refresh never ran (shutdown, or no entries left):
 	// hand the user back untouched, no attempt counted.
 	release bool
+	// transient means err came from MongoDB being unreachable, slow or
+	// electing: back off, but count no attempt (see transient.go).
+	transient bool
 }
 
 // completer settles finished users in batches, river's BatchCompleter idea: a
@@ -183,6 +186,11 @@ func newFlush(batch []outcome, bad map[string]malformed, c *completer) *flush {
 			for _, e := range o.work.entries {
 				f.ackIDs = append(f.ackIDs, e.ID)
 			}
+		case o.transient:
+			c.mu.Lock()
+			delay := c.retryDelay.Delay(1, c.rnd)
+			c.mu.Unlock()
+			f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(delay), err: truncate(o.err.Error(), 1024)})
 		case l.Attempts+1 >= c.maxAttempts:
 			f.exhausted = append(f.exhausted, l)
 			for _, e := range o.work.entries {
@@ -192,7 +200,7 @@ func newFlush(batch []outcome, bad map[string]malformed, c *completer) *flush {
 			c.mu.Lock()
 			delay := c.retryDelay.Delay(l.Attempts+1, c.rnd)
 			c.mu.Unlock()
-			f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(delay), err: truncate(o.err.Error(), 1024)})
+			f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(delay), err: truncate(o.err.Error(), 1024), countAttempt: true})
 		}
 	}
 	return f

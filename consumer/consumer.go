@@ -255,7 +255,7 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 // that the queue may hold more claimable work right now.
 func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitGroup) (more bool, err error) {
 	room := c.room()
-	if room <= 0 {
+	if room <= 0 || !c.wantMore() {
 		return false, nil
 	}
 	opCtx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
@@ -322,13 +322,14 @@ func (c *Consumer) process(ctx, workCtx context.Context, w work) {
 		c.completer.add(outcome{work: w, release: true})
 		return
 	}
+	isTransient := transient(err)
 	if err != nil {
 		c.metrics.Refreshes.WithLabelValues(metrics.OutcomeError).Inc()
-		c.log.Warn("refresh failed", "op", "refresh", "attempt", w.lease.Attempts+1, "max_attempts", c.cfg.MaxAttempts, "entries", len(w.entries), "err", err)
+		c.log.Warn("refresh failed", "op", "refresh", "transient", isTransient, "attempt", w.lease.Attempts+1, "max_attempts", c.cfg.MaxAttempts, "entries", len(w.entries), "err", err)
 	} else {
 		c.metrics.Refreshes.WithLabelValues(metrics.OutcomeOK).Inc()
 	}
-	c.completer.add(outcome{work: w, err: err})
+	c.completer.add(outcome{work: w, err: err, transient: isTransient})
 }
 
 // dequeued notes that a claimed user stopped waiting for a refresh slot

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
 )
@@ -246,5 +247,33 @@ func TestShutdownTimeoutCancelsAndReleasesWithoutCountingAnAttempt(t *testing.T)
 	}
 	if got := testutil.ToFloat64(m.Refreshes.WithLabelValues(metrics.OutcomeError)); got != 0 {
 		t.Errorf("failed refreshes = %v, want 0", got)
+	}
+}
+
+func TestTransientFailuresNeverDeadLetter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.enqueue(t, "alice")
+	outage := mongo.CommandError{Message: "connection reset", Labels: []string{"NetworkError"}}
+	rec := newRecorder(func(ctx context.Context, user string, n int) error {
+		if n <= 6 { // more failures than MaxAttempts, all of them MongoDB's fault
+			return outage
+		}
+		return nil
+	})
+	c, m := b.newConsumer(t, rec, consumerOpts{cfg: Config{MaxAttempts: 3}})
+	stop := start(t, c)
+	b.waitDrained(t)
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := rec.callsOf("alice"); got != 7 {
+		t.Errorf("refreshes = %d, want 7 (6 transient failures, then success)", got)
+	}
+	if n := b.count(t, b.colls.DeadLetter, nil); n != 0 {
+		t.Errorf("%d dead letters after an outage, want 0", n)
+	}
+	if got := testutil.ToFloat64(m.EntriesAcked); got != 1 {
+		t.Errorf("acked = %v, want 1", got)
 	}
 }

@@ -185,21 +185,25 @@ func (s *leaseStore) release(ctx context.Context, held []lease) (int, error) {
 	return int(res.DeletedCount), nil
 }
 
-// backOff keeps each user blocked until its own retry time, with attempts+1,
-// in one round trip.
+// backOff keeps each user blocked until its own retry time, with attempts+1
+// for failures that count, in one round trip.
 func (s *leaseStore) backOff(ctx context.Context, failed []retry) error {
 	if len(failed) == 0 {
 		return nil
 	}
 	models := make([]mongo.WriteModel, len(failed))
 	for i, f := range failed {
+		inc := 0
+		if f.countAttempt {
+			inc = 1
+		}
 		models[i] = mongo.NewUpdateOneModel().
 			SetFilter(bson.D{{Key: "_id", Value: f.lease.User}, {Key: "token", Value: f.lease.Token}}).
 			SetUpdate(bson.D{
 				{Key: "$set", Value: bson.D{
 					{Key: "token", Value: nil}, {Key: "leaseUntil", Value: f.notBefore}, {Key: "lastError", Value: f.err},
 				}},
-				{Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}},
+				{Key: "$inc", Value: bson.D{{Key: "attempts", Value: inc}}},
 			})
 	}
 	if _, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
@@ -210,9 +214,10 @@ func (s *leaseStore) backOff(ctx context.Context, failed []retry) error {
 
 // retry is a failed user to back off.
 type retry struct {
-	lease     lease
-	notBefore time.Time
-	err       string
+	lease        lease
+	notBefore    time.Time
+	err          string
+	countAttempt bool // false for transient failures (MongoDB down), which never dead-letter
 }
 
 // fenceFilter matches exactly the given leases. Tokens are unique per claim

@@ -1,0 +1,49 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
+)
+
+// transientCodes are server errors that say "not now" about the server, not
+// "never" about the work: shutdowns, elections, overload.
+var transientCodes = map[int32]bool{
+	6: true, 7: true, 89: true, 9001: true, // HostUnreachable, HostNotFound, NetworkTimeout, SocketException
+	91: true, 11600: true, 11602: true, // ShutdownInProgress, InterruptedAtShutdown, InterruptedDueToReplStateChange
+	189: true, 10107: true, 13435: true, 13436: true, // PrimarySteppedDown, NotWritablePrimary, NotPrimaryNoSecondaryOk, NotPrimaryOrSecondary
+	262: true, 50: true, // ExceededTimeLimit, MaxTimeMSExpired
+	462: true, // IngressRequestRateLimitExceeded (Atlas)
+}
+
+// transient reports whether err says MongoDB was unreachable, slow or
+// electing rather than that this user's refresh is broken. A transient failure
+// is retried with backoff but never counts towards MAX_ATTEMPTS: an outage
+// must not dead-letter a healthy backlog.
+func transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) || mongo.IsTimeout(err) || mongo.IsNetworkError(err) {
+		return true
+	}
+	var sse topology.ServerSelectionError
+	if errors.As(err, &sse) {
+		return true
+	}
+	var le mongo.LabeledError
+	if errors.As(err, &le) && (le.HasErrorLabel("RetryableWriteError") || le.HasErrorLabel("TransientTransactionError") || le.HasErrorLabel("SystemOverloadedError")) {
+		return true
+	}
+	var se mongo.ServerError
+	if errors.As(err, &se) {
+		for code := range transientCodes {
+			if se.HasErrorCode(int(code)) {
+				return true
+			}
+		}
+	}
+	return false
+}
