@@ -246,6 +246,7 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 		select {
 		case <-ctx.Done():
 		case <-poll.C:
+			c.metrics.Wakeups.WithLabelValues(metrics.WakeupPoll).Inc()
 		case <-c.wake:
 		}
 	}
@@ -339,7 +340,13 @@ func (c *Consumer) dequeued() {
 	c.mu.Lock()
 	c.queued--
 	c.mu.Unlock()
+	c.roomWake()
+}
+
+// roomWake wakes the claim loop when refreshers are about to run dry.
+func (c *Consumer) roomWake() {
 	if c.wantMore() {
+		c.metrics.Wakeups.WithLabelValues(metrics.WakeupRoom).Inc()
 		c.wake.notify()
 	}
 }
@@ -354,9 +361,7 @@ func (c *Consumer) settled(users []lease) {
 	}
 	c.metrics.UsersInFlight.Set(float64(len(c.held)))
 	c.mu.Unlock()
-	if c.wantMore() {
-		c.wake.notify()
-	}
+	c.roomWake()
 }
 
 func (c *Consumer) room() int {

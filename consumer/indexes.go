@@ -4,39 +4,88 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// indexSpec is one index the pipeline's queries rely on, with the query it serves.
-type indexSpec struct {
-	coll   *mongo.Collection
-	model  mongo.IndexModel
-	serves string
+// StaleLeaseTTL is how long after its leaseUntil a lease document is removed
+// by MongoDB's TTL monitor where the server has TTL indexes. Only documents
+// nobody will look at again get that old: a backoff whose user's entries were
+// all acknowledged by another replica.
+const StaleLeaseTTL = 24 * time.Hour
+
+// Capabilities is what the server turned out to support, logged once at start.
+type Capabilities struct {
+	ChangeStreams  bool
+	TTLIndexes     bool
+	PartialIndexes bool
 }
 
-// EnsureIndexes creates the indexes the pipeline's queries need. It is
-// idempotent (createIndexes with an existing identical index is a no-op) and
-// never fatal: an index the server cannot build is skipped with one log
-// line, because the queries stay correct without it, only slower.
-func EnsureIndexes(ctx context.Context, colls Collections, log *slog.Logger) {
+// indexSpec is one index the pipeline relies on, with the query it serves.
+// fallback, if set, is what to build when the server rejects model (an
+// optional feature such as TTL); optional indexes are skipped instead.
+type indexSpec struct {
+	coll     *mongo.Collection
+	model    mongo.IndexModel
+	fallback *mongo.IndexModel
+	optional bool
+	serves   string
+}
+
+// EnsureIndexes creates the indexes the pipeline's queries need and reports
+// which optional index features the server has. It is idempotent and never
+// fatal: an index the server cannot build is skipped with one log line,
+// because every query stays correct without it, only slower.
+func EnsureIndexes(ctx context.Context, colls Collections, log *slog.Logger) Capabilities {
+	caps := Capabilities{TTLIndexes: true, PartialIndexes: true}
+	leaseUntil := bson.D{{Key: "leaseUntil", Value: 1}}
 	specs := []indexSpec{
-		{colls.Queue, mongo.IndexModel{Keys: bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}},
-			"claim window: oldest entries of claimable users, sorted and filtered on the index alone"},
-		{colls.Queue, mongo.IndexModel{Keys: bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}},
-			"absorb: every pending entry of the users just claimed"},
-		{colls.Claims, mongo.IndexModel{Keys: bson.D{{Key: "leaseUntil", Value: 1}}},
-			"live leases and backoffs, read by every claim round"},
-		{colls.DeadLetter, mongo.IndexModel{Keys: bson.D{{Key: "deadLetter.at", Value: 1}}},
-			"dead letters by time, for operators"},
+		{coll: colls.Queue, model: mongo.IndexModel{Keys: bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}},
+			serves: "claim window: oldest entries of claimable users, sorted and filtered on the index alone; SLI oldest age"},
+		{coll: colls.Queue, model: mongo.IndexModel{Keys: bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}},
+			serves: "absorb: every pending entry of the users just claimed"},
+		{coll: colls.Claims,
+			model:    mongo.IndexModel{Keys: leaseUntil, Options: options.Index().SetExpireAfterSeconds(int32(StaleLeaseTTL.Seconds()))},
+			fallback: &mongo.IndexModel{Keys: leaseUntil},
+			serves:   "live leases and backoffs, read by every claim round; TTL removes stale ones"},
+		{coll: colls.Claims, optional: true,
+			model: mongo.IndexModel{Keys: bson.D{{Key: "attempts", Value: 1}}, Options: options.Index().
+				SetPartialFilterExpression(bson.D{{Key: "attempts", Value: bson.D{{Key: "$gt", Value: 0}}}})},
+			serves: "operators listing users that are failing (only those are indexed)"},
+		{coll: colls.DeadLetter, model: mongo.IndexModel{Keys: bson.D{{Key: "deadLetter.at", Value: 1}}},
+			serves: "dead letters by time, for operators"},
 	}
 	for _, s := range specs {
 		name, err := s.coll.Indexes().CreateOne(ctx, s.model)
+		if err != nil && s.fallback != nil {
+			caps.TTLIndexes = false
+			log.Info("index option not supported by this server; building the index without it", "collection", s.coll.Name(), "keys", fmt.Sprint(s.model.Keys), "err", err)
+			name, err = s.coll.Indexes().CreateOne(ctx, *s.fallback)
+		}
+		if err != nil && s.optional {
+			caps.PartialIndexes = false
+			log.Info("optional index not supported by this server; skipped", "collection", s.coll.Name(), "keys", fmt.Sprint(s.model.Keys), "serves", s.serves, "err", err)
+			continue
+		}
 		if err != nil {
 			log.Warn("index not created; queries still work, slower", "collection", s.coll.Name(), "keys", fmt.Sprint(s.model.Keys), "serves", s.serves, "err", err)
 			continue
 		}
 		log.Debug("index ready", "collection", s.coll.Name(), "index", name)
 	}
+	return caps
+}
+
+// DetectChangeStreams reports whether the server can watch the queue, by
+// opening a stream and closing it at once.
+func DetectChangeStreams(ctx context.Context, queue *mongo.Collection) bool {
+	stream, err := queue.Watch(ctx, mongo.Pipeline{})
+	if err != nil {
+		return false
+	}
+	_ = stream.Close(ctx)
+	return true
 }

@@ -51,7 +51,16 @@ type Consumer struct {
 	ClaimErrors         prometheus.Counter
 	AckFlushErrors      prometheus.Counter
 	LeasesLost          prometheus.Counter
+	Wakeups             *prometheus.CounterVec // source: poll | change_stream | room
+	WakeupSource        *prometheus.GaugeVec   // source: change_stream | poll; 1 for the active one
 }
+
+// Wake-up sources: the only values of the source label.
+const (
+	WakeupPoll         = "poll"
+	WakeupChangeStream = "change_stream"
+	WakeupRoom         = "room"
+)
 
 // NewConsumer registers the pipeline's metrics on reg. Label values that are
 // known up front are pre-created so dashboards see zeros instead of gaps.
@@ -117,7 +126,20 @@ func NewConsumer(reg prometheus.Registerer) *Consumer {
 			Namespace: namespace, Name: "leases_lost_total",
 			Help: "Leases found taken over by another consumer when released (they expired during a stall).",
 		}),
+		Wakeups: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "wakeups_total",
+			Help: "Claim-loop wake-ups, by source (poll timer, change stream, a refresh slot about to idle).",
+		}, []string{"source"}),
+		WakeupSource: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "wakeup_source",
+			Help: "1 for the wake-up source in use: change_stream, or poll when streams are unavailable.",
+		}, []string{"source"}),
 	}
+	for _, s := range []string{WakeupPoll, WakeupChangeStream, WakeupRoom} {
+		c.Wakeups.WithLabelValues(s)
+	}
+	c.WakeupSource.WithLabelValues(WakeupPoll).Set(1)
+	c.WakeupSource.WithLabelValues(WakeupChangeStream).Set(0)
 	for _, r := range []string{ReasonMalformed, ReasonMaxAttempts} {
 		c.EntriesDeadLettered.WithLabelValues(r)
 	}

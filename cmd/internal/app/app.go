@@ -27,7 +27,7 @@ type Options struct {
 	Registry *prometheus.Registry // default: metrics.NewRegistry()
 	Version  string               // for scorerefresh_build_info
 	Revision string
-	Wakeups  []consumer.WakeupSource
+	Wakeups  []consumer.WakeupSource // besides the change stream on the queue, which is always tried
 }
 
 // Service is a wired, not yet running, scorerefresh.
@@ -116,7 +116,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 		Limiter:   consumer.NewFixedLimiter(cfg.RefreshConcurrency),
 		Metrics:   s.Metrics,
 		Logger:    log,
-		Wakeups:   opts.Wakeups,
+		Wakeups:   append(opts.Wakeups, consumer.NewChangeStreamSource(s.Colls.Queue, consumer.ChangeStreamConfig{}, s.Metrics, log)),
 		AfterClaim: func(err error) {
 			beat.Beat()
 			if err != nil {
@@ -164,8 +164,10 @@ func (s *Service) Run(ctx context.Context) error {
 	bg.Go(func() { s.Sampler.Run(bgCtx) })
 
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	consumer.EnsureIndexes(setupCtx, s.Colls, s.log)
+	caps := consumer.EnsureIndexes(setupCtx, s.Colls, s.log)
+	caps.ChangeStreams = consumer.DetectChangeStreams(setupCtx, s.Colls.Queue)
 	cancel()
+	s.log.Info("server capabilities", "change_streams", caps.ChangeStreams, "ttl_indexes", caps.TTLIndexes, "partial_indexes", caps.PartialIndexes)
 
 	s.log.Info("consumer starting", "config", s.cfg, "rules", s.Rules.Source, "components", len(s.Rules.Components))
 	err := s.Consumer.Run(ctx)

@@ -1,0 +1,171 @@
+package consumer
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/scorerefresh/scorerefresh/metrics"
+)
+
+// ChangeStreamConfig configures the change-stream wake-up source.
+type ChangeStreamConfig struct {
+	RetryAfter  time.Duration // after falling back to polling, try the stream again this much later; default 5m
+	MaxFailures int           // consecutive stream errors before falling back; default 5
+	// After replaces time.After in tests.
+	After func(time.Duration) <-chan time.Time
+}
+
+// changeStream is the part of *mongo.ChangeStream the source uses.
+type changeStream interface {
+	Next(ctx context.Context) bool
+	ResumeToken() bson.Raw
+	Err() error
+	Close(ctx context.Context) error
+}
+
+// watchFunc opens a stream of queue inserts, resuming after token if set.
+type watchFunc func(ctx context.Context, resumeAfter bson.Raw) (changeStream, error)
+
+// ChangeStreamSource wakes the claim loop the moment a producer inserts into
+// the queue, instead of up to POLL_INTERVAL later. It watches inserts only and
+// projects each event down to its resume token: no documents cross the wire.
+// It keeps the resume token and resumes after a transient error; when the
+// server has no change streams (a standalone mongod, FerretDB) or the stream
+// keeps failing, it says so in one log line, reports polling as the active
+// source, and tries again RetryAfter later. It is only ever a hint: the
+// consumer's poll stays on either way.
+type ChangeStreamSource struct {
+	cfg     ChangeStreamConfig
+	watch   watchFunc
+	metrics *metrics.Consumer
+	log     *slog.Logger
+	active  string // metrics.WakeupChangeStream or metrics.WakeupPoll; "" before the first attempt
+}
+
+// NewChangeStreamSource watches inserts into queue.
+func NewChangeStreamSource(queue *mongo.Collection, cfg ChangeStreamConfig, m *metrics.Consumer, log *slog.Logger) *ChangeStreamSource {
+	pipeline := mongo.Pipeline{
+		{{Key: "$match", Value: bson.D{{Key: "operationType", Value: "insert"}}}},
+		{{Key: "$project", Value: bson.D{{Key: "_id", Value: 1}}}},
+	}
+	watch := func(ctx context.Context, token bson.Raw) (changeStream, error) {
+		opts := options.ChangeStream()
+		if token != nil {
+			opts.SetResumeAfter(token)
+		}
+		return queue.Watch(ctx, pipeline, opts)
+	}
+	return newChangeStreamSource(watch, cfg, m, log)
+}
+
+func newChangeStreamSource(watch watchFunc, cfg ChangeStreamConfig, m *metrics.Consumer, log *slog.Logger) *ChangeStreamSource {
+	cfg.RetryAfter = cmp.Or(cfg.RetryAfter, 5*time.Minute)
+	cfg.MaxFailures = cmp.Or(cfg.MaxFailures, 5)
+	if cfg.After == nil {
+		cfg.After = time.After
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &ChangeStreamSource{cfg: cfg, watch: watch, metrics: m, log: log}
+}
+
+// Run watches until ctx ends.
+func (s *ChangeStreamSource) Run(ctx context.Context, wake func()) error {
+	var token bson.Raw
+	failures := 0
+	for ctx.Err() == nil {
+		stream, err := s.watch(ctx, token)
+		if err == nil {
+			s.use(metrics.WakeupChangeStream, nil)
+			for stream.Next(ctx) {
+				token = stream.ResumeToken()
+				failures = 0
+				s.metrics.Wakeups.WithLabelValues(metrics.WakeupChangeStream).Inc()
+				wake()
+			}
+			err = stream.Err()
+			_ = stream.Close(context.WithoutCancel(ctx))
+			if ctx.Err() != nil {
+				return nil
+			}
+			// Anything that might have arrived while the stream was down is
+			// caught by resuming, or by the next poll.
+			wake()
+		}
+		switch {
+		case unsupported(err):
+			s.use(metrics.WakeupPoll, err)
+			token = nil
+			if !s.sleep(ctx, s.cfg.RetryAfter) {
+				return nil
+			}
+			continue
+		case historyLost(err):
+			// The oplog rolled past our token: start from now. Polling has
+			// been covering the gap all along.
+			token = nil
+		}
+		failures++
+		if failures >= s.cfg.MaxFailures {
+			s.use(metrics.WakeupPoll, err)
+			failures = 0
+			if !s.sleep(ctx, s.cfg.RetryAfter) {
+				return nil
+			}
+			continue
+		}
+		s.log.Debug("change stream interrupted; resuming", "op", "change stream", "attempt", failures, "err", err)
+		if !s.sleep(ctx, Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}.Delay(failures, nil)) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// use records which source is active, logging only on a change: one line when
+// falling back, one when the stream is back, never a line per retry.
+func (s *ChangeStreamSource) use(source string, why error) {
+	if s.active == source {
+		return
+	}
+	s.active = source
+	other := metrics.WakeupPoll
+	if source == metrics.WakeupPoll {
+		other = metrics.WakeupChangeStream
+		s.log.Info("change streams unavailable; waking on POLL_INTERVAL polling", "op", "change stream", "retry_in", s.cfg.RetryAfter, "reason", why)
+	} else {
+		s.log.Info("change stream open; new entries wake the consumer at once", "op", "change stream")
+	}
+	s.metrics.WakeupSource.WithLabelValues(source).Set(1)
+	s.metrics.WakeupSource.WithLabelValues(other).Set(0)
+}
+
+func (s *ChangeStreamSource) sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-s.cfg.After(d):
+		return true
+	}
+}
+
+// unsupported reports a server without change streams: standalone mongod
+// (40573), FerretDB and others (NotImplemented 238, CommandNotSupported 115).
+func unsupported(err error) bool {
+	var se mongo.ServerError
+	return errors.As(err, &se) && (se.HasErrorCode(40573) || se.HasErrorCode(238) || se.HasErrorCode(115))
+}
+
+// historyLost reports a resume token the server can no longer resume from.
+func historyLost(err error) bool {
+	var se mongo.ServerError
+	return errors.As(err, &se) && (se.HasErrorCode(286) || se.HasErrorCode(260) || se.HasErrorCode(280))
+}
