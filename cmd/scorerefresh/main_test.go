@@ -66,11 +66,7 @@ func TestUnknownCommand(t *testing.T) {
 // own process against the test server, the way Kubernetes runs it.
 func TestBinaryDrainsQueueAndStopsCleanlyOnSIGTERM(t *testing.T) {
 	t.Parallel()
-	bin := filepath.Join(t.TempDir(), "scorerefresh")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBinary(t)
 	db := mongotest.Database(t, mongotest.Options{})
 	ctx := t.Context()
 	var entries, activity []any

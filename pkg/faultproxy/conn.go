@@ -1,0 +1,259 @@
+package faultproxy
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// conn is one proxied connection: a client, the target connection dialled
+// for it, and a queue of chunks per direction between a reader and a writer.
+type conn struct {
+	client net.Conn
+	done   chan struct{} // closed by closeConn: readers and writers stop
+
+	// Guarded by Proxy.mu.
+	server     net.Conn // nil until dialled
+	closed     bool
+	busy       bool // a request is on its way and no reply has come back
+	halfClosed int  // directions whose end of stream has been delivered
+}
+
+// chunk is what one read returned, waiting for its delivery time.
+type chunk struct {
+	at   time.Time
+	data []byte
+	eof  bool // the sender closed its side: pass the close on
+}
+
+// queue holds the chunks of one direction in the order they were read.
+type queue struct {
+	mu     sync.Mutex
+	chunks []chunk
+	ready  chan struct{} // capacity 1: a chunk was pushed
+}
+
+func newQueue() *queue { return &queue{ready: make(chan struct{}, 1)} }
+
+func (q *queue) push(ch chunk) {
+	q.mu.Lock()
+	q.chunks = append(q.chunks, ch)
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// head returns the oldest chunk, which stays queued until pop.
+func (q *queue) head() (chunk, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.chunks) == 0 {
+		return chunk{}, false
+	}
+	return q.chunks[0], true
+}
+
+func (q *queue) pop() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.chunks[0] = chunk{} // let the bytes go
+	q.chunks = q.chunks[1:]
+}
+
+// serve dials the target for c and pumps bytes both ways until c closes.
+func (p *Proxy) serve(c *conn) {
+	server, err := p.dialer.DialContext(p.ctx, "tcp", p.target)
+	if err != nil {
+		if p.ctx.Err() == nil { // not a dial that Close interrupted
+			p.mu.Lock()
+			p.stats.DialFailures++
+			p.mu.Unlock()
+		}
+		p.closeConn(c, true)
+		return
+	}
+	p.mu.Lock()
+	if c.closed { // cut or closed while dialling
+		p.mu.Unlock()
+		_ = server.Close()
+		return
+	}
+	c.server = server
+	p.mu.Unlock()
+
+	ups, downs := newQueue(), newQueue()
+	p.wg.Go(func() { p.read(c, c.client, ups, up) })
+	p.wg.Go(func() { p.write(c, server, ups, up) })
+	p.wg.Go(func() { p.read(c, server, downs, down) })
+	p.write(c, c.client, downs, down)
+}
+
+// read queues what src sends, stamped with its delivery time, until src
+// closes or fails.
+func (p *Proxy) read(c *conn, src net.Conn, q *queue, d direction) {
+	buf := make([]byte, p.size)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			q.push(chunk{at: p.deliverAt(c, d), data: bytes.Clone(buf[:n])})
+			p.signals.chunkQueued(d, n)
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, io.EOF):
+			// The close travels behind the bytes, as it would on the wire.
+			p.mu.Lock()
+			base := p.baseDelay(d)
+			p.mu.Unlock()
+			q.push(chunk{at: p.clock.Now().Add(base), eof: true})
+			return
+		default:
+			// A reset from the peer, or the connection was closed here.
+			p.closeConn(c, true)
+			return
+		}
+	}
+}
+
+// deliverAt returns when a chunk read now in direction d may be delivered,
+// and keeps the count of busy connections.
+func (p *Proxy) deliverAt(c *conn, d direction) time.Time {
+	p.mu.Lock()
+	if d == up && !c.busy && !c.closed {
+		c.busy = true
+		p.busy++
+	}
+	busy, base := p.busy, p.baseDelay(d)
+	if d == down && c.busy {
+		c.busy = false
+		p.busy--
+	}
+	p.mu.Unlock()
+	return p.clock.Now().Add(base + p.load.delay(d, busy))
+}
+
+// baseDelay is the delay set for d. The caller holds p.mu.
+func (p *Proxy) baseDelay(d direction) time.Duration {
+	if d == up {
+		return p.upDelay
+	}
+	return p.downDelay
+}
+
+// write delivers q's chunks to dst in order, each once it is due and no
+// partition holds it, until c closes.
+func (p *Proxy) write(c *conn, dst net.Conn, q *queue, d direction) {
+	for {
+		ch, ok := p.next(c, q)
+		if !ok || !p.waitDue(c, ch.at) {
+			return
+		}
+		if ch.eof {
+			p.halfClose(c, dst)
+			return
+		}
+		if _, err := dst.Write(ch.data); err != nil {
+			p.closeConn(c, false)
+			return
+		}
+		if d == up {
+			p.bytesUp.Add(int64(len(ch.data)))
+		} else {
+			p.bytesDown.Add(int64(len(ch.data)))
+		}
+		q.pop()
+	}
+}
+
+// next waits for a chunk in q; false means c closed first.
+func (p *Proxy) next(c *conn, q *queue) (chunk, bool) {
+	for {
+		if ch, ok := q.head(); ok {
+			return ch, true
+		}
+		select {
+		case <-q.ready:
+		case <-c.done:
+			return chunk{}, false
+		}
+	}
+}
+
+// waitDue waits until at has passed and no partition is on; false means c
+// closed first.
+func (p *Proxy) waitDue(c *conn, at time.Time) bool {
+	for {
+		p.mu.Lock()
+		held, changed := p.blackhole, p.changed
+		p.mu.Unlock()
+		var due <-chan time.Time // nil while held: only a change can wake us
+		if !held {
+			wait := at.Sub(p.clock.Now())
+			if wait <= 0 {
+				return true
+			}
+			due = p.clock.After(wait)
+		}
+		select {
+		case <-due:
+		case <-changed:
+		case <-c.done:
+			return false
+		}
+	}
+}
+
+// halfClose passes a sender's close on to dst; once both directions have
+// closed, the connection is done.
+func (p *Proxy) halfClose(c *conn, dst net.Conn) {
+	cw, ok := dst.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		p.closeConn(c, false)
+		return
+	}
+	p.mu.Lock()
+	c.halfClosed++
+	both := c.halfClosed == 2
+	p.mu.Unlock()
+	if both {
+		p.closeConn(c, false)
+	}
+}
+
+// closeConn closes both sides of c, with a reset if asked, and reports
+// whether this call closed it.
+func (p *Proxy) closeConn(c *conn, reset bool) bool {
+	p.mu.Lock()
+	if c.closed {
+		p.mu.Unlock()
+		return false
+	}
+	c.closed = true
+	delete(p.conns, c)
+	if c.busy {
+		c.busy = false
+		p.busy--
+	}
+	server := c.server
+	p.mu.Unlock()
+	close(c.done)
+	drop(c.client, reset)
+	if server != nil {
+		drop(server, reset)
+	}
+	return true
+}
+
+// drop closes nc; with reset, the peer gets a TCP RST instead of a FIN, which
+// is what a crashed server or a cut cable looks like from the client.
+func drop(nc net.Conn, reset bool) {
+	if tc, ok := nc.(*net.TCPConn); ok && reset {
+		_ = tc.SetLinger(0)
+	}
+	_ = nc.Close()
+}
