@@ -70,6 +70,12 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// refreshObserver is a Limiter that learns from refresh latencies and
+// outcomes (AdaptiveLimiter).
+type refreshObserver interface {
+	ObserveRefresh(d time.Duration, overload bool)
+}
+
 // Collections are the MongoDB collections the consumer works on.
 type Collections struct {
 	Queue, Claims, DeadLetter *mongo.Collection
@@ -316,8 +322,12 @@ func (c *Consumer) process(ctx, workCtx context.Context, w work) {
 		c.completer.add(outcome{work: w, release: true})
 		return
 	}
+	started := time.Now()
 	err = c.refreshOne(workCtx, w)
 	c.limiter.Release()
+	if o, ok := c.limiter.(refreshObserver); ok && workCtx.Err() == nil {
+		o.ObserveRefresh(time.Since(started), transient(err))
+	}
 	if err != nil && workCtx.Err() != nil {
 		// Cancelled by shutdown, not the user's fault: no attempt counted.
 		c.completer.add(outcome{work: w, release: true})

@@ -53,6 +53,8 @@ type Consumer struct {
 	LeasesLost          prometheus.Counter
 	Wakeups             *prometheus.CounterVec // source: poll | change_stream | room
 	WakeupSource        *prometheus.GaugeVec   // source: change_stream | poll; 1 for the active one
+	LimitChanges        *prometheus.CounterVec // reason: headroom | latency | overload
+	LatencyBaseline     prometheus.Gauge
 }
 
 // Wake-up sources: the only values of the source label.
@@ -134,6 +136,17 @@ func NewConsumer(reg prometheus.Registerer) *Consumer {
 			Namespace: namespace, Name: "wakeup_source",
 			Help: "1 for the wake-up source in use: change_stream, or poll when streams are unavailable.",
 		}, []string{"source"}),
+		LimitChanges: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "concurrency_limit_changes_total",
+			Help: "Changes of the adaptive concurrency limit, by reason (headroom, latency, overload).",
+		}, []string{"reason"}),
+		LatencyBaseline: f.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "refresh_latency_baseline_seconds",
+			Help: "No-load refresh latency the adaptive limiter measures against (0 when adaptive concurrency is off).",
+		}),
+	}
+	for _, r := range []string{"headroom", "latency", "overload"} {
+		c.LimitChanges.WithLabelValues(r)
 	}
 	for _, s := range []string{WakeupPoll, WakeupChangeStream, WakeupRoom} {
 		c.Wakeups.WithLabelValues(s)

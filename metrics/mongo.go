@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -19,6 +20,10 @@ type Mongo struct {
 	CheckoutFailures *prometheus.CounterVec // reason: timeout | connectionError | poolClosed
 	Commands         *prometheus.CounterVec // command, outcome: ok | error
 	CommandDuration  *prometheus.HistogramVec
+
+	// OnCheckout, if set before the client connects, sees every checkout's
+	// wait and whether it failed (the adaptive limiter listens here).
+	OnCheckout func(wait time.Duration, failed bool)
 }
 
 // NewMongo registers the MongoDB client metrics on reg.
@@ -69,11 +74,17 @@ func (m *Mongo) PoolMonitor() *event.PoolMonitor {
 		case event.ConnectionCheckedOut:
 			m.PoolInUse.Inc()
 			m.CheckoutWait.Observe(e.Duration.Seconds())
+			if m.OnCheckout != nil {
+				m.OnCheckout(e.Duration, false)
+			}
 		case event.ConnectionCheckedIn:
 			m.PoolInUse.Dec()
 		case event.ConnectionCheckOutFailed:
 			m.CheckoutFailures.WithLabelValues(e.Reason).Inc()
 			m.CheckoutWait.Observe(e.Duration.Seconds())
+			if m.OnCheckout != nil {
+				m.OnCheckout(e.Duration, true)
+			}
 		}
 	}}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/cmd/internal/config"
 	"github.com/scorerefresh/scorerefresh/consumer"
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/pkg/limiter"
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
@@ -46,7 +47,8 @@ type Service struct {
 	Health   *metrics.Health
 	Consumer *consumer.Consumer
 
-	server *metrics.Server // nil when METRICS_ADDR is empty
+	server   *metrics.Server           // nil when METRICS_ADDR is empty
+	adaptive *consumer.AdaptiveLimiter // nil unless ADAPTIVE_CONCURRENCY
 }
 
 // New loads the rules, connects to MongoDB (lazily: an unreachable server is
@@ -70,7 +72,17 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 	}
 	metrics.NewBuildInfo(reg, opts.Version, opts.Revision, goVersion())
 	mongoMetrics := metrics.NewMongo(reg)
-	client, err := mongo.Connect(ClientOptions(cfg, mongoMetrics))
+	consumerMetrics := metrics.NewConsumer(reg)
+	var limit consumer.Limiter = consumer.NewFixedLimiter(cfg.RefreshConcurrency)
+	var adaptive *consumer.AdaptiveLimiter
+	if cfg.AdaptiveConcurrency {
+		adaptive = consumer.NewAdaptiveLimiter(cfg.RefreshConcurrency, time.Second, limiter.PolicyConfig{}, consumerMetrics, log)
+		mongoMetrics.OnCheckout = adaptive.ObserveCheckout
+		limit = adaptive
+	}
+	clientOpts := ClientOptions(cfg, mongoMetrics)
+	warnConnectionBudget(cfg, clientOpts, log)
+	client, err := mongo.Connect(clientOpts)
 	if err != nil {
 		return nil, fmt.Errorf("configuring MongoDB client for %s: %w", config.RedactURI(cfg.MongoURI), err)
 	}
@@ -82,7 +94,8 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 		DB:       db,
 		Rules:    rules,
 		Registry: reg,
-		Metrics:  metrics.NewConsumer(reg),
+		Metrics:  consumerMetrics,
+		adaptive: adaptive,
 		Mongo:    mongoMetrics,
 		SLI:      metrics.NewSLI(reg, nil),
 		Health:   metrics.NewHealth(nil),
@@ -113,7 +126,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 		ShutdownTimeout:  cfg.ShutdownTimeout,
 	}, s.Colls, consumer.Deps{
 		Refresher: refresher,
-		Limiter:   consumer.NewFixedLimiter(cfg.RefreshConcurrency),
+		Limiter:   limit,
 		Metrics:   s.Metrics,
 		Logger:    log,
 		Wakeups:   append(opts.Wakeups, consumer.NewChangeStreamSource(s.Colls.Queue, consumer.ChangeStreamConfig{}, s.Metrics, log)),
@@ -162,6 +175,9 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	bg.Go(func() { s.pingLoop(bgCtx) })
 	bg.Go(func() { s.Sampler.Run(bgCtx) })
+	if s.adaptive != nil {
+		bg.Go(func() { s.adaptive.Run(bgCtx) })
+	}
 
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	caps := consumer.EnsureIndexes(setupCtx, s.Colls, s.log)

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"log/slog"
 	"runtime/debug"
 
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -38,6 +39,30 @@ func ClientOptions(cfg config.Config, m *metrics.Mongo) *options.ClientOptions {
 		SetMaxConnecting(min(pool, 8)).
 		SetPoolMonitor(m.PoolMonitor()).
 		SetMonitor(m.CommandMonitor(nil))
+}
+
+// MonitoringConnections is what the driver opens per server besides the
+// pool: one heartbeat and one RTT-monitoring connection.
+const MonitoringConnections = 2
+
+// ConnectionsPerReplica is the most connections one replica opens to one
+// server: its pool plus the driver's monitoring.
+func ConnectionsPerReplica(cfg config.Config) int {
+	return int(PoolSize(cfg)) + MonitoringConnections
+}
+
+// warnConnectionBudget logs once at boot when this replica could open more
+// connections than MONGODB_CONNECTION_BUDGET allows. A fleet of N replicas
+// needs N × ConnectionsPerReplica of the server's connection limit (per
+// member of a replica set), plus whatever else connects to it.
+func warnConnectionBudget(cfg config.Config, opts *options.ClientOptions, log *slog.Logger) {
+	need := ConnectionsPerReplica(cfg)
+	if cfg.ConnectionBudget == 0 || need <= cfg.ConnectionBudget {
+		return
+	}
+	log.Warn("this replica may open more MongoDB connections than MONGODB_CONNECTION_BUDGET; lower REFRESH_CONCURRENCY or raise the budget",
+		"budget", cfg.ConnectionBudget, "max_per_server", need, "pool", PoolSize(cfg), "monitoring", MonitoringConnections,
+		"hosts", len(opts.Hosts), "refresh_concurrency", cfg.RefreshConcurrency)
 }
 
 func goVersion() string {

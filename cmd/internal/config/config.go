@@ -35,6 +35,9 @@ type Config struct {
 	SLIInterval          time.Duration `env:"SLI_INTERVAL" envDefault:"15s"`
 	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"25s"`
 	LogLevel             string        `env:"LOG_LEVEL" envDefault:"info"`
+	// ConnectionBudget is the MongoDB connections one replica may open; 0
+	// means unstated. Beyond SPEC section 4: only a boot-time warning uses it.
+	ConnectionBudget int `env:"MONGODB_CONNECTION_BUDGET" envDefault:"0"`
 }
 
 // Parse reads the configuration from environ (as os.Environ returns it) and
@@ -127,6 +130,9 @@ func (c Config) validate() []problem {
 	positive("MAX_USERS_IN_FLIGHT", c.MaxUsersInFlight)
 	positive("REFRESH_CONCURRENCY", c.RefreshConcurrency)
 	positive("MAX_ATTEMPTS", c.MaxAttempts)
+	if c.ConnectionBudget < 0 {
+		add("MONGODB_CONNECTION_BUDGET", "=%d: must be 0 (unstated) or a positive number", c.ConnectionBudget)
+	}
 	if c.RefreshConcurrency > 0 && c.MaxUsersInFlight > 0 && c.RefreshConcurrency > c.MaxUsersInFlight {
 		add("REFRESH_CONCURRENCY", "=%d: must not exceed MAX_USERS_IN_FLIGHT=%d (a refresh slot with no claimed user to run is never used)", c.RefreshConcurrency, c.MaxUsersInFlight)
 	}

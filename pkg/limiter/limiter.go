@@ -1,0 +1,109 @@
+// Package limiter bounds how many operations run at once, with a limit that
+// can change while work is in flight. It knows nothing about what it limits.
+//
+// Growing the limit admits waiters at once. Shrinking never interrupts
+// running work: it only admits fewer until the number in flight has dropped
+// below the new limit. The in-flight count is the source of truth; the limit
+// is a target it converges to.
+package limiter
+
+import (
+	"container/list"
+	"context"
+	"sync"
+)
+
+// Limiter is a resizable concurrency limit with FIFO admission.
+type Limiter struct {
+	mu       sync.Mutex
+	limit    int
+	inFlight int
+	waiters  list.List // of chan struct{}, oldest first
+}
+
+// New returns a limiter admitting limit operations at once (at least 1).
+func New(limit int) *Limiter {
+	return &Limiter{limit: max(limit, 1)}
+}
+
+// Acquire waits for a slot or for ctx to end. A caller that gets nil must call
+// Release exactly once.
+func (l *Limiter) Acquire(ctx context.Context) error {
+	l.mu.Lock()
+	if l.inFlight < l.limit && l.waiters.Len() == 0 {
+		l.inFlight++
+		l.mu.Unlock()
+		return nil
+	}
+	ready := make(chan struct{})
+	elem := l.waiters.PushBack(ready)
+	l.mu.Unlock()
+
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		l.mu.Lock()
+		select {
+		case <-ready:
+			// Admitted just as ctx ended: hand the slot on rather than leak it.
+			l.inFlight--
+			l.admitLocked()
+		default:
+			l.waiters.Remove(elem)
+		}
+		l.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+// Release frees a slot taken by Acquire.
+func (l *Limiter) Release() {
+	l.mu.Lock()
+	if l.inFlight <= 0 {
+		l.mu.Unlock()
+		panic("limiter: Release without Acquire")
+	}
+	l.inFlight--
+	l.admitLocked()
+	l.mu.Unlock()
+}
+
+// SetLimit changes the limit (at least 1). Waiters are admitted at once if the
+// limit grew; running work is never touched if it shrank.
+func (l *Limiter) SetLimit(n int) {
+	l.mu.Lock()
+	l.limit = max(n, 1)
+	l.admitLocked()
+	l.mu.Unlock()
+}
+
+// Limit returns the current limit.
+func (l *Limiter) Limit() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.limit
+}
+
+// InFlight returns how many acquired slots are not yet released; it may
+// exceed Limit for a while after the limit shrank.
+func (l *Limiter) InFlight() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.inFlight
+}
+
+// Waiting returns how many callers wait in Acquire.
+func (l *Limiter) Waiting() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.waiters.Len()
+}
+
+func (l *Limiter) admitLocked() {
+	for l.inFlight < l.limit && l.waiters.Len() > 0 {
+		ready := l.waiters.Remove(l.waiters.Front()).(chan struct{})
+		l.inFlight++
+		close(ready)
+	}
+}

@@ -1,0 +1,174 @@
+package limiter
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestLimitBoundsConcurrencyWhileResizing(t *testing.T) {
+	t.Parallel()
+	l := New(4)
+	var running, maxSeen, done atomic.Int64
+	var limitMu sync.Mutex
+	allowed := 4 // the largest limit in force since the last shrink took effect
+	var wg sync.WaitGroup
+	const jobs = 2000
+	for i := range jobs {
+		wg.Go(func() {
+			if err := l.Acquire(context.Background()); err != nil {
+				t.Error(err)
+				return
+			}
+			n := running.Add(1)
+			limitMu.Lock()
+			if n > int64(allowed) {
+				t.Errorf("%d running with at most %d allowed", n, allowed)
+			}
+			limitMu.Unlock()
+			for {
+				m := maxSeen.Load()
+				if n <= m || maxSeen.CompareAndSwap(m, n) {
+					break
+				}
+			}
+			if i%7 == 0 {
+				time.Sleep(time.Microsecond) // vary hold times
+			}
+			running.Add(-1)
+			done.Add(1)
+			l.Release()
+		})
+	}
+	// Resize under load. Growing raises the bound at once; shrinking lowers
+	// it only once the running work has drained below the new limit.
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for done.Load() < jobs {
+		n := 1 + rnd.IntN(16)
+		limitMu.Lock()
+		if n > allowed {
+			allowed = n
+		}
+		limitMu.Unlock()
+		l.SetLimit(n)
+		for l.InFlight() > n && done.Load() < jobs {
+			time.Sleep(10 * time.Microsecond)
+		}
+		limitMu.Lock()
+		allowed = n
+		limitMu.Unlock()
+	}
+	wg.Wait()
+	if got := done.Load(); got != jobs {
+		t.Fatalf("%d jobs ran, want %d: work was lost", got, jobs)
+	}
+	if l.InFlight() != 0 || l.Waiting() != 0 {
+		t.Fatalf("in flight %d, waiting %d after all jobs", l.InFlight(), l.Waiting())
+	}
+}
+
+func TestGrowingAdmitsWaitersAtOnce(t *testing.T) {
+	t.Parallel()
+	l := New(1)
+	if err := l.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	admitted := make(chan int, 3)
+	for i := range 3 {
+		go func() {
+			if err := l.Acquire(context.Background()); err == nil {
+				admitted <- i
+			}
+		}()
+	}
+	for l.Waiting() != 3 {
+		time.Sleep(time.Millisecond)
+	}
+	l.SetLimit(3) // two more slots: two waiters admitted without any Release
+	<-admitted
+	<-admitted
+	if l.Waiting() != 1 || l.InFlight() != 3 {
+		t.Fatalf("waiting %d, in flight %d; want 1 and 3", l.Waiting(), l.InFlight())
+	}
+	l.Release()
+	<-admitted
+}
+
+func TestShrinkingNeverInterruptsRunningWork(t *testing.T) {
+	t.Parallel()
+	l := New(3)
+	for range 3 {
+		if err := l.Acquire(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.SetLimit(1)
+	if l.InFlight() != 3 {
+		t.Fatalf("in flight %d after shrinking, want the 3 running", l.InFlight())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if err := l.Acquire(ctx); err == nil {
+		t.Fatal("admitted with 3 in flight and a limit of 1")
+	}
+	l.Release()
+	l.Release() // 1 in flight now: still at the limit
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel2()
+	if err := l.Acquire(ctx2); err == nil {
+		t.Fatal("admitted with 1 in flight and a limit of 1")
+	}
+	l.Release()
+	if err := l.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCancelledWaiterLosesNoSlot(t *testing.T) {
+	t.Parallel()
+	l := New(1)
+	_ = l.Acquire(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error)
+	go func() { errc <- l.Acquire(ctx) }()
+	for l.Waiting() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-errc; err == nil {
+		t.Fatal("cancelled Acquire returned nil")
+	}
+	l.Release()
+	if l.InFlight() != 0 || l.Waiting() != 0 {
+		t.Fatalf("in flight %d, waiting %d; want 0, 0", l.InFlight(), l.Waiting())
+	}
+	if err := l.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFIFO(t *testing.T) {
+	t.Parallel()
+	l := New(1)
+	_ = l.Acquire(context.Background())
+	order := make(chan int, 5)
+	for i := range 5 {
+		go func() {
+			_ = l.Acquire(context.Background())
+			order <- i
+			l.Release()
+		}()
+		for l.Waiting() != i+1 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	l.Release()
+	for want := range 5 {
+		if got := <-order; got != want {
+			t.Fatalf("admitted %d, want %d (first come, first served)", got, want)
+		}
+	}
+}

@@ -1,0 +1,152 @@
+package limiter
+
+import (
+	"cmp"
+	"math"
+	"time"
+)
+
+// PolicyConfig tunes the adaptive policy. Zero values take the defaults named.
+type PolicyConfig struct {
+	Min, Max        int           // bounds of the limit; Min defaults to 1, Max is required
+	MinSamples      int           // latency samples an interval needs before it is judged; default 5
+	Tolerance       float64       // latency up to baseline × Tolerance counts as no load; default 1.5
+	Backoff         float64       // multiplicative decrease on sustained latency; default 0.75
+	DecreaseAfter   int           // consecutive slow intervals before a decrease (hysteresis); default 2
+	BaselineWindow  int           // intervals the no-load baseline is the minimum of; default 120
+	ErrorRatio      float64       // overload errors / samples above this cut to Min; default 0.1
+	MaxCheckoutWait time.Duration // mean wait for a pooled connection above this is a slow interval; default 50ms
+}
+
+func (c PolicyConfig) withDefaults() PolicyConfig {
+	c.Min = max(c.Min, 1)
+	c.Max = max(c.Max, c.Min)
+	c.MinSamples = cmp.Or(c.MinSamples, 5)
+	c.Tolerance = cmp.Or(c.Tolerance, 1.5)
+	c.Backoff = cmp.Or(c.Backoff, 0.75)
+	c.DecreaseAfter = cmp.Or(c.DecreaseAfter, 2)
+	c.BaselineWindow = cmp.Or(c.BaselineWindow, 120)
+	c.ErrorRatio = cmp.Or(c.ErrorRatio, 0.1)
+	c.MaxCheckoutWait = cmp.Or(c.MaxCheckoutWait, 50*time.Millisecond)
+	return c
+}
+
+// Reasons a policy changes the limit.
+const (
+	ReasonHeadroom = "headroom" // latency near the baseline and every slot busy: one more
+	ReasonLatency  = "latency"  // latency well above the baseline for DecreaseAfter intervals: × Backoff
+	ReasonOverload = "overload" // errors, timeouts or pool exhaustion: straight to Min
+)
+
+// Policy decides the limit once per interval from what the interval saw, in
+// the manner of TCP Vegas and Netflix's concurrency-limits: the latency of
+// work at no load is the baseline (the minimum interval mean over a long
+// window); while latency stays within Tolerance of it and demand fills every
+// slot, the limit grows by one (additive increase); when latency stays above
+// it, queueing has begun somewhere downstream and the limit shrinks by a
+// factor (multiplicative decrease). Overload signals — errors and timeouts
+// from the server, failed connection checkouts — cut straight to Min, from
+// where it grows back one step per healthy interval. A slow interval must
+// repeat DecreaseAfter times before anything shrinks, and growth needs
+// saturation, so noise within the tolerance band moves nothing.
+//
+// Policy is not safe for concurrent use; the caller serialises Observe* and
+// Decide (AdaptiveLimiter does).
+type Policy struct {
+	cfg   PolicyConfig
+	limit int
+
+	samples     int
+	latencySum  time.Duration
+	overloads   int
+	checkouts   int
+	checkoutSum time.Duration
+	checkoutBad int
+
+	means []time.Duration // interval means, newest last, for the baseline
+	slow  int             // consecutive slow intervals
+}
+
+// NewPolicy starts at initial (clamped to the bounds).
+func NewPolicy(cfg PolicyConfig, initial int) *Policy {
+	cfg = cfg.withDefaults()
+	return &Policy{cfg: cfg, limit: min(max(initial, cfg.Min), cfg.Max)}
+}
+
+// ObserveLatency records one unit of work's latency; overload reports that it
+// failed because the server was unreachable, timing out or overloaded.
+func (p *Policy) ObserveLatency(d time.Duration, overload bool) {
+	p.samples++
+	p.latencySum += d
+	if overload {
+		p.overloads++
+	}
+}
+
+// ObserveCheckout records a wait for a pooled connection; failed means the
+// checkout gave up (the pool was exhausted).
+func (p *Policy) ObserveCheckout(wait time.Duration, failed bool) {
+	p.checkouts++
+	p.checkoutSum += wait
+	if failed {
+		p.checkoutBad++
+	}
+}
+
+// Decide closes the interval. saturated says whether demand filled every
+// slot at some point in it (growing an unsaturated limit proves nothing).
+func (p *Policy) Decide(saturated bool) (limit int, reason string, changed bool) {
+	defer p.resetInterval()
+	old := p.limit
+	switch {
+	case p.checkoutBad > 0 || (p.samples > 0 && float64(p.overloads)/float64(p.samples) > p.cfg.ErrorRatio):
+		p.limit, reason = p.cfg.Min, ReasonOverload
+		p.slow = 0
+	case p.samples >= p.cfg.MinSamples:
+		mean := p.latencySum / time.Duration(p.samples)
+		p.addMean(mean)
+		slowPool := p.checkouts > 0 && p.checkoutSum/time.Duration(p.checkouts) > p.cfg.MaxCheckoutWait
+		if float64(mean) > float64(p.Baseline())*p.cfg.Tolerance || slowPool {
+			p.slow++
+			if p.slow >= p.cfg.DecreaseAfter {
+				p.limit = max(p.cfg.Min, int(math.Floor(float64(p.limit)*p.cfg.Backoff)))
+				reason = ReasonLatency
+				p.slow = 0
+			}
+		} else {
+			p.slow = 0
+			if saturated && p.limit < p.cfg.Max {
+				p.limit++
+				reason = ReasonHeadroom
+			}
+		}
+	}
+	return p.limit, reason, p.limit != old
+}
+
+// Baseline is the no-load latency the policy measures against: the lowest
+// interval mean in the window, zero before the first judged interval.
+func (p *Policy) Baseline() time.Duration {
+	var b time.Duration
+	for i, m := range p.means {
+		if i == 0 || m < b {
+			b = m
+		}
+	}
+	return b
+}
+
+// Limit is the current decision.
+func (p *Policy) Limit() int { return p.limit }
+
+func (p *Policy) addMean(m time.Duration) {
+	p.means = append(p.means, m)
+	if len(p.means) > p.cfg.BaselineWindow {
+		p.means = p.means[len(p.means)-p.cfg.BaselineWindow:]
+	}
+}
+
+func (p *Policy) resetInterval() {
+	p.samples, p.latencySum, p.overloads = 0, 0, 0
+	p.checkouts, p.checkoutSum, p.checkoutBad = 0, 0, 0
+}
