@@ -1,10 +1,14 @@
 // Package deploy holds the deployment assets of scorerefresh and the tests
-// that keep them honest: the Prometheus alerts (prometheus/alerts.yml, with
-// promtool unit tests in prometheus/alerts_test.yml), the same rules as a
-// Prometheus Operator PrometheusRule (k8s/prometheusrule.yaml) and the Grafana
-// dashboard (grafana/scorerefresh.json). The tests check that every query
-// names only metrics the service exports, that the two rule files agree, and
-// that every alert has a runbook section in docs/runbook.md.
+// that keep them honest, since neither Docker nor Kubernetes runs where they
+// are built: the Prometheus alerts (prometheus/alerts.yml, with promtool unit
+// tests in prometheus/alerts_test.yml), the same rules as a Prometheus
+// Operator PrometheusRule (k8s/prometheusrule.yaml), the Grafana dashboard
+// (grafana/scorerefresh.json), the kustomize base and its KEDA component and
+// replay Job (k8s/), the compose stack (../docker-compose.yml, compose/) and
+// the Dockerfile. The tests check that every query names only metrics the
+// service exports, that the two rule files agree, that every alert has a
+// runbook section in docs/runbook.md, and that every manifest agrees with the
+// code (environment variables, ports, probes, grace periods, rules files).
 //
 // There is no code here: the package exists for its tests.
 package deploy
