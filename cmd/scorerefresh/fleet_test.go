@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -157,13 +158,8 @@ func TestThreeProcessesDrainWhileAProducerWrites(t *testing.T) {
 
 func TestKilledConsumersWorkIsRescuedAfterItsLease(t *testing.T) {
 	t.Parallel()
-	target := strings.TrimSuffix(strings.TrimPrefix(mongotest.URI(t), "mongodb://"), "/")
 	// A little latency keeps the first consumer mid-drain long enough to kill.
-	proxy, err := faultproxy.Start(t.Context(), faultproxy.Config{Target: target, Up: 5 * time.Millisecond, Down: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
+	proxy := startProxy(t)
 	w := newWorld(t, mongotest.URI(t))
 	w.seed(600, 300)
 	env := append([]string{"MONGODB_URI=mongodb://" + proxy.Addr() + "/?directConnection=true", "LEASE_DURATION=3s", "REFRESH_CONCURRENCY=4", "MAX_USERS_IN_FLIGHT=16"}, w.env[1:]...)
@@ -184,12 +180,7 @@ func TestKilledConsumersWorkIsRescuedAfterItsLease(t *testing.T) {
 
 func TestConsumerSurvivesAMongoDBOutage(t *testing.T) {
 	t.Parallel()
-	target := strings.TrimSuffix(strings.TrimPrefix(mongotest.URI(t), "mongodb://"), "/")
-	proxy, err := faultproxy.Start(t.Context(), faultproxy.Config{Target: target, Up: 5 * time.Millisecond, Down: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
+	proxy := startProxy(t)
 	w := newWorld(t, mongotest.URI(t))
 	w.seed(600, 300)
 	env := append([]string{"MONGODB_URI=mongodb://" + proxy.Addr() + "/?directConnection=true&serverSelectionTimeoutMS=2000",
@@ -218,4 +209,17 @@ func TestConsumerSurvivesAMongoDBOutage(t *testing.T) {
 	}
 	p.stop()
 	w.verify()
+}
+
+// startProxy puts a fault proxy with 5 ms each way between a consumer and
+// the test server.
+func startProxy(t *testing.T) *faultproxy.Proxy {
+	t.Helper()
+	target := strings.TrimSuffix(strings.TrimPrefix(mongotest.URI(t), "mongodb://"), "/")
+	proxy, err := faultproxy.Start(context.Background(), faultproxy.Config{Target: target, Up: 5 * time.Millisecond, Down: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	return proxy
 }
