@@ -298,7 +298,10 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 	for _, w := range res.works {
 		refreshes.Go(func() { c.process(ctx, workCtx, w) })
 	}
-	return res.windowFull || len(res.works) == room, nil
+	// Go again at once only if this round made progress: a full window of
+	// malformed entries (waiting for their dead-letter flush) or of users
+	// other replicas just won would otherwise spin the loop.
+	return len(res.works) > 0 && (res.windowFull || len(res.works) == room), nil
 }
 
 // process waits for a refresh slot, refreshes and hands the outcome to the
