@@ -161,10 +161,10 @@ func TestKilledConsumersWorkIsRescuedAfterItsLease(t *testing.T) {
 	// A little latency keeps the first consumer mid-drain long enough to kill.
 	proxy := startProxy(t)
 	w := newWorld(t, mongotest.URI(t))
-	w.seed(600, 300)
+	w.seed(400, 200)
 	env := append([]string{"MONGODB_URI=mongodb://" + proxy.Addr() + "/?directConnection=true", "LEASE_DURATION=3s", "REFRESH_CONCURRENCY=4", "MAX_USERS_IN_FLIGHT=16"}, w.env[1:]...)
 	doomed := startProc(t, "doomed", env...)
-	w.waitFor("the first acknowledgements", func() bool { n := w.count("score_events"); return n >= 0 && n < 600 })
+	w.waitFor("the first acknowledgements", func() bool { n := w.count("score_events"); return n >= 0 && n < 400 })
 	doomed.kill9()
 	if w.count("score_events") == 0 {
 		t.Fatal("the queue drained before the kill; the test proves nothing")
@@ -182,12 +182,12 @@ func TestConsumerSurvivesAMongoDBOutage(t *testing.T) {
 	t.Parallel()
 	proxy := startProxy(t)
 	w := newWorld(t, mongotest.URI(t))
-	w.seed(600, 300)
+	w.seed(400, 200)
 	env := append([]string{"MONGODB_URI=mongodb://" + proxy.Addr() + "/?directConnection=true&serverSelectionTimeoutMS=2000",
 		"REFRESH_CONCURRENCY=4", "MAX_USERS_IN_FLIGHT=16", "MAX_ATTEMPTS=2"}, w.env[1:]...)
 	p := startProc(t, "consumer", env...)
 	w.waitFor("readiness", func() bool { return p.status("/readyz") == 200 })
-	w.waitFor("the first acknowledgements", func() bool { n := w.count("score_events"); return n >= 0 && n < 600 })
+	w.waitFor("the first acknowledgements", func() bool { n := w.count("score_events"); return n >= 0 && n < 400 })
 
 	proxy.Refuse(true)
 	proxy.Cut()
