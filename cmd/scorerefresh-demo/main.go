@@ -9,6 +9,11 @@
 // progress line every second and a summary at the end, and checks every score
 // against an independent aggregate over the source data.
 //
+// It also replays snapshots, with the flags of `scorerefresh replay` plus
+// --embedded (docs/replay.md):
+//
+//	go run ./cmd/scorerefresh-demo replay --embedded --in DIR --drain
+//
 // The embedded server lives only in this binary: the production binary
 // (cmd/scorerefresh) does not link it.
 package main
@@ -46,6 +51,9 @@ type demoOptions struct {
 }
 
 func run(args, environ []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "replay" {
+		return runReplay(args[1:], environ, stdout, stderr)
+	}
 	fs := flag.NewFlagSet("scorerefresh-demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o demoOptions
@@ -118,6 +126,7 @@ func demo(ctx context.Context, cfg config.Config, o demoOptions, stdout, stderr 
 	}
 	fmt.Fprintf(stdout, "seeded %d entries for %d distinct users (%.0f%% from one firehose user) and %d source documents in %s\n",
 		len(b.entries), b.distinctUsers(), o.firehose*100, len(b.activity), time.Since(seedStart).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "metrics, health: http://%s/metrics /healthz /readyz\n", svc.MetricsAddr())
 	fmt.Fprintf(stdout, "draining with REFRESH_CONCURRENCY=%d MAX_USERS_IN_FLIGHT=%d CLAIM_WINDOW=%d\n",
 		cfg.RefreshConcurrency, cfg.MaxUsersInFlight, cfg.ClaimWindow)
 

@@ -1,6 +1,9 @@
 // Command scorerefresh is the production binary (SPEC section 6):
 //
 //	scorerefresh run        the service (the container's command)
+//	scorerefresh snapshot   writes the queue (and sources) as Extended JSON
+//	scorerefresh replay     loads a snapshot, drains it, reports (docs/replay.md)
+//	scorerefresh backlog    generates a synthetic snapshot
 //	scorerefresh version    prints the build's version
 //
 // Configuration comes from the environment only (SPEC section 4). This binary
@@ -31,6 +34,10 @@ const usage = `usage: scorerefresh <command>
 
 commands:
   run       drain the queue (configured by environment variables, see README)
+  snapshot  --out FILE|DIR [--with-sources]: write the queue as Extended JSON lines
+  replay    --in FILE|DIR [--drain]: load a snapshot or mongoexport file, drain it, report
+            (replay compare A.json B.json: two drain reports side by side)
+  backlog   generate --shape S --entries N --users M --out DIR: a synthetic snapshot
   version   print the version
 `
 
@@ -46,6 +53,12 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "run":
 		return runService(environ, stderr)
+	case "snapshot":
+		return runSnapshot(args[1:], environ, stdout, stderr)
+	case "replay":
+		return runReplay(args[1:], environ, stdout, stderr)
+	case "backlog":
+		return runBacklog(args[1:], environ, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintf(stdout, "scorerefresh %s (revision %s)\n", version, revision)
 		return 0

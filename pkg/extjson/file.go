@@ -1,0 +1,139 @@
+package extjson
+
+import (
+	"bufio"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+)
+
+// File is an input file opened by Open, decompressed if it is gzip.
+type File struct {
+	io.Reader
+	f    *os.File
+	gz   *gzip.Reader
+	read atomic.Int64 // bytes read from disk (compressed), for progress
+	size int64
+}
+
+// Open opens path for reading. A gzip file is recognised by its magic bytes,
+// whatever its name, and decompressed on the fly.
+func Open(path string) (*File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	in := &File{f: f, size: st.Size()}
+	br := bufio.NewReader(&countingReader{r: f, n: &in.read})
+	in.Reader = br
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		gz, err := gzip.NewReader(br)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		in.gz, in.Reader = gz, gz
+	}
+	return in, nil
+}
+
+// Size returns the file's size on disk.
+func (f *File) Size() int64 { return f.size }
+
+// BytesRead returns how much of the file on disk has been read; safe to call
+// from another goroutine (a progress bar).
+func (f *File) BytesRead() int64 { return f.read.Load() }
+
+// Close closes the file.
+func (f *File) Close() error {
+	var err error
+	if f.gz != nil {
+		err = f.gz.Close()
+	}
+	return errors.Join(err, f.f.Close())
+}
+
+type countingReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// Output is a file being written by Create. It appears under its final name
+// only when Commit succeeds, so an interrupted export never leaves a file
+// that looks complete.
+type Output struct {
+	io.Writer
+	f       *os.File
+	gz      *gzip.Writer
+	path    string
+	written atomic.Int64
+}
+
+// Create starts writing path, gzip-compressed when the name ends in ".gz".
+func Create(path string) (*Output, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".partial-*")
+	if err != nil {
+		return nil, err
+	}
+	o := &Output{f: f, path: path}
+	var w io.Writer = &countingWriter{w: f, n: &o.written}
+	if strings.HasSuffix(path, ".gz") {
+		o.gz = gzip.NewWriter(w)
+		w = o.gz
+	}
+	o.Writer = w
+	return o, nil
+}
+
+// BytesWritten returns the bytes written to disk so far (compressed).
+func (o *Output) BytesWritten() int64 { return o.written.Load() }
+
+// Commit finishes the file and gives it its final name.
+func (o *Output) Commit() error {
+	var err error
+	if o.gz != nil {
+		err = o.gz.Close()
+	}
+	err = errors.Join(err, o.f.Sync(), o.f.Close())
+	if err != nil {
+		os.Remove(o.f.Name())
+		return fmt.Errorf("writing %s: %w", o.path, err)
+	}
+	if err := os.Chmod(o.f.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(o.f.Name(), o.path)
+}
+
+// Abort discards the file; a no-op after Commit.
+func (o *Output) Abort() {
+	o.f.Close()
+	os.Remove(o.f.Name())
+}
+
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}

@@ -1,0 +1,49 @@
+package extjson
+
+import (
+	"bytes"
+	"io"
+)
+
+// lineTracker sits under the buffered reader and remembers where the
+// newlines it passed are, so an offset reported by json.Decoder (which reads
+// ahead) can be turned into a line number. It forgets newlines once they are
+// counted, so its memory is bounded by the decoder's read-ahead, not the file.
+type lineTracker struct {
+	r       io.Reader
+	pos     int64   // bytes read from r
+	origin  int64   // pos at which the decoder's offset 0 lies
+	nl      []int64 // offsets of newlines not yet counted
+	counted int     // newlines already counted
+	off     bool
+}
+
+func (t *lineTracker) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if !t.off {
+		b := p[:n]
+		for i := bytes.IndexByte(b, '\n'); i >= 0; {
+			t.nl = append(t.nl, t.pos+int64(len(p[:n])-len(b))+int64(i))
+			b = b[i+1:]
+			i = bytes.IndexByte(b, '\n')
+		}
+	}
+	t.pos += int64(n)
+	return n, err
+}
+
+// stop ends tracking (the line layout counts lines itself).
+func (t *lineTracker) stop() { t.off, t.nl = true, nil }
+
+// lineAt returns the 1-based line of the byte at the decoder's offset off.
+// Calls must come with offsets that never decrease.
+func (t *lineTracker) lineAt(off int64) int {
+	abs := t.origin + off
+	i := 0
+	for i < len(t.nl) && t.nl[i] < abs {
+		i++
+	}
+	t.counted += i
+	t.nl = t.nl[i:]
+	return t.counted + 1
+}

@@ -1,0 +1,234 @@
+// Package extjson reads and writes MongoDB Extended JSON documents in the
+// layouts mongoexport writes, streaming, in constant memory:
+//
+//   - one document a line (mongoexport's default), canonical or relaxed;
+//   - one JSON array of documents (mongoexport --jsonArray), on one line or
+//     pretty-printed;
+//   - documents one after another over several lines each (mongoexport
+//     --pretty without --jsonArray).
+//
+// Every conversion goes through the driver's bson.UnmarshalExtJSON and
+// bson.MarshalExtJSON: Extended JSON is never hand-rolled here. The package
+// knows nothing about queues or scores.
+package extjson
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// Layout is how documents are laid out in a file.
+type Layout int
+
+// The layouts a Reader recognises from the file's first bytes.
+const (
+	LayoutLines        Layout = iota // one document per line
+	LayoutArray                      // a JSON array of documents
+	LayoutConcatenated               // documents back to back, each over several lines
+)
+
+func (l Layout) String() string {
+	return [...]string{"lines", "array", "concatenated"}[l]
+}
+
+// Error is a document that could not be read: its file, line and position.
+type Error struct {
+	File    string
+	Line    int   // line where the document starts, 1-based
+	Element int   // position of the document in the file, 1-based
+	Err     error // what the driver (or the JSON syntax) said
+	// Fatal is set when the reader cannot find the next document after this
+	// one (a JSON syntax error inside an array or a multi-line layout), so
+	// skipping it is impossible. In the line layout no error is fatal.
+	Fatal bool
+}
+
+func (e *Error) Error() string {
+	msg := fmt.Sprintf("%s:%d: document %d: %v", e.File, e.Line, e.Element, e.Err)
+	if e.Fatal {
+		msg += " (cannot resynchronise after a JSON syntax error in this layout)"
+	}
+	return msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Reader yields the documents of one Extended JSON stream.
+type Reader struct {
+	name    string
+	br      *bufio.Reader
+	layout  Layout
+	started bool
+	done    bool
+	element int // documents seen so far, good or bad
+	line    int // line of the last document returned
+	// line layout
+	next int // number of the next line to read
+	// array and concatenated layouts
+	lines *lineTracker
+	dec   *json.Decoder
+}
+
+// NewReader reads documents from r. name appears in errors (a file name).
+func NewReader(r io.Reader, name string) *Reader {
+	lt := &lineTracker{r: r}
+	return &Reader{name: name, br: bufio.NewReaderSize(lt, 64<<10), lines: lt, next: 1}
+}
+
+// Layout returns the layout detected by the first call to Next.
+func (r *Reader) Layout() Layout { return r.layout }
+
+// Line returns the line where the document last returned (or rejected) starts.
+func (r *Reader) Line() int { return r.line }
+
+// Next returns the next document, io.EOF after the last one, or an *Error for
+// a document that does not parse; unless that error is Fatal, the following
+// call goes on with the next document.
+func (r *Reader) Next() (bson.Raw, error) {
+	if r.done {
+		return nil, io.EOF
+	}
+	if !r.started {
+		if err := r.start(); err != nil {
+			r.done = true
+			return nil, err
+		}
+	}
+	if r.layout == LayoutLines {
+		return r.nextLine()
+	}
+	return r.nextElement()
+}
+
+// start detects the layout. A '[' opens an array; a first line that is a
+// lone '{' is how pretty-printed documents start (mongoexport --pretty);
+// anything else is one document a line, where a bad line can be skipped.
+func (r *Reader) start() error {
+	r.started = true
+	for {
+		b, err := r.br.Peek(1)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return io.EOF
+			}
+			return err
+		}
+		if !isSpace(b[0]) {
+			break
+		}
+		if b[0] == '\n' {
+			r.next++
+		}
+		r.br.ReadByte()
+	}
+	b, _ := r.br.Peek(1)
+	if b[0] == '[' {
+		r.layout = LayoutArray
+	} else if first, ok := r.peekLine(); ok && string(first) == "{" {
+		r.layout = LayoutConcatenated
+	}
+	if r.layout == LayoutLines {
+		r.lines.stop() // lines are counted as they are read
+		return nil
+	}
+	// The decoder reads from the same buffered reader, so its offsets
+	// start where the buffered reader stands now; the tracker below it
+	// converts offsets to line numbers.
+	r.lines.origin = r.lines.pos - int64(r.br.Buffered())
+	r.dec = json.NewDecoder(r.br)
+	if r.layout == LayoutArray {
+		if _, err := r.dec.Token(); err != nil {
+			return &Error{File: r.name, Line: r.next, Element: 1, Err: err, Fatal: true}
+		}
+	}
+	return nil
+}
+
+// peekLine returns the first line without consuming it; ok is false when it
+// is longer than the buffer (and so certainly not a lone '{').
+func (r *Reader) peekLine() (line []byte, ok bool) {
+	for n := 4096; ; n *= 2 {
+		b, err := r.br.Peek(min(n, r.br.Size()))
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			return bytes.TrimSpace(b[:i]), true
+		}
+		if err != nil { // the file is one line
+			return bytes.TrimSpace(b), true
+		}
+		if len(b) == r.br.Size() {
+			return nil, false
+		}
+	}
+}
+
+func (r *Reader) nextLine() (bson.Raw, error) {
+	for {
+		line, err := r.br.ReadBytes('\n')
+		if len(line) == 0 && err != nil {
+			r.done = true
+			return nil, err // io.EOF or a read error
+		}
+		n := r.next
+		r.next++
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 {
+			continue // blank lines (a trailing newline, hand edits) are not documents
+		}
+		r.element++
+		r.line = n
+		return r.parse(line, false)
+	}
+}
+
+func (r *Reader) nextElement() (bson.Raw, error) {
+	if r.layout == LayoutArray && !r.dec.More() {
+		r.done = true
+		if _, err := r.dec.Token(); err != nil { // the closing ']'
+			return nil, &Error{File: r.name, Line: r.lines.lineAt(r.dec.InputOffset()), Element: r.element + 1, Err: err, Fatal: true}
+		}
+		return nil, io.EOF
+	}
+	var raw json.RawMessage
+	err := r.dec.Decode(&raw)
+	if errors.Is(err, io.EOF) && r.layout == LayoutConcatenated {
+		r.done = true
+		return nil, io.EOF
+	}
+	r.element++
+	if err != nil {
+		r.done = true
+		at := r.dec.InputOffset()
+		if se := (*json.SyntaxError)(nil); errors.As(err, &se) {
+			at = se.Offset // where the syntax breaks, in the decoder's offsets
+		}
+		r.line = r.lines.lineAt(at)
+		return nil, &Error{File: r.name, Line: r.line, Element: r.element, Err: err, Fatal: true}
+	}
+	// The decoder stands just past the value: its first line is the line
+	// there, less the value's own newlines.
+	r.line = r.lines.lineAt(r.dec.InputOffset()) - bytes.Count(raw, []byte{'\n'})
+	return r.parse(raw, true)
+}
+
+// parse converts one JSON value; canonical and relaxed are both accepted.
+func (r *Reader) parse(data []byte, decoded bool) (bson.Raw, error) {
+	if len(data) == 0 || data[0] != '{' {
+		return nil, &Error{File: r.name, Line: r.line, Element: r.element, Err: errors.New("not a JSON object")}
+	}
+	var doc bson.Raw
+	if err := bson.UnmarshalExtJSON(data, false, &doc); err != nil {
+		if !decoded && !json.Valid(data) {
+			err = fmt.Errorf("not valid JSON: %w", err)
+		}
+		return nil, &Error{File: r.name, Line: r.line, Element: r.element, Err: err}
+	}
+	return doc, nil
+}
+
+func isSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\r' || b == '\n' }

@@ -1,0 +1,157 @@
+package replay
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/scorerefresh/scorerefresh/metrics"
+)
+
+// Runner is the consumer as a drain uses it: Run drains until ctx ends, then
+// shuts down gracefully (app.Service has exactly this method).
+type Runner interface {
+	Run(ctx context.Context) error
+}
+
+// Why a drain stopped.
+const (
+	StopDrained     = "drained"     // the queue was empty and nothing more was to arrive
+	StopUntil       = "until"       // --until elapsed first
+	StopInterrupted = "interrupted" // the operator interrupted the replay
+	StopConsumer    = "consumer stopped"
+	StopLoadFailed  = "load failed"
+)
+
+// DrainConfig says what to drain and how to watch it.
+type DrainConfig struct {
+	Queue    *mongo.Collection
+	Consumer Runner
+	Metrics  *metrics.Consumer // the consumer's own counters, read in-process
+	Interval time.Duration     // timeline resolution; default 1s
+	Until    time.Duration     // stop after this long even if entries remain; 0: until empty
+	// Arrived counts the entries inserted so far and LoadDone delivers the
+	// load's result, when the queue is loaded while it drains (paced
+	// arrival). Both nil: the queue is complete before the drain begins.
+	Arrived  func() int64
+	LoadDone <-chan error
+	Expected int64     // entries the drain should see through, for the progress bar
+	Progress io.Writer // progress line; nil: none
+}
+
+// DrainResult is what a drain measured.
+type DrainResult struct {
+	Start, End time.Time
+	Timeline   []Sample
+	Final      Sample // the last sample, measured
+	Reason     string // one of the Stop constants
+	Err        error  // why the consumer or the load stopped, for those reasons
+	// SampleErrors counts samples whose queue queries failed.
+	SampleErrors int
+}
+
+// Drain runs the consumer until the queue is empty and nothing more is to
+// arrive, or until cfg.Until or ctx ends, sampling the timeline every
+// interval; then it stops the consumer gracefully and takes a last sample.
+func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
+	interval := cmp.Or(cfg.Interval, time.Second)
+	res := &DrainResult{Start: time.Now()}
+	s := newSampler(cfg.Queue, cfg.Metrics, cfg.Arrived, res.Start)
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- cfg.Consumer.Run(runCtx) }()
+
+	var last atomic.Pointer[Sample]
+	last.Store(&Sample{})
+	p := StartProgress(cfg.Progress, Meter{Label: "draining", Unit: "entries",
+		Done:  func() int64 { l := last.Load(); return int64(l.Acked + l.DeadLetters) },
+		Total: func() int64 { return cfg.Expected },
+		Extra: func() string { return describeSample(last.Load()) },
+	})
+	defer p.Stop()
+
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var deadline <-chan time.Time
+	if cfg.Until > 0 {
+		deadline = time.After(cfg.Until)
+	}
+	loadDone := cfg.LoadDone
+	loading := loadDone != nil
+	consumerDone := false
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			res.Reason = StopInterrupted
+			break loop
+		case <-deadline:
+			res.Reason = StopUntil
+			break loop
+		case err := <-done:
+			consumerDone = true
+			res.Reason, res.Err = StopConsumer, cmp.Or(err, errors.New("Run returned with the queue not drained"))
+			break loop
+		case err := <-loadDone:
+			loading, loadDone = false, nil
+			if err != nil {
+				res.Reason, res.Err = StopLoadFailed, err
+				break loop
+			}
+		case now := <-t.C:
+			// A failed query still yields the counters: the row stays,
+			// unmeasured, and the timeline stays regular.
+			smp, err := s.runOnce(ctx, now, false)
+			if err != nil {
+				res.SampleErrors++
+			}
+			res.Timeline = append(res.Timeline, smp)
+			last.Store(&smp)
+			if smp.Measured && smp.Depth == 0 && !loading {
+				res.Reason, res.End = StopDrained, now
+				break loop
+			}
+		}
+	}
+	if res.End.IsZero() {
+		res.End = time.Now()
+	}
+	stop()
+	if !consumerDone {
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			res.Err = errors.Join(res.Err, fmt.Errorf("consumer shutdown: %w", err))
+		}
+	}
+	// The final figures are taken after the consumer finished its in-flight
+	// work, with a fresh context: an interrupt must still get its report.
+	finalCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	final, err := s.runOnce(finalCtx, time.Now(), true)
+	res.Final = final
+	if err != nil {
+		return res, fmt.Errorf("measuring the queue after the drain: %w", err)
+	}
+	return res, nil
+}
+
+// describeSample is the drain progress line's tail.
+func describeSample(s *Sample) string {
+	if s.T == 0 {
+		return "starting the consumer"
+	}
+	out := fmt.Sprintf("%.0f acked/s  %s refreshes  depth %s", s.AckedPerSec, thousands(int64(s.Refreshes)), thousands(s.Depth))
+	if s.Measured {
+		out += "  oldest " + (time.Duration(s.OldestAge) * time.Second).String()
+	}
+	if s.Arrived > 0 {
+		out += "  arrived " + thousands(s.Arrived)
+	}
+	return out
+}

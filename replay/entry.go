@@ -1,0 +1,109 @@
+package replay
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// BookkeepingFields are the top-level queue-entry fields a consumer (this
+// one in an older version, or another implementation) may have written into
+// an entry to claim it, count its attempts or back it off. Replay strips
+// them so every entry is pending again; SPEC section 2 says producers never
+// write them. Any field whose name starts with BookkeepingPrefix goes too.
+var BookkeepingFields = []string{
+	"claimToken", "claimedBy", "claimedAt", "claimOwner",
+	"leaseUntil", "lockedUntil", "lockedBy",
+	"attempts", "notBefore", "nextAttemptAt", "lastError",
+	"deadLetter",
+}
+
+// BookkeepingPrefix marks families of bookkeeping fields
+// (processing, processingBy, processingStartedAt, ...).
+const BookkeepingPrefix = "processing"
+
+// isBookkeeping reports whether a top-level field of an entry is a consumer's.
+func isBookkeeping(key string) bool {
+	return slices.Contains(BookkeepingFields, key) || strings.HasPrefix(key, BookkeepingPrefix)
+}
+
+// entryInfo is what the loader needs to know about a queue entry.
+type entryInfo struct {
+	username  string    // empty when missing or not a string
+	createdAt time.Time // zero when the entry has no usable time
+	explicit  bool      // createdAt came from the field, not the ObjectId
+}
+
+// inspectEntry reads the user and the enqueue time the way the consumer
+// does (SPEC section 2): createdAt, else the ObjectId's timestamp.
+func inspectEntry(raw bson.Raw) entryInfo {
+	var e entryInfo
+	if v, err := raw.LookupErr("username"); err == nil {
+		e.username, _ = v.StringValueOK()
+	}
+	if v, err := raw.LookupErr("createdAt"); err == nil && v.Type == bson.TypeDateTime {
+		e.createdAt, e.explicit = v.Time(), true
+		return e
+	}
+	if v, err := raw.LookupErr("_id"); err == nil {
+		if oid, ok := v.ObjectIDOK(); ok {
+			e.createdAt = oid.Timestamp()
+		}
+	}
+	return e
+}
+
+// prepareEntry returns the entry as it is inserted: without bookkeeping
+// fields (each removal counted in stripped), and with its enqueue time
+// changed by retime when that is not nil. An entry whose time came from its
+// ObjectId gets an explicit createdAt, since an _id cannot move.
+func prepareEntry(raw bson.Raw, retime func(time.Time) time.Time, stripped map[string]int) (bson.D, error) {
+	var doc bson.D
+	if err := bson.Unmarshal(raw, &doc); err != nil {
+		return nil, err
+	}
+	kept := doc[:0]
+	for _, el := range doc {
+		if isBookkeeping(el.Key) {
+			stripped[el.Key]++
+			continue
+		}
+		kept = append(kept, el)
+	}
+	doc = kept
+	info := inspectEntry(raw)
+	if retime == nil || info.createdAt.IsZero() {
+		return doc, nil // an untimed entry is malformed: the consumer dead-letters it as it is
+	}
+	at := bson.NewDateTimeFromTime(retime(info.createdAt))
+	if !info.explicit {
+		return append(doc, bson.E{Key: "createdAt", Value: at}), nil
+	}
+	for i := range doc {
+		if doc[i].Key == "createdAt" {
+			doc[i].Value = at
+		}
+	}
+	return doc, nil
+}
+
+// shiftFields moves the named top-level date fields of a source document by
+// shift, so that windowed components (SPEC section 3) count what they
+// counted when the snapshot was taken.
+func shiftFields(raw bson.Raw, fields []string, shift time.Duration) (any, error) {
+	if shift == 0 || len(fields) == 0 {
+		return raw, nil
+	}
+	var doc bson.D
+	if err := bson.Unmarshal(raw, &doc); err != nil {
+		return nil, err
+	}
+	for i, el := range doc {
+		if dt, ok := el.Value.(bson.DateTime); ok && slices.Contains(fields, el.Key) {
+			doc[i].Value = bson.NewDateTimeFromTime(dt.Time().Add(shift))
+		}
+	}
+	return doc, nil
+}

@@ -1,0 +1,257 @@
+package replay
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/scorerefresh/scorerefresh/pkg/extjson"
+)
+
+// Arrival is how queue entries are inserted.
+type Arrival string
+
+// The arrival modes of --arrival.
+const (
+	// ArrivalMax inserts every entry at once, as fast as batches go.
+	ArrivalMax Arrival = "max"
+	// ArrivalOriginal inserts each entry at its original enqueue time
+	// relative to the first, divided by the speed, so a replay can
+	// reproduce producers racing the drain.
+	ArrivalOriginal Arrival = "original"
+)
+
+// DefaultBatchSize is the documents per insertMany: one round trip per
+// thousand documents, not one per document.
+const DefaultBatchSize = 1000
+
+// pacingSlack is how early a paced entry may go in rather than sleeping for
+// it: batching entries that are due within it keeps a fast replay at a few
+// dozen round trips a second instead of one per entry.
+const pacingSlack = 20 * time.Millisecond
+
+// LoadConfig says what to load, where and how.
+type LoadConfig struct {
+	DB         *mongo.Database
+	Queue      string // the collection the queue file goes into (QUEUE_COLLECTION)
+	Files      []InputFile
+	ShiftToNow bool                // move createdAt so the newest entry is now, keeping gaps
+	TimeFields map[string][]string // source collection -> date fields shifted with the queue (the rules' time fields)
+	Arrival    Arrival             // default ArrivalMax
+	Speed      float64             // ArrivalOriginal's speed-up; default 1
+	SkipBad    bool                // leave out documents that do not parse, listing them, instead of stopping
+	BatchSize  int                 // default DefaultBatchSize
+	Clock      Clock               // default SystemClock
+	Progress   io.Writer           // progress lines; nil: none
+	// QuietQueue leaves the queue's load without a progress line of its
+	// own: a drain running alongside reports its arrivals.
+	QuietQueue bool
+}
+
+// Loader loads one replay's files: Scan first, then LoadSources, then
+// LoadQueue (which a drain may run alongside).
+type Loader struct {
+	cfg      LoadConfig
+	plan     *Plan
+	shift    time.Duration
+	origin   time.Time // when the first queue entry is due, for paced arrival
+	inserted atomic.Int64
+	stripped map[string]int
+	mu       sync.Mutex
+	loaded   map[string]int64 // documents inserted, by file path
+}
+
+// NewLoader applies cfg's defaults.
+func NewLoader(cfg LoadConfig) *Loader {
+	cfg.Arrival = cmp.Or(cfg.Arrival, ArrivalMax)
+	cfg.Speed = cmp.Or(cfg.Speed, 1)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
+	if cfg.Clock == nil {
+		cfg.Clock = SystemClock
+	}
+	return &Loader{cfg: cfg, stripped: map[string]int{}, loaded: map[string]int64{}}
+}
+
+// Scan reads every file once and fails, with nothing inserted, on the first
+// bad document unless SkipBad.
+func (l *Loader) Scan(ctx context.Context) (*Plan, error) {
+	p, err := scan(ctx, l.cfg.Files, l.cfg.SkipBad, l.cfg.Progress)
+	if err != nil {
+		return nil, err
+	}
+	l.plan = p
+	if l.cfg.ShiftToNow && !p.Last.IsZero() {
+		l.shift = l.cfg.Clock.Now().Sub(p.Last)
+	}
+	return p, nil
+}
+
+// Shift returns how far --shift-to-now moves times (zero without it).
+func (l *Loader) Shift() time.Duration { return l.shift }
+
+// Inserted returns the queue entries inserted so far; safe from any goroutine.
+func (l *Loader) Inserted() int64 { return l.inserted.Load() }
+
+// LoadedSoFar describes what is in the database, file by file, so a load
+// that fails half-way says exactly what it left behind.
+func (l *Loader) LoadedSoFar() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var parts []string
+	for _, f := range l.plan.Files {
+		parts = append(parts, fmt.Sprintf("%s: %d of %d documents", f.Path, l.loaded[f.Path], f.Documents))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Stripped returns how many times each bookkeeping field was removed.
+func (l *Loader) Stripped() map[string]int { return l.stripped }
+
+// LoadSources inserts every source file, all at once: producers write
+// source data before they enqueue, so it is all there before any entry.
+func (l *Loader) LoadSources(ctx context.Context) error {
+	for _, f := range l.plan.Files {
+		if f.Queue {
+			continue
+		}
+		fields := l.cfg.TimeFields[f.Collection]
+		err := l.load(ctx, f, func(raw bson.Raw) (any, time.Duration, error) {
+			doc, err := shiftFields(raw, fields, l.shift)
+			return doc, 0, err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LoadQueue inserts the queue file into the queue collection, without the
+// consumer's bookkeeping fields, at the pace of cfg.Arrival.
+func (l *Loader) LoadQueue(ctx context.Context) error {
+	l.origin = l.cfg.Clock.Now()
+	for _, f := range l.plan.Files {
+		if !f.Queue {
+			continue
+		}
+		return l.load(ctx, f, func(raw bson.Raw) (any, time.Duration, error) {
+			info := inspectEntry(raw)
+			retime, wait := l.retime(info)
+			doc, err := prepareEntry(raw, retime, l.stripped)
+			return doc, wait, err
+		})
+	}
+	return nil
+}
+
+// retime returns the new createdAt of an entry and how long until it is due.
+// Paced, an entry is due at its original offset from the first entry divided
+// by the speed; with --shift-to-now it is stamped with that moment, so the
+// queue's oldest age means time spent waiting in this replay.
+func (l *Loader) retime(info entryInfo) (func(time.Time) time.Time, time.Duration) {
+	if info.createdAt.IsZero() {
+		return nil, 0
+	}
+	if l.cfg.Arrival != ArrivalOriginal {
+		if l.shift == 0 {
+			return nil, 0
+		}
+		return func(t time.Time) time.Time { return t.Add(l.shift) }, 0
+	}
+	due := l.origin.Add(time.Duration(float64(info.createdAt.Sub(l.plan.First)) / l.cfg.Speed))
+	wait := due.Sub(l.cfg.Clock.Now())
+	if !l.cfg.ShiftToNow {
+		return nil, wait
+	}
+	return func(time.Time) time.Time { return due }, wait
+}
+
+// load streams one file into its collection in batches. prep turns a parsed
+// document into the one to insert and says how long to wait before it.
+func (l *Loader) load(ctx context.Context, f FilePlan, prep func(bson.Raw) (any, time.Duration, error)) error {
+	coll := l.cfg.DB.Collection(f.Collection)
+	if f.Queue {
+		coll = l.cfg.DB.Collection(l.cfg.Queue)
+	}
+	var done atomic.Int64
+	progress := l.cfg.Progress
+	if f.Queue && l.cfg.QuietQueue {
+		progress = nil
+	}
+	p := StartProgress(progress, Meter{Label: "loading " + coll.Name(), Unit: "documents",
+		Done: done.Load, Total: func() int64 { return f.Documents }})
+	defer p.Stop()
+	batch := make([]any, 0, l.cfg.BatchSize)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		_, err := coll.InsertMany(ctx, batch)
+		n := int64(len(batch))
+		if err != nil {
+			n = insertedBefore(err)
+		}
+		done.Add(n)
+		l.mu.Lock()
+		l.loaded[f.Path] += n
+		l.mu.Unlock()
+		if f.Queue {
+			l.inserted.Add(n)
+		}
+		batch = batch[:0]
+		if err != nil {
+			return fmt.Errorf("inserting into %s: %d of %d documents of %s are in, the rest are not: %w\n"+
+				"(a duplicate key means the collection already held them: replay into an empty database or pass --drop)",
+				coll.Name(), done.Load(), f.Documents, f.Path, err)
+		}
+		return nil
+	}
+	err := eachDocument(ctx, f.Path, nil, "loading", func(raw []byte, bad *extjson.Error) error {
+		if bad != nil {
+			return nil // counted and listed by the scan
+		}
+		doc, wait, err := prep(raw)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.Path, err)
+		}
+		if wait > pacingSlack {
+			if err := flush(); err != nil {
+				return err
+			}
+			if err := l.cfg.Clock.Sleep(ctx, wait); err != nil {
+				return err
+			}
+		}
+		batch = append(batch, doc)
+		if len(batch) == cap(batch) {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return fmt.Errorf("stopped after %d of %d documents of %s: %w", done.Load(), f.Documents, f.Path, err)
+	}
+	return err
+}
+
+// insertedBefore returns how many documents of an ordered insertMany went in
+// before the first failure.
+func insertedBefore(err error) int64 {
+	var bwe mongo.BulkWriteException
+	if errors.As(err, &bwe) && len(bwe.WriteErrors) > 0 {
+		return int64(bwe.WriteErrors[0].Index)
+	}
+	return 0
+}

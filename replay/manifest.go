@@ -1,0 +1,127 @@
+package replay
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// ManifestName is the file in a snapshot directory that says which file
+// holds which collection.
+const ManifestName = "manifest.json"
+
+// ManifestFormat identifies the manifest's layout, for future changes.
+const ManifestFormat = "scorerefresh-snapshot/1"
+
+// Manifest describes a snapshot directory, written by Snapshot and Generate.
+type Manifest struct {
+	Format      string         `json:"format"`
+	CreatedAt   time.Time      `json:"createdAt"`
+	Origin      string         `json:"origin"`                // what was snapshotted, or how it was generated
+	Database    string         `json:"database,omitempty"`    // the database snapshotted
+	Rules       string         `json:"rules,omitempty"`       // the rules file whose sources were taken
+	Consistency string         `json:"consistency,omitempty"` // what the snapshot guarantees
+	Files       []ManifestFile `json:"files"`
+}
+
+// ManifestFile is one collection's file.
+type ManifestFile struct {
+	File       string `json:"file"` // relative to the directory
+	Collection string `json:"collection"`
+	Queue      bool   `json:"queue,omitempty"` // the queue: replayed into QUEUE_COLLECTION
+	Documents  int64  `json:"documents"`
+	Bytes      int64  `json:"bytes"` // on disk
+}
+
+// InputFile is one file to load and where it goes.
+type InputFile struct {
+	Path       string
+	Collection string // source collection name; ignored for the queue
+	Queue      bool
+}
+
+// inputExtensions are the file names a directory replay picks up, as
+// mongoexport users name them.
+var inputExtensions = []string{".json", ".jsonl", ".ndjson"}
+
+// ResolveInput lists the files of --in. A file is the queue. A directory is
+// read through its manifest if it has one; otherwise each *.json, *.jsonl or
+// *.ndjson file (optionally .gz) is the collection its name says, and the
+// one named after queue is the queue.
+func ResolveInput(path, queue string) ([]InputFile, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !st.IsDir() {
+		return []InputFile{{Path: path, Collection: queue, Queue: true}}, nil
+	}
+	if m, err := ReadManifest(path); err == nil {
+		var files []InputFile
+		for _, f := range m.Files {
+			files = append(files, InputFile{Path: filepath.Join(path, f.File), Collection: f.Collection, Queue: f.Queue})
+		}
+		return files, checkOneQueue(files, path)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	ents, err := os.ReadDir(path)
+	if err != nil {
+		return nil, err
+	}
+	var files []InputFile
+	for _, e := range ents {
+		name := strings.TrimSuffix(e.Name(), ".gz")
+		ext := filepath.Ext(name)
+		if e.IsDir() || !slices.Contains(inputExtensions, ext) {
+			continue
+		}
+		coll := strings.TrimSuffix(name, ext)
+		files = append(files, InputFile{Path: filepath.Join(path, e.Name()), Collection: coll, Queue: coll == queue})
+	}
+	return files, checkOneQueue(files, path)
+}
+
+func checkOneQueue(files []InputFile, dir string) error {
+	n := 0
+	for _, f := range files {
+		if f.Queue {
+			n++
+		}
+	}
+	if n != 1 {
+		return fmt.Errorf("%s: %d files hold the queue, want exactly one (a %s naming it, or a file named after QUEUE_COLLECTION such as score_events.json)", dir, n, ManifestName)
+	}
+	return nil
+}
+
+// ReadManifest reads dir's manifest.
+func ReadManifest(dir string) (*Manifest, error) {
+	b, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	if err != nil {
+		return nil, err
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, ManifestName), err)
+	}
+	if m.Format != ManifestFormat {
+		return nil, fmt.Errorf("%s: format %q, this build reads %q", filepath.Join(dir, ManifestName), m.Format, ManifestFormat)
+	}
+	return &m, nil
+}
+
+// writeManifest writes m into dir.
+func writeManifest(dir string, m *Manifest) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, ManifestName), append(b, '\n'), 0o644)
+}

@@ -1,0 +1,188 @@
+package replay
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Meter is what one progress line shows. Only Label and Done are required.
+type Meter struct {
+	Label string
+	Unit  string        // what Done counts, e.g. "entries"
+	Done  func() int64  // work done so far
+	Total func() int64  // expected total (an estimate is fine); nil or 0: unknown, no bar or ETA
+	Bytes func() int64  // bytes moved so far; nil: not shown
+	Extra func() string // appended to the line; nil: nothing
+}
+
+// Progress redraws a bar in place on a terminal, about five times a second,
+// and prints a plain line every PlainEvery otherwise (a log file or CI),
+// where carriage returns would make a mess.
+type Progress struct {
+	w      io.Writer
+	m      Meter
+	tty    bool
+	start  time.Time
+	stop   chan struct{}
+	done   sync.WaitGroup
+	recent []progressPoint // the last rateWindow of (time, done), for the rate and ETA
+}
+
+type progressPoint struct {
+	at   time.Time
+	done int64
+}
+
+// recentWindow is how far back the rate looks: a drain's pace changes as
+// the backlog's shape does, and an ETA from the whole run's average would
+// lag behind.
+const recentWindow = 30 * time.Second
+
+// PlainEvery is how often a progress line is printed when the output is not
+// a terminal.
+var PlainEvery = 5 * time.Second
+
+// StartProgress shows m on w until Stop. A nil w shows nothing.
+func StartProgress(w io.Writer, m Meter) *Progress {
+	p := &Progress{w: w, m: m, tty: isTerminal(w), start: time.Now(), stop: make(chan struct{})}
+	if w == nil {
+		return p
+	}
+	every := PlainEvery
+	if p.tty {
+		every = 200 * time.Millisecond
+	}
+	p.done.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-t.C:
+				p.draw(false)
+			}
+		}
+	})
+	return p
+}
+
+// Stop prints the final line; calling it again does nothing.
+func (p *Progress) Stop() {
+	select {
+	case <-p.stop:
+		return
+	default:
+	}
+	close(p.stop)
+	p.done.Wait()
+	if p.w != nil {
+		p.draw(true)
+	}
+}
+
+func (p *Progress) draw(final bool) {
+	now := time.Now()
+	p.recent = append(p.recent, progressPoint{now, p.m.Done()})
+	for len(p.recent) > 2 && now.Sub(p.recent[1].at) >= recentWindow {
+		p.recent = p.recent[1:]
+	}
+	elapsed := now.Sub(p.start)
+	rate := float64(p.recent[len(p.recent)-1].done) / elapsed.Seconds()
+	if first, last := p.recent[0], p.recent[len(p.recent)-1]; !final && last.at.Sub(first.at) >= 5*time.Second {
+		rate = float64(last.done-first.done) / last.at.Sub(first.at).Seconds()
+	}
+	line := formatProgress(p.m, elapsed, rate, p.tty)
+	switch {
+	case p.tty && final:
+		fmt.Fprintf(p.w, "\r%s\x1b[K\n", line)
+	case p.tty:
+		fmt.Fprintf(p.w, "\r%s\x1b[K", line)
+	default:
+		fmt.Fprintln(p.w, line)
+	}
+}
+
+// formatProgress renders one line: label, bar, percentage, counts, bytes,
+// rate (per second), ETA at that rate, elapsed time and the extra text.
+func formatProgress(m Meter, elapsed time.Duration, rate float64, bar bool) string {
+	done := m.Done()
+	var total int64
+	if m.Total != nil {
+		total = m.Total()
+	}
+	var b strings.Builder
+	b.WriteString(m.Label)
+	if total > 0 {
+		frac := min(float64(done)/float64(total), 1)
+		if bar {
+			const width = 24
+			n := int(frac * width)
+			b.WriteString(" [" + strings.Repeat("=", n) + strings.Repeat(" ", width-n) + "]")
+		}
+		fmt.Fprintf(&b, " %3.0f%% %s/%s", frac*100, thousands(done), thousands(total))
+	} else {
+		fmt.Fprintf(&b, " %s", thousands(done))
+	}
+	if m.Unit != "" {
+		b.WriteString(" " + m.Unit)
+	}
+	if m.Bytes != nil {
+		b.WriteString("  " + byteSize(m.Bytes()))
+	}
+	if elapsed > 0 {
+		fmt.Fprintf(&b, "  %s/s", thousands(int64(rate+0.5)))
+		if total > done && rate > 0 {
+			eta := time.Duration(float64(total-done) / rate * float64(time.Second))
+			b.WriteString("  ETA " + eta.Round(time.Second).String())
+		}
+	}
+	fmt.Fprintf(&b, "  %s", elapsed.Round(100*time.Millisecond))
+	if m.Extra != nil {
+		if s := m.Extra(); s != "" {
+			b.WriteString("  " + s)
+		}
+	}
+	return b.String()
+}
+
+// isTerminal reports whether w is a terminal (a character device), without
+// a dependency for it.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// thousands formats n with comma separators: 20,000 reads faster than 20000.
+func thousands(n int64) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
+}
+
+func byteSize(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

@@ -1,0 +1,216 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/scoring"
+)
+
+// Options are the flags of `replay`; both binaries register the same set.
+type Options struct {
+	In             string
+	ShiftToNow     bool
+	Arrival        string
+	Speed          float64
+	Drain          bool
+	Until          time.Duration
+	SkipBad        bool
+	Drop           bool
+	ReportDir      string
+	Embedded       bool
+	SampleInterval time.Duration
+	LogLevel       string
+	MetricsAddr    string
+}
+
+// Register defines the flags on fs.
+func (o *Options) Register(fs *flag.FlagSet) {
+	fs.StringVar(&o.In, "in", "", "snapshot file or directory, or a mongoexport file (required)")
+	fs.BoolVar(&o.ShiftToNow, "shift-to-now", false, "move every createdAt so the newest entry is now, keeping the gaps (and the rules' windowed time fields of source documents with them)")
+	fs.StringVar(&o.Arrival, "arrival", string(ArrivalMax), "max: insert every entry at once; original: at the original arrival times, sped up by --speed")
+	fs.Float64Var(&o.Speed, "speed", 1, "with --arrival original, replay arrivals this many times faster")
+	fs.BoolVar(&o.Drain, "drain", false, "run the consumer in-process with the current configuration until the queue is empty, and write a drain report")
+	fs.DurationVar(&o.Until, "until", 0, "with --drain, stop after this long even if entries remain (0: until the queue is empty)")
+	fs.BoolVar(&o.SkipBad, "skip-bad", false, "leave out documents that do not parse, counting and listing them, instead of stopping")
+	fs.BoolVar(&o.Drop, "drop", false, "drop the queue, claims, dead-letter, scores and loaded source collections first (for a scratch database)")
+	fs.StringVar(&o.ReportDir, "report", "", "directory for the drain report (default: replay-report-<time>)")
+	fs.BoolVar(&o.Embedded, "embedded", false, "replay into an embedded server, no MongoDB needed (scorerefresh-demo only)")
+	fs.DurationVar(&o.SampleInterval, "sample-interval", time.Second, "timeline resolution of the drain report")
+	fs.StringVar(&o.LogLevel, "log-level", "warn", "the consumer's log level while draining (its JSON lines go to stderr)")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", "", "serve the consumer's /metrics here while draining (default: not served)")
+}
+
+// Validate checks the flags' values together.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.In == "" {
+		errs = append(errs, errors.New("--in is required"))
+	}
+	if Arrival(o.Arrival) != ArrivalMax && Arrival(o.Arrival) != ArrivalOriginal {
+		errs = append(errs, fmt.Errorf("--arrival %q: want max or original", o.Arrival))
+	}
+	if o.Speed <= 0 {
+		errs = append(errs, fmt.Errorf("--speed %g: must be positive", o.Speed))
+	}
+	if o.Until < 0 || o.SampleInterval <= 0 {
+		errs = append(errs, errors.New("--until must not be negative and --sample-interval must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// Target is where a replay loads and what drains it.
+type Target struct {
+	DB                                *mongo.Database
+	Queue, Claims, DeadLetter, Scores string // collection names
+	Consumer                          Runner
+	Metrics                           *metrics.Consumer
+	Rules                             *scoring.Rules
+	Settings                          Settings
+	Clock                             Clock // default SystemClock
+}
+
+// Replay loads o.In into t and, with o.Drain, drains it and writes a report
+// (returned). Without o.Drain it returns a nil report once loaded.
+func Replay(ctx context.Context, o Options, t Target, out, progress io.Writer) (*Report, error) {
+	files, err := ResolveInput(o.In, t.Queue)
+	if err != nil {
+		return nil, err
+	}
+	paced := Arrival(o.Arrival) == ArrivalOriginal
+	l := NewLoader(LoadConfig{DB: t.DB, Queue: t.Queue, Files: files, ShiftToNow: o.ShiftToNow, TimeFields: timeFields(t.Rules),
+		Arrival: Arrival(o.Arrival), Speed: o.Speed, SkipBad: o.SkipBad, Clock: t.Clock, Progress: progress, QuietQueue: paced && o.Drain})
+	plan, err := l.Scan(ctx)
+	if err != nil {
+		return nil, err
+	}
+	describePlan(out, plan, l.Shift())
+	if o.Drop {
+		if err := dropTargets(ctx, t, plan); err != nil {
+			return nil, err
+		}
+	}
+	// Whatever stops a load, the error says what is in the database.
+	loadFailed := func(err error) error {
+		return fmt.Errorf("%w\nloaded so far: %s", err, l.LoadedSoFar())
+	}
+	if err := l.LoadSources(ctx); err != nil {
+		return nil, loadFailed(err)
+	}
+	if !o.Drain {
+		if err := l.LoadQueue(ctx); err != nil {
+			return nil, loadFailed(err)
+		}
+		fmt.Fprintf(out, "loaded %s entries into %s.%s; the running service drains them\n", thousands(l.Inserted()), t.DB.Name(), t.Queue)
+		listSkipped(out, plan)
+		return nil, nil
+	}
+	dc := DrainConfig{Queue: t.DB.Collection(t.Queue), Consumer: t.Consumer, Metrics: t.Metrics, Interval: o.SampleInterval,
+		Until: o.Until, Expected: plan.Entries, Progress: progress}
+	stopLoad := func() {}
+	if paced {
+		// Producers race the drain: the queue loads while the consumer runs.
+		loadCtx, cancel := context.WithCancel(ctx)
+		ch, finished := make(chan error, 1), make(chan struct{})
+		go func() { defer close(finished); ch <- l.LoadQueue(loadCtx) }()
+		stopLoad = func() { cancel(); <-finished }
+		defer stopLoad()
+		dc.Arrived, dc.LoadDone = l.Inserted, ch
+	} else if err := l.LoadQueue(ctx); err != nil {
+		return nil, loadFailed(err)
+	}
+	res, err := Drain(ctx, dc)
+	stopLoad() // a drain stopped early (--until, an interrupt) ends the arrivals too
+	if res == nil {
+		return nil, err
+	}
+	r := NewReport(plan, res)
+	if res.Reason == StopLoadFailed {
+		r.Error = loadFailed(res.Err).Error()
+	}
+	r.Input, r.Arrival, r.Speed, r.ShiftSeconds = o.In, Arrival(o.Arrival), o.Speed, l.Shift().Seconds()
+	r.Settings, r.StrippedFields = t.Settings, l.Stripped()
+	dir := o.ReportDir
+	if dir == "" {
+		dir = "replay-report-" + res.Start.Format("20060102-150405")
+	}
+	if werr := r.WriteFiles(dir); werr != nil {
+		return r, errors.Join(err, fmt.Errorf("writing the report: %w", werr))
+	}
+	fmt.Fprintln(out)
+	r.WriteSummary(out)
+	fmt.Fprintf(out, "report: %s (timeline %s, chart %s, page %s)\n", filepath.Join(dir, ReportFile), TimelineFile, ChartFile, HTMLFile)
+	return r, err
+}
+
+// timeFields maps each source collection to the date fields its windowed
+// components read, which --shift-to-now moves with the queue.
+func timeFields(r *scoring.Rules) map[string][]string {
+	out := map[string][]string{}
+	if r == nil {
+		return out
+	}
+	for _, c := range r.Components {
+		if c.Window > 0 {
+			out[c.Collection] = append(out[c.Collection], c.TimeField)
+		}
+	}
+	return out
+}
+
+func dropTargets(ctx context.Context, t Target, plan *Plan) error {
+	names := []string{t.Queue, t.Claims, t.DeadLetter, t.Scores}
+	for _, f := range plan.Files {
+		if !f.Queue {
+			names = append(names, f.Collection)
+		}
+	}
+	for _, n := range names {
+		if err := t.DB.Collection(n).Drop(ctx); err != nil {
+			return fmt.Errorf("dropping %s: %w", n, err)
+		}
+	}
+	return nil
+}
+
+func describePlan(out io.Writer, p *Plan, shift time.Duration) {
+	for _, f := range p.Files {
+		what := "source documents for " + f.Collection
+		if f.Queue {
+			what = "queue entries"
+		}
+		fmt.Fprintf(out, "%s: %s %s", f.Path, thousands(f.Documents), what)
+		if f.Skipped > 0 {
+			fmt.Fprintf(out, ", %s bad lines skipped", thousands(f.Skipped))
+		}
+		fmt.Fprintln(out)
+	}
+	if p.Entries > 0 && !p.First.IsZero() {
+		fmt.Fprintf(out, "queue: %s distinct users, enqueued over %s (%s to %s)",
+			thousands(int64(p.DistinctUsers)), p.Last.Sub(p.First).Round(time.Second), p.First.UTC().Format(time.RFC3339), p.Last.UTC().Format(time.RFC3339))
+		if shift != 0 {
+			fmt.Fprintf(out, ", shifted by %s", shift.Round(time.Second))
+		}
+		fmt.Fprintln(out)
+	}
+	if p.OutOfOrder > 0 {
+		fmt.Fprintf(out, "note: %s entries are older than one before them in the file; paced arrival inserts them late\n", thousands(p.OutOfOrder))
+	}
+}
+
+func listSkipped(out io.Writer, p *Plan) {
+	for _, s := range p.Skipped {
+		fmt.Fprintf(out, "skipped %s:%d: %s\n", s.File, s.Line, s.Error)
+	}
+	if n := p.SkippedTotal - int64(len(p.Skipped)); n > 0 {
+		fmt.Fprintf(out, "... and %d more skipped\n", n)
+	}
+}

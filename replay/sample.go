@@ -1,0 +1,127 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/scorerefresh/scorerefresh/metrics"
+)
+
+// Sample is one row of a drain's timeline.
+type Sample struct {
+	T     float64 // seconds since the drain began
+	Depth int64   // queue entries (see Measured)
+	// Measured is set when Depth and OldestAge were queried this time.
+	// Otherwise Depth is derived from the last measurement and the counters
+	// since (arrived − acknowledged − dead-lettered), and OldestAge is -1.
+	Measured    bool
+	OldestAge   float64 // seconds since the oldest entry was enqueued; -1 when not measured
+	Acked       float64 // entries acknowledged since the drain began
+	AckedPerSec float64 // over the interval since the previous sample
+	Refreshes   float64 // successful refreshes since the drain began
+	DeadLetters float64 // entries dead-lettered since the drain began
+	Arrived     int64   // queue entries inserted so far by the replay
+}
+
+// sampler takes timeline samples. Counters come from the consumer's metrics
+// in-process; depth and oldest age are two queries on the queue. On MongoDB
+// they cost a millisecond; on a server that scans whole collections
+// (FerretDB: half a second each at 20,000 entries) they would compete with
+// the drain they measure, so a query that took more than a fifth of the
+// interval is repeated only after five times its cost, and the samples in
+// between derive the depth from the counters. A derived depth of zero is
+// always checked by a query: only a measured zero ends a drain.
+type sampler struct {
+	queue    *mongo.Collection
+	m        *metrics.Consumer
+	arrived  func() int64
+	start    time.Time
+	base     counters
+	prev     Sample
+	measured Sample // the last measured sample
+	nextScan time.Time
+}
+
+type counters struct{ acked, refreshes, deadLetters float64 }
+
+func readCounters(m *metrics.Consumer) counters {
+	return counters{
+		acked:     metrics.Read(m.EntriesAcked),
+		refreshes: metrics.Read(m.Refreshes.WithLabelValues(metrics.OutcomeOK)),
+		deadLetters: metrics.Read(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonMalformed)) +
+			metrics.Read(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonMaxAttempts)),
+	}
+}
+
+func newSampler(queue *mongo.Collection, m *metrics.Consumer, arrived func() int64, start time.Time) *sampler {
+	if arrived == nil {
+		arrived = func() int64 { return 0 }
+	}
+	return &sampler{queue: queue, m: m, arrived: arrived, start: start, base: readCounters(m)}
+}
+
+// runOnce takes the sample for now. force measures the queue even when the
+// budget says to wait (the drain's final figures).
+func (s *sampler) runOnce(ctx context.Context, now time.Time, force bool) (Sample, error) {
+	c := readCounters(s.m)
+	smp := Sample{
+		T:           now.Sub(s.start).Seconds(),
+		OldestAge:   -1,
+		Acked:       c.acked - s.base.acked,
+		Refreshes:   c.refreshes - s.base.refreshes,
+		DeadLetters: c.deadLetters - s.base.deadLetters,
+		Arrived:     s.arrived(),
+	}
+	if dt := smp.T - s.prev.T; dt > 0 {
+		smp.AckedPerSec = (smp.Acked - s.prev.Acked) / dt
+	}
+	m := s.measured
+	smp.Depth = max(0, m.Depth+(smp.Arrived-m.Arrived)-int64(smp.Acked-m.Acked)-int64(smp.DeadLetters-m.DeadLetters))
+	s.prev = smp
+	if !force && now.Before(s.nextScan) && smp.Depth > 0 {
+		return smp, nil
+	}
+	began := time.Now()
+	depth, oldest, err := queueState(ctx, s.queue, now)
+	if err != nil {
+		return smp, err
+	}
+	if cost := time.Since(began); cost > 0 {
+		s.nextScan = now.Add(5 * cost)
+	}
+	smp.Depth, smp.OldestAge, smp.Measured = depth, oldest.Seconds(), true
+	s.prev, s.measured = smp, smp
+	return smp, nil
+}
+
+// queueState returns the queue's depth and its oldest entry's age. The depth
+// is the server's estimated count: metadata on MongoDB, where counting
+// documents would walk the whole collection every second.
+func queueState(ctx context.Context, q *mongo.Collection, now time.Time) (int64, time.Duration, error) {
+	depth, err := q.EstimatedDocumentCount(ctx)
+	if err != nil || depth == 0 {
+		return depth, 0, err
+	}
+	// The consumer's claim index is {createdAt, _id, username}: this is
+	// its first key. Entries without createdAt sort first and are dated by
+	// their ObjectId, as the consumer dates them.
+	raw, err := q.FindOne(ctx, bson.D{}, options.FindOne().
+		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
+		SetProjection(bson.D{{Key: "createdAt", Value: 1}})).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return depth, 0, err
+	}
+	at := inspectEntry(raw).createdAt
+	if at.IsZero() {
+		return depth, 0, nil
+	}
+	return depth, max(now.Sub(at), 0), nil
+}

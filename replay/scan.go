@@ -1,0 +1,150 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/scorerefresh/scorerefresh/pkg/extjson"
+)
+
+// MaxListedSkips caps the skipped lines a report lists one by one; all of
+// them are counted.
+const MaxListedSkips = 1000
+
+// SkippedLine is a document --skip-bad left out.
+type SkippedLine struct {
+	File  string `json:"file"`
+	Line  int    `json:"line"`
+	Error string `json:"error"`
+}
+
+// FilePlan is what the scan found in one input file.
+type FilePlan struct {
+	InputFile
+	Documents int64 // documents that parse
+	Skipped   int64 // documents that do not (only with SkipBad)
+}
+
+// Plan is the result of reading every input file once before anything is
+// inserted, so that a bad line stops the load with nothing half-loaded, and
+// so --shift-to-now and --arrival original know the queue's time range.
+type Plan struct {
+	Files         []FilePlan
+	Entries       int64     // queue entries that parse
+	DistinctUsers int       // distinct usernames among them
+	First, Last   time.Time // oldest and newest enqueue time (createdAt, else the ObjectId's)
+	Untimed       int64     // entries with neither (the consumer dead-letters them)
+	OutOfOrder    int64     // entries older than one before them in the file: paced arrival inserts them late
+	Skipped       []SkippedLine
+	SkippedTotal  int64
+}
+
+// scan reads every file through. Without skipBad the first bad document is
+// an error naming its file and line; a document after which the reader cannot
+// resynchronise is an error either way.
+func scan(ctx context.Context, files []InputFile, skipBad bool, progress io.Writer) (*Plan, error) {
+	p := &Plan{}
+	users := map[string]struct{}{}
+	for _, f := range files {
+		fp := FilePlan{InputFile: f}
+		err := eachDocument(ctx, f.Path, progress, "checking", func(doc []byte, bad *extjson.Error) error {
+			if bad != nil {
+				if !skipBad || bad.Fatal {
+					return bad
+				}
+				fp.Skipped++
+				p.SkippedTotal++
+				if len(p.Skipped) < MaxListedSkips {
+					p.Skipped = append(p.Skipped, SkippedLine{File: bad.File, Line: bad.Line, Error: bad.Err.Error()})
+				}
+				return nil
+			}
+			fp.Documents++
+			if !f.Queue {
+				return nil
+			}
+			info := inspectEntry(doc)
+			if info.username != "" {
+				users[info.username] = struct{}{}
+			}
+			switch {
+			case info.createdAt.IsZero():
+				p.Untimed++
+			case p.First.IsZero() && p.Last.IsZero():
+				p.First, p.Last = info.createdAt, info.createdAt
+			default:
+				if info.createdAt.Before(p.Last) {
+					p.OutOfOrder++
+				}
+				p.First, p.Last = minTime(p.First, info.createdAt), maxTime(p.Last, info.createdAt)
+			}
+			return nil
+		})
+		if err != nil {
+			var bad *extjson.Error
+			if errors.As(err, &bad) && !bad.Fatal {
+				return nil, fmt.Errorf("%w\nnothing was loaded; fix the line or pass --skip-bad to leave out every such document and list them in the report", err)
+			}
+			if errors.As(err, &bad) {
+				return nil, fmt.Errorf("%w\nnothing was loaded", err)
+			}
+			return nil, err
+		}
+		if f.Queue {
+			p.Entries = fp.Documents
+		}
+		p.Files = append(p.Files, fp)
+	}
+	p.DistinctUsers = len(users)
+	return p, nil
+}
+
+// eachDocument calls fn for every document of the file at path, good or bad,
+// in order, with a progress line over the file's bytes.
+func eachDocument(ctx context.Context, path string, progress io.Writer, verb string, fn func(doc []byte, bad *extjson.Error) error) error {
+	in, err := extjson.Open(path)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	var n int64
+	p := StartProgress(progress, Meter{Label: verb + " " + path, Unit: "bytes read", Done: in.BytesRead, Total: in.Size})
+	defer p.Stop()
+	r := extjson.NewReader(in, path)
+	for {
+		if n++; n%1024 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		doc, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		var bad *extjson.Error
+		if err != nil && !errors.As(err, &bad) {
+			return fmt.Errorf("reading %s: %w", path, err)
+		}
+		if err := fn(doc, bad); err != nil {
+			return err
+		}
+		if bad != nil && bad.Fatal {
+			return nil
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

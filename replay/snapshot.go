@@ -1,0 +1,137 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/scorerefresh/scorerefresh/pkg/extjson"
+)
+
+// SnapshotConsistency is what a snapshot guarantees with writers running,
+// recorded in its manifest and in docs/replay.md.
+const SnapshotConsistency = "per-collection scan in _id order, not a point in time: " +
+	"queue entries are only inserted and deleted (the consumer's bookkeeping lives in the claims collection), " +
+	"so every entry present for the whole scan is written exactly once, and an entry enqueued or acknowledged " +
+	"during the scan may or may not be; the queue is read before the sources, and producers write sources " +
+	"before they enqueue, so every change a snapshotted entry announces is in the sources"
+
+// SnapshotConfig says what to snapshot and where.
+type SnapshotConfig struct {
+	DB       *mongo.Database
+	Queue    string    // the queue collection
+	Sources  []string  // source collections to take as well; empty: the queue only
+	Out      string    // a file (the queue only) or a directory (one file per collection and a manifest)
+	Gzip     bool      // gzip the files written into a directory (a file is gzipped when its name ends in .gz)
+	Relaxed  bool      // relaxed Extended JSON (mongoexport's default); canonical otherwise, which keeps int64 apart from int32
+	Origin   string    // recorded in the manifest, e.g. the redacted URI
+	Rules    string    // recorded in the manifest
+	Progress io.Writer // progress lines; nil: none
+	Now      func() time.Time
+}
+
+// Snapshot streams the queue, then the sources, to files, one document a
+// line, in constant memory whatever their size. Into a directory it also
+// writes a manifest, last, so a directory with a manifest is complete.
+func Snapshot(ctx context.Context, cfg SnapshotConfig) (*Manifest, error) {
+	now := time.Now
+	if cfg.Now != nil {
+		now = cfg.Now
+	}
+	m := &Manifest{Format: ManifestFormat, CreatedAt: now().UTC(), Origin: cfg.Origin, Database: cfg.DB.Name(),
+		Rules: cfg.Rules, Consistency: SnapshotConsistency}
+	if !isDirTarget(cfg.Out, len(cfg.Sources) > 0) {
+		f, err := exportCollection(ctx, cfg.DB.Collection(cfg.Queue), cfg.Out, !cfg.Relaxed, cfg.Progress)
+		if err != nil {
+			return nil, err
+		}
+		f.Queue = true
+		m.Files = append(m.Files, f)
+		return m, nil
+	}
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		return nil, err
+	}
+	ext := ".json"
+	if cfg.Gzip {
+		ext += ".gz"
+	}
+	colls := append([]string{cfg.Queue}, cfg.Sources...)
+	for i, name := range colls {
+		if i > 0 && name == cfg.Queue {
+			continue
+		}
+		f, err := exportCollection(ctx, cfg.DB.Collection(name), filepath.Join(cfg.Out, name+ext), !cfg.Relaxed, cfg.Progress)
+		if err != nil {
+			return nil, err
+		}
+		f.File, f.Queue = filepath.Base(f.File), i == 0
+		m.Files = append(m.Files, f)
+	}
+	return m, writeManifest(cfg.Out, m)
+}
+
+// isDirTarget tells a directory --out from a file one: sources need a
+// directory; otherwise an existing directory or a trailing slash says so.
+func isDirTarget(out string, withSources bool) bool {
+	if withSources || strings.HasSuffix(out, "/") || strings.HasSuffix(out, string(filepath.Separator)) {
+		return true
+	}
+	st, err := os.Stat(out)
+	return err == nil && st.IsDir()
+}
+
+// exportCollection writes one collection to path. The progress total is the
+// server's estimated count: cheap, and right enough for an ETA.
+func exportCollection(ctx context.Context, coll *mongo.Collection, path string, canonical bool, progress io.Writer) (ManifestFile, error) {
+	mf := ManifestFile{File: path, Collection: coll.Name()}
+	total, err := coll.EstimatedDocumentCount(ctx)
+	if err != nil {
+		return mf, fmt.Errorf("counting %s: %w", coll.Name(), err)
+	}
+	out, err := extjson.Create(path)
+	if err != nil {
+		return mf, err
+	}
+	defer out.Abort()
+	w := extjson.NewWriter(out, canonical)
+	var docs atomic.Int64
+	p := StartProgress(progress, Meter{
+		Label: "snapshot " + coll.Name(), Unit: "documents",
+		Done: docs.Load, Total: func() int64 { return total }, Bytes: out.BytesWritten,
+	})
+	defer p.Stop()
+	// Sorting on _id walks the _id index: no in-memory sort, and _id never
+	// changes, so no document is met twice (see SnapshotConsistency).
+	cur, err := coll.Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(1000))
+	if err != nil {
+		return mf, fmt.Errorf("reading %s: %w", coll.Name(), err)
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	for cur.Next(ctx) {
+		if err := w.Write(cur.Current); err != nil {
+			return mf, fmt.Errorf("%s: %w", path, err)
+		}
+		docs.Add(1)
+	}
+	if err := cur.Err(); err != nil {
+		return mf, fmt.Errorf("reading %s after %d documents: %w", coll.Name(), docs.Load(), err)
+	}
+	if err := w.Flush(); err != nil {
+		return mf, fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := out.Commit(); err != nil {
+		return mf, err
+	}
+	mf.Documents, mf.Bytes = docs.Load(), out.BytesWritten()
+	return mf, nil
+}
