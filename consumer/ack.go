@@ -11,6 +11,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
 )
@@ -41,8 +42,10 @@ type outcome struct {
 //
 // Every step is safe to repeat (deletes are idempotent, dead letters keep the
 // original _id, lease writes are fenced by the claim token), so a failed flush
-// is retried whole with backoff until it succeeds: nothing is dropped, and the
-// users stay held (and their leases renewed) until it does.
+// retries the steps not yet done, with backoff, until they succeed: nothing is
+// dropped, and the users stay held (and their leases renewed) until then. A
+// failing step does not hold up the others, and dead letters that keep
+// failing are postponed (see postponeDeadLetters).
 type completer struct {
 	queue       *mongo.Collection
 	leases      *leaseStore
@@ -55,6 +58,7 @@ type completer struct {
 	interval    time.Duration
 	batchSize   int
 	onSettled   func(users []lease) // the users are no longer held
+	afterFlush  func(err error)     // each flush attempt's outcome (readiness)
 
 	mu        sync.Mutex
 	outcomes  []outcome
@@ -135,10 +139,15 @@ func (c *completer) flushAll(ctx context.Context) error {
 		err := f.run(ctx)
 		if err == nil {
 			c.onSettled(f.settled)
+			c.afterFlush(nil)
 			return nil
 		}
 		c.metrics.AckFlushErrors.Inc()
+		c.afterFlush(err)
 		c.log.Error("flushing finished users failed; will retry", "op", "ack flush", "users", len(batch), "attempt", attempt, "err", err)
+		if attempt >= deadLetterTries && f.onlyDeadLettersLeft() {
+			f.postponeDeadLetters()
+		}
 		delay := Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}.Delay(attempt, nil)
 		select {
 		case <-ctx.Done():
@@ -155,6 +164,12 @@ func (c *completer) flushAll(ctx context.Context) error {
 	}
 }
 
+// deadLetterTries is how many flush attempts dead letters get before they are
+// postponed, so that a dead-letter write that cannot succeed (no insert
+// permission, a document too large for its deadLetter field) does not hold
+// up every acknowledgement behind it.
+const deadLetterTries = 5
+
 // flush is one batch on its way to MongoDB; each step remembers that it is
 // done so a retry does not repeat it.
 type flush struct {
@@ -165,7 +180,7 @@ type flush struct {
 	retries                             []retry
 	dead                                []deadLetter
 	deadDone, ackDone, releaseDone      bool
-	backOffDone                         bool
+	exhaustedDone, backOffDone          bool
 }
 
 func newFlush(batch []outcome, bad map[string]malformed, c *completer) *flush {
@@ -206,53 +221,123 @@ func newFlush(batch []outcome, bad map[string]malformed, c *completer) *flush {
 	return f
 }
 
+// run does every step not yet done. The steps are independent except that an
+// exhausted user's lease is released only once its entries are dead-lettered;
+// one failing step does not stop the others.
 func (f *flush) run(ctx context.Context) error {
 	c := f.c
+	var errs []error
 	if !f.deadDone {
 		counts, err := c.dead.move(ctx, f.dead, c.clock.Now())
 		for reason, n := range counts {
 			c.metrics.EntriesDeadLettered.WithLabelValues(reason).Add(float64(n))
 		}
 		if err != nil {
-			return err
+			errs = append(errs, err)
+		} else {
+			f.dead = nil // counted; a retry must not count them again
+			f.deadDone = true
 		}
-		f.dead = nil // counted; a retry must not count them again
-		f.deadDone = true
 	}
 	if !f.ackDone {
-		if len(f.ackIDs) > 0 {
-			res, err := c.queue.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: f.ackIDs}}}})
-			if err != nil {
-				return fmt.Errorf("acknowledging %d entries of %d users: %w", len(f.ackIDs), len(f.acked), err)
-			}
-			c.metrics.EntriesAcked.Add(float64(res.DeletedCount))
-			for _, n := range f.ackEntries {
-				c.metrics.CoalescedEntries.Observe(float64(n))
-			}
-			c.log.Debug("ack flush", "users", len(f.acked), "entries", res.DeletedCount)
+		if err := f.ack(ctx); err != nil {
+			errs = append(errs, err)
+		} else {
+			f.ackDone = true
 		}
-		f.ackDone = true
 	}
-	if !f.releaseDone {
-		all := append(append(append([]lease{}, f.acked...), f.exhausted...), f.releases...)
-		n, err := c.leases.release(ctx, all)
-		if err != nil {
-			return err
+	if !f.releaseDone && f.ackDone {
+		if err := f.release(ctx, append(append([]lease{}, f.acked...), f.releases...)); err != nil {
+			errs = append(errs, err)
+		} else {
+			f.releaseDone = true
 		}
-		if n < len(all) {
-			c.metrics.LeasesLost.Add(float64(len(all) - n))
-			c.log.Warn("leases were taken over while held (expired during a stall); those users may be refreshed twice, which is harmless",
-				"op", "ack flush", "released", n, "held", len(all))
+	}
+	if !f.exhaustedDone && f.deadDone {
+		if err := f.release(ctx, f.exhausted); err != nil {
+			errs = append(errs, err)
+		} else {
+			f.exhaustedDone = true
 		}
-		f.releaseDone = true
 	}
 	if !f.backOffDone {
 		if err := c.leases.backOff(ctx, f.retries); err != nil {
-			return err
+			errs = append(errs, err)
+		} else {
+			f.backOffDone = true
 		}
-		f.backOffDone = true
+	}
+	return errors.Join(errs...)
+}
+
+// ack deletes the acknowledged entries: one delete command, its $in split
+// into statements small enough for MongoDB's 16 MiB document limit.
+func (f *flush) ack(ctx context.Context) error {
+	c := f.c
+	if len(f.ackIDs) == 0 {
+		return nil
+	}
+	var models []mongo.WriteModel
+	for _, chunk := range chunks(f.ackIDs, maxInIDs) {
+		models = append(models, mongo.NewDeleteManyModel().SetFilter(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: chunk}}}}))
+	}
+	res, err := c.queue.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	if err != nil {
+		return fmt.Errorf("acknowledging %d entries of %d users: %w", len(f.ackIDs), len(f.acked), err)
+	}
+	c.metrics.EntriesAcked.Add(float64(res.DeletedCount))
+	for _, n := range f.ackEntries {
+		c.metrics.CoalescedEntries.Observe(float64(n))
+	}
+	c.log.Debug("ack flush", "users", len(f.acked), "entries", res.DeletedCount)
+	return nil
+}
+
+func (f *flush) release(ctx context.Context, leases []lease) error {
+	c := f.c
+	n, err := c.leases.release(ctx, leases)
+	if err != nil {
+		return err
+	}
+	if n < len(leases) {
+		c.metrics.LeasesLost.Add(float64(len(leases) - n))
+		c.log.Warn("leases were taken over while held (expired during a stall); those users may be refreshed twice, which is harmless",
+			"op", "ack flush", "released", n, "held", len(leases))
 	}
 	return nil
+}
+
+func (f *flush) onlyDeadLettersLeft() bool {
+	return !f.deadDone && f.ackDone && f.releaseDone && f.backOffDone
+}
+
+// postponeDeadLetters gives up on this batch's dead letters for now. The
+// entries stay in the queue, so nothing is lost: malformed ones come back
+// with the next claim round that sees them, and exhausted users back off
+// and are dead-lettered on their next failure.
+func (f *flush) postponeDeadLetters() {
+	c := f.c
+	c.log.Error("dead letters keep failing; postponed so acknowledgements can go on (the entries stay in the queue)",
+		"op", "dead letter", "entries", len(f.dead), "users", len(f.exhausted))
+	now := c.clock.Now()
+	for _, l := range f.exhausted {
+		f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(c.retryDelay.Delay(l.Attempts, nil)), err: "dead-lettering failed; postponed"})
+	}
+	f.exhausted, f.dead = nil, nil
+	f.deadDone, f.exhaustedDone, f.backOffDone = true, true, false
+}
+
+// maxInIDs bounds one $in list: 50,000 ids of ~20 bytes stay far below the
+// 16 MiB a statement may hold.
+const maxInIDs = 50_000
+
+func chunks(ids bson.A, n int) []bson.A {
+	var out []bson.A
+	for len(ids) > n {
+		out = append(out, ids[:n])
+		ids = ids[n:]
+	}
+	return append(out, ids)
 }
 
 func truncate(s string, n int) string {

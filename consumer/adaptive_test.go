@@ -37,6 +37,7 @@ func TestAdaptiveLimiterFollowsItsPolicyAndReportsIt(t *testing.T) {
 	}
 	// MongoDB times out: emergency cut, the running work untouched.
 	a.ObserveRefresh(5*time.Second, true)
+	a.ObserveRefresh(5*time.Second, true)
 	a.decide()
 	if a.Limit() != 1 || a.InFlight() != 4 {
 		t.Fatalf("after overload: limit %d, in flight %d; want 1 and the 4 still running", a.Limit(), a.InFlight())

@@ -92,7 +92,9 @@ func (s *ChangeStreamSource) Run(ctx context.Context, wake func()) error {
 				wake()
 			}
 			err = stream.Err()
-			_ = stream.Close(context.WithoutCancel(ctx))
+			closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+			_ = stream.Close(closeCtx)
+			cancel()
 			if ctx.Err() != nil {
 				return nil
 			}

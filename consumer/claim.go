@@ -98,7 +98,9 @@ func (c *claimer) runOnce(ctx context.Context, room int, exclude map[string]stru
 		// Without the entries there is nothing to refresh: hand the users
 		// back now rather than make everyone wait out the lease. If this
 		// fails too, the leases simply expire.
-		_, _ = c.leases.release(ctx, won)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		_, _ = c.leases.release(rctx, won)
+		cancel()
 		return res, fmt.Errorf("absorbing entries of %d claimed users: %w", len(won), err)
 	}
 	res.works = works

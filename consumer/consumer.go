@@ -93,6 +93,10 @@ type Deps struct {
 	// the round's error (nil when it succeeded or had no room): the liveness
 	// watchdog's heartbeat and the readiness signal.
 	AfterClaim func(err error)
+	// AfterFlush, if set, is called after every ack flush attempt with its
+	// error (nil once a flush went through): the readiness signal of the
+	// acknowledging side.
+	AfterFlush func(err error)
 }
 
 // Consumer is one replica's pipeline. Several may share a queue.
@@ -158,9 +162,13 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 		interval:    cfg.AckInterval,
 		batchSize:   cfg.AckBatchSize,
 		onSettled:   c.settled,
+		afterFlush:  deps.AfterFlush,
 		malformed:   map[string]malformed{},
 		kick:        newSignal(),
 		rnd:         rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+	}
+	if c.completer.afterFlush == nil {
+		c.completer.afterFlush = func(error) {}
 	}
 	c.metrics.UsersInFlightCap.Set(float64(cfg.MaxUsersInFlight))
 	c.metrics.ConcurrencyLimit.Set(float64(c.limiter.Limit()))
@@ -265,7 +273,10 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 	if room <= 0 || !c.wantMore() {
 		return false, nil
 	}
-	opCtx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
+	// Once begun, a claim round finishes even if shutdown starts meanwhile:
+	// cancelled between its lease insert and its absorb, it would leave
+	// leases that everyone must wait out. Its own deadline still bounds it.
+	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.OpTimeout)
 	defer cancel()
 	start := time.Now()
 	c.mu.Lock()
@@ -312,6 +323,14 @@ func (c *Consumer) process(ctx, workCtx context.Context, w work) {
 		// Acknowledged by someone else between window and absorb.
 		c.dequeued()
 		c.completer.add(outcome{work: w, release: true})
+		return
+	}
+	if w.lease.Attempts >= c.cfg.MaxAttempts {
+		// Its holders kept dying mid-refresh (each takeover of an expired
+		// lease counts an attempt): refreshing it again would likely kill
+		// this consumer too.
+		c.dequeued()
+		c.completer.add(outcome{work: w, err: fmt.Errorf("%d consumers lost their lease on this user mid-refresh (crashed or hung); not refreshing it again", w.lease.Attempts)})
 		return
 	}
 	err := c.limiter.Acquire(ctx)
@@ -377,11 +396,20 @@ func (c *Consumer) settled(users []lease) {
 	c.roomWake()
 }
 
+// room is how many more users one claim round may take: up to
+// MAX_USERS_IN_FLIGHT held, and never more than LeadFactor × the current
+// refresh limit, so a limit cut by the adaptive policy does not leave dozens
+// of leases waiting behind one slot while other replicas have room.
 func (c *Consumer) room() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.cfg.MaxUsersInFlight - len(c.held)
+	return min(c.cfg.MaxUsersInFlight, leadFactor*c.limiter.Limit()) - len(c.held)
 }
+
+// leadFactor bounds held users to this many per refresh slot: one running
+// and three waiting keep every slot busy across a claim round's latency, and
+// with the defaults (16 × 4 = 64) it is exactly MAX_USERS_IN_FLIGHT.
+const leadFactor = 4
 
 // wantMore says whether a claim round is worth its cost now: there is room
 // for users, and fewer are waiting for a slot than there are slots. Claiming
@@ -392,7 +420,7 @@ func (c *Consumer) room() int {
 func (c *Consumer) wantMore() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.held) < c.cfg.MaxUsersInFlight && c.queued < c.limiter.Limit()
+	return len(c.held) < min(c.cfg.MaxUsersInFlight, leadFactor*c.limiter.Limit()) && c.queued < c.limiter.Limit()
 }
 
 // renewLoop extends every held lease a third of the way into its life, in one

@@ -277,3 +277,85 @@ func TestTransientFailuresNeverDeadLetter(t *testing.T) {
 		t.Errorf("acked = %v, want 1", got)
 	}
 }
+
+// TestFailingDeadLettersDoNotBlockAcks: a dead-letter write that cannot
+// succeed (here: a collection name the server refuses) must not hold up the
+// acknowledgement of everyone else, and must lose nothing.
+func TestFailingDeadLettersDoNotBlockAcks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.colls.DeadLetter = b.db.Collection("dead$letters") // '$' is not allowed in a collection name
+	if _, err := b.colls.Queue.InsertOne(t.Context(), bson.D{{Key: "_id", Value: "bad"}, {Key: "username", Value: 7}, {Key: "createdAt", Value: time.Now().Add(-time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
+	b.enqueue(t, "alice", "bob", "alice")
+	c, m := b.newConsumer(t, newRecorder(nil), consumerOpts{})
+	stop := start(t, c)
+	waitFor(t, "alice's and bob's entries to be acknowledged", func() bool {
+		return b.count(t, b.colls.Queue, bson.D{{Key: "username", Value: bson.D{{Key: "$in", Value: bson.A{"alice", "bob"}}}}}) == 0
+	})
+	if err := stop(); err != nil {
+		t.Logf("Run: %v (the final flush may still be failing on the dead letter)", err)
+	}
+	if n := b.count(t, b.colls.Queue, bson.D{{Key: "_id", Value: "bad"}}); n != 1 {
+		t.Errorf("the malformed entry is gone (%d left) although it was never dead-lettered", n)
+	}
+	if testutil.ToFloat64(m.AckFlushErrors) == 0 {
+		t.Error("no ack flush error counted")
+	}
+	if n := b.count(t, b.colls.Claims, nil); n != 0 {
+		t.Errorf("%d leases left", n)
+	}
+}
+
+func TestUserWhoseHoldersKeepDyingIsDeadLetteredWithoutARefresh(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.enqueue(t, "poison", "poison", "fine")
+	// Three consumers took this user and vanished: the third takeover
+	// recorded attempts = 3, and its lease has expired too.
+	if _, err := b.colls.Claims.InsertOne(t.Context(), bson.D{
+		{Key: "_id", Value: "poison"}, {Key: "token", Value: "gone"}, {Key: "attempts", Value: 2},
+		{Key: "leaseUntil", Value: time.Now().Add(-time.Minute)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder(nil)
+	c, m := b.newConsumer(t, rec, consumerOpts{cfg: Config{MaxAttempts: 3}})
+	stop := start(t, c)
+	b.waitDrained(t)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := rec.callsOf("poison"); n != 0 {
+		t.Errorf("poison refreshed %d times, want 0 (the takeover made it the 3rd lost lease)", n)
+	}
+	if got := testutil.ToFloat64(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonMaxAttempts)); got != 2 {
+		t.Errorf("dead-lettered max_attempts = %v, want 2", got)
+	}
+	if rec.callsOf("fine") != 1 {
+		t.Errorf("fine refreshed %d times, want 1", rec.callsOf("fine"))
+	}
+}
+
+func TestRefreshOutlivingItsDeadlineCountsAnAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.enqueue(t, "slow")
+	rec := newRecorder(func(ctx context.Context, user string, n int) error {
+		<-ctx.Done() // slower than any deadline
+		return ctx.Err()
+	})
+	c, m := b.newConsumer(t, rec, consumerOpts{cfg: Config{MaxAttempts: 2, RefreshTimeout: 20 * time.Millisecond}})
+	stop := start(t, c)
+	b.waitDrained(t)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := rec.callsOf("slow"); n != 2 {
+		t.Errorf("refreshes = %d, want 2 (MAX_ATTEMPTS): a refresh's own timeout is not a MongoDB outage", n)
+	}
+	if got := testutil.ToFloat64(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonMaxAttempts)); got != 1 {
+		t.Errorf("dead-lettered = %v, want 1", got)
+	}
+}

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"time"
@@ -58,7 +59,16 @@ func (c *Consumer) refreshOne(ctx context.Context, w work) (err error) {
 		c.metrics.RefreshDuration.Observe(c.clock.Now().Sub(start).Seconds())
 	}()
 	if err := c.refresher.Refresh(ctx, w.lease.User, start); err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			// The refresh's own deadline fired: this user's refresh is too
+			// slow, which retrying will not fix. Not a MongoDB outage.
+			return fmt.Errorf("%w after %s: %v", errRefreshTimeout, c.cfg.RefreshTimeout, err)
+		}
 		return fmt.Errorf("refreshing user: %w", err)
 	}
 	return nil
 }
+
+// errRefreshTimeout marks a refresh that outlived RefreshTimeout; it counts
+// towards MAX_ATTEMPTS although it looks like a timeout.
+var errRefreshTimeout = errors.New("refresh timed out")

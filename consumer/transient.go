@@ -23,7 +23,7 @@ var transientCodes = map[int32]bool{
 // is retried with backoff but never counts towards MAX_ATTEMPTS: an outage
 // must not dead-letter a healthy backlog.
 func transient(err error) bool {
-	if err == nil {
+	if err == nil || errors.Is(err, errRefreshTimeout) {
 		return false
 	}
 	if errors.Is(err, context.DeadlineExceeded) || mongo.IsTimeout(err) || mongo.IsNetworkError(err) {

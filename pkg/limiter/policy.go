@@ -99,7 +99,9 @@ func (p *Policy) Decide(saturated bool) (limit int, reason string, changed bool)
 	defer p.resetInterval()
 	old := p.limit
 	switch {
-	case p.checkoutBad > 0 || (p.samples > 0 && float64(p.overloads)/float64(p.samples) > p.cfg.ErrorRatio):
+	// Two signals at least: one failed checkout (a ping timing out) or one
+	// timed-out refresh in a quiet interval is not an overloaded server.
+	case p.checkoutBad >= 2 || (p.overloads >= 2 && float64(p.overloads)/float64(p.samples) > p.cfg.ErrorRatio):
 		p.limit, reason = p.cfg.Min, ReasonOverload
 		p.slow = 0
 	case p.samples >= p.cfg.MinSamples:

@@ -80,6 +80,7 @@ func TestEmergencyCutOnErrorsAndPoolExhaustion(t *testing.T) {
 				p.ObserveLatency(40*time.Millisecond, false)
 			}
 			p.ObserveCheckout(2*time.Second, true)
+			p.ObserveCheckout(2*time.Second, true)
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -149,6 +150,7 @@ func TestBoundsAreKept(t *testing.T) {
 	if p.Limit() != 5 {
 		t.Fatalf("limit %d, want at most 5", p.Limit())
 	}
+	p.ObserveLatency(time.Second, true)
 	p.ObserveLatency(time.Second, true)
 	if l, _, _ := p.Decide(true); l != 2 {
 		t.Fatalf("cut to %d, want the floor 2", l)

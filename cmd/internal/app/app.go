@@ -130,6 +130,13 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 		Metrics:   s.Metrics,
 		Logger:    log,
 		Wakeups:   append(opts.Wakeups, consumer.NewChangeStreamSource(s.Colls.Queue, consumer.ChangeStreamConfig{}, s.Metrics, log)),
+		AfterFlush: func(err error) {
+			if err != nil {
+				s.Health.Set("acknowledging", false, err.Error())
+			} else {
+				s.Health.Set("acknowledging", true, "")
+			}
+		},
 		AfterClaim: func(err error) {
 			beat.Beat()
 			if err != nil {

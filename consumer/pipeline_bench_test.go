@@ -1,0 +1,130 @@
+package consumer
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// Microbenchmarks of the pipeline's pure hot code, per claim round and per
+// ack flush at the default sizes (CLAIM_WINDOW 500, MAX_USERS_IN_FLIGHT 64,
+// ack batches of up to 100 users). Run with allocations:
+//
+//	go test -run '^$' -bench . -benchmem ./consumer
+//
+// docs/performance.md has the figures of this machine.
+
+// benchWindow is a claim window of n entries over users distinct users,
+// as the window query returns it (raw _id, username, createdAt).
+func benchWindow(n, users int) []rawEntry {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	raw := make([]rawEntry, n)
+	for i := range raw {
+		at := start.Add(time.Duration(i) * time.Millisecond)
+		raw[i] = rawEntry{
+			ID:        rawValue(bson.NewObjectIDFromTimestamp(at)),
+			Username:  rawValue(fmt.Sprintf("user-%05d", i%users)),
+			CreatedAt: rawValue(at),
+		}
+	}
+	return raw
+}
+
+func rawValue(v any) bson.RawValue {
+	t, data, err := bson.MarshalValue(v)
+	if err != nil {
+		panic(err)
+	}
+	return bson.RawValue{Type: t, Value: data}
+}
+
+// BenchmarkPickUsers is building a claim batch: the oldest window of 500
+// entries, up to 64 distinct users picked from it.
+func BenchmarkPickUsers(b *testing.B) {
+	for name, users := range map[string]int{"diverse": 500, "20users": 20, "firehose": 1} {
+		b.Run(name, func(b *testing.B) {
+			window := benchWindow(500, users)
+			b.ReportAllocs()
+			for b.Loop() {
+				picked, bad := pickUsers(window, 64)
+				if len(picked) == 0 || len(bad) != 0 {
+					b.Fatal(len(picked), len(bad))
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkGroupByUser is coalescing a window: the absorbed entries of the
+// users won, grouped into one batch per user.
+func BenchmarkGroupByUser(b *testing.B) {
+	for name, c := range map[string]struct{ entries, users int }{
+		"64users_500entries":    {500, 64},
+		"64users_5000entries":   {5000, 64},
+		"1user_20000entries":    {20000, 1},
+		"64users_64entries_new": {64, 64},
+	} {
+		b.Run(name, func(b *testing.B) {
+			raw := benchWindow(c.entries, c.users)
+			want := map[string]struct{}{}
+			for i := range c.users {
+				want[fmt.Sprintf("user-%05d", i)] = struct{}{}
+			}
+			b.ReportAllocs()
+			b.ReportMetric(float64(c.entries), "entries/op")
+			for b.Loop() {
+				byUser, _ := groupByUser(raw, want)
+				if len(byUser) != c.users {
+					b.Fatal(len(byUser))
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkParseEntry is the per-entry validation every window and absorb
+// runs.
+func BenchmarkParseEntry(b *testing.B) {
+	r := benchWindow(1, 1)[0]
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, m := parseEntry(r); m != nil {
+			b.Fatal(m.Detail)
+		}
+	}
+}
+
+// BenchmarkEncodeAck is encoding one ack flush of 100 users: the deleteMany
+// filter of their entries ({_id: {$in: [...]}}, 1 and 10 entries per user)
+// and the lease release filter (fenceFilter), as the driver marshals them.
+func BenchmarkEncodeAck(b *testing.B) {
+	leases := make([]lease, 100)
+	for i := range leases {
+		leases[i] = lease{User: fmt.Sprintf("user-%05d", i), Token: fmt.Sprintf("%024x", i/50)}
+	}
+	for _, perUser := range []int{1, 10} {
+		b.Run(fmt.Sprintf("entries_%dx100users", perUser), func(b *testing.B) {
+			window := benchWindow(100*perUser, 100)
+			b.ReportAllocs()
+			for b.Loop() {
+				ids := make(bson.A, 0, len(window))
+				for _, r := range window {
+					ids = append(ids, rawValueToAny(r.ID))
+				}
+				if _, err := bson.Marshal(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("fenceFilter_100leases", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := bson.Marshal(fenceFilter(leases)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
