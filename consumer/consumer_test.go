@@ -38,7 +38,9 @@ func setup(t *testing.T) *testBundle {
 			DeadLetter: db.Collection("score_events_dead"),
 		},
 	}
-	EnsureIndexes(t.Context(), b.colls, testLogger(t))
+	if _, err := EnsureIndexes(t.Context(), b.colls, testLogger(t)); err != nil {
+		t.Fatal(err)
+	}
 	return b
 }
 

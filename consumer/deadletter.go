@@ -39,13 +39,18 @@ func (d *deadLetterer) move(ctx context.Context, batch []deadLetter, now time.Ti
 	for i, b := range batch {
 		ids[i] = b.ID
 	}
-	cur, err := d.queue.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
-	if err != nil {
-		return nil, fmt.Errorf("reading %d entries to dead-letter: %w", len(batch), err)
-	}
 	var originals []bson.Raw
-	if err := cur.All(ctx, &originals); err != nil {
-		return nil, fmt.Errorf("reading %d entries to dead-letter: %w", len(batch), err)
+	for _, chunk := range chunks(ids, maxInIDs) {
+		cur, err := d.queue.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: chunk}}}},
+			options.Find().SetBatchSize(int32(len(chunk))))
+		if err != nil {
+			return nil, fmt.Errorf("reading %d entries to dead-letter: %w", len(batch), err)
+		}
+		var part []bson.Raw
+		if err := cur.All(ctx, &part); err != nil {
+			return nil, fmt.Errorf("reading %d entries to dead-letter: %w", len(batch), err)
+		}
+		originals = append(originals, part...)
 	}
 	if len(originals) == 0 {
 		return nil, nil
@@ -75,11 +80,19 @@ func (d *deadLetterer) move(ctx context.Context, batch []deadLetter, now time.Ti
 		if !errors.As(err, &bwe) || bwe.WriteConcernError != nil {
 			return nil, fmt.Errorf("inserting %d dead letters: %w", len(docs), err)
 		}
+		var dups []int
 		for _, we := range bwe.WriteErrors {
 			if !mongo.IsDuplicateKeyError(we) {
 				return nil, fmt.Errorf("inserting %d dead letters: %w", len(docs), err)
 			}
-			inserted[we.Index] = false // moved by an earlier run of this batch
+			dups = append(dups, we.Index)
+		}
+		moved, err := d.keepDistinct(ctx, originals, docs, dups)
+		if err != nil {
+			return nil, err
+		}
+		for _, i := range dups {
+			inserted[i] = !moved[i]
 		}
 	}
 	for i, ok := range inserted {
@@ -87,10 +100,100 @@ func (d *deadLetterer) move(ctx context.Context, batch []deadLetter, now time.Ti
 			counts[reasons[i]]++
 		}
 	}
-	if _, err := d.queue.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}); err != nil {
+	var deletes []mongo.WriteModel
+	for _, chunk := range chunks(ids, maxInIDs) {
+		deletes = append(deletes, mongo.NewDeleteManyModel().SetFilter(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: chunk}}}}))
+	}
+	if _, err := d.queue.BulkWrite(ctx, deletes, options.BulkWrite().SetOrdered(false)); err != nil {
 		return counts, fmt.Errorf("deleting %d dead-lettered entries from the queue: %w", len(ids), err)
 	}
 	return counts, nil
+}
+
+// keepDistinct sorts out duplicate keys on the dead-letter insert. Usually
+// the copy is there because an earlier run of this batch inserted it (moved).
+// But a producer may reuse an _id, or an operator may re-enqueue a dead letter
+// unchanged by _id: then the stored dead letter is a different document, and
+// this one is inserted under a fresh _id with deadLetter.originalId, rather
+// than deleted from the queue with no copy anywhere.
+func (d *deadLetterer) keepDistinct(ctx context.Context, originals []bson.Raw, docs []any, dups []int) (map[int]bool, error) {
+	ids := make(bson.A, len(dups))
+	for i, di := range dups {
+		ids[i] = originals[di].Lookup("_id")
+	}
+	cur, err := d.dead.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+	if err != nil {
+		return nil, fmt.Errorf("reading existing dead letters: %w", err)
+	}
+	var existing []bson.Raw
+	if err := cur.All(ctx, &existing); err != nil {
+		return nil, fmt.Errorf("reading existing dead letters: %w", err)
+	}
+	stored := make(map[string]bson.Raw, len(existing))
+	for _, e := range existing {
+		stored[idKey(e.Lookup("_id"))] = e
+	}
+	moved := make(map[int]bool, len(dups))
+	var renamed []any
+	for _, di := range dups {
+		orig := originals[di]
+		if same(stored[idKey(orig.Lookup("_id"))], orig) {
+			moved[di] = true
+			continue
+		}
+		doc, err := renamedDeadLetter(docs[di].(bson.Raw))
+		if err != nil {
+			return nil, err
+		}
+		renamed = append(renamed, doc)
+	}
+	if len(renamed) > 0 {
+		if _, err := d.dead.InsertMany(ctx, renamed); err != nil {
+			return nil, fmt.Errorf("inserting %d dead letters under fresh _ids: %w", len(renamed), err)
+		}
+	}
+	return moved, nil
+}
+
+// same reports whether a stored dead letter holds exactly the original's
+// fields, ignoring the deadLetter subdocument.
+func same(stored, orig bson.Raw) bool {
+	if stored == nil {
+		return false
+	}
+	strip := func(r bson.Raw) []byte {
+		elems, _ := r.Elements()
+		var b []byte
+		for _, e := range elems {
+			if e.Key() != "deadLetter" {
+				b = append(b, e...)
+			}
+		}
+		return b
+	}
+	return string(strip(stored)) == string(strip(orig))
+}
+
+// renamedDeadLetter gives a dead letter a fresh _id and records the original
+// in deadLetter.originalId.
+func renamedDeadLetter(doc bson.Raw) (bson.Raw, error) {
+	var d bson.D
+	if err := bson.Unmarshal(doc, &d); err != nil {
+		return nil, fmt.Errorf("decoding dead letter: %w", err)
+	}
+	var orig any
+	for i, e := range d {
+		switch e.Key {
+		case "_id":
+			orig = e.Value
+			d[i].Value = bson.NewObjectID()
+		case "deadLetter":
+			if sub, ok := e.Value.(bson.D); ok {
+				d[i].Value = append(sub, bson.E{Key: "originalId", Value: orig})
+			}
+		}
+	}
+	return bson.Marshal(d)
 }
 
 // withDeadLetter appends {deadLetter: {reason, at, attempts, error}} to the

@@ -359,3 +359,41 @@ func TestRefreshOutlivingItsDeadlineCountsAnAttempt(t *testing.T) {
 		t.Errorf("dead-lettered = %v, want 1", got)
 	}
 }
+
+func TestDeadLetterWithAReusedIDKeepsBothDocuments(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	// An earlier, different entry with the same _id is already a dead letter;
+	// another one was half-moved by a run that crashed before deleting it.
+	if _, err := b.colls.DeadLetter.InsertMany(ctx, []any{
+		bson.D{{Key: "_id", Value: "reused"}, {Key: "username", Value: 1}, {Key: "payload", Value: "old"}, {Key: "deadLetter", Value: bson.D{{Key: "reason", Value: "malformed"}}}},
+		bson.D{{Key: "_id", Value: "halfway"}, {Key: "username", Value: 2}, {Key: "deadLetter", Value: bson.D{{Key: "reason", Value: "malformed"}}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.colls.Queue.InsertMany(ctx, []any{
+		bson.D{{Key: "_id", Value: "reused"}, {Key: "username", Value: 1}, {Key: "payload", Value: "NEW"}},
+		bson.D{{Key: "_id", Value: "halfway"}, {Key: "username", Value: 2}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c, m := b.newConsumer(t, newRecorder(nil), consumerOpts{})
+	stop := start(t, c)
+	b.waitDrained(t)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, b.colls.DeadLetter, bson.D{{Key: "payload", Value: "NEW"}, {Key: "deadLetter.originalId", Value: "reused"}}); n != 1 {
+		t.Errorf("the new entry with a reused _id: %d dead letters with deadLetter.originalId, want 1", n)
+	}
+	if n := b.count(t, b.colls.DeadLetter, bson.D{{Key: "payload", Value: "old"}}); n != 1 {
+		t.Errorf("the old dead letter was lost")
+	}
+	if n := b.count(t, b.colls.DeadLetter, bson.D{{Key: "username", Value: 2}}); n != 1 {
+		t.Errorf("the half-moved entry has %d dead letters, want exactly 1", n)
+	}
+	if got := testutil.ToFloat64(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonMalformed)); got != 1 {
+		t.Errorf("dead-lettered = %v, want 1 (the half-moved one was counted by its first run)", got)
+	}
+}

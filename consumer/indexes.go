@@ -39,8 +39,13 @@ type indexSpec struct {
 // which optional index features the server has. It is idempotent and never
 // fatal: an index the server cannot build is skipped with one log line,
 // because every query stays correct without it, only slower.
-func EnsureIndexes(ctx context.Context, colls Collections, log *slog.Logger) Capabilities {
+//
+// The error is non-nil only when the server could not be reached: the caller
+// should call again later (index builds are idempotent), since a start during
+// an outage must not leave the queue unindexed for good.
+func EnsureIndexes(ctx context.Context, colls Collections, log *slog.Logger) (Capabilities, error) {
 	caps := Capabilities{TTLIndexes: true, PartialIndexes: true}
+	var unreachable error
 	leaseUntil := bson.D{{Key: "leaseUntil", Value: 1}}
 	specs := []indexSpec{
 		{coll: colls.Queue, model: mongo.IndexModel{Keys: bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}},
@@ -60,6 +65,10 @@ func EnsureIndexes(ctx context.Context, colls Collections, log *slog.Logger) Cap
 	}
 	for _, s := range specs {
 		name, err := s.coll.Indexes().CreateOne(ctx, s.model)
+		if transient(err) {
+			unreachable = fmt.Errorf("creating index on %s: %w", s.coll.Name(), err)
+			continue
+		}
 		if err != nil && s.fallback != nil {
 			caps.TTLIndexes = false
 			log.Info("index option not supported by this server; building the index without it", "collection", s.coll.Name(), "keys", fmt.Sprint(s.model.Keys), "err", err)
@@ -76,7 +85,7 @@ func EnsureIndexes(ctx context.Context, colls Collections, log *slog.Logger) Cap
 		}
 		log.Debug("index ready", "collection", s.coll.Name(), "index", name)
 	}
-	return caps
+	return caps, unreachable
 }
 
 // DetectChangeStreams reports whether the server can watch the queue, by

@@ -186,17 +186,38 @@ func (s *Service) Run(ctx context.Context) error {
 		bg.Go(func() { s.adaptive.Run(bgCtx) })
 	}
 
-	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	caps := consumer.EnsureIndexes(setupCtx, s.Colls, s.log)
-	caps.ChangeStreams = consumer.DetectChangeStreams(setupCtx, s.Colls.Queue)
-	cancel()
-	s.log.Info("server capabilities", "change_streams", caps.ChangeStreams, "ttl_indexes", caps.TTLIndexes, "partial_indexes", caps.PartialIndexes)
+	bg.Go(func() { s.setup(bgCtx) })
 
 	s.log.Info("consumer starting", "config", s.cfg, "rules", s.Rules.Source, "components", len(s.Rules.Components))
 	err := s.Consumer.Run(ctx)
 	stopBG()
 	bg.Wait()
 	return errors.Join(err, srvErr)
+}
+
+// setup creates the indexes and logs the server's capabilities once it is
+// reachable, retrying in the background: the consumer starts at once either
+// way (its queries are correct without indexes, only slower), and a start
+// during an outage must not leave the queue unindexed.
+func (s *Service) setup(ctx context.Context) {
+	for attempt := 1; ; attempt++ {
+		setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		caps, err := consumer.EnsureIndexes(setupCtx, s.Colls, s.log)
+		if err == nil {
+			caps.ChangeStreams = consumer.DetectChangeStreams(setupCtx, s.Colls.Queue)
+			cancel()
+			s.log.Info("server capabilities", "change_streams", caps.ChangeStreams, "ttl_indexes", caps.TTLIndexes, "partial_indexes", caps.PartialIndexes)
+			return
+		}
+		cancel()
+		delay := consumer.Backoff{Base: time.Second, Max: time.Minute}.Delay(attempt, nil)
+		s.log.Warn("creating indexes failed: MongoDB unreachable; retrying", "op", "create indexes", "attempt", attempt, "retry_in", delay, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
 }
 
 // pingLoop keeps the "mongodb" readiness condition current.
