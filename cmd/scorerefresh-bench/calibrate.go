@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/scorerefresh/scorerefresh/scoring"
+)
+
+// calibration is what the server costs on this machine, measured on a direct
+// connection (no proxy) with the bench's rules and data.
+type calibration struct {
+	// Kinds is the server's time per query of each kind, sequential and
+	// uncontended: the round trip on loopback is tens of microseconds, the
+	// rest is the server (and the driver's encoding, which MongoDB would cost
+	// too).
+	Kinds []queryKind `json:"query_kinds"`
+	// RoundTrips is the commands per refresh (12 components + OCC read + write).
+	RoundTrips float64 `json:"round_trips_per_refresh"`
+	// ServerMs is the mean server time of one refresh query.
+	ServerMs float64 `json:"server_ms_per_query"`
+	// QPS is the most refresh queries per second the server answered, with
+	// Workers refreshes at once (the best of the levels tried).
+	QPS     float64    `json:"max_queries_per_second"`
+	Workers int        `json:"workers_at_max"`
+	Levels  []qpsLevel `json:"qps_levels"`
+	RTTms   float64    `json:"rtt_ms"`
+	// ProxyRTTms is a ping's round trip through the proxy at RTTms with
+	// Conc pings at once: the network as the consumers see it (the proxy's
+	// goroutines, timers and the driver add a little to the nominal RTT).
+	ProxyRTTms float64       `json:"proxy_rtt_ms"`
+	Conc       int           `json:"concurrency"`
+	Bounds     refreshBounds `json:"bounds"`
+}
+
+type queryKind struct {
+	Kind  string  `json:"kind"` // command on collection
+	Count int     `json:"count"`
+	MeanM float64 `json:"mean_ms"`
+}
+
+type qpsLevel struct {
+	Workers int     `json:"workers"`
+	QPS     float64 `json:"qps"`
+}
+
+// refreshBounds are the two ceilings on refreshes per second.
+type refreshBounds struct {
+	// Latency is REFRESH_CONCURRENCY / (round trips × (RTT + server time)).
+	Latency float64 `json:"latency"`
+	// Server is queries per second / round trips.
+	Server float64 `json:"server"`
+	Lower  float64 `json:"lower"`
+	Which  string  `json:"binding"` // "latency" or "server"
+}
+
+// bounds at a nominal rtt: the proxy's measured overhead is added to it.
+func (c calibration) bounds(rtt time.Duration, concurrency int) refreshBounds {
+	overhead := max(0, c.ProxyRTTms-c.RTTms) / 1000
+	b := refreshBounds{
+		Latency: float64(concurrency) / (c.RoundTrips * (rtt.Seconds() + overhead + c.ServerMs/1000)),
+		Server:  c.QPS / c.RoundTrips,
+	}
+	b.Lower, b.Which = b.Latency, "latency"
+	if b.Server < b.Latency {
+		b.Lower, b.Which = b.Server, "server"
+	}
+	return b
+}
+
+// kindRecorder times commands by name and collection.
+type kindRecorder struct {
+	mu      sync.Mutex
+	started map[int64]string
+	total   map[string]time.Duration
+	count   map[string]int
+	all     atomic.Int64
+}
+
+func newKindRecorder() *kindRecorder {
+	return &kindRecorder{started: map[int64]string{}, total: map[string]time.Duration{}, count: map[string]int{}}
+}
+
+func (k *kindRecorder) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{
+		Started: func(_ context.Context, e *event.CommandStartedEvent) {
+			coll := ""
+			if v, err := e.Command.LookupErr(e.CommandName); err == nil {
+				coll, _ = v.StringValueOK()
+			}
+			k.mu.Lock()
+			k.started[e.RequestID] = e.CommandName + " " + coll
+			k.mu.Unlock()
+		},
+		Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) { k.done(e.RequestID, e.Duration) },
+		Failed:    func(_ context.Context, e *event.CommandFailedEvent) { k.done(e.RequestID, e.Duration) },
+	}
+}
+
+func (k *kindRecorder) done(id int64, d time.Duration) {
+	k.all.Add(1)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	kind := k.started[id]
+	delete(k.started, id)
+	k.total[kind] += d
+	k.count[kind]++
+}
+
+func (k *kindRecorder) reset() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.total, k.count = map[string]time.Duration{}, map[string]int{}
+	k.all.Store(0)
+}
+
+// calibrate measures the server: first `sequential` first-time refreshes one
+// after another (time per query of each kind), then refreshes with several
+// workers at once for d per level (queries per second).
+func (b *bench) calibrate(ctx context.Context, sequential int, d time.Duration) (calibration, error) {
+	rec := newKindRecorder()
+	client, err := mongo.Connect(options.Client().ApplyURI(b.srv.URI).SetMaxPoolSize(200).SetMaxConnecting(16).SetMonitor(rec.monitor()))
+	if err != nil {
+		return calibration{}, err
+	}
+	defer client.Disconnect(context.Background())
+	b.seq++
+	db := client.Database(fmt.Sprintf("bench%02d_calibrate", b.seq))
+	defer db.Drop(context.Background())
+	if err := seedSources(ctx, db, b.opts.sources, b.opts.pool, b.opts.seed); err != nil {
+		return calibration{}, err
+	}
+	refresher := scoring.NewRefresher(scoring.NewRecomputer(db, b.rules), scoring.NewStore(db.Collection("user_scores"), scoring.StoreConfig{}))
+	next := atomic.Int64{}
+	refresh := func() error {
+		// First-time refreshes of users of the pool, as in a diverse drain.
+		return refresher.Refresh(ctx, userName(int(next.Add(1))%b.opts.pool), time.Now())
+	}
+	// Warm up: connections, FerretDB's caches, the $max fallback detection.
+	for range 5 {
+		if err := refresh(); err != nil {
+			return calibration{}, err
+		}
+	}
+	rec.reset()
+	var c calibration
+	for range sequential {
+		if err := refresh(); err != nil {
+			return calibration{}, err
+		}
+	}
+	rec.mu.Lock()
+	var sum time.Duration
+	n := 0
+	for kind, t := range rec.total {
+		cnt := rec.count[kind]
+		c.Kinds = append(c.Kinds, queryKind{Kind: kind, Count: cnt, MeanM: ms(t) / float64(cnt)})
+		sum += t
+		n += cnt
+	}
+	rec.mu.Unlock()
+	sort.Slice(c.Kinds, func(i, j int) bool { return c.Kinds[i].Kind < c.Kinds[j].Kind })
+	c.RoundTrips = float64(n) / float64(sequential)
+	c.ServerMs = ms(sum) / float64(n)
+
+	// Throughput: the most queries per second at any of a few levels of
+	// concurrency (more workers than the server has cores, so it is busy).
+	for _, workers := range []int{4, 16, 48} {
+		rec.reset()
+		wctx, cancel := context.WithTimeout(ctx, d)
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		start := time.Now()
+		for range workers {
+			wg.Go(func() {
+				for wctx.Err() == nil {
+					if err := refresh(); err != nil && wctx.Err() == nil {
+						failed.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		cancel()
+		secs := time.Since(start).Seconds()
+		qps := float64(rec.all.Load()) / secs
+		c.Levels = append(c.Levels, qpsLevel{Workers: workers, QPS: qps})
+		if qps > c.QPS {
+			c.QPS, c.Workers = qps, workers
+		}
+		if ctx.Err() != nil {
+			return c, ctx.Err()
+		}
+	}
+	c.RTTms = ms(b.opts.rtt)
+	c.Conc = b.opts.concurrency
+	if c.ProxyRTTms, err = b.proxyRTT(ctx, b.opts.rtt, b.opts.concurrency); err != nil {
+		return c, err
+	}
+	c.Bounds = c.bounds(b.opts.rtt, b.opts.concurrency)
+	return c, nil
+}
+
+// proxyRTT is the mean round trip of a ping through the proxy at rtt, with
+// concurrency pings at once on one client (as a consumer's refreshes are).
+func (b *bench) proxyRTT(ctx context.Context, rtt time.Duration, concurrency int) (float64, error) {
+	b.proxy.SetDelay(rtt/2, rtt/2)
+	defer b.proxy.SetDelay(0, 0)
+	client, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + b.proxy.Addr() + "/?directConnection=true").
+		SetMaxPoolSize(uint64(concurrency + 5)).SetMinPoolSize(uint64(concurrency)))
+	if err != nil {
+		return 0, err
+	}
+	defer client.Disconnect(context.Background())
+	db := client.Database("admin")
+	ping := func(n int) (time.Duration, error) {
+		var wg sync.WaitGroup
+		var total atomic.Int64
+		var failed atomic.Value
+		for range concurrency {
+			wg.Go(func() {
+				for range n {
+					start := time.Now()
+					if err := db.RunCommand(ctx, bson.D{{Key: "ping", Value: 1}}).Err(); err != nil {
+						failed.Store(err)
+						return
+					}
+					total.Add(int64(time.Since(start)))
+				}
+			})
+		}
+		wg.Wait()
+		if err, ok := failed.Load().(error); ok {
+			return 0, err
+		}
+		return time.Duration(total.Load() / int64(concurrency*n)), nil
+	}
+	if _, err := ping(3); err != nil { // connections
+		return 0, err
+	}
+	d, err := ping(max(5, int(2*time.Second/max(rtt, time.Millisecond))))
+	return ms(d), err
+}
+
+// describe prints the calibration.
+func (c calibration) describe(logf func(string, ...any)) {
+	kinds := slices.Clone(c.Kinds)
+	for _, k := range kinds {
+		logf("    %-28s %5d × %6.2f ms", k.Kind, k.Count, k.MeanM)
+	}
+	logf("    %.1f round trips per refresh, %.2f ms server time per query", c.RoundTrips, c.ServerMs)
+	for _, l := range c.Levels {
+		logf("    %2d refreshes at once: %6.0f queries/s", l.Workers, l.QPS)
+	}
+	logf("    a ping through the proxy at RTT %.0f ms, %d at once: %.1f ms", c.RTTms, c.Conc, c.ProxyRTTms)
+	logf("    bounds at RTT %.1f ms (measured), REFRESH_CONCURRENCY %d: latency %.1f refreshes/s, server %.1f refreshes/s -> %s-bound (%.1f/s)",
+		c.ProxyRTTms, c.Conc, c.Bounds.Latency, c.Bounds.Server, c.Bounds.Which, c.Bounds.Lower)
+	if math.IsNaN(c.Bounds.Lower) {
+		logf("    (calibration produced no numbers)")
+	}
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/scorerefresh/scorerefresh/scoring"
+)
+
+// ReferenceBatch is how many of the oldest entries the replaced consumer took
+// per poll.
+const ReferenceBatch = 200
+
+// reference is the consumer scorerefresh replaces, reproduced for comparison
+// only: every poll it takes the oldest 200 pending entries, coalesces them by
+// username, refreshes each distinct user strictly one after another with the
+// same scoring code (scoring.Refresher: same rules, same queries, same OCC
+// write), then acknowledges the batch. It sleeps PollInterval only when the
+// queue is empty.
+//
+// The original marked its 200 entries claimed with an updateMany before
+// working on them; being the only consumer here, it just reads them, which
+// saves it a round trip per poll (and FerretDB's slow updateMany): every
+// difference from the original flatters the reference.
+type reference struct {
+	queue     *mongo.Collection
+	refresher *scoring.Refresher
+	poll      time.Duration
+	log       *slog.Logger
+
+	acked     atomic.Int64 // entries deleted after their batch
+	covered   atomic.Int64 // entries whose user's refresh has completed (acked at the end of the batch)
+	refreshes atomic.Int64 // successful refreshes
+	failures  atomic.Int64 // failed refreshes (their entries stay queued for the next poll)
+	// refreshNanos is the time spent in refreshes, successful or not.
+	refreshNanos atomic.Int64
+}
+
+func newReference(db *mongo.Database, rules *scoring.Rules, queue string, poll time.Duration, log *slog.Logger) *reference {
+	store := scoring.NewStore(db.Collection("user_scores"), scoring.StoreConfig{})
+	return &reference{
+		queue:     db.Collection(queue),
+		refresher: scoring.NewRefresher(scoring.NewRecomputer(db, rules), store),
+		poll:      poll,
+		log:       log,
+	}
+}
+
+// run drains until ctx ends.
+func (r *reference) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		n, err := r.pollOnce(ctx)
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn("reference poll failed", "err", err)
+		}
+		if n == 0 || err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(r.poll):
+			}
+		}
+	}
+}
+
+// pollOnce processes one batch and returns how many entries it held.
+func (r *reference) pollOnce(ctx context.Context) (int, error) {
+	cur, err := r.queue.Find(ctx, bson.D{},
+		options.Find().
+			SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
+			SetLimit(ReferenceBatch).SetBatchSize(ReferenceBatch).
+			SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}}))
+	if err != nil {
+		return 0, err
+	}
+	var batch []struct {
+		ID       bson.RawValue `bson:"_id"`
+		Username string        `bson:"username"`
+	}
+	if err := cur.All(ctx, &batch); err != nil {
+		return 0, err
+	}
+	// Coalesce by username, users in order of their oldest entry.
+	var order []string
+	ids := map[string][]any{}
+	for _, e := range batch {
+		if _, seen := ids[e.Username]; !seen {
+			order = append(order, e.Username)
+		}
+		ids[e.Username] = append(ids[e.Username], e.ID)
+	}
+	var ack bson.A
+	for _, u := range order {
+		if ctx.Err() != nil {
+			return len(batch), nil
+		}
+		start := time.Now()
+		err := r.refresher.Refresh(ctx, u, start)
+		r.refreshNanos.Add(int64(time.Since(start)))
+		if err != nil {
+			if ctx.Err() == nil {
+				r.failures.Add(1)
+				r.log.Warn("reference refresh failed", "err", err)
+			}
+			continue
+		}
+		r.refreshes.Add(1)
+		r.covered.Add(int64(len(ids[u])))
+		ack = append(ack, ids[u]...)
+	}
+	if len(ack) > 0 {
+		res, err := r.queue.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ack}}}})
+		if err != nil {
+			return len(batch), err
+		}
+		r.acked.Add(res.DeletedCount)
+	}
+	return len(batch), nil
+}

@@ -1,0 +1,271 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/FerretDB/FerretDB/ferretdb"
+
+	"github.com/scorerefresh/scorerefresh/pkg/embedmongo"
+)
+
+// Backends the bench can run FerretDB on.
+const (
+	backendAuto       = "auto"       // postgresql when a PostgreSQL server can be had, else sqlite
+	backendSQLite     = "sqlite"     // pkg/embedmongo: pushes down only {_id: x}
+	backendPostgreSQL = "postgresql" // pushes down equality filters, so a user's rows are found by PostgreSQL
+)
+
+// server is the MongoDB-compatible server every scenario runs against.
+type server struct {
+	Name  string // what the report says it was
+	URI   string // direct connection string (no proxy)
+	Addr  string // host:port, the proxy's target
+	close []func()
+}
+
+func (s *server) Close() {
+	for i := len(s.close) - 1; i >= 0; i-- {
+		s.close[i]()
+	}
+}
+
+// startServer starts FerretDB on the backend asked for. With postgresql and
+// no URL, it starts a throwaway PostgreSQL from the binaries on this machine
+// (initdb, postgres) in memory; auto falls back to sqlite when it cannot.
+func startServer(ctx context.Context, kind, pgURL string, log io.Writer) (*server, error) {
+	switch kind {
+	case backendSQLite:
+		return startSQLite(ctx)
+	case backendPostgreSQL, backendAuto:
+		s, err := startOnPostgres(ctx, pgURL)
+		if err == nil || kind == backendPostgreSQL {
+			return s, err
+		}
+		fmt.Fprintf(log, "no PostgreSQL for FerretDB (%v); using the SQLite handler\n", err)
+		return startSQLite(ctx)
+	}
+	return nil, fmt.Errorf("unknown backend %q (want auto, sqlite or postgresql)", kind)
+}
+
+func startSQLite(ctx context.Context) (*server, error) {
+	srv, err := embedmongo.Start(ctx, embedmongo.Config{})
+	if err != nil {
+		return nil, err
+	}
+	s := &server{Name: "FerretDB 1.24, SQLite handler (pkg/embedmongo, in process, data in /dev/shm)", URI: srv.URI()}
+	s.close = append(s.close, func() { _ = srv.Close() })
+	s.Addr, err = hostPort(srv.URI())
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func startOnPostgres(ctx context.Context, pgURL string) (*server, error) {
+	s := &server{}
+	version := "PostgreSQL at " + redactPG(pgURL)
+	if pgURL == "" {
+		pg, err := startPostgres(ctx)
+		if err != nil {
+			return nil, err
+		}
+		s.close = append(s.close, pg.stop)
+		pgURL, version = pg.url, pg.version+" (throwaway cluster in "+pg.dir+", fsync off)"
+	}
+	f, err := ferretdb.New(&ferretdb.Config{
+		Listener:      ferretdb.ListenerConfig{TCP: "127.0.0.1:0"},
+		Handler:       "postgresql",
+		PostgreSQLURL: pgURL,
+		Logger:        slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("starting FerretDB on PostgreSQL: %w", err)
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() { done <- f.Run(runCtx) }()
+	s.close = append(s.close, func() { cancel(); <-done })
+	s.URI = f.MongoDBURI() // blocks until the listener is bound
+	s.Name = "FerretDB 1.24, PostgreSQL handler (in process) on " + version
+	if s.Addr, err = hostPort(s.URI); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func hostPort(uri string) (string, error) {
+	rest, ok := strings.CutPrefix(uri, "mongodb://")
+	if !ok {
+		return "", fmt.Errorf("unexpected server URI %q", uri)
+	}
+	hp, _, _ := strings.Cut(rest, "/")
+	if _, _, err := net.SplitHostPort(hp); err != nil {
+		return "", fmt.Errorf("server URI %q: %w", uri, err)
+	}
+	return hp, nil
+}
+
+func redactPG(u string) string {
+	if i := strings.Index(u, "@"); i >= 0 {
+		if j := strings.Index(u, "://"); j >= 0 && j < i {
+			return u[:j+3] + "…" + u[i:]
+		}
+	}
+	return u
+}
+
+// postgres is a throwaway PostgreSQL cluster started for one bench run.
+type postgres struct {
+	url, dir, version string
+	stop              func()
+}
+
+// startPostgres runs initdb and postgres from PATH (or Debian's
+// /usr/lib/postgresql/*/bin) in a fresh directory under /dev/shm, on a free
+// loopback port, with durability off: a benchmark of the consumer, not of
+// the disk. PostgreSQL refuses to run as root, so as root it runs as the
+// "postgres" user.
+func startPostgres(ctx context.Context) (*postgres, error) {
+	bin, err := postgresBin()
+	if err != nil {
+		return nil, err
+	}
+	root := os.TempDir()
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		root = "/dev/shm"
+	}
+	dir, err := os.MkdirTemp(root, "scorerefresh-bench-pg-*")
+	if err != nil {
+		return nil, err
+	}
+	var cred *syscall.Credential
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("running as root and there is no postgres user to run PostgreSQL as: %w", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	command := func(name string, args ...string) *exec.Cmd {
+		c := exec.CommandContext(ctx, filepath.Join(bin, name), args...)
+		c.Dir = dir
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
+		return c
+	}
+	data := filepath.Join(dir, "data")
+	if out, err := command("initdb", "-D", data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8").CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("initdb: %v: %s", err, out)
+	}
+	port, err := freePort()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	logFile, err := os.Create(filepath.Join(dir, "postgres.log"))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	pg := command("postgres", "-D", data, "-k", dir, "-h", "127.0.0.1", "-p", strconv.Itoa(port),
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		"-c", "max_connections=200", "-c", "shared_buffers=256MB")
+	pg.Stdout, pg.Stderr = logFile, logFile
+	pg.Cancel = func() error { return pg.Process.Signal(syscall.SIGINT) } // fast shutdown
+	pg.WaitDelay = 10 * time.Second
+	if err := pg.Start(); err != nil {
+		logFile.Close()
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("starting postgres: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- pg.Wait() }()
+	stop := func() {
+		_ = pg.Process.Signal(syscall.SIGINT)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = pg.Process.Kill()
+			<-exited
+		}
+		logFile.Close()
+		os.RemoveAll(dir)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			break
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			stop()
+			return nil, fmt.Errorf("postgres exited at start: %v", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, errors.New("postgres did not accept connections within 30s")
+		}
+	}
+	version := "PostgreSQL"
+	if out, err := exec.Command(filepath.Join(bin, "postgres"), "--version").Output(); err == nil {
+		version = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "postgres (PostgreSQL) "))
+		version = "PostgreSQL " + version
+	}
+	// PostgreSQL accepts TCP slightly before it accepts logins; FerretDB's
+	// pool retries, so a short pause is enough.
+	time.Sleep(500 * time.Millisecond)
+	return &postgres{url: fmt.Sprintf("postgres://postgres@%s/postgres", addr), dir: dir, version: version, stop: stop}, nil
+}
+
+func postgresBin() (string, error) {
+	if p, err := exec.LookPath("postgres"); err == nil {
+		if _, err := exec.LookPath("initdb"); err == nil {
+			if r, err := filepath.EvalSymlinks(p); err == nil {
+				return filepath.Dir(r), nil
+			}
+			return filepath.Dir(p), nil
+		}
+	}
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/postgres")
+	if len(matches) > 0 {
+		return filepath.Dir(matches[len(matches)-1]), nil
+	}
+	return "", errors.New("no postgres and initdb binaries found (Debian: apt-get install postgresql)")
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
