@@ -65,6 +65,7 @@ type completer struct {
 	malformed map[string]malformed // by _id: the same bad entry seen by several claim rounds is moved once
 	kick      signal
 	rnd       *rand.Rand
+	carry     *flush // a flush cut short by shutdown, finished by the next flushAll
 }
 
 func (c *completer) add(o outcome) {
@@ -119,22 +120,41 @@ func (c *completer) run(ctx context.Context) {
 func (c *completer) pending() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.outcomes) + len(c.malformed)
+	n := len(c.outcomes) + len(c.malformed)
+	if c.carry != nil {
+		n += len(c.carry.settled)
+	}
+	return n
 }
 
 // flushAll flushes everything pending, retrying with backoff until it
 // succeeds or ctx ends. It returns the last error if ctx ended first.
 func (c *completer) flushAll(ctx context.Context) error {
 	c.mu.Lock()
+	carried := c.carry
+	c.carry = nil
 	batch := c.outcomes
 	bad := c.malformed
 	c.outcomes = nil
 	c.malformed = map[string]malformed{}
 	c.mu.Unlock()
+	if carried != nil {
+		// A flush cut short by shutdown: finish it with its steps' state,
+		// so nothing done is redone (or miscounted as a lost lease).
+		if err := c.settle(ctx, carried); err != nil {
+			c.handBack(batch, bad)
+			return err
+		}
+	}
 	if len(batch) == 0 && len(bad) == 0 {
 		return nil
 	}
-	f := newFlush(batch, bad, c)
+	return c.settle(ctx, newFlush(batch, bad, c))
+}
+
+// settle runs f until it succeeds or ctx ends; then f is kept for the next
+// flushAll (the final one at shutdown).
+func (c *completer) settle(ctx context.Context, f *flush) error {
 	for attempt := 1; ; attempt++ {
 		err := f.run(ctx)
 		if err == nil {
@@ -142,25 +162,35 @@ func (c *completer) flushAll(ctx context.Context) error {
 			c.afterFlush(nil)
 			return nil
 		}
-		c.metrics.AckFlushErrors.Inc()
-		c.afterFlush(err)
-		c.log.Error("flushing finished users failed; will retry", "op", "ack flush", "users", len(batch), "attempt", attempt, "err", err)
+		if ctx.Err() == nil {
+			// (A flush cut short by shutdown is not a failure: the final
+			// flush finishes it.)
+			c.metrics.AckFlushErrors.Inc()
+			c.afterFlush(err)
+			c.log.Error("flushing finished users failed; will retry", "op", "ack flush", "users", len(f.settled), "attempt", attempt, "err", err)
+		}
 		if attempt >= deadLetterTries && f.onlyDeadLettersLeft() {
 			f.postponeDeadLetters()
 		}
 		delay := Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}.Delay(attempt, nil)
 		select {
 		case <-ctx.Done():
-			// Hand the batch back so a final flush can still try it.
 			c.mu.Lock()
-			c.outcomes = append(batch, c.outcomes...)
-			for k, m := range bad {
-				c.malformed[k] = m
-			}
+			c.carry = f
 			c.mu.Unlock()
 			return errors.Join(err, ctx.Err())
 		case <-time.After(delay):
 		}
+	}
+}
+
+// handBack returns outcomes not yet flushed to the pending batch.
+func (c *completer) handBack(batch []outcome, bad map[string]malformed) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.outcomes = append(batch, c.outcomes...)
+	for k, m := range bad {
+		c.malformed[k] = m
 	}
 }
 
@@ -181,6 +211,7 @@ type flush struct {
 	dead                                []deadLetter
 	deadDone, ackDone, releaseDone      bool
 	exhaustedDone, backOffDone          bool
+	releaseTried, exhaustedTried        bool
 }
 
 func newFlush(batch []outcome, bad map[string]malformed, c *completer) *flush {
@@ -247,14 +278,14 @@ func (f *flush) run(ctx context.Context) error {
 		}
 	}
 	if !f.releaseDone && f.ackDone {
-		if err := f.release(ctx, append(append([]lease{}, f.acked...), f.releases...)); err != nil {
+		if err := f.release(ctx, append(append([]lease{}, f.acked...), f.releases...), &f.releaseTried); err != nil {
 			errs = append(errs, err)
 		} else {
 			f.releaseDone = true
 		}
 	}
 	if !f.exhaustedDone && f.deadDone {
-		if err := f.release(ctx, f.exhausted); err != nil {
+		if err := f.release(ctx, f.exhausted, &f.exhaustedTried); err != nil {
 			errs = append(errs, err)
 		} else {
 			f.exhaustedDone = true
@@ -293,13 +324,18 @@ func (f *flush) ack(ctx context.Context) error {
 	return nil
 }
 
-func (f *flush) release(ctx context.Context, leases []lease) error {
+// release deletes leases. Fewer deleted than held means leases were taken
+// over, but only on the first try: a retry after an error may find its own
+// earlier delete already done.
+func (f *flush) release(ctx context.Context, leases []lease, tried *bool) error {
 	c := f.c
+	first := !*tried
+	*tried = true
 	n, err := c.leases.release(ctx, leases)
 	if err != nil {
 		return err
 	}
-	if n < len(leases) {
+	if n < len(leases) && first {
 		c.metrics.LeasesLost.Add(float64(len(leases) - n))
 		c.log.Warn("leases were taken over while held (expired during a stall); those users may be refreshed twice, which is harmless",
 			"op", "ack flush", "released", n, "held", len(leases))

@@ -119,6 +119,11 @@ type Consumer struct {
 	mu     sync.Mutex
 	held   map[string]lease // users claimed and not yet settled: renewed, and never claimed twice
 	queued int              // held users waiting for a refresh slot
+	// backlog says the last claim round stopped for lack of room, not of
+	// work: only then is a freed slot worth a claim round of its own. With
+	// the queue caught up, new work announces itself (change stream, poll)
+	// and a claim per settled user would cost a round per refresh.
+	backlog bool
 }
 
 // New builds a consumer; it does nothing until Run.
@@ -312,7 +317,11 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 	// Go again at once only if this round made progress: a full window of
 	// malformed entries (waiting for their dead-letter flush) or of users
 	// other replicas just won would otherwise spin the loop.
-	return len(res.works) > 0 && (res.windowFull || len(res.works) == room), nil
+	more = len(res.works) > 0 && (res.windowFull || len(res.works) == room)
+	c.mu.Lock()
+	c.backlog = more
+	c.mu.Unlock()
+	return more, nil
 }
 
 // process waits for a refresh slot, refreshes and hands the outcome to the
@@ -377,7 +386,10 @@ func (c *Consumer) dequeued() {
 
 // roomWake wakes the claim loop when refreshers are about to run dry.
 func (c *Consumer) roomWake() {
-	if c.wantMore() {
+	c.mu.Lock()
+	backlog := c.backlog
+	c.mu.Unlock()
+	if backlog && c.wantMore() {
 		c.metrics.Wakeups.WithLabelValues(metrics.WakeupRoom).Inc()
 		c.wake.notify()
 	}
