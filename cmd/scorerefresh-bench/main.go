@@ -69,9 +69,11 @@ type benchOptions struct {
 	overload time.Duration
 
 	scale, scaleWarm, scaleRTT time.Duration
+
+	adaptiveOpts
 }
 
-var allScenarios = []string{"diverse", "firehose", "wedge", "recovery", "overload", "scale"}
+var allScenarios = []string{"diverse", "firehose", "wedge", "recovery", "overload", "scale", "adaptive"}
 
 func parseFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs := flag.NewFlagSet("scorerefresh-bench", flag.ContinueOnError)
@@ -108,6 +110,7 @@ func parseFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.DurationVar(&o.scale, "scale", 30*time.Second, "scenario 6: measurement window")
 	fs.DurationVar(&o.scaleWarm, "scale-warm", 5*time.Second, "scenario 6: warm-up before the window")
 	fs.DurationVar(&o.scaleRTT, "scale-rtt", 0, "scenario 6: RTT (0: the lowest multiple of 10 ms at which three processes stay latency-bound)")
+	adaptiveFlags(fs, &o.adaptiveOpts)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -140,6 +143,7 @@ func parseFlags(args []string, stderr io.Writer) (benchOptions, error) {
 		shrink("scale", func() { o.scale = 3 * time.Second })
 		shrink("scale-warm", func() { o.scaleWarm = time.Second })
 		shrink("scale-rtt", func() { o.scaleRTT = 10 * time.Millisecond })
+		shrinkAdaptive(shrink, &o.adaptiveOpts)
 	}
 	for _, s := range strings.Split(o.scenarios, ",") {
 		if !slices.Contains(allScenarios, strings.TrimSpace(s)) {
@@ -291,6 +295,7 @@ func benchmark(ctx context.Context, o benchOptions, environ []string, stdout io.
 		{"recovery", func() (err error) { rep.Recovery, err = b.recovery(ctx, srRate); return }},
 		{"overload", func() (err error) { rep.Overload, err = b.overload(ctx, srRate); return }},
 		{"scale", func() (err error) { rep.Scale, err = b.scale(ctx); return }},
+		{"adaptive", func() (err error) { rep.Adaptive, err = b.adaptive(ctx); return }},
 	}
 	for _, s := range steps {
 		if !want[s.name] {

@@ -32,6 +32,7 @@ type report struct {
 	Recovery    *recoveryResult   `json:"recovery,omitempty"`
 	Overload    []overloadLevel   `json:"overload,omitempty"`
 	Scale       *scaleResult      `json:"scale,omitempty"`
+	Adaptive    *adaptiveResult   `json:"adaptive,omitempty"`
 	Targets     []target          `json:"targets"`
 	Charts      map[string]string `json:"charts"`
 }
@@ -85,6 +86,9 @@ func sanitize(r *report) *report {
 	if c.Scale != nil {
 		fix(&c.Scale.Efficiency)
 	}
+	if c.Adaptive != nil {
+		fix(&c.Adaptive.Fraction)
+	}
 	for i := range c.Overload {
 		fix(&c.Overload[i].Goodput)
 	}
@@ -114,6 +118,9 @@ func (r *report) rows() [][]*runResult {
 	}
 	if r.Scale != nil {
 		rows = append(rows, []*runResult{r.Scale.One}, []*runResult{r.Scale.Three})
+	}
+	if r.Adaptive != nil {
+		rows = append(rows, r.Adaptive.runs()...)
 	}
 	return rows
 }
@@ -209,6 +216,9 @@ func (r *report) markdown() string {
 			x.RTTms, x.Entries, x.RateOne, x.RateThree, x.Efficiency, x.BoundsOne.Latency, x.LatencyThree, x.BoundsOne.Server)
 	}
 	w("")
+	if r.Adaptive != nil {
+		r.Adaptive.markdown(w)
+	}
 	w("## Targets")
 	w("")
 	w("| scenario | target | figure | verdict |")

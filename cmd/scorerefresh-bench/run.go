@@ -41,6 +41,8 @@ type runSpec struct {
 	max         time.Duration
 	// done ends the run early; nil runs until backlog is drained (or max).
 	done func(samples []sample) bool
+	// observe, when set, is called every 50 ms with the running consumer.
+	observe func(el time.Duration, c running)
 }
 
 // produce is a producer enqueueing at a constant rate.
@@ -194,6 +196,9 @@ loop:
 			res.Events[events[0].name] = el.Seconds()
 			b.logf("    %6.1fs  %s", el.Seconds(), events[0].name)
 			events = events[1:]
+		}
+		if spec.observe != nil {
+			spec.observe(el, c)
 		}
 		if spec.done == nil && c.progress() >= target && c.acked() >= target {
 			end = el

@@ -63,8 +63,9 @@ type Policy struct {
 	checkoutSum time.Duration
 	checkoutBad int
 
-	means []time.Duration // interval means, newest last, for the baseline
-	slow  int             // consecutive slow intervals
+	means     []time.Duration // interval means, newest last, for the baseline
+	slow      int             // consecutive slow intervals
+	saturated bool            // demand filled every slot since the last judgement
 }
 
 // NewPolicy starts at initial (clamped to the bounds).
@@ -95,16 +96,25 @@ func (p *Policy) ObserveCheckout(wait time.Duration, failed bool) {
 
 // Decide closes the interval. saturated says whether demand filled every
 // slot at some point in it (growing an unsaturated limit proves nothing).
+// An interval with fewer than MinSamples latencies (slow refreshes, a quiet
+// queue) is not judged: its samples carry over into the next, so a consumer
+// whose refreshes take seconds still gets decisions, just less often.
 func (p *Policy) Decide(saturated bool) (limit int, reason string, changed bool) {
-	defer p.resetInterval()
+	p.saturated = p.saturated || saturated
 	old := p.limit
+	overloaded := p.checkoutBad >= 2 || (p.overloads >= 2 && float64(p.overloads)/float64(p.samples) > p.cfg.ErrorRatio)
+	if !overloaded && p.samples < p.cfg.MinSamples {
+		return p.limit, "", false
+	}
+	defer p.resetInterval()
+	saturated = p.saturated
 	switch {
 	// Two signals at least: one failed checkout (a ping timing out) or one
 	// timed-out refresh in a quiet interval is not an overloaded server.
-	case p.checkoutBad >= 2 || (p.overloads >= 2 && float64(p.overloads)/float64(p.samples) > p.cfg.ErrorRatio):
+	case overloaded:
 		p.limit, reason = p.cfg.Min, ReasonOverload
 		p.slow = 0
-	case p.samples >= p.cfg.MinSamples:
+	default:
 		mean := p.latencySum / time.Duration(p.samples)
 		p.addMean(mean)
 		slowPool := p.checkouts > 0 && p.checkoutSum/time.Duration(p.checkouts) > p.cfg.MaxCheckoutWait
@@ -149,6 +159,7 @@ func (p *Policy) addMean(m time.Duration) {
 }
 
 func (p *Policy) resetInterval() {
+	p.saturated = false
 	p.samples, p.latencySum, p.overloads = 0, 0, 0
 	p.checkouts, p.checkoutSum, p.checkoutBad = 0, 0, 0
 }

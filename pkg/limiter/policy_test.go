@@ -156,3 +156,21 @@ func TestBoundsAreKept(t *testing.T) {
 		t.Fatalf("cut to %d, want the floor 2", l)
 	}
 }
+
+func TestSlowWorkAccumulatesSamplesAcrossIntervals(t *testing.T) {
+	t.Parallel()
+	p := NewPolicy(PolicyConfig{Max: 16, MinSamples: 5}, 4)
+	// Two refreshes a second: no interval alone has 5 samples, but every
+	// third interval has enough carried over to be judged.
+	grew := 0
+	for range 9 {
+		p.ObserveLatency(2*time.Second, false)
+		p.ObserveLatency(2*time.Second, false)
+		if _, reason, changed := p.Decide(true); changed && reason == ReasonHeadroom {
+			grew++
+		}
+	}
+	if grew != 3 {
+		t.Fatalf("grew %d times in 9 intervals of 2 samples, want 3 (one per 5+ samples)", grew)
+	}
+}

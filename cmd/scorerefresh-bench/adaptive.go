@@ -1,0 +1,347 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/scorerefresh/scorerefresh/cmd/internal/app"
+	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/pkg/faultproxy"
+)
+
+// adaptiveOpts are the flags of the adaptive scenario.
+type adaptiveOpts struct {
+	adaptiveKnee    int
+	adaptiveSlope   time.Duration
+	adaptiveCap     int
+	adaptiveEntries int
+	adaptiveDrain   time.Duration
+	adaptivePre     time.Duration
+	adaptiveSpike   time.Duration
+	adaptivePost    time.Duration
+	adaptiveFactor  float64
+	adaptiveScale   time.Duration
+}
+
+func adaptiveFlags(fs *flag.FlagSet, o *adaptiveOpts) {
+	fs.IntVar(&o.adaptiveKnee, "adaptive-knee", 6, "adaptive: busy connections the server serves without extra delay")
+	fs.DurationVar(&o.adaptiveSlope, "adaptive-slope", 15*time.Millisecond, "adaptive: extra delay per busy connection past the knee")
+	fs.IntVar(&o.adaptiveCap, "adaptive-cap", 16, "adaptive: REFRESH_CONCURRENCY (the adaptive limit's cap)")
+	fs.IntVar(&o.adaptiveEntries, "adaptive-entries", 4000, "adaptive: diverse backlog of each knee run (part a) and of the three-instance run (part c)")
+	fs.DurationVar(&o.adaptiveDrain, "adaptive-drain", 30*time.Second, "adaptive: each knee run (part a) lasts at most this long")
+	fs.DurationVar(&o.adaptivePre, "adaptive-pre", 20*time.Second, "adaptive: steady state before the spike (part b)")
+	fs.DurationVar(&o.adaptiveSpike, "adaptive-spike", 20*time.Second, "adaptive: how long the proxy delay is multiplied (part b)")
+	fs.DurationVar(&o.adaptivePost, "adaptive-post", 30*time.Second, "adaptive: how long the limit is watched after restore (part b)")
+	fs.Float64Var(&o.adaptiveFactor, "adaptive-factor", 10, "adaptive: delay multiplier of the spike (part b)")
+	fs.DurationVar(&o.adaptiveScale, "adaptive-scale", 30*time.Second, "adaptive: duration of the three-instance run (part c)")
+}
+
+func shrinkAdaptive(shrink func(string, func()), o *adaptiveOpts) {
+	shrink("adaptive-entries", func() { o.adaptiveEntries = 300 })
+	shrink("adaptive-drain", func() { o.adaptiveDrain = 2 * time.Second })
+	shrink("adaptive-pre", func() { o.adaptivePre = 2 * time.Second })
+	shrink("adaptive-spike", func() { o.adaptiveSpike = 2 * time.Second })
+	shrink("adaptive-post", func() { o.adaptivePost = 3 * time.Second })
+	shrink("adaptive-scale", func() { o.adaptiveScale = 2 * time.Second })
+}
+
+// limitSample is the adaptive limit of each instance at one moment.
+type limitSample struct {
+	T      float64   `json:"t"`
+	Limits []float64 `json:"limits"`
+}
+
+// adaptiveRun is one run of the scenario with what was sampled beside it.
+type adaptiveRun struct {
+	Label    string        `json:"label"`
+	Adaptive bool          `json:"adaptive"`
+	Run      *runResult    `json:"run"`
+	Limits   []limitSample `json:"limit_timeline,omitempty"`
+	MaxOpen  []float64     `json:"max_pool_open,omitempty"` // per instance
+}
+
+// adaptiveResult is the adaptive scenario.
+type adaptiveResult struct {
+	Knee      int     `json:"knee"`
+	SlopeMs   float64 `json:"slope_ms"`
+	RTTms     float64 `json:"rtt_ms"`
+	Cap       int     `json:"cap"`
+	Entries   int     `json:"entries"`
+	DrainSecs float64 `json:"drain_seconds"`
+	// Part a.
+	Fixed     []adaptiveRun `json:"fixed"`
+	Adapt     adaptiveRun   `json:"adaptive"`
+	BestFixed int           `json:"best_fixed_concurrency"`
+	BestRate  float64       `json:"best_fixed_rate"`
+	Fraction  float64       `json:"adaptive_fraction_of_best"`
+	// Part b.
+	Factor       float64     `json:"spike_factor"`
+	SpikeRate    float64     `json:"spike_arrival_rate"`
+	SpikeAt      float64     `json:"spike_at"`
+	RestoreAt    float64     `json:"restore_at"`
+	Spike        adaptiveRun `json:"spike"`
+	PreLimit     float64     `json:"pre_spike_limit"`
+	SpikeLimit   float64     `json:"min_limit_during_spike"`
+	CutAfter     float64     `json:"cut_seconds_after_spike"`       // -1: never cut
+	RecoverAfter float64     `json:"recover_seconds_after_restore"` // -1: not recovered
+	// Part c.
+	Three    adaptiveRun `json:"three"`
+	PoolSize int         `json:"pool_size"`
+}
+
+func (x *adaptiveResult) runs() [][]*runResult {
+	var rows [][]*runResult
+	for _, f := range x.Fixed {
+		rows = append(rows, []*runResult{f.Run})
+	}
+	for _, r := range []adaptiveRun{x.Adapt, x.Spike, x.Three} {
+		if r.Run != nil {
+			rows = append(rows, []*runResult{r.Run})
+		}
+	}
+	return rows
+}
+
+// knee is the server model: no extra delay up to knee busy connections,
+// then slope more for each one past it.
+func knee(k int, slope time.Duration) func(busy int) (time.Duration, time.Duration) {
+	return func(busy int) (time.Duration, time.Duration) {
+		if busy <= k {
+			return 0, 0
+		}
+		return slope * time.Duration(busy-k), 0
+	}
+}
+
+// withAdaptive runs f with ADAPTIVE_CONCURRENCY=true in the service's environment.
+func (b *bench) withAdaptive(f func() error) error {
+	saved := b.environ
+	b.environ = append(b.environ[:len(b.environ):len(b.environ)], "ADAPTIVE_CONCURRENCY=true")
+	defer func() { b.environ = saved }()
+	return f()
+}
+
+// observer samples each instance's limit once a second (adaptive only) and
+// its open connections every tick.
+func (r *adaptiveRun) observer() func(time.Duration, running) {
+	next := time.Duration(0)
+	return func(el time.Duration, c running) {
+		s, ok := c.(*scorerefresh)
+		if !ok {
+			return
+		}
+		if len(r.MaxOpen) < len(s.svcs) {
+			r.MaxOpen = make([]float64, len(s.svcs))
+		}
+		for i, svc := range s.svcs {
+			r.MaxOpen[i] = math.Max(r.MaxOpen[i], metrics.Read(svc.Mongo.PoolOpen))
+		}
+		if r.Adaptive && el >= next {
+			ls := limitSample{T: math.Round(el.Seconds()*10) / 10}
+			for _, svc := range s.svcs {
+				ls.Limits = append(ls.Limits, metrics.Read(svc.Metrics.ConcurrencyLimit))
+			}
+			r.Limits = append(r.Limits, ls)
+			next = el.Truncate(time.Second) + time.Second
+		}
+	}
+}
+
+func (b *bench) adaptive(ctx context.Context) (*adaptiveResult, error) {
+	o := b.opts.adaptiveOpts
+	x := &adaptiveResult{Knee: o.adaptiveKnee, SlopeMs: ms(o.adaptiveSlope), RTTms: ms(b.opts.rtt), Cap: o.adaptiveCap,
+		Entries: o.adaptiveEntries, DrainSecs: o.adaptiveDrain.Seconds()}
+	b.logf("\n== 7. adaptive concurrency: server with a knee at %d busy connections, +%s per connection past it; RTT %s; cap %d",
+		o.adaptiveKnee, o.adaptiveSlope, b.opts.rtt, o.adaptiveCap)
+	proxy, err := faultproxy.Start(context.Background(), faultproxy.Config{Target: b.srv.Addr, DelayFunc: knee(o.adaptiveKnee, o.adaptiveSlope)})
+	if err != nil {
+		return nil, err
+	}
+	defer proxy.Close()
+	saved := b.proxy
+	b.proxy = proxy
+	defer func() { b.proxy = saved }()
+
+	backlog := diverseBacklog(o.adaptiveEntries, time.Now(), b.opts.seed+2)
+	do := func(r *adaptiveRun, spec runSpec) error {
+		spec.observe = r.observer()
+		var err error
+		run := func() error { r.Run, err = b.run(ctx, spec); return err }
+		if r.Adaptive {
+			return b.withAdaptive(run)
+		}
+		return run()
+	}
+
+	// (a) Fixed limits against the adaptive one, on the same backlog.
+	for _, n := range []int{2, 4, 8, 16} {
+		r := adaptiveRun{Label: fmt.Sprintf("fixed %d", n)}
+		if err := do(&r, runSpec{scenario: fmt.Sprintf("adaptive-fixed%d", n), consumer: consumerScorerefresh, concurrency: n,
+			rtt: b.opts.rtt, backlog: backlog, max: o.adaptiveDrain}); err != nil {
+			return nil, err
+		}
+		x.Fixed = append(x.Fixed, r)
+		if r.Run.Rate > x.BestRate {
+			x.BestRate, x.BestFixed = r.Run.Rate, n
+		}
+	}
+	x.Adapt = adaptiveRun{Label: fmt.Sprintf("adaptive (cap %d)", o.adaptiveCap), Adaptive: true}
+	if err := do(&x.Adapt, runSpec{scenario: "adaptive-knee", consumer: consumerScorerefresh, concurrency: o.adaptiveCap,
+		rtt: b.opts.rtt, backlog: backlog, max: o.adaptiveDrain}); err != nil {
+		return nil, err
+	}
+	x.Fraction = math.NaN()
+	if x.BestRate > 0 {
+		x.Fraction = x.Adapt.Run.Rate / x.BestRate
+	}
+	b.logf("  best fixed: %d at %.1f/s; adaptive %.1f/s = %.2f of it; limit %s", x.BestFixed, x.BestRate, x.Adapt.Run.Rate, x.Fraction, limitTrace(x.Adapt.Limits, 0))
+
+	// (b) A spike of the delay under a steady producer.
+	pre, spike := o.adaptivePre, o.adaptiveSpike
+	x.SpikeAt, x.RestoreAt, x.Factor = pre.Seconds(), (pre + spike).Seconds(), o.adaptiveFactor
+	x.SpikeRate = 0.8 * math.Max(x.Adapt.Run.Rate, 1)
+	slow := time.Duration(float64(b.opts.rtt) * o.adaptiveFactor)
+	events := []timedEvent{
+		{at: pre, name: fmt.Sprintf("spike: RTT %s", slow), do: func() { b.proxy.SetDelay(slow/2, slow/2) }},
+		{at: pre + spike, name: fmt.Sprintf("restore: RTT %s", b.opts.rtt), do: func() { b.proxy.SetDelay(b.opts.rtt/2, b.opts.rtt/2) }},
+	}
+	x.Spike = adaptiveRun{Label: "spike", Adaptive: true}
+	if err := do(&x.Spike, runSpec{scenario: "adaptive-spike", consumer: consumerScorerefresh, concurrency: o.adaptiveCap, rtt: b.opts.rtt,
+		produce: &produce{rate: x.SpikeRate, pool: b.opts.pool}, events: events, max: pre + spike + o.adaptivePost, done: never}); err != nil {
+		return nil, err
+	}
+	x.PreLimit, x.SpikeLimit, x.CutAfter, x.RecoverAfter = spikeFigures(x.Spike.Limits, x.SpikeAt, x.RestoreAt)
+	b.logf("  spike: limit %.0f before, down to %.0f; cut %s, back %s; limit %s", x.PreLimit, x.SpikeLimit,
+		seconds(x.CutAfter, "after the spike"), seconds(x.RecoverAfter, "after restore"), limitTrace(x.Spike.Limits, 0))
+
+	// (c) Three instances: each client's pool stays within its size.
+	cfg, err := b.serviceConfig("x", o.adaptiveCap)
+	if err != nil {
+		return nil, err
+	}
+	x.PoolSize = int(app.PoolSize(cfg))
+	x.Three = adaptiveRun{Label: "three instances", Adaptive: true}
+	if err := do(&x.Three, runSpec{scenario: "adaptive-three", consumer: consumerScorerefresh, instances: 3, concurrency: o.adaptiveCap,
+		rtt: b.opts.rtt, backlog: backlog, max: o.adaptiveScale, done: never}); err != nil {
+		return nil, err
+	}
+	b.logf("  three instances: max open connections %v (pool size %d)", x.Three.MaxOpen, x.PoolSize)
+
+	poolOK := len(x.Three.MaxOpen) == 3
+	for _, m := range x.Three.MaxOpen {
+		poolOK = poolOK && m <= float64(x.PoolSize)
+	}
+	b.targets = append(b.targets,
+		target{Scenario: "7 adaptive", Target: "adaptive ≥ 0.9 × the best fixed REFRESH_CONCURRENCY past a load knee",
+			Figure: fmt.Sprintf("%.2f (adaptive %.1f/s vs fixed %d at %.1f/s; fixed %s)", x.Fraction, x.Adapt.Run.Rate, x.BestFixed, x.BestRate, fixedRates(x.Fixed)),
+			Value:  x.Fraction, Met: x.Fraction >= 0.9, Applies: true},
+		target{Scenario: "7 adaptive", Target: fmt.Sprintf("limit cut within seconds of a ×%.0f delay spike", o.adaptiveFactor),
+			Figure: fmt.Sprintf("limit %.0f → %.0f, cut %s", x.PreLimit, x.SpikeLimit, seconds(x.CutAfter, "after the spike")),
+			Value:  x.CutAfter, Met: x.CutAfter >= 0 && x.CutAfter <= 5, Applies: true},
+		target{Scenario: "7 adaptive", Target: "limit grows back after restore",
+			Figure: fmt.Sprintf("back to ≥ %.0f %s", x.PreLimit, seconds(x.RecoverAfter, "after restore")),
+			Value:  x.RecoverAfter, Met: x.RecoverAfter >= 0, Applies: x.CutAfter >= 0},
+		target{Scenario: "7 adaptive", Target: "three instances: no client opens more than its pool size",
+			Figure: fmt.Sprintf("max open %s; pool size %d (REFRESH_CONCURRENCY %d + %d)", floats(x.Three.MaxOpen), x.PoolSize, o.adaptiveCap, app.PoolOverhead),
+			Value:  maxOf(x.Three.MaxOpen), Met: poolOK, Applies: true},
+	)
+	return x, nil
+}
+
+// spikeFigures are the limit at the spike, its lowest during it, and the
+// seconds until it dropped below and grew back to the pre-spike limit.
+func spikeFigures(ls []limitSample, at, restore float64) (pre, low, cut, back float64) {
+	cut, back, low = -1, -1, math.Inf(1)
+	for _, s := range ls {
+		if s.T <= at {
+			pre = s.Limits[0]
+		}
+	}
+	for _, s := range ls {
+		l := s.Limits[0]
+		if s.T > at && s.T <= restore {
+			low = math.Min(low, l)
+			if cut < 0 && l < pre {
+				cut = s.T - at
+			}
+		}
+		if s.T >= restore && back < 0 && l >= pre {
+			back = s.T - restore
+		}
+	}
+	if math.IsInf(low, 1) {
+		low = pre
+	}
+	return
+}
+
+func limitTrace(ls []limitSample, i int) string {
+	var parts []string
+	for _, s := range ls {
+		if i < len(s.Limits) {
+			parts = append(parts, fmt.Sprintf("%.0f", s.Limits[i]))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func fixedRates(fs []adaptiveRun) string {
+	var parts []string
+	for _, f := range fs {
+		parts = append(parts, fmt.Sprintf("%d: %.1f/s", f.Run.Concurrency, f.Run.Rate))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func floats(v []float64) string {
+	var parts []string
+	for _, f := range v {
+		parts = append(parts, fmt.Sprintf("%.0f", f))
+	}
+	return strings.Join(parts, " / ")
+}
+
+func maxOf(v []float64) float64 {
+	m := 0.0
+	for _, f := range v {
+		m = math.Max(m, f)
+	}
+	return m
+}
+
+func (x *adaptiveResult) markdown(w func(string, ...any)) {
+	w("## Adaptive concurrency")
+	w("")
+	w("Server model: pkg/faultproxy DelayFunc adds no delay up to %d busy connections and %.0f ms per busy connection past them, on top of the %.0f ms RTT. Same %d-entry diverse backlog, each run at most %.0f s.",
+		x.Knee, x.SlopeMs, x.RTTms, x.Entries, x.DrainSecs)
+	w("")
+	w("(a) throughput past the knee:")
+	w("")
+	w("| REFRESH_CONCURRENCY | entries/s | mean refresh ms | refreshes running on average |")
+	w("|---|---:|---:|---:|")
+	for _, f := range append(append([]adaptiveRun{}, x.Fixed...), x.Adapt) {
+		if f.Run == nil {
+			continue
+		}
+		w("| %s | %.1f | %.0f | %.1f |", f.Label, f.Run.Rate, f.Run.MeanRefreshMs, f.Run.BusySlots)
+	}
+	w("")
+	w("Best fixed: %d at %.1f entries/s; adaptive: %.1f entries/s = **%.2f** of it (target ≥ 0.9).", x.BestFixed, x.BestRate, x.Adapt.Run.Rate, x.Fraction)
+	w("Adaptive limit, each second: %s.", limitTrace(x.Adapt.Limits, 0))
+	w("")
+	w("(b) delay ×%.0f from %.0f s to %.0f s, arrivals %.1f/s: limit %.0f before, lowest %.0f during; cut %s, back to %.0f %s.",
+		x.Factor, x.SpikeAt, x.RestoreAt, x.SpikeRate, x.PreLimit, x.SpikeLimit,
+		seconds(x.CutAfter, "after the spike"), x.PreLimit, seconds(x.RecoverAfter, "after restore"))
+	w("Limit, each second: %s.", limitTrace(x.Spike.Limits, 0))
+	w("")
+	w("(c) three instances (separate clients), adaptive on, cap %d: max open connections per client %s; pool size %d.",
+		x.Cap, floats(x.Three.MaxOpen), x.PoolSize)
+	for i := range x.Three.MaxOpen {
+		w("Instance %d limit, each second: %s.", i+1, limitTrace(x.Three.Limits, i))
+	}
+	w("")
+}
