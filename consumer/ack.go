@@ -301,16 +301,19 @@ func (f *flush) run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// ack deletes the acknowledged entries: one delete command, its $in split
-// into statements small enough for MongoDB's 16 MiB document limit.
+// ack deletes the acknowledged entries: one delete command (the driver
+// splits it only past maxWriteBatchSize) with one statement per _id rather
+// than one $in. On MongoDB both are an index lookup per entry; servers that
+// push only plain _id equality down to storage (FerretDB) would otherwise
+// scan the whole queue on every flush, many times a second.
 func (f *flush) ack(ctx context.Context) error {
 	c := f.c
 	if len(f.ackIDs) == 0 {
 		return nil
 	}
-	var models []mongo.WriteModel
-	for _, chunk := range chunks(f.ackIDs, maxInIDs) {
-		models = append(models, mongo.NewDeleteManyModel().SetFilter(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: chunk}}}}))
+	models := make([]mongo.WriteModel, len(f.ackIDs))
+	for i, id := range f.ackIDs {
+		models[i] = mongo.NewDeleteOneModel().SetFilter(bson.D{{Key: "_id", Value: id}})
 	}
 	res, err := c.queue.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 	if err != nil {

@@ -13,18 +13,32 @@ import (
 
 // AdaptiveLimiter is the Limiter behind ADAPTIVE_CONCURRENCY=true: a
 // resizable limit moved between 1 and REFRESH_CONCURRENCY by a
-// limiter.Policy fed with every refresh's latency and outcome and every
-// connection checkout's wait. Running refreshes are never interrupted by a
+// limiter.Policy fed with every refresh's latency and outcome, the age of
+// refreshes still running, every connection checkout's wait and, when
+// shared, the fleet's baseline. Running refreshes are never interrupted by a
 // smaller limit; it only admits fewer.
 type AdaptiveLimiter struct {
 	*limiter.Limiter
 	interval time.Duration
 	metrics  *metrics.Consumer
 	log      *slog.Logger
+	now      func() time.Time
 
 	mu        sync.Mutex
 	policy    *limiter.Policy
-	saturated bool // every slot was taken at some point this interval
+	saturated bool                 // every slot was taken at some point this interval
+	running   map[uint64]time.Time // start of every refresh in flight
+	nextID    uint64
+
+	fleet      BaselineExchange // nil: this replica judges alone
+	shareEvery time.Duration
+}
+
+// BaselineExchange shares latency baselines between the replicas on one
+// server: it publishes this replica's own and returns the lowest current
+// one of the fleet (this replica's included; 0 if none).
+type BaselineExchange interface {
+	Exchange(ctx context.Context, own time.Duration) (time.Duration, error)
 }
 
 // NewAdaptiveLimiter starts at max/4 (at least 1), a cautious guess that
@@ -42,6 +56,8 @@ func NewAdaptiveLimiter(max int, interval time.Duration, cfg limiter.PolicyConfi
 		metrics:  m,
 		log:      log,
 		policy:   limiter.NewPolicy(cfg, start),
+		now:      time.Now,
+		running:  map[uint64]time.Time{},
 	}
 	m.ConcurrencyLimit.Set(float64(start))
 	return a
@@ -60,12 +76,32 @@ func (a *AdaptiveLimiter) Acquire(ctx context.Context) error {
 	return nil
 }
 
-// ObserveRefresh feeds one refresh's latency; overload is a transient MongoDB
-// failure (unreachable, timing out, electing).
-func (a *AdaptiveLimiter) ObserveRefresh(d time.Duration, overload bool) {
+// ShareBaseline makes the limiter exchange baselines with the fleet every
+// period (default 10s) while it runs.
+func (a *AdaptiveLimiter) ShareBaseline(x BaselineExchange, every time.Duration) {
+	a.fleet, a.shareEvery = x, cmp.Or(every, 10*time.Second)
+}
+
+// RefreshStarted notes a refresh starting; the returned func reports its end:
+// overload for a transient MongoDB failure (unreachable, timing out,
+// electing), cancelled for one cut short by shutdown (its latency means
+// nothing).
+func (a *AdaptiveLimiter) RefreshStarted() (finished func(overload, cancelled bool)) {
 	a.mu.Lock()
-	a.policy.ObserveLatency(d, overload)
+	id := a.nextID
+	a.nextID++
+	start := a.now()
+	a.running[id] = start
 	a.mu.Unlock()
+	return func(overload, cancelled bool) {
+		d := a.now().Sub(start)
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		delete(a.running, id)
+		if !cancelled {
+			a.policy.ObserveLatency(d, overload)
+		}
+	}
 }
 
 // ObserveCheckout feeds a connection checkout from the driver's pool monitor.
@@ -75,22 +111,57 @@ func (a *AdaptiveLimiter) ObserveCheckout(wait time.Duration, failed bool) {
 	a.mu.Unlock()
 }
 
-// Run reconsiders the limit every interval until ctx ends.
+// Run reconsiders the limit every interval, and exchanges baselines with the
+// fleet if shared, until ctx ends.
 func (a *AdaptiveLimiter) Run(ctx context.Context) {
 	t := time.NewTicker(a.interval)
 	defer t.Stop()
+	var share <-chan time.Time
+	if a.fleet != nil {
+		s := time.NewTicker(a.shareEvery)
+		defer s.Stop()
+		share = s.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 			a.decide()
+		case <-share:
+			a.exchange(ctx)
 		}
 	}
 }
 
+// exchange publishes this replica's baseline and adopts the fleet's. A
+// failure keeps the last fleet figure: it only sharpens the judgement, and
+// the exchange is retried next period.
+func (a *AdaptiveLimiter) exchange(ctx context.Context) {
+	if a.fleet == nil {
+		return
+	}
+	a.mu.Lock()
+	own := a.policy.OwnBaseline()
+	a.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, a.shareEvery)
+	defer cancel()
+	fleet, err := a.fleet.Exchange(ctx, own)
+	if err != nil {
+		a.log.Warn("sharing the latency baseline with the fleet failed; judging with the last one", "op", "adaptive concurrency", "err", err)
+		return
+	}
+	a.mu.Lock()
+	a.policy.SetFleetBaseline(fleet)
+	a.mu.Unlock()
+}
+
 func (a *AdaptiveLimiter) decide() {
 	a.mu.Lock()
+	now := a.now()
+	for _, start := range a.running {
+		a.policy.ObserveRunning(now.Sub(start))
+	}
 	// Waiters mean demand exceeds the limit even if no Acquire saw the
 	// slots full this interval (they were full all along).
 	saturated := a.saturated || a.Waiting() > 0

@@ -53,8 +53,14 @@ type Config struct {
 	Owner          string        // written on leases for operators; default hostname:pid
 }
 
-func (c Config) withDefaults() Config {
+// DefaultOwner names this process on leases: hostname:pid (the pod name in
+// Kubernetes).
+func DefaultOwner() string {
 	host, _ := os.Hostname()
+	return fmt.Sprintf("%s:%d", host, os.Getpid())
+}
+
+func (c Config) withDefaults() Config {
 	c.ClaimWindow = cmp.Or(c.ClaimWindow, 500)
 	c.MaxUsersInFlight = cmp.Or(c.MaxUsersInFlight, 64)
 	c.LeaseDuration = cmp.Or(c.LeaseDuration, 60*time.Second)
@@ -66,14 +72,14 @@ func (c Config) withDefaults() Config {
 	c.AckInterval = cmp.Or(c.AckInterval, 50*time.Millisecond)
 	c.AckBatchSize = cmp.Or(c.AckBatchSize, 100)
 	c.OpTimeout = cmp.Or(c.OpTimeout, 30*time.Second)
-	c.Owner = cmp.Or(c.Owner, fmt.Sprintf("%s:%d", host, os.Getpid()))
+	c.Owner = cmp.Or(c.Owner, DefaultOwner())
 	return c
 }
 
-// refreshObserver is a Limiter that learns from refresh latencies and
-// outcomes (AdaptiveLimiter).
+// refreshObserver is a Limiter that learns from refreshes, running and
+// finished (AdaptiveLimiter).
 type refreshObserver interface {
-	ObserveRefresh(d time.Duration, overload bool)
+	RefreshStarted() (finished func(overload, cancelled bool))
 }
 
 // Collections are the MongoDB collections the consumer works on.
@@ -353,12 +359,13 @@ func (c *Consumer) process(ctx, workCtx context.Context, w work) {
 		c.completer.add(outcome{work: w, release: true})
 		return
 	}
-	started := time.Now()
+	finished := func(bool, bool) {}
+	if o, ok := c.limiter.(refreshObserver); ok {
+		finished = o.RefreshStarted()
+	}
 	err = c.refreshOne(workCtx, w)
 	c.limiter.Release()
-	if o, ok := c.limiter.(refreshObserver); ok && workCtx.Err() == nil {
-		o.ObserveRefresh(time.Since(started), transient(err))
-	}
+	finished(transient(err), workCtx.Err() != nil)
 	if err != nil && workCtx.Err() != nil {
 		// Cancelled by shutdown, not the user's fault: no attempt counted.
 		c.completer.add(outcome{work: w, release: true})

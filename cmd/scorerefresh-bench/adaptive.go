@@ -37,7 +37,7 @@ func adaptiveFlags(fs *flag.FlagSet, o *adaptiveOpts) {
 	fs.DurationVar(&o.adaptiveSpike, "adaptive-spike", 20*time.Second, "adaptive: how long the proxy delay is multiplied (part b)")
 	fs.DurationVar(&o.adaptivePost, "adaptive-post", 30*time.Second, "adaptive: how long the limit is watched after restore (part b)")
 	fs.Float64Var(&o.adaptiveFactor, "adaptive-factor", 10, "adaptive: delay multiplier of the spike (part b)")
-	fs.DurationVar(&o.adaptiveScale, "adaptive-scale", 30*time.Second, "adaptive: duration of the three-instance run (part c)")
+	fs.DurationVar(&o.adaptiveScale, "adaptive-scale", 60*time.Second, "adaptive: duration of the three-instance run (part c)")
 }
 
 func shrinkAdaptive(shrink func(string, func()), o *adaptiveOpts) {
@@ -89,8 +89,11 @@ type adaptiveResult struct {
 	CutAfter     float64     `json:"cut_seconds_after_spike"`       // -1: never cut
 	RecoverAfter float64     `json:"recover_seconds_after_restore"` // -1: not recovered
 	// Part c.
-	Three    adaptiveRun `json:"three"`
-	PoolSize int         `json:"pool_size"`
+	Three     adaptiveRun `json:"three"`
+	PoolSize  int         `json:"pool_size"`
+	MeanLimit []float64   `json:"three_mean_limits"` // per instance, second half of the run
+	Fairness  float64     `json:"three_fairness"`    // Jain's index of MeanLimit: 1 = equal shares
+	FleetFrac float64     `json:"three_fraction_of_one"`
 }
 
 func (x *adaptiveResult) runs() [][]*runResult {
@@ -229,7 +232,11 @@ func (b *bench) adaptive(ctx context.Context) (*adaptiveResult, error) {
 		rtt: b.opts.rtt, backlog: backlog, max: o.adaptiveScale, done: never}); err != nil {
 		return nil, err
 	}
-	b.logf("  three instances: max open connections %v (pool size %d)", x.Three.MaxOpen, x.PoolSize)
+	x.MeanLimit = meanLimits(x.Three.Limits, 3)
+	x.Fairness = jain(x.MeanLimit)
+	x.FleetFrac = x.Three.Run.Rate / math.Max(x.Adapt.Run.Rate, 1e-9)
+	b.logf("  three instances: max open connections %v (pool size %d); mean limits %s, fairness %.2f; %.1f entries/s together = %.2f of one adaptive instance",
+		x.Three.MaxOpen, x.PoolSize, floatsf(x.MeanLimit, "%.1f"), x.Fairness, x.Three.Run.Rate, x.FleetFrac)
 
 	poolOK := len(x.Three.MaxOpen) == 3
 	for _, m := range x.Three.MaxOpen {
@@ -248,6 +255,12 @@ func (b *bench) adaptive(ctx context.Context) (*adaptiveResult, error) {
 		target{Scenario: "7 adaptive", Target: "three instances: no client opens more than its pool size",
 			Figure: fmt.Sprintf("max open %s; pool size %d (REFRESH_CONCURRENCY %d + %d)", floats(x.Three.MaxOpen), x.PoolSize, o.adaptiveCap, app.PoolOverhead),
 			Value:  maxOf(x.Three.MaxOpen), Met: poolOK, Applies: true},
+		target{Scenario: "7 adaptive", Target: "three instances share the server: Jain's index of their mean limits ≥ 0.9",
+			Figure: fmt.Sprintf("%.2f (mean limits %s over the second half)", x.Fairness, floatsf(x.MeanLimit, "%.1f")),
+			Value:  x.Fairness, Met: x.Fairness >= 0.9, Applies: true},
+		target{Scenario: "7 adaptive", Target: "three instances together drain ≥ 0.9 × one adaptive instance (the server is the limit)",
+			Figure: fmt.Sprintf("%.2f (%.1f vs %.1f entries/s)", x.FleetFrac, x.Three.Run.Rate, x.Adapt.Run.Rate),
+			Value:  x.FleetFrac, Met: x.FleetFrac >= 0.9, Applies: true},
 	)
 	return x, nil
 }
@@ -279,6 +292,35 @@ func spikeFigures(ls []limitSample, at, restore float64) (pre, low, cut, back fl
 	return
 }
 
+// meanLimits is each of n instances' mean limit over the second half of
+// the samples: the first half is the search from the starting limit.
+func meanLimits(ls []limitSample, n int) []float64 {
+	out := make([]float64, n)
+	half := ls[len(ls)/2:]
+	for i := range out {
+		for _, s := range half {
+			if i < len(s.Limits) {
+				out[i] += s.Limits[i] / float64(len(half))
+			}
+		}
+	}
+	return out
+}
+
+// jain is Jain's fairness index: (Σx)² / (n·Σx²), 1 when all are equal,
+// 1/n when one has everything.
+func jain(x []float64) float64 {
+	var sum, sq float64
+	for _, v := range x {
+		sum += v
+		sq += v * v
+	}
+	if sq == 0 {
+		return math.NaN()
+	}
+	return sum * sum / (float64(len(x)) * sq)
+}
+
 func limitTrace(ls []limitSample, i int) string {
 	var parts []string
 	for _, s := range ls {
@@ -297,10 +339,12 @@ func fixedRates(fs []adaptiveRun) string {
 	return strings.Join(parts, ", ")
 }
 
-func floats(v []float64) string {
+func floats(v []float64) string { return floatsf(v, "%.0f") }
+
+func floatsf(v []float64, format string) string {
 	var parts []string
 	for _, f := range v {
-		parts = append(parts, fmt.Sprintf("%.0f", f))
+		parts = append(parts, fmt.Sprintf(format, f))
 	}
 	return strings.Join(parts, " / ")
 }
@@ -340,6 +384,8 @@ func (x *adaptiveResult) markdown(w func(string, ...any)) {
 	w("")
 	w("(c) three instances (separate clients), adaptive on, cap %d: max open connections per client %s; pool size %d.",
 		x.Cap, floats(x.Three.MaxOpen), x.PoolSize)
+	w("Mean limits over the second half %s: Jain's fairness index **%.2f** (1 = equal shares). Together %.1f entries/s = **%.2f** of one adaptive instance in (a).",
+		floatsf(x.MeanLimit, "%.1f"), x.Fairness, x.Three.Run.Rate, x.FleetFrac)
 	for i := range x.Three.MaxOpen {
 		w("Instance %d limit, each second: %s.", i+1, limitTrace(x.Three.Limits, i))
 	}

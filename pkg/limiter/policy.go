@@ -64,6 +64,7 @@ type Policy struct {
 	checkoutBad int
 
 	means     []time.Duration // interval means, newest last, for the baseline
+	fleet     time.Duration   // lowest baseline other replicas report; 0 = none
 	slow      int             // consecutive slow intervals
 	saturated bool            // demand filled every slot since the last judgement
 }
@@ -81,6 +82,17 @@ func (p *Policy) ObserveLatency(d time.Duration, overload bool) {
 	p.latencySum += d
 	if overload {
 		p.overloads++
+	}
+}
+
+// ObserveRunning records work still in flight after age. Work already
+// running longer than the slow threshold is known to be slow before it
+// finishes, so it counts as a sample of latency age: without it a latency
+// spike would be judged only once the slow work completes, seconds later.
+// Younger work says nothing yet and is ignored.
+func (p *Policy) ObserveRunning(age time.Duration) {
+	if b := p.Baseline(); b > 0 && float64(age) > float64(b)*p.cfg.Tolerance {
+		p.ObserveLatency(age, false)
 	}
 }
 
@@ -136,9 +148,21 @@ func (p *Policy) Decide(saturated bool) (limit int, reason string, changed bool)
 	return p.limit, reason, p.limit != old
 }
 
-// Baseline is the no-load latency the policy measures against: the lowest
-// interval mean in the window, zero before the first judged interval.
+// Baseline is the no-load latency the policy measures against: the lower of
+// its own (OwnBaseline) and the fleet's (SetFleetBaseline).
 func (p *Policy) Baseline() time.Duration {
+	own := p.OwnBaseline()
+	if p.fleet > 0 && (own == 0 || p.fleet < own) {
+		return p.fleet
+	}
+	return own
+}
+
+// OwnBaseline is the lowest interval mean this policy judged in its window,
+// zero before the first judged interval. It is what a replica shares with
+// the fleet: sharing Baseline instead would keep a departed replica's figure
+// alive for ever.
+func (p *Policy) OwnBaseline() time.Duration {
 	var b time.Duration
 	for i, m := range p.means {
 		if i == 0 || m < b {
@@ -147,6 +171,15 @@ func (p *Policy) Baseline() time.Duration {
 	}
 	return b
 }
+
+// SetFleetBaseline sets the lowest baseline the other replicas on the same
+// server report (0 = none). Replicas that each judged against their own
+// baseline would not share a server fairly: one that started while the
+// others loaded the server measures a higher "no-load" latency, so it keeps
+// growing while they see latency above theirs and shrink. Judged against
+// one baseline, they all see the same slow intervals and additive increase
+// with multiplicative decrease converges to equal shares.
+func (p *Policy) SetFleetBaseline(d time.Duration) { p.fleet = max(d, 0) }
 
 // Limit is the current decision.
 func (p *Policy) Limit() int { return p.limit }

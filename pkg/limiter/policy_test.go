@@ -174,3 +174,45 @@ func TestSlowWorkAccumulatesSamplesAcrossIntervals(t *testing.T) {
 		t.Fatalf("grew %d times in 9 intervals of 2 samples, want 3 (one per 5+ samples)", grew)
 	}
 }
+
+func TestRunningWorkPastTheThresholdIsJudgedBeforeItEnds(t *testing.T) {
+	t.Parallel()
+	p := NewPolicy(PolicyConfig{Max: 16}, 8)
+	run(p, 10, 40*time.Millisecond, true) // baseline 40ms; limit 9
+	// Young work says nothing: no samples, no judgement.
+	for range 10 {
+		p.ObserveRunning(50 * time.Millisecond)
+	}
+	if _, _, changed := p.Decide(true); changed {
+		t.Fatalf("limit changed on work younger than the slow threshold")
+	}
+	// Work stuck for 200ms (5× the baseline), none finished: two intervals cut.
+	for range 2 {
+		for range 9 {
+			p.ObserveRunning(200 * time.Millisecond)
+		}
+		p.Decide(true)
+	}
+	if l := p.Limit(); l >= 9 {
+		t.Fatalf("limit %d with every slot stuck at 5× the baseline, want a cut", l)
+	}
+}
+
+func TestFleetBaselineSetsTheBarWhenLower(t *testing.T) {
+	t.Parallel()
+	p := NewPolicy(PolicyConfig{Max: 16}, 8)
+	run(p, 10, 100*time.Millisecond, true)
+	p.SetFleetBaseline(200 * time.Millisecond)
+	if b := p.Baseline(); b != 100*time.Millisecond {
+		t.Fatalf("baseline %v with a higher fleet figure, want its own 100ms", b)
+	}
+	p.SetFleetBaseline(40 * time.Millisecond)
+	if b, own := p.Baseline(), p.OwnBaseline(); b != 40*time.Millisecond || own != 100*time.Millisecond {
+		t.Fatalf("baseline %v (own %v), want the fleet's 40ms and own 100ms", b, own)
+	}
+	before := p.Limit()
+	run(p, 10, 100*time.Millisecond, true)
+	if l, reason := run(p, 10, 100*time.Millisecond, true); l >= before || reason != ReasonLatency {
+		t.Fatalf("limit %d (%s) at 2.5× the fleet baseline, want a latency cut from %d", l, reason, before)
+	}
+}

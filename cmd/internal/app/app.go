@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/scorerefresh/scorerefresh/cmd/internal/config"
@@ -104,6 +105,12 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 			Claims:     db.Collection(cfg.ClaimsCollection),
 			DeadLetter: db.Collection(cfg.DeadLetterCollection),
 		},
+	}
+	if adaptive != nil {
+		// Unique per process, not per host: the bench and tests run several
+		// consumers in one process.
+		replica := consumer.DefaultOwner() + "/" + bson.NewObjectID().Hex()
+		adaptive.ShareBaseline(consumer.NewFleetBaselines(s.Colls.Claims, replica, 0), 10*time.Second)
 	}
 	s.Sampler = metrics.NewSampler(metrics.SamplerConfig{
 		Queue: s.Colls.Queue, DeadLetter: s.Colls.DeadLetter, Interval: cfg.SLIInterval,

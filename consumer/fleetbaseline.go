@@ -1,0 +1,73 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// FleetBaselines is the BaselineExchange of replicas sharing one claims
+// collection: each keeps one document there,
+//
+//	{_id: {adaptiveBaseline: <replica>}, baselineSeconds, at, leaseUntil: at - 1h}
+//
+// and reads everyone's. The subdocument _id cannot collide with a lease (a
+// lease's _id is the username, a string). leaseUntil lies an hour in the
+// past, so no claim round takes the document for a live lease even on a
+// replica whose clock is ahead, and the claims collection's TTL index
+// removes the documents of replicas gone for a day; where TTL indexes are
+// missing (FerretDB) they stay, ignored once stale.
+type FleetBaselines struct {
+	coll    *mongo.Collection
+	replica string
+	fresh   time.Duration
+	now     func() time.Time
+}
+
+// NewFleetBaselines shares through claims. replica names this process
+// uniquely (several consumers may share a host and pid in tests); baselines
+// older than fresh are ignored (default 2 minutes, the policy's window).
+func NewFleetBaselines(claims *mongo.Collection, replica string, fresh time.Duration) *FleetBaselines {
+	if fresh <= 0 {
+		fresh = 2 * time.Minute
+	}
+	return &FleetBaselines{coll: claims, replica: replica, fresh: fresh, now: time.Now}
+}
+
+// Exchange publishes own (unless zero: nothing measured yet) and returns the
+// lowest fresh baseline of the fleet: two round trips, every share period.
+func (f *FleetBaselines) Exchange(ctx context.Context, own time.Duration) (time.Duration, error) {
+	now := f.now()
+	if own > 0 {
+		_, err := f.coll.UpdateOne(ctx,
+			bson.D{{Key: "_id", Value: bson.D{{Key: "adaptiveBaseline", Value: f.replica}}}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "baselineSeconds", Value: own.Seconds()}, {Key: "at", Value: now}, {Key: "leaseUntil", Value: now.Add(-time.Hour)}}}},
+			options.UpdateOne().SetUpsert(true))
+		if err != nil {
+			return 0, fmt.Errorf("publishing this replica's latency baseline: %w", err)
+		}
+	}
+	cur, err := f.coll.Find(ctx,
+		bson.D{{Key: "baselineSeconds", Value: bson.D{{Key: "$gt", Value: 0}}}, {Key: "at", Value: bson.D{{Key: "$gt", Value: now.Add(-f.fresh)}}}},
+		options.Find().SetProjection(bson.D{{Key: "baselineSeconds", Value: 1}}))
+	if err != nil {
+		return 0, fmt.Errorf("reading the fleet's latency baselines: %w", err)
+	}
+	var docs []struct {
+		Seconds float64 `bson:"baselineSeconds"`
+	}
+	if err := cur.All(ctx, &docs); err != nil {
+		return 0, fmt.Errorf("reading the fleet's latency baselines: %w", err)
+	}
+	var low time.Duration
+	for _, d := range docs {
+		if b := time.Duration(d.Seconds * float64(time.Second)); low == 0 || b < low {
+			low = b
+		}
+	}
+	return low, nil
+}
