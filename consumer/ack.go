@@ -311,10 +311,7 @@ func (f *flush) ack(ctx context.Context) error {
 	if len(f.ackIDs) == 0 {
 		return nil
 	}
-	models := make([]mongo.WriteModel, len(f.ackIDs))
-	for i, id := range f.ackIDs {
-		models[i] = mongo.NewDeleteOneModel().SetFilter(bson.D{{Key: "_id", Value: id}})
-	}
+	models := ackStatements(f.ackIDs)
 	res, err := c.queue.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 	if err != nil {
 		return fmt.Errorf("acknowledging %d entries of %d users: %w", len(f.ackIDs), len(f.acked), err)
@@ -325,6 +322,15 @@ func (f *flush) ack(ctx context.Context) error {
 	}
 	c.log.Debug("ack flush", "users", len(f.acked), "entries", res.DeletedCount)
 	return nil
+}
+
+// ackStatements are the delete statements of one ack: one per entry, by _id.
+func ackStatements(ids bson.A) []mongo.WriteModel {
+	models := make([]mongo.WriteModel, len(ids))
+	for i, id := range ids {
+		models[i] = mongo.NewDeleteOneModel().SetFilter(bson.D{{Key: "_id", Value: id}})
+	}
+	return models
 }
 
 // release deletes leases. Fewer deleted than held means leases were taken

@@ -35,10 +35,16 @@ type AdaptiveLimiter struct {
 }
 
 // BaselineExchange shares latency baselines between the replicas on one
-// server: it publishes this replica's own and returns the lowest current
-// one of the fleet (this replica's included; 0 if none).
+// server: it publishes this replica's own and returns the fleet's view.
 type BaselineExchange interface {
-	Exchange(ctx context.Context, own time.Duration) (time.Duration, error)
+	Exchange(ctx context.Context, own time.Duration) (Fleet, error)
+}
+
+// Fleet is what the replicas on one server currently report: the lowest
+// baseline (0 if none) and how many report one.
+type Fleet struct {
+	Baseline time.Duration
+	Replicas int
 }
 
 // NewAdaptiveLimiter starts at max/4 (at least 1), a cautious guess that
@@ -118,6 +124,9 @@ func (a *AdaptiveLimiter) Run(ctx context.Context) {
 	defer t.Stop()
 	var share <-chan time.Time
 	if a.fleet != nil {
+		// A replica joining a running fleet learns its baseline and size
+		// before its first judgement, not a period later.
+		a.exchange(ctx)
 		s := time.NewTicker(a.shareEvery)
 		defer s.Stop()
 		share = s.C
@@ -152,7 +161,7 @@ func (a *AdaptiveLimiter) exchange(ctx context.Context) {
 		return
 	}
 	a.mu.Lock()
-	a.policy.SetFleetBaseline(fleet)
+	a.policy.SetFleet(fleet.Baseline, fleet.Replicas)
 	a.mu.Unlock()
 }
 

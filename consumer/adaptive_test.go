@@ -121,9 +121,9 @@ type fixedExchange struct {
 	published []time.Duration
 }
 
-func (f *fixedExchange) Exchange(_ context.Context, own time.Duration) (time.Duration, error) {
+func (f *fixedExchange) Exchange(_ context.Context, own time.Duration) (Fleet, error) {
 	f.published = append(f.published, own)
-	return min(f.fleet, own), nil
+	return Fleet{Baseline: min(f.fleet, own), Replicas: 1}, nil
 }
 
 // A replica that started while the server was loaded measured a high
@@ -177,24 +177,24 @@ func TestFleetBaselinesExchangeThroughTheClaimsCollection(t *testing.T) {
 	a.now, c.now = clock.now, clock.now
 	ctx := t.Context()
 
-	if got, err := a.Exchange(ctx, 0); err != nil || got != 0 {
-		t.Fatalf("empty fleet: %v, %v; want 0", got, err)
+	if got, err := a.Exchange(ctx, 0); err != nil || got != (Fleet{}) {
+		t.Fatalf("empty fleet: %+v, %v; want none", got, err)
 	}
-	if got, err := a.Exchange(ctx, 300*time.Millisecond); err != nil || got != 300*time.Millisecond {
-		t.Fatalf("a alone: %v, %v; want its own 300ms", got, err)
+	if got, err := a.Exchange(ctx, 300*time.Millisecond); err != nil || got != (Fleet{300 * time.Millisecond, 1}) {
+		t.Fatalf("a alone: %+v, %v; want its own 300ms, 1 replica", got, err)
 	}
 	b.cmds.take()
 	got, err := c.Exchange(ctx, 500*time.Millisecond)
-	if err != nil || got != 300*time.Millisecond {
-		t.Fatalf("c: %v, %v; want a's lower 300ms", got, err)
+	if err != nil || got != (Fleet{300 * time.Millisecond, 2}) {
+		t.Fatalf("c: %+v, %v; want a's lower 300ms, 2 replicas", got, err)
 	}
 	if cmds := b.cmds.take(); !maps.Equal(cmds, map[string]int{"update": 1, "find": 1}) {
 		t.Errorf("one exchange sent %v, want one update and one find", cmds)
 	}
 	// a goes away; its figure goes stale while c keeps publishing.
 	clock.advance(2 * time.Minute)
-	if got, err := c.Exchange(ctx, 500*time.Millisecond); err != nil || got != 500*time.Millisecond {
-		t.Fatalf("after a left: %v, %v; want c's own 500ms", got, err)
+	if got, err := c.Exchange(ctx, 500*time.Millisecond); err != nil || got != (Fleet{500 * time.Millisecond, 1}) {
+		t.Fatalf("after a left: %+v, %v; want c's own 500ms, 1 replica", got, err)
 	}
 	// Claiming does not take the documents for live leases.
 	b.enqueue(t, "u1")

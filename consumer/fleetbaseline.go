@@ -39,8 +39,9 @@ func NewFleetBaselines(claims *mongo.Collection, replica string, fresh time.Dura
 }
 
 // Exchange publishes own (unless zero: nothing measured yet) and returns the
-// lowest fresh baseline of the fleet: two round trips, every share period.
-func (f *FleetBaselines) Exchange(ctx context.Context, own time.Duration) (time.Duration, error) {
+// lowest fresh baseline of the fleet and how many replicas published one:
+// two round trips, every share period.
+func (f *FleetBaselines) Exchange(ctx context.Context, own time.Duration) (Fleet, error) {
 	now := f.now()
 	if own > 0 {
 		_, err := f.coll.UpdateOne(ctx,
@@ -48,26 +49,26 @@ func (f *FleetBaselines) Exchange(ctx context.Context, own time.Duration) (time.
 			bson.D{{Key: "$set", Value: bson.D{{Key: "baselineSeconds", Value: own.Seconds()}, {Key: "at", Value: now}, {Key: "leaseUntil", Value: now.Add(-time.Hour)}}}},
 			options.UpdateOne().SetUpsert(true))
 		if err != nil {
-			return 0, fmt.Errorf("publishing this replica's latency baseline: %w", err)
+			return Fleet{}, fmt.Errorf("publishing this replica's latency baseline: %w", err)
 		}
 	}
 	cur, err := f.coll.Find(ctx,
 		bson.D{{Key: "baselineSeconds", Value: bson.D{{Key: "$gt", Value: 0}}}, {Key: "at", Value: bson.D{{Key: "$gt", Value: now.Add(-f.fresh)}}}},
 		options.Find().SetProjection(bson.D{{Key: "baselineSeconds", Value: 1}}))
 	if err != nil {
-		return 0, fmt.Errorf("reading the fleet's latency baselines: %w", err)
+		return Fleet{}, fmt.Errorf("reading the fleet's latency baselines: %w", err)
 	}
 	var docs []struct {
 		Seconds float64 `bson:"baselineSeconds"`
 	}
 	if err := cur.All(ctx, &docs); err != nil {
-		return 0, fmt.Errorf("reading the fleet's latency baselines: %w", err)
+		return Fleet{}, fmt.Errorf("reading the fleet's latency baselines: %w", err)
 	}
-	var low time.Duration
+	fleet := Fleet{Replicas: len(docs)}
 	for _, d := range docs {
-		if b := time.Duration(d.Seconds * float64(time.Second)); low == 0 || b < low {
-			low = b
+		if b := time.Duration(d.Seconds * float64(time.Second)); fleet.Baseline == 0 || b < fleet.Baseline {
+			fleet.Baseline = b
 		}
 	}
-	return low, nil
+	return fleet, nil
 }

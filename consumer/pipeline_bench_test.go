@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 // Microbenchmarks of the pipeline's pure hot code, per claim round and per
@@ -96,9 +97,10 @@ func BenchmarkParseEntry(b *testing.B) {
 	}
 }
 
-// BenchmarkEncodeAck is encoding one ack flush of 100 users: the deleteMany
-// filter of their entries ({_id: {$in: [...]}}, 1 and 10 entries per user)
-// and the lease release filter (fenceFilter), as the driver marshals them.
+// BenchmarkEncodeAck is encoding one ack flush of 100 users: the delete
+// statements of their entries (one {_id: x} filter each, 1 and 10 entries
+// per user) and the lease release filter (fenceFilter), as the driver
+// marshals them.
 func BenchmarkEncodeAck(b *testing.B) {
 	leases := make([]lease, 100)
 	for i := range leases {
@@ -113,8 +115,10 @@ func BenchmarkEncodeAck(b *testing.B) {
 				for _, r := range window {
 					ids = append(ids, rawValueToAny(r.ID))
 				}
-				if _, err := bson.Marshal(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}); err != nil {
-					b.Fatal(err)
+				for _, m := range ackStatements(ids) {
+					if _, err := bson.Marshal(m.(*mongo.DeleteOneModel).Filter); err != nil {
+						b.Fatal(err)
+					}
 				}
 			}
 		})

@@ -53,7 +53,12 @@ const (
 // Policy is not safe for concurrent use; the caller serialises Observe* and
 // Decide (AdaptiveLimiter does).
 type Policy struct {
-	cfg   PolicyConfig
+	cfg PolicyConfig
+	// value is the limit before rounding down. Steps smaller than one slot
+	// (1/replicas up, × Backoff down) accumulate in it, so replicas at a few
+	// slots each still move smoothly and in proportion instead of jumping
+	// between integers in whatever order their timers fire.
+	value float64
 	limit int
 
 	samples     int
@@ -65,6 +70,7 @@ type Policy struct {
 
 	means     []time.Duration // interval means, newest last, for the baseline
 	fleet     time.Duration   // lowest baseline other replicas report; 0 = none
+	replicas  int             // replicas sharing the server, this one included; ≥ 1
 	slow      int             // consecutive slow intervals
 	saturated bool            // demand filled every slot since the last judgement
 }
@@ -72,7 +78,8 @@ type Policy struct {
 // NewPolicy starts at initial (clamped to the bounds).
 func NewPolicy(cfg PolicyConfig, initial int) *Policy {
 	cfg = cfg.withDefaults()
-	return &Policy{cfg: cfg, limit: min(max(initial, cfg.Min), cfg.Max)}
+	l := min(max(initial, cfg.Min), cfg.Max)
+	return &Policy{cfg: cfg, value: float64(l), limit: l, replicas: 1}
 }
 
 // ObserveLatency records one unit of work's latency; overload reports that it
@@ -124,7 +131,7 @@ func (p *Policy) Decide(saturated bool) (limit int, reason string, changed bool)
 	// Two signals at least: one failed checkout (a ping timing out) or one
 	// timed-out refresh in a quiet interval is not an overloaded server.
 	case overloaded:
-		p.limit, reason = p.cfg.Min, ReasonOverload
+		p.value, reason = float64(p.cfg.Min), ReasonOverload
 		p.slow = 0
 	default:
 		mean := p.latencySum / time.Duration(p.samples)
@@ -133,17 +140,22 @@ func (p *Policy) Decide(saturated bool) (limit int, reason string, changed bool)
 		if float64(mean) > float64(p.Baseline())*p.cfg.Tolerance || slowPool {
 			p.slow++
 			if p.slow >= p.cfg.DecreaseAfter {
-				p.limit = max(p.cfg.Min, int(math.Floor(float64(p.limit)*p.cfg.Backoff)))
+				p.value = max(float64(p.cfg.Min), p.value*p.cfg.Backoff)
 				reason = ReasonLatency
 				p.slow = 0
 			}
 		} else {
 			p.slow = 0
-			if saturated && p.limit < p.cfg.Max {
-				p.limit++
+			if saturated && p.value < float64(p.cfg.Max) {
+				p.value = min(float64(p.cfg.Max), p.value+1/float64(p.replicas))
 				reason = ReasonHeadroom
 			}
 		}
+	}
+	// The epsilon keeps three thirds from flooring to one less.
+	p.limit = int(math.Floor(p.value + 1e-9))
+	if p.limit == old {
+		reason = ""
 	}
 	return p.limit, reason, p.limit != old
 }
@@ -172,14 +184,20 @@ func (p *Policy) OwnBaseline() time.Duration {
 	return b
 }
 
-// SetFleetBaseline sets the lowest baseline the other replicas on the same
-// server report (0 = none). Replicas that each judged against their own
-// baseline would not share a server fairly: one that started while the
-// others loaded the server measures a higher "no-load" latency, so it keeps
-// growing while they see latency above theirs and shrink. Judged against
-// one baseline, they all see the same slow intervals and additive increase
-// with multiplicative decrease converges to equal shares.
-func (p *Policy) SetFleetBaseline(d time.Duration) { p.fleet = max(d, 0) }
+// SetFleet sets the lowest baseline the replicas on the same server report
+// (0 = none) and how many they are, this one included. Replicas that each
+// judged against their own baseline would not share a server fairly: one
+// that started while the others loaded the server measures a higher
+// "no-load" latency, so it keeps growing while they see latency above
+// theirs and shrink. Judged against one baseline, they all see the same
+// slow intervals, and additive increase with multiplicative decrease
+// converges to equal shares. Each grows by 1/replicas per step so that the
+// fleet together grows by one, as a lone replica would: N replicas adding
+// one each would overshoot the server's knee N times as far.
+func (p *Policy) SetFleet(baseline time.Duration, replicas int) {
+	p.fleet = max(baseline, 0)
+	p.replicas = max(replicas, 1)
+}
 
 // Limit is the current decision.
 func (p *Policy) Limit() int { return p.limit }

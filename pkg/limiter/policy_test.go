@@ -202,11 +202,11 @@ func TestFleetBaselineSetsTheBarWhenLower(t *testing.T) {
 	t.Parallel()
 	p := NewPolicy(PolicyConfig{Max: 16}, 8)
 	run(p, 10, 100*time.Millisecond, true)
-	p.SetFleetBaseline(200 * time.Millisecond)
+	p.SetFleet(200*time.Millisecond, 1)
 	if b := p.Baseline(); b != 100*time.Millisecond {
 		t.Fatalf("baseline %v with a higher fleet figure, want its own 100ms", b)
 	}
-	p.SetFleetBaseline(40 * time.Millisecond)
+	p.SetFleet(40*time.Millisecond, 1)
 	if b, own := p.Baseline(), p.OwnBaseline(); b != 40*time.Millisecond || own != 100*time.Millisecond {
 		t.Fatalf("baseline %v (own %v), want the fleet's 40ms and own 100ms", b, own)
 	}
@@ -214,5 +214,20 @@ func TestFleetBaselineSetsTheBarWhenLower(t *testing.T) {
 	run(p, 10, 100*time.Millisecond, true)
 	if l, reason := run(p, 10, 100*time.Millisecond, true); l >= before || reason != ReasonLatency {
 		t.Fatalf("limit %d (%s) at 2.5× the fleet baseline, want a latency cut from %d", l, reason, before)
+	}
+}
+
+func TestReplicasGrowTogetherAsFastAsOne(t *testing.T) {
+	t.Parallel()
+	p := NewPolicy(PolicyConfig{Max: 16}, 4)
+	p.SetFleet(0, 3)
+	var grew []int
+	for i := 1; i <= 9; i++ {
+		if _, reason := run(p, 10, 40*time.Millisecond, true); reason == ReasonHeadroom {
+			grew = append(grew, i)
+		}
+	}
+	if p.Limit() != 7 || len(grew) != 3 || grew[0] != 3 {
+		t.Fatalf("one of 3 replicas: limit %d after 9 healthy intervals, grew at %v; want 7, growing every third", p.Limit(), grew)
 	}
 }
