@@ -32,16 +32,18 @@ type AdaptiveLimiter struct {
 
 	fleet      BaselineExchange // nil: this replica judges alone
 	shareEvery time.Duration
+	fleetAt    time.Time // last successful exchange; under mu
 }
 
 // BaselineExchange shares latency baselines between the replicas on one
 // server: it publishes this replica's own and returns the fleet's view.
+// Exchange is called from one goroutine.
 type BaselineExchange interface {
 	Exchange(ctx context.Context, own time.Duration) (Fleet, error)
 }
 
-// Fleet is what the replicas on one server currently report: the lowest
-// baseline (0 if none) and how many report one.
+// Fleet is what the replicas on one server currently agree on: the baseline
+// to judge against (0 if none) and how many replicas there are.
 type Fleet struct {
 	Baseline time.Duration
 	Replicas int
@@ -83,7 +85,7 @@ func (a *AdaptiveLimiter) Acquire(ctx context.Context) error {
 }
 
 // ShareBaseline makes the limiter exchange baselines with the fleet every
-// period (default 10s) while it runs.
+// period (default 10s) while it runs. Call it before Run.
 func (a *AdaptiveLimiter) ShareBaseline(x BaselineExchange, every time.Duration) {
 	a.fleet, a.shareEvery = x, cmp.Or(every, 10*time.Second)
 }
@@ -120,32 +122,42 @@ func (a *AdaptiveLimiter) ObserveCheckout(wait time.Duration, failed bool) {
 // Run reconsiders the limit every interval, and exchanges baselines with the
 // fleet if shared, until ctx ends.
 func (a *AdaptiveLimiter) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if a.fleet != nil {
+		// Its own loop: an exchange stuck on a slow server must not hold
+		// up the decisions that are meant to react to that server.
+		wg.Go(func() {
+			t := time.NewTicker(a.shareEvery)
+			defer t.Stop()
+			for {
+				// The first exchange runs at once: a replica joining a
+				// running fleet learns its baseline and size before it
+				// has judged much on its own.
+				a.exchange(ctx)
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		})
+	}
 	t := time.NewTicker(a.interval)
 	defer t.Stop()
-	var share <-chan time.Time
-	if a.fleet != nil {
-		// A replica joining a running fleet learns its baseline and size
-		// before its first judgement, not a period later.
-		a.exchange(ctx)
-		s := time.NewTicker(a.shareEvery)
-		defer s.Stop()
-		share = s.C
-	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 			a.decide()
-		case <-share:
-			a.exchange(ctx)
 		}
 	}
 }
 
-// exchange publishes this replica's baseline and adopts the fleet's. A
-// failure keeps the last fleet figure: it only sharpens the judgement, and
-// the exchange is retried next period.
+// exchange publishes this replica's baseline and adopts the fleet's. After a
+// failure the last fleet figure stands until it is fleetStale old (decide
+// drops it then); the exchange is retried next period.
 func (a *AdaptiveLimiter) exchange(ctx context.Context) {
 	if a.fleet == nil {
 		return
@@ -153,24 +165,37 @@ func (a *AdaptiveLimiter) exchange(ctx context.Context) {
 	a.mu.Lock()
 	own := a.policy.OwnBaseline()
 	a.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, a.shareEvery)
+	xctx, cancel := context.WithTimeout(ctx, a.shareEvery/2)
 	defer cancel()
-	fleet, err := a.fleet.Exchange(ctx, own)
+	fleet, err := a.fleet.Exchange(xctx, own)
 	if err != nil {
-		a.log.Warn("sharing the latency baseline with the fleet failed; judging with the last one", "op", "adaptive concurrency", "err", err)
+		if ctx.Err() == nil {
+			a.log.Warn("sharing the latency baseline with the fleet failed; judging with the last one", "op", "adaptive concurrency", "err", err)
+		}
 		return
 	}
 	a.mu.Lock()
 	a.policy.SetFleet(fleet.Baseline, fleet.Replicas)
+	a.fleetAt = a.now()
 	a.mu.Unlock()
 }
+
+// fleetStale is how long a fleet figure is trusted without a successful
+// exchange: as long as the fleet trusts a published baseline.
+const fleetStale = 2 * time.Minute
 
 func (a *AdaptiveLimiter) decide() {
 	a.mu.Lock()
 	now := a.now()
-	for _, start := range a.running {
-		a.policy.ObserveRunning(now.Sub(start))
+	if !a.fleetAt.IsZero() && now.Sub(a.fleetAt) > fleetStale {
+		a.policy.SetFleet(0, 1)
+		a.fleetAt = time.Time{}
 	}
+	ages := make([]time.Duration, 0, len(a.running))
+	for _, start := range a.running {
+		ages = append(ages, now.Sub(start))
+	}
+	a.policy.ObserveRunning(ages)
 	// Waiters mean demand exceeds the limit even if no Acquire saw the
 	// slots full this interval (they were full all along).
 	saturated := a.saturated || a.Waiting() > 0

@@ -78,8 +78,7 @@ func TestAdaptiveLimiterFollowsItsPolicyAndReportsIt(t *testing.T) {
 // completes, yet the limit comes down within the hysteresis.
 func TestAdaptiveLimiterCutsOnRefreshesStuckInFlight(t *testing.T) {
 	t.Parallel()
-	a, m, clock := newTestAdaptive(t, 16)
-	a.SetLimit(8)
+	a, m, clock := newTestAdaptive(t, 32) // starts at 8
 	refreshes(a, clock, 10, 400*time.Millisecond, false) // baseline 400ms
 	a.decide()
 	start := a.Limit()
@@ -123,7 +122,7 @@ type fixedExchange struct {
 
 func (f *fixedExchange) Exchange(_ context.Context, own time.Duration) (Fleet, error) {
 	f.published = append(f.published, own)
-	return Fleet{Baseline: min(f.fleet, own), Replicas: 1}, nil
+	return Fleet{Baseline: f.fleet, Replicas: 1}, nil
 }
 
 // A replica that started while the server was loaded measured a high
@@ -177,8 +176,8 @@ func TestFleetBaselinesExchangeThroughTheClaimsCollection(t *testing.T) {
 	a.now, c.now = clock.now, clock.now
 	ctx := t.Context()
 
-	if got, err := a.Exchange(ctx, 0); err != nil || got != (Fleet{}) {
-		t.Fatalf("empty fleet: %+v, %v; want none", got, err)
+	if got, err := a.Exchange(ctx, 0); err != nil || got != (Fleet{0, 1}) {
+		t.Fatalf("empty fleet: %+v, %v; want no baseline, 1 replica (itself)", got, err)
 	}
 	if got, err := a.Exchange(ctx, 300*time.Millisecond); err != nil || got != (Fleet{300 * time.Millisecond, 1}) {
 		t.Fatalf("a alone: %+v, %v; want its own 300ms, 1 replica", got, err)
@@ -186,15 +185,21 @@ func TestFleetBaselinesExchangeThroughTheClaimsCollection(t *testing.T) {
 	b.cmds.take()
 	got, err := c.Exchange(ctx, 500*time.Millisecond)
 	if err != nil || got != (Fleet{300 * time.Millisecond, 2}) {
-		t.Fatalf("c: %+v, %v; want a's lower 300ms, 2 replicas", got, err)
+		t.Fatalf("c: %+v, %v; want the lower median 300ms, 2 replicas", got, err)
 	}
 	if cmds := b.cmds.take(); !maps.Equal(cmds, map[string]int{"update": 1, "find": 1}) {
 		t.Errorf("one exchange sent %v, want one update and one find", cmds)
 	}
-	// a goes away; its figure goes stale while c keeps publishing.
+	// A third replica: the median, not the minimum, is the bar.
+	d := NewFleetBaselines(b.colls.Claims, "d", time.Minute)
+	d.now = clock.now
+	if got, err := d.Exchange(ctx, 400*time.Millisecond); err != nil || got != (Fleet{400 * time.Millisecond, 3}) {
+		t.Fatalf("d: %+v, %v; want the median 400ms, 3 replicas", got, err)
+	}
+	// a and d go away; their figures go stale while c keeps publishing.
 	clock.advance(2 * time.Minute)
 	if got, err := c.Exchange(ctx, 500*time.Millisecond); err != nil || got != (Fleet{500 * time.Millisecond, 1}) {
-		t.Fatalf("after a left: %+v, %v; want c's own 500ms, 1 replica", got, err)
+		t.Fatalf("after a and d left: %+v, %v; want c's own 500ms, 1 replica", got, err)
 	}
 	// Claiming does not take the documents for live leases.
 	b.enqueue(t, "u1")
@@ -206,7 +211,7 @@ func TestFleetBaselinesExchangeThroughTheClaimsCollection(t *testing.T) {
 	if len(res.works) != 1 {
 		t.Fatalf("claim beside baseline documents: %d users, want u1", len(res.works))
 	}
-	if n := b.count(t, b.colls.Claims, bson.D{{Key: "baselineSeconds", Value: bson.D{{Key: "$exists", Value: true}}}}); n != 2 {
-		t.Errorf("%d baseline documents, want one per replica (2)", n)
+	if n := b.count(t, b.colls.Claims, bson.D{{Key: "baselineSeconds", Value: bson.D{{Key: "$exists", Value: true}}}}); n != 3 {
+		t.Errorf("%d baseline documents, want one per replica (3)", n)
 	}
 }

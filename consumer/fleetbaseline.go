@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -18,9 +19,15 @@ import (
 // and reads everyone's. The subdocument _id cannot collide with a lease (a
 // lease's _id is the username, a string). leaseUntil lies an hour in the
 // past, so no claim round takes the document for a live lease even on a
-// replica whose clock is ahead, and the claims collection's TTL index
-// removes the documents of replicas gone for a day; where TTL indexes are
-// missing (FerretDB) they stay, ignored once stale.
+// replica whose clock is ahead; it also lets the exchange's read use the
+// leaseUntil index, and the claims collection's TTL index removes the
+// documents of departed replicas 23 hours after their last write. Where TTL
+// indexes are missing (FerretDB) they stay, ignored once stale.
+//
+// The fleet's figure is the lower median of the fresh baselines, not their
+// minimum: each replica's own baseline is already the lowest of many
+// interval means, and the lowest of those again would let the noisiest
+// replica set a bar nobody can meet.
 type FleetBaselines struct {
 	coll    *mongo.Collection
 	replica string
@@ -30,7 +37,8 @@ type FleetBaselines struct {
 
 // NewFleetBaselines shares through claims. replica names this process
 // uniquely (several consumers may share a host and pid in tests); baselines
-// older than fresh are ignored (default 2 minutes, the policy's window).
+// older than fresh are ignored (default 2 minutes, about the policy's own
+// baseline window).
 func NewFleetBaselines(claims *mongo.Collection, replica string, fresh time.Duration) *FleetBaselines {
 	if fresh <= 0 {
 		fresh = 2 * time.Minute
@@ -39,8 +47,8 @@ func NewFleetBaselines(claims *mongo.Collection, replica string, fresh time.Dura
 }
 
 // Exchange publishes own (unless zero: nothing measured yet) and returns the
-// lowest fresh baseline of the fleet and how many replicas published one:
-// two round trips, every share period.
+// fleet's baseline and size, this replica counted even before it has a
+// baseline to publish: two round trips per share period (one before).
 func (f *FleetBaselines) Exchange(ctx context.Context, own time.Duration) (Fleet, error) {
 	now := f.now()
 	if own > 0 {
@@ -52,8 +60,15 @@ func (f *FleetBaselines) Exchange(ctx context.Context, own time.Duration) (Fleet
 			return Fleet{}, fmt.Errorf("publishing this replica's latency baseline: %w", err)
 		}
 	}
+	// The leaseUntil range (written as at - 1h, 5 minutes' slack for clocks
+	// ahead) lets MongoDB read these from the leaseUntil index instead of
+	// scanning every lease.
 	cur, err := f.coll.Find(ctx,
-		bson.D{{Key: "baselineSeconds", Value: bson.D{{Key: "$gt", Value: 0}}}, {Key: "at", Value: bson.D{{Key: "$gt", Value: now.Add(-f.fresh)}}}},
+		bson.D{
+			{Key: "leaseUntil", Value: bson.D{{Key: "$gt", Value: now.Add(-f.fresh - time.Hour)}, {Key: "$lte", Value: now.Add(-time.Hour + 5*time.Minute)}}},
+			{Key: "baselineSeconds", Value: bson.D{{Key: "$gt", Value: 0}}},
+			{Key: "at", Value: bson.D{{Key: "$gt", Value: now.Add(-f.fresh)}}},
+		},
 		options.Find().SetProjection(bson.D{{Key: "baselineSeconds", Value: 1}}))
 	if err != nil {
 		return Fleet{}, fmt.Errorf("reading the fleet's latency baselines: %w", err)
@@ -65,10 +80,16 @@ func (f *FleetBaselines) Exchange(ctx context.Context, own time.Duration) (Fleet
 		return Fleet{}, fmt.Errorf("reading the fleet's latency baselines: %w", err)
 	}
 	fleet := Fleet{Replicas: len(docs)}
-	for _, d := range docs {
-		if b := time.Duration(d.Seconds * float64(time.Second)); fleet.Baseline == 0 || b < fleet.Baseline {
-			fleet.Baseline = b
+	if own <= 0 {
+		fleet.Replicas++
+	}
+	if len(docs) > 0 {
+		seconds := make([]float64, len(docs))
+		for i, d := range docs {
+			seconds[i] = d.Seconds
 		}
+		slices.Sort(seconds)
+		fleet.Baseline = time.Duration(seconds[(len(seconds)-1)/2] * float64(time.Second))
 	}
 	return fleet, nil
 }

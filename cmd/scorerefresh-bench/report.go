@@ -87,7 +87,9 @@ func sanitize(r *report) *report {
 		fix(&c.Scale.Efficiency)
 	}
 	if c.Adaptive != nil {
-		fix(&c.Adaptive.Fraction)
+		for _, v := range []*float64{&c.Adaptive.Fraction, &c.Adaptive.Fairness, &c.Adaptive.FleetFrac, &c.Adaptive.ThreeFraction} {
+			fix(v)
+		}
 	}
 	for i := range c.Overload {
 		fix(&c.Overload[i].Goodput)

@@ -41,14 +41,15 @@ const (
 // Policy decides the limit once per interval from what the interval saw, in
 // the manner of TCP Vegas and Netflix's concurrency-limits: the latency of
 // work at no load is the baseline (the minimum interval mean over a long
-// window); while latency stays within Tolerance of it and demand fills every
-// slot, the limit grows by one (additive increase); when latency stays above
-// it, queueing has begun somewhere downstream and the limit shrinks by a
-// factor (multiplicative decrease). Overload signals — errors and timeouts
-// from the server, failed connection checkouts — cut straight to Min, from
-// where it grows back one step per healthy interval. A slow interval must
-// repeat DecreaseAfter times before anything shrinks, and growth needs
-// saturation, so noise within the tolerance band moves nothing.
+// window, or the figure the fleet agrees on); while latency stays within
+// Tolerance of it and demand fills every slot, the limit grows by one slot
+// per interval, shared among the replicas (additive increase); when latency
+// stays above it, queueing has begun somewhere downstream and the limit
+// shrinks by a factor (multiplicative decrease). Overload signals — errors
+// and timeouts from the server, failed connection checkouts — cut straight
+// to Min, from where it grows back the same way. A slow interval must repeat
+// DecreaseAfter times before anything shrinks, and growth needs saturation,
+// so noise within the tolerance band moves nothing.
 //
 // Policy is not safe for concurrent use; the caller serialises Observe* and
 // Decide (AdaptiveLimiter does).
@@ -69,7 +70,8 @@ type Policy struct {
 	checkoutBad int
 
 	means     []time.Duration // interval means, newest last, for the baseline
-	fleet     time.Duration   // lowest baseline other replicas report; 0 = none
+	fleet     time.Duration   // the baseline the fleet agrees on; 0 = judge alone
+	stuck     bool            // most work in flight is past the slow threshold
 	replicas  int             // replicas sharing the server, this one included; ≥ 1
 	slow      int             // consecutive slow intervals
 	saturated bool            // demand filled every slot since the last judgement
@@ -92,15 +94,23 @@ func (p *Policy) ObserveLatency(d time.Duration, overload bool) {
 	}
 }
 
-// ObserveRunning records work still in flight after age. Work already
-// running longer than the slow threshold is known to be slow before it
-// finishes, so it counts as a sample of latency age: without it a latency
-// spike would be judged only once the slow work completes, seconds later.
-// Younger work says nothing yet and is ignored.
-func (p *Policy) ObserveRunning(age time.Duration) {
-	if b := p.Baseline(); b > 0 && float64(age) > float64(b)*p.cfg.Tolerance {
-		p.ObserveLatency(age, false)
+// ObserveRunning records the ages of the work in flight as an interval
+// ends. When most of it (more than half) is already older than the slow
+// threshold, the interval is slow whatever has completed: a latency spike is
+// judged while the slow work is still running, not seconds later when it
+// finishes. One straggler (a heavy user) among healthy work is not.
+func (p *Policy) ObserveRunning(ages []time.Duration) {
+	b := p.Baseline()
+	if b == 0 || len(ages) == 0 {
+		return
 	}
+	past := 0
+	for _, a := range ages {
+		if float64(a) > float64(b)*p.cfg.Tolerance {
+			past++
+		}
+	}
+	p.stuck = p.stuck || 2*past > len(ages)
 }
 
 // ObserveCheckout records a wait for a pooled connection; failed means the
@@ -122,7 +132,8 @@ func (p *Policy) Decide(saturated bool) (limit int, reason string, changed bool)
 	p.saturated = p.saturated || saturated
 	old := p.limit
 	overloaded := p.checkoutBad >= 2 || (p.overloads >= 2 && float64(p.overloads)/float64(p.samples) > p.cfg.ErrorRatio)
-	if !overloaded && p.samples < p.cfg.MinSamples {
+	enough := p.samples >= p.cfg.MinSamples
+	if !overloaded && !enough && !p.stuck {
 		return p.limit, "", false
 	}
 	defer p.resetInterval()
@@ -134,10 +145,13 @@ func (p *Policy) Decide(saturated bool) (limit int, reason string, changed bool)
 		p.value, reason = float64(p.cfg.Min), ReasonOverload
 		p.slow = 0
 	default:
-		mean := p.latencySum / time.Duration(p.samples)
-		p.addMean(mean)
-		slowPool := p.checkouts > 0 && p.checkoutSum/time.Duration(p.checkouts) > p.cfg.MaxCheckoutWait
-		if float64(mean) > float64(p.Baseline())*p.cfg.Tolerance || slowPool {
+		slow := p.stuck || (p.checkouts > 0 && p.checkoutSum/time.Duration(p.checkouts) > p.cfg.MaxCheckoutWait)
+		if enough {
+			mean := p.latencySum / time.Duration(p.samples)
+			p.addMean(mean)
+			slow = slow || float64(mean) > float64(p.Baseline())*p.cfg.Tolerance
+		}
+		if slow {
 			p.slow++
 			if p.slow >= p.cfg.DecreaseAfter {
 				p.value = max(float64(p.cfg.Min), p.value*p.cfg.Backoff)
@@ -160,14 +174,13 @@ func (p *Policy) Decide(saturated bool) (limit int, reason string, changed bool)
 	return p.limit, reason, p.limit != old
 }
 
-// Baseline is the no-load latency the policy measures against: the lower of
-// its own (OwnBaseline) and the fleet's (SetFleetBaseline).
+// Baseline is the no-load latency the policy measures against: the fleet's
+// (SetFleet) when there is one, else its own (OwnBaseline).
 func (p *Policy) Baseline() time.Duration {
-	own := p.OwnBaseline()
-	if p.fleet > 0 && (own == 0 || p.fleet < own) {
+	if p.fleet > 0 {
 		return p.fleet
 	}
-	return own
+	return p.OwnBaseline()
 }
 
 // OwnBaseline is the lowest interval mean this policy judged in its window,
@@ -184,13 +197,13 @@ func (p *Policy) OwnBaseline() time.Duration {
 	return b
 }
 
-// SetFleet sets the lowest baseline the replicas on the same server report
-// (0 = none) and how many they are, this one included. Replicas that each
-// judged against their own baseline would not share a server fairly: one
-// that started while the others loaded the server measures a higher
-// "no-load" latency, so it keeps growing while they see latency above
-// theirs and shrink. Judged against one baseline, they all see the same
-// slow intervals, and additive increase with multiplicative decrease
+// SetFleet sets the baseline the replicas on the same server agree on (0 =
+// none: judge alone) and how many they are, this one included. Replicas
+// that each judged against their own baseline would not share a server
+// fairly: one that started while the others loaded the server measures a
+// higher "no-load" latency, so it keeps growing while they see latency
+// above theirs and shrink. Judged against one baseline, they all see the
+// same slow intervals, and additive increase with multiplicative decrease
 // converges to equal shares. Each grows by 1/replicas per step so that the
 // fleet together grows by one, as a lone replica would: N replicas adding
 // one each would overshoot the server's knee N times as far.
@@ -210,7 +223,7 @@ func (p *Policy) addMean(m time.Duration) {
 }
 
 func (p *Policy) resetInterval() {
-	p.saturated = false
+	p.saturated, p.stuck = false, false
 	p.samples, p.latencySum, p.overloads = 0, 0, 0
 	p.checkouts, p.checkoutSum, p.checkoutBad = 0, 0, 0
 }

@@ -179,18 +179,21 @@ func TestRunningWorkPastTheThresholdIsJudgedBeforeItEnds(t *testing.T) {
 	t.Parallel()
 	p := NewPolicy(PolicyConfig{Max: 16}, 8)
 	run(p, 10, 40*time.Millisecond, true) // baseline 40ms; limit 9
-	// Young work says nothing: no samples, no judgement.
-	for range 10 {
-		p.ObserveRunning(50 * time.Millisecond)
+	ages := func(n int, d time.Duration) []time.Duration {
+		out := make([]time.Duration, n)
+		for i := range out {
+			out[i] = d
+		}
+		return out
 	}
+	// Young work says nothing: no samples, no judgement.
+	p.ObserveRunning(ages(9, 50*time.Millisecond))
 	if _, _, changed := p.Decide(true); changed {
 		t.Fatalf("limit changed on work younger than the slow threshold")
 	}
-	// Work stuck for 200ms (5× the baseline), none finished: two intervals cut.
+	// Every slot stuck at 5× the baseline, nothing finished: two intervals cut.
 	for range 2 {
-		for range 9 {
-			p.ObserveRunning(200 * time.Millisecond)
-		}
+		p.ObserveRunning(ages(9, 200*time.Millisecond))
 		p.Decide(true)
 	}
 	if l := p.Limit(); l >= 9 {
@@ -198,14 +201,29 @@ func TestRunningWorkPastTheThresholdIsJudgedBeforeItEnds(t *testing.T) {
 	}
 }
 
-func TestFleetBaselineSetsTheBarWhenLower(t *testing.T) {
+// A heavy user's refresh running for a minute among healthy work must not
+// talk the limit down, however many intervals it spans.
+func TestOneStragglerIsNotASpike(t *testing.T) {
+	t.Parallel()
+	p := NewPolicy(PolicyConfig{Max: 16}, 8)
+	run(p, 10, 40*time.Millisecond, true)
+	before := p.Limit()
+	for i := range 60 {
+		running := []time.Duration{time.Duration(i+1) * time.Second}
+		for range 7 {
+			running = append(running, 20*time.Millisecond)
+		}
+		p.ObserveRunning(running)
+		if l, reason := run(p, 20, 40*time.Millisecond, false); l < before {
+			t.Fatalf("interval %d: limit %d (%s) from %d because one refresh is slow", i, l, reason, before)
+		}
+	}
+}
+
+func TestTheFleetBaselineIsTheBar(t *testing.T) {
 	t.Parallel()
 	p := NewPolicy(PolicyConfig{Max: 16}, 8)
 	run(p, 10, 100*time.Millisecond, true)
-	p.SetFleet(200*time.Millisecond, 1)
-	if b := p.Baseline(); b != 100*time.Millisecond {
-		t.Fatalf("baseline %v with a higher fleet figure, want its own 100ms", b)
-	}
 	p.SetFleet(40*time.Millisecond, 1)
 	if b, own := p.Baseline(), p.OwnBaseline(); b != 40*time.Millisecond || own != 100*time.Millisecond {
 		t.Fatalf("baseline %v (own %v), want the fleet's 40ms and own 100ms", b, own)
@@ -214,6 +232,15 @@ func TestFleetBaselineSetsTheBarWhenLower(t *testing.T) {
 	run(p, 10, 100*time.Millisecond, true)
 	if l, reason := run(p, 10, 100*time.Millisecond, true); l >= before || reason != ReasonLatency {
 		t.Fatalf("limit %d (%s) at 2.5× the fleet baseline, want a latency cut from %d", l, reason, before)
+	}
+	// A higher fleet figure is the bar too: every replica judges alike.
+	p.SetFleet(200*time.Millisecond, 1)
+	if b := p.Baseline(); b != 200*time.Millisecond {
+		t.Fatalf("baseline %v, want the fleet's 200ms", b)
+	}
+	p.SetFleet(0, 1)
+	if b := p.Baseline(); b != 100*time.Millisecond {
+		t.Fatalf("baseline %v with no fleet figure, want its own 100ms", b)
 	}
 }
 
