@@ -301,11 +301,8 @@ func (f *flush) run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// ack deletes the acknowledged entries: one delete command (the driver
-// splits it only past maxWriteBatchSize) with one statement per _id rather
-// than one $in. On MongoDB both are an index lookup per entry; servers that
-// push only plain _id equality down to storage (FerretDB) would otherwise
-// scan the whole queue on every flush, many times a second.
+// ack deletes the acknowledged entries in one delete command (the driver
+// splits it only past maxWriteBatchSize); see ackStatements for its shape.
 func (f *flush) ack(ctx context.Context) error {
 	c := f.c
 	if len(f.ackIDs) == 0 {
@@ -324,14 +321,31 @@ func (f *flush) ack(ctx context.Context) error {
 	return nil
 }
 
-// ackStatements are the delete statements of one ack: one per entry, by _id.
+// ackStatements are the delete statements of one ack. Up to
+// maxIDStatements entries, one statement per _id: on MongoDB that is an
+// index lookup each, like $in, and servers that push only plain _id
+// equality down to storage (FerretDB) would otherwise read the whole queue
+// for a flush of three entries, many times a second. Past that (a firehose
+// user's backlog absorbed by one refresh), $in lists: one statement per
+// 50,000 ids costs MongoDB less per entry than thousands of statements, and
+// FerretDB one queue scan instead of thousands of queries.
 func ackStatements(ids bson.A) []mongo.WriteModel {
+	if len(ids) > maxIDStatements {
+		var models []mongo.WriteModel
+		for _, chunk := range chunks(ids, maxInIDs) {
+			models = append(models, mongo.NewDeleteManyModel().SetFilter(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: chunk}}}}))
+		}
+		return models
+	}
 	models := make([]mongo.WriteModel, len(ids))
 	for i, id := range ids {
 		models[i] = mongo.NewDeleteOneModel().SetFilter(bson.D{{Key: "_id", Value: id}})
 	}
 	return models
 }
+
+// maxIDStatements is the largest ack sent as one statement per _id.
+const maxIDStatements = 1000
 
 // release deletes leases. Fewer deleted than held means leases were taken
 // over, but only on the first try: a retry after an error may find its own

@@ -78,7 +78,7 @@ func TestAdaptiveLimiterFollowsItsPolicyAndReportsIt(t *testing.T) {
 // completes, yet the limit comes down within the hysteresis.
 func TestAdaptiveLimiterCutsOnRefreshesStuckInFlight(t *testing.T) {
 	t.Parallel()
-	a, m, clock := newTestAdaptive(t, 32) // starts at 8
+	a, m, clock := newTestAdaptive(t, 32)                // starts at 8
 	refreshes(a, clock, 10, 400*time.Millisecond, false) // baseline 400ms
 	a.decide()
 	start := a.Limit()

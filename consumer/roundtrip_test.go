@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"maps"
 	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // TestRoundTripsPerBatchDoNotGrowWithUsers counts the commands of one claim
@@ -68,5 +70,41 @@ func TestRoundTripsPerBatchDoNotGrowWithUsers(t *testing.T) {
 		if !maps.Equal(got, want[name]) {
 			t.Errorf("%s: commands %v, want %v", name, got, want[name])
 		}
+	}
+}
+
+// TestLargeAckIsOneCommandOfInLists acknowledges a firehose user's 1,500
+// entries: past maxIDStatements the delete goes as $in lists, still one
+// command, and every entry is gone.
+func TestLargeAckIsOneCommandOfInLists(t *testing.T) {
+	t.Parallel()
+	if n := len(ackStatements(make(bson.A, 3))); n != 3 {
+		t.Fatalf("3 ids: %d statements, want one per _id", n)
+	}
+	if n := len(ackStatements(make(bson.A, maxInIDs+maxIDStatements))); n != 2 {
+		t.Fatalf("%d ids: %d statements, want 2 $in lists", maxInIDs+maxIDStatements, n)
+	}
+	b := setup(t)
+	names := make([]string, 1500)
+	for i := range names {
+		names[i] = "firehose"
+	}
+	b.enqueue(t, names...)
+	c, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{})
+	res, err := c.claimer.runOnce(t.Context(), 10, nil)
+	if err != nil || len(res.works) != 1 || len(res.works[0].entries) != 1500 {
+		t.Fatalf("claim: %v; want the one user with all 1500 entries absorbed", err)
+	}
+	c.held[res.works[0].lease.User] = res.works[0].lease
+	b.cmds.take()
+	c.completer.add(outcome{work: res.works[0]})
+	if err := c.completer.flushAll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.cmds.take(); got["delete"] != 2 {
+		t.Errorf("flush sent %v, want 2 deletes (the entries, the lease)", got)
+	}
+	if n := b.count(t, b.colls.Queue, nil); n != 0 {
+		t.Fatalf("%d entries left after acknowledging 1500", n)
 	}
 }
