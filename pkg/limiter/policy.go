@@ -31,6 +31,9 @@ func (c PolicyConfig) withDefaults() PolicyConfig {
 	return c
 }
 
+// maxCatchUp bounds the intervals one judgement grows for.
+const maxCatchUp = 5
+
 // Reasons a policy changes the limit.
 const (
 	ReasonHeadroom = "headroom" // latency near the baseline and every slot busy: one more
@@ -72,6 +75,7 @@ type Policy struct {
 	means     []time.Duration // interval means, newest last, for the baseline
 	fleet     time.Duration   // the baseline the fleet agrees on; 0 = judge alone
 	stuck     bool            // most work in flight is past the slow threshold
+	elapsed   int             // intervals since the last judgement, this one included
 	replicas  int             // replicas sharing the server, this one included; ≥ 1
 	slow      int             // consecutive slow intervals
 	saturated bool            // demand filled every slot since the last judgement
@@ -130,6 +134,7 @@ func (p *Policy) ObserveCheckout(wait time.Duration, failed bool) {
 // whose refreshes take seconds still gets decisions, just less often.
 func (p *Policy) Decide(saturated bool) (limit int, reason string, changed bool) {
 	p.saturated = p.saturated || saturated
+	p.elapsed++
 	old := p.limit
 	overloaded := p.checkoutBad >= 2 || (p.overloads >= 2 && float64(p.overloads)/float64(p.samples) > p.cfg.ErrorRatio)
 	enough := p.samples >= p.cfg.MinSamples
@@ -160,8 +165,14 @@ func (p *Policy) Decide(saturated bool) (limit int, reason string, changed bool)
 			}
 		} else {
 			p.slow = 0
+			// Growth is per interval elapsed, not per judgement: a replica
+			// with few slots gathers MinSamples more slowly and is judged
+			// less often, and growing per judgement would let the replicas
+			// with more slots grow faster, the rich getting richer, instead
+			// of all growing alike (which is what makes AIMD fair). Capped
+			// so that one judgement after a long quiet spell is no leap.
 			if saturated && p.value < float64(p.cfg.Max) {
-				p.value = min(float64(p.cfg.Max), p.value+1/float64(p.replicas))
+				p.value = min(float64(p.cfg.Max), p.value+float64(min(p.elapsed, maxCatchUp))/float64(p.replicas))
 				reason = ReasonHeadroom
 			}
 		}
@@ -223,7 +234,7 @@ func (p *Policy) addMean(m time.Duration) {
 }
 
 func (p *Policy) resetInterval() {
-	p.saturated, p.stuck = false, false
+	p.saturated, p.stuck, p.elapsed = false, false, 0
 	p.samples, p.latencySum, p.overloads = 0, 0, 0
 	p.checkouts, p.checkoutSum, p.checkoutBad = 0, 0, 0
 }

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -161,17 +162,38 @@ func TestSlowWorkAccumulatesSamplesAcrossIntervals(t *testing.T) {
 	t.Parallel()
 	p := NewPolicy(PolicyConfig{Max: 16, MinSamples: 5}, 4)
 	// Two refreshes a second: no interval alone has 5 samples, but every
-	// third interval has enough carried over to be judged.
-	grew := 0
-	for range 9 {
+	// third interval has enough carried over to be judged, and grows for
+	// the three intervals it covers.
+	var grew []int
+	for i := 1; i <= 9; i++ {
 		p.ObserveLatency(2*time.Second, false)
 		p.ObserveLatency(2*time.Second, false)
 		if _, reason, changed := p.Decide(true); changed && reason == ReasonHeadroom {
-			grew++
+			grew = append(grew, i)
 		}
 	}
-	if grew != 3 {
-		t.Fatalf("grew %d times in 9 intervals of 2 samples, want 3 (one per 5+ samples)", grew)
+	if !slices.Equal(grew, []int{3, 6, 9}) || p.Limit() != 13 {
+		t.Fatalf("grew at intervals %v to %d, want at 3, 6, 9 (one per 5+ samples) to 4 + 9 = 13", grew, p.Limit())
+	}
+}
+
+// Replicas with few and many slots gather samples at different rates; both
+// must grow alike per unit of time, or the larger one pulls away.
+func TestGrowthPerIntervalDoesNotFavourTheLarger(t *testing.T) {
+	t.Parallel()
+	small, large := NewPolicy(PolicyConfig{Max: 64}, 2), NewPolicy(PolicyConfig{Max: 64}, 10)
+	for range 12 {
+		for _, p := range []*Policy{small, large} {
+			// One sample per slot per interval: the small replica is judged
+			// every third interval, the large one every interval.
+			for range p.Limit() / 2 {
+				p.ObserveLatency(40*time.Millisecond, false)
+			}
+			p.Decide(true)
+		}
+	}
+	if gs, gl := small.Limit()-2, large.Limit()-10; gs < gl-maxCatchUp || gs == 0 {
+		t.Fatalf("small grew %d, large %d over the same 12 intervals: want alike", gs, gl)
 	}
 }
 
