@@ -128,17 +128,19 @@ func (a *AdaptiveLimiter) Run(ctx context.Context) {
 		// Its own loop: an exchange stuck on a slow server must not hold
 		// up the decisions that are meant to react to that server.
 		wg.Go(func() {
-			t := time.NewTicker(a.shareEvery)
-			defer t.Stop()
 			for {
-				// The first exchange runs at once: a replica joining a
-				// running fleet learns its baseline and size before it
-				// has judged much on its own.
-				a.exchange(ctx)
+				// Every interval until this replica has published a
+				// baseline, then every shareEvery: replicas starting
+				// together agree on a bar and a size within seconds
+				// instead of judging alone for the first period.
+				wait := a.shareEvery
+				if !a.exchange(ctx) {
+					wait = a.interval
+				}
 				select {
 				case <-ctx.Done():
 					return
-				case <-t.C:
+				case <-time.After(wait):
 				}
 			}
 		})
@@ -158,9 +160,11 @@ func (a *AdaptiveLimiter) Run(ctx context.Context) {
 // exchange publishes this replica's baseline and adopts the fleet's. After a
 // failure the last fleet figure stands until it is fleetStale old (decide
 // drops it then); the exchange is retried next period.
-func (a *AdaptiveLimiter) exchange(ctx context.Context) {
+//
+// It reports whether this replica's own baseline was published.
+func (a *AdaptiveLimiter) exchange(ctx context.Context) (published bool) {
 	if a.fleet == nil {
-		return
+		return false
 	}
 	a.mu.Lock()
 	own := a.policy.OwnBaseline()
@@ -172,12 +176,13 @@ func (a *AdaptiveLimiter) exchange(ctx context.Context) {
 		if ctx.Err() == nil {
 			a.log.Warn("sharing the latency baseline with the fleet failed; judging with the last one", "op", "adaptive concurrency", "err", err)
 		}
-		return
+		return false
 	}
 	a.mu.Lock()
 	a.policy.SetFleet(fleet.Baseline, fleet.Replicas)
 	a.fleetAt = a.now()
 	a.mu.Unlock()
+	return own > 0
 }
 
 // fleetStale is how long a fleet figure is trusted without a successful

@@ -185,16 +185,19 @@ func TestFleetBaselinesExchangeThroughTheClaimsCollection(t *testing.T) {
 	b.cmds.take()
 	got, err := c.Exchange(ctx, 500*time.Millisecond)
 	if err != nil || got != (Fleet{300 * time.Millisecond, 2}) {
-		t.Fatalf("c: %+v, %v; want the lower median 300ms, 2 replicas", got, err)
+		t.Fatalf("c: %+v, %v; want the lowest, a's 300ms, 2 replicas", got, err)
 	}
 	if cmds := b.cmds.take(); !maps.Equal(cmds, map[string]int{"update": 1, "find": 1}) {
 		t.Errorf("one exchange sent %v, want one update and one find", cmds)
 	}
-	// A third replica: the median, not the minimum, is the bar.
+	// A third replica, not yet measured: counted, and told the bar.
 	d := NewFleetBaselines(b.colls.Claims, "d", time.Minute)
 	d.now = clock.now
-	if got, err := d.Exchange(ctx, 400*time.Millisecond); err != nil || got != (Fleet{400 * time.Millisecond, 3}) {
-		t.Fatalf("d: %+v, %v; want the median 400ms, 3 replicas", got, err)
+	if got, err := d.Exchange(ctx, 0); err != nil || got != (Fleet{300 * time.Millisecond, 3}) {
+		t.Fatalf("d: %+v, %v; want a's 300ms, 3 replicas (itself included)", got, err)
+	}
+	if _, err := d.Exchange(ctx, 400*time.Millisecond); err != nil {
+		t.Fatal(err)
 	}
 	// a and d go away; their figures go stale while c keeps publishing.
 	clock.advance(2 * time.Minute)

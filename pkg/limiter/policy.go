@@ -31,8 +31,9 @@ func (c PolicyConfig) withDefaults() PolicyConfig {
 	return c
 }
 
-// maxCatchUp bounds the intervals one judgement grows for.
-const maxCatchUp = 5
+// maxCatchUp bounds the intervals one judgement grows for: a replica judged
+// rarely still must not leap (4 → 9 in one step was seen with 5).
+const maxCatchUp = 3
 
 // Reasons a policy changes the limit.
 const (
@@ -73,7 +74,7 @@ type Policy struct {
 	checkoutBad int
 
 	means     []time.Duration // interval means, newest last, for the baseline
-	fleet     time.Duration   // the baseline the fleet agrees on; 0 = judge alone
+	fleet     time.Duration   // lowest baseline the fleet reports; 0 = judge alone
 	stuck     bool            // most work in flight is past the slow threshold
 	elapsed   int             // intervals since the last judgement, this one included
 	replicas  int             // replicas sharing the server, this one included; ≥ 1
@@ -185,13 +186,15 @@ func (p *Policy) Decide(saturated bool) (limit int, reason string, changed bool)
 	return p.limit, reason, p.limit != old
 }
 
-// Baseline is the no-load latency the policy measures against: the fleet's
-// (SetFleet) when there is one, else its own (OwnBaseline).
+// Baseline is the no-load latency the policy measures against: the lower of
+// its own (OwnBaseline) and the fleet's (SetFleet), since the fleet's was
+// read up to a share period ago.
 func (p *Policy) Baseline() time.Duration {
-	if p.fleet > 0 {
+	own := p.OwnBaseline()
+	if p.fleet > 0 && (own == 0 || p.fleet < own) {
 		return p.fleet
 	}
-	return p.OwnBaseline()
+	return own
 }
 
 // OwnBaseline is the lowest interval mean this policy judged in its window,
@@ -208,8 +211,8 @@ func (p *Policy) OwnBaseline() time.Duration {
 	return b
 }
 
-// SetFleet sets the baseline the replicas on the same server agree on (0 =
-// none: judge alone) and how many they are, this one included. Replicas
+// SetFleet sets the lowest baseline the replicas on the same server report
+// (0 = none: judge alone) and how many they are, this one included. Replicas
 // that each judged against their own baseline would not share a server
 // fairly: one that started while the others loaded the server measures a
 // higher "no-load" latency, so it keeps growing while they see latency
