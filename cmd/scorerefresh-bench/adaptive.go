@@ -222,7 +222,7 @@ func (b *bench) adaptive(ctx context.Context) (*adaptiveResult, error) {
 		return nil, err
 	}
 	x.PreLimit, x.SpikeLimit, x.CutAfter, x.RecoverAfter = spikeFigures(x.Spike.Limits, x.SpikeAt, x.RestoreAt)
-	b.logf("  spike: limit %.0f before, down to %.0f; cut %s, back %s; limit %s", x.PreLimit, x.SpikeLimit,
+	b.logf("  spike: limit %.1f before (mean), down to %.0f; cut %s, back %s; limit %s", x.PreLimit, x.SpikeLimit,
 		seconds(x.CutAfter, "after the spike"), seconds(x.RecoverAfter, "after restore"), limitTrace(x.Spike.Limits, 0))
 
 	// (c) Three instances: each client's pool stays within its size.
@@ -258,10 +258,10 @@ func (b *bench) adaptive(ctx context.Context) (*adaptiveResult, error) {
 			Figure: fmt.Sprintf("%.2f (adaptive %.1f/s vs fixed %d at %.1f/s; fixed %s)", x.Fraction, x.Adapt.Run.Rate, x.BestFixed, x.BestRate, fixedRates(x.Fixed)),
 			Value:  x.Fraction, Met: x.Fraction >= 0.9, Applies: true},
 		target{Scenario: "7 adaptive", Target: fmt.Sprintf("limit cut within seconds of a ×%.0f delay spike", o.adaptiveFactor),
-			Figure: fmt.Sprintf("limit %.0f → %.0f, cut %s", x.PreLimit, x.SpikeLimit, seconds(x.CutAfter, "after the spike")),
+			Figure: fmt.Sprintf("limit %.1f (mean before) → %.0f, below its steady-state low %s", x.PreLimit, x.SpikeLimit, seconds(x.CutAfter, "after the spike")),
 			Value:  x.CutAfter, Met: x.CutAfter >= 0 && x.CutAfter <= 5, Applies: true},
 		target{Scenario: "7 adaptive", Target: "limit grows back after restore",
-			Figure: fmt.Sprintf("back to ≥ %.0f %s", x.PreLimit, seconds(x.RecoverAfter, "after restore")),
+			Figure: fmt.Sprintf("back to ≥ %.0f %s", math.Round(x.PreLimit), seconds(x.RecoverAfter, "after restore")),
 			Value:  x.RecoverAfter, Met: x.RecoverAfter >= 0, Applies: x.CutAfter >= 0},
 		target{Scenario: "7 adaptive", Target: "three instances: no client opens more than its pool size",
 			Figure: fmt.Sprintf("max open %s; pool size %d (REFRESH_CONCURRENCY %d + %d)", floats(x.Three.MaxOpen), x.PoolSize, o.adaptiveCap, app.PoolOverhead),
@@ -276,24 +276,34 @@ func (b *bench) adaptive(ctx context.Context) (*adaptiveResult, error) {
 	return x, nil
 }
 
-// spikeFigures are the limit at the spike, its lowest during it, and the
-// seconds until it dropped below and grew back to the pre-spike limit.
+// spikeFigures are the limit before the spike (the mean over the second
+// half of the steady state: the limit saws around it, so the value at one
+// instant says little), its lowest during the spike, the seconds until it
+// fell below everything the steady state saw, and the seconds after restore
+// until it was back to the rounded mean.
 func spikeFigures(ls []limitSample, at, restore float64) (pre, low, cut, back float64) {
 	cut, back, low = -1, -1, math.Inf(1)
+	floor, n := math.Inf(1), 0.0
 	for _, s := range ls {
-		if s.T <= at {
-			pre = s.Limits[0]
+		if s.T > at/2 && s.T <= at {
+			pre += s.Limits[0]
+			n++
+			floor = math.Min(floor, s.Limits[0])
 		}
 	}
+	if n == 0 {
+		return 0, 0, -1, -1
+	}
+	pre /= n
 	for _, s := range ls {
 		l := s.Limits[0]
 		if s.T > at && s.T <= restore {
 			low = math.Min(low, l)
-			if cut < 0 && l < pre {
+			if cut < 0 && l < floor {
 				cut = s.T - at
 			}
 		}
-		if s.T >= restore && back < 0 && l >= pre {
+		if s.T >= restore && back < 0 && l >= math.Round(pre) {
 			back = s.T - restore
 		}
 	}
@@ -388,9 +398,9 @@ func (x *adaptiveResult) markdown(w func(string, ...any)) {
 	w("Best fixed: %d at %.1f entries/s; adaptive: %.1f entries/s = **%.2f** of it (target ≥ 0.9).", x.BestFixed, x.BestRate, x.Adapt.Run.Rate, x.Fraction)
 	w("Adaptive limit, each second: %s.", limitTrace(x.Adapt.Limits, 0))
 	w("")
-	w("(b) delay ×%.0f from %.0f s to %.0f s, arrivals %.1f/s: limit %.0f before, lowest %.0f during; cut %s, back to %.0f %s.",
+	w("(b) delay ×%.0f from %.0f s to %.0f s, arrivals %.1f/s: limit %.1f before (mean of the steady state's second half), lowest %.0f during; below the steady state's low %s, back to %.0f %s.",
 		x.Factor, x.SpikeAt, x.RestoreAt, x.SpikeRate, x.PreLimit, x.SpikeLimit,
-		seconds(x.CutAfter, "after the spike"), x.PreLimit, seconds(x.RecoverAfter, "after restore"))
+		seconds(x.CutAfter, "after the spike"), math.Round(x.PreLimit), seconds(x.RecoverAfter, "after restore"))
 	w("Limit, each second: %s.", limitTrace(x.Spike.Limits, 0))
 	w("")
 	w("(c) three instances (separate clients), adaptive on, cap %d: max open connections per client %s; pool size %d.",
