@@ -142,7 +142,7 @@ func NewConsumer(reg prometheus.Registerer) *Consumer {
 		}, []string{"reason"}),
 		LatencyBaseline: f.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "refresh_latency_baseline_seconds",
-			Help: "No-load refresh latency the adaptive limiter measures against (0 when adaptive concurrency is off).",
+			Help: "No-load refresh latency the adaptive limiter measures against: the lower of its own and the lowest its fleet reports (0 when adaptive concurrency is off).",
 		}),
 	}
 	for _, r := range []string{"headroom", "latency", "overload"} {
