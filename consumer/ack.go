@@ -302,13 +302,13 @@ func (f *flush) run(ctx context.Context) error {
 }
 
 // ack deletes the acknowledged entries in one delete command (the driver
-// splits it only past maxWriteBatchSize); see ackStatements for its shape.
+// splits it only past maxWriteBatchSize); see deleteStatements for its shape.
 func (f *flush) ack(ctx context.Context) error {
 	c := f.c
 	if len(f.ackIDs) == 0 {
 		return nil
 	}
-	models := ackStatements(f.ackIDs)
+	models := deleteStatements(f.ackIDs)
 	res, err := c.queue.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 	if err != nil {
 		return fmt.Errorf("acknowledging %d entries of %d users: %w", len(f.ackIDs), len(f.acked), err)
@@ -321,7 +321,8 @@ func (f *flush) ack(ctx context.Context) error {
 	return nil
 }
 
-// ackStatements are the delete statements of one ack. Up to
+// deleteStatements delete queue entries by _id (an ack, a batch of dead
+// letters) in one command. Up to
 // maxIDStatements entries, one statement per _id: on MongoDB that is an
 // index lookup each, like $in, and servers that push only plain _id
 // equality down to storage (FerretDB) would otherwise read the whole queue
@@ -329,7 +330,7 @@ func (f *flush) ack(ctx context.Context) error {
 // user's backlog absorbed by one refresh), $in lists: one statement per
 // 50,000 ids costs MongoDB less per entry than thousands of statements, and
 // FerretDB one queue scan instead of thousands of queries.
-func ackStatements(ids bson.A) []mongo.WriteModel {
+func deleteStatements(ids bson.A) []mongo.WriteModel {
 	if len(ids) > maxIDStatements {
 		var models []mongo.WriteModel
 		for _, chunk := range chunks(ids, maxInIDs) {
@@ -344,7 +345,7 @@ func ackStatements(ids bson.A) []mongo.WriteModel {
 	return models
 }
 
-// maxIDStatements is the largest ack sent as one statement per _id.
+// maxIDStatements is the most entries deleted with one statement per _id.
 const maxIDStatements = 1000
 
 // release deletes leases. Fewer deleted than held means leases were taken

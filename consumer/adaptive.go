@@ -42,8 +42,8 @@ type BaselineExchange interface {
 	Exchange(ctx context.Context, own time.Duration) (Fleet, error)
 }
 
-// Fleet is what the replicas on one server currently agree on: the baseline
-// to judge against (0 if none) and how many replicas there are.
+// Fleet is what the replicas on one server currently report: the lowest
+// fresh baseline (0 if none) and how many replicas there are.
 type Fleet struct {
 	Baseline time.Duration
 	Replicas int

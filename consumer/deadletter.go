@@ -100,11 +100,7 @@ func (d *deadLetterer) move(ctx context.Context, batch []deadLetter, now time.Ti
 			counts[reasons[i]]++
 		}
 	}
-	var deletes []mongo.WriteModel
-	for _, chunk := range chunks(ids, maxInIDs) {
-		deletes = append(deletes, mongo.NewDeleteManyModel().SetFilter(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: chunk}}}}))
-	}
-	if _, err := d.queue.BulkWrite(ctx, deletes, options.BulkWrite().SetOrdered(false)); err != nil {
+	if _, err := d.queue.BulkWrite(ctx, deleteStatements(ids), options.BulkWrite().SetOrdered(false)); err != nil {
 		return counts, fmt.Errorf("deleting %d dead-lettered entries from the queue: %w", len(ids), err)
 	}
 	return counts, nil

@@ -29,7 +29,7 @@ import (
 // one as the fleet backs off. (A median was tried: with most replicas
 // started under load it kept the bar high, the fleet sat far past the
 // server's knee, and the shares were less even: bench scenario 7c, Jain's
-// index 0.79–0.88 against 0.99 with the minimum.) The cost is that the
+// index 0.79–0.88 against 0.93–0.99 with the minimum.) The cost is that the
 // luckiest replica's minimum sets a slightly strict bar for all; each is
 // a minimum over intervals of at least MinSamples refreshes.
 type FleetBaselines struct {

@@ -115,7 +115,7 @@ func BenchmarkEncodeAck(b *testing.B) {
 				for _, r := range window {
 					ids = append(ids, rawValueToAny(r.ID))
 				}
-				for _, m := range ackStatements(ids) {
+				for _, m := range deleteStatements(ids) {
 					if _, err := bson.Marshal(m.(*mongo.DeleteOneModel).Filter); err != nil {
 						b.Fatal(err)
 					}

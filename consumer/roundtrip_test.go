@@ -78,10 +78,10 @@ func TestRoundTripsPerBatchDoNotGrowWithUsers(t *testing.T) {
 // command, and every entry is gone.
 func TestLargeAckIsOneCommandOfInLists(t *testing.T) {
 	t.Parallel()
-	if n := len(ackStatements(make(bson.A, 3))); n != 3 {
+	if n := len(deleteStatements(make(bson.A, 3))); n != 3 {
 		t.Fatalf("3 ids: %d statements, want one per _id", n)
 	}
-	if n := len(ackStatements(make(bson.A, maxInIDs+maxIDStatements))); n != 2 {
+	if n := len(deleteStatements(make(bson.A, maxInIDs+maxIDStatements))); n != 2 {
 		t.Fatalf("%d ids: %d statements, want 2 $in lists", maxInIDs+maxIDStatements, n)
 	}
 	b := setup(t)

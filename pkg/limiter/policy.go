@@ -64,7 +64,6 @@ type Policy struct {
 	// slots each still move smoothly and in proportion instead of jumping
 	// between integers in whatever order their timers fire.
 	value float64
-	limit int
 
 	samples     int
 	latencySum  time.Duration
@@ -86,7 +85,7 @@ type Policy struct {
 func NewPolicy(cfg PolicyConfig, initial int) *Policy {
 	cfg = cfg.withDefaults()
 	l := min(max(initial, cfg.Min), cfg.Max)
-	return &Policy{cfg: cfg, value: float64(l), limit: l, replicas: 1}
+	return &Policy{cfg: cfg, value: float64(l), replicas: 1}
 }
 
 // ObserveLatency records one unit of work's latency; overload reports that it
@@ -136,11 +135,11 @@ func (p *Policy) ObserveCheckout(wait time.Duration, failed bool) {
 func (p *Policy) Decide(saturated bool) (limit int, reason string, changed bool) {
 	p.saturated = p.saturated || saturated
 	p.elapsed++
-	old := p.limit
+	old := p.Limit()
 	overloaded := p.checkoutBad >= 2 || (p.overloads >= 2 && float64(p.overloads)/float64(p.samples) > p.cfg.ErrorRatio)
 	enough := p.samples >= p.cfg.MinSamples
 	if !overloaded && !enough && !p.stuck {
-		return p.limit, "", false
+		return old, "", false
 	}
 	defer p.resetInterval()
 	saturated = p.saturated
@@ -178,12 +177,11 @@ func (p *Policy) Decide(saturated bool) (limit int, reason string, changed bool)
 			}
 		}
 	}
-	// The epsilon keeps three thirds from flooring to one less.
-	p.limit = int(math.Floor(p.value + 1e-9))
-	if p.limit == old {
+	limit = p.Limit()
+	if limit == old {
 		reason = ""
 	}
-	return p.limit, reason, p.limit != old
+	return limit, reason, limit != old
 }
 
 // Baseline is the no-load latency the policy measures against: the lower of
@@ -226,8 +224,9 @@ func (p *Policy) SetFleet(baseline time.Duration, replicas int) {
 	p.replicas = max(replicas, 1)
 }
 
-// Limit is the current decision.
-func (p *Policy) Limit() int { return p.limit }
+// Limit is the current decision: value rounded down, the epsilon keeping
+// three thirds from flooring to one less.
+func (p *Policy) Limit() int { return int(math.Floor(p.value + 1e-9)) }
 
 func (p *Policy) addMean(m time.Duration) {
 	p.means = append(p.means, m)
