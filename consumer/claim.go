@@ -2,7 +2,10 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"hash/fnv"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -10,9 +13,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// AbsorbLimit caps the entries one claim round reads for the users it won, so a
-// firehose user with millions of pending entries costs bounded memory. The
-// oldest are absorbed first; the rest wait for the user's next refresh.
+// AbsorbLimit caps the entries this process holds for the users it claimed,
+// across claim rounds, so a firehose user with millions of pending entries
+// costs bounded memory. The oldest are absorbed first; the rest wait for the
+// user's next refresh.
 const AbsorbLimit = 100_000
 
 // work is one user's refresh: the lease that entitles this consumer to it and
@@ -29,71 +33,114 @@ type claimResult struct {
 	// windowFull means the window was cut at CLAIM_WINDOW, so more claimable
 	// users may be waiting behind it: claim again as soon as there is room.
 	windowFull bool
+	// paged means the window held nobody claimable and the next round reads
+	// the entries behind it instead of the head again.
+	paged bool
 }
+
+// Claim-round bounds. Each caps a list the round sends or keeps, so a
+// round's commands and memory are bounded whatever the fleet size (N), the
+// users each replica holds (H) or the users backing off (B).
+const (
+	// maxSkipUsers caps the users a replica remembers as blocked (held by
+	// another replica, or backing off) and leaves out of its window: at
+	// most 1,000 names of at most 256 bytes, 256 KiB, usually ~20 KiB.
+	maxSkipUsers = 1000
+	// heldElsewhereSkip is how long a user seen held by another replica is
+	// left out of the window. Short: the holder usually releases it within
+	// a refresh, and a remembered user is one this replica will not claim.
+	heldElsewhereSkip = 2 * time.Second
+	// malformedScanLimit caps the malformed entries one scan returns.
+	malformedScanLimit = 64
+)
+
+// validUsername matches the usernames a claim window may carry: strings of
+// 1 to 256 characters. It filters on the server, so a producer's 8 MiB
+// username never crosses the wire in a window (a 256-character string is at
+// most 1 KiB; the exact 256-byte rule is parseEntry's). \z, not $: PCRE's $
+// also matches before a trailing newline.
+const validUsername = `^[\s\S]{1,256}\z`
 
 // claimer takes work from the queue in a fixed number of round trips per
-// round, whatever the number of users:
+// round, whatever the number of users, replicas or backoffs:
 //
-//  1. read the users nobody may claim (live leases, backoffs);
-//  2. read the oldest CLAIM_WINDOW entries of everyone else (index
+//  1. read the oldest CLAIM_WINDOW entries with a plausible username, minus
+//     the users this replica holds or knows are blocked (index
 //     {createdAt, _id, username}, covered);
-//  3. pick up to `room` distinct users from it and claim them (one insert,
-//     plus two round trips only when some of them had a lease document);
+//  2. read the live leases of the users in that window only (by _id);
+//  3. pick up to `room` claimable users, spread across replicas, and claim
+//     them (one insert, plus two round trips only when some of them had a
+//     lease document);
 //  4. absorb: read every pending entry of the users won (index {username,
-//     createdAt}), so one refresh acknowledges a firehose user's whole backlog.
+//     createdAt}), so one refresh acknowledges a firehose user's whole backlog;
+//  5. at most once per PollInterval, find malformed entries at the head
+//     (their usernames are never read, see validUsername).
 //
 // Entries are claimed at step 4, after the lease: the refresh that follows
-// began after every entry it will acknowledge was read, and entries arriving
-// later are not in the batch (SPEC section 2).
+// begins after every entry it will acknowledge was read, and entries arriving
+// later are not in the batch.
+//
+// A claimer is used by one goroutine (the claim loop): its memory of blocked
+// users and of the page it reads is not locked.
 type claimer struct {
-	queue  *mongo.Collection
-	leases *leaseStore
-	window int
-	lease  time.Duration
-	clock  Clock
+	queue     *mongo.Collection
+	leases    *leaseStore
+	window    int
+	lease     time.Duration
+	clock     Clock
+	owner     string
+	scanEvery time.Duration // malformed-entry scans at most this often
+
+	skip     map[string]time.Time // users known blocked, until when
+	resume   *position            // read the window from here, not the head
+	lastScan time.Time
+	noHint   bool // the server refused the index hint once: stop sending it
 }
 
-// runOnce claims up to room users. exclude holds the users this consumer is
-// already working on, whatever the database says about their leases (one
-// that expired during an outage must not be won a second time by its holder).
+// position is a place in the queue's (createdAt, _id) order.
+type position struct {
+	createdAt time.Time
+	id        bson.RawValue
+}
+
+// runOnce claims up to room users and absorbs at most absorbLimit entries.
+// exclude holds the users this consumer is already working on, whatever the
+// database says about their leases (one that expired during an outage must
+// not be won a second time by its holder).
 func (c *claimer) runOnce(ctx context.Context, room int, exclude map[string]struct{}) (*claimResult, error) {
+	return c.round(ctx, room, AbsorbLimit, exclude)
+}
+
+func (c *claimer) round(ctx context.Context, room, absorbLimit int, exclude map[string]struct{}) (*claimResult, error) {
 	now := c.clock.Now()
-	blocked, err := c.leases.blocked(ctx, now)
+	window, err := c.readWindow(ctx, now, exclude)
 	if err != nil {
 		return nil, err
 	}
-	for u := range exclude {
-		blocked = append(blocked, u)
-	}
-	cur, err := c.queue.Find(ctx,
-		bson.D{{Key: "username", Value: bson.D{{Key: "$nin", Value: blocked}}}},
-		options.Find().
-			SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
-			SetLimit(int64(c.window)).
-			SetBatchSize(int32(c.window)). // the whole window in one reply, no getMore
-			SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}))
-	if err != nil {
-		return nil, fmt.Errorf("reading the oldest %d claimable entries: %w", c.window, err)
-	}
-	var window []rawEntry
-	if err := cur.All(ctx, &window); err != nil {
-		return nil, fmt.Errorf("reading the oldest %d claimable entries: %w", c.window, err)
-	}
 	res := &claimResult{windowFull: len(window) >= c.window}
-	users, bad := pickUsers(window, room)
+	users, bad, last := distinctUsers(window)
 	res.malformed = bad
-	if len(users) == 0 {
-		return res, nil
+	if more, err := c.scanMalformed(ctx, now, res.windowFull, last); err != nil {
+		return res, err
+	} else {
+		res.malformed = append(res.malformed, more...)
 	}
-	token := bson.NewObjectID().Hex()
-	won, err := c.leases.acquire(ctx, users, token, c.clock.Now(), c.lease)
+	blocked, err := c.leases.blockedAmong(ctx, users, now)
 	if err != nil {
 		return res, err
 	}
-	if len(won) == 0 {
+	candidates := c.remember(users, blocked, now)
+	c.page(res, len(candidates) == 0, last)
+	picks := spread(candidates, room, c.owner)
+	if len(picks) == 0 {
 		return res, nil
 	}
-	works, bad, err := c.absorb(ctx, won)
+	token := bson.NewObjectID().Hex()
+	won, err := c.leases.acquire(ctx, picks, token, c.clock.Now(), c.lease)
+	if err != nil || len(won) == 0 {
+		return res, err
+	}
+	works, bad, err := c.absorb(ctx, won, absorbLimit)
 	if err != nil {
 		// Without the entries there is nothing to refresh: hand the users
 		// back now rather than make everyone wait out the lease. If this
@@ -108,20 +155,193 @@ func (c *claimer) runOnce(ctx context.Context, room int, exclude map[string]stru
 	return res, nil
 }
 
+// readWindow reads the oldest entries of users that may be claimable.
+func (c *claimer) readWindow(ctx context.Context, now time.Time, exclude map[string]struct{}) ([]rawEntry, error) {
+	nin := make([]string, 0, len(exclude)+len(c.skip))
+	for u := range exclude {
+		nin = append(nin, u)
+	}
+	for u, until := range c.skip {
+		if until.After(now) {
+			nin = append(nin, u)
+		} else {
+			delete(c.skip, u)
+		}
+	}
+	userCond := bson.D{{Key: "$regex", Value: validUsername}}
+	if len(nin) > 0 {
+		userCond = append(userCond, bson.E{Key: "$nin", Value: nin})
+	}
+	filter := bson.D{{Key: "username", Value: userCond}}
+	if c.resume != nil {
+		filter = append(filter, bson.E{Key: "createdAt", Value: bson.D{{Key: "$gte", Value: c.resume.createdAt}}})
+	}
+	opts := options.Find().
+		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
+		SetLimit(int64(c.window)).
+		SetBatchSize(int32(c.window)). // the whole window in one reply, no getMore
+		SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}})
+	window, err := c.find(ctx, filter, opts)
+	if err != nil {
+		return nil, fmt.Errorf("reading the oldest %d claimable entries: %w", c.window, err)
+	}
+	if c.resume != nil {
+		// $gte on createdAt alone re-reads the entries that share the last
+		// page's final timestamp: drop those up to its _id.
+		window = slices.DeleteFunc(window, func(r rawEntry) bool { return !c.resume.before(r) })
+	}
+	return window, nil
+}
+
+// find runs the window query, hinting the covered index: with a regex and a
+// $nin on username the planner could otherwise pick {username, createdAt}
+// and sort in memory.
+func (c *claimer) find(ctx context.Context, filter bson.D, opts *options.FindOptionsBuilder) ([]rawEntry, error) {
+	if !c.noHint {
+		opts.SetHint(windowIndex)
+	}
+	cur, err := c.queue.Find(ctx, filter, opts)
+	if err != nil && !c.noHint && isBadHint(err) {
+		c.noHint = true // the index is missing (its build failed): plan freely
+		cur, err = c.queue.Find(ctx, filter, opts.SetHint(nil))
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []rawEntry
+	if err := cur.All(ctx, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// windowIndex is the queue index the claim window is read from.
+var windowIndex = bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}
+
+// isBadHint reports the server's answer to a hint naming no index (BadValue).
+func isBadHint(err error) bool {
+	var se mongo.ServerError
+	return errors.As(err, &se) && se.HasErrorCode(2)
+}
+
+// scanMalformed finds entries whose username the window's filter keeps out
+// (missing, not a string, empty, longer than 256 characters), reading only
+// their _id and createdAt. It runs at most once per scanEvery; with a full
+// window it looks no further back than the window's end, so its cost is
+// bounded by the head of the queue, not its depth.
+func (c *claimer) scanMalformed(ctx context.Context, now time.Time, windowFull bool, last *position) ([]malformed, error) {
+	if now.Sub(c.lastScan) < c.scanEvery {
+		return nil, nil
+	}
+	c.lastScan = now
+	filter := bson.D{{Key: "username", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$regex", Value: validUsername}}}}}}
+	if windowFull && last != nil {
+		// $not $gt keeps entries with no date at all (they sort first).
+		filter = append(filter, bson.E{Key: "createdAt", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: last.createdAt}}}}})
+	}
+	cur, err := c.queue.Find(ctx, filter, options.Find().
+		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
+		SetLimit(malformedScanLimit).
+		SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("looking for malformed entries: %w", err)
+	}
+	var docs []struct {
+		ID bson.RawValue `bson:"_id"`
+	}
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("looking for malformed entries: %w", err)
+	}
+	bad := make([]malformed, len(docs))
+	for i, d := range docs {
+		bad[i] = malformed{ID: d.ID, Detail: "username is missing, not a string, empty or longer than 256 bytes"}
+	}
+	return bad, nil
+}
+
+// remember notes the blocked users of the window, so the next rounds leave
+// them out of it, and returns the claimable ones in window order.
+func (c *claimer) remember(users []string, blocked map[string]blockedLease, now time.Time) []string {
+	candidates := make([]string, 0, len(users))
+	for _, u := range users {
+		b, ok := blocked[u]
+		if !ok {
+			candidates = append(candidates, u)
+			continue
+		}
+		until := b.until
+		if b.held {
+			until = minTime(until, now.Add(heldElsewhereSkip))
+		}
+		if _, known := c.skip[u]; known || len(c.skip) < maxSkipUsers {
+			c.skip[u] = until
+		}
+	}
+	return candidates
+}
+
+// page decides where the next window starts: behind this one when it was
+// full of users nobody may claim (a backlog of held or backing-off users
+// longer than the skip list), otherwise at the head, so the oldest entry is
+// always the next one claimed.
+func (c *claimer) page(res *claimResult, nothingClaimable bool, last *position) {
+	if nothingClaimable && res.windowFull && last != nil {
+		c.resume = last
+		res.paged = true
+		return
+	}
+	c.resume = nil
+}
+
+// spread picks up to room of the candidates (in window order, oldest first).
+// Every replica reads the same head, so picking its first users would make
+// them all race for the same leases and most inserts lose. Instead each
+// replica takes the oldest 2·room candidates and, from those, the room with
+// the smallest hash of (replica, user): replicas pick different users, and
+// what is claimed stays within the oldest 2·room claimable users.
+func spread(candidates []string, room int, owner string) []string {
+	if room <= 0 {
+		return nil
+	}
+	if len(candidates) <= room {
+		return candidates
+	}
+	pool := slices.Clone(candidates[:min(len(candidates), 2*room)])
+	key := func(u string) uint64 {
+		h := fnv.New64a()
+		h.Write([]byte(owner))
+		h.Write([]byte{0})
+		h.Write([]byte(u))
+		return h.Sum64()
+	}
+	slices.SortFunc(pool, func(a, b string) int {
+		ka, kb := key(a), key(b)
+		switch {
+		case ka < kb:
+			return -1
+		case ka > kb:
+			return 1
+		}
+		return 0
+	})
+	return pool[:room]
+}
+
 // absorb reads the pending entries of the users won, oldest first.
-func (c *claimer) absorb(ctx context.Context, won []lease) ([]work, []malformed, error) {
+func (c *claimer) absorb(ctx context.Context, won []lease, limit int) ([]work, []malformed, error) {
 	names := make([]string, len(won))
 	want := make(map[string]struct{}, len(won))
 	for i, l := range won {
 		names[i] = l.User
 		want[l.User] = struct{}{}
 	}
+	limit = max(limit, len(won)) // at least one entry per user won
 	cur, err := c.queue.Find(ctx,
 		bson.D{{Key: "username", Value: bson.D{{Key: "$in", Value: names}}}},
 		options.Find().
 			SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
-			SetLimit(AbsorbLimit).
-			SetBatchSize(AbsorbLimit). // one reply unless it passes 16 MiB
+			SetLimit(int64(limit)).
+			SetBatchSize(int32(limit)). // one reply unless it passes 16 MiB
 			SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}))
 	if err != nil {
 		return nil, nil, err
@@ -136,4 +356,11 @@ func (c *claimer) absorb(ctx context.Context, won []lease) ([]work, []malformed,
 		works[i] = work{lease: l, entries: byUser[l.User]}
 	}
 	return works, bad, nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

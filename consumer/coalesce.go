@@ -1,25 +1,52 @@
 package consumer
 
-// pickUsers chooses which users to claim from the oldest window of claimable
-// entries: distinct users in order of their oldest entry, at most max of them.
-// The window is wider than the number of users on purpose: duplicates of the
-// same user collapse into one pick, so a window of 500 entries with 20 users
-// costs 20 refreshes, not 500.
-func pickUsers(window []rawEntry, max int) (users []string, bad []malformed) {
-	seen := make(map[string]struct{}, max)
+import (
+	"bytes"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// distinctUsers lists the users of the window in order of their oldest
+// entry, each once: a window of 500 entries with 20 users costs 20 refreshes,
+// not 500. It also returns the malformed entries and the window's last
+// position (nil for an empty window or one ending in an undated entry).
+func distinctUsers(window []rawEntry) (users []string, bad []malformed, last *position) {
+	seen := make(map[string]struct{}, len(window))
 	for _, r := range window {
 		e, m := parseEntry(r)
 		if m != nil {
 			bad = append(bad, *m)
 			continue
 		}
-		if _, dup := seen[e.Username]; dup || len(users) >= max {
+		if _, dup := seen[e.Username]; dup {
 			continue
 		}
 		seen[e.Username] = struct{}{}
 		users = append(users, e.Username)
 	}
-	return users, bad
+	if n := len(window); n > 0 && window[n-1].CreatedAt.Type == bson.TypeDateTime {
+		last = &position{createdAt: window[n-1].CreatedAt.Time(), id: window[n-1].ID}
+	}
+	return users, bad, last
+}
+
+// before reports whether r comes after p in (createdAt, _id) order. Entries
+// with the same createdAt are ordered by _id as MongoDB orders them only
+// when both _ids are of one type; others are re-read, which is harmless.
+func (p *position) before(r rawEntry) bool {
+	if r.CreatedAt.Type != bson.TypeDateTime {
+		return true
+	}
+	t := r.CreatedAt.Time()
+	if !t.Equal(p.createdAt) {
+		return t.After(p.createdAt)
+	}
+	if a, ok := p.id.ObjectIDOK(); ok {
+		if b, ok := r.ID.ObjectIDOK(); ok {
+			return bytes.Compare(b[:], a[:]) > 0
+		}
+	}
+	return !bytes.Equal(p.id.Value, r.ID.Value)
 }
 
 // groupByUser coalesces absorbed entries into one batch per user. Entries of

@@ -119,11 +119,15 @@ type Consumer struct {
 	claimer   *claimer
 	leases    *leaseStore
 	completer *completer
+	starts    *startMarker
+	failures  *failureWindow
 
 	wake signal // work may have arrived, or room was made
 
 	mu     sync.Mutex
 	held   map[string]lease // users claimed and not yet settled: renewed, and never claimed twice
+	heldN  map[string]int   // entries absorbed per held user
+	heldE  int              // Σ heldN: bounded by AbsorbLimit across claim rounds
 	queued int              // held users waiting for a refresh slot
 	// backlog says the last claim round stopped for lack of room, not of
 	// work: only then is a freed slot worth a claim round of its own. With
@@ -146,6 +150,8 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 		afterClaim: deps.AfterClaim,
 		wake:       newSignal(),
 		held:       map[string]lease{},
+		heldN:      map[string]int{},
+		failures:   newFailureWindow(widespreadSpan, widespreadMinSample),
 	}
 	if c.limiter == nil {
 		c.limiter = NewFixedLimiter(16)
@@ -160,7 +166,9 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 		c.afterClaim = func(error) {}
 	}
 	c.leases = &leaseStore{coll: colls.Claims, owner: cfg.Owner}
-	c.claimer = &claimer{queue: colls.Queue, leases: c.leases, window: cfg.ClaimWindow, lease: cfg.LeaseDuration, clock: c.clock}
+	c.claimer = &claimer{queue: colls.Queue, leases: c.leases, window: cfg.ClaimWindow, lease: cfg.LeaseDuration, clock: c.clock,
+		owner: cfg.Owner, scanEvery: cfg.PollInterval, skip: map[string]time.Time{}}
+	c.starts = &startMarker{leases: c.leases}
 	c.completer = &completer{
 		queue:       colls.Queue,
 		leases:      c.leases,
@@ -247,9 +255,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitGroup) {
 	poll := time.NewTicker(c.cfg.PollInterval)
 	defer poll.Stop()
-	failures := 0
+	failures, pages := 0, 0
+	var lastRound time.Time
 	for ctx.Err() == nil {
-		more, err := c.claimOnce(ctx, workCtx, refreshes)
+		lastRound = time.Now()
+		more, paged, err := c.claimOnce(ctx, workCtx, refreshes)
 		if ctx.Err() == nil {
 			c.afterClaim(err)
 		}
@@ -265,24 +275,47 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 			continue
 		}
 		failures = 0
+		if paged && pages < maxPagesPerWake {
+			pages++
+			continue
+		}
 		if more && c.wantMore() {
 			continue
 		}
+		pages = 0
 		select {
 		case <-ctx.Done():
 		case <-poll.C:
 			c.metrics.Wakeups.WithLabelValues(metrics.WakeupPoll).Inc()
 		case <-c.wake:
+			// Every insert wakes every replica (change streams): at most
+			// one woken round per wakeGap, so a busy producer costs a
+			// fleet ~1/wakeGap rounds a second per replica, not one per
+			// insert.
+			if gap := wakeGap - time.Since(lastRound); gap > 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(gap):
+				}
+			}
 		}
 	}
 }
 
+// maxPagesPerWake bounds the rounds that read past a head full of blocked
+// users before the loop waits for a wake-up or the poll again.
+const maxPagesPerWake = 8
+
+// wakeGap is the least time between a claim round and one woken by a
+// change-stream or room wake-up.
+const wakeGap = 50 * time.Millisecond
+
 // claimOnce runs one claim round and dispatches what it won. more reports
 // that the queue may hold more claimable work right now.
-func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitGroup) (more bool, err error) {
+func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitGroup) (more, paged bool, err error) {
 	room := c.room()
 	if room <= 0 || !c.wantMore() {
-		return false, nil
+		return false, false, nil
 	}
 	// Once begun, a claim round finishes even if shutdown starts meanwhile:
 	// cancelled between its lease insert and its absorb, it would leave
@@ -295,19 +328,22 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 	for u := range c.held {
 		exclude[u] = struct{}{}
 	}
+	absorb := AbsorbLimit - c.heldE
 	c.mu.Unlock()
-	res, err := c.claimer.runOnce(opCtx, room, exclude)
+	res, err := c.claimer.round(opCtx, room, absorb, exclude)
 	c.metrics.ClaimDuration.Observe(time.Since(start).Seconds())
 	if res != nil {
 		c.completer.addMalformed(res.malformed)
 	}
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	entries := 0
 	c.mu.Lock()
 	for _, w := range res.works {
 		c.held[w.lease.User] = w.lease
+		c.heldN[w.lease.User] = len(w.entries)
+		c.heldE += len(w.entries)
 		entries += len(w.entries)
 	}
 	c.queued += len(res.works)
@@ -327,7 +363,7 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 	c.mu.Lock()
 	c.backlog = more
 	c.mu.Unlock()
-	return more, nil
+	return more, res.paged, nil
 }
 
 // process waits for a refresh slot, refreshes and hands the outcome to the
@@ -363,6 +399,12 @@ func (c *Consumer) process(ctx, workCtx context.Context, w work) {
 	if o, ok := c.limiter.(refreshObserver); ok {
 		finished = o.RefreshStarted()
 	}
+	markCtx, cancelMark := context.WithTimeout(workCtx, c.cfg.OpTimeout)
+	err = c.starts.mark(markCtx, w.lease)
+	cancelMark()
+	if err != nil {
+		c.log.Debug("marking a refresh as running failed; a crash in it would not be charged", "op", "mark running", "err", err)
+	}
 	err = c.refreshOne(workCtx, w)
 	c.limiter.Release()
 	finished(transient(err), workCtx.Err() != nil)
@@ -372,14 +414,27 @@ func (c *Consumer) process(ctx, workCtx context.Context, w work) {
 		return
 	}
 	isTransient := transient(err)
+	now := c.clock.Now()
+	if !isTransient {
+		c.failures.record(now, err != nil)
+	}
+	uncharged := isTransient || (err != nil && c.failures.widespread(now))
 	if err != nil {
 		c.metrics.Refreshes.WithLabelValues(metrics.OutcomeError).Inc()
-		c.log.Warn("refresh failed", "op", "refresh", "transient", isTransient, "attempt", w.lease.Attempts+1, "max_attempts", c.cfg.MaxAttempts, "entries", len(w.entries), "err", err)
+		c.log.Warn("refresh failed", "op", "refresh", "transient", isTransient, "charged", !uncharged,
+			"attempt", w.lease.Attempts+1, "max_attempts", c.cfg.MaxAttempts, "entries", len(w.entries), "err", err)
 	} else {
 		c.metrics.Refreshes.WithLabelValues(metrics.OutcomeOK).Inc()
 	}
-	c.completer.add(outcome{work: w, err: err, transient: isTransient})
+	c.completer.add(outcome{work: w, err: err, transient: uncharged})
 }
+
+// A refresh failure is not charged to its user while more than half of the
+// refreshes of the last 10–20 s failed too, out of at least 8 (failureWindow).
+const (
+	widespreadSpan      = 10 * time.Second
+	widespreadMinSample = 8
+)
 
 // dequeued notes that a claimed user stopped waiting for a refresh slot
 // (it started, or will never start). When the waiting line gets shorter than
@@ -408,6 +463,8 @@ func (c *Consumer) settled(users []lease) {
 	for _, l := range users {
 		if cur, ok := c.held[l.User]; ok && cur.Token == l.Token {
 			delete(c.held, l.User)
+			c.heldE -= c.heldN[l.User]
+			delete(c.heldN, l.User)
 		}
 	}
 	c.metrics.UsersInFlight.Set(float64(len(c.held)))
@@ -422,6 +479,9 @@ func (c *Consumer) settled(users []lease) {
 func (c *Consumer) room() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.heldE >= AbsorbLimit {
+		return 0 // enough entries in memory: settle some first
+	}
 	return min(c.cfg.MaxUsersInFlight, leadFactor*c.limiter.Limit()) - len(c.held)
 }
 

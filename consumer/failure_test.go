@@ -169,22 +169,38 @@ func TestExpiredLeaseIsTakenOverAfterCrash(t *testing.T) {
 	}
 }
 
-func TestTakeoverCountsAnAttempt(t *testing.T) {
+// TestTakeoverChargesOnlyTheRunningUser: a replica held two users and died
+// while refreshing one of them. The takeover charges an attempt to the one
+// that was running (it may be what killed the replica) and not to the one
+// that was only waiting for a slot, so one poison user's crash loop does not
+// dead-letter its neighbours.
+func TestTakeoverChargesOnlyTheRunningUser(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.enqueue(t, "alice")
+	b.enqueue(t, "alice", "bob")
 	crashed, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{})
-	if _, err := crashed.claimer.runOnce(t.Context(), 10, nil); err != nil {
-		t.Fatal(err)
+	res, err := crashed.claimer.runOnce(t.Context(), 10, nil)
+	if err != nil || len(res.works) != 2 {
+		t.Fatalf("claim by the doomed consumer: %v, %d users", err, len(res.works))
+	}
+	for _, w := range res.works {
+		if w.lease.User == "alice" {
+			if err := crashed.starts.mark(t.Context(), w.lease); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	later := fixedClock{time.Now().Add(2 * time.Minute)}
 	rescuer, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{clock: later})
-	res, err := rescuer.claimer.runOnce(t.Context(), 10, nil)
-	if err != nil || len(res.works) != 1 {
+	res, err = rescuer.claimer.runOnce(t.Context(), 10, nil)
+	if err != nil || len(res.works) != 2 {
 		t.Fatalf("takeover: %v, %d users", err, len(res.works))
 	}
-	if got := res.works[0].lease.Attempts; got != 1 {
-		t.Errorf("attempts after taking over a crashed holder's lease = %d, want 1", got)
+	for _, w := range res.works {
+		want := map[string]int{"alice": 1, "bob": 0}[w.lease.User]
+		if w.lease.Attempts != want {
+			t.Errorf("%s: attempts after the takeover = %d, want %d", w.lease.User, w.lease.Attempts, want)
+		}
 	}
 }
 
@@ -316,7 +332,7 @@ func TestUserWhoseHoldersKeepDyingIsDeadLetteredWithoutARefresh(t *testing.T) {
 	// recorded attempts = 3, and its lease has expired too.
 	if _, err := b.colls.Claims.InsertOne(t.Context(), bson.D{
 		{Key: "_id", Value: "poison"}, {Key: "token", Value: "gone"}, {Key: "attempts", Value: 2},
-		{Key: "leaseUntil", Value: time.Now().Add(-time.Minute)},
+		{Key: "leaseUntil", Value: time.Now().Add(-time.Minute)}, {Key: "running", Value: true},
 	}); err != nil {
 		t.Fatal(err)
 	}

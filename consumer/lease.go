@@ -13,7 +13,7 @@ import (
 
 // A lease document in the claims collection, one per user held or backing off:
 //
-//	{_id: <username>, token, owner, leaseUntil, attempts, lastError, claimedAt}
+//	{_id: <username>, token, owner, leaseUntil, attempts, lastError, claimedAt, running}
 //
 // A user is claimable when it has no lease document or its leaseUntil has
 // passed. A failed refresh keeps the document with token null and leaseUntil
@@ -29,6 +29,7 @@ type leaseDoc struct {
 	Attempts   int       `bson:"attempts"`
 	LastError  string    `bson:"lastError,omitempty"`
 	ClaimedAt  time.Time `bson:"claimedAt,omitempty"`
+	Running    bool      `bson:"running"` // its refresh has started (markRunning)
 }
 
 // lease is a user this consumer holds, fenced by the token of the claim that
@@ -47,32 +48,60 @@ type leaseStore struct {
 	owner string
 }
 
-// blocked returns the users nobody may claim now: held by a live lease
-// (including this consumer's own) or backing off.
-func (s *leaseStore) blocked(ctx context.Context, now time.Time) ([]string, error) {
-	cur, err := s.coll.Find(ctx, bson.D{{Key: "leaseUntil", Value: bson.D{{Key: "$gt", Value: now}}}},
-		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(100_000))
+// blockedLease is what a claim round needs to know of a user it may not
+// claim: until when, and whether a replica holds it (or it is backing off).
+type blockedLease struct {
+	until time.Time
+	held  bool
+}
+
+// blockedAmong returns which of users nobody may claim now: held by a live
+// lease (including this consumer's own) or backing off. It reads only those
+// users' documents, by _id, so its cost follows the claim window, not the
+// number of leases and backoffs in the fleet. Documents that are not leases
+// (another _id type) never match a username and are never decoded.
+func (s *leaseStore) blockedAmong(ctx context.Context, users []string, now time.Time) (map[string]blockedLease, error) {
+	if len(users) == 0 {
+		return nil, nil
+	}
+	cur, err := s.coll.Find(ctx,
+		bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "leaseUntil", Value: bson.D{{Key: "$gt", Value: now}}}},
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "leaseUntil", Value: 1}, {Key: "token", Value: 1}}).
+			SetBatchSize(int32(len(users))))
 	if err != nil {
-		return nil, fmt.Errorf("reading live leases: %w", err)
+		return nil, fmt.Errorf("reading the leases of %d users in the window: %w", len(users), err)
 	}
-	var docs []struct {
-		User string `bson:"_id"`
+	defer cur.Close(ctx)
+	blocked := make(map[string]blockedLease, len(users))
+	for cur.Next(ctx) {
+		var d struct {
+			User       bson.RawValue `bson:"_id"`
+			Token      bson.RawValue `bson:"token"`
+			LeaseUntil bson.RawValue `bson:"leaseUntil"`
+		}
+		if err := cur.Decode(&d); err != nil {
+			continue // not a lease this release understands; never fatal
+		}
+		user, ok := d.User.StringValueOK()
+		until, okT := d.LeaseUntil.TimeOK()
+		if !ok || !okT {
+			continue
+		}
+		blocked[user] = blockedLease{until: until, held: d.Token.Type == bson.TypeString}
 	}
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("reading live leases: %w", err)
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("reading the leases of %d users in the window: %w", len(users), err)
 	}
-	users := make([]string, len(docs))
-	for i, d := range docs {
-		users[i] = d.User
-	}
-	return users, nil
+	return blocked, nil
 }
 
 // acquire claims users for token: an insert per user in one round trip (a
 // duplicate key means a lease document exists), then, only for those, one
 // round trip that takes over expired leases and one that reads back what was
-// won. Running it twice with the same token wins the same users: the
-// takeover matches the token too, so a retry after an unknown outcome is safe.
+// won. The token is new for every round, so a round is never retried: when
+// the insert's outcome is unknown (a network error mid-command), the leases
+// it may have written under this token are deleted at once rather than left
+// for everyone to wait out.
 func (s *leaseStore) acquire(ctx context.Context, users []string, token string, now time.Time, d time.Duration) ([]lease, error) {
 	if len(users) == 0 {
 		return nil, nil
@@ -88,11 +117,11 @@ func (s *leaseStore) acquire(ctx context.Context, users []string, token string, 
 	if err != nil {
 		var bwe mongo.BulkWriteException
 		if !errors.As(err, &bwe) || bwe.WriteConcernError != nil {
-			return nil, fmt.Errorf("inserting %d leases: %w", len(users), err)
+			return nil, s.abandon(ctx, users, token, fmt.Errorf("inserting %d leases: %w", len(users), err))
 		}
 		for _, we := range bwe.WriteErrors {
 			if !mongo.IsDuplicateKeyError(we) {
-				return nil, fmt.Errorf("inserting lease for a user: %w", err)
+				return nil, s.abandon(ctx, users, token, fmt.Errorf("inserting lease for a user: %w", err))
 			}
 			dup[we.Index] = true
 		}
@@ -115,23 +144,47 @@ func (s *leaseStore) acquire(ctx context.Context, users []string, token string, 
 	return append(won, taken...), nil
 }
 
-// takeOver wins expired leases. A lease that expired while still held (its
-// holder crashed or hung) counts as a failed attempt, so an entry that kills
-// every consumer that touches it ends in the dead letters instead of cycling
-// forever; a lease whose backoff ended is taken as is.
+// abandon deletes whatever leases a failed acquire may have written under
+// its token, and returns cause.
+func (s *leaseStore) abandon(ctx context.Context, users []string, token string, cause error) error {
+	held := make([]lease, len(users))
+	for i, u := range users {
+		held[i] = lease{User: u, Token: token}
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, err := s.release(rctx, held); err != nil {
+		return errors.Join(cause, fmt.Errorf("deleting this round's leases after the failure (they expire instead): %w", err))
+	}
+	return cause
+}
+
+// takeOver wins expired leases. A lease that expired while its refresh was
+// running (the holder crashed or hung in it) counts as a failed attempt, so
+// an entry that kills every consumer that touches it ends in the dead letters
+// instead of cycling forever. The holder's other users were only waiting:
+// they are taken as is, like a lease whose backoff ended, so one poison
+// user's crash loop does not dead-letter its neighbours. (A lease written by
+// a release that did not mark running refreshes has no running field: taken
+// without a charge.)
 func (s *leaseStore) takeOver(ctx context.Context, users []string, token string, now, until time.Time) ([]lease, error) {
-	set := bson.D{{Key: "token", Value: token}, {Key: "owner", Value: s.owner}, {Key: "leaseUntil", Value: until}, {Key: "claimedAt", Value: now}}
+	set := bson.D{{Key: "token", Value: token}, {Key: "owner", Value: s.owner}, {Key: "leaseUntil", Value: until}, {Key: "claimedAt", Value: now}, {Key: "running", Value: false}}
 	expired := bson.D{{Key: "$lte", Value: now}}
 	models := make([]mongo.WriteModel, 0, 2*len(users))
 	for _, u := range users {
 		models = append(models,
+			// Backing off, or held but not running: no charge. The filters
+			// are disjoint, so at most one of the pair matches.
 			mongo.NewUpdateOneModel().
-				SetFilter(bson.D{{Key: "_id", Value: u}, {Key: "token", Value: nil}, {Key: "leaseUntil", Value: expired}}).
+				SetFilter(bson.D{{Key: "_id", Value: u}, {Key: "leaseUntil", Value: expired}, {Key: "$or", Value: bson.A{
+					bson.D{{Key: "token", Value: nil}},
+					bson.D{{Key: "token", Value: bson.D{{Key: "$ne", Value: token}}}, {Key: "running", Value: bson.D{{Key: "$ne", Value: true}}}},
+				}}}).
 				SetUpdate(bson.D{{Key: "$set", Value: set}}),
 			mongo.NewUpdateOneModel().
-				SetFilter(bson.D{{Key: "_id", Value: u}, {Key: "token", Value: bson.D{{Key: "$nin", Value: bson.A{nil, token}}}}, {Key: "leaseUntil", Value: expired}}).
+				SetFilter(bson.D{{Key: "_id", Value: u}, {Key: "token", Value: bson.D{{Key: "$nin", Value: bson.A{nil, token}}}}, {Key: "running", Value: true}, {Key: "leaseUntil", Value: expired}}).
 				SetUpdate(bson.D{
-					{Key: "$set", Value: append(set, bson.E{Key: "lastError", Value: "lease expired while held (consumer crashed or hung)"})},
+					{Key: "$set", Value: append(set, bson.E{Key: "lastError", Value: "lease expired while its refresh was running (consumer crashed or hung)"})},
 					{Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}},
 				}),
 		)
@@ -169,6 +222,27 @@ func (s *leaseStore) renew(ctx context.Context, held []lease, until time.Time) (
 	return int(res.MatchedCount), nil
 }
 
+// markRunning records that these users' refreshes are starting, in one
+// round trip, so a takeover after a crash charges an attempt to them and to
+// no other user the crashed replica held (takeOver).
+func (s *leaseStore) markRunning(ctx context.Context, held []lease) error {
+	if len(held) == 0 {
+		return nil
+	}
+	// One statement per _id: servers that push only plain _id equality
+	// down to storage (FerretDB) would scan the claims for an $in.
+	models := make([]mongo.WriteModel, len(held))
+	for i, l := range held {
+		models[i] = mongo.NewUpdateOneModel().
+			SetFilter(bson.D{{Key: "_id", Value: l.User}, {Key: "token", Value: l.Token}}).
+			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "running", Value: true}}}})
+	}
+	if _, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
+		return fmt.Errorf("marking %d refreshes as running: %w", len(held), err)
+	}
+	return nil
+}
+
 // release deletes leases (after an ack, a dead letter, or at shutdown) in one
 // round trip.
 // It returns how many were still this consumer's: fewer than len(held)
@@ -201,7 +275,7 @@ func (s *leaseStore) backOff(ctx context.Context, failed []retry) error {
 			SetFilter(bson.D{{Key: "_id", Value: f.lease.User}, {Key: "token", Value: f.lease.Token}}).
 			SetUpdate(bson.D{
 				{Key: "$set", Value: bson.D{
-					{Key: "token", Value: nil}, {Key: "leaseUntil", Value: f.notBefore}, {Key: "lastError", Value: f.err},
+					{Key: "token", Value: nil}, {Key: "leaseUntil", Value: f.notBefore}, {Key: "lastError", Value: f.err}, {Key: "running", Value: false},
 				}},
 				{Key: "$inc", Value: bson.D{{Key: "attempts", Value: inc}}},
 			})

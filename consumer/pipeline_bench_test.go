@@ -49,7 +49,7 @@ func BenchmarkPickUsers(b *testing.B) {
 			window := benchWindow(500, users)
 			b.ReportAllocs()
 			for b.Loop() {
-				picked, bad := pickUsers(window, 64)
+				picked, bad, _ := distinctUsers(window)
 				if len(picked) == 0 || len(bad) != 0 {
 					b.Fatal(len(picked), len(bad))
 				}

@@ -1,0 +1,114 @@
+// Package serverclock estimates a MongoDB server's clock from this process.
+//
+// Replicas that decide "is this lease expired?" or "is this write newer?" with
+// their own clocks disagree as much as their clocks do: one whose clock runs
+// ten minutes fast sees every other replica's lease as expired and stamps its
+// writes ten minutes into the future. Reading the server's clock on every
+// decision would cost a round trip each; instead the offset between the local
+// clock and the server's is sampled now and then (the hello command's
+// localTime, corrected by half the round trip, keeping the sample with the
+// shortest round trip, NTP's rule) and applied to the local monotonic clock.
+// The error is at most half the best round trip plus the drift between two
+// samples: milliseconds, against the minutes a misconfigured host can be off.
+package serverclock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Commander runs a database command (a *mongo.Database).
+type Commander interface {
+	RunCommand(ctx context.Context, runCommand any, opts ...options.Lister[options.RunCmdOptions]) *mongo.SingleResult
+}
+
+// Clock is the server's time as seen from here. The zero offset (before the
+// first successful sample) is the local clock. Safe for concurrent use.
+type Clock struct {
+	db    Commander
+	local func() time.Time
+
+	mu      sync.Mutex
+	offset  time.Duration // server − local
+	bestRTT time.Duration // round trip of the sample the offset came from; 0 = none yet
+	sampled time.Time     // local time of that sample
+}
+
+// New returns a clock for the server behind db. local is the clock to
+// correct (nil: time.Now; tests pass a skewed one).
+func New(db Commander, local func() time.Time) *Clock {
+	if local == nil {
+		local = time.Now
+	}
+	return &Clock{db: db, local: local}
+}
+
+// Now is the server's current time, estimated.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	off := c.offset
+	c.mu.Unlock()
+	return c.local().Add(off)
+}
+
+// Offset is the current estimate of server − local.
+func (c *Clock) Offset() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.offset
+}
+
+// sampleMaxAge is how long a sample with a short round trip is preferred to
+// a fresher one with a longer round trip: long enough to ride out a slow
+// minute, short enough that clock drift (ppm) stays far below a millisecond.
+const sampleMaxAge = 10 * time.Minute
+
+// Sync takes one sample and adopts it when its round trip is the shortest
+// seen within sampleMaxAge (a congested round trip says less about when the
+// server read its clock). It returns the sample's offset.
+func (c *Clock) Sync(ctx context.Context) (time.Duration, error) {
+	sent := c.local()
+	var reply struct {
+		LocalTime time.Time `bson:"localTime"`
+	}
+	if err := c.db.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&reply); err != nil {
+		return 0, fmt.Errorf("reading the server's clock (hello): %w", err)
+	}
+	received := c.local()
+	if reply.LocalTime.IsZero() {
+		return 0, fmt.Errorf("reading the server's clock: hello has no localTime")
+	}
+	rtt := received.Sub(sent)
+	// The server read its clock somewhere in the round trip: assume the
+	// middle. BSON dates hold milliseconds, hence the half-millisecond.
+	offset := reply.LocalTime.Add(500 * time.Microsecond).Sub(sent.Add(rtt / 2))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bestRTT == 0 || rtt <= c.bestRTT || received.Sub(c.sampled) > sampleMaxAge {
+		c.offset, c.bestRTT, c.sampled = offset, max(rtt, time.Nanosecond), received
+	}
+	return offset, nil
+}
+
+// Run samples every interval until ctx ends. Errors are handed to onErr
+// (may be nil) and the last good offset stays in use.
+func (c *Clock) Run(ctx context.Context, interval time.Duration, onErr func(error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := c.Sync(ctx); err != nil && ctx.Err() == nil && onErr != nil {
+			onErr(err)
+		}
+	}
+}
