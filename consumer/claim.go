@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -95,6 +96,12 @@ type claimer struct {
 	resume   *position            // read the window from here, not the head
 	lastScan time.Time
 	noHint   bool // the server refused the index hint once: stop sending it
+	// filter says whether usernames are length-filtered on the server
+	// (validUsername); nil until the server has been asked. FerretDB
+	// compiles a regex once per document it tests (~0.5 ms for this one),
+	// so there the window carries every username and they are bounded
+	// while reading instead (readBounded).
+	filter *bool
 }
 
 // position is a place in the queue's (createdAt, _id) order.
@@ -112,6 +119,9 @@ func (c *claimer) runOnce(ctx context.Context, room int, exclude map[string]stru
 }
 
 func (c *claimer) round(ctx context.Context, room, absorbLimit int, exclude map[string]struct{}) (*claimResult, error) {
+	if err := c.detect(ctx); err != nil {
+		return nil, err
+	}
 	now := c.clock.Now()
 	window, err := c.readWindow(ctx, now, exclude)
 	if err != nil {
@@ -168,18 +178,24 @@ func (c *claimer) readWindow(ctx context.Context, now time.Time, exclude map[str
 			delete(c.skip, u)
 		}
 	}
-	userCond := bson.D{{Key: "$regex", Value: validUsername}}
+	var userCond bson.D
+	if *c.filter {
+		userCond = bson.D{{Key: "$regex", Value: validUsername}}
+	}
 	if len(nin) > 0 {
 		userCond = append(userCond, bson.E{Key: "$nin", Value: nin})
 	}
-	filter := bson.D{{Key: "username", Value: userCond}}
+	filter := bson.D{}
+	if len(userCond) > 0 {
+		filter = append(filter, bson.E{Key: "username", Value: userCond})
+	}
 	if c.resume != nil {
 		filter = append(filter, bson.E{Key: "createdAt", Value: bson.D{{Key: "$gte", Value: c.resume.createdAt}}})
 	}
 	opts := options.Find().
 		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
 		SetLimit(int64(c.window)).
-		SetBatchSize(int32(c.window)). // the whole window in one reply, no getMore
+		SetBatchSize(int32(c.window)+1). // the whole window in one reply; +1 so the server closes the cursor (no getMore)
 		SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}})
 	window, err := c.find(ctx, filter, opts)
 	if err != nil {
@@ -200,19 +216,64 @@ func (c *claimer) find(ctx context.Context, filter bson.D, opts *options.FindOpt
 	if !c.noHint {
 		opts.SetHint(windowIndex)
 	}
-	cur, err := c.queue.Find(ctx, filter, opts)
+	out, err := c.readBounded(ctx, filter, opts)
 	if err != nil && !c.noHint && isBadHint(err) {
 		c.noHint = true // the index is missing (its build failed): plan freely
-		cur, err = c.queue.Find(ctx, filter, opts.SetHint(nil))
+		out, err = c.readBounded(ctx, filter, opts.SetHint(nil))
 	}
+	if err != nil && !*c.filter && isTooLarge(err) {
+		// Usernames of megabytes at the head: read them one reply each,
+		// for this round only (the next finds them dead-lettered).
+		out, err = c.readBounded(ctx, filter, opts.SetBatchSize(1))
+	}
+	return out, err
+}
+
+// readBounded reads a window keeping at most MaxUsernameBytes+1 of each
+// username: the entry is malformed either way, and a producer's 8 MiB
+// username must not be held for the whole round, nor for each entry.
+func (c *claimer) readBounded(ctx context.Context, filter bson.D, opts *options.FindOptionsBuilder) ([]rawEntry, error) {
+	cur, err := c.queue.Find(ctx, filter, opts)
 	if err != nil {
 		return nil, err
 	}
+	defer cur.Close(ctx)
 	var out []rawEntry
-	if err := cur.All(ctx, &out); err != nil {
-		return nil, err
+	for cur.Next(ctx) {
+		var r rawEntry
+		if err := cur.Decode(&r); err != nil {
+			return nil, err
+		}
+		// Decode copies the document; its values alias that copy, so
+		// clip the username before keeping the entry.
+		if r.Username.Type == bson.TypeString && len(r.Username.Value) > MaxUsernameBytes+5 {
+			r.Username = clippedString(r.Username)
+		}
+		out = append(out, r)
 	}
-	return out, nil
+	return out, cur.Err()
+}
+
+// detect asks the server once whether it can length-filter usernames
+// cheaply (see claimer.filter). A server that does not answer is asked
+// again next round.
+func (c *claimer) detect(ctx context.Context) error {
+	if c.filter != nil {
+		return nil
+	}
+	var info bson.Raw
+	if err := c.queue.Database().RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&info); err != nil {
+		return fmt.Errorf("asking the server what it supports (buildInfo): %w", err)
+	}
+	_, ferret := info.Lookup("ferretdbVersion").StringValueOK()
+	filter := !ferret
+	c.filter = &filter
+	return nil
+}
+
+// isTooLarge reports a reply over the wire protocol's size limit.
+func isTooLarge(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "too large")
 }
 
 // windowIndex is the queue index the claim window is read from.
@@ -230,8 +291,8 @@ func isBadHint(err error) bool {
 // window it looks no further back than the window's end, so its cost is
 // bounded by the head of the queue, not its depth.
 func (c *claimer) scanMalformed(ctx context.Context, now time.Time, windowFull bool, last *position) ([]malformed, error) {
-	if now.Sub(c.lastScan) < c.scanEvery {
-		return nil, nil
+	if !*c.filter || now.Sub(c.lastScan) < c.scanEvery {
+		return nil, nil // without the filter, the window carries them
 	}
 	c.lastScan = now
 	filter := bson.D{{Key: "username", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$regex", Value: validUsername}}}}}}

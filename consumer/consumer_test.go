@@ -44,18 +44,37 @@ func setup(t *testing.T) *testBundle {
 	return b
 }
 
-// commandCounter counts the commands the driver sends, by name.
+// commandCounter counts the commands the driver sends, by name, and the
+// bytes of commands and replies.
 type commandCounter struct {
-	mu     sync.Mutex
-	counts map[string]int
+	mu             sync.Mutex
+	counts         map[string]int
+	sent, received int
 }
 
 func (c *commandCounter) monitor() *event.CommandMonitor {
-	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		c.mu.Lock()
-		c.counts[e.CommandName]++
-		c.mu.Unlock()
-	}}
+	return &event.CommandMonitor{
+		Started: func(_ context.Context, e *event.CommandStartedEvent) {
+			c.mu.Lock()
+			c.counts[e.CommandName]++
+			c.sent += len(e.Command)
+			c.mu.Unlock()
+		},
+		Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
+			c.mu.Lock()
+			c.received += len(e.Reply)
+			c.mu.Unlock()
+		},
+	}
+}
+
+// takeBytes returns the bytes sent and received since the last takeBytes.
+func (c *commandCounter) takeBytes() (sent, received int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sent, received = c.sent, c.received
+	c.sent, c.received = 0, 0
+	return sent, received
 }
 
 // take returns the counts since the last take.

@@ -84,3 +84,12 @@ func rawValueToAny(v bson.RawValue) any {
 	}
 	return v
 }
+
+// clippedString keeps the first MaxUsernameBytes+1 bytes of a BSON string
+// value: still too long, so parseEntry rejects it with the right reason, and
+// no longer megabytes. (The reported length is the clipped one.)
+func clippedString(v bson.RawValue) bson.RawValue {
+	s := v.StringValue()[:MaxUsernameBytes+1]
+	t, data, _ := bson.MarshalValue(s)
+	return bson.RawValue{Type: t, Value: data}
+}

@@ -15,11 +15,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 
 	"github.com/scorerefresh/scorerefresh/cmd/internal/config"
 	"github.com/scorerefresh/scorerefresh/consumer"
 	"github.com/scorerefresh/scorerefresh/metrics"
 	"github.com/scorerefresh/scorerefresh/pkg/limiter"
+	"github.com/scorerefresh/scorerefresh/pkg/serverclock"
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
@@ -47,6 +50,10 @@ type Service struct {
 	Sampler  *metrics.Sampler
 	Health   *metrics.Health
 	Consumer *consumer.Consumer
+	// Clock is the MongoDB server's clock as estimated from here: leases,
+	// backoffs and refreshedAt are judged by it, so replicas whose own
+	// clocks disagree still agree on them.
+	Clock *serverclock.Clock
 
 	server   *metrics.Server           // nil when METRICS_ADDR is empty
 	adaptive *consumer.AdaptiveLimiter // nil unless ADAPTIVE_CONCURRENCY
@@ -87,7 +94,14 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 	if err != nil {
 		return nil, fmt.Errorf("configuring MongoDB client for %s: %w", config.RedactURI(cfg.MongoURI), err)
 	}
-	db := client.Database(cfg.Database)
+	// Every read goes to the primary whatever the URI asks: a refresh that
+	// recomputed from a lagging secondary would acknowledge events whose
+	// source writes it never saw.
+	db := client.Database(cfg.Database, options.Database().SetReadPreference(readpref.Primary()))
+	if rp := clientOpts.ReadPreference; rp != nil && rp.Mode() != readpref.PrimaryMode {
+		log.Warn("MONGODB_URI asks for a read preference other than primary; scorerefresh reads from the primary regardless", "uri_read_preference", rp.Mode().String())
+	}
+	clock := serverclock.New(db, nil)
 	s := &Service{
 		cfg:      cfg,
 		log:      log,
@@ -98,6 +112,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 		Metrics:  consumerMetrics,
 		adaptive: adaptive,
 		Mongo:    mongoMetrics,
+		Clock:    clock,
 		SLI:      metrics.NewSLI(reg, nil),
 		Health:   metrics.NewHealth(nil),
 		Colls: consumer.Collections{
@@ -136,6 +151,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 		Limiter:   limit,
 		Metrics:   s.Metrics,
 		Logger:    log,
+		Clock:     clock,
 		Wakeups:   append(opts.Wakeups, consumer.NewChangeStreamSource(s.Colls.Queue, consumer.ChangeStreamConfig{}, s.Metrics, log)),
 		AfterFlush: func(err error) {
 			if err != nil {
@@ -194,6 +210,12 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 
 	bg.Go(func() { s.setup(bgCtx) })
+	s.syncClock(ctx)
+	bg.Go(func() {
+		s.Clock.Run(bgCtx, clockSyncInterval, func(err error) {
+			s.log.Warn("reading the server's clock failed; keeping the last offset", "op", "clock sync", "err", err)
+		})
+	})
 
 	s.log.Info("consumer starting", "config", s.cfg, "rules", s.Rules.Source, "components", len(s.Rules.Components))
 	err := s.Consumer.Run(ctx)
@@ -224,6 +246,32 @@ func (s *Service) setup(ctx context.Context) {
 			return
 		case <-time.After(delay):
 		}
+	}
+}
+
+// clockSyncInterval is how often the server's clock is sampled. Host
+// clocks drift by well under a millisecond a minute.
+const clockSyncInterval = 30 * time.Second
+
+// syncClock takes the first samples of the server's clock before the
+// consumer starts, so its first leases are already on the server's time. An
+// unreachable server is not fatal: the local clock stands in until a sample
+// succeeds. A large offset is logged: the host's clock is wrong.
+func (s *Service) syncClock(ctx context.Context) {
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var err error
+	for range 3 {
+		if _, err = s.Clock.Sync(sctx); err != nil {
+			break
+		}
+	}
+	if err != nil {
+		s.log.Warn("reading the server's clock failed; using the local clock until it succeeds", "op", "clock sync", "err", err)
+		return
+	}
+	if off := s.Clock.Offset(); off > time.Second || off < -time.Second {
+		s.log.Warn("this host's clock differs from the MongoDB server's; leases and refreshedAt follow the server's", "offset", off.String())
 	}
 }
 

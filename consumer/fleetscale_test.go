@@ -1,0 +1,119 @@
+package consumer
+
+import (
+	"fmt"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// TestClaimRoundCostIsIndependentOfFleetAndBackoffs measures one claim
+// round of a replica alone on its queue, and of the same replica beside 15
+// others holding 4 users each with 10,000 users backing off: the commands
+// must be the same and the bytes within 10%. (A round that read every live
+// lease and sent them back as a $nin list grew by ~40 bytes per lease and
+// backoff: ~400 KB here, ~2 MB at 50,000 backoffs, and failed outright past
+// 16 MiB.)
+func TestClaimRoundCostIsIndependentOfFleetAndBackoffs(t *testing.T) {
+	t.Parallel()
+	type cost struct {
+		cmds           map[string]int
+		sent, received int
+	}
+	measure := func(t *testing.T, others, backoffs int) cost {
+		b := setup(t)
+		var fresh []string
+		for i := range 100 {
+			fresh = append(fresh, fmt.Sprintf("fresh-%03d", i))
+		}
+		b.enqueue(t, fresh...) // the head: the window reads exactly these
+		var held []string
+		for i := range others * 4 {
+			held = append(held, fmt.Sprintf("held-%03d", i))
+		}
+		if len(held) > 0 {
+			docs := make([]any, len(held))
+			for i, u := range held { // behind the window
+				docs[i] = bson.D{{Key: "username", Value: u}, {Key: "createdAt", Value: time.Now()}}
+			}
+			if _, err := b.colls.Queue.InsertMany(t.Context(), docs); err != nil {
+				t.Fatal(err)
+			}
+			for i := range others {
+				o, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{cfg: Config{Owner: fmt.Sprintf("other-%d", i)}})
+				if _, err := o.leases.acquire(t.Context(), held[i*4:i*4+4], bson.NewObjectID().Hex(), time.Now(), time.Minute); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if backoffs > 0 {
+			docs := make([]any, backoffs)
+			for i := range docs {
+				docs[i] = leaseDoc{User: fmt.Sprintf("backing-off-%05d", i), LeaseUntil: time.Now().Add(time.Hour), Attempts: 1, LastError: "source down"}
+			}
+			if _, err := b.colls.Claims.InsertMany(t.Context(), docs); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{cfg: Config{ClaimWindow: 100, Owner: "measured"}})
+		b.cmds.take()
+		b.cmds.takeBytes()
+		res, err := c.claimer.runOnce(t.Context(), 20, nil)
+		if err != nil || len(res.works) != 20 {
+			t.Fatalf("claim: %v, %d users won, want 20", err, len(res.works))
+		}
+		var got cost
+		got.cmds = b.cmds.take()
+		got.sent, got.received = b.cmds.takeBytes()
+		return got
+	}
+	alone, crowded := measure(t, 0, 0), measure(t, 15, 10_000)
+	t.Logf("alone: %v, %d B sent, %d B received; beside 15 replicas and 10,000 backoffs: %v, %d B sent, %d B received",
+		alone.cmds, alone.sent, alone.received, crowded.cmds, crowded.sent, crowded.received)
+	if !maps.Equal(alone.cmds, crowded.cmds) {
+		t.Errorf("commands alone %v, in a crowd %v: want the same", alone.cmds, crowded.cmds)
+	}
+	for _, pair := range [][3]any{{"sent", alone.sent, crowded.sent}, {"received", alone.received, crowded.received}} {
+		a, c := pair[1].(int), pair[2].(int)
+		if float64(c) > 1.1*float64(a) {
+			t.Errorf("bytes %s: %d alone, %d in a crowd: more than 10%% apart", pair[0], a, c)
+		}
+	}
+}
+
+// TestHugeUsernamesAtTheHeadAreMalformedNotCarried puts entries with 2 MiB
+// usernames (and non-string ones) at the head: one claim round reports them
+// malformed with the reason, claims the ordinary users behind them, and
+// keeps no username longer than the limit (filtered on the server where it
+// can, clipped while reading where it cannot).
+func TestHugeUsernamesAtTheHeadAreMalformedNotCarried(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	huge := strings.Repeat("h", 2<<20)
+	old := time.Now().Add(-time.Hour)
+	for i, u := range []any{huge + "1", huge + "2", bson.A{"a", "b"}, 42, nil} {
+		if _, err := b.colls.Queue.InsertOne(t.Context(), bson.D{{Key: "_id", Value: fmt.Sprintf("hostile-%d", i)}, {Key: "username", Value: u}, {Key: "createdAt", Value: old}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.enqueue(t, "alice", "bob")
+	c, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{})
+	res, err := c.claimer.runOnce(t.Context(), 10, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.works) != 2 {
+		t.Errorf("won %d users, want alice and bob", len(res.works))
+	}
+	if len(res.malformed) != 5 {
+		t.Fatalf("malformed: %v, want the 5 hostile entries", res.malformed)
+	}
+	for _, m := range res.malformed {
+		if len(m.Detail) > 200 || m.Detail == "" {
+			t.Errorf("malformed %v: detail %.200q", m.ID, m.Detail)
+		}
+	}
+}
