@@ -195,7 +195,7 @@ func (c *claimer) readWindow(ctx context.Context, now time.Time, exclude map[str
 	opts := options.Find().
 		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
 		SetLimit(int64(c.window)).
-		SetBatchSize(int32(c.window)+1). // the whole window in one reply; +1 so the server closes the cursor (no getMore)
+		SetBatchSize(int32(c.window) + 1). // the whole window in one reply; +1 so the server closes the cursor (no getMore)
 		SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}})
 	window, err := c.find(ctx, filter, opts)
 	if err != nil {
