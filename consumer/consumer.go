@@ -50,6 +50,8 @@ type Config struct {
 	AckInterval    time.Duration // a flush waits at most this for company; default 50ms
 	AckBatchSize   int           // a flush goes at once with this many users; default 100
 	OpTimeout      time.Duration // deadline of each pipeline round trip; default 30s
+	BatchSize      int           // users refreshed together in one slot, when the Refresher is a BatchRefresher; default 1
+	BatchLinger    time.Duration // a batch's slot waits at most this for company; default 5ms
 	Owner          string        // written on leases for operators; default hostname:pid
 }
 
@@ -72,6 +74,8 @@ func (c Config) withDefaults() Config {
 	c.AckInterval = cmp.Or(c.AckInterval, 50*time.Millisecond)
 	c.AckBatchSize = cmp.Or(c.AckBatchSize, 100)
 	c.OpTimeout = cmp.Or(c.OpTimeout, 30*time.Second)
+	c.BatchSize = max(c.BatchSize, 1)
+	c.BatchLinger = cmp.Or(c.BatchLinger, 5*time.Millisecond)
 	c.Owner = cmp.Or(c.Owner, DefaultOwner())
 	return c
 }
@@ -120,6 +124,7 @@ type Consumer struct {
 	leases    *leaseStore
 	completer *completer
 	starts    *startMarker
+	batches   *batcher
 	failures  *failureWindow
 
 	wake signal // work may have arrived, or room was made
@@ -169,6 +174,10 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 	c.claimer = &claimer{queue: colls.Queue, leases: c.leases, window: cfg.ClaimWindow, lease: cfg.LeaseDuration, clock: c.clock,
 		owner: cfg.Owner, scanEvery: cfg.PollInterval, skip: map[string]time.Time{}}
 	c.starts = &startMarker{leases: c.leases}
+	if _, ok := c.refresher.(BatchRefresher); !ok {
+		c.cfg.BatchSize = 1
+	}
+	c.batches = &batcher{max: c.cfg.BatchSize}
 	c.completer = &completer{
 		queue:       colls.Queue,
 		leases:      c.leases,
@@ -366,48 +375,83 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 	return more, res.paged, nil
 }
 
-// process waits for a refresh slot, refreshes and hands the outcome to the
-// completer. Waiting for a slot ends with ctx (shutdown: a refresh that has
-// not started is released, not started); the refresh itself runs on workCtx.
+// process hands one claimed user to a refresh batch and, if this goroutine
+// leads the batch, waits for a refresh slot and runs it (see batch.go). The
+// outcome of every user goes to the completer. Waiting for a slot ends with
+// ctx (shutdown: a refresh that has not started is released, not started);
+// the refresh itself runs on workCtx.
 func (c *Consumer) process(ctx, workCtx context.Context, w work) {
 	if len(w.entries) == 0 {
 		// Acknowledged by someone else between window and absorb.
-		c.dequeued()
+		c.dequeued(1)
 		c.completer.add(outcome{work: w, release: true})
 		return
 	}
 	if w.lease.Attempts >= c.cfg.MaxAttempts {
-		// Its holders kept dying mid-refresh (each takeover of an expired
-		// lease counts an attempt): refreshing it again would likely kill
-		// this consumer too.
-		c.dequeued()
+		// Its holders kept dying mid-refresh (each takeover of a lease
+		// whose refresh was running counts an attempt): refreshing it
+		// again would likely kill this consumer too.
+		c.dequeued(1)
 		c.completer.add(outcome{work: w, err: fmt.Errorf("%d consumers lost their lease on this user mid-refresh (crashed or hung); not refreshing it again", w.lease.Attempts)})
 		return
 	}
+	b, leader := c.batches.join(w)
+	if !leader {
+		<-b.done
+		return
+	}
+	defer close(b.done)
 	err := c.limiter.Acquire(ctx)
-	c.dequeued()
+	if err == nil && ctx.Err() == nil {
+		b.linger(ctx, c.cfg.BatchLinger) // company joins until full or the linger ends
+	}
+	works := c.batches.seal(b)
+	c.dequeued(len(works))
 	if err != nil || ctx.Err() != nil {
 		// A free slot may be granted even after ctx ended; shutdown still
 		// means no new refresh starts.
 		if err == nil {
 			c.limiter.Release()
 		}
-		c.completer.add(outcome{work: w, release: true})
+		for _, w := range works {
+			c.completer.add(outcome{work: w, release: true})
+		}
 		return
 	}
+	c.runBatch(workCtx, works)
+}
+
+// runBatch refreshes the users of one batch in one refresh slot and hands
+// each outcome to the completer.
+func (c *Consumer) runBatch(workCtx context.Context, works []work) {
 	finished := func(bool, bool) {}
 	if o, ok := c.limiter.(refreshObserver); ok {
 		finished = o.RefreshStarted()
 	}
+	leases := make([]lease, len(works))
+	for i, w := range works {
+		leases[i] = w.lease
+	}
 	markCtx, cancelMark := context.WithTimeout(workCtx, c.cfg.OpTimeout)
-	err = c.starts.mark(markCtx, w.lease)
+	err := c.starts.mark(markCtx, leases...)
 	cancelMark()
 	if err != nil {
-		c.log.Debug("marking a refresh as running failed; a crash in it would not be charged", "op", "mark running", "err", err)
+		c.log.Debug("marking refreshes as running failed; a crash in them would not be charged", "op", "mark running", "users", len(leases), "err", err)
 	}
-	err = c.refreshOne(workCtx, w)
+	errs := c.refreshBatch(workCtx, works)
 	c.limiter.Release()
-	finished(transient(err), workCtx.Err() != nil)
+	anyTransient := false
+	for _, err := range errs {
+		anyTransient = anyTransient || transient(err)
+	}
+	finished(anyTransient, workCtx.Err() != nil)
+	for i, w := range works {
+		c.settleRefresh(workCtx, w, errs[i])
+	}
+}
+
+// settleRefresh counts one user's refresh outcome and hands it on.
+func (c *Consumer) settleRefresh(workCtx context.Context, w work, err error) {
 	if err != nil && workCtx.Err() != nil {
 		// Cancelled by shutdown, not the user's fault: no attempt counted.
 		c.completer.add(outcome{work: w, release: true})
@@ -439,9 +483,9 @@ const (
 // dequeued notes that a claimed user stopped waiting for a refresh slot
 // (it started, or will never start). When the waiting line gets shorter than
 // the refresh slots, refreshers are about to go idle: claim more now.
-func (c *Consumer) dequeued() {
+func (c *Consumer) dequeued(n int) {
 	c.mu.Lock()
-	c.queued--
+	c.queued -= n
 	c.mu.Unlock()
 	c.roomWake()
 }

@@ -72,3 +72,47 @@ func (c *Consumer) refreshOne(ctx context.Context, w work) (err error) {
 // errRefreshTimeout marks a refresh that outlived RefreshTimeout; it counts
 // towards MAX_ATTEMPTS although it looks like a timeout.
 var errRefreshTimeout = errors.New("refresh timed out")
+
+// refreshBatch refreshes the users of works together when there are several
+// (the Refresher is then a BatchRefresher, see New) and returns each user's
+// outcome. The batch shares one deadline and one start: windows are measured
+// from it, and every entry of every user was claimed before it.
+func (c *Consumer) refreshBatch(ctx context.Context, works []work) (errs []error) {
+	if len(works) == 1 {
+		return []error{c.refreshOne(ctx, works[0])}
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RefreshTimeout)
+	defer cancel()
+	users := make([]string, len(works))
+	for i, w := range works {
+		users[i] = w.lease.User
+	}
+	start := c.clock.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			err := fmt.Errorf("batch refresh panicked: %v\n%s", r, debug.Stack())
+			errs = make([]error, len(works))
+			for i := range errs {
+				errs[i] = err
+			}
+		}
+		d := c.clock.Now().Sub(start).Seconds()
+		for range works {
+			c.metrics.RefreshDuration.Observe(d)
+		}
+	}()
+	errs = c.refresher.(BatchRefresher).RefreshBatch(ctx, users, start)
+	if len(errs) != len(users) {
+		panic(fmt.Sprintf("RefreshBatch returned %d outcomes for %d users", len(errs), len(users)))
+	}
+	for i, err := range errs {
+		switch {
+		case err == nil:
+		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+			errs[i] = fmt.Errorf("%w after %s (batch of %d users): %v", errRefreshTimeout, c.cfg.RefreshTimeout, len(users), err)
+		default:
+			errs[i] = fmt.Errorf("refreshing user: %w", err)
+		}
+	}
+	return errs
+}

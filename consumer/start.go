@@ -19,13 +19,13 @@ type startMarker struct {
 	writing bool
 }
 
-// mark returns once l's lease is marked, or the attempt failed (the refresh
+// mark returns once the leases are marked, or the attempt failed (the refresh
 // goes ahead either way: a missing mark only means a crash in this refresh
 // would not be charged to its user).
-func (m *startMarker) mark(ctx context.Context, l lease) error {
+func (m *startMarker) mark(ctx context.Context, ls ...lease) error {
 	done := make(chan struct{})
 	m.mu.Lock()
-	m.pending = append(m.pending, l)
+	m.pending = append(m.pending, ls...)
 	m.waiters = append(m.waiters, done)
 	if m.writing {
 		m.mu.Unlock()

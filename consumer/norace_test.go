@@ -1,0 +1,5 @@
+//go:build !race
+
+package consumer
+
+const raceEnabled = false
