@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"strings"
 	"testing"
 )
@@ -176,4 +177,24 @@ func FuzzStringIsIdempotentAndHidesPasswords(f *testing.F) {
 			t.Errorf("password survived in %q: %q", uri, String(uri))
 		}
 	})
+}
+
+func TestHandlerRedactsLoggedErrors(t *testing.T) {
+	t.Parallel()
+	var sb strings.Builder
+	uri := "mongodb://admin:hunter2@h/?tlsCertificateKeyFilePassword=hun%zzter3"
+	log := slog.New(Handler(slog.NewJSONHandler(&sb, nil), uri)).With("boot", errors.New("parsing mongodb://x:hunter2@h"))
+	log.WithGroup("g").Error("cannot start",
+		"err", errors.New(`invalid option value "hun%zzter3"`),
+		"nested", slog.GroupValue(slog.Any("cause", fmt.Errorf("dial mongodb://admin:hunter2@h: refused"))),
+		"user", "ann@example.com") // not an error: left alone
+	out := sb.String()
+	for _, secret := range []string{"hunter2", "hun%zzter3"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("%q logged: %s", secret, out)
+		}
+	}
+	if !strings.Contains(out, "ann@example.com") || strings.Count(out, Mask) != 3 {
+		t.Errorf("log line %s", out)
+	}
 }
