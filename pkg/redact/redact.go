@@ -66,7 +66,7 @@ func String(text string, sources ...string) string {
 	if start >= 0 {
 		b.WriteString(redactWord(text[start:], nil))
 	}
-	return hideKnown(b.String(), Secrets(sources...))
+	return hideKnown(b.String(), secretsOf(sources...))
 }
 
 // Error returns err with its message redacted as String redacts text. The
@@ -87,10 +87,10 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
-// Secrets returns what rules 1 and 2 hide in the given connection strings:
+// secretsOf returns what rules 1 and 2 hide in the given connection strings:
 // the user-info, the password alone, and each secret value, raw and
 // percent-decoded, longest first.
-func Secrets(sources ...string) []string {
+func secretsOf(sources ...string) []string {
 	seen := map[string]bool{}
 	add := func(s string) {
 		if s == "" || s == Mask {
