@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/scorerefresh/scorerefresh/pkg/redact"
 )
 
 // Health answers Kubernetes' probes.
@@ -108,7 +110,9 @@ func probe(check func() (bool, string)) http.HandlerFunc {
 		w.Header().Set("Cache-Control", "no-store")
 		if !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintln(w, detail)
+			// Details quote driver errors, which may quote the URI, to
+			// whoever can reach the port.
+			fmt.Fprintln(w, redact.String(detail))
 			return
 		}
 		fmt.Fprintln(w, "ok")

@@ -27,13 +27,47 @@ type Server struct {
 	ln  net.Listener
 }
 
-// Listen binds addr (e.g. ":9090"; ":0" picks a free port).
+// Timeouts bound how long one client may hold a connection in each phase,
+// so that slow or stalled clients (a slow-loris sending its headers a byte
+// at a time, a scraper that stops reading) cannot pile up connections and
+// goroutines until the process runs out of them.
+type Timeouts struct {
+	ReadHeader time.Duration // from accepting to the end of the headers
+	Read       time.Duration // from accepting to the end of the body
+	Write      time.Duration // from the end of the headers to the end of the response
+	Idle       time.Duration // a kept-alive connection waiting for its next request
+}
+
+// DefaultTimeouts suit a Prometheus scrape (timeout 10s by default, every
+// 15s to 1m, over one kept-alive connection) and Kubernetes probes (1s
+// timeout): generous for them, short for a client that stalls.
+func DefaultTimeouts() Timeouts {
+	return Timeouts{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 30 * time.Second, Idle: 2 * time.Minute}
+}
+
+// maxHeaderBytes bounds a request's headers: these endpoints take none of
+// note, and the default (1 MiB) lets one client hold that much per connection.
+const maxHeaderBytes = 16 << 10
+
+// Listen binds addr (e.g. ":9090"; ":0" picks a free port) for a server with
+// the default timeouts.
 func Listen(addr string, handler http.Handler) (*Server, error) {
+	return listen(addr, handler, DefaultTimeouts())
+}
+
+func listen(addr string, handler http.Handler, to Timeouts) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listening for metrics on %s: %w", addr, err)
 	}
-	return &Server{ln: ln, srv: &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}}, nil
+	return &Server{ln: ln, srv: &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: to.ReadHeader,
+		ReadTimeout:       to.Read,
+		WriteTimeout:      to.Write,
+		IdleTimeout:       to.Idle,
+		MaxHeaderBytes:    maxHeaderBytes,
+	}}, nil
 }
 
 // Addr is the bound address.

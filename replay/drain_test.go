@@ -129,21 +129,41 @@ func TestDrainWaitsForAPacedLoadToFinish(t *testing.T) {
 	m := metrics.NewConsumer(prometheus.NewRegistry())
 	loadDone := make(chan error, 1)
 	var arrived atomic.Int64
+	// Each sample reads Arrived once, before it queries the queue, and the
+	// drain takes samples one after another: the second read means the
+	// first sample is complete.
+	sampled := make(chan struct{}, 16)
+	arrivedSoFar := func() int64 {
+		select {
+		case sampled <- struct{}{}:
+		default:
+		}
+		return arrived.Load()
+	}
 	go func() {
-		// Nothing for a few samples (an empty queue must not end the
-		// drain while entries are still to arrive), then the entries.
-		time.Sleep(120 * time.Millisecond)
+		// Nothing for two samples (an empty queue must not end the drain
+		// while entries are still to arrive), then the entries.
+		for range 2 {
+			select {
+			case <-sampled:
+			case <-t.Context().Done():
+				return
+			}
+		}
 		seedQueue(t, q, 12, 0)
 		arrived.Store(12)
 		loadDone <- nil
 	}()
 	res, err := Drain(t.Context(), DrainConfig{Queue: q, Consumer: &fakeConsumer{queue: q, m: m, perRound: 5}, Metrics: m,
-		Interval: 20 * time.Millisecond, LoadDone: loadDone, Arrived: arrived.Load})
+		Interval: 20 * time.Millisecond, LoadDone: loadDone, Arrived: arrivedSoFar})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Reason != StopDrained || res.Final.Acked != 12 || res.Final.Arrived != 12 || res.Timeline[0].Depth != 0 {
-		t.Errorf("reason %q final %+v, first sample %+v", res.Reason, res.Final, res.Timeline[0])
+	if res.Reason != StopDrained || res.Final.Acked != 12 || res.Final.Arrived != 12 {
+		t.Errorf("reason %q final %+v", res.Reason, res.Final)
+	}
+	if first := res.Timeline[0]; !first.Measured || first.Depth != 0 || first.Arrived != 0 {
+		t.Errorf("first sample %+v: want an empty queue, measured, before any arrival", first)
 	}
 }
 

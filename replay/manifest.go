@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/scorerefresh/scorerefresh/pkg/redact"
 )
 
 // ManifestName is the file in a snapshot directory that says which file
@@ -117,8 +119,10 @@ func ReadManifest(dir string) (*Manifest, error) {
 	return &m, nil
 }
 
-// writeManifest writes m into dir.
+// writeManifest writes m into dir. The origin is redacted here, whatever
+// the caller passed: a manifest travels with the data it describes.
 func writeManifest(dir string, m *Manifest) error {
+	m.Origin = redact.String(m.Origin)
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/cmd/internal/config"
 	"github.com/scorerefresh/scorerefresh/cmd/internal/replaycmd"
 	"github.com/scorerefresh/scorerefresh/pkg/embedmongo"
+	"github.com/scorerefresh/scorerefresh/pkg/redact"
 	"github.com/scorerefresh/scorerefresh/replay"
 )
 
@@ -56,7 +57,7 @@ func runReplay(args, environ []string, stdout, stderr io.Writer) int {
 	// runs next to a service that holds METRICS_ADDR.
 	cfg.MetricsAddr = o.MetricsAddr
 	if server == "" {
-		server = config.RedactURI(cfg.MongoURI)
+		server = redact.URI(cfg.MongoURI)
 	}
 	return replaycmd.Run(ctx, replaycmd.Build{Name: "scorerefresh-demo replay", Version: "demo"}, o, cfg, server, stdout, stderr)
 }

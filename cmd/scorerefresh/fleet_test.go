@@ -30,6 +30,23 @@ func newWorld(t *testing.T, uri string) *world {
 	return &world{t: t, db: db, env: []string{"MONGODB_URI=" + uri, "MONGODB_DATABASE=" + db.Name(), "POLL_INTERVAL=100ms"}}
 }
 
+// through returns the world's environment with MONGODB_URI pointing at
+// proxy instead of the test server, plus more variables.
+func (w *world) through(proxy *faultproxy.Proxy, extraOptions []string, more ...string) []string {
+	w.t.Helper()
+	uri, err := proxyURI(mongotest.URI(w.t), proxy.Addr(), extraOptions...)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	env := []string{"MONGODB_URI=" + uri}
+	for _, e := range w.env {
+		if !strings.HasPrefix(e, "MONGODB_URI=") {
+			env = append(env, e)
+		}
+	}
+	return append(env, more...)
+}
+
 // produce writes n events over users as an application does: the source
 // document first, then the queue entry announcing it.
 func (w *world) produce(n, users int, seed uint64) {
@@ -162,7 +179,7 @@ func TestKilledConsumersWorkIsRescuedAfterItsLease(t *testing.T) {
 	proxy := startProxy(t)
 	w := newWorld(t, mongotest.URI(t))
 	w.seed(400, 200)
-	env := append([]string{"MONGODB_URI=mongodb://" + proxy.Addr() + "/?directConnection=true", "LEASE_DURATION=3s", "REFRESH_CONCURRENCY=4", "MAX_USERS_IN_FLIGHT=16"}, w.env[1:]...)
+	env := w.through(proxy, nil, "LEASE_DURATION=3s", "REFRESH_CONCURRENCY=4", "MAX_USERS_IN_FLIGHT=16")
 	doomed := startProc(t, "doomed", env...)
 	w.waitFor("the first acknowledgements", func() bool { n := w.count("score_events"); return n >= 0 && n < 400 })
 	doomed.kill9()
@@ -183,8 +200,7 @@ func TestConsumerSurvivesAMongoDBOutage(t *testing.T) {
 	proxy := startProxy(t)
 	w := newWorld(t, mongotest.URI(t))
 	w.seed(400, 200)
-	env := append([]string{"MONGODB_URI=mongodb://" + proxy.Addr() + "/?directConnection=true&serverSelectionTimeoutMS=2000",
-		"REFRESH_CONCURRENCY=4", "MAX_USERS_IN_FLIGHT=16", "MAX_ATTEMPTS=2"}, w.env[1:]...)
+	env := w.through(proxy, []string{"serverSelectionTimeoutMS=2000"}, "REFRESH_CONCURRENCY=4", "MAX_USERS_IN_FLIGHT=16", "MAX_ATTEMPTS=2")
 	p := startProc(t, "consumer", env...)
 	w.waitFor("readiness", func() bool { return p.status("/readyz") == 200 })
 	w.waitFor("the first acknowledgements", func() bool { n := w.count("score_events"); return n >= 0 && n < 400 })
@@ -212,10 +228,13 @@ func TestConsumerSurvivesAMongoDBOutage(t *testing.T) {
 }
 
 // startProxy puts a fault proxy with 5 ms each way between a consumer and
-// the test server.
+// the test server (its first host; see proxyTarget).
 func startProxy(t *testing.T) *faultproxy.Proxy {
 	t.Helper()
-	target := strings.TrimSuffix(strings.TrimPrefix(mongotest.URI(t), "mongodb://"), "/")
+	target, err := proxyTarget(mongotest.URI(t))
+	if err != nil {
+		t.Fatal(err)
+	}
 	proxy, err := faultproxy.Start(context.Background(), faultproxy.Config{Target: target, Up: 5 * time.Millisecond, Down: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

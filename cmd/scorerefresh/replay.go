@@ -11,6 +11,7 @@ import (
 
 	"github.com/scorerefresh/scorerefresh/cmd/internal/config"
 	"github.com/scorerefresh/scorerefresh/cmd/internal/replaycmd"
+	"github.com/scorerefresh/scorerefresh/pkg/redact"
 	"github.com/scorerefresh/scorerefresh/replay"
 )
 
@@ -47,5 +48,5 @@ func runReplay(args, environ []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	b := replaycmd.Build{Name: "scorerefresh replay", Version: version, Revision: revision}
-	return replaycmd.Run(ctx, b, o, cfg, config.RedactURI(cfg.MongoURI), stdout, stderr)
+	return replaycmd.Run(ctx, b, o, cfg, redact.URI(cfg.MongoURI), stdout, stderr)
 }

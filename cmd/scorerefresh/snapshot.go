@@ -11,6 +11,7 @@ import (
 
 	"github.com/scorerefresh/scorerefresh/cmd/internal/app"
 	"github.com/scorerefresh/scorerefresh/cmd/internal/config"
+	"github.com/scorerefresh/scorerefresh/pkg/redact"
 	"github.com/scorerefresh/scorerefresh/replay"
 )
 
@@ -46,7 +47,7 @@ func runSnapshot(args, environ []string, stdout, stderr io.Writer) int {
 	defer svc.Close(context.Background())
 	sc := replay.SnapshotConfig{
 		DB: svc.DB, Queue: cfg.QueueCollection, Out: *out, Gzip: *gz, Relaxed: *format == "relaxed",
-		Origin: config.RedactURI(cfg.MongoURI), Progress: stderr,
+		Origin: redact.URI(cfg.MongoURI), Progress: stderr,
 	}
 	if *withSources {
 		sc.Sources, sc.Rules = svc.Rules.Collections(), svc.Rules.Source

@@ -11,10 +11,12 @@ import (
 
 func TestLimitBoundsConcurrencyWhileResizing(t *testing.T) {
 	t.Parallel()
-	l := New(4)
+	const initial, largest = 4, 16
+	l := New(initial)
 	var running, maxSeen, done atomic.Int64
 	var limitMu sync.Mutex
-	allowed := 4 // the largest limit in force since the last shrink took effect
+	allowed := initial // the largest limit in force since the last shrink took effect
+	warm := make(chan struct{})
 	var wg sync.WaitGroup
 	const jobs = 2000
 	for i := range jobs {
@@ -38,6 +40,7 @@ func TestLimitBoundsConcurrencyWhileResizing(t *testing.T) {
 					break
 				}
 			}
+			<-warm // the first jobs hold their slots until every job is in
 			if i%7 == 0 {
 				time.Sleep(time.Microsecond) // vary hold times
 			}
@@ -46,11 +49,20 @@ func TestLimitBoundsConcurrencyWhileResizing(t *testing.T) {
 			l.Release()
 		})
 	}
+	// Every job is in: holding a slot (blocked on warm) or queued. Unless
+	// the limiter is broken, exactly the initial limit holds slots.
+	for running.Load()+int64(l.Waiting()) < jobs {
+		time.Sleep(100 * time.Microsecond)
+	}
+	if n := running.Load(); n != initial {
+		t.Errorf("%d jobs hold a slot with a limit of %d (%d waiting)", n, initial, l.Waiting())
+	}
+	close(warm)
 	// Resize under load. Growing raises the bound at once; shrinking lowers
 	// it only once the running work has drained below the new limit.
 	rnd := rand.New(rand.NewPCG(1, 2))
 	for done.Load() < jobs {
-		n := 1 + rnd.IntN(16)
+		n := 1 + rnd.IntN(largest)
 		limitMu.Lock()
 		if n > allowed {
 			allowed = n
@@ -67,6 +79,11 @@ func TestLimitBoundsConcurrencyWhileResizing(t *testing.T) {
 	wg.Wait()
 	if got := done.Load(); got != jobs {
 		t.Fatalf("%d jobs ran, want %d: work was lost", got, jobs)
+	}
+	// The most ever running: at least the initial limit (the test did run
+	// jobs concurrently), never more than the largest limit set.
+	if m := maxSeen.Load(); m < initial || m > largest {
+		t.Errorf("at most %d jobs ran at once; want between %d and %d", m, initial, largest)
 	}
 	if l.InFlight() != 0 || l.Waiting() != 0 {
 		t.Fatalf("in flight %d, waiting %d after all jobs", l.InFlight(), l.Waiting())

@@ -7,7 +7,6 @@ package app
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/consumer"
 	"github.com/scorerefresh/scorerefresh/metrics"
 	"github.com/scorerefresh/scorerefresh/pkg/limiter"
+	"github.com/scorerefresh/scorerefresh/pkg/redact"
 	"github.com/scorerefresh/scorerefresh/pkg/serverclock"
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
@@ -66,6 +66,8 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	// Driver errors logged by any part of the service may quote the URI.
+	log = slog.New(redact.Handler(log.Handler(), cfg.MongoURI))
 	reg := opts.Registry
 	if reg == nil {
 		reg = metrics.NewRegistry()
@@ -90,9 +92,9 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 	}
 	clientOpts := ClientOptions(cfg, mongoMetrics)
 	warnConnectionBudget(cfg, clientOpts, log)
-	client, err := mongo.Connect(clientOpts)
+	client, err := connect(cfg, clientOpts)
 	if err != nil {
-		return nil, fmt.Errorf("configuring MongoDB client for %s: %w", config.RedactURI(cfg.MongoURI), err)
+		return nil, err
 	}
 	// Every read goes to the primary whatever the URI asks: a refresh that
 	// recomputed from a lagging secondary would acknowledge events whose

@@ -1,13 +1,16 @@
 package app
 
 import (
+	"fmt"
 	"log/slog"
 	"runtime/debug"
 
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/scorerefresh/scorerefresh/cmd/internal/config"
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/pkg/redact"
 )
 
 // PoolOverhead is the connections the pipeline uses besides refreshes: the
@@ -41,6 +44,18 @@ func ClientOptions(cfg config.Config, m *metrics.Mongo) *options.ClientOptions {
 		SetMaxConnecting(min(pool, 8)).
 		SetPoolMonitor(m.PoolMonitor()).
 		SetMonitor(m.CommandMonitor(nil))
+}
+
+// connect builds the client (lazily: no server is contacted). The driver's
+// error quotes what it could not parse, an option value say, without saying
+// it is secret: the error is redacted against the URI before it goes
+// anywhere.
+func connect(cfg config.Config, opts *options.ClientOptions) (*mongo.Client, error) {
+	client, err := mongo.Connect(opts)
+	if err != nil {
+		return nil, redact.Error(fmt.Errorf("configuring MongoDB client for %s: %w", redact.URI(cfg.MongoURI), err), cfg.MongoURI)
+	}
+	return client, nil
 }
 
 // MonitoringConnections is what the driver opens per server besides the

@@ -7,12 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"reflect"
 	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
+
+	"github.com/scorerefresh/scorerefresh/pkg/redact"
 )
 
 // Config is every variable of SPEC section 4, with its default.
@@ -72,6 +73,11 @@ func Parse(environ []string) (Config, error) {
 		}
 	}
 	if len(problems) > 0 {
+		// Any variable may hold a pasted connection string, and a problem
+		// quotes its value: redact them all, with MONGODB_URI's own secrets.
+		for i, p := range problems {
+			problems[i] = redact.String(p, vars["MONGODB_URI"])
+		}
 		return cfg, &Error{Problems: problems}
 	}
 	return cfg, nil
@@ -157,7 +163,7 @@ func (c Config) validate() []problem {
 		names[n[1]] = n[0]
 	}
 	if c.MongoURI != "" && !strings.HasPrefix(c.MongoURI, "mongodb://") && !strings.HasPrefix(c.MongoURI, "mongodb+srv://") {
-		add("MONGODB_URI", "=%s: must start with mongodb:// or mongodb+srv://", RedactURI(c.MongoURI))
+		add("MONGODB_URI", "=%s: must start with mongodb:// or mongodb+srv://", redact.URI(c.MongoURI))
 	}
 	if _, err := ParseLogLevel(c.LogLevel); err != nil {
 		p = append(p, problem{"LOG_LEVEL", err.Error()})
@@ -180,29 +186,9 @@ func ParseLogLevel(s string) (slog.Level, error) {
 	return 0, fmt.Errorf("LOG_LEVEL=%q: must be one of debug, info, warn, error", s)
 }
 
-// RedactURI hides the password of a MongoDB connection string (and anything
-// unparsable, which may hold one) so the URI can appear in logs and errors.
-func RedactURI(uri string) string {
-	u, err := url.Parse(uri)
-	if err != nil {
-		// mongodb+srv and multi-host URIs parse; anything else might still
-		// carry a secret, so show only the scheme.
-		if i := strings.Index(uri, "://"); i >= 0 {
-			return uri[:i+3] + "[unparsable, redacted]"
-		}
-		return "[redacted]"
-	}
-	if u.User != nil {
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-		}
-	}
-	return u.String()
-}
-
-// LogValue keeps the password out of any log line that prints the config.
+// LogValue keeps the URI's secrets out of any log line that prints the config.
 func (c Config) LogValue() slog.Value {
 	type plain Config // drops this method, so AnyValue does not recurse
-	c.MongoURI = RedactURI(c.MongoURI)
+	c.MongoURI = redact.URI(c.MongoURI)
 	return slog.AnyValue(plain(c))
 }

@@ -1,0 +1,354 @@
+// Package redact hides secrets in connection strings and in any text that
+// may quote one (error messages, log values, files written for others).
+//
+// It knows nothing of a particular URI scheme or driver, so it works on
+// strings no parser accepts: without a scheme, with a broken scheme, with
+// several hosts, with unescaped or percent-encoded separators. Three rules:
+//
+//  1. User-info: in a word holding an '@' (or its encoding %40), everything
+//     from the start of the authority up to the last '@' is replaced by
+//     REDACTED. The authority starts after the first "//" (or %2F%2F), else
+//     after a leading "scheme:/", else after a leading "NAME=", else at the
+//     start of the word. The username goes too: in a malformed string nothing
+//     tells a username from a password.
+//  2. Secret-named values: a value introduced by NAME= or NAME: (the latter
+//     only at the start of an option or of a comma-separated element, as in
+//     authMechanismProperties=AWS_SESSION_TOKEN:x) is replaced by REDACTED
+//     when NAME suggests a secret (it contains pass, pwd, secret, token, key,
+//     cred, signature or private, in any case).
+//  3. Known secrets: the secrets rules 1 and 2 find in the connection strings
+//     handed to String or Error are hidden wherever they appear, raw or
+//     percent-decoded, so a driver message that quotes a bare option value
+//     ("invalid option value ...") loses it too.
+//
+// Redaction errs towards hiding too much: an e-mail address in free text
+// loses its local part, a file path with an '@' its start. Applying it twice
+// changes nothing more.
+package redact
+
+import (
+	"cmp"
+	"net/url"
+	"slices"
+	"strings"
+)
+
+// Mask replaces whatever is hidden.
+const Mask = "REDACTED"
+
+// secretWords are the name fragments that mark a value as secret.
+var secretWords = []string{"pass", "pwd", "secret", "token", "key", "cred", "signature", "private"}
+
+// URI returns the connection string s with its user-info and secret-named
+// option values hidden. The whole of s is one value: spaces do not end it.
+func URI(s string) string {
+	return redactWord(s, nil)
+}
+
+// String returns text with rules 1 and 2 applied to each word (words end at
+// whitespace and quotes), and with every secret found in sources (connection
+// strings) hidden wherever it appears.
+func String(text string, sources ...string) string {
+	var b strings.Builder
+	b.Grow(len(text))
+	start := -1
+	for i, r := range text {
+		if isWordBreak(r) {
+			if start >= 0 {
+				b.WriteString(redactWord(text[start:i], nil))
+				start = -1
+			}
+			b.WriteRune(r)
+		} else if start < 0 {
+			start = i
+		}
+	}
+	if start >= 0 {
+		b.WriteString(redactWord(text[start:], nil))
+	}
+	return hideKnown(b.String(), secretsOf(sources...))
+}
+
+// Error returns err with its message redacted as String redacts text. The
+// original stays reachable through errors.Is and errors.As (for sentinel and
+// type checks); only the message changes. A nil err gives nil.
+func Error(err error, sources ...string) error {
+	if err == nil {
+		return nil
+	}
+	return &redactedError{msg: String(err.Error(), sources...), err: err}
+}
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// secretsOf returns what rules 1 and 2 hide in the given connection strings:
+// the user-info, the password alone, and each secret value, raw and
+// percent-decoded, longest first.
+func secretsOf(sources ...string) []string {
+	seen := map[string]bool{}
+	add := func(s string) {
+		if s == "" || s == Mask {
+			return
+		}
+		seen[s] = true
+		if d, err := url.PathUnescape(s); err == nil {
+			seen[d] = true
+		}
+	}
+	for _, src := range sources {
+		redactWord(src, func(hidden string) {
+			add(hidden)
+			if _, pw, ok := strings.Cut(hidden, ":"); ok {
+				add(pw)
+			}
+		})
+	}
+	out := make([]string, 0, len(seen))
+	for s := range seen {
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b string) int { return cmp.Or(len(b)-len(a), strings.Compare(a, b)) })
+	return out
+}
+
+func isWordBreak(r rune) bool {
+	switch r {
+	case ' ', '\t', '\n', '\r', '\v', '\f', '"', '\'', '`':
+		return true
+	}
+	return false
+}
+
+// redactWord applies rules 1 and 2 to one word; found, when not nil, sees
+// every hidden piece.
+func redactWord(w string, found func(string)) string {
+	w = hideUserInfo(w, found)
+	return hideSecretValues(w, found)
+}
+
+// hideUserInfo applies rule 1.
+func hideUserInfo(w string, found func(string)) string {
+	lw := asciiLower(w)
+	at := strings.LastIndex(lw, "@")
+	if at < 0 {
+		at = strings.LastIndex(lw, "%40")
+	}
+	if at < 0 {
+		return w
+	}
+	start := authorityStart(lw[:at])
+	if start >= at || w[start:at] == Mask {
+		return w
+	}
+	if found != nil {
+		found(w[start:at])
+	}
+	return w[:start] + Mask + w[at:]
+}
+
+// authorityStart is where the user-info begins in head, the lower-cased part
+// of a word before its last '@'.
+func authorityStart(head string) int {
+	for _, sep := range []string{"//", "%2f%2f"} {
+		if i := strings.Index(head, sep); i >= 0 {
+			return i + len(sep)
+		}
+	}
+	// Skip what may precede a URI in a word: brackets and NAME= prefixes
+	// (a variable, an option), then a "scheme:/" with its slashes.
+	off := 0
+	for {
+		rest := head[off:]
+		if t := strings.TrimLeft(rest, "([{<"); len(t) < len(rest) {
+			off += len(rest) - len(t)
+			continue
+		}
+		if i := strings.IndexByte(rest, '='); i > 0 && nameLen(rest[:i]) == i {
+			off += i + 1
+			continue
+		}
+		break
+	}
+	if n := schemeLen(head[off:]); n > 0 && strings.HasPrefix(head[off+n:], "/") {
+		off += n
+		off += len(head[off:]) - len(strings.TrimLeft(head[off:], "/"))
+	}
+	return off
+}
+
+// schemeLen is the length of a leading "scheme:" in s, or 0.
+func schemeLen(s string) int {
+	for i, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z':
+		case i > 0 && (r >= '0' && r <= '9' || r == '+' || r == '.' || r == '-'):
+		case i > 0 && r == ':':
+			return i + 1
+		default:
+			return 0
+		}
+	}
+	return 0
+}
+
+// hideSecretValues applies rule 2. A value introduced by '=' runs to the
+// end of its option (the next '&' or ';'), one introduced by ':' to the end
+// of its comma-separated element.
+func hideSecretValues(w string, found func(string)) string {
+	lw := asciiLower(w)
+	var b strings.Builder
+	done := 0 // w[:done] is in b
+	for i := 0; i < len(w); i++ {
+		sepLen, colon := separatorAt(lw, i)
+		if sepLen == 0 {
+			continue
+		}
+		n := nameLen(lw[:i])
+		if n == 0 || !suggestsSecret(lw[i-n:i]) || (colon && !startsElement(lw[:i-n])) {
+			continue
+		}
+		from := i + sepLen
+		to := valueEnd(lw, from, colon)
+		if to == from || w[from:to] == Mask {
+			continue
+		}
+		if found != nil {
+			found(w[from:to])
+		}
+		b.WriteString(w[done:from])
+		b.WriteString(Mask)
+		done, i = to, to-1
+	}
+	if done == 0 {
+		return w
+	}
+	b.WriteString(w[done:])
+	return b.String()
+}
+
+// separatorAt reports a name/value separator at lw[i]: '=' or ':', plain
+// or percent-encoded.
+func separatorAt(lw string, i int) (n int, colon bool) {
+	switch {
+	case lw[i] == '=':
+		return 1, false
+	case lw[i] == ':':
+		return 1, true
+	case strings.HasPrefix(lw[i:], "%3d"):
+		return 3, false
+	case strings.HasPrefix(lw[i:], "%3a"):
+		return 3, true
+	}
+	return 0, false
+}
+
+// startsElement reports whether a name after before begins an option or a
+// list element, where a NAME:value pair may stand.
+func startsElement(before string) bool {
+	if before == "" {
+		return true
+	}
+	for _, sep := range []string{"=", ",", "?", "&", ";", "%3d", "%2c"} {
+		if strings.HasSuffix(before, sep) {
+			return true
+		}
+	}
+	return false
+}
+
+func valueEnd(lw string, from int, colon bool) int {
+	ends := []string{"&", ";"}
+	if colon {
+		ends = append(ends, ",", "%2c")
+	}
+	to := len(lw)
+	for _, e := range ends {
+		if i := strings.Index(lw[from:], e); i >= 0 {
+			to = min(to, from+i)
+		}
+	}
+	return to
+}
+
+// nameLen is the length of the option name that ends s.
+func nameLen(s string) int {
+	n := 0
+	for n < len(s) {
+		c := s[len(s)-1-n]
+		if !isWordByte(c) && c != '-' && c != '.' {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+func suggestsSecret(lowerName string) bool {
+	for _, w := range secretWords {
+		if strings.Contains(lowerName, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// hideKnown replaces each secret in text. Secrets shorter than four bytes
+// are replaced only as whole words: hiding "pw" inside "pwned" would garble
+// a message without protecting anything.
+func hideKnown(text string, secrets []string) string {
+	for _, s := range secrets {
+		if len(s) >= 4 {
+			text = strings.ReplaceAll(text, s, Mask)
+		} else {
+			text = replaceWord(text, s)
+		}
+	}
+	return text
+}
+
+func replaceWord(text, word string) string {
+	var b strings.Builder
+	done := 0
+	for i := 0; i+len(word) <= len(text); {
+		j := strings.Index(text[i:], word)
+		if j < 0 {
+			break
+		}
+		j += i
+		end := j + len(word)
+		if (j == 0 || !isWordByte(text[j-1])) && (end == len(text) || !isWordByte(text[end])) {
+			b.WriteString(text[done:j])
+			b.WriteString(Mask)
+			done, i = end, end
+			continue
+		}
+		i = j + 1
+	}
+	if done == 0 {
+		return text
+	}
+	b.WriteString(text[done:])
+	return b.String()
+}
+
+func isWordByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_'
+}
+
+// asciiLower lower-cases ASCII letters only, so indexes into the result are
+// indexes into s.
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}

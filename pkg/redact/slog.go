@@ -1,0 +1,62 @@
+package redact
+
+import (
+	"context"
+	"log/slog"
+)
+
+// Handler wraps h so that every error logged through it (an attribute whose
+// value is an error) is redacted as String redacts text, with the secrets of
+// sources hidden too. Errors are where a connection string turns up
+// unannounced: a driver message quoting it, an option value it rejected.
+// Other values are left alone: a value known to hold a URI is redacted where
+// it is logged (URI, or a slog.LogValuer that calls it).
+func Handler(h slog.Handler, sources ...string) slog.Handler {
+	return &handler{next: h, sources: sources}
+}
+
+type handler struct {
+	next    slog.Handler
+	sources []string
+}
+
+func (h *handler) Enabled(ctx context.Context, l slog.Level) bool { return h.next.Enabled(ctx, l) }
+
+func (h *handler) Handle(ctx context.Context, r slog.Record) error {
+	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		out.AddAttrs(h.attr(a))
+		return true
+	})
+	return h.next.Handle(ctx, out)
+}
+
+func (h *handler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	red := make([]slog.Attr, len(attrs))
+	for i, a := range attrs {
+		red[i] = h.attr(a)
+	}
+	return &handler{next: h.next.WithAttrs(red), sources: h.sources}
+}
+
+func (h *handler) WithGroup(name string) slog.Handler {
+	return &handler{next: h.next.WithGroup(name), sources: h.sources}
+}
+
+func (h *handler) attr(a slog.Attr) slog.Attr {
+	v := a.Value.Resolve()
+	switch v.Kind() {
+	case slog.KindGroup:
+		group := v.Group()
+		red := make([]any, len(group))
+		for i, g := range group {
+			red[i] = h.attr(g)
+		}
+		return slog.Group(a.Key, red...)
+	case slog.KindAny:
+		if err, ok := v.Any().(error); ok {
+			return slog.Any(a.Key, Error(err, h.sources...))
+		}
+	}
+	return slog.Attr{Key: a.Key, Value: v}
+}
