@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -142,20 +143,57 @@ func (f *mixedFleet) roll(running []*proc, r release) []*proc {
 			continue
 		}
 		f.checkCounters(old)
-		old.kill9()
-		held := f.heldLeases()
-		f.w.t.Logf("%s crashed; %d leases were held (its own and the others'): the %s replicas must take over its own", old.name, len(held), r.name)
-		f.w.waitFor(fmt.Sprintf("the %d leases held when %s crashed to be taken over or released", len(held), old.name), func() bool {
-			now := f.heldLeases()
-			for k := range held {
-				if now[k] {
-					return false
-				}
-			}
-			return true
-		})
+		f.crash(old, r)
 	}
 	return next
+}
+
+// crash kills p with SIGKILL while it holds leases, then waits until the
+// replicas of r have taken them over. To be sure p holds some, it is frozen
+// (SIGSTOP) and its leases read, thawed and tried again until they are
+// there; a frozen process cannot release them behind the test's back.
+func (f *mixedFleet) crash(p *proc, r release) {
+	t := f.w.t
+	t.Helper()
+	owner := f.ownerOf(p)
+	var held map[string]bool
+	for try := 0; try < 50 && len(held) == 0; try++ {
+		f.signal(p, syscall.SIGSTOP)
+		if held = f.heldLeases(owner); len(held) == 0 {
+			f.signal(p, syscall.SIGCONT)
+			f.awaitAcks(p, f.counter(p, "scorerefresh_entries_acked_total", ""))
+		}
+	}
+	p.kill9()
+	if len(held) == 0 {
+		t.Logf("%s held no lease in 50 looks (owner %q): its crash tests no takeover", p.name, owner)
+		return
+	}
+	t.Logf("%s crashed holding the leases of %d users; the %s replicas must take them over", p.name, len(held), r.name)
+	f.w.waitFor(fmt.Sprintf("the %d leases %s held when it crashed to be taken over by %s", len(held), p.name, r.name), func() bool {
+		now := f.heldLeases("")
+		for k := range held {
+			if now[k] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// ownerOf is the owner p writes on its leases: hostname:pid.
+func (f *mixedFleet) ownerOf(p *proc) string {
+	host, err := os.Hostname()
+	if err != nil {
+		f.w.t.Fatal(err)
+	}
+	return fmt.Sprintf("%s:%d", host, p.cmd.Process.Pid)
+}
+
+func (f *mixedFleet) signal(p *proc, sig syscall.Signal) {
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		f.w.t.Fatalf("%v to %s: %v", sig, p.name, err)
+	}
 }
 
 // awaitAcks waits until p has acknowledged more than n entries.
@@ -236,10 +274,14 @@ func (f *mixedFleet) leases() []bson.Raw {
 
 func (f *mixedFleet) leasesLeft() int { return len(f.leases()) }
 
-// heldLeases is the set of "user/token" of the leases held now.
-func (f *mixedFleet) heldLeases() map[string]bool {
+// heldLeases is the set of "user/token" of the leases held now, by owner
+// (anyone when owner is "").
+func (f *mixedFleet) heldLeases(owner string) map[string]bool {
 	held := map[string]bool{}
 	for _, d := range f.leases() {
+		if o, _ := d.Lookup("owner").StringValueOK(); owner != "" && o != owner {
+			continue
+		}
 		if tok, ok := d.Lookup("token").StringValueOK(); ok {
 			held[d.Lookup("_id").StringValue()+"/"+tok] = true
 		}
