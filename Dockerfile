@@ -1,7 +1,11 @@
 # The production image: the static scorerefresh binary on an empty base.
 #
-#   docker build -t scorerefresh:v1.2.3 \
-#     --build-arg VERSION=v1.2.3 --build-arg REVISION="$(git rev-parse HEAD)" .
+#   docker build -t "ghcr.io/scorerefresh/scorerefresh:$(cat VERSION)" \
+#     --build-arg REVISION="$(git rev-parse HEAD)" .
+#
+# The version comes from the VERSION file (the release this tree is, see
+# docs/releasing.md), so the image tag and `scorerefresh version` agree;
+# --build-arg VERSION=... overrides it for a build that is not a release.
 #
 # The entrypoint is the binary and the default command `run`, so the same image
 # runs the other commands too (`docker run IMAGE version`, `... replay --in F`).
@@ -26,15 +30,18 @@ COPY . .
 ARG TARGETOS
 ARG TARGETARCH
 # Baked into `scorerefresh version` and the scorerefresh_build_info metric.
-ARG VERSION=dev
+# VERSION has no default here: unset, it is read from the VERSION file, the
+# one place a release's version is written.
+ARG VERSION
 ARG REVISION=unknown
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
+    VERSION="${VERSION:-$(cat VERSION)}" && \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
     go build -trimpath -buildvcs=false \
       -ldflags "-s -w -X main.version=${VERSION} -X main.revision=${REVISION}" \
       -o /out/scorerefresh ./cmd/scorerefresh
-# SPEC section 6: the embedded server must not be linked into this binary.
+# The demo's embedded server must never be linked into the production binary.
 RUN if go version -m /out/scorerefresh | grep -qi ferretdb; then \
       echo "FerretDB is linked into scorerefresh" >&2; exit 1; \
     fi

@@ -511,12 +511,13 @@ func shellWords(s string) ([]string, error) {
 
 // goBuild is the `go build` command of the Dockerfile's build stage.
 type goBuild struct {
-	Stage   dockerStage
-	Env     map[string]string // assignments before `go` and ENV of the stage
-	Args    []string          // after `go build`
-	Ldflags string
-	Output  string
-	Pkgs    []string
+	Stage    dockerStage
+	Preamble []string          // NAME=value statements run before it (NAME=... && go build)
+	Env      map[string]string // assignments before `go` and ENV of the stage
+	Args     []string          // after `go build`
+	Ldflags  string
+	Output   string
+	Pkgs     []string
 }
 
 func findGoBuild(t *testing.T, stages []dockerStage) goBuild {
@@ -547,9 +548,22 @@ func findGoBuild(t *testing.T, stages []dockerStage) goBuild {
 				b.Env[k] = v
 			}
 			i := 0
-			for ; i < len(words) && strings.Contains(words[i], "=") && !strings.HasPrefix(words[i], "-"); i++ {
-				k, v, _ := strings.Cut(words[i], "=")
-				b.Env[k] = v
+			for {
+				for ; i < len(words) && strings.Contains(words[i], "=") && !strings.HasPrefix(words[i], "-"); i++ {
+					k, v, _ := strings.Cut(words[i], "=")
+					b.Env[k] = v
+				}
+				if i >= len(words) || words[i] != "&&" {
+					break
+				}
+				// Assignments that were statements of their own (VERSION="${VERSION:-...}" &&).
+				for k, v := range b.Env {
+					if _, ok := stageEnv[k]; !ok {
+						b.Preamble = append(b.Preamble, k+"="+v)
+						delete(b.Env, k)
+					}
+				}
+				i++
 			}
 			if i+1 >= len(words) || words[i] != "go" || words[i+1] != "build" {
 				t.Fatalf("%s:%d: the RUN that builds must start with [VAR=value ...] go build, got %q", dockerfilePath, in.Line, in.Args)
@@ -803,7 +817,12 @@ func TestManifestDockerfileBuild(t *testing.T) {
 		t.Skip("builds the production binary")
 	}
 	b := findGoBuild(t, loadDockerfile(t))
-	const version, revision = "v9.8.7-manifest-test", "0123abcd"
+	// VERSION as a build without --build-arg VERSION gets it: the release's
+	// (version_test.go checks the override).
+	version, revision := dockerBuildVersion(t, b, ""), "0123abcd"
+	if want := releaseVersion(t); version != want {
+		t.Errorf("%s: a build without --build-arg VERSION is version %q, want %s's %q", dockerfilePath, version, versionPath, want)
+	}
 	expand := func(s string) string {
 		return os.Expand(s, func(k string) string {
 			switch k {

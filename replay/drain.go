@@ -97,7 +97,7 @@ loop:
 			break loop
 		case err := <-done:
 			consumerDone = true
-			res.Reason, res.Err = StopConsumer, cmp.Or(err, errors.New("Run returned with the queue not drained"))
+			res.Reason, res.Err = StopConsumer, cmp.Or(err, errors.New("the consumer returned with the queue not drained"))
 			break loop
 		case err := <-loadDone:
 			loading, loadDone = false, nil

@@ -57,8 +57,15 @@ type proc struct {
 // startProc runs the binary with env and waits until it serves metrics.
 func startProc(t *testing.T, name string, env ...string) *proc {
 	t.Helper()
+	return startProcOf(t, buildBinary(t), name, env...)
+}
+
+// startProcOf is startProc for any build of scorerefresh, such as a previous
+// release's (upgrade_test.go).
+func startProcOf(t *testing.T, bin, name string, env ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, name: name, done: make(chan error, 1)}
-	p.cmd = exec.Command(buildBinary(t), "run")
+	p.cmd = exec.Command(bin, "run")
 	p.cmd.Env = append(os.Environ(), append([]string{"METRICS_ADDR=127.0.0.1:0", "LOG_LEVEL=info"}, env...)...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
