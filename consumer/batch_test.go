@@ -59,9 +59,12 @@ func TestUsersAreRefreshedInBatchesOfAtMostBatchSize(t *testing.T) {
 	rec := &batchRecorder{recordingRefresher: *newRecorder(nil), gate: gate}
 	c, m := b.newConsumer(t, rec, consumerOpts{limit: 2, cfg: Config{MaxUsersInFlight: 40, BatchSize: 8, BatchLinger: time.Hour}})
 	stop := start(t, c)
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release) // before stop's cleanup: a failed wait must not hang the test
 	// Both slots busy with a batch each while the other users join batches.
 	waitFor(t, "two batches running", func() bool { return rec.running.Load() == 2 })
-	close(gate)
+	release()
 	b.waitDrained(t)
 	if err := stop(); err != nil {
 		t.Fatal(err)

@@ -526,8 +526,12 @@ func (c *Consumer) room() int {
 	if c.heldE >= AbsorbLimit {
 		return 0 // enough entries in memory: settle some first
 	}
-	return min(c.cfg.MaxUsersInFlight, leadFactor*c.limiter.Limit()) - len(c.held)
+	return min(c.cfg.MaxUsersInFlight, leadFactor*c.slots()) - len(c.held)
 }
+
+// slots is how many users can be refreshing at once: a slot per batch in
+// flight, up to BatchSize users each.
+func (c *Consumer) slots() int { return c.limiter.Limit() * c.cfg.BatchSize }
 
 // leadFactor bounds held users to this many per refresh slot: one running
 // and three waiting keep every slot busy across a claim round's latency, and
@@ -543,7 +547,7 @@ const leadFactor = 4
 func (c *Consumer) wantMore() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.held) < min(c.cfg.MaxUsersInFlight, leadFactor*c.limiter.Limit()) && c.queued < c.limiter.Limit()
+	return len(c.held) < min(c.cfg.MaxUsersInFlight, leadFactor*c.slots()) && c.queued < c.slots()
 }
 
 // renewLoop extends every held lease a third of the way into its life, in one
