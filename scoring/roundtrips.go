@@ -22,9 +22,10 @@ func withRoundTrips(ctx context.Context) (context.Context, *atomic.Int64) {
 }
 
 // noteRoundTrip records one command about to be sent, if ctx is tallied.
-// One driver call is one command here: every query and write of this package
-// asks for its whole answer in the first reply (see batchSize), so no getMore
-// follows except for answers beyond 16 MiB, which are not counted.
+// One driver call is one command here: every query of this package gets its
+// whole answer in the first reply (a single result document, or a batchSize
+// above the most documents the answer can hold), so no getMore follows,
+// except for an answer beyond 16 MiB, whose getMore is not counted.
 func noteRoundTrip(ctx context.Context) {
 	if n, ok := ctx.Value(roundTripsKey{}).(*atomic.Int64); ok {
 		n.Add(1)
