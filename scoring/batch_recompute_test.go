@@ -388,3 +388,45 @@ func TestRefreshBatchComponentFailureFailsEveryUser(t *testing.T) {
 		t.Errorf("observed %+v, want 2 users", stats)
 	}
 }
+
+// TestRecomputeBatchUnbatchedOp runs a batch after the Recomputer has learnt
+// that the server cannot batch distinct: that component costs one query per
+// user, the others stay batched, and the values do not change.
+func TestRecomputeBatchUnbatchedOp(t *testing.T) {
+	t.Parallel()
+	log := &commandLog{db: "not yet"}
+	db := mongotest.Database(t, mongotest.Options{Monitor: log.monitor()})
+	log.mu.Lock()
+	log.db = db.Name()
+	log.mu.Unlock()
+	users := batchUsers(5)
+	for i, u := range users {
+		for j := range i {
+			insertDocs(t, db.Collection("src"), bson.D{{Key: "username", Value: u}, {Key: "p", Value: int32(j % 3)}})
+		}
+	}
+	rules := &Rules{Components: []Component{
+		{Name: "d", Collection: "src", UserField: "username", Op: OpDistinct, Field: "p", Weight: 1, TimeField: "at"},
+		{Name: "c", Collection: "src", UserField: "username", Op: OpCount, Weight: 1, TimeField: "at"},
+	}}
+	batched, err := NewRecomputer(db, rules).RecomputeBatch(context.Background(), users, refreshStart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := NewRecomputer(db, rules)
+	rec.unbatched[OpDistinct].Store(true)
+	log.take()
+	got, err := rec.RecomputeBatch(context.Background(), users, refreshStart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sent := log.take(); len(sent) != len(users)+1 {
+		t.Errorf("sent %d commands %v, want %d (distinct per user, count batched)", len(sent), sent, len(users)+1)
+	}
+	if !reflect.DeepEqual(got, batched) {
+		t.Errorf("per-user distinct gave %+v, batched %+v", got, batched)
+	}
+	if got["u04"].Components["d"] != 3 || got["u00"].Components["c"] != 0 {
+		t.Errorf("u04 = %+v, u00 = %+v; want 3 distinct values and 0 documents", got["u04"], got["u00"])
+	}
+}
