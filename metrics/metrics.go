@@ -55,7 +55,14 @@ type Consumer struct {
 	WakeupSource        *prometheus.GaugeVec   // source: change_stream | poll; 1 for the active one
 	LimitChanges        *prometheus.CounterVec // reason: headroom | latency | overload
 	LatencyBaseline     prometheus.Gauge
+	WritesSkipped       *prometheus.CounterVec // reason: newer
+	RefreshBatchUsers   prometheus.Histogram
+	RefreshRoundTrips   prometheus.Counter
 }
+
+// SkipNewer is the reason label of a score write skipped because the stored
+// document came from a newer recompute.
+const SkipNewer = "newer"
 
 // Wake-up sources: the only values of the source label.
 const (
@@ -144,7 +151,21 @@ func NewConsumer(reg prometheus.Registerer) *Consumer {
 			Namespace: namespace, Name: "refresh_latency_baseline_seconds",
 			Help: "No-load refresh latency the adaptive limiter measures against: the lower of its own and the lowest its fleet reports (0 when adaptive concurrency is off).",
 		}),
+		WritesSkipped: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "writes_skipped_total",
+			Help: "Score writes skipped, by reason (newer: the stored document came from a recompute that began later).",
+		}, []string{"reason"}),
+		RefreshBatchUsers: f.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "refresh_batch_users",
+			Help:    "Users per refresh call (1 for a single-user refresh); its _sum counts refreshed users.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 9), // 1 .. 256
+		}),
+		RefreshRoundTrips: f.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "refresh_round_trips_total",
+			Help: "MongoDB commands sent by refreshes (queries, score reads and writes, retries); divided by refresh_batch_users_sum, round trips per refreshed user.",
+		}),
 	}
+	c.WritesSkipped.WithLabelValues(SkipNewer)
 	for _, r := range []string{"headroom", "latency", "overload"} {
 		c.LimitChanges.WithLabelValues(r)
 	}

@@ -50,18 +50,24 @@ func groupValue(ctx context.Context, coll *mongo.Collection, f, accumulator bson
 // maxValue returns the largest numeric value of field among the documents
 // matching f, or 0 when there is none.
 func (r *Recomputer) maxValue(ctx context.Context, coll *mongo.Collection, field string, f bson.D) (float64, error) {
-	// Only numbers take part: without this a string would win, as strings sort
-	// above numbers. Arrays are not numbers either (and would sort above them).
-	f = withCond(f, field, "$type", "number")
-	f = withCond(f, field, "$not", bson.D{{Key: "$type", Value: "array"}})
+	f = numericOnly(f, field)
 	if !r.noMaxAccumulator.Load() {
 		v, err := groupValue(ctx, coll, f, bson.D{{Key: "$max", Value: "$" + field}})
 		if !isNotImplemented(err) {
 			return v, err
 		}
-		r.noMaxAccumulator.Store(true)
+		r.learnNoMaxAccumulator(err)
 	}
 	return maxBySort(ctx, coll, field, f)
+}
+
+// numericOnly limits f to documents whose field holds a number.
+func numericOnly(f bson.D, field string) bson.D {
+	// Without this a string would win a max, as strings sort above numbers.
+	// {$type: "number"} also matches an array holding a number; arrays are not
+	// numbers (and would sort above them), hence the $not.
+	f = withCond(f, field, "$type", "number")
+	return withCond(f, field, "$not", bson.D{{Key: "$type", Value: "array"}})
 }
 
 // maxBySort is maxValue for servers without the $max accumulator: the first
@@ -70,6 +76,7 @@ func maxBySort(ctx context.Context, coll *mongo.Collection, field string, f bson
 	opts := options.FindOne().
 		SetSort(bson.D{{Key: field, Value: -1}}).
 		SetProjection(bson.D{{Key: field, Value: 1}, {Key: "_id", Value: 0}})
+	noteRoundTrip(ctx)
 	doc, err := coll.FindOne(ctx, f, opts).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return 0, nil
@@ -80,9 +87,19 @@ func maxBySort(ctx context.Context, coll *mongo.Collection, field string, f bson
 	return numberAt(doc, strings.Split(field, ".")...)
 }
 
+// learnNoMaxAccumulator records that the server lacks the $max accumulator,
+// logging it the first time.
+func (r *Recomputer) learnNoMaxAccumulator(err error) {
+	if r.noMaxAccumulator.CompareAndSwap(false, true) {
+		r.log.Info("server lacks the $max $group accumulator; max components use one sorted find per user",
+			"err", err)
+	}
+}
+
 // firstNumber runs pipeline and reads the number at key of its first result
 // document; no document means 0.
 func firstNumber(ctx context.Context, coll *mongo.Collection, pipeline mongo.Pipeline, key string) (float64, error) {
+	noteRoundTrip(ctx)
 	cur, err := coll.Aggregate(ctx, pipeline)
 	if err != nil {
 		return 0, fmt.Errorf("running aggregation: %w", err)

@@ -3,6 +3,7 @@ package scoring
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -22,17 +23,38 @@ type Result struct {
 type Recomputer struct {
 	db    *mongo.Database
 	rules *Rules
+	log   *slog.Logger
 	// noMaxAccumulator is set once the server has answered that it lacks the
 	// $group accumulator $max (FerretDB 1.24 does): from then on max components
 	// use a sorted find, so the failed attempt costs one round trip per process
 	// rather than one per refresh.
 	noMaxAccumulator atomic.Bool
+	// unbatched is set, per op, once the server has refused the batched shape
+	// of that op as not implemented (see RecomputeBatch). max uses
+	// noMaxAccumulator instead: its batched shape needs the same accumulator.
+	unbatched map[Op]*atomic.Bool
+}
+
+// RecomputerOption configures a Recomputer.
+type RecomputerOption func(*Recomputer)
+
+// WithRecomputerLogger sends the Recomputer's log lines (one per feature the
+// server turns out to lack) to l. Without it they are discarded.
+func WithRecomputerLogger(l *slog.Logger) RecomputerOption {
+	return func(r *Recomputer) { r.log = l }
 }
 
 // NewRecomputer returns a Recomputer reading the source collections of rules
 // from db.
-func NewRecomputer(db *mongo.Database, rules *Rules) *Recomputer {
-	return &Recomputer{db: db, rules: rules}
+func NewRecomputer(db *mongo.Database, rules *Rules, opts ...RecomputerOption) *Recomputer {
+	r := &Recomputer{db: db, rules: rules, log: slog.New(slog.DiscardHandler), unbatched: map[Op]*atomic.Bool{}}
+	for _, op := range []Op{OpSum, OpCount, OpDistinct} {
+		r.unbatched[op] = new(atomic.Bool)
+	}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
 }
 
 // Recompute computes username's score as of startedAt, the moment the refresh
@@ -75,13 +97,17 @@ func (r *Recomputer) componentValue(ctx context.Context, c Component, username s
 // The username goes in only as the operand of $eq, so a name such as "$gt" or
 // `{"$ne": null}` is compared as the literal string it is and never read as an
 // operator.
+func componentFilter(c Component, username string, startedAt time.Time) bson.D {
+	return withWindow(withCond(nil, c.UserField, "$eq", username), c, startedAt)
+}
+
+// withWindow limits f to the component's window, if it has one.
 //
 // The window has a lower bound only: a producer whose clock runs slightly
 // ahead of ours writes documents stamped after startedAt, and an upper bound
 // would make exactly those just-written documents invisible to the refresh
 // their event asked for.
-func componentFilter(c Component, username string, startedAt time.Time) bson.D {
-	f := withCond(nil, c.UserField, "$eq", username)
+func withWindow(f bson.D, c Component, startedAt time.Time) bson.D {
 	if c.Window > 0 {
 		// BSON dates hold milliseconds; round the bound down so a document
 		// stamped exactly at the edge of the window counts.

@@ -3,25 +3,52 @@ package scoring
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
-// Refresher refreshes one user's score document: a full recompute from the
-// source collections, then an OCC write.
+// Refresher refreshes users' score documents: a full recompute from the
+// source collections, then an OCC write; one user at a time (Refresh) or a
+// batch at a time (RefreshBatch).
 type Refresher struct {
-	rec   *Recomputer
-	store *Store
+	rec     *Recomputer
+	store   *Store
+	observe func(RefreshStats)
+}
+
+// RefreshStats describes one Refresh or RefreshBatch call, for metrics.
+type RefreshStats struct {
+	Users int // distinct users the call refreshed: 1 for Refresh
+	// RoundTrips counts the MongoDB commands the call sent: component
+	// queries (batched and per-user), score reads and writes, conflict
+	// retries, including those of failed calls.
+	RoundTrips int
+}
+
+// RefresherOption configures a Refresher.
+type RefresherOption func(*Refresher)
+
+// WithRefreshObserver has f called once at the end of every Refresh and
+// RefreshBatch call, whatever its outcome.
+func WithRefreshObserver(f func(RefreshStats)) RefresherOption {
+	return func(r *Refresher) { r.observe = f }
 }
 
 // NewRefresher returns a Refresher computing with rec and writing to store.
-func NewRefresher(rec *Recomputer, store *Store) *Refresher {
-	return &Refresher{rec: rec, store: store}
+func NewRefresher(rec *Recomputer, store *Store, opts ...RefresherOption) *Refresher {
+	r := &Refresher{rec: rec, store: store}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
 }
 
 // Refresh recomputes username's score and stores it as of startedAt, the
 // moment this refresh began (before any of its reads). Losing to a newer
 // refresh already stored is success: that document reflects at least as much.
 func (r *Refresher) Refresh(ctx context.Context, username string, startedAt time.Time) error {
+	ctx, trips := withRoundTrips(ctx)
+	defer r.report(1, trips)
 	res, err := r.rec.Recompute(ctx, username, startedAt)
 	if err != nil {
 		return fmt.Errorf("refreshing score of %q: %w", username, err)
@@ -30,4 +57,56 @@ func (r *Refresher) Refresh(ctx context.Context, username string, startedAt time
 		return fmt.Errorf("storing refreshed score: %w", err) // names the user
 	}
 	return nil
+}
+
+// RefreshBatch is Refresh for several users at once, all as of startedAt:
+// RecomputeBatch then WriteBatch, so a batch costs one round trip per
+// component plus two, instead of that per user. Users whose batched write
+// lost a race (or was refused) are retried one by one with Write, which backs
+// off.
+//
+// The result has an entry for every distinct user of users: nil when the
+// user's score was stored (or left alone because a newer one was), else why
+// not. A failed component query fails every user of the batch with the same
+// error, as does a failed batch read or write for the users it left
+// unsettled; a failed individual retry fails that user only.
+func (r *Refresher) RefreshBatch(ctx context.Context, users []string, startedAt time.Time) map[string]error {
+	users = uniqueUsers(users)
+	errs := make(map[string]error, len(users))
+	if len(users) == 0 {
+		return errs
+	}
+	ctx, trips := withRoundTrips(ctx)
+	defer r.report(len(users), trips)
+
+	results, err := r.rec.RecomputeBatch(ctx, users, startedAt)
+	if err != nil {
+		err = fmt.Errorf("refreshing a batch of %d users: %w", len(users), err)
+		for _, u := range users {
+			errs[u] = err
+		}
+		return errs
+	}
+	outcomes, retry, err := r.store.WriteBatch(ctx, results, startedAt)
+	for u := range outcomes {
+		errs[u] = nil
+	}
+	for _, u := range retry {
+		errs[u] = nil
+		if _, werr := r.store.Write(ctx, u, results[u], startedAt); werr != nil {
+			errs[u] = fmt.Errorf("storing refreshed score: %w", werr) // names the user
+		}
+	}
+	for _, u := range users {
+		if _, settled := errs[u]; !settled {
+			errs[u] = fmt.Errorf("storing the refreshed scores of a batch of %d users: %w", len(users), err)
+		}
+	}
+	return errs
+}
+
+func (r *Refresher) report(users int, trips *atomic.Int64) {
+	if r.observe != nil {
+		r.observe(RefreshStats{Users: users, RoundTrips: int(trips.Load())})
+	}
 }

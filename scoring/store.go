@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"time"
@@ -31,7 +32,16 @@ type StoreConfig struct {
 	BackoffBase        time.Duration // the first retry waits up to this (full jitter); default 5ms
 	BackoffMax         time.Duration // cap on the wait, doubling from BackoffBase; default 500ms
 	OnConflict         func()        // called once per version conflict (metrics hook); may be nil
+	// OnSkip is called once per write skipped because the stored document is
+	// newer, with the reason (SkipNewer); may be nil. Each skip is also
+	// logged to Logger.
+	OnSkip func(reason string)
+	Logger *slog.Logger // receives one line per skipped write; nil discards
 }
+
+// SkipNewer is the reason of a write skipped because the stored document came
+// from a recompute that began later.
+const SkipNewer = "newer"
 
 // Defaults of StoreConfig.
 const (
@@ -86,6 +96,9 @@ func NewStore(coll *mongo.Collection, cfg StoreConfig) *Store {
 		cfg.BackoffMax = DefaultBackoffMax
 	}
 	cfg.BackoffMax = max(cfg.BackoffMax, cfg.BackoffBase)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	return &Store{coll: coll, cfg: cfg}
 }
 
@@ -111,7 +124,8 @@ func (s *Store) Get(ctx context.Context, username string) (doc ScoreDoc, found b
 //
 // If the stored document comes from a recompute that began after refreshedAt,
 // Write leaves it alone and returns WriteSkippedNewer: the older result lost,
-// which is not an error. An equal refreshedAt is written (version + 1).
+// which is not an error, but is counted (OnSkip) and logged. An equal
+// refreshedAt is written (version + 1).
 func (s *Store) Write(ctx context.Context, username string, res Result, refreshedAt time.Time) (WriteOutcome, error) {
 	unlock, err := s.locks.lock(ctx, username)
 	if err != nil {
@@ -119,16 +133,7 @@ func (s *Store) Write(ctx context.Context, username string, res Result, refreshe
 	}
 	defer unlock()
 
-	doc := ScoreDoc{
-		Username:   username,
-		Score:      res.Score,
-		Components: maps.Clone(res.Components),
-		// BSON dates hold milliseconds: compare what will be stored.
-		RefreshedAt: refreshedAt.Truncate(time.Millisecond).UTC(),
-	}
-	if doc.Components == nil {
-		doc.Components = map[string]float64{} // a document, never null
-	}
+	doc := newScoreDoc(username, res, refreshedAt)
 	for conflicts := 1; ; conflicts++ {
 		outcome, err := s.writeOnce(ctx, doc)
 		if !errors.Is(err, errVersionMoved) {
@@ -146,17 +151,45 @@ func (s *Store) Write(ctx context.Context, username string, res Result, refreshe
 	}
 }
 
+// newScoreDoc is the document storing res as username's score, without its
+// version.
+func newScoreDoc(username string, res Result, refreshedAt time.Time) ScoreDoc {
+	doc := ScoreDoc{
+		Username:   username,
+		Score:      res.Score,
+		Components: maps.Clone(res.Components),
+		// BSON dates hold milliseconds: compare what will be stored.
+		RefreshedAt: refreshedAt.Truncate(time.Millisecond).UTC(),
+	}
+	if doc.Components == nil {
+		doc.Components = map[string]float64{} // a document, never null
+	}
+	return doc
+}
+
+// skipped counts and logs a write left out because the stored document is
+// newer: losing to a newer recompute is correct, but never silent.
+func (s *Store) skipped(username string, stored, ours time.Time) {
+	if s.cfg.OnSkip != nil {
+		s.cfg.OnSkip(SkipNewer)
+	}
+	s.cfg.Logger.Info("score write skipped: a newer recompute already wrote",
+		"user", username, "reason", SkipNewer, "storedRefreshedAt", stored, "refreshedAt", ours)
+}
+
 // errVersionMoved reports that another writer got in between our read and our
 // write.
 var errVersionMoved = errors.New("version moved")
 
 func (s *Store) writeOnce(ctx context.Context, doc ScoreDoc) (WriteOutcome, error) {
+	noteRoundTrip(ctx)
 	cur, found, err := s.Get(ctx, doc.Username)
 	if err != nil {
 		return 0, err
 	}
 	if !found {
 		doc.Version = 1
+		noteRoundTrip(ctx)
 		_, err := s.coll.InsertOne(ctx, doc)
 		if mongo.IsDuplicateKeyError(err) {
 			return 0, errVersionMoved
@@ -167,8 +200,10 @@ func (s *Store) writeOnce(ctx context.Context, doc ScoreDoc) (WriteOutcome, erro
 		return WriteInserted, nil
 	}
 	if cur.RefreshedAt.After(doc.RefreshedAt) {
+		s.skipped(doc.Username, cur.RefreshedAt, doc.RefreshedAt)
 		return WriteSkippedNewer, nil
 	}
+	noteRoundTrip(ctx)
 	r, err := s.coll.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: doc.Username}, {Key: "version", Value: cur.Version}},
 		bson.D{{Key: "$set", Value: bson.D{

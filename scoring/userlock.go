@@ -56,3 +56,28 @@ func (l *userLocks) release(username string, ul *userLock) {
 		delete(l.held, username)
 	}
 }
+
+// lockAll takes the locks of users, which must be sorted and free of repeats,
+// one after another in that order; on failure it releases those it took.
+//
+// The fixed order is what rules out deadlock: two holders of several locks
+// each wait only for a lock later in the same order than all they hold, so no
+// cycle of waiting can form. (Batch A holding x and waiting for y while batch
+// B holds y and waits for x needs B to take y before x, against the order.)
+func (l *userLocks) lockAll(ctx context.Context, users []string) (unlock func(), err error) {
+	unlocks := make([]func(), 0, len(users))
+	unlock = func() {
+		for _, u := range unlocks {
+			u()
+		}
+	}
+	for _, u := range users {
+		un, err := l.lock(ctx, u)
+		if err != nil {
+			unlock()
+			return nil, err
+		}
+		unlocks = append(unlocks, un)
+	}
+	return unlock, nil
+}

@@ -1,0 +1,70 @@
+package scoring
+
+import "slices"
+
+// Limits on one batch. A batch above either is split into chunks, each
+// costing its own round trips.
+const (
+	// MaxBatchUsers bounds the users in one batched command: the work, and
+	// so the latency, that every user of the batch waits for.
+	MaxBatchUsers = 64
+	// maxBatchNameBytes bounds the usernames one batched command carries. A
+	// command holds them at most twice (an $in list, or the filters and
+	// documents of a bulk write) next to small per-user values, so a chunk
+	// stays far below the 16 MiB command limit however long the names are:
+	// 64 names of the queue's 256-byte maximum are 16 KiB.
+	maxBatchNameBytes = 1 << 20
+	// batchNameOverhead approximates the BSON framing around one name
+	// (type byte, array index key, length, terminator).
+	batchNameOverhead = 16
+)
+
+// uniqueUsers returns users without repeats, in first-seen order.
+func uniqueUsers(users []string) []string {
+	seen := make(map[string]bool, len(users))
+	out := make([]string, 0, len(users))
+	for _, u := range users {
+		if !seen[u] {
+			seen[u] = true
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// chunkUsers splits users, in order, into chunks of at most maxUsers users
+// and maxBytes bytes of names (a single longer name gets a chunk of its own).
+func chunkUsers(users []string, maxUsers, maxBytes int) [][]string {
+	var chunks [][]string
+	var cur []string
+	size := 0
+	for _, u := range users {
+		n := len(u) + batchNameOverhead
+		if len(cur) > 0 && (len(cur) == maxUsers || size+n > maxBytes) {
+			chunks = append(chunks, cur)
+			cur, size = nil, 0
+		}
+		cur = append(cur, u)
+		size += n
+	}
+	if len(cur) > 0 {
+		chunks = append(chunks, cur)
+	}
+	return chunks
+}
+
+// batchChunks is chunkUsers with the package's limits, after removing repeats.
+func batchChunks(users []string) [][]string {
+	return chunkUsers(uniqueUsers(users), MaxBatchUsers, maxBatchNameBytes)
+}
+
+// sortedChunks returns the keys of m sorted, then chunked: the order in which
+// the Store takes user locks (see WriteBatch).
+func sortedChunks[V any](m map[string]V) [][]string {
+	users := make([]string, 0, len(m))
+	for u := range m {
+		users = append(users, u)
+	}
+	slices.Sort(users)
+	return chunkUsers(users, MaxBatchUsers, maxBatchNameBytes)
+}
