@@ -8,11 +8,11 @@ import (
 )
 
 // BatchRefresher recomputes and stores many users' scores in a fixed number
-// of round trips for the batch (scoring.Refresher). errs[i] is users[i]'s
-// outcome. startedAt is when the batch's refresh began: every user's
-// recompute sees every source write made before it.
+// of round trips for the batch (scoring.Refresher), and returns each user's
+// outcome (nil: stored). startedAt is when the batch's refresh began: every
+// user's recompute sees every source write made before it.
 type BatchRefresher interface {
-	RefreshBatch(ctx context.Context, users []string, startedAt time.Time) (errs []error)
+	RefreshBatch(ctx context.Context, users []string, startedAt time.Time) map[string]error
 }
 
 // batcher groups claimed users into refresh batches without a tick barrier.

@@ -21,7 +21,7 @@ type batchRecorder struct {
 	gate             chan struct{} // if set, each batch waits for it
 }
 
-func (r *batchRecorder) RefreshBatch(ctx context.Context, users []string, startedAt time.Time) []error {
+func (r *batchRecorder) RefreshBatch(ctx context.Context, users []string, startedAt time.Time) map[string]error {
 	n := r.running.Add(1)
 	defer r.running.Add(-1)
 	for {
@@ -36,9 +36,9 @@ func (r *batchRecorder) RefreshBatch(ctx context.Context, users []string, starte
 	r.mu.Lock()
 	r.sizes = append(r.sizes, len(users))
 	r.mu.Unlock()
-	errs := make([]error, len(users))
-	for i, u := range users {
-		errs[i] = r.Refresh(ctx, u, startedAt)
+	errs := make(map[string]error, len(users))
+	for _, u := range users {
+		errs[u] = r.Refresh(ctx, u, startedAt)
 	}
 	return errs
 }

@@ -101,12 +101,13 @@ func (c *Consumer) refreshBatch(ctx context.Context, works []work) (errs []error
 			c.metrics.RefreshDuration.Observe(d)
 		}
 	}()
-	errs = c.refresher.(BatchRefresher).RefreshBatch(ctx, users, start)
-	if len(errs) != len(users) {
-		panic(fmt.Sprintf("RefreshBatch returned %d outcomes for %d users", len(errs), len(users)))
-	}
-	for i, err := range errs {
+	byUser := c.refresher.(BatchRefresher).RefreshBatch(ctx, users, start)
+	errs = make([]error, len(users))
+	for i, u := range users {
+		err, ok := byUser[u]
 		switch {
+		case !ok:
+			errs[i] = errors.New("the batch refresh returned no outcome for this user")
 		case err == nil:
 		case errors.Is(ctx.Err(), context.DeadlineExceeded):
 			errs[i] = fmt.Errorf("%w after %s (batch of %d users): %v", errRefreshTimeout, c.cfg.RefreshTimeout, len(users), err)

@@ -132,8 +132,16 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 	s.Sampler = metrics.NewSampler(metrics.SamplerConfig{
 		Queue: s.Colls.Queue, DeadLetter: s.Colls.DeadLetter, Interval: cfg.SLIInterval,
 	}, s.SLI, s.Metrics, log)
-	store := scoring.NewStore(db.Collection(cfg.ScoresCollection), scoring.StoreConfig{OnConflict: s.Metrics.OCCConflicts.Inc})
-	refresher := scoring.NewRefresher(scoring.NewRecomputer(db, rules), store)
+	store := scoring.NewStore(db.Collection(cfg.ScoresCollection), scoring.StoreConfig{
+		OnConflict: s.Metrics.OCCConflicts.Inc,
+		OnSkip:     func(reason string) { s.Metrics.WritesSkipped.WithLabelValues(reason).Inc() },
+		Logger:     log,
+	})
+	refresher := scoring.NewRefresher(scoring.NewRecomputer(db, rules, scoring.WithRecomputerLogger(log)), store,
+		scoring.WithRefreshObserver(func(st scoring.RefreshStats) {
+			s.Metrics.RefreshBatchUsers.Observe(float64(st.Users))
+			s.Metrics.RefreshRoundTrips.Add(float64(st.RoundTrips))
+		}))
 
 	// Readiness starts false: it is earned by a ping and a claim round.
 	s.Health.Set("mongodb", false, "not yet reached")
@@ -148,6 +156,8 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 		PollInterval:     cfg.PollInterval,
 		MaxAttempts:      cfg.MaxAttempts,
 		ShutdownTimeout:  cfg.ShutdownTimeout,
+		BatchSize:        cfg.RefreshBatchSize,
+		BatchLinger:      cfg.RefreshBatchLinger,
 	}, s.Colls, consumer.Deps{
 		Refresher: refresher,
 		Limiter:   limit,
@@ -305,3 +315,6 @@ func (s *Service) pingLoop(ctx context.Context) {
 func (s *Service) Close(ctx context.Context) error {
 	return s.Client.Disconnect(ctx)
 }
+
+// The production refresher recomputes batches of users (REFRESH_BATCH_SIZE).
+var _ consumer.BatchRefresher = (*scoring.Refresher)(nil)

@@ -14,6 +14,7 @@ import (
 	"github.com/caarlos0/env/v11"
 
 	"github.com/scorerefresh/scorerefresh/pkg/redact"
+	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
 // Config is every variable of SPEC section 4, with its default.
@@ -39,6 +40,14 @@ type Config struct {
 	// ConnectionBudget is the MongoDB connections one replica may open; 0
 	// means unstated. Beyond SPEC section 4: only a boot-time warning uses it.
 	ConnectionBudget int `env:"MONGODB_CONNECTION_BUDGET" envDefault:"0"`
+	// RefreshBatchSize is how many users one refresh slot recomputes
+	// together (one query per rule component for the whole batch); 1
+	// refreshes users one by one. Beyond the contract's list, like the
+	// linger below.
+	RefreshBatchSize int `env:"REFRESH_BATCH_SIZE" envDefault:"16"`
+	// RefreshBatchLinger is how long a batch that has its slot waits for
+	// more users before it runs.
+	RefreshBatchLinger time.Duration `env:"REFRESH_BATCH_LINGER" envDefault:"5ms"`
 }
 
 // Parse reads the configuration from environ (as os.Environ returns it) and
@@ -136,6 +145,10 @@ func (c Config) validate() []problem {
 	positive("MAX_USERS_IN_FLIGHT", c.MaxUsersInFlight)
 	positive("REFRESH_CONCURRENCY", c.RefreshConcurrency)
 	positive("MAX_ATTEMPTS", c.MaxAttempts)
+	if c.RefreshBatchSize < 1 || c.RefreshBatchSize > scoring.MaxBatchUsers {
+		add("REFRESH_BATCH_SIZE", "=%d: must be between 1 (no batching) and %d", c.RefreshBatchSize, scoring.MaxBatchUsers)
+	}
+	positiveDur("REFRESH_BATCH_LINGER", c.RefreshBatchLinger)
 	if c.ConnectionBudget < 0 {
 		add("MONGODB_CONNECTION_BUDGET", "=%d: must be 0 (unstated) or a positive number", c.ConnectionBudget)
 	}
