@@ -170,6 +170,8 @@ func groupByReason(docs []deadLetterView) []ReasonStatus {
 	for _, r := range by {
 		out = append(out, *r)
 	}
-	slices.SortFunc(out, func(a, b ReasonStatus) int { return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Reason, b.Reason)) })
+	slices.SortFunc(out, func(a, b ReasonStatus) int {
+		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Reason, b.Reason))
+	})
 	return out
 }
