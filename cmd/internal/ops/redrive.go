@@ -388,7 +388,9 @@ func originalCreatedAt(dl bson.Raw) any {
 // idKey makes any _id usable as a map key by its BSON type and bytes.
 func idKey(v bson.RawValue) string { return string(rune(v.Type)) + string(v.Value) }
 
-func sameValue(a, b bson.RawValue) bool { return a.Type == b.Type && string(a.Value) == string(b.Value) }
+func sameValue(a, b bson.RawValue) bool {
+	return a.Type == b.Type && string(a.Value) == string(b.Value)
+}
 
 // deadLetteredAt is the dead letter's deadLetter.at, null when missing: the
 // value its redrive stamp records and a re-run compares.
