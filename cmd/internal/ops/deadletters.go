@@ -43,6 +43,20 @@ func (f Filter) BSON() bson.D {
 	return q
 }
 
+// Empty reports whether the filter selects every dead letter.
+func (f Filter) Empty() bool {
+	return len(f.Reasons) == 0 && f.User == "" && f.Since.IsZero() && f.Until.IsZero()
+}
+
+// CountDeadLetters counts the dead letters matching f, exactly up to upTo.
+func CountDeadLetters(ctx context.Context, dead *mongo.Collection, f Filter, upTo int64) (int64, bool, error) {
+	n, exact, err := countUpTo(ctx, dead, f.BSON(), upTo)
+	if err != nil {
+		return 0, false, fmt.Errorf("counting dead letters (%s): %w", f, err)
+	}
+	return n, exact, nil
+}
+
 // String describes the filter for a prompt or a summary line.
 func (f Filter) String() string {
 	var parts []string
