@@ -134,6 +134,7 @@ func TestStatusReportsQueueLeasesBackoffsAndDeadLetters(t *testing.T) {
 	if err := WriteStatus(&out, s); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("status:\n%s", out.String())
 	for _, want := range []string{"firehose", "held by pod-a:1", "scoring posts: timeout", "max_attempts", "the whole queue"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("text output lacks %q:\n%s", want, out.String())
