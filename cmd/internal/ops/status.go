@@ -140,8 +140,8 @@ type ReasonStatus struct {
 	NewestAt time.Time `json:"newestAt"`
 }
 
-// GatherStatus reads everything `status` reports, in about a dozen bounded
-// round trips (plus four more and the wait when opts.Sample is set).
+// GatherStatus reads everything `status` reports in a fixed number of
+// bounded round trips (16, and 10 more and the wait when opts.Sample is set).
 func GatherStatus(ctx context.Context, colls Collections, opts StatusOptions) (*Status, error) {
 	opts = opts.withDefaults()
 	now, _, _, err := ServerTime(ctx, colls.DB)

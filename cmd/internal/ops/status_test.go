@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -259,3 +260,34 @@ func TestStatusJSONSchema(t *testing.T) {
 }
 
 func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestStatusRoundTripsDoNotGrowWithTheQueue counts the commands of one
+// status (with rates) on a small queue and on one with ten times as many
+// entries and users: the same fixed number.
+func TestStatusRoundTripsDoNotGrowWithTheQueue(t *testing.T) {
+	t.Parallel()
+	var cmds commandLog
+	c := testColls(t, cmds.monitor())
+	populate(t, c, time.Now())
+	measure := func() int {
+		cmds.take()
+		if _, err := GatherStatus(t.Context(), c, StatusOptions{Sample: time.Millisecond, Wait: func(context.Context) error { return nil }}); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, v := range cmds.take() {
+			n += v
+		}
+		return n
+	}
+	small := measure()
+	var more []any
+	for i := range 400 {
+		more = append(more, bson.D{{Key: "username", Value: fmt.Sprintf("user%d", i)}, {Key: "createdAt", Value: time.Now().Add(-time.Minute)}})
+	}
+	mustInsert(t, c, "queue", more...)
+	if large := measure(); large != small {
+		t.Errorf("%d commands for 37 entries, %d for 437", small, large)
+	}
+	t.Logf("status with rates: %d round trips", small)
+}
