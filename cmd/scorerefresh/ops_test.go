@@ -36,7 +36,7 @@ func opsDB(t *testing.T) (*mongo.Database, []string) {
 			t.Fatal(err)
 		}
 	}
-	lease := bson.D{{Key: "_id", Value: "firehose"}, {Key: "token", Value: "t"}, {Key: "owner", Value: "pod-a:1"}, {Key: "leaseUntil", Value: now.Add(time.Minute)}, {Key: "attempts", Value: 0}}
+	lease := bson.D{{Key: "_id", Value: "firehose"}, {Key: "token", Value: "t"}, {Key: "owner", Value: "pod-a:1"}, {Key: "leaseUntil", Value: now.Add(20 * time.Minute)}, {Key: "attempts", Value: 0}}
 	if _, err := db.Collection("score_claims").InsertOne(ctx, lease); err != nil {
 		t.Fatal(err)
 	}

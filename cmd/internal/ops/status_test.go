@@ -63,10 +63,10 @@ func populate(t *testing.T, c Collections, now time.Time) {
 	mustInsert(t, c, "queue", q...)
 	tok := "t1"
 	mustInsert(t, c, "claims",
-		bson.D{{Key: "_id", Value: "firehose"}, {Key: "token", Value: tok}, {Key: "owner", Value: "pod-a:1"}, {Key: "leaseUntil", Value: now.Add(time.Minute)}, {Key: "attempts", Value: 0}, {Key: "claimedAt", Value: now.Add(-5 * time.Second)}},
-		bson.D{{Key: "_id", Value: "ann"}, {Key: "token", Value: tok}, {Key: "owner", Value: "pod-a:1"}, {Key: "leaseUntil", Value: now.Add(30 * time.Second)}, {Key: "attempts", Value: 0}, {Key: "claimedAt", Value: now.Add(-2 * time.Second)}},
-		bson.D{{Key: "_id", Value: "dee"}, {Key: "token", Value: "t2"}, {Key: "owner", Value: "pod-b:7"}, {Key: "leaseUntil", Value: now.Add(time.Minute)}, {Key: "attempts", Value: 1}, {Key: "claimedAt", Value: now}, {Key: "running", Value: true}},
-		bson.D{{Key: "_id", Value: "bo"}, {Key: "token", Value: nil}, {Key: "owner", Value: "pod-b:7"}, {Key: "leaseUntil", Value: now.Add(8 * time.Second)}, {Key: "attempts", Value: 2}, {Key: "lastError", Value: "scoring posts: timeout"}},
+		bson.D{{Key: "_id", Value: "firehose"}, {Key: "token", Value: tok}, {Key: "owner", Value: "pod-a:1"}, {Key: "leaseUntil", Value: now.Add(20 * time.Minute)}, {Key: "attempts", Value: 0}, {Key: "claimedAt", Value: now.Add(-5 * time.Second)}},
+		bson.D{{Key: "_id", Value: "ann"}, {Key: "token", Value: tok}, {Key: "owner", Value: "pod-a:1"}, {Key: "leaseUntil", Value: now.Add(10 * time.Minute)}, {Key: "attempts", Value: 0}, {Key: "claimedAt", Value: now.Add(-2 * time.Second)}},
+		bson.D{{Key: "_id", Value: "dee"}, {Key: "token", Value: "t2"}, {Key: "owner", Value: "pod-b:7"}, {Key: "leaseUntil", Value: now.Add(20 * time.Minute)}, {Key: "attempts", Value: 1}, {Key: "claimedAt", Value: now}, {Key: "running", Value: true}},
+		bson.D{{Key: "_id", Value: "bo"}, {Key: "token", Value: nil}, {Key: "owner", Value: "pod-b:7"}, {Key: "leaseUntil", Value: now.Add(15 * time.Minute)}, {Key: "attempts", Value: 2}, {Key: "lastError", Value: "scoring posts: timeout"}},
 		bson.D{{Key: "_id", Value: "old"}, {Key: "token", Value: nil}, {Key: "owner", Value: "pod-b:7"}, {Key: "leaseUntil", Value: now.Add(-time.Hour)}, {Key: "attempts", Value: 1}},
 		bson.D{{Key: "_id", Value: bson.D{{Key: "adaptiveBaseline", Value: "pod-a"}}}, {Key: "baselineSeconds", Value: 0.01}, {Key: "at", Value: now}, {Key: "leaseUntil", Value: now.Add(2 * time.Hour)}},
 	)
