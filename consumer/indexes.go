@@ -24,15 +24,50 @@ type Capabilities struct {
 	PartialIndexes bool
 }
 
-// indexSpec is one index the pipeline relies on, with the query it serves.
-// fallback, if set, is what to build when the server rejects model (an
-// optional feature such as TTL); optional indexes are skipped instead.
-type indexSpec struct {
-	coll     *mongo.Collection
-	model    mongo.IndexModel
-	fallback *mongo.IndexModel
-	optional bool
-	serves   string
+// IndexSpec is one index the pipeline relies on, with the query it serves.
+// Fallback, if set, is what to build when the server rejects Model (an
+// optional feature such as TTL); Optional indexes are skipped instead.
+// `scorerefresh doctor` checks a server against this same list.
+type IndexSpec struct {
+	Name     string // stable identifier, one of the Index* constants
+	Coll     *mongo.Collection
+	Model    mongo.IndexModel
+	Fallback *mongo.IndexModel
+	Optional bool
+	Serves   string
+}
+
+// Names of the IndexSpecs.
+const (
+	IndexClaimWindow  = "queue.claim_window"
+	IndexAbsorb       = "queue.absorb"
+	IndexLeaseUntil   = "claims.lease_until"
+	IndexAttempts     = "claims.attempts"
+	IndexDeadLetterAt = "deadletter.at"
+)
+
+// IndexSpecs returns the indexes EnsureIndexes builds, in build order.
+func IndexSpecs(colls Collections) []IndexSpec {
+	leaseUntil := bson.D{{Key: "leaseUntil", Value: 1}}
+	return []IndexSpec{
+		{Name: IndexClaimWindow, Coll: colls.Queue,
+			Model:  mongo.IndexModel{Keys: bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}},
+			Serves: "claim window: oldest entries of claimable users, sorted and filtered on the index alone; SLI oldest age"},
+		{Name: IndexAbsorb, Coll: colls.Queue,
+			Model:  mongo.IndexModel{Keys: bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}},
+			Serves: "absorb: every pending entry of the users just claimed"},
+		{Name: IndexLeaseUntil, Coll: colls.Claims,
+			Model:    mongo.IndexModel{Keys: leaseUntil, Options: options.Index().SetExpireAfterSeconds(int32(StaleLeaseTTL.Seconds()))},
+			Fallback: &mongo.IndexModel{Keys: leaseUntil},
+			Serves:   "live leases and backoffs, read by every claim round; TTL removes stale ones"},
+		{Name: IndexAttempts, Coll: colls.Claims, Optional: true,
+			Model: mongo.IndexModel{Keys: bson.D{{Key: "attempts", Value: 1}}, Options: options.Index().
+				SetPartialFilterExpression(bson.D{{Key: "attempts", Value: bson.D{{Key: "$gt", Value: 0}}}})},
+			Serves: "operators listing users that are failing (only those are indexed)"},
+		{Name: IndexDeadLetterAt, Coll: colls.DeadLetter,
+			Model:  mongo.IndexModel{Keys: bson.D{{Key: "deadLetter.at", Value: 1}}},
+			Serves: "dead letters by time, for operators"},
+	}
 }
 
 // EnsureIndexes creates the indexes the pipeline's queries need and reports
@@ -46,44 +81,27 @@ type indexSpec struct {
 func EnsureIndexes(ctx context.Context, colls Collections, log *slog.Logger) (Capabilities, error) {
 	caps := Capabilities{TTLIndexes: true, PartialIndexes: true}
 	var unreachable error
-	leaseUntil := bson.D{{Key: "leaseUntil", Value: 1}}
-	specs := []indexSpec{
-		{coll: colls.Queue, model: mongo.IndexModel{Keys: bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}},
-			serves: "claim window: oldest entries of claimable users, sorted and filtered on the index alone; SLI oldest age"},
-		{coll: colls.Queue, model: mongo.IndexModel{Keys: bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}},
-			serves: "absorb: every pending entry of the users just claimed"},
-		{coll: colls.Claims,
-			model:    mongo.IndexModel{Keys: leaseUntil, Options: options.Index().SetExpireAfterSeconds(int32(StaleLeaseTTL.Seconds()))},
-			fallback: &mongo.IndexModel{Keys: leaseUntil},
-			serves:   "live leases and backoffs, read by every claim round; TTL removes stale ones"},
-		{coll: colls.Claims, optional: true,
-			model: mongo.IndexModel{Keys: bson.D{{Key: "attempts", Value: 1}}, Options: options.Index().
-				SetPartialFilterExpression(bson.D{{Key: "attempts", Value: bson.D{{Key: "$gt", Value: 0}}}})},
-			serves: "operators listing users that are failing (only those are indexed)"},
-		{coll: colls.DeadLetter, model: mongo.IndexModel{Keys: bson.D{{Key: "deadLetter.at", Value: 1}}},
-			serves: "dead letters by time, for operators"},
-	}
-	for _, s := range specs {
-		name, err := s.coll.Indexes().CreateOne(ctx, s.model)
+	for _, s := range IndexSpecs(colls) {
+		name, err := s.Coll.Indexes().CreateOne(ctx, s.Model)
 		if transient(err) {
-			unreachable = fmt.Errorf("creating index on %s: %w", s.coll.Name(), err)
+			unreachable = fmt.Errorf("creating index on %s: %w", s.Coll.Name(), err)
 			continue
 		}
-		if err != nil && s.fallback != nil {
+		if err != nil && s.Fallback != nil {
 			caps.TTLIndexes = false
-			log.Info("index option not supported by this server; building the index without it", "collection", s.coll.Name(), "keys", fmt.Sprint(s.model.Keys), "err", err)
-			name, err = s.coll.Indexes().CreateOne(ctx, *s.fallback)
+			log.Info("index option not supported by this server; building the index without it", "collection", s.Coll.Name(), "keys", fmt.Sprint(s.Model.Keys), "err", err)
+			name, err = s.Coll.Indexes().CreateOne(ctx, *s.Fallback)
 		}
-		if err != nil && s.optional {
+		if err != nil && s.Optional {
 			caps.PartialIndexes = false
-			log.Info("optional index not supported by this server; skipped", "collection", s.coll.Name(), "keys", fmt.Sprint(s.model.Keys), "serves", s.serves, "err", err)
+			log.Info("optional index not supported by this server; skipped", "collection", s.Coll.Name(), "keys", fmt.Sprint(s.Model.Keys), "serves", s.Serves, "err", err)
 			continue
 		}
 		if err != nil {
-			log.Warn("index not created; queries still work, slower", "collection", s.coll.Name(), "keys", fmt.Sprint(s.model.Keys), "serves", s.serves, "err", err)
+			log.Warn("index not created; queries still work, slower", "collection", s.Coll.Name(), "keys", fmt.Sprint(s.Model.Keys), "serves", s.Serves, "err", err)
 			continue
 		}
-		log.Debug("index ready", "collection", s.coll.Name(), "index", name)
+		log.Debug("index ready", "collection", s.Coll.Name(), "index", name)
 	}
 	return caps, unreachable
 }

@@ -4,6 +4,9 @@
 //	scorerefresh snapshot   writes the queue (and sources) as Extended JSON
 //	scorerefresh replay     loads a snapshot, drains it, reports (docs/replay.md)
 //	scorerefresh backlog    generates a synthetic snapshot
+//	scorerefresh status     what the queue holds now (docs/operator-commands.md)
+//	scorerefresh deadletters list|show|redrive|purge
+//	scorerefresh doctor     preflight checks against the configured MongoDB
 //	scorerefresh version    prints the build's version
 //
 // Configuration comes from the environment only (SPEC section 4). This binary
@@ -18,6 +21,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/scorerefresh/scorerefresh/cmd/internal/app"
@@ -38,14 +42,31 @@ commands:
   replay    --in FILE|DIR [--drain]: load a snapshot or mongoexport file, drain it, report
             (replay compare A.json B.json: two drain reports side by side)
   backlog   generate --shape S --entries N --users M --out DIR: a synthetic snapshot
+  status    [--json] [--top N]: depth, oldest age, top users, leases per replica,
+            backoffs, dead letters by reason, arrivals vs acks (bounded reads)
+  deadletters list|show|redrive|purge [--reason R] [--user U] [--since T] [--until T]
+            [--limit N] [--dry-run] [--yes]: inspect dead letters, put them back in
+            the queue (idempotent, crash-safe) or delete them
+  doctor    [--replicas N] [--json]: preflight checks against the configured MongoDB
+            (topology, indexes, query plans, source indexes, permissions,
+            connections, clock); exits 1 when a check fails
   version   print the version
+
+status, deadletters and doctor read the same environment as run (MONGODB_URI,
+MONGODB_DATABASE, the collection names, SCORING_RULES, ...); "<command> -h"
+describes each one's flags and what it reads. See docs/operator-commands.md.
 `
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
+	os.Exit(runWith(os.Args[1:], os.Environ(), os.Stdin, os.Stdout, os.Stderr))
 }
 
+// run is runWith with nobody to answer a confirmation prompt.
 func run(args, environ []string, stdout, stderr io.Writer) int {
+	return runWith(args, environ, strings.NewReader(""), stdout, stderr)
+}
+
+func runWith(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
@@ -59,6 +80,12 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		return runReplay(args[1:], environ, stdout, stderr)
 	case "backlog":
 		return runBacklog(args[1:], environ, stdout, stderr)
+	case "status":
+		return runStatus(args[1:], environ, stdout, stderr)
+	case "deadletters":
+		return runDeadLetters(args[1:], environ, stdin, stdout, stderr)
+	case "doctor":
+		return runDoctor(args[1:], environ, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintf(stdout, "scorerefresh %s (revision %s)\n", version, revision)
 		return 0

@@ -1,0 +1,144 @@
+package ops
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// privilege is one entry of connectionStatus's authenticatedUserPrivileges.
+type privilege struct {
+	Resource struct {
+		DB          *string `bson:"db"`
+		Collection  *string `bson:"collection"`
+		Cluster     bool    `bson:"cluster"`
+		AnyResource bool    `bson:"anyResource"`
+	} `bson:"resource"`
+	Actions []string `bson:"actions"`
+}
+
+// need is an action on a collection of the configured database; an empty
+// collection means the database itself, "cluster" the cluster resource.
+type need struct {
+	coll, action string
+}
+
+// grants reports whether the privileges allow action on db.coll, by
+// MongoDB's resource rules: an empty db or collection in a privilege means
+// every one, anyResource means everything, cluster only the cluster.
+func grants(privs []privilege, db string, n need) bool {
+	for _, p := range privs {
+		if !slices.Contains(p.Actions, n.action) && !slices.Contains(p.Actions, "anyAction") {
+			continue
+		}
+		r := p.Resource
+		switch {
+		case r.AnyResource:
+			return true
+		case n.coll == "cluster":
+			if r.Cluster {
+				return true
+			}
+		case r.Cluster || r.DB == nil || r.Collection == nil:
+			continue
+		case (*r.DB == "" || *r.DB == db) && (*r.Collection == "" || *r.Collection == n.coll):
+			return true
+		}
+	}
+	return false
+}
+
+// Needs returns what each group of operations requires: the service (every
+// operation of `scorerefresh run`), its change stream (optional: polling
+// replaces it), and the operator commands.
+func needs(cfg DoctorConfig) (service, stream, operator []need) {
+	c := cfg.Colls
+	for _, a := range []string{"find", "remove", "createIndex"} {
+		service = append(service, need{c.Queue.Name(), a})
+	}
+	for _, a := range []string{"find", "insert", "update", "remove", "createIndex"} {
+		service = append(service, need{c.Claims.Name(), a})
+	}
+	for _, a := range []string{"find", "insert", "createIndex"} {
+		service = append(service, need{c.DeadLetter.Name(), a})
+	}
+	for _, a := range []string{"find", "insert", "update"} {
+		service = append(service, need{c.Scores.Name(), a})
+	}
+	for _, src := range cfg.Rules.Collections() {
+		service = append(service, need{src, "find"})
+	}
+	stream = []need{{c.Queue.Name(), "changeStream"}}
+	operator = []need{
+		{c.Queue.Name(), "insert"}, {c.DeadLetter.Name(), "remove"}, {"", "listCollections"},
+		{c.Queue.Name(), "listIndexes"}, {c.Claims.Name(), "listIndexes"}, {c.DeadLetter.Name(), "listIndexes"},
+		{"cluster", "serverStatus"},
+	}
+	return service, stream, operator
+}
+
+func missing(privs []privilege, db string, ns []need) []string {
+	var out []string
+	for _, n := range ns {
+		if !grants(privs, db, n) {
+			where := db + "." + n.coll
+			if n.coll == "" {
+				where = "database " + db
+			} else if n.coll == "cluster" {
+				where = "the cluster"
+			}
+			out = append(out, n.action+" on "+where)
+		}
+	}
+	return out
+}
+
+// privilegeChecks reads the connected user's privileges (connectionStatus
+// with showPrivileges: nothing is attempted or changed) and checks every
+// action the service and the operator commands perform.
+func privilegeChecks(ctx context.Context, cfg DoctorConfig) []Check {
+	var status struct {
+		AuthInfo struct {
+			Users []struct {
+				User string `bson:"user"`
+				DB   string `bson:"db"`
+			} `bson:"authenticatedUsers"`
+			Privileges []privilege `bson:"authenticatedUserPrivileges"`
+		} `bson:"authInfo"`
+	}
+	cmd := bson.D{{Key: "connectionStatus", Value: 1}, {Key: "showPrivileges", Value: true}}
+	if err := cfg.Colls.DB.Client().Database("admin").RunCommand(ctx, cmd).Decode(&status); err != nil {
+		return []Check{{Name: "permissions", Status: Warn, Detail: "connectionStatus failed: " + err.Error()}}
+	}
+	a := status.AuthInfo
+	if len(a.Users) == 0 {
+		return []Check{{Name: "permissions", Status: Warn,
+			Detail: "no authenticated user: the server runs without access control (everything is allowed) or cannot say; nothing to check",
+			Fix:    "production servers should require authentication (Atlas always does)"}}
+	}
+	var users []string
+	for _, u := range a.Users {
+		users = append(users, u.User+"@"+u.DB)
+	}
+	who := strings.Join(users, ", ")
+	db := cfg.Colls.DB.Name()
+	service, stream, operator := needs(cfg)
+	return []Check{
+		privilegeCheck("permissions: service", who, missing(a.Privileges, db, service), Fail,
+			fmt.Sprintf("grant the readWrite role on %s (or a custom role with these actions)", db)),
+		privilegeCheck("permissions: change stream", who, missing(a.Privileges, db, stream), Warn,
+			"grant changeStream on the queue (readWrite includes it); without it the consumer polls"),
+		privilegeCheck("permissions: operator commands", who, missing(a.Privileges, db, operator), Warn,
+			"redrive needs insert on the queue, purge and redrive remove on the dead letters, doctor listIndexes and listCollections, and serverStatus (clusterMonitor) for the connection check"),
+	}
+}
+
+func privilegeCheck(name, who string, gaps []string, level, fix string) Check {
+	if len(gaps) == 0 {
+		return Check{Name: name, Status: OK, Detail: "everything needed is granted to " + who}
+	}
+	return Check{Name: name, Status: level, Detail: who + " lacks " + strings.Join(gaps, ", "), Fix: fix}
+}

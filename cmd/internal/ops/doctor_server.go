@@ -1,0 +1,185 @@
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/scorerefresh/scorerefresh/consumer"
+)
+
+// serverInfo is what hello and buildInfo say, read once for several checks.
+type serverInfo struct {
+	rtt     time.Duration
+	version string
+	ferret  string // FerretDB's version, empty on MongoDB
+	hello   struct {
+		SetName           string `bson:"setName"`
+		Msg               string `bson:"msg"`
+		IsWritablePrimary bool   `bson:"isWritablePrimary"`
+		Primary           string `bson:"primary"`
+	}
+}
+
+func readServerInfo(ctx context.Context, db *mongo.Database) (*serverInfo, error) {
+	admin := db.Client().Database("admin")
+	start := time.Now()
+	if err := db.Client().Ping(ctx, nil); err != nil {
+		return nil, fmt.Errorf("ping: %w", err)
+	}
+	info := &serverInfo{rtt: time.Since(start)}
+	if err := admin.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&info.hello); err != nil {
+		return nil, fmt.Errorf("hello: %w", err)
+	}
+	var build struct {
+		Version string `bson:"version"`
+		Ferret  string `bson:"ferretdbVersion"`
+	}
+	raw, err := admin.RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Raw()
+	if err != nil {
+		return nil, fmt.Errorf("buildInfo: %w", err)
+	}
+	if err := bson.Unmarshal(raw, &build); err != nil {
+		return nil, fmt.Errorf("reading buildInfo: %w", err)
+	}
+	info.version, info.ferret = build.Version, build.Ferret
+	if _, err := raw.LookupErr("ferretdbVersion"); err == nil && info.ferret == "" {
+		info.ferret = "unknown"
+	}
+	return info, nil
+}
+
+func versionCheck(info *serverInfo) Check {
+	c := Check{Name: "server version"}
+	if info.ferret != "" {
+		c.Status, c.Detail = Warn, fmt.Sprintf("FerretDB, version %s (reports MongoDB %s): the embedded or development server, which lacks change streams, TTL and partial indexes and query plans", info.ferret, info.version)
+		c.Fix = "fine for the demo and tests; production runs on MongoDB 6.0 or later"
+		return c
+	}
+	major, minor := parseVersion(info.version)
+	if major > 6 || (major == 6 && minor >= 0) {
+		c.Status, c.Detail = OK, "MongoDB "+info.version
+		return c
+	}
+	c.Status, c.Detail = Warn, fmt.Sprintf("MongoDB %s: older than 6.0, the oldest version this service is built and tested for", info.version)
+	c.Fix = "upgrade the server to 6.0 or later"
+	return c
+}
+
+func parseVersion(v string) (major, minor int) {
+	parts := strings.SplitN(v, ".", 3)
+	major, _ = strconv.Atoi(parts[0])
+	if len(parts) > 1 {
+		minor, _ = strconv.Atoi(parts[1])
+	}
+	return major, minor
+}
+
+func topologyCheck(info *serverInfo) Check {
+	c := Check{Name: "topology"}
+	h := info.hello
+	switch {
+	case h.Msg == "isdbgrid":
+		c.Status, c.Detail = OK, "sharded cluster (through mongos): change streams available"
+	case h.SetName != "" && !h.IsWritablePrimary:
+		c.Status, c.Detail = Fail, fmt.Sprintf("replica set %s, but connected to a member that is not the primary (primary: %s): writes fail", h.SetName, h.Primary)
+		c.Fix = "let MONGODB_URI name the replica set (replicaSet=…, or mongodb+srv://) instead of one member with directConnection=true"
+	case h.SetName != "":
+		c.Status, c.Detail = OK, fmt.Sprintf("replica set %s, primary %s: change streams available", h.SetName, h.Primary)
+	default:
+		c.Status, c.Detail = Warn, "standalone server: no change streams (the consumer polls every POLL_INTERVAL) and no retryable writes"
+		c.Fix = "run MongoDB as a replica set (a single-node set will do) or use Atlas"
+	}
+	return c
+}
+
+func changeStreamCheck(ctx context.Context, colls Collections) Check {
+	c := Check{Name: "change streams"}
+	if consumer.DetectChangeStreams(ctx, colls.Queue) {
+		c.Status, c.Detail = OK, "a change stream on "+colls.Queue.Name()+" opens: new entries wake the consumer at once"
+		return c
+	}
+	c.Status, c.Detail = Warn, "a change stream on "+colls.Queue.Name()+" does not open: the consumer polls every POLL_INTERVAL instead (up to that much extra latency)"
+	c.Fix = "a replica set or sharded cluster, and the changeStream and find actions on the queue"
+	return c
+}
+
+// clockCheck compares this host's clock with the server's. Replicas write
+// lease expiries by their own clocks and compare them with the same clocks,
+// so hosts whose clocks disagree by a good part of LEASE_DURATION take live
+// leases over early (a duplicate refresh) or hold backoffs long.
+func clockCheck(ctx context.Context, cfg DoctorConfig) Check {
+	c := Check{Name: "clock"}
+	server, local, rtt, err := ServerTime(ctx, cfg.Colls.DB)
+	if err != nil {
+		c.Status, c.Detail = Warn, err.Error()
+		return c
+	}
+	c.Status, c.Detail, c.Fix = clockVerdict(server.Sub(local), rtt, cfg.LeaseDuration)
+	return c
+}
+
+func clockVerdict(skew, rtt, lease time.Duration) (status, detail, fix string) {
+	// hello.localTime has millisecond precision and was read somewhere in the
+	// round trip: that much of the difference is measurement.
+	slack := rtt/2 + time.Millisecond
+	off := max(0, skew.Abs()-slack)
+	detail = fmt.Sprintf("this host's clock is %s %s the server's (±%s)", skew.Abs().Round(time.Millisecond), map[bool]string{true: "behind", false: "ahead of"}[skew > 0], slack.Round(time.Millisecond))
+	switch {
+	case off < 2*time.Second:
+		return OK, detail, ""
+	case off < lease/2:
+		return Warn, detail + fmt.Sprintf("; replicas use their own clocks for leases (LEASE_DURATION %s)", lease), "synchronise the clocks (NTP: chrony or systemd-timesyncd) on the replicas' hosts"
+	}
+	return Fail, detail + fmt.Sprintf(": at least half of LEASE_DURATION (%s), so live leases may be taken over early and backoffs held too long", lease),
+		"synchronise the clocks (NTP: chrony or systemd-timesyncd) on the replicas' hosts before deploying"
+}
+
+// connectionsCheck compares what the fleet may open with what the server
+// reports (serverStatus.connections), where it is visible.
+func connectionsCheck(ctx context.Context, cfg DoctorConfig) Check {
+	c := Check{Name: "connections"}
+	need := (cfg.Replicas + 1) * cfg.PerReplica
+	var status struct {
+		Connections *struct {
+			Current   int64 `bson:"current"`
+			Available int64 `bson:"available"`
+		} `bson:"connections"`
+	}
+	err := cfg.Colls.DB.Client().Database("admin").RunCommand(ctx, bson.D{{Key: "serverStatus", Value: 1}}).Decode(&status)
+	var ce mongo.CommandError
+	switch {
+	case errors.As(err, &ce) && ce.HasErrorCode(13): // Unauthorized
+		c.Status, c.Detail = Warn, fmt.Sprintf("the fleet may open %d; the server's figures are not visible to this user (serverStatus)", need)
+		c.Fix = "check the limit in the provider's console (Atlas publishes it per tier), or grant clusterMonitor to see it here"
+		return c
+	case err != nil:
+		c.Status, c.Detail = Warn, fmt.Sprintf("the fleet may open %d; serverStatus failed: %v", need, err)
+		return c
+	case status.Connections == nil:
+		c.Status, c.Detail = Warn, fmt.Sprintf("the fleet may open %d; this server does not report its connections", need)
+		return c
+	}
+	c.Status, c.Detail, c.Fix = connectionVerdict(need, cfg, status.Connections.Current, status.Connections.Available)
+	return c
+}
+
+func connectionVerdict(need int, cfg DoctorConfig, current, available int64) (status, detail, fix string) {
+	limit := current + available
+	detail = fmt.Sprintf("the fleet may open %d: (%d replicas + 1 during a rollout) × (pool %d + 2 monitoring); the server allows %d (%d in use, %d free)",
+		need, cfg.Replicas, cfg.PoolSize, limit, current, available)
+	fix = "lower REFRESH_CONCURRENCY or the replica count, or raise the server's connection limit (a larger tier)"
+	switch {
+	case int64(need) > limit:
+		return Fail, detail, fix
+	case int64(need) > available:
+		return Warn, detail + "; more than are free now (if the fleet already runs, its connections are among those in use)", fix
+	}
+	return OK, detail, ""
+}

@@ -1,0 +1,403 @@
+package ops
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Unredrivable are the dead-letter reasons redrive skips unless forced: a
+// malformed entry comes straight back as malformed, and a too_large one is
+// only a reduced copy of the original (the first KiB of each string).
+var Unredrivable = []string{"malformed", "too_large"}
+
+// RedriveOptions configure Redrive.
+type RedriveOptions struct {
+	Filter     Filter
+	Limit      int64 // dead letters at most; 0: every match
+	Batch      int   // dead letters per round trip (default 500)
+	DryRun     bool  // read and report, write nothing
+	Force      bool  // also redrive the Unredrivable reasons
+	ExactLimit int64 // the total for progress is exact up to this (default 100,000)
+	// Progress is called after each batch with the result so far.
+	Progress func(RedriveResult)
+	// AfterInsert runs between a batch's queue insert and its dead-letter
+	// delete, the window a crash leaves half done; an error stops the run
+	// there. For tests.
+	AfterInsert func(batch int) error
+}
+
+// RedriveResult is what a redrive did (or, dry, would do).
+type RedriveResult struct {
+	SchemaVersion int              `json:"schemaVersion"`
+	Kind          string           `json:"kind"` // "deadletters.redrive"
+	DryRun        bool             `json:"dryRun"`
+	Filter        Filter           `json:"filter"`
+	Total         int64            `json:"total"` // matching dead letters to redrive (exact up to the threshold)
+	Read          int64            `json:"read"`
+	Requeued      int64            `json:"requeued"`      // inserted into the queue by this run
+	AlreadyQueued int64            `json:"alreadyQueued"` // in the queue from an earlier, interrupted run
+	Removed       int64            `json:"removed"`       // dead letters deleted
+	Conflicts     int64            `json:"conflicts"`     // the queue holds a different entry under the _id: left alone
+	Failed        int64            `json:"failed"`        // the queue refused the entry: left alone
+	Problems      []string         `json:"problems"`      // the first conflicts and failures, by _id
+	Skipped       map[string]int64 `json:"skipped"`       // by reason: not redriven without --force
+	Batches       int              `json:"batches"`
+}
+
+const maxProblems = 20
+
+func (r *RedriveResult) problem(format string, args ...any) {
+	if len(r.Problems) < maxProblems {
+		r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
+	}
+}
+
+// Redrive puts dead letters back in the queue: each under its own _id (the
+// original's, or a renamed copy's fresh one), with a fresh createdAt, a
+// `redrive` stamp recording the original createdAt, when and why, and
+// without its deadLetter subdocument; then deletes it from the dead letters.
+//
+// Crash-safe and idempotent without transactions: the insert comes before the
+// delete, so a run killed between them leaves the entry in both places, and
+// the next run's insert meets a duplicate key, finds its own stamp on the
+// queue entry (same deadLetter.at) and only deletes the dead letter. Nothing
+// is lost and nothing is queued twice. A queue entry under the same _id
+// without that stamp is someone else's: the dead letter stays, reported.
+// (Were the half-done entry consumed before the re-run, the re-run queues it
+// once more: one extra refresh, which is harmless.)
+//
+// Each batch costs one read (the cursor's next batch), one insert command,
+// one delete command, and one read of the queue only when some _ids exist.
+func Redrive(ctx context.Context, colls Collections, opts RedriveOptions) (RedriveResult, error) {
+	opts.Batch = cmp.Or(opts.Batch, 500)
+	opts.ExactLimit = cmp.Or(opts.ExactLimit, 100_000)
+	res := RedriveResult{SchemaVersion: SchemaVersion, Kind: "deadletters.redrive", DryRun: opts.DryRun, Filter: opts.Filter, Problems: []string{}, Skipped: map[string]int64{}}
+	now, _, _, err := ServerTime(ctx, colls.DB)
+	if err != nil {
+		return res, err
+	}
+	filter, err := redriveFilter(ctx, colls.DeadLetter, opts, now, &res)
+	if err != nil {
+		return res, err
+	}
+	find := options.Find().SetSort(bson.D{{Key: "deadLetter.at", Value: 1}}).SetBatchSize(int32(opts.Batch))
+	if opts.Limit > 0 {
+		find.SetLimit(opts.Limit)
+	}
+	if opts.DryRun {
+		find.SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "deadLetter.at", Value: 1}})
+	}
+	cur, err := colls.DeadLetter.Find(ctx, filter, find)
+	if err != nil {
+		return res, fmt.Errorf("reading dead letters to redrive (%s): %w", opts.Filter, err)
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	for {
+		batch, err := nextBatch(ctx, cur, opts.Batch)
+		if err != nil {
+			return res, fmt.Errorf("reading dead letters to redrive (%s): %w", opts.Filter, err)
+		}
+		if len(batch) == 0 {
+			return res, nil
+		}
+		res.Batches++
+		res.Read += int64(len(batch))
+		if err := redriveBatch(ctx, colls, batch, now, opts, &res); err != nil {
+			return res, err
+		}
+		if opts.Progress != nil {
+			opts.Progress(res)
+		}
+	}
+}
+
+// redriveFilter is the operator's filter less the unredrivable reasons
+// (unless forced), whose matches it counts as skipped; it also sets the
+// total. Only dead letters older than the run are taken: an entry this run
+// redrives that fails again while the run goes on must not be redriven
+// again and again by it.
+func redriveFilter(ctx context.Context, dead *mongo.Collection, opts RedriveOptions, start time.Time, res *RedriveResult) (bson.D, error) {
+	filter := bson.D{{Key: "$and", Value: bson.A{opts.Filter.BSON(), bson.D{{Key: "deadLetter.at", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: start}}}}}}}}}
+	if !opts.Force {
+		for _, reason := range Unredrivable {
+			n, _, err := countUpTo(ctx, dead, bson.D{{Key: "$and", Value: bson.A{filter, bson.D{{Key: "deadLetter.reason", Value: reason}}}}}, opts.ExactLimit)
+			if err != nil {
+				return nil, fmt.Errorf("counting %s dead letters: %w", reason, err)
+			}
+			if n > 0 {
+				res.Skipped[reason] = n
+			}
+		}
+		filter = bson.D{{Key: "$and", Value: bson.A{filter, bson.D{{Key: "deadLetter.reason", Value: bson.D{{Key: "$nin", Value: Unredrivable}}}}}}}
+	}
+	total, _, err := countUpTo(ctx, dead, filter, opts.ExactLimit)
+	if err != nil {
+		return nil, fmt.Errorf("counting dead letters to redrive: %w", err)
+	}
+	if opts.Limit > 0 {
+		total = min(total, opts.Limit)
+	}
+	res.Total = total
+	return filter, nil
+}
+
+func nextBatch(ctx context.Context, cur *mongo.Cursor, n int) ([]bson.Raw, error) {
+	var batch []bson.Raw
+	for len(batch) < n && cur.Next(ctx) {
+		batch = append(batch, slices.Clone(cur.Current))
+	}
+	return batch, cur.Err()
+}
+
+// redriveBatch inserts the batch's entries, sorts out duplicate keys and
+// deletes the dead letters whose entry is now in the queue.
+func redriveBatch(ctx context.Context, colls Collections, batch []bson.Raw, now time.Time, opts RedriveOptions, res *RedriveResult) error {
+	ids := make(bson.A, len(batch))
+	for i, d := range batch {
+		ids[i] = d.Lookup("_id")
+	}
+	if opts.DryRun {
+		return dryRunBatch(ctx, colls.Queue, batch, ids, res)
+	}
+	docs := make([]any, len(batch))
+	for i, d := range batch {
+		doc, err := Requeued(d, now)
+		if err != nil {
+			return err
+		}
+		docs[i] = doc
+	}
+	done, dups, err := insertEntries(ctx, colls.Queue, docs, ids, res)
+	if err != nil {
+		return err
+	}
+	if len(dups) > 0 {
+		ours, err := ownedByRedrive(ctx, colls.Queue, batch, dups, res)
+		if err != nil {
+			return err
+		}
+		done = append(done, ours...)
+	}
+	if opts.AfterInsert != nil {
+		if err := opts.AfterInsert(res.Batches); err != nil {
+			return err
+		}
+	}
+	return removeDeadLetters(ctx, colls.DeadLetter, done, res)
+}
+
+// insertEntries inserts docs unordered and returns the _ids now queued by
+// this call and the batch indexes that met a duplicate key.
+func insertEntries(ctx context.Context, queue *mongo.Collection, docs []any, ids bson.A, res *RedriveResult) (bson.A, []int, error) {
+	failed := map[int]bool{}
+	var dups []int
+	_, err := queue.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+	if err != nil {
+		var bwe mongo.BulkWriteException
+		if !errors.As(err, &bwe) || bwe.WriteConcernError != nil {
+			return nil, nil, fmt.Errorf("inserting %d redriven entries into the queue: %w", len(docs), err)
+		}
+		for _, we := range bwe.WriteErrors {
+			failed[we.Index] = true
+			if mongo.IsDuplicateKeyError(we) {
+				dups = append(dups, we.Index)
+				continue
+			}
+			res.Failed++
+			res.problem("%s: the queue refused it: %s", idString(ids[we.Index].(bson.RawValue)), we.Message)
+		}
+	}
+	var done bson.A
+	for i, id := range ids {
+		if !failed[i] {
+			done = append(done, id)
+			res.Requeued++
+		}
+	}
+	return done, dups, nil
+}
+
+// ownedByRedrive reads the queue entries that hold the duplicate _ids and
+// returns those an earlier redrive of the same dead letters put there.
+func ownedByRedrive(ctx context.Context, queue *mongo.Collection, batch []bson.Raw, dups []int, res *RedriveResult) (bson.A, error) {
+	ids := make(bson.A, len(dups))
+	for i, di := range dups {
+		ids[i] = batch[di].Lookup("_id")
+	}
+	stamps, err := redriveStamps(ctx, queue, ids)
+	if err != nil {
+		return nil, err
+	}
+	var ours bson.A
+	for _, di := range dups {
+		id := batch[di].Lookup("_id")
+		if stamp, ok := stamps[idKey(id)]; ok && sameValue(stamp, deadLetteredAt(batch[di])) {
+			ours = append(ours, id)
+			res.AlreadyQueued++
+			continue
+		}
+		res.Conflicts++
+		res.problem("%s: the queue holds a different entry under this _id; the dead letter stays (redrive it once that entry is processed)", idString(id))
+	}
+	return ours, nil
+}
+
+// redriveStamps maps each queued _id to its redrive.deadLetteredAt (a
+// missing stamp maps to nothing).
+func redriveStamps(ctx context.Context, queue *mongo.Collection, ids bson.A) (map[string]bson.RawValue, error) {
+	cur, err := queue.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "redrive.deadLetteredAt", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("reading %d queue entries already there: %w", len(ids), err)
+	}
+	var docs []bson.Raw
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("reading %d queue entries already there: %w", len(ids), err)
+	}
+	stamps := map[string]bson.RawValue{}
+	for _, d := range docs {
+		if v, err := d.LookupErr("redrive", "deadLetteredAt"); err == nil {
+			stamps[idKey(d.Lookup("_id"))] = v
+		}
+	}
+	return stamps, nil
+}
+
+func removeDeadLetters(ctx context.Context, dead *mongo.Collection, ids bson.A, res *RedriveResult) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	r, err := dead.BulkWrite(ctx, deleteByID(ids), options.BulkWrite().SetOrdered(false))
+	if r != nil {
+		res.Removed += r.DeletedCount
+	}
+	if err != nil {
+		return fmt.Errorf("deleting %d redriven dead letters: %w", len(ids), err)
+	}
+	return nil
+}
+
+// dryRunBatch reports what the batch would do: its _ids already in the
+// queue are either an interrupted run's (stamped) or conflicts.
+func dryRunBatch(ctx context.Context, queue *mongo.Collection, batch []bson.Raw, ids bson.A, res *RedriveResult) error {
+	stamps, err := redriveStamps(ctx, queue, ids)
+	if err != nil {
+		return err
+	}
+	present, err := presentIDs(ctx, queue, ids)
+	if err != nil {
+		return err
+	}
+	for _, d := range batch {
+		id := d.Lookup("_id")
+		switch stamp, stamped := stamps[idKey(id)]; {
+		case stamped && sameValue(stamp, deadLetteredAt(d)):
+			res.AlreadyQueued++
+		case present[idKey(id)]:
+			res.Conflicts++
+			res.problem("%s: the queue holds a different entry under this _id", idString(id))
+		default:
+			res.Requeued++
+		}
+	}
+	return nil
+}
+
+func presentIDs(ctx context.Context, queue *mongo.Collection, ids bson.A) (map[string]bool, error) {
+	cur, err := queue.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("looking up %d _ids in the queue: %w", len(ids), err)
+	}
+	var docs []bson.Raw
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("looking up %d _ids in the queue: %w", len(ids), err)
+	}
+	present := map[string]bool{}
+	for _, d := range docs {
+		present[idKey(d.Lookup("_id"))] = true
+	}
+	return present, nil
+}
+
+// Requeued is the queue entry a dead letter becomes: every original field,
+// createdAt set to now, deadLetter removed, and
+//
+//	redrive: {originalCreatedAt, at, reason, deadLetteredAt, attempts, originalId?}
+//
+// originalCreatedAt survives repeated redrives (the first one's is kept);
+// without a createdAt it is the original ObjectId's time, else null.
+func Requeued(dl bson.Raw, now time.Time) (bson.Raw, error) {
+	elems, err := dl.Elements()
+	if err != nil {
+		return nil, fmt.Errorf("reading dead letter: %w", err)
+	}
+	doc := bson.D{}
+	for _, e := range elems {
+		switch e.Key() {
+		case "deadLetter", "redrive", "createdAt":
+			continue
+		}
+		doc = append(doc, bson.E{Key: e.Key(), Value: e.Value()})
+	}
+	stamp := bson.D{
+		{Key: "originalCreatedAt", Value: originalCreatedAt(dl)},
+		{Key: "at", Value: now},
+		{Key: "reason", Value: dl.Lookup("deadLetter", "reason")},
+		{Key: "deadLetteredAt", Value: deadLetteredAt(dl)},
+		{Key: "attempts", Value: dl.Lookup("deadLetter", "attempts")},
+	}
+	if orig, err := dl.LookupErr("deadLetter", "originalId"); err == nil {
+		stamp = append(stamp, bson.E{Key: "originalId", Value: orig})
+	}
+	for i := range stamp {
+		if v, ok := stamp[i].Value.(bson.RawValue); ok && v.Type == 0 {
+			stamp[i].Value = nil // a field the dead letter lacks: null, not an invalid value
+		}
+	}
+	doc = append(doc, bson.E{Key: "createdAt", Value: now}, bson.E{Key: "redrive", Value: stamp})
+	raw, err := bson.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("encoding redriven entry %s: %w", idString(dl.Lookup("_id")), err)
+	}
+	return raw, nil
+}
+
+func originalCreatedAt(dl bson.Raw) any {
+	if v, err := dl.LookupErr("redrive", "originalCreatedAt"); err == nil && v.Type != bson.TypeNull {
+		return v
+	}
+	if v, err := dl.LookupErr("createdAt"); err == nil && v.Type != bson.TypeNull {
+		return v // a non-date createdAt is kept as it was: it is evidence
+	}
+	for _, id := range []bson.RawValue{dl.Lookup("deadLetter", "originalId"), dl.Lookup("_id")} {
+		if oid, ok := id.ObjectIDOK(); ok {
+			return oid.Timestamp()
+		}
+	}
+	return nil
+}
+
+// idKey makes any _id usable as a map key by its BSON type and bytes.
+func idKey(v bson.RawValue) string { return string(rune(v.Type)) + string(v.Value) }
+
+func sameValue(a, b bson.RawValue) bool {
+	return a.Type == b.Type && string(a.Value) == string(b.Value)
+}
+
+// deadLetteredAt is the dead letter's deadLetter.at, null when missing: the
+// value its redrive stamp records and a re-run compares.
+func deadLetteredAt(dl bson.Raw) bson.RawValue {
+	v := dl.Lookup("deadLetter", "at")
+	if v.Type == 0 {
+		return bson.RawValue{Type: bson.TypeNull}
+	}
+	return v
+}

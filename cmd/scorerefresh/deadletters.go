@@ -1,0 +1,381 @@
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/scorerefresh/scorerefresh/cmd/internal/ops"
+)
+
+const deadLettersHelp = `usage: scorerefresh deadletters <list|show|redrive|purge> [flags]
+
+  list     the newest dead letters matching the filter (--limit, default 50):
+           _id, user, reason, time, attempts, error; never whole documents
+  show ID  whole documents as Extended JSON, by _id or by the original _id of a
+           renamed copy (an ObjectId's hex, a string, or Extended JSON: 42,
+           {"$oid": "..."})
+  redrive  put dead letters back in the queue with a fresh createdAt (the
+           original kept in redrive.originalCreatedAt) and remove them from the
+           dead letters, in batches (--batch, one round trip each). Safe to run
+           twice or after a crash: an entry is never queued twice, and nothing
+           is lost. Dead letters whose reason is malformed or too_large are
+           skipped and counted unless --force: unchanged, they come straight
+           back. Exits 3 when some dead letters had to be left (their _id is
+           taken in the queue, or the queue refused them).
+  purge    delete dead letters for good: asks for confirmation unless --yes;
+           without a filter it needs --all
+
+Filter (list, redrive, purge): --reason R[,R...] --user U --since T --until T,
+where T is an RFC 3339 time, a date (2026-03-01) or a duration ago (24h),
+compared with deadLetter.at. They read the same environment as
+"scorerefresh run". See docs/operator-commands.md.
+`
+
+func runDeadLetters(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, deadLettersHelp)
+		return 2
+	}
+	switch args[0] {
+	case "list":
+		return runDeadLettersList(args[1:], environ, stdout, stderr)
+	case "show":
+		return runDeadLettersShow(args[1:], environ, stdout, stderr)
+	case "redrive":
+		return runRedrive(args[1:], environ, stdout, stderr)
+	case "purge":
+		return runPurge(args[1:], environ, stdin, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, deadLettersHelp)
+		return 0
+	}
+	fmt.Fprintf(stderr, "scorerefresh deadletters: unknown subcommand %q\n\n%s", args[0], deadLettersHelp)
+	return 2
+}
+
+// dlFlags are the flags the subcommands share.
+type dlFlags struct {
+	name                string
+	fs                  *flag.FlagSet
+	reasons             []string
+	user, since, until  string
+	limit               int64
+	batch               int
+	asJSON, dryRun, yes bool
+	force, all          bool
+}
+
+func newDLFlags(sub string, stderr io.Writer, defaultLimit int64) *dlFlags {
+	f := &dlFlags{name: "scorerefresh deadletters " + sub}
+	f.fs = flag.NewFlagSet(f.name, flag.ContinueOnError)
+	f.fs.SetOutput(stderr)
+	f.fs.Usage = func() { fmt.Fprint(stderr, deadLettersHelp+"\nflags of "+sub+":\n"); f.fs.PrintDefaults() }
+	f.fs.Func("reason", "only this deadLetter.reason (malformed, max_attempts, too_large); repeat or separate with commas", func(s string) error {
+		for _, r := range strings.Split(s, ",") {
+			if r = strings.TrimSpace(r); r != "" {
+				f.reasons = append(f.reasons, r)
+			}
+		}
+		return nil
+	})
+	f.fs.StringVar(&f.user, "user", "", "only this username")
+	f.fs.StringVar(&f.since, "since", "", "only dead-lettered at or after: RFC 3339, a date, or a duration ago (24h)")
+	f.fs.StringVar(&f.until, "until", "", "only dead-lettered before: RFC 3339, a date, or a duration ago")
+	f.fs.Int64Var(&f.limit, "limit", defaultLimit, "dead letters at most (0: all)")
+	f.fs.BoolVar(&f.asJSON, "json", false, "print one JSON document (schemaVersion 1)")
+	return f
+}
+
+func (f *dlFlags) parse(args []string, stderr io.Writer) (ops.Filter, bool) {
+	if err := f.fs.Parse(args); err != nil {
+		return ops.Filter{}, false
+	}
+	now := time.Now()
+	since, err1 := ops.ParseTime(f.since, now)
+	until, err2 := ops.ParseTime(f.until, now)
+	switch {
+	case f.fs.NArg() > 0:
+		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", f.name, f.fs.Arg(0))
+	case err1 != nil || err2 != nil:
+		fmt.Fprintf(stderr, "%s: --since/--until %v\n", f.name, firstErr(err1, err2))
+	case f.limit < 0 || f.batch < 0:
+		fmt.Fprintf(stderr, "%s: --limit and --batch must not be negative\n", f.name)
+	default:
+		return ops.Filter{Reasons: f.reasons, User: f.user, Since: since, Until: until}, true
+	}
+	return ops.Filter{}, false
+}
+
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+func runDeadLettersList(args, environ []string, stdout, stderr io.Writer) int {
+	f := newDLFlags("list", stderr, 50)
+	filter, ok := f.parse(args, stderr)
+	if !ok || f.limit == 0 {
+		if ok {
+			fmt.Fprintf(stderr, "%s: --limit must be positive\n", f.name)
+		}
+		return 2
+	}
+	env, ctx, done, code := openOps(f.name, environ, 2*time.Minute, stderr)
+	if env == nil {
+		return code
+	}
+	defer done()
+	l, err := ops.ListDeadLetters(ctx, env.Colls.DeadLetter, filter, int(f.limit), 100_000)
+	if err == nil && f.asJSON {
+		err = writeJSON(stdout, l)
+	} else if err == nil {
+		err = writeDeadLetterList(stdout, l, env.Colls.DeadLetter.Name())
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", f.name, err)
+		return 1
+	}
+	return 0
+}
+
+func writeDeadLetterList(w io.Writer, l *ops.DeadLetterList, coll string) error {
+	more := ""
+	if !l.MatchingExact {
+		more = " or more"
+	}
+	if _, err := fmt.Fprintf(w, "%d of %d%s dead letters in %s (%s), newest first\n", len(l.DeadLetters), l.Matching, more, coll, l.Filter); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "DEAD-LETTERED\tID\tUSER\tREASON\tATTEMPTS\tERROR\n")
+	for _, r := range l.DeadLetters {
+		user := "(" + r.UserNote + ")"
+		if r.Username != nil {
+			user = *r.Username
+		}
+		id := r.ID
+		if r.OriginalID != "" {
+			id += " (copy of " + r.OriginalID + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", r.At.UTC().Format(time.RFC3339), id, cell(user, 40), r.Reason, r.Attempts, cell(r.Error, 70))
+	}
+	return tw.Flush()
+}
+
+func cell(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
+}
+
+func runDeadLettersShow(args, environ []string, stdout, stderr io.Writer) int {
+	const name = "scorerefresh deadletters show"
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprintf(stderr, "usage: %s ID [ID...]\n", name)
+		return 2
+	}
+	env, ctx, done, code := openOps(name, environ, 2*time.Minute, stderr)
+	if env == nil {
+		return code
+	}
+	defer done()
+	for _, arg := range args {
+		ids, err := ops.IDCandidates(arg)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+			return 2
+		}
+		docs, err := ops.ShowDeadLetters(ctx, env.Colls.DeadLetter, ids)
+		if err == nil && len(docs) == 0 {
+			err = fmt.Errorf("no dead letter in %s has _id or original _id %s", env.Colls.DeadLetter.Name(), arg)
+		}
+		if err == nil {
+			err = ops.WriteExtJSON(stdout, docs)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+			return 1
+		}
+	}
+	return 0
+}
+
+// progress prints a line on stderr after a batch when the whole set spans
+// several batches: the first, then at most one every two seconds, and the last.
+type progress struct {
+	w      io.Writer
+	name   string
+	total  int64
+	batch  int
+	last   time.Time
+	enable bool
+}
+
+func (p *progress) show(done int64, detail string) {
+	if !p.enable {
+		return
+	}
+	if done < p.total && !p.last.IsZero() && time.Since(p.last) < 2*time.Second {
+		return
+	}
+	p.last = time.Now()
+	pct := 100.0
+	if p.total > 0 {
+		pct = min(100, 100*float64(done)/float64(p.total))
+	}
+	fmt.Fprintf(p.w, "%s: %d/%d (%.0f%%) %s\n", p.name, done, p.total, pct, detail)
+}
+
+// exitPartial is redrive's exit code when it had to leave dead letters
+// behind (conflicts or refusals): the run finished, the job is not done.
+const exitPartial = 3
+
+func runRedrive(args, environ []string, stdout, stderr io.Writer) int {
+	f := newDLFlags("redrive", stderr, 0)
+	f.fs.IntVar(&f.batch, "batch", 500, "dead letters per batch (one round trip each)")
+	f.fs.BoolVar(&f.dryRun, "dry-run", false, "report what would be redriven; write nothing")
+	f.fs.BoolVar(&f.force, "force", false, "also redrive dead letters whose reason is malformed or too_large, unchanged (fix the data first, or they come straight back)")
+	filter, ok := f.parse(args, stderr)
+	if !ok || f.batch == 0 {
+		return 2
+	}
+	env, ctx, done, code := openOps(f.name, environ, 0, stderr)
+	if env == nil {
+		return code
+	}
+	defer done()
+	p := &progress{w: stderr, name: f.name}
+	res, err := ops.Redrive(ctx, env.Colls, ops.RedriveOptions{
+		Filter: filter, Limit: f.limit, Batch: f.batch, DryRun: f.dryRun, Force: f.force,
+		Progress: func(r ops.RedriveResult) {
+			p.total, p.enable = r.Total, r.Total > int64(f.batch)
+			p.show(r.Read, fmt.Sprintf("%d requeued, %d already queued, %d left (conflicts, refusals)", r.Requeued, r.AlreadyQueued, r.Conflicts+r.Failed))
+		},
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n(what was done is in the queue and gone from the dead letters; run the same command again to finish: it is safe)\n", f.name, err)
+		writeRedrive(stderr, res, env.Colls.DeadLetter.Name())
+		return 1
+	}
+	if f.asJSON {
+		err = writeJSON(stdout, res)
+	} else {
+		err = writeRedrive(stdout, res, env.Colls.DeadLetter.Name())
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", f.name, err)
+		return 1
+	}
+	if res.Conflicts+res.Failed > 0 {
+		return exitPartial
+	}
+	return 0
+}
+
+func writeRedrive(w io.Writer, r ops.RedriveResult, coll string) error {
+	var b strings.Builder
+	if r.DryRun {
+		fmt.Fprintf(&b, "dry run, nothing written: %d dead letters of %s match (%s): %d would be requeued, %d are already in the queue from an interrupted run (they would only be removed), %d conflict\n",
+			r.Read, coll, r.Filter, r.Requeued, r.AlreadyQueued, r.Conflicts)
+	} else {
+		fmt.Fprintf(&b, "redrove %d dead letters of %s (%s) in %d batches: %d requeued, %d already in the queue from an interrupted run, %d removed from the dead letters\n",
+			r.Read, coll, r.Filter, r.Batches, r.Requeued, r.AlreadyQueued, r.Removed)
+	}
+	for reason, n := range r.Skipped {
+		fmt.Fprintf(&b, "skipped %d %s dead letters: unchanged they would come straight back; fix them (or the producer), then --force --reason %s\n", n, reason, reason)
+	}
+	if r.Conflicts+r.Failed > 0 {
+		fmt.Fprintf(&b, "left %d dead letters in place (%d conflicts, %d refused by the queue):\n", r.Conflicts+r.Failed, r.Conflicts, r.Failed)
+		for _, p := range r.Problems {
+			fmt.Fprintf(&b, "  %s\n", p)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// PurgeResult is `deadletters purge --json`.
+type purgeResult struct {
+	SchemaVersion int        `json:"schemaVersion"`
+	Kind          string     `json:"kind"` // "deadletters.purge"
+	DryRun        bool       `json:"dryRun"`
+	Filter        ops.Filter `json:"filter"`
+	Matching      int64      `json:"matching"`
+	Deleted       int64      `json:"deleted"`
+}
+
+func runPurge(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	f := newDLFlags("purge", stderr, 0)
+	f.fs.IntVar(&f.batch, "batch", 1000, "dead letters per batch (one round trip each)")
+	f.fs.BoolVar(&f.dryRun, "dry-run", false, "count what would be deleted; delete nothing")
+	f.fs.BoolVar(&f.yes, "yes", false, "do not ask for confirmation")
+	f.fs.BoolVar(&f.all, "all", false, "allow a purge without any filter (every dead letter)")
+	filter, ok := f.parse(args, stderr)
+	if !ok || f.batch == 0 {
+		return 2
+	}
+	if filter.Empty() && !f.all {
+		fmt.Fprintf(stderr, "%s: no filter: pass --reason, --user, --since or --until, or --all to delete every dead letter\n", f.name)
+		return 2
+	}
+	env, ctx, done, code := openOps(f.name, environ, 0, stderr)
+	if env == nil {
+		return code
+	}
+	defer done()
+	res := purgeResult{SchemaVersion: ops.SchemaVersion, Kind: "deadletters.purge", DryRun: f.dryRun, Filter: filter}
+	upTo := int64(math.MaxInt64 - 1) // the prompt states the exact number it deletes
+	if f.limit > 0 {
+		upTo = f.limit
+	}
+	n, _, err := ops.CountDeadLetters(ctx, env.Colls.DeadLetter, filter, upTo)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", f.name, err)
+		return 1
+	}
+	res.Matching = min(n, upTo)
+	what := fmt.Sprintf("%d dead letters from %s.%s (%s)", res.Matching, env.Config.Database, env.Colls.DeadLetter.Name(), filter)
+	if res.Matching > 0 && !f.dryRun && !f.yes && !confirm(stdin, stderr, "Delete "+what+"? This cannot be undone. Type yes to go on: ") {
+		fmt.Fprintf(stderr, "%s: not confirmed; nothing deleted (--yes skips the question)\n", f.name)
+		return 1
+	}
+	if res.Matching > 0 && !f.dryRun {
+		p := &progress{w: stderr, name: f.name, total: res.Matching, enable: res.Matching > int64(f.batch)}
+		res.Deleted, err = ops.Purge(ctx, env.Colls.DeadLetter, filter, f.limit, f.batch, func(n int64) { p.show(n, "deleted") })
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: deleted %d, then: %v\n", f.name, res.Deleted, err)
+			return 1
+		}
+	}
+	if f.asJSON {
+		err = writeJSON(stdout, res)
+	} else if f.dryRun {
+		_, err = fmt.Fprintf(stdout, "dry run: would delete %s\n", what)
+	} else {
+		_, err = fmt.Fprintf(stdout, "deleted %d of %s\n", res.Deleted, what)
+	}
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+// confirm asks on stderr and reads one line: only "yes" goes on. No input
+// (a Job, a pipe closed) is a no.
+func confirm(stdin io.Reader, stderr io.Writer, question string) bool {
+	fmt.Fprint(stderr, question)
+	line, _ := bufio.NewReader(stdin).ReadString('\n')
+	return strings.TrimSpace(line) == "yes"
+}

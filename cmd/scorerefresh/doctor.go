@@ -1,0 +1,72 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/scorerefresh/scorerefresh/cmd/internal/app"
+	"github.com/scorerefresh/scorerefresh/cmd/internal/ops"
+)
+
+const doctorHelp = `usage: scorerefresh doctor [--replicas N] [--json]
+
+Preflight checks against the configured MongoDB, printed as a table (ok, warn,
+fail, with the fix under each problem); exits 1 when a check fails. It changes
+nothing: it reads, explains (queryPlanner: nothing runs) and opens and closes
+one change stream.
+
+  server version and topology (replica set or sharded, for change streams),
+  the service's indexes, the plan of each hot query (claim window, absorb, ack
+  delete by _id, lease read), every scoring rule's source collection and its
+  index on userField (and timeField with a window), the permissions of every
+  operation (connectionStatus), the fleet's connections against the server's
+  (serverStatus), and this host's clock against the server's.
+
+What a server cannot answer (the embedded FerretDB has no plans, privileges
+or connection figures) is a warning, not a failure.
+
+It reads the same environment as "scorerefresh run". Flags:
+`
+
+func runDoctor(args, environ []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("scorerefresh doctor", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, doctorHelp); fs.PrintDefaults() }
+	replicas := fs.Int("replicas", 2, "replicas the fleet runs (KEDA: its maxReplicaCount); one more is counted for a rollout")
+	asJSON := fs.Bool("json", false, "print one JSON document (schemaVersion 1, kind \"doctor\")")
+	timeout := fs.Duration("timeout", time.Minute, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 || *replicas <= 0 {
+		fmt.Fprintln(stderr, "scorerefresh doctor: no arguments; --replicas must be positive")
+		return 2
+	}
+	env, ctx, done, code := openOps("scorerefresh doctor", environ, *timeout, stderr)
+	if env == nil {
+		return code
+	}
+	defer done()
+	cfg := env.Config
+	r := ops.Doctor(ctx, ops.DoctorConfig{
+		Colls: env.Colls, Rules: env.Rules, Replicas: *replicas,
+		PoolSize: int(app.PoolSize(cfg)), PerReplica: app.ConnectionsPerReplica(cfg),
+		ClaimWindow: cfg.ClaimWindow, LeaseDuration: cfg.LeaseDuration,
+	})
+	var err error
+	if *asJSON {
+		err = writeJSON(stdout, r)
+	} else {
+		err = ops.WriteDoctor(stdout, r)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "scorerefresh doctor: %v\n", err)
+		return 1
+	}
+	if r.Failures > 0 {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/scorerefresh/scorerefresh/cmd/internal/config"
+	"github.com/scorerefresh/scorerefresh/cmd/internal/ops"
+)
+
+const statusHelp = `usage: scorerefresh status [--json] [--top N] [flags]
+
+What the queue holds now, read from the collections (no Prometheus needed):
+depth, oldest entry, the users with the most entries, leases held per replica,
+users backing off (next attempt, last error), dead letters by reason and age,
+and arrivals against acknowledgements from two samples --sample apart.
+
+Its cost is bounded whatever the depth: 16 round trips (26 with the rates),
+each bounded:
+  - counts are exact up to --exact-limit and the collection's estimated count
+    (metadata, O(1)) past it, marked "estimated";
+  - top users come from the oldest --window entries (only _id, username and
+    createdAt are read), marked as a window when the queue holds more;
+  - dead letters by reason come from the newest --window of them, oldest and
+    newest from the deadLetter.at index;
+  - at most --lease-limit held leases are read;
+  - rates are lower bounds: entries that arrive and are acknowledged between
+    the two samples are in neither figure (see docs/operator-commands.md).
+
+It reads the same environment as "scorerefresh run". Flags:
+`
+
+func runStatus(args, environ []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("scorerefresh status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, statusHelp); fs.PrintDefaults() }
+	asJSON := fs.Bool("json", false, "print one JSON document (schemaVersion 1, kind \"status\")")
+	var o ops.StatusOptions
+	fs.IntVar(&o.Top, "top", 10, "users listed among the top users and the backoffs")
+	fs.IntVar(&o.Window, "window", 10_000, "documents read at most for the top users and for the dead letters by reason")
+	fs.Int64Var(&o.ExactLimit, "exact-limit", 100_000, "counts are exact up to this, estimated past it")
+	fs.IntVar(&o.LeaseLimit, "lease-limit", 10_000, "held leases read at most")
+	fs.DurationVar(&o.Sample, "sample", 5*time.Second, "gap between the two samples of arrivals and acknowledgements; 0 skips them")
+	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 || o.Top <= 0 || o.Window <= 0 || o.ExactLimit <= 0 || o.LeaseLimit <= 0 || o.Sample < 0 {
+		fmt.Fprintln(stderr, "scorerefresh status: no arguments; --top, --window, --exact-limit and --lease-limit must be positive")
+		return 2
+	}
+	env, ctx, done, code := openOps("scorerefresh status", environ, *timeout, stderr)
+	if env == nil {
+		return code
+	}
+	defer done()
+	s, err := ops.GatherStatus(ctx, env.Colls, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "scorerefresh status: %v\n", err)
+		return 1
+	}
+	if *asJSON {
+		err = writeJSON(stdout, s)
+	} else {
+		err = ops.WriteStatus(stdout, s)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "scorerefresh status: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// openOps connects an operator command exactly as `run` connects (same
+// environment, loader and client options). It returns a nil Env and the exit
+// code when it cannot; otherwise done disconnects and releases the context.
+// A zero timeout means none (the command stops on SIGINT or SIGTERM).
+func openOps(name string, environ []string, timeout time.Duration, stderr io.Writer) (*ops.Env, context.Context, func(), int) {
+	cfg, err := config.Parse(environ)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return nil, nil, nil, 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	cancel := context.CancelFunc(func() {})
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+	}
+	env, err := ops.Open(ctx, cfg, version, revision)
+	if err != nil {
+		cancel()
+		stop()
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return nil, nil, nil, 2
+	}
+	return env, ctx, func() {
+		_ = env.Close(context.Background())
+		cancel()
+		stop()
+	}, 0
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

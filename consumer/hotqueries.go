@@ -1,0 +1,61 @@
+package consumer
+
+import (
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// HotQuery is one of the queries the pipeline runs on every claim round or
+// flush, as the command document MongoDB's explain takes, with the index
+// meant to serve it. `scorerefresh doctor` explains them; hotqueries_test.go
+// checks that their shapes (filter fields and operators, sort, projection)
+// are the ones claim.go, lease.go and ack.go really send, so the two cannot
+// drift apart unnoticed.
+type HotQuery struct {
+	Name    string
+	Coll    *mongo.Collection
+	Command bson.D // a find or delete command, without $db
+	Index   string // the IndexSpec name meant to serve it, or IDIndex
+}
+
+// IDIndex names the _id index every collection has.
+const IDIndex = "_id_"
+
+// Names of the HotQueries.
+const (
+	QueryClaimWindow = "claim window"
+	QueryAbsorb      = "absorb"
+	QueryAck         = "ack delete by _id"
+	QueryLeaseRead   = "live lease read"
+)
+
+// HotQueries returns the queries, with placeholder values (a username no
+// producer writes, a fresh ObjectId) where the pipeline has real ones.
+func HotQueries(colls Collections, claimWindow int, now time.Time) []HotQuery {
+	probe := bson.A{"\x00scorerefresh-doctor"}
+	order := bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}
+	entry := bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}
+	return []HotQuery{
+		{Name: QueryClaimWindow, Coll: colls.Queue, Index: IndexClaimWindow, Command: bson.D{
+			{Key: "find", Value: colls.Queue.Name()},
+			{Key: "filter", Value: bson.D{{Key: "username", Value: bson.D{{Key: "$nin", Value: probe}}}}},
+			{Key: "sort", Value: order}, {Key: "projection", Value: entry}, {Key: "limit", Value: int64(claimWindow)},
+		}},
+		{Name: QueryAbsorb, Coll: colls.Queue, Index: IndexAbsorb, Command: bson.D{
+			{Key: "find", Value: colls.Queue.Name()},
+			{Key: "filter", Value: bson.D{{Key: "username", Value: bson.D{{Key: "$in", Value: probe}}}}},
+			{Key: "sort", Value: order}, {Key: "projection", Value: entry}, {Key: "limit", Value: int64(AbsorbLimit)},
+		}},
+		{Name: QueryAck, Coll: colls.Queue, Index: IDIndex, Command: bson.D{
+			{Key: "delete", Value: colls.Queue.Name()},
+			{Key: "deletes", Value: bson.A{bson.D{{Key: "q", Value: bson.D{{Key: "_id", Value: bson.NewObjectID()}}}, {Key: "limit", Value: int32(1)}}}},
+		}},
+		{Name: QueryLeaseRead, Coll: colls.Claims, Index: IndexLeaseUntil, Command: bson.D{
+			{Key: "find", Value: colls.Claims.Name()},
+			{Key: "filter", Value: bson.D{{Key: "leaseUntil", Value: bson.D{{Key: "$gt", Value: now}}}}},
+			{Key: "projection", Value: bson.D{{Key: "_id", Value: 1}}},
+		}},
+	}
+}

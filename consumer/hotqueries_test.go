@@ -1,0 +1,101 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+
+	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
+)
+
+// TestHotQueriesHaveThePipelinesShapes runs a claim round and an ack flush,
+// records every command the driver sends, and checks that each HotQuery has
+// the shape of one of them: the doctor explains what the pipeline really runs.
+func TestHotQueriesHaveThePipelinesShapes(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var sent []string
+	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		mu.Lock()
+		sent = append(sent, commandShape(e.Command))
+		mu.Unlock()
+	}}
+	db := mongotest.Database(t, mongotest.Options{Monitor: mon})
+	b := &testBundle{db: db, cmds: &commandCounter{counts: map[string]int{}}, colls: Collections{
+		Queue: db.Collection("score_events"), Claims: db.Collection("score_claims"), DeadLetter: db.Collection("score_events_dead"),
+	}}
+	b.enqueue(t, "ann", "bo", "ann")
+	c, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{})
+	res, err := c.claimer.runOnce(t.Context(), 10, nil)
+	if err != nil || len(res.works) != 2 {
+		t.Fatalf("claim: %v, %d users", err, len(res.works))
+	}
+	for _, w := range res.works {
+		c.held[w.lease.User] = w.lease
+		c.completer.add(outcome{work: w})
+	}
+	if err := c.completer.flushAll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, q := range HotQueries(b.colls, 500, time.Now()) {
+		raw, err := bson.Marshal(q.Command)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := commandShape(raw); !slices.Contains(sent, want) {
+			t.Errorf("%s: shape %s is not among the commands the pipeline sent:\n  %s", q.Name, want, strings.Join(sent, "\n  "))
+		}
+	}
+}
+
+// commandShape reduces a find or delete command to what decides its plan:
+// the collection, the filter's fields and operators, the sort and the
+// projection; values and limits are left out.
+func commandShape(cmd bson.Raw) string {
+	elems, _ := cmd.Elements()
+	if len(elems) == 0 {
+		return ""
+	}
+	name, coll := elems[0].Key(), elems[0].Value().StringValueOK
+	c, _ := coll()
+	switch name {
+	case "find":
+		return fmt.Sprintf("find %s filter=%s sort=%s projection=%s", c,
+			skeleton(cmd.Lookup("filter")), cmd.Lookup("sort"), cmd.Lookup("projection"))
+	case "delete":
+		var qs []string
+		vals, _ := cmd.Lookup("deletes").Array().Values()
+		for _, v := range vals {
+			qs = append(qs, skeleton(v.Document().Lookup("q")))
+		}
+		slices.Sort(qs)
+		return fmt.Sprintf("delete %s q=%s", c, slices.Compact(qs))
+	}
+	return name
+}
+
+func skeleton(v bson.RawValue) string {
+	doc, ok := v.DocumentOK()
+	if !ok {
+		return "?"
+	}
+	elems, _ := doc.Elements()
+	var parts []string
+	for _, e := range elems {
+		if strings.HasPrefix(e.Key(), "$") {
+			parts = append(parts, e.Key())
+			continue
+		}
+		parts = append(parts, e.Key()+":"+skeleton(e.Value()))
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
