@@ -190,14 +190,22 @@ func TestTakeoverChargesOnlyTheRunningUser(t *testing.T) {
 			}
 		}
 	}
+	// carol's running mark was left by an earlier holder (a release that
+	// does not know the field took the lease over and kept it): its token
+	// is not the current holder's, so it does not count.
+	b.enqueue(t, "carol")
+	if _, err := b.colls.Claims.InsertOne(t.Context(), bson.D{{Key: "_id", Value: "carol"}, {Key: "token", Value: "t2"},
+		{Key: "running", Value: "t1"}, {Key: "attempts", Value: 0}, {Key: "leaseUntil", Value: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
 	later := fixedClock{time.Now().Add(2 * time.Minute)}
 	rescuer, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{clock: later})
 	res, err = rescuer.claimer.runOnce(t.Context(), 10, nil)
-	if err != nil || len(res.works) != 2 {
+	if err != nil || len(res.works) != 3 {
 		t.Fatalf("takeover: %v, %d users", err, len(res.works))
 	}
 	for _, w := range res.works {
-		want := map[string]int{"alice": 1, "bob": 0}[w.lease.User]
+		want := map[string]int{"alice": 1, "bob": 0, "carol": 0}[w.lease.User]
 		if w.lease.Attempts != want {
 			t.Errorf("%s: attempts after the takeover = %d, want %d", w.lease.User, w.lease.Attempts, want)
 		}
@@ -332,7 +340,7 @@ func TestUserWhoseHoldersKeepDyingIsDeadLetteredWithoutARefresh(t *testing.T) {
 	// recorded attempts = 3, and its lease has expired too.
 	if _, err := b.colls.Claims.InsertOne(t.Context(), bson.D{
 		{Key: "_id", Value: "poison"}, {Key: "token", Value: "gone"}, {Key: "attempts", Value: 2},
-		{Key: "leaseUntil", Value: time.Now().Add(-time.Minute)}, {Key: "running", Value: true},
+		{Key: "leaseUntil", Value: time.Now().Add(-time.Minute)}, {Key: "running", Value: "gone"},
 	}); err != nil {
 		t.Fatal(err)
 	}

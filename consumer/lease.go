@@ -29,7 +29,7 @@ type leaseDoc struct {
 	Attempts   int       `bson:"attempts"`
 	LastError  string    `bson:"lastError,omitempty"`
 	ClaimedAt  time.Time `bson:"claimedAt,omitempty"`
-	Running    bool      `bson:"running"` // its refresh has started (markRunning)
+	Running    *string   `bson:"running"` // the token whose refresh has started (markRunning)
 }
 
 // lease is a user this consumer holds, fenced by the token of the claim that
@@ -159,7 +159,9 @@ func (s *leaseStore) abandon(ctx context.Context, users []string, token string, 
 	return cause
 }
 
-// takeOver wins expired leases. A lease that expired while its refresh was
+// takeOver wins expired leases, in three round trips whatever their number
+// (read them, take them fenced by the token read, read back what was won;
+// takeovers are the rare path). A lease that expired while its refresh was
 // running (the holder crashed or hung in it) counts as a failed attempt, so
 // an entry that kills every consumer that touches it ends in the dead letters
 // instead of cycling forever. The holder's other users were only waiting:
@@ -168,29 +170,28 @@ func (s *leaseStore) abandon(ctx context.Context, users []string, token string, 
 // a release that did not mark running refreshes has no running field: taken
 // without a charge.)
 func (s *leaseStore) takeOver(ctx context.Context, users []string, token string, now, until time.Time) ([]lease, error) {
-	set := bson.D{{Key: "token", Value: token}, {Key: "owner", Value: s.owner}, {Key: "leaseUntil", Value: until}, {Key: "claimedAt", Value: now}, {Key: "running", Value: false}}
-	expired := bson.D{{Key: "$lte", Value: now}}
-	models := make([]mongo.WriteModel, 0, 2*len(users))
-	for _, u := range users {
-		models = append(models,
-			// Backing off, or held but not running: no charge. The filters
-			// are disjoint, so at most one of the pair matches.
-			mongo.NewUpdateOneModel().
-				SetFilter(bson.D{{Key: "_id", Value: u}, {Key: "leaseUntil", Value: expired}, {Key: "$or", Value: bson.A{
-					bson.D{{Key: "token", Value: nil}},
-					bson.D{{Key: "token", Value: bson.D{{Key: "$ne", Value: token}}}, {Key: "running", Value: bson.D{{Key: "$ne", Value: true}}}},
-				}}}).
-				SetUpdate(bson.D{{Key: "$set", Value: set}}),
-			mongo.NewUpdateOneModel().
-				SetFilter(bson.D{{Key: "_id", Value: u}, {Key: "token", Value: bson.D{{Key: "$nin", Value: bson.A{nil, token}}}}, {Key: "running", Value: true}, {Key: "leaseUntil", Value: expired}}).
-				SetUpdate(bson.D{
-					{Key: "$set", Value: append(set, bson.E{Key: "lastError", Value: "lease expired while its refresh was running (consumer crashed or hung)"})},
-					{Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}},
-				}),
-		)
+	expired, err := s.expiredAmong(ctx, users, now)
+	if err != nil || len(expired) == 0 {
+		return nil, err
+	}
+	set := bson.D{{Key: "token", Value: token}, {Key: "owner", Value: s.owner}, {Key: "leaseUntil", Value: until}, {Key: "claimedAt", Value: now}, {Key: "running", Value: nil}}
+	models := make([]mongo.WriteModel, 0, len(expired))
+	for _, e := range expired {
+		// Fenced by the token seen: if anyone took the lease since the
+		// read, this statement matches nothing and the user is not won.
+		update := bson.D{{Key: "$set", Value: set}}
+		if e.wasRunning() {
+			update = bson.D{
+				{Key: "$set", Value: append(set, bson.E{Key: "lastError", Value: "lease expired while its refresh was running (consumer crashed or hung)"})},
+				{Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}},
+			}
+		}
+		models = append(models, mongo.NewUpdateOneModel().
+			SetFilter(bson.D{{Key: "_id", Value: e.User}, {Key: "token", Value: e.Token}, {Key: "leaseUntil", Value: bson.D{{Key: "$lte", Value: now}}}}).
+			SetUpdate(update))
 	}
 	if _, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
-		return nil, fmt.Errorf("taking over %d expired leases: %w", len(users), err)
+		return nil, fmt.Errorf("taking over %d expired leases: %w", len(expired), err)
 	}
 	cur, err := s.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "token", Value: token}},
 		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "attempts", Value: 1}}))
@@ -235,7 +236,7 @@ func (s *leaseStore) markRunning(ctx context.Context, held []lease) error {
 	for i, l := range held {
 		models[i] = mongo.NewUpdateOneModel().
 			SetFilter(bson.D{{Key: "_id", Value: l.User}, {Key: "token", Value: l.Token}}).
-			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "running", Value: true}}}})
+			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "running", Value: l.Token}}}})
 	}
 	if _, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
 		return fmt.Errorf("marking %d refreshes as running: %w", len(held), err)
@@ -275,7 +276,7 @@ func (s *leaseStore) backOff(ctx context.Context, failed []retry) error {
 			SetFilter(bson.D{{Key: "_id", Value: f.lease.User}, {Key: "token", Value: f.lease.Token}}).
 			SetUpdate(bson.D{
 				{Key: "$set", Value: bson.D{
-					{Key: "token", Value: nil}, {Key: "leaseUntil", Value: f.notBefore}, {Key: "lastError", Value: f.err}, {Key: "running", Value: false},
+					{Key: "token", Value: nil}, {Key: "leaseUntil", Value: f.notBefore}, {Key: "lastError", Value: f.err}, {Key: "running", Value: nil},
 				}},
 				{Key: "$inc", Value: bson.D{{Key: "attempts", Value: inc}}},
 			})
@@ -284,6 +285,39 @@ func (s *leaseStore) backOff(ctx context.Context, failed []retry) error {
 		return fmt.Errorf("backing off %d failed users: %w", len(failed), err)
 	}
 	return nil
+}
+
+// expiredLease is a lease document a takeover may win.
+type expiredLease struct {
+	User    string `bson:"_id"`
+	Token   any    `bson:"token"`   // the holder's token, or nil for a backoff
+	Running any    `bson:"running"` // the token whose refresh was running, if any
+}
+
+// wasRunning says the holder died (or hung) in this user's refresh: the
+// running mark carries the token of the holder that wrote it, so a mark left
+// by an earlier holder (a release that does not know the field keeps it when
+// it takes a lease over) is not mistaken for the current one's.
+func (e expiredLease) wasRunning() bool {
+	t, ok := e.Token.(string)
+	r, _ := e.Running.(string)
+	return ok && t != "" && r == t
+}
+
+// expiredAmong reads the expired lease documents of users (not ours: a
+// token this round just inserted is not expired).
+func (s *leaseStore) expiredAmong(ctx context.Context, users []string, now time.Time) ([]expiredLease, error) {
+	cur, err := s.coll.Find(ctx,
+		bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "leaseUntil", Value: bson.D{{Key: "$lte", Value: now}}}},
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "token", Value: 1}, {Key: "running", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("reading %d expired leases: %w", len(users), err)
+	}
+	var docs []expiredLease
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("reading %d expired leases: %w", len(users), err)
+	}
+	return docs, nil
 }
 
 // retry is a failed user to back off.

@@ -37,7 +37,7 @@ func TestAdaptiveServiceDrainsAndWarnsAboutTheBudget(t *testing.T) {
 	t.Parallel()
 	db := mongotest.Database(t, mongotest.Options{})
 	cfg, err := config.Parse([]string{
-		"MONGODB_URI=" + mongotest.URI(t), "MONGODB_DATABASE=" + db.Name(), "METRICS_ADDR=",
+		"MONGODB_URI=" + mongotest.URI(t), "MONGODB_DATABASE=" + db.Name(), "METRICS_ADDR=127.0.0.1:0",
 		"POLL_INTERVAL=50ms", "ADAPTIVE_CONCURRENCY=true", "REFRESH_CONCURRENCY=8", "MONGODB_CONNECTION_BUDGET=10",
 	})
 	if err != nil {
