@@ -226,10 +226,22 @@ func (f *mixedFleet) checkCounters(p *proc) {
 	if err != nil {
 		t.Fatalf("scraping %s: %v", p.name, err)
 	}
+	// A lost lease is counted when two replicas both took over the same
+	// expired lease: harmless (a second refresh of that user), and on the
+	// embedded server possible whatever the versions, because its updateOne
+	// finds and then overwrites rather than matching atomically, so two
+	// fenced takeovers racing after a crash can both apply. On MongoDB
+	// (TEST_MONGODB_URI) the fence is atomic and none may be lost.
+	if v := sampleSum(body, "scorerefresh_leases_lost_total", ""); v != 0 {
+		if os.Getenv(mongotest.EnvURI) != "" {
+			t.Errorf("%s: scorerefresh_leases_lost_total = %v, want 0", p.name, v)
+		} else {
+			t.Logf("%s: scorerefresh_leases_lost_total = %v (racing takeovers on the embedded server, see above)", p.name, v)
+		}
+	}
 	for _, c := range []struct{ name, labels string }{
 		{"scorerefresh_claim_errors_total", ""},
 		{"scorerefresh_ack_flush_errors_total", ""},
-		{"scorerefresh_leases_lost_total", ""},
 		{"scorerefresh_refreshes_total", `outcome="error"`},
 		{"scorerefresh_entries_deadlettered_total", ""},
 	} {
