@@ -178,20 +178,7 @@ func (c *claimer) readWindow(ctx context.Context, now time.Time, exclude map[str
 			delete(c.skip, u)
 		}
 	}
-	var userCond bson.D
-	if *c.filter {
-		userCond = bson.D{{Key: "$regex", Value: validUsername}}
-	}
-	if len(nin) > 0 {
-		userCond = append(userCond, bson.E{Key: "$nin", Value: nin})
-	}
-	filter := bson.D{}
-	if len(userCond) > 0 {
-		filter = append(filter, bson.E{Key: "username", Value: userCond})
-	}
-	if c.resume != nil {
-		filter = append(filter, bson.E{Key: "createdAt", Value: bson.D{{Key: "$gte", Value: c.resume.createdAt}}})
-	}
+	filter := windowFilter(nin, *c.filter, c.resume)
 	opts := options.Find().
 		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
 		SetLimit(int64(c.window)).
@@ -207,6 +194,37 @@ func (c *claimer) readWindow(ctx context.Context, now time.Time, exclude map[str
 		window = slices.DeleteFunc(window, func(r rawEntry) bool { return !c.resume.before(r) })
 	}
 	return window, nil
+}
+
+// windowFilter is the claim window's filter: usernames of plausible length
+// (where the server filters them cheaply), minus nin, from resume on.
+func windowFilter(nin []string, lengthFilter bool, resume *position) bson.D {
+	var userCond bson.D
+	if lengthFilter {
+		userCond = bson.D{{Key: "$regex", Value: validUsername}}
+	}
+	if len(nin) > 0 {
+		userCond = append(userCond, bson.E{Key: "$nin", Value: nin})
+	}
+	filter := bson.D{}
+	if len(userCond) > 0 {
+		filter = append(filter, bson.E{Key: "username", Value: userCond})
+	}
+	if resume != nil {
+		filter = append(filter, bson.E{Key: "createdAt", Value: bson.D{{Key: "$gte", Value: resume.createdAt}}})
+	}
+	return filter
+}
+
+// malformedFilter matches the entries windowFilter's regex keeps out, no
+// later than bound when it is set.
+func malformedFilter(bound *time.Time) bson.D {
+	filter := bson.D{{Key: "username", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$regex", Value: validUsername}}}}}}
+	if bound != nil {
+		// $not $gt keeps entries with no date at all (they sort first).
+		filter = append(filter, bson.E{Key: "createdAt", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: *bound}}}}})
+	}
+	return filter
 }
 
 // find runs the window query, hinting the covered index: with a regex and a
@@ -295,12 +313,11 @@ func (c *claimer) scanMalformed(ctx context.Context, now time.Time, windowFull b
 		return nil, nil // without the filter, the window carries them
 	}
 	c.lastScan = now
-	filter := bson.D{{Key: "username", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$regex", Value: validUsername}}}}}}
+	var bound *time.Time
 	if windowFull && last != nil {
-		// $not $gt keeps entries with no date at all (they sort first).
-		filter = append(filter, bson.E{Key: "createdAt", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: last.createdAt}}}}})
+		bound = &last.createdAt
 	}
-	cur, err := c.queue.Find(ctx, filter, options.Find().
+	cur, err := c.queue.Find(ctx, malformedFilter(bound), options.Find().
 		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
 		SetLimit(malformedScanLimit).
 		SetProjection(bson.D{{Key: "_id", Value: 1}}))

@@ -28,10 +28,12 @@ const (
 	QueryClaimWindow = "claim window"
 	QueryAbsorb      = "absorb"
 	QueryAck         = "ack delete by _id"
-	QueryLeaseRead   = "live lease read"
+	QueryLeaseRead   = "lease read of the window's users"
+	QueryMalformed   = "malformed-entry scan"
 )
 
-// HotQueries returns the queries, with placeholder values (a username no
+// HotQueries returns the queries as they run on MongoDB (where usernames are
+// length-filtered on the server), with placeholder values (a username no
 // producer writes, a fresh ObjectId) where the pipeline has real ones.
 func HotQueries(colls Collections, claimWindow int, now time.Time) []HotQuery {
 	probe := bson.A{"\x00scorerefresh-doctor"}
@@ -40,8 +42,14 @@ func HotQueries(colls Collections, claimWindow int, now time.Time) []HotQuery {
 	return []HotQuery{
 		{Name: QueryClaimWindow, Coll: colls.Queue, Index: IndexClaimWindow, Command: bson.D{
 			{Key: "find", Value: colls.Queue.Name()},
-			{Key: "filter", Value: bson.D{{Key: "username", Value: bson.D{{Key: "$nin", Value: probe}}}}},
+			{Key: "filter", Value: windowFilter([]string{"\x00scorerefresh-doctor"}, true, nil)},
 			{Key: "sort", Value: order}, {Key: "projection", Value: entry}, {Key: "limit", Value: int64(claimWindow)},
+			{Key: "hint", Value: windowIndex},
+		}},
+		{Name: QueryMalformed, Coll: colls.Queue, Index: IndexClaimWindow, Command: bson.D{
+			{Key: "find", Value: colls.Queue.Name()},
+			{Key: "filter", Value: malformedFilter(&now)},
+			{Key: "sort", Value: order}, {Key: "projection", Value: bson.D{{Key: "_id", Value: 1}}}, {Key: "limit", Value: int64(malformedScanLimit)},
 		}},
 		{Name: QueryAbsorb, Coll: colls.Queue, Index: IndexAbsorb, Command: bson.D{
 			{Key: "find", Value: colls.Queue.Name()},
@@ -52,10 +60,10 @@ func HotQueries(colls Collections, claimWindow int, now time.Time) []HotQuery {
 			{Key: "delete", Value: colls.Queue.Name()},
 			{Key: "deletes", Value: bson.A{bson.D{{Key: "q", Value: bson.D{{Key: "_id", Value: bson.NewObjectID()}}}, {Key: "limit", Value: int32(1)}}}},
 		}},
-		{Name: QueryLeaseRead, Coll: colls.Claims, Index: IndexLeaseUntil, Command: bson.D{
+		{Name: QueryLeaseRead, Coll: colls.Claims, Index: IDIndex, Command: bson.D{
 			{Key: "find", Value: colls.Claims.Name()},
-			{Key: "filter", Value: bson.D{{Key: "leaseUntil", Value: bson.D{{Key: "$gt", Value: now}}}}},
-			{Key: "projection", Value: bson.D{{Key: "_id", Value: 1}}},
+			{Key: "filter", Value: bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: probe}}}, {Key: "leaseUntil", Value: bson.D{{Key: "$gt", Value: now}}}}},
+			{Key: "projection", Value: bson.D{{Key: "_id", Value: 1}, {Key: "leaseUntil", Value: 1}, {Key: "token", Value: 1}}},
 		}},
 	}
 }

@@ -32,7 +32,12 @@ func TestHotQueriesHaveThePipelinesShapes(t *testing.T) {
 		Queue: db.Collection("score_events"), Claims: db.Collection("score_claims"), DeadLetter: db.Collection("score_events_dead"),
 	}}
 	b.enqueue(t, "ann", "bo", "ann")
-	c, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{})
+	// A window of 2 is full with ann and bo: the malformed scan is bounded.
+	c, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{cfg: Config{ClaimWindow: 2}})
+	lengthFilter := true // the shapes MongoDB is sent, whatever this server is
+	c.claimer.filter = &lengthFilter
+	c.claimer.skip["somebody-else"] = time.Now().Add(time.Hour) // a $nin, as in a busy fleet
+	b.enqueue(t, strings.Repeat("x", 300))                   // so the malformed scan has a bound
 	res, err := c.claimer.runOnce(t.Context(), 10, nil)
 	if err != nil || len(res.works) != 2 {
 		t.Fatalf("claim: %v, %d users", err, len(res.works))
