@@ -36,7 +36,7 @@ import (
 )
 
 // Config tunes the pipeline. Zero values take the defaults named on each
-// field, which are SPEC section 4's where it names one.
+// field, which are the contract's (docs/contract.md) where it names one.
 type Config struct {
 	ClaimWindow      int           // entries one claim round reads; default 500
 	MaxUsersInFlight int           // users held at once; default 64

@@ -8,7 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// MaxUsernameBytes is the longest username SPEC section 2 accepts.
+// MaxUsernameBytes is the longest username the contract (docs/contract.md) accepts.
 const MaxUsernameBytes = 256
 
 // Entry is a queue entry as the pipeline needs it: which user, since when.
@@ -33,7 +33,7 @@ type malformed struct {
 	Detail string
 }
 
-// parseEntry applies SPEC section 2's rules. Anything it rejects is
+// parseEntry applies the contract's (docs/contract.md) rules. Anything it rejects is
 // dead-lettered, never retried: no refresh can make it valid.
 func parseEntry(r rawEntry) (Entry, *malformed) {
 	id := rawValueToAny(r.ID)

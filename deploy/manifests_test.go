@@ -1184,7 +1184,7 @@ func TestManifestCompose(t *testing.T) {
 		t.Parallel()
 		mongo := c.Services[roles.mongo]
 		if v, ok := leadingVersion(imageTag(mongo.Image)); !ok || v[0] < 6 {
-			t.Errorf("%s: %s, want MongoDB 6.0 or later (SPEC section 7)", composePath, mongo.Image)
+			t.Errorf("%s: %s, want MongoDB 6.0 or later (docs/contract.md)", composePath, mongo.Image)
 		}
 		setName := ""
 		for i, a := range mongo.Command {

@@ -1,4 +1,4 @@
-// Package metrics holds the service's Prometheus metrics (SPEC section 5), the
+// Package metrics holds the service's Prometheus metrics (docs/contract.md), the
 // SLI sampler, the headroom estimate and the health endpoints. Everything is
 // built on a registry handed in; nothing registers on the global default, so
 // tests can build as many independent sets as they like.

@@ -150,7 +150,7 @@ func (r *Report) panels() []panel {
 	if anyArrival {
 		through.series = append(through.series, arrived)
 	}
-	// Users refreshed per second is the figure SPEC section 1 holds steady
+	// Users refreshed per second is the figure the contract (docs/contract.md) holds steady
 	// whatever the backlog's shape; entries per second swings with coalescing.
 	return []panel{
 		{title: "Queue depth (entries)", series: []series{depth}},

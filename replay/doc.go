@@ -1,6 +1,6 @@
 // Package replay takes and replays backlog snapshots, to answer "would this
 // backlog wedge us, and how long would it take to drain?" before and after a
-// change, and to reproduce an incident in staging (SPEC section 6).
+// change, and to reproduce an incident in staging (docs/contract.md).
 //
 // The pieces, in the order an operator meets them:
 //

@@ -11,7 +11,7 @@ import (
 // BookkeepingFields are the top-level queue-entry fields a consumer (this
 // one in an older version, or another implementation) may have written into
 // an entry to claim it, count its attempts or back it off. Replay strips
-// them so every entry is pending again; SPEC section 2 says producers never
+// them so every entry is pending again; the contract (docs/contract.md) says producers never
 // write them. Any field whose name starts with BookkeepingPrefix goes too.
 var BookkeepingFields = []string{
 	"claimToken", "claimedBy", "claimedAt", "claimOwner",
@@ -37,7 +37,7 @@ type entryInfo struct {
 }
 
 // inspectEntry reads the user and the enqueue time the way the consumer
-// does (SPEC section 2): createdAt, else the ObjectId's timestamp.
+// does (docs/contract.md): createdAt, else the ObjectId's timestamp.
 func inspectEntry(raw bson.Raw) entryInfo {
 	var e entryInfo
 	if v, err := raw.LookupErr("username"); err == nil {
@@ -90,7 +90,7 @@ func prepareEntry(raw bson.Raw, retime func(time.Time) time.Time, stripped map[s
 }
 
 // shiftFields moves the named top-level date fields of a source document by
-// shift, so that windowed components (SPEC section 3) count what they
+// shift, so that windowed components (docs/contract.md) count what they
 // counted when the snapshot was taken.
 func shiftFields(raw bson.Raw, fields []string, shift time.Duration) (any, error) {
 	if shift == 0 || len(fields) == 0 {

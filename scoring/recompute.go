@@ -82,7 +82,7 @@ func (r *Recomputer) componentValue(ctx context.Context, c Component, username s
 	case OpCount:
 		return countMatching(ctx, coll, f)
 	case OpSum:
-		// $sum skips missing and non-numeric values, which is SPEC's "count as 0".
+		// $sum skips missing and non-numeric values, which is the contract's "count as 0".
 		return groupValue(ctx, coll, f, bson.D{{Key: "$sum", Value: "$" + c.Field}})
 	case OpMax:
 		return r.maxValue(ctx, coll, c.Field, f)

@@ -10,7 +10,7 @@ import (
 // Op is the aggregation a component applies to its matching documents.
 type Op string
 
-// The operations SPEC section 3 defines.
+// The operations the contract (docs/contract.md) defines.
 const (
 	// OpSum sums Field; missing and non-numeric values count as 0.
 	OpSum Op = "sum"
@@ -52,7 +52,7 @@ type Rules struct {
 }
 
 // DefaultRules returns the rules used when no rules file is configured:
-// exactly the first component of SPEC section 3's example.
+// exactly the first component of the contract's (docs/contract.md) example.
 func DefaultRules() *Rules {
 	return &Rules{
 		Source: BuiltInSource,

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// specExample is SPEC section 3's example, verbatim.
+// specExample is the contract's (docs/contract.md) example, verbatim.
 const specExample = `
 components:
   - name: activity          # key in the score document's ` + "`components`" + `
@@ -40,7 +40,7 @@ func TestParseRulesValid(t *testing.T) {
 		data string
 		want []Component
 	}{
-		"SPEC example in YAML": {data: specExample, want: specComponents},
+		"the contract's example in YAML": {data: specExample, want: specComponents},
 		"the same in JSON": {
 			data: `{"components": [
 				{"name": "activity", "collection": "user_activity", "userField": "username", "op": "sum",
@@ -84,7 +84,7 @@ func TestParseRulesValid(t *testing.T) {
 	}
 }
 
-func TestDefaultRulesIsSPECFirstComponent(t *testing.T) {
+func TestDefaultRulesIsTheContractsFirstComponent(t *testing.T) {
 	t.Parallel()
 	d := DefaultRules()
 	if d.Source != "built-in" {
@@ -262,7 +262,7 @@ func TestLoadRules(t *testing.T) {
 		t.Fatalf("LoadRules(%s): %v", good, err)
 	}
 	if r.Source != good || !reflect.DeepEqual(r.Components, specComponents) {
-		t.Errorf("LoadRules = %+v, want source %s and the SPEC components", r, good)
+		t.Errorf("LoadRules = %+v, want source %s and the contract's components", r, good)
 	}
 
 	bad := write("bad.yaml", "components:\n  - {name: posts, collection: posts, op: avg}\n")

@@ -17,7 +17,7 @@ import (
 // MaxConflictRetries version conflicts.
 var ErrConflict = errors.New("score document version conflict")
 
-// ScoreDoc is a document of user_scores (SPEC section 2).
+// ScoreDoc is a document of user_scores (docs/contract.md).
 type ScoreDoc struct {
 	Username    string             `bson:"_id"`
 	Score       float64            `bson:"score"`
@@ -115,7 +115,7 @@ func (s *Store) Get(ctx context.Context, username string) (doc ScoreDoc, found b
 }
 
 // Write stores res as username's score, computed by a recompute that began at
-// refreshedAt, under optimistic concurrency (SPEC section 2): it reads the
+// refreshedAt, under optimistic concurrency (docs/contract.md): it reads the
 // document, then inserts version 1 if there is none or updates the version it
 // read to version + 1. A racing insert (duplicate key) or update (no match on
 // the version read) is a conflict: Write calls OnConflict, waits a jittered,

@@ -145,7 +145,7 @@ func cmpOrMap(m map[string]float64) map[string]float64 {
 	return m
 }
 
-func TestStoreWritesSPECTypes(t *testing.T) {
+func TestStoreWritesTheContractsTypes(t *testing.T) {
 	t.Parallel()
 	b := setupStore(t, StoreConfig{})
 	ctx := context.Background()

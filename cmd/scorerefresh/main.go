@@ -1,4 +1,4 @@
-// Command scorerefresh is the production binary (SPEC section 6):
+// Command scorerefresh is the production binary (docs/contract.md):
 //
 //	scorerefresh run        the service (the container's command)
 //	scorerefresh snapshot   writes the queue (and sources) as Extended JSON
@@ -9,7 +9,7 @@
 //	scorerefresh doctor     preflight checks against the configured MongoDB
 //	scorerefresh version    prints the build's version
 //
-// Configuration comes from the environment only (SPEC section 4). This binary
+// Configuration comes from the environment only (docs/contract.md). This binary
 // never links the embedded MongoDB server: the demo is cmd/scorerefresh-demo.
 package main
 

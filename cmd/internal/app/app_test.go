@@ -14,7 +14,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 )
 
-// specMetrics are SPEC section 5's names: dashboards and alerts depend on them.
+// specMetrics are the contract's (docs/contract.md) names: dashboards and alerts depend on them.
 var specMetrics = []string{
 	"scorerefresh_queue_depth", "scorerefresh_queue_oldest_age_seconds", "scorerefresh_deadletter_depth",
 	"scorerefresh_entries_claimed_total", "scorerefresh_entries_acked_total", "scorerefresh_entries_deadlettered_total",

@@ -1,4 +1,4 @@
-// Package config reads the service's environment (SPEC section 4) once, in
+// Package config reads the service's environment (docs/contract.md) once, in
 // cmd/, and hands plain values down. Packages below cmd/ never read the
 // environment themselves.
 package config
@@ -17,7 +17,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
-// Config is every variable of SPEC section 4, with its default.
+// Config is every variable of the contract (docs/contract.md), with its default.
 type Config struct {
 	MongoURI             string        `env:"MONGODB_URI" envDefault:"mongodb://localhost:27017"`
 	Database             string        `env:"MONGODB_DATABASE" envDefault:"app"`
@@ -38,7 +38,7 @@ type Config struct {
 	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"25s"`
 	LogLevel             string        `env:"LOG_LEVEL" envDefault:"info"`
 	// ConnectionBudget is the MongoDB connections one replica may open; 0
-	// means unstated. Beyond SPEC section 4: only a boot-time warning uses it.
+	// means unstated. Beyond the contract (docs/contract.md): only a boot-time warning uses it.
 	ConnectionBudget int `env:"MONGODB_CONNECTION_BUDGET" envDefault:"0"`
 	// RefreshBatchSize is how many users one refresh slot recomputes
 	// together (one query per rule component for the whole batch); 1

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-func TestDefaultsAreSPECs(t *testing.T) {
+func TestDefaultsAreTheContracts(t *testing.T) {
 	t.Parallel()
 	cfg, err := Parse(nil)
 	if err != nil {
