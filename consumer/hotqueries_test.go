@@ -37,7 +37,7 @@ func TestHotQueriesHaveThePipelinesShapes(t *testing.T) {
 	lengthFilter := true // the shapes MongoDB is sent, whatever this server is
 	c.claimer.filter = &lengthFilter
 	c.claimer.skip["somebody-else"] = time.Now().Add(time.Hour) // a $nin, as in a busy fleet
-	b.enqueue(t, strings.Repeat("x", 300))                   // so the malformed scan has a bound
+	b.enqueue(t, strings.Repeat("x", 300))                      // so the malformed scan has a bound
 	res, err := c.claimer.runOnce(t.Context(), 10, nil)
 	if err != nil || len(res.works) != 2 {
 		t.Fatalf("claim: %v, %d users", err, len(res.works))
