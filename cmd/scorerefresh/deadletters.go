@@ -218,7 +218,6 @@ type progress struct {
 	w      io.Writer
 	name   string
 	total  int64
-	batch  int
 	last   time.Time
 	enable bool
 }

@@ -17,7 +17,7 @@ func TestSyncCorrectsASkewedLocalClock(t *testing.T) {
 	db := mongotest.Database(t, mongotest.Options{})
 	for _, skew := range []time.Duration{10 * time.Minute, -10 * time.Minute} {
 		c := serverclock.New(db, func() time.Time { return time.Now().Add(skew) })
-		if got := c.Now().Sub(time.Now()); got < skew-time.Second || got > skew+time.Second {
+		if got := time.Until(c.Now()); got < skew-time.Second || got > skew+time.Second {
 			t.Fatalf("before any sample the clock should be the local one: off by %v, want %v", got, skew)
 		}
 		off, err := c.Sync(t.Context())
@@ -27,7 +27,7 @@ func TestSyncCorrectsASkewedLocalClock(t *testing.T) {
 		if d := off + skew; d < -time.Second || d > time.Second {
 			t.Errorf("skew %v: offset %v does not cancel it", skew, off)
 		}
-		if d := c.Now().Sub(time.Now()); d < -time.Second || d > time.Second {
+		if d := time.Until(c.Now()); d < -time.Second || d > time.Second {
 			t.Errorf("skew %v: corrected clock is %v off the server's", skew, d)
 		}
 	}
