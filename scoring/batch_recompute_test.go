@@ -138,8 +138,8 @@ func TestRefreshBatchRoundTrips(t *testing.T) {
 					t.Errorf("round %d: sent %d commands %v, want %d (%d components, %d users, $max lacking: %v)", round, len(got), got, want, len(tc.comps), len(users), rec.noMaxAccumulator.Load())
 				}
 				for _, name := range got {
-					if !slices.Contains([]string{"aggregate", "find", "update"}, name) {
-						t.Errorf("round %d: sent a %q command, want only aggregate, find and update", round, name)
+					if !slices.Contains([]string{"aggregate", "find", "update", "insert"}, name) {
+						t.Errorf("round %d: sent a %q command, want only aggregate, find, update and insert", round, name)
 					}
 				}
 				if last := stats[len(stats)-1]; last.Users != len(users) || last.RoundTrips != len(got) {

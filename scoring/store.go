@@ -82,6 +82,9 @@ type Store struct {
 	coll  *mongo.Collection
 	cfg   StoreConfig
 	locks userLocks
+	// slowUpsert is learnt once per Store (servers.go): whether an upsert
+	// that inserts is pathologically slow on this server.
+	slowUpsert serverTrait
 }
 
 // NewStore returns a Store writing to coll (user_scores).

@@ -141,7 +141,7 @@ func parseFlags(args []string, stderr io.Writer) (benchOptions, error) {
 		shrink("recovery-ref", func() { o.recoveryRef = 2 * time.Second })
 		shrink("overload", func() { o.overload = 3 * time.Second })
 		shrink("scale", func() { o.scale = 3 * time.Second })
-		shrink("scale-warm", func() { o.scaleWarm = time.Second })
+		shrink("scale-warm", func() { o.scaleWarm = 3 * time.Second })
 		shrink("scale-rtt", func() { o.scaleRTT = 10 * time.Millisecond })
 		shrinkAdaptive(shrink, &o.adaptiveOpts)
 	}
