@@ -224,11 +224,18 @@ func benchmark(ctx context.Context, o benchOptions, environ []string, stdout io.
 	if b.rules, err = scoring.LoadRules(b.rulesPath); err != nil {
 		return err
 	}
-	logFile, err := os.Create(filepath.Join(o.out, "service.log"))
+	logPath := filepath.Join(o.out, "service.log")
+	logFile, err := os.Create(logPath)
 	if err != nil {
 		return err
 	}
-	defer logFile.Close()
+	defer func() {
+		// A clean run logs nothing at warn: no empty file left behind.
+		if st, err := logFile.Stat(); err == nil && st.Size() == 0 {
+			_ = os.Remove(logPath)
+		}
+		logFile.Close()
+	}()
 	b.svcLog = slog.New(slog.NewJSONHandler(logFile, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
 	b.srv, err = startServer(ctx, o.backend, o.pgURL, stdout)
