@@ -29,8 +29,8 @@ type fleetOpts struct {
 	fleetRTT, fleetIdle, fleetSettle, fleetMax time.Duration
 
 	stormUsers, stormReplicas int
-	stormFor, stormRTT        time.Duration
-	stormMax                  time.Duration
+	stormFor, stormMax        time.Duration
+	stormScorer               string
 
 	label, compare, compareLabel string
 }
@@ -47,6 +47,7 @@ func fleetFlags(fs *flag.FlagSet, o *fleetOpts) {
 	fs.IntVar(&o.stormReplicas, "storm-replicas", 3, "storm: replicas")
 	fs.DurationVar(&o.stormFor, "storm", 60*time.Second, "storm: how long every refresh fails")
 	fs.DurationVar(&o.stormMax, "storm-max", 6*time.Minute, "storm: cap on each run")
+	fs.StringVar(&o.stormScorer, "storm-scorer", scorerInstant, "storm: scorer when not failing: instant (succeeds at once: the drain measures the claim and ack path) or real")
 	fs.StringVar(&o.label, "label", "this build", "fleet and storm: name of the service version measured, in the report")
 	fs.StringVar(&o.compare, "compare", "", "fleet and storm: results.json of another version's run to report side by side")
 	fs.StringVar(&o.compareLabel, "compare-label", "", "fleet and storm: name of the -compare version (default: its -label)")
@@ -83,6 +84,9 @@ func (o fleetOpts) validate() error {
 	}
 	if o.fleetEntries <= 0 || o.fleetUsers <= 0 || o.stormUsers <= 0 || o.stormReplicas <= 0 || o.fleetRTT < 0 {
 		return fmt.Errorf("fleet and storm sizes must be positive and -fleet-rtt not negative")
+	}
+	if o.stormScorer != scorerInstant && o.stormScorer != scorerReal {
+		return fmt.Errorf("-storm-scorer %q: want %s or %s", o.stormScorer, scorerInstant, scorerReal)
 	}
 	return nil
 }
@@ -281,9 +285,13 @@ func (r *fleetResult) targets() []target {
 		t := target{Scenario: "fleet", Target: fmt.Sprintf("%s per entry at %d replicas ≤ %.1f× that of %d", m.name, big.Replicas, fleetTolerance, one.Replicas),
 			Applies: a > 0}
 		t.Value = z / a
-		t.Met = t.Value <= fleetTolerance
+		t.Met = t.Value <= fleetTolerance && big.Drained
 		t.Figure = fmt.Sprintf(m.unit+" vs "+m.unit+": %.2f×", z, a, t.Value)
-		if a == 0 {
+		switch {
+		case !big.Drained || !one.Drained:
+			t.Value, t.Met, t.Applies = -1, false, true
+			t.Figure = fmt.Sprintf("not drained within -fleet-max (%.0f of %d entries at %d replicas, %.0f at %d)", big.Acked, r.Entries, big.Replicas, one.Acked, one.Replicas)
+		case a == 0:
 			t.Value = -1
 			t.Figure = fmt.Sprintf(m.unit+" vs 0 (no ratio: one replica never contends)", z)
 		}
@@ -376,6 +384,9 @@ func fleetMarkdown(w func(string, ...any), cur, old *fleetResult) {
 
 func fleetCell(f *fleetResult, n int, m fleetMetric) string {
 	for _, x := range f.Runs {
+		if x.Replicas == n && x.Acked == 0 {
+			return "nothing acked"
+		}
 		if x.Replicas == n {
 			return fmt.Sprintf(m.unit, m.get(x))
 		}
@@ -388,7 +399,7 @@ func fleetRatio(f *fleetResult, m fleetMetric) string {
 		return "–"
 	}
 	a, z := m.get(f.Runs[0]), m.get(f.Runs[len(f.Runs)-1])
-	if a == 0 {
+	if a == 0 || f.Runs[0].Acked == 0 || f.Runs[len(f.Runs)-1].Acked == 0 {
 		return "–"
 	}
 	return fmt.Sprintf("%.2f×", z/a)

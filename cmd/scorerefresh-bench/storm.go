@@ -16,15 +16,21 @@ import (
 // sees a failure of the user's refresh, not an outage.
 var errScorerDown = errors.New("scorer unavailable (fault injected by the bench)")
 
-// faultyScorer fails every refresh while failing is set.
+// faultyScorer fails every refresh while failing is set. With instant set
+// it succeeds at once otherwise, so a drain measures the claim and ack
+// path (what a storm's backoffs could slow down) rather than the scorer.
 type faultyScorer struct {
 	inner   consumer.Refresher
 	failing *atomic.Bool
+	instant bool
 }
 
 func (f faultyScorer) Refresh(ctx context.Context, user string, startedAt time.Time) error {
 	if f.failing.Load() {
 		return errScorerDown
+	}
+	if f.instant {
+		return nil
 	}
 	return f.inner.Refresh(ctx, user, startedAt)
 }
@@ -68,6 +74,7 @@ type stormRun struct {
 // stormResult is the backoff-storm scenario of one service version.
 type stormResult struct {
 	Label        string    `json:"label"`
+	Scorer       string    `json:"scorer"`
 	Users        int       `json:"users"`
 	Replicas     int       `json:"replicas"`
 	StormSeconds float64   `json:"storm_seconds"`
@@ -77,12 +84,18 @@ type stormResult struct {
 	RateRatio    float64   `json:"rate_ratio"` // storm's after-heal drain rate / baseline's
 }
 
+// The storm's scorers (-storm-scorer).
+const (
+	scorerInstant = "instant" // succeeds at once: the drain is the claim and ack path's
+	scorerReal    = "real"    // the service's scorer (14 round trips a refresh)
+)
+
 // mib is the storm's bound on what one claim round sends or receives.
 const mib = 1 << 20
 
 func (b *bench) storm(ctx context.Context) (*stormResult, error) {
 	o := b.opts.fleetOpts
-	r := &stormResult{Label: o.label, Users: o.stormUsers, Replicas: o.stormReplicas, StormSeconds: o.stormFor.Seconds(), RTTms: ms(o.fleetRTT)}
+	r := &stormResult{Label: o.label, Scorer: o.stormScorer, Users: o.stormUsers, Replicas: o.stormReplicas, StormSeconds: o.stormFor.Seconds(), RTTms: ms(o.fleetRTT)}
 	b.logf("\n== backoff storm: %d users queued, %d replicas at RTT %s; every refresh fails for %s, then healed; and the same backlog without a storm",
 		o.stormUsers, o.stormReplicas, o.fleetRTT, o.stormFor)
 	backlog := diverseBacklog(o.stormUsers, time.Now(), b.opts.seed+5)
@@ -139,7 +152,9 @@ func (b *bench) stormRun(ctx context.Context, backlog []any, storm bool) (*storm
 			// Every failed refresh logs a warning: tens of thousands here.
 			ao.Logger = slog.New(minLevel{Handler: b.svcLog.Handler(), min: slog.LevelError})
 			ao.Monitor = stats[i].monitor()
-			ao.WrapRefresher = func(r consumer.Refresher) consumer.Refresher { return faultyScorer{inner: r, failing: &failing} }
+			ao.WrapRefresher = func(r consumer.Refresher) consumer.Refresher {
+				return faultyScorer{inner: r, failing: &failing, instant: o.stormScorer == scorerInstant}
+			}
 		},
 		observe: func(el time.Duration, c running) {
 			s := c.(*scorerefresh)
@@ -220,8 +235,8 @@ func kib(n int) string {
 func stormMarkdown(w func(string, ...any), cur, old *stormResult) {
 	w("## Backoff storm")
 	w("")
-	w("%d distinct users queued (one entry each), %d replicas at RTT %.0f ms. Storm: every refresh fails (a scorer wrapper returns a non-transient error) for the first %.0f s, then succeeds. Baseline: the same backlog, no storm. Sizes are the claim rounds' commands and replies as the command monitor saw them; a round's bytes are its commands' added up.",
-		cur.Users, cur.Replicas, cur.RTTms, cur.StormSeconds)
+	w("%d distinct users queued (one entry each), %d replicas at RTT %.0f ms. Storm: every refresh fails (a scorer wrapper returns a non-transient error) for the first %.0f s, then succeeds. Baseline: the same backlog, no storm. Scorer: %s. Sizes are the claim rounds' commands and replies as the command monitor saw them; a round's bytes are its commands' added up.",
+		cur.Users, cur.Replicas, cur.RTTms, cur.StormSeconds, scorerNote(cur.Scorer))
 	w("")
 	rs := []*stormResult{cur}
 	if old != nil {
@@ -249,4 +264,11 @@ func stormMarkdown(w func(string, ...any), cur, old *stormResult) {
 	w("")
 	w("Drain rate: entries acknowledged per second from the heal (baseline: from the start) until every entry was acknowledged or dead-lettered.")
 	w("")
+}
+
+func scorerNote(s string) string {
+	if s == scorerReal {
+		return "the service's own (14 round trips a refresh)"
+	}
+	return "a stand-in that succeeds at once, so the drain measures the claim and ack path, which is what the storm's backoffs could slow down (-storm-scorer real for the service's own)"
 }
