@@ -74,15 +74,19 @@ type scorerefresh struct {
 	errs   []error
 }
 
-func (b *bench) startScorerefresh(ctx context.Context, db string, instances, concurrency int) (*scorerefresh, error) {
+func (b *bench) startScorerefresh(ctx context.Context, db string, instances, concurrency int, tune func(int, *app.Options)) (*scorerefresh, error) {
 	cfg, err := b.serviceConfig(db, concurrency)
 	if err != nil {
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	s := &scorerefresh{cancel: cancel}
-	for range instances {
-		svc, err := app.New(ctx, cfg, app.Options{Logger: b.svcLog, Version: "bench"})
+	for i := range instances {
+		opts := app.Options{Logger: b.svcLog, Version: "bench"}
+		if tune != nil {
+			tune(i, &opts)
+		}
+		svc, err := app.New(ctx, cfg, opts)
 		if err != nil {
 			_ = s.stop()
 			return nil, err

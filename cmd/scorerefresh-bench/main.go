@@ -71,9 +71,10 @@ type benchOptions struct {
 	scale, scaleWarm, scaleRTT time.Duration
 
 	adaptiveOpts
+	fleetOpts
 }
 
-var allScenarios = []string{"diverse", "firehose", "wedge", "recovery", "overload", "scale", "adaptive"}
+var allScenarios = []string{"diverse", "firehose", "wedge", "recovery", "overload", "scale", "adaptive", "fleet", "storm"}
 
 func parseFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs := flag.NewFlagSet("scorerefresh-bench", flag.ContinueOnError)
@@ -111,6 +112,7 @@ func parseFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.DurationVar(&o.scaleWarm, "scale-warm", 5*time.Second, "scenario 6: warm-up before the window")
 	fs.DurationVar(&o.scaleRTT, "scale-rtt", 0, "scenario 6: RTT (0: the lowest multiple of 10 ms at which three processes stay latency-bound)")
 	adaptiveFlags(fs, &o.adaptiveOpts)
+	fleetFlags(fs, &o.fleetOpts)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -144,6 +146,7 @@ func parseFlags(args []string, stderr io.Writer) (benchOptions, error) {
 		shrink("scale-warm", func() { o.scaleWarm = 3 * time.Second })
 		shrink("scale-rtt", func() { o.scaleRTT = 10 * time.Millisecond })
 		shrinkAdaptive(shrink, &o.adaptiveOpts)
+		shrinkFleet(shrink, &o.fleetOpts)
 	}
 	for _, s := range strings.Split(o.scenarios, ",") {
 		if !slices.Contains(allScenarios, strings.TrimSpace(s)) {
@@ -153,7 +156,7 @@ func parseFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	if o.concurrency <= 0 || o.sources <= 0 || o.pool <= 0 || o.diverse <= 0 || o.firehose <= 0 || o.firehoseUsers <= 0 || o.rtt < 0 {
 		return o, fmt.Errorf("sizes must be positive and -rtt not negative")
 	}
-	return o, nil
+	return o, o.fleetOpts.validate()
 }
 
 func run(args, environ []string, stdout, stderr io.Writer) int {
@@ -230,11 +233,10 @@ func benchmark(ctx context.Context, o benchOptions, environ []string, stdout io.
 		return err
 	}
 	defer func() {
-		// A clean run logs nothing at warn: no empty file left behind.
-		if st, err := logFile.Stat(); err == nil && st.Size() == 0 {
-			_ = os.Remove(logPath)
-		}
 		logFile.Close()
+		if st, err := os.Stat(logPath); err == nil && st.Size() == 0 {
+			os.Remove(logPath) // nothing logged at warn or above: no empty file among the results
+		}
 	}()
 	b.svcLog = slog.New(slog.NewJSONHandler(logFile, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
@@ -258,6 +260,9 @@ func benchmark(ctx context.Context, o benchOptions, environ []string, stdout io.
 		Started: started.UTC().Format(time.RFC3339), Short: o.short, Server: b.srv.Name,
 		Machine: machine(), GoVersion: runtime.Version(), Command: commandLine(o),
 		RTTms: ms(o.rtt), Concurrency: o.concurrency, Rules: len(b.rules.Components), Sources: o.sources, Pool: o.pool,
+	}
+	if rep.Compare, err = loadCompare(o.compare, o.compareLabel); err != nil {
+		return err
 	}
 	b.logf("scorerefresh-bench: %s; %s", b.srv.Name, rep.Machine)
 	b.logf("RTT %s through pkg/faultproxy; REFRESH_CONCURRENCY %d; %d rule components over %d source documents; results in %s",
@@ -303,6 +308,8 @@ func benchmark(ctx context.Context, o benchOptions, environ []string, stdout io.
 		{"overload", func() (err error) { rep.Overload, err = b.overload(ctx, srRate); return }},
 		{"scale", func() (err error) { rep.Scale, err = b.scale(ctx); return }},
 		{"adaptive", func() (err error) { rep.Adaptive, err = b.adaptive(ctx); return }},
+		{"fleet", func() (err error) { rep.Fleet, err = b.fleet(ctx); return }},
+		{"storm", func() (err error) { rep.Storm, err = b.storm(ctx); return }},
 	}
 	for _, s := range steps {
 		if !want[s.name] {

@@ -63,6 +63,7 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("%s %s: no timeline", r.Scenario, r.Consumer)
 		}
 	}
+	checkFleetAndStorm(t, &rep)
 	if len(rep.Targets) < 9 {
 		t.Errorf("%d targets reported, want every one of the issue's", len(rep.Targets))
 	}
@@ -89,7 +90,7 @@ func TestSmoke(t *testing.T) {
 	_ = json.Unmarshal(data, &generic)
 	walk("results", generic)
 	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
-	for _, want := range []string{"## Calibration", "## Results", "## Targets", "| diverse | reference", "| diverse | scorerefresh"} {
+	for _, want := range []string{"## Calibration", "## Results", "## Targets", "| diverse | reference", "| diverse | scorerefresh", "## Fleet", "## Backoff storm"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report.md lacks %q", want)
 		}

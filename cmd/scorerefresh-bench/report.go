@@ -13,28 +13,33 @@ import (
 // report is everything one run measured; results.json is this, report.md
 // and the charts are drawn from it.
 type report struct {
-	Started     string            `json:"started"`
-	Seconds     float64           `json:"seconds"`
-	Short       bool              `json:"short"`
-	Command     string            `json:"command"`
-	Server      string            `json:"server"`
-	Machine     string            `json:"machine"`
-	GoVersion   string            `json:"go_version"`
-	RTTms       float64           `json:"rtt_ms"`
-	Concurrency int               `json:"concurrency"`
-	Rules       int               `json:"rule_components"`
-	Sources     int               `json:"source_documents"`
-	Pool        int               `json:"user_pool"`
-	Calibration calibration       `json:"calibration"`
-	Diverse     *drainResult      `json:"diverse,omitempty"`
-	Firehose    *drainResult      `json:"firehose,omitempty"`
-	Wedge       *wedgeResult      `json:"wedge,omitempty"`
-	Recovery    *recoveryResult   `json:"recovery,omitempty"`
-	Overload    []overloadLevel   `json:"overload,omitempty"`
-	Scale       *scaleResult      `json:"scale,omitempty"`
-	Adaptive    *adaptiveResult   `json:"adaptive,omitempty"`
-	Targets     []target          `json:"targets"`
-	Charts      map[string]string `json:"charts"`
+	Started     string          `json:"started"`
+	Seconds     float64         `json:"seconds"`
+	Short       bool            `json:"short"`
+	Command     string          `json:"command"`
+	Server      string          `json:"server"`
+	Machine     string          `json:"machine"`
+	GoVersion   string          `json:"go_version"`
+	RTTms       float64         `json:"rtt_ms"`
+	Concurrency int             `json:"concurrency"`
+	Rules       int             `json:"rule_components"`
+	Sources     int             `json:"source_documents"`
+	Pool        int             `json:"user_pool"`
+	Calibration calibration     `json:"calibration"`
+	Diverse     *drainResult    `json:"diverse,omitempty"`
+	Firehose    *drainResult    `json:"firehose,omitempty"`
+	Wedge       *wedgeResult    `json:"wedge,omitempty"`
+	Recovery    *recoveryResult `json:"recovery,omitempty"`
+	Overload    []overloadLevel `json:"overload,omitempty"`
+	Scale       *scaleResult    `json:"scale,omitempty"`
+	Adaptive    *adaptiveResult `json:"adaptive,omitempty"`
+	Fleet       *fleetResult    `json:"fleet,omitempty"`
+	Storm       *stormResult    `json:"storm,omitempty"`
+	// Compare is another version's run of the fleet and storm scenarios
+	// (-compare), reported side by side.
+	Compare *report           `json:"compare,omitempty"`
+	Targets []target          `json:"targets"`
+	Charts  map[string]string `json:"charts"`
 }
 
 func (r *report) write(dir string) error {
@@ -93,6 +98,9 @@ func sanitize(r *report) *report {
 	}
 	for i := range c.Overload {
 		fix(&c.Overload[i].Goodput)
+	}
+	if c.Storm != nil {
+		fix(&c.Storm.RateRatio)
 	}
 	return &c
 }
@@ -220,6 +228,20 @@ func (r *report) markdown() string {
 	w("")
 	if r.Adaptive != nil {
 		r.Adaptive.markdown(w)
+	}
+	if r.Fleet != nil {
+		var old *fleetResult
+		if r.Compare != nil {
+			old = r.Compare.Fleet
+		}
+		fleetMarkdown(w, r.Fleet, old)
+	}
+	if r.Storm != nil {
+		var old *stormResult
+		if r.Compare != nil {
+			old = r.Compare.Storm
+		}
+		stormMarkdown(w, r.Storm, old)
 	}
 	w("## Targets")
 	w("")

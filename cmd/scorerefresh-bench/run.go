@@ -16,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/scorerefresh/scorerefresh/cmd/internal/app"
 	"github.com/scorerefresh/scorerefresh/consumer"
 )
 
@@ -43,6 +44,9 @@ type runSpec struct {
 	done func(samples []sample) bool
 	// observe, when set, is called every 50 ms with the running consumer.
 	observe func(el time.Duration, c running)
+	// tune, when set, adjusts scorerefresh instance i's app options (a
+	// command monitor, a scorer fault).
+	tune func(i int, o *app.Options)
 }
 
 // produce is a producer enqueueing at a constant rate.
@@ -154,7 +158,7 @@ func (b *bench) run(ctx context.Context, spec runSpec) (*runResult, error) {
 	if spec.consumer == consumerReference {
 		c, err = b.startReference(ctx, dbName)
 	} else {
-		c, err = b.startScorerefresh(ctx, dbName, spec.instances, spec.concurrency)
+		c, err = b.startScorerefresh(ctx, dbName, spec.instances, spec.concurrency, spec.tune)
 	}
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
@@ -33,6 +34,12 @@ type Options struct {
 	Version  string               // for scorerefresh_build_info
 	Revision string
 	Wakeups  []consumer.WakeupSource // besides the change stream on the queue, which is always tried
+	// Monitor, if set, sees every command of the client after the metrics
+	// have counted it: the bench measures bytes and documents with it.
+	Monitor *event.CommandMonitor
+	// WrapRefresher, if set, wraps the scorer: the bench injects scorer
+	// faults with it.
+	WrapRefresher func(consumer.Refresher) consumer.Refresher
 }
 
 // Service is a wired, not yet running, scorerefresh.
@@ -91,6 +98,9 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 		limit = adaptive
 	}
 	clientOpts := ClientOptions(cfg, mongoMetrics)
+	if opts.Monitor != nil {
+		clientOpts.SetMonitor(mongoMetrics.CommandMonitor(opts.Monitor))
+	}
 	warnConnectionBudget(cfg, clientOpts, log)
 	client, err := connect(cfg, clientOpts)
 	if err != nil {
@@ -137,11 +147,16 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 		OnSkip:     func(reason string) { s.Metrics.WritesSkipped.WithLabelValues(reason).Inc() },
 		Logger:     log,
 	})
-	refresher := scoring.NewRefresher(scoring.NewRecomputer(db, rules, scoring.WithRecomputerLogger(log)), store,
+	var refresher consumer.Refresher = scoring.NewRefresher(scoring.NewRecomputer(db, rules, scoring.WithRecomputerLogger(log)), store,
 		scoring.WithRefreshObserver(func(st scoring.RefreshStats) {
 			s.Metrics.RefreshBatchUsers.Observe(float64(st.Users))
 			s.Metrics.RefreshRoundTrips.Add(float64(st.RoundTrips))
 		}))
+	if opts.WrapRefresher != nil {
+		// A wrapper that is not a consumer.BatchRefresher refreshes users
+		// one by one.
+		refresher = opts.WrapRefresher(refresher)
+	}
 
 	// Readiness starts false: it is earned by a ping and a claim round.
 	s.Health.Set("mongodb", false, "not yet reached")

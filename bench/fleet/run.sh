@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Runs one scenario of cmd/scorerefresh-bench (fleet or storm) against the
+# first release and against this checkout, one after the other on the same
+# machine, and writes both side by side to OUT (report.md, results.json; the
+# first release's whole results.json is under "compare").
+#
+#   bench/fleet/run.sh fleet                      # -> bench/results/fleet
+#   bench/fleet/run.sh storm bench/results/storm  # extra bench flags may follow OUT
+#
+# The first release is checked out into a temporary git worktree (removed
+# at the end; nothing from it is committed). This checkout's bench is copied
+# into it: the bench uses only what both versions offer, plus the two
+# app.Options hooks it measures through (bench/fleet/app-hooks.patch, applied
+# to the temporary copy). OLD_REF overrides the release (default v0.1.0).
+set -euo pipefail
+
+scenario=${1:?usage: bench/fleet/run.sh fleet|storm [OUT] [bench flags...]}
+shift
+out=bench/results/$scenario
+if [[ $# -gt 0 && $1 != -* ]]; then
+	out=$1
+	shift
+fi
+old_ref=${OLD_REF:-v0.1.0}
+root=$(git rev-parse --show-toplevel)
+cd "$root"
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+tmp=$(mktemp -d)
+wt=$tmp/old
+cleanup() {
+	git -C "$root" worktree remove --force "$wt" >/dev/null 2>&1 || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+git -C "$root" worktree add --detach "$wt" "$old_ref" >/dev/null
+rm -rf "$wt/cmd/scorerefresh-bench"
+cp -r "$root/cmd/scorerefresh-bench" "$wt/cmd/"
+git -C "$wt" apply -3 "$root/bench/fleet/app-hooks.patch"
+
+echo "== $scenario on $old_ref"
+(cd "$wt" && go run ./cmd/scorerefresh-bench -scenarios "$scenario" -label "$old_ref" -out "$tmp/old-results" "$@")
+
+label="$(git rev-parse --abbrev-ref HEAD)@$(git rev-parse --short HEAD)"
+echo "== $scenario on $label"
+go run ./cmd/scorerefresh-bench -scenarios "$scenario" -label "$label" -compare "$tmp/old-results/results.json" -out "$out" "$@"

@@ -1,0 +1,423 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/scorerefresh/scorerefresh/cmd/internal/app"
+	"github.com/scorerefresh/scorerefresh/metrics"
+)
+
+// The fleet and backoff-storm scenarios measure what the claim path asks of
+// MongoDB as the fleet grows and as users back off. They use only what the
+// first release's bench and service offered (plus app.Options.Monitor and
+// WrapRefresher), so bench/fleet/run.sh runs this very code against v0.1.0
+// and prints both side by side (-compare).
+
+// fleetOpts are the two scenarios' flags.
+type fleetOpts struct {
+	fleetEntries, fleetUsers                   int
+	fleetReplicas                              string
+	fleetRTT, fleetIdle, fleetSettle, fleetMax time.Duration
+
+	stormUsers, stormReplicas int
+	stormFor, stormMax        time.Duration
+	stormScorer               string
+
+	label, compare, compareLabel string
+}
+
+func fleetFlags(fs *flag.FlagSet, o *fleetOpts) {
+	fs.IntVar(&o.fleetEntries, "fleet-entries", 2000, "fleet: entries of the backlog each fleet drains")
+	fs.IntVar(&o.fleetUsers, "fleet-users", 1000, "fleet: users the backlog's entries belong to")
+	fs.StringVar(&o.fleetReplicas, "fleet-replicas", "1,4,16,32", "fleet: comma-separated fleet sizes (in-process replicas, each with its own client)")
+	fs.DurationVar(&o.fleetRTT, "fleet-rtt", 2*time.Millisecond, "fleet and storm: RTT the proxy adds")
+	fs.DurationVar(&o.fleetIdle, "fleet-idle", 10*time.Second, "fleet: how long the idle fleet (queue empty) is measured")
+	fs.DurationVar(&o.fleetSettle, "fleet-settle", 2*time.Second, "fleet: pause between the drain and the idle measurement")
+	fs.DurationVar(&o.fleetMax, "fleet-max", 3*time.Minute, "fleet: cap on each drain")
+	fs.IntVar(&o.stormUsers, "storm-users", 20000, "storm: distinct users queued (one entry each)")
+	fs.IntVar(&o.stormReplicas, "storm-replicas", 3, "storm: replicas")
+	fs.DurationVar(&o.stormFor, "storm", 60*time.Second, "storm: how long every refresh fails")
+	fs.DurationVar(&o.stormMax, "storm-max", 6*time.Minute, "storm: cap on each run")
+	fs.StringVar(&o.stormScorer, "storm-scorer", scorerInstant, "storm: scorer when not failing: instant (succeeds at once: the drain measures the claim and ack path) or real")
+	fs.StringVar(&o.label, "label", "this build", "fleet and storm: name of the service version measured, in the report")
+	fs.StringVar(&o.compare, "compare", "", "fleet and storm: results.json of another version's run to report side by side")
+	fs.StringVar(&o.compareLabel, "compare-label", "", "fleet and storm: name of the -compare version (default: its -label)")
+}
+
+func shrinkFleet(shrink func(string, func()), o *fleetOpts) {
+	shrink("fleet-entries", func() { o.fleetEntries = 60 })
+	shrink("fleet-users", func() { o.fleetUsers = 30 })
+	shrink("fleet-replicas", func() { o.fleetReplicas = "1,2" })
+	shrink("fleet-idle", func() { o.fleetIdle = time.Second })
+	shrink("fleet-settle", func() { o.fleetSettle = 300 * time.Millisecond })
+	shrink("fleet-max", func() { o.fleetMax = 30 * time.Second })
+	shrink("storm-users", func() { o.stormUsers = 100 })
+	shrink("storm-replicas", func() { o.stormReplicas = 2 })
+	shrink("storm", func() { o.stormFor = 1500 * time.Millisecond })
+	shrink("storm-max", func() { o.stormMax = 30 * time.Second })
+}
+
+func (o fleetOpts) replicas() ([]int, error) {
+	var ns []int
+	for _, f := range strings.Split(o.fleetReplicas, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("-fleet-replicas %q: want positive integers separated by commas", o.fleetReplicas)
+		}
+		ns = append(ns, n)
+	}
+	return ns, nil
+}
+
+func (o fleetOpts) validate() error {
+	if _, err := o.replicas(); err != nil {
+		return err
+	}
+	if o.fleetEntries <= 0 || o.fleetUsers <= 0 || o.stormUsers <= 0 || o.stormReplicas <= 0 || o.fleetRTT < 0 {
+		return fmt.Errorf("fleet and storm sizes must be positive and -fleet-rtt not negative")
+	}
+	if o.stormScorer != scorerInstant && o.stormScorer != scorerReal {
+		return fmt.Errorf("-storm-scorer %q: want %s or %s", o.stormScorer, scorerInstant, scorerReal)
+	}
+	return nil
+}
+
+// fleetFigures are a drain's costs per acknowledged entry.
+type fleetFigures struct {
+	Commands    float64 `json:"commands"`
+	Sent        float64 `json:"bytes_sent"`
+	Received    float64 `json:"bytes_received"`
+	Docs        float64 `json:"documents_returned"`
+	LostInserts float64 `json:"lost_lease_inserts"`
+	// RoundsPerUser is claim rounds per user claimed (and refreshed).
+	RoundsPerUser float64 `json:"claim_rounds_per_claimed_user"`
+	// Claim is the claim rounds' share of the above.
+	Claim cmdCount `json:"claim"`
+}
+
+// fleetRun is one fleet size: its drain and then its idle time.
+type fleetRun struct {
+	Replicas     int          `json:"replicas"`
+	Drained      bool         `json:"drained"`
+	Seconds      float64      `json:"drain_seconds"`
+	Acked        float64      `json:"entries_acked"`
+	Users        float64      `json:"users_refreshed"`
+	ClaimRounds  float64      `json:"claim_rounds"`
+	Drain        cmdSnapshot  `json:"drain"`
+	PerEntry     fleetFigures `json:"per_entry"`
+	Idle         cmdSnapshot  `json:"idle"`
+	IdleSeconds  float64      `json:"idle_seconds"`
+	IdleRounds   float64      `json:"idle_claim_rounds"`
+	IdleReplicaS cmdCount     `json:"idle_per_replica_per_second"`
+}
+
+// fleetResult is the fleet scenario of one service version.
+type fleetResult struct {
+	Label   string      `json:"label"`
+	Entries int         `json:"entries"`
+	Users   int         `json:"users"`
+	RTTms   float64     `json:"rtt_ms"`
+	Runs    []*fleetRun `json:"runs"`
+}
+
+// fleetBacklog is n entries spread evenly over users users, in random order.
+func fleetBacklog(n, users int, now time.Time, seed uint64) []any {
+	perm := rand.New(rand.NewPCG(seed, 17)).Perm(n)
+	return backlog(n, now, 10*time.Minute, func(i int) string { return userName(perm[i] % users) })
+}
+
+func (b *bench) fleet(ctx context.Context) (*fleetResult, error) {
+	o := b.opts.fleetOpts
+	ns, err := o.replicas()
+	if err != nil {
+		return nil, err
+	}
+	b.logf("\n== fleet: %d entries of %d users drained by %v replicas at RTT %s, then %s idle", o.fleetEntries, o.fleetUsers, ns, o.fleetRTT, o.fleetIdle)
+	r := &fleetResult{Label: o.label, Entries: o.fleetEntries, Users: o.fleetUsers, RTTms: ms(o.fleetRTT)}
+	backlog := fleetBacklog(o.fleetEntries, o.fleetUsers, time.Now(), b.opts.seed+3)
+	for _, n := range ns {
+		run, err := b.fleetRun(ctx, n, backlog)
+		if err != nil {
+			return nil, err
+		}
+		r.Runs = append(r.Runs, run)
+		p := run.PerEntry
+		b.logf("    per entry: %.2f commands (claim %.2f), %.0f B sent, %.0f B received, %.2f documents, %.3f lost lease inserts, %.3f claim rounds per user; idle per replica: %.2f commands/s, %.0f B/s",
+			p.Commands, p.Claim.Commands, p.Sent, p.Received, p.Docs, p.LostInserts, p.RoundsPerUser, run.IdleReplicaS.Commands, run.IdleReplicaS.Sent+run.IdleReplicaS.Received)
+	}
+	b.targets = append(b.targets, r.targets()...)
+	return r, nil
+}
+
+// claimsCollection is the name of the claims collection the service uses.
+func (b *bench) claimsCollection() (string, error) {
+	cfg, err := b.serviceConfig("bench", 1)
+	return cfg.ClaimsCollection, err
+}
+
+func (b *bench) fleetRun(ctx context.Context, n int, backlog []any) (*fleetRun, error) {
+	o := b.opts.fleetOpts
+	claims, err := b.claimsCollection()
+	if err != nil {
+		return nil, err
+	}
+	stats := make([]*cmdStats, n)
+	for i := range stats {
+		stats[i] = newCmdStats(claims)
+	}
+	snap := func() cmdSnapshot {
+		all := make([]cmdSnapshot, n)
+		for i, s := range stats {
+			all[i] = s.snapshot()
+		}
+		return sumSnapshots(all)
+	}
+	target := float64(len(backlog))
+	fr := &fleetRun{Replicas: n}
+	var drainedAt, idleFrom time.Duration
+	var atIdle cmdSnapshot
+	var roundsAtIdle float64
+	finished := false
+	spec := runSpec{scenario: fmt.Sprintf("fleet%d", n), consumer: consumerScorerefresh, instances: n, rtt: o.fleetRTT, backlog: backlog,
+		max:  o.fleetMax + o.fleetSettle + o.fleetIdle,
+		tune: func(i int, ao *app.Options) { ao.Monitor = stats[i].monitor() },
+		observe: func(el time.Duration, c running) {
+			switch {
+			case drainedAt == 0:
+				if c.acked() >= target {
+					drainedAt = el
+					fr.Drained, fr.Seconds, fr.Acked, fr.Users = true, el.Seconds(), c.acked(), c.refreshes()
+					fr.ClaimRounds = c.timing().Claims
+					fr.Drain = snap()
+				}
+			case idleFrom == 0:
+				if el >= drainedAt+o.fleetSettle {
+					idleFrom, atIdle, roundsAtIdle = el, snap(), c.timing().Claims
+				}
+			case !finished:
+				if el >= idleFrom+o.fleetIdle {
+					fr.Idle, fr.IdleSeconds = snap().minus(atIdle), (el - idleFrom).Seconds()
+					fr.IdleRounds = c.timing().Claims - roundsAtIdle
+					finished = true
+				}
+			}
+		},
+		done: func([]sample) bool { return finished },
+	}
+	res, err := b.run(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	if !fr.Drained {
+		fr.Seconds, fr.Acked, fr.Users, fr.ClaimRounds, fr.Drain = res.Seconds, res.Acked, res.Refreshes, res.Claims, snap()
+	}
+	fr.PerEntry = perEntry(fr.Drain, fr.Acked, fr.ClaimRounds, fr.Users)
+	if fr.IdleSeconds > 0 {
+		fr.IdleReplicaS = fr.Idle.total().scaled(1 / (fr.IdleSeconds * float64(n)))
+	}
+	return fr, nil
+}
+
+func perEntry(s cmdSnapshot, acked, rounds, users float64) fleetFigures {
+	if acked <= 0 {
+		return fleetFigures{}
+	}
+	t := s.total().scaled(1 / acked)
+	f := fleetFigures{Commands: t.Commands, Sent: t.Sent, Received: t.Received, Docs: t.Docs,
+		LostInserts: s.LostInserts / acked, Claim: s.Stages[stageClaim].scaled(1 / acked)}
+	if users > 0 {
+		f.RoundsPerUser = rounds / users
+	}
+	return f
+}
+
+// fleetMetric is one per-entry figure of the fleet tables.
+type fleetMetric struct {
+	name string
+	get  func(*fleetRun) float64
+	unit string
+}
+
+var fleetMetrics = []fleetMetric{
+	{"commands", func(r *fleetRun) float64 { return r.PerEntry.Commands }, "%.2f"},
+	{"bytes sent", func(r *fleetRun) float64 { return r.PerEntry.Sent }, "%.0f"},
+	{"bytes received", func(r *fleetRun) float64 { return r.PerEntry.Received }, "%.0f"},
+	{"documents returned", func(r *fleetRun) float64 { return r.PerEntry.Docs }, "%.2f"},
+	{"lost lease inserts", func(r *fleetRun) float64 { return r.PerEntry.LostInserts }, "%.3f"},
+	{"claim rounds per claimed user", func(r *fleetRun) float64 { return r.PerEntry.RoundsPerUser }, "%.3f"},
+}
+
+var claimMetrics = []fleetMetric{
+	{"claim commands", func(r *fleetRun) float64 { return r.PerEntry.Claim.Commands }, "%.2f"},
+	{"claim bytes sent", func(r *fleetRun) float64 { return r.PerEntry.Claim.Sent }, "%.0f"},
+	{"claim bytes received", func(r *fleetRun) float64 { return r.PerEntry.Claim.Received }, "%.0f"},
+	{"claim documents returned", func(r *fleetRun) float64 { return r.PerEntry.Claim.Docs }, "%.2f"},
+}
+
+var idleMetrics = []fleetMetric{
+	{"commands/s", func(r *fleetRun) float64 { return r.IdleReplicaS.Commands }, "%.2f"},
+	{"bytes sent/s", func(r *fleetRun) float64 { return r.IdleReplicaS.Sent }, "%.0f"},
+	{"bytes received/s", func(r *fleetRun) float64 { return r.IdleReplicaS.Received }, "%.0f"},
+	{"documents returned/s", func(r *fleetRun) float64 { return r.IdleReplicaS.Docs }, "%.2f"},
+}
+
+// fleetTolerance is how far the largest fleet's per-entry figures may be
+// from one replica's.
+const fleetTolerance = 1.3
+
+func (r *fleetResult) targets() []target {
+	if len(r.Runs) < 2 {
+		return nil
+	}
+	one, big := r.Runs[0], r.Runs[len(r.Runs)-1]
+	var ts []target
+	for _, m := range fleetMetrics {
+		a, z := m.get(one), m.get(big)
+		t := target{Scenario: "fleet", Target: fmt.Sprintf("%s per entry at %d replicas ≤ %.1f× that of %d", m.name, big.Replicas, fleetTolerance, one.Replicas),
+			Applies: a > 0}
+		t.Value = z / a
+		t.Met = t.Value <= fleetTolerance && big.Drained
+		t.Figure = fmt.Sprintf(m.unit+" vs "+m.unit+": %.2f×", z, a, t.Value)
+		switch {
+		case !big.Drained || !one.Drained:
+			t.Value, t.Met, t.Applies = -1, false, true
+			t.Figure = fmt.Sprintf("not drained within -fleet-max (%.0f of %d entries at %d replicas, %.0f at %d)", big.Acked, r.Entries, big.Replicas, one.Acked, one.Replicas)
+		case a == 0:
+			t.Value = -1
+			t.Figure = fmt.Sprintf(m.unit+" vs 0 (no ratio: one replica never contends)", z)
+		}
+		ts = append(ts, t)
+	}
+	lo, hi := math.Inf(1), 0.0
+	for _, x := range r.Runs {
+		lo, hi = math.Min(lo, x.IdleReplicaS.Commands), math.Max(hi, x.IdleReplicaS.Commands)
+	}
+	ts = append(ts, target{Scenario: "fleet", Target: fmt.Sprintf("idle commands/s per replica independent of N (largest ≤ %.1f× smallest)", fleetTolerance),
+		Figure: fmt.Sprintf("%.2f to %.2f commands/s per replica over %d to %d replicas", lo, hi, one.Replicas, big.Replicas),
+		Value:  hi / lo, Met: hi <= fleetTolerance*lo, Applies: lo > 0})
+	return ts
+}
+
+// loadCompare reads another version's results.json for -compare.
+func loadCompare(path, label string) (*report, error) {
+	if path == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading -compare results: %w", err)
+	}
+	var r report
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("reading -compare results %s: %w", path, err)
+	}
+	if label != "" {
+		if r.Fleet != nil {
+			r.Fleet.Label = label
+		}
+		if r.Storm != nil {
+			r.Storm.Label = label
+		}
+	}
+	return &r, nil
+}
+
+// fleetMarkdown writes the fleet tables: this version's and, side by side,
+// the -compare version's.
+func fleetMarkdown(w func(string, ...any), cur, old *fleetResult) {
+	w("## Fleet")
+	w("")
+	w("%d entries of %d users drained by N replicas (in process, each a full service with its own client and pool) through the proxy at RTT %.0f ms; then the fleet idles on an empty queue. Counted by each client's command monitor: commands, bytes of commands and replies, documents in cursor batches, duplicate-key errors on lease inserts. Claim rounds from `scorerefresh_claim_duration_seconds`.",
+		cur.Entries, cur.Users, cur.RTTms)
+	w("")
+	fr := []*fleetResult{cur}
+	if old != nil {
+		fr = append([]*fleetResult{old}, cur)
+	}
+	table := func(title string, ms []fleetMetric) {
+		w("%s", title)
+		w("")
+		head, rule := "| figure | version |", "|---|---|"
+		for _, x := range cur.Runs {
+			head += fmt.Sprintf(" N=%d |", x.Replicas)
+			rule += "---:|"
+		}
+		head += fmt.Sprintf(" N=%d / N=%d |", cur.Runs[len(cur.Runs)-1].Replicas, cur.Runs[0].Replicas)
+		rule += "---:|"
+		w("%s", head)
+		w("%s", rule)
+		for _, m := range ms {
+			for _, f := range fr {
+				line := fmt.Sprintf("| %s | %s |", m.name, f.Label)
+				for _, x := range cur.Runs {
+					line += " " + fleetCell(f, x.Replicas, m) + " |"
+				}
+				line += " " + fleetRatio(f, m) + " |"
+				w("%s", line)
+			}
+		}
+		w("")
+	}
+	table("Per acknowledged entry (whole service: claim, refresh, ack, renewal, sampler, pings):", fleetMetrics)
+	table("Per acknowledged entry, claim rounds only:", claimMetrics)
+	table("Idle fleet (queue empty), per replica per second:", idleMetrics)
+	drain := "Drain seconds:"
+	for _, f := range fr {
+		var parts []string
+		for _, x := range f.Runs {
+			parts = append(parts, fmt.Sprintf("N=%d %.1f s (%.0f rounds)%s", x.Replicas, x.Seconds, x.ClaimRounds, map[bool]string{false: " NOT drained", true: ""}[x.Drained]))
+		}
+		drain += fmt.Sprintf(" %s: %s.", f.Label, strings.Join(parts, ", "))
+	}
+	w("%s", drain)
+	w("")
+}
+
+func fleetCell(f *fleetResult, n int, m fleetMetric) string {
+	for _, x := range f.Runs {
+		if x.Replicas == n && x.Acked == 0 {
+			return "nothing acked"
+		}
+		if x.Replicas == n {
+			return fmt.Sprintf(m.unit, m.get(x))
+		}
+	}
+	return "–"
+}
+
+func fleetRatio(f *fleetResult, m fleetMetric) string {
+	if len(f.Runs) < 2 {
+		return "–"
+	}
+	a, z := m.get(f.Runs[0]), m.get(f.Runs[len(f.Runs)-1])
+	if a == 0 || f.Runs[0].Acked == 0 || f.Runs[len(f.Runs)-1].Acked == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", z/a)
+}
+
+// deadLettered and claimErrors read the fleet's counters.
+func (s *scorerefresh) deadLettered() float64 {
+	return s.sum(func(svc *app.Service) float64 {
+		return metrics.Read(svc.Metrics.EntriesDeadLettered.WithLabelValues(metrics.ReasonMaxAttempts))
+	})
+}
+
+func (s *scorerefresh) claimErrors() float64 {
+	return s.sum(func(svc *app.Service) float64 { return metrics.Read(svc.Metrics.ClaimErrors) })
+}
+
+func (s *scorerefresh) failedRefreshes() float64 {
+	return s.sum(func(svc *app.Service) float64 {
+		return metrics.Read(svc.Metrics.Refreshes.WithLabelValues(metrics.OutcomeError))
+	})
+}

@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/scorerefresh/scorerefresh/cmd/internal/app"
+	"github.com/scorerefresh/scorerefresh/consumer"
+)
+
+// errScorerDown is the storm's fault: not a MongoDB error, so the consumer
+// sees a failure of the user's refresh, not an outage.
+var errScorerDown = errors.New("scorer unavailable (fault injected by the bench)")
+
+// faultyScorer fails every refresh while failing is set. With instant set
+// it succeeds at once otherwise, so a drain measures the claim and ack
+// path (what a storm's backoffs could slow down) rather than the scorer.
+type faultyScorer struct {
+	inner   consumer.Refresher
+	failing *atomic.Bool
+	instant bool
+}
+
+func (f faultyScorer) Refresh(ctx context.Context, user string, startedAt time.Time) error {
+	if f.failing.Load() {
+		return errScorerDown
+	}
+	if f.instant {
+		return nil
+	}
+	return f.inner.Refresh(ctx, user, startedAt)
+}
+
+// minLevel drops records below min.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{Handler: h.Handler.WithAttrs(as), min: h.min}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{Handler: h.Handler.WithGroup(name), min: h.min}
+}
+
+// stormRun is one drain of the storm's backlog, with or without the storm.
+type stormRun struct {
+	Storm        bool        `json:"storm"`
+	Drained      bool        `json:"drained"`
+	Seconds      float64     `json:"seconds"` // until every entry was acknowledged or dead-lettered
+	HealAt       float64     `json:"heal_at,omitempty"`
+	Acked        float64     `json:"entries_acked"`
+	AckedAtHeal  float64     `json:"entries_acked_during_storm"`
+	DeadLettered float64     `json:"entries_dead_lettered"`
+	FailedRefs   float64     `json:"failed_refreshes"`
+	ClaimErrors  float64     `json:"claim_round_errors"`
+	ClaimRounds  float64     `json:"claim_rounds"`
+	StormRounds  float64     `json:"claim_rounds_during_storm"`
+	Rate         float64     `json:"drain_rate"` // entries acknowledged per second after the heal (or from the start)
+	Commands     cmdSnapshot `json:"commands"`
+	StormCmds    cmdSnapshot `json:"commands_during_storm"`
+}
+
+// stormResult is the backoff-storm scenario of one service version.
+type stormResult struct {
+	Label        string    `json:"label"`
+	Scorer       string    `json:"scorer"`
+	Users        int       `json:"users"`
+	Replicas     int       `json:"replicas"`
+	StormSeconds float64   `json:"storm_seconds"`
+	RTTms        float64   `json:"rtt_ms"`
+	Baseline     *stormRun `json:"baseline"`
+	Storm        *stormRun `json:"storm"`
+	RateRatio    float64   `json:"rate_ratio"` // storm's after-heal drain rate / baseline's
+}
+
+// The storm's scorers (-storm-scorer).
+const (
+	scorerInstant = "instant" // succeeds at once: the drain is the claim and ack path's
+	scorerReal    = "real"    // the service's scorer (14 round trips a refresh)
+)
+
+// mib is the storm's bound on what one claim round sends or receives.
+const mib = 1 << 20
+
+func (b *bench) storm(ctx context.Context) (*stormResult, error) {
+	o := b.opts.fleetOpts
+	r := &stormResult{Label: o.label, Scorer: o.stormScorer, Users: o.stormUsers, Replicas: o.stormReplicas, StormSeconds: o.stormFor.Seconds(), RTTms: ms(o.fleetRTT)}
+	b.logf("\n== backoff storm: %d users queued, %d replicas at RTT %s; every refresh fails for %s, then healed; and the same backlog without a storm",
+		o.stormUsers, o.stormReplicas, o.fleetRTT, o.stormFor)
+	backlog := diverseBacklog(o.stormUsers, time.Now(), b.opts.seed+5)
+	var err error
+	if r.Baseline, err = b.stormRun(ctx, backlog, false); err != nil {
+		return nil, err
+	}
+	if r.Storm, err = b.stormRun(ctx, backlog, true); err != nil {
+		return nil, err
+	}
+	if r.Baseline.Rate > 0 {
+		r.RateRatio = r.Storm.Rate / r.Baseline.Rate
+	}
+	for _, x := range []*stormRun{r.Baseline, r.Storm} {
+		b.logf("    storm=%v: %.0f acked, %.0f dead-lettered, %.0f failed refreshes, %.0f claim errors, %.0f rounds; drain %.1f entries/s; largest claim command %d B, reply %d B, round %d B sent / %d B received",
+			x.Storm, x.Acked, x.DeadLettered, x.FailedRefs, x.ClaimErrors, x.ClaimRounds, x.Rate, x.Commands.MaxCommand, x.Commands.MaxReply, x.Commands.MaxRoundSent, x.Commands.MaxRoundReceived)
+	}
+	b.targets = append(b.targets, r.targets()...)
+	return r, nil
+}
+
+func (b *bench) stormRun(ctx context.Context, backlog []any, storm bool) (*stormRun, error) {
+	o := b.opts.fleetOpts
+	n := o.stormReplicas
+	claims, err := b.claimsCollection()
+	if err != nil {
+		return nil, err
+	}
+	stats := make([]*cmdStats, n)
+	for i := range stats {
+		stats[i] = newCmdStats(claims)
+	}
+	snap := func() cmdSnapshot {
+		all := make([]cmdSnapshot, n)
+		for i, s := range stats {
+			all[i] = s.snapshot()
+		}
+		return sumSnapshots(all)
+	}
+	var failing atomic.Bool
+	failing.Store(storm)
+	sr := &stormRun{Storm: storm}
+	var events []timedEvent
+	if storm {
+		events = []timedEvent{{at: o.stormFor, name: "heal: refreshes succeed again", do: func() { failing.Store(false) }}}
+	}
+	target := float64(len(backlog))
+	var healed, finished bool
+	var fleet *scorerefresh
+	var atHeal cmdSnapshot
+	spec := runSpec{scenario: map[bool]string{false: "storm-baseline", true: "storm"}[storm], consumer: consumerScorerefresh, instances: n,
+		rtt: o.fleetRTT, backlog: backlog, events: events, max: o.stormFor + o.stormMax,
+		tune: func(i int, ao *app.Options) {
+			// Every failed refresh logs a warning: tens of thousands here.
+			ao.Logger = slog.New(minLevel{Handler: b.svcLog.Handler(), min: slog.LevelError})
+			ao.Monitor = stats[i].monitor()
+			ao.WrapRefresher = func(r consumer.Refresher) consumer.Refresher {
+				return faultyScorer{inner: r, failing: &failing, instant: o.stormScorer == scorerInstant}
+			}
+		},
+		observe: func(el time.Duration, c running) {
+			s := c.(*scorerefresh)
+			fleet = s
+			if storm && !healed && !failing.Load() {
+				healed = true
+				sr.HealAt, sr.AckedAtHeal = el.Seconds(), s.acked()
+				sr.StormRounds = s.timing().Claims
+				atHeal = snap()
+				sr.StormCmds = atHeal
+			}
+			if !finished && s.acked()+s.deadLettered() >= target {
+				finished, sr.Drained, sr.Seconds = true, true, el.Seconds()
+			}
+		},
+		done: func([]sample) bool { return finished },
+	}
+	res, err := b.run(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	if !sr.Drained {
+		sr.Seconds = res.Seconds
+	}
+	sr.Acked = res.Acked
+	sr.ClaimRounds = res.Claims
+	sr.Commands = snap()
+	if fleet != nil {
+		sr.DeadLettered, sr.ClaimErrors, sr.FailedRefs = fleet.deadLettered(), fleet.claimErrors(), fleet.failedRefreshes()
+	}
+	from := 0.0
+	if storm {
+		from = sr.HealAt
+	}
+	if sr.Seconds > from {
+		sr.Rate = (sr.Acked - sr.AckedAtHeal) / (sr.Seconds - from)
+	}
+	return sr, nil
+}
+
+func (r *stormResult) targets() []target {
+	s := r.Storm
+	ts := []target{
+		{Scenario: "storm", Target: "no claim round fails",
+			Figure: fmt.Sprintf("%.0f claim errors in %.0f rounds (%.0f failed claim commands)", s.ClaimErrors, s.ClaimRounds, s.Commands.Stages[stageClaim].Failed),
+			Value:  s.ClaimErrors, Met: s.ClaimErrors == 0 && s.Commands.Stages[stageClaim].Failed == 0, Applies: true},
+		{Scenario: "storm", Target: "no claim round sends or receives more than 1 MiB",
+			Figure: fmt.Sprintf("largest round %s sent, %s received (largest command %s, reply %s)",
+				kib(s.Commands.MaxRoundSent), kib(s.Commands.MaxRoundReceived), kib(s.Commands.MaxCommand), kib(s.Commands.MaxReply)),
+			Value: float64(max(s.Commands.MaxRoundSent, s.Commands.MaxRoundReceived)),
+			Met:   s.Commands.MaxRoundSent <= mib && s.Commands.MaxRoundReceived <= mib, Applies: true},
+		{Scenario: "storm", Target: "no user dead-lettered by the storm",
+			Figure: fmt.Sprintf("%.0f entries dead-lettered (%.0f failed refreshes)", s.DeadLettered, s.FailedRefs),
+			Value:  s.DeadLettered, Met: s.DeadLettered == 0, Applies: true},
+		{Scenario: "storm", Target: "after the heal, drains at ≥ 90% of the no-storm rate",
+			Figure: fmt.Sprintf("%.1f vs %.1f entries/s: %.0f%%%s", s.Rate, r.Baseline.Rate, 100*r.RateRatio, drainedSuffix(s)),
+			Value:  r.RateRatio, Met: s.Drained && r.RateRatio >= 0.9, Applies: true},
+	}
+	return ts
+}
+
+func drainedSuffix(s *stormRun) string {
+	if s.Drained {
+		return ""
+	}
+	return " (NOT drained within the cap)"
+}
+
+func kib(n int) string {
+	if n >= mib {
+		return fmt.Sprintf("%.2f MiB", float64(n)/mib)
+	}
+	return fmt.Sprintf("%.1f KiB", float64(n)/1024)
+}
+
+// stormMarkdown writes the storm table: this version's and, side by side,
+// the -compare version's.
+func stormMarkdown(w func(string, ...any), cur, old *stormResult) {
+	w("## Backoff storm")
+	w("")
+	w("%d distinct users queued (one entry each), %d replicas at RTT %.0f ms. Storm: every refresh fails (a scorer wrapper returns a non-transient error) for the first %.0f s, then succeeds. Baseline: the same backlog, no storm. Scorer: %s. Sizes are the claim rounds' commands and replies as the command monitor saw them; a round's bytes are its commands' added up.",
+		cur.Users, cur.Replicas, cur.RTTms, cur.StormSeconds, scorerNote(cur.Scorer))
+	w("")
+	rs := []*stormResult{cur}
+	if old != nil {
+		rs = append([]*stormResult{old}, cur)
+	}
+	w("| version | run | seconds | acked | dead-lettered | failed refreshes | claim rounds | claim errors | largest round sent | largest round received | largest command | largest reply | drain rate /s | vs baseline |")
+	w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range rs {
+		for _, x := range []*stormRun{r.Baseline, r.Storm} {
+			if x == nil {
+				continue
+			}
+			name, vs := "baseline", ""
+			if x.Storm {
+				name, vs = fmt.Sprintf("storm (healed at %.0f s)", x.HealAt), fmt.Sprintf("%.0f%%", 100*r.RateRatio)
+			}
+			secs := fmt.Sprintf("%.1f", x.Seconds)
+			if !x.Drained {
+				secs += " (cap)"
+			}
+			w("| %s | %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %s | %s | %s | %s | %.1f | %s |", r.Label, name, secs, x.Acked, x.DeadLettered, x.FailedRefs,
+				x.ClaimRounds, x.ClaimErrors, kib(x.Commands.MaxRoundSent), kib(x.Commands.MaxRoundReceived), kib(x.Commands.MaxCommand), kib(x.Commands.MaxReply), x.Rate, vs)
+		}
+	}
+	w("")
+	w("Drain rate: entries acknowledged per second from the heal (baseline: from the start) until every entry was acknowledged or dead-lettered.")
+	w("")
+}
+
+func scorerNote(s string) string {
+	if s == scorerReal {
+		return "the service's own (14 round trips a refresh)"
+	}
+	return "a stand-in that succeeds at once, so the drain measures the claim and ack path, which is what the storm's backoffs could slow down (-storm-scorer real for the service's own)"
+}
