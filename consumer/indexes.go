@@ -48,9 +48,9 @@ func EnsureIndexes(ctx context.Context, colls Collections, log *slog.Logger) (Ca
 	var unreachable error
 	leaseUntil := bson.D{{Key: "leaseUntil", Value: 1}}
 	specs := []indexSpec{
-		{coll: colls.Queue, model: mongo.IndexModel{Keys: bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}},
+		{coll: colls.Queue, model: mongo.IndexModel{Keys: windowIndex},
 			serves: "claim window: oldest entries of claimable users, sorted and filtered on the index alone; SLI oldest age"},
-		{coll: colls.Queue, model: mongo.IndexModel{Keys: bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}},
+		{coll: colls.Queue, model: mongo.IndexModel{Keys: absorbIndex},
 			serves: "absorb: every pending entry of the users just claimed"},
 		{coll: colls.Claims,
 			model:    mongo.IndexModel{Keys: leaseUntil, Options: options.Index().SetExpireAfterSeconds(int32(StaleLeaseTTL.Seconds()))},
