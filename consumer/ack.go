@@ -345,8 +345,9 @@ func (f *flush) ack(ctx context.Context) error {
 // to the one shard that holds the entry instead of to every shard. It still
 // matches the one entry: the username is the one read from it. The _id index
 // is hinted, as the username's index would read all of that user's entries.
-// Without users the statements are plain _id lookups, the only filter
-// FerretDB does not answer by reading the whole collection.
+// Without users the statements are plain _id lookups: MongoDB's
+// planner-free _id path, and the only filter FerretDB pushes down to its
+// storage (docs/query-plans.md measures both forms there).
 func deleteStatements(ids bson.A, users ...string) []mongo.WriteModel {
 	if len(ids) > maxIDStatements {
 		return deleteInLists(ids, users)
