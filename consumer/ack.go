@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -59,6 +60,7 @@ type completer struct {
 	batchSize   int
 	onSettled   func(users []lease) // the users are no longer held
 	afterFlush  func(err error)     // each flush attempt's outcome (readiness)
+	byUser      *atomic.Bool        // name each entry's user in its delete (deleteStatements)
 
 	mu        sync.Mutex
 	outcomes  []outcome
@@ -206,6 +208,7 @@ type flush struct {
 	c                                   *completer
 	acked, releases, exhausted, settled []lease
 	ackIDs                              bson.A
+	ackUsers                            []string // ackIDs' usernames, in the same order
 	ackEntries                          []int
 	retries                             []retry
 	dead                                []deadLetter
@@ -231,6 +234,7 @@ func newFlush(batch []outcome, bad map[string]malformed, c *completer) *flush {
 			f.ackEntries = append(f.ackEntries, len(o.work.entries))
 			for _, e := range o.work.entries {
 				f.ackIDs = append(f.ackIDs, e.ID)
+				f.ackUsers = append(f.ackUsers, e.Username)
 			}
 		case o.transient:
 			c.mu.Lock()
@@ -240,7 +244,7 @@ func newFlush(batch []outcome, bad map[string]malformed, c *completer) *flush {
 		case l.Attempts+1 >= c.maxAttempts:
 			f.exhausted = append(f.exhausted, l)
 			for _, e := range o.work.entries {
-				f.dead = append(f.dead, deadLetter{ID: e.ID, Reason: metrics.ReasonMaxAttempts, Detail: o.err.Error(), Attempts: l.Attempts + 1})
+				f.dead = append(f.dead, deadLetter{ID: e.ID, User: e.Username, Reason: metrics.ReasonMaxAttempts, Detail: o.err.Error(), Attempts: l.Attempts + 1})
 			}
 		default:
 			c.mu.Lock()
@@ -308,7 +312,11 @@ func (f *flush) ack(ctx context.Context) error {
 	if len(f.ackIDs) == 0 {
 		return nil
 	}
-	models := deleteStatements(f.ackIDs)
+	var users []string
+	if c.byUser.Load() {
+		users = f.ackUsers
+	}
+	models := deleteStatements(f.ackIDs, users...)
 	res, err := c.queue.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 	if err != nil {
 		return fmt.Errorf("acknowledging %d entries of %d users: %w", len(f.ackIDs), len(f.acked), err)
@@ -330,19 +338,65 @@ func (f *flush) ack(ctx context.Context) error {
 // user's backlog absorbed by one refresh), $in lists: one statement per
 // 50,000 ids costs MongoDB less per entry than thousands of statements, and
 // FerretDB one queue scan instead of thousands of queries.
-func deleteStatements(ids bson.A) []mongo.WriteModel {
+//
+// users, when given (through a mongos only), holds each entry's username,
+// "" where it is unknown (a malformed entry): each statement then names its
+// user too, so on a queue sharded on a key that starts with username it goes
+// to the one shard that holds the entry instead of to every shard. It still
+// matches the one entry: the username is the one read from it. The _id index
+// is hinted, as the username's index would read all of that user's entries.
+// Without users the statements are plain _id lookups: MongoDB's
+// planner-free _id path, and the only filter FerretDB pushes down to its
+// storage (docs/query-plans.md measures both forms there).
+func deleteStatements(ids bson.A, users ...string) []mongo.WriteModel {
 	if len(ids) > maxIDStatements {
-		var models []mongo.WriteModel
-		for _, chunk := range chunks(ids, maxInIDs) {
-			models = append(models, mongo.NewDeleteManyModel().SetFilter(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: chunk}}}}))
-		}
-		return models
+		return deleteInLists(ids, users)
 	}
 	models := make([]mongo.WriteModel, len(ids))
 	for i, id := range ids {
-		models[i] = mongo.NewDeleteOneModel().SetFilter(bson.D{{Key: "_id", Value: id}})
+		filter := bson.D{{Key: "_id", Value: id}}
+		m := mongo.NewDeleteOneModel()
+		if u := userAt(users, i); u != "" {
+			filter = append(filter, bson.E{Key: "username", Value: u})
+			m.SetHint(idIndex)
+		}
+		models[i] = m.SetFilter(filter)
 	}
 	return models
+}
+
+// deleteInLists is deleteStatements past maxIDStatements: $in lists of at
+// most maxInIDs ids, one user's each when users are given.
+func deleteInLists(ids bson.A, users []string) []mongo.WriteModel {
+	byUser := map[string]bson.A{}
+	var order []string
+	for i, id := range ids {
+		u := userAt(users, i)
+		if _, ok := byUser[u]; !ok {
+			order = append(order, u)
+		}
+		byUser[u] = append(byUser[u], id)
+	}
+	var models []mongo.WriteModel
+	for _, u := range order {
+		for _, chunk := range chunks(byUser[u], maxInIDs) {
+			filter := bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: chunk}}}}
+			m := mongo.NewDeleteManyModel()
+			if u != "" {
+				filter = append(filter, bson.E{Key: "username", Value: u})
+				m.SetHint(idIndex)
+			}
+			models = append(models, m.SetFilter(filter))
+		}
+	}
+	return models
+}
+
+func userAt(users []string, i int) string {
+	if i < len(users) {
+		return users[i]
+	}
+	return ""
 }
 
 // maxIDStatements is the most entries deleted with one statement per _id.

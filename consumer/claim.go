@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -96,6 +97,11 @@ type claimer struct {
 	resume   *position            // read the window from here, not the head
 	lastScan time.Time
 	noHint   bool // the server refused the index hint once: stop sending it
+	// noAbsorbHint is noHint for absorb's index.
+	noAbsorbHint bool
+	// byUser is set once the server turns out to be a mongos: deletes of
+	// queue entries then name each entry's user (deleteStatements).
+	byUser *atomic.Bool
 	// filter says whether usernames are length-filtered on the server
 	// (validUsername); nil until the server has been asked. FerretDB
 	// compiles a regex once per document it tests (~0.5 ms for this one),
@@ -284,6 +290,13 @@ func (c *claimer) detect(ctx context.Context) error {
 		return fmt.Errorf("asking the server what it supports (buildInfo): %w", err)
 	}
 	_, ferret := info.Lookup("ferretdbVersion").StringValueOK()
+	var hello struct {
+		Msg string `bson:"msg"`
+	}
+	if err := c.queue.Database().RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello); err != nil {
+		return fmt.Errorf("asking the server what it is (hello): %w", err)
+	}
+	c.byUser.Store(hello.Msg == "isdbgrid")
 	filter := !ferret
 	c.filter = &filter
 	return nil
@@ -296,6 +309,24 @@ func isTooLarge(err error) bool {
 
 // windowIndex is the queue index the claim window is read from.
 var windowIndex = bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}
+
+// absorbIndex is the queue index absorb reads the users' entries from.
+var absorbIndex = bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}
+
+// findHinted runs a find hinting index, unless the server refused that hint
+// before (*refused): a refusal (the index is missing, its build failed) is
+// remembered and the query runs again, planned freely.
+func findHinted(ctx context.Context, coll *mongo.Collection, filter bson.D, opts *options.FindOptionsBuilder, index bson.D, refused *bool) (*mongo.Cursor, error) {
+	if !*refused {
+		opts.SetHint(index)
+	}
+	cur, err := coll.Find(ctx, filter, opts)
+	if err != nil && !*refused && isBadHint(err) {
+		*refused = true
+		cur, err = coll.Find(ctx, filter, opts.SetHint(nil))
+	}
+	return cur, err
+}
 
 // isBadHint reports the server's answer to a hint naming no index (BadValue).
 func isBadHint(err error) bool {
@@ -317,10 +348,12 @@ func (c *claimer) scanMalformed(ctx context.Context, now time.Time, windowFull b
 	if windowFull && last != nil {
 		bound = &last.createdAt
 	}
-	cur, err := c.queue.Find(ctx, malformedFilter(bound), options.Find().
+	// Hinted: nothing in this filter bounds an index scan except createdAt,
+	// so only the window's index returns the head in order without a sort.
+	cur, err := findHinted(ctx, c.queue, malformedFilter(bound), options.Find().
 		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
 		SetLimit(malformedScanLimit).
-		SetProjection(bson.D{{Key: "_id", Value: 1}}))
+		SetProjection(bson.D{{Key: "_id", Value: 1}}), windowIndex, &c.noHint)
 	if err != nil {
 		return nil, fmt.Errorf("looking for malformed entries: %w", err)
 	}
@@ -414,13 +447,18 @@ func (c *claimer) absorb(ctx context.Context, won []lease, limit int) ([]work, [
 		want[l.User] = struct{}{}
 	}
 	limit = max(limit, len(won)) // at least one entry per user won
-	cur, err := c.queue.Find(ctx,
+	// Hinted: the window's index also returns entries in this order, and a
+	// planner that picks it (it wins the trial when the users won sit at
+	// the head) walks the whole queue whenever their entries number fewer
+	// than the limit. This index reads only the users' own entries.
+	cur, err := findHinted(ctx, c.queue,
 		bson.D{{Key: "username", Value: bson.D{{Key: "$in", Value: names}}}},
 		options.Find().
 			SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
 			SetLimit(int64(limit)).
 			SetBatchSize(int32(limit)). // one reply unless it passes 16 MiB
-			SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}))
+			SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}),
+		absorbIndex, &c.noAbsorbHint)
 	if err != nil {
 		return nil, nil, err
 	}

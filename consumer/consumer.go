@@ -28,6 +28,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -171,8 +172,9 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 		c.afterClaim = func(error) {}
 	}
 	c.leases = &leaseStore{coll: colls.Claims, owner: cfg.Owner}
+	byUser := new(atomic.Bool) // set by the claimer's first round, read by the completer's deletes
 	c.claimer = &claimer{queue: colls.Queue, leases: c.leases, window: cfg.ClaimWindow, lease: cfg.LeaseDuration, clock: c.clock,
-		owner: cfg.Owner, scanEvery: cfg.PollInterval, skip: map[string]time.Time{}}
+		owner: cfg.Owner, scanEvery: cfg.PollInterval, skip: map[string]time.Time{}, byUser: byUser}
 	c.starts = &startMarker{leases: c.leases}
 	if _, ok := c.refresher.(BatchRefresher); !ok {
 		c.cfg.BatchSize = 1
@@ -181,7 +183,8 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 	c.completer = &completer{
 		queue:       colls.Queue,
 		leases:      c.leases,
-		dead:        &deadLetterer{queue: colls.Queue, dead: colls.DeadLetter},
+		dead:        &deadLetterer{queue: colls.Queue, dead: colls.DeadLetter, byUser: byUser},
+		byUser:      byUser,
 		clock:       c.clock,
 		metrics:     c.metrics,
 		log:         c.log,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -14,6 +15,7 @@ import (
 // deadLetter is one queue entry to move out of the queue, and why.
 type deadLetter struct {
 	ID       any
+	User     string // the entry's username; "" for a malformed entry
 	Reason   string // malformed | max_attempts: the metric label and deadLetter.reason
 	Detail   string // what exactly was wrong, for the operator reading the document
 	Attempts int
@@ -25,8 +27,9 @@ type deadLetter struct {
 // _id, so running a batch twice (after a crash or an unknown outcome) inserts
 // nothing twice and loses nothing: the delete only runs after the insert.
 type deadLetterer struct {
-	queue *mongo.Collection
-	dead  *mongo.Collection
+	queue  *mongo.Collection
+	dead   *mongo.Collection
+	byUser *atomic.Bool // name each entry's user in its delete (deleteStatements)
 }
 
 // move returns how many entries were dead-lettered by this call, per reason
@@ -36,13 +39,20 @@ func (d *deadLetterer) move(ctx context.Context, batch []deadLetter, now time.Ti
 		return nil, nil
 	}
 	ids := make(bson.A, len(batch))
+	var users []string
+	if d.byUser.Load() {
+		users = make([]string, len(batch))
+	}
 	for i, b := range batch {
 		ids[i] = b.ID
+		if users != nil {
+			users[i] = b.User
+		}
 	}
 	var originals []bson.Raw
 	for _, chunk := range chunks(ids, maxInIDs) {
 		cur, err := d.queue.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: chunk}}}},
-			options.Find().SetBatchSize(int32(len(chunk))))
+			options.Find().SetBatchSize(int32(len(chunk))+1)) // +1: a batch filled exactly leaves the cursor open
 		if err != nil {
 			return nil, fmt.Errorf("reading %d entries to dead-letter: %w", len(batch), err)
 		}
@@ -100,7 +110,7 @@ func (d *deadLetterer) move(ctx context.Context, batch []deadLetter, now time.Ti
 			counts[reasons[i]]++
 		}
 	}
-	if _, err := d.queue.BulkWrite(ctx, deleteStatements(ids), options.BulkWrite().SetOrdered(false)); err != nil {
+	if _, err := d.queue.BulkWrite(ctx, deleteStatements(ids, users...), options.BulkWrite().SetOrdered(false)); err != nil {
 		return counts, fmt.Errorf("deleting %d dead-lettered entries from the queue: %w", len(ids), err)
 	}
 	return counts, nil

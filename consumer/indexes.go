@@ -51,10 +51,10 @@ func IndexSpecs(colls Collections) []IndexSpec {
 	leaseUntil := bson.D{{Key: "leaseUntil", Value: 1}}
 	return []IndexSpec{
 		{Name: IndexClaimWindow, Coll: colls.Queue,
-			Model:  mongo.IndexModel{Keys: bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}},
+			Model:  mongo.IndexModel{Keys: windowIndex},
 			Serves: "claim window: oldest entries of claimable users, sorted and filtered on the index alone; SLI oldest age"},
 		{Name: IndexAbsorb, Coll: colls.Queue,
-			Model:  mongo.IndexModel{Keys: bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}},
+			Model:  mongo.IndexModel{Keys: absorbIndex},
 			Serves: "absorb: every pending entry of the users just claimed"},
 		{Name: IndexLeaseUntil, Coll: colls.Claims,
 			Model:    mongo.IndexModel{Keys: leaseUntil, Options: options.Index().SetExpireAfterSeconds(int32(StaleLeaseTTL.Seconds()))},

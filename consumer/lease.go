@@ -67,7 +67,11 @@ func (s *leaseStore) blockedAmong(ctx context.Context, users []string, now time.
 	cur, err := s.coll.Find(ctx,
 		bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "leaseUntil", Value: bson.D{{Key: "$gt", Value: now}}}},
 		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "leaseUntil", Value: 1}, {Key: "token", Value: 1}}).
-			SetBatchSize(int32(len(users))))
+			SetBatchSize(int32(len(users))+1). // +1: a batch filled exactly leaves the cursor open (a getMore)
+			// Hinted: the leaseUntil index also matches, and a planner that
+			// picks it (it wins the trial while few leases are live) reads
+			// every live lease and backoff of the fleet, round after round.
+			SetHint(idIndex))
 	if err != nil {
 		return nil, fmt.Errorf("reading the leases of %d users in the window: %w", len(users), err)
 	}
@@ -327,6 +331,9 @@ type retry struct {
 	err          string
 	countAttempt bool // false for transient failures (MongoDB down), which never dead-letter
 }
+
+// idIndex is the index every collection has, on _id.
+var idIndex = bson.D{{Key: "_id", Value: 1}}
 
 // fenceFilter matches exactly the given leases. Tokens are unique per claim
 // round and a user is won at most once per round, so matching the user set and

@@ -38,8 +38,9 @@ type SamplerConfig struct {
 //	                  keys every 15s exactly when the queue is in trouble.
 //	oldest            find {createdAt: {$type: date}} sort {createdAt, _id} limit 1,
 //	                  and find {createdAt: null} sort {_id} limit 1 (entries dated
-//	                  by their ObjectId): both are the first key of the index
-//	                  {createdAt, _id, username} the claim window uses.
+//	                  by their ObjectId, hinted): both read the first key or two
+//	                  of the index {createdAt, _id, username} the claim window
+//	                  uses, and at most two documents (docs/query-plans.md).
 //	dead letters      estimatedDocumentCount, as for depth.
 type Sampler struct {
 	cfg      SamplerConfig
@@ -132,8 +133,15 @@ func (s *Sampler) oldest(ctx context.Context) (time.Time, error) {
 	var undated struct {
 		ID bson.RawValue `bson:"_id"`
 	}
-	err = s.cfg.Queue.FindOne(ctx, bson.D{{Key: "createdAt", Value: nil}},
-		options.FindOne().SetSort(bson.D{{Key: "_id", Value: 1}}).SetProjection(bson.D{{Key: "_id", Value: 1}})).Decode(&undated)
+	// Hinted: the _id index returns this order too, and a planner that picks
+	// it (it can win the trial while undated entries sit at the head) reads
+	// the whole queue once they are gone, every sample, until it replans.
+	undatedQuery := bson.D{{Key: "createdAt", Value: nil}}
+	opts := options.FindOne().SetSort(bson.D{{Key: "_id", Value: 1}}).SetProjection(bson.D{{Key: "_id", Value: 1}})
+	err = s.cfg.Queue.FindOne(ctx, undatedQuery, opts.SetHint(queueTimeIndex)).Decode(&undated)
+	if isBadHint(err) { // the index is missing (its build failed): plan freely
+		err = s.cfg.Queue.FindOne(ctx, undatedQuery, opts.SetHint(nil)).Decode(&undated)
+	}
 	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
 		return time.Time{}, fmt.Errorf("reading the oldest undated entry: %w", err)
 	}
@@ -141,6 +149,16 @@ func (s *Sampler) oldest(ctx context.Context) (time.Time, error) {
 		oldest = oid.Timestamp()
 	}
 	return oldest, nil
+}
+
+// queueTimeIndex is the queue's index on {createdAt, _id, username}, the
+// claim window's, which the consumer builds.
+var queueTimeIndex = bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}
+
+// isBadHint reports the server's answer to a hint naming no index (BadValue).
+func isBadHint(err error) bool {
+	var se mongo.ServerError
+	return errors.As(err, &se) && se.HasErrorCode(2)
 }
 
 func (s *Sampler) counters(now time.Time, depth float64) HeadroomSample {

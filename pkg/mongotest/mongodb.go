@@ -1,0 +1,26 @@
+package mongotest
+
+import (
+	"os"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// RequireMongoDB skips t unless db is on a real MongoDB: tests of MongoDB's
+// own behaviour (its query planner, explain) mean nothing on FerretDB, whose
+// explain describes its SQLite or PostgreSQL plan.
+func RequireMongoDB(t testing.TB, db *mongo.Database) {
+	t.Helper()
+	if os.Getenv(EnvURI) == "" {
+		t.Skipf("needs MongoDB's query planner: set %s to a MongoDB 6.0+ (the embedded FerretDB's explain is its SQLite plan)", EnvURI)
+	}
+	var info bson.Raw
+	if err := db.RunCommand(t.Context(), bson.D{{Key: "buildInfo", Value: 1}}).Decode(&info); err != nil {
+		t.Fatalf("asking the test server what it is: %v", err)
+	}
+	if _, ferret := info.Lookup("ferretdbVersion").StringValueOK(); ferret {
+		t.Skipf("needs MongoDB's query planner: %s points at FerretDB", EnvURI)
+	}
+}
