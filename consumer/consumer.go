@@ -294,7 +294,10 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 		if more && c.wantMore() {
 			continue
 		}
+		// Paging ends with the wait: the next round reads the head again,
+		// so the oldest entry stays next in line once its user is free.
 		pages = 0
+		c.claimer.resume = nil
 		select {
 		case <-ctx.Done():
 		case <-poll.C:
