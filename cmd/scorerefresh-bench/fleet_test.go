@@ -71,7 +71,7 @@ func TestDuplicateKeysAndBatches(t *testing.T) {
 func TestCompareSideBySide(t *testing.T) {
 	t.Parallel()
 	run := func(n int, cmds float64) *fleetRun {
-		return &fleetRun{Replicas: n, Drained: true, PerEntry: fleetFigures{Commands: cmds}, IdleReplicaS: cmdCount{Commands: 2}}
+		return &fleetRun{Replicas: n, Drained: true, Acked: 100, PerEntry: fleetFigures{Commands: cmds}, IdleReplicaS: cmdCount{Commands: 2}}
 	}
 	storm := func(label string) *stormResult {
 		return &stormResult{Label: label, Users: 10, Replicas: 2, Baseline: &stormRun{Drained: true, Rate: 10},
