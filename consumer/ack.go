@@ -269,7 +269,7 @@ func newFlush(batch []outcome, bad map[string]malformed, c *completer) *flush {
 		case l.Attempts+1 >= c.maxAttempts:
 			f.exhausted = append(f.exhausted, l)
 			for _, e := range o.work.entries {
-				f.dead = append(f.dead, deadLetter{ID: e.ID, Reason: metrics.ReasonMaxAttempts, Detail: o.err.Error(), Attempts: l.Attempts + 1, User: l.User})
+				f.dead = append(f.dead, deadLetter{ID: e.ID, User: e.Username, Reason: metrics.ReasonMaxAttempts, Detail: o.err.Error(), Attempts: l.Attempts + 1})
 			}
 		default:
 			c.mu.Lock()
@@ -449,6 +449,8 @@ func (f *flush) postponeDeadLetters(failed []deadLetter) {
 
 // deadLane returns the completer that moves this one's dead letters, built on
 // first use with the same collaborators; it has no lane of its own (nil).
+// Its flushes do not report to readiness (afterFlush), which says whether
+// acknowledgements go through; its failures are logged and counted.
 func (c *completer) deadLane() *completer {
 	if c.isLane {
 		return nil
@@ -458,7 +460,7 @@ func (c *completer) deadLane() *completer {
 			queue: c.queue, leases: c.leases, dead: c.dead, clock: c.clock, metrics: c.metrics, log: c.log,
 			maxAttempts: c.maxAttempts, retryDelay: c.retryDelay, interval: c.interval, batchSize: c.batchSize,
 			onSettled:  func(users []lease) { c.onSettled(users) },
-			afterFlush: func(err error) { c.afterFlush(err) },
+			afterFlush: func(error) {},
 			malformed:  map[string]malformed{},
 			kick:       newSignal(),
 			rnd:        rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),

@@ -18,10 +18,10 @@ import (
 // deadLetter is one queue entry to move out of the queue, and why.
 type deadLetter struct {
 	ID       any
+	User     string // the entry's username; "" for a malformed entry
 	Reason   string // malformed | max_attempts: the metric label and deadLetter.reason
 	Detail   string // what exactly was wrong, for the operator reading the document
 	Attempts int
-	User     string // the exhausted user the entry belongs to; "" for a malformed entry
 }
 
 // Size bounds. A producer may enqueue anything up to the server's limits, so
