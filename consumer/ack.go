@@ -37,6 +37,7 @@ type outcome struct {
 // round trips whatever its size:
 //
 //	dead letters      3 (read originals, insert copies, delete), only if any
+//	                  (a read per entry on FerretDB, see deadLetterer.read)
 //	ack               1 deleteMany of every acknowledged entry
 //	release leases    1 deleteMany of acked, dead-lettered and released users
 //	back off          1 bulk update of failed users, only if any
@@ -45,8 +46,13 @@ type outcome struct {
 // original _id, lease writes are fenced by the claim token), so a failed flush
 // retries the steps not yet done, with backoff, until they succeed: nothing is
 // dropped, and the users stay held (and their leases renewed) until then. A
-// failing step does not hold up the others, and dead letters that keep
-// failing are postponed (see postponeDeadLetters).
+// failing step does not hold up the others.
+//
+// Dead letters (malformed entries, users out of attempts) go through a
+// completer of their own (deadLane), on its own goroutine, so moving them,
+// however slow, never delays an acknowledgement. There each flush tries its
+// dead letters once, and an entry that fails is postponed on its own (see
+// flush.deadLetters): one that cannot be written never holds back another.
 type completer struct {
 	queue       *mongo.Collection
 	leases      *leaseStore
@@ -65,12 +71,21 @@ type completer struct {
 	mu        sync.Mutex
 	outcomes  []outcome
 	malformed map[string]malformed // by _id: the same bad entry seen by several claim rounds is moved once
+	deadRetry map[string]deadRetry // by _id: malformed entries whose dead letter failed, not retried before then
 	kick      signal
 	rnd       *rand.Rand
 	carry     *flush // a flush cut short by shutdown, finished by the next flushAll
+
+	laneOnce sync.Once
+	lane     *completer // see deadLane
+	isLane   bool
 }
 
 func (c *completer) add(o outcome) {
+	if lane := c.deadLane(); lane != nil && c.outOfAttempts(o) {
+		lane.add(o)
+		return
+	}
 	c.mu.Lock()
 	c.outcomes = append(c.outcomes, o)
 	n := len(c.outcomes)
@@ -84,9 +99,18 @@ func (c *completer) addMalformed(ms []malformed) {
 	if len(ms) == 0 {
 		return
 	}
+	if lane := c.deadLane(); lane != nil {
+		lane.addMalformed(ms)
+		return
+	}
+	now := c.clock.Now()
 	c.mu.Lock()
 	for _, m := range ms {
-		c.malformed[idKey(m.ID)] = m
+		k := idKey(m.ID)
+		if r, ok := c.deadRetry[k]; ok && now.Before(r.notBefore) {
+			continue // its dead letter failed recently: it waits its turn in the queue
+		}
+		c.malformed[k] = m
 	}
 	c.mu.Unlock()
 	c.kick.notify()
@@ -95,6 +119,11 @@ func (c *completer) addMalformed(ms []malformed) {
 // run flushes until ctx ends, then returns; call flushAll after it for the
 // final flush at shutdown.
 func (c *completer) run(ctx context.Context) {
+	if lane := c.deadLane(); lane != nil {
+		done := make(chan struct{})
+		go func() { defer close(done); lane.run(ctx) }()
+		defer func() { <-done }()
+	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -130,8 +159,17 @@ func (c *completer) pending() int {
 }
 
 // flushAll flushes everything pending, retrying with backoff until it
-// succeeds or ctx ends. It returns the last error if ctx ended first.
+// succeeds or ctx ends, acknowledgements first, then dead letters. It
+// returns the last error if ctx ended first.
 func (c *completer) flushAll(ctx context.Context) error {
+	err := c.flushOwn(ctx)
+	if lane := c.deadLane(); lane != nil {
+		err = errors.Join(err, lane.flushAll(ctx))
+	}
+	return err
+}
+
+func (c *completer) flushOwn(ctx context.Context) error {
 	c.mu.Lock()
 	carried := c.carry
 	c.carry = nil
@@ -171,9 +209,6 @@ func (c *completer) settle(ctx context.Context, f *flush) error {
 			c.afterFlush(err)
 			c.log.Error("flushing finished users failed; will retry", "op", "ack flush", "users", len(f.settled), "attempt", attempt, "err", err)
 		}
-		if attempt >= deadLetterTries && f.onlyDeadLettersLeft() {
-			f.postponeDeadLetters()
-		}
 		delay := Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}.Delay(attempt, nil)
 		select {
 		case <-ctx.Done():
@@ -195,12 +230,6 @@ func (c *completer) handBack(batch []outcome, bad map[string]malformed) {
 		c.malformed[k] = m
 	}
 }
-
-// deadLetterTries is how many flush attempts dead letters get before they are
-// postponed, so that a dead-letter write that cannot succeed (no insert
-// permission, a document too large for its deadLetter field) does not hold
-// up every acknowledgement behind it.
-const deadLetterTries = 5
 
 // flush is one batch on its way to MongoDB; each step remembers that it is
 // done so a retry does not repeat it.
@@ -262,18 +291,6 @@ func newFlush(batch []outcome, bad map[string]malformed, c *completer) *flush {
 func (f *flush) run(ctx context.Context) error {
 	c := f.c
 	var errs []error
-	if !f.deadDone {
-		counts, err := c.dead.move(ctx, f.dead, c.clock.Now())
-		for reason, n := range counts {
-			c.metrics.EntriesDeadLettered.WithLabelValues(reason).Add(float64(n))
-		}
-		if err != nil {
-			errs = append(errs, err)
-		} else {
-			f.dead = nil // counted; a retry must not count them again
-			f.deadDone = true
-		}
-	}
 	if !f.ackDone {
 		if err := f.ack(ctx); err != nil {
 			errs = append(errs, err)
@@ -286,6 +303,11 @@ func (f *flush) run(ctx context.Context) error {
 			errs = append(errs, err)
 		} else {
 			f.releaseDone = true
+		}
+	}
+	if !f.deadDone {
+		if err := f.deadLetters(ctx); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if !f.exhaustedDone && f.deadDone {
@@ -421,24 +443,134 @@ func (f *flush) release(ctx context.Context, leases []lease, tried *bool) error 
 	return nil
 }
 
-func (f *flush) onlyDeadLettersLeft() bool {
-	return !f.deadDone && f.ackDone && f.releaseDone && f.backOffDone
+// deadLetters moves this flush's dead letters, once. An entry that fails is
+// postponed on its own rather than retried with the flush, so a dead letter
+// that cannot be written holds back neither the others nor any
+// acknowledgement: its failure is counted and logged, not returned. Only a
+// move cut short by shutdown returns an error, leaving the unfinished
+// entries to the final flush.
+func (f *flush) deadLetters(ctx context.Context) error {
+	c := f.c
+	counts, failed, err := c.dead.move(ctx, f.dead, c.clock.Now())
+	for reason, n := range counts {
+		c.metrics.EntriesDeadLettered.WithLabelValues(reason).Add(float64(n))
+	}
+	if err != nil && ctx.Err() != nil {
+		f.dead = failed // the others are done and counted
+		return err
+	}
+	c.noteDeadLetters(f.dead, failed)
+	if err != nil {
+		c.metrics.AckFlushErrors.Inc()
+		c.log.Error("dead letters failed; postponed, the entries stay in the queue",
+			"op", "dead letter", "failed", len(failed), "entries", len(f.dead), "err", err)
+		f.postponeDeadLetters(failed)
+	}
+	f.dead, f.deadDone = nil, true
+	return nil
 }
 
-// postponeDeadLetters gives up on this batch's dead letters for now. The
-// entries stay in the queue, so nothing is lost: malformed ones come back
-// with the next claim round that sees them, and exhausted users back off
-// and are dead-lettered on their next failure.
-func (f *flush) postponeDeadLetters() {
+// postponeDeadLetters gives up on failed dead letters for now. The entries
+// stay in the queue, so nothing is lost: a malformed one comes back with the
+// first claim round that sees it after its backoff (noteDeadLetters), and an
+// exhausted user with an entry left backs off and is dead-lettered again
+// after it, without another refresh.
+func (f *flush) postponeDeadLetters(failed []deadLetter) {
 	c := f.c
-	c.log.Error("dead letters keep failing; postponed so acknowledgements can go on (the entries stay in the queue)",
-		"op", "dead letter", "entries", len(f.dead), "users", len(f.exhausted))
+	users := map[string]bool{}
+	for _, b := range failed {
+		if b.User != "" {
+			users[b.User] = true
+		}
+	}
+	if len(users) == 0 {
+		return
+	}
+	if f.backOffDone { // (a final flush finishing a move cut short)
+		f.retries, f.backOffDone = nil, false
+	}
 	now := c.clock.Now()
+	kept := f.exhausted[:0]
 	for _, l := range f.exhausted {
+		if !users[l.User] {
+			kept = append(kept, l)
+			continue
+		}
 		f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(c.retryDelay.Delay(l.Attempts, nil)), err: "dead-lettering failed; postponed"})
 	}
-	f.exhausted, f.dead = nil, nil
-	f.deadDone, f.exhaustedDone, f.backOffDone = true, true, false
+	f.exhausted = kept
+}
+
+// deadLane returns the completer that moves this one's dead letters, built on
+// first use with the same collaborators; it has no lane of its own (nil).
+// Its flushes do not report to readiness (afterFlush), which says whether
+// acknowledgements go through; its failures are logged and counted.
+func (c *completer) deadLane() *completer {
+	if c.isLane {
+		return nil
+	}
+	c.laneOnce.Do(func() {
+		c.lane = &completer{
+			queue: c.queue, leases: c.leases, dead: c.dead, clock: c.clock, metrics: c.metrics, log: c.log,
+			maxAttempts: c.maxAttempts, retryDelay: c.retryDelay, interval: c.interval, batchSize: c.batchSize,
+			onSettled:  func(users []lease) { c.onSettled(users) },
+			afterFlush: func(error) {},
+			malformed:  map[string]malformed{},
+			kick:       newSignal(),
+			rnd:        rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+			isLane:     true,
+		}
+	})
+	return c.lane
+}
+
+// outOfAttempts reports an outcome whose entries are to be dead-lettered
+// (newFlush sorts it the same way).
+func (c *completer) outOfAttempts(o outcome) bool {
+	return !o.release && o.err != nil && !o.transient && o.work.lease.Attempts+1 >= c.maxAttempts
+}
+
+// deadRetry is when a malformed entry whose dead letter failed may be tried
+// again.
+type deadRetry struct {
+	failures  int
+	notBefore time.Time
+}
+
+// deadLetterBackoff spaces the tries of a malformed entry whose dead letter
+// keeps failing, so it costs neither a round trip nor a log line per flush.
+var deadLetterBackoff = Backoff{Base: time.Second, Max: 5 * time.Minute}
+
+// maxDeadRetries bounds the malformed entries remembered as failing; past it
+// one more is simply retried when a claim round sees it again.
+const maxDeadRetries = 10_000
+
+// noteDeadLetters records how a move of batch went for its malformed
+// entries: the failed ones back off, the others are forgotten.
+func (c *completer) noteDeadLetters(batch, failed []deadLetter) {
+	bad := make(map[string]bool, len(failed))
+	for _, b := range failed {
+		bad[idKey(b.ID)] = true
+	}
+	now := c.clock.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.deadRetry == nil {
+		c.deadRetry = map[string]deadRetry{}
+	}
+	for _, b := range batch {
+		k := idKey(b.ID)
+		r, known := c.deadRetry[k]
+		switch {
+		case b.User != "":
+		case !bad[k]:
+			delete(c.deadRetry, k)
+		case known || len(c.deadRetry) < maxDeadRetries:
+			r.failures++
+			r.notBefore = now.Add(deadLetterBackoff.Delay(r.failures, nil))
+			c.deadRetry[k] = r
+		}
+	}
 }
 
 // maxInIDs bounds one $in list: 50,000 ids of ~20 bytes stay far below the

@@ -1,15 +1,19 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/scorerefresh/scorerefresh/metrics"
 )
 
 // deadLetter is one queue entry to move out of the queue, and why.
@@ -21,99 +25,232 @@ type deadLetter struct {
 	Attempts int
 }
 
-// deadLetterer moves entries to the dead-letter collection in three round
-// trips per batch, whatever its size: read the originals, insert copies with a
-// deadLetter subdocument, delete the originals. The copy keeps the original
-// _id, so running a batch twice (after a crash or an unknown outcome) inserts
-// nothing twice and loses nothing: the delete only runs after the insert.
+// Size bounds. A producer may enqueue anything up to the server's limits, so
+// no command or reply of the dead-letter step may depend on the entries'
+// sizes: MongoDB refuses a document over 16 MiB and a message over 48 MB,
+// and the driver drops a connection whose reply passes 48 MB.
+const (
+	// maxDeadLetterBytes is the largest dead letter stored whole. The
+	// margin under 16 MiB leaves room for deadLetter.originalId when a
+	// reused _id forces a second copy (keepDistinct).
+	maxDeadLetterBytes = 16<<20 - 64<<10
+	// insertBatchBytes bounds the dead letters of one insert command.
+	insertBatchBytes = 16 << 20
+	// maxInBytes bounds the _ids of one $in read.
+	maxInBytes = 4 << 20
+	// keptStringBytes is how much of each string field a reduced dead letter
+	// keeps, and maxReducedBytes how much in all.
+	keptStringBytes = 1 << 10
+	maxReducedBytes = 1 << 20
+)
+
+// deadLetterer moves entries to the dead-letter collection: read the
+// originals, insert copies with a deadLetter subdocument, delete the
+// originals. For a batch of ordinary entries that is three round trips
+// whatever its size (see read for the one exception). The copy keeps the
+// original _id, so running a batch twice (after a crash or an unknown
+// outcome) inserts nothing twice and loses nothing: an original is deleted
+// only once its copy is stored.
+//
+// Every entry succeeds or fails on its own: one that cannot be read or
+// written is reported back (move's failed) while the rest of its batch goes
+// through. The deadLetterer is used by one goroutine at a time (the
+// completer's).
 type deadLetterer struct {
 	queue  *mongo.Collection
 	dead   *mongo.Collection
 	byUser *atomic.Bool // name each entry's user in its delete (deleteStatements)
+	// boundedReplies says whether the server cuts a reply at 16 MiB by
+	// itself; nil until asked (see repliesBounded).
+	boundedReplies *bool
+	// maxCopy is the largest copy stored whole; 0 means maxDeadLetterBytes
+	// (tests lower it to exercise the reduced form with small documents).
+	maxCopy int
 }
 
-// move returns how many entries were dead-lettered by this call, per reason
-// (entries already moved or acknowledged by someone else are not counted).
-func (d *deadLetterer) move(ctx context.Context, batch []deadLetter, now time.Time) (map[string]int, error) {
+// move dead-letters batch. It returns how many entries this call stored, per
+// reason (too_large for those stored reduced; entries already moved or
+// acknowledged by someone else are not counted), and the entries it could
+// not move, which are still in the queue; err says why those failed.
+func (d *deadLetterer) move(ctx context.Context, batch []deadLetter, now time.Time) (counts map[string]int, failed []deadLetter, err error) {
 	if len(batch) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	ids := make(bson.A, len(batch))
-	var users []string
-	if d.byUser.Load() {
-		users = make([]string, len(batch))
-	}
-	for i, b := range batch {
-		ids[i] = b.ID
-		if users != nil {
-			users[i] = b.User
-		}
-	}
-	var originals []bson.Raw
-	for _, chunk := range chunks(ids, maxInIDs) {
-		cur, err := d.queue.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: chunk}}}},
-			options.Find().SetBatchSize(int32(len(chunk))+1)) // +1: a batch filled exactly leaves the cursor open
-		if err != nil {
-			return nil, fmt.Errorf("reading %d entries to dead-letter: %w", len(batch), err)
-		}
-		var part []bson.Raw
-		if err := cur.All(ctx, &part); err != nil {
-			return nil, fmt.Errorf("reading %d entries to dead-letter: %w", len(batch), err)
-		}
-		originals = append(originals, part...)
-	}
-	if len(originals) == 0 {
-		return nil, nil
-	}
-	byID := make(map[string]deadLetter, len(batch))
+	m := &mover{d: d, now: now, want: make(map[string]deadLetter, len(batch)), counts: map[string]int{}}
+	ids := make(bson.A, 0, len(batch))
 	for _, b := range batch {
-		byID[idKey(b.ID)] = b
-	}
-	docs := make([]any, 0, len(originals))
-	reasons := make([]string, 0, len(originals))
-	for _, o := range originals {
-		b := byID[idKey(o.Lookup("_id"))]
-		doc, err := withDeadLetter(o, b, now)
-		if err != nil {
-			return nil, err
+		k := idKey(b.ID)
+		if _, dup := m.want[k]; !dup {
+			m.want[k] = b
+			ids = append(ids, b.ID)
 		}
-		docs = append(docs, doc)
-		reasons = append(reasons, b.Reason)
 	}
-	counts := map[string]int{}
-	inserted := make([]bool, len(docs))
-	for i := range inserted {
-		inserted[i] = true
+	readErr := d.read(ctx, d.queue, ids, m.add)
+	if readErr == nil {
+		readErr = m.insert(ctx)
 	}
-	if _, err := d.dead.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); err != nil {
-		var bwe mongo.BulkWriteException
-		if !errors.As(err, &bwe) || bwe.WriteConcernError != nil {
-			return nil, fmt.Errorf("inserting %d dead letters: %w", len(docs), err)
+	if readErr != nil {
+		// What was not read, or not written, is still in the queue.
+		for _, p := range m.pending {
+			m.fail(p.b, readErr)
 		}
-		var dups []int
-		for _, we := range bwe.WriteErrors {
-			if !mongo.IsDuplicateKeyError(we) {
-				return nil, fmt.Errorf("inserting %d dead letters: %w", len(docs), err)
+		for _, b := range m.want {
+			m.fail(b, fmt.Errorf("reading the entry to dead-letter: %w", readErr))
+		}
+	}
+	if len(m.done) > 0 {
+		var users []string
+		if d.byUser != nil && d.byUser.Load() {
+			users = make([]string, len(m.doneLetters))
+			for i, b := range m.doneLetters {
+				users[i] = b.User
 			}
-			dups = append(dups, we.Index)
 		}
-		moved, err := d.keepDistinct(ctx, originals, docs, dups)
-		if err != nil {
-			return nil, err
-		}
-		for _, i := range dups {
-			inserted[i] = !moved[i]
-		}
-	}
-	for i, ok := range inserted {
-		if ok {
-			counts[reasons[i]]++
+		if _, err := d.queue.BulkWrite(ctx, deleteStatements(m.done, users...), options.BulkWrite().SetOrdered(false)); err != nil {
+			// Their copies are stored: a retry finds them and only deletes.
+			err = fmt.Errorf("deleting %d dead-lettered entries from the queue: %w", len(m.done), err)
+			for _, b := range m.doneLetters {
+				m.fail(b, err)
+			}
 		}
 	}
-	if _, err := d.queue.BulkWrite(ctx, deleteStatements(ids, users...), options.BulkWrite().SetOrdered(false)); err != nil {
-		return counts, fmt.Errorf("deleting %d dead-lettered entries from the queue: %w", len(ids), err)
+	if len(m.failed) > 0 {
+		return m.counts, m.failed, fmt.Errorf("dead-lettering %d of %d entries: %w", len(m.failed), len(ids), errors.Join(m.errs...))
 	}
-	return counts, nil
+	return m.counts, nil, nil
+}
+
+// mover is one move call's progress: entries wanted and not yet read, copies
+// waiting for their insert, entries done and failed.
+type mover struct {
+	d            *deadLetterer
+	now          time.Time
+	want         map[string]deadLetter // by idKey, until read
+	pending      []pendingCopy
+	pendingBytes int
+	counts       map[string]int
+	done         bson.A // _ids whose copy is stored: delete them from the queue
+	doneLetters  []deadLetter
+	failed       []deadLetter
+	errs         []error
+}
+
+// pendingCopy is a dead letter built and not yet inserted.
+type pendingCopy struct {
+	b      deadLetter
+	doc    bson.Raw
+	reason string // the metric label: b.Reason, or too_large for a reduced copy
+}
+
+// maxErrs bounds the distinct errors a move reports (a batch failing for one
+// cause would otherwise repeat it per entry).
+const maxErrs = 3
+
+func (m *mover) fail(b deadLetter, err error) {
+	m.failed = append(m.failed, b)
+	if len(m.errs) < maxErrs {
+		m.errs = append(m.errs, fmt.Errorf("entry %v: %w", shortID(b.ID), err))
+	}
+}
+
+func (m *mover) stored(p pendingCopy, inserted bool) {
+	if inserted {
+		m.counts[p.reason]++
+	}
+	m.done = append(m.done, p.b.ID)
+	m.doneLetters = append(m.doneLetters, p.b)
+}
+
+// add builds the dead letter of one original just read, inserting the copies
+// gathered so far first when this one would take them past insertBatchBytes.
+// orig is only valid during the call.
+func (m *mover) add(ctx context.Context, orig bson.Raw) error {
+	k := idKey(orig.Lookup("_id"))
+	b, ok := m.want[k]
+	if !ok {
+		return nil
+	}
+	delete(m.want, k)
+	doc, reason, err := deadLetterDoc(orig, b, m.now, cmp.Or(m.d.maxCopy, maxDeadLetterBytes))
+	if err != nil {
+		m.fail(b, err)
+		return nil
+	}
+	if len(m.pending) > 0 && m.pendingBytes+len(doc) > insertBatchBytes {
+		if err := m.insert(ctx); err != nil {
+			m.fail(b, err)
+			return err
+		}
+	}
+	m.pending = append(m.pending, pendingCopy{b: b, doc: doc, reason: reason})
+	m.pendingBytes += len(doc)
+	return nil
+}
+
+// insert stores the pending copies in one command. It returns an error only
+// when MongoDB itself is failing (the rest of the batch would fail too);
+// a copy that fails on its own is recorded as failed.
+func (m *mover) insert(ctx context.Context) error {
+	batch := m.pending
+	m.pending, m.pendingBytes = nil, 0
+	if len(batch) == 0 {
+		return nil
+	}
+	return m.insertCopies(ctx, batch, m.keepDistinct)
+}
+
+// insertCopies inserts batch unordered; onDup sorts out duplicate keys.
+func (m *mover) insertCopies(ctx context.Context, batch []pendingCopy, onDup func(context.Context, []pendingCopy) error) error {
+	docs := make([]any, len(batch))
+	for i, p := range batch {
+		docs[i] = p.doc
+	}
+	_, err := m.d.dead.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+	if err == nil {
+		for _, p := range batch {
+			m.stored(p, true)
+		}
+		return nil
+	}
+	var bwe mongo.BulkWriteException
+	if errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0 {
+		bad := make(map[int]bool, len(bwe.WriteErrors))
+		var dups []pendingCopy
+		for _, we := range bwe.WriteErrors {
+			bad[we.Index] = true
+			if mongo.IsDuplicateKeyError(we) {
+				dups = append(dups, batch[we.Index])
+			} else {
+				m.fail(batch[we.Index].b, fmt.Errorf("inserting its dead letter: %w", we))
+			}
+		}
+		for i, p := range batch {
+			if !bad[i] {
+				m.stored(p, true)
+			}
+		}
+		if len(dups) > 0 {
+			return onDup(ctx, dups)
+		}
+		return nil
+	}
+	if ctx.Err() != nil || transient(err) || len(batch) == 1 {
+		for _, p := range batch {
+			m.fail(p.b, fmt.Errorf("inserting %d dead letters: %w", len(batch), err))
+		}
+		if ctx.Err() != nil || transient(err) {
+			return err
+		}
+		return nil
+	}
+	// The command failed as a whole for a reason that may be one copy's:
+	// retry each alone, so that copy fails by itself.
+	for _, p := range batch {
+		if err := m.insertCopies(ctx, []pendingCopy{p}, onDup); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // keepDistinct sorts out duplicate keys on the dead-letter insert. Usually
@@ -122,51 +259,147 @@ func (d *deadLetterer) move(ctx context.Context, batch []deadLetter, now time.Ti
 // unchanged by _id: then the stored dead letter is a different document, and
 // this one is inserted under a fresh _id with deadLetter.originalId, rather
 // than deleted from the queue with no copy anywhere.
-func (d *deadLetterer) keepDistinct(ctx context.Context, originals []bson.Raw, docs []any, dups []int) (map[int]bool, error) {
+func (m *mover) keepDistinct(ctx context.Context, dups []pendingCopy) error {
+	byKey := make(map[string]pendingCopy, len(dups))
 	ids := make(bson.A, len(dups))
-	for i, di := range dups {
-		ids[i] = originals[di].Lookup("_id")
+	for i, p := range dups {
+		ids[i] = p.b.ID
+		byKey[idKey(p.b.ID)] = p
 	}
-	cur, err := d.dead.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+	moved := make(map[string]bool, len(dups))
+	err := m.d.read(ctx, m.d.dead, ids, func(_ context.Context, stored bson.Raw) error {
+		k := idKey(stored.Lookup("_id"))
+		if p, ok := byKey[k]; ok && same(stored, p.doc) {
+			moved[k] = true
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("reading existing dead letters: %w", err)
+		for _, p := range dups {
+			m.fail(p.b, fmt.Errorf("reading existing dead letters: %w", err))
+		}
+		if ctx.Err() != nil || transient(err) {
+			return err
+		}
+		return nil
 	}
-	var existing []bson.Raw
-	if err := cur.All(ctx, &existing); err != nil {
-		return nil, fmt.Errorf("reading existing dead letters: %w", err)
-	}
-	stored := make(map[string]bson.Raw, len(existing))
-	for _, e := range existing {
-		stored[idKey(e.Lookup("_id"))] = e
-	}
-	moved := make(map[int]bool, len(dups))
-	var renamed []any
-	for _, di := range dups {
-		orig := originals[di]
-		if same(stored[idKey(orig.Lookup("_id"))], orig) {
-			moved[di] = true
+	var renamed []pendingCopy
+	for _, p := range dups {
+		if moved[idKey(p.b.ID)] {
+			m.stored(p, false)
 			continue
 		}
-		doc, err := renamedDeadLetter(docs[di].(bson.Raw))
+		doc, err := renamedDeadLetter(p.doc)
 		if err != nil {
-			return nil, err
+			m.fail(p.b, err)
+			continue
 		}
-		renamed = append(renamed, doc)
+		renamed = append(renamed, pendingCopy{b: p.b, doc: doc, reason: p.reason})
 	}
-	if len(renamed) > 0 {
-		if _, err := d.dead.InsertMany(ctx, renamed); err != nil {
-			return nil, fmt.Errorf("inserting %d dead letters under fresh _ids: %w", len(renamed), err)
+	if len(renamed) == 0 {
+		return nil
+	}
+	return m.insertCopies(ctx, renamed, func(_ context.Context, dups []pendingCopy) error {
+		for _, p := range dups { // a fresh ObjectId clashing: a unique index of the operator's
+			m.fail(p.b, errors.New("inserting its dead letter under a fresh _id: duplicate key"))
 		}
-	}
-	return moved, nil
+		return nil
+	})
 }
 
-// same reports whether a stored dead letter holds exactly the original's
-// fields, ignoring the deadLetter subdocument.
-func same(stored, orig bson.Raw) bool {
-	if stored == nil {
+// read hands fn every document of coll whose _id is in ids (those that no
+// longer exist are skipped). A server that cuts each reply at 16 MiB
+// (MongoDB) gets one $in query per 50,000 ids, read through a cursor: the
+// ordinary batch is one round trip, a batch of huge documents takes as many
+// replies as its bytes need. A server that fills a reply by count alone
+// (FerretDB) could send one far past the 48 MB the driver accepts, which
+// drops the connection and clears the pool, batch after batch: there each
+// document is read alone, by _id (which is also the only filter FerretDB
+// answers without scanning the collection).
+func (d *deadLetterer) read(ctx context.Context, coll *mongo.Collection, ids bson.A, fn func(context.Context, bson.Raw) error) error {
+	if !d.repliesBounded(ctx) {
+		for _, id := range ids {
+			raw, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+			if errors.Is(err, mongo.ErrNoDocuments) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if err := fn(ctx, raw); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, chunk := range idChunks(ids, maxInIDs, maxInBytes) {
+		if err := d.scan(ctx, coll, chunk, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *deadLetterer) scan(ctx context.Context, coll *mongo.Collection, ids bson.A, fn func(context.Context, bson.Raw) error) error {
+	// One more than the ids, so a reply holding them all also closes the
+	// cursor instead of leaving a getMore to find nothing.
+	cur, err := coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+		options.Find().SetBatchSize(int32(len(ids)+1)))
+	if err != nil {
+		return err
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	for cur.Next(ctx) {
+		if err := fn(ctx, cur.Current); err != nil {
+			return err
+		}
+	}
+	return cur.Err()
+}
+
+// repliesBounded asks the server once whether it bounds a reply's size by
+// itself. FerretDB names itself in buildInfo (ferretdbVersion) and fills a
+// reply with as many documents as the batch size asks for; MongoDB and
+// servers like it stop a reply at 16 MiB. Until the answer is known (the
+// command failed), reads take the safe path.
+func (d *deadLetterer) repliesBounded(ctx context.Context) bool {
+	if d.boundedReplies != nil {
+		return *d.boundedReplies
+	}
+	var info bson.Raw
+	if err := d.queue.Database().RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&info); err != nil {
 		return false
 	}
+	_, err := info.LookupErr("ferretdbVersion")
+	bounded := err != nil
+	d.boundedReplies = &bounded
+	return bounded
+}
+
+// idChunks splits ids into lists of at most n ids and about maxBytes of
+// BSON (a single larger id makes a list of its own).
+func idChunks(ids bson.A, n, maxBytes int) []bson.A {
+	var out []bson.A
+	start, size := 0, 0
+	for i, id := range ids {
+		_, data, err := bson.MarshalValue(id)
+		sz := len(data)
+		if err != nil {
+			sz = 0 // the query reports it
+		}
+		if i > start && (i-start >= n || size+sz > maxBytes) {
+			out = append(out, ids[start:i])
+			start, size = i, 0
+		}
+		size += sz
+	}
+	return append(out, ids[start:])
+}
+
+// same reports whether a stored dead letter holds exactly the fields of the
+// copy this run would store, ignoring the deadLetter subdocument (whose date
+// and error differ from run to run).
+func same(stored, want bson.Raw) bool {
 	strip := func(r bson.Raw) []byte {
 		elems, _ := r.Elements()
 		var b []byte
@@ -177,7 +410,7 @@ func same(stored, orig bson.Raw) bool {
 		}
 		return b
 	}
-	return string(strip(stored)) == string(strip(orig))
+	return string(strip(stored)) == string(strip(want))
 }
 
 // renamedDeadLetter gives a dead letter a fresh _id and records the original
@@ -202,31 +435,138 @@ func renamedDeadLetter(doc bson.Raw) (bson.Raw, error) {
 	return bson.Marshal(d)
 }
 
-// withDeadLetter appends {deadLetter: {reason, at, attempts, error}} to the
-// original document, every original field kept as it was.
-func withDeadLetter(orig bson.Raw, b deadLetter, now time.Time) (bson.Raw, error) {
+// deadLetterDoc builds the copy of orig to store: the original whole with a
+// deadLetter subdocument, or, when that would be larger than limit, the
+// reduced form (see reducedDeadLetter) with reason too_large.
+func deadLetterDoc(orig bson.Raw, b deadLetter, now time.Time, limit int) (bson.Raw, string, error) {
+	verdict := bson.D{
+		{Key: "reason", Value: b.Reason},
+		{Key: "at", Value: now},
+		{Key: "attempts", Value: int32(b.Attempts)},
+		{Key: "error", Value: prefix(b.Detail, keptStringBytes)},
+	}
+	size, err := wholeSize(orig, verdict)
+	if err != nil {
+		return nil, "", err
+	}
+	if size <= limit {
+		doc, err := withDeadLetter(orig, verdict)
+		return doc, b.Reason, err
+	}
+	doc, err := reducedDeadLetter(orig, b, verdict, len(orig))
+	if err != nil {
+		return nil, "", err
+	}
+	if len(doc) > limit {
+		return nil, "", fmt.Errorf("the entry (%d bytes) cannot be dead-lettered even reduced: its copy would be %d bytes, more than %d", len(orig), len(doc), limit)
+	}
+	return doc, metrics.ReasonTooLarge, nil
+}
+
+// wholeSize is the size orig would have with verdict as its deadLetter,
+// computed without building it.
+func wholeSize(orig bson.Raw, verdict bson.D) (int, error) {
+	elems, err := orig.Elements()
+	if err != nil {
+		return 0, fmt.Errorf("reading entry to dead-letter: %w", err)
+	}
+	sub, err := bson.Marshal(bson.D{{Key: "deadLetter", Value: verdict}})
+	if err != nil {
+		return 0, fmt.Errorf("encoding dead letter: %w", err)
+	}
+	size := len(orig) + len(sub) - 5 // sub's own length prefix and terminator
+	for _, e := range elems {
+		if e.Key() == "deadLetter" {
+			size -= len(e)
+		}
+	}
+	return size, nil
+}
+
+// withDeadLetter appends {deadLetter: verdict} to the original document,
+// every original field kept as it was.
+func withDeadLetter(orig bson.Raw, verdict bson.D) (bson.Raw, error) {
 	elems, err := orig.Elements()
 	if err != nil {
 		return nil, fmt.Errorf("reading entry to dead-letter: %w", err)
 	}
-	doc := bson.D{}
+	doc := make(bson.D, 0, len(elems)+1)
 	for _, e := range elems {
 		if e.Key() == "deadLetter" {
 			continue // a replayed dead letter gets a fresh verdict
 		}
 		doc = append(doc, bson.E{Key: e.Key(), Value: e.Value()})
 	}
-	doc = append(doc, bson.E{Key: "deadLetter", Value: bson.D{
-		{Key: "reason", Value: b.Reason},
-		{Key: "at", Value: now},
-		{Key: "attempts", Value: int32(b.Attempts)},
-		{Key: "error", Value: b.Detail},
-	}})
+	doc = append(doc, bson.E{Key: "deadLetter", Value: verdict})
 	raw, err := bson.Marshal(doc)
 	if err != nil {
 		return nil, fmt.Errorf("encoding dead letter: %w", err)
 	}
 	return raw, nil
+}
+
+// reducedDeadLetter is what is kept of an entry too large to store whole:
+// its _id and createdAt, the first KiB of each top-level string field (up to
+// 1 MiB in all), and in deadLetter its reason too_large, the reason it was
+// dead-lettered for (originalReason), its size in bytes (originalSize) and
+// how many string fields did not fit (omittedStrings).
+func reducedDeadLetter(orig bson.Raw, b deadLetter, verdict bson.D, size int) (bson.Raw, error) {
+	elems, err := orig.Elements()
+	if err != nil {
+		return nil, fmt.Errorf("reading entry to dead-letter: %w", err)
+	}
+	doc := bson.D{}
+	kept, omitted := 0, 0
+	for _, e := range elems {
+		k, v := e.Key(), e.Value()
+		switch {
+		case k == "_id":
+			doc = append(doc, bson.E{Key: k, Value: v})
+		case k == "deadLetter":
+		case v.Type == bson.TypeString:
+			if kept >= maxReducedBytes {
+				omitted++
+				continue
+			}
+			s := prefix(v.StringValue(), keptStringBytes)
+			kept += len(k) + len(s)
+			doc = append(doc, bson.E{Key: k, Value: s})
+		case k == "createdAt" && len(v.Value) <= keptStringBytes:
+			doc = append(doc, bson.E{Key: k, Value: v})
+		}
+	}
+	verdict = append(bson.D{}, verdict...)
+	verdict[0].Value = metrics.ReasonTooLarge
+	verdict = append(verdict,
+		bson.E{Key: "originalReason", Value: b.Reason},
+		bson.E{Key: "originalSize", Value: int64(size)})
+	if omitted > 0 {
+		verdict = append(verdict, bson.E{Key: "omittedStrings", Value: int32(omitted)})
+	}
+	doc = append(doc, bson.E{Key: "deadLetter", Value: verdict})
+	raw, err := bson.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("encoding reduced dead letter: %w", err)
+	}
+	return raw, nil
+}
+
+// prefix returns at most n bytes of s, cut on a character boundary when s is
+// valid UTF-8.
+func prefix(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > n-utf8.UTFMax && cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
+
+// shortID renders an _id for an error message, at most 64 bytes of it.
+func shortID(id any) string {
+	return prefix(fmt.Sprint(id), 64)
 }
 
 // idKey makes any _id usable as a map key by its BSON type and bytes.

@@ -16,6 +16,9 @@ const namespace = "scorerefresh"
 const (
 	ReasonMalformed   = "malformed"
 	ReasonMaxAttempts = "max_attempts"
+	// ReasonTooLarge: an entry too large to store whole with its deadLetter
+	// subdocument, kept in reduced form (whatever made it a dead letter).
+	ReasonTooLarge = "too_large"
 )
 
 // Refresh outcomes: the only values of the outcome label.
@@ -39,7 +42,7 @@ func NewRegistry() *prometheus.Registry {
 type Consumer struct {
 	EntriesClaimed      prometheus.Counter
 	EntriesAcked        prometheus.Counter
-	EntriesDeadLettered *prometheus.CounterVec // reason: malformed | max_attempts
+	EntriesDeadLettered *prometheus.CounterVec // reason: malformed | max_attempts | too_large
 	Refreshes           *prometheus.CounterVec // outcome: ok | error
 	RefreshDuration     prometheus.Histogram
 	OCCConflicts        prometheus.Counter
@@ -174,7 +177,7 @@ func NewConsumer(reg prometheus.Registerer) *Consumer {
 	}
 	c.WakeupSource.WithLabelValues(WakeupPoll).Set(1)
 	c.WakeupSource.WithLabelValues(WakeupChangeStream).Set(0)
-	for _, r := range []string{ReasonMalformed, ReasonMaxAttempts} {
+	for _, r := range []string{ReasonMalformed, ReasonMaxAttempts, ReasonTooLarge} {
 		c.EntriesDeadLettered.WithLabelValues(r)
 	}
 	for _, o := range []string{OutcomeOK, OutcomeError} {
