@@ -4,6 +4,7 @@
 //	scorerefresh snapshot   writes the queue (and sources) as Extended JSON
 //	scorerefresh replay     loads a snapshot, drains it, reports (docs/replay.md)
 //	scorerefresh backlog    generates a synthetic snapshot
+//	scorerefresh plan       predicts drain time, replicas and stability (docs/capacity-planning.md)
 //	scorerefresh version    prints the build's version
 //
 // Configuration comes from the environment only (SPEC section 4). This binary
@@ -38,6 +39,7 @@ commands:
   replay    --in FILE|DIR [--drain]: load a snapshot or mongoexport file, drain it, report
             (replay compare A.json B.json: two drain reports side by side)
   backlog   generate --shape S --entries N --users M --out DIR: a synthetic snapshot
+  plan      --in FILE|DIR|--from-queue --rtt D|--measure: drain time, replicas, stability (--help)
   version   print the version
 `
 
@@ -59,6 +61,8 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		return runReplay(args[1:], environ, stdout, stderr)
 	case "backlog":
 		return runBacklog(args[1:], environ, stdout, stderr)
+	case "plan":
+		return runPlan(args[1:], environ, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintf(stdout, "scorerefresh %s (revision %s)\n", version, revision)
 		return 0
