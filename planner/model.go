@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -131,8 +132,8 @@ type Bounds struct {
 	// the refresh, the wait for an ack flush and the next claim round.
 	InFlight float64 `json:"inFlight"`
 	// Server is the server's capacity over the round trips of a refresh
-	// (+Inf without a capacity).
-	Server float64 `json:"server"`
+	// (+Inf, null in JSON, without a capacity).
+	Server Limit `json:"server"`
 	// Loaded is the fleet's rate with every slot busy, the round trip
 	// taken at that load (capacity and knee included): what a deep backlog
 	// gets, and what a transient that fills the slots leaves behind.
@@ -147,7 +148,7 @@ type Bounds struct {
 func FleetBounds(c Config, s Server, replicas int) Bounds {
 	rt := float64(c.RoundTrips())
 	slots := float64(replicas * c.Concurrency * c.Batch)
-	b := Bounds{Replicas: replicas, Server: math.Inf(1)}
+	b := Bounds{Replicas: replicas, Server: Limit(math.Inf(1))}
 	b.Latency = slots / (rt * s.Latency(1, 1))
 	full := float64(replicas) * (float64(c.Concurrency) + overheadInFlight)
 	lat := s.Latency(full, 1)
@@ -157,7 +158,7 @@ func FleetBounds(c Config, s Server, replicas int) Bounds {
 	hold := rt*lat + AckInterval + float64(AckRoundTrips+ClaimRoundTrips)*lat
 	b.InFlight = float64(replicas*c.HeldCap()*c.Batch) / hold
 	if s.Capacity > 0 {
-		b.Server = s.Capacity * float64(c.Batch) / rt
+		b.Server = Limit(s.Capacity * float64(c.Batch) / rt)
 	}
 	b.Lower, b.Binding = b.Loaded, "latency"
 	switch {
@@ -169,4 +170,29 @@ func FleetBounds(c Config, s Server, replicas int) Bounds {
 		b.Binding = "server under load"
 	}
 	return b
+}
+
+// Limit is a figure that may be unbounded (+Inf): a server without a
+// capacity, a rate no arrival exceeds. JSON has no infinity, so it is null
+// there.
+type Limit float64
+
+// MarshalJSON writes +Inf as null.
+func (l Limit) MarshalJSON() ([]byte, error) {
+	if math.IsInf(float64(l), 0) || math.IsNaN(float64(l)) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(float64(l))
+}
+
+// UnmarshalJSON reads null as +Inf.
+func (l *Limit) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*l = Limit(math.Inf(1))
+		return nil
+	}
+	var f float64
+	err := json.Unmarshal(b, &f)
+	*l = Limit(f)
+	return err
 }

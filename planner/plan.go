@@ -71,8 +71,9 @@ type Row struct {
 	Bounds   Bounds `json:"bounds"`
 	Run      *Run   `json:"simulation"`
 	// Sustainable is the highest arrival rate (entries a second, with the
-	// backlog's mix of users) whose oldest age stays within the target.
-	Sustainable float64 `json:"sustainableEntriesPerSecond"`
+	// backlog's mix of users) whose oldest age stays within the target
+	// (+Inf, null in JSON: no rate is too high).
+	Sustainable Limit `json:"sustainableEntriesPerSecond"`
 	MeetsTarget bool    `json:"meetsTarget"`
 }
 
@@ -83,7 +84,8 @@ type StabilityPlan struct {
 	Baseline   *Run      `json:"baseline,omitempty"`  // the load without the transient
 	Disturbed  *Run      `json:"disturbed,omitempty"` // the same with it
 	// PreLevel is the oldest age before the transient (the highest over
-	// its last two thirds); recovery is getting back to it.
+	// its last two thirds before it); recovery is getting back to it
+	// (RecoveredAt).
 	PreLevel        float64 `json:"preLevelSeconds"`
 	Recovered       bool    `json:"recovered"`
 	RecoverySeconds float64 `json:"recoverySeconds"` // after the transient ended; -1: not while the load lasted
@@ -110,7 +112,7 @@ func Make(in Input) (*Plan, error) {
 		c.Replicas = n
 		row := Row{Replicas: n, Bounds: FleetBounds(c, in.Server, n)}
 		row.Run = Simulate(c, in.Server, Transient{}, entries, users, simOptions(in, entries, row.Bounds))
-		row.Sustainable = p.Mix.SustainableRate(row.Bounds.Lower, targetWait(c, in.Server, in.TargetAge))
+		row.Sustainable = Limit(p.Mix.SustainableRate(row.Bounds.Lower, targetWait(c, in.Server, in.TargetAge)))
 		row.MeetsTarget = row.Run.PeakWait <= in.TargetAge && (row.Run.Drained || in.Arrival.Mode == ArrivalRate)
 		if row.MeetsTarget && p.ReplicasForTarget == 0 {
 			p.ReplicasForTarget = n
@@ -187,24 +189,35 @@ func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 	if n := len(entries); n > 0 {
 		loadEnd = math.Max(loadEnd, entries[n-1].Arrive)
 	}
-	for i, s := range sp.Disturbed.Timeline {
-		if s.T < in.Transient.End() || (p.Load > 0 && s.T > loadEnd) {
-			continue
-		}
-		level := sp.PreLevel
-		if i < len(sp.Baseline.Timeline) {
-			level = math.Max(level, sp.Baseline.Timeline[i].OldestAge)
-		}
-		if s.OldestAge <= level+0.5 {
-			sp.Recovered, sp.RecoverySeconds = true, s.T-in.Transient.End()
-			break
-		}
+	if t, ok := RecoveredAt(sp.Disturbed.Timeline, sp.PreLevel, in.Transient.End(), loadEnd, p.Load > 0); ok {
+		sp.Recovered, sp.RecoverySeconds = true, t-in.Transient.End()
 	}
 	if p.Load == 0 && sp.Disturbed.Drained {
 		sp.Recovered, sp.RecoverySeconds = true, sp.Disturbed.DrainSeconds-in.Transient.End()
 	}
 	sp.Verdict = describeRecovery(sp, p.Load, loadEnd, in.Transient.End())
 	return sp
+}
+
+// RecoveryTolerance is how close to its pre-transient level the oldest age
+// must come back to count as recovered: the age of an idle queue swings by
+// up to a poll interval, and the level is that swing's top.
+const RecoveryTolerance = 0.5
+
+// RecoveredAt is the first sample time from restore on whose oldest age is
+// back within RecoveryTolerance of level. With whileLoaded, only samples up
+// to loadEnd count: a queue that drains because arrivals stopped has not
+// recovered. The bench judges measured replays with the same rule.
+func RecoveredAt(tl []Sample, level, restore, loadEnd float64, whileLoaded bool) (float64, bool) {
+	for _, s := range tl {
+		if s.T < restore || (whileLoaded && s.T > loadEnd) {
+			continue
+		}
+		if s.OldestAge <= level+RecoveryTolerance {
+			return s.T, true
+		}
+	}
+	return 0, false
 }
 
 func maxAge(tl []Sample, from, to float64) float64 {

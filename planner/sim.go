@@ -74,8 +74,9 @@ func Simulate(c Config, s Server, tr Transient, entries []Entry, users int, o Si
 		m.at(tr.At+tr.For, evRTT, 1)
 		m.trFactor = tr.RTTFactor
 	}
-	m.at(o.SampleEvery, evSample, 0)
 	m.arrive()
+	m.sample()
+	m.at(o.SampleEvery, evSample, 0)
 	for _, r := range m.reps {
 		m.tryClaim(r)
 	}

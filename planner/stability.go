@@ -41,7 +41,7 @@ type Stability struct {
 	// SettledWait is how old entries get once the queue is backed up and
 	// coalescing has brought the demand down to Loaded (+Inf: no age is
 	// enough, the queue grows without bound; 0: no backlog forms).
-	SettledWait float64 `json:"settledWaitSeconds"`
+	SettledWait Limit `json:"settledWaitSeconds"`
 	// RecoverySeconds estimates how long a backlog of BacklogUsers users
 	// takes to clear at Loaded − Demand (stable only).
 	RecoverySeconds float64 `json:"recoverySeconds,omitempty"`
@@ -71,7 +71,7 @@ func Assess(c Config, s Server, replicas int, mix Mix, rate float64, backlogUser
 	}
 	st.Demand = mix.Demand(rate, st.NormalWait)
 	st.Margin = st.Loaded/st.Demand - 1
-	st.SettledWait = mix.SettledWait(rate, st.Loaded)
+	st.SettledWait = Limit(mix.SettledWait(rate, st.Loaded))
 	busy, ok := lowFixedPoint(c, s, replicas, st.Demand)
 	switch {
 	case !ok:
@@ -118,10 +118,10 @@ func (st Stability) Describe() string {
 			st.Loaded, st.Demand, 100*st.Margin)
 	case ClassMetastable:
 		return fmt.Sprintf("METASTABLE: keeps up while lightly loaded (%.1f commands in flight), but with every slot busy it does %.1f refreshes/s against a demand of %.1f/s (headroom %+.0f%%): a transient that fills the slots leaves the queue %s",
-			st.BusyLow, st.Loaded, st.Demand, 100*st.Margin, settled(st.SettledWait))
+			st.BusyLow, st.Loaded, st.Demand, 100*st.Margin, settled(float64(st.SettledWait)))
 	}
 	return fmt.Sprintf("OVERLOADED: the load needs %.1f refreshes/s, more than the fleet does (%.1f/s with every slot busy, headroom %+.0f%%): the queue %s even without a transient",
-		st.Demand, st.Loaded, 100*st.Margin, settled(st.SettledWait))
+		st.Demand, st.Loaded, 100*st.Margin, settled(float64(st.SettledWait)))
 }
 
 func settled(wait float64) string {

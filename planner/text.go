@@ -30,7 +30,7 @@ func (p *Plan) WriteText(w io.Writer) error {
 			done = "> " + Seconds(r.Run.EndSeconds)
 		}
 		fmt.Fprintf(tw, "%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t\n", r.Replicas, r.Bounds.Lower, r.Bounds.Binding, done,
-			thousands(r.Run.PeakDepth), Seconds(r.Run.PeakOldestAge), Seconds(r.Run.PeakWait), r.Run.RefreshesPerSecond(), rateText(r.Sustainable))
+			thousands(r.Run.PeakDepth), Seconds(r.Run.PeakOldestAge), Seconds(r.Run.PeakWait), r.Run.RefreshesPerSecond(), rateText(float64(r.Sustainable)))
 	}
 	tw.Flush()
 	fmt.Fprintf(&b, "(bound: refreshes/s with every slot busy; peak wait: the longest an entry waited since the plan began;\n"+

@@ -71,6 +71,7 @@ type benchOptions struct {
 	scale, scaleWarm, scaleRTT time.Duration
 
 	adaptiveOpts
+	planOpts
 }
 
 var allScenarios = []string{"diverse", "firehose", "wedge", "recovery", "overload", "scale", "adaptive"}
@@ -111,6 +112,7 @@ func parseFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.DurationVar(&o.scaleWarm, "scale-warm", 5*time.Second, "scenario 6: warm-up before the window")
 	fs.DurationVar(&o.scaleRTT, "scale-rtt", 0, "scenario 6: RTT (0: the lowest multiple of 10 ms at which three processes stay latency-bound)")
 	adaptiveFlags(fs, &o.adaptiveOpts)
+	planFlags(fs, &o.planOpts)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -146,7 +148,8 @@ func parseFlags(args []string, stderr io.Writer) (benchOptions, error) {
 		shrinkAdaptive(shrink, &o.adaptiveOpts)
 	}
 	for _, s := range strings.Split(o.scenarios, ",") {
-		if !slices.Contains(allScenarios, strings.TrimSpace(s)) {
+		// plan (the capacity planner's validation) runs only when named.
+		if s := strings.TrimSpace(s); !slices.Contains(allScenarios, s) && s != "plan" {
 			return o, fmt.Errorf("unknown scenario %q (have %s)", s, strings.Join(allScenarios, ", "))
 		}
 	}
@@ -296,6 +299,7 @@ func benchmark(ctx context.Context, o benchOptions, environ []string, stdout io.
 		{"overload", func() (err error) { rep.Overload, err = b.overload(ctx, srRate); return }},
 		{"scale", func() (err error) { rep.Scale, err = b.scale(ctx); return }},
 		{"adaptive", func() (err error) { rep.Adaptive, err = b.adaptive(ctx); return }},
+		{"plan", func() (err error) { _, err = b.plan(ctx); return }},
 	}
 	for _, s := range steps {
 		if !want[s.name] {
