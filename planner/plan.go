@@ -74,7 +74,7 @@ type Row struct {
 	// backlog's mix of users) whose oldest age stays within the target
 	// (+Inf, null in JSON: no rate is too high).
 	Sustainable Limit `json:"sustainableEntriesPerSecond"`
-	MeetsTarget bool    `json:"meetsTarget"`
+	MeetsTarget bool  `json:"meetsTarget"`
 }
 
 // StabilityPlan is the verdict on a transient at the current fleet size.

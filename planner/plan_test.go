@@ -18,8 +18,8 @@ func arrivals(n int, rate float64) *Backlog {
 func kneeInput(rate float64) Input {
 	return Input{
 		Backlog: arrivals(int(rate*90), rate), Arrival: Arrival{Mode: ArrivalOriginal, Speed: 1},
-		Config:  Config{Components: 12, Concurrency: 16, MaxUsersInFlight: 64, ClaimWindow: 500, Replicas: 1, Batch: 1, PollInterval: 1},
-		Server:  Server{RTT: 0.020, Cost: 0.0005, Knee: 6, Slope: 0.015}, MaxReplicas: 1, TargetAge: 300,
+		Config: Config{Components: 12, Concurrency: 16, MaxUsersInFlight: 64, ClaimWindow: 500, Replicas: 1, Batch: 1, PollInterval: 1},
+		Server: Server{RTT: 0.020, Cost: 0.0005, Knee: 6, Slope: 0.015}, MaxReplicas: 1, TargetAge: 300,
 		Transient: Transient{At: 15, For: 15, RTTFactor: 10},
 	}
 }
@@ -55,8 +55,8 @@ func TestReplicasForTheTarget(t *testing.T) {
 	// takes 14 s, two take 7 s.
 	in := Input{
 		Backlog: arrivals(100, 100), Arrival: Arrival{Mode: ArrivalMax},
-		Config:  Config{Components: 1, Concurrency: 1, MaxUsersInFlight: 1, ClaimWindow: 500, Replicas: 1, Batch: 1, PollInterval: 1, ChangeStreams: true},
-		Server:  Server{RTT: 0.010}, MaxReplicas: 3, TargetAge: 10,
+		Config: Config{Components: 1, Concurrency: 1, MaxUsersInFlight: 1, ClaimWindow: 500, Replicas: 1, Batch: 1, PollInterval: 1, ChangeStreams: true},
+		Server: Server{RTT: 0.010}, MaxReplicas: 3, TargetAge: 10,
 	}
 	p, err := Make(in)
 	if err != nil {
