@@ -72,13 +72,17 @@ type Server struct {
 	// takes Slope longer per command in flight beyond Knee. Slope 0: none.
 	Knee  int     `json:"knee,omitempty"`
 	Slope float64 `json:"slopeSeconds,omitempty"`
+	// EntryCost is the server's time per queue entry an ack flush deletes:
+	// a firehose user's refresh acknowledges thousands at once, and the
+	// replica's flushes (and the users waiting on them) wait for it.
+	EntryCost float64 `json:"entryCostSeconds,omitempty"`
 }
 
 // Validate reports every bad field at once.
 func (s Server) Validate() error {
 	var errs []error
-	if !(s.RTT >= 0) || !(s.Cost >= 0) || !(s.Capacity >= 0) || !(s.Slope >= 0) || s.Knee < 0 {
-		errs = append(errs, errors.New("RTT, server cost, capacity, knee and slope must not be negative"))
+	if !(s.RTT >= 0) || !(s.Cost >= 0) || !(s.Capacity >= 0) || !(s.Slope >= 0) || s.Knee < 0 || !(s.EntryCost >= 0) {
+		errs = append(errs, errors.New("RTT, server cost, capacity, knee, slope and entry cost must not be negative"))
 	}
 	if s.RTT+s.Cost <= 0 {
 		errs = append(errs, errors.New("a round trip must take some time: give an RTT or a server cost"))

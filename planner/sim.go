@@ -92,6 +92,7 @@ const (
 	evArrivalWake
 	evRTT
 	evStop
+	evFlushWork // a flush's deletes are done
 )
 
 // The kinds of round-trip work.
@@ -107,6 +108,7 @@ type timed struct {
 	kind int
 	arg  int // replica, or what the event carries
 	gen  int // ack timers: the arming they belong to
+	op   *op // evFlushWork: the flush
 }
 
 type op struct {
@@ -119,6 +121,8 @@ type op struct {
 	start float64
 	full  bool // claim: the window was cut at CLAIM_WINDOW
 	room  int  // claim: users it could take
+	// worked says a flush's per-entry work (Server.EntryCost) is done.
+	worked bool
 }
 
 type work struct {
@@ -269,6 +273,9 @@ func (m *sim) handle(ev *timed, o SimOptions) bool {
 		for _, r := range m.reps {
 			m.wake(r)
 		}
+	case evFlushWork:
+		m.inFlight--
+		m.flushDone(ev.op)
 	case evRTT:
 		m.rttFactor = 1
 		if ev.arg == 0 {
@@ -304,6 +311,18 @@ func (m *sim) finish(w *op) {
 	case opRefresh:
 		m.refreshDone(w)
 	case opFlush:
+		n := 0
+		for _, x := range w.works {
+			n += len(x.entries)
+		}
+		if extra := float64(n) * m.s.EntryCost; extra > 0 && !w.worked {
+			// The command is still at the server, deleting: its
+			// connection stays busy.
+			w.worked = true
+			m.inFlight++
+			m.at(m.now+extra, evFlushWork, 0).op = w
+			return
+		}
 		m.flushDone(w)
 	}
 }

@@ -135,3 +135,11 @@ func TestOldestAgeAndDepthOverTime(t *testing.T) {
 		t.Errorf("peaks: depth %d, age %g; want 2 and above 18", r.PeakDepth, r.PeakOldestAge)
 	}
 }
+
+func TestAFlushWaitsForItsDeletes(t *testing.T) {
+	s := slow
+	s.EntryCost = 0.5
+	// Three entries of one user: the flush deletes them for 1.5 s more.
+	r := drain(t, oneSlot(10), s, Transient{}, backlogOf(0, 0, 0), 1)
+	near(t, "drain", r.DrainSeconds, 9.05+1.5, 1e-9)
+}

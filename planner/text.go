@@ -74,6 +74,9 @@ func (p *Plan) writeInputs(b *strings.Builder) {
 	if s.Slope > 0 {
 		fmt.Fprintf(b, "; +%s per command in flight past %d", ms(s.Slope), s.Knee)
 	}
+	if s.EntryCost > 0 {
+		fmt.Fprintf(b, "; %.0fµs per entry an ack deletes", s.EntryCost*1e6)
+	}
 	c := p.Config
 	fmt.Fprintf(b, "\nrefresh: %d components + 2 = %d round trips", c.Components, p.RoundTrips)
 	if c.Batch > 1 {

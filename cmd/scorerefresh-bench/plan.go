@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/scorerefresh/scorerefresh/cmd/internal/app"
 	"github.com/scorerefresh/scorerefresh/cmd/internal/config"
 	"github.com/scorerefresh/scorerefresh/cmd/internal/plancmd"
@@ -119,9 +121,14 @@ func (b *bench) plan(ctx context.Context) ([]planRow, error) {
 		cases = picked
 	}
 	b.logf("\n== plan: the capacity planner's predictions against replays (RTT %s through the proxy)", b.opts.rtt)
+	entryCost, err := b.measureEntryCost(ctx, 5000)
+	if err != nil {
+		return nil, fmt.Errorf("measuring the cost of deleting entries: %w", err)
+	}
+	b.logf("  deleting queue entries costs the server %.0f µs each (5000 in one deleteMany, $in, as a large ack does)", entryCost.Seconds()*1e6)
 	var rows []planRow
 	for _, c := range cases {
-		row, err := b.planCase(ctx, c)
+		row, err := b.planCase(ctx, c, entryCost)
 		if err != nil {
 			return rows, fmt.Errorf("case %s: %w", c.name, err)
 		}
@@ -136,7 +143,7 @@ func (b *bench) plan(ctx context.Context) ([]planRow, error) {
 // planCase generates the case's backlog, replays it through its own proxy
 // (with the transient on schedule), then runs `scorerefresh plan --measure`
 // against the same database and compares.
-func (b *bench) planCase(ctx context.Context, c planCase) (planRow, error) {
+func (b *bench) planCase(ctx context.Context, c planCase, entryCost time.Duration) (planRow, error) {
 	row := planRow{Case: c.name, What: c.what, Shape: string(c.shape), Entries: c.entries,
 		Config:       fmt.Sprintf("REFRESH_CONCURRENCY=%d MAX_USERS_IN_FLIGHT=%d CLAIM_WINDOW=%d", c.conc, c.held, c.window),
 		BenchCommand: fmt.Sprintf("go run ./cmd/scorerefresh-bench -scenarios plan -plan-cases %s -out %s", c.name, b.opts.out)}
@@ -172,7 +179,7 @@ func (b *bench) planCase(ctx context.Context, c planCase) (planRow, error) {
 	}
 	row.Users, row.Replay = rep.DistinctUsers, filepath.Join(dir, "report")
 	row.MeasDrain, row.MeasDrained, row.MeasPeakAge, row.MeasPeakDepth = rep.DurationSeconds, rep.Drained, rep.MaxOldestAgeSeconds, rep.MaxDepth
-	p, args, err := b.runPlanner(c, environ, filepath.Join(dir, "backlog"), filepath.Join(dir, "plan.svg"))
+	p, args, err := b.runPlanner(c, environ, entryCost, filepath.Join(dir, "backlog"), filepath.Join(dir, "plan.svg"))
 	if err != nil {
 		return row, err
 	}
@@ -268,9 +275,9 @@ func (t transientRunner) Run(ctx context.Context) error {
 // runPlanner runs `scorerefresh plan` in process against the case's database
 // (after the replay: the sources are loaded, the queue is empty) and reads
 // its JSON.
-func (b *bench) runPlanner(c planCase, environ []string, backlog, svg string) (*planner.Plan, []string, error) {
+func (b *bench) runPlanner(c planCase, environ []string, entryCost time.Duration, backlog, svg string) (*planner.Plan, []string, error) {
 	args := []string{"--in", backlog, "--measure", "--measure-concurrency", fmt.Sprint(b.opts.planMeasureConc),
-		"--max-replicas", "3", "--svg", svg}
+		"--entry-cost", entryCost.Round(time.Microsecond).String(), "--max-replicas", "3", "--svg", svg}
 	if c.arrival != "" {
 		args = append(args, "--arrival", c.arrival, "--speed", fmt.Sprint(c.speed))
 	}
@@ -293,6 +300,38 @@ func (b *bench) runPlanner(c planCase, environ []string, backlog, svg string) (*
 		_ = os.WriteFile(filepath.Join(filepath.Dir(backlog), "plan.txt"), append([]byte(stderr.String()), text.Bytes()...), 0o644)
 	}
 	return &p, args, nil
+}
+
+// measureEntryCost is the server's time per entry of a large ack: n
+// queue-shaped documents deleted by one deleteMany of their _ids, less a
+// round trip, on the direct connection.
+func (b *bench) measureEntryCost(ctx context.Context, n int) (time.Duration, error) {
+	b.seq++
+	coll := b.direct.Database(fmt.Sprintf("bench%02d_plan_entrycost", b.seq)).Collection("score_events")
+	defer func() { _ = coll.Database().Drop(context.Background()) }()
+	docs, ids := make([]any, n), make([]bson.ObjectID, n)
+	now := time.Now()
+	for i := range docs {
+		ids[i] = bson.NewObjectID()
+		docs[i] = bson.D{{Key: "_id", Value: ids[i]}, {Key: "username", Value: "user-00000"}, {Key: "createdAt", Value: now}}
+	}
+	if err := insertAll(ctx, coll, docs); err != nil {
+		return 0, err
+	}
+	rtt := time.Now()
+	if err := b.direct.Ping(ctx, nil); err != nil {
+		return 0, err
+	}
+	ping := time.Since(rtt)
+	start := time.Now()
+	res, err := coll.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+	if err != nil {
+		return 0, err
+	}
+	if res.DeletedCount != int64(n) {
+		return 0, fmt.Errorf("deleted %d of %d", res.DeletedCount, n)
+	}
+	return max(0, time.Since(start)-ping) / time.Duration(n), nil
 }
 
 // reproducible turns the planner's arguments into ones that need no server:

@@ -45,8 +45,9 @@ What it needs:
                    server's own time per command where known (--server-cost;
                    --measure estimates it by timing the rules' queries for a few
                    users of the backlog, read-only), its capacity
-                   (--server-capacity) and how it degrades under load
-                   (--rtt-knee, --rtt-slope).
+                   (--server-capacity), how it degrades under load
+                   (--rtt-knee, --rtt-slope) and what deleting an acknowledged
+                   entry costs it (--entry-cost).
   the fleet        REFRESH_CONCURRENCY, MAX_USERS_IN_FLIGHT, CLAIM_WINDOW and
                    POLL_INTERVAL come from the environment, as for scorerefresh
                    run; the flags below override them. --replicas is the fleet
@@ -73,6 +74,7 @@ type planOptions struct {
 	fromQueue, measure, json, changeStreams bool
 	maxEntries, pings, measureConc, comps   int
 	rtt, serverCost, slope, target, poll    time.Duration
+	entryCost                               time.Duration
 	capacity, speed, rate                   float64
 	knee, replicas, maxReplicas, batch      int
 	concurrency, maxUsers, window, burst    int
@@ -94,6 +96,7 @@ func (o *planOptions) register(fs *flag.FlagSet, cfg config.Config) {
 	fs.IntVar(&o.measureConc, "measure-concurrency", 1, "with --measure, pings in flight at once (REFRESH_CONCURRENCY measures the round trip as a busy replica's refreshes see it)")
 	fs.DurationVar(&o.serverCost, "server-cost", 0, "the server's time per command, uncontended (Command latency p50 minus the RTT; default 0, or measured)")
 	fs.Float64Var(&o.capacity, "server-capacity", 0, "the most commands a second the server answers (0: no limit)")
+	fs.DurationVar(&o.entryCost, "entry-cost", 0, "the server's time per queue entry an ack deletes: a firehose user's refresh acknowledges thousands at once (default 0)")
 	fs.IntVar(&o.knee, "rtt-knee", 0, "commands in flight (fleet-wide) the server serves before it slows down; with --rtt-slope")
 	fs.DurationVar(&o.slope, "rtt-slope", 0, "extra time per command for each command in flight past --rtt-knee (0: the server does not degrade)")
 	fs.IntVar(&o.concurrency, "concurrency", cfg.RefreshConcurrency, "REFRESH_CONCURRENCY: refreshes running at once per replica")
@@ -133,7 +136,7 @@ func (o *planOptions) validate() error {
 	if o.pings < 1 || o.measureConc < 1 || o.maxEntries < 1 || o.comps < 0 {
 		errs = append(errs, errors.New("--pings, --measure-concurrency and --max-entries must be positive and --components not negative"))
 	}
-	if o.rtt < 0 || o.serverCost < 0 || o.slope < 0 || o.knee < 0 || o.capacity < 0 || o.burst < 0 || o.trAt < 0 || o.trFor < 0 {
+	if o.rtt < 0 || o.serverCost < 0 || o.entryCost < 0 || o.slope < 0 || o.knee < 0 || o.capacity < 0 || o.burst < 0 || o.trAt < 0 || o.trFor < 0 {
 		errs = append(errs, errors.New("times, capacities, knee and burst must not be negative"))
 	}
 	if o.trRTT != 0 && o.trRTT < 1 {
@@ -240,7 +243,8 @@ func (o *planOptions) input(ctx context.Context, cfg config.Config, stderr io.Wr
 	if err != nil {
 		return planner.Input{}, err
 	}
-	srv := planner.Server{RTT: o.rtt.Seconds(), Cost: o.serverCost.Seconds(), Capacity: o.capacity, Knee: o.knee, Slope: o.slope.Seconds()}
+	srv := planner.Server{RTT: o.rtt.Seconds(), Cost: o.serverCost.Seconds(), Capacity: o.capacity, Knee: o.knee, Slope: o.slope.Seconds(),
+		EntryCost: o.entryCost.Seconds()}
 	changeStreams := o.changeStreams
 	if o.measure {
 		m, err := conn.measure(ctx, o, cfg.QueueCollection, rules, users, !o.set["server-cost"] && o.comps == 0)
