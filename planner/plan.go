@@ -195,7 +195,11 @@ func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 	if p.Load == 0 && sp.Disturbed.Drained {
 		sp.Recovered, sp.RecoverySeconds = true, sp.Disturbed.DrainSeconds-in.Transient.End()
 	}
-	sp.Verdict = describeRecovery(sp, p.Load, loadEnd, in.Transient.End())
+	sp.Verdict = describeRecovery(sp, p.Load, loadEnd, in.Transient.At, in.Transient.End())
+	if in.Arrival.Mode == ArrivalRate && (sp.Baseline.ClearSeconds < 0 || sp.Baseline.ClearSeconds > in.Transient.At) {
+		sp.Verdict += fmt.Sprintf(" (the backlog present at the start is not cleared by %s, when the transient begins:"+
+			" the verdict compares against a queue still draining; a --transient-at after the backlog is cleared judges the steady state)", Seconds(in.Transient.At))
+	}
 	return sp
 }
 
@@ -230,14 +234,19 @@ func maxAge(tl []Sample, from, to float64) float64 {
 	return m
 }
 
-func describeRecovery(sp *StabilityPlan, load, loadEnd, trEnd float64) string {
+func describeRecovery(sp *StabilityPlan, load, loadEnd, trStart, trEnd float64) string {
 	d := sp.Disturbed
-	peakDepth, peakAge := d.PeakDepth, d.PeakOldestAge
+	peakDepth, peakAge := 0, 0.0
+	for _, s := range d.Timeline {
+		if s.T >= trStart {
+			peakDepth, peakAge = max(peakDepth, s.Depth), math.Max(peakAge, s.OldestAge)
+		}
+	}
 	switch {
 	case load == 0 && sp.Recovered:
 		return fmt.Sprintf("no arrivals after the backlog: the transient delays the drain to %s (from %s)", Seconds(d.DrainSeconds), Seconds(sp.Baseline.DrainSeconds))
 	case sp.Recovered:
-		return fmt.Sprintf("recovers: the oldest age is back to its pre-transient %s %s after the transient ends (peak depth %d, peak oldest age %s)",
+		return fmt.Sprintf("recovers: the oldest age is back to its pre-transient %s %s after the transient ends (from the transient on: peak depth %d, peak oldest age %s)",
 			Seconds(sp.PreLevel), Seconds(sp.RecoverySeconds), peakDepth, Seconds(peakAge))
 	}
 	at := d.End

@@ -277,7 +277,8 @@ func (t transientRunner) Run(ctx context.Context) error {
 // its JSON.
 func (b *bench) runPlanner(c planCase, environ []string, entryCost time.Duration, backlog, svg string) (*planner.Plan, []string, error) {
 	args := []string{"--in", backlog, "--measure", "--measure-concurrency", fmt.Sprint(b.opts.planMeasureConc),
-		"--entry-cost", entryCost.Round(time.Microsecond).String(), "--max-replicas", "3", "--svg", svg}
+		"--entry-cost", entryCost.Round(time.Microsecond).String(), "--server-capacity", fmt.Sprintf("%.0f", b.cal.QPS),
+		"--max-replicas", "3", "--svg", svg}
 	if c.arrival != "" {
 		args = append(args, "--arrival", c.arrival, "--speed", fmt.Sprint(c.speed))
 	}
