@@ -62,7 +62,7 @@ func (c Chart) WriteSVG(w io.Writer) error {
 			}
 		}
 	}
-	top0 := marginTop - 15*max(0, 3-len(c.Subtitle))
+	top0 := marginTop + 15*(len(c.Subtitle)-3) // the drain report has three lines
 	height := top0 + len(panels)*(panelHeight+panelGap) + 10
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif" font-size="12">`+"\n",
