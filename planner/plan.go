@@ -196,11 +196,26 @@ func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 		sp.Recovered, sp.RecoverySeconds = true, sp.Disturbed.DrainSeconds-in.Transient.End()
 	}
 	sp.Verdict = describeRecovery(sp, p.Load, loadEnd, in.Transient.At, in.Transient.End())
+	if light := lightAge(c, in.Server); sp.PreLevel > 2*light+1 {
+		sp.Verdict = fmt.Sprintf("the queue is already backed up before the transient (oldest age %s where a fleet keeping up holds about %s): ",
+			Seconds(sp.PreLevel), Seconds(light)) + sp.Verdict
+	}
 	if in.Arrival.Mode == ArrivalRate && (sp.Baseline.ClearSeconds < 0 || sp.Baseline.ClearSeconds > in.Transient.At) {
 		sp.Verdict += fmt.Sprintf(" (the backlog present at the start is not cleared by %s, when the transient begins:"+
 			" the verdict compares against a queue still draining; a --transient-at after the backlog is cleared judges the steady state)", Seconds(in.Transient.At))
 	}
 	return sp
+}
+
+// lightAge is about the oldest age of a queue the fleet keeps up with: the
+// wait for a claim, a refresh, the ack flush.
+func lightAge(c Config, s Server) float64 {
+	lat := s.Latency(1, 1)
+	age := normalWait(c, s) + float64(c.RoundTrips()+AckRoundTrips)*lat + AckInterval
+	if !c.ChangeStreams {
+		age += c.PollInterval / 2 // normalWait counts half of it: the oldest entry waits the whole
+	}
+	return age
 }
 
 // RecoveryTolerance is how close to its pre-transient level the oldest age
