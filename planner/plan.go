@@ -34,6 +34,10 @@ func (in Input) Validate() error {
 	if t.At < 0 || t.For < 0 || t.Burst < 0 || (t.RTTFactor != 0 && t.RTTFactor < 1) {
 		errs = append(errs, errors.New("transient: time, duration and burst must not be negative, and the RTT factor at least 1"))
 	}
+	if t.Active() && in.Arrival.Mode == ArrivalRate && t.End() >= in.Arrival.Duration {
+		errs = append(errs, fmt.Errorf("transient: it must end (at %s) before the arrivals do (%s), or there is no load left to judge the recovery under",
+			Seconds(t.End()), Seconds(in.Arrival.Duration)))
+	}
 	return errors.Join(errs...)
 }
 
@@ -177,9 +181,12 @@ func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 	}
 	b := FleetBounds(c, in.Server, c.Replicas)
 	o := simOptions(in, entries, b)
-	o.Horizon = math.Max(o.Horizon, in.Transient.End()+600)
-	if in.Transient.RTTFactor > 1 {
-		o.Horizon += in.Transient.For * in.Transient.RTTFactor
+	if in.Arrival.Mode != ArrivalRate {
+		// Until drained, with room for the transient's delay.
+		o.Horizon = math.Max(o.Horizon, in.Transient.End()+600)
+		if in.Transient.RTTFactor > 1 {
+			o.Horizon += in.Transient.For * in.Transient.RTTFactor
+		}
 	}
 	sp.Baseline = Simulate(c, in.Server, Transient{}, entries, users, o)
 	dEntries, dUsers := in.Backlog.Schedule(in.Arrival, in.Transient)

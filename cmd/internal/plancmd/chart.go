@@ -55,9 +55,15 @@ func series(name, color string, run *planner.Run, value func(planner.Sample) flo
 }
 
 func planTitle(p *planner.Plan) string {
-	r := p.Rows[0]
-	return fmt.Sprintf("Plan: %d entries of %d users — 1 replica: drain %s, peak oldest age %s",
-		p.Entries, p.Users, planner.Seconds(r.Run.DrainSeconds), planner.Seconds(r.Run.PeakOldestAge))
+	r := p.Rows[0].Run
+	what := fmt.Sprintf("drain %s, peak oldest age %s", planner.Seconds(r.DrainSeconds), planner.Seconds(r.PeakOldestAge))
+	if p.Arrival.Mode == planner.ArrivalRate {
+		what = fmt.Sprintf("backlog cleared %s, oldest age at the end %s", planner.Seconds(r.ClearSeconds), planner.Seconds(r.End.OldestAge))
+	}
+	if !r.Drained && p.Arrival.Mode != planner.ArrivalRate {
+		what = fmt.Sprintf("not drained after %s", planner.Seconds(r.EndSeconds))
+	}
+	return fmt.Sprintf("Plan: %d entries of %d users — 1 replica: %s", p.Entries, p.Users, what)
 }
 
 func targetText(p *planner.Plan) string {
