@@ -76,13 +76,18 @@ type Server struct {
 	// a firehose user's refresh acknowledges thousands at once, and the
 	// replica's flushes (and the users waiting on them) wait for it.
 	EntryCost float64 `json:"entryCostSeconds,omitempty"`
+	// ScanCost is the server's time per queued entry for each of a claim
+	// round's two queue reads (the window and absorb): about 0 where they
+	// are index reads (MongoDB), the decoding of every entry where the
+	// server scans the queue for them (FerretDB).
+	ScanCost float64 `json:"scanCostSeconds,omitempty"`
 }
 
 // Validate reports every bad field at once.
 func (s Server) Validate() error {
 	var errs []error
-	if !(s.RTT >= 0) || !(s.Cost >= 0) || !(s.Capacity >= 0) || !(s.Slope >= 0) || s.Knee < 0 || !(s.EntryCost >= 0) {
-		errs = append(errs, errors.New("RTT, server cost, capacity, knee, slope and entry cost must not be negative"))
+	if !(s.RTT >= 0) || !(s.Cost >= 0) || !(s.Capacity >= 0) || !(s.Slope >= 0) || s.Knee < 0 || !(s.EntryCost >= 0) || !(s.ScanCost >= 0) {
+		errs = append(errs, errors.New("RTT, server cost, capacity, knee, slope, entry and scan costs must not be negative"))
 	}
 	if s.RTT+s.Cost <= 0 {
 		errs = append(errs, errors.New("a round trip must take some time: give an RTT or a server cost"))

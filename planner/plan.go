@@ -174,7 +174,11 @@ func loadRate(b *Backlog, a Arrival) float64 {
 func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 	c := in.Config
 	sp := &StabilityPlan{Replicas: c.Replicas, RecoverySeconds: -1}
-	sp.Assessment = Assess(c, in.Server, c.Replicas, p.Mix, p.Load, 0)
+	backlogUsers := 0
+	if in.Arrival.Mode == ArrivalRate {
+		backlogUsers = in.Backlog.Users
+	}
+	sp.Assessment = Assess(c, in.Server, c.Replicas, p.Mix, p.Load, backlogUsers)
 	if !in.Transient.Active() {
 		sp.Verdict = sp.Assessment.Describe()
 		return sp

@@ -92,7 +92,7 @@ const (
 	evArrivalWake
 	evRTT
 	evStop
-	evFlushWork // a flush's deletes are done
+	evWorkDone // an op's server work past its round trips is done
 )
 
 // The kinds of round-trip work.
@@ -108,7 +108,7 @@ type timed struct {
 	kind int
 	arg  int // replica, or what the event carries
 	gen  int // ack timers: the arming they belong to
-	op   *op // evFlushWork: the flush
+	op   *op // evWorkDone: the op
 }
 
 type op struct {
@@ -121,7 +121,9 @@ type op struct {
 	start float64
 	full  bool // claim: the window was cut at CLAIM_WINDOW
 	room  int  // claim: users it could take
-	// worked says a flush's per-entry work (Server.EntryCost) is done.
+	// work is server time the op spends past its round trips, per entry
+	// (Server.EntryCost, Server.ScanCost); worked says it is done.
+	work   float64
 	worked bool
 }
 
@@ -273,9 +275,9 @@ func (m *sim) handle(ev *timed, o SimOptions) bool {
 		for _, r := range m.reps {
 			m.wake(r)
 		}
-	case evFlushWork:
+	case evWorkDone:
 		m.inFlight--
-		m.flushDone(ev.op)
+		m.finish(ev.op)
 	case evRTT:
 		m.rttFactor = 1
 		if ev.arg == 0 {
@@ -305,24 +307,20 @@ func (m *sim) startOp(w *op, roundTrips int) {
 }
 
 func (m *sim) finish(w *op) {
+	if w.work > 0 && !w.worked {
+		// The command is still at the server, scanning or deleting: its
+		// connection stays busy.
+		w.worked = true
+		m.inFlight++
+		m.at(m.now+w.work, evWorkDone, 0).op = w
+		return
+	}
 	switch w.kind {
 	case opClaim:
 		m.claimDone(w)
 	case opRefresh:
 		m.refreshDone(w)
 	case opFlush:
-		n := 0
-		for _, x := range w.works {
-			n += len(x.entries)
-		}
-		if extra := float64(n) * m.s.EntryCost; extra > 0 && !w.worked {
-			// The command is still at the server, deleting: its
-			// connection stays busy.
-			w.worked = true
-			m.inFlight++
-			m.at(m.now+extra, evFlushWork, 0).op = w
-			return
-		}
 		m.flushDone(w)
 	}
 }
@@ -359,7 +357,10 @@ func (m *sim) tryClaim(r *replica) {
 		m.heldBy[u] = r.id
 	}
 	r.claiming = true
-	m.startOp(&op{kind: opClaim, rep: r, users: users, full: full, room: room}, rt)
+	// The window and absorb read the queue: an index read on MongoDB, a
+	// scan of every queued entry where the server has no such index.
+	scan := 2 * float64(m.arrived-m.deleted) * m.s.ScanCost
+	m.startOp(&op{kind: opClaim, rep: r, users: users, full: full, room: room, work: scan}, rt)
 }
 
 // window reads the CLAIM_WINDOW oldest entries of users nobody holds and
@@ -492,7 +493,11 @@ func (m *sim) startFlush(r *replica) {
 		return
 	}
 	r.flushing = true
-	m.startOp(&op{kind: opFlush, rep: r, works: r.outcomes}, AckRoundTrips)
+	n := 0
+	for _, x := range r.outcomes {
+		n += len(x.entries)
+	}
+	m.startOp(&op{kind: opFlush, rep: r, works: r.outcomes, work: float64(n) * m.s.EntryCost}, AckRoundTrips)
 	r.outcomes = nil
 }
 

@@ -143,3 +143,11 @@ func TestAFlushWaitsForItsDeletes(t *testing.T) {
 	r := drain(t, oneSlot(10), s, Transient{}, backlogOf(0, 0, 0), 1)
 	near(t, "drain", r.DrainSeconds, 9.05+1.5, 1e-9)
 }
+
+func TestClaimRoundsPayForScanningTheQueue(t *testing.T) {
+	s := slow
+	s.ScanCost = 0.25
+	// Two entries in the queue, read twice by the claim round: 1 s more.
+	r := drain(t, oneSlot(10), s, Transient{}, backlogOf(0, 0), 1)
+	near(t, "drain", r.DrainSeconds, 9.05+1, 1e-9)
+}

@@ -77,6 +77,9 @@ func (p *Plan) writeInputs(b *strings.Builder) {
 	if s.EntryCost > 0 {
 		fmt.Fprintf(b, "; %.0fµs per entry an ack deletes", s.EntryCost*1e6)
 	}
+	if s.ScanCost > 0 {
+		fmt.Fprintf(b, "; %.1fµs per queued entry per claim read", s.ScanCost*1e6)
+	}
 	c := p.Config
 	fmt.Fprintf(b, "\nrefresh: %d components + 2 = %d round trips", c.Components, p.RoundTrips)
 	if c.Batch > 1 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -93,6 +94,9 @@ type planRow struct {
 	PredPeakAge, MeasPeakAge  float64
 	PredPeakDepth             int
 	MeasPeakDepth             int64
+	Capacity                  float64 // queries/s the planner measured
+	MeasRefreshMs             float64 // mean refresh duration in the replay
+	PredRefreshMs             float64 // round trips × latency with the slots busy
 	Transient                 bool
 	PredClass                 string
 	PredRecovered             bool
@@ -140,21 +144,18 @@ func (b *bench) plan(ctx context.Context) ([]planRow, error) {
 	return rows, nil
 }
 
-// planCase generates the case's backlog, replays it through its own proxy
-// (with the transient on schedule), then runs `scorerefresh plan --measure`
-// against the same database and compares.
+// planCase generates the case's backlog and loads it into a fresh database
+// behind the case's own proxy; runs `scorerefresh plan --measure` against
+// it, as an operator would against a queue holding it; then replays it
+// from scratch (--drop) with the transient on schedule, and compares.
 func (b *bench) planCase(ctx context.Context, c planCase, entryCost time.Duration) (planRow, error) {
 	row := planRow{Case: c.name, What: c.what, Shape: string(c.shape), Entries: c.entries,
 		Config:       fmt.Sprintf("REFRESH_CONCURRENCY=%d MAX_USERS_IN_FLIGHT=%d CLAIM_WINDOW=%d", c.conc, c.held, c.window),
 		BenchCommand: fmt.Sprintf("go run ./cmd/scorerefresh-bench -scenarios plan -plan-cases %s -out %s", c.name, b.opts.out)}
 	dir := filepath.Join(b.opts.out, "plan", c.name)
 	_ = os.RemoveAll(dir)
-	span := c.span
-	if span == 0 {
-		span = 10 * time.Minute
-	}
 	_, err := replay.Generate(replay.GenerateConfig{Shape: c.shape, Entries: c.entries, Users: c.users, Rules: b.rules, Seed: b.opts.seed,
-		Span: span, Out: filepath.Join(dir, "backlog"), Origin: "scorerefresh-bench plan " + c.name})
+		Span: cmp.Or(c.span, 10*time.Minute), Out: filepath.Join(dir, "backlog"), Origin: "scorerefresh-bench plan " + c.name})
 	if err != nil {
 		return row, err
 	}
@@ -173,19 +174,47 @@ func (b *bench) planCase(ctx context.Context, c planCase, entryCost time.Duratio
 		"MONGODB_URI=mongodb://"+proxy.Addr()+"/?directConnection=true", "MONGODB_DATABASE="+db, "SCORING_RULES="+b.rulesPath,
 		fmt.Sprintf("REFRESH_CONCURRENCY=%d", c.conc), fmt.Sprintf("MAX_USERS_IN_FLIGHT=%d", c.held), fmt.Sprintf("CLAIM_WINDOW=%d", c.window))
 	defer func() { _ = b.direct.Database(db).Drop(context.Background()) }()
-	rep, err := b.planReplay(ctx, c, environ, proxy, filepath.Join(dir, "report"))
+	p, args, err := b.planPredict(ctx, c, environ, db, entryCost, dir)
 	if err != nil {
 		return row, err
 	}
-	row.Users, row.Replay = rep.DistinctUsers, filepath.Join(dir, "report")
+	rep, refreshMs, err := b.planReplay(ctx, c, environ, proxy, filepath.Join(dir, "report"))
+	if err != nil {
+		return row, err
+	}
+	row.compare(c, p, rep)
+	row.MeasRefreshMs = refreshMs
+	row.PlanCommand = "scorerefresh plan " + strings.Join(reproducible(args, p, filepath.Join(b.opts.out, "rules.yaml")), " ")
+	b.logf("  %-16s drain %6.1fs predicted %6.1fs (%+.0f%%); peak oldest age %6.1fs predicted %6.1fs (%+.0f%%); refresh %.0f ms predicted %.0f ms; RTT %.2f ms, server %.2f ms, %.0f queries/s%s",
+		c.name, row.MeasDrain, row.PredDrain, pct(row.PredDrain, row.MeasDrain), row.MeasPeakAge, row.PredPeakAge, pct(row.PredPeakAge, row.MeasPeakAge),
+		row.MeasRefreshMs, row.PredRefreshMs, row.RTTms, row.CostMs, p.Server.Capacity, recoveryNote(row))
+	return row, nil
+}
+
+// planPredict loads the backlog (all at once, as a queue holding it) and
+// runs the planner against it.
+func (b *bench) planPredict(ctx context.Context, c planCase, environ []string, db string, entryCost time.Duration, dir string) (*planner.Plan, []string, error) {
+	var out bytes.Buffer
+	_, err := replay.Replay(ctx, replay.Options{In: filepath.Join(dir, "backlog"), ShiftToNow: true, Arrival: string(replay.ArrivalMax), Speed: 1},
+		replay.Target{DB: b.direct.Database(db), Queue: "score_events", Claims: "score_claims", DeadLetter: "score_events_dead",
+			Scores: "user_scores", Rules: b.rules}, &out, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("loading the backlog: %w\n%s", err, out.String())
+	}
+	return b.runPlanner(c, environ, entryCost, filepath.Join(dir, "backlog"), filepath.Join(dir, "plan.svg"))
+}
+
+// compare fills the row from the plan's first row and the measured replay.
+func (row *planRow) compare(c planCase, p *planner.Plan, rep *replay.Report) {
+	row.Users, row.Replay = rep.DistinctUsers, "report"
 	row.MeasDrain, row.MeasDrained, row.MeasPeakAge, row.MeasPeakDepth = rep.DurationSeconds, rep.Drained, rep.MaxOldestAgeSeconds, rep.MaxDepth
-	p, args, err := b.runPlanner(c, environ, entryCost, filepath.Join(dir, "backlog"), filepath.Join(dir, "plan.svg"))
-	if err != nil {
-		return row, err
-	}
 	r0 := p.Rows[0].Run
-	row.RTTms, row.CostMs = p.Server.RTT*1000, p.Server.Cost*1000
+	if c.trRTT > 0 {
+		r0 = p.Stability.Disturbed // the replay had the transient too
+	}
+	row.RTTms, row.CostMs, row.Capacity = p.Server.RTT*1000, p.Server.Cost*1000, p.Server.Capacity
 	row.PredDrain = r0.DrainSeconds
+	row.PredRefreshMs = 1000 * float64(p.RoundTrips) * p.Server.Latency(float64(c.conc), 1)
 	// The replay's first sample is a second in: compare peaks from there.
 	for _, s := range r0.Timeline {
 		if s.T >= 1 {
@@ -193,40 +222,32 @@ func (b *bench) planCase(ctx context.Context, c planCase, entryCost time.Duratio
 		}
 	}
 	row.PredClass = p.Stability.Assessment.Class
-	row.PlanCommand = "scorerefresh plan " + strings.Join(reproducible(args, p, filepath.Join(b.opts.out, "rules.yaml")), " ")
 	if c.trRTT > 0 {
 		row.Transient = true
 		row.PredRecovered, row.PredRecovery = p.Stability.Recovered, p.Stability.RecoverySeconds
 		row.MeasRecovered, row.MeasRecovery = measuredRecovery(rep, c)
 	}
-	b.logf("  %-16s drain %6.1fs predicted %6.1fs (%+.0f%%); peak oldest age %6.1fs predicted %6.1fs (%+.0f%%); RTT %.2f ms, server %.2f ms%s",
-		c.name, row.MeasDrain, row.PredDrain, pct(row.PredDrain, row.MeasDrain), row.MeasPeakAge, row.PredPeakAge, pct(row.PredPeakAge, row.MeasPeakAge),
-		row.RTTms, row.CostMs, recoveryNote(row))
-	return row, nil
 }
 
-// planReplay is `scorerefresh replay --in DIR --drain --shift-to-now` into
-// the case's database, with the transient timed from the drain's start.
-func (b *bench) planReplay(ctx context.Context, c planCase, environ []string, proxy *faultproxy.Proxy, reportDir string) (*replay.Report, error) {
+// planReplay is `scorerefresh replay --in DIR --drop --drain --shift-to-now`
+// into the case's database, with the transient timed from the drain's
+// start. It returns the report and the mean refresh duration.
+func (b *bench) planReplay(ctx context.Context, c planCase, environ []string, proxy *faultproxy.Proxy, reportDir string) (*replay.Report, float64, error) {
 	cfg, err := config.Parse(append(environ, "METRICS_ADDR=", "LOG_LEVEL=warn"))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	svc, err := app.New(ctx, cfg, app.Options{Logger: b.svcLog, Version: "bench"})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer svc.Close(context.Background())
 	var runner replay.Runner = svc
 	if c.trRTT > 0 {
 		runner = transientRunner{svc: svc, proxy: proxy, rtt: b.opts.rtt, c: c}
 	}
-	arrival := c.arrival
-	if arrival == "" {
-		arrival = string(replay.ArrivalMax)
-	}
-	o := replay.Options{In: filepath.Join(filepath.Dir(reportDir), "backlog"), ShiftToNow: true, Arrival: arrival, Speed: max(c.speed, 1),
-		Drain: true, Until: b.opts.planMax, ReportDir: reportDir, SampleInterval: time.Second}
+	o := replay.Options{In: filepath.Join(filepath.Dir(reportDir), "backlog"), ShiftToNow: true, Arrival: cmp.Or(c.arrival, string(replay.ArrivalMax)),
+		Speed: max(c.speed, 1), Drop: true, Drain: true, Until: b.opts.planMax, ReportDir: reportDir, SampleInterval: time.Second}
 	var out bytes.Buffer
 	r, err := replay.Replay(ctx, o, replay.Target{
 		DB: svc.DB, Queue: cfg.QueueCollection, Claims: cfg.ClaimsCollection, DeadLetter: cfg.DeadLetterCollection, Scores: cfg.ScoresCollection,
@@ -236,9 +257,14 @@ func (b *bench) planReplay(ctx context.Context, c planCase, environ []string, pr
 			Rules: svc.Rules.Source, Components: len(svc.Rules.Components), Version: "bench"},
 	}, &out, nil)
 	if err != nil && r == nil {
-		return nil, fmt.Errorf("replay: %w\n%s", err, out.String())
+		return nil, 0, fmt.Errorf("replay: %w\n%s", err, out.String())
 	}
-	return r, nil
+	n, sum := histogram(svc.Metrics.RefreshDuration)
+	mean := 0.0
+	if n > 0 {
+		mean = 1000 * sum / n
+	}
+	return r, mean, nil
 }
 
 // transientRunner runs the service and multiplies the proxy's delay on the
@@ -276,9 +302,8 @@ func (t transientRunner) Run(ctx context.Context) error {
 // (after the replay: the sources are loaded, the queue is empty) and reads
 // its JSON.
 func (b *bench) runPlanner(c planCase, environ []string, entryCost time.Duration, backlog, svg string) (*planner.Plan, []string, error) {
-	args := []string{"--in", backlog, "--measure", "--measure-concurrency", fmt.Sprint(b.opts.planMeasureConc),
-		"--entry-cost", entryCost.Round(time.Microsecond).String(), "--server-capacity", fmt.Sprintf("%.0f", b.cal.QPS),
-		"--max-replicas", "3", "--svg", svg}
+	args := []string{"--in", backlog, "--measure", "--measure-concurrency", fmt.Sprint(b.opts.planMeasureConc), "--measure-capacity", "3s",
+		"--entry-cost", entryCost.Round(time.Microsecond).String(), "--max-replicas", "3", "--svg", svg}
 	if c.arrival != "" {
 		args = append(args, "--arrival", c.arrival, "--speed", fmt.Sprint(c.speed))
 	}
@@ -346,15 +371,15 @@ func reproducible(args []string, p *planner.Plan, rules string) []string {
 				i++
 			}
 			continue
-		case "--measure-concurrency":
+		case "--measure-concurrency", "--measure-capacity", "--server-capacity":
 			i++
 			continue
 		}
 		out = append(out, args[i])
 	}
 	c := p.Config
-	return append(out, fmt.Sprintf("--rtt %.2fms --server-cost %.2fms --change-streams=%t --concurrency %d --max-users-in-flight %d --claim-window %d --rules %s",
-		p.Server.RTT*1000, p.Server.Cost*1000, c.ChangeStreams, c.Concurrency, c.MaxUsersInFlight, c.ClaimWindow, rules))
+	return append(out, fmt.Sprintf("--rtt %.2fms --server-cost %.2fms --server-capacity %.0f --scan-cost %.2fµs --change-streams=%t --concurrency %d --max-users-in-flight %d --claim-window %d --rules %s",
+		p.Server.RTT*1000, p.Server.Cost*1000, p.Server.Capacity, p.Server.ScanCost*1e6, c.ChangeStreams, c.Concurrency, c.MaxUsersInFlight, c.ClaimWindow, rules))
 }
 
 // measuredRecovery applies the planner's recovery rule to the replay's

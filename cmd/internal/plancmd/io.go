@@ -2,11 +2,14 @@ package plancmd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -55,6 +58,11 @@ type measurement struct {
 	costMeasured  bool
 	costUsers     int
 	costNote      string
+	capacity      float64 // queries a second under load; 0: not measured
+	workers       int
+	scan          float64 // server time per queued entry of a claim window read
+	scanMeasured  bool
+	scanDepth     int64
 	changeStreams bool
 }
 
@@ -65,12 +73,27 @@ func (m measurement) describe() string {
 	} else if m.costNote != "" {
 		s += "; server time not measured: " + m.costNote
 	}
+	if m.capacity > 0 {
+		s += fmt.Sprintf("; %.0f queries/s with %d refreshes' queries at once", m.capacity, m.workers)
+	}
+	if m.scanMeasured {
+		s += fmt.Sprintf("; claim window %.2f µs per queued entry (at %d entries)", m.scan*1e6, m.scanDepth)
+	}
 	return s + fmt.Sprintf("; change streams: %t", m.changeStreams)
 }
 
-// measure times pings and, when wantCost, the rules' queries for a few
-// users of the backlog (reads only: the recompute without its write).
-func (c *planConn) measure(ctx context.Context, o *planOptions, queue string, rules *scoring.Rules, users []string, wantCost bool) (measurement, error) {
+// measureCost is what measure is asked to time besides pings.
+type measureCost struct {
+	cost     bool          // the server's time per command
+	capacity time.Duration // how long to load the server for its capacity; 0: not
+	workers  int
+	scan     bool // time the claim window on the live queue
+	window   int
+}
+
+// measure times pings and, as asked, the rules' queries for users of the
+// backlog (reads only: the recompute without its write).
+func (c *planConn) measure(ctx context.Context, o *planOptions, queue string, rules *scoring.Rules, users []string, want measureCost) (measurement, error) {
 	m := measurement{server: c.server, pings: o.pings * o.measureConc, conc: o.measureConc}
 	rtt, err := c.pingMedian(ctx, o.pings, o.measureConc)
 	if err != nil {
@@ -78,7 +101,12 @@ func (c *planConn) measure(ctx context.Context, o *planOptions, queue string, ru
 	}
 	m.rtt = rtt
 	m.changeStreams = consumer.DetectChangeStreams(ctx, c.db.Collection(queue))
-	if !wantCost {
+	if want.scan {
+		if err := c.measureScan(ctx, &m, queue, want.window); err != nil {
+			return m, err
+		}
+	}
+	if !want.cost && want.capacity == 0 {
 		return m, nil
 	}
 	if len(users) == 0 {
@@ -86,17 +114,93 @@ func (c *planConn) measure(ctx context.Context, o *planOptions, queue string, ru
 		return m, nil
 	}
 	rec := scoring.NewRecomputer(c.db, rules)
-	var perCommand []float64
-	for _, u := range users {
-		start := time.Now()
-		if _, err := rec.Recompute(ctx, u, start); err != nil {
-			m.costNote = fmt.Sprintf("the rules' queries failed (%v)", err)
-			return m, nil
+	if want.cost {
+		var perCommand []float64
+		for _, u := range users[:min(5, len(users))] {
+			start := time.Now()
+			if _, err := rec.Recompute(ctx, u, start); err != nil {
+				m.costNote = fmt.Sprintf("the rules' queries failed (%v)", err)
+				return m, nil
+			}
+			perCommand = append(perCommand, time.Since(start).Seconds()/float64(len(rules.Components)))
 		}
-		perCommand = append(perCommand, time.Since(start).Seconds()/float64(len(rules.Components)))
+		m.cost, m.costMeasured, m.costUsers = max(0, median(perCommand)-rtt), true, len(perCommand)
 	}
-	m.cost, m.costMeasured, m.costUsers = max(0, median(perCommand)-rtt), true, len(users)
+	if want.capacity > 0 {
+		m.workers = want.workers
+		m.capacity, err = loadServer(ctx, rec, users, len(rules.Components), want.workers, want.capacity)
+		if err != nil {
+			return m, fmt.Errorf("measuring the server's capacity: %w", err)
+		}
+	}
 	return m, nil
+}
+
+// minScanDepth is the queue depth below which the claim window's cost says
+// nothing about its cost per entry.
+const minScanDepth = 1000
+
+// measureScan times the claim window's query (reads only) on the queue as
+// it is: the best of three, less the round trip, per queued entry.
+func (c *planConn) measureScan(ctx context.Context, m *measurement, queue string, window int) error {
+	coll := c.db.Collection(queue)
+	depth, err := coll.EstimatedDocumentCount(ctx)
+	if err != nil {
+		return fmt.Errorf("counting %s: %w", queue, err)
+	}
+	if depth < minScanDepth {
+		return nil
+	}
+	best := math.Inf(1)
+	for range 3 {
+		start := time.Now()
+		cur, err := coll.Find(ctx, bson.D{{Key: "username", Value: bson.D{{Key: "$nin", Value: bson.A{}}}}},
+			options.Find().SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).SetLimit(int64(window)).
+				SetBatchSize(int32(window)).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}))
+		if err == nil {
+			err = cur.All(ctx, &[]bson.Raw{})
+		}
+		if err != nil {
+			return fmt.Errorf("timing the claim window on %s: %w", queue, err)
+		}
+		best = math.Min(best, time.Since(start).Seconds())
+	}
+	m.scan, m.scanMeasured, m.scanDepth = max(0, best-m.rtt)/float64(depth), true, depth
+	return nil
+}
+
+// loadServer runs the rules' queries for users, round robin, from workers
+// goroutines for d, and returns the queries answered per second.
+func loadServer(ctx context.Context, rec *scoring.Recomputer, users []string, components, workers int, d time.Duration) (float64, error) {
+	lctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var (
+		next, done atomic.Int64
+		failure    atomic.Value
+		wg         sync.WaitGroup
+	)
+	start := time.Now()
+	for range workers {
+		wg.Go(func() {
+			for lctx.Err() == nil {
+				u := users[int(next.Add(1))%len(users)]
+				if _, err := rec.Recompute(lctx, u, time.Now()); err != nil {
+					// The end of the measurement cuts a refresh short; the
+					// driver may see its deadline a moment before ctx does.
+					if lctx.Err() == nil && !mongo.IsTimeout(err) && !errors.Is(err, context.DeadlineExceeded) {
+						failure.Store(err)
+					}
+					return
+				}
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if err, ok := failure.Load().(error); ok {
+		return 0, err
+	}
+	return float64(done.Load()*int64(components)) / time.Since(start).Seconds(), nil
 }
 
 // pingMedian is the median of n pings from each of conc goroutines, after

@@ -45,9 +45,11 @@ What it needs:
                    server's own time per command where known (--server-cost;
                    --measure estimates it by timing the rules' queries for a few
                    users of the backlog, read-only), its capacity
-                   (--server-capacity), how it degrades under load
-                   (--rtt-knee, --rtt-slope) and what deleting an acknowledged
-                   entry costs it (--entry-cost).
+                   (--server-capacity; --measure-capacity loads the server with
+                   those queries to find it), how it degrades under load
+                   (--rtt-knee, --rtt-slope), what deleting an acknowledged
+                   entry costs it (--entry-cost) and what a claim round's queue
+                   reads cost per queued entry (--scan-cost).
   the fleet        REFRESH_CONCURRENCY, MAX_USERS_IN_FLIGHT, CLAIM_WINDOW and
                    POLL_INTERVAL come from the environment, as for scorerefresh
                    run; the flags below override them. --replicas is the fleet
@@ -74,7 +76,7 @@ type planOptions struct {
 	fromQueue, measure, json, changeStreams bool
 	maxEntries, pings, measureConc, comps   int
 	rtt, serverCost, slope, target, poll    time.Duration
-	entryCost                               time.Duration
+	entryCost, measureCapacity, scanCost    time.Duration
 	capacity, speed, rate                   float64
 	knee, replicas, maxReplicas, batch      int
 	concurrency, maxUsers, window, burst    int
@@ -94,9 +96,11 @@ func (o *planOptions) register(fs *flag.FlagSet, cfg config.Config) {
 	fs.BoolVar(&o.measure, "measure", false, "measure the round trip (and, unless --server-cost is given, the server's time per command) against MONGODB_URI, read-only")
 	fs.IntVar(&o.pings, "pings", 20, "with --measure, pings to time (the median is used)")
 	fs.IntVar(&o.measureConc, "measure-concurrency", 1, "with --measure, pings in flight at once (REFRESH_CONCURRENCY measures the round trip as a busy replica's refreshes see it)")
+	fs.DurationVar(&o.measureCapacity, "measure-capacity", 0, "with --measure, also load the server for this long with the rules' queries (reads only) from --replicas × REFRESH_CONCURRENCY workers, and take the queries/s as --server-capacity: it loads a production server, use with care (default: not)")
 	fs.DurationVar(&o.serverCost, "server-cost", 0, "the server's time per command, uncontended (Command latency p50 minus the RTT; default 0, or measured)")
 	fs.Float64Var(&o.capacity, "server-capacity", 0, "the most commands a second the server answers (0: no limit)")
 	fs.DurationVar(&o.entryCost, "entry-cost", 0, "the server's time per queue entry an ack deletes: a firehose user's refresh acknowledges thousands at once (default 0)")
+	fs.DurationVar(&o.scanCost, "scan-cost", 0, "the server's time per queued entry for each of a claim round's two queue reads: about 0 where they are index reads (MongoDB), not on a server that scans the queue (FerretDB); --measure times the claim window on a queue of 1,000 entries or more")
 	fs.IntVar(&o.knee, "rtt-knee", 0, "commands in flight (fleet-wide) the server serves before it slows down; with --rtt-slope")
 	fs.DurationVar(&o.slope, "rtt-slope", 0, "extra time per command for each command in flight past --rtt-knee (0: the server does not degrade)")
 	fs.IntVar(&o.concurrency, "concurrency", cfg.RefreshConcurrency, "REFRESH_CONCURRENCY: refreshes running at once per replica")
@@ -133,10 +137,10 @@ func (o *planOptions) validate() error {
 	case !o.measure && o.rtt <= 0 && o.serverCost <= 0:
 		errs = append(errs, errors.New("give the round trip: --rtt D or --measure"))
 	}
-	if o.pings < 1 || o.measureConc < 1 || o.maxEntries < 1 || o.comps < 0 {
+	if o.pings < 1 || o.measureConc < 1 || o.maxEntries < 1 || o.comps < 0 || o.measureCapacity < 0 {
 		errs = append(errs, errors.New("--pings, --measure-concurrency and --max-entries must be positive and --components not negative"))
 	}
-	if o.rtt < 0 || o.serverCost < 0 || o.entryCost < 0 || o.slope < 0 || o.knee < 0 || o.capacity < 0 || o.burst < 0 || o.trAt < 0 || o.trFor < 0 {
+	if o.rtt < 0 || o.serverCost < 0 || o.entryCost < 0 || o.scanCost < 0 || o.slope < 0 || o.knee < 0 || o.capacity < 0 || o.burst < 0 || o.trAt < 0 || o.trFor < 0 {
 		errs = append(errs, errors.New("times, capacities, knee and burst must not be negative"))
 	}
 	if o.trRTT != 0 && o.trRTT < 1 {
@@ -244,10 +248,15 @@ func (o *planOptions) input(ctx context.Context, cfg config.Config, stderr io.Wr
 		return planner.Input{}, err
 	}
 	srv := planner.Server{RTT: o.rtt.Seconds(), Cost: o.serverCost.Seconds(), Capacity: o.capacity, Knee: o.knee, Slope: o.slope.Seconds(),
-		EntryCost: o.entryCost.Seconds()}
+		EntryCost: o.entryCost.Seconds(), ScanCost: o.scanCost.Seconds()}
 	changeStreams := o.changeStreams
 	if o.measure {
-		m, err := conn.measure(ctx, o, cfg.QueueCollection, rules, users, !o.set["server-cost"] && o.comps == 0)
+		want := measureCost{cost: !o.set["server-cost"] && o.comps == 0, workers: o.replicas * o.concurrency,
+			scan: !o.set["scan-cost"], window: o.window}
+		if !o.set["server-capacity"] && o.comps == 0 {
+			want.capacity = o.measureCapacity
+		}
+		m, err := conn.measure(ctx, o, cfg.QueueCollection, rules, users, want)
 		if err != nil {
 			return planner.Input{}, err
 		}
@@ -255,6 +264,12 @@ func (o *planOptions) input(ctx context.Context, cfg config.Config, stderr io.Wr
 		srv.RTT = m.rtt
 		if !o.set["server-cost"] && m.costMeasured {
 			srv.Cost = m.cost
+		}
+		if m.capacity > 0 {
+			srv.Capacity = m.capacity
+		}
+		if !o.set["scan-cost"] && m.scanMeasured {
+			srv.ScanCost = m.scan
 		}
 		if !o.set["change-streams"] {
 			changeStreams = m.changeStreams
@@ -278,12 +293,14 @@ func (o *planOptions) loadRules() (*scoring.Rules, error) {
 	return scoring.LoadRules(o.rules)
 }
 
-// loadBacklog reads the backlog and returns it with a few of its users (the
-// oldest first), for measuring the rules' queries.
+// loadBacklog reads the backlog and returns it with a couple of hundred of
+// its users (the oldest first), for measuring the rules' queries.
 func (o *planOptions) loadBacklog(ctx context.Context, cfg config.Config, conn *planConn, stderr io.Writer) (*planner.Backlog, []string, error) {
 	var sample []string
+	seen := map[string]bool{}
 	keep := func(user string) {
-		if len(sample) < 5 && !slices.Contains(sample, user) {
+		if len(sample) < 200 && !seen[user] {
+			seen[user] = true
 			sample = append(sample, user)
 		}
 	}

@@ -138,7 +138,7 @@ func TestMeasuresAndReadsTheLiveQueueReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	environ := []string{"MONGODB_URI=" + mongotest.URI(t), "MONGODB_DATABASE=" + db.Name()}
-	code, out, stderr := runPlan(t, environ, "--from-queue", "--measure", "--pings", "5", "--json", "--max-replicas", "1")
+	code, out, stderr := runPlan(t, environ, "--from-queue", "--measure", "--pings", "5", "--measure-capacity", "200ms", "--concurrency", "2", "--json", "--max-replicas", "1")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -146,11 +146,11 @@ func TestMeasuresAndReadsTheLiveQueueReadOnly(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &p); err != nil {
 		t.Fatal(err)
 	}
-	if p.Entries != 50 || p.Users != 3 || p.Server.RTT <= 0 || p.Config.ChangeStreams {
-		t.Errorf("%d entries of %d users, RTT %gs, change streams %t; want 50 of 3, a measured RTT, none on FerretDB",
-			p.Entries, p.Users, p.Server.RTT, p.Config.ChangeStreams)
+	if p.Entries != 50 || p.Users != 3 || p.Server.RTT <= 0 || p.Server.Capacity <= 0 || p.Config.ChangeStreams {
+		t.Errorf("%d entries of %d users, RTT %gs, capacity %g/s, change streams %t; want 50 of 3, a measured RTT and capacity, none on FerretDB",
+			p.Entries, p.Users, p.Server.RTT, p.Server.Capacity, p.Config.ChangeStreams)
 	}
-	for _, want := range []string{"read the oldest 51 of about 51 entries", "1 malformed", "measured", "median of 5 pings"} {
+	for _, want := range []string{"read the oldest 51 of about 51 entries", "1 malformed", "measured", "median of 5 pings", "queries/s with 2 refreshes' queries at once"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
 		}
