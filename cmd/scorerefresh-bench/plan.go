@@ -34,7 +34,7 @@ type planOpts struct {
 }
 
 func planFlags(fs *flag.FlagSet, o *planOpts) {
-	fs.StringVar(&o.planCases, "plan-cases", "", "plan: comma-separated validation cases to run (default: all; -plan-cases list names them)")
+	fs.StringVar(&o.planCases, "plan-cases", "", "plan: comma-separated validation cases to run (default: all; an unknown name lists them)")
 	fs.IntVar(&o.planMeasureConc, "plan-measure-concurrency", 1, "plan: pings in flight at once when the planner measures the round trip")
 	fs.DurationVar(&o.planMax, "plan-max", 150*time.Second, "plan: a replay stops after this long even if entries remain")
 }
