@@ -14,8 +14,8 @@ func TestReadQueueHandsOverUsersAndTimesAsTheConsumerReadsThem(t *testing.T) {
 	lines := []string{
 		`{"_id": {"$oid": "65f000000000000000000001"}, "username": "ann", "createdAt": {"$date": "2026-01-01T00:00:10Z"}}`,
 		`{"_id": {"$oid": "65f000010000000000000002"}, "username": "bob"}`, // dated by its ObjectId
-		`{"_id": 3, "username": "cy"}`,                                   // no time at all: malformed
-		`{"_id": 4, "createdAt": {"$date": "2026-01-01T00:00:20Z"}}`,     // no user: malformed
+		`{"_id": 3, "username": "cy"}`,                               // no time at all: malformed
+		`{"_id": 4, "createdAt": {"$date": "2026-01-01T00:00:20Z"}}`, // no user: malformed
 	}
 	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
