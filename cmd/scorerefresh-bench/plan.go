@@ -95,6 +95,8 @@ type planRow struct {
 	PredPeakDepth             int
 	MeasPeakDepth             int64
 	Capacity                  float64 // queries/s the planner measured
+	ScanUs, EntryUs           float64 // per queued entry of a claim read, per entry deleted
+	LoadAvg                   string  // the machine's 1-minute load average before and after the replay
 	MeasRefreshMs             float64 // mean refresh duration in the replay
 	PredRefreshMs             float64 // round trips × latency with the slots busy
 	Transient                 bool
@@ -178,10 +180,12 @@ func (b *bench) planCase(ctx context.Context, c planCase, entryCost time.Duratio
 	if err != nil {
 		return row, err
 	}
+	before := loadAvg()
 	rep, refreshMs, err := b.planReplay(ctx, c, environ, proxy, filepath.Join(dir, "report"))
 	if err != nil {
 		return row, err
 	}
+	row.LoadAvg = before + " → " + loadAvg()
 	row.compare(c, p, rep)
 	row.MeasRefreshMs = refreshMs
 	row.PlanCommand = "scorerefresh plan " + strings.Join(reproducible(args, p, filepath.Join(b.opts.out, "rules.yaml")), " ")
@@ -213,6 +217,7 @@ func (row *planRow) compare(c planCase, p *planner.Plan, rep *replay.Report) {
 		r0 = p.Stability.Disturbed // the replay had the transient too
 	}
 	row.RTTms, row.CostMs, row.Capacity = p.Server.RTT*1000, p.Server.Cost*1000, p.Server.Capacity
+	row.ScanUs, row.EntryUs = p.Server.ScanCost*1e6, p.Server.EntryCost*1e6
 	row.PredDrain = r0.DrainSeconds
 	row.PredRefreshMs = 1000 * float64(p.RoundTrips) * p.Server.Latency(float64(c.conc), 1)
 	// The replay's first sample is a second in: compare peaks from there.
@@ -302,8 +307,13 @@ func (t transientRunner) Run(ctx context.Context) error {
 // (after the replay: the sources are loaded, the queue is empty) and reads
 // its JSON.
 func (b *bench) runPlanner(c planCase, environ []string, entryCost time.Duration, backlog, svg string) (*planner.Plan, []string, error) {
-	args := []string{"--in", backlog, "--measure", "--measure-concurrency", fmt.Sprint(b.opts.planMeasureConc), "--measure-capacity", "3s",
+	args := []string{"--in", backlog, "--measure", "--measure-concurrency", fmt.Sprint(b.opts.planMeasureConc),
 		"--entry-cost", entryCost.Round(time.Microsecond).String(), "--max-replicas", "3", "--svg", svg}
+	if c.slope == 0 {
+		// The server under the fleet's load, found by loading it; with a
+		// knee, the knee describes that instead.
+		args = append(args, "--measure-capacity", "3s")
+	}
 	if c.arrival != "" {
 		args = append(args, "--arrival", c.arrival, "--speed", fmt.Sprint(c.speed))
 	}
@@ -406,6 +416,16 @@ func measuredRecovery(r *replay.Report, c planCase) (bool, float64) {
 	return true, t - end
 }
 
+// loadAvg is the machine's 1-minute load average: the bench shares its
+// cores with whatever else runs, and says so.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Fields(string(b))[0]
+}
+
 func pct(pred, meas float64) float64 {
 	if meas == 0 {
 		return math.NaN()
@@ -440,8 +460,8 @@ func writePlanRows(out string, rows []planRow) error {
 		return err
 	}
 	var b strings.Builder
-	b.WriteString("| case | what | config | RTT / server ms | drain measured | predicted | error | peak oldest age measured | predicted | error | transient: measured | predicted |\n")
-	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
+	b.WriteString("| case | backlog, load | config | planner's inputs | drain measured | predicted | error | peak oldest age measured | predicted | error | refresh ms measured / predicted | transient: measured | predicted | load avg |\n")
+	b.WriteString("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|\n")
 	for _, r := range rows {
 		tm, tp := "", ""
 		if r.Transient {
@@ -451,9 +471,10 @@ func writePlanRows(out string, rows []planRow) error {
 		if !r.MeasDrained {
 			drained = " (not drained)"
 		}
-		fmt.Fprintf(&b, "| %s | %s %s | %s | %.1f / %.2f | %.1fs%s | %.1fs | %+.0f%% | %.1fs | %.1fs | %+.0f%% | %s | %s |\n",
-			r.Case, r.Shape, r.What, r.Config, r.RTTms, r.CostMs, r.MeasDrain, drained, r.PredDrain, pct(r.PredDrain, r.MeasDrain),
-			r.MeasPeakAge, r.PredPeakAge, pct(r.PredPeakAge, r.MeasPeakAge), tm, tp)
+		fmt.Fprintf(&b, "| %s | %s %d/%d users, %s | %s | RTT %.1f ms, server %.2f ms, %.0f q/s, scan %.1f µs, delete %.0f µs | %.1fs%s | %.1fs | %+.0f%% | %.1fs | %.1fs | %+.0f%% | %.0f / %.0f | %s | %s | %s |\n",
+			r.Case, r.Shape, r.Entries, r.Users, r.What, r.Config, r.RTTms, r.CostMs, r.Capacity, r.ScanUs, r.EntryUs,
+			r.MeasDrain, drained, r.PredDrain, pct(r.PredDrain, r.MeasDrain), r.MeasPeakAge, r.PredPeakAge, pct(r.PredPeakAge, r.MeasPeakAge),
+			r.MeasRefreshMs, r.PredRefreshMs, tm, tp, r.LoadAvg)
 	}
 	b.WriteString("\nReproduce a row (measurement and prediction): the bench command; the prediction alone, with the measured round trip:\n\n")
 	for _, r := range rows {

@@ -143,6 +143,9 @@ func (o *planOptions) validate() error {
 	if o.rtt < 0 || o.serverCost < 0 || o.entryCost < 0 || o.scanCost < 0 || o.slope < 0 || o.knee < 0 || o.capacity < 0 || o.burst < 0 || o.trAt < 0 || o.trFor < 0 {
 		errs = append(errs, errors.New("times, capacities, knee and burst must not be negative"))
 	}
+	if o.measureCapacity > 0 && (o.slope > 0 || o.capacity > 0) {
+		errs = append(errs, errors.New("--measure-capacity finds the server's behaviour under load, which --rtt-slope or --server-capacity give: use one or the other"))
+	}
 	if o.trRTT != 0 && o.trRTT < 1 {
 		errs = append(errs, fmt.Errorf("--transient-rtt %g: a factor of at least 1", o.trRTT))
 	}

@@ -61,6 +61,7 @@ func TestBadFlagsAreUsageErrors(t *testing.T) {
 		{[]string{"--in", dir, "--rtt", "1ms", "--measure"}, nil, "exclude each other"},
 		{[]string{"--in", dir, "--rtt", "1ms", "--transient-rtt", "0.5"}, nil, "--transient-rtt 0.5"},
 		{[]string{"--in", dir, "--rtt", "1ms", "--pings", "0"}, nil, "--pings"},
+		{[]string{"--in", dir, "--measure", "--measure-capacity", "1s", "--rtt-slope", "1ms"}, nil, "use one or the other"},
 		{[]string{"--in", dir, "--rtt", "1ms", "extra"}, nil, "unexpected arguments"},
 		{[]string{"--in", dir, "--rtt", "soon"}, nil, "invalid value"},
 		{[]string{"--in", dir, "--rtt", "1ms"}, []string{"REFRESH_CONCURRENCY=lots"}, "REFRESH_CONCURRENCY"},
