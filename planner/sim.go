@@ -43,7 +43,10 @@ type Run struct {
 	PeakOldestAge float64 `json:"peakOldestAge"`
 	PeakWait      float64 `json:"peakWait"`
 	Refreshes     int     `json:"refreshes"`
-	Acked         int     `json:"acked"`
+	// MeanRefreshSeconds is a refresh's mean duration, from its slot to its
+	// last round trip (the refresh_duration histogram's mean).
+	MeanRefreshSeconds float64 `json:"meanRefreshSeconds"`
+	Acked              int     `json:"acked"`
 	Entries       int     `json:"entries"`
 	EndSeconds    float64 `json:"endSeconds"`
 	End           Sample  `json:"end"`
@@ -173,6 +176,8 @@ type sim struct {
 	seq           int64
 	reps          []*replica
 	refreshes     int
+	refreshTime   float64 // summed over refresh ops (batches)
+	refreshOps    int
 	lastFlush     float64
 	clearAt       float64
 	wakeScheduled bool
@@ -462,6 +467,8 @@ func (m *sim) refreshDone(w *op) {
 	r := w.rep
 	r.running--
 	m.refreshes += len(w.works)
+	m.refreshTime += m.now - w.start
+	m.refreshOps++
 	for _, x := range w.works {
 		r.outcomes = append(r.outcomes, x)
 		if n := len(r.outcomes); n == 1 || n >= AckBatch {
@@ -530,6 +537,9 @@ func (m *sim) result(replicas int, o SimOptions) *Run {
 		Entries: len(m.e), EndSeconds: m.now, ClearSeconds: m.clearAt, DrainSeconds: -1}
 	if m.drained() {
 		run.Drained, run.DrainSeconds = true, m.lastFlush
+	}
+	if m.refreshOps > 0 {
+		run.MeanRefreshSeconds = m.refreshTime / float64(m.refreshOps)
 	}
 	for _, s := range m.timeline {
 		run.PeakDepth = max(run.PeakDepth, s.Depth)

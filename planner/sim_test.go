@@ -67,6 +67,7 @@ func TestSlotsRefreshInParallel(t *testing.T) {
 	capped.Capacity = 1
 	r = drain(t, c, capped, Transient{}, backlogOf(0, 1), 2)
 	near(t, "drain at capacity", r.DrainSeconds, 4+6+0.05+2, 1e-9)
+	near(t, "refresh at capacity", r.MeanRefreshSeconds, 6, 1e-9)
 }
 
 func TestTheClaimWindowLimitsUsersPerRound(t *testing.T) {

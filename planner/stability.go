@@ -42,8 +42,9 @@ type Stability struct {
 	// coalescing has brought the demand down to Loaded (+Inf: no age is
 	// enough, the queue grows without bound; 0: no backlog forms).
 	SettledWait Limit `json:"settledWaitSeconds"`
-	// RecoverySeconds estimates how long a backlog of BacklogUsers users
-	// takes to clear at Loaded − Demand (stable only).
+	// RecoverySeconds estimates how long the backlog's BacklogUsers users
+	// take to clear at Loaded − Demand (stable only).
+	BacklogUsers    int     `json:"backlogUsers,omitempty"`
 	RecoverySeconds float64 `json:"recoverySeconds,omitempty"`
 }
 
@@ -79,7 +80,7 @@ func Assess(c Config, s Server, replicas int, mix Mix, rate float64, backlogUser
 	case st.Loaded >= st.Demand:
 		st.Class, st.BusyLow = ClassStable, busy
 		if backlogUsers > 0 {
-			st.RecoverySeconds = float64(backlogUsers) / (st.Loaded - st.Demand)
+			st.BacklogUsers, st.RecoverySeconds = backlogUsers, float64(backlogUsers)/(st.Loaded-st.Demand)
 		}
 	default:
 		st.Class, st.BusyLow = ClassMetastable, busy
@@ -117,7 +118,7 @@ func (st Stability) Describe() string {
 		s := fmt.Sprintf("stable: %.1f refreshes/s with every slot busy against a demand of %.1f/s (headroom %+.0f%%); any backlog drains",
 			st.Loaded, st.Demand, 100*st.Margin)
 		if st.RecoverySeconds > 0 {
-			s += fmt.Sprintf(" (this one's users in about %s at the difference)", Seconds(st.RecoverySeconds))
+			s += fmt.Sprintf(" (this one's %d users in about %s)", st.BacklogUsers, Seconds(st.RecoverySeconds))
 		}
 		return s
 	case ClassMetastable:

@@ -100,7 +100,7 @@ type planRow struct {
 	ScanUs, EntryUs           float64 // per queued entry of a claim read, per entry deleted
 	LoadAvg                   string  // the machine's 1-minute load average before and after the replay
 	MeasRefreshMs             float64 // mean refresh duration in the replay
-	PredRefreshMs             float64 // round trips × latency with the slots busy
+	PredRefreshMs             float64 // the same in the simulation
 	Transient                 bool
 	PredClass                 string
 	PredRecovered             bool
@@ -221,7 +221,7 @@ func (row *planRow) compare(c planCase, p *planner.Plan, rep *replay.Report) {
 	row.RTTms, row.CostMs, row.Capacity = p.Server.RTT*1000, p.Server.Cost*1000, p.Server.Capacity
 	row.ScanUs, row.EntryUs = p.Server.ScanCost*1e6, p.Server.EntryCost*1e6
 	row.PredDrain = r0.DrainSeconds
-	row.PredRefreshMs = 1000 * float64(p.RoundTrips) * p.Server.Latency(float64(c.conc), 1)
+	row.PredRefreshMs = 1000 * r0.MeanRefreshSeconds
 	// The replay's first sample is a second in: compare peaks from there.
 	for _, s := range r0.Timeline {
 		if s.T >= 1 {
