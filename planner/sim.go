@@ -47,9 +47,9 @@ type Run struct {
 	// last round trip (the refresh_duration histogram's mean).
 	MeanRefreshSeconds float64 `json:"meanRefreshSeconds"`
 	Acked              int     `json:"acked"`
-	Entries       int     `json:"entries"`
-	EndSeconds    float64 `json:"endSeconds"`
-	End           Sample  `json:"end"`
+	Entries            int     `json:"entries"`
+	EndSeconds         float64 `json:"endSeconds"`
+	End                Sample  `json:"end"`
 }
 
 // RefreshesPerSecond over the run.
