@@ -58,7 +58,7 @@ func planTitle(p *planner.Plan) string {
 	r := p.Rows[0].Run
 	what := fmt.Sprintf("drain %s, peak oldest age %s", planner.Seconds(r.DrainSeconds), planner.Seconds(r.PeakOldestAge))
 	if p.Arrival.Mode == planner.ArrivalRate {
-		what = fmt.Sprintf("backlog cleared %s, oldest age at the end %s", planner.Seconds(r.ClearSeconds), planner.Seconds(r.End.OldestAge))
+		what = fmt.Sprintf("backlog cleared in %s", planner.Seconds(r.ClearSeconds))
 	}
 	if !r.Drained && p.Arrival.Mode != planner.ArrivalRate {
 		what = fmt.Sprintf("not drained after %s", planner.Seconds(r.EndSeconds))
