@@ -190,7 +190,7 @@ func (b *bench) planCase(ctx context.Context, c planCase, entryCost time.Duratio
 	row.LoadAvg = before + " → " + loadAvg()
 	row.compare(c, p, rep)
 	row.MeasRefreshMs = refreshMs
-	row.PlanCommand = "scorerefresh plan " + strings.Join(reproducible(args, p, filepath.Join(b.opts.out, "rules.yaml")), " ")
+	row.PlanCommand = reproducible(c, args, p, b.opts.seed)
 	b.logf("  %-16s drain %6.1fs predicted %6.1fs (%+.0f%%); peak oldest age %6.1fs predicted %6.1fs (%+.0f%%); refresh %.0f ms predicted %.0f ms; RTT %.2f ms, server %.2f ms, %.0f queries/s%s",
 		c.name, row.MeasDrain, row.PredDrain, pct(row.PredDrain, row.MeasDrain), row.MeasPeakAge, row.PredPeakAge, pct(row.PredPeakAge, row.MeasPeakAge),
 		row.MeasRefreshMs, row.PredRefreshMs, row.RTTms, row.CostMs, p.Server.Capacity, recoveryNote(row))
@@ -372,26 +372,37 @@ func (b *bench) measureEntryCost(ctx context.Context, n int) (time.Duration, err
 	return max(0, time.Since(start)-ping) / time.Duration(n), nil
 }
 
-// reproducible turns the planner's arguments into ones that need no server:
-// the measured round trip and server time as flags, the configuration too.
-func reproducible(args []string, p *planner.Plan, rules string) []string {
-	var out []string
+// reproducible is the prediction alone, without a server: the backlog
+// generated again (the queue file depends only on the shape, sizes, span
+// and seed) and the planner given what it measured.
+func reproducible(c planCase, args []string, p *planner.Plan, seed uint64) string {
+	gen := fmt.Sprintf("scorerefresh backlog generate --shape %s --entries %d --users %d --seed %d", c.shape, c.entries, c.users, seed)
+	if c.span > 0 {
+		gen += " --span " + c.span.String()
+	}
+	gen += " --out /tmp/plan-" + c.name
+	out := []string{"scorerefresh plan --in /tmp/plan-" + c.name, fmt.Sprintf("--components %d", p.Config.Components)}
 	for i := 0; i < len(args); i++ {
 		switch args[i] {
-		case "--measure", "--svg":
-			if args[i] == "--svg" {
-				i++
-			}
+		case "--measure":
 			continue
-		case "--measure-concurrency", "--measure-capacity", "--server-capacity":
+		case "--in", "--svg", "--measure-concurrency", "--measure-capacity":
 			i++
 			continue
 		}
 		out = append(out, args[i])
 	}
-	c := p.Config
-	return append(out, fmt.Sprintf("--rtt %.2fms --server-cost %.2fms --server-capacity %.0f --scan-cost %.2fµs --change-streams=%t --concurrency %d --max-users-in-flight %d --claim-window %d --rules %s",
-		p.Server.RTT*1000, p.Server.Cost*1000, p.Server.Capacity, p.Server.ScanCost*1e6, c.ChangeStreams, c.Concurrency, c.MaxUsersInFlight, c.ClaimWindow, rules))
+	s, cfg := p.Server, p.Config
+	out = append(out, fmt.Sprintf("--rtt %.2fms --server-cost %.2fms", s.RTT*1000, s.Cost*1000))
+	if s.Capacity > 0 {
+		out = append(out, fmt.Sprintf("--server-capacity %.0f", s.Capacity))
+	}
+	if s.ScanCost > 0 {
+		out = append(out, fmt.Sprintf("--scan-cost %.2fµs", s.ScanCost*1e6))
+	}
+	out = append(out, fmt.Sprintf("--change-streams=%t --concurrency %d --max-users-in-flight %d --claim-window %d",
+		cfg.ChangeStreams, cfg.Concurrency, cfg.MaxUsersInFlight, cfg.ClaimWindow))
+	return gen + " && " + strings.Join(out, " ")
 }
 
 // measuredRecovery applies the planner's recovery rule to the replay's
