@@ -164,3 +164,27 @@ func TestMeasuresAndReadsTheLiveQueueReadOnly(t *testing.T) {
 		t.Errorf("first sample %+v, want the 50 entries at t=0, the oldest 60 s old and the time since", s)
 	}
 }
+
+func TestMeasureTimesTheClaimWindowOnADeepQueue(t *testing.T) {
+	db := mongotest.Database(t, mongotest.Options{})
+	now := time.Now()
+	docs := make([]any, 1200)
+	for i := range docs {
+		docs[i] = bson.D{{Key: "username", Value: "u" + string(rune('a'+i%20))}, {Key: "createdAt", Value: now.Add(time.Duration(i) * time.Millisecond)}}
+	}
+	if _, err := db.Collection("score_events").InsertMany(context.Background(), docs); err != nil {
+		t.Fatal(err)
+	}
+	environ := []string{"MONGODB_URI=" + mongotest.URI(t), "MONGODB_DATABASE=" + db.Name()}
+	code, out, stderr := runPlan(t, environ, "--from-queue", "--measure", "--pings", "3", "--json", "--max-replicas", "1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var p jsonOut
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Server.ScanCost <= 0 || !strings.Contains(stderr, "claim window") {
+		t.Errorf("scan cost %g s per entry, stderr %q: want the claim window timed on 1,200 entries", p.Server.ScanCost, stderr)
+	}
+}
