@@ -81,7 +81,11 @@ func (p *Plan) writeInputs(b *strings.Builder) {
 		fmt.Fprintf(b, "; %.1fµs per queued entry per claim read", s.ScanCost*1e6)
 	}
 	c := p.Config
-	fmt.Fprintf(b, "\nrefresh: %d components + 2 = %d round trips", c.Components, p.RoundTrips)
+	comps := "components"
+	if c.Components == 1 {
+		comps = "component"
+	}
+	fmt.Fprintf(b, "\nrefresh: %d %s + 2 = %d round trips", c.Components, comps, p.RoundTrips)
 	if c.Batch > 1 {
 		fmt.Fprintf(b, " per batch of up to %d users", c.Batch)
 	}
