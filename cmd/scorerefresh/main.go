@@ -7,6 +7,7 @@
 //	scorerefresh status     what the queue holds now (docs/operator-commands.md)
 //	scorerefresh deadletters list|show|redrive|purge
 //	scorerefresh doctor     preflight checks against the configured MongoDB
+//	scorerefresh plan       predicts drain time, replicas and stability (docs/capacity-planning.md)
 //	scorerefresh version    prints the build's version
 //
 // Configuration comes from the environment only (docs/contract.md). This binary
@@ -50,6 +51,7 @@ commands:
   doctor    [--replicas N] [--json]: preflight checks against the configured MongoDB
             (topology, indexes, query plans, source indexes, permissions,
             connections, clock); exits 1 when a check fails
+  plan      --in FILE|DIR|--from-queue --rtt D|--measure: drain time, replicas, stability (--help)
   version   print the version
 
 status, deadletters and doctor read the same environment as run (MONGODB_URI,
@@ -86,6 +88,8 @@ func runWith(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) 
 		return runDeadLetters(args[1:], environ, stdin, stdout, stderr)
 	case "doctor":
 		return runDoctor(args[1:], environ, stdout, stderr)
+	case "plan":
+		return runPlan(args[1:], environ, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintf(stdout, "scorerefresh %s (revision %s)\n", version, revision)
 		return 0

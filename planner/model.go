@@ -1,0 +1,207 @@
+package planner
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// What the consumer does, as the model counts it (see the package comment).
+const (
+	ClaimRoundTrips      = 4    // live leases, window, lease insert, absorb
+	EmptyClaimRoundTrips = 2    // a round that found nobody to claim stops after the window
+	AckRoundTrips        = 2    // delete the entries, release the leases
+	AckInterval          = 0.05 // seconds a flush waits for company
+	AckBatch             = 100  // outcomes that make a flush go at once
+	LeadFactor           = 4    // users held per refresh slot at most
+	// overheadInFlight is the claim and ack commands a busy replica has in
+	// flight on average besides its refreshes: a claim round (4 round trips)
+	// every REFRESH_CONCURRENCY refreshes and a flush (2) every 50 ms or so.
+	overheadInFlight = 0.75
+)
+
+// Config is the fleet's configuration.
+type Config struct {
+	Components       int     `json:"components"`         // rule components
+	Concurrency      int     `json:"refreshConcurrency"` // REFRESH_CONCURRENCY
+	MaxUsersInFlight int     `json:"maxUsersInFlight"`   // MAX_USERS_IN_FLIGHT
+	ClaimWindow      int     `json:"claimWindow"`        // CLAIM_WINDOW
+	Replicas         int     `json:"replicas"`
+	Batch            int     `json:"batch"`               // users per recompute; 1: one refresh per user
+	PollInterval     float64 `json:"pollIntervalSeconds"` // POLL_INTERVAL
+	ChangeStreams    bool    `json:"changeStreams"`       // arrivals wake an idle replica at once
+}
+
+// RoundTrips is the cost of one refresh (of one batch when Batch > 1).
+func (c Config) RoundTrips() int { return c.Components + 2 }
+
+// HeldCap is the most users one replica holds.
+func (c Config) HeldCap() int { return min(c.MaxUsersInFlight, LeadFactor*c.Concurrency) }
+
+// Validate reports every bad field at once.
+func (c Config) Validate() error {
+	var errs []error
+	positive := func(name string, v int) {
+		if v <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive (got %d)", name, v))
+		}
+	}
+	positive("components", c.Components)
+	positive("REFRESH_CONCURRENCY", c.Concurrency)
+	positive("MAX_USERS_IN_FLIGHT", c.MaxUsersInFlight)
+	positive("CLAIM_WINDOW", c.ClaimWindow)
+	positive("replicas", c.Replicas)
+	positive("batch", c.Batch)
+	if c.Concurrency > c.MaxUsersInFlight && c.MaxUsersInFlight > 0 {
+		errs = append(errs, fmt.Errorf("REFRESH_CONCURRENCY %d is above MAX_USERS_IN_FLIGHT %d", c.Concurrency, c.MaxUsersInFlight))
+	}
+	if c.PollInterval <= 0 {
+		errs = append(errs, fmt.Errorf("poll interval must be positive (got %gs)", c.PollInterval))
+	}
+	return errors.Join(errs...)
+}
+
+// Server is how long a round trip takes.
+type Server struct {
+	RTT  float64 `json:"rttSeconds"`  // network round trip
+	Cost float64 `json:"costSeconds"` // the server's time per command, uncontended
+	// Capacity is the most commands a second the server answers; 0: no limit.
+	Capacity float64 `json:"capacityPerSecond,omitempty"`
+	// Knee and Slope model a server that degrades under load: every command
+	// takes Slope longer per command in flight beyond Knee. Slope 0: none.
+	Knee  int     `json:"knee,omitempty"`
+	Slope float64 `json:"slopeSeconds,omitempty"`
+	// EntryCost is the server's time per queue entry an ack flush deletes:
+	// a firehose user's refresh acknowledges thousands at once, and the
+	// replica's flushes (and the users waiting on them) wait for it.
+	EntryCost float64 `json:"entryCostSeconds,omitempty"`
+	// ScanCost is the server's time per queued entry for each of a claim
+	// round's two queue reads (the window and absorb): about 0 where they
+	// are index reads (MongoDB), the decoding of every entry where the
+	// server scans the queue for them (FerretDB).
+	ScanCost float64 `json:"scanCostSeconds,omitempty"`
+}
+
+// Validate reports every bad field at once.
+func (s Server) Validate() error {
+	var errs []error
+	if !(s.RTT >= 0) || !(s.Cost >= 0) || !(s.Capacity >= 0) || !(s.Slope >= 0) || s.Knee < 0 || !(s.EntryCost >= 0) || !(s.ScanCost >= 0) {
+		errs = append(errs, errors.New("RTT, server cost, capacity, knee, slope, entry and scan costs must not be negative"))
+	}
+	if s.RTT+s.Cost <= 0 {
+		errs = append(errs, errors.New("a round trip must take some time: give an RTT or a server cost"))
+	}
+	return errors.Join(errs...)
+}
+
+// Latency is one command's round trip with inFlight commands in flight
+// (itself included), its network part multiplied by rttFactor. A closed
+// system of n clients in front of a server of capacity Q cannot complete
+// more than Q commands a second, so each takes at least n/Q.
+func (s Server) Latency(inFlight float64, rttFactor float64) float64 {
+	lat := s.RTT*rttFactor + s.Cost
+	if s.Capacity > 0 {
+		lat = math.Max(lat, inFlight/s.Capacity)
+	}
+	if s.Slope > 0 && inFlight > float64(s.Knee) {
+		lat += s.Slope * (inFlight - float64(s.Knee))
+	}
+	return lat
+}
+
+// Transient is a disturbance during the load: round trips take RTTFactor
+// times longer from At for For seconds, and/or Burst entries of as many new
+// users arrive at At.
+type Transient struct {
+	At        float64 `json:"atSeconds"`
+	For       float64 `json:"forSeconds"`
+	RTTFactor float64 `json:"rttFactor"`
+	Burst     int     `json:"burst,omitempty"`
+}
+
+// Active says whether the transient disturbs anything.
+func (t Transient) Active() bool { return (t.RTTFactor > 1 && t.For > 0) || t.Burst > 0 }
+
+// End is when the disturbance is over.
+func (t Transient) End() float64 {
+	if t.RTTFactor > 1 && t.For > 0 {
+		return t.At + t.For
+	}
+	return t.At
+}
+
+// Bounds are the first-principles ceilings on refreshes a second for a fleet.
+type Bounds struct {
+	Replicas int `json:"replicas"`
+	// Latency is replicas × REFRESH_CONCURRENCY × batch / (round trips ×
+	// (RTT + server cost)): every slot busy, nothing else in the way.
+	Latency float64 `json:"latency"`
+	// InFlight is what MAX_USERS_IN_FLIGHT allows: users are held across
+	// the refresh, the wait for an ack flush and the next claim round.
+	InFlight float64 `json:"inFlight"`
+	// Server is the server's capacity over the round trips of a refresh
+	// (+Inf, null in JSON, without a capacity).
+	Server Limit `json:"server"`
+	// Loaded is the fleet's rate with every slot busy, the round trip
+	// taken at that load (capacity and knee included): what a deep backlog
+	// gets, and what a transient that fills the slots leaves behind.
+	Loaded float64 `json:"loaded"`
+	// Lower is what the fleet can do, the least of Loaded and InFlight;
+	// Binding says what holds it there.
+	Lower   float64 `json:"lower"`
+	Binding string  `json:"binding"`
+}
+
+// FleetBounds computes the bounds for replicas replicas.
+func FleetBounds(c Config, s Server, replicas int) Bounds {
+	rt := float64(c.RoundTrips())
+	slots := float64(replicas * c.Concurrency * c.Batch)
+	b := Bounds{Replicas: replicas, Server: Limit(math.Inf(1))}
+	b.Latency = slots / (rt * s.Latency(1, 1))
+	full := float64(replicas) * (float64(c.Concurrency) + overheadInFlight)
+	lat := s.Latency(full, 1)
+	b.Loaded = slots / (rt * lat)
+	// A held user waits out its refresh, the ack flush (its interval and
+	// round trips) and the claim round that replaces it.
+	hold := rt*lat + AckInterval + float64(AckRoundTrips+ClaimRoundTrips)*lat
+	b.InFlight = float64(replicas*c.HeldCap()*c.Batch) / hold
+	if s.Capacity > 0 {
+		b.Server = Limit(s.Capacity * float64(c.Batch) / rt)
+	}
+	b.Lower, b.Binding = b.Loaded, "latency"
+	switch {
+	case b.InFlight < b.Loaded:
+		b.Lower, b.Binding = b.InFlight, "users in flight"
+	case b.Loaded < 0.999*b.Latency && s.Capacity > 0 && full/s.Capacity >= s.RTT+s.Cost:
+		b.Binding = "server capacity"
+	case b.Loaded < 0.999*b.Latency:
+		b.Binding = "server under load"
+	}
+	return b
+}
+
+// Limit is a figure that may be unbounded (+Inf): a server without a
+// capacity, a rate no arrival exceeds. JSON has no infinity, so it is null
+// there.
+type Limit float64
+
+// MarshalJSON writes +Inf as null.
+func (l Limit) MarshalJSON() ([]byte, error) {
+	if math.IsInf(float64(l), 0) || math.IsNaN(float64(l)) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(float64(l))
+}
+
+// UnmarshalJSON reads null as +Inf.
+func (l *Limit) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*l = Limit(math.Inf(1))
+		return nil
+	}
+	var f float64
+	err := json.Unmarshal(b, &f)
+	*l = Limit(f)
+	return err
+}

@@ -1,0 +1,305 @@
+package planner
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Input is what to plan.
+type Input struct {
+	Backlog     *Backlog
+	Arrival     Arrival
+	Config      Config // Replicas: the fleet as it runs now
+	Server      Server
+	MaxReplicas int     // the table covers 1…MaxReplicas
+	TargetAge   float64 // seconds the oldest entry may wait
+	Transient   Transient
+	SampleEvery float64 // timeline resolution; default 1s, coarser for long drains
+}
+
+// Validate reports every bad input at once.
+func (in Input) Validate() error {
+	errs := []error{in.Config.Validate(), in.Server.Validate(), in.Arrival.Validate()}
+	if in.Backlog == nil {
+		errs = append(errs, errors.New("no backlog"))
+	}
+	if in.MaxReplicas < 1 {
+		errs = append(errs, fmt.Errorf("max replicas must be at least 1 (got %d)", in.MaxReplicas))
+	}
+	if !(in.TargetAge > 0) {
+		errs = append(errs, fmt.Errorf("target age must be positive (got %gs)", in.TargetAge))
+	}
+	t := in.Transient
+	if t.At < 0 || t.For < 0 || t.Burst < 0 || (t.RTTFactor != 0 && t.RTTFactor < 1) {
+		errs = append(errs, errors.New("transient: time, duration and burst must not be negative, and the RTT factor at least 1"))
+	}
+	if t.Active() && in.Arrival.Mode == ArrivalRate && t.End() >= in.Arrival.Duration {
+		errs = append(errs, fmt.Errorf("transient: it must end (at %s) before the arrivals do (%s), or there is no load left to judge the recovery under",
+			Seconds(t.End()), Seconds(in.Arrival.Duration)))
+	}
+	return errors.Join(errs...)
+}
+
+// Plan is the planner's answer.
+type Plan struct {
+	Entries    int       `json:"entries"`
+	Users      int       `json:"users"`
+	SpanSecs   float64   `json:"spanSeconds"` // oldest to newest entry of the backlog
+	Arrival    Arrival   `json:"arrival"`
+	Load       float64   `json:"loadEntriesPerSecond"` // arrivals after the start (mean)
+	Config     Config    `json:"config"`
+	Server     Server    `json:"server"`
+	TargetAge  float64   `json:"targetAgeSeconds"`
+	Transient  Transient `json:"transient"`
+	RoundTrips int       `json:"roundTripsPerRefresh"`
+	// EntriesPerUser is the coalescing a static drain of the backlog gets:
+	// one refresh per distinct user.
+	EntriesPerUser float64 `json:"entriesPerUser"`
+	// WindowUsers is the mean number of distinct users among CLAIM_WINDOW
+	// consecutive entries of the backlog.
+	WindowUsers float64     `json:"windowUsers"`
+	Mix         Mix         `json:"mix"`
+	Sequential  *Sequential `json:"sequential,omitempty"`
+	Rows        []Row       `json:"replicas"`
+	// ReplicasForTarget is the fewest replicas whose oldest entry never
+	// waits longer than TargetAge in the simulation; 0 when none up to
+	// MaxReplicas does.
+	ReplicasForTarget int            `json:"replicasForTarget"`
+	Stability         *StabilityPlan `json:"stability"`
+}
+
+// Row is one fleet size.
+type Row struct {
+	Replicas int    `json:"replicas"`
+	Bounds   Bounds `json:"bounds"`
+	Run      *Run   `json:"simulation"`
+	// Sustainable is the highest arrival rate (entries a second, with the
+	// backlog's mix of users) whose oldest age stays within the target
+	// (+Inf, null in JSON: no rate is too high).
+	Sustainable Limit `json:"sustainableEntriesPerSecond"`
+	MeetsTarget bool  `json:"meetsTarget"`
+}
+
+// StabilityPlan is the verdict on a transient at the current fleet size.
+type StabilityPlan struct {
+	Replicas   int       `json:"replicas"`
+	Assessment Stability `json:"assessment"`
+	Baseline   *Run      `json:"baseline,omitempty"`  // the load without the transient
+	Disturbed  *Run      `json:"disturbed,omitempty"` // the same with it
+	// PreLevel is the oldest age before the transient (the highest over
+	// its last two thirds before it); recovery is getting back to it
+	// (RecoveredAt).
+	PreLevel        float64 `json:"preLevelSeconds"`
+	Recovered       bool    `json:"recovered"`
+	RecoverySeconds float64 `json:"recoverySeconds"` // after the transient ended; -1: not while the load lasted
+	Verdict         string  `json:"verdict"`
+}
+
+// Make runs the plan.
+func Make(in Input) (*Plan, error) {
+	if err := in.Validate(); err != nil {
+		return nil, err
+	}
+	b := in.Backlog
+	p := &Plan{Entries: len(b.Entries), Users: b.Users, SpanSecs: b.Span(), Arrival: in.Arrival, Config: in.Config,
+		Server: in.Server, TargetAge: in.TargetAge, Transient: in.Transient, RoundTrips: in.Config.RoundTrips(),
+		Mix: NewMix(b.Counts()), WindowUsers: windowUsers(b, in.Config.ClaimWindow)}
+	if b.Users > 0 {
+		p.EntriesPerUser = float64(len(b.Entries)) / float64(b.Users)
+	}
+	p.Load = loadRate(b, in.Arrival)
+	p.Sequential = sequential(b, in.Config, in.Server, p.Load)
+	entries, users := b.Schedule(in.Arrival, Transient{})
+	for n := 1; n <= in.MaxReplicas; n++ {
+		c := in.Config
+		c.Replicas = n
+		row := Row{Replicas: n, Bounds: FleetBounds(c, in.Server, n)}
+		row.Run = Simulate(c, in.Server, Transient{}, entries, users, simOptions(in, entries, row.Bounds))
+		row.Sustainable = Limit(p.Mix.SustainableRate(row.Bounds.Lower, targetWait(c, in.Server, in.TargetAge)))
+		row.MeetsTarget = row.Run.PeakWait <= in.TargetAge && (row.Run.Drained || in.Arrival.Mode == ArrivalRate)
+		if row.MeetsTarget && p.ReplicasForTarget == 0 {
+			p.ReplicasForTarget = n
+		}
+		p.Rows = append(p.Rows, row)
+	}
+	p.Stability = stability(in, p, entries, users)
+	return p, nil
+}
+
+// simOptions sizes the simulation: until drained for a finite load, with a
+// horizon well past what the bounds predict; to the end of the arrivals for
+// a rate.
+func simOptions(in Input, entries []Entry, b Bounds) SimOptions {
+	o := SimOptions{SampleEvery: in.SampleEvery}
+	last := 0.0
+	if len(entries) > 0 {
+		last = entries[len(entries)-1].Arrive
+	}
+	if in.Arrival.Mode == ArrivalRate {
+		o.Horizon = in.Arrival.Duration
+	} else {
+		est := last + float64(len(entries))/math.Max(b.Lower, 1e-6)
+		o.Horizon, o.UntilDrained = math.Min(math.Max(3*est, est+300), 14*24*3600), true
+	}
+	if o.SampleEvery <= 0 {
+		// About two thousand samples at most: enough for a chart.
+		o.SampleEvery = math.Max(1, math.Ceil(o.Horizon/2000))
+	}
+	return o
+}
+
+// targetWait is the part of the target age an entry may spend waiting for
+// its claim: the rest goes to the refresh, the ack and the claim round.
+func targetWait(c Config, s Server, target float64) float64 {
+	lat := s.Latency(1, 1)
+	busy := float64(c.RoundTrips()+ClaimRoundTrips+AckRoundTrips)*lat + AckInterval
+	return math.Max(target-busy, target/10)
+}
+
+func loadRate(b *Backlog, a Arrival) float64 {
+	switch a.Mode {
+	case ArrivalRate:
+		return a.Rate
+	case ArrivalOriginal:
+		if span := b.Span(); span > 0 {
+			return float64(len(b.Entries)) / (span / a.Speed)
+		}
+	}
+	return 0
+}
+
+// stability runs the transient against the current fleet and classifies
+// the load from first principles.
+func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
+	c := in.Config
+	sp := &StabilityPlan{Replicas: c.Replicas, RecoverySeconds: -1}
+	backlogUsers := 0
+	if in.Arrival.Mode == ArrivalRate {
+		backlogUsers = in.Backlog.Users
+	}
+	sp.Assessment = Assess(c, in.Server, c.Replicas, p.Mix, p.Load, backlogUsers)
+	if !in.Transient.Active() {
+		sp.Verdict = sp.Assessment.Describe()
+		return sp
+	}
+	b := FleetBounds(c, in.Server, c.Replicas)
+	o := simOptions(in, entries, b)
+	if in.Arrival.Mode != ArrivalRate {
+		// Until drained, with room for the transient's delay.
+		o.Horizon = math.Max(o.Horizon, in.Transient.End()+600)
+		if in.Transient.RTTFactor > 1 {
+			o.Horizon += in.Transient.For * in.Transient.RTTFactor
+		}
+	}
+	sp.Baseline = Simulate(c, in.Server, Transient{}, entries, users, o)
+	dEntries, dUsers := in.Backlog.Schedule(in.Arrival, in.Transient)
+	sp.Disturbed = Simulate(c, in.Server, in.Transient, dEntries, dUsers, o)
+	sp.PreLevel = maxAge(sp.Disturbed.Timeline, in.Transient.At/3, in.Transient.At)
+	loadEnd := in.Transient.End()
+	if n := len(entries); n > 0 {
+		loadEnd = math.Max(loadEnd, entries[n-1].Arrive)
+	}
+	if t, ok := RecoveredAt(sp.Disturbed.Timeline, sp.PreLevel, in.Transient.End(), loadEnd, p.Load > 0); ok {
+		sp.Recovered, sp.RecoverySeconds = true, t-in.Transient.End()
+	}
+	if p.Load == 0 && sp.Disturbed.Drained {
+		sp.Recovered, sp.RecoverySeconds = true, sp.Disturbed.DrainSeconds-in.Transient.End()
+	}
+	sp.Verdict = describeRecovery(sp, p.Load, loadEnd, in.Transient.At, in.Transient.End())
+	if light := lightAge(c, in.Server); sp.PreLevel > 2*light+1 {
+		sp.Verdict = fmt.Sprintf("the queue is already backed up before the transient (oldest age %s where a fleet keeping up holds about %s): ",
+			Seconds(sp.PreLevel), Seconds(light)) + sp.Verdict
+	}
+	if in.Arrival.Mode == ArrivalRate && (sp.Baseline.ClearSeconds < 0 || sp.Baseline.ClearSeconds > in.Transient.At) {
+		sp.Verdict += fmt.Sprintf(" (the backlog present at the start is not cleared by %s, when the transient begins:"+
+			" the verdict compares against a queue still draining; a --transient-at after the backlog is cleared judges the steady state)", Seconds(in.Transient.At))
+	}
+	return sp
+}
+
+// lightAge is about the oldest age of a queue the fleet keeps up with: the
+// wait for a claim, a refresh, the ack flush.
+func lightAge(c Config, s Server) float64 {
+	lat := s.Latency(1, 1)
+	age := normalWait(c, s) + float64(c.RoundTrips()+AckRoundTrips)*lat + AckInterval
+	if !c.ChangeStreams {
+		age += c.PollInterval / 2 // normalWait counts half of it: the oldest entry waits the whole
+	}
+	return age
+}
+
+// RecoveryTolerance is how close to its pre-transient level the oldest age
+// must come back to count as recovered: the age of an idle queue swings by
+// up to a poll interval, and the level is that swing's top.
+const RecoveryTolerance = 0.5
+
+// RecoveredAt is the first sample time from restore on whose oldest age is
+// back within RecoveryTolerance of level. With whileLoaded, only samples up
+// to loadEnd count: a queue that drains because arrivals stopped has not
+// recovered. The bench judges measured replays with the same rule.
+func RecoveredAt(tl []Sample, level, restore, loadEnd float64, whileLoaded bool) (float64, bool) {
+	for _, s := range tl {
+		if s.T < restore || (whileLoaded && s.T > loadEnd) {
+			continue
+		}
+		if s.OldestAge <= level+RecoveryTolerance {
+			return s.T, true
+		}
+	}
+	return 0, false
+}
+
+func maxAge(tl []Sample, from, to float64) float64 {
+	m := 0.0
+	for _, s := range tl {
+		if s.T >= from && s.T < to {
+			m = math.Max(m, s.OldestAge)
+		}
+	}
+	return m
+}
+
+func describeRecovery(sp *StabilityPlan, load, loadEnd, trStart, trEnd float64) string {
+	d := sp.Disturbed
+	peakDepth, peakAge := 0, 0.0
+	for _, s := range d.Timeline {
+		if s.T >= trStart {
+			peakDepth, peakAge = max(peakDepth, s.Depth), math.Max(peakAge, s.OldestAge)
+		}
+	}
+	switch {
+	case load == 0 && sp.Recovered:
+		return fmt.Sprintf("no arrivals after the backlog: the transient delays the drain to %s (from %s)", Seconds(d.DrainSeconds), Seconds(sp.Baseline.DrainSeconds))
+	case sp.Recovered:
+		return fmt.Sprintf("recovers: the oldest age is back to its pre-transient %s %s after the transient ends (from the transient on: peak depth %d, peak oldest age %s)",
+			Seconds(sp.PreLevel), Seconds(sp.RecoverySeconds), peakDepth, Seconds(peakAge))
+	}
+	at := d.End
+	for _, s := range d.Timeline {
+		if s.T <= loadEnd {
+			at = s
+		}
+	}
+	return fmt.Sprintf("does NOT recover while the load lasts: %s after the transient ends the oldest age is %s (it was %s before), depth %d",
+		Seconds(at.T-trEnd), Seconds(at.OldestAge), Seconds(sp.PreLevel), at.Depth)
+}
+
+// windowUsers is the mean number of distinct users in consecutive windows
+// of w entries.
+func windowUsers(b *Backlog, w int) float64 {
+	if len(b.Entries) == 0 || w <= 0 {
+		return 0
+	}
+	seen := map[int32]struct{}{}
+	total, windows := 0, 0
+	for i, e := range b.Entries {
+		seen[e.User] = struct{}{}
+		if (i+1)%w == 0 || i == len(b.Entries)-1 {
+			total += len(seen)
+			windows++
+			clear(seen)
+		}
+	}
+	return float64(total) / float64(windows)
+}

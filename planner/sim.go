@@ -1,0 +1,583 @@
+package planner
+
+import (
+	"container/heap"
+	"math"
+)
+
+// Sample is the simulated queue at one moment.
+type Sample struct {
+	T         float64 `json:"t"`
+	Depth     int     `json:"depth"`
+	OldestAge float64 `json:"oldestAge"` // now − the oldest entry's enqueue time; 0 when empty
+	// Wait is how long the oldest entry has waited since the plan began:
+	// now − max(its enqueue time, 0). Replicas cannot undo the age a
+	// backlog already had; this is the part they decide.
+	Wait      float64 `json:"wait"`
+	Acked     int     `json:"acked"`
+	Refreshes int     `json:"refreshes"`
+	RTTFactor float64 `json:"rttFactor,omitempty"`
+}
+
+// SimOptions bound a simulation.
+type SimOptions struct {
+	Horizon     float64 // stop here at the latest (seconds)
+	SampleEvery float64 // timeline resolution; default 1s
+	// UntilDrained stops once every entry is acknowledged; without it the
+	// simulation runs to Horizon.
+	UntilDrained bool
+}
+
+// Run is one simulation's outcome.
+type Run struct {
+	Replicas int      `json:"replicas"`
+	Timeline []Sample `json:"timeline,omitempty"`
+	// Drained says every entry was acknowledged within the horizon, at
+	// DrainSeconds (the last flush).
+	Drained      bool    `json:"drained"`
+	DrainSeconds float64 `json:"drainSeconds"`
+	// ClearSeconds is when every entry present at the start had been
+	// acknowledged (-1: not within the horizon).
+	ClearSeconds  float64 `json:"clearSeconds"`
+	PeakDepth     int     `json:"peakDepth"`
+	PeakOldestAge float64 `json:"peakOldestAge"`
+	PeakWait      float64 `json:"peakWait"`
+	Refreshes     int     `json:"refreshes"`
+	// MeanRefreshSeconds is a refresh's mean duration, from its slot to its
+	// last round trip (the refresh_duration histogram's mean).
+	MeanRefreshSeconds float64 `json:"meanRefreshSeconds"`
+	Acked              int     `json:"acked"`
+	Entries            int     `json:"entries"`
+	EndSeconds         float64 `json:"endSeconds"`
+	End                Sample  `json:"end"`
+}
+
+// RefreshesPerSecond over the run.
+func (r *Run) RefreshesPerSecond() float64 {
+	if r.EndSeconds <= 0 {
+		return 0
+	}
+	return float64(r.Refreshes) / r.EndSeconds
+}
+
+// Simulate runs the fleet of c.Replicas replicas over entries (oldest
+// first, arrivals in that order, as Backlog.Schedule lays them out), naming
+// users below users.
+func Simulate(c Config, s Server, tr Transient, entries []Entry, users int, o SimOptions) *Run {
+	if o.SampleEvery <= 0 {
+		o.SampleEvery = 1
+	}
+	m := newSim(c, s, entries, users)
+	for i := range c.Replicas {
+		m.reps = append(m.reps, &replica{id: int32(i + 1)})
+		m.at(c.PollInterval, evPoll, i)
+	}
+	if tr.RTTFactor > 1 && tr.For > 0 {
+		m.at(tr.At, evRTT, 0)
+		m.at(tr.At+tr.For, evRTT, 1)
+		m.trFactor = tr.RTTFactor
+	}
+	m.arrive()
+	m.sample()
+	m.at(o.SampleEvery, evSample, 0)
+	for _, r := range m.reps {
+		m.tryClaim(r)
+	}
+	m.loop(o)
+	return m.result(c.Replicas, o)
+}
+
+// The kinds of timed events.
+const (
+	evSample = iota
+	evPoll
+	evAckTimer
+	evArrivalWake
+	evRTT
+	evStop
+	evWorkDone // an op's server work past its round trips is done
+)
+
+// The kinds of round-trip work.
+const (
+	opClaim = iota
+	opRefresh
+	opFlush
+)
+
+type timed struct {
+	t    float64
+	seq  int64
+	kind int
+	arg  int // replica, or what the event carries
+	gen  int // ack timers: the arming they belong to
+	op   *op // evWorkDone: the op
+}
+
+type op struct {
+	vEnd  float64
+	seq   int64
+	kind  int
+	rep   *replica
+	users []int32 // claim: picked; refresh: the batch
+	works []work  // flush: the outcomes
+	start float64
+	full  bool // claim: the window was cut at CLAIM_WINDOW
+	room  int  // claim: users it could take
+	// work is server time the op spends past its round trips, per entry
+	// (Server.EntryCost, Server.ScanCost); worked says it is done.
+	work   float64
+	worked bool
+}
+
+type work struct {
+	user    int32
+	entries []int32
+}
+
+// replica is one consumer's pipeline state.
+type replica struct {
+	id                   int32
+	held                 int
+	waiting              []work // claimed, waiting for a refresh slot
+	running              int
+	claiming, idle       bool
+	wakePending, backlog bool
+	outcomes             []work
+	flushing, armed      bool
+	kickPending          bool
+	gen                  int
+}
+
+// sim is the discrete-event simulation. Round-trip work progresses in
+// "virtual round trips": every command in flight takes the same latency,
+// which changes only at events, so v (round trips any command has done
+// since the start) advances by dt/latency and a piece of work of k round
+// trips started at v0 ends when v reaches v0+k.
+type sim struct {
+	c   Config
+	s   Server
+	e   []Entry
+	now float64
+	v   float64
+
+	arrived, deleted, initial, initialLeft int
+	pending, live                          skipList
+	userPending                            [][]int32
+	heldBy                                 []int32
+	mark                                   []int32
+	stamp                                  int32
+
+	inFlight      int
+	rttFactor     float64
+	trFactor      float64
+	ops           opHeap
+	timers        timerHeap
+	seq           int64
+	reps          []*replica
+	refreshes     int
+	refreshTime   float64 // summed over refresh ops (batches)
+	refreshOps    int
+	lastFlush     float64
+	clearAt       float64
+	wakeScheduled bool
+	timeline      []Sample
+}
+
+func newSim(c Config, s Server, entries []Entry, users int) *sim {
+	m := &sim{c: c, s: s, e: entries, rttFactor: 1, clearAt: -1,
+		pending: newSkipList(len(entries)), live: newSkipList(len(entries)),
+		userPending: make([][]int32, users), heldBy: make([]int32, users), mark: make([]int32, users)}
+	for _, e := range entries {
+		if e.Arrive <= 0 {
+			m.initial++
+		}
+	}
+	m.initialLeft = m.initial
+	if m.initial == 0 {
+		m.clearAt = 0
+	}
+	return m
+}
+
+func (m *sim) at(t float64, kind, arg int) *timed {
+	m.seq++
+	ev := &timed{t: t, seq: m.seq, kind: kind, arg: arg}
+	heap.Push(&m.timers, ev)
+	return ev
+}
+
+func (m *sim) latency() float64 { return m.s.Latency(float64(m.inFlight), m.rttFactor) }
+
+// loop advances time event by event until the horizon or, when asked, the
+// queue is drained with nothing more to arrive.
+func (m *sim) loop(o SimOptions) {
+	m.at(o.Horizon, evStop, 0)
+	for {
+		lat := m.latency()
+		tOp := math.Inf(1)
+		if len(m.ops) > 0 {
+			tOp = m.now + (m.ops[0].vEnd-m.v)*lat
+		}
+		tEv := m.timers[0].t
+		if tEv <= tOp {
+			m.advance(tEv, lat)
+			ev := heap.Pop(&m.timers).(*timed)
+			if ev.kind == evStop || m.handle(ev, o) {
+				return
+			}
+			continue
+		}
+		m.advance(tOp, lat)
+		w := heap.Pop(&m.ops).(*op)
+		m.inFlight--
+		m.finish(w)
+		if o.UntilDrained && m.drained() {
+			m.sample()
+			return
+		}
+	}
+}
+
+func (m *sim) advance(t, lat float64) {
+	if t > m.now {
+		m.v += (t - m.now) / lat
+		m.now = t
+	}
+	m.arrive()
+}
+
+// arrive moves entries whose time has come into the queue.
+func (m *sim) arrive() {
+	for m.arrived < len(m.e) && m.e[m.arrived].Arrive <= m.now {
+		u := m.e[m.arrived].User
+		m.userPending[u] = append(m.userPending[u], int32(m.arrived))
+		m.arrived++
+	}
+}
+
+func (m *sim) drained() bool {
+	return m.arrived == len(m.e) && m.deleted == len(m.e)
+}
+
+// handle processes a timed event; it reports that the simulation is over.
+func (m *sim) handle(ev *timed, o SimOptions) bool {
+	switch ev.kind {
+	case evSample:
+		m.sample()
+		m.at(m.now+o.SampleEvery, evSample, 0)
+	case evPoll:
+		m.wake(m.reps[ev.arg])
+		m.at(m.now+m.c.PollInterval, evPoll, ev.arg)
+	case evAckTimer:
+		r := m.reps[ev.arg]
+		if r.armed && r.gen == ev.gen {
+			r.armed = false
+			m.startFlush(r)
+		}
+	case evArrivalWake:
+		m.wakeScheduled = false
+		for _, r := range m.reps {
+			m.wake(r)
+		}
+	case evWorkDone:
+		m.inFlight--
+		m.finish(ev.op)
+	case evRTT:
+		m.rttFactor = 1
+		if ev.arg == 0 {
+			m.rttFactor = m.trFactor
+		}
+	}
+	return o.UntilDrained && m.drained()
+}
+
+func (m *sim) sample() {
+	s := Sample{T: m.now, Depth: m.arrived - m.deleted, Acked: m.deleted, Refreshes: m.refreshes}
+	if m.rttFactor != 1 {
+		s.RTTFactor = m.rttFactor
+	}
+	if i := m.live.find(0); i < m.arrived {
+		s.OldestAge = m.now - m.e[i].Created
+		s.Wait = m.now - math.Max(m.e[i].Created, 0)
+	}
+	m.timeline = append(m.timeline, s)
+}
+
+func (m *sim) startOp(w *op, roundTrips int) {
+	m.seq++
+	w.seq, w.vEnd, w.start = m.seq, m.v+float64(roundTrips), m.now
+	m.inFlight++
+	heap.Push(&m.ops, w)
+}
+
+func (m *sim) finish(w *op) {
+	if w.work > 0 && !w.worked {
+		// The command is still at the server, scanning or deleting: its
+		// connection stays busy.
+		w.worked = true
+		m.inFlight++
+		m.at(m.now+w.work, evWorkDone, 0).op = w
+		return
+	}
+	switch w.kind {
+	case opClaim:
+		m.claimDone(w)
+	case opRefresh:
+		m.refreshDone(w)
+	case opFlush:
+		m.flushDone(w)
+	}
+}
+
+// wantMore is the consumer's low-water mark: room for users, and fewer
+// waiting for a slot than there are slots.
+func (m *sim) wantMore(r *replica) bool {
+	return r.held < m.c.HeldCap() && len(r.waiting) < m.c.Concurrency
+}
+
+// wake is a poll tick, a change-stream event or a freed slot.
+func (m *sim) wake(r *replica) {
+	if r.idle {
+		r.idle = false
+		m.tryClaim(r)
+		return
+	}
+	r.wakePending = true
+}
+
+// tryClaim starts a claim round when there is room and a reason.
+func (m *sim) tryClaim(r *replica) {
+	room := m.c.HeldCap() - r.held
+	if room <= 0 || !m.wantMore(r) {
+		m.afterRound(r, false)
+		return
+	}
+	users, full := m.window(room)
+	rt := ClaimRoundTrips
+	if len(users) == 0 {
+		rt = EmptyClaimRoundTrips
+	}
+	for _, u := range users {
+		m.heldBy[u] = r.id
+	}
+	r.claiming = true
+	// The window and absorb read the queue: an index read on MongoDB, a
+	// scan of every queued entry where the server has no such index.
+	scan := 2 * float64(m.arrived-m.deleted) * m.s.ScanCost
+	m.startOp(&op{kind: opClaim, rep: r, users: users, full: full, room: room, work: scan}, rt)
+}
+
+// window reads the CLAIM_WINDOW oldest entries of users nobody holds and
+// picks up to room distinct users from it, in order of their oldest entry.
+// full says the window was cut at CLAIM_WINDOW: more may wait behind it.
+func (m *sim) window(room int) (users []int32, full bool) {
+	m.stamp++
+	counted := 0
+	for i := m.pending.find(0); i < m.arrived && counted < m.c.ClaimWindow; i = m.pending.find(i + 1) {
+		u := m.e[i].User
+		if m.heldBy[u] != 0 {
+			continue // leased: not in the window at all
+		}
+		counted++
+		if m.mark[u] != m.stamp && len(users) < room {
+			m.mark[u] = m.stamp
+			users = append(users, u)
+		}
+	}
+	return users, counted >= m.c.ClaimWindow
+}
+
+func (m *sim) claimDone(w *op) {
+	r := w.rep
+	r.claiming = false
+	works := make([]work, 0, len(w.users))
+	for _, u := range w.users {
+		ents := m.userPending[u]
+		m.userPending[u] = nil
+		for _, i := range ents {
+			m.pending.remove(int(i))
+		}
+		works = append(works, work{user: u, entries: ents})
+	}
+	r.held += len(works)
+	r.waiting = append(r.waiting, works...)
+	more := len(works) > 0 && (len(works) == w.room || w.full)
+	r.backlog = more
+	if m.arrivedSince(w.start) && m.c.ChangeStreams {
+		r.wakePending = true // the change stream spoke while the round ran
+	}
+	m.dispatch(r)
+	m.afterRound(r, more)
+}
+
+func (m *sim) arrivedSince(t float64) bool {
+	return m.arrived > 0 && m.e[m.arrived-1].Arrive > t
+}
+
+// afterRound is the claim loop's decision: go again, or wait.
+func (m *sim) afterRound(r *replica, more bool) {
+	switch {
+	case more && m.wantMore(r):
+		m.tryClaim(r)
+	case r.wakePending:
+		r.wakePending = false
+		m.tryClaim(r)
+	default:
+		r.idle = true
+		m.scheduleArrivalWake()
+	}
+}
+
+// scheduleArrivalWake makes the next arrival wake idle replicas, as a
+// change stream would.
+func (m *sim) scheduleArrivalWake() {
+	if !m.c.ChangeStreams || m.wakeScheduled || m.arrived >= len(m.e) {
+		return
+	}
+	m.wakeScheduled = true
+	m.at(m.e[m.arrived].Arrive, evArrivalWake, 0)
+}
+
+// dispatch starts refreshes while slots are free.
+func (m *sim) dispatch(r *replica) {
+	for r.running < m.c.Concurrency && len(r.waiting) > 0 {
+		n := min(m.c.Batch, len(r.waiting))
+		batch := make([]int32, n)
+		for i := range n {
+			batch[i] = r.waiting[i].user
+		}
+		w := &op{kind: opRefresh, rep: r, users: batch, works: append([]work(nil), r.waiting[:n]...)}
+		r.waiting = r.waiting[n:]
+		r.running++
+		m.startOp(w, m.c.RoundTrips())
+		m.roomWake(r)
+	}
+}
+
+// roomWake wakes the claim loop when slots are about to run dry, but only
+// while the last round said more work is waiting.
+func (m *sim) roomWake(r *replica) {
+	if r.backlog && m.wantMore(r) {
+		m.wake(r)
+	}
+}
+
+func (m *sim) refreshDone(w *op) {
+	r := w.rep
+	r.running--
+	m.refreshes += len(w.works)
+	m.refreshTime += m.now - w.start
+	m.refreshOps++
+	for _, x := range w.works {
+		r.outcomes = append(r.outcomes, x)
+		if n := len(r.outcomes); n == 1 || n >= AckBatch {
+			m.kick(r)
+		}
+	}
+	m.dispatch(r)
+}
+
+// kick is the completer's signal: flush now with a full batch, else after
+// AckInterval; during a flush, once it is done.
+func (m *sim) kick(r *replica) {
+	switch {
+	case r.flushing:
+		r.kickPending = true
+	case r.armed || len(r.outcomes) >= AckBatch:
+		r.armed = false
+		m.startFlush(r)
+	default:
+		r.armed = true
+		r.gen++
+		ev := m.at(m.now+AckInterval, evAckTimer, int(r.id-1))
+		ev.gen = r.gen
+	}
+}
+
+func (m *sim) startFlush(r *replica) {
+	if len(r.outcomes) == 0 {
+		return
+	}
+	r.flushing = true
+	n := 0
+	for _, x := range r.outcomes {
+		n += len(x.entries)
+	}
+	m.startOp(&op{kind: opFlush, rep: r, works: r.outcomes, work: float64(n) * m.s.EntryCost}, AckRoundTrips)
+	r.outcomes = nil
+}
+
+func (m *sim) flushDone(w *op) {
+	r := w.rep
+	r.flushing = false
+	for _, x := range w.works {
+		for _, i := range x.entries {
+			m.live.remove(int(i))
+			m.deleted++
+			if m.e[i].Arrive <= 0 {
+				if m.initialLeft--; m.initialLeft == 0 {
+					m.clearAt = m.now
+				}
+			}
+		}
+		m.heldBy[x.user] = 0
+	}
+	r.held -= len(w.works)
+	m.lastFlush = m.now
+	if r.kickPending {
+		r.kickPending = false
+		m.kick(r)
+	}
+	m.roomWake(r)
+}
+
+func (m *sim) result(replicas int, o SimOptions) *Run {
+	run := &Run{Replicas: replicas, Timeline: m.timeline, Refreshes: m.refreshes, Acked: m.deleted,
+		Entries: len(m.e), EndSeconds: m.now, ClearSeconds: m.clearAt, DrainSeconds: -1}
+	if m.drained() {
+		run.Drained, run.DrainSeconds = true, m.lastFlush
+	}
+	if m.refreshOps > 0 {
+		run.MeanRefreshSeconds = m.refreshTime / float64(m.refreshOps)
+	}
+	for _, s := range m.timeline {
+		run.PeakDepth = max(run.PeakDepth, s.Depth)
+		run.PeakOldestAge = math.Max(run.PeakOldestAge, s.OldestAge)
+		run.PeakWait = math.Max(run.PeakWait, s.Wait)
+	}
+	if len(m.timeline) > 0 {
+		run.End = m.timeline[len(m.timeline)-1]
+	}
+	return run
+}
+
+type opHeap []*op
+
+func (h opHeap) Len() int { return len(h) }
+func (h opHeap) Less(i, j int) bool {
+	return h[i].vEnd < h[j].vEnd || (h[i].vEnd == h[j].vEnd && h[i].seq < h[j].seq)
+}
+func (h opHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *opHeap) Push(x any)   { *h = append(*h, x.(*op)) }
+func (h *opHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+type timerHeap []*timed
+
+func (h timerHeap) Len() int { return len(h) }
+func (h timerHeap) Less(i, j int) bool {
+	return h[i].t < h[j].t || (h[i].t == h[j].t && h[i].seq < h[j].seq)
+}
+func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)   { *h = append(*h, x.(*timed)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}

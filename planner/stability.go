@@ -1,0 +1,152 @@
+package planner
+
+import (
+	"fmt"
+	"math"
+)
+
+// The stability classes.
+const (
+	// ClassNoLoad: nothing arrives after the backlog, so nothing can wedge;
+	// a transient only delays the drain.
+	ClassNoLoad = "no load"
+	// ClassStable: the fleet keeps up with slots to spare, and with every
+	// slot busy (after a transient) it still does more than the load
+	// needs, so any backlog drains.
+	ClassStable = "stable"
+	// ClassMetastable: the fleet keeps up while lightly loaded, but with
+	// every slot busy the round trips slow down so much that it does less
+	// than the load needs: a transient that fills the slots leaves the
+	// queue growing after the transient is gone. The wedge.
+	ClassMetastable = "metastable"
+	// ClassOverloaded: the fleet cannot keep up even without a transient.
+	ClassOverloaded = "overloaded"
+)
+
+// Stability is the first-principles verdict for a load.
+type Stability struct {
+	Class string `json:"class"`
+	// Demand is the refreshes a second the load needs, with the coalescing
+	// its normal wait gives (NormalWait).
+	Demand     float64 `json:"demandRefreshesPerSecond"`
+	NormalWait float64 `json:"normalWaitSeconds"`
+	// Loaded is the fleet's refreshes a second with every slot busy.
+	Loaded float64 `json:"loadedRefreshesPerSecond"`
+	// Margin is Loaded / Demand − 1: how much slack the fleet has once a
+	// transient has filled its slots. Negative: it falls behind.
+	Margin float64 `json:"margin"`
+	// BusyLow is the commands in flight the load keeps busy while the
+	// fleet keeps up (the low fixed point); -1 when there is none.
+	BusyLow float64 `json:"busyLow"`
+	// SettledWait is how old entries get once the queue is backed up and
+	// coalescing has brought the demand down to Loaded (+Inf: no age is
+	// enough, the queue grows without bound; 0: no backlog forms).
+	SettledWait Limit `json:"settledWaitSeconds"`
+	// RecoverySeconds estimates how long the backlog's BacklogUsers users
+	// take to clear at Loaded − Demand (stable only).
+	BacklogUsers    int     `json:"backlogUsers,omitempty"`
+	RecoverySeconds float64 `json:"recoverySeconds,omitempty"`
+}
+
+// normalWait is how long an entry waits before its user is claimed while
+// the fleet keeps up: half a poll interval without change streams, then a
+// claim round.
+func normalWait(c Config, s Server) float64 {
+	w := float64(ClaimRoundTrips) * s.Latency(1, 1)
+	if !c.ChangeStreams {
+		w += c.PollInterval / 2
+	}
+	return w
+}
+
+// Assess classifies a load of rate entries a second with mix's users on a
+// fleet of replicas, and estimates the recovery from a backlog of
+// backlogUsers distinct users (0: none).
+func Assess(c Config, s Server, replicas int, mix Mix, rate float64, backlogUsers int) Stability {
+	st := Stability{NormalWait: normalWait(c, s), BusyLow: -1}
+	b := FleetBounds(c, s, replicas)
+	st.Loaded = math.Min(b.Loaded, b.InFlight)
+	if rate <= 0 {
+		st.Class = ClassNoLoad
+		return st
+	}
+	st.Demand = mix.Demand(rate, st.NormalWait)
+	st.Margin = st.Loaded/st.Demand - 1
+	st.SettledWait = Limit(mix.SettledWait(rate, st.Loaded))
+	busy, ok := lowFixedPoint(c, s, replicas, st.Demand)
+	switch {
+	case !ok:
+		st.Class = ClassOverloaded
+	case st.Loaded >= st.Demand:
+		st.Class, st.BusyLow = ClassStable, busy
+		if backlogUsers > 0 {
+			st.BacklogUsers, st.RecoverySeconds = backlogUsers, float64(backlogUsers)/(st.Loaded-st.Demand)
+		}
+	default:
+		st.Class, st.BusyLow = ClassMetastable, busy
+	}
+	return st
+}
+
+// lowFixedPoint finds the commands in flight that a demand of d refreshes a
+// second keeps busy when the fleet keeps up: by Little's law n = d × round
+// trips × latency(n) / batch. Iterating from an idle server climbs to the
+// lowest fixed point; if it passes every slot, the fleet cannot keep up.
+func lowFixedPoint(c Config, s Server, replicas int, d float64) (float64, bool) {
+	rt := float64(c.RoundTrips())
+	slots := float64(replicas * c.Concurrency)
+	n := 0.0
+	for range 10_000 {
+		next := d * rt * s.Latency(math.Max(n, 1), 1) / float64(c.Batch)
+		if next > slots {
+			return next, false
+		}
+		if math.Abs(next-n) < 1e-9 {
+			return next, true
+		}
+		n = next
+	}
+	return n, true
+}
+
+// Describe is the verdict in a sentence.
+func (st Stability) Describe() string {
+	switch st.Class {
+	case ClassNoLoad:
+		return "no arrivals after the backlog: nothing to wedge; a transient only delays the drain"
+	case ClassStable:
+		s := fmt.Sprintf("stable: %.1f refreshes/s with every slot busy against a demand of %.1f/s (headroom %+.0f%%); any backlog drains",
+			st.Loaded, st.Demand, 100*st.Margin)
+		if st.RecoverySeconds > 0 {
+			s += fmt.Sprintf(" (this one's %d users in about %s)", st.BacklogUsers, Seconds(st.RecoverySeconds))
+		}
+		return s
+	case ClassMetastable:
+		return fmt.Sprintf("METASTABLE: keeps up while lightly loaded (%.1f commands in flight), but with every slot busy it does %.1f refreshes/s against a demand of %.1f/s (headroom %+.0f%%): a transient that fills the slots leaves the queue %s",
+			st.BusyLow, st.Loaded, st.Demand, 100*st.Margin, settled(float64(st.SettledWait)))
+	}
+	return fmt.Sprintf("OVERLOADED: the load needs %.1f refreshes/s, more than the fleet does (%.1f/s with every slot busy, headroom %+.0f%%): the queue %s even without a transient",
+		st.Demand, st.Loaded, 100*st.Margin, settled(float64(st.SettledWait)))
+}
+
+func settled(wait float64) string {
+	if math.IsInf(wait, 1) || wait > 7*24*3600 {
+		return "growing without bound"
+	}
+	return fmt.Sprintf("backed up until entries are about %s old (coalescing then brings the demand down to what the fleet does)", Seconds(wait))
+}
+
+// Seconds prints a duration in seconds for people: 42.0s, 12m30s, 3h05m.
+func Seconds(s float64) string {
+	switch {
+	case math.IsInf(s, 1):
+		return "∞"
+	case s < 0:
+		return "-"
+	case s < 100:
+		return fmt.Sprintf("%.1fs", s)
+	case s < 3600:
+		return fmt.Sprintf("%dm%02ds", int(s)/60, int(s)%60)
+	}
+	return fmt.Sprintf("%dh%02dm", int(s)/3600, int(s)%3600/60)
+}

@@ -1,0 +1,167 @@
+package planner
+
+import (
+	"cmp"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+)
+
+// Entry is one queue entry as the model sees it. Times are seconds from the
+// start of the plan.
+type Entry struct {
+	User    int32   `json:"user"`
+	Created float64 `json:"created"` // enqueue time; negative: it was waiting already
+	Arrive  float64 `json:"arrive"`  // when it is in the queue (0 for a backlog)
+}
+
+// Backlog is a queue's entries, oldest first, with users numbered from 0.
+type Backlog struct {
+	Users   int
+	Entries []Entry
+}
+
+// BacklogBuilder collects entries from a snapshot or the queue.
+type BacklogBuilder struct {
+	users map[string]int32
+	names []string
+	b     Backlog
+}
+
+// NewBacklogBuilder starts an empty backlog.
+func NewBacklogBuilder() *BacklogBuilder {
+	return &BacklogBuilder{users: map[string]int32{}}
+}
+
+// Add records an entry of user enqueued at created.
+func (bb *BacklogBuilder) Add(user string, created time.Time) {
+	id, ok := bb.users[user]
+	if !ok {
+		id = int32(len(bb.users))
+		bb.users[user] = id
+		bb.names = append(bb.names, user)
+	}
+	// Seconds since the epoch until Build knows the reference.
+	bb.b.Entries = append(bb.b.Entries, Entry{User: id, Created: float64(created.UnixNano()) / 1e9})
+}
+
+// Build returns the backlog, oldest first, its ages counted from ref (the
+// moment the snapshot stands for, or now for the live queue).
+func (bb *BacklogBuilder) Build(ref time.Time) *Backlog {
+	r := float64(ref.UnixNano()) / 1e9
+	for i := range bb.b.Entries {
+		bb.b.Entries[i].Created -= r
+	}
+	slices.SortStableFunc(bb.b.Entries, func(x, y Entry) int { return cmp.Compare(x.Created, y.Created) })
+	bb.b.Users = len(bb.users)
+	return &bb.b
+}
+
+// Name is the username of user id.
+func (bb *BacklogBuilder) Name(id int32) string { return bb.names[id] }
+
+// Counts returns each user's number of entries.
+func (b *Backlog) Counts() []int {
+	n := make([]int, b.Users)
+	for _, e := range b.Entries {
+		n[e.User]++
+	}
+	return n
+}
+
+// Span is the time between the oldest and the newest entry.
+func (b *Backlog) Span() float64 {
+	if len(b.Entries) == 0 {
+		return 0
+	}
+	return b.Entries[len(b.Entries)-1].Created - b.Entries[0].Created
+}
+
+// The arrival profiles.
+const (
+	// ArrivalMax: the backlog is in the queue at the start, nothing follows.
+	ArrivalMax = "max"
+	// ArrivalOriginal: the backlog's entries arrive at their original
+	// spacing divided by Speed, each aged from its arrival (as a replay
+	// with --arrival original --shift-to-now stamps them).
+	ArrivalOriginal = "original"
+	// ArrivalRate: the backlog is in the queue at the start and Rate
+	// entries a second follow for Duration seconds, their users drawn from
+	// the backlog's own mix (a firehose stays a firehose; see Mix for the
+	// share of users it has not seen).
+	ArrivalRate = "rate"
+)
+
+// Arrival is how entries reach the queue.
+type Arrival struct {
+	Mode     string  `json:"mode"`
+	Speed    float64 `json:"speed,omitempty"`
+	Rate     float64 `json:"rate,omitempty"`
+	Duration float64 `json:"durationSeconds,omitempty"`
+	Seed     uint64  `json:"seed,omitempty"`
+}
+
+// Validate checks the profile's fields together.
+func (a Arrival) Validate() error {
+	switch a.Mode {
+	case ArrivalMax:
+		return nil
+	case ArrivalOriginal:
+		if !(a.Speed > 0) {
+			return fmt.Errorf("arrival original: speed must be positive (got %g)", a.Speed)
+		}
+		return nil
+	case ArrivalRate:
+		if !(a.Rate > 0) || !(a.Duration > 0) {
+			return fmt.Errorf("arrival rate: rate and duration must be positive (got %g/s for %gs)", a.Rate, a.Duration)
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown arrival %q: want %s, %s or %s", a.Mode, ArrivalMax, ArrivalOriginal, ArrivalRate)
+}
+
+// Schedule lays the backlog out in time under the profile, with the
+// transient's burst, oldest first. It returns the entries and the number of
+// users they name.
+func (b *Backlog) Schedule(a Arrival, tr Transient) ([]Entry, int) {
+	out := make([]Entry, 0, len(b.Entries))
+	users := b.Users
+	switch a.Mode {
+	case ArrivalOriginal:
+		first := 0.0
+		if len(b.Entries) > 0 {
+			first = b.Entries[0].Created
+		}
+		for _, e := range b.Entries {
+			t := (e.Created - first) / a.Speed
+			out = append(out, Entry{User: e.User, Created: t, Arrive: t})
+		}
+	default:
+		for _, e := range b.Entries {
+			out = append(out, Entry{User: e.User, Created: min(e.Created, 0)})
+		}
+	}
+	if a.Mode == ArrivalRate {
+		rnd := rand.New(rand.NewPCG(a.Seed, 0x91a7))
+		unseen := NewMix(b.Counts()).New
+		n := int(a.Rate * a.Duration)
+		for k := 1; k <= n; k++ {
+			t := float64(k) / a.Rate
+			var u int32
+			if rnd.Float64() < unseen {
+				u = int32(users) // a user the backlog has not seen (see Mix)
+				users++
+			} else {
+				u = b.Entries[rnd.IntN(len(b.Entries))].User
+			}
+			out = append(out, Entry{User: u, Created: t, Arrive: t})
+		}
+	}
+	for range tr.Burst {
+		out = append(out, Entry{User: int32(users), Created: tr.At, Arrive: tr.At})
+		users++
+	}
+	slices.SortStableFunc(out, func(x, y Entry) int { return cmp.Compare(x.Created, y.Created) })
+	return out, users
+}
