@@ -18,6 +18,7 @@ import (
 
 	"github.com/scorerefresh/scorerefresh/cmd/internal/config"
 	"github.com/scorerefresh/scorerefresh/consumer"
+	"github.com/scorerefresh/scorerefresh/pkg/redact"
 	"github.com/scorerefresh/scorerefresh/planner"
 	"github.com/scorerefresh/scorerefresh/replay"
 	"github.com/scorerefresh/scorerefresh/scoring"
@@ -31,7 +32,7 @@ type planConn struct {
 }
 
 func dialPlan(ctx context.Context, cfg config.Config) (*planConn, error) {
-	server := config.RedactURI(cfg.MongoURI)
+	server := redact.URI(cfg.MongoURI)
 	client, err := mongo.Connect(options.Client().ApplyURI(cfg.MongoURI).SetAppName("scorerefresh plan").
 		SetMaxPoolSize(uint64(max(cfg.RefreshConcurrency, 16))).SetTimeout(time.Minute))
 	if err != nil {
