@@ -335,7 +335,7 @@ func (b *bench) runPlanner(c planCase, environ []string, entryCost time.Duration
 	}
 	var text bytes.Buffer
 	if err := p.WriteText(&text); err == nil {
-		_ = os.WriteFile(filepath.Join(filepath.Dir(backlog), "plan.txt"), append([]byte(stderr.String()), text.Bytes()...), 0o644)
+		_ = os.WriteFile(filepath.Join(filepath.Dir(backlog), "plan.txt"), append(stderr.Bytes(), text.Bytes()...), 0o644)
 	}
 	return &p, args, nil
 }
