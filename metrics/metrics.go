@@ -132,7 +132,7 @@ func NewConsumer(reg prometheus.Registerer) *Consumer {
 		}),
 		AckFlushErrors: f.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "ack_flush_errors_total",
-			Help: "Ack flushes that failed (each retried whole with backoff; the users stay held).",
+			Help: "Ack flushes or dead-letter moves that failed (the steps not done are retried with backoff; the users stay held, failed dead letters back off on their own).",
 		}),
 		LeasesLost: f.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "leases_lost_total",

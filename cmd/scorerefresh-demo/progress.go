@@ -87,7 +87,8 @@ func (p *progress) summary(entries, users int) {
 	fmt.Fprintf(p.out, "refreshes %.0f ok, %.0f failed; coalescing factor %.1f entries per refresh; OCC conflicts %.0f; dead letters %.0f\n",
 		refreshes, metrics.Read(m.Refreshes.WithLabelValues(metrics.OutcomeError)), acked/math.Max(refreshes, 1),
 		metrics.Read(m.OCCConflicts),
-		metrics.Read(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonMalformed))+metrics.Read(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonMaxAttempts)))
+		metrics.Read(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonMalformed))+metrics.Read(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonMaxAttempts))+
+			metrics.Read(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonTooLarge)))
 	p.commands(acked)
 	fmt.Fprintln(p.out, "(the progress line's counters are approximate: a line shows the entries acknowledged in that second, in flushes of up to 100 users)")
 }
