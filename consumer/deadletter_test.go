@@ -125,7 +125,7 @@ func deadLetterOf(t *testing.T, b *testBundle, id any) (bson.Raw, verdict) {
 // Not parallel: it moves ~50 MB through the embedded server, which takes it
 // minutes; sharing the server with other such tests would only slow all.
 func TestHostileHeadDrains(t *testing.T) {
-	if testing.Short() {
+	if testing.Short() || raceEnabled { // multi-MiB documents: minutes under the detector, and no goroutines of their own to check
 		t.Skip("moves ~50 MB through the embedded server")
 	}
 	b := setupUntimed(t)
@@ -215,7 +215,7 @@ func TestHostileHeadDrains(t *testing.T) {
 // from the queue; the other users are acknowledged all the same. Not
 // parallel, like TestHostileHeadDrains.
 func TestTooLargeDeadLetterIsStoredReduced(t *testing.T) {
-	if testing.Short() {
+	if testing.Short() || raceEnabled { // multi-MiB documents: minutes under the detector, and no goroutines of their own to check
 		t.Skip("moves a 16 MiB document through the embedded server")
 	}
 	b := setupUntimed(t)
@@ -512,7 +512,7 @@ func (s *sizeMonitor) monitor() *event.CommandMonitor {
 // (five of 4 MiB, and small ones): no reply carries more than one of them,
 // no insert more than 16 MiB, and nothing fails.
 func TestDeadLetterCommandsAndRepliesStayBounded(t *testing.T) {
-	if testing.Short() {
+	if testing.Short() || raceEnabled { // multi-MiB documents: minutes under the detector, and no goroutines of their own to check
 		t.Skip("moves 20 MiB through the embedded server")
 	}
 	t.Parallel()
