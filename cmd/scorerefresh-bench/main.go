@@ -71,9 +71,11 @@ type benchOptions struct {
 	scale, scaleWarm, scaleRTT time.Duration
 
 	adaptiveOpts
+	batchedOpts
+	slowdownOpts
 }
 
-var allScenarios = []string{"diverse", "firehose", "wedge", "recovery", "overload", "scale", "adaptive"}
+var allScenarios = []string{"diverse", "firehose", "wedge", "recovery", "overload", "scale", "adaptive", "batched", "slowdown"}
 
 func parseFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs := flag.NewFlagSet("scorerefresh-bench", flag.ContinueOnError)
@@ -111,6 +113,8 @@ func parseFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.DurationVar(&o.scaleWarm, "scale-warm", 5*time.Second, "scenario 6: warm-up before the window")
 	fs.DurationVar(&o.scaleRTT, "scale-rtt", 0, "scenario 6: RTT (0: the lowest multiple of 10 ms at which three processes stay latency-bound)")
 	adaptiveFlags(fs, &o.adaptiveOpts)
+	batchedFlags(fs, &o.batchedOpts)
+	slowdownFlags(fs, &o.slowdownOpts)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -144,6 +148,8 @@ func parseFlags(args []string, stderr io.Writer) (benchOptions, error) {
 		shrink("scale-warm", func() { o.scaleWarm = time.Second })
 		shrink("scale-rtt", func() { o.scaleRTT = 10 * time.Millisecond })
 		shrinkAdaptive(shrink, &o.adaptiveOpts)
+		shrinkBatched(shrink, &o.batchedOpts)
+		shrinkSlowdown(shrink, &o.slowdownOpts)
 	}
 	for _, s := range strings.Split(o.scenarios, ",") {
 		if !slices.Contains(allScenarios, strings.TrimSpace(s)) {
@@ -296,6 +302,8 @@ func benchmark(ctx context.Context, o benchOptions, environ []string, stdout io.
 		{"overload", func() (err error) { rep.Overload, err = b.overload(ctx, srRate); return }},
 		{"scale", func() (err error) { rep.Scale, err = b.scale(ctx); return }},
 		{"adaptive", func() (err error) { rep.Adaptive, err = b.adaptive(ctx); return }},
+		{"batched", func() (err error) { rep.Batched, err = b.batched(ctx, refRate); return }},
+		{"slowdown", func() (err error) { rep.Slowdown, err = b.slowdown(ctx, srRate); return }},
 	}
 	for _, s := range steps {
 		if !want[s.name] {

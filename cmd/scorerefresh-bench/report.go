@@ -33,6 +33,8 @@ type report struct {
 	Overload    []overloadLevel   `json:"overload,omitempty"`
 	Scale       *scaleResult      `json:"scale,omitempty"`
 	Adaptive    *adaptiveResult   `json:"adaptive,omitempty"`
+	Batched     *batchedResult    `json:"batched,omitempty"`
+	Slowdown    *slowdownResult   `json:"slowdown,omitempty"`
 	Targets     []target          `json:"targets"`
 	Charts      map[string]string `json:"charts"`
 }
@@ -40,6 +42,13 @@ type report struct {
 func (r *report) write(dir string) error {
 	r.Charts = map[string]string{}
 	for name, c := range r.timelineCharts() {
+		file := name + ".svg"
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(c.svg()), 0o644); err != nil {
+			return err
+		}
+		r.Charts[name] = file
+	}
+	for name, c := range r.moreCharts() {
 		file := name + ".svg"
 		if err := os.WriteFile(filepath.Join(dir, file), []byte(c.svg()), 0o644); err != nil {
 			return err
@@ -220,6 +229,12 @@ func (r *report) markdown() string {
 	w("")
 	if r.Adaptive != nil {
 		r.Adaptive.markdown(w)
+	}
+	if r.Batched != nil {
+		r.Batched.markdown(w, r)
+	}
+	if r.Slowdown != nil {
+		r.Slowdown.markdown(w, r)
 	}
 	w("## Targets")
 	w("")

@@ -33,6 +33,7 @@ type server struct {
 	Name  string // what the report says it was
 	URI   string // direct connection string (no proxy)
 	Addr  string // host:port, the proxy's target
+	pgPID int    // the PostgreSQL cluster's postmaster when the bench started it; 0 otherwise
 	close []func()
 }
 
@@ -84,6 +85,7 @@ func startOnPostgres(ctx context.Context, pgURL string) (*server, error) {
 			return nil, err
 		}
 		s.close = append(s.close, pg.stop)
+		s.pgPID = pg.pid
 		pgURL, version = pg.url, pg.version+" (throwaway cluster in "+pg.dir+", fsync off)"
 	}
 	f, err := ferretdb.New(&ferretdb.Config{
@@ -133,6 +135,7 @@ func redactPG(u string) string {
 // postgres is a throwaway PostgreSQL cluster started for one bench run.
 type postgres struct {
 	url, dir, version string
+	pid               int
 	stop              func()
 }
 
@@ -242,7 +245,7 @@ func startPostgres(ctx context.Context) (*postgres, error) {
 	// PostgreSQL accepts TCP slightly before it accepts logins; FerretDB's
 	// pool retries, so a short pause is enough.
 	time.Sleep(500 * time.Millisecond)
-	return &postgres{url: fmt.Sprintf("postgres://postgres@%s/postgres", addr), dir: dir, version: version, stop: stop}, nil
+	return &postgres{url: fmt.Sprintf("postgres://postgres@%s/postgres", addr), dir: dir, version: version, pid: pg.Process.Pid, stop: stop}, nil
 }
 
 func postgresBin() (string, error) {
