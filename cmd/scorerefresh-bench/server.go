@@ -245,7 +245,11 @@ func startPostgres(ctx context.Context) (*postgres, error) {
 	// PostgreSQL accepts TCP slightly before it accepts logins; FerretDB's
 	// pool retries, so a short pause is enough.
 	time.Sleep(500 * time.Millisecond)
-	return &postgres{url: fmt.Sprintf("postgres://postgres@%s/postgres", addr), dir: dir, version: version, pid: pg.Process.Pid, stop: stop}, nil
+	// FerretDB's pool defaults to 50 connections; FerretDB 1.24 can hold
+	// one past the operation that used it when the operation is cut short
+	// (a client timeout on an overloaded machine), and a pool run dry hangs
+	// every command. The cluster allows 200.
+	return &postgres{url: fmt.Sprintf("postgres://postgres@%s/postgres?pool_max_conns=150", addr), dir: dir, version: version, pid: pg.Process.Pid, stop: stop}, nil
 }
 
 func postgresBin() (string, error) {
