@@ -127,10 +127,13 @@ type configBounds struct {
 	Which   string  `json:"binding"`
 }
 
-func (b *bench) configBounds(cal batchCal, c batchConfig) configBounds {
+func (b *bench) configBounds(cal batchCal, c batchConfig, rtt time.Duration) configBounds {
 	inFlight := float64(min(b.opts.concurrency*c.BatchSize, c.MaxUsersInFlight))
-	rtt := b.cal.ProxyRTTms + cal.ServerMs
-	x := configBounds{Latency: inFlight / ((cal.RoundTrips + 1) * rtt / 1000), Server: cal.Capacity}
+	// The proxy's measured overhead over its nominal RTT, as in
+	// calibration.bounds.
+	overhead := max(0, b.cal.ProxyRTTms-b.cal.RTTms)
+	perTrip := ms(rtt) + overhead + cal.ServerMs
+	x := configBounds{Latency: fin(inFlight / ((cal.RoundTrips + 1) * perTrip / 1000)), Server: cal.Capacity}
 	x.Lower, x.Which = x.Latency, "latency"
 	if x.Server < x.Latency {
 		x.Lower, x.Which = x.Server, "server"

@@ -23,14 +23,18 @@ type batchedOpts struct {
 	batchedEntries int           // diverse backlog
 	batchedMax     time.Duration // cap on each drain
 	batchedWedge   time.Duration
+	batchedFar     string // diverse drains at batchedFarRTT
+	batchedFarRTT  time.Duration
 }
 
 func batchedFlags(fs *flag.FlagSet, o *batchedOpts) {
-	fs.StringVar(&o.batchedConfigs, "batched-configs", "1,16,16x256,64x1024", "batched: diverse drains with the bench's rules, each REFRESH_BATCH_SIZE[xMAX_USERS_IN_FLIGHT] (default in flight 64); 1 is the per-user recompute")
+	fs.StringVar(&o.batchedConfigs, "batched-configs", "1,16,16x256,64x256", "batched: diverse drains with the bench's rules, each REFRESH_BATCH_SIZE[xMAX_USERS_IN_FLIGHT] (default in flight 64); 1 is the per-user recompute")
 	fs.StringVar(&o.batchedNoMax, "batched-nomax", "1,16,16x256", "batched: diverse drains with the rules without max components (the command shape batching has on MongoDB)")
 	fs.StringVar(&o.batchedLoad, "batched-load", "1,16,16x256", "batched: configurations of the wedge and recovery runs")
 	fs.IntVar(&o.batchedEntries, "batched-entries", 4000, "batched: diverse backlog, entries of distinct users")
 	fs.DurationVar(&o.batchedMax, "batched-max", 60*time.Second, "batched: each drain is measured for at most this long (the per-user one does not finish; its rate is steady)")
+	fs.StringVar(&o.batchedFar, "batched-far", "1,16,16x256", "batched: diverse drains again at -batched-far-rtt, where every configuration is latency-bound, far below the server's capacity (empty: none)")
+	fs.DurationVar(&o.batchedFarRTT, "batched-far-rtt", 200*time.Millisecond, "batched: RTT of the -batched-far drains")
 	fs.DurationVar(&o.batchedWedge, "batched-wedge", 3*time.Minute, "batched: how long each wedge run's producer runs (recovery uses -recovery-pre, -trigger, -recovery-max)")
 }
 
@@ -41,6 +45,8 @@ func shrinkBatched(shrink func(string, func()), o *batchedOpts) {
 	shrink("batched-entries", func() { o.batchedEntries = 60 })
 	shrink("batched-max", func() { o.batchedMax = 5 * time.Second })
 	shrink("batched-wedge", func() { o.batchedWedge = 4 * time.Second })
+	shrink("batched-far", func() { o.batchedFar = "16" })
+	shrink("batched-far-rtt", func() { o.batchedFarRTT = 50 * time.Millisecond })
 }
 
 // Rule sets of the batched scenario.
@@ -137,6 +143,8 @@ type batchedResult struct {
 	WedgeSeconds float64    `json:"wedge_seconds"`
 	Calibrations []batchCal `json:"calibrations"`
 	Diverse      []batchRun `json:"diverse"`
+	Far          []batchRun `json:"far"`
+	FarRTTms     float64    `json:"far_rtt_ms"`
 	Wedge        []batchRun `json:"wedge"`
 	WedgeRate    float64    `json:"wedge_arrival_rate"`
 	Recovery     []batchRun `json:"recovery"`
@@ -237,11 +245,15 @@ func (b *bench) batched(ctx context.Context, refRate float64) (*batchedResult, e
 	if err != nil {
 		return nil, err
 	}
+	far, err := parseConfigs(o.batchedFar, rulesBench)
+	if err != nil {
+		return nil, err
+	}
 	b.logf("\n== batched recompute: per-user (REFRESH_BATCH_SIZE=1) against batched, RTT %s", b.opts.rtt)
 
 	b.logf("  calibrating batches (direct connection, no proxy)")
 	cals := map[string]batchCal{}
-	for _, c := range append(append([]batchConfig{}, diverse...), load...) {
+	for _, c := range append(append(append([]batchConfig{}, diverse...), load...), far...) {
 		key := fmt.Sprintf("%s/%d", c.Rules, c.BatchSize)
 		if _, done := cals[key]; done {
 			continue
@@ -260,7 +272,7 @@ func (b *bench) batched(ctx context.Context, refRate float64) (*batchedResult, e
 			cal.Rules, cal.BatchSize, cal.RoundTrips, cal.BatchMs, cal.ServerMs, cal.Capacity, cal.Workers)
 	}
 	boundsOf := func(c batchConfig) configBounds {
-		return b.configBounds(cals[fmt.Sprintf("%s/%d", c.Rules, c.BatchSize)], c)
+		return b.configBounds(cals[fmt.Sprintf("%s/%d", c.Rules, c.BatchSize)], c, b.opts.rtt)
 	}
 
 	b.logf("  diverse drains: %d entries of distinct users, each at most %s", o.batchedEntries, o.batchedMax)
@@ -274,6 +286,21 @@ func (b *bench) batched(ctx context.Context, refRate float64) (*batchedResult, e
 		r.Bounds = boundsOf(c)
 		r.FractionLow = fin(r.Run.Rate / r.Bounds.Lower)
 		x.Diverse = append(x.Diverse, r)
+	}
+
+	x.FarRTTms = ms(o.batchedFarRTT)
+	if len(far) > 0 {
+		b.logf("  diverse drains at RTT %s: every configuration latency-bound", o.batchedFarRTT)
+	}
+	for _, c := range far {
+		r, err := b.runBatchConfig(ctx, c, runSpec{scenario: "batched-far-" + configTag(c), consumer: consumerScorerefresh,
+			rtt: o.batchedFarRTT, backlog: backlog, max: o.batchedMax})
+		if err != nil {
+			return nil, err
+		}
+		r.Bounds = b.configBounds(cals[fmt.Sprintf("%s/%d", c.Rules, c.BatchSize)], c, o.batchedFarRTT)
+		r.FractionLow = fin(r.Run.Rate / r.Bounds.Lower)
+		x.Far = append(x.Far, r)
 	}
 
 	// Wedge and recovery load from the per-user rate, as scenarios 3 and 4

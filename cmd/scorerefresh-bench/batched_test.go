@@ -16,7 +16,7 @@ import (
 // scenarios: structure only, never speed.
 func checkBatchedAndSlowdown(t *testing.T, rep *report, dir string) {
 	t.Helper()
-	for _, f := range []string{"batched-diverse.svg", "batched-wedge.svg", "batched-recovery.svg", "slowdown.svg", "rules-nomax.yaml"} {
+	for _, f := range []string{"batched-diverse.svg", "batched-wedge.svg", "batched-recovery.svg", "batched-far.svg", "slowdown.svg", "rules-nomax.yaml"} {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s missing or empty: %v", f, err)
 		}
@@ -25,8 +25,8 @@ func checkBatchedAndSlowdown(t *testing.T, rep *report, dir string) {
 	if x == nil {
 		t.Fatal("batched scenario missing")
 	}
-	if len(x.Calibrations) == 0 || len(x.Diverse) < 2 || len(x.Wedge) == 0 || len(x.Recovery) != len(x.Wedge) {
-		t.Fatalf("batched: %d calibrations, %d drains, %d wedge runs, %d recovery runs", len(x.Calibrations), len(x.Diverse), len(x.Wedge), len(x.Recovery))
+	if len(x.Calibrations) == 0 || len(x.Diverse) < 2 || len(x.Far) == 0 || len(x.Wedge) == 0 || len(x.Recovery) != len(x.Wedge) {
+		t.Fatalf("batched: %d calibrations, %d drains, %d far drains, %d wedge runs, %d recovery runs", len(x.Calibrations), len(x.Diverse), len(x.Far), len(x.Wedge), len(x.Recovery))
 	}
 	for _, c := range x.Calibrations {
 		if c.RoundTrips < 14 || c.Capacity <= 0 {
@@ -34,7 +34,7 @@ func checkBatchedAndSlowdown(t *testing.T, rep *report, dir string) {
 		}
 	}
 	batchedSeen := false
-	for _, runs := range [][]batchRun{x.Diverse, x.Wedge, x.Recovery} {
+	for _, runs := range [][]batchRun{x.Diverse, x.Far, x.Wedge, x.Recovery} {
 		for _, r := range runs {
 			if r.Run.Acked <= 0 || r.CommandsPerAcked <= 0 || r.UsersPerBatch < 1 || r.CPU.Process <= 0 {
 				t.Errorf("%s %s: acked %v, commands/entry %v, users/batch %v, CPU %v", r.Run.Scenario, r.Config.Label, r.Run.Acked, r.CommandsPerAcked, r.UsersPerBatch, r.CPU.Process)

@@ -69,6 +69,18 @@ func (x *batchedResult) charts() map[string]chart {
 		out["batched-diverse"] = chart{title: fmt.Sprintf("Batched recompute: diverse drain of %d entries, per configuration", x.Entries),
 			xLabel: "seconds since the consumer started", panels: []panel{done, depth}}
 	}
+	if len(x.Far) > 0 {
+		done := panel{title: "entries acknowledged", unit: "entries"}
+		for i, r := range x.Far {
+			l := line{name: r.Config.Label, color: configColor(i)}
+			for _, s := range r.Run.Timeline {
+				l.points = append(l.points, [2]float64{s.T, s.Progress})
+			}
+			done.lines = append(done.lines, l)
+		}
+		out["batched-far"] = chart{title: fmt.Sprintf("Batched recompute: diverse drain at RTT %.0f ms (latency-bound)", x.FarRTTms),
+			xLabel: "seconds since the consumer started", panels: []panel{done}}
+	}
 	if len(x.Wedge) > 0 {
 		depth, age := timelinePanels(x.Wedge, func(r batchRun) string { return r.Config.Label })
 		out["batched-wedge"] = chart{title: fmt.Sprintf("Batched recompute: wedge, diverse arrivals at %.1f/s", x.WedgeRate),
@@ -98,20 +110,41 @@ func (x *batchedResult) markdown(w func(string, ...any), r *report) {
 	w("")
 	w("Diverse drain, %d entries of distinct users (each run at most %.0f s):", x.Entries, x.MaxSeconds)
 	w("")
-	w("| rules | configuration | entries done | seconds | entries/s | × per-user | users per batch | refresh round trips per user | commands per acked entry | bound users/s | of bound |")
-	w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	w("| rules | configuration | entries done | seconds | entries/s | × per-user | users per batch | claim rounds per 100 entries | refresh round trips per user | commands per acked entry | bound users/s | of bound |")
+	w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, b := range x.Diverse {
 		ratio := "1.0×"
 		if pu := x.perUserOf(b.Config.Rules); pu != nil && !b.Config.perUser() && pu.Run.Rate > 0 {
 			ratio = fmt.Sprintf("**%.1f×**", b.Run.Rate/pu.Run.Rate)
 		}
-		w("| %s | %s | %.0f | %.1f | %.1f | %s | %.1f | %.2f | %.2f | %.0f (%s) | %.0f%% |", b.Config.Rules, b.Config.Label, b.Run.Progress, b.Run.Seconds, b.Run.Rate,
-			ratio, b.UsersPerBatch, b.TripsPerUser, b.CommandsPerAcked, b.Bounds.Lower, b.Bounds.Which, 100*b.FractionLow)
+		w("| %s | %s | %.0f | %.1f | %.1f | %s | %.1f | %.1f | %.2f | %.2f | %.0f (%s) | %.0f%% |", b.Config.Rules, b.Config.Label, b.Run.Progress, b.Run.Seconds, b.Run.Rate,
+			ratio, b.UsersPerBatch, 100*b.Run.Claims/math.Max(b.Run.Acked, 1), b.TripsPerUser, b.CommandsPerAcked, b.Bounds.Lower, b.Bounds.Which, 100*b.FractionLow)
 	}
 	w("")
 	w("The bound is the lower of the latency bound (min(REFRESH_CONCURRENCY × batch size, MAX_USERS_IN_FLIGHT) users over a batch's round trips plus its start mark, at the measured proxy RTT) and the server's capacity above. Commands per acked entry: every MongoDB command of the consumer (claims, leases, acks, samples included) over the entries it acknowledged, the final flush at shutdown included.")
 	w("")
 	x.cpuTable(w)
+	if len(x.Far) > 0 {
+		w("The same drain at RTT %.0f ms, where every configuration is latency-bound far below the server's capacity (each run at most %.0f s): what batching saves in waiting alone.", x.FarRTTms, x.MaxSeconds)
+		w("")
+		w("| configuration | entries done | seconds | entries/s | × per-user | users per batch | commands per acked entry | latency bound users/s | of it |")
+		w("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+		var pu *batchRun
+		for i := range x.Far {
+			if x.Far[i].Config.perUser() {
+				pu = &x.Far[i]
+			}
+		}
+		for _, b := range x.Far {
+			ratio := "1.0×"
+			if pu != nil && !b.Config.perUser() && pu.Run.Rate > 0 {
+				ratio = fmt.Sprintf("**%.1f×**", b.Run.Rate/pu.Run.Rate)
+			}
+			w("| %s | %.0f | %.1f | %.1f | %s | %.1f | %.2f | %.1f | %.0f%% |", b.Config.Label, b.Run.Progress, b.Run.Seconds, b.Run.Rate, ratio,
+				b.UsersPerBatch, b.CommandsPerAcked, b.Bounds.Latency, 100*fin(b.Run.Rate/b.Bounds.Latency))
+		}
+		w("")
+	}
 	if len(x.Wedge) > 0 {
 		w("Wedge: diverse arrivals at %.1f/s for %.0f s (scenario 3's rate):", x.WedgeRate, x.WedgeSeconds)
 		w("")
@@ -138,7 +171,7 @@ func (x *batchedResult) markdown(w func(string, ...any), r *report) {
 		}
 		w("")
 	}
-	for _, name := range []string{"batched-diverse", "batched-wedge", "batched-recovery"} {
+	for _, name := range []string{"batched-diverse", "batched-far", "batched-wedge", "batched-recovery"} {
 		if f, ok := r.Charts[name]; ok {
 			w("![%s](%s)", name, f)
 			w("")

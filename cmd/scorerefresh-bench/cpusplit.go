@@ -75,28 +75,37 @@ func (c cpuSplit) perEntry(entries float64) perEntry {
 // cpuWatch measures a cpuSplit: call tick from the run's observer, stop after
 // the run.
 type cpuWatch struct {
-	pgPID              int
-	profiling          bool
-	prof               bytes.Buffer
-	t0, t1             time.Time
-	self0, self1       float64
-	pg0, pg1           float64
-	started, profError bool
+	pgPID        int
+	profiling    bool
+	prof         bytes.Buffer
+	t0, t1       time.Time
+	self0, self1 float64
+	pg0, pg1     float64
+	pgAt0, pgAt1 time.Time
+	started      bool
 }
+
+// pgEvery is how often tick reads PostgreSQL's CPU: a reading scans /proc,
+// which costs this process more than the rest of a tick.
+const pgEvery = time.Second
 
 func newCPUWatch(pgPID int) *cpuWatch { return &cpuWatch{pgPID: pgPID} }
 
 // tick records the latest reading; the first one starts the window and the
 // CPU profile.
 func (w *cpuWatch) tick() {
-	now, self, pg := time.Now(), selfCPU(), pgCPU(w.pgPID)
+	now, self := time.Now(), selfCPU()
 	if !w.started {
 		w.started = true
-		w.t0, w.self0, w.pg0 = now, self, pg
+		w.t0, w.self0 = now, self
+		w.pg0, w.pgAt0 = pgCPU(w.pgPID), now
+		w.pg1, w.pgAt1 = w.pg0, now
 		w.profiling = pprof.StartCPUProfile(&w.prof) == nil
-		w.profError = !w.profiling
 	}
-	w.t1, w.self1, w.pg1 = now, self, pg
+	w.t1, w.self1 = now, self
+	if now.Sub(w.pgAt1) >= pgEvery {
+		w.pg1, w.pgAt1 = pgCPU(w.pgPID), now
+	}
 }
 
 // stop ends the profile and returns the split.
@@ -107,7 +116,10 @@ func (w *cpuWatch) stop() cpuSplit {
 	}
 	s.Seconds = w.t1.Sub(w.t0).Seconds()
 	s.Process = w.self1 - w.self0
-	s.PostgreSQL = w.pg1 - w.pg0
+	// PostgreSQL is read once a second: scale its reading to the window.
+	if d := w.pgAt1.Sub(w.pgAt0).Seconds(); d > 0 {
+		s.PostgreSQL = (w.pg1 - w.pg0) * s.Seconds / d
+	}
 	if !w.profiling {
 		return s
 	}

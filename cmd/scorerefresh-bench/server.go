@@ -132,6 +132,10 @@ func redactPG(u string) string {
 	return u
 }
 
+// pgMaxConnections is the throwaway cluster's max_connections: FerretDB's
+// pool gets all but 100 of them (see startPostgres).
+const pgMaxConnections = 800
+
 // postgres is a throwaway PostgreSQL cluster started for one bench run.
 type postgres struct {
 	url, dir, version string
@@ -195,7 +199,7 @@ func startPostgres(ctx context.Context) (*postgres, error) {
 	}
 	pg := command("postgres", "-D", data, "-k", dir, "-h", "127.0.0.1", "-p", strconv.Itoa(port),
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-		"-c", "max_connections=200", "-c", "shared_buffers=256MB")
+		"-c", fmt.Sprintf("max_connections=%d", pgMaxConnections), "-c", "shared_buffers=256MB")
 	pg.Stdout, pg.Stderr = logFile, logFile
 	pg.Cancel = func() error { return pg.Process.Signal(syscall.SIGINT) } // fast shutdown
 	pg.WaitDelay = 10 * time.Second
@@ -245,11 +249,14 @@ func startPostgres(ctx context.Context) (*postgres, error) {
 	// PostgreSQL accepts TCP slightly before it accepts logins; FerretDB's
 	// pool retries, so a short pause is enough.
 	time.Sleep(500 * time.Millisecond)
-	// FerretDB's pool defaults to 50 connections; FerretDB 1.24 can hold
-	// one past the operation that used it when the operation is cut short
-	// (a client timeout on an overloaded machine), and a pool run dry hangs
-	// every command. The cluster allows 200.
-	return &postgres{url: fmt.Sprintf("postgres://postgres@%s/postgres?pool_max_conns=150", addr), dir: dir, version: version, pid: pg.Process.Pid, stop: stop}, nil
+	// FerretDB 1.24 keeps one PostgreSQL connection per matching statement
+	// of an update command until the command ends, and takes one more for
+	// each write: an update of N documents by _id needs N+1 connections at
+	// once. The consumer sends such updates for a whole group of users
+	// (start marks, batched score writes), so its default pool of 50 runs
+	// dry with MAX_USERS_IN_FLIGHT in the hundreds, and a dry pool hangs
+	// every command for good. The cluster allows pgMaxConnections.
+	return &postgres{url: fmt.Sprintf("postgres://postgres@%s/postgres?pool_max_conns=%d", addr, pgMaxConnections-100), dir: dir, version: version, pid: pg.Process.Pid, stop: stop}, nil
 }
 
 func postgresBin() (string, error) {
