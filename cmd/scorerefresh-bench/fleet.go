@@ -220,14 +220,14 @@ func (b *bench) fleetRun(ctx context.Context, n int, backlog []any) (*fleetRun, 
 	if !fr.Drained {
 		fr.Seconds, fr.Acked, fr.Users, fr.ClaimRounds, fr.Drain = res.Seconds, res.Acked, res.Refreshes, res.Claims, snap()
 	}
-	fr.PerEntry = perEntry(fr.Drain, fr.Acked, fr.ClaimRounds, fr.Users)
+	fr.PerEntry = fleetPerEntry(fr.Drain, fr.Acked, fr.ClaimRounds, fr.Users)
 	if fr.IdleSeconds > 0 {
 		fr.IdleReplicaS = fr.Idle.total().scaled(1 / (fr.IdleSeconds * float64(n)))
 	}
 	return fr, nil
 }
 
-func perEntry(s cmdSnapshot, acked, rounds, users float64) fleetFigures {
+func fleetPerEntry(s cmdSnapshot, acked, rounds, users float64) fleetFigures {
 	if acked <= 0 {
 		return fleetFigures{}
 	}

@@ -73,9 +73,11 @@ type benchOptions struct {
 	adaptiveOpts
 	fleetOpts
 	planOpts
+	batchedOpts
+	slowdownOpts
 }
 
-var allScenarios = []string{"diverse", "firehose", "wedge", "recovery", "overload", "scale", "adaptive", "fleet", "storm"}
+var allScenarios = []string{"diverse", "firehose", "wedge", "recovery", "overload", "scale", "adaptive", "fleet", "storm", "batched", "slowdown"}
 
 func parseFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs := flag.NewFlagSet("scorerefresh-bench", flag.ContinueOnError)
@@ -115,6 +117,8 @@ func parseFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	adaptiveFlags(fs, &o.adaptiveOpts)
 	fleetFlags(fs, &o.fleetOpts)
 	planFlags(fs, &o.planOpts)
+	batchedFlags(fs, &o.batchedOpts)
+	slowdownFlags(fs, &o.slowdownOpts)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -149,6 +153,8 @@ func parseFlags(args []string, stderr io.Writer) (benchOptions, error) {
 		shrink("scale-rtt", func() { o.scaleRTT = 10 * time.Millisecond })
 		shrinkAdaptive(shrink, &o.adaptiveOpts)
 		shrinkFleet(shrink, &o.fleetOpts)
+		shrinkBatched(shrink, &o.batchedOpts)
+		shrinkSlowdown(shrink, &o.slowdownOpts)
 	}
 	for _, s := range strings.Split(o.scenarios, ",") {
 		// plan (the capacity planner's validation) runs only when named.
@@ -314,6 +320,8 @@ func benchmark(ctx context.Context, o benchOptions, environ []string, stdout io.
 		{"fleet", func() (err error) { rep.Fleet, err = b.fleet(ctx); return }},
 		{"storm", func() (err error) { rep.Storm, err = b.storm(ctx); return }},
 		{"plan", func() (err error) { _, err = b.plan(ctx); return }},
+		{"batched", func() (err error) { rep.Batched, err = b.batched(ctx, refRate); return }},
+		{"slowdown", func() (err error) { rep.Slowdown, err = b.slowdown(ctx, srRate); return }},
 	}
 	for _, s := range steps {
 		if !want[s.name] {

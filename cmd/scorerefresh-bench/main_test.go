@@ -95,6 +95,7 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("report.md lacks %q", want)
 		}
 	}
+	checkBatchedAndSlowdown(t, &rep, dir)
 }
 
 func TestTicksCoverTheRange(t *testing.T) {

@@ -35,6 +35,8 @@ type report struct {
 	Adaptive    *adaptiveResult `json:"adaptive,omitempty"`
 	Fleet       *fleetResult    `json:"fleet,omitempty"`
 	Storm       *stormResult    `json:"storm,omitempty"`
+	Batched     *batchedResult  `json:"batched,omitempty"`
+	Slowdown    *slowdownResult `json:"slowdown,omitempty"`
 	// Compare is another version's run of the fleet and storm scenarios
 	// (-compare), reported side by side.
 	Compare *report           `json:"compare,omitempty"`
@@ -45,6 +47,13 @@ type report struct {
 func (r *report) write(dir string) error {
 	r.Charts = map[string]string{}
 	for name, c := range r.timelineCharts() {
+		file := name + ".svg"
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(c.svg()), 0o644); err != nil {
+			return err
+		}
+		r.Charts[name] = file
+	}
+	for name, c := range r.moreCharts() {
 		file := name + ".svg"
 		if err := os.WriteFile(filepath.Join(dir, file), []byte(c.svg()), 0o644); err != nil {
 			return err
@@ -242,6 +251,12 @@ func (r *report) markdown() string {
 			old = r.Compare.Storm
 		}
 		stormMarkdown(w, r.Storm, old)
+	}
+	if r.Batched != nil {
+		r.Batched.markdown(w, r)
+	}
+	if r.Slowdown != nil {
+		r.Slowdown.markdown(w, r)
 	}
 	w("## Targets")
 	w("")

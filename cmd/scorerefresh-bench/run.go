@@ -155,11 +155,15 @@ func (b *bench) run(ctx context.Context, spec runSpec) (*runResult, error) {
 	var c running
 	cpu := startCPU()
 	start := time.Now()
-	if spec.consumer == consumerReference {
-		c, err = b.startReference(ctx, dbName)
-	} else {
-		c, err = b.startScorerefresh(ctx, dbName, spec.instances, spec.concurrency, spec.tune)
-	}
+	// Labelled, so that a CPU profile tells the consumer from the server
+	// (cpusplit.go).
+	withConsumerLabel(ctx, func() {
+		if spec.consumer == consumerReference {
+			c, err = b.startReference(ctx, dbName)
+		} else {
+			c, err = b.startScorerefresh(ctx, dbName, spec.instances, spec.concurrency, spec.tune)
+		}
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -33,6 +33,7 @@ type server struct {
 	Name  string // what the report says it was
 	URI   string // direct connection string (no proxy)
 	Addr  string // host:port, the proxy's target
+	pgPID int    // the PostgreSQL cluster's postmaster when the bench started it; 0 otherwise
 	close []func()
 }
 
@@ -84,6 +85,7 @@ func startOnPostgres(ctx context.Context, pgURL string) (*server, error) {
 			return nil, err
 		}
 		s.close = append(s.close, pg.stop)
+		s.pgPID = pg.pid
 		pgURL, version = pg.url, pg.version+" (throwaway cluster in "+pg.dir+", fsync off)"
 	}
 	f, err := ferretdb.New(&ferretdb.Config{
@@ -130,9 +132,14 @@ func redactPG(u string) string {
 	return u
 }
 
+// pgMaxConnections is the throwaway cluster's max_connections: FerretDB's
+// pool gets all but 100 of them (see startPostgres).
+const pgMaxConnections = 800
+
 // postgres is a throwaway PostgreSQL cluster started for one bench run.
 type postgres struct {
 	url, dir, version string
+	pid               int
 	stop              func()
 }
 
@@ -192,7 +199,7 @@ func startPostgres(ctx context.Context) (*postgres, error) {
 	}
 	pg := command("postgres", "-D", data, "-k", dir, "-h", "127.0.0.1", "-p", strconv.Itoa(port),
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-		"-c", "max_connections=200", "-c", "shared_buffers=256MB")
+		"-c", fmt.Sprintf("max_connections=%d", pgMaxConnections), "-c", "shared_buffers=256MB")
 	pg.Stdout, pg.Stderr = logFile, logFile
 	pg.Cancel = func() error { return pg.Process.Signal(syscall.SIGINT) } // fast shutdown
 	pg.WaitDelay = 10 * time.Second
@@ -242,7 +249,14 @@ func startPostgres(ctx context.Context) (*postgres, error) {
 	// PostgreSQL accepts TCP slightly before it accepts logins; FerretDB's
 	// pool retries, so a short pause is enough.
 	time.Sleep(500 * time.Millisecond)
-	return &postgres{url: fmt.Sprintf("postgres://postgres@%s/postgres", addr), dir: dir, version: version, stop: stop}, nil
+	// FerretDB 1.24 keeps one PostgreSQL connection per matching statement
+	// of an update command until the command ends, and takes one more for
+	// each write: an update of N documents by _id needs N+1 connections at
+	// once. The consumer sends such updates for a whole group of users
+	// (start marks, batched score writes), so its default pool of 50 runs
+	// dry with MAX_USERS_IN_FLIGHT in the hundreds, and a dry pool hangs
+	// every command for good. The cluster allows pgMaxConnections.
+	return &postgres{url: fmt.Sprintf("postgres://postgres@%s/postgres?pool_max_conns=%d", addr, pgMaxConnections-100), dir: dir, version: version, pid: pg.Process.Pid, stop: stop}, nil
 }
 
 func postgresBin() (string, error) {

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/scorerefresh/scorerefresh/scoring"
+)
+
+// batchCal is what batched refreshes of one size cost the server, measured
+// as the per-user calibration is: on a direct connection (no proxy), with
+// the rules and data the runs use. Its capacity is the server's ceiling for
+// a drain at that batch size.
+type batchCal struct {
+	Rules     string `json:"rules"`
+	BatchSize int    `json:"batch_size"`
+	// RoundTrips is commands per batch: C − M + M·N + 2 on FerretDB, whose
+	// missing $max accumulator makes each max component one query per user.
+	RoundTrips float64 `json:"round_trips_per_batch"`
+	BatchMs    float64 `json:"ms_per_batch"`        // one batch alone, sequential
+	ServerMs   float64 `json:"server_ms_per_query"` // BatchMs / RoundTrips
+	// Capacity is the most users per second refreshed with Workers batches
+	// at once, the best of the levels tried.
+	Capacity float64    `json:"max_users_per_second"`
+	Workers  int        `json:"workers_at_max"`
+	Levels   []qpsLevel `json:"users_per_second_levels"` // QPS holds users/s here
+}
+
+// calibrateBatch measures batches of size users with the rules at path.
+func (b *bench) calibrateBatch(ctx context.Context, rulesName, path string, size int, sequential int, d time.Duration) (batchCal, error) {
+	c := batchCal{Rules: rulesName, BatchSize: size}
+	rules, err := scoring.LoadRules(path)
+	if err != nil {
+		return c, err
+	}
+	client, err := mongo.Connect(options.Client().ApplyURI(b.srv.URI).SetMaxPoolSize(100))
+	if err != nil {
+		return c, err
+	}
+	defer client.Disconnect(context.Background())
+	b.seq++
+	db := client.Database(fmt.Sprintf("bench%02d_calbatch%d", b.seq, size))
+	defer db.Drop(context.Background())
+	if err := seedSources(ctx, db, b.opts.sources, b.opts.pool, b.opts.seed); err != nil {
+		return c, err
+	}
+	var trips, users atomic.Int64
+	refresher := scoring.NewRefresher(scoring.NewRecomputer(db, rules), scoring.NewStore(db.Collection("user_scores"), scoring.StoreConfig{}),
+		scoring.WithRefreshObserver(func(s scoring.RefreshStats) {
+			trips.Add(int64(s.RoundTrips))
+			users.Add(int64(s.Users))
+		}))
+	var next atomic.Int64
+	batch := func() error {
+		names := make([]string, size)
+		for i := range names {
+			names[i] = userName(int(next.Add(1)) % max(b.opts.pool, size))
+		}
+		if size == 1 {
+			return refresher.Refresh(ctx, names[0], time.Now())
+		}
+		for u, err := range refresher.RefreshBatch(ctx, names, time.Now()) {
+			if err != nil {
+				return fmt.Errorf("user %s: %w", u, err)
+			}
+		}
+		return nil
+	}
+	// Warm up: connections, caches, and the Recomputer's one refused $max.
+	for range 2 {
+		if err := batch(); err != nil {
+			return c, err
+		}
+	}
+	n := max(3, sequential/size)
+	trips.Store(0)
+	start := time.Now()
+	for range n {
+		if err := batch(); err != nil {
+			return c, err
+		}
+	}
+	c.BatchMs = ms(time.Since(start)) / float64(n)
+	c.RoundTrips = float64(trips.Load()) / float64(n)
+	c.ServerMs = c.BatchMs / c.RoundTrips
+	for _, workers := range []int{4, 16} {
+		wctx, cancel := context.WithTimeout(ctx, d)
+		users.Store(0)
+		var wg sync.WaitGroup
+		t0 := time.Now()
+		for range workers {
+			wg.Go(func() {
+				for wctx.Err() == nil {
+					_ = batch() // errors past the deadline are the deadline
+				}
+			})
+		}
+		wg.Wait()
+		cancel()
+		if ctx.Err() != nil {
+			return c, ctx.Err()
+		}
+		rate := float64(users.Load()) / time.Since(t0).Seconds()
+		c.Levels = append(c.Levels, qpsLevel{Workers: workers, QPS: rate})
+		if rate > c.Capacity {
+			c.Capacity, c.Workers = rate, workers
+		}
+	}
+	return c, nil
+}
+
+// configBounds are the two ceilings of one configuration's drain, in users
+// (entries of a diverse backlog) per second.
+type configBounds struct {
+	// Latency: users that can be in refresh at once, min(REFRESH_CONCURRENCY
+	// × batch size, MAX_USERS_IN_FLIGHT), over a batch's round trips (its
+	// queries and the mark that it started) at the RTT the proxy gives.
+	Latency float64 `json:"latency"`
+	Server  float64 `json:"server"` // the batch calibration's capacity
+	Lower   float64 `json:"lower"`
+	Which   string  `json:"binding"`
+}
+
+func (b *bench) configBounds(cal batchCal, c batchConfig, rtt time.Duration) configBounds {
+	inFlight := float64(min(b.opts.concurrency*c.BatchSize, c.MaxUsersInFlight))
+	// The proxy's measured overhead over its nominal RTT, as in
+	// calibration.bounds.
+	overhead := max(0, b.cal.ProxyRTTms-b.cal.RTTms)
+	perTrip := ms(rtt) + overhead + cal.ServerMs
+	x := configBounds{Latency: fin(inFlight / ((cal.RoundTrips + 1) * perTrip / 1000)), Server: cal.Capacity}
+	x.Lower, x.Which = x.Latency, "latency"
+	if x.Server < x.Latency {
+		x.Lower, x.Which = x.Server, "server"
+	}
+	return x
+}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"fmt"
+	"math"
+)
+
+// Colours of the configurations in the batched charts, in run order.
+var configColors = []string{colorReference, colorScorerefresh, "#2b8a3e", "#7048e8", "#e67700", "#0b7285", "#c2255c", "#5c940d"}
+
+func configColor(i int) string { return configColors[i%len(configColors)] }
+
+// fin keeps non-finite figures out of results.json, as sanitize does.
+func fin(v float64) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return -1
+	}
+	return v
+}
+
+// moreCharts are the charts of the scenarios that draw their own.
+func (r *report) moreCharts() map[string]chart {
+	out := map[string]chart{}
+	sub := fmt.Sprintf("%s; RTT %.0f ms; REFRESH_CONCURRENCY %d", r.Server, r.RTTms, r.Concurrency)
+	if x := r.Batched; x != nil {
+		for name, c := range x.charts() {
+			c.subtitle = sub
+			out[name] = c
+		}
+	}
+	if x := r.Slowdown; x != nil {
+		c := x.chart()
+		c.subtitle = sub
+		out["slowdown"] = c
+	}
+	return out
+}
+
+// timelinePanels draws depth and oldest age of each run, one colour each.
+func timelinePanels(runs []batchRun, label func(batchRun) string) (depth, age panel) {
+	depth = panel{title: "queue depth", unit: "entries"}
+	age = panel{title: "oldest entry age", unit: "s"}
+	for i, r := range runs {
+		d := line{name: label(r), color: configColor(i)}
+		a := line{name: label(r), color: configColor(i)}
+		for _, s := range r.Run.Timeline {
+			d.points = append(d.points, [2]float64{s.T, float64(s.Depth)})
+			a.points = append(a.points, [2]float64{s.T, s.OldestAge})
+		}
+		depth.lines = append(depth.lines, d)
+		age.lines = append(age.lines, a)
+	}
+	return depth, age
+}
+
+func (x *batchedResult) charts() map[string]chart {
+	out := map[string]chart{}
+	label := func(r batchRun) string { return r.Config.Rules + ", " + r.Config.Label }
+	if len(x.Diverse) > 0 {
+		depth, _ := timelinePanels(x.Diverse, label)
+		done := panel{title: "entries acknowledged", unit: "entries"}
+		for i, r := range x.Diverse {
+			l := line{name: label(r), color: configColor(i)}
+			for _, s := range r.Run.Timeline {
+				l.points = append(l.points, [2]float64{s.T, s.Progress})
+			}
+			done.lines = append(done.lines, l)
+		}
+		out["batched-diverse"] = chart{title: fmt.Sprintf("Batched recompute: diverse drain of %d entries, per configuration", x.Entries),
+			xLabel: "seconds since the consumer started", panels: []panel{done, depth}}
+	}
+	if len(x.Far) > 0 {
+		done := panel{title: "entries acknowledged", unit: "entries"}
+		for i, r := range x.Far {
+			l := line{name: r.Config.Label, color: configColor(i)}
+			for _, s := range r.Run.Timeline {
+				l.points = append(l.points, [2]float64{s.T, s.Progress})
+			}
+			done.lines = append(done.lines, l)
+		}
+		out["batched-far"] = chart{title: fmt.Sprintf("Batched recompute: diverse drain at RTT %.0f ms (latency-bound)", x.FarRTTms),
+			xLabel: "seconds since the consumer started", panels: []panel{done}}
+	}
+	if len(x.Wedge) > 0 {
+		depth, age := timelinePanels(x.Wedge, func(r batchRun) string { return r.Config.Label })
+		out["batched-wedge"] = chart{title: fmt.Sprintf("Batched recompute: wedge, diverse arrivals at %.1f/s", x.WedgeRate),
+			xLabel: "seconds since the consumer started", panels: []panel{depth, age}}
+	}
+	if len(x.Recovery) > 0 {
+		depth, age := timelinePanels(x.Recovery, func(r batchRun) string { return r.Config.Label })
+		out["batched-recovery"] = chart{title: fmt.Sprintf("Batched recompute: arrivals at %.1f/s, RTT %.0f ms between the markers", x.RecoveryRate, x.TriggerRTTms),
+			xLabel: "seconds since the consumer started", panels: []panel{depth, age},
+			markers: map[string]float64{"trigger": x.TriggerAt, "restore": x.RestoreAt}}
+	}
+	return out
+}
+
+func (x *batchedResult) markdown(w func(string, ...any), r *report) {
+	w("## Batched recompute")
+	w("")
+	w("Per-user recompute (`REFRESH_BATCH_SIZE=1`) against batched, side by side in this run, on the same server, data and RTT. Every other setting is the service's default unless the configuration names it (`batch N, in flight M` is `REFRESH_BATCH_SIZE=N MAX_USERS_IN_FLIGHT=M`). Rules: `bench` is rules.yaml (12 components, 2 of them max); `nomax` is rules-nomax.yaml (the same with each max replaced by a sum: 12 components, 14 round trips per batch, the shape a batch has on MongoDB, which has the `$max` accumulator FerretDB 1.24 lacks).")
+	w("")
+	w("Batch calibration (direct connection, no proxy; capacity = most users refreshed per second with 4 or 16 batches at once):")
+	w("")
+	w("| rules | batch size | round trips per batch | ms per batch | ms per query | capacity users/s |")
+	w("|---|---:|---:|---:|---:|---:|")
+	for _, c := range x.Calibrations {
+		w("| %s | %d | %.1f | %.1f | %.2f | %.0f (%d at once) |", c.Rules, c.BatchSize, c.RoundTrips, c.BatchMs, c.ServerMs, c.Capacity, c.Workers)
+	}
+	w("")
+	w("Diverse drain, %d entries of distinct users (each run at most %.0f s):", x.Entries, x.MaxSeconds)
+	w("")
+	w("| rules | configuration | entries done | seconds | entries/s | × per-user | users per batch | claim rounds per 100 entries | refresh round trips per user | commands per acked entry | bound users/s | of bound |")
+	w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, b := range x.Diverse {
+		ratio := "1.0×"
+		if pu := x.perUserOf(b.Config.Rules); pu != nil && !b.Config.perUser() && pu.Run.Rate > 0 {
+			ratio = fmt.Sprintf("**%.1f×**", b.Run.Rate/pu.Run.Rate)
+		}
+		w("| %s | %s | %.0f | %.1f | %.1f | %s | %.1f | %.1f | %.2f | %.2f | %.0f (%s) | %.0f%% |", b.Config.Rules, b.Config.Label, b.Run.Progress, b.Run.Seconds, b.Run.Rate,
+			ratio, b.UsersPerBatch, 100*b.Run.Claims/math.Max(b.Run.Acked, 1), b.TripsPerUser, b.CommandsPerAcked, b.Bounds.Lower, b.Bounds.Which, 100*b.FractionLow)
+	}
+	w("")
+	w("The bound is the lower of the latency bound (min(REFRESH_CONCURRENCY × batch size, MAX_USERS_IN_FLIGHT) users over a batch's round trips plus its start mark, at the measured proxy RTT) and the server's capacity above. Commands per acked entry: every MongoDB command of the consumer (claims, leases, acks, samples included) over the entries it acknowledged, the final flush at shutdown included.")
+	w("")
+	x.cpuTable(w)
+	if len(x.Far) > 0 {
+		w("The same drain at RTT %.0f ms, where every configuration is latency-bound far below the server's capacity (each run at most %.0f s): what batching saves in waiting alone.", x.FarRTTms, x.MaxSeconds)
+		w("")
+		w("| configuration | entries done | seconds | entries/s | × per-user | users per batch | commands per acked entry | latency bound users/s | of it |")
+		w("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+		var pu *batchRun
+		for i := range x.Far {
+			if x.Far[i].Config.perUser() {
+				pu = &x.Far[i]
+			}
+		}
+		for _, b := range x.Far {
+			ratio := "1.0×"
+			if pu != nil && !b.Config.perUser() && pu.Run.Rate > 0 {
+				ratio = fmt.Sprintf("**%.1f×**", b.Run.Rate/pu.Run.Rate)
+			}
+			w("| %s | %.0f | %.1f | %.1f | %s | %.1f | %.2f | %.1f | %.0f%% |", b.Config.Label, b.Run.Progress, b.Run.Seconds, b.Run.Rate, ratio,
+				b.UsersPerBatch, b.CommandsPerAcked, b.Bounds.Latency, 100*fin(b.Run.Rate/b.Bounds.Latency))
+		}
+		w("")
+	}
+	if len(x.Wedge) > 0 {
+		w("Wedge: diverse arrivals at %.1f/s for %.0f s (scenario 3's rate):", x.WedgeRate, x.WedgeSeconds)
+		w("")
+		w("| configuration | oldest age at most s | depth at the end | users per batch | commands per acked entry | CPU ms/entry: process | server total |")
+		w("|---|---:|---:|---:|---:|---:|---:|")
+		for _, b := range x.Wedge {
+			w("| %s | %.1f | %d | %.1f | %.2f | %.2f | %.2f |", b.Config.Label, maxOldest(b.Run.Timeline, 0), last(b.Run.Timeline).Depth,
+				b.UsersPerBatch, b.CommandsPerAcked, b.PerEntry.Process, b.PerEntry.ServerTotal)
+		}
+		w("")
+	}
+	if len(x.Recovery) > 0 {
+		w("Recovery: arrivals at %.1f/s (half the per-user drain rate), RTT %.0f ms from %.0f s to %.0f s:", x.RecoveryRate, x.TriggerRTTms, x.TriggerAt, x.RestoreAt)
+		w("")
+		w("| configuration | pre-trigger oldest age s | peak oldest age s | peak depth | back under the pre-trigger level | commands per acked entry |")
+		w("|---|---:|---:|---:|---|---:|")
+		for i, b := range x.Recovery {
+			peak := int64(0)
+			for _, s := range b.Run.Timeline {
+				peak = max(peak, s.Depth)
+			}
+			w("| %s | %.1f | %.0f | %d | %s | %.2f |", b.Config.Label, x.PreLevels[i], maxOldest(b.Run.Timeline, x.TriggerAt), peak,
+				seconds(x.Recovered[i], "after restore"), b.CommandsPerAcked)
+		}
+		w("")
+	}
+	for _, name := range []string{"batched-diverse", "batched-far", "batched-wedge", "batched-recovery"} {
+		if f, ok := r.Charts[name]; ok {
+			w("![%s](%s)", name, f)
+			w("")
+		}
+	}
+}
+
+func (x *batchedResult) cpuTable(w func(string, ...any)) {
+	w("CPU per acknowledged entry over each drain (ms): the bench process (FerretDB, the proxy, the consumer, the producers) from getrusage, split by its CPU profile: the consumer is every goroutine scorerefresh started (its driver included; its share of the runtime's background GC work is not), the proxy is pkg/faultproxy, and the server in process is the rest (FerretDB, the runtime, the bench's sampler). PostgreSQL is its processes' CPU from /proc. Server total = server in process + PostgreSQL: what MongoDB's side costs.")
+	if !x.Profiled {
+		w("")
+		w("(-cpuprofile held the profiler: the process is not split, and \"server in process\" is the whole process.)")
+	}
+	w("")
+	w("| rules | configuration | process | consumer | proxy | server in process | PostgreSQL | **server total** | profile samples |")
+	w("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+	for _, b := range x.Diverse {
+		p := b.PerEntry
+		w("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | **%.2f** | %d |", b.Config.Rules, b.Config.Label, p.Process, p.Consumer, p.Proxy, p.Server, p.PostgreSQL, p.ServerTotal, b.CPU.Samples)
+	}
+	w("")
+}
