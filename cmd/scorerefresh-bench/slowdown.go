@@ -180,8 +180,7 @@ func (b *bench) slowdown(ctx context.Context, srRate float64) (*slowdownResult, 
 	}
 	warm := x.TriggerAt / 3
 	drained := func(s []sample) float64 { return drainedAfter(s, warm, x.TriggerAt, x.RestoreAt) }
-	var err error
-	err = b.withEnv([]string{"LEASE_DURATION=" + o.slowdownLease.String()}, func() (err error) {
+	err := b.withEnv([]string{"LEASE_DURATION=" + o.slowdownLease.String()}, func() (err error) {
 		x.Run, err = b.run(ctx, runSpec{scenario: "slowdown", consumer: consumerScorerefresh, rtt: b.opts.rtt,
 			produce: &produce{rate: x.Rate, pool: b.opts.pool}, events: events, observe: observe,
 			max:  o.slowdownPre + o.slowdown + o.slowdownPost,
