@@ -74,11 +74,15 @@ func TestProfileSharesFindsLabelledWork(t *testing.T) {
 	var got shares
 	for range 50 {
 		done := make(chan struct{})
+		var labelled float64
 		withConsumerLabel(context.Background(), func() {
-			go func() { defer close(done); burn() }()
+			go func() { defer close(done); labelled = burn() }()
 		})
-		burn()
+		unlabelled := burn()
 		<-done
+		if labelled != unlabelled {
+			t.Fatal("burn is not deterministic") // and keeps the work from being optimised away
+		}
 		pprof.StopCPUProfile()
 		var err error
 		if got, err = profileShares(bytes.NewReader(buf.Bytes())); err != nil {
@@ -97,15 +101,13 @@ func TestProfileSharesFindsLabelledWork(t *testing.T) {
 	}
 }
 
-func burn() {
+func burn() float64 {
 	x := 1.0
 	for i := range 20_000_000 {
 		x = x*1.0000001 + float64(i&7)
 	}
-	sink = x
+	return x
 }
-
-var sink float64
 
 func TestProfileSharesRejectsGarbage(t *testing.T) {
 	t.Parallel()
