@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -406,10 +407,12 @@ func (c *claimer) page(res *claimResult, nothingClaimable bool, last *position) 
 
 // spread picks up to room of the candidates (in window order, oldest first).
 // Every replica reads the same head, so picking its first users would make
-// them all race for the same leases and most inserts lose. Instead each
-// replica takes the oldest 2·room candidates and, from those, the room with
-// the smallest hash of (replica, user): replicas pick different users, and
-// what is claimed stays within the oldest 2·room claimable users.
+// them all race for the same leases and most inserts lose. Instead the
+// oldest half of the picks is taken in order (so no user waits behind the
+// hash for long: the oldest entry is always among the next picks) and the
+// other half, from the next 1.5·room candidates, by the smallest hash of
+// (replica, user): replicas pick partly different users, and what is
+// claimed stays within the oldest 2·room claimable users.
 func spread(candidates []string, room int, owner string) []string {
 	if room <= 0 {
 		return nil
@@ -417,7 +420,9 @@ func spread(candidates []string, room int, owner string) []string {
 	if len(candidates) <= room {
 		return candidates
 	}
-	pool := slices.Clone(candidates[:min(len(candidates), 2*room)])
+	oldest := (room + 1) / 2
+	picks := slices.Clone(candidates[:oldest])
+	pool := slices.Clone(candidates[oldest:min(len(candidates), 2*room)])
 	key := func(u string) uint64 {
 		h := fnv.New64a()
 		h.Write([]byte(owner))
@@ -425,17 +430,8 @@ func spread(candidates []string, room int, owner string) []string {
 		h.Write([]byte(u))
 		return h.Sum64()
 	}
-	slices.SortFunc(pool, func(a, b string) int {
-		ka, kb := key(a), key(b)
-		switch {
-		case ka < kb:
-			return -1
-		case ka > kb:
-			return 1
-		}
-		return 0
-	})
-	return pool[:room]
+	slices.SortFunc(pool, func(a, b string) int { return cmp.Compare(key(a), key(b)) })
+	return append(picks, pool[:room-oldest]...)
 }
 
 // absorb reads the pending entries of the users won, oldest first.

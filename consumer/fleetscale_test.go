@@ -3,6 +3,7 @@ package consumer
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -173,5 +174,34 @@ func TestClaimPagesPastAHeadOfBlockedUsers(t *testing.T) {
 	}
 	if paged == 0 {
 		t.Errorf("no round paged past the blocked head")
+	}
+}
+
+// TestSpreadKeepsTheOldestAndSpreadsTheRest: with more candidates than
+// room, half the picks are the oldest candidates in order (none starves
+// behind the hash), the rest differ between replicas, and every pick is
+// among the oldest 2·room.
+func TestSpreadKeepsTheOldestAndSpreadsTheRest(t *testing.T) {
+	t.Parallel()
+	var cands []string
+	for i := range 100 {
+		cands = append(cands, fmt.Sprintf("u%03d", i))
+	}
+	a, b := spread(cands, 10, "replica-a"), spread(cands, 10, "replica-b")
+	if len(a) != 10 || len(b) != 10 {
+		t.Fatalf("picked %d and %d, want 10", len(a), len(b))
+	}
+	for i := range 5 {
+		if a[i] != cands[i] || b[i] != cands[i] {
+			t.Errorf("pick %d: %s and %s, want the oldest %s", i, a[i], b[i], cands[i])
+		}
+	}
+	for _, p := range append(slices.Clone(a), b...) {
+		if !slices.Contains(cands[:20], p) {
+			t.Errorf("%s is not among the oldest 20", p)
+		}
+	}
+	if slices.Equal(a[5:], b[5:]) {
+		t.Errorf("two replicas picked the same hashed half %v", a[5:])
 	}
 }

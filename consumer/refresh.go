@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"golang.org/x/sync/semaphore"
 )
 
@@ -59,7 +60,7 @@ func (c *Consumer) refreshOne(ctx context.Context, w work) (err error) {
 		c.metrics.RefreshDuration.Observe(c.clock.Now().Sub(start).Seconds())
 	}()
 	if err := c.refresher.Refresh(ctx, w.lease.User, start); err != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		if ownDeadline(ctx, err, c.cfg.RefreshTimeout) {
 			// The refresh's own deadline fired: this user's refresh is too
 			// slow, which retrying will not fix. Not a MongoDB outage.
 			return fmt.Errorf("%w after %s: %v", errRefreshTimeout, c.cfg.RefreshTimeout, err)
@@ -67,6 +68,21 @@ func (c *Consumer) refreshOne(ctx context.Context, w work) (err error) {
 		return fmt.Errorf("refreshing user: %w", err)
 	}
 	return nil
+}
+
+// ownDeadline reports whether err is the refresh running out of its own
+// time rather than MongoDB failing. The driver gives up on a command it
+// cannot finish before the context's deadline, with a timeout error, while
+// ctx itself has not expired yet: a timeout in the last tenth of the
+// refresh's time counts as its own deadline too. (Otherwise a user whose
+// refresh is always too slow looks like a server problem, is never charged
+// and never dead-lettered.)
+func ownDeadline(ctx context.Context, err error, timeout time.Duration) bool {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) < timeout/10 && (mongo.IsTimeout(err) || errors.Is(err, context.DeadlineExceeded))
 }
 
 // errRefreshTimeout marks a refresh that outlived RefreshTimeout; it counts
@@ -109,7 +125,7 @@ func (c *Consumer) refreshBatch(ctx context.Context, works []work) (errs []error
 		case !ok:
 			errs[i] = errors.New("the batch refresh returned no outcome for this user")
 		case err == nil:
-		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		case ownDeadline(ctx, err, c.cfg.RefreshTimeout):
 			errs[i] = fmt.Errorf("%w after %s (batch of %d users): %v", errRefreshTimeout, c.cfg.RefreshTimeout, len(users), err)
 		default:
 			errs[i] = fmt.Errorf("refreshing user: %w", err)

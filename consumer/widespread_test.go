@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -74,5 +75,27 @@ func TestSlowdownOfEveryRefreshDeadLettersNobody(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.EntriesAcked); got != 12 {
 		t.Errorf("acked %v, want 12", got)
+	}
+}
+
+// TestOwnDeadlineTellsTheRefreshsTimeFromTheServers: a timeout in the last
+// tenth of the refresh's time is the refresh's own (the driver gives up
+// before the context expires), one with most of the time left is the
+// server's.
+func TestOwnDeadlineTellsTheRefreshsTimeFromTheServers(t *testing.T) {
+	t.Parallel()
+	timeout := fmt.Errorf("reading a component: %w", context.DeadlineExceeded)
+	nearEnd, cancel := context.WithDeadline(context.Background(), time.Now().Add(50*time.Millisecond))
+	defer cancel()
+	if !ownDeadline(nearEnd, timeout, time.Second) {
+		t.Error("a timeout 50 ms before a 1 s refresh's deadline is not the refresh's own")
+	}
+	early, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(time.Hour))
+	defer cancel2()
+	if ownDeadline(early, timeout, time.Hour) {
+		t.Error("a timeout with the whole hour left is counted as the refresh's own")
+	}
+	if ownDeadline(nearEnd, errors.New("duplicate key"), time.Second) {
+		t.Error("a non-timeout error near the deadline is counted as the refresh's own")
 	}
 }
