@@ -137,11 +137,11 @@ func (c *claimer) round(ctx context.Context, room, absorbLimit int, exclude map[
 	res := &claimResult{windowFull: len(window) >= c.window}
 	users, bad, last := distinctUsers(window)
 	res.malformed = bad
-	if more, err := c.scanMalformed(ctx, now, res.windowFull, last); err != nil {
+	more, err := c.scanMalformed(ctx, now, res.windowFull, last)
+	if err != nil {
 		return res, err
-	} else {
-		res.malformed = append(res.malformed, more...)
 	}
+	res.malformed = append(res.malformed, more...)
 	blocked, err := c.leases.blockedAmong(ctx, users, now)
 	if err != nil {
 		return res, err
