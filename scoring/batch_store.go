@@ -208,8 +208,15 @@ func (s *Store) bulkUpsert(ctx context.Context, docs []ScoreDoc, outcomes map[st
 // unordered update at its first error, reports it at the wrong index and
 // counts nothing. A document holding exactly what we sent, at the version we
 // set, is ours (or an identical write's, which leaves the same document).
-// Any other document is a write to retry: a conflict if its version moved
-// since the read, a refused or unattempted write if not.
+//
+// A document whose version moved since the read is a conflict. When it holds
+// a recompute that began no earlier than ours, it is settled as skipped, as
+// Write skips a newer one: it is as fresh as ours, and our write may well be
+// under it (ours landed, then the rival's), which the document cannot tell.
+// Retrying would write a second time for one refresh, and with the
+// refreshedAt of both recomputes equal to the millisecond, Write would not
+// skip it. Any other document is a write to retry: a conflict if its version
+// moved, a refused or unattempted write if not.
 func (s *Store) settle(ctx context.Context, docs []ScoreDoc, outcomes map[string]WriteOutcome) (retry []string, err error) {
 	users := make([]string, len(docs))
 	for i, d := range docs {
@@ -228,6 +235,11 @@ func (s *Store) settle(ctx context.Context, docs []ScoreDoc, outcomes map[string
 		case found && cur.Version != d.Version-1:
 			if s.cfg.OnConflict != nil {
 				s.cfg.OnConflict()
+			}
+			if !cur.RefreshedAt.Before(d.RefreshedAt) {
+				s.skipped(d.Username, cur.RefreshedAt, d.RefreshedAt)
+				outcomes[d.Username] = WriteSkippedNewer
+				continue
 			}
 		}
 		retry = append(retry, d.Username)

@@ -210,6 +210,44 @@ func TestRefreshBatchRetriesConflicts(t *testing.T) {
 	}
 }
 
+// TestRefreshBatchRivalAsFreshWritesOnce races a batch with another process
+// whose recompute began at the same instant (refreshedAt equal to the
+// batch's, at the clock's millisecond resolution) and whose write lands
+// between the batch's read and its bulk write. The stored score is then as
+// fresh as the batch's: writing again would move the version once more for
+// no fresher score (seen in a two-process run as versions adding up to more
+// than the refreshes that succeeded), and the batch cannot tell whether its
+// own write landed under the rival's.
+func TestRefreshBatchRivalAsFreshWritesOnce(t *testing.T) {
+	t.Parallel()
+	var skips atomic.Int64
+	b := setupStore(t, StoreConfig{BackoffBase: time.Microsecond, OnSkip: func(string) { skips.Add(1) }})
+	db := b.coll.Database()
+	b.seedScores(t, refreshStart.Add(-time.Hour), "q1", "q2")
+	b.raceOnce(func() {
+		_, err := b.rival.UpdateOne(context.Background(), bson.D{{Key: "_id", Value: "q2"}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "version", Value: int64(2)}, {Key: "score", Value: 3.0}, {Key: "refreshedAt", Value: refreshStart}}}})
+		if err != nil {
+			t.Errorf("rival update: %v", err)
+		}
+	})
+	r := NewRefresher(NewRecomputer(db, DefaultRules()), b.store)
+	for u, err := range r.RefreshBatch(context.Background(), []string{"q1", "q2"}, refreshStart) {
+		if err != nil {
+			t.Errorf("%q: %v", u, err)
+		}
+	}
+	if doc := b.mustGet(t, "q1"); doc.Version != 2 {
+		t.Errorf("q1 = %+v, want version 2 (seed, batch)", doc)
+	}
+	if doc := b.mustGet(t, "q2"); doc.Version != 2 || doc.Score != 3 {
+		t.Errorf("q2 = %+v, want the rival's write at version 2 left alone", doc)
+	}
+	if got := skips.Load(); got != 1 {
+		t.Errorf("OnSkip called %d times, want 1 (q2)", got)
+	}
+}
+
 func TestWriteSkipsNewerCountedAndLogged(t *testing.T) {
 	t.Parallel()
 	var logs syncBuffer
