@@ -28,8 +28,8 @@ import (
 // release, point it at that release (docs/releasing.md). The commit stands
 // in for the tag in clones that fetched no tags.
 var previousRelease = struct{ Tag, Commit string }{
-	Tag:    "v0.1.0",
-	Commit: "97cac68a9dc4dd89816ba9d622dd01e330cd847f",
+	Tag:    "v0.2.0",
+	Commit: "ddd7a30ac9d4085e5baaf3f24605067ea199a98d",
 }
 
 // mixedVersionCommand is the command the release checklist runs.
