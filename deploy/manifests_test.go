@@ -3,7 +3,7 @@ package deploy
 // Neither Docker nor Kubernetes runs where this repository is developed, so the
 // Dockerfile, docker-compose.yml and the manifests under deploy/k8s are checked
 // here by parsing them and comparing them with the code: the environment
-// variables config.Config declares (read from its source: cmd/internal/config
+// variables config.Config declares (read from its source: internal/config
 // is internal to cmd/), the probe paths the metrics handler serves, the
 // ldflags variables of cmd/scorerefresh, the rules parser, the exported
 // metric names. Where kubectl or promtool is installed, they check too.
@@ -54,7 +54,7 @@ const (
 	k8sBaseDir       = "deploy/k8s"
 	k8sKEDADir       = "deploy/k8s/keda"
 	k8sJobsDir       = "deploy/k8s/jobs"
-	configSourcePath = "cmd/internal/config/config.go"
+	configSourcePath = "internal/config/config.go"
 	mainSourcePath   = "cmd/scorerefresh/main.go"
 	productionPkg    = "./cmd/scorerefresh"
 )

@@ -39,6 +39,13 @@ git -C "$root" worktree add --detach "$wt" "$old_ref" >/dev/null
 rm -rf "$wt/cmd/scorerefresh-bench"
 cp -r "$root/cmd/scorerefresh-bench" "$wt/cmd/"
 git -C "$wt" apply -3 "$root/bench/fleet/app-hooks.patch"
+# Releases before v0.3.0 kept the binaries' shared packages in cmd/internal;
+# the copied bench imports them from internal/.
+if [[ -d $wt/cmd/internal && ! -d $wt/internal ]]; then
+	mv "$wt/cmd/internal" "$wt/internal"
+	grep -rl 'scorerefresh/cmd/internal/' "$wt" --include='*.go' |
+		xargs sed -i 's#scorerefresh/scorerefresh/cmd/internal/#scorerefresh/scorerefresh/internal/#g'
+fi
 
 echo "== $scenario on $old_ref"
 (cd "$wt" && go run ./cmd/scorerefresh-bench -scenarios "$scenario" -label "$old_ref" -out "$tmp/old-results" "$@")

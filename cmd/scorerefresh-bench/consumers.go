@@ -11,8 +11,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/scorerefresh/scorerefresh/cmd/internal/app"
-	"github.com/scorerefresh/scorerefresh/cmd/internal/config"
+	"github.com/scorerefresh/scorerefresh/internal/app"
+	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/metrics"
 )
 

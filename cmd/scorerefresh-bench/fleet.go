@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/scorerefresh/scorerefresh/cmd/internal/app"
+	"github.com/scorerefresh/scorerefresh/internal/app"
 	"github.com/scorerefresh/scorerefresh/metrics"
 )
 

@@ -7,7 +7,7 @@
 // Everything runs in this process: FerretDB (on a throwaway PostgreSQL when
 // one can be started, else SQLite), the latency proxy (pkg/faultproxy), the
 // producers, the reference consumer and scorerefresh itself, wired by
-// cmd/internal/app exactly as `scorerefresh run` wires it. Each run first
+// internal/app exactly as `scorerefresh run` wires it. Each run first
 // calibrates the server (time per query, queries per second) to report the
 // two bounds a drain cannot beat, then runs the scenarios of
 // docs/performance.md, each on a fresh database, reference and scorerefresh

@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/scorerefresh/scorerefresh/cmd/internal/ops"
+	"github.com/scorerefresh/scorerefresh/internal/ops"
 )
 
 const deadLettersHelp = `usage: scorerefresh deadletters <list|show|redrive|purge> [flags]

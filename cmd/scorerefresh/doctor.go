@@ -6,8 +6,8 @@ import (
 	"io"
 	"time"
 
-	"github.com/scorerefresh/scorerefresh/cmd/internal/app"
-	"github.com/scorerefresh/scorerefresh/cmd/internal/ops"
+	"github.com/scorerefresh/scorerefresh/internal/app"
+	"github.com/scorerefresh/scorerefresh/internal/ops"
 )
 
 const doctorHelp = `usage: scorerefresh doctor [--replicas N] [--json]

@@ -25,8 +25,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/scorerefresh/scorerefresh/cmd/internal/app"
-	"github.com/scorerefresh/scorerefresh/cmd/internal/config"
+	"github.com/scorerefresh/scorerefresh/internal/app"
+	"github.com/scorerefresh/scorerefresh/internal/config"
 )
 
 // Set at build time: -ldflags "-X main.version=v1.2.3 -X main.revision=abc123".

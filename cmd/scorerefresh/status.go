@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/scorerefresh/scorerefresh/cmd/internal/config"
-	"github.com/scorerefresh/scorerefresh/cmd/internal/ops"
+	"github.com/scorerefresh/scorerefresh/internal/config"
+	"github.com/scorerefresh/scorerefresh/internal/ops"
 )
 
 const statusHelp = `usage: scorerefresh status [--json] [--top N] [flags]

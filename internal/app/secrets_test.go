@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/scorerefresh/scorerefresh/cmd/internal/config"
+	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 )
 

@@ -10,8 +10,8 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/scorerefresh/scorerefresh/cmd/internal/app"
-	"github.com/scorerefresh/scorerefresh/cmd/internal/config"
+	"github.com/scorerefresh/scorerefresh/internal/app"
+	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/replay"
 )
 
