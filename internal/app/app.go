@@ -18,8 +18,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 
-	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/consumer"
+	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/metrics"
 	"github.com/scorerefresh/scorerefresh/pkg/limiter"
 	"github.com/scorerefresh/scorerefresh/pkg/redact"
