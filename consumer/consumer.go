@@ -96,7 +96,7 @@ func (c Config) withDefaults() Config {
 }
 
 // refreshObserver is a Limiter that learns from refreshes, running and
-// finished (AdaptiveLimiter).
+// finished (consumer/adaptive's Limiter).
 type refreshObserver interface {
 	RefreshStarted() (finished func(overload, cancelled bool))
 }
