@@ -194,7 +194,19 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 		c.cfg.BatchSize = 1
 	}
 	c.batches = &batcher{max: c.cfg.BatchSize}
-	c.completer = &completer{
+	c.completer = c.newCompleter(colls, byUser, deps.AfterFlush)
+	c.metrics.UsersInFlightCap.Set(float64(cfg.MaxUsersInFlight))
+	c.metrics.ConcurrencyLimit.Set(float64(c.limiter.Limit()))
+	return c
+}
+
+// newCompleter builds the acknowledging side: byUser is shared with the
+// claimer, which sets it.
+func (c *Consumer) newCompleter(colls Collections, byUser *atomic.Bool, afterFlush func(error)) *completer {
+	if afterFlush == nil {
+		afterFlush = func(error) {}
+	}
+	return &completer{
 		queue:       colls.Queue,
 		leases:      c.leases,
 		dead:        &deadLetterer{queue: colls.Queue, dead: colls.DeadLetter, byUser: byUser},
@@ -202,22 +214,16 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 		clock:       c.clock,
 		metrics:     c.metrics,
 		log:         c.log,
-		maxAttempts: cfg.MaxAttempts,
-		retryDelay:  cfg.RetryBackoff,
-		interval:    cfg.AckInterval,
-		batchSize:   cfg.AckBatchSize,
+		maxAttempts: c.cfg.MaxAttempts,
+		retryDelay:  c.cfg.RetryBackoff,
+		interval:    c.cfg.AckInterval,
+		batchSize:   c.cfg.AckBatchSize,
 		onSettled:   c.settled,
-		afterFlush:  deps.AfterFlush,
+		afterFlush:  afterFlush,
 		malformed:   map[string]malformed{},
 		kick:        newSignal(),
 		rnd:         rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
-	if c.completer.afterFlush == nil {
-		c.completer.afterFlush = func(error) {}
-	}
-	c.metrics.UsersInFlightCap.Set(float64(cfg.MaxUsersInFlight))
-	c.metrics.ConcurrencyLimit.Set(float64(c.limiter.Limit()))
-	return c
 }
 
 // Wake tells the claim loop that work may have arrived.
