@@ -1,38 +1,21 @@
 package adaptive
 
 import (
-	"context"
 	"maps"
-	"sync"
 	"testing"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/event"
-
 	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
+	"github.com/scorerefresh/scorerefresh/pkg/queryplan"
 )
 
-// commands counts the commands the driver sends, by name.
-type commands struct {
-	mu     sync.Mutex
-	counts map[string]int
-}
-
-func (c *commands) monitor() *event.CommandMonitor {
-	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		c.mu.Lock()
-		c.counts[e.CommandName]++
-		c.mu.Unlock()
-	}}
-}
-
-// take returns the counts since the last take.
-func (c *commands) take() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := c.counts
-	c.counts = map[string]int{}
-	return out
+// names counts commands by name.
+func names(cmds []queryplan.Command) map[string]int {
+	n := map[string]int{}
+	for _, c := range cmds {
+		n[c.Name]++
+	}
+	return n
 }
 
 // TestFleetBaselinesExchangeThroughTheClaimsCollection runs three replicas'
@@ -41,8 +24,8 @@ func (c *commands) take() map[string]int {
 // claiming leaves the documents alone is the consumer's test.)
 func TestFleetBaselinesExchangeThroughTheClaimsCollection(t *testing.T) {
 	t.Parallel()
-	cmds := &commands{counts: map[string]int{}}
-	claims := mongotest.Database(t, mongotest.Options{Monitor: cmds.monitor()}).Collection("score_claims")
+	var cmds queryplan.Recorder
+	claims := mongotest.Database(t, mongotest.Options{Monitor: cmds.Monitor()}).Collection("score_claims")
 	clock := &fakeNow{t: time.Now()}
 	a := NewFleetBaselines(claims, "a", time.Minute)
 	c := NewFleetBaselines(claims, "c", time.Minute)
@@ -55,12 +38,12 @@ func TestFleetBaselinesExchangeThroughTheClaimsCollection(t *testing.T) {
 	if got, err := a.Exchange(ctx, 300*time.Millisecond); err != nil || got != (Fleet{300 * time.Millisecond, 1}) {
 		t.Fatalf("a alone: %+v, %v; want its own 300ms, 1 replica", got, err)
 	}
-	cmds.take()
+	cmds.Take()
 	got, err := c.Exchange(ctx, 500*time.Millisecond)
 	if err != nil || got != (Fleet{300 * time.Millisecond, 2}) {
 		t.Fatalf("c: %+v, %v; want the lowest, a's 300ms, 2 replicas", got, err)
 	}
-	if n := cmds.take(); !maps.Equal(n, map[string]int{"update": 1, "find": 1}) {
+	if n := names(cmds.Take()); !maps.Equal(n, map[string]int{"update": 1, "find": 1}) {
 		t.Errorf("one exchange sent %v, want one update and one find", n)
 	}
 	// A third replica, not yet measured: counted, and told the bar.

@@ -155,13 +155,26 @@ func TestImagePinned(t *testing.T) {
 	}
 }
 
+// sizeCase is one input of a parser of sizes and what it must give.
+type sizeCase struct {
+	in   string
+	want float64
+	err  bool
+}
+
+func checkSizes(t *testing.T, name string, parse func(string) (float64, error), cases []sizeCase) {
+	t.Helper()
+	for _, tc := range cases {
+		got, err := parse(tc.in)
+		if (err != nil) != tc.err || (!tc.err && got != tc.want) {
+			t.Errorf("%s(%q) = %v, %v; want %v, error %t", name, tc.in, got, err, tc.want, tc.err)
+		}
+	}
+}
+
 func TestQuantity(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		in   string
-		want float64
-		err  bool
-	}{
+	checkSizes(t, "Quantity", Quantity, []sizeCase{
 		{"1", 1, false},
 		{"0.5", 0.5, false},
 		{"250m", 0.25, false},
@@ -172,21 +185,12 @@ func TestQuantity(t *testing.T) {
 		{"", 0, true},
 		{"1Xi", 0, true},
 		{"Mi", 0, true},
-	} {
-		got, err := Quantity(tc.in)
-		if (err != nil) != tc.err || (!tc.err && got != tc.want) {
-			t.Errorf("Quantity(%q) = %v, %v; want %v, error %t", tc.in, got, err, tc.want, tc.err)
-		}
-	}
+	})
 }
 
 func TestGoMemLimit(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		in   string
-		want float64
-		err  bool
-	}{
+	checkSizes(t, "GoMemLimit", GoMemLimit, []sizeCase{
 		{"400MiB", 400 << 20, false},
 		{"1GiB", 1 << 30, false},
 		{"2048KiB", 2 << 20, false},
@@ -196,10 +200,5 @@ func TestGoMemLimit(t *testing.T) {
 		{"400Mi", 0, true},          // Kubernetes' spelling, not Go's
 		{"1.5GiB", 0, true},         // whole numbers only
 		{"-1MiB", 0, true},
-	} {
-		got, err := GoMemLimit(tc.in)
-		if (err != nil) != tc.err || (!tc.err && got != tc.want) {
-			t.Errorf("GoMemLimit(%q) = %v, %v; want %v, error %t", tc.in, got, err, tc.want, tc.err)
-		}
-	}
+	})
 }
