@@ -22,12 +22,12 @@ import (
 // Config is every variable of the contract (docs/contract.md). Its
 // defaults are Defaults(); an unset or empty variable keeps them.
 type Config struct {
-	MongoURI             string        `env:"MONGODB_URI"`           // connection string, mongodb:// or mongodb+srv://; secret
+	MongoURI             string        `env:"MONGODB_URI"`           // connection string, mongodb:// or mongodb+srv://; its secrets are never logged
 	Database             string        `env:"MONGODB_DATABASE"`      // database of every collection below; not empty
-	QueueCollection      string        `env:"QUEUE_COLLECTION"`      // the queue; not empty, unlike the other three
-	ScoresCollection     string        `env:"SCORES_COLLECTION"`     // score documents; not empty, unlike the other three
-	DeadLetterCollection string        `env:"DEADLETTER_COLLECTION"` // dead letters; not empty, unlike the other three
-	ClaimsCollection     string        `env:"CLAIMS_COLLECTION"`     // leases and limiter baselines; not empty, unlike the other three
+	QueueCollection      string        `env:"QUEUE_COLLECTION"`      // the queue; not empty, no other collection's name
+	ScoresCollection     string        `env:"SCORES_COLLECTION"`     // score documents; not empty, no other collection's name
+	DeadLetterCollection string        `env:"DEADLETTER_COLLECTION"` // dead letters; not empty, no other collection's name
+	ClaimsCollection     string        `env:"CLAIMS_COLLECTION"`     // leases and limiter baselines; not empty, no other collection's name
 	ScoringRules         string        `env:"SCORING_RULES"`         // rules file path; empty: the built-in rules
 	ClaimWindow          int           `env:"CLAIM_WINDOW"`          // oldest entries one claim round reads; ≥ 1
 	MaxUsersInFlight     int           `env:"MAX_USERS_IN_FLIGHT"`   // users claimed and unsettled at once; ≥ 1
@@ -36,7 +36,7 @@ type Config struct {
 	LeaseDuration        time.Duration `env:"LEASE_DURATION"`        // a lease not renewed this long is taken over; > 0
 	PollInterval         time.Duration `env:"POLL_INTERVAL"`         // idle poll period; > 0
 	MaxAttempts          int           `env:"MAX_ATTEMPTS"`          // a user's own failed refreshes before dead-lettering; ≥ 1
-	MetricsAddr          string        `env:"METRICS_ADDR"`          // host:port of /metrics, /healthz, /readyz; empty: not served
+	MetricsAddr          string        `env:"METRICS_ADDR"`          // host:port serving /metrics, /healthz and /readyz
 	SLIInterval          time.Duration `env:"SLI_INTERVAL"`          // queue sampling period; > 0
 	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT"`      // time running refreshes get on SIGTERM; > 0
 	LogLevel             string        `env:"LOG_LEVEL"`             // debug, info, warn or error
