@@ -38,7 +38,11 @@ type outcome struct {
 //
 //	dead letters      3 (read originals, insert copies, delete), only if any
 //	                  (a read per entry on FerretDB, see deadLetterer.read)
-//	ack               1 deleteMany of every acknowledged entry
+//	ack               1 delete command for every acknowledged entry: one
+//	                  statement per _id up to maxIDStatements, as a plain
+//	                  _id is the only filter FerretDB pushes down to storage
+//	                  (an $in deleteMany would scan its whole queue); $in
+//	                  lists past that (deleteStatements)
 //	release leases    1 deleteMany of acked, dead-lettered and released users
 //	back off          1 bulk update of failed users, only if any
 //

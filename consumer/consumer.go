@@ -36,15 +36,29 @@ import (
 	"github.com/scorerefresh/scorerefresh/metrics"
 )
 
+// The pipeline's defaults that the service's configuration shares
+// (docs/contract.md): internal/config starts from them, so each is written
+// once.
+const (
+	DefaultClaimWindow        = 500
+	DefaultMaxUsersInFlight   = 64
+	DefaultRefreshConcurrency = 16 // the FixedLimiter New builds when Deps has none
+	DefaultLeaseDuration      = 60 * time.Second
+	DefaultPollInterval       = time.Second
+	DefaultMaxAttempts        = 5
+	DefaultShutdownTimeout    = 25 * time.Second
+	DefaultBatchLinger        = 5 * time.Millisecond
+)
+
 // Config tunes the pipeline. Zero values take the defaults named on each
-// field, which are the contract's (docs/contract.md) where it names one.
+// field (the Default constants above where the service shares them).
 type Config struct {
-	ClaimWindow      int           // entries one claim round reads; default 500
-	MaxUsersInFlight int           // users held at once; default 64
-	LeaseDuration    time.Duration // a lease not renewed for this long is taken over; default 60s
-	PollInterval     time.Duration // idle poll period; default 1s
-	MaxAttempts      int           // failed refreshes before dead-lettering; default 5
-	ShutdownTimeout  time.Duration // running refreshes get this long after shutdown begins; default 25s
+	ClaimWindow      int           // entries one claim round reads; default DefaultClaimWindow
+	MaxUsersInFlight int           // users held at once; default DefaultMaxUsersInFlight
+	LeaseDuration    time.Duration // a lease not renewed for this long is taken over; default DefaultLeaseDuration
+	PollInterval     time.Duration // idle poll period; default DefaultPollInterval
+	MaxAttempts      int           // failed refreshes before dead-lettering; default DefaultMaxAttempts
+	ShutdownTimeout  time.Duration // running refreshes get this long after shutdown begins; default DefaultShutdownTimeout
 
 	RefreshTimeout time.Duration // one refresh's deadline; default LeaseDuration
 	RetryBackoff   Backoff       // delay before a failed user's next refresh; default 1s doubling to 5m
@@ -52,7 +66,7 @@ type Config struct {
 	AckBatchSize   int           // a flush goes at once with this many users; default 100
 	OpTimeout      time.Duration // deadline of each pipeline round trip; default 30s
 	BatchSize      int           // users refreshed together in one slot, when the Refresher is a BatchRefresher; default 1
-	BatchLinger    time.Duration // a batch's slot waits at most this for company; default 5ms
+	BatchLinger    time.Duration // a batch's slot waits at most this for company; default DefaultBatchLinger
 	Owner          string        // written on leases for operators; default hostname:pid
 }
 
@@ -64,25 +78,25 @@ func DefaultOwner() string {
 }
 
 func (c Config) withDefaults() Config {
-	c.ClaimWindow = cmp.Or(c.ClaimWindow, 500)
-	c.MaxUsersInFlight = cmp.Or(c.MaxUsersInFlight, 64)
-	c.LeaseDuration = cmp.Or(c.LeaseDuration, 60*time.Second)
-	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
-	c.MaxAttempts = cmp.Or(c.MaxAttempts, 5)
-	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 25*time.Second)
+	c.ClaimWindow = cmp.Or(c.ClaimWindow, DefaultClaimWindow)
+	c.MaxUsersInFlight = cmp.Or(c.MaxUsersInFlight, DefaultMaxUsersInFlight)
+	c.LeaseDuration = cmp.Or(c.LeaseDuration, DefaultLeaseDuration)
+	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
 	c.RefreshTimeout = cmp.Or(c.RefreshTimeout, c.LeaseDuration)
 	c.RetryBackoff = Backoff{Base: cmp.Or(c.RetryBackoff.Base, time.Second), Max: cmp.Or(c.RetryBackoff.Max, 5*time.Minute)}
 	c.AckInterval = cmp.Or(c.AckInterval, 50*time.Millisecond)
 	c.AckBatchSize = cmp.Or(c.AckBatchSize, 100)
 	c.OpTimeout = cmp.Or(c.OpTimeout, 30*time.Second)
 	c.BatchSize = max(c.BatchSize, 1)
-	c.BatchLinger = cmp.Or(c.BatchLinger, 5*time.Millisecond)
+	c.BatchLinger = cmp.Or(c.BatchLinger, DefaultBatchLinger)
 	c.Owner = cmp.Or(c.Owner, DefaultOwner())
 	return c
 }
 
 // refreshObserver is a Limiter that learns from refreshes, running and
-// finished (AdaptiveLimiter).
+// finished (consumer/adaptive's Limiter).
 type refreshObserver interface {
 	RefreshStarted() (finished func(overload, cancelled bool))
 }
@@ -95,7 +109,7 @@ type Collections struct {
 // Deps are the consumer's collaborators.
 type Deps struct {
 	Refresher Refresher
-	Limiter   Limiter           // default: a FixedLimiter of 16
+	Limiter   Limiter           // default: a FixedLimiter of DefaultRefreshConcurrency
 	Metrics   *metrics.Consumer // required
 	Logger    *slog.Logger      // default: discard
 	Clock     Clock             // default: SystemClock
@@ -160,7 +174,7 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 		failures:   newFailureWindow(widespreadSpan, widespreadMinSample),
 	}
 	if c.limiter == nil {
-		c.limiter = NewFixedLimiter(16)
+		c.limiter = NewFixedLimiter(DefaultRefreshConcurrency)
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -180,7 +194,19 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 		c.cfg.BatchSize = 1
 	}
 	c.batches = &batcher{max: c.cfg.BatchSize}
-	c.completer = &completer{
+	c.completer = c.newCompleter(colls, byUser, deps.AfterFlush)
+	c.metrics.UsersInFlightCap.Set(float64(cfg.MaxUsersInFlight))
+	c.metrics.ConcurrencyLimit.Set(float64(c.limiter.Limit()))
+	return c
+}
+
+// newCompleter builds the acknowledging side: byUser is shared with the
+// claimer, which sets it.
+func (c *Consumer) newCompleter(colls Collections, byUser *atomic.Bool, afterFlush func(error)) *completer {
+	if afterFlush == nil {
+		afterFlush = func(error) {}
+	}
+	return &completer{
 		queue:       colls.Queue,
 		leases:      c.leases,
 		dead:        &deadLetterer{queue: colls.Queue, dead: colls.DeadLetter, byUser: byUser},
@@ -188,22 +214,16 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 		clock:       c.clock,
 		metrics:     c.metrics,
 		log:         c.log,
-		maxAttempts: cfg.MaxAttempts,
-		retryDelay:  cfg.RetryBackoff,
-		interval:    cfg.AckInterval,
-		batchSize:   cfg.AckBatchSize,
+		maxAttempts: c.cfg.MaxAttempts,
+		retryDelay:  c.cfg.RetryBackoff,
+		interval:    c.cfg.AckInterval,
+		batchSize:   c.cfg.AckBatchSize,
 		onSettled:   c.settled,
-		afterFlush:  deps.AfterFlush,
+		afterFlush:  afterFlush,
 		malformed:   map[string]malformed{},
 		kick:        newSignal(),
 		rnd:         rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
-	if c.completer.afterFlush == nil {
-		c.completer.afterFlush = func(error) {}
-	}
-	c.metrics.UsersInFlightCap.Set(float64(cfg.MaxUsersInFlight))
-	c.metrics.ConcurrencyLimit.Set(float64(c.limiter.Limit()))
-	return c
 }
 
 // Wake tells the claim loop that work may have arrived.

@@ -297,3 +297,16 @@ func TestEveryAlertHasFiringAndQuietUnitTests(t *testing.T) {
 		}
 	}
 }
+
+var absentJobRE = regexp.MustCompile(`up\{job=~"([^"]+)"`)
+
+// absentJobRegexp is the job matcher of the alerts' absent(up{job=~...})
+// rule, nil if there is none.
+func absentJobRegexp(t *testing.T) *regexp.Regexp {
+	t.Helper()
+	m := absentJobRE.FindStringSubmatch(string(readAsset(t, alertsPath)))
+	if m == nil {
+		return nil
+	}
+	return regexp.MustCompile("^(?:" + m[1] + ")$")
+}

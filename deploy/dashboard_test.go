@@ -217,3 +217,35 @@ func TestDashboardThresholdsMatchAlerts(t *testing.T) {
 		t.Errorf("alert %s is not in %s any more; update this test", alert, alertsPath)
 	}
 }
+
+var labelValuesRE = regexp.MustCompile(`label_values\(\s*(?:[^,()]*(?:\{[^}]*\})?\s*,\s*)?([a-zA-Z_][a-zA-Z0-9_]*)\s*\)`)
+
+// dashboardTargetLabels are the labels the dashboard's variables read with
+// label_values() that Prometheus does not attach by itself (job, instance):
+// the scrape configuration must.
+func dashboardTargetLabels(t *testing.T) []string {
+	t.Helper()
+	var labels []string
+	for _, v := range loadDashboard(t).Templating.List {
+		for _, m := range labelValuesRE.FindAllStringSubmatch(variableQuery(v.Query), -1) {
+			if l := m[1]; l != "job" && l != "instance" && !slices.Contains(labels, l) {
+				labels = append(labels, l)
+			}
+		}
+	}
+	slices.Sort(labels)
+	return labels
+}
+
+// dashboardDatasourceTypes are the plugin types of the dashboard's datasource
+// variables.
+func dashboardDatasourceTypes(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, v := range loadDashboard(t).Templating.List {
+		if q := variableQuery(v.Query); q != "" && v.Type == "datasource" {
+			out = append(out, q)
+		}
+	}
+	return out
+}

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/scorerefresh/scorerefresh/deploy/internal/assetparse"
 )
 
 const (
@@ -85,7 +87,7 @@ func TestVersionDockerfile(t *testing.T) {
 	if got := dockerBuildVersion(t, b, "v9.8.7-rc.1"); got != "v9.8.7-rc.1" {
 		t.Errorf("%s: --build-arg VERSION=v9.8.7-rc.1 gives %q: the argument must win over %s", dockerfilePath, got, versionPath)
 	}
-	if dockerIgnored(parseDockerignore(string(readAsset(t, dockerignorePath))), versionPath) {
+	if assetparse.ParseDockerignore(string(readAsset(t, dockerignorePath))).Ignores(versionPath) {
 		t.Errorf("%s excludes %s: the image build cannot read its version", dockerignorePath, versionPath)
 	}
 }
@@ -118,7 +120,7 @@ func TestVersionChangelog(t *testing.T) {
 	}
 	var prev [3]int
 	for i, h := range heads[1:] {
-		v, ok := leadingVersion(h.Version)
+		v, ok := assetparse.LeadingVersion(h.Version)
 		if !ok || !releaseTagRE.MatchString("v"+h.Version) {
 			t.Errorf("%s:%d: [%s] is not a release version (MAJOR.MINOR.PATCH)", changelogPath, h.Line, h.Version)
 			continue

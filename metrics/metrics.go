@@ -78,110 +78,84 @@ const (
 // known up front are pre-created so dashboards see zeros instead of gaps.
 func NewConsumer(reg prometheus.Registerer) *Consumer {
 	f := promauto.With(reg)
-	c := &Consumer{
-		EntriesClaimed: f.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "entries_claimed_total",
-			Help: "Queue entries claimed by this consumer.",
-		}),
-		EntriesAcked: f.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "entries_acked_total",
-			Help: "Queue entries acknowledged (deleted after a refresh of their user).",
-		}),
-		EntriesDeadLettered: f.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "entries_deadlettered_total",
-			Help: "Queue entries moved to the dead-letter collection, by reason.",
-		}, []string{"reason"}),
-		Refreshes: f.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "refreshes_total",
-			Help: "User refreshes (recompute + score write), by outcome.",
-		}, []string{"outcome"}),
-		RefreshDuration: f.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "refresh_duration_seconds",
-			Help:    "Duration of one user's refresh, recompute + OCC write.",
-			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14), // 5ms .. ~41s
-		}),
-		OCCConflicts: f.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "occ_conflicts_total",
-			Help: "Version conflicts on score writes (each followed by a re-read and retry).",
-		}),
-		UsersInFlight: f.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "users_in_flight",
-			Help: "Distinct users claimed by this consumer and not yet finished.",
-		}),
-		UsersInFlightCap: f.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "users_in_flight_cap",
-			Help: "MAX_USERS_IN_FLIGHT: the cap on users_in_flight.",
-		}),
-		ConcurrencyLimit: f.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "refresh_concurrency_limit",
-			Help: "Refreshes this consumer lets run at once right now.",
-		}),
-		ClaimDuration: f.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "claim_duration_seconds",
-			Help:    "Duration of one claim round (read window, claim users, absorb their entries).",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12), // 1ms .. ~60s
-		}),
-		CoalescedEntries: f.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "coalesced_entries",
-			Help:    "Queue entries acknowledged per refresh (the coalescing factor).",
-			Buckets: prometheus.ExponentialBuckets(1, 4, 10), // 1 .. 262144
-		}),
-		ClaimErrors: f.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "claim_errors_total",
-			Help: "Claim rounds that failed (each retried with backoff).",
-		}),
-		AckFlushErrors: f.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "ack_flush_errors_total",
-			Help: "Ack flushes or dead-letter moves that failed (the steps not done are retried with backoff; the users stay held, failed dead letters back off on their own).",
-		}),
-		LeasesLost: f.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "leases_lost_total",
-			Help: "Leases found taken over by another consumer when released (they expired during a stall).",
-		}),
-		Wakeups: f.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "wakeups_total",
-			Help: "Claim-loop wake-ups, by source (poll timer, change stream, a refresh slot about to idle).",
-		}, []string{"source"}),
-		WakeupSource: f.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "wakeup_source",
-			Help: "1 for the wake-up source in use: change_stream, or poll when streams are unavailable.",
-		}, []string{"source"}),
-		LimitChanges: f.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "concurrency_limit_changes_total",
-			Help: "Changes of the adaptive concurrency limit, by reason (headroom, latency, overload).",
-		}, []string{"reason"}),
-		LatencyBaseline: f.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "refresh_latency_baseline_seconds",
-			Help: "No-load refresh latency the adaptive limiter measures against: the lower of its own and the lowest its fleet reports (0 when adaptive concurrency is off).",
-		}),
-		WritesSkipped: f.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "writes_skipped_total",
-			Help: "Score writes skipped, by reason (newer: the stored document came from a recompute that began later).",
-		}, []string{"reason"}),
-		RefreshBatchUsers: f.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "refresh_batch_users",
-			Help:    "Users per refresh call (1 for a single-user refresh); its _sum counts refreshed users.",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 9), // 1 .. 256
-		}),
-		RefreshRoundTrips: f.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "refresh_round_trips_total",
-			Help: "MongoDB commands sent by refreshes (queries, score reads and writes, retries); divided by refresh_batch_users_sum, round trips per refreshed user.",
-		}),
+	c := &Consumer{}
+	c.registerEntries(f)
+	c.registerRefreshes(f)
+	c.registerLoops(f)
+	c.registerLimiter(f)
+	return c
+}
+
+func counter(f promauto.Factory, name, help string) prometheus.Counter {
+	return f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help})
+}
+
+func gauge(f promauto.Factory, name, help string) prometheus.Gauge {
+	return f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help})
+}
+
+func histogram(f promauto.Factory, name, help string, buckets []float64) prometheus.Histogram {
+	return f.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: name, Help: help, Buckets: buckets})
+}
+
+// counterVec is a counter with one label, its known values pre-created.
+func counterVec(f promauto.Factory, name, help, label string, values ...string) *prometheus.CounterVec {
+	v := f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, []string{label})
+	for _, value := range values {
+		v.WithLabelValues(value)
 	}
-	c.WritesSkipped.WithLabelValues(SkipNewer)
-	for _, r := range []string{"headroom", "latency", "overload"} {
-		c.LimitChanges.WithLabelValues(r)
-	}
-	for _, s := range []string{WakeupPoll, WakeupChangeStream, WakeupRoom} {
-		c.Wakeups.WithLabelValues(s)
-	}
+	return v
+}
+
+// registerEntries: what happens to queue entries.
+func (c *Consumer) registerEntries(f promauto.Factory) {
+	c.EntriesClaimed = counter(f, "entries_claimed_total", "Queue entries claimed by this consumer.")
+	c.EntriesAcked = counter(f, "entries_acked_total", "Queue entries acknowledged (deleted after a refresh of their user).")
+	c.EntriesDeadLettered = counterVec(f, "entries_deadlettered_total", "Queue entries moved to the dead-letter collection, by reason.",
+		"reason", ReasonMalformed, ReasonMaxAttempts, ReasonTooLarge)
+	c.CoalescedEntries = histogram(f, "coalesced_entries", "Queue entries acknowledged per refresh (the coalescing factor).",
+		prometheus.ExponentialBuckets(1, 4, 10)) // 1 .. 262144
+}
+
+// registerRefreshes: refreshes and the score writes they end with.
+func (c *Consumer) registerRefreshes(f promauto.Factory) {
+	c.Refreshes = counterVec(f, "refreshes_total", "User refreshes (recompute + score write), by outcome.", "outcome", OutcomeOK, OutcomeError)
+	c.RefreshDuration = histogram(f, "refresh_duration_seconds", "Duration of one user's refresh, recompute + OCC write.",
+		prometheus.ExponentialBuckets(0.005, 2, 14)) // 5ms .. ~41s
+	c.OCCConflicts = counter(f, "occ_conflicts_total", "Version conflicts on score writes (each followed by a re-read and retry).")
+	c.WritesSkipped = counterVec(f, "writes_skipped_total",
+		"Score writes skipped, by reason (newer: the stored document came from a recompute that began later).", "reason", SkipNewer)
+	c.RefreshBatchUsers = histogram(f, "refresh_batch_users", "Users per refresh call (1 for a single-user refresh); its _sum counts refreshed users.",
+		prometheus.ExponentialBuckets(1, 2, 9)) // 1 .. 256
+	c.RefreshRoundTrips = counter(f, "refresh_round_trips_total",
+		"MongoDB commands sent by refreshes (queries, score reads and writes, retries); divided by refresh_batch_users_sum, round trips per refreshed user.")
+}
+
+// registerLoops: the claim loop, the ack flushes and what wakes them.
+func (c *Consumer) registerLoops(f promauto.Factory) {
+	c.UsersInFlight = gauge(f, "users_in_flight", "Distinct users claimed by this consumer and not yet finished.")
+	c.UsersInFlightCap = gauge(f, "users_in_flight_cap", "MAX_USERS_IN_FLIGHT: the cap on users_in_flight.")
+	c.ClaimDuration = histogram(f, "claim_duration_seconds", "Duration of one claim round (read window, claim users, absorb their entries).",
+		prometheus.ExponentialBuckets(0.001, 2.5, 12)) // 1ms .. ~60s
+	c.ClaimErrors = counter(f, "claim_errors_total", "Claim rounds that failed (each retried with backoff).")
+	c.AckFlushErrors = counter(f, "ack_flush_errors_total",
+		"Ack flushes or dead-letter moves that failed (the steps not done are retried with backoff; the users stay held, failed dead letters back off on their own).")
+	c.LeasesLost = counter(f, "leases_lost_total", "Leases found taken over by another consumer when released (they expired during a stall).")
+	c.Wakeups = counterVec(f, "wakeups_total", "Claim-loop wake-ups, by source (poll timer, change stream, a refresh slot about to idle).",
+		"source", WakeupPoll, WakeupChangeStream, WakeupRoom)
+	c.WakeupSource = f.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "wakeup_source",
+		Help: "1 for the wake-up source in use: change_stream, or poll when streams are unavailable.",
+	}, []string{"source"})
 	c.WakeupSource.WithLabelValues(WakeupPoll).Set(1)
 	c.WakeupSource.WithLabelValues(WakeupChangeStream).Set(0)
-	for _, r := range []string{ReasonMalformed, ReasonMaxAttempts, ReasonTooLarge} {
-		c.EntriesDeadLettered.WithLabelValues(r)
-	}
-	for _, o := range []string{OutcomeOK, OutcomeError} {
-		c.Refreshes.WithLabelValues(o)
-	}
-	return c
+}
+
+// registerLimiter: the refresh concurrency limit, fixed or adaptive.
+func (c *Consumer) registerLimiter(f promauto.Factory) {
+	c.ConcurrencyLimit = gauge(f, "refresh_concurrency_limit", "Refreshes this consumer lets run at once right now.")
+	c.LimitChanges = counterVec(f, "concurrency_limit_changes_total",
+		"Changes of the adaptive concurrency limit, by reason (headroom, latency, overload).", "reason", "headroom", "latency", "overload")
+	c.LatencyBaseline = gauge(f, "refresh_latency_baseline_seconds",
+		"No-load refresh latency the adaptive limiter measures against: the lower of its own and the lowest its fleet reports (0 when adaptive concurrency is off).")
 }

@@ -17,7 +17,7 @@ import (
 // SamplerConfig configures the SLI sampler.
 type SamplerConfig struct {
 	Queue, DeadLetter *mongo.Collection
-	Interval          time.Duration // SLI_INTERVAL; default 15s
+	Interval          time.Duration // SLI_INTERVAL; default DefaultSampleInterval
 	Timeout           time.Duration // deadline of one sample; default Interval
 	SummaryEvery      time.Duration // period of the info summary log line; default 1m
 	Now               func() time.Time
@@ -56,7 +56,7 @@ type Sampler struct {
 // NewSampler builds a sampler writing to sli; consumer supplies this
 // replica's counters for the headroom estimate.
 func NewSampler(cfg SamplerConfig, sli *SLI, consumer *Consumer, log *slog.Logger) *Sampler {
-	cfg.Interval = cmp.Or(cfg.Interval, 15*time.Second)
+	cfg.Interval = cmp.Or(cfg.Interval, DefaultSampleInterval)
 	cfg.Timeout = cmp.Or(cfg.Timeout, cfg.Interval)
 	cfg.SummaryEvery = cmp.Or(cfg.SummaryEvery, time.Minute)
 	if cfg.Now == nil {

@@ -8,6 +8,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
+// DefaultSampleInterval is how often a Sampler samples the queue unless
+// configured otherwise (SLI_INTERVAL).
+const DefaultSampleInterval = 15 * time.Second
+
 // SLI holds the sampled service-level indicators and the headroom estimate.
 type SLI struct {
 	QueueDepth      prometheus.Gauge

@@ -18,8 +18,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 
-	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/consumer"
+	"github.com/scorerefresh/scorerefresh/consumer/adaptive"
+	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/metrics"
 	"github.com/scorerefresh/scorerefresh/pkg/limiter"
 	"github.com/scorerefresh/scorerefresh/pkg/redact"
@@ -62,8 +63,8 @@ type Service struct {
 	// clocks disagree still agree on them.
 	Clock *serverclock.Clock
 
-	server   *metrics.Server           // nil when METRICS_ADDR is empty
-	adaptive *consumer.AdaptiveLimiter // nil unless ADAPTIVE_CONCURRENCY
+	server   *metrics.Server   // nil when METRICS_ADDR is empty
+	adaptive *adaptive.Limiter // nil unless ADAPTIVE_CONCURRENCY
 }
 
 // New loads the rules, connects to MongoDB (lazily: an unreachable server is
@@ -88,125 +89,144 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 		rules = r
 	}
 	metrics.NewBuildInfo(reg, opts.Version, opts.Revision, goVersion())
-	mongoMetrics := metrics.NewMongo(reg)
-	consumerMetrics := metrics.NewConsumer(reg)
-	var limit consumer.Limiter = consumer.NewFixedLimiter(cfg.RefreshConcurrency)
-	var adaptive *consumer.AdaptiveLimiter
-	if cfg.AdaptiveConcurrency {
-		adaptive = consumer.NewAdaptiveLimiter(cfg.RefreshConcurrency, time.Second, limiter.PolicyConfig{}, consumerMetrics, log)
-		mongoMetrics.OnCheckout = adaptive.ObserveCheckout
-		limit = adaptive
-	}
-	clientOpts := ClientOptions(cfg, mongoMetrics)
-	if opts.Monitor != nil {
-		clientOpts.SetMonitor(mongoMetrics.CommandMonitor(opts.Monitor))
-	}
-	warnConnectionBudget(cfg, clientOpts, log)
-	client, err := connect(cfg, clientOpts)
-	if err != nil {
-		return nil, err
-	}
-	// Every read goes to the primary whatever the URI asks: a refresh that
-	// recomputed from a lagging secondary would acknowledge events whose
-	// source writes it never saw.
-	db := client.Database(cfg.Database, options.Database().SetReadPreference(readpref.Primary()))
-	if rp := clientOpts.ReadPreference; rp != nil && rp.Mode() != readpref.PrimaryMode {
-		log.Warn("MONGODB_URI asks for a read preference other than primary; scorerefresh reads from the primary regardless", "uri_read_preference", rp.Mode().String())
-	}
-	clock := serverclock.New(db, nil)
 	s := &Service{
 		cfg:      cfg,
 		log:      log,
-		Client:   client,
-		DB:       db,
 		Rules:    rules,
 		Registry: reg,
-		Metrics:  consumerMetrics,
-		adaptive: adaptive,
-		Mongo:    mongoMetrics,
-		Clock:    clock,
+		Mongo:    metrics.NewMongo(reg),
+		Metrics:  metrics.NewConsumer(reg),
 		SLI:      metrics.NewSLI(reg, nil),
 		Health:   metrics.NewHealth(nil),
-		Colls: consumer.Collections{
-			Queue:      db.Collection(cfg.QueueCollection),
-			Claims:     db.Collection(cfg.ClaimsCollection),
-			DeadLetter: db.Collection(cfg.DeadLetterCollection),
-		},
 	}
-	if adaptive != nil {
-		// Unique per process, not per host: the bench and tests run several
-		// consumers in one process.
-		replica := consumer.DefaultOwner() + "/" + bson.NewObjectID().Hex()
-		adaptive.ShareBaseline(consumer.NewFleetBaselines(s.Colls.Claims, replica, 0), 10*time.Second)
+	limit := s.newLimiter()
+	if err := s.connect(opts.Monitor); err != nil {
+		return nil, err
 	}
 	s.Sampler = metrics.NewSampler(metrics.SamplerConfig{
 		Queue: s.Colls.Queue, DeadLetter: s.Colls.DeadLetter, Interval: cfg.SLIInterval,
 	}, s.SLI, s.Metrics, log)
-	store := scoring.NewStore(db.Collection(cfg.ScoresCollection), scoring.StoreConfig{
-		OnConflict: s.Metrics.OCCConflicts.Inc,
-		OnSkip:     func(reason string) { s.Metrics.WritesSkipped.WithLabelValues(reason).Inc() },
-		Logger:     log,
-	})
-	var refresher consumer.Refresher = scoring.NewRefresher(scoring.NewRecomputer(db, rules, scoring.WithRecomputerLogger(log)), store,
-		scoring.WithRefreshObserver(func(st scoring.RefreshStats) {
-			s.Metrics.RefreshBatchUsers.Observe(float64(st.Users))
-			s.Metrics.RefreshRoundTrips.Add(float64(st.RoundTrips))
-		}))
-	if opts.WrapRefresher != nil {
-		// A wrapper that is not a consumer.BatchRefresher refreshes users
-		// one by one.
-		refresher = opts.WrapRefresher(refresher)
-	}
-
-	// Readiness starts false: it is earned by a ping and a claim round.
-	s.Health.Set("mongodb", false, "not yet reached")
-	s.Health.Set("claiming", false, "no claim round yet")
-	// A claim round can take OpTimeout plus the longest retry backoff;
-	// silence well past that is a wedged loop, not a slow one.
-	beat := s.Health.Watch("claim loop", 2*time.Minute+2*cfg.PollInterval)
-	s.Consumer = consumer.New(consumer.Config{
-		ClaimWindow:      cfg.ClaimWindow,
-		MaxUsersInFlight: cfg.MaxUsersInFlight,
-		LeaseDuration:    cfg.LeaseDuration,
-		PollInterval:     cfg.PollInterval,
-		MaxAttempts:      cfg.MaxAttempts,
-		ShutdownTimeout:  cfg.ShutdownTimeout,
-		BatchSize:        cfg.RefreshBatchSize,
-		BatchLinger:      cfg.RefreshBatchLinger,
-	}, s.Colls, consumer.Deps{
-		Refresher: refresher,
-		Limiter:   limit,
-		Metrics:   s.Metrics,
-		Logger:    log,
-		Clock:     clock,
-		Wakeups:   append(opts.Wakeups, consumer.NewChangeStreamSource(s.Colls.Queue, consumer.ChangeStreamConfig{}, s.Metrics, log)),
-		AfterFlush: func(err error) {
-			if err != nil {
-				s.Health.Set("acknowledging", false, err.Error())
-			} else {
-				s.Health.Set("acknowledging", true, "")
-			}
-		},
-		AfterClaim: func(err error) {
-			beat.Beat()
-			if err != nil {
-				s.Health.Set("claiming", false, err.Error())
-			} else {
-				s.Health.Set("claiming", true, "")
-			}
-		},
-	})
+	s.newConsumer(limit, s.newRefresher(opts.WrapRefresher), opts.Wakeups)
 	if cfg.MetricsAddr != "" {
 		// Bound here, not in Run, so a taken port fails at boot and callers
 		// (tests, the demo) know the address before the service runs.
 		srv, err := metrics.Listen(cfg.MetricsAddr, metrics.Handler(reg, s.Health))
 		if err != nil {
-			_ = client.Disconnect(ctx)
+			_ = s.Client.Disconnect(ctx)
 			return nil, err
 		}
 		s.server = srv
 	}
 	return s, nil
+}
+
+// newLimiter builds the refresh limiter: fixed at REFRESH_CONCURRENCY, or
+// adaptive below it, fed by the pool's checkout waits.
+func (s *Service) newLimiter() consumer.Limiter {
+	if !s.cfg.AdaptiveConcurrency {
+		return consumer.NewFixedLimiter(s.cfg.RefreshConcurrency)
+	}
+	s.adaptive = adaptive.New(s.cfg.RefreshConcurrency, time.Second, limiter.PolicyConfig{}, s.Metrics, s.log)
+	s.Mongo.OnCheckout = s.adaptive.ObserveCheckout
+	return s.adaptive
+}
+
+// connect builds the client, the collections and the server's clock, and
+// with an adaptive limiter the exchange of its baseline with the fleet.
+func (s *Service) connect(monitor *event.CommandMonitor) error {
+	clientOpts := ClientOptions(s.cfg, s.Mongo)
+	if monitor != nil {
+		clientOpts.SetMonitor(s.Mongo.CommandMonitor(monitor))
+	}
+	warnConnectionBudget(s.cfg, clientOpts, s.log)
+	client, err := connect(s.cfg, clientOpts)
+	if err != nil {
+		return err
+	}
+	// Every read goes to the primary whatever the URI asks: a refresh that
+	// recomputed from a lagging secondary would acknowledge events whose
+	// source writes it never saw.
+	s.Client = client
+	s.DB = client.Database(s.cfg.Database, options.Database().SetReadPreference(readpref.Primary()))
+	if rp := clientOpts.ReadPreference; rp != nil && rp.Mode() != readpref.PrimaryMode {
+		s.log.Warn("MONGODB_URI asks for a read preference other than primary; scorerefresh reads from the primary regardless", "uri_read_preference", rp.Mode().String())
+	}
+	s.Clock = serverclock.New(s.DB, nil)
+	s.Colls = consumer.Collections{
+		Queue:      s.DB.Collection(s.cfg.QueueCollection),
+		Claims:     s.DB.Collection(s.cfg.ClaimsCollection),
+		DeadLetter: s.DB.Collection(s.cfg.DeadLetterCollection),
+	}
+	if s.adaptive != nil {
+		// Unique per process, not per host: the bench and tests run several
+		// consumers in one process.
+		replica := consumer.DefaultOwner() + "/" + bson.NewObjectID().Hex()
+		s.adaptive.ShareBaseline(adaptive.NewFleetBaselines(s.Colls.Claims, replica, 0), 10*time.Second)
+	}
+	return nil
+}
+
+// newRefresher builds the scorer: batched recompute, guarded writes, both
+// counted in the metrics; wrap (the bench's faults), if set, wraps it.
+func (s *Service) newRefresher(wrap func(consumer.Refresher) consumer.Refresher) consumer.Refresher {
+	store := scoring.NewStore(s.DB.Collection(s.cfg.ScoresCollection), scoring.StoreConfig{
+		OnConflict: s.Metrics.OCCConflicts.Inc,
+		OnSkip:     func(reason string) { s.Metrics.WritesSkipped.WithLabelValues(reason).Inc() },
+		Logger:     s.log,
+	})
+	var refresher consumer.Refresher = scoring.NewRefresher(scoring.NewRecomputer(s.DB, s.Rules, scoring.WithRecomputerLogger(s.log)), store,
+		scoring.WithRefreshObserver(func(st scoring.RefreshStats) {
+			s.Metrics.RefreshBatchUsers.Observe(float64(st.Users))
+			s.Metrics.RefreshRoundTrips.Add(float64(st.RoundTrips))
+		}))
+	if wrap != nil {
+		// A wrapper that is not a consumer.BatchRefresher refreshes users
+		// one by one.
+		refresher = wrap(refresher)
+	}
+	return refresher
+}
+
+// newConsumer builds the pipeline, its loops reporting to health.
+func (s *Service) newConsumer(limit consumer.Limiter, refresher consumer.Refresher, wakeups []consumer.WakeupSource) {
+	// Readiness starts false: it is earned by a ping and a claim round.
+	s.Health.Set("mongodb", false, "not yet reached")
+	s.Health.Set("claiming", false, "no claim round yet")
+	// A claim round can take OpTimeout plus the longest retry backoff;
+	// silence well past that is a wedged loop, not a slow one.
+	beat := s.Health.Watch("claim loop", 2*time.Minute+2*s.cfg.PollInterval)
+	s.Consumer = consumer.New(consumer.Config{
+		ClaimWindow:      s.cfg.ClaimWindow,
+		MaxUsersInFlight: s.cfg.MaxUsersInFlight,
+		LeaseDuration:    s.cfg.LeaseDuration,
+		PollInterval:     s.cfg.PollInterval,
+		MaxAttempts:      s.cfg.MaxAttempts,
+		ShutdownTimeout:  s.cfg.ShutdownTimeout,
+		BatchSize:        s.cfg.RefreshBatchSize,
+		BatchLinger:      s.cfg.RefreshBatchLinger,
+	}, s.Colls, consumer.Deps{
+		Refresher: refresher,
+		Limiter:   limit,
+		Metrics:   s.Metrics,
+		Logger:    s.log,
+		Clock:     s.Clock,
+		Wakeups:   append(wakeups, consumer.NewChangeStreamSource(s.Colls.Queue, consumer.ChangeStreamConfig{}, s.Metrics, s.log)),
+		AfterFlush: func(err error) {
+			s.Health.Set("acknowledging", err == nil, errText(err))
+		},
+		AfterClaim: func(err error) {
+			beat.Beat()
+			s.Health.Set("claiming", err == nil, errText(err))
+		},
+	})
+}
+
+// errText is err's message, "" for nil.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // MetricsAddr is the address /metrics, /healthz and /readyz are served on,

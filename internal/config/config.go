@@ -13,48 +13,73 @@ import (
 
 	"github.com/caarlos0/env/v11"
 
+	"github.com/scorerefresh/scorerefresh/consumer"
+	"github.com/scorerefresh/scorerefresh/metrics"
 	"github.com/scorerefresh/scorerefresh/pkg/redact"
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
-// Config is every variable of the contract (docs/contract.md), with its default.
+// Config is every variable of the contract (docs/contract.md). Its
+// defaults are Defaults(); an unset or empty variable keeps them.
 type Config struct {
-	MongoURI             string        `env:"MONGODB_URI" envDefault:"mongodb://localhost:27017"`
-	Database             string        `env:"MONGODB_DATABASE" envDefault:"app"`
-	QueueCollection      string        `env:"QUEUE_COLLECTION" envDefault:"score_events"`
-	ScoresCollection     string        `env:"SCORES_COLLECTION" envDefault:"user_scores"`
-	DeadLetterCollection string        `env:"DEADLETTER_COLLECTION" envDefault:"score_events_dead"`
-	ClaimsCollection     string        `env:"CLAIMS_COLLECTION" envDefault:"score_claims"`
-	ScoringRules         string        `env:"SCORING_RULES"` // empty: the built-in default rules
-	ClaimWindow          int           `env:"CLAIM_WINDOW" envDefault:"500"`
-	MaxUsersInFlight     int           `env:"MAX_USERS_IN_FLIGHT" envDefault:"64"`
-	RefreshConcurrency   int           `env:"REFRESH_CONCURRENCY" envDefault:"16"`
-	AdaptiveConcurrency  bool          `env:"ADAPTIVE_CONCURRENCY" envDefault:"false"`
-	LeaseDuration        time.Duration `env:"LEASE_DURATION" envDefault:"60s"`
-	PollInterval         time.Duration `env:"POLL_INTERVAL" envDefault:"1s"`
-	MaxAttempts          int           `env:"MAX_ATTEMPTS" envDefault:"5"`
-	MetricsAddr          string        `env:"METRICS_ADDR" envDefault:":9090"`
-	SLIInterval          time.Duration `env:"SLI_INTERVAL" envDefault:"15s"`
-	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"25s"`
-	LogLevel             string        `env:"LOG_LEVEL" envDefault:"info"`
-	// ConnectionBudget is the MongoDB connections one replica may open; 0
-	// means unstated. Beyond the contract (docs/contract.md): only a boot-time warning uses it.
-	ConnectionBudget int `env:"MONGODB_CONNECTION_BUDGET" envDefault:"0"`
-	// RefreshBatchSize is how many users one refresh slot recomputes
-	// together (one query per rule component for the whole batch); 1
-	// refreshes users one by one. Beyond the contract's list, like the
-	// linger below.
-	RefreshBatchSize int `env:"REFRESH_BATCH_SIZE" envDefault:"16"`
-	// RefreshBatchLinger is how long a batch that has its slot waits for
-	// more users before it runs.
-	RefreshBatchLinger time.Duration `env:"REFRESH_BATCH_LINGER" envDefault:"5ms"`
+	MongoURI             string        `env:"MONGODB_URI"`           // connection string, mongodb:// or mongodb+srv://; its secrets are never logged
+	Database             string        `env:"MONGODB_DATABASE"`      // database of every collection below; not empty
+	QueueCollection      string        `env:"QUEUE_COLLECTION"`      // the queue; not empty, no other collection's name
+	ScoresCollection     string        `env:"SCORES_COLLECTION"`     // score documents; not empty, no other collection's name
+	DeadLetterCollection string        `env:"DEADLETTER_COLLECTION"` // dead letters; not empty, no other collection's name
+	ClaimsCollection     string        `env:"CLAIMS_COLLECTION"`     // leases and limiter baselines; not empty, no other collection's name
+	ScoringRules         string        `env:"SCORING_RULES"`         // rules file path; empty: the built-in rules
+	ClaimWindow          int           `env:"CLAIM_WINDOW"`          // oldest entries one claim round reads; ≥ 1
+	MaxUsersInFlight     int           `env:"MAX_USERS_IN_FLIGHT"`   // users claimed and unsettled at once; ≥ 1
+	RefreshConcurrency   int           `env:"REFRESH_CONCURRENCY"`   // refresh slots (upper bound when adaptive); 1..MaxUsersInFlight
+	AdaptiveConcurrency  bool          `env:"ADAPTIVE_CONCURRENCY"`  // let the limiter move the slots in 1..RefreshConcurrency
+	LeaseDuration        time.Duration `env:"LEASE_DURATION"`        // a lease not renewed this long is taken over; > 0
+	PollInterval         time.Duration `env:"POLL_INTERVAL"`         // idle poll period; > 0
+	MaxAttempts          int           `env:"MAX_ATTEMPTS"`          // a user's own failed refreshes before dead-lettering; ≥ 1
+	MetricsAddr          string        `env:"METRICS_ADDR"`          // host:port serving /metrics, /healthz and /readyz
+	SLIInterval          time.Duration `env:"SLI_INTERVAL"`          // queue sampling period; > 0
+	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT"`      // time running refreshes get on SIGTERM; > 0
+	LogLevel             string        `env:"LOG_LEVEL"`             // debug, info, warn or error
+	// The three below are beyond the contract's list, each with a default
+	// that needs no setting.
+	ConnectionBudget   int           `env:"MONGODB_CONNECTION_BUDGET"` // connections one replica may open, for a boot warning only; 0: unstated
+	RefreshBatchSize   int           `env:"REFRESH_BATCH_SIZE"`        // users one refresh slot recomputes together; 1 (one by one)..scoring.MaxBatchUsers
+	RefreshBatchLinger time.Duration `env:"REFRESH_BATCH_LINGER"`      // how long a batch holding its slot waits for more users; > 0
+}
+
+// Defaults is the configuration of an empty environment. The pipeline's
+// values come from the packages that give them meaning, so the service and
+// a consumer built without this package agree.
+func Defaults() Config {
+	return Config{
+		MongoURI:             "mongodb://localhost:27017",
+		Database:             "app",
+		QueueCollection:      "score_events",
+		ScoresCollection:     "user_scores",
+		DeadLetterCollection: "score_events_dead",
+		ClaimsCollection:     "score_claims",
+		ClaimWindow:          consumer.DefaultClaimWindow,
+		MaxUsersInFlight:     consumer.DefaultMaxUsersInFlight,
+		RefreshConcurrency:   consumer.DefaultRefreshConcurrency,
+		LeaseDuration:        consumer.DefaultLeaseDuration,
+		PollInterval:         consumer.DefaultPollInterval,
+		MaxAttempts:          consumer.DefaultMaxAttempts,
+		MetricsAddr:          ":9090",
+		SLIInterval:          metrics.DefaultSampleInterval,
+		ShutdownTimeout:      consumer.DefaultShutdownTimeout,
+		LogLevel:             "info",
+		RefreshBatchSize:     scoring.DefaultBatchUsers,
+		RefreshBatchLinger:   consumer.DefaultBatchLinger,
+	}
 }
 
 // Parse reads the configuration from environ (as os.Environ returns it) and
 // validates it. The error lists every bad variable at once, so an operator
 // fixes a manifest in one go instead of one crash loop per mistake.
 func Parse(environ []string) (Config, error) {
-	var cfg Config
+	// env leaves a field alone when its variable is unset or empty (no
+	// envDefault tags), so starting from the defaults applies them.
+	cfg := Defaults()
 	vars := env.ToMap(environ)
 	var problems []string
 	failed := map[string]bool{} // variables whose value did not parse
@@ -121,67 +146,89 @@ func (e *Error) Error() string {
 
 type problem struct{ name, msg string }
 
+// problems collects what validate finds, each message starting with the
+// variable's name.
+type problems []problem
+
+func (p *problems) add(name, format string, args ...any) {
+	*p = append(*p, problem{name, name + fmt.Sprintf(format, args...)})
+}
+
+func (p *problems) positive(name string, v int) {
+	if v <= 0 {
+		p.add(name, "=%d: must be a positive number", v)
+	}
+}
+
+func (p *problems) positiveDur(name string, v time.Duration) {
+	if v <= 0 {
+		p.add(name, "=%s: must be a positive duration such as 30s", v)
+	}
+}
+
+func (p *problems) nonEmpty(name, v string) {
+	if strings.TrimSpace(v) == "" {
+		p.add(name, ": must not be empty")
+	}
+}
+
 func (c Config) validate() []problem {
-	var p []problem
-	add := func(name, format string, args ...any) {
-		p = append(p, problem{name, name + fmt.Sprintf(format, args...)})
+	var p problems
+	c.validateSizes(&p)
+	c.validateDurations(&p)
+	c.validateNames(&p)
+	if _, err := ParseLogLevel(c.LogLevel); err != nil {
+		p = append(p, problem{"LOG_LEVEL", err.Error()})
 	}
-	positive := func(name string, v int) {
-		if v <= 0 {
-			add(name, "=%d: must be a positive number", v)
-		}
-	}
-	positiveDur := func(name string, v time.Duration) {
-		if v <= 0 {
-			add(name, "=%s: must be a positive duration such as 30s", v)
-		}
-	}
-	nonEmpty := func(name, v string) {
-		if strings.TrimSpace(v) == "" {
-			add(name, ": must not be empty")
-		}
-	}
-	positive("CLAIM_WINDOW", c.ClaimWindow)
-	positive("MAX_USERS_IN_FLIGHT", c.MaxUsersInFlight)
-	positive("REFRESH_CONCURRENCY", c.RefreshConcurrency)
-	positive("MAX_ATTEMPTS", c.MaxAttempts)
+	return p
+}
+
+func (c Config) validateSizes(p *problems) {
+	p.positive("CLAIM_WINDOW", c.ClaimWindow)
+	p.positive("MAX_USERS_IN_FLIGHT", c.MaxUsersInFlight)
+	p.positive("REFRESH_CONCURRENCY", c.RefreshConcurrency)
+	p.positive("MAX_ATTEMPTS", c.MaxAttempts)
 	if c.RefreshBatchSize < 1 || c.RefreshBatchSize > scoring.MaxBatchUsers {
-		add("REFRESH_BATCH_SIZE", "=%d: must be between 1 (no batching) and %d", c.RefreshBatchSize, scoring.MaxBatchUsers)
+		p.add("REFRESH_BATCH_SIZE", "=%d: must be between 1 (no batching) and %d", c.RefreshBatchSize, scoring.MaxBatchUsers)
 	}
-	positiveDur("REFRESH_BATCH_LINGER", c.RefreshBatchLinger)
 	if c.ConnectionBudget < 0 {
-		add("MONGODB_CONNECTION_BUDGET", "=%d: must be 0 (unstated) or a positive number", c.ConnectionBudget)
+		p.add("MONGODB_CONNECTION_BUDGET", "=%d: must be 0 (unstated) or a positive number", c.ConnectionBudget)
 	}
 	if c.RefreshConcurrency > 0 && c.MaxUsersInFlight > 0 && c.RefreshConcurrency > c.MaxUsersInFlight {
-		add("REFRESH_CONCURRENCY", "=%d: must not exceed MAX_USERS_IN_FLIGHT=%d (a refresh slot with no claimed user to run is never used)", c.RefreshConcurrency, c.MaxUsersInFlight)
+		p.add("REFRESH_CONCURRENCY", "=%d: must not exceed MAX_USERS_IN_FLIGHT=%d (a refresh slot with no claimed user to run is never used)", c.RefreshConcurrency, c.MaxUsersInFlight)
 	}
-	positiveDur("LEASE_DURATION", c.LeaseDuration)
-	positiveDur("POLL_INTERVAL", c.PollInterval)
-	positiveDur("SLI_INTERVAL", c.SLIInterval)
-	positiveDur("SHUTDOWN_TIMEOUT", c.ShutdownTimeout)
-	nonEmpty("MONGODB_URI", c.MongoURI)
-	nonEmpty("MONGODB_DATABASE", c.Database)
-	nonEmpty("QUEUE_COLLECTION", c.QueueCollection)
-	nonEmpty("SCORES_COLLECTION", c.ScoresCollection)
-	nonEmpty("DEADLETTER_COLLECTION", c.DeadLetterCollection)
-	nonEmpty("CLAIMS_COLLECTION", c.ClaimsCollection)
+}
+
+func (c Config) validateDurations(p *problems) {
+	p.positiveDur("REFRESH_BATCH_LINGER", c.RefreshBatchLinger)
+	p.positiveDur("LEASE_DURATION", c.LeaseDuration)
+	p.positiveDur("POLL_INTERVAL", c.PollInterval)
+	p.positiveDur("SLI_INTERVAL", c.SLIInterval)
+	p.positiveDur("SHUTDOWN_TIMEOUT", c.ShutdownTimeout)
+}
+
+// validateNames checks the URI and the collection names: none empty, no
+// two collections the same.
+func (c Config) validateNames(p *problems) {
+	p.nonEmpty("MONGODB_URI", c.MongoURI)
+	p.nonEmpty("MONGODB_DATABASE", c.Database)
+	p.nonEmpty("QUEUE_COLLECTION", c.QueueCollection)
+	p.nonEmpty("SCORES_COLLECTION", c.ScoresCollection)
+	p.nonEmpty("DEADLETTER_COLLECTION", c.DeadLetterCollection)
+	p.nonEmpty("CLAIMS_COLLECTION", c.ClaimsCollection)
 	names := map[string]string{}
 	for _, n := range [][2]string{
 		{"QUEUE_COLLECTION", c.QueueCollection}, {"SCORES_COLLECTION", c.ScoresCollection},
 		{"DEADLETTER_COLLECTION", c.DeadLetterCollection}, {"CLAIMS_COLLECTION", c.ClaimsCollection},
 	} {
 		if other, dup := names[n[1]]; dup && n[1] != "" {
-			add(n[0], "=%q: the same collection as %s", n[1], other)
+			p.add(n[0], "=%q: the same collection as %s", n[1], other)
 		}
 		names[n[1]] = n[0]
 	}
 	if c.MongoURI != "" && !strings.HasPrefix(c.MongoURI, "mongodb://") && !strings.HasPrefix(c.MongoURI, "mongodb+srv://") {
-		add("MONGODB_URI", "=%s: must start with mongodb:// or mongodb+srv://", redact.URI(c.MongoURI))
+		p.add("MONGODB_URI", "=%s: must start with mongodb:// or mongodb+srv://", redact.URI(c.MongoURI))
 	}
-	if _, err := ParseLogLevel(c.LogLevel); err != nil {
-		p = append(p, problem{"LOG_LEVEL", err.Error()})
-	}
-	return p
 }
 
 // ParseLogLevel maps LOG_LEVEL to a slog level.

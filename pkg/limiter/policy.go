@@ -56,7 +56,7 @@ const (
 // so noise within the tolerance band moves nothing.
 //
 // Policy is not safe for concurrent use; the caller serialises Observe* and
-// Decide (AdaptiveLimiter does).
+// Decide (consumer/adaptive's Limiter does).
 type Policy struct {
 	cfg PolicyConfig
 	// value is the limit before rounding down. Steps smaller than one slot

@@ -1,4 +1,11 @@
-package consumer
+// Package adaptive is the refresh concurrency limiter behind
+// ADAPTIVE_CONCURRENCY=true and the exchange that lets the replicas sharing
+// a server judge latency against one baseline. The decisions themselves
+// (when to grow, when to cut) are pkg/limiter's Policy; this package feeds
+// it from the pipeline and the driver, applies what it decides and reports
+// it in the metrics. It satisfies consumer.Limiter, and the consumer tells
+// it when refreshes start and finish.
+package adaptive
 
 import (
 	"cmp"
@@ -11,13 +18,13 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/limiter"
 )
 
-// AdaptiveLimiter is the Limiter behind ADAPTIVE_CONCURRENCY=true: a
+// Limiter is the consumer.Limiter behind ADAPTIVE_CONCURRENCY=true: a
 // resizable limit moved between 1 and REFRESH_CONCURRENCY by a
 // limiter.Policy fed with every refresh's latency and outcome, the age of
 // refreshes still running, every connection checkout's wait and, when
 // shared, the fleet's baseline. Running refreshes are never interrupted by a
 // smaller limit; it only admits fewer.
-type AdaptiveLimiter struct {
+type Limiter struct {
 	*limiter.Limiter
 	interval time.Duration
 	metrics  *metrics.Consumer
@@ -49,16 +56,16 @@ type Fleet struct {
 	Replicas int
 }
 
-// NewAdaptiveLimiter starts at max/4 (at least 1), a cautious guess that
+// New starts at max/4 (at least 1), a cautious guess that
 // grows within seconds when there is headroom. interval is how often the
 // limit is reconsidered; default 1s.
-func NewAdaptiveLimiter(max int, interval time.Duration, cfg limiter.PolicyConfig, m *metrics.Consumer, log *slog.Logger) *AdaptiveLimiter {
+func New(max int, interval time.Duration, cfg limiter.PolicyConfig, m *metrics.Consumer, log *slog.Logger) *Limiter {
 	cfg.Max = max
 	start := cmp.Or(max/4, 1)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &AdaptiveLimiter{
+	a := &Limiter{
 		Limiter:  limiter.New(start),
 		interval: cmp.Or(interval, time.Second),
 		metrics:  m,
@@ -72,7 +79,7 @@ func NewAdaptiveLimiter(max int, interval time.Duration, cfg limiter.PolicyConfi
 }
 
 // Acquire takes a slot and notes saturation for the policy.
-func (a *AdaptiveLimiter) Acquire(ctx context.Context) error {
+func (a *Limiter) Acquire(ctx context.Context) error {
 	if err := a.Limiter.Acquire(ctx); err != nil {
 		return err
 	}
@@ -86,7 +93,7 @@ func (a *AdaptiveLimiter) Acquire(ctx context.Context) error {
 
 // ShareBaseline makes the limiter exchange baselines with the fleet every
 // period (default 10s) while it runs. Call it before Run.
-func (a *AdaptiveLimiter) ShareBaseline(x BaselineExchange, every time.Duration) {
+func (a *Limiter) ShareBaseline(x BaselineExchange, every time.Duration) {
 	a.fleet, a.shareEvery = x, cmp.Or(every, 10*time.Second)
 }
 
@@ -94,7 +101,7 @@ func (a *AdaptiveLimiter) ShareBaseline(x BaselineExchange, every time.Duration)
 // overload for a transient MongoDB failure (unreachable, timing out,
 // electing), cancelled for one cut short by shutdown (its latency means
 // nothing).
-func (a *AdaptiveLimiter) RefreshStarted() (finished func(overload, cancelled bool)) {
+func (a *Limiter) RefreshStarted() (finished func(overload, cancelled bool)) {
 	a.mu.Lock()
 	id := a.nextID
 	a.nextID++
@@ -113,7 +120,7 @@ func (a *AdaptiveLimiter) RefreshStarted() (finished func(overload, cancelled bo
 }
 
 // ObserveCheckout feeds a connection checkout from the driver's pool monitor.
-func (a *AdaptiveLimiter) ObserveCheckout(wait time.Duration, failed bool) {
+func (a *Limiter) ObserveCheckout(wait time.Duration, failed bool) {
 	a.mu.Lock()
 	a.policy.ObserveCheckout(wait, failed)
 	a.mu.Unlock()
@@ -121,7 +128,7 @@ func (a *AdaptiveLimiter) ObserveCheckout(wait time.Duration, failed bool) {
 
 // Run reconsiders the limit every interval, and exchanges baselines with the
 // fleet if shared, until ctx ends.
-func (a *AdaptiveLimiter) Run(ctx context.Context) {
+func (a *Limiter) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if a.fleet != nil {
@@ -162,7 +169,7 @@ func (a *AdaptiveLimiter) Run(ctx context.Context) {
 // drops it then); the exchange is retried next period.
 //
 // It reports whether this replica's own baseline was published.
-func (a *AdaptiveLimiter) exchange(ctx context.Context) (published bool) {
+func (a *Limiter) exchange(ctx context.Context) (published bool) {
 	if a.fleet == nil {
 		return false
 	}
@@ -189,7 +196,7 @@ func (a *AdaptiveLimiter) exchange(ctx context.Context) (published bool) {
 // exchange: as long as the fleet trusts a published baseline.
 const fleetStale = 2 * time.Minute
 
-func (a *AdaptiveLimiter) decide() {
+func (a *Limiter) decide() {
 	a.mu.Lock()
 	now := a.now()
 	if !a.fleetAt.IsZero() && now.Sub(a.fleetAt) > fleetStale {

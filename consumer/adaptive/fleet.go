@@ -1,4 +1,4 @@
-package consumer
+package adaptive
 
 import (
 	"context"
@@ -23,15 +23,13 @@ import (
 // documents of departed replicas 23 hours after their last write. Where TTL
 // indexes are missing (FerretDB) they stay, ignored once stale.
 //
-// The fleet's figure is the lowest fresh baseline. Replicas that start
-// together under load all measure a loaded "no-load" latency; only the
-// lowest figure any of them has seen lets the bar come down to the real
-// one as the fleet backs off. (A median was tried: with most replicas
-// started under load it kept the bar high, the fleet sat far past the
-// server's knee, and the shares were less even: bench scenario 7c, Jain's
-// index 0.79–0.88 against 0.93–0.99 with the minimum.) The cost is that the
-// luckiest replica's minimum sets a slightly strict bar for all; each is
-// a minimum over intervals of at least MinSamples refreshes.
+// The fleet's figure is the lowest fresh baseline: replicas that start
+// together under load all measure a loaded "no-load" latency, and only the
+// lowest figure any of them has seen lets the bar come down to the real one
+// as the fleet backs off (a median kept it high: docs/performance.md, Design
+// notes). The cost is that the luckiest replica's minimum sets a slightly
+// strict bar for all; each is a minimum over intervals of at least
+// MinSamples refreshes.
 type FleetBaselines struct {
 	coll    *mongo.Collection
 	replica string

@@ -1,15 +1,13 @@
-package consumer
+package adaptive
 
 import (
 	"context"
-	"maps"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
 	"github.com/scorerefresh/scorerefresh/pkg/limiter"
@@ -21,17 +19,17 @@ type fakeNow struct{ t time.Time }
 func (f *fakeNow) now() time.Time          { return f.t }
 func (f *fakeNow) advance(d time.Duration) { f.t = f.t.Add(d) }
 
-func newTestAdaptive(t *testing.T, max int) (*AdaptiveLimiter, *metrics.Consumer, *fakeNow) {
+func newTestAdaptive(t *testing.T, max int) (*Limiter, *metrics.Consumer, *fakeNow) {
 	t.Helper()
 	m := metrics.NewConsumer(prometheus.NewRegistry())
-	a := NewAdaptiveLimiter(max, time.Hour, limiter.PolicyConfig{}, m, nil)
+	a := New(max, time.Hour, limiter.PolicyConfig{}, m, nil)
 	clock := &fakeNow{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	a.now = clock.now
 	return a, m, clock
 }
 
 // refreshes runs n refreshes of latency d one after another on the fake clock.
-func refreshes(a *AdaptiveLimiter, clock *fakeNow, n int, d time.Duration, overload bool) {
+func refreshes(a *Limiter, clock *fakeNow, n int, d time.Duration, overload bool) {
 	for range n {
 		done := a.RefreshStarted()
 		clock.advance(d)
@@ -135,7 +133,7 @@ func TestAdaptiveLimiterJudgesAgainstTheFleetBaseline(t *testing.T) {
 	fleet := &fixedExchange{fleet: 200 * time.Millisecond}
 	shared.ShareBaseline(fleet, 0)
 	for _, x := range []struct {
-		a     *AdaptiveLimiter
+		a     *Limiter
 		clock *fakeNow
 	}{{alone, clockA}, {shared, clockS}} {
 		for range 4 {
@@ -160,61 +158,5 @@ func TestAdaptiveLimiterJudgesAgainstTheFleetBaseline(t *testing.T) {
 	}
 	if want := []time.Duration{600 * time.Millisecond}; !slices.Equal(fleet.published, want) {
 		t.Fatalf("published %v, want its own baseline %v", fleet.published, want)
-	}
-}
-
-// TestFleetBaselinesExchangeThroughTheClaimsCollection runs two replicas'
-// exchanges against the real server: each sees the lowest fresh baseline,
-// stale ones are ignored, one exchange is two round trips, and the
-// documents are invisible to claiming.
-func TestFleetBaselinesExchangeThroughTheClaimsCollection(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	clock := &fakeNow{t: time.Now()}
-	a := NewFleetBaselines(b.colls.Claims, "a", time.Minute)
-	c := NewFleetBaselines(b.colls.Claims, "c", time.Minute)
-	a.now, c.now = clock.now, clock.now
-	ctx := t.Context()
-
-	if got, err := a.Exchange(ctx, 0); err != nil || got != (Fleet{0, 1}) {
-		t.Fatalf("empty fleet: %+v, %v; want no baseline, 1 replica (itself)", got, err)
-	}
-	if got, err := a.Exchange(ctx, 300*time.Millisecond); err != nil || got != (Fleet{300 * time.Millisecond, 1}) {
-		t.Fatalf("a alone: %+v, %v; want its own 300ms, 1 replica", got, err)
-	}
-	b.cmds.take()
-	got, err := c.Exchange(ctx, 500*time.Millisecond)
-	if err != nil || got != (Fleet{300 * time.Millisecond, 2}) {
-		t.Fatalf("c: %+v, %v; want the lowest, a's 300ms, 2 replicas", got, err)
-	}
-	if cmds := b.cmds.take(); !maps.Equal(cmds, map[string]int{"update": 1, "find": 1}) {
-		t.Errorf("one exchange sent %v, want one update and one find", cmds)
-	}
-	// A third replica, not yet measured: counted, and told the bar.
-	d := NewFleetBaselines(b.colls.Claims, "d", time.Minute)
-	d.now = clock.now
-	if got, err := d.Exchange(ctx, 0); err != nil || got != (Fleet{300 * time.Millisecond, 3}) {
-		t.Fatalf("d: %+v, %v; want a's 300ms, 3 replicas (itself included)", got, err)
-	}
-	if _, err := d.Exchange(ctx, 400*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	// a and d go away; their figures go stale while c keeps publishing.
-	clock.advance(2 * time.Minute)
-	if got, err := c.Exchange(ctx, 500*time.Millisecond); err != nil || got != (Fleet{500 * time.Millisecond, 1}) {
-		t.Fatalf("after a and d left: %+v, %v; want c's own 500ms, 1 replica", got, err)
-	}
-	// Claiming does not take the documents for live leases.
-	b.enqueue(t, "u1")
-	cons, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{})
-	res, err := cons.claimer.runOnce(ctx, 10, nil)
-	if err != nil {
-		t.Fatalf("claim beside baseline documents: %v", err)
-	}
-	if len(res.works) != 1 {
-		t.Fatalf("claim beside baseline documents: %d users, want u1", len(res.works))
-	}
-	if n := b.count(t, b.colls.Claims, bson.D{{Key: "baselineSeconds", Value: bson.D{{Key: "$exists", Value: true}}}}); n != 3 {
-		t.Errorf("%d baseline documents, want one per replica (3)", n)
 	}
 }
