@@ -16,8 +16,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/consumer"
+	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/pkg/redact"
 	"github.com/scorerefresh/scorerefresh/planner"
 	"github.com/scorerefresh/scorerefresh/replay"
@@ -329,7 +329,7 @@ func readSnapshot(ctx context.Context, in, queue string, keep func(string), stde
 	return bb.Build(scan.Reference), nil
 }
 
-// writePlanSVG draws the plan with the drain report's chart renderer.
+// writePlanSVG draws the plan as an SVG chart (the drain report draws its own with the same package).
 func writePlanSVG(path string, p *planner.Plan) error {
 	f, err := os.Create(path)
 	if err != nil {
