@@ -32,7 +32,8 @@ import (
 	"strings"
 )
 
-// Series is one line of a panel.
+// Series is one line of a panel. A panel draws its series in order, later
+// ones over earlier ones, and names them in a legend.
 type Series struct {
 	Name, Color string // legend text; any SVG colour (Palette has ten)
 	// Fill shades the area under the line.
@@ -187,13 +188,48 @@ func (pl *plot) draw(p Panel, markers []Marker) {
 		fmt.Fprintf(b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#888" stroke-dasharray="4 3"/>`, pl.x.at(m.X), pl.x.at(m.X), pl.top, bottom)
 		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" fill="#666">%s</text>`+"\n", pl.x.at(m.X)+3, pl.top+12, esc(m.Label))
 	}
-	legendX := float64(pl.right)
-	for j := len(p.Series) - 1; j >= 0; j-- {
-		s := p.Series[j]
+	for _, s := range p.Series {
 		pl.series(s)
-		legendX -= float64(len(s.Name))*6.6 + 26
+	}
+	pl.legend(p)
+}
+
+// Approximate text widths at 12px, to lay legends out without measuring.
+const (
+	charWidth     = 6.6
+	boldCharWidth = 7.4
+)
+
+// legend names the series in one row right of the panel's title, or, when
+// that row would run into the title, in a column inside the panel's top right
+// corner (over a white backing, so lines under it do not hide the names).
+func (pl *plot) legend(p Panel) {
+	b, row := pl.b, 0.0
+	for _, s := range p.Series {
+		row += float64(len([]rune(s.Name)))*charWidth + 26
+	}
+	if marginLeft+float64(len([]rune(p.Title)))*boldCharWidth+12+row <= float64(pl.right) {
+		x := float64(pl.right)
+		for j := len(p.Series) - 1; j >= 0; j-- {
+			s := p.Series[j]
+			x -= float64(len([]rune(s.Name)))*charWidth + 26
+			fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="12" height="4" fill="%s"/><text x="%.1f" y="%.1f" fill="#333">%s</text>`+"\n",
+				x, pl.top-14, esc(s.Color), x+16, pl.top-8, esc(s.Name))
+		}
+		return
+	}
+	widest := 0
+	for _, s := range p.Series {
+		widest = max(widest, len([]rune(s.Name)))
+	}
+	w := float64(widest)*charWidth + 30
+	x := float64(pl.right) - w - 6
+	fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%d" fill="#ffffff" fill-opacity="0.85" stroke="#ddd"/>`+"\n",
+		x, pl.top+4, w, 16*len(p.Series)+6)
+	for j, s := range p.Series {
+		y := pl.top + 20 + float64(16*j)
 		fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="12" height="4" fill="%s"/><text x="%.1f" y="%.1f" fill="#333">%s</text>`+"\n",
-			legendX, pl.top-14, esc(s.Color), legendX+16, pl.top-8, esc(s.Name))
+			x+6, y-6, esc(s.Color), x+22, y, esc(s.Name))
 	}
 }
 

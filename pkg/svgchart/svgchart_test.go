@@ -3,6 +3,7 @@ package svgchart
 import (
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"slices"
@@ -156,6 +157,35 @@ func TestChartWithoutDataIsWellFormed(t *testing.T) {
 		parse(t, svg)
 		if strings.Contains(svg, "NaN") || strings.Contains(svg, "Inf") {
 			t.Errorf("chart %+v draws NaN or Inf:\n%s", c, svg)
+		}
+	}
+}
+
+// TestCrowdedLegendMovesIntoThePanel: a legend that would run into the
+// panel's title is drawn as a column inside the panel, over a backing.
+func TestCrowdedLegendMovesIntoThePanel(t *testing.T) {
+	t.Parallel()
+	panel := func(title string, n int) Panel {
+		p := Panel{Title: title}
+		for i := range n {
+			p.Series = append(p.Series, Series{Name: fmt.Sprintf("%d replicas", i+1), Color: Palette[i%len(Palette)], Points: [][2]float64{{0, 1}, {1, 0}}})
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		panel  Panel
+		column bool
+	}{
+		{panel("depth", 2), false},
+		{panel("Queue depth (entries), by replicas", 8), true},
+	} {
+		svg := Chart{Panels: []Panel{tc.panel}}.SVG()
+		s := parse(t, svg)
+		if s.polylines != len(tc.panel.Series) {
+			t.Errorf("%q: %d lines drawn, want %d", tc.panel.Title, s.polylines, len(tc.panel.Series))
+		}
+		if got := strings.Contains(svg, `fill-opacity="0.85"`); got != tc.column {
+			t.Errorf("%q with %d series: legend in a column %t, want %t", tc.panel.Title, len(tc.panel.Series), got, tc.column)
 		}
 	}
 }
