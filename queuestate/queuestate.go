@@ -4,8 +4,8 @@
 // whatever the queue's size, so it can run every second while the queue is in
 // trouble, which is exactly when an exact count would hurt most.
 //
-// The SLI sampler (metrics), replay's drain timeline, the demo's progress
-// line and the bench all read the queue through it:
+// The SLI sampler (metrics), `status`, replay's drain timeline and the demo's
+// progress line read the queue through it:
 //
 //	r := queuestate.New(queue, deadLetter) // deadLetter may be nil
 //	st, err := r.Read(ctx)                 // 3 round trips, 4 with deadLetter
