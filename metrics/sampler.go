@@ -3,15 +3,13 @@ package metrics
 import (
 	"cmp"
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"math"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/scorerefresh/scorerefresh/queuestate"
 )
 
 // SamplerConfig configures the SLI sampler.
@@ -28,22 +26,13 @@ type SamplerConfig struct {
 // with them would hide the very stall it exists to show), and derives the
 // headroom gauges.
 //
-// Each sample costs four round trips whatever the queue's size:
-//
-//	depth             estimatedDocumentCount: collection metadata, O(1). Exact on
-//	                  a replica set after a clean shutdown; after an unclean one it
-//	                  can drift until the next validate, and on a sharded cluster
-//	                  it counts orphans during migrations — an error of a few
-//	                  entries, where an exact countDocuments would scan 64k index
-//	                  keys every 15s exactly when the queue is in trouble.
-//	oldest            find {createdAt: {$type: date}} sort {createdAt, _id} limit 1,
-//	                  and find {createdAt: null} sort {_id} limit 1 (entries dated
-//	                  by their ObjectId, hinted): both read the first key or two
-//	                  of the index {createdAt, _id, username} the claim window
-//	                  uses, and at most two documents (docs/query-plans.md).
-//	dead letters      estimatedDocumentCount, as for depth.
+// Each sample is one queuestate read of the queue and the dead letters: four
+// round trips whatever the queue's size (estimated counts, and two finds of
+// one document for the oldest entry; queuestate says how undated entries
+// are dated, docs/query-plans.md what the finds read).
 type Sampler struct {
 	cfg      SamplerConfig
+	queue    *queuestate.Reader
 	sli      *SLI
 	consumer *Consumer
 	log      *slog.Logger
@@ -65,7 +54,7 @@ func NewSampler(cfg SamplerConfig, sli *SLI, consumer *Consumer, log *slog.Logge
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Sampler{cfg: cfg, sli: sli, consumer: consumer, log: log}
+	return &Sampler{cfg: cfg, queue: queuestate.New(cfg.Queue, cfg.DeadLetter), sli: sli, consumer: consumer, log: log}
 }
 
 // Run samples until ctx ends. A failed sample is counted and logged; the
@@ -90,75 +79,23 @@ func (s *Sampler) Run(ctx context.Context) {
 func (s *Sampler) RunOnce(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	depth, err := s.cfg.Queue.EstimatedDocumentCount(ctx)
-	if err != nil {
-		return fmt.Errorf("counting queue entries: %w", err)
-	}
-	oldest, err := s.oldest(ctx)
+	st, err := s.queue.Read(ctx)
 	if err != nil {
 		return err
 	}
-	dead, err := s.cfg.DeadLetter.EstimatedDocumentCount(ctx)
-	if err != nil {
-		return fmt.Errorf("counting dead letters: %w", err)
-	}
 	now := s.cfg.Now()
-	s.sli.QueueDepth.Set(float64(depth))
-	s.sli.SetOldest(oldest)
-	s.sli.DeadLetterDepth.Set(float64(dead))
+	s.sli.QueueDepth.Set(float64(st.Depth))
+	s.sli.SetOldest(st.Oldest)
+	s.sli.DeadLetterDepth.Set(float64(st.DeadLetters))
 	s.sli.LastSample.Set(float64(now.UnixNano()) / 1e9)
 
-	sample := s.counters(now, float64(depth))
+	sample := s.counters(now, float64(st.Depth))
 	h := s.headroom.Observe(sample)
 	s.sli.ArrivalRate.Set(h.ArrivalRate)
 	s.sli.DrainCapacity.Set(h.DrainCapacity)
 	s.sli.TimeToDrain.Set(h.TimeToDrain)
 	s.summary(sample, h)
 	return nil
-}
-
-// oldest returns the createdAt of the oldest pending entry, zero if none.
-func (s *Sampler) oldest(ctx context.Context) (time.Time, error) {
-	var dated struct {
-		CreatedAt time.Time `bson:"createdAt"`
-	}
-	err := s.cfg.Queue.FindOne(ctx,
-		bson.D{{Key: "createdAt", Value: bson.D{{Key: "$type", Value: "date"}}}},
-		options.FindOne().SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
-			SetProjection(bson.D{{Key: "createdAt", Value: 1}})).Decode(&dated)
-	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
-		return time.Time{}, fmt.Errorf("reading the oldest entry: %w", err)
-	}
-	oldest := dated.CreatedAt
-	var undated struct {
-		ID bson.RawValue `bson:"_id"`
-	}
-	// Hinted: the _id index returns this order too, and a planner that picks
-	// it (it can win the trial while undated entries sit at the head) reads
-	// the whole queue once they are gone, every sample, until it replans.
-	undatedQuery := bson.D{{Key: "createdAt", Value: nil}}
-	opts := options.FindOne().SetSort(bson.D{{Key: "_id", Value: 1}}).SetProjection(bson.D{{Key: "_id", Value: 1}})
-	err = s.cfg.Queue.FindOne(ctx, undatedQuery, opts.SetHint(queueTimeIndex)).Decode(&undated)
-	if isBadHint(err) { // the index is missing (its build failed): plan freely
-		err = s.cfg.Queue.FindOne(ctx, undatedQuery, opts.SetHint(nil)).Decode(&undated)
-	}
-	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
-		return time.Time{}, fmt.Errorf("reading the oldest undated entry: %w", err)
-	}
-	if oid, ok := undated.ID.ObjectIDOK(); ok && (oldest.IsZero() || oid.Timestamp().Before(oldest)) {
-		oldest = oid.Timestamp()
-	}
-	return oldest, nil
-}
-
-// queueTimeIndex is the queue's index on {createdAt, _id, username}, the
-// claim window's, which the consumer builds.
-var queueTimeIndex = bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}
-
-// isBadHint reports the server's answer to a hint naming no index (BadValue).
-func isBadHint(err error) bool {
-	var se mongo.ServerError
-	return errors.As(err, &se) && se.HasErrorCode(2)
 }
 
 func (s *Sampler) counters(now time.Time, depth float64) HeadroomSample {

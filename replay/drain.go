@@ -60,7 +60,6 @@ type DrainResult struct {
 // arrive, or until cfg.Until or ctx ends, sampling the timeline every
 // interval; then it stops the consumer gracefully and takes a last sample.
 func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
-	interval := cmp.Or(cfg.Interval, time.Second)
 	res := &DrainResult{Start: time.Now()}
 	s := newSampler(cfg.Queue, cfg.Metrics, cfg.Arrived, res.Start)
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -77,49 +76,7 @@ func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
 	})
 	defer p.Stop()
 
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	var deadline <-chan time.Time
-	if cfg.Until > 0 {
-		deadline = time.After(cfg.Until)
-	}
-	loadDone := cfg.LoadDone
-	loading := loadDone != nil
-	consumerDone := false
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			res.Reason = StopInterrupted
-			break loop
-		case <-deadline:
-			res.Reason = StopUntil
-			break loop
-		case err := <-done:
-			consumerDone = true
-			res.Reason, res.Err = StopConsumer, cmp.Or(err, errors.New("the consumer returned with the queue not drained"))
-			break loop
-		case err := <-loadDone:
-			loading, loadDone = false, nil
-			if err != nil {
-				res.Reason, res.Err = StopLoadFailed, err
-				break loop
-			}
-		case now := <-t.C:
-			// A failed query still yields the counters: the row stays,
-			// unmeasured, and the timeline stays regular.
-			smp, err := s.runOnce(ctx, now, false)
-			if err != nil {
-				res.SampleErrors++
-			}
-			res.Timeline = append(res.Timeline, smp)
-			last.Store(&smp)
-			if smp.Measured && smp.Depth == 0 && !loading {
-				res.Reason, res.End = StopDrained, now
-				break loop
-			}
-		}
-	}
+	consumerDone := watch(ctx, cfg, s, done, res, &last)
 	if res.End.IsZero() {
 		res.End = time.Now()
 	}
@@ -139,6 +96,52 @@ loop:
 		return res, fmt.Errorf("measuring the queue after the drain: %w", err)
 	}
 	return res, nil
+}
+
+// watch samples the timeline into res every interval until the drain stops,
+// and records why (res.Reason, res.Err, and res.End when the queue drained).
+// It reports whether the consumer returned (done was received from).
+func watch(ctx context.Context, cfg DrainConfig, s *sampler, done <-chan error, res *DrainResult, last *atomic.Pointer[Sample]) (consumerDone bool) {
+	t := time.NewTicker(cmp.Or(cfg.Interval, time.Second))
+	defer t.Stop()
+	var deadline <-chan time.Time
+	if cfg.Until > 0 {
+		deadline = time.After(cfg.Until)
+	}
+	loadDone := cfg.LoadDone
+	loading := loadDone != nil
+	for {
+		select {
+		case <-ctx.Done():
+			res.Reason = StopInterrupted
+			return false
+		case <-deadline:
+			res.Reason = StopUntil
+			return false
+		case err := <-done:
+			res.Reason, res.Err = StopConsumer, cmp.Or(err, errors.New("the consumer returned with the queue not drained"))
+			return true
+		case err := <-loadDone:
+			loading, loadDone = false, nil
+			if err != nil {
+				res.Reason, res.Err = StopLoadFailed, err
+				return false
+			}
+		case now := <-t.C:
+			// A failed query still yields the counters: the row stays,
+			// unmeasured, and the timeline stays regular.
+			smp, err := s.runOnce(ctx, now, false)
+			if err != nil {
+				res.SampleErrors++
+			}
+			res.Timeline = append(res.Timeline, smp)
+			last.Store(&smp)
+			if smp.Measured && smp.Depth == 0 && !loading {
+				res.Reason, res.End = StopDrained, now
+				return false
+			}
+		}
+	}
 }
 
 // describeSample is the drain progress line's tail.

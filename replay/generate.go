@@ -38,8 +38,38 @@ type GenerateConfig struct {
 // deterministic for a seed and End, and streams: memory grows with users,
 // not entries.
 func Generate(cfg GenerateConfig) (*Manifest, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		return nil, err
+	}
+	// One seeded source, drawn from in a fixed order (queue, then each
+	// collection): the same seed gives the same files.
+	g := generator{cfg: cfg, rnd: rand.New(rand.NewPCG(cfg.Seed, 0x5c0e)), used: make([]bool, cfg.Users), ext: ".json"}
+	if cfg.Gzip {
+		g.ext += ".gz"
+	}
+	m := &Manifest{Format: ManifestFormat, CreatedAt: cfg.End, Origin: cfg.Origin, Rules: cfg.Rules.Source}
+	f, err := g.queue()
+	if err != nil {
+		return nil, err
+	}
+	m.Files = append(m.Files, f)
+	for _, coll := range cfg.Rules.Collections() {
+		f, err := g.sources(coll)
+		if err != nil {
+			return nil, err
+		}
+		m.Files = append(m.Files, f)
+	}
+	return m, writeManifest(cfg.Out, m)
+}
+
+// setDefaults checks the sizes and fills in the defaults.
+func (cfg *GenerateConfig) setDefaults() error {
 	if cfg.Entries <= 0 || cfg.Users <= 0 {
-		return nil, fmt.Errorf("entries and users must be positive (got %d and %d)", cfg.Entries, cfg.Users)
+		return fmt.Errorf("entries and users must be positive (got %d and %d)", cfg.Entries, cfg.Users)
 	}
 	cfg.Span = cmp.Or(cfg.Span, 10*time.Minute)
 	cfg.DocsPerUser = cmp.Or(cfg.DocsPerUser, 2)
@@ -51,54 +81,55 @@ func Generate(cfg GenerateConfig) (*Manifest, error) {
 	if cfg.Rules == nil {
 		cfg.Rules = scoring.DefaultRules()
 	}
-	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
-		return nil, err
-	}
-	rnd := rand.New(rand.NewPCG(cfg.Seed, 0x5c0e))
-	ext := ".json"
-	if cfg.Gzip {
-		ext += ".gz"
-	}
-	m := &Manifest{Format: ManifestFormat, CreatedAt: cfg.End, Origin: cfg.Origin, Rules: cfg.Rules.Source}
-	used := make([]bool, cfg.Users)
-	pick := cfg.Shape.picker(rnd, cfg.Users)
+	return nil
+}
+
+// generator writes one synthetic snapshot's files.
+type generator struct {
+	cfg  GenerateConfig
+	rnd  *rand.Rand
+	used []bool // users the queue names, by number
+	ext  string
+}
+
+// queue writes the queue file: cfg.Entries entries spread evenly over the
+// span up to cfg.End, users drawn by the shape.
+func (g *generator) queue() (ManifestFile, error) {
+	cfg := g.cfg
+	pick := cfg.Shape.picker(g.rnd, cfg.Users)
 	step := cfg.Span / time.Duration(cfg.Entries)
 	start := cfg.End.Add(-step * time.Duration(cfg.Entries-1))
-	f, err := writeFile(filepath.Join(cfg.Out, cfg.Queue+ext), cfg.Queue, cfg.Entries, cfg.Progress, func(i int) (any, bool) {
+	f, err := writeFile(filepath.Join(cfg.Out, cfg.Queue+g.ext), cfg.Queue, cfg.Entries, cfg.Progress, func(i int) (any, bool) {
 		u := pick()
-		used[u] = true
+		g.used[u] = true
 		// Jitter within the step keeps times in file order, as a snapshot
 		// taken in _id order of ObjectIds minted at enqueue time has them.
-		at := start.Add(time.Duration(i)*step + time.Duration(rnd.Int64N(int64(max(step/2, 1)))))
-		return bson.D{{Key: "_id", Value: objectID(rnd, at)}, {Key: "username", Value: userName(u)},
+		at := start.Add(time.Duration(i)*step + time.Duration(g.rnd.Int64N(int64(max(step/2, 1)))))
+		return bson.D{{Key: "_id", Value: objectID(g.rnd, at)}, {Key: "username", Value: userName(u)},
 			{Key: "createdAt", Value: bson.NewDateTimeFromTime(at)}, {Key: "kind", Value: "generated"}, {Key: "shape", Value: string(cfg.Shape)}}, true
 	})
-	if err != nil {
-		return nil, err
-	}
 	f.Queue = true
-	m.Files = append(m.Files, f)
-	for _, coll := range cfg.Rules.Collections() {
-		comps := componentsOf(cfg.Rules, coll)
-		user, left := -1, 0
-		f, err := writeFile(filepath.Join(cfg.Out, coll+ext), coll, -1, cfg.Progress, func(int) (any, bool) {
-			for left == 0 {
-				if user++; user >= cfg.Users {
-					return nil, false
-				}
-				if used[user] {
-					left = 1 + rnd.IntN(2*cfg.DocsPerUser-1)
-				}
+	return f, err
+}
+
+// sources writes coll's file: 1 to 2·DocsPerUser-1 documents for each user
+// the queue names, in user order.
+func (g *generator) sources(coll string) (ManifestFile, error) {
+	cfg := g.cfg
+	comps := componentsOf(cfg.Rules, coll)
+	user, left := -1, 0
+	return writeFile(filepath.Join(cfg.Out, coll+g.ext), coll, -1, cfg.Progress, func(int) (any, bool) {
+		for left == 0 {
+			if user++; user >= cfg.Users {
+				return nil, false
 			}
-			left--
-			return sourceDoc(rnd, comps, userName(user), cfg.End, objectID(rnd, cfg.End)), true
-		})
-		if err != nil {
-			return nil, err
+			if g.used[user] {
+				left = 1 + g.rnd.IntN(2*cfg.DocsPerUser-1)
+			}
 		}
-		m.Files = append(m.Files, f)
-	}
-	return m, writeManifest(cfg.Out, m)
+		left--
+		return sourceDoc(g.rnd, comps, userName(user), cfg.End, objectID(g.rnd, cfg.End)), true
+	})
 }
 
 // componentsOf returns the components that read coll.

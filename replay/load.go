@@ -178,43 +178,17 @@ func (l *Loader) retime(info entryInfo) (func(time.Time) time.Time, time.Duratio
 // load streams one file into its collection in batches. prep turns a parsed
 // document into the one to insert and says how long to wait before it.
 func (l *Loader) load(ctx context.Context, f FilePlan, prep func(bson.Raw) (any, time.Duration, error)) error {
-	coll := l.cfg.DB.Collection(f.Collection)
+	w := &fileWriter{l: l, f: f, coll: l.cfg.DB.Collection(f.Collection), batch: make([]any, 0, l.cfg.BatchSize)}
 	if f.Queue {
-		coll = l.cfg.DB.Collection(l.cfg.Queue)
+		w.coll = l.cfg.DB.Collection(l.cfg.Queue)
 	}
-	var done atomic.Int64
 	progress := l.cfg.Progress
 	if f.Queue && l.cfg.QuietQueue {
 		progress = nil
 	}
-	p := StartProgress(progress, Meter{Label: "loading " + coll.Name(), Unit: "documents",
-		Done: done.Load, Total: func() int64 { return f.Documents }})
+	p := StartProgress(progress, Meter{Label: "loading " + w.coll.Name(), Unit: "documents",
+		Done: w.done.Load, Total: func() int64 { return f.Documents }})
 	defer p.Stop()
-	batch := make([]any, 0, l.cfg.BatchSize)
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		_, err := coll.InsertMany(ctx, batch)
-		n := int64(len(batch))
-		if err != nil {
-			n = insertedBefore(err)
-		}
-		done.Add(n)
-		l.mu.Lock()
-		l.loaded[f.Path] += n
-		l.mu.Unlock()
-		if f.Queue {
-			l.inserted.Add(n)
-		}
-		batch = batch[:0]
-		if err != nil {
-			return fmt.Errorf("inserting into %s: %d of %d documents of %s are in, the rest are not: %w\n"+
-				"(a duplicate key means the collection already held them: replay into an empty database or pass --drop)",
-				coll.Name(), done.Load(), f.Documents, f.Path, err)
-		}
-		return nil
-	}
 	err := eachDocument(ctx, f.Path, nil, "loading", func(raw []byte, bad *extjson.Error) error {
 		if bad != nil {
 			return nil // counted and listed by the scan
@@ -223,27 +197,70 @@ func (l *Loader) load(ctx context.Context, f FilePlan, prep func(bson.Raw) (any,
 		if err != nil {
 			return fmt.Errorf("%s: %w", f.Path, err)
 		}
-		if wait > pacingSlack {
-			if err := flush(); err != nil {
-				return err
-			}
-			if err := l.cfg.Clock.Sleep(ctx, wait); err != nil {
-				return err
-			}
-		}
-		batch = append(batch, doc)
-		if len(batch) == cap(batch) {
-			return flush()
-		}
-		return nil
+		return w.add(ctx, doc, wait)
 	})
 	if err == nil {
-		err = flush()
+		err = w.flush(ctx)
 	}
 	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		return fmt.Errorf("stopped after %d of %d documents of %s: %w", done.Load(), f.Documents, f.Path, err)
+		return fmt.Errorf("stopped after %d of %d documents of %s: %w", w.done.Load(), f.Documents, f.Path, err)
 	}
 	return err
+}
+
+// fileWriter inserts one file's documents in batches of the batch's
+// capacity, keeping the loader's counts of what went in.
+type fileWriter struct {
+	l     *Loader
+	f     FilePlan
+	coll  *mongo.Collection
+	batch []any
+	done  atomic.Int64 // documents of f inserted
+}
+
+// add queues doc for insertion once wait has passed: documents due later
+// than pacingSlack first send what is batched, then sleep.
+func (w *fileWriter) add(ctx context.Context, doc any, wait time.Duration) error {
+	if wait > pacingSlack {
+		if err := w.flush(ctx); err != nil {
+			return err
+		}
+		if err := w.l.cfg.Clock.Sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+	w.batch = append(w.batch, doc)
+	if len(w.batch) == cap(w.batch) {
+		return w.flush(ctx)
+	}
+	return nil
+}
+
+// flush inserts the batch in one round trip and counts what went in, all of
+// it or the part before a failure.
+func (w *fileWriter) flush(ctx context.Context) error {
+	if len(w.batch) == 0 {
+		return nil
+	}
+	_, err := w.coll.InsertMany(ctx, w.batch)
+	n := int64(len(w.batch))
+	if err != nil {
+		n = insertedBefore(err)
+	}
+	w.done.Add(n)
+	w.l.mu.Lock()
+	w.l.loaded[w.f.Path] += n
+	w.l.mu.Unlock()
+	if w.f.Queue {
+		w.l.inserted.Add(n)
+	}
+	w.batch = w.batch[:0]
+	if err != nil {
+		return fmt.Errorf("inserting into %s: %d of %d documents of %s are in, the rest are not: %w\n"+
+			"(a duplicate key means the collection already held them: replay into an empty database or pass --drop)",
+			w.coll.Name(), w.done.Load(), w.f.Documents, w.f.Path, err)
+	}
+	return nil
 }
 
 // insertedBefore returns how many documents of an ordered insertMany went in

@@ -98,16 +98,12 @@ func Replay(ctx context.Context, o Options, t Target, out, progress io.Writer) (
 			return nil, err
 		}
 	}
-	// Whatever stops a load, the error says what is in the database.
-	loadFailed := func(err error) error {
-		return fmt.Errorf("%w\nloaded so far: %s", err, l.LoadedSoFar())
-	}
 	if err := l.LoadSources(ctx); err != nil {
-		return nil, loadFailed(err)
+		return nil, loadFailed(l, err)
 	}
 	if !o.Drain {
 		if err := l.LoadQueue(ctx); err != nil {
-			return nil, loadFailed(err)
+			return nil, loadFailed(l, err)
 		}
 		fmt.Fprintf(out, "loaded %s entries into %s.%s; the running service drains them\n", thousands(l.Inserted()), t.DB.Name(), t.Queue)
 		listSkipped(out, plan)
@@ -115,40 +111,59 @@ func Replay(ctx context.Context, o Options, t Target, out, progress io.Writer) (
 	}
 	dc := DrainConfig{Queue: t.DB.Collection(t.Queue), Consumer: t.Consumer, Metrics: t.Metrics, Interval: o.SampleInterval,
 		Until: o.Until, Expected: plan.Entries, Progress: progress}
-	stopLoad := func() {}
-	if paced {
-		// Producers race the drain: the queue loads while the consumer runs.
-		loadCtx, cancel := context.WithCancel(ctx)
-		ch, finished := make(chan error, 1), make(chan struct{})
-		go func() { defer close(finished); ch <- l.LoadQueue(loadCtx) }()
-		stopLoad = func() { cancel(); <-finished }
-		defer stopLoad()
-		dc.Arrived, dc.LoadDone = l.Inserted, ch
-	} else if err := l.LoadQueue(ctx); err != nil {
-		return nil, loadFailed(err)
+	stopLoad, err := loadQueue(ctx, l, paced, &dc)
+	if err != nil {
+		return nil, loadFailed(l, err)
 	}
+	defer stopLoad()
 	res, err := Drain(ctx, dc)
 	stopLoad() // a drain stopped early (--until, an interrupt) ends the arrivals too
 	if res == nil {
 		return nil, err
 	}
+	return report(out, o, t.Settings, l, plan, res, err)
+}
+
+// loadFailed says, whatever stopped a load, what is in the database.
+func loadFailed(l *Loader, err error) error {
+	return fmt.Errorf("%w\nloaded so far: %s", err, l.LoadedSoFar())
+}
+
+// loadQueue loads the queue before the drain, or, paced, alongside it:
+// producers race the drain, so the consumer runs while the queue loads, and
+// the drain learns of arrivals through dc. stop ends a paced load early and
+// waits for it; it may be called more than once.
+func loadQueue(ctx context.Context, l *Loader, paced bool, dc *DrainConfig) (stop func(), err error) {
+	if !paced {
+		return func() {}, l.LoadQueue(ctx)
+	}
+	loadCtx, cancel := context.WithCancel(ctx)
+	ch, finished := make(chan error, 1), make(chan struct{})
+	go func() { defer close(finished); ch <- l.LoadQueue(loadCtx) }()
+	dc.Arrived, dc.LoadDone = l.Inserted, ch
+	return func() { cancel(); <-finished }, nil
+}
+
+// report writes the drain's report files and summary; drainErr is the
+// drain's own error, returned with any failure to write.
+func report(out io.Writer, o Options, settings Settings, l *Loader, plan *Plan, res *DrainResult, drainErr error) (*Report, error) {
 	r := NewReport(plan, res)
 	if res.Reason == StopLoadFailed {
-		r.Error = loadFailed(res.Err).Error()
+		r.Error = loadFailed(l, res.Err).Error()
 	}
 	r.Input, r.Arrival, r.Speed, r.ShiftSeconds = o.In, Arrival(o.Arrival), o.Speed, l.Shift().Seconds()
-	r.Settings, r.StrippedFields = t.Settings, l.Stripped()
+	r.Settings, r.StrippedFields = settings, l.Stripped()
 	dir := o.ReportDir
 	if dir == "" {
 		dir = "replay-report-" + res.Start.Format("20060102-150405")
 	}
 	if werr := r.WriteFiles(dir); werr != nil {
-		return r, errors.Join(err, fmt.Errorf("writing the report: %w", werr))
+		return r, errors.Join(drainErr, fmt.Errorf("writing the report: %w", werr))
 	}
 	fmt.Fprintln(out)
 	r.WriteSummary(out)
 	fmt.Fprintf(out, "report: %s (timeline %s, chart %s, page %s)\n", filepath.Join(dir, ReportFile), TimelineFile, ChartFile, HTMLFile)
-	return r, err
+	return r, drainErr
 }
 
 // timeFields maps each source collection to the date fields its windowed

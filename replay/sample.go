@@ -2,14 +2,12 @@ package replay
 
 import (
 	"context"
-	"errors"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/queuestate"
 )
 
 // Sample is one row of a drain's timeline.
@@ -29,15 +27,16 @@ type Sample struct {
 }
 
 // sampler takes timeline samples. Counters come from the consumer's metrics
-// in-process; depth and oldest age are two queries on the queue. On MongoDB
-// they cost a millisecond; on a server that scans whole collections
-// (FerretDB: half a second each at 20,000 entries) they would compete with
+// in-process; depth and oldest age are a queuestate read (three queries of
+// bounded cost). On MongoDB they cost a millisecond; on a server that scans
+// whole collections (FerretDB: half a second each at 20,000 entries) they
+// would compete with
 // the drain they measure, so a query that took more than a fifth of the
 // interval is repeated only after five times its cost, and the samples in
 // between derive the depth from the counters. A derived depth of zero is
 // always checked by a query: only a measured zero ends a drain.
 type sampler struct {
-	queue    *mongo.Collection
+	queue    *queuestate.Reader
 	m        *metrics.Consumer
 	arrived  func() int64
 	start    time.Time
@@ -62,7 +61,7 @@ func newSampler(queue *mongo.Collection, m *metrics.Consumer, arrived func() int
 	if arrived == nil {
 		arrived = func() int64 { return 0 }
 	}
-	return &sampler{queue: queue, m: m, arrived: arrived, start: start, base: readCounters(m)}
+	return &sampler{queue: queuestate.New(queue, nil), m: m, arrived: arrived, start: start, base: readCounters(m)}
 }
 
 // runOnce takes the sample for now. force measures the queue even when the
@@ -87,41 +86,14 @@ func (s *sampler) runOnce(ctx context.Context, now time.Time, force bool) (Sampl
 		return smp, nil
 	}
 	began := time.Now()
-	depth, oldest, err := queueState(ctx, s.queue, now)
+	st, err := s.queue.Read(ctx)
 	if err != nil {
 		return smp, err
 	}
 	if cost := time.Since(began); cost > 0 {
 		s.nextScan = now.Add(5 * cost)
 	}
-	smp.Depth, smp.OldestAge, smp.Measured = depth, oldest.Seconds(), true
+	smp.Depth, smp.OldestAge, smp.Measured = st.Depth, st.OldestAge(now).Seconds(), true
 	s.prev, s.measured = smp, smp
 	return smp, nil
-}
-
-// queueState returns the queue's depth and its oldest entry's age. The depth
-// is the server's estimated count: metadata on MongoDB, where counting
-// documents would walk the whole collection every second.
-func queueState(ctx context.Context, q *mongo.Collection, now time.Time) (int64, time.Duration, error) {
-	depth, err := q.EstimatedDocumentCount(ctx)
-	if err != nil || depth == 0 {
-		return depth, 0, err
-	}
-	// The consumer's claim index is {createdAt, _id, username}: this is
-	// its first key. Entries without createdAt sort first and are dated by
-	// their ObjectId, as the consumer dates them.
-	raw, err := q.FindOne(ctx, bson.D{}, options.FindOne().
-		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
-		SetProjection(bson.D{{Key: "createdAt", Value: 1}})).Raw()
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return 0, 0, nil
-	}
-	if err != nil {
-		return depth, 0, err
-	}
-	at := inspectEntry(raw).createdAt
-	if at.IsZero() {
-		return depth, 0, nil
-	}
-	return depth, max(now.Sub(at), 0), nil
 }

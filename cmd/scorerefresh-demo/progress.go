@@ -8,24 +8,22 @@ import (
 	"math"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
-
 	"github.com/scorerefresh/scorerefresh/internal/app"
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/queuestate"
 )
 
 // progress prints one line a second while the queue drains.
 type progress struct {
 	svc   *app.Service
+	queue *queuestate.Reader
 	out   io.Writer
 	start time.Time
 	end   time.Time
 }
 
 func newProgress(svc *app.Service, out io.Writer) *progress {
-	return &progress{svc: svc, out: out, start: time.Now()}
+	return &progress{svc: svc, queue: queuestate.New(svc.Colls.Queue, nil), out: out, start: time.Now()}
 }
 
 // untilDrained reports once a second until the queue is empty (true), ctx
@@ -41,7 +39,7 @@ func (p *progress) untilDrained(ctx context.Context, done <-chan error) (bool, e
 		case err := <-done:
 			return false, errors.Join(errors.New("the service stopped before the queue drained"), err)
 		case now := <-t.C:
-			depth, oldest, err := p.queueState(ctx, now)
+			st, err := p.queue.Read(ctx)
 			if err != nil {
 				fmt.Fprintf(p.out, "%6.1fs  (queue unreadable: %v)\n", now.Sub(p.start).Seconds(), err)
 				continue
@@ -50,31 +48,15 @@ func (p *progress) untilDrained(ctx context.Context, done <-chan error) (bool, e
 			users := metrics.Read(p.svc.Metrics.Refreshes.WithLabelValues(metrics.OutcomeOK))
 			dt := now.Sub(last).Seconds()
 			fmt.Fprintf(p.out, "%6.1fs  depth %6d  oldest %7.1fs  %8.1f entries/s  %6.1f users/s  in flight %3.0f\n",
-				now.Sub(p.start).Seconds(), depth, oldest.Seconds(), (acked-lastAcked)/dt, (users-lastUsers)/dt,
+				now.Sub(p.start).Seconds(), st.Depth, st.OldestAge(now).Seconds(), (acked-lastAcked)/dt, (users-lastUsers)/dt,
 				metrics.Read(p.svc.Metrics.UsersInFlight))
 			lastAcked, lastUsers, last = acked, users, now
-			if depth == 0 {
+			if st.Depth == 0 {
 				p.end = now
 				return true, nil
 			}
 		}
 	}
-}
-
-func (p *progress) queueState(ctx context.Context, now time.Time) (int64, time.Duration, error) {
-	q := p.svc.Colls.Queue
-	depth, err := q.CountDocuments(ctx, bson.D{})
-	if err != nil || depth == 0 {
-		return depth, 0, err
-	}
-	var oldest struct {
-		CreatedAt time.Time `bson:"createdAt"`
-	}
-	err = q.FindOne(ctx, bson.D{}, options.FindOne().SetSort(bson.D{{Key: "createdAt", Value: 1}})).Decode(&oldest)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return 0, 0, nil
-	}
-	return depth, now.Sub(oldest.CreatedAt), err
 }
 
 func (p *progress) summary(entries, users int) {

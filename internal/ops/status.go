@@ -3,7 +3,6 @@ package ops
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -11,6 +10,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/scorerefresh/scorerefresh/queuestate"
 )
 
 // StatusOptions bound what `status` reads. Zero values take the defaults.
@@ -178,7 +179,8 @@ func queueStatus(ctx context.Context, queue *mongo.Collection, now time.Time, op
 	if q.Depth, q.DepthExact, err = depth(ctx, queue, opts.ExactLimit); err != nil {
 		return q, err
 	}
-	oldest, err := oldestEntry(ctx, queue)
+	// Dated as the service's SLI sampler dates it, at the same bounded cost.
+	oldest, err := queuestate.New(queue, nil).Oldest(ctx)
 	if err != nil {
 		return q, err
 	}
@@ -191,34 +193,6 @@ func queueStatus(ctx context.Context, queue *mongo.Collection, now time.Time, op
 		return q, fmt.Errorf("counting entries of the last minute: %w", err)
 	}
 	return q, nil
-}
-
-// oldestEntry is the createdAt of the oldest entry, or the ObjectId time of
-// the oldest entry without one; zero when the queue is empty. Both reads are
-// the first key of the claim window's index.
-func oldestEntry(ctx context.Context, queue *mongo.Collection) (time.Time, error) {
-	var dated struct {
-		CreatedAt time.Time `bson:"createdAt"`
-	}
-	err := queue.FindOne(ctx, bson.D{{Key: "createdAt", Value: bson.D{{Key: "$type", Value: "date"}}}},
-		options.FindOne().SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
-			SetProjection(bson.D{{Key: "createdAt", Value: 1}})).Decode(&dated)
-	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
-		return time.Time{}, fmt.Errorf("reading the oldest entry: %w", err)
-	}
-	var undated struct {
-		ID bson.RawValue `bson:"_id"`
-	}
-	err = queue.FindOne(ctx, bson.D{{Key: "createdAt", Value: nil}},
-		options.FindOne().SetSort(bson.D{{Key: "_id", Value: 1}}).SetProjection(bson.D{{Key: "_id", Value: 1}})).Decode(&undated)
-	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
-		return time.Time{}, fmt.Errorf("reading the oldest undated entry: %w", err)
-	}
-	oldest := dated.CreatedAt
-	if oid, ok := undated.ID.ObjectIDOK(); ok && (oldest.IsZero() || oid.Timestamp().Before(oldest)) {
-		oldest = oid.Timestamp()
-	}
-	return oldest, nil
 }
 
 // windowEntry is the projection the windowed reads take of a queue entry:

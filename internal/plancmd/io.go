@@ -329,7 +329,7 @@ func readSnapshot(ctx context.Context, in, queue string, keep func(string), stde
 	return bb.Build(scan.Reference), nil
 }
 
-// writePlanSVG draws the plan with the drain report's chart renderer.
+// writePlanSVG draws the plan as an SVG chart (the drain report draws its own with the same package).
 func writePlanSVG(path string, p *planner.Plan) error {
 	f, err := os.Create(path)
 	if err != nil {

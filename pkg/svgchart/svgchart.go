@@ -1,0 +1,302 @@
+// Package svgchart draws stacked line charts as self-contained SVG: one or
+// more panels, one above the other, sharing an x axis that starts at 0, each
+// with its own y axis from 0 and a legend; optional vertical markers cross
+// every panel. Axes carry "nice" ticks (0 and multiples of 1, 2 or 5 times a
+// power of ten, see NiceTicks). It knows nothing of what it draws.
+//
+// A chart of two series in one panel, with a marker:
+//
+//	c := svgchart.Chart{
+//		Title:    "Drain of 20,000 entries",
+//		Subtitle: []string{"REFRESH_CONCURRENCY=16"},
+//		XUnit:    "s",
+//		XLabel:   "seconds since the consumer started",
+//		Panels: []svgchart.Panel{{
+//			Title: "queue depth (entries)",
+//			Series: []svgchart.Series{
+//				{Name: "reference", Color: "#d9480f", Points: [][2]float64{{0, 20000}, {60, 0}}},
+//				{Name: "scorerefresh", Color: "#1c7ed6", Points: [][2]float64{{0, 20000}, {12, 0}}},
+//			},
+//		}},
+//		Markers: []svgchart.Marker{{Label: "trigger", X: 5}},
+//	}
+//	err := c.WriteSVG(w) // or s := c.SVG()
+package svgchart
+
+import (
+	"cmp"
+	"fmt"
+	"html"
+	"io"
+	"math"
+	"strings"
+)
+
+// Series is one line of a panel. A panel draws its series in order, later
+// ones over earlier ones, and names them in a legend.
+type Series struct {
+	Name, Color string // legend text; any SVG colour (Palette has ten)
+	// Fill shades the area under the line.
+	Fill bool
+	// Points are (x, y) pairs in drawing order; a gap in the data is
+	// simply a missing point.
+	Points [][2]float64
+}
+
+// Panel is one plot of a chart.
+type Panel struct {
+	Title  string
+	Unit   string // appended to the y tick labels ("s" draws 30s)
+	Series []Series
+}
+
+// Marker is a labelled dashed vertical line across every panel at X.
+type Marker struct {
+	Label string
+	X     float64
+}
+
+// Chart is stacked panels under a title. The zero values of the geometry
+// fields take the defaults.
+type Chart struct {
+	Title    string
+	Subtitle []string // one line each, under the title
+	Panels   []Panel
+	Markers  []Marker
+	XUnit    string // appended to the x tick labels
+	XLabel   string // centred under the last panel
+	Footer   string // small print at the bottom left (provenance)
+
+	Width       int // default 960
+	PanelHeight int // default 150
+}
+
+// Palette is the colours series can take in turn when there are many.
+var Palette = []string{"#2563eb", "#dc2626", "#16a34a", "#9333ea", "#d97706", "#0891b2", "#db2777", "#4b5563", "#65a30d", "#7c3aed"}
+
+// Geometry, in SVG user units.
+const (
+	marginLeft  = 78
+	marginRight = 24
+	panelGap    = 46
+	xTickCount  = 8
+	yTickCount  = 4
+)
+
+// WriteSVG writes the chart as a self-contained SVG document.
+func (c Chart) WriteSVG(w io.Writer) error {
+	_, err := io.WriteString(w, c.SVG())
+	return err
+}
+
+// SVG returns the chart as a self-contained SVG document.
+func (c Chart) SVG() string {
+	width, panelH := cmp.Or(c.Width, 960), cmp.Or(c.PanelHeight, 150)
+	top0 := 63 + 15*len(c.Subtitle)
+	height := top0 + len(c.Panels)*(panelH+panelGap) + 10
+	if c.XLabel != "" {
+		height += 16
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif" font-size="12">`+"\n",
+		width, height, width, height)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="#ffffff"/>`+"\n")
+	fmt.Fprintf(&b, `<text x="%d" y="26" font-size="17" font-weight="600" fill="#111">%s</text>`+"\n", marginLeft, esc(c.Title))
+	for i, line := range c.Subtitle {
+		fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#555">%s</text>`+"\n", marginLeft, 46+15*i, esc(line))
+	}
+	ax := newXAxis(c, width)
+	for i, p := range c.Panels {
+		pl := plot{b: &b, x: ax, top: float64(top0 + i*(panelH+panelGap)), height: float64(panelH), right: width - marginRight}
+		pl.draw(p, c.Markers)
+	}
+	if c.XLabel != "" {
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle" fill="#444">%s</text>`+"\n", marginLeft+ax.width/2, height-22, esc(c.XLabel))
+	}
+	fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#888" font-size="11">%s</text>`+"\n", marginLeft, height-6, esc(c.Footer))
+	b.WriteString("</svg>\n")
+	return b.String()
+}
+
+// xAxis maps x values to the plots' width: from 0 to the largest x of any
+// series or marker, ticks within that range.
+type xAxis struct {
+	max, width float64
+	ticks      []float64
+	unit       string
+}
+
+func newXAxis(c Chart, width int) xAxis {
+	xMax := 0.0
+	for _, p := range c.Panels {
+		for _, s := range p.Series {
+			for _, pt := range s.Points {
+				xMax = math.Max(xMax, pt[0])
+			}
+		}
+	}
+	for _, m := range c.Markers {
+		xMax = math.Max(xMax, m.X)
+	}
+	if !(xMax > 0) || math.IsInf(xMax, 0) {
+		xMax = 1
+	}
+	ax := xAxis{max: xMax, width: float64(width - marginLeft - marginRight), unit: c.XUnit}
+	for _, t := range NiceTicks(xMax, xTickCount) {
+		if t <= xMax*(1+1e-9) {
+			ax.ticks = append(ax.ticks, t)
+		}
+	}
+	return ax
+}
+
+func (a xAxis) at(v float64) float64 { return marginLeft + v/a.max*a.width }
+
+// plot draws one panel whose top edge is at top.
+type plot struct {
+	b           *strings.Builder
+	x           xAxis
+	top, height float64
+	right       int
+	yTop        float64 // the y axis's highest tick
+}
+
+func (pl *plot) y(v float64) float64 { return pl.top + pl.height - v/pl.yTop*pl.height }
+
+func (pl *plot) draw(p Panel, markers []Marker) {
+	yMax := 0.0
+	for _, s := range p.Series {
+		for _, pt := range s.Points {
+			yMax = math.Max(yMax, pt[1])
+		}
+	}
+	yTicks := NiceTicks(yMax, yTickCount)
+	pl.yTop = yTicks[len(yTicks)-1]
+	b := pl.b
+	fmt.Fprintf(b, `<text x="%d" y="%.1f" font-weight="600" fill="#222">%s</text>`+"\n", marginLeft, pl.top-8, esc(p.Title))
+	for _, v := range yTicks {
+		fmt.Fprintf(b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#e5e5e5"/>`, marginLeft, pl.right, pl.y(v), pl.y(v))
+		fmt.Fprintf(b, `<text x="%d" y="%.1f" text-anchor="end" fill="#666">%s</text>`+"\n", marginLeft-6, pl.y(v)+4, esc(Label(v)+p.Unit))
+	}
+	bottom := pl.top + pl.height
+	for _, t := range pl.x.ticks {
+		fmt.Fprintf(b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#f0f0f0"/>`, pl.x.at(t), pl.x.at(t), pl.top, bottom)
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="#666">%s</text>`+"\n", pl.x.at(t), bottom+15, esc(Label(t)+pl.x.unit))
+	}
+	fmt.Fprintf(b, `<rect x="%d" y="%.1f" width="%.1f" height="%.0f" fill="none" stroke="#bbb"/>`+"\n", marginLeft, pl.top, pl.x.width, pl.height)
+	for _, m := range markers {
+		fmt.Fprintf(b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#888" stroke-dasharray="4 3"/>`, pl.x.at(m.X), pl.x.at(m.X), pl.top, bottom)
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" fill="#666">%s</text>`+"\n", pl.x.at(m.X)+3, pl.top+12, esc(m.Label))
+	}
+	for _, s := range p.Series {
+		pl.series(s)
+	}
+	pl.legend(p)
+}
+
+// Approximate text widths at 12px, to lay legends out without measuring.
+const (
+	charWidth     = 6.6
+	boldCharWidth = 7.4
+)
+
+// legend names the series in one row right of the panel's title, or, when
+// that row would run into the title, in a column inside the panel's top right
+// corner (over a white backing, so lines under it do not hide the names).
+func (pl *plot) legend(p Panel) {
+	b, row := pl.b, 0.0
+	for _, s := range p.Series {
+		row += float64(len([]rune(s.Name)))*charWidth + 26
+	}
+	if marginLeft+float64(len([]rune(p.Title)))*boldCharWidth+12+row <= float64(pl.right) {
+		x := float64(pl.right)
+		for j := len(p.Series) - 1; j >= 0; j-- {
+			s := p.Series[j]
+			x -= float64(len([]rune(s.Name)))*charWidth + 26
+			fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="12" height="4" fill="%s"/><text x="%.1f" y="%.1f" fill="#333">%s</text>`+"\n",
+				x, pl.top-14, esc(s.Color), x+16, pl.top-8, esc(s.Name))
+		}
+		return
+	}
+	widest := 0
+	for _, s := range p.Series {
+		widest = max(widest, len([]rune(s.Name)))
+	}
+	w := float64(widest)*charWidth + 30
+	x := float64(pl.right) - w - 6
+	fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%d" fill="#ffffff" fill-opacity="0.85" stroke="#ddd"/>`+"\n",
+		x, pl.top+4, w, 16*len(p.Series)+6)
+	for j, s := range p.Series {
+		y := pl.top + 20 + float64(16*j)
+		fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="12" height="4" fill="%s"/><text x="%.1f" y="%.1f" fill="#333">%s</text>`+"\n",
+			x+6, y-6, esc(s.Color), x+22, y, esc(s.Name))
+	}
+}
+
+// series draws one line, and the area under it when s.Fill is set.
+func (pl *plot) series(s Series) {
+	if len(s.Points) == 0 {
+		return
+	}
+	var pts strings.Builder
+	for _, p := range s.Points {
+		fmt.Fprintf(&pts, "%.1f,%.1f ", pl.x.at(p[0]), pl.y(p[1]))
+	}
+	if s.Fill {
+		first, last := s.Points[0], s.Points[len(s.Points)-1]
+		base := pl.top + pl.height
+		fmt.Fprintf(pl.b, `<polygon points="%.1f,%.1f %s%.1f,%.1f" fill="%s" fill-opacity="0.18"/>`+"\n",
+			pl.x.at(first[0]), base, pts.String(), pl.x.at(last[0]), base, esc(s.Color))
+	}
+	fmt.Fprintf(pl.b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="1.8" stroke-linejoin="round"/>`+"\n",
+		strings.TrimSpace(pts.String()), esc(s.Color))
+}
+
+// NiceTicks returns 0 and the multiples of a step up to the first at or above
+// top, about n of them (n below 1 counts as 1). The step is 1, 2 or 5 times a
+// power of ten, the smallest such step that is at least top/n. A top that is
+// not a positive finite number gives {0, 1}.
+func NiceTicks(top float64, n int) []float64 {
+	if !(top > 0) || math.IsInf(top, 0) {
+		return []float64{0, 1}
+	}
+	raw := top / float64(max(n, 1))
+	exp := math.Floor(math.Log10(raw))
+	mult := 10.0
+	for _, m := range []float64{1, 2, 5} {
+		if m*math.Pow(10, exp) >= raw*(1-1e-9) {
+			mult = m
+			break
+		}
+	}
+	ticks := []float64{0}
+	for i := 1.0; ticks[len(ticks)-1] < top*(1-1e-9); i++ {
+		ticks = append(ticks, decimal(i*mult, exp))
+	}
+	return ticks
+}
+
+// decimal is k·10^exp for a whole k, computed so that 3·10^-1 is 0.3, not
+// 0.30000000000000004.
+func decimal(k, exp float64) float64 {
+	if exp < 0 {
+		return k / math.Pow(10, -exp)
+	}
+	return k * math.Pow(10, exp)
+}
+
+// Label prints a tick value briefly: 1500 as 1.5k, 20000 as 20k, 2500000 as
+// 2.5M, 0.25 as 0.25.
+func Label(v float64) string {
+	switch {
+	case math.Abs(v) >= 1e6:
+		return strings.TrimSuffix(fmt.Sprintf("%.1f", v/1e6), ".0") + "M"
+	case math.Abs(v) >= 1e3:
+		return strings.TrimSuffix(fmt.Sprintf("%.1f", v/1e3), ".0") + "k"
+	case v == math.Trunc(v):
+		return fmt.Sprintf("%.0f", v)
+	}
+	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.2f", v), "0"), ".")
+}
+
+func esc(s string) string { return html.EscapeString(s) }

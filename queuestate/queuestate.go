@@ -1,0 +1,173 @@
+// Package queuestate reads how much work the score-event queue holds: its
+// depth, the enqueue time of its oldest pending entry and, optionally, the
+// dead-letter collection's depth. Every read costs the same few round trips
+// whatever the queue's size, so it can run every second while the queue is in
+// trouble, which is exactly when an exact count would hurt most.
+//
+// The SLI sampler (metrics), `status`, replay's drain timeline and the demo's
+// progress line read the queue through it:
+//
+//	r := queuestate.New(queue, deadLetter) // deadLetter may be nil
+//	st, err := r.Read(ctx)                 // 3 round trips, 4 with deadLetter
+//	if err != nil { ... }
+//	fmt.Println(st.Depth, st.OldestAge(time.Now()), st.DeadLetters)
+//
+// # Depth
+//
+// Depth is estimatedDocumentCount: collection metadata, O(1). It is exact on
+// a replica set after a clean shutdown; after an unclean one it can drift
+// until the next validate, and on a sharded cluster it counts orphans during
+// migrations: an error of a few entries, where an exact countDocuments would
+// scan every index key of the queue each time.
+//
+// # Oldest pending entry
+//
+// An entry is dated as the consumer dates it: by createdAt when that is a
+// date; when createdAt is missing or null, by its ObjectId _id's timestamp.
+// An entry with neither (createdAt of another type, or no createdAt and an
+// _id that is not an ObjectId) is malformed: it is no pending work (the
+// consumer dead-letters it) and is left out of the oldest age, though it
+// counts in the depth until it is moved.
+//
+// The oldest entry is two finds of one document each: the first dated entry
+// in {createdAt, _id} order, and the first undated entry with an ObjectId _id
+// in _id order. Both read the first key or two of the queue's index
+// {createdAt, _id, username} (the consumer's claim window builds it); the
+// second names it as a hint, falling back to planning freely when the index is
+// missing.
+package queuestate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Reader reads the queue's state; it is safe for concurrent use.
+type Reader struct {
+	queue, deadLetter *mongo.Collection
+}
+
+// New returns a reader of queue. deadLetter, when not nil, is counted too
+// (State.DeadLetters), at one more round trip per Read.
+func New(queue, deadLetter *mongo.Collection) *Reader {
+	return &Reader{queue: queue, deadLetter: deadLetter}
+}
+
+// State is one reading of the queue.
+type State struct {
+	Depth int64 // queue documents, estimated (see the package comment)
+	// Oldest is the enqueue time of the oldest pending entry; zero when the
+	// queue holds no dated entry.
+	Oldest      time.Time
+	DeadLetters int64 // dead-letter documents, estimated; 0 without a dead-letter collection
+}
+
+// OldestAge is how long the oldest pending entry has waited at now; 0 when
+// there is none (and never negative: producers' clocks may run ahead).
+func (s State) OldestAge(now time.Time) time.Duration {
+	if s.Oldest.IsZero() {
+		return 0
+	}
+	return max(0, now.Sub(s.Oldest))
+}
+
+// Read takes one reading: depth, oldest pending entry and, when the reader
+// has one, the dead-letter depth.
+func (r *Reader) Read(ctx context.Context) (State, error) {
+	var st State
+	var err error
+	if st.Depth, err = r.Depth(ctx); err != nil {
+		return State{}, err
+	}
+	if st.Oldest, err = r.Oldest(ctx); err != nil {
+		return State{}, err
+	}
+	if r.deadLetter != nil {
+		if st.DeadLetters, err = r.deadLetter.EstimatedDocumentCount(ctx); err != nil {
+			return State{}, fmt.Errorf("counting dead letters: %w", err)
+		}
+	}
+	return st, nil
+}
+
+// Depth is the queue's estimated document count: one round trip.
+func (r *Reader) Depth(ctx context.Context) (int64, error) {
+	n, err := r.queue.EstimatedDocumentCount(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("counting queue entries: %w", err)
+	}
+	return n, nil
+}
+
+// Oldest returns the enqueue time of the oldest pending entry, zero if none:
+// two round trips.
+func (r *Reader) Oldest(ctx context.Context) (time.Time, error) {
+	dated, err := r.oldestDated(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	undated, err := r.oldestUndated(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if dated.IsZero() || (!undated.IsZero() && undated.Before(dated)) {
+		return undated, nil
+	}
+	return dated, nil
+}
+
+// oldestDated is the createdAt of the first entry whose createdAt is a date.
+func (r *Reader) oldestDated(ctx context.Context) (time.Time, error) {
+	var dated struct {
+		CreatedAt time.Time `bson:"createdAt"`
+	}
+	err := r.queue.FindOne(ctx,
+		bson.D{{Key: "createdAt", Value: bson.D{{Key: "$type", Value: "date"}}}},
+		options.FindOne().SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
+			SetProjection(bson.D{{Key: "createdAt", Value: 1}})).Decode(&dated)
+	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
+		return time.Time{}, fmt.Errorf("reading the oldest entry: %w", err)
+	}
+	return dated.CreatedAt, nil
+}
+
+// oldestUndated is the ObjectId time of the first entry without createdAt.
+// Only ObjectId _ids: other types sort before ObjectIds, and a malformed
+// entry there would hide the undated entries behind it until dead-lettered.
+func (r *Reader) oldestUndated(ctx context.Context) (time.Time, error) {
+	var undated struct {
+		ID bson.ObjectID `bson:"_id"`
+	}
+	// Hinted: the _id index returns this order too, and a planner that picks
+	// it (it can win the trial while undated entries sit at the head) reads
+	// the whole queue once they are gone, every read, until it replans.
+	query := bson.D{{Key: "createdAt", Value: nil}, {Key: "_id", Value: bson.D{{Key: "$type", Value: "objectId"}}}}
+	opts := options.FindOne().SetSort(bson.D{{Key: "_id", Value: 1}}).SetProjection(bson.D{{Key: "_id", Value: 1}})
+	err := r.queue.FindOne(ctx, query, opts.SetHint(timeIndex)).Decode(&undated)
+	if isBadHint(err) { // the index is missing (its build failed): plan freely
+		err = r.queue.FindOne(ctx, query, opts.SetHint(nil)).Decode(&undated)
+	}
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("reading the oldest undated entry: %w", err)
+	}
+	return undated.ID.Timestamp(), nil
+}
+
+// timeIndex is the queue's index on {createdAt, _id, username}, the claim
+// window's, which the consumer builds; both oldest-entry finds read it.
+var timeIndex = bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}
+
+// isBadHint reports the server's answer to a hint naming no index (BadValue).
+func isBadHint(err error) bool {
+	var se mongo.ServerError
+	return errors.As(err, &se) && se.HasErrorCode(2)
+}
