@@ -374,6 +374,7 @@ func TestTargetedAcksDeleteEveryEntryOnce(t *testing.T) {
 // documents than its bound.
 func TestHotQueryPlans(t *testing.T) {
 	t.Parallel()
+	mongotest.RequireMongoDBURI(t)
 	s := newHotScenario(t)
 	mongotest.RequireMongoDB(t, s.b.db)
 	checked := 0
@@ -434,6 +435,7 @@ func checkHotPlan(t *testing.T, r *hotRound, coll string, cmd bson.D, p querypla
 // passes costs a document read, up to the same bound.
 func TestWindowPlanWhenUsernameIsAnArray(t *testing.T) {
 	t.Parallel()
+	mongotest.RequireMongoDBURI(t)
 	s := newHotScenario(t)
 	mongotest.RequireMongoDB(t, s.b.db)
 	if _, err := s.b.colls.Queue.InsertOne(t.Context(), bson.D{{Key: "username", Value: bson.A{"a", "b"}}, {Key: "createdAt", Value: time.Now()}}); err != nil {

@@ -83,6 +83,7 @@ func TestSamplerQueryShapes(t *testing.T) {
 // the finds the first keys of the time index and at most two documents.
 func TestSamplerQueryPlans(t *testing.T) {
 	t.Parallel()
+	mongotest.RequireMongoDBURI(t)
 	for _, undated := range []int{0, 200} {
 		db, cmds := sampleRecorded(t, 3000, undated)
 		mongotest.RequireMongoDB(t, db)

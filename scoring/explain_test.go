@@ -102,6 +102,7 @@ func TestComponentQueryShapes(t *testing.T) {
 // and documents, never another user's.
 func TestComponentQueryPlans(t *testing.T) {
 	t.Parallel()
+	mongotest.RequireMongoDBURI(t)
 	db, cmds := recomputeRecorded(t)
 	mongotest.RequireMongoDB(t, db)
 	for _, c := range cmds {
