@@ -12,29 +12,23 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/pkg/clock/clocktest"
 	"github.com/scorerefresh/scorerefresh/pkg/limiter"
 )
 
-// fakeNow is a clock the test moves by hand.
-type fakeNow struct{ t time.Time }
-
-func (f *fakeNow) now() time.Time          { return f.t }
-func (f *fakeNow) advance(d time.Duration) { f.t = f.t.Add(d) }
-
-func newTestAdaptive(t *testing.T, max int) (*AdaptiveLimiter, *metrics.Consumer, *fakeNow) {
+func newTestAdaptive(t *testing.T, max int) (*AdaptiveLimiter, *metrics.Consumer, *clocktest.Fake) {
 	t.Helper()
 	m := metrics.NewConsumer(prometheus.NewRegistry())
-	a := NewAdaptiveLimiter(max, time.Hour, limiter.PolicyConfig{}, m, nil)
-	clock := &fakeNow{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	a.now = clock.now
+	clock := clocktest.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	a := NewAdaptiveLimiter(max, time.Hour, limiter.PolicyConfig{}, m, nil, clock)
 	return a, m, clock
 }
 
 // refreshes runs n refreshes of latency d one after another on the fake clock.
-func refreshes(a *AdaptiveLimiter, clock *fakeNow, n int, d time.Duration, overload bool) {
+func refreshes(a *AdaptiveLimiter, clock *clocktest.Fake, n int, d time.Duration, overload bool) {
 	for range n {
 		done := a.RefreshStarted()
-		clock.advance(d)
+		clock.Advance(d)
 		done(overload, false)
 	}
 }
@@ -91,7 +85,7 @@ func TestAdaptiveLimiterCutsOnRefreshesStuckInFlight(t *testing.T) {
 		defer done(false, true)
 	}
 	for i := 1; i <= 2; i++ {
-		clock.advance(time.Second)
+		clock.Advance(time.Second)
 		a.decide()
 	}
 	if a.Limit() >= start || testutil.ToFloat64(m.LimitChanges.WithLabelValues(limiter.ReasonLatency)) != 1 {
@@ -105,7 +99,7 @@ func TestAdaptiveLimiterIgnoresCancelledRefreshes(t *testing.T) {
 	a, _, clock := newTestAdaptive(t, 16)
 	for range 10 {
 		done := a.RefreshStarted()
-		clock.advance(time.Minute)
+		clock.Advance(time.Minute)
 		done(false, true)
 	}
 	a.decide()
@@ -136,7 +130,7 @@ func TestAdaptiveLimiterJudgesAgainstTheFleetBaseline(t *testing.T) {
 	shared.ShareBaseline(fleet, 0)
 	for _, x := range []struct {
 		a     *AdaptiveLimiter
-		clock *fakeNow
+		clock *clocktest.Fake
 	}{{alone, clockA}, {shared, clockS}} {
 		for range 4 {
 			if err := x.a.Acquire(context.Background()); err != nil {
@@ -170,10 +164,9 @@ func TestAdaptiveLimiterJudgesAgainstTheFleetBaseline(t *testing.T) {
 func TestFleetBaselinesExchangeThroughTheClaimsCollection(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	clock := &fakeNow{t: time.Now()}
-	a := NewFleetBaselines(b.colls.Claims, "a", time.Minute)
-	c := NewFleetBaselines(b.colls.Claims, "c", time.Minute)
-	a.now, c.now = clock.now, clock.now
+	clock := clocktest.NewFake(time.Now())
+	a := NewFleetBaselines(b.colls.Claims, "a", time.Minute, clock)
+	c := NewFleetBaselines(b.colls.Claims, "c", time.Minute, clock)
 	ctx := t.Context()
 
 	if got, err := a.Exchange(ctx, 0); err != nil || got != (Fleet{0, 1}) {
@@ -191,8 +184,7 @@ func TestFleetBaselinesExchangeThroughTheClaimsCollection(t *testing.T) {
 		t.Errorf("one exchange sent %v, want one update and one find", cmds)
 	}
 	// A third replica, not yet measured: counted, and told the bar.
-	d := NewFleetBaselines(b.colls.Claims, "d", time.Minute)
-	d.now = clock.now
+	d := NewFleetBaselines(b.colls.Claims, "d", time.Minute, clock)
 	if got, err := d.Exchange(ctx, 0); err != nil || got != (Fleet{300 * time.Millisecond, 3}) {
 		t.Fatalf("d: %+v, %v; want a's 300ms, 3 replicas (itself included)", got, err)
 	}
@@ -200,7 +192,7 @@ func TestFleetBaselinesExchangeThroughTheClaimsCollection(t *testing.T) {
 		t.Fatal(err)
 	}
 	// a and d go away; their figures go stale while c keeps publishing.
-	clock.advance(2 * time.Minute)
+	clock.Advance(2 * time.Minute)
 	if got, err := c.Exchange(ctx, 500*time.Millisecond); err != nil || got != (Fleet{500 * time.Millisecond, 1}) {
 		t.Fatalf("after a and d left: %+v, %v; want c's own 500ms, 1 replica", got, err)
 	}

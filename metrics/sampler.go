@@ -12,6 +12,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
 // SamplerConfig configures the SLI sampler.
@@ -20,7 +22,7 @@ type SamplerConfig struct {
 	Interval          time.Duration // SLI_INTERVAL; default 15s
 	Timeout           time.Duration // deadline of one sample; default Interval
 	SummaryEvery      time.Duration // period of the info summary log line; default 1m
-	Now               func() time.Time
+	Clock             clock.Clock   // paces the samples and dates them; default the wall clock
 }
 
 // Sampler samples queue depth, oldest pending age and dead-letter depth every
@@ -59,9 +61,7 @@ func NewSampler(cfg SamplerConfig, sli *SLI, consumer *Consumer, log *slog.Logge
 	cfg.Interval = cmp.Or(cfg.Interval, 15*time.Second)
 	cfg.Timeout = cmp.Or(cfg.Timeout, cfg.Interval)
 	cfg.SummaryEvery = cmp.Or(cfg.SummaryEvery, time.Minute)
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -71,18 +71,14 @@ func NewSampler(cfg SamplerConfig, sli *SLI, consumer *Consumer, log *slog.Logge
 // Run samples until ctx ends. A failed sample is counted and logged; the
 // gauges keep their last values (and the oldest age keeps rising).
 func (s *Sampler) Run(ctx context.Context) {
-	t := time.NewTicker(s.cfg.Interval)
-	defer t.Stop()
-	for {
-		if err := s.RunOnce(ctx); err != nil && ctx.Err() == nil {
-			s.sli.SampleErrors.Inc()
-			s.log.Warn("SLI sample failed", "op", "sli sample", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	s.sample(ctx)
+	clock.Every(ctx, s.cfg.Clock, s.cfg.Interval, s.sample)
+}
+
+func (s *Sampler) sample(ctx context.Context) {
+	if err := s.RunOnce(ctx); err != nil && ctx.Err() == nil {
+		s.sli.SampleErrors.Inc()
+		s.log.Warn("SLI sample failed", "op", "sli sample", "err", err)
 	}
 }
 
@@ -102,7 +98,7 @@ func (s *Sampler) RunOnce(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("counting dead letters: %w", err)
 	}
-	now := s.cfg.Now()
+	now := s.cfg.Clock.Now()
 	s.sli.QueueDepth.Set(float64(depth))
 	s.sli.SetOldest(oldest)
 	s.sli.DeadLetterDepth.Set(float64(dead))

@@ -18,9 +18,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 
-	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/consumer"
+	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/pkg/limiter"
 	"github.com/scorerefresh/scorerefresh/pkg/redact"
 	"github.com/scorerefresh/scorerefresh/pkg/serverclock"
@@ -40,6 +41,10 @@ type Options struct {
 	// WrapRefresher, if set, wraps the scorer: the bench injects scorer
 	// faults with it.
 	WrapRefresher func(consumer.Refresher) consumer.Refresher
+	// Clock is what the service waits on and measures durations with
+	// (default: the wall clock). Lease and score times come from the
+	// server's clock (Service.Clock), which corrects this one.
+	Clock clock.Clock
 }
 
 // Service is a wired, not yet running, scorerefresh.
@@ -62,6 +67,7 @@ type Service struct {
 	// clocks disagree still agree on them.
 	Clock *serverclock.Clock
 
+	clock    clock.Clock               // Options.Clock
 	server   *metrics.Server           // nil when METRICS_ADDR is empty
 	adaptive *consumer.AdaptiveLimiter // nil unless ADAPTIVE_CONCURRENCY
 }
@@ -69,6 +75,7 @@ type Service struct {
 // New loads the rules, connects to MongoDB (lazily: an unreachable server is
 // retried by the loops, not fatal here) and builds the pipeline.
 func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error) {
+	local := clock.Or(opts.Clock)
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -93,7 +100,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 	var limit consumer.Limiter = consumer.NewFixedLimiter(cfg.RefreshConcurrency)
 	var adaptive *consumer.AdaptiveLimiter
 	if cfg.AdaptiveConcurrency {
-		adaptive = consumer.NewAdaptiveLimiter(cfg.RefreshConcurrency, time.Second, limiter.PolicyConfig{}, consumerMetrics, log)
+		adaptive = consumer.NewAdaptiveLimiter(cfg.RefreshConcurrency, time.Second, limiter.PolicyConfig{}, consumerMetrics, log, local)
 		mongoMetrics.OnCheckout = adaptive.ObserveCheckout
 		limit = adaptive
 	}
@@ -113,7 +120,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 	if rp := clientOpts.ReadPreference; rp != nil && rp.Mode() != readpref.PrimaryMode {
 		log.Warn("MONGODB_URI asks for a read preference other than primary; scorerefresh reads from the primary regardless", "uri_read_preference", rp.Mode().String())
 	}
-	clock := serverclock.New(db, nil)
+	serverClock := serverclock.New(db, local)
 	s := &Service{
 		cfg:      cfg,
 		log:      log,
@@ -124,9 +131,10 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 		Metrics:  consumerMetrics,
 		adaptive: adaptive,
 		Mongo:    mongoMetrics,
-		Clock:    clock,
-		SLI:      metrics.NewSLI(reg, nil),
-		Health:   metrics.NewHealth(nil),
+		Clock:    serverClock,
+		clock:    local,
+		SLI:      metrics.NewSLI(reg, local),
+		Health:   metrics.NewHealth(local),
 		Colls: consumer.Collections{
 			Queue:      db.Collection(cfg.QueueCollection),
 			Claims:     db.Collection(cfg.ClaimsCollection),
@@ -137,15 +145,16 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 		// Unique per process, not per host: the bench and tests run several
 		// consumers in one process.
 		replica := consumer.DefaultOwner() + "/" + bson.NewObjectID().Hex()
-		adaptive.ShareBaseline(consumer.NewFleetBaselines(s.Colls.Claims, replica, 0), 10*time.Second)
+		adaptive.ShareBaseline(consumer.NewFleetBaselines(s.Colls.Claims, replica, 0, local), 10*time.Second)
 	}
 	s.Sampler = metrics.NewSampler(metrics.SamplerConfig{
-		Queue: s.Colls.Queue, DeadLetter: s.Colls.DeadLetter, Interval: cfg.SLIInterval,
+		Queue: s.Colls.Queue, DeadLetter: s.Colls.DeadLetter, Interval: cfg.SLIInterval, Clock: local,
 	}, s.SLI, s.Metrics, log)
 	store := scoring.NewStore(db.Collection(cfg.ScoresCollection), scoring.StoreConfig{
 		OnConflict: s.Metrics.OCCConflicts.Inc,
 		OnSkip:     func(reason string) { s.Metrics.WritesSkipped.WithLabelValues(reason).Inc() },
 		Logger:     log,
+		Clock:      local,
 	})
 	var refresher consumer.Refresher = scoring.NewRefresher(scoring.NewRecomputer(db, rules, scoring.WithRecomputerLogger(log)), store,
 		scoring.WithRefreshObserver(func(st scoring.RefreshStats) {
@@ -174,12 +183,13 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 		BatchSize:        cfg.RefreshBatchSize,
 		BatchLinger:      cfg.RefreshBatchLinger,
 	}, s.Colls, consumer.Deps{
-		Refresher: refresher,
-		Limiter:   limit,
-		Metrics:   s.Metrics,
-		Logger:    log,
-		Clock:     clock,
-		Wakeups:   append(opts.Wakeups, consumer.NewChangeStreamSource(s.Colls.Queue, consumer.ChangeStreamConfig{}, s.Metrics, log)),
+		Refresher:  refresher,
+		Limiter:    limit,
+		Metrics:    s.Metrics,
+		Logger:     log,
+		Clock:      local,
+		ServerTime: serverClock,
+		Wakeups:    append(opts.Wakeups, consumer.NewChangeStreamSource(s.Colls.Queue, consumer.ChangeStreamConfig{Clock: local}, s.Metrics, log)),
 		AfterFlush: func(err error) {
 			if err != nil {
 				s.Health.Set("acknowledging", false, err.Error())
@@ -268,10 +278,8 @@ func (s *Service) setup(ctx context.Context) {
 		cancel()
 		delay := consumer.Backoff{Base: time.Second, Max: time.Minute}.Delay(attempt, nil)
 		s.log.Warn("creating indexes failed: MongoDB unreachable; retrying", "op", "create indexes", "attempt", attempt, "retry_in", delay, "err", err)
-		select {
-		case <-ctx.Done():
+		if clock.Sleep(ctx, s.clock, delay) != nil {
 			return
-		case <-time.After(delay):
 		}
 	}
 }
@@ -304,25 +312,21 @@ func (s *Service) syncClock(ctx context.Context) {
 
 // pingLoop keeps the "mongodb" readiness condition current.
 func (s *Service) pingLoop(ctx context.Context) {
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	for {
-		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		err := s.Client.Ping(pctx, nil)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			s.Health.Set("mongodb", false, "ping failed: "+err.Error())
-		} else {
-			s.Health.Set("mongodb", true, "")
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	s.ping(ctx)
+	clock.Every(ctx, s.clock, 5*time.Second, s.ping)
+}
+
+func (s *Service) ping(ctx context.Context) {
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	err := s.Client.Ping(pctx, nil)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		s.Health.Set("mongodb", false, "ping failed: "+err.Error())
+	} else {
+		s.Health.Set("mongodb", true, "")
 	}
 }
 

@@ -117,6 +117,7 @@ func (f *Fake) advanceTo(t time.Time) {
 	if t.After(f.now) {
 		f.now = t
 	}
+	f.notify() // time left changed: WaitUntil looks again
 }
 
 func (f *Fake) earliest() *waiter {
@@ -142,6 +143,10 @@ func (f *Fake) Waiters() int {
 func (f *Fake) Pending() []time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.pendingLocked()
+}
+
+func (f *Fake) pendingLocked() []time.Duration {
 	out := make([]time.Duration, len(f.waiters))
 	for i, w := range f.waiters {
 		out[i] = w.at.Sub(f.now)
@@ -162,11 +167,25 @@ func (f *Fake) Armed() []time.Duration {
 // ends (returning its error). The code under test reaching a wait is what
 // lets a test Advance without racing it.
 func (f *Fake) BlockUntil(ctx context.Context, n int) error {
+	return f.WaitUntil(ctx, func(pending []time.Duration) bool { return len(pending) >= n })
+}
+
+// BlockUntilWaiting waits until a timer or ticker is pending with exactly d
+// left, or ctx ends (returning its error): the code under test has begun the
+// wait of d the test means to drive, whatever else is waiting.
+func (f *Fake) BlockUntilWaiting(ctx context.Context, d time.Duration) error {
+	return f.WaitUntil(ctx, func(pending []time.Duration) bool { return slices.Contains(pending, d) })
+}
+
+// WaitUntil waits until cond holds for the pending waits (as Pending lists
+// them), checking each time they change, or until ctx ends (returning its
+// error).
+func (f *Fake) WaitUntil(ctx context.Context, cond func(pending []time.Duration) bool) error {
 	for {
 		f.mu.Lock()
-		have, changed := len(f.waiters), f.changed
+		ok, changed := cond(f.pendingLocked()), f.changed
 		f.mu.Unlock()
-		if have >= n {
+		if ok {
 			return nil
 		}
 		select {

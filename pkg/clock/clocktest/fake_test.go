@@ -201,3 +201,23 @@ func TestPendingListsTimeLeft(t *testing.T) {
 		t.Errorf("Pending() = %v, want %v", got, want)
 	}
 }
+
+func TestBlockUntilWaitingPicksOutOneWait(t *testing.T) {
+	f := NewFake(start)
+	f.NewTicker(time.Second) // something else waiting all along
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	slept := make(chan error)
+	go func() { slept <- clock.Sleep(ctx, f, 7*time.Second) }()
+	if err := f.BlockUntilWaiting(ctx, 7*time.Second); err != nil {
+		t.Fatalf("the 7s wait never began: %v", err)
+	}
+	f.Advance(7 * time.Second)
+	if err := <-slept; err != nil {
+		t.Fatal(err)
+	}
+	// The ticker now has 1s left again, after Advance moved it on.
+	if err := f.BlockUntilWaiting(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
