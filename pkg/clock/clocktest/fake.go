@@ -58,11 +58,17 @@ func (f *Fake) Now() time.Time {
 // After returns a timer's channel.
 func (f *Fake) After(d time.Duration) <-chan time.Time { return f.NewTimer(d).C() }
 
-// NewTimer returns a timer that fires once the fake has moved d on.
+// NewTimer returns a timer that fires once the fake has moved d on; at once
+// if d is zero or less, as with package time.
 func (f *Fake) NewTimer(d time.Duration) clock.Timer {
 	w := &waiter{f: f, c: make(chan time.Time, 1)}
 	f.mu.Lock()
 	w.at = f.now.Add(d)
+	if d <= 0 {
+		w.c <- f.now
+		f.mu.Unlock()
+		return fakeTimer{w}
+	}
 	f.armed = append(f.armed, d)
 	f.add(w)
 	if f.auto {
@@ -156,7 +162,8 @@ func (f *Fake) pendingLocked() []time.Duration {
 }
 
 // Armed returns the duration of every timer armed so far (NewTimer, After,
-// Reset), in order: what the code under test chose to wait.
+// Reset) that had to wait, in order: what the code under test chose to
+// wait.
 func (f *Fake) Armed() []time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -179,13 +186,13 @@ func (f *Fake) BlockUntilWaiting(ctx context.Context, d time.Duration) error {
 
 // WaitUntil waits until cond holds for the pending waits (as Pending lists
 // them), checking each time they change, or until ctx ends (returning its
-// error).
+// error). cond may call the fake's methods.
 func (f *Fake) WaitUntil(ctx context.Context, cond func(pending []time.Duration) bool) error {
 	for {
 		f.mu.Lock()
-		ok, changed := cond(f.pendingLocked()), f.changed
+		pending, changed := f.pendingLocked(), f.changed
 		f.mu.Unlock()
-		if ok {
+		if cond(pending) {
 			return nil
 		}
 		select {
@@ -241,6 +248,10 @@ func (w *waiter) reset(d time.Duration) bool {
 		w.period = d
 	}
 	w.at = f.now.Add(d)
+	if w.period == 0 && d <= 0 {
+		w.c <- f.now
+		return active
+	}
 	if w.period == 0 {
 		f.armed = append(f.armed, d)
 	}

@@ -221,3 +221,18 @@ func TestBlockUntilWaitingPicksOutOneWait(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestZeroTimerFiresAtOnce(t *testing.T) {
+	f := NewFake(start)
+	if _, ok := fired(f.After(0)); !ok {
+		t.Error("After(0) did not fire at once")
+	}
+	tm := f.NewTimer(time.Second)
+	tm.Reset(-time.Second)
+	if _, ok := fired(tm.C()); !ok {
+		t.Error("a timer reset to a negative duration did not fire at once")
+	}
+	if f.Waiters() != 0 || len(f.Armed()) != 1 {
+		t.Errorf("%d waiters, armed %v; want none pending and only the 1s wait armed", f.Waiters(), f.Armed())
+	}
+}
