@@ -66,17 +66,27 @@ func (h logSignal) WithGroup(name string) slog.Handler {
 	return logSignal{h.Handler.WithGroup(name), h.msg, h.ch}
 }
 
+// heldRefresh is a refresher for one refresh, which closes started, then
+// holds until release is closed or its context ends, and closes ended.
+func heldRefresh() (rec *recordingRefresher, started, release, ended chan struct{}) {
+	started, release, ended = make(chan struct{}), make(chan struct{}), make(chan struct{})
+	rec = newRecorder(func(ctx context.Context, user string, n int) error {
+		defer close(ended)
+		close(started)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return ctx.Err()
+	})
+	return rec, started, release, ended
+}
+
 func TestShutdownTimeoutCancelsAndReleasesWithoutCountingAnAttempt(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.enqueue(t, "slow")
-	inRefresh, cancelled := make(chan struct{}), make(chan struct{})
-	rec := newRecorder(func(ctx context.Context, user string, n int) error {
-		close(inRefresh)
-		<-ctx.Done() // never finishes by itself
-		close(cancelled)
-		return ctx.Err()
-	})
+	rec, inRefresh, _, cancelled := heldRefresh() // never released: only cancelling ends it
 	clk := clocktest.NewFake(time.Now())
 	const timeout = 7 * time.Second // unlike any other wait of the consumer's
 	c, m := b.newConsumer(t, rec, consumerOpts{clock: clk, cfg: Config{ShutdownTimeout: timeout, PollInterval: time.Hour}})
@@ -112,15 +122,7 @@ func TestLeasesAreRenewedAThirdIntoTheirLife(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.enqueue(t, "held")
-	inRefresh, release := make(chan struct{}), make(chan struct{})
-	rec := newRecorder(func(ctx context.Context, user string, n int) error {
-		close(inRefresh)
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return ctx.Err()
-	})
+	rec, inRefresh, release, _ := heldRefresh()
 	clk := clocktest.NewFake(time.Now())
 	start0 := clk.Now()
 	const lease = 30 * time.Second
