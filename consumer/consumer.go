@@ -249,9 +249,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// Shutdown: let running refreshes finish, up to the timeout.
 	done := make(chan struct{})
 	go func() { refreshes.Wait(); close(done) }()
+	timeout := c.clock.NewTimer(c.cfg.ShutdownTimeout)
+	defer timeout.Stop()
 	select {
 	case <-done:
-	case <-c.clock.After(c.cfg.ShutdownTimeout):
+	case <-timeout.C():
 		c.log.Warn("shutdown timeout reached; cancelling running refreshes", "timeout", c.cfg.ShutdownTimeout)
 		cancelWork()
 		<-done
