@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
 // outcome is how one claimed user ended.
@@ -61,7 +62,8 @@ type completer struct {
 	queue       *mongo.Collection
 	leases      *leaseStore
 	dead        *deadLetterer
-	clock       Clock
+	clock       clock.Clock // what flushes wait on
+	serverTime  clock.Nower // backoffs and dead letters are dated on the server's clock
 	metrics     *metrics.Consumer
 	log         *slog.Logger
 	maxAttempts int
@@ -107,7 +109,7 @@ func (c *completer) addMalformed(ms []malformed) {
 		lane.addMalformed(ms)
 		return
 	}
-	now := c.clock.Now()
+	now := c.serverTime.Now()
 	c.mu.Lock()
 	for _, m := range ms {
 		k := idKey(m.ID)
@@ -128,7 +130,7 @@ func (c *completer) run(ctx context.Context) {
 		go func() { defer close(done); lane.run(ctx) }()
 		defer func() { <-done }()
 	}
-	timer := time.NewTimer(time.Hour)
+	timer := c.clock.NewTimer(time.Hour)
 	timer.Stop()
 	for {
 		select {
@@ -142,7 +144,7 @@ func (c *completer) run(ctx context.Context) {
 				select {
 				case <-ctx.Done():
 					return
-				case <-timer.C:
+				case <-timer.C():
 				case <-c.kick:
 					timer.Stop()
 				}
@@ -214,13 +216,11 @@ func (c *completer) settle(ctx context.Context, f *flush) error {
 			c.log.Error("flushing finished users failed; will retry", "op", "ack flush", "users", len(f.settled), "attempt", attempt, "err", err)
 		}
 		delay := Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}.Delay(attempt, nil)
-		select {
-		case <-ctx.Done():
+		if clock.Sleep(ctx, c.clock, delay) != nil {
 			c.mu.Lock()
 			c.carry = f
 			c.mu.Unlock()
 			return errors.Join(err, ctx.Err())
-		case <-time.After(delay):
 		}
 	}
 }
@@ -252,7 +252,7 @@ type flush struct {
 
 func newFlush(batch []outcome, bad map[string]malformed, c *completer) *flush {
 	f := &flush{c: c}
-	now := c.clock.Now()
+	now := c.serverTime.Now()
 	for _, m := range bad {
 		f.dead = append(f.dead, deadLetter{ID: m.ID, Reason: metrics.ReasonMalformed, Detail: m.Detail})
 	}
@@ -455,7 +455,7 @@ func (f *flush) release(ctx context.Context, leases []lease, tried *bool) error 
 // entries to the final flush.
 func (f *flush) deadLetters(ctx context.Context) error {
 	c := f.c
-	counts, failed, err := c.dead.move(ctx, f.dead, c.clock.Now())
+	counts, failed, err := c.dead.move(ctx, f.dead, c.serverTime.Now())
 	for reason, n := range counts {
 		c.metrics.EntriesDeadLettered.WithLabelValues(reason).Add(float64(n))
 	}
@@ -493,7 +493,7 @@ func (f *flush) postponeDeadLetters(failed []deadLetter) {
 	if f.backOffDone { // (a final flush finishing a move cut short)
 		f.retries, f.backOffDone = nil, false
 	}
-	now := c.clock.Now()
+	now := c.serverTime.Now()
 	kept := f.exhausted[:0]
 	for _, l := range f.exhausted {
 		if !users[l.User] {
@@ -515,7 +515,7 @@ func (c *completer) deadLane() *completer {
 	}
 	c.laneOnce.Do(func() {
 		c.lane = &completer{
-			queue: c.queue, leases: c.leases, dead: c.dead, clock: c.clock, metrics: c.metrics, log: c.log,
+			queue: c.queue, leases: c.leases, dead: c.dead, clock: c.clock, serverTime: c.serverTime, metrics: c.metrics, log: c.log,
 			maxAttempts: c.maxAttempts, retryDelay: c.retryDelay, interval: c.interval, batchSize: c.batchSize,
 			onSettled:  func(users []lease) { c.onSettled(users) },
 			afterFlush: func(error) {},
@@ -556,7 +556,7 @@ func (c *completer) noteDeadLetters(batch, failed []deadLetter) {
 	for _, b := range failed {
 		bad[idKey(b.ID)] = true
 	}
-	now := c.clock.Now()
+	now := c.serverTime.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.deadRetry == nil {

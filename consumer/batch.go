@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
 // BatchRefresher recomputes and stores many users' scores in a fixed number
@@ -63,12 +65,12 @@ func (g *batcher) seal(b *batch) []work {
 }
 
 // linger waits until b is full, d passes or ctx ends.
-func (b *batch) linger(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
+func (b *batch) linger(ctx context.Context, clk clock.Clock, d time.Duration) {
+	t := clk.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-b.full:
-	case <-t.C:
+	case <-t.C():
 	case <-ctx.Done():
 	}
 }

@@ -12,14 +12,14 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
 // ChangeStreamConfig configures the change-stream wake-up source.
 type ChangeStreamConfig struct {
 	RetryAfter  time.Duration // after falling back to polling, try the stream again this much later; default 5m
 	MaxFailures int           // consecutive stream errors before falling back; default 5
-	// After replaces time.After in tests.
-	After func(time.Duration) <-chan time.Time
+	Clock       clock.Clock   // what retries wait on; default the wall clock
 }
 
 // changeStream is the part of *mongo.ChangeStream the source uses.
@@ -68,9 +68,7 @@ func NewChangeStreamSource(queue *mongo.Collection, cfg ChangeStreamConfig, m *m
 func newChangeStreamSource(watch watchFunc, cfg ChangeStreamConfig, m *metrics.Consumer, log *slog.Logger) *ChangeStreamSource {
 	cfg.RetryAfter = cmp.Or(cfg.RetryAfter, 5*time.Minute)
 	cfg.MaxFailures = cmp.Or(cfg.MaxFailures, 5)
-	if cfg.After == nil {
-		cfg.After = time.After
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -151,12 +149,7 @@ func (s *ChangeStreamSource) use(source string, why error) {
 }
 
 func (s *ChangeStreamSource) sleep(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-s.cfg.After(d):
-		return true
-	}
+	return clock.Sleep(ctx, s.cfg.Clock, d) == nil
 }
 
 // unsupported reports a server without change streams: standalone mongod

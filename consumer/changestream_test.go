@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/pkg/clock/clocktest"
 )
 
 // fakeStream delivers scripted events, then ends with err.
@@ -62,13 +63,9 @@ func (w *scriptedWatch) watch(ctx context.Context, token bson.Raw) (changeStream
 	return next()
 }
 
-// immediately is an After that fires at once: the test drives the source
-// through its retries without waiting.
-func immediately(time.Duration) <-chan time.Time {
-	c := make(chan time.Time, 1)
-	c <- time.Time{}
-	return c
-}
+// immediately is a clock whose waits end at once: the test drives the
+// source through its retries without waiting.
+func immediately() *clocktest.Fake { return clocktest.NewAuto(time.Now()) }
 
 func TestChangeStreamResumesWithItsTokenAfterAnError(t *testing.T) {
 	t.Parallel()
@@ -78,7 +75,7 @@ func TestChangeStreamResumesWithItsTokenAfterAnError(t *testing.T) {
 		func() (changeStream, error) { return &fakeStream{tokens: []string{"t3"}, err: reset}, nil },
 	}}
 	m := metrics.NewConsumer(prometheus.NewRegistry())
-	src := newChangeStreamSource(w.watch, ChangeStreamConfig{After: immediately}, m, nil)
+	src := newChangeStreamSource(w.watch, ChangeStreamConfig{Clock: immediately()}, m, nil)
 	ctx, cancel := context.WithCancel(t.Context())
 	var wakes int
 	done := make(chan error)
@@ -107,7 +104,7 @@ func TestChangeStreamFallsBackToPollingAfterRepeatedFailures(t *testing.T) {
 	fail := func() (changeStream, error) { return nil, errors.New("server selection timeout") }
 	w := &scriptedWatch{done: make(chan struct{}), streams: []func() (changeStream, error){fail, fail, fail}}
 	m := metrics.NewConsumer(prometheus.NewRegistry())
-	src := newChangeStreamSource(w.watch, ChangeStreamConfig{After: immediately, MaxFailures: 3}, m, nil)
+	src := newChangeStreamSource(w.watch, ChangeStreamConfig{Clock: immediately(), MaxFailures: 3}, m, nil)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error)
 	go func() { done <- src.Run(ctx, func() {}) }()
@@ -130,8 +127,8 @@ func TestChangeStreamFallsBackOnTheEmbeddedServer(t *testing.T) {
 	b := setup(t)
 	m := metrics.NewConsumer(prometheus.NewRegistry())
 	var logs logCounter
-	retry := make(chan time.Time)
-	src := NewChangeStreamSource(b.colls.Queue, ChangeStreamConfig{After: func(time.Duration) <-chan time.Time { return retry }}, m, logs.logger())
+	still := clocktest.NewFake(time.Now()) // the retry never comes
+	src := NewChangeStreamSource(b.colls.Queue, ChangeStreamConfig{Clock: still}, m, logs.logger())
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error)
 	go func() { done <- src.Run(ctx, func() {}) }()

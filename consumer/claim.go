@@ -14,6 +14,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
 // AbsorbLimit caps the entries this process holds for the users it claimed,
@@ -86,13 +88,13 @@ const validUsername = `^[\s\S]{1,256}\z`
 // A claimer is used by one goroutine (the claim loop): its memory of blocked
 // users and of the page it reads is not locked.
 type claimer struct {
-	queue     *mongo.Collection
-	leases    *leaseStore
-	window    int
-	lease     time.Duration
-	clock     Clock
-	owner     string
-	scanEvery time.Duration // malformed-entry scans at most this often
+	queue      *mongo.Collection
+	leases     *leaseStore
+	window     int
+	lease      time.Duration
+	serverTime clock.Nower // lease times are the server's
+	owner      string
+	scanEvery  time.Duration // malformed-entry scans at most this often
 
 	skip     map[string]time.Time // users known blocked, until when
 	resume   *position            // read the window from here, not the head
@@ -129,7 +131,7 @@ func (c *claimer) round(ctx context.Context, room, absorbLimit int, exclude map[
 	if err := c.detect(ctx); err != nil {
 		return nil, err
 	}
-	now := c.clock.Now()
+	now := c.serverTime.Now()
 	window, err := c.readWindow(ctx, now, exclude)
 	if err != nil {
 		return nil, err
@@ -153,7 +155,7 @@ func (c *claimer) round(ctx context.Context, room, absorbLimit int, exclude map[
 		return res, nil
 	}
 	token := bson.NewObjectID().Hex()
-	won, err := c.leases.acquire(ctx, picks, token, c.clock.Now(), c.lease)
+	won, err := c.leases.acquire(ctx, picks, token, c.serverTime.Now(), c.lease)
 	if err != nil || len(won) == 0 {
 		return res, err
 	}

@@ -17,7 +17,7 @@ func TestClaimingIgnoresFleetBaselineDocuments(t *testing.T) {
 	b := setup(t)
 	ctx := t.Context()
 	for i, replica := range []string{"a", "c", "d"} {
-		fleet := adaptive.NewFleetBaselines(b.colls.Claims, replica, time.Minute)
+		fleet := adaptive.NewFleetBaselines(b.colls.Claims, replica, time.Minute, nil)
 		if _, err := fleet.Exchange(ctx, time.Duration(i+3)*100*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}

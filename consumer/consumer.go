@@ -34,6 +34,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
 // The pipeline's defaults that the service's configuration shares
@@ -112,8 +113,15 @@ type Deps struct {
 	Limiter   Limiter           // default: a FixedLimiter of DefaultRefreshConcurrency
 	Metrics   *metrics.Consumer // required
 	Logger    *slog.Logger      // default: discard
-	Clock     Clock             // default: SystemClock
-	Wakeups   []WakeupSource    // hints that work arrived; polling stays on regardless
+	// Clock is what the consumer waits on (poll, lease renewal, ack retry
+	// delays, the shutdown timeout) and measures durations with; default:
+	// the wall clock.
+	Clock clock.Clock
+	// ServerTime is the time written on and compared with leases and
+	// backoffs, which other replicas read: the MongoDB server's clock
+	// (serverclock). Default: Clock.
+	ServerTime clock.Nower
+	Wakeups    []WakeupSource // hints that work arrived; polling stays on regardless
 	// AfterClaim, if set, is called after every pass of the claim loop with
 	// the round's error (nil when it succeeded or had no room): the liveness
 	// watchdog's heartbeat and the readiness signal.
@@ -131,7 +139,8 @@ type Consumer struct {
 	limiter    Limiter
 	metrics    *metrics.Consumer
 	log        *slog.Logger
-	clock      Clock
+	clock      clock.Clock
+	serverTime clock.Nower
 	wakeups    []WakeupSource
 	afterClaim func(err error)
 
@@ -165,7 +174,8 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 		limiter:    deps.Limiter,
 		metrics:    deps.Metrics,
 		log:        deps.Logger,
-		clock:      deps.Clock,
+		clock:      clock.Or(deps.Clock),
+		serverTime: deps.ServerTime,
 		wakeups:    deps.Wakeups,
 		afterClaim: deps.AfterClaim,
 		wake:       newSignal(),
@@ -179,15 +189,15 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
-	if c.clock == nil {
-		c.clock = SystemClock{}
+	if c.serverTime == nil {
+		c.serverTime = c.clock
 	}
 	if c.afterClaim == nil {
 		c.afterClaim = func(error) {}
 	}
 	c.leases = &leaseStore{coll: colls.Claims, owner: cfg.Owner}
 	byUser := new(atomic.Bool) // set by the claimer's first round, read by the completer's deletes
-	c.claimer = &claimer{queue: colls.Queue, leases: c.leases, window: cfg.ClaimWindow, lease: cfg.LeaseDuration, clock: c.clock,
+	c.claimer = &claimer{queue: colls.Queue, leases: c.leases, window: cfg.ClaimWindow, lease: cfg.LeaseDuration, serverTime: c.serverTime,
 		owner: cfg.Owner, scanEvery: cfg.PollInterval, skip: map[string]time.Time{}, byUser: byUser}
 	c.starts = &startMarker{leases: c.leases}
 	if _, ok := c.refresher.(BatchRefresher); !ok {
@@ -212,6 +222,7 @@ func (c *Consumer) newCompleter(colls Collections, byUser *atomic.Bool, afterFlu
 		dead:        &deadLetterer{queue: colls.Queue, dead: colls.DeadLetter, byUser: byUser},
 		byUser:      byUser,
 		clock:       c.clock,
+		serverTime:  c.serverTime,
 		metrics:     c.metrics,
 		log:         c.log,
 		maxAttempts: c.cfg.MaxAttempts,
@@ -258,9 +269,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// Shutdown: let running refreshes finish, up to the timeout.
 	done := make(chan struct{})
 	go func() { refreshes.Wait(); close(done) }()
+	timeout := c.clock.NewTimer(c.cfg.ShutdownTimeout)
+	defer timeout.Stop()
 	select {
 	case <-done:
-	case <-time.After(c.cfg.ShutdownTimeout):
+	case <-timeout.C():
 		c.log.Warn("shutdown timeout reached; cancelling running refreshes", "timeout", c.cfg.ShutdownTimeout)
 		cancelWork()
 		<-done
@@ -285,12 +298,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 // that filled the room or the window, when a user settles, on a wake-up, and
 // every PollInterval regardless.
 func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitGroup) {
-	poll := time.NewTicker(c.cfg.PollInterval)
+	poll := c.clock.NewTicker(c.cfg.PollInterval)
 	defer poll.Stop()
 	failures, pages := 0, 0
 	var lastRound time.Time
 	for ctx.Err() == nil {
-		lastRound = time.Now()
+		lastRound = c.clock.Now()
 		more, paged, err := c.claimOnce(ctx, workCtx, refreshes)
 		if ctx.Err() == nil {
 			c.afterClaim(err)
@@ -300,10 +313,7 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 			failures++
 			delay := Backoff{Base: 200 * time.Millisecond, Max: 30 * time.Second}.Delay(failures, nil)
 			c.log.Error("claim failed; retrying", "op", "claim", "attempt", failures, "retry_in", delay, "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(delay):
-			}
+			_ = clock.Sleep(ctx, c.clock, delay) // ended early only by shutdown, which the loop checks
 			continue
 		}
 		failures = 0
@@ -320,19 +330,14 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 		c.claimer.resume = nil
 		select {
 		case <-ctx.Done():
-		case <-poll.C:
+		case <-poll.C():
 			c.metrics.Wakeups.WithLabelValues(metrics.WakeupPoll).Inc()
 		case <-c.wake:
 			// Every insert wakes every replica (change streams): at most
 			// one woken round per wakeGap, so a busy producer costs a
 			// fleet ~1/wakeGap rounds a second per replica, not one per
 			// insert.
-			if gap := wakeGap - time.Since(lastRound); gap > 0 {
-				select {
-				case <-ctx.Done():
-				case <-time.After(gap):
-				}
-			}
+			_ = clock.Sleep(ctx, c.clock, wakeGap-clock.Since(c.clock, lastRound))
 		}
 	}
 }
@@ -357,7 +362,7 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 	// leases that everyone must wait out. Its own deadline still bounds it.
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.OpTimeout)
 	defer cancel()
-	start := time.Now()
+	start := c.clock.Now()
 	c.mu.Lock()
 	exclude := make(map[string]struct{}, len(c.held))
 	for u := range c.held {
@@ -366,7 +371,7 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 	absorb := AbsorbLimit - c.heldE
 	c.mu.Unlock()
 	res, err := c.claimer.round(opCtx, room, absorb, exclude)
-	c.metrics.ClaimDuration.Observe(time.Since(start).Seconds())
+	c.metrics.ClaimDuration.Observe(clock.Since(c.clock, start).Seconds())
 	if res != nil {
 		c.completer.addMalformed(res.malformed)
 	}
@@ -386,7 +391,7 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 	c.mu.Unlock()
 	c.metrics.EntriesClaimed.Add(float64(entries))
 	if len(res.works) > 0 || len(res.malformed) > 0 {
-		c.log.Debug("claim batch", "users", len(res.works), "entries", entries, "malformed", len(res.malformed), "room", room, "duration", time.Since(start))
+		c.log.Debug("claim batch", "users", len(res.works), "entries", entries, "malformed", len(res.malformed), "room", room, "duration", clock.Since(c.clock, start))
 	}
 	for _, w := range res.works {
 		refreshes.Go(func() { c.process(ctx, workCtx, w) })
@@ -429,7 +434,7 @@ func (c *Consumer) process(ctx, workCtx context.Context, w work) {
 	defer close(b.done)
 	err := c.limiter.Acquire(ctx)
 	if err == nil && ctx.Err() == nil {
-		b.linger(ctx, c.cfg.BatchLinger) // company joins until full or the linger ends
+		b.linger(ctx, c.clock, c.cfg.BatchLinger) // company joins until full or the linger ends
 	}
 	works := c.batches.seal(b)
 	c.dequeued(len(works))
@@ -484,7 +489,7 @@ func (c *Consumer) settleRefresh(workCtx context.Context, w work, err error) {
 		return
 	}
 	isTransient := transient(err)
-	now := c.clock.Now()
+	now := c.serverTime.Now()
 	if !isTransient {
 		c.failures.record(now, err != nil)
 	}
@@ -580,18 +585,11 @@ func (c *Consumer) wantMore() bool {
 // round trip, so a lease expires only if this process stops renewing for two
 // whole periods.
 func (c *Consumer) renewLoop(ctx context.Context) {
-	t := time.NewTicker(c.cfg.LeaseDuration / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	clock.Every(ctx, c.clock, c.cfg.LeaseDuration/3, func(ctx context.Context) {
 		if err := c.renewOnce(ctx); err != nil && ctx.Err() == nil {
 			c.log.Error("renewing leases failed; retrying next period", "op", "lease renewal", "err", err)
 		}
-	}
+	})
 }
 
 func (c *Consumer) renewOnce(ctx context.Context) error {
@@ -606,7 +604,7 @@ func (c *Consumer) renewOnce(ctx context.Context) error {
 	}
 	opCtx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
 	defer cancel()
-	n, err := c.leases.renew(opCtx, held, c.clock.Now().Add(c.cfg.LeaseDuration))
+	n, err := c.leases.renew(opCtx, held, c.serverTime.Now().Add(c.cfg.LeaseDuration))
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 )
 
@@ -87,9 +88,10 @@ func (c *commandCounter) take() map[string]int {
 }
 
 type consumerOpts struct {
-	cfg   Config
-	clock Clock
-	limit int
+	cfg        Config
+	clock      clock.Clock // nil: the wall clock
+	serverTime clock.Nower // nil: clock
+	limit      int
 }
 
 func (b *testBundle) newConsumer(t *testing.T, r Refresher, o consumerOpts) (*Consumer, *metrics.Consumer) {
@@ -104,11 +106,12 @@ func (b *testBundle) newConsumer(t *testing.T, r Refresher, o consumerOpts) (*Co
 		limit = 4
 	}
 	c := New(cfg, b.colls, Deps{
-		Refresher: r,
-		Limiter:   NewFixedLimiter(limit),
-		Metrics:   m,
-		Logger:    testLogger(t),
-		Clock:     o.clock,
+		Refresher:  r,
+		Limiter:    NewFixedLimiter(limit),
+		Metrics:    m,
+		Logger:     testLogger(t),
+		Clock:      o.clock,
+		ServerTime: o.serverTime,
 	})
 	return c, m
 }

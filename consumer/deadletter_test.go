@@ -293,7 +293,7 @@ func TestUnwritableDeadLetterHoldsBackNothing(t *testing.T) {
 
 	// A clock that stands still: the failed entries' backoff cannot run out
 	// before the end of the test, however slow the server.
-	c, m := b.newConsumer(t, newRecorder(nil), consumerOpts{cfg: Config{MaxAttempts: 1}, clock: fixedClock{time.Now()}})
+	c, m := b.newConsumer(t, newRecorder(nil), consumerOpts{cfg: Config{MaxAttempts: 1}, serverTime: fixedClock{time.Now()}})
 	c.completer.dead.maxCopy = 64 << 10 // as 16 MiB would, with small documents
 	res, err := c.claimer.runOnce(ctx, 10, nil)
 	if err != nil || len(res.works) != 3 || len(res.malformed) != 3 {

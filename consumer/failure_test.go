@@ -155,7 +155,7 @@ func TestExpiredLeaseIsTakenOverAfterCrash(t *testing.T) {
 
 	rec := newRecorder(nil)
 	later := fixedClock{time.Now().Add(lease + time.Second)}
-	rescuer, m := b.newConsumer(t, rec, consumerOpts{clock: later, cfg: Config{LeaseDuration: lease}})
+	rescuer, m := b.newConsumer(t, rec, consumerOpts{serverTime: later, cfg: Config{LeaseDuration: lease}})
 	stop := start(t, rescuer)
 	b.waitDrained(t)
 	if err := stop(); err != nil {
@@ -199,7 +199,7 @@ func TestTakeoverChargesOnlyTheRunningUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	later := fixedClock{time.Now().Add(2 * time.Minute)}
-	rescuer, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{clock: later})
+	rescuer, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{serverTime: later})
 	res, err = rescuer.claimer.runOnce(t.Context(), 10, nil)
 	if err != nil || len(res.works) != 3 {
 		t.Fatalf("takeover: %v, %d users", err, len(res.works))
@@ -244,33 +244,6 @@ func TestShutdownFinishesRunningAndReleasesTheRest(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.Refreshes.WithLabelValues(metrics.OutcomeOK)); got != 1 {
 		t.Errorf("ok refreshes = %v, want 1", got)
-	}
-}
-
-func TestShutdownTimeoutCancelsAndReleasesWithoutCountingAnAttempt(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	b.enqueue(t, "slow")
-	inRefresh := make(chan struct{})
-	rec := newRecorder(func(ctx context.Context, user string, n int) error {
-		close(inRefresh)
-		<-ctx.Done() // never finishes by itself
-		return ctx.Err()
-	})
-	c, m := b.newConsumer(t, rec, consumerOpts{cfg: Config{ShutdownTimeout: 50 * time.Millisecond}})
-	stop := start(t, c)
-	<-inRefresh
-	if err := stop(); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	if n := b.count(t, b.colls.Claims, nil); n != 0 {
-		t.Errorf("%d leases left, want 0: a cancelled refresh must be released, not backed off", n)
-	}
-	if n := b.count(t, b.colls.Queue, nil); n != 1 {
-		t.Errorf("queue holds %d entries, want 1", n)
-	}
-	if got := testutil.ToFloat64(m.Refreshes.WithLabelValues(metrics.OutcomeError)); got != 0 {
-		t.Errorf("failed refreshes = %v, want 0", got)
 	}
 }
 

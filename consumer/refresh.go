@@ -52,12 +52,12 @@ func (l *FixedLimiter) Limit() int { return l.n }
 func (c *Consumer) refreshOne(ctx context.Context, w work) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RefreshTimeout)
 	defer cancel()
-	start := c.clock.Now()
+	start := c.serverTime.Now()
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("refresh panicked: %v\n%s", r, debug.Stack())
 		}
-		c.metrics.RefreshDuration.Observe(c.clock.Now().Sub(start).Seconds())
+		c.metrics.RefreshDuration.Observe(c.serverTime.Now().Sub(start).Seconds())
 	}()
 	if err := c.refresher.Refresh(ctx, w.lease.User, start); err != nil {
 		if ownDeadline(ctx, err, c.cfg.RefreshTimeout) {
@@ -103,7 +103,7 @@ func (c *Consumer) refreshBatch(ctx context.Context, works []work) (errs []error
 	for i, w := range works {
 		users[i] = w.lease.User
 	}
-	start := c.clock.Now()
+	start := c.serverTime.Now()
 	defer func() {
 		if r := recover(); r != nil {
 			err := fmt.Errorf("batch refresh panicked: %v\n%s", r, debug.Stack())
@@ -112,7 +112,7 @@ func (c *Consumer) refreshBatch(ctx context.Context, works []work) (errs []error
 				errs[i] = err
 			}
 		}
-		d := c.clock.Now().Sub(start).Seconds()
+		d := c.serverTime.Now().Sub(start).Seconds()
 		for range works {
 			c.metrics.RefreshDuration.Observe(d)
 		}

@@ -8,14 +8,18 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/pkg/serverclock"
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
 // skewedClock is a host clock that is off by a fixed amount.
-type skewedClock time.Duration
+type skewedClock struct {
+	clock.Real
+	skew time.Duration
+}
 
-func (s skewedClock) Now() time.Time { return time.Now().Add(time.Duration(s)) }
+func (s skewedClock) Now() time.Time { return time.Now().Add(s.skew) }
 
 // TestClockSkewBetweenReplicasLosesNoEvent runs two consumers whose host
 // clocks are ten minutes fast and ten minutes slow on one queue while a
@@ -33,11 +37,11 @@ func TestClockSkewBetweenReplicasLosesNoEvent(t *testing.T) {
 	}}
 	scores := b.db.Collection("user_scores")
 	for i, skew := range []time.Duration{10 * time.Minute, -10 * time.Minute} {
-		clock := serverclock.New(b.db, skewedClock(skew).Now)
+		clock := serverclock.New(b.db, skewedClock{skew: skew})
 		if _, err := clock.Sync(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		c, m := b.newConsumer(t, nil, consumerOpts{limit: 4, clock: clock, cfg: Config{MaxUsersInFlight: 8, Owner: fmt.Sprintf("skewed-%d", i)}})
+		c, m := b.newConsumer(t, nil, consumerOpts{limit: 4, serverTime: clock, cfg: Config{MaxUsersInFlight: 8, Owner: fmt.Sprintf("skewed-%d", i)}})
 		c.refresher = scoring.NewRefresher(scoring.NewRecomputer(b.db, rules), scoring.NewStore(scores, scoring.StoreConfig{OnConflict: m.OCCConflicts.Inc}))
 		start(t, c)
 	}

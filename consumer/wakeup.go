@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"time"
 )
 
 // WakeupSource tells the claim loop that work may have arrived, sooner than
@@ -13,18 +12,6 @@ type WakeupSource interface {
 	// Run calls wake whenever work may have arrived, until ctx ends.
 	Run(ctx context.Context, wake func()) error
 }
-
-// Clock is the time the consumer reasons with (lease expiry, backoff), so
-// tests can move it instead of sleeping.
-type Clock interface {
-	Now() time.Time
-}
-
-// SystemClock is the wall clock.
-type SystemClock struct{}
-
-// Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
 
 // signal is a wake-up that coalesces: any number of sends before the
 // receiver looks count as one.

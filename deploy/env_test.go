@@ -230,6 +230,11 @@ func checkRulesFile(t *testing.T, where, source string, data []byte) {
 	}
 }
 
+// nowFunc turns a time function into the Now source metrics.NewHealth takes.
+type nowFunc func() time.Time
+
+func (f nowFunc) Now() time.Time { return f() }
+
 // checkProbePaths serves metrics.Handler and checks that livePath and
 // readyPath behave as Kubernetes needs: readiness fails while a condition
 // (MongoDB, claiming) fails, liveness does not, and liveness fails only once a
@@ -239,7 +244,7 @@ func checkProbePaths(t *testing.T, livePath, readyPath, metricsPath string) {
 	now := time.Unix(1_700_000_000, 0)
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	h := metrics.NewHealth(clock)
+	h := metrics.NewHealth(nowFunc(clock))
 	h.Watch("claim loop", time.Minute)
 	h.Set("mongodb", false, "ping failed")
 	srv := httptest.NewServer(metrics.Handler(metrics.NewRegistry(), h))

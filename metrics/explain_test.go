@@ -39,7 +39,7 @@ func sampleRecorded(t *testing.T, dated, undated int) (*mongo.Database, []queryp
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	s := metrics.NewSampler(metrics.SamplerConfig{Queue: colls.Queue, DeadLetter: colls.DeadLetter}, metrics.NewSLI(reg, time.Now), metrics.NewConsumer(reg), nil)
+	s := metrics.NewSampler(metrics.SamplerConfig{Queue: colls.Queue, DeadLetter: colls.DeadLetter}, metrics.NewSLI(reg, nil), metrics.NewConsumer(reg), nil)
 	rec.Take()
 	if err := s.RunOnce(t.Context()); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/pkg/redact"
 )
 
@@ -21,7 +22,7 @@ import (
 // Readiness (/readyz) fails while any condition is false (MongoDB unreachable,
 // the claim loop failing), and comes back by itself when they recover.
 type Health struct {
-	now func() time.Time
+	clock clock.Nower
 
 	mu         sync.Mutex
 	beats      map[string]*Heartbeat
@@ -42,19 +43,19 @@ type Heartbeat struct {
 }
 
 // NewHealth returns a Health with no loops and no conditions (live and ready).
-// now defaults to time.Now.
-func NewHealth(now func() time.Time) *Health {
-	if now == nil {
-		now = time.Now
+// clk measures the silences; nil is the wall clock.
+func NewHealth(clk clock.Nower) *Health {
+	if clk == nil {
+		clk = clock.Real{}
 	}
-	return &Health{now: now, beats: map[string]*Heartbeat{}, conditions: map[string]condition{}}
+	return &Health{clock: clk, beats: map[string]*Heartbeat{}, conditions: map[string]condition{}}
 }
 
 // Watch starts watching a loop that must beat at least every allowed.
 func (h *Health) Watch(name string, allowed time.Duration) *Heartbeat {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	b := &Heartbeat{h: h, name: name, allowed: allowed, last: h.now()}
+	b := &Heartbeat{h: h, name: name, allowed: allowed, last: h.clock.Now()}
 	h.beats[name] = b
 	return b
 }
@@ -62,7 +63,7 @@ func (h *Health) Watch(name string, allowed time.Duration) *Heartbeat {
 // Beat records that the loop made progress.
 func (b *Heartbeat) Beat() {
 	b.h.mu.Lock()
-	b.last = b.h.now()
+	b.last = b.h.clock.Now()
 	b.h.mu.Unlock()
 }
 
@@ -78,7 +79,7 @@ func (h *Health) Set(name string, ok bool, detail string) {
 func (h *Health) Live() (bool, string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	now := h.now()
+	now := h.clock.Now()
 	var stuck []string
 	for _, b := range h.beats {
 		if silent := now.Sub(b.last); silent > b.allowed {

@@ -8,22 +8,24 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/scorerefresh/scorerefresh/pkg/clock/clocktest"
 )
 
 func TestLivenessFailsOnlyWhenALoopStopsBeating(t *testing.T) {
 	t.Parallel()
-	clock := &movableClock{t: time.Unix(1_700_000_000, 0)}
-	h := NewHealth(clock.Now)
+	clock := clocktest.NewFake(time.Unix(1_700_000_000, 0))
+	h := NewHealth(clock)
 	beat := h.Watch("claim loop", time.Minute)
 	h.Set("mongodb", false, "down") // readiness must not affect liveness
 	for range 10 {
-		clock.Add(50 * time.Second)
+		clock.Advance(50 * time.Second)
 		beat.Beat() // busy but alive
 		if ok, why := h.Live(); !ok {
 			t.Fatalf("live loop reported dead: %s", why)
 		}
 	}
-	clock.Add(61 * time.Second)
+	clock.Advance(61 * time.Second)
 	if ok, why := h.Live(); ok || why == "" {
 		t.Fatalf("a loop silent for 61s with 60s allowed is live (%q)", why)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/queuestate"
 )
 
@@ -18,7 +19,7 @@ type SamplerConfig struct {
 	Interval          time.Duration // SLI_INTERVAL; default DefaultSampleInterval
 	Timeout           time.Duration // deadline of one sample; default Interval
 	SummaryEvery      time.Duration // period of the info summary log line; default 1m
-	Now               func() time.Time
+	Clock             clock.Clock   // paces the samples and dates them; default the wall clock
 }
 
 // Sampler samples queue depth, oldest pending age and dead-letter depth every
@@ -48,9 +49,7 @@ func NewSampler(cfg SamplerConfig, sli *SLI, consumer *Consumer, log *slog.Logge
 	cfg.Interval = cmp.Or(cfg.Interval, DefaultSampleInterval)
 	cfg.Timeout = cmp.Or(cfg.Timeout, cfg.Interval)
 	cfg.SummaryEvery = cmp.Or(cfg.SummaryEvery, time.Minute)
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -60,18 +59,14 @@ func NewSampler(cfg SamplerConfig, sli *SLI, consumer *Consumer, log *slog.Logge
 // Run samples until ctx ends. A failed sample is counted and logged; the
 // gauges keep their last values (and the oldest age keeps rising).
 func (s *Sampler) Run(ctx context.Context) {
-	t := time.NewTicker(s.cfg.Interval)
-	defer t.Stop()
-	for {
-		if err := s.RunOnce(ctx); err != nil && ctx.Err() == nil {
-			s.sli.SampleErrors.Inc()
-			s.log.Warn("SLI sample failed", "op", "sli sample", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	s.sample(ctx)
+	clock.Every(ctx, s.cfg.Clock, s.cfg.Interval, s.sample)
+}
+
+func (s *Sampler) sample(ctx context.Context) {
+	if err := s.RunOnce(ctx); err != nil && ctx.Err() == nil {
+		s.sli.SampleErrors.Inc()
+		s.log.Warn("SLI sample failed", "op", "sli sample", "err", err)
 	}
 }
 
@@ -83,7 +78,7 @@ func (s *Sampler) RunOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	now := s.cfg.Now()
+	now := s.cfg.Clock.Now()
 	s.sli.QueueDepth.Set(float64(st.Depth))
 	s.sli.SetOldest(st.Oldest)
 	s.sli.DeadLetterDepth.Set(float64(st.DeadLetters))

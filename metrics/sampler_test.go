@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"sync"
 	"testing"
 	"time"
 
@@ -9,30 +8,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/scorerefresh/scorerefresh/pkg/clock/clocktest"
 	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 )
-
-// movableClock is a clock the test moves by hand.
-type movableClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *movableClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *movableClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 func TestSamplerMeasuresQueueAndKeepsAgeRisingWhenStalled(t *testing.T) {
 	t.Parallel()
 	db := mongotest.Database(t, mongotest.Options{})
 	queue, dead := db.Collection("q"), db.Collection("dead")
-	clock := &movableClock{t: time.Now().Truncate(time.Second)} // ObjectIds keep whole seconds
+	clock := clocktest.NewFake(time.Now().Truncate(time.Second)) // ObjectIds keep whole seconds
 	reg := prometheus.NewRegistry()
-	sli := NewSLI(reg, clock.Now)
-	s := NewSampler(SamplerConfig{Queue: queue, DeadLetter: dead, Now: clock.Now}, sli, NewConsumer(reg), nil)
+	sli := NewSLI(reg, clock)
+	s := NewSampler(SamplerConfig{Queue: queue, DeadLetter: dead, Clock: clock}, sli, NewConsumer(reg), nil)
 
 	if err := s.RunOnce(t.Context()); err != nil {
 		t.Fatalf("sampling an empty queue: %v", err)
@@ -79,7 +66,7 @@ func TestSamplerMeasuresQueueAndKeepsAgeRisingWhenStalled(t *testing.T) {
 	}
 
 	// No more samples (MongoDB gone, loop wedged): the age keeps rising.
-	clock.Add(5 * time.Minute)
+	clock.Advance(5 * time.Minute)
 	if a := sli.OldestAge(); a != 900 {
 		t.Errorf("oldest age 5 minutes after the last sample = %v, want 900", a)
 	}

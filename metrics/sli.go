@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
 // DefaultSampleInterval is how often a Sampler samples the queue unless
@@ -22,22 +24,23 @@ type SLI struct {
 	LastSample      prometheus.Gauge
 	SampleErrors    prometheus.Counter
 
-	now    func() time.Time
+	clock  clock.Nower
 	mu     sync.Mutex
 	oldest time.Time // createdAt of the oldest entry at the last sample; zero when empty
 }
 
-// NewSLI registers the SLI gauges on reg. now defaults to time.Now.
-func NewSLI(reg prometheus.Registerer, now func() time.Time) *SLI {
-	if now == nil {
-		now = time.Now
+// NewSLI registers the SLI gauges on reg. clk ages the oldest entry; nil is
+// the wall clock.
+func NewSLI(reg prometheus.Registerer, clk clock.Nower) *SLI {
+	if clk == nil {
+		clk = clock.Real{}
 	}
 	f := promauto.With(reg)
 	g := func(name, help string) prometheus.Gauge {
 		return f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help})
 	}
 	s := &SLI{
-		now:             now,
+		clock:           clk,
 		QueueDepth:      g("queue_depth", "Documents in the queue collection at the last sample."),
 		DeadLetterDepth: g("deadletter_depth", "Documents in the dead-letter collection at the last sample."),
 		ArrivalRate:     g("arrival_rate", "Estimated entries enqueued per second over the recent window."),
@@ -74,7 +77,7 @@ func (s *SLI) OldestAge() float64 {
 	if s.oldest.IsZero() {
 		return 0
 	}
-	return max(0, s.now().Sub(s.oldest).Seconds())
+	return max(0, s.clock.Now().Sub(s.oldest).Seconds())
 }
 
 // NewBuildInfo exports scorerefresh_build_info{version, revision, goversion} = 1.

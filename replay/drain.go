@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
 // Runner is the consumer as a drain uses it: Run drains until ctx ends, then
@@ -41,8 +42,9 @@ type DrainConfig struct {
 	// arrival). Both nil: the queue is complete before the drain begins.
 	Arrived  func() int64
 	LoadDone <-chan error
-	Expected int64     // entries the drain should see through, for the progress bar
-	Progress io.Writer // progress line; nil: none
+	Expected int64       // entries the drain should see through, for the progress bar
+	Progress io.Writer   // progress line; nil: none
+	Clock    clock.Clock // paces the samples and Until; default the wall clock
 }
 
 // DrainResult is what a drain measured.
@@ -60,7 +62,8 @@ type DrainResult struct {
 // arrive, or until cfg.Until or ctx ends, sampling the timeline every
 // interval; then it stops the consumer gracefully and takes a last sample.
 func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
-	res := &DrainResult{Start: time.Now()}
+	clk := clock.Or(cfg.Clock)
+	res := &DrainResult{Start: clk.Now()}
 	s := newSampler(cfg.Queue, cfg.Metrics, cfg.Arrived, res.Start)
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
@@ -73,12 +76,13 @@ func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
 		Done:  func() int64 { l := last.Load(); return int64(l.Acked + l.DeadLetters) },
 		Total: func() int64 { return cfg.Expected },
 		Extra: func() string { return describeSample(last.Load()) },
+		Clock: clk,
 	})
 	defer p.Stop()
 
-	consumerDone := watch(ctx, cfg, s, done, res, &last)
+	consumerDone := watch(ctx, cfg, clk, s, done, res, &last)
 	if res.End.IsZero() {
-		res.End = time.Now()
+		res.End = clk.Now()
 	}
 	stop()
 	if !consumerDone {
@@ -90,7 +94,7 @@ func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
 	// work, with a fresh context: an interrupt must still get its report.
 	finalCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	final, err := s.runOnce(finalCtx, time.Now(), true)
+	final, err := s.runOnce(finalCtx, clk.Now(), true)
 	res.Final = final
 	if err != nil {
 		return res, fmt.Errorf("measuring the queue after the drain: %w", err)
@@ -101,12 +105,14 @@ func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
 // watch samples the timeline into res every interval until the drain stops,
 // and records why (res.Reason, res.Err, and res.End when the queue drained).
 // It reports whether the consumer returned (done was received from).
-func watch(ctx context.Context, cfg DrainConfig, s *sampler, done <-chan error, res *DrainResult, last *atomic.Pointer[Sample]) (consumerDone bool) {
-	t := time.NewTicker(cmp.Or(cfg.Interval, time.Second))
+func watch(ctx context.Context, cfg DrainConfig, clk clock.Clock, s *sampler, done <-chan error, res *DrainResult, last *atomic.Pointer[Sample]) (consumerDone bool) {
+	t := clk.NewTicker(cmp.Or(cfg.Interval, time.Second))
 	defer t.Stop()
 	var deadline <-chan time.Time
 	if cfg.Until > 0 {
-		deadline = time.After(cfg.Until)
+		until := clk.NewTimer(cfg.Until)
+		defer until.Stop()
+		deadline = until.C()
 	}
 	loadDone := cfg.LoadDone
 	loading := loadDone != nil
@@ -127,7 +133,7 @@ func watch(ctx context.Context, cfg DrainConfig, s *sampler, done <-chan error, 
 				res.Reason, res.Err = StopLoadFailed, err
 				return false
 			}
-		case now := <-t.C:
+		case now := <-t.C():
 			// A failed query still yields the counters: the row stays,
 			// unmeasured, and the timeline stays regular.
 			smp, err := s.runOnce(ctx, now, false)

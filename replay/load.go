@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/pkg/extjson"
 )
 
@@ -50,7 +51,7 @@ type LoadConfig struct {
 	Speed      float64             // ArrivalOriginal's speed-up; default 1
 	SkipBad    bool                // leave out documents that do not parse, listing them, instead of stopping
 	BatchSize  int                 // default DefaultBatchSize
-	Clock      Clock               // default SystemClock
+	Clock      clock.Clock         // paces arrival; default the wall clock
 	Progress   io.Writer           // progress lines; nil: none
 	// QuietQueue leaves the queue's load without a progress line of its
 	// own: a drain running alongside reports its arrivals.
@@ -75,9 +76,7 @@ func NewLoader(cfg LoadConfig) *Loader {
 	cfg.Arrival = cmp.Or(cfg.Arrival, ArrivalMax)
 	cfg.Speed = cmp.Or(cfg.Speed, 1)
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
-	if cfg.Clock == nil {
-		cfg.Clock = SystemClock
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	return &Loader{cfg: cfg, stripped: map[string]int{}, loaded: map[string]int64{}}
 }
 
@@ -225,7 +224,7 @@ func (w *fileWriter) add(ctx context.Context, doc any, wait time.Duration) error
 		if err := w.flush(ctx); err != nil {
 			return err
 		}
-		if err := w.l.cfg.Clock.Sleep(ctx, wait); err != nil {
+		if err := clock.Sleep(ctx, w.l.cfg.Clock, wait); err != nil {
 			return err
 		}
 	}

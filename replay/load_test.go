@@ -8,6 +8,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/scorerefresh/scorerefresh/pkg/clock/clocktest"
 	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 )
 
@@ -166,7 +167,7 @@ func TestShiftToNowKeepsGapsAndMovesWindowedSourceTimes(t *testing.T) {
 `)
 	activity := writeTestFile(t, "user_activity.json", `{"_id":1,"username":"a","points":1,"at":{"$date":"2024-03-01T11:00:00Z"},"other":{"$date":"2024-03-01T11:00:00Z"}}`)
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	clock := &fakeClock{now: now}
+	clock := clocktest.NewAuto(now)
 	l, _, err := load(t, LoadConfig{DB: b.db, Queue: "score_events", ShiftToNow: true, Clock: clock,
 		TimeFields: map[string][]string{"user_activity": {"at"}},
 		Files:      []InputFile{{Path: queue, Queue: true}, {Path: activity, Collection: "user_activity"}}})

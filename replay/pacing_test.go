@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/scorerefresh/scorerefresh/pkg/clock/clocktest"
 )
 
 // pacedQueue has gaps of 0, 1s, 5ms, 3.995s and 55s between entries; the
@@ -22,7 +24,7 @@ func TestOriginalArrivalInsertsEachEntryAtItsTimeSpedUp(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	start := time.Date(2025, 6, 1, 8, 0, 0, 0, time.UTC)
-	clock := &fakeClock{now: start}
+	clock := clocktest.NewAuto(start) // only moves when the loader sleeps
 	b.inserts.clock = clock
 	path := writeTestFile(t, "q.json", pacedQueue)
 	l, _, err := load(t, LoadConfig{DB: b.db, Queue: "score_events", Files: []InputFile{{Path: path, Queue: true}},
@@ -65,12 +67,12 @@ func TestOriginalArrivalInsertsEachEntryAtItsTimeSpedUp(t *testing.T) {
 func TestMaxArrivalNeverSleeps(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	clock := &fakeClock{now: time.Date(2025, 6, 1, 8, 0, 0, 0, time.UTC)}
+	clock := clocktest.NewAuto(time.Date(2025, 6, 1, 8, 0, 0, 0, time.UTC))
 	path := writeTestFile(t, "q.json", pacedQueue)
 	if _, _, err := load(t, LoadConfig{DB: b.db, Queue: "score_events", Files: []InputFile{{Path: path, Queue: true}}, Clock: clock}); err != nil {
 		t.Fatal(err)
 	}
-	if len(clock.sleeps) != 0 || len(b.inserts.into("score_events")) != 1 {
-		t.Errorf("slept %v, %d inserts; want no sleep and one insert", clock.sleeps, len(b.inserts.into("score_events")))
+	if len(clock.Armed()) != 0 || len(b.inserts.into("score_events")) != 1 {
+		t.Errorf("slept %v, %d inserts; want no sleep and one insert", clock.Armed(), len(b.inserts.into("score_events")))
 	}
 }

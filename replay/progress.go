@@ -1,12 +1,15 @@
 package replay
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
 // Meter is what one progress line shows. Only Label and Done are required.
@@ -17,6 +20,7 @@ type Meter struct {
 	Total func() int64  // expected total (an estimate is fine); nil or 0: unknown, no bar or ETA
 	Bytes func() int64  // bytes moved so far; nil: not shown
 	Extra func() string // appended to the line; nil: nothing
+	Clock clock.Clock   // paces the redraws and times the rate; nil: the wall clock
 }
 
 // Progress redraws a bar in place on a terminal, about five times a second,
@@ -26,8 +30,10 @@ type Progress struct {
 	w      io.Writer
 	m      Meter
 	tty    bool
+	clock  clock.Clock
 	start  time.Time
 	stop   chan struct{}
+	cancel context.CancelFunc // ends the redraw loop
 	done   sync.WaitGroup
 	recent []progressPoint // the last rateWindow of (time, done), for the rate and ETA
 }
@@ -48,7 +54,8 @@ var PlainEvery = 5 * time.Second
 
 // StartProgress shows m on w until Stop. A nil w shows nothing.
 func StartProgress(w io.Writer, m Meter) *Progress {
-	p := &Progress{w: w, m: m, tty: isTerminal(w), start: time.Now(), stop: make(chan struct{})}
+	clk := clock.Or(m.Clock)
+	p := &Progress{w: w, m: m, tty: isTerminal(w), clock: clk, start: clk.Now(), stop: make(chan struct{})}
 	if w == nil {
 		return p
 	}
@@ -56,18 +63,9 @@ func StartProgress(w io.Writer, m Meter) *Progress {
 	if p.tty {
 		every = 200 * time.Millisecond
 	}
-	p.done.Go(func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-p.stop:
-				return
-			case <-t.C:
-				p.draw(false)
-			}
-		}
-	})
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	p.done.Go(func() { clock.Every(ctx, clk, every, func(context.Context) { p.draw(false) }) })
 	return p
 }
 
@@ -79,6 +77,9 @@ func (p *Progress) Stop() {
 	default:
 	}
 	close(p.stop)
+	if p.cancel != nil {
+		p.cancel()
+	}
 	p.done.Wait()
 	if p.w != nil {
 		p.draw(true)
@@ -86,7 +87,7 @@ func (p *Progress) Stop() {
 }
 
 func (p *Progress) draw(final bool) {
-	now := time.Now()
+	now := p.clock.Now()
 	p.recent = append(p.recent, progressPoint{now, p.m.Done()})
 	for len(p.recent) > 2 && now.Sub(p.recent[1].at) >= recentWindow {
 		p.recent = p.recent[1:]

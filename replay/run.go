@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
@@ -75,7 +76,7 @@ type Target struct {
 	Metrics                           *metrics.Consumer
 	Rules                             *scoring.Rules
 	Settings                          Settings
-	Clock                             Clock // default SystemClock
+	Clock                             clock.Clock // paces arrival and the drain's samples; default the wall clock
 }
 
 // Replay loads o.In into t and, with o.Drain, drains it and writes a report
@@ -110,7 +111,7 @@ func Replay(ctx context.Context, o Options, t Target, out, progress io.Writer) (
 		return nil, nil
 	}
 	dc := DrainConfig{Queue: t.DB.Collection(t.Queue), Consumer: t.Consumer, Metrics: t.Metrics, Interval: o.SampleInterval,
-		Until: o.Until, Expected: plan.Entries, Progress: progress}
+		Until: o.Until, Expected: plan.Entries, Progress: progress, Clock: t.Clock}
 	stopLoad, err := loadQueue(ctx, l, paced, &dc)
 	if err != nil {
 		return nil, loadFailed(l, err)

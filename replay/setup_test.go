@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 )
 
@@ -33,7 +34,7 @@ func setup(t *testing.T) *testBundle {
 // time on the clock the test injected (if any) when it was sent.
 type insertLog struct {
 	mu    sync.Mutex
-	clock Clock
+	clock clock.Nower
 	cmds  []insertCmd
 }
 
@@ -72,27 +73,6 @@ func (l *insertLog) into(coll string) []insertCmd {
 		}
 	}
 	return out
-}
-
-// fakeClock only moves when the code under test sleeps.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	sleeps []time.Duration
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.sleeps = append(c.sleeps, d)
-	c.now = c.now.Add(d)
-	return ctx.Err()
 }
 
 // allDocs returns a collection's documents in _id order, as canonical

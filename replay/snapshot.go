@@ -8,12 +8,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/pkg/extjson"
 )
 
@@ -28,26 +28,26 @@ const SnapshotConsistency = "per-collection scan in _id order, not a point in ti
 // SnapshotConfig says what to snapshot and where.
 type SnapshotConfig struct {
 	DB       *mongo.Database
-	Queue    string    // the queue collection
-	Sources  []string  // source collections to take as well; empty: the queue only
-	Out      string    // a file (the queue only) or a directory (one file per collection and a manifest)
-	Gzip     bool      // gzip the files written into a directory (a file is gzipped when its name ends in .gz)
-	Relaxed  bool      // relaxed Extended JSON (mongoexport's default); canonical otherwise, which keeps int64 apart from int32
-	Origin   string    // recorded in the manifest, e.g. the redacted URI
-	Rules    string    // recorded in the manifest
-	Progress io.Writer // progress lines; nil: none
-	Now      func() time.Time
+	Queue    string      // the queue collection
+	Sources  []string    // source collections to take as well; empty: the queue only
+	Out      string      // a file (the queue only) or a directory (one file per collection and a manifest)
+	Gzip     bool        // gzip the files written into a directory (a file is gzipped when its name ends in .gz)
+	Relaxed  bool        // relaxed Extended JSON (mongoexport's default); canonical otherwise, which keeps int64 apart from int32
+	Origin   string      // recorded in the manifest, e.g. the redacted URI
+	Rules    string      // recorded in the manifest
+	Progress io.Writer   // progress lines; nil: none
+	Clock    clock.Nower // dates the manifest; nil: the wall clock
 }
 
 // Snapshot streams the queue, then the sources, to files, one document a
 // line, in constant memory whatever their size. Into a directory it also
 // writes a manifest, last, so a directory with a manifest is complete.
 func Snapshot(ctx context.Context, cfg SnapshotConfig) (*Manifest, error) {
-	now := time.Now
-	if cfg.Now != nil {
-		now = cfg.Now
+	var now clock.Nower = clock.Real{}
+	if cfg.Clock != nil {
+		now = cfg.Clock
 	}
-	m := &Manifest{Format: ManifestFormat, CreatedAt: now().UTC(), Origin: cfg.Origin, Database: cfg.DB.Name(),
+	m := &Manifest{Format: ManifestFormat, CreatedAt: now.Now().UTC(), Origin: cfg.Origin, Database: cfg.DB.Name(),
 		Rules: cfg.Rules, Consistency: SnapshotConsistency}
 	if !isDirTarget(cfg.Out, len(cfg.Sources) > 0) {
 		f, err := exportCollection(ctx, cfg.DB.Collection(cfg.Queue), cfg.Out, !cfg.Relaxed, cfg.Progress)

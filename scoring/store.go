@@ -11,6 +11,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
 // ErrConflict is wrapped by the error Write returns when it gives up after
@@ -37,6 +39,7 @@ type StoreConfig struct {
 	// logged to Logger.
 	OnSkip func(reason string)
 	Logger *slog.Logger // receives one line per skipped write; nil discards
+	Clock  clock.Clock  // what conflict backoffs wait on; nil is the wall clock
 }
 
 // SkipNewer is the reason of a write skipped because the stored document came
@@ -102,6 +105,7 @@ func NewStore(coll *mongo.Collection, cfg StoreConfig) *Store {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	return &Store{coll: coll, cfg: cfg}
 }
 
@@ -148,7 +152,7 @@ func (s *Store) Write(ctx context.Context, username string, res Result, refreshe
 		if conflicts >= s.cfg.MaxConflictRetries {
 			return 0, fmt.Errorf("writing score of %q: gave up after %d version conflicts: %w", username, conflicts, ErrConflict)
 		}
-		if err := sleepCtx(ctx, s.backoff(conflicts)); err != nil {
+		if err := clock.Sleep(ctx, s.cfg.Clock, s.backoff(conflicts)); err != nil {
 			return 0, fmt.Errorf("backing off after a version conflict on the score of %q: %w", username, err)
 		}
 	}
@@ -236,16 +240,4 @@ func (s *Store) backoff(n int) time.Duration {
 		}
 	}
 	return rand.N(ceiling + 1)
-}
-
-// sleepCtx waits for d or until ctx is done, whichever comes first.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

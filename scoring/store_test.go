@@ -16,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/scorerefresh/scorerefresh/pkg/clock/clocktest"
 	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 )
 
@@ -299,6 +300,51 @@ func TestStoreBackoffHonoursContext(t *testing.T) {
 	}
 	if sent := b.commands.Load() - atCancel.Load(); sent != 0 {
 		t.Errorf("sent %d commands after the context was cancelled, want 0", sent)
+	}
+}
+
+// TestStoreConflictBackoffWaitsOnTheClock: after a version conflict the
+// retry waits its jittered backoff on the Store's clock, and goes only once
+// that clock has passed it.
+func TestStoreConflictBackoffWaitsOnTheClock(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.NewFake(refreshStart)
+	const base = time.Second
+	b := setupStore(t, StoreConfig{BackoffBase: base, BackoffMax: time.Minute, Clock: clk})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // bounds a test that fails
+	defer cancel()
+	if _, err := b.store.Write(ctx, "gina", result(1), refreshStart); err != nil {
+		t.Fatal(err)
+	}
+	race := func() { b.beforeUpdate.Store(nil); b.bumpVersion(t, "gina") } // the next update only
+	b.beforeUpdate.Store(&race)
+	type written struct {
+		outcome WriteOutcome
+		err     error
+	}
+	done := make(chan written, 1)
+	go func() {
+		o, err := b.store.Write(ctx, "gina", result(2), refreshStart.Add(time.Second))
+		done <- written{o, err}
+	}()
+	if err := clk.BlockUntil(ctx, 1); err != nil {
+		t.Fatalf("the write never waited on the clock after its conflict: %v", err)
+	}
+	wait := clk.Pending()[0]
+	if wait <= 0 || wait > base {
+		t.Fatalf("backoff after the first conflict = %v, want within (0, %v]", wait, base)
+	}
+	clk.Advance(wait - time.Nanosecond)
+	if got := b.updates.Load(); got != 1 || len(clk.Pending()) != 1 {
+		t.Fatalf("%d updates and %d waits a nanosecond before the backoff ends; want 1 (the one that conflicted) and 1", got, len(clk.Pending()))
+	}
+	clk.Advance(time.Nanosecond)
+	w := <-done
+	if w.err != nil || w.outcome != WriteUpdated {
+		t.Fatalf("Write = %v, %v; want WriteUpdated once the backoff passed", w.outcome, w.err)
+	}
+	if got := b.updates.Load(); got != 2 {
+		t.Errorf("sent %d updates, want 2", got)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
 // FleetBaselines is the BaselineExchange of replicas sharing one claims
@@ -34,25 +36,28 @@ type FleetBaselines struct {
 	coll    *mongo.Collection
 	replica string
 	fresh   time.Duration
-	now     func() time.Time
+	clock   clock.Nower
 }
 
 // NewFleetBaselines shares through claims. replica names this process
 // uniquely (several consumers may share a host and pid in tests); baselines
 // older than fresh are ignored (default 2 minutes, about the policy's own
-// baseline window).
-func NewFleetBaselines(claims *mongo.Collection, replica string, fresh time.Duration) *FleetBaselines {
+// baseline window). now dates the baselines; nil is the wall clock.
+func NewFleetBaselines(claims *mongo.Collection, replica string, fresh time.Duration, now clock.Nower) *FleetBaselines {
 	if fresh <= 0 {
 		fresh = 2 * time.Minute
 	}
-	return &FleetBaselines{coll: claims, replica: replica, fresh: fresh, now: time.Now}
+	if now == nil {
+		now = clock.Real{}
+	}
+	return &FleetBaselines{coll: claims, replica: replica, fresh: fresh, clock: now}
 }
 
 // Exchange publishes own (unless zero: nothing measured yet) and returns the
 // fleet's baseline and size, this replica counted even before it has a
 // baseline to publish: two round trips per share period (one before).
 func (f *FleetBaselines) Exchange(ctx context.Context, own time.Duration) (Fleet, error) {
-	now := f.now()
+	now := f.clock.Now()
 	if own > 0 {
 		_, err := f.coll.UpdateOne(ctx,
 			bson.D{{Key: "_id", Value: bson.D{{Key: "adaptiveBaseline", Value: f.replica}}}},

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scorerefresh/scorerefresh/pkg/clock/clocktest"
 	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 	"github.com/scorerefresh/scorerefresh/pkg/queryplan"
 )
@@ -26,10 +27,9 @@ func TestFleetBaselinesExchangeThroughTheClaimsCollection(t *testing.T) {
 	t.Parallel()
 	var cmds queryplan.Recorder
 	claims := mongotest.Database(t, mongotest.Options{Monitor: cmds.Monitor()}).Collection("score_claims")
-	clock := &fakeNow{t: time.Now()}
-	a := NewFleetBaselines(claims, "a", time.Minute)
-	c := NewFleetBaselines(claims, "c", time.Minute)
-	a.now, c.now = clock.now, clock.now
+	clock := clocktest.NewFake(time.Now())
+	a := NewFleetBaselines(claims, "a", time.Minute, clock)
+	c := NewFleetBaselines(claims, "c", time.Minute, clock)
 	ctx := t.Context()
 
 	if got, err := a.Exchange(ctx, 0); err != nil || got != (Fleet{0, 1}) {
@@ -47,8 +47,7 @@ func TestFleetBaselinesExchangeThroughTheClaimsCollection(t *testing.T) {
 		t.Errorf("one exchange sent %v, want one update and one find", n)
 	}
 	// A third replica, not yet measured: counted, and told the bar.
-	d := NewFleetBaselines(claims, "d", time.Minute)
-	d.now = clock.now
+	d := NewFleetBaselines(claims, "d", time.Minute, clock)
 	if got, err := d.Exchange(ctx, 0); err != nil || got != (Fleet{300 * time.Millisecond, 3}) {
 		t.Fatalf("d: %+v, %v; want a's 300ms, 3 replicas (itself included)", got, err)
 	}
@@ -56,7 +55,7 @@ func TestFleetBaselinesExchangeThroughTheClaimsCollection(t *testing.T) {
 		t.Fatal(err)
 	}
 	// a and d go away; their figures go stale while c keeps publishing.
-	clock.advance(2 * time.Minute)
+	clock.Advance(2 * time.Minute)
 	if got, err := c.Exchange(ctx, 500*time.Millisecond); err != nil || got != (Fleet{500 * time.Millisecond, 1}) {
 		t.Fatalf("after a and d left: %+v, %v; want c's own 500ms, 1 replica", got, err)
 	}

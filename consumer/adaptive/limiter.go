@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/pkg/limiter"
 )
 
@@ -29,7 +30,7 @@ type Limiter struct {
 	interval time.Duration
 	metrics  *metrics.Consumer
 	log      *slog.Logger
-	now      func() time.Time
+	clock    clock.Clock
 
 	mu        sync.Mutex
 	policy    *limiter.Policy
@@ -58,8 +59,9 @@ type Fleet struct {
 
 // New starts at max/4 (at least 1), a cautious guess that
 // grows within seconds when there is headroom. interval is how often the
-// limit is reconsidered; default 1s.
-func New(max int, interval time.Duration, cfg limiter.PolicyConfig, m *metrics.Consumer, log *slog.Logger) *Limiter {
+// limit is reconsidered; default 1s. clk times refreshes and paces the
+// decisions; nil is the wall clock.
+func New(max int, interval time.Duration, cfg limiter.PolicyConfig, m *metrics.Consumer, log *slog.Logger, clk clock.Clock) *Limiter {
 	cfg.Max = max
 	start := cmp.Or(max/4, 1)
 	if log == nil {
@@ -71,7 +73,7 @@ func New(max int, interval time.Duration, cfg limiter.PolicyConfig, m *metrics.C
 		metrics:  m,
 		log:      log,
 		policy:   limiter.NewPolicy(cfg, start),
-		now:      time.Now,
+		clock:    clock.Or(clk),
 		running:  map[uint64]time.Time{},
 	}
 	m.ConcurrencyLimit.Set(float64(start))
@@ -105,11 +107,11 @@ func (a *Limiter) RefreshStarted() (finished func(overload, cancelled bool)) {
 	a.mu.Lock()
 	id := a.nextID
 	a.nextID++
-	start := a.now()
+	start := a.clock.Now()
 	a.running[id] = start
 	a.mu.Unlock()
 	return func(overload, cancelled bool) {
-		d := a.now().Sub(start)
+		d := a.clock.Now().Sub(start)
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		delete(a.running, id)
@@ -144,24 +146,13 @@ func (a *Limiter) Run(ctx context.Context) {
 				if !a.exchange(ctx) {
 					wait = a.interval
 				}
-				select {
-				case <-ctx.Done():
+				if clock.Sleep(ctx, a.clock, wait) != nil {
 					return
-				case <-time.After(wait):
 				}
 			}
 		})
 	}
-	t := time.NewTicker(a.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			a.decide()
-		}
-	}
+	clock.Every(ctx, a.clock, a.interval, func(context.Context) { a.decide() })
 }
 
 // exchange publishes this replica's baseline and adopts the fleet's. After a
@@ -187,7 +178,7 @@ func (a *Limiter) exchange(ctx context.Context) (published bool) {
 	}
 	a.mu.Lock()
 	a.policy.SetFleet(fleet.Baseline, fleet.Replicas)
-	a.fleetAt = a.now()
+	a.fleetAt = a.clock.Now()
 	a.mu.Unlock()
 	return own > 0
 }
@@ -198,7 +189,7 @@ const fleetStale = 2 * time.Minute
 
 func (a *Limiter) decide() {
 	a.mu.Lock()
-	now := a.now()
+	now := a.clock.Now()
 	if !a.fleetAt.IsZero() && now.Sub(a.fleetAt) > fleetStale {
 		a.policy.SetFleet(0, 1)
 		a.fleetAt = time.Time{}

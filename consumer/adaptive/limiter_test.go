@@ -10,29 +10,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/pkg/clock/clocktest"
 	"github.com/scorerefresh/scorerefresh/pkg/limiter"
 )
 
-// fakeNow is a clock the test moves by hand.
-type fakeNow struct{ t time.Time }
-
-func (f *fakeNow) now() time.Time          { return f.t }
-func (f *fakeNow) advance(d time.Duration) { f.t = f.t.Add(d) }
-
-func newTestAdaptive(t *testing.T, max int) (*Limiter, *metrics.Consumer, *fakeNow) {
+func newTestAdaptive(t *testing.T, max int) (*Limiter, *metrics.Consumer, *clocktest.Fake) {
 	t.Helper()
 	m := metrics.NewConsumer(prometheus.NewRegistry())
-	a := New(max, time.Hour, limiter.PolicyConfig{}, m, nil)
-	clock := &fakeNow{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	a.now = clock.now
+	clock := clocktest.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	a := New(max, time.Hour, limiter.PolicyConfig{}, m, nil, clock)
 	return a, m, clock
 }
 
 // refreshes runs n refreshes of latency d one after another on the fake clock.
-func refreshes(a *Limiter, clock *fakeNow, n int, d time.Duration, overload bool) {
+func refreshes(a *Limiter, clock *clocktest.Fake, n int, d time.Duration, overload bool) {
 	for range n {
 		done := a.RefreshStarted()
-		clock.advance(d)
+		clock.Advance(d)
 		done(overload, false)
 	}
 }
@@ -89,7 +83,7 @@ func TestAdaptiveLimiterCutsOnRefreshesStuckInFlight(t *testing.T) {
 		defer done(false, true)
 	}
 	for i := 1; i <= 2; i++ {
-		clock.advance(time.Second)
+		clock.Advance(time.Second)
 		a.decide()
 	}
 	if a.Limit() >= start || testutil.ToFloat64(m.LimitChanges.WithLabelValues(limiter.ReasonLatency)) != 1 {
@@ -103,7 +97,7 @@ func TestAdaptiveLimiterIgnoresCancelledRefreshes(t *testing.T) {
 	a, _, clock := newTestAdaptive(t, 16)
 	for range 10 {
 		done := a.RefreshStarted()
-		clock.advance(time.Minute)
+		clock.Advance(time.Minute)
 		done(false, true)
 	}
 	a.decide()
@@ -134,7 +128,7 @@ func TestAdaptiveLimiterJudgesAgainstTheFleetBaseline(t *testing.T) {
 	shared.ShareBaseline(fleet, 0)
 	for _, x := range []struct {
 		a     *Limiter
-		clock *fakeNow
+		clock *clocktest.Fake
 	}{{alone, clockA}, {shared, clockS}} {
 		for range 4 {
 			if err := x.a.Acquire(context.Background()); err != nil {

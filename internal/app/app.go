@@ -22,6 +22,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/consumer/adaptive"
 	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/pkg/limiter"
 	"github.com/scorerefresh/scorerefresh/pkg/redact"
 	"github.com/scorerefresh/scorerefresh/pkg/serverclock"
@@ -41,6 +42,10 @@ type Options struct {
 	// WrapRefresher, if set, wraps the scorer: the bench injects scorer
 	// faults with it.
 	WrapRefresher func(consumer.Refresher) consumer.Refresher
+	// Clock is what the service waits on and measures durations with
+	// (default: the wall clock). Lease and score times come from the
+	// server's clock (Service.Clock), which corrects this one.
+	Clock clock.Clock
 }
 
 // Service is a wired, not yet running, scorerefresh.
@@ -63,6 +68,7 @@ type Service struct {
 	// clocks disagree still agree on them.
 	Clock *serverclock.Clock
 
+	clock    clock.Clock       // Options.Clock
 	server   *metrics.Server   // nil when METRICS_ADDR is empty
 	adaptive *adaptive.Limiter // nil unless ADAPTIVE_CONCURRENCY
 }
@@ -70,6 +76,7 @@ type Service struct {
 // New loads the rules, connects to MongoDB (lazily: an unreachable server is
 // retried by the loops, not fatal here) and builds the pipeline.
 func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error) {
+	local := clock.Or(opts.Clock)
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -96,15 +103,16 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 		Registry: reg,
 		Mongo:    metrics.NewMongo(reg),
 		Metrics:  metrics.NewConsumer(reg),
-		SLI:      metrics.NewSLI(reg, nil),
-		Health:   metrics.NewHealth(nil),
+		SLI:      metrics.NewSLI(reg, local),
+		Health:   metrics.NewHealth(local),
+		clock:    local,
 	}
 	limit := s.newLimiter()
 	if err := s.connect(opts.Monitor); err != nil {
 		return nil, err
 	}
 	s.Sampler = metrics.NewSampler(metrics.SamplerConfig{
-		Queue: s.Colls.Queue, DeadLetter: s.Colls.DeadLetter, Interval: cfg.SLIInterval,
+		Queue: s.Colls.Queue, DeadLetter: s.Colls.DeadLetter, Interval: cfg.SLIInterval, Clock: local,
 	}, s.SLI, s.Metrics, log)
 	s.newConsumer(limit, s.newRefresher(opts.WrapRefresher), opts.Wakeups)
 	if cfg.MetricsAddr != "" {
@@ -126,7 +134,7 @@ func (s *Service) newLimiter() consumer.Limiter {
 	if !s.cfg.AdaptiveConcurrency {
 		return consumer.NewFixedLimiter(s.cfg.RefreshConcurrency)
 	}
-	s.adaptive = adaptive.New(s.cfg.RefreshConcurrency, time.Second, limiter.PolicyConfig{}, s.Metrics, s.log)
+	s.adaptive = adaptive.New(s.cfg.RefreshConcurrency, time.Second, limiter.PolicyConfig{}, s.Metrics, s.log, s.clock)
 	s.Mongo.OnCheckout = s.adaptive.ObserveCheckout
 	return s.adaptive
 }
@@ -151,7 +159,7 @@ func (s *Service) connect(monitor *event.CommandMonitor) error {
 	if rp := clientOpts.ReadPreference; rp != nil && rp.Mode() != readpref.PrimaryMode {
 		s.log.Warn("MONGODB_URI asks for a read preference other than primary; scorerefresh reads from the primary regardless", "uri_read_preference", rp.Mode().String())
 	}
-	s.Clock = serverclock.New(s.DB, nil)
+	s.Clock = serverclock.New(s.DB, s.clock)
 	s.Colls = consumer.Collections{
 		Queue:      s.DB.Collection(s.cfg.QueueCollection),
 		Claims:     s.DB.Collection(s.cfg.ClaimsCollection),
@@ -161,7 +169,7 @@ func (s *Service) connect(monitor *event.CommandMonitor) error {
 		// Unique per process, not per host: the bench and tests run several
 		// consumers in one process.
 		replica := consumer.DefaultOwner() + "/" + bson.NewObjectID().Hex()
-		s.adaptive.ShareBaseline(adaptive.NewFleetBaselines(s.Colls.Claims, replica, 0), 10*time.Second)
+		s.adaptive.ShareBaseline(adaptive.NewFleetBaselines(s.Colls.Claims, replica, 0, s.clock), 10*time.Second)
 	}
 	return nil
 }
@@ -173,6 +181,7 @@ func (s *Service) newRefresher(wrap func(consumer.Refresher) consumer.Refresher)
 		OnConflict: s.Metrics.OCCConflicts.Inc,
 		OnSkip:     func(reason string) { s.Metrics.WritesSkipped.WithLabelValues(reason).Inc() },
 		Logger:     s.log,
+		Clock:      s.clock,
 	})
 	var refresher consumer.Refresher = scoring.NewRefresher(scoring.NewRecomputer(s.DB, s.Rules, scoring.WithRecomputerLogger(s.log)), store,
 		scoring.WithRefreshObserver(func(st scoring.RefreshStats) {
@@ -205,12 +214,13 @@ func (s *Service) newConsumer(limit consumer.Limiter, refresher consumer.Refresh
 		BatchSize:        s.cfg.RefreshBatchSize,
 		BatchLinger:      s.cfg.RefreshBatchLinger,
 	}, s.Colls, consumer.Deps{
-		Refresher: refresher,
-		Limiter:   limit,
-		Metrics:   s.Metrics,
-		Logger:    s.log,
-		Clock:     s.Clock,
-		Wakeups:   append(wakeups, consumer.NewChangeStreamSource(s.Colls.Queue, consumer.ChangeStreamConfig{}, s.Metrics, s.log)),
+		Refresher:  refresher,
+		Limiter:    limit,
+		Metrics:    s.Metrics,
+		Logger:     s.log,
+		Clock:      s.clock,
+		ServerTime: s.Clock,
+		Wakeups:    append(wakeups, consumer.NewChangeStreamSource(s.Colls.Queue, consumer.ChangeStreamConfig{Clock: s.clock}, s.Metrics, s.log)),
 		AfterFlush: func(err error) {
 			s.Health.Set("acknowledging", err == nil, errText(err))
 		},
@@ -288,10 +298,8 @@ func (s *Service) setup(ctx context.Context) {
 		cancel()
 		delay := consumer.Backoff{Base: time.Second, Max: time.Minute}.Delay(attempt, nil)
 		s.log.Warn("creating indexes failed: MongoDB unreachable; retrying", "op", "create indexes", "attempt", attempt, "retry_in", delay, "err", err)
-		select {
-		case <-ctx.Done():
+		if clock.Sleep(ctx, s.clock, delay) != nil {
 			return
-		case <-time.After(delay):
 		}
 	}
 }
@@ -324,25 +332,21 @@ func (s *Service) syncClock(ctx context.Context) {
 
 // pingLoop keeps the "mongodb" readiness condition current.
 func (s *Service) pingLoop(ctx context.Context) {
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	for {
-		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		err := s.Client.Ping(pctx, nil)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			s.Health.Set("mongodb", false, "ping failed: "+err.Error())
-		} else {
-			s.Health.Set("mongodb", true, "")
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	s.ping(ctx)
+	clock.Every(ctx, s.clock, 5*time.Second, s.ping)
+}
+
+func (s *Service) ping(ctx context.Context) {
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	err := s.Client.Ping(pctx, nil)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		s.Health.Set("mongodb", false, "ping failed: "+err.Error())
+	} else {
+		s.Health.Set("mongodb", true, "")
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/queuestate"
 )
 
@@ -24,6 +25,8 @@ type StatusOptions struct {
 	// Wait waits between the two samples; default: sleep Sample (tests
 	// change the queue here instead).
 	Wait func(ctx context.Context) error
+	// Clock is what the default Wait sleeps on; default the wall clock.
+	Clock clock.Clock
 }
 
 func (o StatusOptions) withDefaults() StatusOptions {
@@ -32,15 +35,8 @@ func (o StatusOptions) withDefaults() StatusOptions {
 	o.ExactLimit = cmp.Or(o.ExactLimit, 100_000)
 	o.LeaseLimit = cmp.Or(o.LeaseLimit, 10_000)
 	if o.Wait == nil {
-		d := o.Sample
-		o.Wait = func(ctx context.Context) error {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(d):
-				return nil
-			}
-		}
+		d, clk := o.Sample, clock.Or(o.Clock)
+		o.Wait = func(ctx context.Context) error { return clock.Sleep(ctx, clk, d) }
 	}
 	return o
 }

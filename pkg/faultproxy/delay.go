@@ -2,23 +2,6 @@ package faultproxy
 
 import "time"
 
-// Clock is the time delays are measured with, so tests can move it instead of
-// sleeping.
-type Clock interface {
-	Now() time.Time
-	// After returns a channel that receives once d has passed.
-	After(d time.Duration) <-chan time.Time
-}
-
-// SystemClock is the wall clock.
-type SystemClock struct{}
-
-// Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
-
-// After returns time.After(d).
-func (SystemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 // direction is the way bytes travel through the proxy.
 type direction int
 

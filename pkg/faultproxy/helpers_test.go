@@ -1,6 +1,7 @@
 package faultproxy
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -9,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/scorerefresh/scorerefresh/pkg/clock/clocktest"
 )
 
 // failAfter bounds every wait in these tests, so a broken proxy fails a test
@@ -194,72 +197,30 @@ func assertNothingYet(t *testing.T, ch <-chan any, what string) {
 	}
 }
 
-// fakeClock is a Clock that moves only when the test advances it.
+// fakeClock is a clock that moves only when the test advances it, and
+// remembers which of its waits a test has looked at.
 type fakeClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	waiters []fakeWaiter
-	armed   chan time.Duration // every After call that had to wait, with its duration
-}
-
-type fakeWaiter struct {
-	at time.Time
-	ch chan time.Time
+	*clocktest.Fake
+	seen int // waits checked by waitArmed
 }
 
 func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), armed: make(chan time.Duration, 1024)}
+	return &fakeClock{Fake: clocktest.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))}
 }
 
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	if d <= 0 {
-		ch <- c.now
-		return ch
-	}
-	c.waiters = append(c.waiters, fakeWaiter{at: c.now.Add(d), ch: ch})
-	select {
-	case c.armed <- d:
-	default: // a test that stops listening fails waiting for the next one
-	}
-	return ch
-}
-
-// Advance moves the clock on by d and fires every waiter now due.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.waiters[:0]
-	for _, w := range c.waiters {
-		if w.at.After(c.now) {
-			kept = append(kept, w)
-			continue
-		}
-		w.ch <- c.now
-	}
-	c.waiters = kept
-}
-
-// waitArmed waits until something waits on the clock for d.
+// waitArmed waits until the proxy begins its next wait on the clock, and
+// checks that it waits d.
 func (c *fakeClock) waitArmed(t *testing.T, d time.Duration) {
 	t.Helper()
-	select {
-	case got := <-c.armed:
-		if got != d {
-			t.Fatalf("proxy waits %v on the clock, want %v", got, d)
-		}
-	case <-time.After(failAfter):
+	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+	defer cancel()
+	if err := c.WaitUntil(ctx, func([]time.Duration) bool { return len(c.Armed()) > c.seen }); err != nil {
 		t.Fatalf("proxy never waited on the clock")
 	}
+	if got := c.Armed()[c.seen]; got != d {
+		t.Fatalf("proxy waits %v on the clock, want %v", got, d)
+	}
+	c.seen++
 }
 
 // receive takes n bytes from a channel made by collect.

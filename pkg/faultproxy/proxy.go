@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
 // Defaults for Config.
@@ -49,8 +51,8 @@ type Config struct {
 	// goroutines, concurrently, and must be quick. Setting both DelayFunc and
 	// LoadSlope is an error.
 	DelayFunc func(busy int) (up, down time.Duration)
-	// Clock measures delays. Defaults to SystemClock.
-	Clock Clock
+	// Clock measures delays. Defaults to the wall clock.
+	Clock clock.Clock
 	// DialTimeout bounds each dial to Target. Defaults to 5 seconds.
 	DialTimeout time.Duration
 	// ReadSize is the most bytes read from one side at once, and so the
@@ -75,7 +77,7 @@ type Proxy struct {
 	ln      net.Listener
 	target  string
 	dialer  net.Dialer
-	clock   Clock
+	clock   clock.Clock
 	load    loadModel
 	size    int
 	signals *testSignals
@@ -129,7 +131,7 @@ func start(ctx context.Context, cfg Config, signals *testSignals) (*Proxy, error
 		ln:        ln,
 		target:    cfg.Target,
 		dialer:    net.Dialer{Timeout: cmp.Or(cfg.DialTimeout, DialTimeoutDefault)},
-		clock:     cfg.Clock,
+		clock:     clock.Or(cfg.Clock),
 		load:      loadModel{slope: cfg.LoadSlope, fn: cfg.DelayFunc},
 		size:      cmp.Or(cfg.ReadSize, ReadSizeDefault),
 		signals:   signals,
@@ -139,9 +141,6 @@ func start(ctx context.Context, cfg Config, signals *testSignals) (*Proxy, error
 		upDelay:   max(cfg.Up, 0),
 		downDelay: max(cfg.Down, 0),
 		changed:   make(chan struct{}),
-	}
-	if p.clock == nil {
-		p.clock = SystemClock{}
 	}
 	p.wg.Go(p.accept)
 	// After the accept loop has joined the WaitGroup: a ctx that has already

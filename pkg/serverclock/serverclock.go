@@ -21,6 +21,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
 // Commander runs a database command (a *mongo.Database).
@@ -32,7 +34,7 @@ type Commander interface {
 // first successful sample) is the local clock. Safe for concurrent use.
 type Clock struct {
 	db    Commander
-	local func() time.Time
+	local clock.Clock
 
 	mu      sync.Mutex
 	offset  time.Duration // server − local
@@ -41,12 +43,10 @@ type Clock struct {
 }
 
 // New returns a clock for the server behind db. local is the clock to
-// correct (nil: time.Now; tests pass a skewed one).
-func New(db Commander, local func() time.Time) *Clock {
-	if local == nil {
-		local = time.Now
-	}
-	return &Clock{db: db, local: local}
+// correct, and the one Run waits on (nil: the wall clock; tests pass a
+// skewed one).
+func New(db Commander, local clock.Clock) *Clock {
+	return &Clock{db: db, local: clock.Or(local)}
 }
 
 // Now is the server's current time, estimated.
@@ -54,7 +54,7 @@ func (c *Clock) Now() time.Time {
 	c.mu.Lock()
 	off := c.offset
 	c.mu.Unlock()
-	return c.local().Add(off)
+	return c.local.Now().Add(off)
 }
 
 // Offset is the current estimate of server − local.
@@ -73,14 +73,14 @@ const sampleMaxAge = 10 * time.Minute
 // seen within sampleMaxAge (a congested round trip says less about when the
 // server read its clock). It returns the sample's offset.
 func (c *Clock) Sync(ctx context.Context) (time.Duration, error) {
-	sent := c.local()
+	sent := c.local.Now()
 	var reply struct {
 		LocalTime time.Time `bson:"localTime"`
 	}
 	if err := c.db.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&reply); err != nil {
 		return 0, fmt.Errorf("reading the server's clock (hello): %w", err)
 	}
-	received := c.local()
+	received := c.local.Now()
 	if reply.LocalTime.IsZero() {
 		return 0, fmt.Errorf("reading the server's clock: hello has no localTime")
 	}
@@ -99,16 +99,9 @@ func (c *Clock) Sync(ctx context.Context) (time.Duration, error) {
 // Run samples every interval until ctx ends. Errors are handed to onErr
 // (may be nil) and the last good offset stays in use.
 func (c *Clock) Run(ctx context.Context, interval time.Duration, onErr func(error)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	clock.Every(ctx, c.local, interval, func(ctx context.Context) {
 		if _, err := c.Sync(ctx); err != nil && ctx.Err() == nil && onErr != nil {
 			onErr(err)
 		}
-	}
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 	"github.com/scorerefresh/scorerefresh/pkg/serverclock"
 )
@@ -16,7 +17,7 @@ func TestSyncCorrectsASkewedLocalClock(t *testing.T) {
 	t.Parallel()
 	db := mongotest.Database(t, mongotest.Options{})
 	for _, skew := range []time.Duration{10 * time.Minute, -10 * time.Minute} {
-		c := serverclock.New(db, func() time.Time { return time.Now().Add(skew) })
+		c := serverclock.New(db, skewed{skew: skew})
 		if got := time.Until(c.Now()); got < skew-time.Second || got > skew+time.Second {
 			t.Fatalf("before any sample the clock should be the local one: off by %v, want %v", got, skew)
 		}
@@ -32,3 +33,11 @@ func TestSyncCorrectsASkewedLocalClock(t *testing.T) {
 		}
 	}
 }
+
+// skewed is the wall clock off by skew.
+type skewed struct {
+	clock.Real
+	skew time.Duration
+}
+
+func (s skewed) Now() time.Time { return time.Now().Add(s.skew) }

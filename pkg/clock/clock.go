@@ -1,0 +1,118 @@
+// Package clock is the time source of everything that waits or measures a
+// duration, injected so tests move time with a fake (package clocktest)
+// instead of sleeping.
+package clock
+
+import (
+	"context"
+	"time"
+)
+
+// Nower reads the time. It is all a caller needs when the time it wants is
+// not this host's: a lease expiry or a refreshedAt follows the database
+// server's clock (package serverclock), which is a Nower but not a Clock.
+type Nower interface {
+	Now() time.Time
+}
+
+// Clock is the local clock: the time, and waiting for it to pass.
+type Clock interface {
+	Nower
+	// After returns a channel that receives the time once d has passed.
+	// Prefer Sleep or NewTimer where the wait can be abandoned: a fake
+	// counts an After as a waiter until it fires.
+	After(d time.Duration) <-chan time.Time
+	NewTimer(d time.Duration) Timer
+	NewTicker(d time.Duration) Ticker
+}
+
+// Timer is a time.Timer behind an interface. Since Go 1.23 neither Stop nor
+// Reset leaves a stale value to receive, and the fake behaves the same.
+type Timer interface {
+	C() <-chan time.Time
+	Stop() bool
+	Reset(d time.Duration) bool
+}
+
+// Ticker is a time.Ticker behind an interface.
+type Ticker interface {
+	C() <-chan time.Time
+	Stop()
+	Reset(d time.Duration)
+}
+
+// Real is the wall clock (package time).
+type Real struct{}
+
+// Or returns c, or the wall clock when c is nil: the default of every
+// Clock field and parameter.
+func Or(c Clock) Clock {
+	if c == nil {
+		return Real{}
+	}
+	return c
+}
+
+// Now returns time.Now().
+func (Real) Now() time.Time { return time.Now() }
+
+// After returns time.After(d).
+func (Real) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// NewTimer returns a time.NewTimer(d).
+func (Real) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+
+// NewTicker returns a time.NewTicker(d).
+func (Real) NewTicker(d time.Duration) Ticker { return realTicker{time.NewTicker(d)} }
+
+type realTimer struct{ t *time.Timer }
+
+func (t realTimer) C() <-chan time.Time        { return t.t.C }
+func (t realTimer) Stop() bool                 { return t.t.Stop() }
+func (t realTimer) Reset(d time.Duration) bool { return t.t.Reset(d) }
+
+type realTicker struct{ t *time.Ticker }
+
+func (t realTicker) C() <-chan time.Time   { return t.t.C }
+func (t realTicker) Stop()                 { t.t.Stop() }
+func (t realTicker) Reset(d time.Duration) { t.t.Reset(d) }
+
+// Since is clk.Now().Sub(t).
+func Since(clk Nower, t time.Time) time.Duration { return clk.Now().Sub(t) }
+
+// Sleep waits d on clk, or until ctx ends, when it returns ctx's error. A
+// d of zero or less returns at once (ctx's error, if it has ended).
+func Sleep(ctx context.Context, clk Clock, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := clk.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C():
+		return nil
+	}
+}
+
+// Every calls fn each time interval passes on clk, until ctx ends; the first
+// call comes after one interval (call fn before Every for one at once). A
+// call that overruns the interval delays the next instead of queuing up
+// ticks, as a time.Ticker does. fn gets ctx; Every returns once ctx has
+// ended and no call is running.
+func Every(ctx context.Context, clk Clock, interval time.Duration, fn func(ctx context.Context)) {
+	t := clk.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		if ctx.Err() != nil {
+			return // both were ready: ending wins
+		}
+		fn(ctx)
+	}
+}
