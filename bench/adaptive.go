@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -13,40 +13,40 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/faultproxy"
 )
 
-// adaptiveOpts are the flags of the adaptive scenario.
-type adaptiveOpts struct {
-	adaptiveKnee    int
-	adaptiveSlope   time.Duration
-	adaptiveCap     int
-	adaptiveEntries int
-	adaptiveDrain   time.Duration
-	adaptivePre     time.Duration
-	adaptiveSpike   time.Duration
-	adaptivePost    time.Duration
-	adaptiveFactor  float64
-	adaptiveScale   time.Duration
+// AdaptiveConfig is the adaptive scenario's settings (flags -adaptive-*).
+type AdaptiveConfig struct {
+	Knee         int           // busy connections the server model serves without extra delay
+	Slope        time.Duration // extra delay per busy connection past the knee
+	Cap          int           // REFRESH_CONCURRENCY, the adaptive limit's cap
+	Entries      int           // diverse backlog of each knee run (part a) and of the three-instance runs (part c)
+	DrainMax     time.Duration // each knee run (part a) lasts at most this long
+	SteadyBefore time.Duration // steady state before the spike (part b)
+	SpikeFor     time.Duration // how long the proxy delay is multiplied (part b)
+	WatchAfter   time.Duration // how long the limit is watched after restore (part b)
+	SpikeFactor  float64       // delay multiplier of the spike (part b)
+	ThreeFor     time.Duration // duration of each three-instance run (part c)
 }
 
-func adaptiveFlags(fs *flag.FlagSet, o *adaptiveOpts) {
-	fs.IntVar(&o.adaptiveKnee, "adaptive-knee", 6, "adaptive: busy connections the server serves without extra delay")
-	fs.DurationVar(&o.adaptiveSlope, "adaptive-slope", 15*time.Millisecond, "adaptive: extra delay per busy connection past the knee")
-	fs.IntVar(&o.adaptiveCap, "adaptive-cap", 16, "adaptive: REFRESH_CONCURRENCY (the adaptive limit's cap)")
-	fs.IntVar(&o.adaptiveEntries, "adaptive-entries", 4000, "adaptive: diverse backlog of each knee run (part a) and of the three-instance run (part c)")
-	fs.DurationVar(&o.adaptiveDrain, "adaptive-drain", 30*time.Second, "adaptive: each knee run (part a) lasts at most this long")
-	fs.DurationVar(&o.adaptivePre, "adaptive-pre", 20*time.Second, "adaptive: steady state before the spike (part b)")
-	fs.DurationVar(&o.adaptiveSpike, "adaptive-spike", 20*time.Second, "adaptive: how long the proxy delay is multiplied (part b)")
-	fs.DurationVar(&o.adaptivePost, "adaptive-post", 30*time.Second, "adaptive: how long the limit is watched after restore (part b)")
-	fs.Float64Var(&o.adaptiveFactor, "adaptive-factor", 10, "adaptive: delay multiplier of the spike (part b)")
-	fs.DurationVar(&o.adaptiveScale, "adaptive-scale", 60*time.Second, "adaptive: duration of the three-instance run (part c)")
+func adaptiveFlags(fs *flag.FlagSet, o *AdaptiveConfig) {
+	fs.IntVar(&o.Knee, "adaptive-knee", 6, "adaptive: busy connections the server serves without extra delay")
+	fs.DurationVar(&o.Slope, "adaptive-slope", 15*time.Millisecond, "adaptive: extra delay per busy connection past the knee")
+	fs.IntVar(&o.Cap, "adaptive-cap", 16, "adaptive: REFRESH_CONCURRENCY (the adaptive limit's cap)")
+	fs.IntVar(&o.Entries, "adaptive-entries", 4000, "adaptive: diverse backlog of each knee run (part a) and of the three-instance run (part c)")
+	fs.DurationVar(&o.DrainMax, "adaptive-drain", 30*time.Second, "adaptive: each knee run (part a) lasts at most this long")
+	fs.DurationVar(&o.SteadyBefore, "adaptive-pre", 20*time.Second, "adaptive: steady state before the spike (part b)")
+	fs.DurationVar(&o.SpikeFor, "adaptive-spike", 20*time.Second, "adaptive: how long the proxy delay is multiplied (part b)")
+	fs.DurationVar(&o.WatchAfter, "adaptive-post", 30*time.Second, "adaptive: how long the limit is watched after restore (part b)")
+	fs.Float64Var(&o.SpikeFactor, "adaptive-factor", 10, "adaptive: delay multiplier of the spike (part b)")
+	fs.DurationVar(&o.ThreeFor, "adaptive-scale", 60*time.Second, "adaptive: duration of the three-instance run (part c)")
 }
 
-func shrinkAdaptive(shrink func(string, func()), o *adaptiveOpts) {
-	shrink("adaptive-entries", func() { o.adaptiveEntries = 300 })
-	shrink("adaptive-drain", func() { o.adaptiveDrain = 2 * time.Second })
-	shrink("adaptive-pre", func() { o.adaptivePre = 2 * time.Second })
-	shrink("adaptive-spike", func() { o.adaptiveSpike = 2 * time.Second })
-	shrink("adaptive-post", func() { o.adaptivePost = 3 * time.Second })
-	shrink("adaptive-scale", func() { o.adaptiveScale = 2 * time.Second })
+func shrinkAdaptive(shrink func(string, func()), o *AdaptiveConfig) {
+	shrink("adaptive-entries", func() { o.Entries = 300 })
+	shrink("adaptive-drain", func() { o.DrainMax = 2 * time.Second })
+	shrink("adaptive-pre", func() { o.SteadyBefore = 2 * time.Second })
+	shrink("adaptive-spike", func() { o.SpikeFor = 2 * time.Second })
+	shrink("adaptive-post", func() { o.WatchAfter = 3 * time.Second })
+	shrink("adaptive-scale", func() { o.ThreeFor = 2 * time.Second })
 }
 
 // limitSample is the adaptive limit of each instance at one moment.
@@ -125,7 +125,7 @@ func knee(k int, slope time.Duration) func(busy int) (time.Duration, time.Durati
 }
 
 // withAdaptive runs f with ADAPTIVE_CONCURRENCY=true in the service's environment.
-func (b *bench) withAdaptive(f func() error) error {
+func (b *Bench) withAdaptive(f func() error) error {
 	saved := b.environ
 	b.environ = append(b.environ[:len(b.environ):len(b.environ)], "ADAPTIVE_CONCURRENCY=true")
 	defer func() { b.environ = saved }()
@@ -158,13 +158,13 @@ func (r *adaptiveRun) observer() func(time.Duration, running) {
 	}
 }
 
-func (b *bench) adaptive(ctx context.Context) (*adaptiveResult, error) {
-	o := b.opts.adaptiveOpts
-	x := &adaptiveResult{Knee: o.adaptiveKnee, SlopeMs: ms(o.adaptiveSlope), RTTms: ms(b.opts.rtt), Cap: o.adaptiveCap,
-		Entries: o.adaptiveEntries, DrainSecs: o.adaptiveDrain.Seconds()}
+func (b *Bench) adaptive(ctx context.Context) (*adaptiveResult, error) {
+	o := b.cfg.Adaptive
+	x := &adaptiveResult{Knee: o.Knee, SlopeMs: ms(o.Slope), RTTms: ms(b.cfg.RTT), Cap: o.Cap,
+		Entries: o.Entries, DrainSecs: o.DrainMax.Seconds()}
 	b.logf("\n== 7. adaptive concurrency: server with a knee at %d busy connections, +%s per connection past it; RTT %s; cap %d",
-		o.adaptiveKnee, o.adaptiveSlope, b.opts.rtt, o.adaptiveCap)
-	proxy, err := faultproxy.Start(context.Background(), faultproxy.Config{Target: b.srv.Addr, DelayFunc: knee(o.adaptiveKnee, o.adaptiveSlope)})
+		o.Knee, o.Slope, b.cfg.RTT, o.Cap)
+	proxy, err := faultproxy.Start(context.Background(), faultproxy.Config{Target: b.srv.Addr, DelayFunc: knee(o.Knee, o.Slope)})
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +173,7 @@ func (b *bench) adaptive(ctx context.Context) (*adaptiveResult, error) {
 	b.proxy = proxy
 	defer func() { b.proxy = saved }()
 
-	backlog := diverseBacklog(o.adaptiveEntries, time.Now(), b.opts.seed+2)
+	backlog := diverseBacklog(o.Entries, time.Now(), b.cfg.Seed+2)
 	do := func(r *adaptiveRun, spec runSpec) error {
 		spec.observe = r.observer()
 		var err error
@@ -188,7 +188,7 @@ func (b *bench) adaptive(ctx context.Context) (*adaptiveResult, error) {
 	for _, n := range []int{2, 4, 8, 16} {
 		r := adaptiveRun{Label: fmt.Sprintf("fixed %d", n)}
 		if err := do(&r, runSpec{scenario: fmt.Sprintf("adaptive-fixed%d", n), consumer: consumerScorerefresh, concurrency: n,
-			rtt: b.opts.rtt, backlog: backlog, max: o.adaptiveDrain}); err != nil {
+			rtt: b.cfg.RTT, backlog: backlog, max: o.DrainMax}); err != nil {
 			return nil, err
 		}
 		x.Fixed = append(x.Fixed, r)
@@ -196,9 +196,9 @@ func (b *bench) adaptive(ctx context.Context) (*adaptiveResult, error) {
 			x.BestRate, x.BestFixed = r.Run.Rate, n
 		}
 	}
-	x.Adapt = adaptiveRun{Label: fmt.Sprintf("adaptive (cap %d)", o.adaptiveCap), Adaptive: true}
-	if err := do(&x.Adapt, runSpec{scenario: "adaptive-knee", consumer: consumerScorerefresh, concurrency: o.adaptiveCap,
-		rtt: b.opts.rtt, backlog: backlog, max: o.adaptiveDrain}); err != nil {
+	x.Adapt = adaptiveRun{Label: fmt.Sprintf("adaptive (cap %d)", o.Cap), Adaptive: true}
+	if err := do(&x.Adapt, runSpec{scenario: "adaptive-knee", consumer: consumerScorerefresh, concurrency: o.Cap,
+		rtt: b.cfg.RTT, backlog: backlog, max: o.DrainMax}); err != nil {
 		return nil, err
 	}
 	x.Fraction = math.NaN()
@@ -208,17 +208,17 @@ func (b *bench) adaptive(ctx context.Context) (*adaptiveResult, error) {
 	b.logf("  best fixed: %d at %.1f/s; adaptive %.1f/s = %.2f of it; limit %s", x.BestFixed, x.BestRate, x.Adapt.Run.Rate, x.Fraction, limitTrace(x.Adapt.Limits, 0))
 
 	// (b) A spike of the delay under a steady producer.
-	pre, spike := o.adaptivePre, o.adaptiveSpike
-	x.SpikeAt, x.RestoreAt, x.Factor = pre.Seconds(), (pre + spike).Seconds(), o.adaptiveFactor
+	pre, spike := o.SteadyBefore, o.SpikeFor
+	x.SpikeAt, x.RestoreAt, x.Factor = pre.Seconds(), (pre + spike).Seconds(), o.SpikeFactor
 	x.SpikeRate = 0.8 * math.Max(x.Adapt.Run.Rate, 1)
-	slow := time.Duration(float64(b.opts.rtt) * o.adaptiveFactor)
+	slow := time.Duration(float64(b.cfg.RTT) * o.SpikeFactor)
 	events := []timedEvent{
 		{at: pre, name: fmt.Sprintf("spike: RTT %s", slow), do: func() { b.proxy.SetDelay(slow/2, slow/2) }},
-		{at: pre + spike, name: fmt.Sprintf("restore: RTT %s", b.opts.rtt), do: func() { b.proxy.SetDelay(b.opts.rtt/2, b.opts.rtt/2) }},
+		{at: pre + spike, name: fmt.Sprintf("restore: RTT %s", b.cfg.RTT), do: func() { b.proxy.SetDelay(b.cfg.RTT/2, b.cfg.RTT/2) }},
 	}
 	x.Spike = adaptiveRun{Label: "spike", Adaptive: true}
-	if err := do(&x.Spike, runSpec{scenario: "adaptive-spike", consumer: consumerScorerefresh, concurrency: o.adaptiveCap, rtt: b.opts.rtt,
-		produce: &produce{rate: x.SpikeRate, pool: b.opts.pool}, events: events, max: pre + spike + o.adaptivePost, done: never}); err != nil {
+	if err := do(&x.Spike, runSpec{scenario: "adaptive-spike", consumer: consumerScorerefresh, concurrency: o.Cap, rtt: b.cfg.RTT,
+		produce: &produce{rate: x.SpikeRate, pool: b.cfg.Pool}, events: events, max: pre + spike + o.WatchAfter, done: never}); err != nil {
 		return nil, err
 	}
 	x.PreLimit, x.SpikeLimit, x.CutAfter, x.RecoverAfter = spikeFigures(x.Spike.Limits, x.SpikeAt, x.RestoreAt)
@@ -226,20 +226,20 @@ func (b *bench) adaptive(ctx context.Context) (*adaptiveResult, error) {
 		seconds(x.CutAfter, "after the spike"), seconds(x.RecoverAfter, "after restore"), limitTrace(x.Spike.Limits, 0))
 
 	// (c) Three instances: each client's pool stays within its size.
-	cfg, err := b.serviceConfig("x", o.adaptiveCap)
+	cfg, err := b.serviceConfig("x", o.Cap)
 	if err != nil {
 		return nil, err
 	}
 	x.PoolSize = int(app.PoolSize(cfg))
 	x.Three = adaptiveRun{Label: "three instances", Adaptive: true}
-	if err := do(&x.Three, runSpec{scenario: "adaptive-three", consumer: consumerScorerefresh, instances: 3, concurrency: o.adaptiveCap,
-		rtt: b.opts.rtt, backlog: backlog, max: o.adaptiveScale, done: never}); err != nil {
+	if err := do(&x.Three, runSpec{scenario: "adaptive-three", consumer: consumerScorerefresh, instances: 3, concurrency: o.Cap,
+		rtt: b.cfg.RTT, backlog: backlog, max: o.ThreeFor, done: never}); err != nil {
 		return nil, err
 	}
 	x.ThreeFixedN = max(1, int(math.Round(float64(x.BestFixed)/3)))
 	x.ThreeFixed = adaptiveRun{Label: fmt.Sprintf("three instances, fixed %d each", x.ThreeFixedN)}
 	if err := do(&x.ThreeFixed, runSpec{scenario: "adaptive-three-fixed", consumer: consumerScorerefresh, instances: 3, concurrency: x.ThreeFixedN,
-		rtt: b.opts.rtt, backlog: backlog, max: o.adaptiveScale, done: never}); err != nil {
+		rtt: b.cfg.RTT, backlog: backlog, max: o.ThreeFor, done: never}); err != nil {
 		return nil, err
 	}
 	x.ThreeFraction = x.Three.Run.Rate / math.Max(x.ThreeFixed.Run.Rate, 1e-9)
@@ -257,14 +257,14 @@ func (b *bench) adaptive(ctx context.Context) (*adaptiveResult, error) {
 		target{Scenario: "7 adaptive", Target: "adaptive ≥ 0.9 × the best fixed REFRESH_CONCURRENCY past a load knee",
 			Figure: fmt.Sprintf("%.2f (adaptive %.1f/s vs fixed %d at %.1f/s; fixed %s)", x.Fraction, x.Adapt.Run.Rate, x.BestFixed, x.BestRate, fixedRates(x.Fixed)),
 			Value:  x.Fraction, Met: x.Fraction >= 0.9, Applies: true},
-		target{Scenario: "7 adaptive", Target: fmt.Sprintf("limit cut within seconds of a ×%.0f delay spike", o.adaptiveFactor),
+		target{Scenario: "7 adaptive", Target: fmt.Sprintf("limit cut within seconds of a ×%.0f delay spike", o.SpikeFactor),
 			Figure: fmt.Sprintf("limit %.1f (mean before) → %.0f, below its steady-state low %s", x.PreLimit, x.SpikeLimit, seconds(x.CutAfter, "after the spike")),
 			Value:  x.CutAfter, Met: x.CutAfter >= 0 && x.CutAfter <= 5, Applies: true},
 		target{Scenario: "7 adaptive", Target: "limit grows back after restore",
 			Figure: fmt.Sprintf("back to ≥ %.0f %s", math.Round(x.PreLimit), seconds(x.RecoverAfter, "after restore")),
 			Value:  x.RecoverAfter, Met: x.RecoverAfter >= 0, Applies: x.CutAfter >= 0},
 		target{Scenario: "7 adaptive", Target: "three instances: no client opens more than its pool size",
-			Figure: fmt.Sprintf("max open %s; pool size %d (REFRESH_CONCURRENCY %d + %d)", floats(x.Three.MaxOpen), x.PoolSize, o.adaptiveCap, app.PoolOverhead),
+			Figure: fmt.Sprintf("max open %s; pool size %d (REFRESH_CONCURRENCY %d + %d)", floats(x.Three.MaxOpen), x.PoolSize, o.Cap, app.PoolOverhead),
 			Value:  maxOf(x.Three.MaxOpen), Met: poolOK, Applies: true},
 		target{Scenario: "7 adaptive", Target: "three instances share the server: Jain's index of their mean limits ≥ 0.9",
 			Figure: fmt.Sprintf("%.2f (mean limits %s over the second half)", x.Fairness, floatsf(x.MeanLimit, "%.1f")),

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -33,7 +33,7 @@ type batchCal struct {
 }
 
 // calibrateBatch measures batches of size users with the rules at path.
-func (b *bench) calibrateBatch(ctx context.Context, rulesName, path string, size int, sequential int, d time.Duration) (batchCal, error) {
+func (b *Bench) calibrateBatch(ctx context.Context, rulesName, path string, size int, sequential int, d time.Duration) (batchCal, error) {
 	c := batchCal{Rules: rulesName, BatchSize: size}
 	rules, err := scoring.LoadRules(path)
 	if err != nil {
@@ -44,10 +44,9 @@ func (b *bench) calibrateBatch(ctx context.Context, rulesName, path string, size
 		return c, err
 	}
 	defer client.Disconnect(context.Background())
-	b.seq++
-	db := client.Database(fmt.Sprintf("bench%02d_calbatch%d", b.seq, size))
+	db := client.Database(b.nextDatabase(fmt.Sprintf("calbatch%d", size)))
 	defer db.Drop(context.Background())
-	if err := seedSources(ctx, db, b.opts.sources, b.opts.pool, b.opts.seed); err != nil {
+	if err := seedSources(ctx, db, b.cfg.Sources, b.cfg.Pool, b.cfg.Seed); err != nil {
 		return c, err
 	}
 	var trips, users atomic.Int64
@@ -60,7 +59,7 @@ func (b *bench) calibrateBatch(ctx context.Context, rulesName, path string, size
 	batch := func(ctx context.Context) error {
 		names := make([]string, size)
 		for i := range names {
-			names[i] = userName(int(next.Add(1)) % max(b.opts.pool, size))
+			names[i] = userName(int(next.Add(1)) % max(b.cfg.Pool, size))
 		}
 		if size == 1 {
 			return refresher.Refresh(ctx, names[0], time.Now())
@@ -90,7 +89,7 @@ func (b *bench) calibrateBatch(ctx context.Context, rulesName, path string, size
 	c.RoundTrips = float64(trips.Load()) / float64(n)
 	c.ServerMs = c.BatchMs / c.RoundTrips
 	levels := []int{4, 16}
-	if b.opts.short {
+	if b.cfg.Short {
 		// 16 many-statement writers at once can exhaust the embedded
 		// server's connections (FerretDB holds one per statement of an
 		// update until the command ends) and hang it: the smoke run only
@@ -135,8 +134,8 @@ type configBounds struct {
 	Which   string  `json:"binding"`
 }
 
-func (b *bench) configBounds(cal batchCal, c batchConfig, rtt time.Duration) configBounds {
-	inFlight := float64(min(b.opts.concurrency*c.BatchSize, c.MaxUsersInFlight))
+func (b *Bench) configBounds(cal batchCal, c batchConfig, rtt time.Duration) configBounds {
+	inFlight := float64(min(b.cfg.Concurrency*c.BatchSize, c.MaxUsersInFlight))
 	// The proxy's measured overhead over its nominal RTT, as in
 	// calibration.bounds.
 	overhead := max(0, b.cal.ProxyRTTms-b.cal.RTTms)

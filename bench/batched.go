@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -14,39 +14,41 @@ import (
 	"github.com/scorerefresh/scorerefresh/metrics"
 )
 
-// batchedOpts are the flags of the batched scenario: per-user recompute
+// BatchedConfig is the batched scenario's settings (flags -batched-*): per-user recompute
 // (REFRESH_BATCH_SIZE=1) against batched, side by side in one run.
-type batchedOpts struct {
-	batchedConfigs string        // diverse drains with the bench's rules
-	batchedNoMax   string        // diverse drains with the rules without max components
-	batchedLoad    string        // wedge and recovery runs
-	batchedEntries int           // diverse backlog
-	batchedMax     time.Duration // cap on each drain
-	batchedWedge   time.Duration
-	batchedFar     string // diverse drains at batchedFarRTT
-	batchedFarRTT  time.Duration
+type BatchedConfig struct {
+	// Configs, NoMaxConfigs, LoadConfigs and FarConfigs are comma-separated
+	// REFRESH_BATCH_SIZE[xMAX_USERS_IN_FLIGHT] lists (parseConfigs).
+	Configs      string        // diverse drains with the bench's rules
+	NoMaxConfigs string        // diverse drains with the rules without max components
+	LoadConfigs  string        // wedge and recovery runs
+	FarConfigs   string        // diverse drains again at FarRTT (empty: none)
+	Entries      int           // diverse backlog, entries of distinct users
+	DrainMax     time.Duration // cap on each drain
+	WedgeFor     time.Duration // how long each wedge run's producer runs
+	FarRTT       time.Duration // RTT of the FarConfigs drains
 }
 
-func batchedFlags(fs *flag.FlagSet, o *batchedOpts) {
-	fs.StringVar(&o.batchedConfigs, "batched-configs", "1,16,16x256,64x256", "batched: diverse drains with the bench's rules, each REFRESH_BATCH_SIZE[xMAX_USERS_IN_FLIGHT] (default in flight 64); 1 is the per-user recompute")
-	fs.StringVar(&o.batchedNoMax, "batched-nomax", "1,16,16x256", "batched: diverse drains with the rules without max components (the command shape batching has on MongoDB)")
-	fs.StringVar(&o.batchedLoad, "batched-load", "1,16,16x256", "batched: configurations of the wedge and recovery runs")
-	fs.IntVar(&o.batchedEntries, "batched-entries", 4000, "batched: diverse backlog, entries of distinct users")
-	fs.DurationVar(&o.batchedMax, "batched-max", 60*time.Second, "batched: each drain is measured for at most this long (the per-user one does not finish; its rate is steady)")
-	fs.StringVar(&o.batchedFar, "batched-far", "1,16,16x256", "batched: diverse drains again at -batched-far-rtt, where every configuration is latency-bound, far below the server's capacity (empty: none)")
-	fs.DurationVar(&o.batchedFarRTT, "batched-far-rtt", 200*time.Millisecond, "batched: RTT of the -batched-far drains")
-	fs.DurationVar(&o.batchedWedge, "batched-wedge", 3*time.Minute, "batched: how long each wedge run's producer runs (recovery uses -recovery-pre, -trigger, -recovery-max)")
+func batchedFlags(fs *flag.FlagSet, o *BatchedConfig) {
+	fs.StringVar(&o.Configs, "batched-configs", "1,16,16x256,64x256", "batched: diverse drains with the bench's rules, each REFRESH_BATCH_SIZE[xMAX_USERS_IN_FLIGHT] (default in flight 64); 1 is the per-user recompute")
+	fs.StringVar(&o.NoMaxConfigs, "batched-nomax", "1,16,16x256", "batched: diverse drains with the rules without max components (the command shape batching has on MongoDB)")
+	fs.StringVar(&o.LoadConfigs, "batched-load", "1,16,16x256", "batched: configurations of the wedge and recovery runs")
+	fs.IntVar(&o.Entries, "batched-entries", 4000, "batched: diverse backlog, entries of distinct users")
+	fs.DurationVar(&o.DrainMax, "batched-max", 60*time.Second, "batched: each drain is measured for at most this long (the per-user one does not finish; its rate is steady)")
+	fs.StringVar(&o.FarConfigs, "batched-far", "1,16,16x256", "batched: diverse drains again at -batched-far-rtt, where every configuration is latency-bound, far below the server's capacity (empty: none)")
+	fs.DurationVar(&o.FarRTT, "batched-far-rtt", 200*time.Millisecond, "batched: RTT of the -batched-far drains")
+	fs.DurationVar(&o.WedgeFor, "batched-wedge", 3*time.Minute, "batched: how long each wedge run's producer runs (recovery uses -recovery-pre, -trigger, -recovery-max)")
 }
 
-func shrinkBatched(shrink func(string, func()), o *batchedOpts) {
-	shrink("batched-configs", func() { o.batchedConfigs = "1,16" })
-	shrink("batched-nomax", func() { o.batchedNoMax = "16" })
-	shrink("batched-load", func() { o.batchedLoad = "16" })
-	shrink("batched-entries", func() { o.batchedEntries = 60 })
-	shrink("batched-max", func() { o.batchedMax = 5 * time.Second })
-	shrink("batched-wedge", func() { o.batchedWedge = 4 * time.Second })
-	shrink("batched-far", func() { o.batchedFar = "16" })
-	shrink("batched-far-rtt", func() { o.batchedFarRTT = 50 * time.Millisecond })
+func shrinkBatched(shrink func(string, func()), o *BatchedConfig) {
+	shrink("batched-configs", func() { o.Configs = "1,16" })
+	shrink("batched-nomax", func() { o.NoMaxConfigs = "16" })
+	shrink("batched-load", func() { o.LoadConfigs = "16" })
+	shrink("batched-entries", func() { o.Entries = 60 })
+	shrink("batched-max", func() { o.DrainMax = 5 * time.Second })
+	shrink("batched-wedge", func() { o.WedgeFor = 4 * time.Second })
+	shrink("batched-far", func() { o.FarConfigs = "16" })
+	shrink("batched-far-rtt", func() { o.FarRTT = 50 * time.Millisecond })
 }
 
 // Rule sets of the batched scenario.
@@ -160,7 +162,7 @@ type batchedResult struct {
 }
 
 // withEnv runs f with extra variables in the service's environment.
-func (b *bench) withEnv(vars []string, f func() error) error {
+func (b *Bench) withEnv(vars []string, f func() error) error {
 	saved := b.environ
 	b.environ = append(b.environ[:len(b.environ):len(b.environ)], vars...)
 	defer func() { b.environ = saved }()
@@ -168,11 +170,11 @@ func (b *bench) withEnv(vars []string, f func() error) error {
 }
 
 // rulesFile writes the rule set's file next to the results and returns its path.
-func (b *bench) rulesFile(name string) (string, error) {
+func (b *Bench) rulesFile(name string) (string, error) {
 	if name == rulesBench {
 		return b.rulesPath, nil
 	}
-	p, err := filepath.Abs(filepath.Join(b.opts.out, "rules-nomax.yaml"))
+	p, err := filepath.Abs(filepath.Join(b.cfg.Out, "rules-nomax.yaml"))
 	if err != nil {
 		return "", err
 	}
@@ -181,7 +183,7 @@ func (b *bench) rulesFile(name string) (string, error) {
 
 // runBatchConfig runs spec with the configuration c and reads the batch
 // metrics, CPU split and commands per acknowledged entry beside it.
-func (b *bench) runBatchConfig(ctx context.Context, c batchConfig, spec runSpec) (batchRun, error) {
+func (b *Bench) runBatchConfig(ctx context.Context, c batchConfig, spec runSpec) (batchRun, error) {
 	r := batchRun{Config: c}
 	path, err := b.rulesFile(c.Rules)
 	if err != nil {
@@ -230,26 +232,26 @@ func (b *bench) runBatchConfig(ctx context.Context, c batchConfig, spec runSpec)
 	return r, nil
 }
 
-func (b *bench) batched(ctx context.Context, refRate float64) (*batchedResult, error) {
-	o := b.opts.batchedOpts
-	x := &batchedResult{Entries: o.batchedEntries, MaxSeconds: o.batchedMax.Seconds(), WedgeSeconds: o.batchedWedge.Seconds(), Profiled: b.opts.cpuProfile == ""}
+func (b *Bench) batched(ctx context.Context, refRate float64) (*batchedResult, error) {
+	o := b.cfg.Batched
+	x := &batchedResult{Entries: o.Entries, MaxSeconds: o.DrainMax.Seconds(), WedgeSeconds: o.WedgeFor.Seconds(), Profiled: b.cfg.CPUProfile == ""}
 	var diverse []batchConfig
-	for _, set := range []struct{ spec, rules string }{{o.batchedConfigs, rulesBench}, {o.batchedNoMax, rulesNoMax}} {
+	for _, set := range []struct{ spec, rules string }{{o.Configs, rulesBench}, {o.NoMaxConfigs, rulesNoMax}} {
 		cs, err := parseConfigs(set.spec, set.rules)
 		if err != nil {
 			return nil, err
 		}
 		diverse = append(diverse, cs...)
 	}
-	load, err := parseConfigs(o.batchedLoad, rulesBench)
+	load, err := parseConfigs(o.LoadConfigs, rulesBench)
 	if err != nil {
 		return nil, err
 	}
-	far, err := parseConfigs(o.batchedFar, rulesBench)
+	far, err := parseConfigs(o.FarConfigs, rulesBench)
 	if err != nil {
 		return nil, err
 	}
-	b.logf("\n== batched recompute: per-user (REFRESH_BATCH_SIZE=1) against batched, RTT %s", b.opts.rtt)
+	b.logf("\n== batched recompute: per-user (REFRESH_BATCH_SIZE=1) against batched, RTT %s", b.cfg.RTT)
 
 	b.logf("  calibrating batches (direct connection, no proxy)")
 	cals := map[string]batchCal{}
@@ -262,7 +264,7 @@ func (b *bench) batched(ctx context.Context, refRate float64) (*batchedResult, e
 		if err != nil {
 			return nil, err
 		}
-		cal, err := b.calibrateBatch(ctx, c.Rules, path, c.BatchSize, b.opts.calSeq, b.opts.calLevel)
+		cal, err := b.calibrateBatch(ctx, c.Rules, path, c.BatchSize, b.cfg.CalibrationRefreshes, b.cfg.CalibrationLevelTime)
 		if err != nil {
 			return nil, fmt.Errorf("calibrating batches of %d (%s rules): %w", c.BatchSize, c.Rules, err)
 		}
@@ -272,14 +274,14 @@ func (b *bench) batched(ctx context.Context, refRate float64) (*batchedResult, e
 			cal.Rules, cal.BatchSize, cal.RoundTrips, cal.BatchMs, cal.ServerMs, cal.Capacity, cal.Workers)
 	}
 	boundsOf := func(c batchConfig) configBounds {
-		return b.configBounds(cals[fmt.Sprintf("%s/%d", c.Rules, c.BatchSize)], c, b.opts.rtt)
+		return b.configBounds(cals[fmt.Sprintf("%s/%d", c.Rules, c.BatchSize)], c, b.cfg.RTT)
 	}
 
-	b.logf("  diverse drains: %d entries of distinct users, each at most %s", o.batchedEntries, o.batchedMax)
-	backlog := diverseBacklog(o.batchedEntries, time.Now(), b.opts.seed+3)
+	b.logf("  diverse drains: %d entries of distinct users, each at most %s", o.Entries, o.DrainMax)
+	backlog := diverseBacklog(o.Entries, time.Now(), b.cfg.Seed+3)
 	for _, c := range diverse {
 		r, err := b.runBatchConfig(ctx, c, runSpec{scenario: "batched-" + c.Rules + "-" + configTag(c), consumer: consumerScorerefresh,
-			rtt: b.opts.rtt, backlog: backlog, max: o.batchedMax})
+			rtt: b.cfg.RTT, backlog: backlog, max: o.DrainMax})
 		if err != nil {
 			return nil, err
 		}
@@ -288,34 +290,34 @@ func (b *bench) batched(ctx context.Context, refRate float64) (*batchedResult, e
 		x.Diverse = append(x.Diverse, r)
 	}
 
-	x.FarRTTms = ms(o.batchedFarRTT)
+	x.FarRTTms = ms(o.FarRTT)
 	if len(far) > 0 {
-		b.logf("  diverse drains at RTT %s: every configuration latency-bound", o.batchedFarRTT)
+		b.logf("  diverse drains at RTT %s: every configuration latency-bound", o.FarRTT)
 	}
 	for _, c := range far {
 		r, err := b.runBatchConfig(ctx, c, runSpec{scenario: "batched-far-" + configTag(c), consumer: consumerScorerefresh,
-			rtt: o.batchedFarRTT, backlog: backlog, max: o.batchedMax})
+			rtt: o.FarRTT, backlog: backlog, max: o.DrainMax})
 		if err != nil {
 			return nil, err
 		}
-		r.Bounds = b.configBounds(cals[fmt.Sprintf("%s/%d", c.Rules, c.BatchSize)], c, o.batchedFarRTT)
+		r.Bounds = b.configBounds(cals[fmt.Sprintf("%s/%d", c.Rules, c.BatchSize)], c, o.FarRTT)
 		r.FractionLow = fin(r.Run.Rate / r.Bounds.Lower)
 		x.Far = append(x.Far, r)
 	}
 
 	// Wedge and recovery load from the per-user rate, as scenarios 3 and 4
 	// do, so every configuration gets the same arrivals.
-	perUserRate := 0.9 * b.cal.bounds(b.opts.rtt, b.opts.concurrency).Lower
+	perUserRate := 0.9 * b.cal.bounds(b.cfg.RTT, b.cfg.Concurrency).Lower
 	for _, r := range x.Diverse {
 		if r.Config.perUser() && r.Config.Rules == rulesBench {
 			perUserRate = r.Run.Rate
 		}
 	}
-	x.WedgeRate = math.Min(b.opts.wedgeFactor*refRate, 0.8*perUserRate)
-	b.logf("  wedge: diverse arrivals at %.1f/s for %s", x.WedgeRate, o.batchedWedge)
+	x.WedgeRate = math.Min(b.cfg.WedgeFactor*refRate, 0.8*perUserRate)
+	b.logf("  wedge: diverse arrivals at %.1f/s for %s", x.WedgeRate, o.WedgeFor)
 	for _, c := range load {
-		r, err := b.runBatchConfig(ctx, c, runSpec{scenario: "batched-wedge-" + configTag(c), consumer: consumerScorerefresh, rtt: b.opts.rtt,
-			produce: &produce{rate: x.WedgeRate, pool: b.opts.pool}, max: o.batchedWedge, done: never})
+		r, err := b.runBatchConfig(ctx, c, runSpec{scenario: "batched-wedge-" + configTag(c), consumer: consumerScorerefresh, rtt: b.cfg.RTT,
+			produce: &produce{rate: x.WedgeRate, pool: b.cfg.Pool}, max: o.WedgeFor, done: never})
 		if err != nil {
 			return nil, err
 		}
@@ -332,21 +334,21 @@ func configTag(c batchConfig) string { return fmt.Sprintf("b%d-f%d", c.BatchSize
 
 // batchedRecovery is scenario 4 for each configuration: the same arrivals
 // (half the per-user rate), RTT × rtt-factor between the trigger and restore.
-func (b *bench) batchedRecovery(ctx context.Context, x *batchedResult, load []batchConfig, perUserRate float64) error {
-	pre, trig := b.opts.recoveryPre, b.opts.trigger
+func (b *Bench) batchedRecovery(ctx context.Context, x *batchedResult, load []batchConfig, perUserRate float64) error {
+	pre, trig := b.cfg.RecoveryBefore, b.cfg.TriggerFor
 	x.RecoveryRate = 0.5 * perUserRate
 	x.TriggerAt, x.RestoreAt = pre.Seconds(), (pre + trig).Seconds()
-	x.TriggerRTTms = ms(b.opts.rtt) * b.opts.rttFactor
-	slow := time.Duration(float64(b.opts.rtt) * b.opts.rttFactor)
+	x.TriggerRTTms = ms(b.cfg.RTT) * b.cfg.TriggerRTTFactor
+	slow := time.Duration(float64(b.cfg.RTT) * b.cfg.TriggerRTTFactor)
 	b.logf("  recovery: arrivals at %.1f/s; RTT %s from %s to %s", x.RecoveryRate, slow, pre, pre+trig)
 	warm := pre.Seconds() / 3
 	for _, c := range load {
 		events := []timedEvent{
 			{at: pre, name: fmt.Sprintf("trigger: RTT %s", slow), do: func() { b.proxy.SetDelay(slow/2, slow/2) }},
-			{at: pre + trig, name: fmt.Sprintf("restore: RTT %s", b.opts.rtt), do: func() { b.proxy.SetDelay(b.opts.rtt/2, b.opts.rtt/2) }},
+			{at: pre + trig, name: fmt.Sprintf("restore: RTT %s", b.cfg.RTT), do: func() { b.proxy.SetDelay(b.cfg.RTT/2, b.cfg.RTT/2) }},
 		}
-		r, err := b.runBatchConfig(ctx, c, runSpec{scenario: "batched-recovery-" + configTag(c), consumer: consumerScorerefresh, rtt: b.opts.rtt,
-			produce: &produce{rate: x.RecoveryRate, pool: b.opts.pool}, events: events, max: pre + trig + b.opts.recoveryMax,
+		r, err := b.runBatchConfig(ctx, c, runSpec{scenario: "batched-recovery-" + configTag(c), consumer: consumerScorerefresh, rtt: b.cfg.RTT,
+			produce: &produce{rate: x.RecoveryRate, pool: b.cfg.Pool}, events: events, max: pre + trig + b.cfg.RecoveryMax,
 			done: func(s []sample) bool {
 				t := recoveredAfter(s, warm, x.TriggerAt, x.RestoreAt)
 				return t >= 0 && last(s).T >= x.RestoreAt+t+5
@@ -384,7 +386,7 @@ func (x *batchedResult) perUserOf(rules string) *batchRun {
 	return nil
 }
 
-func (x *batchedResult) addTargets(b *bench) {
+func (x *batchedResult) addTargets(b *Bench) {
 	for _, r := range x.Diverse {
 		if r.Config.perUser() {
 			continue

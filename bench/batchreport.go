@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"fmt"
@@ -19,7 +19,7 @@ func fin(v float64) float64 {
 }
 
 // moreCharts are the charts of the scenarios that draw their own.
-func (r *report) moreCharts() map[string]chart {
+func (r *Report) moreCharts() map[string]chart {
 	out := map[string]chart{}
 	sub := fmt.Sprintf("%s; RTT %.0f ms; REFRESH_CONCURRENCY %d", r.Server, r.RTTms, r.Concurrency)
 	if x := r.Batched; x != nil {
@@ -95,7 +95,7 @@ func (x *batchedResult) charts() map[string]chart {
 	return out
 }
 
-func (x *batchedResult) markdown(w func(string, ...any), r *report) {
+func (x *batchedResult) markdown(w func(string, ...any), r *Report) {
 	w("## Batched recompute")
 	w("")
 	w("Per-user recompute (`REFRESH_BATCH_SIZE=1`) against batched, side by side in this run, on the same server, data and RTT. Every other setting is the service's default unless the configuration names it (`batch N, in flight M` is `REFRESH_BATCH_SIZE=N MAX_USERS_IN_FLIGHT=M`). Rules: `bench` is rules.yaml (12 components, 2 of them max); `nomax` is rules-nomax.yaml (the same with each max replaced by a sum: 12 components, 14 round trips per batch, the shape a batch has on MongoDB, which has the `$max` accumulator FerretDB 1.24 lacks).")

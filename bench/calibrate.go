@@ -1,8 +1,7 @@
-package main
+package bench
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"slices"
 	"sort"
@@ -128,24 +127,23 @@ func (k *kindRecorder) reset() {
 // calibrate measures the server: first `sequential` first-time refreshes one
 // after another (time per query of each kind), then refreshes with several
 // workers at once for d per level (queries per second).
-func (b *bench) calibrate(ctx context.Context, sequential int, d time.Duration) (calibration, error) {
+func (b *Bench) calibrate(ctx context.Context, sequential int, d time.Duration) (calibration, error) {
 	rec := newKindRecorder()
 	client, err := mongo.Connect(options.Client().ApplyURI(b.srv.URI).SetMaxPoolSize(200).SetMaxConnecting(16).SetMonitor(rec.monitor()))
 	if err != nil {
 		return calibration{}, err
 	}
 	defer client.Disconnect(context.Background())
-	b.seq++
-	db := client.Database(fmt.Sprintf("bench%02d_calibrate", b.seq))
+	db := client.Database(b.nextDatabase("calibrate"))
 	defer db.Drop(context.Background())
-	if err := seedSources(ctx, db, b.opts.sources, b.opts.pool, b.opts.seed); err != nil {
+	if err := seedSources(ctx, db, b.cfg.Sources, b.cfg.Pool, b.cfg.Seed); err != nil {
 		return calibration{}, err
 	}
 	refresher := scoring.NewRefresher(scoring.NewRecomputer(db, b.rules), scoring.NewStore(db.Collection("user_scores"), scoring.StoreConfig{}))
 	next := atomic.Int64{}
 	refresh := func() error {
 		// First-time refreshes of users of the pool, as in a diverse drain.
-		return refresher.Refresh(ctx, userName(int(next.Add(1))%b.opts.pool), time.Now())
+		return refresher.Refresh(ctx, userName(int(next.Add(1))%b.cfg.Pool), time.Now())
 	}
 	// Warm up: connections, FerretDB's caches, the $max fallback detection.
 	for range 5 {
@@ -203,18 +201,18 @@ func (b *bench) calibrate(ctx context.Context, sequential int, d time.Duration) 
 			return c, ctx.Err()
 		}
 	}
-	c.RTTms = ms(b.opts.rtt)
-	c.Conc = b.opts.concurrency
-	if c.ProxyRTTms, err = b.proxyRTT(ctx, b.opts.rtt, b.opts.concurrency); err != nil {
+	c.RTTms = ms(b.cfg.RTT)
+	c.Conc = b.cfg.Concurrency
+	if c.ProxyRTTms, err = b.proxyRTT(ctx, b.cfg.RTT, b.cfg.Concurrency); err != nil {
 		return c, err
 	}
-	c.Bounds = c.bounds(b.opts.rtt, b.opts.concurrency)
+	c.Bounds = c.bounds(b.cfg.RTT, b.cfg.Concurrency)
 	return c, nil
 }
 
 // proxyRTT is the mean round trip of a ping through the proxy at rtt, with
 // concurrency pings at once on one client (as a consumer's refreshes are).
-func (b *bench) proxyRTT(ctx context.Context, rtt time.Duration, concurrency int) (float64, error) {
+func (b *Bench) proxyRTT(ctx context.Context, rtt time.Duration, concurrency int) (float64, error) {
 	b.proxy.SetDelay(rtt/2, rtt/2)
 	defer b.proxy.SetDelay(0, 0)
 	client, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + b.proxy.Addr() + "/?directConnection=true").

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"fmt"
@@ -35,7 +35,7 @@ type chart struct {
 
 // timelineCharts draws depth and oldest age over time, reference vs.
 // scorerefresh, for each scenario that has a timeline of both.
-func (r *report) timelineCharts() map[string]chart {
+func (r *Report) timelineCharts() map[string]chart {
 	out := map[string]chart{}
 	add := func(name, title string, p pair, markers map[string]float64) {
 		if p.Scorerefresh == nil {
@@ -84,7 +84,7 @@ func (r *report) timelineCharts() map[string]chart {
 }
 
 // overloadSVG draws goodput against offered load.
-func (r *report) overloadSVG() string {
+func (r *Report) overloadSVG() string {
 	good := line{name: "scorerefresh goodput", color: colorScorerefresh}
 	ideal := line{name: "offered", color: "#999"}
 	for _, l := range r.Overload {

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -51,7 +51,7 @@ type timing struct {
 // serviceConfig is the configuration scorerefresh (and the reference's
 // client) gets: the bench's environment, as in production, with the
 // connection, database, rules and concurrency the scenario decides.
-func (b *bench) serviceConfig(db string, concurrency int) (config.Config, error) {
+func (b *Bench) serviceConfig(db string, concurrency int) (config.Config, error) {
 	environ := append(b.environ[:len(b.environ):len(b.environ)],
 		"MONGODB_URI=mongodb://"+b.proxy.Addr()+"/?directConnection=true",
 		"MONGODB_DATABASE="+db,
@@ -74,7 +74,7 @@ type scorerefresh struct {
 	errs   []error
 }
 
-func (b *bench) startScorerefresh(ctx context.Context, db string, instances, concurrency int, tune func(int, *app.Options)) (*scorerefresh, error) {
+func (b *Bench) startScorerefresh(ctx context.Context, db string, instances, concurrency int, tune func(int, *app.Options)) (*scorerefresh, error) {
 	cfg, err := b.serviceConfig(db, concurrency)
 	if err != nil {
 		return nil, err
@@ -175,7 +175,7 @@ type referenceRun struct {
 	done   chan struct{}
 }
 
-func (b *bench) startReference(ctx context.Context, db string) (*referenceRun, error) {
+func (b *Bench) startReference(ctx context.Context, db string) (*referenceRun, error) {
 	cfg, err := b.serviceConfig(db, 1)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -22,71 +22,80 @@ import (
 // WrapRefresher), so bench/fleet/run.sh runs this very code against v0.1.0
 // and prints both side by side (-compare).
 
-// fleetOpts are the two scenarios' flags.
-type fleetOpts struct {
-	fleetEntries, fleetUsers                   int
-	fleetReplicas                              string
-	fleetRTT, fleetIdle, fleetSettle, fleetMax time.Duration
+// FleetConfig is the two scenarios' settings (flags -fleet-*, -storm*,
+// -label, -compare, -compare-label).
+type FleetConfig struct {
+	Entries  int           // entries of the backlog each fleet drains
+	Users    int           // users the backlog's entries belong to
+	Replicas string        // comma-separated fleet sizes
+	RTT      time.Duration // RTT the proxy adds, in the fleet and the storm scenarios
+	Idle     time.Duration // how long the idle fleet (queue empty) is measured
+	Settle   time.Duration // pause between the drain and the idle measurement
+	DrainMax time.Duration // cap on each drain
 
-	stormUsers, stormReplicas int
-	stormFor, stormMax        time.Duration
-	stormScorer               string
+	StormUsers    int           // distinct users queued, one entry each
+	StormReplicas int           // replicas draining them
+	StormFailFor  time.Duration // how long every refresh fails
+	StormMax      time.Duration // cap on each storm run
+	StormScorer   string        // scorerInstant or scorerReal
 
-	label, compare, compareLabel string
+	Label        string // name of the service version measured, in the report
+	Compare      string // results.json of another version's run, reported side by side
+	CompareLabel string // name of the Compare version (default: its Label)
 }
 
-func fleetFlags(fs *flag.FlagSet, o *fleetOpts) {
-	fs.IntVar(&o.fleetEntries, "fleet-entries", 2000, "fleet: entries of the backlog each fleet drains")
-	fs.IntVar(&o.fleetUsers, "fleet-users", 1000, "fleet: users the backlog's entries belong to")
-	fs.StringVar(&o.fleetReplicas, "fleet-replicas", "1,4,16,32", "fleet: comma-separated fleet sizes (in-process replicas, each with its own client)")
-	fs.DurationVar(&o.fleetRTT, "fleet-rtt", 2*time.Millisecond, "fleet and storm: RTT the proxy adds")
-	fs.DurationVar(&o.fleetIdle, "fleet-idle", 10*time.Second, "fleet: how long the idle fleet (queue empty) is measured")
-	fs.DurationVar(&o.fleetSettle, "fleet-settle", 2*time.Second, "fleet: pause between the drain and the idle measurement")
-	fs.DurationVar(&o.fleetMax, "fleet-max", 3*time.Minute, "fleet: cap on each drain")
-	fs.IntVar(&o.stormUsers, "storm-users", 20000, "storm: distinct users queued (one entry each)")
-	fs.IntVar(&o.stormReplicas, "storm-replicas", 3, "storm: replicas")
-	fs.DurationVar(&o.stormFor, "storm", 60*time.Second, "storm: how long every refresh fails")
-	fs.DurationVar(&o.stormMax, "storm-max", 6*time.Minute, "storm: cap on each run")
-	fs.StringVar(&o.stormScorer, "storm-scorer", scorerInstant, "storm: scorer when not failing: instant (succeeds at once: the drain measures the claim and ack path) or real")
-	fs.StringVar(&o.label, "label", "this build", "fleet and storm: name of the service version measured, in the report")
-	fs.StringVar(&o.compare, "compare", "", "fleet and storm: results.json of another version's run to report side by side")
-	fs.StringVar(&o.compareLabel, "compare-label", "", "fleet and storm: name of the -compare version (default: its -label)")
+func fleetFlags(fs *flag.FlagSet, o *FleetConfig) {
+	fs.IntVar(&o.Entries, "fleet-entries", 2000, "fleet: entries of the backlog each fleet drains")
+	fs.IntVar(&o.Users, "fleet-users", 1000, "fleet: users the backlog's entries belong to")
+	fs.StringVar(&o.Replicas, "fleet-replicas", "1,4,16,32", "fleet: comma-separated fleet sizes (in-process replicas, each with its own client)")
+	fs.DurationVar(&o.RTT, "fleet-rtt", 2*time.Millisecond, "fleet and storm: RTT the proxy adds")
+	fs.DurationVar(&o.Idle, "fleet-idle", 10*time.Second, "fleet: how long the idle fleet (queue empty) is measured")
+	fs.DurationVar(&o.Settle, "fleet-settle", 2*time.Second, "fleet: pause between the drain and the idle measurement")
+	fs.DurationVar(&o.DrainMax, "fleet-max", 3*time.Minute, "fleet: cap on each drain")
+	fs.IntVar(&o.StormUsers, "storm-users", 20000, "storm: distinct users queued (one entry each)")
+	fs.IntVar(&o.StormReplicas, "storm-replicas", 3, "storm: replicas")
+	fs.DurationVar(&o.StormFailFor, "storm", 60*time.Second, "storm: how long every refresh fails")
+	fs.DurationVar(&o.StormMax, "storm-max", 6*time.Minute, "storm: cap on each run")
+	fs.StringVar(&o.StormScorer, "storm-scorer", scorerInstant, "storm: scorer when not failing: instant (succeeds at once: the drain measures the claim and ack path) or real")
+	fs.StringVar(&o.Label, "label", "this build", "fleet and storm: name of the service version measured, in the report")
+	fs.StringVar(&o.Compare, "compare", "", "fleet and storm: results.json of another version's run to report side by side")
+	fs.StringVar(&o.CompareLabel, "compare-label", "", "fleet and storm: name of the -compare version (default: its -label)")
 }
 
-func shrinkFleet(shrink func(string, func()), o *fleetOpts) {
-	shrink("fleet-entries", func() { o.fleetEntries = 60 })
-	shrink("fleet-users", func() { o.fleetUsers = 30 })
-	shrink("fleet-replicas", func() { o.fleetReplicas = "1,2" })
-	shrink("fleet-idle", func() { o.fleetIdle = time.Second })
-	shrink("fleet-settle", func() { o.fleetSettle = 300 * time.Millisecond })
-	shrink("fleet-max", func() { o.fleetMax = 30 * time.Second })
-	shrink("storm-users", func() { o.stormUsers = 100 })
-	shrink("storm-replicas", func() { o.stormReplicas = 2 })
-	shrink("storm", func() { o.stormFor = 1500 * time.Millisecond })
-	shrink("storm-max", func() { o.stormMax = 30 * time.Second })
+func shrinkFleet(shrink func(string, func()), o *FleetConfig) {
+	shrink("fleet-entries", func() { o.Entries = 60 })
+	shrink("fleet-users", func() { o.Users = 30 })
+	shrink("fleet-replicas", func() { o.Replicas = "1,2" })
+	shrink("fleet-idle", func() { o.Idle = time.Second })
+	shrink("fleet-settle", func() { o.Settle = 300 * time.Millisecond })
+	shrink("fleet-max", func() { o.DrainMax = 30 * time.Second })
+	shrink("storm-users", func() { o.StormUsers = 100 })
+	shrink("storm-replicas", func() { o.StormReplicas = 2 })
+	shrink("storm", func() { o.StormFailFor = 1500 * time.Millisecond })
+	shrink("storm-max", func() { o.StormMax = 30 * time.Second })
 }
 
-func (o fleetOpts) replicas() ([]int, error) {
+func (o FleetConfig) replicaCounts() ([]int, error) {
 	var ns []int
-	for _, f := range strings.Split(o.fleetReplicas, ",") {
+	for _, f := range strings.Split(o.Replicas, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("-fleet-replicas %q: want positive integers separated by commas", o.fleetReplicas)
+			return nil, fmt.Errorf("-fleet-replicas %q: want positive integers separated by commas", o.Replicas)
 		}
 		ns = append(ns, n)
 	}
 	return ns, nil
 }
 
-func (o fleetOpts) validate() error {
-	if _, err := o.replicas(); err != nil {
+func (o FleetConfig) validate() error {
+	if _, err := o.replicaCounts(); err != nil {
 		return err
 	}
-	if o.fleetEntries <= 0 || o.fleetUsers <= 0 || o.stormUsers <= 0 || o.stormReplicas <= 0 || o.fleetRTT < 0 {
+	if o.Entries <= 0 || o.Users <= 0 || o.StormUsers <= 0 || o.StormReplicas <= 0 || o.RTT < 0 {
 		return fmt.Errorf("fleet and storm sizes must be positive and -fleet-rtt not negative")
 	}
-	if o.stormScorer != scorerInstant && o.stormScorer != scorerReal {
-		return fmt.Errorf("-storm-scorer %q: want %s or %s", o.stormScorer, scorerInstant, scorerReal)
+	if o.StormScorer != scorerInstant && o.StormScorer != scorerReal {
+		return fmt.Errorf("-storm-scorer %q: want %s or %s", o.StormScorer, scorerInstant, scorerReal)
 	}
 	return nil
 }
@@ -135,15 +144,15 @@ func fleetBacklog(n, users int, now time.Time, seed uint64) []any {
 	return backlog(n, now, 10*time.Minute, func(i int) string { return userName(perm[i] % users) })
 }
 
-func (b *bench) fleet(ctx context.Context) (*fleetResult, error) {
-	o := b.opts.fleetOpts
-	ns, err := o.replicas()
+func (b *Bench) fleet(ctx context.Context) (*fleetResult, error) {
+	o := b.cfg.Fleet
+	ns, err := o.replicaCounts()
 	if err != nil {
 		return nil, err
 	}
-	b.logf("\n== fleet: %d entries of %d users drained by %v replicas at RTT %s, then %s idle", o.fleetEntries, o.fleetUsers, ns, o.fleetRTT, o.fleetIdle)
-	r := &fleetResult{Label: o.label, Entries: o.fleetEntries, Users: o.fleetUsers, RTTms: ms(o.fleetRTT)}
-	backlog := fleetBacklog(o.fleetEntries, o.fleetUsers, time.Now(), b.opts.seed+3)
+	b.logf("\n== fleet: %d entries of %d users drained by %v replicas at RTT %s, then %s idle", o.Entries, o.Users, ns, o.RTT, o.Idle)
+	r := &fleetResult{Label: o.Label, Entries: o.Entries, Users: o.Users, RTTms: ms(o.RTT)}
+	backlog := fleetBacklog(o.Entries, o.Users, time.Now(), b.cfg.Seed+3)
 	for _, n := range ns {
 		run, err := b.fleetRun(ctx, n, backlog)
 		if err != nil {
@@ -159,13 +168,13 @@ func (b *bench) fleet(ctx context.Context) (*fleetResult, error) {
 }
 
 // claimsCollection is the name of the claims collection the service uses.
-func (b *bench) claimsCollection() (string, error) {
+func (b *Bench) claimsCollection() (string, error) {
 	cfg, err := b.serviceConfig("bench", 1)
 	return cfg.ClaimsCollection, err
 }
 
-func (b *bench) fleetRun(ctx context.Context, n int, backlog []any) (*fleetRun, error) {
-	o := b.opts.fleetOpts
+func (b *Bench) fleetRun(ctx context.Context, n int, backlog []any) (*fleetRun, error) {
+	o := b.cfg.Fleet
 	claims, err := b.claimsCollection()
 	if err != nil {
 		return nil, err
@@ -187,8 +196,8 @@ func (b *bench) fleetRun(ctx context.Context, n int, backlog []any) (*fleetRun, 
 	var atIdle cmdSnapshot
 	var roundsAtIdle float64
 	finished := false
-	spec := runSpec{scenario: fmt.Sprintf("fleet%d", n), consumer: consumerScorerefresh, instances: n, rtt: o.fleetRTT, backlog: backlog,
-		max:  o.fleetMax + o.fleetSettle + o.fleetIdle,
+	spec := runSpec{scenario: fmt.Sprintf("fleet%d", n), consumer: consumerScorerefresh, instances: n, rtt: o.RTT, backlog: backlog,
+		max:  o.DrainMax + o.Settle + o.Idle,
 		tune: func(i int, ao *app.Options) { ao.Monitor = stats[i].monitor() },
 		observe: func(el time.Duration, c running) {
 			switch {
@@ -200,11 +209,11 @@ func (b *bench) fleetRun(ctx context.Context, n int, backlog []any) (*fleetRun, 
 					fr.Drain = snap()
 				}
 			case idleFrom == 0:
-				if el >= drainedAt+o.fleetSettle {
+				if el >= drainedAt+o.Settle {
 					idleFrom, atIdle, roundsAtIdle = el, snap(), c.timing().Claims
 				}
 			case !finished:
-				if el >= idleFrom+o.fleetIdle {
+				if el >= idleFrom+o.Idle {
 					fr.Idle, fr.IdleSeconds = snap().minus(atIdle), (el - idleFrom).Seconds()
 					fr.IdleRounds = c.timing().Claims - roundsAtIdle
 					finished = true
@@ -308,7 +317,7 @@ func (r *fleetResult) targets() []target {
 }
 
 // loadCompare reads another version's results.json for -compare.
-func loadCompare(path, label string) (*report, error) {
+func loadCompare(path, label string) (*Report, error) {
 	if path == "" {
 		return nil, nil
 	}
@@ -316,7 +325,7 @@ func loadCompare(path, label string) (*report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading -compare results: %w", err)
 	}
-	var r report
+	var r Report
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("reading -compare results %s: %w", path, err)
 	}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"os"
@@ -12,7 +12,7 @@ import (
 // checkFleetAndStorm asserts the smoke run's fleet and storm results are
 // complete: every fleet drained and was counted by the command monitors
 // (claim rounds included), the storm failed refreshes and then drained.
-func checkFleetAndStorm(t *testing.T, rep *report) {
+func checkFleetAndStorm(t *testing.T, rep *Report) {
 	t.Helper()
 	if rep.Fleet == nil || len(rep.Fleet.Runs) != 2 {
 		t.Fatalf("fleet: %+v, want two fleet sizes", rep.Fleet)
@@ -78,7 +78,7 @@ func TestCompareSideBySide(t *testing.T) {
 			Storm: &stormRun{Storm: true, Drained: true, Rate: 9, DeadLettered: 3}, RateRatio: 0.9}
 	}
 	dir := t.TempDir()
-	old := &report{Fleet: &fleetResult{Label: "old", Runs: []*fleetRun{run(1, 15), run(4, 40)}}, Storm: storm("old")}
+	old := &Report{Fleet: &fleetResult{Label: "old", Runs: []*fleetRun{run(1, 15), run(4, 40)}}, Storm: storm("old")}
 	if err := old.write(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestCompareSideBySide(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cur := &report{Fleet: &fleetResult{Label: "new", Runs: []*fleetRun{run(1, 15), run(4, 16)}}, Storm: storm("new"), Compare: cmp}
+	cur := &Report{Fleet: &fleetResult{Label: "new", Runs: []*fleetRun{run(1, 15), run(4, 16)}}, Storm: storm("new"), Compare: cmp}
 	md := cur.markdown()
 	for _, want := range []string{"| commands | v0 | 15.00 | 40.00 | 2.67× |", "| commands | new | 15.00 | 16.00 | 1.07× |", "| v0 | storm", "| new | baseline"} {
 		if !strings.Contains(md, want) {

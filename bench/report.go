@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"encoding/json"
@@ -10,9 +10,9 @@ import (
 	"strings"
 )
 
-// report is everything one run measured; results.json is this, report.md
+// Report is everything one run measured; results.json is this, report.md
 // and the charts are drawn from it.
-type report struct {
+type Report struct {
 	Started     string          `json:"started"`
 	Seconds     float64         `json:"seconds"`
 	Short       bool            `json:"short"`
@@ -39,12 +39,12 @@ type report struct {
 	Slowdown    *slowdownResult `json:"slowdown,omitempty"`
 	// Compare is another version's run of the fleet and storm scenarios
 	// (-compare), reported side by side.
-	Compare *report           `json:"compare,omitempty"`
+	Compare *Report           `json:"compare,omitempty"`
 	Targets []target          `json:"targets"`
 	Charts  map[string]string `json:"charts"`
 }
 
-func (r *report) write(dir string) error {
+func (r *Report) write(dir string) error {
 	r.Charts = map[string]string{}
 	for name, c := range r.timelineCharts() {
 		file := name + ".svg"
@@ -81,7 +81,7 @@ func (r *report) write(dir string) error {
 }
 
 // sanitize replaces non-finite floats in the report's own fields.
-func sanitize(r *report) *report {
+func sanitize(r *Report) *Report {
 	c := *r
 	fix := func(f *float64) {
 		if math.IsNaN(*f) || math.IsInf(*f, 0) {
@@ -115,7 +115,7 @@ func sanitize(r *report) *report {
 }
 
 // rows are the table's runs in scenario order.
-func (r *report) rows() [][]*runResult {
+func (r *Report) rows() [][]*runResult {
 	var rows [][]*runResult
 	add := func(p pair) {
 		rows = append(rows, []*runResult{p.Reference, p.Scorerefresh})
@@ -144,7 +144,7 @@ func (r *report) rows() [][]*runResult {
 	return rows
 }
 
-func (r *report) markdown() string {
+func (r *Report) markdown() string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	w("# scorerefresh-bench results")
@@ -284,7 +284,7 @@ func instancesCol(x *runResult) string {
 	return ""
 }
 
-func (r *report) note(x *runResult) string {
+func (r *Report) note(x *runResult) string {
 	switch {
 	case strings.HasPrefix(x.Scenario, "overload"):
 		return fmt.Sprintf("offered %.1f/s", float64(x.Produced)/math.Max(x.Seconds, 1e-9))
@@ -320,7 +320,7 @@ func refRecovery(x *recoveryResult) string {
 }
 
 // html is a page with the report's tables and the charts inline.
-func (r *report) html(md string) string {
+func (r *Report) html(md string) string {
 	var b strings.Builder
 	b.WriteString("<!doctype html>\n<meta charset=\"utf-8\">\n<title>scorerefresh-bench results</title>\n")
 	b.WriteString("<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child,td:nth-child(2),th{text-align:left}img{max-width:100%}</style>\n")

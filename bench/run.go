@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -16,8 +16,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/scorerefresh/scorerefresh/internal/app"
 	"github.com/scorerefresh/scorerefresh/consumer"
+	"github.com/scorerefresh/scorerefresh/internal/app"
 )
 
 // sample is the queue as the bench saw it at one moment of a run.
@@ -112,20 +112,19 @@ func (r *runResult) at(t float64) sample {
 
 // run measures one consumer in a fresh database: seed, start, produce and
 // sample until done, stop, drop.
-func (b *bench) run(ctx context.Context, spec runSpec) (*runResult, error) {
+func (b *Bench) run(ctx context.Context, spec runSpec) (*runResult, error) {
 	spec.instances = max(spec.instances, 1)
 	if spec.concurrency == 0 {
-		spec.concurrency = b.opts.concurrency
+		spec.concurrency = b.cfg.Concurrency
 	}
-	b.seq++
-	dbName := strings.NewReplacer(".", "_").Replace(fmt.Sprintf("bench%02d_%s_%s", b.seq, spec.scenario, spec.consumer[:3]))
+	dbName := b.nextDatabase(strings.ReplaceAll(spec.scenario+"_"+spec.consumer[:3], ".", "_"))
 	db := b.direct.Database(dbName)
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_ = db.Drop(dctx)
 	}()
-	if err := seedSources(ctx, db, b.opts.sources, b.opts.pool, b.opts.seed); err != nil {
+	if err := seedSources(ctx, db, b.cfg.Sources, b.cfg.Pool, b.cfg.Seed); err != nil {
 		return nil, err
 	}
 	cfg, err := b.serviceConfig(dbName, spec.concurrency)
@@ -217,7 +216,7 @@ loop:
 		if el >= nextSample {
 			s := b.sample(ctx, queue, el, c, &arrived)
 			res.Timeline = append(res.Timeline, s)
-			nextSample = el + b.opts.sampleEvery
+			nextSample = el + b.cfg.SampleEvery
 			if el >= nextLog {
 				b.logf("    %6.1fs  depth %6d  oldest %6.1fs  done %7.0f  arrived %6d", s.T, s.Depth, s.OldestAge, s.Progress, s.Arrived)
 				nextLog += 10 * time.Second
@@ -300,7 +299,7 @@ func drainedNote(r *runResult) string {
 
 // sample reads the queue's depth and oldest age on the direct connection
 // (no proxy, not counted against the consumer).
-func (b *bench) sample(ctx context.Context, queue *mongo.Collection, el time.Duration, c running, arrived *atomic.Int64) sample {
+func (b *Bench) sample(ctx context.Context, queue *mongo.Collection, el time.Duration, c running, arrived *atomic.Int64) sample {
 	s := sample{T: el.Seconds(), Progress: c.progress(), Arrived: arrived.Load()}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -323,8 +322,8 @@ func (b *bench) sample(ctx context.Context, queue *mongo.Collection, el time.Dur
 // producer enqueues entries at p.rate, in small batches every 50 ms, each
 // stamped with the moment it is written, on the direct connection (the
 // producers are other applications, not behind the consumer's latency).
-func (b *bench) producer(ctx context.Context, queue *mongo.Collection, p produce, sent *atomic.Int64) error {
-	rnd := rand.New(rand.NewPCG(b.opts.seed, uint64(b.seq)))
+func (b *Bench) producer(ctx context.Context, queue *mongo.Collection, p produce, sent *atomic.Int64) error {
+	rnd := rand.New(rand.NewPCG(b.cfg.Seed, uint64(b.runs)))
 	start := time.Now()
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
@@ -359,6 +358,12 @@ func roundMap(m map[string]float64) map[string]int {
 		out[k] = int(v)
 	}
 	return out
+}
+
+// nextDatabase names the next run's fresh database: bench, its number, name.
+func (b *Bench) nextDatabase(name string) string {
+	b.runs++
+	return fmt.Sprintf("bench%02d_%s", b.runs, name)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

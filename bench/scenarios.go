@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -42,15 +42,15 @@ type drainResult struct {
 	FractionLower float64       `json:"fraction_of_lower_bound,omitempty"`
 }
 
-func (b *bench) diverse(ctx context.Context) (*drainResult, error) {
-	b.logf("\n== 1. diverse drain: %d entries of %d distinct users", b.opts.diverse, b.opts.diverse)
-	backlog := diverseBacklog(b.opts.diverse, time.Now(), b.opts.seed)
-	r := &drainResult{Entries: b.opts.diverse, Users: b.opts.diverse, Bounds: b.cal.bounds(b.opts.rtt, b.opts.concurrency)}
+func (b *Bench) diverse(ctx context.Context) (*drainResult, error) {
+	b.logf("\n== 1. diverse drain: %d entries of %d distinct users", b.cfg.DiverseEntries, b.cfg.DiverseEntries)
+	backlog := diverseBacklog(b.cfg.DiverseEntries, time.Now(), b.cfg.Seed)
+	r := &drainResult{Entries: b.cfg.DiverseEntries, Users: b.cfg.DiverseEntries, Bounds: b.cal.bounds(b.cfg.RTT, b.cfg.Concurrency)}
 	var err error
-	if r.Reference, err = b.run(ctx, runSpec{scenario: "diverse", consumer: consumerReference, rtt: b.opts.rtt, backlog: backlog, max: b.opts.refMax}); err != nil {
+	if r.Reference, err = b.run(ctx, runSpec{scenario: "diverse", consumer: consumerReference, rtt: b.cfg.RTT, backlog: backlog, max: b.cfg.ReferenceMax}); err != nil {
 		return nil, err
 	}
-	if r.Scorerefresh, err = b.run(ctx, runSpec{scenario: "diverse", consumer: consumerScorerefresh, rtt: b.opts.rtt, backlog: backlog, max: b.opts.drainMax}); err != nil {
+	if r.Scorerefresh, err = b.run(ctx, runSpec{scenario: "diverse", consumer: consumerScorerefresh, rtt: b.cfg.RTT, backlog: backlog, max: b.cfg.DrainMax}); err != nil {
 		return nil, err
 	}
 	r.Ratio = r.ratio()
@@ -58,7 +58,7 @@ func (b *bench) diverse(ctx context.Context) (*drainResult, error) {
 	r.FractionLower = r.Scorerefresh.Rate / r.Bounds.Lower
 	b.logf("  ratio %.1f×; scorerefresh at %.0f%% of the %s bound (%.1f/s)", r.Ratio, 100*r.FractionLower, r.Bounds.Which, r.Bounds.Lower)
 	b.targets = append(b.targets,
-		target{Scenario: "1 diverse", Target: fmt.Sprintf("≥ 90%% of the lower bound at REFRESH_CONCURRENCY %d", b.opts.concurrency),
+		target{Scenario: "1 diverse", Target: fmt.Sprintf("≥ 90%% of the lower bound at REFRESH_CONCURRENCY %d", b.cfg.Concurrency),
 			Figure: fmt.Sprintf("%.1f entries/s = %.0f%% of the %s bound %.1f/s", r.Scorerefresh.Rate, 100*r.FractionLower, r.Bounds.Which, r.Bounds.Lower),
 			Value:  r.FractionLower, Met: r.FractionLower >= 0.9, Applies: true},
 		target{Scenario: "1 diverse", Target: "ratio ≥ 12 where the latency bound is the lower one",
@@ -68,15 +68,15 @@ func (b *bench) diverse(ctx context.Context) (*drainResult, error) {
 	return r, nil
 }
 
-func (b *bench) firehose(ctx context.Context) (*drainResult, error) {
-	b.logf("\n== 2. firehose drain: %d entries, %.0f%% one user, the rest over %d users", b.opts.firehose, 100*b.opts.firehoseShare, b.opts.firehoseUsers)
-	backlog := firehoseBacklog(b.opts.firehose, b.opts.firehoseUsers, b.opts.firehoseShare, time.Now(), b.opts.seed)
-	r := &drainResult{Entries: b.opts.firehose, Users: distinctUsers(backlog), Bounds: b.cal.bounds(b.opts.rtt, b.opts.concurrency)}
+func (b *Bench) firehose(ctx context.Context) (*drainResult, error) {
+	b.logf("\n== 2. firehose drain: %d entries, %.0f%% one user, the rest over %d users", b.cfg.FirehoseEntries, 100*b.cfg.FirehoseShare, b.cfg.FirehoseUsers)
+	backlog := firehoseBacklog(b.cfg.FirehoseEntries, b.cfg.FirehoseUsers, b.cfg.FirehoseShare, time.Now(), b.cfg.Seed)
+	r := &drainResult{Entries: b.cfg.FirehoseEntries, Users: distinctUsers(backlog), Bounds: b.cal.bounds(b.cfg.RTT, b.cfg.Concurrency)}
 	var err error
-	if r.Reference, err = b.run(ctx, runSpec{scenario: "firehose", consumer: consumerReference, rtt: b.opts.rtt, backlog: backlog, max: b.opts.refMax}); err != nil {
+	if r.Reference, err = b.run(ctx, runSpec{scenario: "firehose", consumer: consumerReference, rtt: b.cfg.RTT, backlog: backlog, max: b.cfg.ReferenceMax}); err != nil {
 		return nil, err
 	}
-	if r.Scorerefresh, err = b.run(ctx, runSpec{scenario: "firehose", consumer: consumerScorerefresh, rtt: b.opts.rtt, backlog: backlog, max: b.opts.drainMax}); err != nil {
+	if r.Scorerefresh, err = b.run(ctx, runSpec{scenario: "firehose", consumer: consumerScorerefresh, rtt: b.cfg.RTT, backlog: backlog, max: b.cfg.DrainMax}); err != nil {
 		return nil, err
 	}
 	r.Ratio = r.ratio()
@@ -102,24 +102,24 @@ type wedgeResult struct {
 	ReferenceGoodput float64 `json:"reference_goodput"`
 }
 
-func (b *bench) wedge(ctx context.Context, refRate, srRate float64) (*wedgeResult, error) {
-	r := &wedgeResult{Rate: b.opts.wedgeFactor * refRate}
+func (b *Bench) wedge(ctx context.Context, refRate, srRate float64) (*wedgeResult, error) {
+	r := &wedgeResult{Rate: b.cfg.WedgeFactor * refRate}
 	if r.Rate >= 0.8*srRate {
-		r.Note = fmt.Sprintf("%.0f× the reference (%.1f/s) is not under scorerefresh's capacity (%.1f/s): capped at 80%% of it", b.opts.wedgeFactor, r.Rate, srRate)
+		r.Note = fmt.Sprintf("%.0f× the reference (%.1f/s) is not under scorerefresh's capacity (%.1f/s): capped at 80%% of it", b.cfg.WedgeFactor, r.Rate, srRate)
 		r.Rate = 0.8 * srRate
 	}
 	b.logf("\n== 3. wedge: diverse arrivals at %.1f entries/s (%.1f× the reference's %.2f/s; scorerefresh drains %.1f/s) for %s",
-		r.Rate, r.Rate/refRate, refRate, srRate, b.opts.wedge)
-	produce := &produce{rate: r.Rate, pool: b.opts.pool}
+		r.Rate, r.Rate/refRate, refRate, srRate, b.cfg.WedgeFor)
+	produce := &produce{rate: r.Rate, pool: b.cfg.Pool}
 	var err error
-	if r.Reference, err = b.run(ctx, runSpec{scenario: "wedge", consumer: consumerReference, rtt: b.opts.rtt, produce: produce, max: b.opts.wedge, done: never}); err != nil {
+	if r.Reference, err = b.run(ctx, runSpec{scenario: "wedge", consumer: consumerReference, rtt: b.cfg.RTT, produce: produce, max: b.cfg.WedgeFor, done: never}); err != nil {
 		return nil, err
 	}
-	if r.Scorerefresh, err = b.run(ctx, runSpec{scenario: "wedge", consumer: consumerScorerefresh, rtt: b.opts.rtt, produce: produce, max: b.opts.wedge, done: never}); err != nil {
+	if r.Scorerefresh, err = b.run(ctx, runSpec{scenario: "wedge", consumer: consumerScorerefresh, rtt: b.cfg.RTT, produce: produce, max: b.cfg.WedgeFor, done: never}); err != nil {
 		return nil, err
 	}
-	half := b.opts.wedge.Seconds() / 2
-	end := b.opts.wedge.Seconds()
+	half := b.cfg.WedgeFor.Seconds() / 2
+	end := b.cfg.WedgeFor.Seconds()
 	r.RefFinalDepth = last(r.Reference.Timeline).Depth
 	r.RefDepthSlope = depthSlope(r.Reference.Timeline, half, end)
 	r.RefMaxOldestAge = maxOldest(r.Reference.Timeline, 0)
@@ -133,7 +133,7 @@ func (b *bench) wedge(ctx context.Context, refRate, srRate float64) (*wedgeResul
 	b.logf("  scorerefresh: depth %d at the end (%+.2f/s), oldest age at most %.1fs", r.SRFinalDepth, r.SRDepthSlope, r.SRMaxOldestAge)
 	b.targets = append(b.targets,
 		target{Scenario: "3 wedge", Target: "the reference's queue grows without bound",
-			Figure: fmt.Sprintf("depth %d after %s, still growing %.1f entries/s over the second half; oldest age %.0f s", r.RefFinalDepth, b.opts.wedge, r.RefDepthSlope, r.RefMaxOldestAge),
+			Figure: fmt.Sprintf("depth %d after %s, still growing %.1f entries/s over the second half; oldest age %.0f s", r.RefFinalDepth, b.cfg.WedgeFor, r.RefDepthSlope, r.RefMaxOldestAge),
 			Value:  r.RefDepthSlope, Met: r.RefDepthSlope > 0.5*(r.Rate-refRate), Applies: true},
 		target{Scenario: "3 wedge", Target: "scorerefresh's oldest age stays under 30 s",
 			Figure: fmt.Sprintf("at most %.1f s (depth %d at the end)", r.SRMaxOldestAge, r.SRFinalDepth),
@@ -158,17 +158,17 @@ type recoveryResult struct {
 	RefObserved   float64 `json:"reference_observed_after_restore"`
 }
 
-func (b *bench) recovery(ctx context.Context, srRate float64) (*recoveryResult, error) {
-	pre, trig := b.opts.recoveryPre, b.opts.trigger
-	r := &recoveryResult{Rate: 0.5 * srRate, TriggerAt: pre.Seconds(), RestoreAt: (pre + trig).Seconds(), TriggerRTTms: ms(b.opts.rtt) * b.opts.rttFactor}
+func (b *Bench) recovery(ctx context.Context, srRate float64) (*recoveryResult, error) {
+	pre, trig := b.cfg.RecoveryBefore, b.cfg.TriggerFor
+	r := &recoveryResult{Rate: 0.5 * srRate, TriggerAt: pre.Seconds(), RestoreAt: (pre + trig).Seconds(), TriggerRTTms: ms(b.cfg.RTT) * b.cfg.TriggerRTTFactor}
 	b.logf("\n== 4. trigger and recovery: arrivals at %.1f/s (half of scorerefresh's %.1f/s); RTT × %.0f from %s to %s",
-		r.Rate, srRate, b.opts.rttFactor, pre, pre+trig)
-	slow := time.Duration(float64(b.opts.rtt) * b.opts.rttFactor)
+		r.Rate, srRate, b.cfg.TriggerRTTFactor, pre, pre+trig)
+	slow := time.Duration(float64(b.cfg.RTT) * b.cfg.TriggerRTTFactor)
 	events := []timedEvent{
 		{at: pre, name: fmt.Sprintf("trigger: RTT %s", slow), do: func() { b.proxy.SetDelay(slow/2, slow/2) }},
-		{at: pre + trig, name: fmt.Sprintf("restore: RTT %s", b.opts.rtt), do: func() { b.proxy.SetDelay(b.opts.rtt/2, b.opts.rtt/2) }},
+		{at: pre + trig, name: fmt.Sprintf("restore: RTT %s", b.cfg.RTT), do: func() { b.proxy.SetDelay(b.cfg.RTT/2, b.cfg.RTT/2) }},
 	}
-	produce := &produce{rate: r.Rate, pool: b.opts.pool}
+	produce := &produce{rate: r.Rate, pool: b.cfg.Pool}
 	warm := pre.Seconds() / 3
 	recoveredBy := func(samples []sample) float64 {
 		level := maxOldestIn(samples, warm, r.TriggerAt)
@@ -180,13 +180,13 @@ func (b *bench) recovery(ctx context.Context, srRate float64) (*recoveryResult, 
 		return -1
 	}
 	var err error
-	r.Reference, err = b.run(ctx, runSpec{scenario: "recovery", consumer: consumerReference, rtt: b.opts.rtt, produce: produce,
-		events: events, max: pre + trig + b.opts.recoveryRef, done: never})
+	r.Reference, err = b.run(ctx, runSpec{scenario: "recovery", consumer: consumerReference, rtt: b.cfg.RTT, produce: produce,
+		events: events, max: pre + trig + b.cfg.RecoveryReferenceWatch, done: never})
 	if err != nil {
 		return nil, err
 	}
-	r.Scorerefresh, err = b.run(ctx, runSpec{scenario: "recovery", consumer: consumerScorerefresh, rtt: b.opts.rtt, produce: produce,
-		events: events, max: pre + trig + b.opts.recoveryMax,
+	r.Scorerefresh, err = b.run(ctx, runSpec{scenario: "recovery", consumer: consumerScorerefresh, rtt: b.cfg.RTT, produce: produce,
+		events: events, max: pre + trig + b.cfg.RecoveryMax,
 		done: func(samples []sample) bool {
 			t := recoveredBy(samples)
 			return t >= 0 && last(samples).T >= r.RestoreAt+t+5
@@ -206,7 +206,7 @@ func (b *bench) recovery(ctx context.Context, srRate float64) (*recoveryResult, 
 	r.RefObserved = last(r.Reference.Timeline).T - r.RestoreAt
 	fig := fmt.Sprintf("recovered %.0f s after restore (oldest age back to ≤ %.1f s; peak %.0f s, depth %d)", r.Recovery, r.PreLevel, r.PeakAge, r.PeakDepth)
 	if r.Recovery < 0 {
-		fig = fmt.Sprintf("not recovered within %s of restore (pre-trigger oldest age %.1f s)", b.opts.recoveryMax, r.PreLevel)
+		fig = fmt.Sprintf("not recovered within %s of restore (pre-trigger oldest age %.1f s)", b.cfg.RecoveryMax, r.PreLevel)
 	}
 	b.logf("  scorerefresh: %s", fig)
 	refFig := fmt.Sprintf("not recovered within %.0f s of restore: depth %d and rising, oldest age %.0f s", r.RefObserved, r.RefFinalDepth, last(r.Reference.Timeline).OldestAge)
@@ -230,19 +230,19 @@ type overloadLevel struct {
 	Run     *runResult `json:"run"`
 }
 
-func (b *bench) overload(ctx context.Context, srRate float64) ([]overloadLevel, error) {
-	b.logf("\n== 5. overload: offered load 0.5×, 1×, 1.5×, 2× scorerefresh's %.1f entries/s, %s each", srRate, b.opts.overload)
+func (b *Bench) overload(ctx context.Context, srRate float64) ([]overloadLevel, error) {
+	b.logf("\n== 5. overload: offered load 0.5×, 1×, 1.5×, 2× scorerefresh's %.1f entries/s, %s each", srRate, b.cfg.OverloadPerLevel)
 	var levels []overloadLevel
-	warm := math.Min(10, b.opts.overload.Seconds()/4)
+	warm := math.Min(10, b.cfg.OverloadPerLevel.Seconds()/4)
 	for _, f := range []float64{0.5, 1, 1.5, 2} {
 		l := overloadLevel{Factor: f, Offered: f * srRate}
 		var err error
-		l.Run, err = b.run(ctx, runSpec{scenario: fmt.Sprintf("overload%.1fx", f), consumer: consumerScorerefresh, rtt: b.opts.rtt,
-			produce: &produce{rate: l.Offered, pool: b.opts.pool}, max: b.opts.overload, done: never})
+		l.Run, err = b.run(ctx, runSpec{scenario: fmt.Sprintf("overload%.1fx", f), consumer: consumerScorerefresh, rtt: b.cfg.RTT,
+			produce: &produce{rate: l.Offered, pool: b.cfg.Pool}, max: b.cfg.OverloadPerLevel, done: never})
 		if err != nil {
 			return nil, err
 		}
-		l.Goodput = l.Run.windowRate(warm, b.opts.overload.Seconds())
+		l.Goodput = l.Run.windowRate(warm, b.cfg.OverloadPerLevel.Seconds())
 		b.logf("  offered %.1f/s -> goodput %.1f/s", l.Offered, l.Goodput)
 		levels = append(levels, l)
 	}
@@ -268,26 +268,26 @@ type scaleResult struct {
 	LatencyThree float64 `json:"latency_bound_three"`
 }
 
-func (b *bench) scale(ctx context.Context) (*scaleResult, error) {
-	rtt := b.opts.scaleRTT
+func (b *Bench) scale(ctx context.Context) (*scaleResult, error) {
+	rtt := b.cfg.ScaleRTT
 	if rtt == 0 {
 		// Latency-bound even with three processes: their combined latency
 		// bound at most 15% of what the server serves to refreshes, since
 		// on FerretDB every claim round and ack flush of each process
 		// also reads the whole queue, which the server bound leaves out.
-		need := 3 * float64(b.opts.concurrency) / (b.cal.RoundTrips * 0.15 * b.cal.bounds(b.opts.rtt, b.opts.concurrency).Server)
-		rtt = max(b.opts.rtt, time.Duration((need-b.cal.ServerMs/1000)*float64(time.Second)))
+		need := 3 * float64(b.cfg.Concurrency) / (b.cal.RoundTrips * 0.15 * b.cal.bounds(b.cfg.RTT, b.cfg.Concurrency).Server)
+		rtt = max(b.cfg.RTT, time.Duration((need-b.cal.ServerMs/1000)*float64(time.Second)))
 		rtt = (rtt + 10*time.Millisecond - 1).Truncate(10 * time.Millisecond)
 	}
-	r := &scaleResult{RTTms: ms(rtt), BoundsOne: b.cal.bounds(rtt, b.opts.concurrency)}
+	r := &scaleResult{RTTms: ms(rtt), BoundsOne: b.cal.bounds(rtt, b.cfg.Concurrency)}
 	r.LatencyThree = 3 * r.BoundsOne.Latency
-	warm := b.opts.scaleWarm
-	window := b.opts.scale
+	warm := b.cfg.ScaleWarmUp
+	window := b.cfg.ScaleWindow
 	r.Entries = max(200, int(1.3*math.Min(r.LatencyThree, r.BoundsOne.Server)*(warm+window).Seconds()))
 	b.logf("\n== 6. scale-out: 1 vs 3 scorerefresh processes (in process, separate clients) at RTT %s; %d diverse entries; rate over %s after %s",
 		rtt, r.Entries, window, warm)
 	b.logf("  bounds: one process %.1f/s (latency), three %.1f/s (latency), server %.1f/s", r.BoundsOne.Latency, r.LatencyThree, r.BoundsOne.Server)
-	backlog := diverseBacklog(r.Entries, time.Now(), b.opts.seed+1)
+	backlog := diverseBacklog(r.Entries, time.Now(), b.cfg.Seed+1)
 	done := func(samples []sample) bool { return last(samples).T >= (warm + window).Seconds() }
 	var err error
 	if r.One, err = b.run(ctx, runSpec{scenario: "scale1", consumer: consumerScorerefresh, rtt: rtt, backlog: backlog, max: warm + window + 5*time.Second, done: done}); err != nil {

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -15,33 +15,33 @@ import (
 	"github.com/scorerefresh/scorerefresh/metrics"
 )
 
-// slowdownOpts are the flags of the slowdown scenario: the server slows down
+// SlowdownConfig is the slowdown scenario's settings (flags -slowdown*): the server slows down
 // so much that every refresh outlives its deadline, for minutes, then
 // recovers.
-type slowdownOpts struct {
-	slowdown      time.Duration
-	slowdownPre   time.Duration
-	slowdownPost  time.Duration
-	slowdownLease time.Duration
-	slowdownRTT   time.Duration
-	slowdownRate  float64
+type SlowdownConfig struct {
+	SlowFor      time.Duration // how long refreshes outlive their deadline
+	SteadyBefore time.Duration // steady state before the slowdown
+	WatchAfter   time.Duration // how long the drain is watched after it, at most
+	Lease        time.Duration // LEASE_DURATION of the service, and so its refresh deadline
+	SlowRTT      time.Duration // the proxy's RTT during the slowdown
+	ArrivalRate  float64       // arrivals per second (0: half of scorerefresh's diverse drain rate)
 }
 
-func slowdownFlags(fs *flag.FlagSet, o *slowdownOpts) {
-	fs.DurationVar(&o.slowdown, "slowdown", 2*time.Minute, "slowdown: how long refreshes outlive their deadline")
-	fs.DurationVar(&o.slowdownPre, "slowdown-pre", 30*time.Second, "slowdown: steady state before it")
-	fs.DurationVar(&o.slowdownPost, "slowdown-post", 3*time.Minute, "slowdown: how long the drain is watched after it, at most")
-	fs.DurationVar(&o.slowdownLease, "slowdown-lease", 10*time.Second, "slowdown: LEASE_DURATION of the service, and so its refresh deadline")
-	fs.DurationVar(&o.slowdownRTT, "slowdown-rtt", time.Second, "slowdown: the proxy's RTT during it (a refresh needs at least 14 round trips)")
-	fs.Float64Var(&o.slowdownRate, "slowdown-rate", 0, "slowdown: arrivals per second (0: half of scorerefresh's diverse drain rate)")
+func slowdownFlags(fs *flag.FlagSet, o *SlowdownConfig) {
+	fs.DurationVar(&o.SlowFor, "slowdown", 2*time.Minute, "slowdown: how long refreshes outlive their deadline")
+	fs.DurationVar(&o.SteadyBefore, "slowdown-pre", 30*time.Second, "slowdown: steady state before it")
+	fs.DurationVar(&o.WatchAfter, "slowdown-post", 3*time.Minute, "slowdown: how long the drain is watched after it, at most")
+	fs.DurationVar(&o.Lease, "slowdown-lease", 10*time.Second, "slowdown: LEASE_DURATION of the service, and so its refresh deadline")
+	fs.DurationVar(&o.SlowRTT, "slowdown-rtt", time.Second, "slowdown: the proxy's RTT during it (a refresh needs at least 14 round trips)")
+	fs.Float64Var(&o.ArrivalRate, "slowdown-rate", 0, "slowdown: arrivals per second (0: half of scorerefresh's diverse drain rate)")
 }
 
-func shrinkSlowdown(shrink func(string, func()), o *slowdownOpts) {
-	shrink("slowdown", func() { o.slowdown = 4 * time.Second })
-	shrink("slowdown-pre", func() { o.slowdownPre = 2 * time.Second })
-	shrink("slowdown-post", func() { o.slowdownPost = 15 * time.Second })
-	shrink("slowdown-lease", func() { o.slowdownLease = 2 * time.Second })
-	shrink("slowdown-rtt", func() { o.slowdownRTT = 400 * time.Millisecond })
+func shrinkSlowdown(shrink func(string, func()), o *SlowdownConfig) {
+	shrink("slowdown", func() { o.SlowFor = 4 * time.Second })
+	shrink("slowdown-pre", func() { o.SteadyBefore = 2 * time.Second })
+	shrink("slowdown-post", func() { o.WatchAfter = 15 * time.Second })
+	shrink("slowdown-lease", func() { o.Lease = 2 * time.Second })
+	shrink("slowdown-rtt", func() { o.SlowRTT = 400 * time.Millisecond })
 }
 
 // slowdownResult is the slowdown scenario.
@@ -147,15 +147,15 @@ func (h *failureCounter) WithGroup(name string) slog.Handler {
 	return &failureCounter{next: h.next.WithGroup(name), keep: h.keep, mu: h.mu, n: h.n}
 }
 
-func (b *bench) slowdown(ctx context.Context, srRate float64) (*slowdownResult, error) {
-	o := b.opts.slowdownOpts
-	x := &slowdownResult{Rate: o.slowdownRate, LeaseSeconds: o.slowdownLease.Seconds(), RTTms: ms(o.slowdownRTT),
-		TriggerAt: o.slowdownPre.Seconds(), RestoreAt: (o.slowdownPre + o.slowdown).Seconds(), DrainedAfter: -1}
+func (b *Bench) slowdown(ctx context.Context, srRate float64) (*slowdownResult, error) {
+	o := b.cfg.Slowdown
+	x := &slowdownResult{Rate: o.ArrivalRate, LeaseSeconds: o.Lease.Seconds(), RTTms: ms(o.SlowRTT),
+		TriggerAt: o.SteadyBefore.Seconds(), RestoreAt: (o.SteadyBefore + o.SlowFor).Seconds(), DrainedAfter: -1}
 	if x.Rate <= 0 {
 		x.Rate = 0.5 * srRate
 	}
 	b.logf("\n== slowdown: arrivals at %.1f/s; LEASE_DURATION (the refresh deadline) %s; RTT %s from %s to %s, so every refresh outlives its deadline",
-		x.Rate, o.slowdownLease, o.slowdownRTT, o.slowdownPre, o.slowdownPre+o.slowdown)
+		x.Rate, o.Lease, o.SlowRTT, o.SteadyBefore, o.SteadyBefore+o.SlowFor)
 
 	counter := &failureCounter{next: b.svcLog.Handler(), keep: 20, mu: &sync.Mutex{}, n: &x.Failures}
 	savedLog := b.svcLog
@@ -163,8 +163,8 @@ func (b *bench) slowdown(ctx context.Context, srRate float64) (*slowdownResult, 
 	defer func() { b.svcLog = savedLog }()
 
 	events := []timedEvent{
-		{at: o.slowdownPre, name: fmt.Sprintf("slowdown: RTT %s", o.slowdownRTT), do: func() { b.proxy.SetDelay(o.slowdownRTT/2, o.slowdownRTT/2) }},
-		{at: o.slowdownPre + o.slowdown, name: fmt.Sprintf("restore: RTT %s", b.opts.rtt), do: func() { b.proxy.SetDelay(b.opts.rtt/2, b.opts.rtt/2) }},
+		{at: o.SteadyBefore, name: fmt.Sprintf("slowdown: RTT %s", o.SlowRTT), do: func() { b.proxy.SetDelay(o.SlowRTT/2, o.SlowRTT/2) }},
+		{at: o.SteadyBefore + o.SlowFor, name: fmt.Sprintf("restore: RTT %s", b.cfg.RTT), do: func() { b.proxy.SetDelay(b.cfg.RTT/2, b.cfg.RTT/2) }},
 	}
 	var svc *scorerefresh
 	nextRead := time.Duration(0)
@@ -180,10 +180,10 @@ func (b *bench) slowdown(ctx context.Context, srRate float64) (*slowdownResult, 
 	}
 	warm := x.TriggerAt / 3
 	drained := func(s []sample) float64 { return drainedAfter(s, warm, x.TriggerAt, x.RestoreAt) }
-	err := b.withEnv([]string{"LEASE_DURATION=" + o.slowdownLease.String()}, func() (err error) {
-		x.Run, err = b.run(ctx, runSpec{scenario: "slowdown", consumer: consumerScorerefresh, rtt: b.opts.rtt,
-			produce: &produce{rate: x.Rate, pool: b.opts.pool}, events: events, observe: observe,
-			max:  o.slowdownPre + o.slowdown + o.slowdownPost,
+	err := b.withEnv([]string{"LEASE_DURATION=" + o.Lease.String()}, func() (err error) {
+		x.Run, err = b.run(ctx, runSpec{scenario: "slowdown", consumer: consumerScorerefresh, rtt: b.cfg.RTT,
+			produce: &produce{rate: x.Rate, pool: b.cfg.Pool}, events: events, observe: observe,
+			max:  o.SteadyBefore + o.SlowFor + o.WatchAfter,
 			done: func(s []sample) bool { t := drained(s); return t >= 0 && last(s).T >= x.RestoreAt+t+5 }})
 		return err
 	})
@@ -216,7 +216,7 @@ func (b *bench) slowdown(ctx context.Context, srRate float64) (*slowdownResult, 
 
 // readDeadLetters reads, on the direct connection, the dead letters and the
 // most attempts charged to any lease of the run's database.
-func (b *bench) readDeadLetters(ctx context.Context, svc *scorerefresh, x *slowdownResult) {
+func (b *Bench) readDeadLetters(ctx context.Context, svc *scorerefresh, x *slowdownResult) {
 	if len(svc.svcs) == 0 {
 		return
 	}
@@ -289,7 +289,7 @@ func (x *slowdownResult) chart() chart {
 		markers: map[string]float64{"slowdown": x.TriggerAt, "restore": x.RestoreAt}}
 }
 
-func (x *slowdownResult) markdown(w func(string, ...any), r *report) {
+func (x *slowdownResult) markdown(w func(string, ...any), r *Report) {
 	w("## Slowdown")
 	w("")
 	w("The service runs with `LEASE_DURATION=%.0fs`, which is also its refresh deadline (the refresh timeout defaults to the lease), and every other setting at its default. Producers enqueue %.1f diverse entries/s throughout. From %.0f s to %.0f s the proxy's RTT is %.0f ms: a refresh needs at least 14 round trips (a batch of 16 on FerretDB, 44), so every refresh outlives its deadline, while claims, lease renewals and acknowledgements (a few round trips each) still get through.",

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/scorerefresh/scorerefresh/internal/app"
 	"github.com/scorerefresh/scorerefresh/consumer"
+	"github.com/scorerefresh/scorerefresh/internal/app"
 )
 
 // errScorerDown is the storm's fault: not a MongoDB error, so the consumer
@@ -93,12 +93,12 @@ const (
 // mib is the storm's bound on what one claim round sends or receives.
 const mib = 1 << 20
 
-func (b *bench) storm(ctx context.Context) (*stormResult, error) {
-	o := b.opts.fleetOpts
-	r := &stormResult{Label: o.label, Scorer: o.stormScorer, Users: o.stormUsers, Replicas: o.stormReplicas, StormSeconds: o.stormFor.Seconds(), RTTms: ms(o.fleetRTT)}
+func (b *Bench) storm(ctx context.Context) (*stormResult, error) {
+	o := b.cfg.Fleet
+	r := &stormResult{Label: o.Label, Scorer: o.StormScorer, Users: o.StormUsers, Replicas: o.StormReplicas, StormSeconds: o.StormFailFor.Seconds(), RTTms: ms(o.RTT)}
 	b.logf("\n== backoff storm: %d users queued, %d replicas at RTT %s; every refresh fails for %s, then healed; and the same backlog without a storm",
-		o.stormUsers, o.stormReplicas, o.fleetRTT, o.stormFor)
-	backlog := diverseBacklog(o.stormUsers, time.Now(), b.opts.seed+5)
+		o.StormUsers, o.StormReplicas, o.RTT, o.StormFailFor)
+	backlog := diverseBacklog(o.StormUsers, time.Now(), b.cfg.Seed+5)
 	var err error
 	if r.Baseline, err = b.stormRun(ctx, backlog, false); err != nil {
 		return nil, err
@@ -117,9 +117,9 @@ func (b *bench) storm(ctx context.Context) (*stormResult, error) {
 	return r, nil
 }
 
-func (b *bench) stormRun(ctx context.Context, backlog []any, storm bool) (*stormRun, error) {
-	o := b.opts.fleetOpts
-	n := o.stormReplicas
+func (b *Bench) stormRun(ctx context.Context, backlog []any, storm bool) (*stormRun, error) {
+	o := b.cfg.Fleet
+	n := o.StormReplicas
 	claims, err := b.claimsCollection()
 	if err != nil {
 		return nil, err
@@ -140,20 +140,20 @@ func (b *bench) stormRun(ctx context.Context, backlog []any, storm bool) (*storm
 	sr := &stormRun{Storm: storm}
 	var events []timedEvent
 	if storm {
-		events = []timedEvent{{at: o.stormFor, name: "heal: refreshes succeed again", do: func() { failing.Store(false) }}}
+		events = []timedEvent{{at: o.StormFailFor, name: "heal: refreshes succeed again", do: func() { failing.Store(false) }}}
 	}
 	target := float64(len(backlog))
 	var healed, finished bool
 	var fleet *scorerefresh
 	var atHeal cmdSnapshot
 	spec := runSpec{scenario: map[bool]string{false: "storm-baseline", true: "storm"}[storm], consumer: consumerScorerefresh, instances: n,
-		rtt: o.fleetRTT, backlog: backlog, events: events, max: o.stormFor + o.stormMax,
+		rtt: o.RTT, backlog: backlog, events: events, max: o.StormFailFor + o.StormMax,
 		tune: func(i int, ao *app.Options) {
 			// Every failed refresh logs a warning: tens of thousands here.
 			ao.Logger = slog.New(minLevel{Handler: b.svcLog.Handler(), min: slog.LevelError})
 			ao.Monitor = stats[i].monitor()
 			ao.WrapRefresher = func(r consumer.Refresher) consumer.Refresher {
-				return faultyScorer{inner: r, failing: &failing, instant: o.stormScorer == scorerInstant}
+				return faultyScorer{inner: r, failing: &failing, instant: o.StormScorer == scorerInstant}
 			}
 		},
 		observe: func(el time.Duration, c running) {
