@@ -177,7 +177,7 @@ func (b *Bench) adaptive(ctx context.Context) (*adaptiveResult, error) {
 	do := func(r *adaptiveRun, spec runSpec) error {
 		spec.observe = r.observer()
 		var err error
-		run := func() error { r.Run, err = b.run(ctx, spec); return err }
+		run := func() error { r.Run, err = b.measure(ctx, spec); return err }
 		if r.Adaptive {
 			return b.withAdaptive(run)
 		}

@@ -203,7 +203,7 @@ func (b *Bench) runBatchConfig(ctx context.Context, c batchConfig, spec runSpec)
 	}
 	savedRules := b.rulesPath
 	b.rulesPath = path
-	err = b.withEnv(c.env(), func() (err error) { r.Run, err = b.run(ctx, spec); return err })
+	err = b.withEnv(c.env(), func() (err error) { r.Run, err = b.measure(ctx, spec); return err })
 	b.rulesPath = savedRules
 	r.CPU = watch.stop()
 	if err != nil {

@@ -222,7 +222,7 @@ func (b *Bench) fleetRun(ctx context.Context, n int, backlog []any) (*fleetRun, 
 		},
 		done: func([]sample) bool { return finished },
 	}
-	res, err := b.run(ctx, spec)
+	res, err := b.measure(ctx, spec)
 	if err != nil {
 		return nil, err
 	}

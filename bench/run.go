@@ -12,22 +12,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/scorerefresh/scorerefresh/consumer"
 	"github.com/scorerefresh/scorerefresh/internal/app"
 )
-
-// sample is the queue as the bench saw it at one moment of a run.
-type sample struct {
-	T         float64 `json:"t"`          // seconds since the consumer started
-	Depth     int64   `json:"depth"`      // entries in the queue
-	OldestAge float64 `json:"oldest_age"` // seconds; 0 when empty
-	Progress  float64 `json:"progress"`   // entries done (see running.progress)
-	Arrived   int64   `json:"arrived"`    // entries the producer has enqueued
-}
 
 // runSpec is one consumer's part of a scenario.
 type runSpec struct {
@@ -110,9 +99,9 @@ func (r *runResult) at(t float64) sample {
 	return r.Timeline[len(r.Timeline)-1]
 }
 
-// run measures one consumer in a fresh database: seed, start, produce and
+// measure runs one consumer in a fresh database: seed, start, produce and
 // sample until done, stop, drop.
-func (b *Bench) run(ctx context.Context, spec runSpec) (*runResult, error) {
+func (b *Bench) measure(ctx context.Context, spec runSpec) (*runResult, error) {
 	spec.instances = max(spec.instances, 1)
 	if spec.concurrency == 0 {
 		spec.concurrency = b.cfg.Concurrency
@@ -124,10 +113,51 @@ func (b *Bench) run(ctx context.Context, spec runSpec) (*runResult, error) {
 		defer cancel()
 		_ = db.Drop(dctx)
 	}()
+	queue, err := b.prepareDatabase(ctx, db, spec)
+	if err != nil {
+		return nil, err
+	}
+	b.proxy.SetDelay(spec.rtt/2, spec.rtt/2)
+	defer b.proxy.SetDelay(0, 0)
+	b.logf("  %-12s %s: %d entries queued, RTT %s%s", spec.consumer, spec.scenario, len(spec.backlog), spec.rtt, instancesNote(spec))
+
+	cpu := startCPU()
+	start := time.Now()
+	c, err := b.startConsumer(ctx, dbName, spec)
+	if err != nil {
+		return nil, err
+	}
+	w := &runWatch{b: b, spec: spec, consumer: c, queue: queue, events: spec.events, nextLog: 10 * time.Second,
+		res: &runResult{Scenario: spec.scenario, Consumer: spec.consumer, Instances: spec.instances, Concurrency: spec.concurrency,
+			RTTms: ms(spec.rtt), Backlog: len(spec.backlog), Events: map[string]float64{}}}
+	stopProducer := b.startProducer(ctx, queue, spec.produce, &w.arrived)
+	end, err := w.watch(ctx, start)
+	prodErr := stopProducer()
+	if err != nil {
+		_ = c.stop()
+		return nil, err
+	}
+	res := w.res
+	res.CPU = cpu.stop()
+	stopErr := finishRun(res, c, end, w.arrived.Load())
+	if prodErr != nil {
+		return res, fmt.Errorf("producer: %w", prodErr)
+	}
+	if stopErr != nil {
+		b.logf("    (consumer stopped with: %v)", stopErr)
+	}
+	b.logRun(res)
+	return res, nil
+}
+
+// prepareDatabase seeds the sources and the backlog and creates the
+// indexes, before the clock starts, as they exist in production (the
+// service creates them idempotently at start); the reference gets them too.
+func (b *Bench) prepareDatabase(ctx context.Context, db *mongo.Database, spec runSpec) (*mongo.Collection, error) {
 	if err := seedSources(ctx, db, b.cfg.Sources, b.cfg.Pool, b.cfg.Seed); err != nil {
 		return nil, err
 	}
-	cfg, err := b.serviceConfig(dbName, spec.concurrency)
+	cfg, err := b.serviceConfig(db.Name(), spec.concurrency)
 	if err != nil {
 		return nil, err
 	}
@@ -135,27 +165,15 @@ func (b *Bench) run(ctx context.Context, spec runSpec) (*runResult, error) {
 	if err := insertAll(ctx, queue, spec.backlog); err != nil {
 		return nil, err
 	}
-	// The indexes exist before the clock starts, as they do in production
-	// (the service creates them idempotently at start); the reference gets
-	// them too.
 	consumer.EnsureIndexes(ctx, consumer.Collections{
 		Queue: queue, Claims: db.Collection(cfg.ClaimsCollection), DeadLetter: db.Collection(cfg.DeadLetterCollection),
 	}, slog.New(slog.DiscardHandler))
+	return queue, nil
+}
 
-	b.proxy.SetDelay(spec.rtt/2, spec.rtt/2)
-	defer b.proxy.SetDelay(0, 0)
-
-	res := &runResult{
-		Scenario: spec.scenario, Consumer: spec.consumer, Instances: spec.instances, Concurrency: spec.concurrency,
-		RTTms: ms(spec.rtt), Backlog: len(spec.backlog), Events: map[string]float64{},
-	}
-	b.logf("  %-12s %s: %d entries queued, RTT %s%s", spec.consumer, spec.scenario, len(spec.backlog), spec.rtt, instancesNote(spec))
-
-	var c running
-	cpu := startCPU()
-	start := time.Now()
-	// Labelled, so that a CPU profile tells the consumer from the server
-	// (cpusplit.go).
+// startConsumer starts the run's consumer, labelled, so that a CPU profile
+// tells the consumer from the server (cpusplit.go).
+func (b *Bench) startConsumer(ctx context.Context, dbName string, spec runSpec) (c running, err error) {
 	withConsumerLabel(ctx, func() {
 		if spec.consumer == consumerReference {
 			c, err = b.startReference(ctx, dbName)
@@ -163,105 +181,111 @@ func (b *Bench) run(ctx context.Context, spec runSpec) (*runResult, error) {
 			c, err = b.startScorerefresh(ctx, dbName, spec.instances, spec.concurrency, spec.tune)
 		}
 	})
-	if err != nil {
-		return nil, err
+	return c, err
+}
+
+// startProducer runs p's producer, if any, until the returned stop is
+// called; stop returns the producer's error.
+func (b *Bench) startProducer(ctx context.Context, queue *mongo.Collection, p *produce, arrived *atomic.Int64) (stop func() error) {
+	prodCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var err error
+	if p != nil {
+		wg.Go(func() { err = b.producer(prodCtx, queue, *p, arrived) })
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			_ = c.stop()
+	return func() error {
+		cancel()
+		wg.Wait()
+		if errors.Is(err, context.Canceled) {
+			return nil
 		}
-	}()
-
-	var arrived atomic.Int64
-	prodCtx, stopProducer := context.WithCancel(ctx)
-	var prodWG sync.WaitGroup
-	var prodErr error
-	if spec.produce != nil {
-		prodWG.Go(func() { prodErr = b.producer(prodCtx, queue, *spec.produce, &arrived) })
+		return err
 	}
+}
 
-	target := float64(len(spec.backlog))
-	fast := time.NewTicker(50 * time.Millisecond)
-	defer fast.Stop()
-	nextSample := time.Duration(0)
-	nextLog := 10 * time.Second
-	events := spec.events
-	var end time.Duration
-loop:
+// runWatch is a running consumer watched every 50 ms until its run ends.
+type runWatch struct {
+	b        *Bench
+	spec     runSpec
+	consumer running
+	queue    *mongo.Collection
+	res      *runResult
+	arrived  atomic.Int64
+	events   []timedEvent // not yet done
+	// nextSample and nextLog are when the queue is next sampled and logged.
+	nextSample, nextLog time.Duration
+}
+
+// watch ticks until the run ends and returns how long it ran.
+func (w *runWatch) watch(ctx context.Context, start time.Time) (time.Duration, error) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			stopProducer()
-			prodWG.Wait()
-			return nil, ctx.Err()
-		case <-fast.C:
+			return 0, ctx.Err()
+		case <-tick.C:
 		}
-		el := time.Since(start)
-		for len(events) > 0 && el >= events[0].at {
-			events[0].do()
-			res.Events[events[0].name] = el.Seconds()
-			b.logf("    %6.1fs  %s", el.Seconds(), events[0].name)
-			events = events[1:]
-		}
-		if spec.observe != nil {
-			spec.observe(el, c)
-		}
-		if spec.done == nil && c.progress() >= target && c.acked() >= target {
-			end = el
-			res.Drained = true
-			res.Timeline = append(res.Timeline, b.sample(ctx, queue, el, c, &arrived))
-			break
-		}
-		if el >= nextSample {
-			s := b.sample(ctx, queue, el, c, &arrived)
-			res.Timeline = append(res.Timeline, s)
-			nextSample = el + b.cfg.SampleEvery
-			if el >= nextLog {
-				b.logf("    %6.1fs  depth %6d  oldest %6.1fs  done %7.0f  arrived %6d", s.T, s.Depth, s.OldestAge, s.Progress, s.Arrived)
-				nextLog += 10 * time.Second
-			}
-			if spec.done != nil && spec.done(res.Timeline) {
-				end = el
-				break loop
-			}
-		}
-		if el >= spec.max {
-			end = el
-			if len(res.Timeline) == 0 || res.Timeline[len(res.Timeline)-1].T < el.Seconds() {
-				res.Timeline = append(res.Timeline, b.sample(ctx, queue, el, c, &arrived))
-			}
-			break
+		elapsed := time.Since(start)
+		if w.step(ctx, elapsed) {
+			return elapsed, nil
 		}
 	}
-	stopProducer()
-	prodWG.Wait()
+}
+
+// step is one tick at elapsed: due events, the observer, the end
+// conditions and the samples; true when the run is over.
+func (w *runWatch) step(ctx context.Context, elapsed time.Duration) bool {
+	for len(w.events) > 0 && elapsed >= w.events[0].at {
+		w.events[0].do()
+		w.res.Events[w.events[0].name] = elapsed.Seconds()
+		w.b.logf("    %6.1fs  %s", elapsed.Seconds(), w.events[0].name)
+		w.events = w.events[1:]
+	}
+	if w.spec.observe != nil {
+		w.spec.observe(elapsed, w.consumer)
+	}
+	target := float64(len(w.spec.backlog))
+	if w.spec.done == nil && w.consumer.progress() >= target && w.consumer.acked() >= target {
+		w.res.Drained = true
+		w.record(ctx, elapsed)
+		return true
+	}
+	if elapsed >= w.nextSample {
+		s := w.record(ctx, elapsed)
+		w.nextSample = elapsed + w.b.cfg.SampleEvery
+		if elapsed >= w.nextLog {
+			w.b.logf("    %6.1fs  depth %6d  oldest %6.1fs  done %7.0f  arrived %6d", s.T, s.Depth, s.OldestAge, s.Progress, s.Arrived)
+			w.nextLog += 10 * time.Second
+		}
+		if w.spec.done != nil && w.spec.done(w.res.Timeline) {
+			return true
+		}
+	}
+	if elapsed >= w.spec.max {
+		if len(w.res.Timeline) == 0 || last(w.res.Timeline).T < elapsed.Seconds() {
+			w.record(ctx, elapsed)
+		}
+		return true
+	}
+	return false
+}
+
+// record samples the queue into the timeline.
+func (w *runWatch) record(ctx context.Context, elapsed time.Duration) sample {
+	s := w.b.sample(ctx, w.queue, elapsed, w.consumer, &w.arrived)
+	w.res.Timeline = append(w.res.Timeline, s)
+	return s
+}
+
+// finishRun reads the consumer's figures into res, stops it (the shutdown
+// flush belongs to the run, so commands are read after the stop) and
+// returns how the stop went.
+func finishRun(res *runResult, c running, end time.Duration, arrived int64) error {
 	res.Seconds = end.Seconds()
-	res.Progress = c.progress()
-	res.Acked = c.acked()
-	res.Refreshes = c.refreshes()
-	res.Produced = arrived.Load()
-	res.CPU = cpu.stop()
-	tm := c.timing()
-	if tm.Refreshes > 0 {
-		res.MeanRefreshMs = 1000 * tm.RefreshSeconds / tm.Refreshes
-	}
-	if end > 0 {
-		res.BusySlots = tm.RefreshSeconds / end.Seconds()
-	}
-	res.Claims = tm.Claims
-	res.CommandMeanMs = map[string]float64{}
-	for k, n := range tm.CommandCount {
-		if n > 0 {
-			res.CommandMeanMs[k] = math.Round(10000*tm.CommandSeconds[k]/n) / 10
-		}
-	}
-	if tm.Claims > 0 {
-		res.MeanClaimMs = 1000 * tm.ClaimSeconds / tm.Claims
-	}
-	stopped = true
+	res.Progress, res.Acked, res.Refreshes, res.Produced = c.progress(), c.acked(), c.refreshes(), arrived
+	res.addTiming(c.timing(), end)
 	stopErr := c.stop()
-	// Commands after stop: the shutdown flush belongs to the run.
 	res.Commands = c.commands()
 	if res.Seconds > 0 {
 		res.Rate = res.Progress / res.Seconds
@@ -269,18 +293,36 @@ loop:
 	if res.Progress > 0 {
 		res.CommandsPerEntry = total(res.Commands) / math.Max(res.Progress, res.Acked)
 	}
-	if prodErr != nil && !errors.Is(prodErr, context.Canceled) {
-		return res, fmt.Errorf("producer: %w", prodErr)
+	return stopErr
+}
+
+// addTiming derives the mean refresh and claim times, the busy refresh
+// slots and each command's mean time from the consumer's timing.
+func (r *runResult) addTiming(t timing, end time.Duration) {
+	if t.Refreshes > 0 {
+		r.MeanRefreshMs = 1000 * t.RefreshSeconds / t.Refreshes
 	}
-	if stopErr != nil {
-		b.logf("    (consumer stopped with: %v)", stopErr)
+	if end > 0 {
+		r.BusySlots = t.RefreshSeconds / end.Seconds()
 	}
+	r.Claims = t.Claims
+	if t.Claims > 0 {
+		r.MeanClaimMs = 1000 * t.ClaimSeconds / t.Claims
+	}
+	r.CommandMeanMs = map[string]float64{}
+	for k, n := range t.CommandCount {
+		if n > 0 {
+			r.CommandMeanMs[k] = math.Round(10000*t.CommandSeconds[k]/n) / 10
+		}
+	}
+}
+
+func (b *Bench) logRun(res *runResult) {
 	b.logf("    %s: %.0f entries done (%.0f acked) in %.1fs: %.1f entries/s, %.0f refreshes, %.2f commands/entry%s",
-		spec.consumer, res.Progress, res.Acked, res.Seconds, res.Rate, res.Refreshes, res.CommandsPerEntry, drainedNote(res))
+		res.Consumer, res.Progress, res.Acked, res.Seconds, res.Rate, res.Refreshes, res.CommandsPerEntry, drainedNote(res))
 	b.logf("      mean refresh %.0f ms, %.1f refreshes running on average; %.0f claim rounds of %.0f ms on average; CPU: machine %.2f cores busy, this process %.2f",
 		res.MeanRefreshMs, res.BusySlots, res.Claims, res.MeanClaimMs, res.CPU.Machine, res.CPU.Process)
 	b.logf("      commands %v; mean ms %v", roundMap(res.Commands), res.CommandMeanMs)
-	return res, nil
 }
 
 func instancesNote(spec runSpec) string {
@@ -295,28 +337,6 @@ func drainedNote(r *runResult) string {
 		return ", drained"
 	}
 	return ""
-}
-
-// sample reads the queue's depth and oldest age on the direct connection
-// (no proxy, not counted against the consumer).
-func (b *Bench) sample(ctx context.Context, queue *mongo.Collection, el time.Duration, c running, arrived *atomic.Int64) sample {
-	s := sample{T: el.Seconds(), Progress: c.progress(), Arrived: arrived.Load()}
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	n, err := queue.EstimatedDocumentCount(sctx)
-	if err == nil {
-		s.Depth = n
-	}
-	var oldest struct {
-		CreatedAt time.Time `bson:"createdAt"`
-	}
-	err = queue.FindOne(sctx, bson.D{}, options.FindOne().
-		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
-		SetProjection(bson.D{{Key: "createdAt", Value: 1}})).Decode(&oldest)
-	if err == nil {
-		s.OldestAge = math.Max(0, time.Since(oldest.CreatedAt).Seconds())
-	}
-	return s
 }
 
 // producer enqueues entries at p.rate, in small batches every 50 ms, each

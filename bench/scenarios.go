@@ -47,10 +47,10 @@ func (b *Bench) diverse(ctx context.Context) (*drainResult, error) {
 	backlog := diverseBacklog(b.cfg.DiverseEntries, time.Now(), b.cfg.Seed)
 	r := &drainResult{Entries: b.cfg.DiverseEntries, Users: b.cfg.DiverseEntries, Bounds: b.cal.bounds(b.cfg.RTT, b.cfg.Concurrency)}
 	var err error
-	if r.Reference, err = b.run(ctx, runSpec{scenario: "diverse", consumer: consumerReference, rtt: b.cfg.RTT, backlog: backlog, max: b.cfg.ReferenceMax}); err != nil {
+	if r.Reference, err = b.measure(ctx, runSpec{scenario: "diverse", consumer: consumerReference, rtt: b.cfg.RTT, backlog: backlog, max: b.cfg.ReferenceMax}); err != nil {
 		return nil, err
 	}
-	if r.Scorerefresh, err = b.run(ctx, runSpec{scenario: "diverse", consumer: consumerScorerefresh, rtt: b.cfg.RTT, backlog: backlog, max: b.cfg.DrainMax}); err != nil {
+	if r.Scorerefresh, err = b.measure(ctx, runSpec{scenario: "diverse", consumer: consumerScorerefresh, rtt: b.cfg.RTT, backlog: backlog, max: b.cfg.DrainMax}); err != nil {
 		return nil, err
 	}
 	r.Ratio = r.ratio()
@@ -73,10 +73,10 @@ func (b *Bench) firehose(ctx context.Context) (*drainResult, error) {
 	backlog := firehoseBacklog(b.cfg.FirehoseEntries, b.cfg.FirehoseUsers, b.cfg.FirehoseShare, time.Now(), b.cfg.Seed)
 	r := &drainResult{Entries: b.cfg.FirehoseEntries, Users: distinctUsers(backlog), Bounds: b.cal.bounds(b.cfg.RTT, b.cfg.Concurrency)}
 	var err error
-	if r.Reference, err = b.run(ctx, runSpec{scenario: "firehose", consumer: consumerReference, rtt: b.cfg.RTT, backlog: backlog, max: b.cfg.ReferenceMax}); err != nil {
+	if r.Reference, err = b.measure(ctx, runSpec{scenario: "firehose", consumer: consumerReference, rtt: b.cfg.RTT, backlog: backlog, max: b.cfg.ReferenceMax}); err != nil {
 		return nil, err
 	}
-	if r.Scorerefresh, err = b.run(ctx, runSpec{scenario: "firehose", consumer: consumerScorerefresh, rtt: b.cfg.RTT, backlog: backlog, max: b.cfg.DrainMax}); err != nil {
+	if r.Scorerefresh, err = b.measure(ctx, runSpec{scenario: "firehose", consumer: consumerScorerefresh, rtt: b.cfg.RTT, backlog: backlog, max: b.cfg.DrainMax}); err != nil {
 		return nil, err
 	}
 	r.Ratio = r.ratio()
@@ -112,10 +112,10 @@ func (b *Bench) wedge(ctx context.Context, refRate, srRate float64) (*wedgeResul
 		r.Rate, r.Rate/refRate, refRate, srRate, b.cfg.WedgeFor)
 	produce := &produce{rate: r.Rate, pool: b.cfg.Pool}
 	var err error
-	if r.Reference, err = b.run(ctx, runSpec{scenario: "wedge", consumer: consumerReference, rtt: b.cfg.RTT, produce: produce, max: b.cfg.WedgeFor, done: never}); err != nil {
+	if r.Reference, err = b.measure(ctx, runSpec{scenario: "wedge", consumer: consumerReference, rtt: b.cfg.RTT, produce: produce, max: b.cfg.WedgeFor, done: never}); err != nil {
 		return nil, err
 	}
-	if r.Scorerefresh, err = b.run(ctx, runSpec{scenario: "wedge", consumer: consumerScorerefresh, rtt: b.cfg.RTT, produce: produce, max: b.cfg.WedgeFor, done: never}); err != nil {
+	if r.Scorerefresh, err = b.measure(ctx, runSpec{scenario: "wedge", consumer: consumerScorerefresh, rtt: b.cfg.RTT, produce: produce, max: b.cfg.WedgeFor, done: never}); err != nil {
 		return nil, err
 	}
 	half := b.cfg.WedgeFor.Seconds() / 2
@@ -180,12 +180,12 @@ func (b *Bench) recovery(ctx context.Context, srRate float64) (*recoveryResult, 
 		return -1
 	}
 	var err error
-	r.Reference, err = b.run(ctx, runSpec{scenario: "recovery", consumer: consumerReference, rtt: b.cfg.RTT, produce: produce,
+	r.Reference, err = b.measure(ctx, runSpec{scenario: "recovery", consumer: consumerReference, rtt: b.cfg.RTT, produce: produce,
 		events: events, max: pre + trig + b.cfg.RecoveryReferenceWatch, done: never})
 	if err != nil {
 		return nil, err
 	}
-	r.Scorerefresh, err = b.run(ctx, runSpec{scenario: "recovery", consumer: consumerScorerefresh, rtt: b.cfg.RTT, produce: produce,
+	r.Scorerefresh, err = b.measure(ctx, runSpec{scenario: "recovery", consumer: consumerScorerefresh, rtt: b.cfg.RTT, produce: produce,
 		events: events, max: pre + trig + b.cfg.RecoveryMax,
 		done: func(samples []sample) bool {
 			t := recoveredBy(samples)
@@ -237,7 +237,7 @@ func (b *Bench) overload(ctx context.Context, srRate float64) ([]overloadLevel, 
 	for _, f := range []float64{0.5, 1, 1.5, 2} {
 		l := overloadLevel{Factor: f, Offered: f * srRate}
 		var err error
-		l.Run, err = b.run(ctx, runSpec{scenario: fmt.Sprintf("overload%.1fx", f), consumer: consumerScorerefresh, rtt: b.cfg.RTT,
+		l.Run, err = b.measure(ctx, runSpec{scenario: fmt.Sprintf("overload%.1fx", f), consumer: consumerScorerefresh, rtt: b.cfg.RTT,
 			produce: &produce{rate: l.Offered, pool: b.cfg.Pool}, max: b.cfg.OverloadPerLevel, done: never})
 		if err != nil {
 			return nil, err
@@ -290,10 +290,10 @@ func (b *Bench) scale(ctx context.Context) (*scaleResult, error) {
 	backlog := diverseBacklog(r.Entries, time.Now(), b.cfg.Seed+1)
 	done := func(samples []sample) bool { return last(samples).T >= (warm + window).Seconds() }
 	var err error
-	if r.One, err = b.run(ctx, runSpec{scenario: "scale1", consumer: consumerScorerefresh, rtt: rtt, backlog: backlog, max: warm + window + 5*time.Second, done: done}); err != nil {
+	if r.One, err = b.measure(ctx, runSpec{scenario: "scale1", consumer: consumerScorerefresh, rtt: rtt, backlog: backlog, max: warm + window + 5*time.Second, done: done}); err != nil {
 		return nil, err
 	}
-	if r.Three, err = b.run(ctx, runSpec{scenario: "scale3", consumer: consumerScorerefresh, instances: 3, rtt: rtt, backlog: backlog, max: warm + window + 5*time.Second, done: done}); err != nil {
+	if r.Three, err = b.measure(ctx, runSpec{scenario: "scale3", consumer: consumerScorerefresh, instances: 3, rtt: rtt, backlog: backlog, max: warm + window + 5*time.Second, done: done}); err != nil {
 		return nil, err
 	}
 	r.RateOne = r.One.windowRate(warm.Seconds(), (warm + window).Seconds())

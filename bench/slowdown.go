@@ -181,7 +181,7 @@ func (b *Bench) slowdown(ctx context.Context, srRate float64) (*slowdownResult, 
 	warm := x.TriggerAt / 3
 	drained := func(s []sample) float64 { return drainedAfter(s, warm, x.TriggerAt, x.RestoreAt) }
 	err := b.withEnv([]string{"LEASE_DURATION=" + o.Lease.String()}, func() (err error) {
-		x.Run, err = b.run(ctx, runSpec{scenario: "slowdown", consumer: consumerScorerefresh, rtt: b.cfg.RTT,
+		x.Run, err = b.measure(ctx, runSpec{scenario: "slowdown", consumer: consumerScorerefresh, rtt: b.cfg.RTT,
 			produce: &produce{rate: x.Rate, pool: b.cfg.Pool}, events: events, observe: observe,
 			max:  o.SteadyBefore + o.SlowFor + o.WatchAfter,
 			done: func(s []sample) bool { t := drained(s); return t >= 0 && last(s).T >= x.RestoreAt+t+5 }})

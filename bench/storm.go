@@ -172,7 +172,7 @@ func (b *Bench) stormRun(ctx context.Context, backlog []any, storm bool) (*storm
 		},
 		done: func([]sample) bool { return finished },
 	}
-	res, err := b.run(ctx, spec)
+	res, err := b.measure(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
