@@ -364,18 +364,6 @@ func (b *Bench) batchedRecovery(ctx context.Context, x *batchedResult, load []ba
 	return nil
 }
 
-// recoveredAfter is the seconds after restore until the oldest age was back
-// under its highest level between warm and the trigger; -1 if never.
-func recoveredAfter(samples []sample, warm, triggerAt, restoreAt float64) float64 {
-	level := maxOldestIn(samples, warm, triggerAt)
-	for _, s := range samples {
-		if s.T >= restoreAt && s.OldestAge <= level {
-			return s.T - restoreAt
-		}
-	}
-	return -1
-}
-
 // perUserOf is the per-user run with the same rules as r, or nil.
 func (x *batchedResult) perUserOf(rules string) *batchRun {
 	for i := range x.Diverse {

@@ -246,16 +246,6 @@ func (b *Bench) scenarioSteps(ctx context.Context, rep *Report, rates drainRates
 	}
 }
 
-func verdict(t target) string {
-	switch {
-	case !t.Applies:
-		return "n/a"
-	case t.Met:
-		return "met"
-	}
-	return "NOT"
-}
-
 func machine() string {
 	cpu := ""
 	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {

@@ -77,28 +77,6 @@ type runResult struct {
 	Timeline         []sample           `json:"timeline"`
 }
 
-// windowRate is the entries done per second between t0 and t1 (seconds).
-func (r *runResult) windowRate(t0, t1 float64) float64 {
-	a, b := r.at(t0), r.at(t1)
-	if b.T <= a.T {
-		return 0
-	}
-	return (b.Progress - a.Progress) / (b.T - a.T)
-}
-
-// at is the first sample at or after t (the last one if none).
-func (r *runResult) at(t float64) sample {
-	for _, s := range r.Timeline {
-		if s.T >= t {
-			return s
-		}
-	}
-	if len(r.Timeline) == 0 {
-		return sample{}
-	}
-	return r.Timeline[len(r.Timeline)-1]
-}
-
 // measure runs one consumer in a fresh database: seed, start, produce and
 // sample until done, stop, drop.
 func (b *Bench) measure(ctx context.Context, spec runSpec) (*runResult, error) {

@@ -255,25 +255,6 @@ func (x *slowdownResult) figures(warm float64) {
 	x.FinalDepth = last(tl).Depth
 }
 
-// drainedAfter is the seconds after restore until both the depth and the
-// oldest age were back under their highest levels between warm and the
-// trigger; -1 if never.
-func drainedAfter(samples []sample, warm, triggerAt, restoreAt float64) float64 {
-	var depth int64
-	for _, s := range samples {
-		if s.T >= warm && s.T < triggerAt {
-			depth = max(depth, s.Depth)
-		}
-	}
-	age := maxOldestIn(samples, warm, triggerAt)
-	for _, s := range samples {
-		if s.T >= restoreAt && s.Depth <= depth && s.OldestAge <= age {
-			return s.T - restoreAt
-		}
-	}
-	return -1
-}
-
 func (x *slowdownResult) chart() chart {
 	depth := panel{title: "queue depth", unit: "entries"}
 	age := panel{title: "oldest entry age", unit: "s"}
