@@ -124,14 +124,6 @@ func knee(k int, slope time.Duration) func(busy int) (time.Duration, time.Durati
 	}
 }
 
-// withAdaptive runs f with ADAPTIVE_CONCURRENCY=true in the service's environment.
-func (b *Bench) withAdaptive(f func() error) error {
-	saved := b.environ
-	b.environ = append(b.environ[:len(b.environ):len(b.environ)], "ADAPTIVE_CONCURRENCY=true")
-	defer func() { b.environ = saved }()
-	return f()
-}
-
 // observer samples each instance's limit once a second (adaptive only) and
 // its open connections every tick.
 func (r *adaptiveRun) observer() func(time.Duration, running) {
@@ -174,22 +166,35 @@ func (b *Bench) adaptive(ctx context.Context) (*adaptiveResult, error) {
 	defer func() { b.proxy = saved }()
 
 	backlog := diverseBacklog(o.Entries, time.Now(), b.cfg.Seed+2)
-	do := func(r *adaptiveRun, spec runSpec) error {
-		spec.observe = r.observer()
-		var err error
-		run := func() error { r.Run, err = b.measure(ctx, spec); return err }
-		if r.Adaptive {
-			return b.withAdaptive(run)
+	for _, part := range []func(context.Context, *adaptiveResult, []any) error{b.adaptiveKnee, b.adaptiveSpike, b.adaptiveThree} {
+		if err := part(ctx, x, backlog); err != nil {
+			return nil, err
 		}
-		return run()
 	}
+	b.targets = append(b.targets, adaptiveTargets(x, o.SpikeFactor)...)
+	return x, nil
+}
 
-	// (a) Fixed limits against the adaptive one, on the same backlog.
+// measureAdaptive runs spec as r says (adaptive or fixed), watching each
+// instance's limit and connections.
+func (b *Bench) measureAdaptive(ctx context.Context, r *adaptiveRun, spec runSpec) error {
+	spec.observe = r.observer()
+	var env []string
+	if r.Adaptive {
+		env = []string{"ADAPTIVE_CONCURRENCY=true"}
+	}
+	return b.withEnv(env, func() (err error) { r.Run, err = b.measure(ctx, spec); return err })
+}
+
+// adaptiveKnee is part a: fixed limits against the adaptive one, on the
+// same backlog, past the server's knee.
+func (b *Bench) adaptiveKnee(ctx context.Context, x *adaptiveResult, backlog []any) error {
+	o := b.cfg.Adaptive
 	for _, n := range []int{2, 4, 8, 16} {
 		r := adaptiveRun{Label: fmt.Sprintf("fixed %d", n)}
-		if err := do(&r, runSpec{scenario: fmt.Sprintf("adaptive-fixed%d", n), consumer: consumerScorerefresh, concurrency: n,
+		if err := b.measureAdaptive(ctx, &r, runSpec{scenario: fmt.Sprintf("adaptive-fixed%d", n), consumer: consumerScorerefresh, concurrency: n,
 			rtt: b.cfg.RTT, backlog: backlog, max: o.DrainMax}); err != nil {
-			return nil, err
+			return err
 		}
 		x.Fixed = append(x.Fixed, r)
 		if r.Run.Rate > x.BestRate {
@@ -197,50 +202,57 @@ func (b *Bench) adaptive(ctx context.Context) (*adaptiveResult, error) {
 		}
 	}
 	x.Adapt = adaptiveRun{Label: fmt.Sprintf("adaptive (cap %d)", o.Cap), Adaptive: true}
-	if err := do(&x.Adapt, runSpec{scenario: "adaptive-knee", consumer: consumerScorerefresh, concurrency: o.Cap,
+	if err := b.measureAdaptive(ctx, &x.Adapt, runSpec{scenario: "adaptive-knee", consumer: consumerScorerefresh, concurrency: o.Cap,
 		rtt: b.cfg.RTT, backlog: backlog, max: o.DrainMax}); err != nil {
-		return nil, err
+		return err
 	}
 	x.Fraction = math.NaN()
 	if x.BestRate > 0 {
 		x.Fraction = x.Adapt.Run.Rate / x.BestRate
 	}
 	b.logf("  best fixed: %d at %.1f/s; adaptive %.1f/s = %.2f of it; limit %s", x.BestFixed, x.BestRate, x.Adapt.Run.Rate, x.Fraction, limitTrace(x.Adapt.Limits, 0))
+	return nil
+}
 
-	// (b) A spike of the delay under a steady producer.
-	pre, spike := o.SteadyBefore, o.SpikeFor
-	x.SpikeAt, x.RestoreAt, x.Factor = pre.Seconds(), (pre + spike).Seconds(), o.SpikeFactor
+// adaptiveSpike is part b: a spike of the delay under a steady producer.
+func (b *Bench) adaptiveSpike(ctx context.Context, x *adaptiveResult, _ []any) error {
+	o := b.cfg.Adaptive
+	before, spike := o.SteadyBefore, o.SpikeFor
+	x.SpikeAt, x.RestoreAt, x.Factor = before.Seconds(), (before + spike).Seconds(), o.SpikeFactor
 	x.SpikeRate = 0.8 * math.Max(x.Adapt.Run.Rate, 1)
 	slow := time.Duration(float64(b.cfg.RTT) * o.SpikeFactor)
-	events := []timedEvent{
-		{at: pre, name: fmt.Sprintf("spike: RTT %s", slow), do: func() { b.proxy.SetDelay(slow/2, slow/2) }},
-		{at: pre + spike, name: fmt.Sprintf("restore: RTT %s", b.cfg.RTT), do: func() { b.proxy.SetDelay(b.cfg.RTT/2, b.cfg.RTT/2) }},
-	}
 	x.Spike = adaptiveRun{Label: "spike", Adaptive: true}
-	if err := do(&x.Spike, runSpec{scenario: "adaptive-spike", consumer: consumerScorerefresh, concurrency: o.Cap, rtt: b.cfg.RTT,
-		produce: &produce{rate: x.SpikeRate, pool: b.cfg.Pool}, events: events, max: pre + spike + o.WatchAfter, done: never}); err != nil {
-		return nil, err
+	if err := b.measureAdaptive(ctx, &x.Spike, runSpec{scenario: "adaptive-spike", consumer: consumerScorerefresh, concurrency: o.Cap, rtt: b.cfg.RTT,
+		produce: &produce{rate: x.SpikeRate, pool: b.cfg.Pool}, events: b.rttTrigger("spike", before, spike, slow),
+		max: before + spike + o.WatchAfter, done: never}); err != nil {
+		return err
 	}
 	x.PreLimit, x.SpikeLimit, x.CutAfter, x.RecoverAfter = spikeFigures(x.Spike.Limits, x.SpikeAt, x.RestoreAt)
 	b.logf("  spike: limit %.1f before (mean), down to %.0f; cut %s, back %s; limit %s", x.PreLimit, x.SpikeLimit,
 		seconds(x.CutAfter, "after the spike"), seconds(x.RecoverAfter, "after restore"), limitTrace(x.Spike.Limits, 0))
+	return nil
+}
 
-	// (c) Three instances: each client's pool stays within its size.
+// adaptiveThree is part c: three instances, whose clients' pools must stay
+// within their size, adaptive against the best fixed limit split three ways.
+func (b *Bench) adaptiveThree(ctx context.Context, x *adaptiveResult, backlog []any) error {
+	o := b.cfg.Adaptive
 	cfg, err := b.serviceConfig("x", o.Cap)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	x.PoolSize = int(app.PoolSize(cfg))
+	spec := runSpec{scenario: "adaptive-three", consumer: consumerScorerefresh, instances: 3, concurrency: o.Cap,
+		rtt: b.cfg.RTT, backlog: backlog, max: o.ThreeFor, done: never}
 	x.Three = adaptiveRun{Label: "three instances", Adaptive: true}
-	if err := do(&x.Three, runSpec{scenario: "adaptive-three", consumer: consumerScorerefresh, instances: 3, concurrency: o.Cap,
-		rtt: b.cfg.RTT, backlog: backlog, max: o.ThreeFor, done: never}); err != nil {
-		return nil, err
+	if err := b.measureAdaptive(ctx, &x.Three, spec); err != nil {
+		return err
 	}
 	x.ThreeFixedN = max(1, int(math.Round(float64(x.BestFixed)/3)))
 	x.ThreeFixed = adaptiveRun{Label: fmt.Sprintf("three instances, fixed %d each", x.ThreeFixedN)}
-	if err := do(&x.ThreeFixed, runSpec{scenario: "adaptive-three-fixed", consumer: consumerScorerefresh, instances: 3, concurrency: x.ThreeFixedN,
-		rtt: b.cfg.RTT, backlog: backlog, max: o.ThreeFor, done: never}); err != nil {
-		return nil, err
+	spec.scenario, spec.concurrency = "adaptive-three-fixed", x.ThreeFixedN
+	if err := b.measureAdaptive(ctx, &x.ThreeFixed, spec); err != nil {
+		return err
 	}
 	x.ThreeFraction = x.Three.Run.Rate / math.Max(x.ThreeFixed.Run.Rate, 1e-9)
 	x.MeanLimit = meanLimits(x.Three.Limits, 3)
@@ -248,32 +260,35 @@ func (b *Bench) adaptive(ctx context.Context) (*adaptiveResult, error) {
 	x.FleetFrac = x.Three.Run.Rate / math.Max(x.Adapt.Run.Rate, 1e-9)
 	b.logf("  three instances: max open connections %v (pool size %d); mean limits %s, fairness %.2f; %.1f entries/s together = %.2f of one adaptive instance, %.2f of three fixed at %d (%.1f/s)",
 		x.Three.MaxOpen, x.PoolSize, floatsf(x.MeanLimit, "%.1f"), x.Fairness, x.Three.Run.Rate, x.FleetFrac, x.ThreeFraction, x.ThreeFixedN, x.ThreeFixed.Run.Rate)
+	return nil
+}
 
+// adaptiveTargets judge the three parts.
+func adaptiveTargets(x *adaptiveResult, spikeFactor float64) []target {
 	poolOK := len(x.Three.MaxOpen) == 3
 	for _, m := range x.Three.MaxOpen {
 		poolOK = poolOK && m <= float64(x.PoolSize)
 	}
-	b.targets = append(b.targets,
-		target{Scenario: "7 adaptive", Target: "adaptive ≥ 0.9 × the best fixed REFRESH_CONCURRENCY past a load knee",
+	return []target{
+		{Scenario: "7 adaptive", Target: "adaptive ≥ 0.9 × the best fixed REFRESH_CONCURRENCY past a load knee",
 			Figure: fmt.Sprintf("%.2f (adaptive %.1f/s vs fixed %d at %.1f/s; fixed %s)", x.Fraction, x.Adapt.Run.Rate, x.BestFixed, x.BestRate, fixedRates(x.Fixed)),
 			Value:  x.Fraction, Met: x.Fraction >= 0.9, Applies: true},
-		target{Scenario: "7 adaptive", Target: fmt.Sprintf("limit cut within seconds of a ×%.0f delay spike", o.SpikeFactor),
+		{Scenario: "7 adaptive", Target: fmt.Sprintf("limit cut within seconds of a ×%.0f delay spike", spikeFactor),
 			Figure: fmt.Sprintf("limit %.1f (mean before) → %.0f, below its steady-state low %s", x.PreLimit, x.SpikeLimit, seconds(x.CutAfter, "after the spike")),
 			Value:  x.CutAfter, Met: x.CutAfter >= 0 && x.CutAfter <= 5, Applies: true},
-		target{Scenario: "7 adaptive", Target: "limit grows back after restore",
+		{Scenario: "7 adaptive", Target: "limit grows back after restore",
 			Figure: fmt.Sprintf("back to ≥ %.0f %s", math.Round(x.PreLimit), seconds(x.RecoverAfter, "after restore")),
 			Value:  x.RecoverAfter, Met: x.RecoverAfter >= 0, Applies: x.CutAfter >= 0},
-		target{Scenario: "7 adaptive", Target: "three instances: no client opens more than its pool size",
-			Figure: fmt.Sprintf("max open %s; pool size %d (REFRESH_CONCURRENCY %d + %d)", floats(x.Three.MaxOpen), x.PoolSize, o.Cap, app.PoolOverhead),
+		{Scenario: "7 adaptive", Target: "three instances: no client opens more than its pool size",
+			Figure: fmt.Sprintf("max open %s; pool size %d (REFRESH_CONCURRENCY %d + %d)", floats(x.Three.MaxOpen), x.PoolSize, x.Cap, app.PoolOverhead),
 			Value:  maxOf(x.Three.MaxOpen), Met: poolOK, Applies: true},
-		target{Scenario: "7 adaptive", Target: "three instances share the server: Jain's index of their mean limits ≥ 0.9",
+		{Scenario: "7 adaptive", Target: "three instances share the server: Jain's index of their mean limits ≥ 0.9",
 			Figure: fmt.Sprintf("%.2f (mean limits %s over the second half)", x.Fairness, floatsf(x.MeanLimit, "%.1f")),
 			Value:  x.Fairness, Met: x.Fairness >= 0.9, Applies: true},
-		target{Scenario: "7 adaptive", Target: "three adaptive instances drain ≥ 0.9 × three fixed at the best fixed limit split three ways",
+		{Scenario: "7 adaptive", Target: "three adaptive instances drain ≥ 0.9 × three fixed at the best fixed limit split three ways",
 			Figure: fmt.Sprintf("%.2f (%.1f vs %.1f entries/s at %d each; one adaptive instance alone: %.1f)", x.ThreeFraction, x.Three.Run.Rate, x.ThreeFixed.Run.Rate, x.ThreeFixedN, x.Adapt.Run.Rate),
 			Value:  x.ThreeFraction, Met: x.ThreeFraction >= 0.9, Applies: true},
-	)
-	return x, nil
+	}
 }
 
 // spikeFigures are the limit before the spike (the mean over the second

@@ -161,14 +161,6 @@ type batchedResult struct {
 	Profiled  bool      `json:"cpu_split"` // false when -cpuprofile held the profiler
 }
 
-// withEnv runs f with extra variables in the service's environment.
-func (b *Bench) withEnv(vars []string, f func() error) error {
-	saved := b.environ
-	b.environ = append(b.environ[:len(b.environ):len(b.environ)], vars...)
-	defer func() { b.environ = saved }()
-	return f()
-}
-
 // rulesFile writes the rule set's file next to the results and returns its path.
 func (b *Bench) rulesFile(name string) (string, error) {
 	if name == rulesBench {

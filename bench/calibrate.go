@@ -36,17 +36,17 @@ type calibration struct {
 	Levels  []qpsLevel `json:"qps_levels"`
 	RTTms   float64    `json:"rtt_ms"`
 	// ProxyRTTms is a ping's round trip through the proxy at RTTms with
-	// Conc pings at once: the network as the consumers see it (the proxy's
+	// Concurrency pings at once: the network as the consumers see it (the proxy's
 	// goroutines, timers and the driver add a little to the nominal RTT).
-	ProxyRTTms float64       `json:"proxy_rtt_ms"`
-	Conc       int           `json:"concurrency"`
-	Bounds     refreshBounds `json:"bounds"`
+	ProxyRTTms  float64       `json:"proxy_rtt_ms"`
+	Concurrency int           `json:"concurrency"`
+	Bounds      refreshBounds `json:"bounds"`
 }
 
 type queryKind struct {
-	Kind  string  `json:"kind"` // command on collection
-	Count int     `json:"count"`
-	MeanM float64 `json:"mean_ms"`
+	Kind   string  `json:"kind"` // command on collection
+	Count  int     `json:"count"`
+	MeanMs float64 `json:"mean_ms"`
 }
 
 type qpsLevel struct {
@@ -163,7 +163,7 @@ func (b *Bench) calibrate(ctx context.Context, sequential int, d time.Duration) 
 	n := 0
 	for kind, t := range rec.total {
 		cnt := rec.count[kind]
-		c.Kinds = append(c.Kinds, queryKind{Kind: kind, Count: cnt, MeanM: ms(t) / float64(cnt)})
+		c.Kinds = append(c.Kinds, queryKind{Kind: kind, Count: cnt, MeanMs: ms(t) / float64(cnt)})
 		sum += t
 		n += cnt
 	}
@@ -202,7 +202,7 @@ func (b *Bench) calibrate(ctx context.Context, sequential int, d time.Duration) 
 		}
 	}
 	c.RTTms = ms(b.cfg.RTT)
-	c.Conc = b.cfg.Concurrency
+	c.Concurrency = b.cfg.Concurrency
 	if c.ProxyRTTms, err = b.proxyRTT(ctx, b.cfg.RTT, b.cfg.Concurrency); err != nil {
 		return c, err
 	}
@@ -255,15 +255,15 @@ func (b *Bench) proxyRTT(ctx context.Context, rtt time.Duration, concurrency int
 func (c calibration) describe(logf func(string, ...any)) {
 	kinds := slices.Clone(c.Kinds)
 	for _, k := range kinds {
-		logf("    %-28s %5d × %6.2f ms", k.Kind, k.Count, k.MeanM)
+		logf("    %-28s %5d × %6.2f ms", k.Kind, k.Count, k.MeanMs)
 	}
 	logf("    %.1f round trips per refresh, %.2f ms server time per query", c.RoundTrips, c.ServerMs)
 	for _, l := range c.Levels {
 		logf("    %2d refreshes at once: %6.0f queries/s", l.Workers, l.QPS)
 	}
-	logf("    a ping through the proxy at RTT %.0f ms, %d at once: %.1f ms", c.RTTms, c.Conc, c.ProxyRTTms)
+	logf("    a ping through the proxy at RTT %.0f ms, %d at once: %.1f ms", c.RTTms, c.Concurrency, c.ProxyRTTms)
 	logf("    bounds at RTT %.1f ms (measured), REFRESH_CONCURRENCY %d: latency %.1f refreshes/s, server %.1f refreshes/s -> %s-bound (%.1f/s)",
-		c.ProxyRTTms, c.Conc, c.Bounds.Latency, c.Bounds.Server, c.Bounds.Which, c.Bounds.Lower)
+		c.ProxyRTTms, c.Concurrency, c.Bounds.Latency, c.Bounds.Server, c.Bounds.Which, c.Bounds.Lower)
 	if math.IsNaN(c.Bounds.Lower) {
 		logf("    (calibration produced no numbers)")
 	}

@@ -63,6 +63,14 @@ func (b *Bench) serviceConfig(db string, concurrency int) (config.Config, error)
 	return config.Parse(environ)
 }
 
+// withEnv runs f with extra variables in the service's environment.
+func (b *Bench) withEnv(vars []string, f func() error) error {
+	saved := b.environ
+	b.environ = append(b.environ[:len(b.environ):len(b.environ)], vars...)
+	defer func() { b.environ = saved }()
+	return f()
+}
+
 // scorerefresh is one or more in-process instances of the service, wired by
 // app.New exactly as `scorerefresh run` wires it, each with its own client,
 // pool and registry: separate consumers that share only the queue.

@@ -144,9 +144,40 @@ func (r *Report) rows() [][]*runResult {
 	return rows
 }
 
+// markdown is report.md.
 func (r *Report) markdown() string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	r.markdownHeader(w)
+	r.Calibration.markdown(w, r.Concurrency)
+	r.markdownResults(w)
+	r.markdownScenarioFigures(w)
+	r.markdownSections(w)
+	w("## Targets")
+	w("")
+	w("| scenario | target | figure | verdict |")
+	w("|---|---|---|---|")
+	for _, t := range r.Targets {
+		w("| %s | %s | %s | %s |", t.Scenario, t.Target, t.Figure, verdict(t))
+	}
+	w("")
+	w("## Charts")
+	w("")
+	r.markdownCharts(w, "diverse", "firehose", "wedge", "recovery", "overload")
+	return b.String()
+}
+
+// markdownCharts links the named charts that were drawn.
+func (r *Report) markdownCharts(w func(string, ...any), names ...string) {
+	for _, name := range names {
+		if f, ok := r.Charts[name]; ok {
+			w("![%s](%s)", name, f)
+			w("")
+		}
+	}
+}
+
+func (r *Report) markdownHeader(w func(string, ...any)) {
 	w("# scorerefresh-bench results")
 	w("")
 	w("- command: `%s`", r.Command)
@@ -157,7 +188,9 @@ func (r *Report) markdown() string {
 	if r.Short {
 		w("- **smoke run (-short): sizes and durations are tiny; the figures mean nothing**")
 	}
-	c := r.Calibration
+}
+
+func (c calibration) markdown(w func(string, ...any), concurrency int) {
 	w("")
 	w("## Calibration")
 	w("")
@@ -166,7 +199,7 @@ func (r *Report) markdown() string {
 	w("| query | count | mean ms |")
 	w("|---|---:|---:|")
 	for _, k := range c.Kinds {
-		w("| %s | %d | %.2f |", k.Kind, k.Count, k.MeanM)
+		w("| %s | %d | %.2f |", k.Kind, k.Count, k.MeanMs)
 	}
 	w("")
 	levels := []string{}
@@ -175,13 +208,17 @@ func (r *Report) markdown() string {
 	}
 	w("%.1f round trips per refresh, %.2f ms mean server time per query; throughput %s.", c.RoundTrips, c.ServerMs, strings.Join(levels, ", "))
 	w("")
-	w("A ping through the proxy set to %.0f ms, %d at once, takes **%.1f ms**: the RTT the consumers actually get (the proxy's timers and goroutines and the driver add to the nominal figure); the bounds use it.", c.RTTms, c.Conc, c.ProxyRTTms)
+	w("A ping through the proxy set to %.0f ms, %d at once, takes **%.1f ms**: the RTT the consumers actually get (the proxy's timers and goroutines and the driver add to the nominal figure); the bounds use it.", c.RTTms, c.Concurrency, c.ProxyRTTms)
 	w("")
-	w("- latency bound: %d / (%.1f × (%.1f ms + %.2f ms)) = **%.1f refreshes/s** (with the nominal %.0f ms: %.1f/s)", r.Concurrency, c.RoundTrips, c.ProxyRTTms, c.ServerMs, c.Bounds.Latency,
-		c.RTTms, float64(r.Concurrency)/(c.RoundTrips*(c.RTTms+c.ServerMs)/1000))
+	w("- latency bound: %d / (%.1f × (%.1f ms + %.2f ms)) = **%.1f refreshes/s** (with the nominal %.0f ms: %.1f/s)", concurrency, c.RoundTrips, c.ProxyRTTms, c.ServerMs, c.Bounds.Latency,
+		c.RTTms, float64(concurrency)/(c.RoundTrips*(c.RTTms+c.ServerMs)/1000))
 	w("- server bound: %.0f queries/s / %.1f = **%.1f refreshes/s**", c.QPS, c.RoundTrips, c.Bounds.Server)
 	w("- binding: **%s** (%.1f refreshes/s)", c.Bounds.Which, c.Bounds.Lower)
 	w("")
+}
+
+// markdownResults is the table of every run, scenario by scenario.
+func (r *Report) markdownResults(w func(string, ...any)) {
 	w("## Results")
 	w("")
 	w("| scenario | consumer | RTT ms | entries | seconds | entries/s | ratio | refreshes | commands/entry | notes |")
@@ -195,13 +232,8 @@ func (r *Report) markdown() string {
 			if x.Consumer == consumerReference {
 				ref = x
 			}
-			ratio := ""
-			if x.Consumer == consumerScorerefresh && ref != nil && ref.Rate > 0 {
-				ratio = fmt.Sprintf("%.1f×", x.Rate/ref.Rate)
-			}
-			entries := x.Backlog + int(x.Produced)
-			w("| %s | %s%s | %.0f | %d | %.1f | %.1f | %s | %.0f | %.2f | %s |", x.Scenario, x.Consumer, instancesCol(x), x.RTTms, entries,
-				x.Seconds, x.Rate, ratio, x.Refreshes, x.CommandsPerEntry, r.note(x))
+			w("| %s | %s%s | %.0f | %d | %.1f | %.1f | %s | %.0f | %.2f | %s |", x.Scenario, x.Consumer, instancesCol(x), x.RTTms, x.Backlog+int(x.Produced),
+				x.Seconds, x.Rate, ratioCell(x, ref), x.Refreshes, x.CommandsPerEntry, r.note(x))
 		}
 	}
 	w("")
@@ -209,12 +241,24 @@ func (r *Report) markdown() string {
 	w("the reference counts an entry done when its user's refresh completes, since it acknowledges only after each 200-entry batch). ")
 	w("commands/entry is every MongoDB command of the consumer (command monitor, `scorerefresh_mongo_commands_total`) per entry done.")
 	w("")
+}
+
+// ratioCell is scorerefresh's rate over the reference's run in the same
+// row, if there is one.
+func ratioCell(x, ref *runResult) string {
+	if x.Consumer == consumerScorerefresh && ref != nil && ref.Rate > 0 {
+		return fmt.Sprintf("%.1f×", x.Rate/ref.Rate)
+	}
+	return ""
+}
+
+// markdownScenarioFigures sums scenarios 3 to 6 up in a line each.
+func (r *Report) markdownScenarioFigures(w func(string, ...any)) {
 	if r.Wedge != nil || r.Recovery != nil || len(r.Overload) > 0 || r.Scale != nil {
 		w("## Scenario figures")
 		w("")
 	}
-	if r.Wedge != nil {
-		x := r.Wedge
+	if x := r.Wedge; x != nil {
 		w("- wedge: arrivals %.1f/s. %s Reference: depth %d at the end, growing %.1f/s over the second half, oldest age up to %.0f s. scorerefresh: depth %d at the end, oldest age at most %.1f s.",
 			x.Rate, x.Note, x.RefFinalDepth, x.RefDepthSlope, x.RefMaxOldestAge, x.SRFinalDepth, x.SRMaxOldestAge)
 	}
@@ -235,22 +279,22 @@ func (r *Report) markdown() string {
 			x.RTTms, x.Entries, x.RateOne, x.RateThree, x.Efficiency, x.BoundsOne.Latency, x.LatencyThree, x.BoundsOne.Server)
 	}
 	w("")
+}
+
+// markdownSections are the sections of the scenarios that write their own.
+func (r *Report) markdownSections(w func(string, ...any)) {
 	if r.Adaptive != nil {
 		r.Adaptive.markdown(w)
 	}
+	var compare Report
+	if r.Compare != nil {
+		compare = *r.Compare
+	}
 	if r.Fleet != nil {
-		var old *fleetResult
-		if r.Compare != nil {
-			old = r.Compare.Fleet
-		}
-		fleetMarkdown(w, r.Fleet, old)
+		fleetMarkdown(w, r.Fleet, compare.Fleet)
 	}
 	if r.Storm != nil {
-		var old *stormResult
-		if r.Compare != nil {
-			old = r.Compare.Storm
-		}
-		stormMarkdown(w, r.Storm, old)
+		stormMarkdown(w, r.Storm, compare.Storm)
 	}
 	if r.Batched != nil {
 		r.Batched.markdown(w, r)
@@ -258,23 +302,6 @@ func (r *Report) markdown() string {
 	if r.Slowdown != nil {
 		r.Slowdown.markdown(w, r)
 	}
-	w("## Targets")
-	w("")
-	w("| scenario | target | figure | verdict |")
-	w("|---|---|---|---|")
-	for _, t := range r.Targets {
-		w("| %s | %s | %s | %s |", t.Scenario, t.Target, t.Figure, verdict(t))
-	}
-	w("")
-	w("## Charts")
-	w("")
-	for _, name := range []string{"diverse", "firehose", "wedge", "recovery", "overload"} {
-		if f, ok := r.Charts[name]; ok {
-			w("![%s](%s)", name, f)
-			w("")
-		}
-	}
-	return b.String()
 }
 
 func instancesCol(x *runResult) string {
