@@ -154,7 +154,7 @@ func (b *Bench) fleet(ctx context.Context) (*fleetResult, error) {
 	r := &fleetResult{Label: o.Label, Entries: o.Entries, Users: o.Users, RTTms: ms(o.RTT)}
 	backlog := fleetBacklog(o.Entries, o.Users, time.Now(), b.cfg.Seed+3)
 	for _, n := range ns {
-		run, err := b.fleetRun(ctx, n, backlog)
+		run, err := b.measureFleet(ctx, n, backlog)
 		if err != nil {
 			return nil, err
 		}
@@ -167,73 +167,95 @@ func (b *Bench) fleet(ctx context.Context) (*fleetResult, error) {
 	return r, nil
 }
 
-// claimsCollection is the name of the claims collection the service uses.
-func (b *Bench) claimsCollection() (string, error) {
+// replicaStats count each replica's commands from its client's monitor.
+type replicaStats []*cmdStats
+
+// newReplicaStats are the counters of n replicas, which tell lease inserts
+// by the service's claims collection.
+func (b *Bench) newReplicaStats(n int) (replicaStats, error) {
 	cfg, err := b.serviceConfig("bench", 1)
-	return cfg.ClaimsCollection, err
+	if err != nil {
+		return nil, err
+	}
+	stats := make(replicaStats, n)
+	for i := range stats {
+		stats[i] = newCmdStats(cfg.ClaimsCollection)
+	}
+	return stats, nil
 }
 
-func (b *Bench) fleetRun(ctx context.Context, n int, backlog []any) (*fleetRun, error) {
+// snapshot is every replica's counts so far, summed.
+func (s replicaStats) snapshot() cmdSnapshot {
+	all := make([]cmdSnapshot, len(s))
+	for i, r := range s {
+		all[i] = r.snapshot()
+	}
+	return sumSnapshots(all)
+}
+
+// measureFleet drains backlog with n replicas, then watches them idle.
+func (b *Bench) measureFleet(ctx context.Context, n int, backlog []any) (*fleetRun, error) {
 	o := b.cfg.Fleet
-	claims, err := b.claimsCollection()
+	stats, err := b.newReplicaStats(n)
 	if err != nil {
 		return nil, err
 	}
-	stats := make([]*cmdStats, n)
-	for i := range stats {
-		stats[i] = newCmdStats(claims)
-	}
-	snap := func() cmdSnapshot {
-		all := make([]cmdSnapshot, n)
-		for i, s := range stats {
-			all[i] = s.snapshot()
-		}
-		return sumSnapshots(all)
-	}
-	target := float64(len(backlog))
-	fr := &fleetRun{Replicas: n}
-	var drainedAt, idleFrom time.Duration
-	var atIdle cmdSnapshot
-	var roundsAtIdle float64
-	finished := false
-	spec := runSpec{scenario: fmt.Sprintf("fleet%d", n), consumer: consumerScorerefresh, instances: n, rtt: o.RTT, backlog: backlog,
-		max:  o.DrainMax + o.Settle + o.Idle,
-		tune: func(i int, ao *app.Options) { ao.Monitor = stats[i].monitor() },
-		observe: func(el time.Duration, c running) {
-			switch {
-			case drainedAt == 0:
-				if c.acked() >= target {
-					drainedAt = el
-					fr.Drained, fr.Seconds, fr.Acked, fr.Users = true, el.Seconds(), c.acked(), c.refreshes()
-					fr.ClaimRounds = c.timing().Claims
-					fr.Drain = snap()
-				}
-			case idleFrom == 0:
-				if el >= drainedAt+o.Settle {
-					idleFrom, atIdle, roundsAtIdle = el, snap(), c.timing().Claims
-				}
-			case !finished:
-				if el >= idleFrom+o.Idle {
-					fr.Idle, fr.IdleSeconds = snap().minus(atIdle), (el - idleFrom).Seconds()
-					fr.IdleRounds = c.timing().Claims - roundsAtIdle
-					finished = true
-				}
-			}
-		},
-		done: func([]sample) bool { return finished },
-	}
-	res, err := b.measure(ctx, spec)
+	w := &fleetWatch{run: &fleetRun{Replicas: n}, stats: stats, target: float64(len(backlog)), settle: o.Settle, idle: o.Idle}
+	res, err := b.measure(ctx, runSpec{scenario: fmt.Sprintf("fleet%d", n), consumer: consumerScorerefresh, instances: n, rtt: o.RTT, backlog: backlog,
+		max:     o.DrainMax + o.Settle + o.Idle,
+		tune:    func(i int, ao *app.Options) { ao.Monitor = stats[i].monitor() },
+		observe: w.observe,
+		done:    func([]sample) bool { return w.finished },
+	})
 	if err != nil {
 		return nil, err
 	}
+	fr := w.run
 	if !fr.Drained {
-		fr.Seconds, fr.Acked, fr.Users, fr.ClaimRounds, fr.Drain = res.Seconds, res.Acked, res.Refreshes, res.Claims, snap()
+		fr.Seconds, fr.Acked, fr.Users, fr.ClaimRounds, fr.Drain = res.Seconds, res.Acked, res.Refreshes, res.Claims, stats.snapshot()
 	}
 	fr.PerEntry = fleetPerEntry(fr.Drain, fr.Acked, fr.ClaimRounds, fr.Users)
 	if fr.IdleSeconds > 0 {
 		fr.IdleReplicaS = fr.Idle.total().scaled(1 / (fr.IdleSeconds * float64(n)))
 	}
 	return fr, nil
+}
+
+// fleetWatch follows a fleet through its drain, the settling pause and
+// its idle time, filling run in.
+type fleetWatch struct {
+	run          *fleetRun
+	stats        replicaStats
+	target       float64 // entries to acknowledge
+	settle, idle time.Duration
+	drainedAt    time.Duration // 0 until drained
+	idleFrom     time.Duration // 0 until the idle measurement begins
+	atIdle       cmdSnapshot
+	roundsAtIdle float64
+	finished     bool
+}
+
+func (w *fleetWatch) observe(elapsed time.Duration, c running) {
+	fr := w.run
+	switch {
+	case w.drainedAt == 0:
+		if c.acked() >= w.target {
+			w.drainedAt = elapsed
+			fr.Drained, fr.Seconds, fr.Acked, fr.Users = true, elapsed.Seconds(), c.acked(), c.refreshes()
+			fr.ClaimRounds = c.timing().Claims
+			fr.Drain = w.stats.snapshot()
+		}
+	case w.idleFrom == 0:
+		if elapsed >= w.drainedAt+w.settle {
+			w.idleFrom, w.atIdle, w.roundsAtIdle = elapsed, w.stats.snapshot(), c.timing().Claims
+		}
+	case !w.finished:
+		if elapsed >= w.idleFrom+w.idle {
+			fr.Idle, fr.IdleSeconds = w.stats.snapshot().minus(w.atIdle), (elapsed - w.idleFrom).Seconds()
+			fr.IdleRounds = c.timing().Claims - w.roundsAtIdle
+			w.finished = true
+		}
+	}
 }
 
 func fleetPerEntry(s cmdSnapshot, acked, rounds, users float64) fleetFigures {

@@ -100,10 +100,10 @@ func (b *Bench) storm(ctx context.Context) (*stormResult, error) {
 		o.StormUsers, o.StormReplicas, o.RTT, o.StormFailFor)
 	backlog := diverseBacklog(o.StormUsers, time.Now(), b.cfg.Seed+5)
 	var err error
-	if r.Baseline, err = b.stormRun(ctx, backlog, false); err != nil {
+	if r.Baseline, err = b.measureStorm(ctx, backlog, false); err != nil {
 		return nil, err
 	}
-	if r.Storm, err = b.stormRun(ctx, backlog, true); err != nil {
+	if r.Storm, err = b.measureStorm(ctx, backlog, true); err != nil {
 		return nil, err
 	}
 	if r.Baseline.Rate > 0 {
@@ -117,82 +117,86 @@ func (b *Bench) storm(ctx context.Context) (*stormResult, error) {
 	return r, nil
 }
 
-func (b *Bench) stormRun(ctx context.Context, backlog []any, storm bool) (*stormRun, error) {
+// measureStorm drains backlog with the storm's replicas; with storm set,
+// every refresh fails until StormFailFor has passed.
+func (b *Bench) measureStorm(ctx context.Context, backlog []any, storm bool) (*stormRun, error) {
 	o := b.cfg.Fleet
-	n := o.StormReplicas
-	claims, err := b.claimsCollection()
+	stats, err := b.newReplicaStats(o.StormReplicas)
 	if err != nil {
 		return nil, err
 	}
-	stats := make([]*cmdStats, n)
-	for i := range stats {
-		stats[i] = newCmdStats(claims)
-	}
-	snap := func() cmdSnapshot {
-		all := make([]cmdSnapshot, n)
-		for i, s := range stats {
-			all[i] = s.snapshot()
-		}
-		return sumSnapshots(all)
-	}
-	var failing atomic.Bool
-	failing.Store(storm)
-	sr := &stormRun{Storm: storm}
+	w := &stormWatch{run: &stormRun{Storm: storm}, stats: stats, target: float64(len(backlog))}
+	w.failing.Store(storm)
 	var events []timedEvent
 	if storm {
-		events = []timedEvent{{at: o.StormFailFor, name: "heal: refreshes succeed again", do: func() { failing.Store(false) }}}
+		events = []timedEvent{{at: o.StormFailFor, name: "heal: refreshes succeed again", do: func() { w.failing.Store(false) }}}
 	}
-	target := float64(len(backlog))
-	var healed, finished bool
-	var fleet *scorerefresh
-	var atHeal cmdSnapshot
-	spec := runSpec{scenario: map[bool]string{false: "storm-baseline", true: "storm"}[storm], consumer: consumerScorerefresh, instances: n,
-		rtt: o.RTT, backlog: backlog, events: events, max: o.StormFailFor + o.StormMax,
+	res, err := b.measure(ctx, runSpec{scenario: map[bool]string{false: "storm-baseline", true: "storm"}[storm], consumer: consumerScorerefresh,
+		instances: o.StormReplicas, rtt: o.RTT, backlog: backlog, events: events, max: o.StormFailFor + o.StormMax,
 		tune: func(i int, ao *app.Options) {
 			// Every failed refresh logs a warning: tens of thousands here.
 			ao.Logger = slog.New(minLevel{Handler: b.svcLog.Handler(), min: slog.LevelError})
 			ao.Monitor = stats[i].monitor()
 			ao.WrapRefresher = func(r consumer.Refresher) consumer.Refresher {
-				return faultyScorer{inner: r, failing: &failing, instant: o.StormScorer == scorerInstant}
+				return faultyScorer{inner: r, failing: &w.failing, instant: o.StormScorer == scorerInstant}
 			}
 		},
-		observe: func(el time.Duration, c running) {
-			s := c.(*scorerefresh)
-			fleet = s
-			if storm && !healed && !failing.Load() {
-				healed = true
-				sr.HealAt, sr.AckedAtHeal = el.Seconds(), s.acked()
-				sr.StormRounds = s.timing().Claims
-				atHeal = snap()
-				sr.StormCmds = atHeal
-			}
-			if !finished && s.acked()+s.deadLettered() >= target {
-				finished, sr.Drained, sr.Seconds = true, true, el.Seconds()
-			}
-		},
-		done: func([]sample) bool { return finished },
-	}
-	res, err := b.measure(ctx, spec)
+		observe: w.observe,
+		done:    func([]sample) bool { return w.finished },
+	})
 	if err != nil {
 		return nil, err
 	}
+	return w.result(res), nil
+}
+
+// stormWatch follows a storm run: when it heals, when every entry is
+// acknowledged or dead-lettered.
+type stormWatch struct {
+	run      *stormRun
+	stats    replicaStats
+	target   float64 // entries to settle
+	failing  atomic.Bool
+	healed   bool
+	finished bool
+	fleet    *scorerefresh
+}
+
+func (w *stormWatch) observe(elapsed time.Duration, c running) {
+	s := c.(*scorerefresh)
+	w.fleet = s
+	sr := w.run
+	if sr.Storm && !w.healed && !w.failing.Load() {
+		w.healed = true
+		sr.HealAt, sr.AckedAtHeal = elapsed.Seconds(), s.acked()
+		sr.StormRounds = s.timing().Claims
+		sr.StormCmds = w.stats.snapshot()
+	}
+	if !w.finished && s.acked()+s.deadLettered() >= w.target {
+		w.finished, sr.Drained, sr.Seconds = true, true, elapsed.Seconds()
+	}
+}
+
+// result completes the run's figures from the measured run.
+func (w *stormWatch) result(res *runResult) *stormRun {
+	sr := w.run
 	if !sr.Drained {
 		sr.Seconds = res.Seconds
 	}
 	sr.Acked = res.Acked
 	sr.ClaimRounds = res.Claims
-	sr.Commands = snap()
-	if fleet != nil {
-		sr.DeadLettered, sr.ClaimErrors, sr.FailedRefs = fleet.deadLettered(), fleet.claimErrors(), fleet.failedRefreshes()
+	sr.Commands = w.stats.snapshot()
+	if w.fleet != nil {
+		sr.DeadLettered, sr.ClaimErrors, sr.FailedRefs = w.fleet.deadLettered(), w.fleet.claimErrors(), w.fleet.failedRefreshes()
 	}
 	from := 0.0
-	if storm {
+	if sr.Storm {
 		from = sr.HealAt
 	}
 	if sr.Seconds > from {
 		sr.Rate = (sr.Acked - sr.AckedAtHeal) / (sr.Seconds - from)
 	}
-	return sr, nil
+	return sr
 }
 
 func (r *stormResult) targets() []target {
