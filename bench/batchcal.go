@@ -3,11 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/scorerefresh/scorerefresh/scoring"
@@ -39,51 +37,27 @@ func (b *Bench) calibrateBatch(ctx context.Context, rulesName, path string, size
 	if err != nil {
 		return c, err
 	}
-	client, err := mongo.Connect(options.Client().ApplyURI(b.srv.URI).SetMaxPoolSize(100))
+	db, done, err := b.calibrationDatabase(ctx, fmt.Sprintf("calbatch%d", size), options.Client().SetMaxPoolSize(100))
 	if err != nil {
 		return c, err
 	}
-	defer client.Disconnect(context.Background())
-	db := client.Database(b.nextDatabase(fmt.Sprintf("calbatch%d", size)))
-	defer db.Drop(context.Background())
-	if err := seedSources(ctx, db, b.cfg.Sources, b.cfg.Pool, b.cfg.Seed); err != nil {
-		return c, err
-	}
+	defer done()
 	var trips, users atomic.Int64
 	refresher := scoring.NewRefresher(scoring.NewRecomputer(db, rules), scoring.NewStore(db.Collection("user_scores"), scoring.StoreConfig{}),
 		scoring.WithRefreshObserver(func(s scoring.RefreshStats) {
 			trips.Add(int64(s.RoundTrips))
 			users.Add(int64(s.Users))
 		}))
-	var next atomic.Int64
-	batch := func(ctx context.Context) error {
-		names := make([]string, size)
-		for i := range names {
-			names[i] = userName(int(next.Add(1)) % max(b.cfg.Pool, size))
-		}
-		if size == 1 {
-			return refresher.Refresh(ctx, names[0], time.Now())
-		}
-		for u, err := range refresher.RefreshBatch(ctx, names, time.Now()) {
-			if err != nil {
-				return fmt.Errorf("user %s: %w", u, err)
-			}
-		}
-		return nil
-	}
+	batch := batchRefresher(refresher, size, max(b.cfg.Pool, size))
 	// Warm up: connections, caches, and the Recomputer's one refused $max.
-	for range 2 {
-		if err := batch(ctx); err != nil {
-			return c, err
-		}
+	if err := repeat(2, func() error { return batch(ctx) }); err != nil {
+		return c, err
 	}
 	n := max(3, sequential/size)
 	trips.Store(0)
 	start := time.Now()
-	for range n {
-		if err := batch(ctx); err != nil {
-			return c, err
-		}
+	if err := repeat(n, func() error { return batch(ctx) }); err != nil {
+		return c, err
 	}
 	c.BatchMs = ms(time.Since(start)) / float64(n)
 	c.RoundTrips = float64(trips.Load()) / float64(n)
@@ -96,30 +70,31 @@ func (b *Bench) calibrateBatch(ctx context.Context, rulesName, path string, size
 		// needs the figures to exist.
 		levels = levels[:1]
 	}
-	for _, workers := range levels {
-		wctx, cancel := context.WithTimeout(ctx, d)
-		users.Store(0)
-		var wg sync.WaitGroup
-		t0 := time.Now()
-		for range workers {
-			wg.Go(func() {
-				for wctx.Err() == nil {
-					_ = batch(wctx) // errors past the deadline are the deadline
-				}
-			})
+	c.Levels, err = throughput(ctx, levels, d, func() { users.Store(0) }, func() float64 { return float64(users.Load()) },
+		func(wctx context.Context) { _ = batch(wctx) }) // errors past the deadline are the deadline
+	c.Capacity, c.Workers = best(c.Levels)
+	return c, err
+}
+
+// batchRefresher refreshes the next size users of a pool of pool users in
+// one batch (one at a time when size is 1).
+func batchRefresher(refresher *scoring.Refresher, size, pool int) func(context.Context) error {
+	var next atomic.Int64
+	return func(ctx context.Context) error {
+		names := make([]string, size)
+		for i := range names {
+			names[i] = userName(int(next.Add(1)) % pool)
 		}
-		wg.Wait()
-		cancel()
-		if ctx.Err() != nil {
-			return c, ctx.Err()
+		if size == 1 {
+			return refresher.Refresh(ctx, names[0], time.Now())
 		}
-		rate := float64(users.Load()) / time.Since(t0).Seconds()
-		c.Levels = append(c.Levels, qpsLevel{Workers: workers, QPS: rate})
-		if rate > c.Capacity {
-			c.Capacity, c.Workers = rate, workers
+		for u, err := range refresher.RefreshBatch(ctx, names, time.Now()) {
+			if err != nil {
+				return fmt.Errorf("user %s: %w", u, err)
+			}
 		}
+		return nil
 	}
-	return c, nil
 }
 
 // configBounds are the two ceilings of one configuration's drain, in users

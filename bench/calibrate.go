@@ -129,16 +129,11 @@ func (k *kindRecorder) reset() {
 // workers at once for d per level (queries per second).
 func (b *Bench) calibrate(ctx context.Context, sequential int, d time.Duration) (calibration, error) {
 	rec := newKindRecorder()
-	client, err := mongo.Connect(options.Client().ApplyURI(b.srv.URI).SetMaxPoolSize(200).SetMaxConnecting(16).SetMonitor(rec.monitor()))
+	db, done, err := b.calibrationDatabase(ctx, "calibrate", options.Client().SetMaxPoolSize(200).SetMaxConnecting(16).SetMonitor(rec.monitor()))
 	if err != nil {
 		return calibration{}, err
 	}
-	defer client.Disconnect(context.Background())
-	db := client.Database(b.nextDatabase("calibrate"))
-	defer db.Drop(context.Background())
-	if err := seedSources(ctx, db, b.cfg.Sources, b.cfg.Pool, b.cfg.Seed); err != nil {
-		return calibration{}, err
-	}
+	defer done()
 	refresher := scoring.NewRefresher(scoring.NewRecomputer(db, b.rules), scoring.NewStore(db.Collection("user_scores"), scoring.StoreConfig{}))
 	next := atomic.Int64{}
 	refresh := func() error {
@@ -146,60 +141,24 @@ func (b *Bench) calibrate(ctx context.Context, sequential int, d time.Duration) 
 		return refresher.Refresh(ctx, userName(int(next.Add(1))%b.cfg.Pool), time.Now())
 	}
 	// Warm up: connections, FerretDB's caches, the $max fallback detection.
-	for range 5 {
-		if err := refresh(); err != nil {
-			return calibration{}, err
-		}
+	if err := repeat(5, refresh); err != nil {
+		return calibration{}, err
 	}
 	rec.reset()
+	if err := repeat(sequential, refresh); err != nil {
+		return calibration{}, err
+	}
 	var c calibration
-	for range sequential {
-		if err := refresh(); err != nil {
-			return calibration{}, err
-		}
-	}
-	rec.mu.Lock()
-	var sum time.Duration
-	n := 0
-	for kind, t := range rec.total {
-		cnt := rec.count[kind]
-		c.Kinds = append(c.Kinds, queryKind{Kind: kind, Count: cnt, MeanMs: ms(t) / float64(cnt)})
-		sum += t
-		n += cnt
-	}
-	rec.mu.Unlock()
-	sort.Slice(c.Kinds, func(i, j int) bool { return c.Kinds[i].Kind < c.Kinds[j].Kind })
-	c.RoundTrips = float64(n) / float64(sequential)
-	c.ServerMs = ms(sum) / float64(n)
+	c.Kinds, c.RoundTrips, c.ServerMs = rec.perQuery(sequential)
 
 	// Throughput: the most queries per second at any of a few levels of
 	// concurrency (more workers than the server has cores, so it is busy).
-	for _, workers := range []int{4, 16, 48} {
-		rec.reset()
-		wctx, cancel := context.WithTimeout(ctx, d)
-		var wg sync.WaitGroup
-		var failed atomic.Int64
-		start := time.Now()
-		for range workers {
-			wg.Go(func() {
-				for wctx.Err() == nil {
-					if err := refresh(); err != nil && wctx.Err() == nil {
-						failed.Add(1)
-					}
-				}
-			})
-		}
-		wg.Wait()
-		cancel()
-		secs := time.Since(start).Seconds()
-		qps := float64(rec.all.Load()) / secs
-		c.Levels = append(c.Levels, qpsLevel{Workers: workers, QPS: qps})
-		if qps > c.QPS {
-			c.QPS, c.Workers = qps, workers
-		}
-		if ctx.Err() != nil {
-			return c, ctx.Err()
-		}
+	// Each refresh runs to its end past the level's deadline.
+	c.Levels, err = throughput(ctx, []int{4, 16, 48}, d, rec.reset, func() float64 { return float64(rec.all.Load()) },
+		func(context.Context) { _ = refresh() })
+	c.QPS, c.Workers = best(c.Levels)
+	if err != nil {
+		return c, err
 	}
 	c.RTTms = ms(b.cfg.RTT)
 	c.Concurrency = b.cfg.Concurrency
@@ -208,6 +167,89 @@ func (b *Bench) calibrate(ctx context.Context, sequential int, d time.Duration) 
 	}
 	c.Bounds = c.bounds(b.cfg.RTT, b.cfg.Concurrency)
 	return c, nil
+}
+
+// perQuery is the recorded time per query of each kind, the queries per
+// refresh of `refreshes` refreshes, and the mean time of a query.
+func (k *kindRecorder) perQuery(refreshes int) (kinds []queryKind, roundTrips, meanMs float64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var sum time.Duration
+	n := 0
+	for kind, t := range k.total {
+		cnt := k.count[kind]
+		kinds = append(kinds, queryKind{Kind: kind, Count: cnt, MeanMs: ms(t) / float64(cnt)})
+		sum += t
+		n += cnt
+	}
+	sort.Slice(kinds, func(i, j int) bool { return kinds[i].Kind < kinds[j].Kind })
+	return kinds, float64(n) / float64(refreshes), ms(sum) / float64(n)
+}
+
+// calibrationDatabase is a fresh database with the bench's sources on a
+// client of its own (direct, no proxy); done drops it and disconnects.
+func (b *Bench) calibrationDatabase(ctx context.Context, name string, opts *options.ClientOptions) (db *mongo.Database, done func(), err error) {
+	client, err := mongo.Connect(opts.ApplyURI(b.srv.URI))
+	if err != nil {
+		return nil, nil, err
+	}
+	db = client.Database(b.nextDatabase(name))
+	done = func() {
+		db.Drop(context.Background())
+		client.Disconnect(context.Background())
+	}
+	if err := seedSources(ctx, db, b.cfg.Sources, b.cfg.Pool, b.cfg.Seed); err != nil {
+		done()
+		return nil, nil, err
+	}
+	return db, done, nil
+}
+
+// repeat calls f n times, one after another, until it fails.
+func repeat(n int, f func() error) error {
+	for range n {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// throughput runs work in a loop on each level's number of workers at once
+// for d, and returns count's growth per second at each level (reset before
+// each).
+func throughput(ctx context.Context, levels []int, d time.Duration, reset func(), count func() float64, work func(context.Context)) ([]qpsLevel, error) {
+	var out []qpsLevel
+	for _, workers := range levels {
+		reset()
+		wctx, cancel := context.WithTimeout(ctx, d)
+		var wg sync.WaitGroup
+		start := time.Now()
+		for range workers {
+			wg.Go(func() {
+				for wctx.Err() == nil {
+					work(wctx)
+				}
+			})
+		}
+		wg.Wait()
+		cancel()
+		out = append(out, qpsLevel{Workers: workers, QPS: count() / time.Since(start).Seconds()})
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+	}
+	return out, nil
+}
+
+// best is the highest rate of the levels and its workers.
+func best(levels []qpsLevel) (qps float64, workers int) {
+	for _, l := range levels {
+		if l.QPS > qps {
+			qps, workers = l.QPS, l.Workers
+		}
+	}
+	return qps, workers
 }
 
 // proxyRTT is the mean round trip of a ping through the proxy at rtt, with
