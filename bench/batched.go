@@ -184,13 +184,13 @@ func (b *Bench) runBatchConfig(ctx context.Context, c batchConfig, spec runSpec)
 	var svc *scorerefresh
 	watch := newCPUWatch(b.srv.pgPID)
 	inner := spec.observe
-	spec.observe = func(el time.Duration, run running) {
+	spec.observe = func(elapsed time.Duration, run running) {
 		watch.tick()
 		if s, ok := run.(*scorerefresh); ok {
 			svc = s
 		}
 		if inner != nil {
-			inner(el, run)
+			inner(elapsed, run)
 		}
 	}
 	savedRules := b.rulesPath
@@ -204,17 +204,8 @@ func (b *Bench) runBatchConfig(ctx context.Context, c batchConfig, spec runSpec)
 	r.PerEntry = r.CPU.perEntry(r.Run.Acked)
 	if svc != nil {
 		r.AckedAfterStop = svc.acked()
-		for _, s := range svc.svcs {
-			n, sum := histogram(s.Metrics.RefreshBatchUsers)
-			if n > 0 {
-				r.UsersPerBatch += sum / n / float64(len(svc.svcs))
-			}
-			if sum > 0 {
-				r.TripsPerUser += metrics.Read(s.Metrics.RefreshRoundTrips) / sum / float64(len(svc.svcs))
-			}
-			r.DeadLettered += metrics.Read(s.Metrics.EntriesDeadLettered.WithLabelValues(metrics.ReasonMaxAttempts)) +
-				metrics.Read(s.Metrics.EntriesDeadLettered.WithLabelValues(metrics.ReasonMalformed))
-		}
+		r.UsersPerBatch, r.TripsPerUser = svc.batchSizes()
+		r.DeadLettered = svc.deadLetteredAnyReason()
 	}
 	if r.AckedAfterStop > 0 {
 		r.CommandsPerAcked = total(r.Run.Commands) / r.AckedAfterStop
@@ -224,32 +215,88 @@ func (b *Bench) runBatchConfig(ctx context.Context, c batchConfig, spec runSpec)
 	return r, nil
 }
 
+// batchSizes are the instances' mean users per batch and refresh round
+// trips per user, averaged over the instances.
+func (s *scorerefresh) batchSizes() (usersPerBatch, tripsPerUser float64) {
+	for _, svc := range s.svcs {
+		n, sum := histogram(svc.Metrics.RefreshBatchUsers)
+		if n > 0 {
+			usersPerBatch += sum / n / float64(len(s.svcs))
+		}
+		if sum > 0 {
+			tripsPerUser += metrics.Read(svc.Metrics.RefreshRoundTrips) / sum / float64(len(s.svcs))
+		}
+	}
+	return usersPerBatch, tripsPerUser
+}
+
 func (b *Bench) batched(ctx context.Context, refRate float64) (*batchedResult, error) {
 	o := b.cfg.Batched
 	x := &batchedResult{Entries: o.Entries, MaxSeconds: o.DrainMax.Seconds(), WedgeSeconds: o.WedgeFor.Seconds(), Profiled: b.cfg.CPUProfile == ""}
-	var diverse []batchConfig
-	for _, set := range []struct{ spec, rules string }{{o.Configs, rulesBench}, {o.NoMaxConfigs, rulesNoMax}} {
-		cs, err := parseConfigs(set.spec, set.rules)
-		if err != nil {
-			return nil, err
-		}
-		diverse = append(diverse, cs...)
-	}
-	load, err := parseConfigs(o.LoadConfigs, rulesBench)
-	if err != nil {
-		return nil, err
-	}
-	far, err := parseConfigs(o.FarConfigs, rulesBench)
+	sets, err := o.configSets()
 	if err != nil {
 		return nil, err
 	}
 	b.logf("\n== batched recompute: per-user (REFRESH_BATCH_SIZE=1) against batched, RTT %s", b.cfg.RTT)
+	cals, err := b.calibrateBatches(ctx, x, append(append(append([]batchConfig{}, sets.diverse...), sets.load...), sets.far...))
+	if err != nil {
+		return nil, err
+	}
+	b.logf("  diverse drains: %d entries of distinct users, each at most %s", o.Entries, o.DrainMax)
+	backlog := diverseBacklog(o.Entries, time.Now(), b.cfg.Seed+3)
+	if x.Diverse, err = b.batchedDrains(ctx, func(c batchConfig) string { return "batched-" + c.Rules + "-" + configTag(c) }, sets.diverse, backlog, b.cfg.RTT, cals); err != nil {
+		return nil, err
+	}
+	x.FarRTTms = ms(o.FarRTT)
+	if len(sets.far) > 0 {
+		b.logf("  diverse drains at RTT %s: every configuration latency-bound", o.FarRTT)
+	}
+	if x.Far, err = b.batchedDrains(ctx, func(c batchConfig) string { return "batched-far-" + configTag(c) }, sets.far, backlog, o.FarRTT, cals); err != nil {
+		return nil, err
+	}
+	// Wedge and recovery load from the per-user rate, as scenarios 3 and 4
+	// do, so every configuration gets the same arrivals.
+	perUserRate := perUserRate(x.Diverse, 0.9*b.cal.bounds(b.cfg.RTT, b.cfg.Concurrency).Lower)
+	x.WedgeRate = math.Min(b.cfg.WedgeFactor*refRate, 0.8*perUserRate)
+	if err := b.batchedWedge(ctx, x, sets.load); err != nil {
+		return nil, err
+	}
+	if err := b.batchedRecovery(ctx, x, sets.load, perUserRate); err != nil {
+		return nil, err
+	}
+	b.targets = append(b.targets, x.targets()...)
+	return x, nil
+}
 
+// batchConfigSets are the batched scenario's configurations by use.
+type batchConfigSets struct{ diverse, load, far []batchConfig }
+
+// configSets parses the configuration lists: the diverse drains with both
+// rule sets, the wedge and recovery runs, the far drains.
+func (o BatchedConfig) configSets() (batchConfigSets, error) {
+	var sets batchConfigSets
+	for _, set := range []struct{ spec, rules string }{{o.Configs, rulesBench}, {o.NoMaxConfigs, rulesNoMax}} {
+		cs, err := parseConfigs(set.spec, set.rules)
+		if err != nil {
+			return sets, err
+		}
+		sets.diverse = append(sets.diverse, cs...)
+	}
+	var err error
+	if sets.load, err = parseConfigs(o.LoadConfigs, rulesBench); err != nil {
+		return sets, err
+	}
+	sets.far, err = parseConfigs(o.FarConfigs, rulesBench)
+	return sets, err
+}
+
+// calibrateBatches calibrates each rule set and batch size the
+// configurations use, once, keyed by calKey.
+func (b *Bench) calibrateBatches(ctx context.Context, x *batchedResult, configs []batchConfig) (map[string]batchCal, error) {
 	b.logf("  calibrating batches (direct connection, no proxy)")
 	cals := map[string]batchCal{}
-	for _, c := range append(append(append([]batchConfig{}, diverse...), load...), far...) {
-		key := fmt.Sprintf("%s/%d", c.Rules, c.BatchSize)
-		if _, done := cals[key]; done {
+	for _, c := range configs {
+		if _, done := cals[calKey(c)]; done {
 			continue
 		}
 		path, err := b.rulesFile(c.Rules)
@@ -260,66 +307,57 @@ func (b *Bench) batched(ctx context.Context, refRate float64) (*batchedResult, e
 		if err != nil {
 			return nil, fmt.Errorf("calibrating batches of %d (%s rules): %w", c.BatchSize, c.Rules, err)
 		}
-		cals[key] = cal
+		cals[calKey(c)] = cal
 		x.Calibrations = append(x.Calibrations, cal)
 		b.logf("    %s rules, batch %d: %.1f round trips, %.1f ms per batch (%.2f ms per query); capacity %.0f users/s (%d batches at once)",
 			cal.Rules, cal.BatchSize, cal.RoundTrips, cal.BatchMs, cal.ServerMs, cal.Capacity, cal.Workers)
 	}
-	boundsOf := func(c batchConfig) configBounds {
-		return b.configBounds(cals[fmt.Sprintf("%s/%d", c.Rules, c.BatchSize)], c, b.cfg.RTT)
-	}
+	return cals, nil
+}
 
-	b.logf("  diverse drains: %d entries of distinct users, each at most %s", o.Entries, o.DrainMax)
-	backlog := diverseBacklog(o.Entries, time.Now(), b.cfg.Seed+3)
-	for _, c := range diverse {
-		r, err := b.runBatchConfig(ctx, c, runSpec{scenario: "batched-" + c.Rules + "-" + configTag(c), consumer: consumerScorerefresh,
-			rtt: b.cfg.RTT, backlog: backlog, max: o.DrainMax})
+func calKey(c batchConfig) string { return fmt.Sprintf("%s/%d", c.Rules, c.BatchSize) }
+
+// batchedDrains drains backlog at rtt with each configuration; scenario
+// names each run.
+func (b *Bench) batchedDrains(ctx context.Context, scenario func(batchConfig) string, configs []batchConfig, backlog []any, rtt time.Duration, cals map[string]batchCal) ([]batchRun, error) {
+	var runs []batchRun
+	for _, c := range configs {
+		r, err := b.runBatchConfig(ctx, c, runSpec{scenario: scenario(c), consumer: consumerScorerefresh,
+			rtt: rtt, backlog: backlog, max: b.cfg.Batched.DrainMax})
 		if err != nil {
 			return nil, err
 		}
-		r.Bounds = boundsOf(c)
+		r.Bounds = b.configBounds(cals[calKey(c)], c, rtt)
 		r.FractionLow = fin(r.Run.Rate / r.Bounds.Lower)
-		x.Diverse = append(x.Diverse, r)
+		runs = append(runs, r)
 	}
+	return runs, nil
+}
 
-	x.FarRTTms = ms(o.FarRTT)
-	if len(far) > 0 {
-		b.logf("  diverse drains at RTT %s: every configuration latency-bound", o.FarRTT)
-	}
-	for _, c := range far {
-		r, err := b.runBatchConfig(ctx, c, runSpec{scenario: "batched-far-" + configTag(c), consumer: consumerScorerefresh,
-			rtt: o.FarRTT, backlog: backlog, max: o.DrainMax})
-		if err != nil {
-			return nil, err
-		}
-		r.Bounds = b.configBounds(cals[fmt.Sprintf("%s/%d", c.Rules, c.BatchSize)], c, o.FarRTT)
-		r.FractionLow = fin(r.Run.Rate / r.Bounds.Lower)
-		x.Far = append(x.Far, r)
-	}
-
-	// Wedge and recovery load from the per-user rate, as scenarios 3 and 4
-	// do, so every configuration gets the same arrivals.
-	perUserRate := 0.9 * b.cal.bounds(b.cfg.RTT, b.cfg.Concurrency).Lower
-	for _, r := range x.Diverse {
+// perUserRate is the per-user drain rate with the bench's rules, or
+// fallback if it did not run.
+func perUserRate(diverse []batchRun, fallback float64) float64 {
+	rate := fallback
+	for _, r := range diverse {
 		if r.Config.perUser() && r.Config.Rules == rulesBench {
-			perUserRate = r.Run.Rate
+			rate = r.Run.Rate
 		}
 	}
-	x.WedgeRate = math.Min(b.cfg.WedgeFactor*refRate, 0.8*perUserRate)
-	b.logf("  wedge: diverse arrivals at %.1f/s for %s", x.WedgeRate, o.WedgeFor)
+	return rate
+}
+
+// batchedWedge is scenario 3 for each configuration, at x.WedgeRate.
+func (b *Bench) batchedWedge(ctx context.Context, x *batchedResult, load []batchConfig) error {
+	b.logf("  wedge: diverse arrivals at %.1f/s for %s", x.WedgeRate, b.cfg.Batched.WedgeFor)
 	for _, c := range load {
 		r, err := b.runBatchConfig(ctx, c, runSpec{scenario: "batched-wedge-" + configTag(c), consumer: consumerScorerefresh, rtt: b.cfg.RTT,
-			produce: &produce{rate: x.WedgeRate, pool: b.cfg.Pool}, max: o.WedgeFor, done: never})
+			produce: &produce{rate: x.WedgeRate, pool: b.cfg.Pool}, max: b.cfg.Batched.WedgeFor, done: never})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		x.Wedge = append(x.Wedge, r)
 	}
-	if err := b.batchedRecovery(ctx, x, load, perUserRate); err != nil {
-		return nil, err
-	}
-	x.addTargets(b)
-	return x, nil
+	return nil
 }
 
 func configTag(c batchConfig) string { return fmt.Sprintf("b%d-f%d", c.BatchSize, c.MaxUsersInFlight) }
@@ -327,24 +365,16 @@ func configTag(c batchConfig) string { return fmt.Sprintf("b%d-f%d", c.BatchSize
 // batchedRecovery is scenario 4 for each configuration: the same arrivals
 // (half the per-user rate), RTT × rtt-factor between the trigger and restore.
 func (b *Bench) batchedRecovery(ctx context.Context, x *batchedResult, load []batchConfig, perUserRate float64) error {
-	pre, trig := b.cfg.RecoveryBefore, b.cfg.TriggerFor
+	before, trigger := b.cfg.RecoveryBefore, b.cfg.TriggerFor
 	x.RecoveryRate = 0.5 * perUserRate
-	x.TriggerAt, x.RestoreAt = pre.Seconds(), (pre + trig).Seconds()
+	x.TriggerAt, x.RestoreAt = before.Seconds(), (before + trigger).Seconds()
 	x.TriggerRTTms = ms(b.cfg.RTT) * b.cfg.TriggerRTTFactor
-	slow := time.Duration(float64(b.cfg.RTT) * b.cfg.TriggerRTTFactor)
-	b.logf("  recovery: arrivals at %.1f/s; RTT %s from %s to %s", x.RecoveryRate, slow, pre, pre+trig)
-	warm := pre.Seconds() / 3
+	b.logf("  recovery: arrivals at %.1f/s; RTT %s from %s to %s", x.RecoveryRate, b.slowRTT(), before, before+trigger)
+	warm := before.Seconds() / 3
 	for _, c := range load {
-		events := []timedEvent{
-			{at: pre, name: fmt.Sprintf("trigger: RTT %s", slow), do: func() { b.proxy.SetDelay(slow/2, slow/2) }},
-			{at: pre + trig, name: fmt.Sprintf("restore: RTT %s", b.cfg.RTT), do: func() { b.proxy.SetDelay(b.cfg.RTT/2, b.cfg.RTT/2) }},
-		}
 		r, err := b.runBatchConfig(ctx, c, runSpec{scenario: "batched-recovery-" + configTag(c), consumer: consumerScorerefresh, rtt: b.cfg.RTT,
-			produce: &produce{rate: x.RecoveryRate, pool: b.cfg.Pool}, events: events, max: pre + trig + b.cfg.RecoveryMax,
-			done: func(s []sample) bool {
-				t := recoveredAfter(s, warm, x.TriggerAt, x.RestoreAt)
-				return t >= 0 && last(s).T >= x.RestoreAt+t+5
-			}})
+			produce: &produce{rate: x.RecoveryRate, pool: b.cfg.Pool}, events: b.rttTrigger("trigger", before, trigger, b.slowRTT()),
+			max: before + trigger + b.cfg.RecoveryMax, done: recoveredFor5s(warm, x.TriggerAt, x.RestoreAt)})
 		if err != nil {
 			return err
 		}
@@ -366,7 +396,10 @@ func (x *batchedResult) perUserOf(rules string) *batchRun {
 	return nil
 }
 
-func (x *batchedResult) addTargets(b *Bench) {
+// targets judge the batched drains against the per-user one, and each
+// configuration's wedge and recovery.
+func (x *batchedResult) targets() []target {
+	var ts []target
 	for _, r := range x.Diverse {
 		if r.Config.perUser() {
 			continue
@@ -380,24 +413,25 @@ func (x *batchedResult) addTargets(b *Bench) {
 				Figure: fmt.Sprintf("%.1f vs %.1f entries/s per-user = %.1f×; %.0f%% of the server's %.0f users/s at batch %d (binds first: %s)",
 					r.Run.Rate, pu.Run.Rate, ratio, 100*capFrac, r.Bounds.Server, r.Config.BatchSize, map[bool]string{true: "server", false: "3× per-user"}[serverFirst]),
 				Value: ratio, Met: ratio >= 3 || (serverFirst && capFrac >= 0.9), Applies: true}
-			b.targets = append(b.targets, t)
+			ts = append(ts, t)
 		}
-		b.targets = append(b.targets, target{Scenario: name, Target: "MongoDB commands per acknowledged entry ≤ 1.5 on the diverse backlog",
+		ts = append(ts, target{Scenario: name, Target: "MongoDB commands per acknowledged entry ≤ 1.5 on the diverse backlog",
 			Figure: fmt.Sprintf("%.2f (per-user: %s)%s", r.CommandsPerAcked, perUserCommands(x, r.Config.Rules), maxNote(r.Config.Rules)),
 			Value:  r.CommandsPerAcked, Met: r.CommandsPerAcked <= 1.5, Applies: true})
 	}
 	for _, r := range x.Wedge {
 		age := maxOldest(r.Run.Timeline, 0)
-		b.targets = append(b.targets, target{Scenario: "batched wedge, " + r.Config.Label, Target: "oldest age stays under 30 s",
+		ts = append(ts, target{Scenario: "batched wedge, " + r.Config.Label, Target: "oldest age stays under 30 s",
 			Figure: fmt.Sprintf("at most %.1f s at %.1f arrivals/s (depth %d at the end)", age, x.WedgeRate, last(r.Run.Timeline).Depth),
 			Value:  age, Met: age < 30, Applies: true})
 	}
 	for i, r := range x.Recovery {
 		t := x.Recovered[i]
-		b.targets = append(b.targets, target{Scenario: "batched recovery, " + r.Config.Label, Target: "back under the pre-trigger oldest age ≤ 60 s after restore",
+		ts = append(ts, target{Scenario: "batched recovery, " + r.Config.Label, Target: "back under the pre-trigger oldest age ≤ 60 s after restore",
 			Figure: fmt.Sprintf("%s (pre-trigger ≤ %.1f s; peak %.0f s)", seconds(t, "after restore"), x.PreLevels[i], maxOldest(r.Run.Timeline, x.TriggerAt)),
 			Value:  t, Met: t >= 0 && t <= 60, Applies: true})
 	}
+	return ts
 }
 
 func perUserCommands(x *batchedResult, rules string) string {

@@ -152,6 +152,15 @@ func (s *scorerefresh) timing() timing {
 	return t
 }
 
+// deadLetteredAnyReason counts the entries dead-lettered for too many
+// attempts or as malformed.
+func (s *scorerefresh) deadLetteredAnyReason() float64 {
+	return s.sum(func(svc *app.Service) float64 {
+		return metrics.Read(svc.Metrics.EntriesDeadLettered.WithLabelValues(metrics.ReasonMaxAttempts)) +
+			metrics.Read(svc.Metrics.EntriesDeadLettered.WithLabelValues(metrics.ReasonMalformed))
+	})
+}
+
 func histogram(m prometheus.Metric) (count, sum float64) {
 	var d dto.Metric
 	if err := m.Write(&d); err != nil || d.Histogram == nil {

@@ -12,7 +12,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/scorerefresh/scorerefresh/metrics"
 )
 
 // SlowdownConfig is the slowdown scenario's settings (flags -slowdown*): the server slows down
@@ -162,56 +161,64 @@ func (b *Bench) slowdown(ctx context.Context, srRate float64) (*slowdownResult, 
 	b.svcLog = slog.New(counter)
 	defer func() { b.svcLog = savedLog }()
 
-	events := []timedEvent{
-		{at: o.SteadyBefore, name: fmt.Sprintf("slowdown: RTT %s", o.SlowRTT), do: func() { b.proxy.SetDelay(o.SlowRTT/2, o.SlowRTT/2) }},
-		{at: o.SteadyBefore + o.SlowFor, name: fmt.Sprintf("restore: RTT %s", b.cfg.RTT), do: func() { b.proxy.SetDelay(b.cfg.RTT/2, b.cfg.RTT/2) }},
-	}
-	var svc *scorerefresh
-	nextRead := time.Duration(0)
-	observe := func(el time.Duration, c running) {
-		if s, ok := c.(*scorerefresh); ok {
-			svc = s
-		}
-		if svc == nil || el < nextRead {
-			return
-		}
-		nextRead = el + time.Second
-		b.readDeadLetters(ctx, svc, x)
-	}
-	warm := x.TriggerAt / 3
-	drained := func(s []sample) float64 { return drainedAfter(s, warm, x.TriggerAt, x.RestoreAt) }
-	err := b.withEnv([]string{"LEASE_DURATION=" + o.Lease.String()}, func() (err error) {
-		x.Run, err = b.measure(ctx, runSpec{scenario: "slowdown", consumer: consumerScorerefresh, rtt: b.cfg.RTT,
-			produce: &produce{rate: x.Rate, pool: b.cfg.Pool}, events: events, observe: observe,
-			max:  o.SteadyBefore + o.SlowFor + o.WatchAfter,
-			done: func(s []sample) bool { t := drained(s); return t >= 0 && last(s).T >= x.RestoreAt+t+5 }})
-		return err
-	})
+	svc, err := b.measureSlowdown(ctx, x)
 	if err != nil {
 		return nil, err
 	}
 	if svc != nil {
-		for _, s := range svc.svcs {
-			x.RefreshesOK += metrics.Read(s.Metrics.Refreshes.WithLabelValues(metrics.OutcomeOK))
-			x.RefreshesFailed += metrics.Read(s.Metrics.Refreshes.WithLabelValues(metrics.OutcomeError))
-			x.DeadLettered += metrics.Read(s.Metrics.EntriesDeadLettered.WithLabelValues(metrics.ReasonMaxAttempts)) +
-				metrics.Read(s.Metrics.EntriesDeadLettered.WithLabelValues(metrics.ReasonMalformed))
-		}
+		x.RefreshesOK, x.RefreshesFailed, x.DeadLettered = svc.refreshes(), svc.failedRefreshes(), svc.deadLetteredAnyReason()
 	}
-	x.figures(warm)
+	x.figures(x.TriggerAt / 3)
 	b.logf("  %.0f refreshes failed (%d classified as timed out): %d charged an attempt, %d transient, %d spared as widespread; %.0f succeeded; dead letters: %.0f (metric), %d (collection); most attempts on a lease: %d",
 		x.RefreshesFailed, x.Failures.TimedOut, x.Failures.Charged, x.Failures.Transient, x.Failures.Spared, x.RefreshesOK, x.DeadLettered, x.DeadLetterDocs, x.MaxAttempts)
 	b.logf("  depth before ≤ %d, peak %d; %s", x.PreDepth, x.PeakDepth, seconds(x.DrainedAfter, "after restore back to the pre-slowdown depth and oldest age"))
-	b.targets = append(b.targets,
-		target{Scenario: "slowdown", Target: "no dead letters while every refresh outlives its deadline",
+	b.targets = append(b.targets, x.targets()...)
+	return x, nil
+}
+
+// measureSlowdown runs the service with the slowdown's lease through the
+// slowdown, reading the dead letters once a second; it returns the service.
+func (b *Bench) measureSlowdown(ctx context.Context, x *slowdownResult) (*scorerefresh, error) {
+	o := b.cfg.Slowdown
+	var svc *scorerefresh
+	nextRead := time.Duration(0)
+	observe := func(elapsed time.Duration, c running) {
+		if s, ok := c.(*scorerefresh); ok {
+			svc = s
+		}
+		if svc == nil || elapsed < nextRead {
+			return
+		}
+		nextRead = elapsed + time.Second
+		b.readDeadLetters(ctx, svc, x)
+	}
+	warm := x.TriggerAt / 3
+	done := func(s []sample) bool {
+		t := drainedAfter(s, warm, x.TriggerAt, x.RestoreAt)
+		return t >= 0 && last(s).T >= x.RestoreAt+t+5
+	}
+	err := b.withEnv([]string{"LEASE_DURATION=" + o.Lease.String()}, func() (err error) {
+		x.Run, err = b.measure(ctx, runSpec{scenario: "slowdown", consumer: consumerScorerefresh, rtt: b.cfg.RTT,
+			produce: &produce{rate: x.Rate, pool: b.cfg.Pool}, events: b.rttTrigger("slowdown", o.SteadyBefore, o.SlowFor, o.SlowRTT),
+			observe: observe, max: o.SteadyBefore + o.SlowFor + o.WatchAfter, done: done})
+		return err
+	})
+	return svc, err
+}
+
+// targets: no dead letters through the slowdown, and the backlog drains
+// after it.
+func (x *slowdownResult) targets() []target {
+	return []target{
+		{Scenario: "slowdown", Target: "no dead letters while every refresh outlives its deadline",
 			Figure: fmt.Sprintf("%.0f dead letters (%d in the collection); %.0f failed refreshes, %d charged an attempt (most attempts on a lease: %d of MAX_ATTEMPTS 5)",
 				x.DeadLettered, x.DeadLetterDocs, x.RefreshesFailed, x.Failures.Charged, x.MaxAttempts),
 			Value: x.DeadLettered, Met: x.DeadLettered == 0 && x.DeadLetterDocs == 0, Applies: true},
-		target{Scenario: "slowdown", Target: "the backlog drains after it",
+		{Scenario: "slowdown", Target: "the backlog drains after it",
 			Figure: fmt.Sprintf("peak depth %d, oldest age %.0f s; %s (depth %d at the end)", x.PeakDepth, x.PeakAge,
 				seconds(x.DrainedAfter, "after restore back to the pre-slowdown level"), x.FinalDepth),
-			Value: x.DrainedAfter, Met: x.DrainedAfter >= 0, Applies: true})
-	return x, nil
+			Value: x.DrainedAfter, Met: x.DrainedAfter >= 0, Applies: true},
+	}
 }
 
 // readDeadLetters reads, on the direct connection, the dead letters and the
