@@ -83,6 +83,24 @@ func (r *Report) timelineCharts() map[string]chart {
 	return out
 }
 
+// moreCharts are the charts of the scenarios that draw their own.
+func (r *Report) moreCharts() map[string]chart {
+	out := map[string]chart{}
+	sub := fmt.Sprintf("%s; RTT %.0f ms; REFRESH_CONCURRENCY %d", r.Server, r.RTTms, r.Concurrency)
+	if x := r.Batched; x != nil {
+		for name, c := range x.charts() {
+			c.subtitle = sub
+			out[name] = c
+		}
+	}
+	if x := r.Slowdown; x != nil {
+		c := x.chart()
+		c.subtitle = sub
+		out["slowdown"] = c
+	}
+	return out
+}
+
 // overloadSVG draws goodput against offered load.
 func (r *Report) overloadSVG() string {
 	good := line{name: "scorerefresh goodput", color: colorScorerefresh}

@@ -11,7 +11,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-
 )
 
 // SlowdownConfig is the slowdown scenario's settings (flags -slowdown*): the server slows down
