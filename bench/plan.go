@@ -1,3 +1,5 @@
+//go:build !oldrelease
+
 package bench
 
 import (
