@@ -66,18 +66,18 @@ type adaptiveRun struct {
 
 // adaptiveResult is the adaptive scenario.
 type adaptiveResult struct {
-	Knee      int     `json:"knee"`
-	SlopeMs   float64 `json:"slope_ms"`
-	RTTms     float64 `json:"rtt_ms"`
-	Cap       int     `json:"cap"`
-	Entries   int     `json:"entries"`
-	DrainSecs float64 `json:"drain_seconds"`
+	Knee         int     `json:"knee"`
+	SlopeMs      float64 `json:"slope_ms"`
+	RTTms        float64 `json:"rtt_ms"`
+	Cap          int     `json:"cap"`
+	Entries      int     `json:"entries"`
+	DrainSeconds float64 `json:"drain_seconds"`
 	// Part a.
-	Fixed     []adaptiveRun `json:"fixed"`
-	Adapt     adaptiveRun   `json:"adaptive"`
-	BestFixed int           `json:"best_fixed_concurrency"`
-	BestRate  float64       `json:"best_fixed_rate"`
-	Fraction  float64       `json:"adaptive_fraction_of_best"`
+	Fixed          []adaptiveRun `json:"fixed"`
+	AdaptiveAtKnee adaptiveRun   `json:"adaptive"`
+	BestFixed      int           `json:"best_fixed_concurrency"`
+	BestRate       float64       `json:"best_fixed_rate"`
+	Fraction       float64       `json:"adaptive_fraction_of_best"`
 	// Part b.
 	Factor       float64     `json:"spike_factor"`
 	SpikeRate    float64     `json:"spike_arrival_rate"`
@@ -89,11 +89,11 @@ type adaptiveResult struct {
 	CutAfter     float64     `json:"cut_seconds_after_spike"`       // -1: never cut
 	RecoverAfter float64     `json:"recover_seconds_after_restore"` // -1: not recovered
 	// Part c.
-	Three     adaptiveRun `json:"three"`
-	PoolSize  int         `json:"pool_size"`
-	MeanLimit []float64   `json:"three_mean_limits"` // per instance, second half of the run
-	Fairness  float64     `json:"three_fairness"`    // Jain's index of MeanLimit: 1 = equal shares
-	FleetFrac float64     `json:"three_fraction_of_one"`
+	Three        adaptiveRun `json:"three"`
+	PoolSize     int         `json:"pool_size"`
+	MeanLimit    []float64   `json:"three_mean_limits"` // per instance, second half of the run
+	Fairness     float64     `json:"three_fairness"`    // Jain's index of MeanLimit: 1 = equal shares
+	ThreeOverOne float64     `json:"three_fraction_of_one"`
 	// The same three with a fixed limit each: the best fixed one split three ways.
 	ThreeFixed    adaptiveRun `json:"three_fixed"`
 	ThreeFixedN   int         `json:"three_fixed_concurrency"`
@@ -105,7 +105,7 @@ func (x *adaptiveResult) runs() [][]*runResult {
 	for _, f := range x.Fixed {
 		rows = append(rows, []*runResult{f.Run})
 	}
-	for _, r := range []adaptiveRun{x.Adapt, x.Spike, x.Three, x.ThreeFixed} {
+	for _, r := range []adaptiveRun{x.AdaptiveAtKnee, x.Spike, x.Three, x.ThreeFixed} {
 		if r.Run != nil {
 			rows = append(rows, []*runResult{r.Run})
 		}
@@ -128,7 +128,7 @@ func knee(k int, slope time.Duration) func(busy int) (time.Duration, time.Durati
 // its open connections every tick.
 func (r *adaptiveRun) observer() func(time.Duration, running) {
 	next := time.Duration(0)
-	return func(el time.Duration, c running) {
+	return func(elapsed time.Duration, c running) {
 		s, ok := c.(*scorerefresh)
 		if !ok {
 			return
@@ -139,13 +139,13 @@ func (r *adaptiveRun) observer() func(time.Duration, running) {
 		for i, svc := range s.svcs {
 			r.MaxOpen[i] = math.Max(r.MaxOpen[i], metrics.Read(svc.Mongo.PoolOpen))
 		}
-		if r.Adaptive && el >= next {
-			ls := limitSample{T: math.Round(el.Seconds()*10) / 10}
+		if r.Adaptive && elapsed >= next {
+			ls := limitSample{T: math.Round(elapsed.Seconds()*10) / 10}
 			for _, svc := range s.svcs {
 				ls.Limits = append(ls.Limits, metrics.Read(svc.Metrics.ConcurrencyLimit))
 			}
 			r.Limits = append(r.Limits, ls)
-			next = el.Truncate(time.Second) + time.Second
+			next = elapsed.Truncate(time.Second) + time.Second
 		}
 	}
 }
@@ -153,7 +153,7 @@ func (r *adaptiveRun) observer() func(time.Duration, running) {
 func (b *Bench) adaptive(ctx context.Context) (*adaptiveResult, error) {
 	o := b.cfg.Adaptive
 	x := &adaptiveResult{Knee: o.Knee, SlopeMs: ms(o.Slope), RTTms: ms(b.cfg.RTT), Cap: o.Cap,
-		Entries: o.Entries, DrainSecs: o.DrainMax.Seconds()}
+		Entries: o.Entries, DrainSeconds: o.DrainMax.Seconds()}
 	b.logf("\n== 7. adaptive concurrency: server with a knee at %d busy connections, +%s per connection past it; RTT %s; cap %d",
 		o.Knee, o.Slope, b.cfg.RTT, o.Cap)
 	proxy, err := faultproxy.Start(context.Background(), faultproxy.Config{Target: b.srv.Addr, DelayFunc: knee(o.Knee, o.Slope)})
@@ -201,16 +201,16 @@ func (b *Bench) adaptiveKnee(ctx context.Context, x *adaptiveResult, backlog []a
 			x.BestRate, x.BestFixed = r.Run.Rate, n
 		}
 	}
-	x.Adapt = adaptiveRun{Label: fmt.Sprintf("adaptive (cap %d)", o.Cap), Adaptive: true}
-	if err := b.measureAdaptive(ctx, &x.Adapt, runSpec{scenario: "adaptive-knee", consumer: consumerScorerefresh, concurrency: o.Cap,
+	x.AdaptiveAtKnee = adaptiveRun{Label: fmt.Sprintf("adaptive (cap %d)", o.Cap), Adaptive: true}
+	if err := b.measureAdaptive(ctx, &x.AdaptiveAtKnee, runSpec{scenario: "adaptive-knee", consumer: consumerScorerefresh, concurrency: o.Cap,
 		rtt: b.cfg.RTT, backlog: backlog, max: o.DrainMax}); err != nil {
 		return err
 	}
 	x.Fraction = math.NaN()
 	if x.BestRate > 0 {
-		x.Fraction = x.Adapt.Run.Rate / x.BestRate
+		x.Fraction = x.AdaptiveAtKnee.Run.Rate / x.BestRate
 	}
-	b.logf("  best fixed: %d at %.1f/s; adaptive %.1f/s = %.2f of it; limit %s", x.BestFixed, x.BestRate, x.Adapt.Run.Rate, x.Fraction, limitTrace(x.Adapt.Limits, 0))
+	b.logf("  best fixed: %d at %.1f/s; adaptive %.1f/s = %.2f of it; limit %s", x.BestFixed, x.BestRate, x.AdaptiveAtKnee.Run.Rate, x.Fraction, limitTrace(x.AdaptiveAtKnee.Limits, 0))
 	return nil
 }
 
@@ -219,7 +219,7 @@ func (b *Bench) adaptiveSpike(ctx context.Context, x *adaptiveResult, _ []any) e
 	o := b.cfg.Adaptive
 	before, spike := o.SteadyBefore, o.SpikeFor
 	x.SpikeAt, x.RestoreAt, x.Factor = before.Seconds(), (before + spike).Seconds(), o.SpikeFactor
-	x.SpikeRate = 0.8 * math.Max(x.Adapt.Run.Rate, 1)
+	x.SpikeRate = 0.8 * math.Max(x.AdaptiveAtKnee.Run.Rate, 1)
 	slow := time.Duration(float64(b.cfg.RTT) * o.SpikeFactor)
 	x.Spike = adaptiveRun{Label: "spike", Adaptive: true}
 	if err := b.measureAdaptive(ctx, &x.Spike, runSpec{scenario: "adaptive-spike", consumer: consumerScorerefresh, concurrency: o.Cap, rtt: b.cfg.RTT,
@@ -257,9 +257,9 @@ func (b *Bench) adaptiveThree(ctx context.Context, x *adaptiveResult, backlog []
 	x.ThreeFraction = x.Three.Run.Rate / math.Max(x.ThreeFixed.Run.Rate, 1e-9)
 	x.MeanLimit = meanLimits(x.Three.Limits, 3)
 	x.Fairness = jain(x.MeanLimit)
-	x.FleetFrac = x.Three.Run.Rate / math.Max(x.Adapt.Run.Rate, 1e-9)
+	x.ThreeOverOne = x.Three.Run.Rate / math.Max(x.AdaptiveAtKnee.Run.Rate, 1e-9)
 	b.logf("  three instances: max open connections %v (pool size %d); mean limits %s, fairness %.2f; %.1f entries/s together = %.2f of one adaptive instance, %.2f of three fixed at %d (%.1f/s)",
-		x.Three.MaxOpen, x.PoolSize, floatsf(x.MeanLimit, "%.1f"), x.Fairness, x.Three.Run.Rate, x.FleetFrac, x.ThreeFraction, x.ThreeFixedN, x.ThreeFixed.Run.Rate)
+		x.Three.MaxOpen, x.PoolSize, floatsf(x.MeanLimit, "%.1f"), x.Fairness, x.Three.Run.Rate, x.ThreeOverOne, x.ThreeFraction, x.ThreeFixedN, x.ThreeFixed.Run.Rate)
 	return nil
 }
 
@@ -271,7 +271,7 @@ func adaptiveTargets(x *adaptiveResult, spikeFactor float64) []target {
 	}
 	return []target{
 		{Scenario: "7 adaptive", Target: "adaptive ≥ 0.9 × the best fixed REFRESH_CONCURRENCY past a load knee",
-			Figure: fmt.Sprintf("%.2f (adaptive %.1f/s vs fixed %d at %.1f/s; fixed %s)", x.Fraction, x.Adapt.Run.Rate, x.BestFixed, x.BestRate, fixedRates(x.Fixed)),
+			Figure: fmt.Sprintf("%.2f (adaptive %.1f/s vs fixed %d at %.1f/s; fixed %s)", x.Fraction, x.AdaptiveAtKnee.Run.Rate, x.BestFixed, x.BestRate, fixedRates(x.Fixed)),
 			Value:  x.Fraction, Met: x.Fraction >= 0.9, Applies: true},
 		{Scenario: "7 adaptive", Target: fmt.Sprintf("limit cut within seconds of a ×%.0f delay spike", spikeFactor),
 			Figure: fmt.Sprintf("limit %.1f (mean before) → %.0f, below its steady-state low %s", x.PreLimit, x.SpikeLimit, seconds(x.CutAfter, "after the spike")),
@@ -286,7 +286,7 @@ func adaptiveTargets(x *adaptiveResult, spikeFactor float64) []target {
 			Figure: fmt.Sprintf("%.2f (mean limits %s over the second half)", x.Fairness, floatsf(x.MeanLimit, "%.1f")),
 			Value:  x.Fairness, Met: x.Fairness >= 0.9, Applies: true},
 		{Scenario: "7 adaptive", Target: "three adaptive instances drain ≥ 0.9 × three fixed at the best fixed limit split three ways",
-			Figure: fmt.Sprintf("%.2f (%.1f vs %.1f entries/s at %d each; one adaptive instance alone: %.1f)", x.ThreeFraction, x.Three.Run.Rate, x.ThreeFixed.Run.Rate, x.ThreeFixedN, x.Adapt.Run.Rate),
+			Figure: fmt.Sprintf("%.2f (%.1f vs %.1f entries/s at %d each; one adaptive instance alone: %.1f)", x.ThreeFraction, x.Three.Run.Rate, x.ThreeFixed.Run.Rate, x.ThreeFixedN, x.AdaptiveAtKnee.Run.Rate),
 			Value:  x.ThreeFraction, Met: x.ThreeFraction >= 0.9, Applies: true},
 	}
 }
@@ -397,21 +397,21 @@ func (x *adaptiveResult) markdown(w func(string, ...any)) {
 	w("## Adaptive concurrency")
 	w("")
 	w("Server model: pkg/faultproxy DelayFunc adds no delay up to %d busy connections and %.0f ms per busy connection past them, on top of the %.0f ms RTT. Same %d-entry diverse backlog, each run at most %.0f s.",
-		x.Knee, x.SlopeMs, x.RTTms, x.Entries, x.DrainSecs)
+		x.Knee, x.SlopeMs, x.RTTms, x.Entries, x.DrainSeconds)
 	w("")
 	w("(a) throughput past the knee:")
 	w("")
 	w("| REFRESH_CONCURRENCY | entries/s | mean refresh ms | refreshes running on average |")
 	w("|---|---:|---:|---:|")
-	for _, f := range append(append([]adaptiveRun{}, x.Fixed...), x.Adapt) {
+	for _, f := range append(append([]adaptiveRun{}, x.Fixed...), x.AdaptiveAtKnee) {
 		if f.Run == nil {
 			continue
 		}
 		w("| %s | %.1f | %.0f | %.1f |", f.Label, f.Run.Rate, f.Run.MeanRefreshMs, f.Run.BusySlots)
 	}
 	w("")
-	w("Best fixed: %d at %.1f entries/s; adaptive: %.1f entries/s = **%.2f** of it (target ≥ 0.9).", x.BestFixed, x.BestRate, x.Adapt.Run.Rate, x.Fraction)
-	w("Adaptive limit, each second: %s.", limitTrace(x.Adapt.Limits, 0))
+	w("Best fixed: %d at %.1f entries/s; adaptive: %.1f entries/s = **%.2f** of it (target ≥ 0.9).", x.BestFixed, x.BestRate, x.AdaptiveAtKnee.Run.Rate, x.Fraction)
+	w("Adaptive limit, each second: %s.", limitTrace(x.AdaptiveAtKnee.Limits, 0))
 	w("")
 	w("(b) delay ×%.0f from %.0f s to %.0f s, arrivals %.1f/s: limit %.1f before (mean of the steady state's second half), lowest %.0f during; below the steady state's low %s, back to %.0f %s.",
 		x.Factor, x.SpikeAt, x.RestoreAt, x.SpikeRate, x.PreLimit, x.SpikeLimit,
@@ -421,7 +421,7 @@ func (x *adaptiveResult) markdown(w func(string, ...any)) {
 	w("(c) three instances (separate clients), adaptive on, cap %d: max open connections per client %s; pool size %d.",
 		x.Cap, floats(x.Three.MaxOpen), x.PoolSize)
 	w("Mean limits over the second half %s: Jain's fairness index **%.2f** (1 = equal shares). Together %.1f entries/s = **%.2f** of the same three with a fixed %d each (%.1f/s), %.2f of one adaptive instance in (a).",
-		floatsf(x.MeanLimit, "%.1f"), x.Fairness, x.Three.Run.Rate, x.ThreeFraction, x.ThreeFixedN, x.ThreeFixed.Run.Rate, x.FleetFrac)
+		floatsf(x.MeanLimit, "%.1f"), x.Fairness, x.Three.Run.Rate, x.ThreeFraction, x.ThreeFixedN, x.ThreeFixed.Run.Rate, x.ThreeOverOne)
 	for i := range x.Three.MaxOpen {
 		w("Instance %d limit, each second: %s.", i+1, limitTrace(x.Three.Limits, i))
 	}

@@ -137,7 +137,7 @@ type batchRun struct {
 	CPU              cpuSplit     `json:"cpu"`
 	PerEntry         perEntry     `json:"cpu_ms_per_entry"`
 	Bounds           configBounds `json:"bounds"`
-	FractionLow      float64      `json:"fraction_of_lower_bound"`
+	FractionOfLower  float64      `json:"fraction_of_lower_bound"`
 }
 
 // batchedResult is the batched scenario.
@@ -232,7 +232,7 @@ func (s *scorerefresh) batchSizes() (usersPerBatch, tripsPerUser float64) {
 	return usersPerBatch, tripsPerUser
 }
 
-func (b *Bench) batched(ctx context.Context, refRate float64) (*batchedResult, error) {
+func (b *Bench) batched(ctx context.Context, referenceRate float64) (*batchedResult, error) {
 	o := b.cfg.Batched
 	x := &batchedResult{Entries: o.Entries, MaxSeconds: o.DrainMax.Seconds(), WedgeSeconds: o.WedgeFor.Seconds(), Profiled: b.cfg.CPUProfile == ""}
 	sets, err := o.configSets()
@@ -259,7 +259,7 @@ func (b *Bench) batched(ctx context.Context, refRate float64) (*batchedResult, e
 	// Wedge and recovery load from the per-user rate, as scenarios 3 and 4
 	// do, so every configuration gets the same arrivals.
 	perUserRate := perUserRate(x.Diverse, 0.9*b.cal.bounds(b.cfg.RTT, b.cfg.Concurrency).Lower)
-	x.WedgeRate = math.Min(b.cfg.WedgeFactor*refRate, 0.8*perUserRate)
+	x.WedgeRate = math.Min(b.cfg.WedgeFactor*referenceRate, 0.8*perUserRate)
 	if err := b.batchedWedge(ctx, x, sets.load); err != nil {
 		return nil, err
 	}
@@ -330,7 +330,7 @@ func (b *Bench) batchedDrains(ctx context.Context, scenario func(batchConfig) st
 			return nil, err
 		}
 		r.Bounds = b.configBounds(cals[calKey(c)], c, rtt)
-		r.FractionLow = fin(r.Run.Rate / r.Bounds.Lower)
+		r.FractionOfLower = fin(r.Run.Rate / r.Bounds.Lower)
 		runs = append(runs, r)
 	}
 	return runs, nil

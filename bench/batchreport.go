@@ -116,7 +116,7 @@ func (x *batchedResult) diverseTable(w func(string, ...any)) {
 	w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, b := range x.Diverse {
 		w("| %s | %s | %.0f | %.1f | %.1f | %s | %.1f | %.1f | %.2f | %.2f | %.0f (%s) | %.0f%% |", b.Config.Rules, b.Config.Label, b.Run.Progress, b.Run.Seconds, b.Run.Rate,
-			perUserRatio(b, x.perUserOf(b.Config.Rules)), b.UsersPerBatch, 100*b.Run.Claims/math.Max(b.Run.Acked, 1), b.TripsPerUser, b.CommandsPerAcked, b.Bounds.Lower, b.Bounds.Which, 100*b.FractionLow)
+			perUserRatio(b, x.perUserOf(b.Config.Rules)), b.UsersPerBatch, 100*b.Run.Claims/math.Max(b.Run.Acked, 1), b.TripsPerUser, b.CommandsPerAcked, b.Bounds.Lower, b.Bounds.Which, 100*b.FractionOfLower)
 	}
 	w("")
 	w("The bound is the lower of the latency bound (min(REFRESH_CONCURRENCY × batch size, MAX_USERS_IN_FLIGHT) users over a batch's round trips plus its start mark, at the measured proxy RTT) and the server's capacity above. Commands per acked entry: every MongoDB command of the consumer (claims, leases, acks, samples included) over the entries it acknowledged, the final flush at shutdown included.")

@@ -230,19 +230,19 @@ type scenarioStep struct {
 }
 
 func (b *Bench) scenarioSteps(ctx context.Context, rep *Report, rates drainRates) []scenarioStep {
-	sr, ref := rates.scorerefresh, rates.reference
+	scorerefreshRate, referenceRate := rates.scorerefresh, rates.reference
 	return []scenarioStep{
 		{"firehose", func() (err error) { rep.Firehose, err = b.firehose(ctx); return }},
-		{"wedge", func() (err error) { rep.Wedge, err = b.wedge(ctx, ref, sr); return }},
-		{"recovery", func() (err error) { rep.Recovery, err = b.recovery(ctx, sr); return }},
-		{"overload", func() (err error) { rep.Overload, err = b.overload(ctx, sr); return }},
+		{"wedge", func() (err error) { rep.Wedge, err = b.wedge(ctx, referenceRate, scorerefreshRate); return }},
+		{"recovery", func() (err error) { rep.Recovery, err = b.recovery(ctx, scorerefreshRate); return }},
+		{"overload", func() (err error) { rep.Overload, err = b.overload(ctx, scorerefreshRate); return }},
 		{"scale", func() (err error) { rep.Scale, err = b.scale(ctx); return }},
 		{"adaptive", func() (err error) { rep.Adaptive, err = b.adaptive(ctx); return }},
 		{"fleet", func() (err error) { rep.Fleet, err = b.fleet(ctx); return }},
 		{"storm", func() (err error) { rep.Storm, err = b.storm(ctx); return }},
 		{"plan", func() (err error) { _, err = b.plan(ctx); return }},
-		{"batched", func() (err error) { rep.Batched, err = b.batched(ctx, ref); return }},
-		{"slowdown", func() (err error) { rep.Slowdown, err = b.slowdown(ctx, sr); return }},
+		{"batched", func() (err error) { rep.Batched, err = b.batched(ctx, referenceRate); return }},
+		{"slowdown", func() (err error) { rep.Slowdown, err = b.slowdown(ctx, scorerefreshRate); return }},
 	}
 }
 

@@ -115,18 +115,18 @@ type fleetFigures struct {
 
 // fleetRun is one fleet size: its drain and then its idle time.
 type fleetRun struct {
-	Replicas     int          `json:"replicas"`
-	Drained      bool         `json:"drained"`
-	Seconds      float64      `json:"drain_seconds"`
-	Acked        float64      `json:"entries_acked"`
-	Users        float64      `json:"users_refreshed"`
-	ClaimRounds  float64      `json:"claim_rounds"`
-	Drain        cmdSnapshot  `json:"drain"`
-	PerEntry     fleetFigures `json:"per_entry"`
-	Idle         cmdSnapshot  `json:"idle"`
-	IdleSeconds  float64      `json:"idle_seconds"`
-	IdleRounds   float64      `json:"idle_claim_rounds"`
-	IdleReplicaS cmdCount     `json:"idle_per_replica_per_second"`
+	Replicas             int          `json:"replicas"`
+	Drained              bool         `json:"drained"`
+	Seconds              float64      `json:"drain_seconds"`
+	Acked                float64      `json:"entries_acked"`
+	Users                float64      `json:"users_refreshed"`
+	ClaimRounds          float64      `json:"claim_rounds"`
+	Drain                cmdSnapshot  `json:"drain"`
+	PerEntry             fleetFigures `json:"per_entry"`
+	Idle                 cmdSnapshot  `json:"idle"`
+	IdleSeconds          float64      `json:"idle_seconds"`
+	IdleRounds           float64      `json:"idle_claim_rounds"`
+	IdlePerReplicaSecond cmdCount     `json:"idle_per_replica_per_second"`
 }
 
 // fleetResult is the fleet scenario of one service version.
@@ -161,7 +161,7 @@ func (b *Bench) fleet(ctx context.Context) (*fleetResult, error) {
 		r.Runs = append(r.Runs, run)
 		p := run.PerEntry
 		b.logf("    per entry: %.2f commands (claim %.2f), %.0f B sent, %.0f B received, %.2f documents, %.3f lost lease inserts, %.3f claim rounds per user; idle per replica: %.2f commands/s, %.0f B/s",
-			p.Commands, p.Claim.Commands, p.Sent, p.Received, p.Docs, p.LostInserts, p.RoundsPerUser, run.IdleReplicaS.Commands, run.IdleReplicaS.Sent+run.IdleReplicaS.Received)
+			p.Commands, p.Claim.Commands, p.Sent, p.Received, p.Docs, p.LostInserts, p.RoundsPerUser, run.IdlePerReplicaSecond.Commands, run.IdlePerReplicaSecond.Sent+run.IdlePerReplicaSecond.Received)
 	}
 	b.targets = append(b.targets, r.targets()...)
 	return r, nil
@@ -210,15 +210,15 @@ func (b *Bench) measureFleet(ctx context.Context, n int, backlog []any) (*fleetR
 	if err != nil {
 		return nil, err
 	}
-	fr := w.run
-	if !fr.Drained {
-		fr.Seconds, fr.Acked, fr.Users, fr.ClaimRounds, fr.Drain = res.Seconds, res.Acked, res.Refreshes, res.Claims, stats.snapshot()
+	r := w.run
+	if !r.Drained {
+		r.Seconds, r.Acked, r.Users, r.ClaimRounds, r.Drain = res.Seconds, res.Acked, res.Refreshes, res.Claims, stats.snapshot()
 	}
-	fr.PerEntry = fleetPerEntry(fr.Drain, fr.Acked, fr.ClaimRounds, fr.Users)
-	if fr.IdleSeconds > 0 {
-		fr.IdleReplicaS = fr.Idle.total().scaled(1 / (fr.IdleSeconds * float64(n)))
+	r.PerEntry = fleetPerEntry(r.Drain, r.Acked, r.ClaimRounds, r.Users)
+	if r.IdleSeconds > 0 {
+		r.IdlePerReplicaSecond = r.Idle.total().scaled(1 / (r.IdleSeconds * float64(n)))
 	}
-	return fr, nil
+	return r, nil
 }
 
 // fleetWatch follows a fleet through its drain, the settling pause and
@@ -236,14 +236,14 @@ type fleetWatch struct {
 }
 
 func (w *fleetWatch) observe(elapsed time.Duration, c running) {
-	fr := w.run
+	r := w.run
 	switch {
 	case w.drainedAt == 0:
 		if c.acked() >= w.target {
 			w.drainedAt = elapsed
-			fr.Drained, fr.Seconds, fr.Acked, fr.Users = true, elapsed.Seconds(), c.acked(), c.refreshes()
-			fr.ClaimRounds = c.timing().Claims
-			fr.Drain = w.stats.snapshot()
+			r.Drained, r.Seconds, r.Acked, r.Users = true, elapsed.Seconds(), c.acked(), c.refreshes()
+			r.ClaimRounds = c.timing().Claims
+			r.Drain = w.stats.snapshot()
 		}
 	case w.idleFrom == 0:
 		if elapsed >= w.drainedAt+w.settle {
@@ -251,8 +251,8 @@ func (w *fleetWatch) observe(elapsed time.Duration, c running) {
 		}
 	case !w.finished:
 		if elapsed >= w.idleFrom+w.idle {
-			fr.Idle, fr.IdleSeconds = w.stats.snapshot().minus(w.atIdle), (elapsed - w.idleFrom).Seconds()
-			fr.IdleRounds = c.timing().Claims - w.roundsAtIdle
+			r.Idle, r.IdleSeconds = w.stats.snapshot().minus(w.atIdle), (elapsed - w.idleFrom).Seconds()
+			r.IdleRounds = c.timing().Claims - w.roundsAtIdle
 			w.finished = true
 		}
 	}
@@ -295,10 +295,10 @@ var claimMetrics = []fleetMetric{
 }
 
 var idleMetrics = []fleetMetric{
-	{"commands/s", func(r *fleetRun) float64 { return r.IdleReplicaS.Commands }, "%.2f"},
-	{"bytes sent/s", func(r *fleetRun) float64 { return r.IdleReplicaS.Sent }, "%.0f"},
-	{"bytes received/s", func(r *fleetRun) float64 { return r.IdleReplicaS.Received }, "%.0f"},
-	{"documents returned/s", func(r *fleetRun) float64 { return r.IdleReplicaS.Docs }, "%.2f"},
+	{"commands/s", func(r *fleetRun) float64 { return r.IdlePerReplicaSecond.Commands }, "%.2f"},
+	{"bytes sent/s", func(r *fleetRun) float64 { return r.IdlePerReplicaSecond.Sent }, "%.0f"},
+	{"bytes received/s", func(r *fleetRun) float64 { return r.IdlePerReplicaSecond.Received }, "%.0f"},
+	{"documents returned/s", func(r *fleetRun) float64 { return r.IdlePerReplicaSecond.Docs }, "%.2f"},
 }
 
 // fleetTolerance is how far the largest fleet's per-entry figures may be
@@ -330,7 +330,7 @@ func (r *fleetResult) targets() []target {
 	}
 	lo, hi := math.Inf(1), 0.0
 	for _, x := range r.Runs {
-		lo, hi = math.Min(lo, x.IdleReplicaS.Commands), math.Max(hi, x.IdleReplicaS.Commands)
+		lo, hi = math.Min(lo, x.IdlePerReplicaSecond.Commands), math.Max(hi, x.IdlePerReplicaSecond.Commands)
 	}
 	ts = append(ts, target{Scenario: "fleet", Target: fmt.Sprintf("idle commands/s per replica independent of N (largest ≤ %.1f× smallest)", fleetTolerance),
 		Figure: fmt.Sprintf("%.2f to %.2f commands/s per replica over %d to %d replicas", lo, hi, one.Replicas, big.Replicas),
@@ -370,9 +370,9 @@ func fleetMarkdown(w func(string, ...any), cur, old *fleetResult) {
 	w("%d entries of %d users drained by N replicas (in process, each a full service with its own client and pool) through the proxy at RTT %.0f ms; then the fleet idles on an empty queue. Counted by each client's command monitor: commands, bytes of commands and replies, documents in cursor batches, duplicate-key errors on lease inserts. Claim rounds from `scorerefresh_claim_duration_seconds`.",
 		cur.Entries, cur.Users, cur.RTTms)
 	w("")
-	fr := []*fleetResult{cur}
+	versions := []*fleetResult{cur}
 	if old != nil {
-		fr = append([]*fleetResult{old}, cur)
+		versions = append([]*fleetResult{old}, cur)
 	}
 	table := func(title string, ms []fleetMetric) {
 		w("%s", title)
@@ -387,7 +387,7 @@ func fleetMarkdown(w func(string, ...any), cur, old *fleetResult) {
 		w("%s", head)
 		w("%s", rule)
 		for _, m := range ms {
-			for _, f := range fr {
+			for _, f := range versions {
 				line := fmt.Sprintf("| %s | %s |", m.name, f.Label)
 				for _, x := range cur.Runs {
 					line += " " + fleetCell(f, x.Replicas, m) + " |"
@@ -402,7 +402,7 @@ func fleetMarkdown(w func(string, ...any), cur, old *fleetResult) {
 	table("Per acknowledged entry, claim rounds only:", claimMetrics)
 	table("Idle fleet (queue empty), per replica per second:", idleMetrics)
 	drain := "Drain seconds:"
-	for _, f := range fr {
+	for _, f := range versions {
 		var parts []string
 		for _, x := range f.Runs {
 			parts = append(parts, fmt.Sprintf("N=%d %.1f s (%.0f rounds)%s", x.Replicas, x.Seconds, x.ClaimRounds, map[bool]string{false: " NOT drained", true: ""}[x.Drained]))

@@ -51,25 +51,25 @@ func firehoseTarget(r *drainResult) target {
 
 // wedgeRate is scenario 3's arrival rate: factor times the reference's
 // capacity, capped at 80% of scorerefresh's (with a note saying so).
-func wedgeRate(factor, refRate, srRate float64) (rate float64, note string) {
-	rate = factor * refRate
-	if rate >= 0.8*srRate {
-		note = fmt.Sprintf("%.0f× the reference (%.1f/s) is not under scorerefresh's capacity (%.1f/s): capped at 80%% of it", factor, rate, srRate)
-		rate = 0.8 * srRate
+func wedgeRate(factor, referenceRate, scorerefreshRate float64) (rate float64, note string) {
+	rate = factor * referenceRate
+	if rate >= 0.8*scorerefreshRate {
+		note = fmt.Sprintf("%.0f× the reference (%.1f/s) is not under scorerefresh's capacity (%.1f/s): capped at 80%% of it", factor, rate, scorerefreshRate)
+		rate = 0.8 * scorerefreshRate
 	}
 	return rate, note
 }
 
 // wedgeTargets: the reference's queue grows at half the surplus at least;
 // scorerefresh's oldest entry stays under 30 s.
-func wedgeTargets(r *wedgeResult, refRate float64, wedgeFor time.Duration) []target {
+func wedgeTargets(r *wedgeResult, referenceRate float64, wedgeFor time.Duration) []target {
 	return []target{
 		{Scenario: "3 wedge", Target: "the reference's queue grows without bound",
-			Figure: fmt.Sprintf("depth %d after %s, still growing %.1f entries/s over the second half; oldest age %.0f s", r.RefFinalDepth, wedgeFor, r.RefDepthSlope, r.RefMaxOldestAge),
-			Value:  r.RefDepthSlope, Met: r.RefDepthSlope > 0.5*(r.Rate-refRate), Applies: true},
+			Figure: fmt.Sprintf("depth %d after %s, still growing %.1f entries/s over the second half; oldest age %.0f s", r.ReferenceFinalDepth, wedgeFor, r.ReferenceDepthSlope, r.ReferenceMaxOldestAge),
+			Value:  r.ReferenceDepthSlope, Met: r.ReferenceDepthSlope > 0.5*(r.Rate-referenceRate), Applies: true},
 		{Scenario: "3 wedge", Target: "scorerefresh's oldest age stays under 30 s",
-			Figure: fmt.Sprintf("at most %.1f s (depth %d at the end)", r.SRMaxOldestAge, r.SRFinalDepth),
-			Value:  r.SRMaxOldestAge, Met: r.SRMaxOldestAge < 30, Applies: true},
+			Figure: fmt.Sprintf("at most %.1f s (depth %d at the end)", r.ScorerefreshMaxOldestAge, r.ScorerefreshFinalDepth),
+			Value:  r.ScorerefreshMaxOldestAge, Met: r.ScorerefreshMaxOldestAge < 30, Applies: true},
 	}
 }
 
@@ -80,9 +80,9 @@ func recoveryFigures(r *recoveryResult, watched time.Duration) (scorerefresh, re
 	if r.Recovery < 0 {
 		scorerefresh = fmt.Sprintf("not recovered within %s of restore (pre-trigger oldest age %.1f s)", watched, r.PreLevel)
 	}
-	reference = fmt.Sprintf("not recovered within %.0f s of restore: depth %d and rising, oldest age %.0f s", r.RefObserved, r.RefFinalDepth, last(r.Reference.Timeline).OldestAge)
-	if r.RefRecovery >= 0 {
-		reference = fmt.Sprintf("recovered %.0f s after restore", r.RefRecovery)
+	reference = fmt.Sprintf("not recovered within %.0f s of restore: depth %d and rising, oldest age %.0f s", r.ReferenceObserved, r.ReferenceFinalDepth, last(r.Reference.Timeline).OldestAge)
+	if r.ReferenceRecovery >= 0 {
+		reference = fmt.Sprintf("recovered %.0f s after restore", r.ReferenceRecovery)
 	}
 	return scorerefresh, reference
 }
@@ -94,7 +94,7 @@ func recoveryTargets(r *recoveryResult, figure, refFigure string) []target {
 		{Scenario: "4 recovery", Target: "scorerefresh back under its pre-trigger oldest age ≤ 60 s after restore",
 			Figure: figure, Value: r.Recovery, Met: r.Recovery >= 0 && r.Recovery <= 60, Applies: true},
 		{Scenario: "4 recovery", Target: "the reference does not recover", Figure: refFigure,
-			Value: r.RefRecovery, Met: r.RefRecovery < 0, Applies: true},
+			Value: r.ReferenceRecovery, Met: r.ReferenceRecovery < 0, Applies: true},
 	}
 }
 

@@ -25,8 +25,8 @@ type sample struct {
 
 // sample reads the queue's depth and oldest age on the direct connection
 // (no proxy, not counted against the consumer).
-func (b *Bench) sample(ctx context.Context, queue *mongo.Collection, el time.Duration, c running, arrived *atomic.Int64) sample {
-	s := sample{T: el.Seconds(), Progress: c.progress(), Arrived: arrived.Load()}
+func (b *Bench) sample(ctx context.Context, queue *mongo.Collection, elapsed time.Duration, c running, arrived *atomic.Int64) sample {
+	s := sample{T: elapsed.Seconds(), Progress: c.progress(), Arrived: arrived.Load()}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	n, err := queue.EstimatedDocumentCount(sctx)

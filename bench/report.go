@@ -101,7 +101,7 @@ func sanitize(r *Report) *Report {
 		fix(&c.Scale.Efficiency)
 	}
 	if c.Adaptive != nil {
-		for _, v := range []*float64{&c.Adaptive.Fraction, &c.Adaptive.Fairness, &c.Adaptive.FleetFrac, &c.Adaptive.ThreeFraction} {
+		for _, v := range []*float64{&c.Adaptive.Fraction, &c.Adaptive.Fairness, &c.Adaptive.ThreeOverOne, &c.Adaptive.ThreeFraction} {
 			fix(v)
 		}
 	}
@@ -260,7 +260,7 @@ func (r *Report) markdownScenarioFigures(w func(string, ...any)) {
 	}
 	if x := r.Wedge; x != nil {
 		w("- wedge: arrivals %.1f/s. %s Reference: depth %d at the end, growing %.1f/s over the second half, oldest age up to %.0f s. scorerefresh: depth %d at the end, oldest age at most %.1f s.",
-			x.Rate, x.Note, x.RefFinalDepth, x.RefDepthSlope, x.RefMaxOldestAge, x.SRFinalDepth, x.SRMaxOldestAge)
+			x.Rate, x.Note, x.ReferenceFinalDepth, x.ReferenceDepthSlope, x.ReferenceMaxOldestAge, x.ScorerefreshFinalDepth, x.ScorerefreshMaxOldestAge)
 	}
 	if x := r.Recovery; x != nil {
 		w("- recovery: arrivals %.1f/s, RTT %.0f ms from %.0f s to %.0f s. scorerefresh: pre-trigger oldest age ≤ %.1f s, peak %.0f s and depth %d, back under the pre-trigger level %s. Reference: %s.",
@@ -340,10 +340,10 @@ func seconds(v float64, what string) string {
 }
 
 func refRecovery(x *recoveryResult) string {
-	if x.RefRecovery >= 0 {
-		return fmt.Sprintf("recovered %.0f s after restore", x.RefRecovery)
+	if x.ReferenceRecovery >= 0 {
+		return fmt.Sprintf("recovered %.0f s after restore", x.ReferenceRecovery)
 	}
-	return fmt.Sprintf("not recovered %.0f s after restore (depth %d)", x.RefObserved, x.RefFinalDepth)
+	return fmt.Sprintf("not recovered %.0f s after restore (depth %d)", x.ReferenceObserved, x.ReferenceFinalDepth)
 }
 
 // html is a page with the report's tables and the charts inline.

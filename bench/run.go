@@ -32,7 +32,7 @@ type runSpec struct {
 	// done ends the run early; nil runs until backlog is drained (or max).
 	done func(samples []sample) bool
 	// observe, when set, is called every 50 ms with the running consumer.
-	observe func(el time.Duration, c running)
+	observe func(elapsed time.Duration, c running)
 	// tune, when set, adjusts scorerefresh instance i's app options (a
 	// command monitor, a scorer fault).
 	tune func(i int, o *app.Options)

@@ -72,13 +72,13 @@ func (b *Bench) measureDrains(ctx context.Context, scenario string, backlog []an
 }
 
 // measurePair measures the reference's run, then scorerefresh's.
-func (b *Bench) measurePair(ctx context.Context, ref, sr runSpec) (pair, error) {
+func (b *Bench) measurePair(ctx context.Context, reference, ours runSpec) (pair, error) {
 	var p pair
 	var err error
-	if p.Reference, err = b.measure(ctx, ref); err != nil {
+	if p.Reference, err = b.measure(ctx, reference); err != nil {
 		return p, err
 	}
-	p.Scorerefresh, err = b.measure(ctx, sr)
+	p.Scorerefresh, err = b.measure(ctx, ours)
 	return p, err
 }
 
@@ -91,23 +91,23 @@ func (s runSpec) of(consumer string, max time.Duration) runSpec {
 // wedgeResult is scenario 3.
 type wedgeResult struct {
 	pair
-	Rate             float64 `json:"arrival_rate"`
-	Note             string  `json:"note,omitempty"`
-	RefFinalDepth    int64   `json:"reference_final_depth"`
-	RefDepthSlope    float64 `json:"reference_depth_growth_per_second"`
-	RefMaxOldestAge  float64 `json:"reference_max_oldest_age"`
-	SRMaxOldestAge   float64 `json:"scorerefresh_max_oldest_age"`
-	SRFinalDepth     int64   `json:"scorerefresh_final_depth"`
-	SRDepthSlope     float64 `json:"scorerefresh_depth_growth_per_second"`
-	SRGoodput        float64 `json:"scorerefresh_goodput"`
-	ReferenceGoodput float64 `json:"reference_goodput"`
+	Rate                     float64 `json:"arrival_rate"`
+	Note                     string  `json:"note,omitempty"`
+	ReferenceFinalDepth      int64   `json:"reference_final_depth"`
+	ReferenceDepthSlope      float64 `json:"reference_depth_growth_per_second"`
+	ReferenceMaxOldestAge    float64 `json:"reference_max_oldest_age"`
+	ScorerefreshMaxOldestAge float64 `json:"scorerefresh_max_oldest_age"`
+	ScorerefreshFinalDepth   int64   `json:"scorerefresh_final_depth"`
+	ScorerefreshDepthSlope   float64 `json:"scorerefresh_depth_growth_per_second"`
+	ScorerefreshGoodput      float64 `json:"scorerefresh_goodput"`
+	ReferenceGoodput         float64 `json:"reference_goodput"`
 }
 
-func (b *Bench) wedge(ctx context.Context, refRate, srRate float64) (*wedgeResult, error) {
+func (b *Bench) wedge(ctx context.Context, referenceRate, scorerefreshRate float64) (*wedgeResult, error) {
 	r := &wedgeResult{}
-	r.Rate, r.Note = wedgeRate(b.cfg.WedgeFactor, refRate, srRate)
+	r.Rate, r.Note = wedgeRate(b.cfg.WedgeFactor, referenceRate, scorerefreshRate)
 	b.logf("\n== 3. wedge: diverse arrivals at %.1f entries/s (%.1f× the reference's %.2f/s; scorerefresh drains %.1f/s) for %s",
-		r.Rate, r.Rate/refRate, refRate, srRate, b.cfg.WedgeFor)
+		r.Rate, r.Rate/referenceRate, referenceRate, scorerefreshRate, b.cfg.WedgeFor)
 	spec := runSpec{scenario: "wedge", rtt: b.cfg.RTT, produce: &produce{rate: r.Rate, pool: b.cfg.Pool}, done: never}
 	var err error
 	if r.pair, err = b.measurePair(ctx, spec.of(consumerReference, b.cfg.WedgeFor), spec.of(consumerScorerefresh, b.cfg.WedgeFor)); err != nil {
@@ -115,9 +115,9 @@ func (b *Bench) wedge(ctx context.Context, refRate, srRate float64) (*wedgeResul
 	}
 	r.measureGrowth(b.cfg.WedgeFor.Seconds())
 	b.logf("  reference: depth %d at the end, growing %.1f/s over the second half, oldest age up to %.0fs",
-		r.RefFinalDepth, r.RefDepthSlope, r.RefMaxOldestAge)
-	b.logf("  scorerefresh: depth %d at the end (%+.2f/s), oldest age at most %.1fs", r.SRFinalDepth, r.SRDepthSlope, r.SRMaxOldestAge)
-	b.targets = append(b.targets, wedgeTargets(r, refRate, b.cfg.WedgeFor)...)
+		r.ReferenceFinalDepth, r.ReferenceDepthSlope, r.ReferenceMaxOldestAge)
+	b.logf("  scorerefresh: depth %d at the end (%+.2f/s), oldest age at most %.1fs", r.ScorerefreshFinalDepth, r.ScorerefreshDepthSlope, r.ScorerefreshMaxOldestAge)
+	b.targets = append(b.targets, wedgeTargets(r, referenceRate, b.cfg.WedgeFor)...)
 	return r, nil
 }
 
@@ -125,46 +125,46 @@ func (b *Bench) wedge(ctx context.Context, refRate, srRate float64) (*wedgeResul
 // producer's end seconds, their final depth and their oldest age.
 func (r *wedgeResult) measureGrowth(end float64) {
 	half := end / 2
-	ref, sr := r.Reference, r.Scorerefresh
-	r.RefFinalDepth = last(ref.Timeline).Depth
-	r.RefDepthSlope = depthSlope(ref.Timeline, half, end)
-	r.RefMaxOldestAge = maxOldest(ref.Timeline, 0)
-	r.ReferenceGoodput = ref.windowRate(half, end)
-	r.SRFinalDepth = last(sr.Timeline).Depth
-	r.SRDepthSlope = depthSlope(sr.Timeline, half, end)
-	r.SRMaxOldestAge = maxOldest(sr.Timeline, 0)
-	r.SRGoodput = sr.windowRate(half, end)
+	theirs, ours := r.Reference, r.Scorerefresh
+	r.ReferenceFinalDepth = last(theirs.Timeline).Depth
+	r.ReferenceDepthSlope = depthSlope(theirs.Timeline, half, end)
+	r.ReferenceMaxOldestAge = maxOldest(theirs.Timeline, 0)
+	r.ReferenceGoodput = theirs.windowRate(half, end)
+	r.ScorerefreshFinalDepth = last(ours.Timeline).Depth
+	r.ScorerefreshDepthSlope = depthSlope(ours.Timeline, half, end)
+	r.ScorerefreshMaxOldestAge = maxOldest(ours.Timeline, 0)
+	r.ScorerefreshGoodput = ours.windowRate(half, end)
 }
 
 // recoveryResult is scenario 4.
 type recoveryResult struct {
 	pair
-	Rate          float64 `json:"arrival_rate"`
-	TriggerAt     float64 `json:"trigger_at"`
-	RestoreAt     float64 `json:"restore_at"`
-	TriggerRTTms  float64 `json:"trigger_rtt_ms"`
-	PreLevel      float64 `json:"pre_trigger_oldest_age"`
-	PeakDepth     int64   `json:"scorerefresh_peak_depth"`
-	PeakAge       float64 `json:"scorerefresh_peak_oldest_age"`
-	Recovery      float64 `json:"scorerefresh_recovery_seconds"` // -1: not recovered
-	RefPreLevel   float64 `json:"reference_pre_trigger_oldest_age"`
-	RefRecovery   float64 `json:"reference_recovery_seconds"` // -1: not recovered
-	RefFinalDepth int64   `json:"reference_final_depth"`
-	RefObserved   float64 `json:"reference_observed_after_restore"`
+	Rate                float64 `json:"arrival_rate"`
+	TriggerAt           float64 `json:"trigger_at"`
+	RestoreAt           float64 `json:"restore_at"`
+	TriggerRTTms        float64 `json:"trigger_rtt_ms"`
+	PreLevel            float64 `json:"pre_trigger_oldest_age"`
+	PeakDepth           int64   `json:"scorerefresh_peak_depth"`
+	PeakAge             float64 `json:"scorerefresh_peak_oldest_age"`
+	Recovery            float64 `json:"scorerefresh_recovery_seconds"` // -1: not recovered
+	ReferencePreLevel   float64 `json:"reference_pre_trigger_oldest_age"`
+	ReferenceRecovery   float64 `json:"reference_recovery_seconds"` // -1: not recovered
+	ReferenceFinalDepth int64   `json:"reference_final_depth"`
+	ReferenceObserved   float64 `json:"reference_observed_after_restore"`
 }
 
-func (b *Bench) recovery(ctx context.Context, srRate float64) (*recoveryResult, error) {
+func (b *Bench) recovery(ctx context.Context, scorerefreshRate float64) (*recoveryResult, error) {
 	before, trigger := b.cfg.RecoveryBefore, b.cfg.TriggerFor
-	r := &recoveryResult{Rate: 0.5 * srRate, TriggerAt: before.Seconds(), RestoreAt: (before + trigger).Seconds(), TriggerRTTms: ms(b.cfg.RTT) * b.cfg.TriggerRTTFactor}
+	r := &recoveryResult{Rate: 0.5 * scorerefreshRate, TriggerAt: before.Seconds(), RestoreAt: (before + trigger).Seconds(), TriggerRTTms: ms(b.cfg.RTT) * b.cfg.TriggerRTTFactor}
 	b.logf("\n== 4. trigger and recovery: arrivals at %.1f/s (half of scorerefresh's %.1f/s); RTT × %.0f from %s to %s",
-		r.Rate, srRate, b.cfg.TriggerRTTFactor, before, before+trigger)
+		r.Rate, scorerefreshRate, b.cfg.TriggerRTTFactor, before, before+trigger)
 	warm := before.Seconds() / 3
 	spec := runSpec{scenario: "recovery", rtt: b.cfg.RTT, produce: &produce{rate: r.Rate, pool: b.cfg.Pool},
 		events: b.rttTrigger("trigger", before, trigger, b.slowRTT()), done: never}
-	sr := spec.of(consumerScorerefresh, before+trigger+b.cfg.RecoveryMax)
-	sr.done = recoveredFor5s(warm, r.TriggerAt, r.RestoreAt)
+	ours := spec.of(consumerScorerefresh, before+trigger+b.cfg.RecoveryMax)
+	ours.done = recoveredFor5s(warm, r.TriggerAt, r.RestoreAt)
 	var err error
-	if r.pair, err = b.measurePair(ctx, spec.of(consumerReference, before+trigger+b.cfg.RecoveryReferenceWatch), sr); err != nil {
+	if r.pair, err = b.measurePair(ctx, spec.of(consumerReference, before+trigger+b.cfg.RecoveryReferenceWatch), ours); err != nil {
 		return nil, err
 	}
 	r.measureRecovery(warm)
@@ -200,15 +200,15 @@ func recoveredFor5s(warm, triggerAt, restoreAt float64) func([]sample) bool {
 
 // measureRecovery reads both runs' pre-trigger level, peak and recovery.
 func (r *recoveryResult) measureRecovery(warm float64) {
-	sr, ref := r.Scorerefresh.Timeline, r.Reference.Timeline
-	r.PreLevel = maxOldestIn(sr, warm, r.TriggerAt)
-	r.Recovery = recoveredAfter(sr, warm, r.TriggerAt, r.RestoreAt)
-	r.PeakAge = maxOldest(sr, r.TriggerAt)
-	r.PeakDepth = peakDepth(sr, 0)
-	r.RefPreLevel = maxOldestIn(ref, warm, r.TriggerAt)
-	r.RefRecovery = recoveredAfter(ref, warm, r.TriggerAt, r.RestoreAt)
-	r.RefFinalDepth = last(ref).Depth
-	r.RefObserved = last(ref).T - r.RestoreAt
+	ours, theirs := r.Scorerefresh.Timeline, r.Reference.Timeline
+	r.PreLevel = maxOldestIn(ours, warm, r.TriggerAt)
+	r.Recovery = recoveredAfter(ours, warm, r.TriggerAt, r.RestoreAt)
+	r.PeakAge = maxOldest(ours, r.TriggerAt)
+	r.PeakDepth = peakDepth(ours, 0)
+	r.ReferencePreLevel = maxOldestIn(theirs, warm, r.TriggerAt)
+	r.ReferenceRecovery = recoveredAfter(theirs, warm, r.TriggerAt, r.RestoreAt)
+	r.ReferenceFinalDepth = last(theirs).Depth
+	r.ReferenceObserved = last(theirs).T - r.RestoreAt
 }
 
 // overloadLevel is one offered load of scenario 5.
@@ -219,12 +219,12 @@ type overloadLevel struct {
 	Run     *runResult `json:"run"`
 }
 
-func (b *Bench) overload(ctx context.Context, srRate float64) ([]overloadLevel, error) {
-	b.logf("\n== 5. overload: offered load 0.5×, 1×, 1.5×, 2× scorerefresh's %.1f entries/s, %s each", srRate, b.cfg.OverloadPerLevel)
+func (b *Bench) overload(ctx context.Context, scorerefreshRate float64) ([]overloadLevel, error) {
+	b.logf("\n== 5. overload: offered load 0.5×, 1×, 1.5×, 2× scorerefresh's %.1f entries/s, %s each", scorerefreshRate, b.cfg.OverloadPerLevel)
 	var levels []overloadLevel
 	warm := math.Min(10, b.cfg.OverloadPerLevel.Seconds()/4)
 	for _, f := range []float64{0.5, 1, 1.5, 2} {
-		l := overloadLevel{Factor: f, Offered: f * srRate}
+		l := overloadLevel{Factor: f, Offered: f * scorerefreshRate}
 		var err error
 		l.Run, err = b.measure(ctx, runSpec{scenario: fmt.Sprintf("overload%.1fx", f), consumer: consumerScorerefresh, rtt: b.cfg.RTT,
 			produce: &produce{rate: l.Offered, pool: b.cfg.Pool}, max: b.cfg.OverloadPerLevel, done: never})

@@ -145,12 +145,12 @@ func (h *failureCounter) WithGroup(name string) slog.Handler {
 	return &failureCounter{next: h.next.WithGroup(name), keep: h.keep, mu: h.mu, n: h.n}
 }
 
-func (b *Bench) slowdown(ctx context.Context, srRate float64) (*slowdownResult, error) {
+func (b *Bench) slowdown(ctx context.Context, scorerefreshRate float64) (*slowdownResult, error) {
 	o := b.cfg.Slowdown
 	x := &slowdownResult{Rate: o.ArrivalRate, LeaseSeconds: o.Lease.Seconds(), RTTms: ms(o.SlowRTT),
 		TriggerAt: o.SteadyBefore.Seconds(), RestoreAt: (o.SteadyBefore + o.SlowFor).Seconds(), DrainedAfter: -1}
 	if x.Rate <= 0 {
-		x.Rate = 0.5 * srRate
+		x.Rate = 0.5 * scorerefreshRate
 	}
 	b.logf("\n== slowdown: arrivals at %.1f/s; LEASE_DURATION (the refresh deadline) %s; RTT %s from %s to %s, so every refresh outlives its deadline",
 		x.Rate, o.Lease, o.SlowRTT, o.SteadyBefore, o.SteadyBefore+o.SlowFor)

@@ -55,20 +55,20 @@ func (h minLevel) WithGroup(name string) slog.Handler {
 
 // stormRun is one drain of the storm's backlog, with or without the storm.
 type stormRun struct {
-	Storm        bool        `json:"storm"`
-	Drained      bool        `json:"drained"`
-	Seconds      float64     `json:"seconds"` // until every entry was acknowledged or dead-lettered
-	HealAt       float64     `json:"heal_at,omitempty"`
-	Acked        float64     `json:"entries_acked"`
-	AckedAtHeal  float64     `json:"entries_acked_during_storm"`
-	DeadLettered float64     `json:"entries_dead_lettered"`
-	FailedRefs   float64     `json:"failed_refreshes"`
-	ClaimErrors  float64     `json:"claim_round_errors"`
-	ClaimRounds  float64     `json:"claim_rounds"`
-	StormRounds  float64     `json:"claim_rounds_during_storm"`
-	Rate         float64     `json:"drain_rate"` // entries acknowledged per second after the heal (or from the start)
-	Commands     cmdSnapshot `json:"commands"`
-	StormCmds    cmdSnapshot `json:"commands_during_storm"`
+	Storm           bool        `json:"storm"`
+	Drained         bool        `json:"drained"`
+	Seconds         float64     `json:"seconds"` // until every entry was acknowledged or dead-lettered
+	HealAt          float64     `json:"heal_at,omitempty"`
+	Acked           float64     `json:"entries_acked"`
+	AckedAtHeal     float64     `json:"entries_acked_during_storm"`
+	DeadLettered    float64     `json:"entries_dead_lettered"`
+	FailedRefreshes float64     `json:"failed_refreshes"`
+	ClaimErrors     float64     `json:"claim_round_errors"`
+	ClaimRounds     float64     `json:"claim_rounds"`
+	StormRounds     float64     `json:"claim_rounds_during_storm"`
+	Rate            float64     `json:"drain_rate"` // entries acknowledged per second after the heal (or from the start)
+	Commands        cmdSnapshot `json:"commands"`
+	StormCommands   cmdSnapshot `json:"commands_during_storm"`
 }
 
 // stormResult is the backoff-storm scenario of one service version.
@@ -111,7 +111,7 @@ func (b *Bench) storm(ctx context.Context) (*stormResult, error) {
 	}
 	for _, x := range []*stormRun{r.Baseline, r.Storm} {
 		b.logf("    storm=%v: %.0f acked, %.0f dead-lettered, %.0f failed refreshes, %.0f claim errors, %.0f rounds; drain %.1f entries/s; largest claim command %d B, reply %d B, round %d B sent / %d B received",
-			x.Storm, x.Acked, x.DeadLettered, x.FailedRefs, x.ClaimErrors, x.ClaimRounds, x.Rate, x.Commands.MaxCommand, x.Commands.MaxReply, x.Commands.MaxRoundSent, x.Commands.MaxRoundReceived)
+			x.Storm, x.Acked, x.DeadLettered, x.FailedRefreshes, x.ClaimErrors, x.ClaimRounds, x.Rate, x.Commands.MaxCommand, x.Commands.MaxReply, x.Commands.MaxRoundSent, x.Commands.MaxRoundReceived)
 	}
 	b.targets = append(b.targets, r.targets()...)
 	return r, nil
@@ -165,38 +165,38 @@ type stormWatch struct {
 func (w *stormWatch) observe(elapsed time.Duration, c running) {
 	s := c.(*scorerefresh)
 	w.fleet = s
-	sr := w.run
-	if sr.Storm && !w.healed && !w.failing.Load() {
+	r := w.run
+	if r.Storm && !w.healed && !w.failing.Load() {
 		w.healed = true
-		sr.HealAt, sr.AckedAtHeal = elapsed.Seconds(), s.acked()
-		sr.StormRounds = s.timing().Claims
-		sr.StormCmds = w.stats.snapshot()
+		r.HealAt, r.AckedAtHeal = elapsed.Seconds(), s.acked()
+		r.StormRounds = s.timing().Claims
+		r.StormCommands = w.stats.snapshot()
 	}
 	if !w.finished && s.acked()+s.deadLettered() >= w.target {
-		w.finished, sr.Drained, sr.Seconds = true, true, elapsed.Seconds()
+		w.finished, r.Drained, r.Seconds = true, true, elapsed.Seconds()
 	}
 }
 
 // result completes the run's figures from the measured run.
 func (w *stormWatch) result(res *runResult) *stormRun {
-	sr := w.run
-	if !sr.Drained {
-		sr.Seconds = res.Seconds
+	r := w.run
+	if !r.Drained {
+		r.Seconds = res.Seconds
 	}
-	sr.Acked = res.Acked
-	sr.ClaimRounds = res.Claims
-	sr.Commands = w.stats.snapshot()
+	r.Acked = res.Acked
+	r.ClaimRounds = res.Claims
+	r.Commands = w.stats.snapshot()
 	if w.fleet != nil {
-		sr.DeadLettered, sr.ClaimErrors, sr.FailedRefs = w.fleet.deadLettered(), w.fleet.claimErrors(), w.fleet.failedRefreshes()
+		r.DeadLettered, r.ClaimErrors, r.FailedRefreshes = w.fleet.deadLettered(), w.fleet.claimErrors(), w.fleet.failedRefreshes()
 	}
 	from := 0.0
-	if sr.Storm {
-		from = sr.HealAt
+	if r.Storm {
+		from = r.HealAt
 	}
-	if sr.Seconds > from {
-		sr.Rate = (sr.Acked - sr.AckedAtHeal) / (sr.Seconds - from)
+	if r.Seconds > from {
+		r.Rate = (r.Acked - r.AckedAtHeal) / (r.Seconds - from)
 	}
-	return sr
+	return r
 }
 
 func (r *stormResult) targets() []target {
@@ -211,7 +211,7 @@ func (r *stormResult) targets() []target {
 			Value: float64(max(s.Commands.MaxRoundSent, s.Commands.MaxRoundReceived)),
 			Met:   s.Commands.MaxRoundSent <= mib && s.Commands.MaxRoundReceived <= mib, Applies: true},
 		{Scenario: "storm", Target: "no user dead-lettered by the storm",
-			Figure: fmt.Sprintf("%.0f entries dead-lettered (%.0f failed refreshes)", s.DeadLettered, s.FailedRefs),
+			Figure: fmt.Sprintf("%.0f entries dead-lettered (%.0f failed refreshes)", s.DeadLettered, s.FailedRefreshes),
 			Value:  s.DeadLettered, Met: s.DeadLettered == 0, Applies: true},
 		{Scenario: "storm", Target: "after the heal, drains at ≥ 90% of the no-storm rate",
 			Figure: fmt.Sprintf("%.1f vs %.1f entries/s: %.0f%%%s", s.Rate, r.Baseline.Rate, 100*r.RateRatio, drainedSuffix(s)),
@@ -261,7 +261,7 @@ func stormMarkdown(w func(string, ...any), cur, old *stormResult) {
 			if !x.Drained {
 				secs += " (cap)"
 			}
-			w("| %s | %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %s | %s | %s | %s | %.1f | %s |", r.Label, name, secs, x.Acked, x.DeadLettered, x.FailedRefs,
+			w("| %s | %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %s | %s | %s | %s | %.1f | %s |", r.Label, name, secs, x.Acked, x.DeadLettered, x.FailedRefreshes,
 				x.ClaimRounds, x.ClaimErrors, kib(x.Commands.MaxRoundSent), kib(x.Commands.MaxRoundReceived), kib(x.Commands.MaxCommand), kib(x.Commands.MaxReply), x.Rate, vs)
 		}
 	}
