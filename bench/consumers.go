@@ -207,7 +207,7 @@ func (b *Bench) startReference(ctx context.Context, db string) (*referenceRun, e
 		ref:    newReference(client.Database(db), b.rules, cfg.QueueCollection, cfg.PollInterval, b.svcLog),
 		client: client, reg: reg, cancel: cancel, done: make(chan struct{}),
 	}
-	go func() { defer close(r.done); r.ref.run(runCtx) }()
+	go func() { defer close(r.done); r.ref.drain(runCtx) }()
 	return r, nil
 }
 
@@ -238,39 +238,34 @@ func (r *referenceRun) stop() error {
 // addCommandTimes adds the count and total seconds of
 // scorerefresh_mongo_command_duration_seconds of reg, by command.
 func addCommandTimes(count, secs map[string]float64, reg prometheus.Gatherer) {
-	mfs, err := reg.Gather()
-	if err != nil {
-		return
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "scorerefresh_mongo_command_duration_seconds" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "command" {
-					count[l.GetValue()] += float64(m.GetHistogram().GetSampleCount())
-					secs[l.GetValue()] += m.GetHistogram().GetSampleSum()
-				}
-			}
-		}
-	}
+	eachCommand(reg, "scorerefresh_mongo_command_duration_seconds", func(command string, m *dto.Metric) {
+		count[command] += float64(m.GetHistogram().GetSampleCount())
+		secs[command] += m.GetHistogram().GetSampleSum()
+	})
 }
 
 // addCommands adds scorerefresh_mongo_commands_total of reg, by command.
 func addCommands(out map[string]float64, reg prometheus.Gatherer) {
+	eachCommand(reg, "scorerefresh_mongo_commands_total", func(command string, m *dto.Metric) {
+		out[command] += m.GetCounter().GetValue()
+	})
+}
+
+// eachCommand calls f with every series of reg's metric name and its
+// command label.
+func eachCommand(reg prometheus.Gatherer, name string, f func(command string, m *dto.Metric)) {
 	mfs, err := reg.Gather()
 	if err != nil {
 		return
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "scorerefresh_mongo_commands_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "command" {
-					out[l.GetValue()] += m.GetCounter().GetValue()
+					f(l.GetValue(), m)
 				}
 			}
 		}
