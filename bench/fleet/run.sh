@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs one scenario of cmd/scorerefresh-bench (fleet or storm) against the
+# Runs one scenario of the bench (fleet or storm) against the
 # first release and against this checkout, one after the other on the same
 # machine, and writes both side by side to OUT (report.md, results.json; the
 # first release's whole results.json is under "compare").
@@ -8,10 +8,13 @@
 #   bench/fleet/run.sh storm bench/results/storm  # extra bench flags may follow OUT
 #
 # The first release is checked out into a temporary git worktree (removed
-# at the end; nothing from it is committed). This checkout's bench is copied
-# into it: the bench uses only what both versions offer, plus the two
-# app.Options hooks it measures through (bench/fleet/app-hooks.patch, applied
-# to the temporary copy). OLD_REF overrides the release (default v0.1.0).
+# at the end; nothing from it is committed). This checkout's bench (the
+# package bench/ and its command, cmd/scorerefresh-bench/main.go) is copied
+# into it and built there with -tags oldrelease, which leaves out the
+# scenarios the release cannot run (batched, plan): fleet and storm use only
+# what both versions offer, plus the two app.Options hooks they measure
+# through (bench/fleet/app-hooks.patch, applied to the temporary copy).
+# OLD_REF overrides the release (default v0.1.0).
 set -euo pipefail
 
 scenario=${1:?usage: bench/fleet/run.sh fleet|storm [OUT] [bench flags...]}
@@ -37,7 +40,11 @@ trap cleanup EXIT
 
 git -C "$root" worktree add --detach "$wt" "$old_ref" >/dev/null
 rm -rf "$wt/cmd/scorerefresh-bench"
-cp -r "$root/cmd/scorerefresh-bench" "$wt/cmd/"
+mkdir -p "$wt/cmd/scorerefresh-bench" "$wt/bench"
+rm -f "$wt"/bench/*.go
+cp "$root"/bench/*.go "$wt/bench/"
+rm -f "$wt"/bench/*_test.go
+cp "$root/cmd/scorerefresh-bench/main.go" "$wt/cmd/scorerefresh-bench/"
 git -C "$wt" apply -3 "$root/bench/fleet/app-hooks.patch"
 # Releases before v0.3.0 kept the binaries' shared packages in cmd/internal;
 # the copied bench imports them from internal/.
@@ -48,7 +55,7 @@ if [[ -d $wt/cmd/internal && ! -d $wt/internal ]]; then
 fi
 
 echo "== $scenario on $old_ref"
-(cd "$wt" && go run ./cmd/scorerefresh-bench -scenarios "$scenario" -label "$old_ref" -out "$tmp/old-results" "$@")
+(cd "$wt" && go run -tags oldrelease ./cmd/scorerefresh-bench -scenarios "$scenario" -label "$old_ref" -out "$tmp/old-results" "$@")
 
 label="$(git rev-parse --abbrev-ref HEAD)@$(git rev-parse --short HEAD)"
 echo "== $scenario on $label"

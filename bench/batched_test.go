@@ -1,4 +1,6 @@
-package main
+//go:build !oldrelease
+
+package bench
 
 import (
 	"bytes"
@@ -14,7 +16,7 @@ import (
 
 // checkBatchedAndSlowdown is TestSmoke's part for the batched and slowdown
 // scenarios: structure only, never speed.
-func checkBatchedAndSlowdown(t *testing.T, rep *report, dir string) {
+func checkBatchedAndSlowdown(t *testing.T, rep *Report, dir string) {
 	t.Helper()
 	for _, f := range []string{"batched-diverse.svg", "batched-wedge.svg", "batched-recovery.svg", "batched-far.svg", "slowdown.svg", "rules-nomax.yaml"} {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -52,8 +52,8 @@ func newReference(db *mongo.Database, rules *scoring.Rules, queue string, poll t
 	}
 }
 
-// run drains until ctx ends.
-func (r *reference) run(ctx context.Context) {
+// drain polls and refreshes until ctx ends.
+func (r *reference) drain(ctx context.Context) {
 	for ctx.Err() == nil {
 		n, err := r.pollOnce(ctx)
 		if err != nil && ctx.Err() == nil {

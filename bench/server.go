@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -153,98 +153,28 @@ func startPostgres(ctx context.Context) (*postgres, error) {
 	if err != nil {
 		return nil, err
 	}
-	root := os.TempDir()
-	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-		root = "/dev/shm"
-	}
-	dir, err := os.MkdirTemp(root, "scorerefresh-bench-pg-*")
+	c, err := newPGCluster(bin)
 	if err != nil {
 		return nil, err
 	}
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("running as root and there is no postgres user to run PostgreSQL as: %w", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(dir, uid, gid); err != nil {
-			os.RemoveAll(dir)
-			return nil, err
-		}
-	}
-	command := func(name string, args ...string) *exec.Cmd {
-		c := exec.CommandContext(ctx, filepath.Join(bin, name), args...)
-		c.Dir = dir
-		c.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
-		return c
-	}
-	data := filepath.Join(dir, "data")
-	if out, err := command("initdb", "-D", data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8").CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
+	data := filepath.Join(c.dir, "data")
+	if out, err := c.command(ctx, "initdb", "-D", data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8").CombinedOutput(); err != nil {
+		os.RemoveAll(c.dir)
 		return nil, fmt.Errorf("initdb: %v: %s", err, out)
 	}
 	port, err := freePort()
 	if err != nil {
-		os.RemoveAll(dir)
+		os.RemoveAll(c.dir)
 		return nil, err
 	}
-	logFile, err := os.Create(filepath.Join(dir, "postgres.log"))
+	stop, exited, pid, err := c.startServer(ctx, data, port)
 	if err != nil {
-		os.RemoveAll(dir)
 		return nil, err
-	}
-	pg := command("postgres", "-D", data, "-k", dir, "-h", "127.0.0.1", "-p", strconv.Itoa(port),
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-		"-c", fmt.Sprintf("max_connections=%d", pgMaxConnections), "-c", "shared_buffers=256MB")
-	pg.Stdout, pg.Stderr = logFile, logFile
-	pg.Cancel = func() error { return pg.Process.Signal(syscall.SIGINT) } // fast shutdown
-	pg.WaitDelay = 10 * time.Second
-	if err := pg.Start(); err != nil {
-		logFile.Close()
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("starting postgres: %w", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- pg.Wait() }()
-	stop := func() {
-		_ = pg.Process.Signal(syscall.SIGINT)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = pg.Process.Kill()
-			<-exited
-		}
-		logFile.Close()
-		os.RemoveAll(dir)
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			break
-		}
-		select {
-		case err := <-exited:
-			exited <- err
-			stop()
-			return nil, fmt.Errorf("postgres exited at start: %v", err)
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return nil, errors.New("postgres did not accept connections within 30s")
-		}
-	}
-	version := "PostgreSQL"
-	if out, err := exec.Command(filepath.Join(bin, "postgres"), "--version").Output(); err == nil {
-		version = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "postgres (PostgreSQL) "))
-		version = "PostgreSQL " + version
+	if err := awaitPort(addr, exited); err != nil {
+		stop()
+		return nil, err
 	}
 	// PostgreSQL accepts TCP slightly before it accepts logins; FerretDB's
 	// pool retries, so a short pause is enough.
@@ -256,7 +186,120 @@ func startPostgres(ctx context.Context) (*postgres, error) {
 	// (start marks, batched score writes), so its default pool of 50 runs
 	// dry with MAX_USERS_IN_FLIGHT in the hundreds, and a dry pool hangs
 	// every command for good. The cluster allows pgMaxConnections.
-	return &postgres{url: fmt.Sprintf("postgres://postgres@%s/postgres?pool_max_conns=%d", addr, pgMaxConnections-100), dir: dir, version: version, pid: pg.Process.Pid, stop: stop}, nil
+	return &postgres{url: fmt.Sprintf("postgres://postgres@%s/postgres?pool_max_conns=%d", addr, pgMaxConnections-100), dir: c.dir,
+		version: postgresVersion(bin), pid: pid, stop: stop}, nil
+}
+
+// pgCluster is where a throwaway cluster's commands run: its binaries,
+// its directory and the user they run as (nil: this process's).
+type pgCluster struct {
+	ctx      context.Context
+	bin, dir string
+	cred     *syscall.Credential
+}
+
+// newPGCluster makes the cluster's directory, under /dev/shm if there is
+// one, owned by the postgres user when this process is root.
+func newPGCluster(bin string) (*pgCluster, error) {
+	root := os.TempDir()
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		root = "/dev/shm"
+	}
+	dir, err := os.MkdirTemp(root, "scorerefresh-bench-pg-*")
+	if err != nil {
+		return nil, err
+	}
+	c := &pgCluster{bin: bin, dir: dir}
+	if os.Geteuid() != 0 {
+		return c, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("running as root and there is no postgres user to run PostgreSQL as: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	if err := os.Chown(dir, uid, gid); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *pgCluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, name), args...)
+	cmd.Dir = c.dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Setpgid: true}
+	return cmd
+}
+
+// startServer starts postgres on data and port, logging to the cluster's
+// directory; stop ends it and removes the directory, exited reports its end.
+func (c *pgCluster) startServer(ctx context.Context, data string, port int) (stop func(), exited chan error, pid int, err error) {
+	logFile, err := os.Create(filepath.Join(c.dir, "postgres.log"))
+	if err != nil {
+		os.RemoveAll(c.dir)
+		return nil, nil, 0, err
+	}
+	pg := c.command(ctx, "postgres", "-D", data, "-k", c.dir, "-h", "127.0.0.1", "-p", strconv.Itoa(port),
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		"-c", fmt.Sprintf("max_connections=%d", pgMaxConnections), "-c", "shared_buffers=256MB")
+	pg.Stdout, pg.Stderr = logFile, logFile
+	pg.Cancel = func() error { return pg.Process.Signal(syscall.SIGINT) } // fast shutdown
+	pg.WaitDelay = 10 * time.Second
+	if err := pg.Start(); err != nil {
+		logFile.Close()
+		os.RemoveAll(c.dir)
+		return nil, nil, 0, fmt.Errorf("starting postgres: %w", err)
+	}
+	exited = make(chan error, 1)
+	go func() { exited <- pg.Wait() }()
+	stop = func() {
+		_ = pg.Process.Signal(syscall.SIGINT)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = pg.Process.Kill()
+			<-exited
+		}
+		logFile.Close()
+		os.RemoveAll(c.dir)
+	}
+	return stop, exited, pg.Process.Pid, nil
+}
+
+// awaitPort waits up to 30 s for addr to accept connections, unless the
+// server exits first (exited keeps its error for whoever reads it next).
+func awaitPort(addr string, exited chan error) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			return fmt.Errorf("postgres exited at start: %v", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return errors.New("postgres did not accept connections within 30s")
+		}
+	}
+}
+
+// postgresVersion is "PostgreSQL" and the version the binary reports.
+func postgresVersion(bin string) string {
+	version := "PostgreSQL"
+	if out, err := exec.Command(filepath.Join(bin, "postgres"), "--version").Output(); err == nil {
+		version = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "postgres (PostgreSQL) "))
+		version = "PostgreSQL " + version
+	}
+	return version
 }
 
 func postgresBin() (string, error) {

@@ -1,4 +1,6 @@
-package main
+//go:build !oldrelease
+
+package bench
 
 import (
 	"context"
@@ -14,39 +16,41 @@ import (
 	"github.com/scorerefresh/scorerefresh/metrics"
 )
 
-// batchedOpts are the flags of the batched scenario: per-user recompute
+// BatchedConfig is the batched scenario's settings (flags -batched-*): per-user recompute
 // (REFRESH_BATCH_SIZE=1) against batched, side by side in one run.
-type batchedOpts struct {
-	batchedConfigs string        // diverse drains with the bench's rules
-	batchedNoMax   string        // diverse drains with the rules without max components
-	batchedLoad    string        // wedge and recovery runs
-	batchedEntries int           // diverse backlog
-	batchedMax     time.Duration // cap on each drain
-	batchedWedge   time.Duration
-	batchedFar     string // diverse drains at batchedFarRTT
-	batchedFarRTT  time.Duration
+type BatchedConfig struct {
+	// Configs, NoMaxConfigs, LoadConfigs and FarConfigs are comma-separated
+	// REFRESH_BATCH_SIZE[xMAX_USERS_IN_FLIGHT] lists (parseConfigs).
+	Configs      string        // diverse drains with the bench's rules
+	NoMaxConfigs string        // diverse drains with the rules without max components
+	LoadConfigs  string        // wedge and recovery runs
+	FarConfigs   string        // diverse drains again at FarRTT (empty: none)
+	Entries      int           // diverse backlog, entries of distinct users
+	DrainMax     time.Duration // cap on each drain
+	WedgeFor     time.Duration // how long each wedge run's producer runs
+	FarRTT       time.Duration // RTT of the FarConfigs drains
 }
 
-func batchedFlags(fs *flag.FlagSet, o *batchedOpts) {
-	fs.StringVar(&o.batchedConfigs, "batched-configs", "1,16,16x256,64x256", "batched: diverse drains with the bench's rules, each REFRESH_BATCH_SIZE[xMAX_USERS_IN_FLIGHT] (default in flight 64); 1 is the per-user recompute")
-	fs.StringVar(&o.batchedNoMax, "batched-nomax", "1,16,16x256", "batched: diverse drains with the rules without max components (the command shape batching has on MongoDB)")
-	fs.StringVar(&o.batchedLoad, "batched-load", "1,16,16x256", "batched: configurations of the wedge and recovery runs")
-	fs.IntVar(&o.batchedEntries, "batched-entries", 4000, "batched: diverse backlog, entries of distinct users")
-	fs.DurationVar(&o.batchedMax, "batched-max", 60*time.Second, "batched: each drain is measured for at most this long (the per-user one does not finish; its rate is steady)")
-	fs.StringVar(&o.batchedFar, "batched-far", "1,16,16x256", "batched: diverse drains again at -batched-far-rtt, where every configuration is latency-bound, far below the server's capacity (empty: none)")
-	fs.DurationVar(&o.batchedFarRTT, "batched-far-rtt", 200*time.Millisecond, "batched: RTT of the -batched-far drains")
-	fs.DurationVar(&o.batchedWedge, "batched-wedge", 3*time.Minute, "batched: how long each wedge run's producer runs (recovery uses -recovery-pre, -trigger, -recovery-max)")
+func batchedFlags(fs *flag.FlagSet, o *BatchedConfig) {
+	fs.StringVar(&o.Configs, "batched-configs", "1,16,16x256,64x256", "batched: diverse drains with the bench's rules, each REFRESH_BATCH_SIZE[xMAX_USERS_IN_FLIGHT] (default in flight 64); 1 is the per-user recompute")
+	fs.StringVar(&o.NoMaxConfigs, "batched-nomax", "1,16,16x256", "batched: diverse drains with the rules without max components (the command shape batching has on MongoDB)")
+	fs.StringVar(&o.LoadConfigs, "batched-load", "1,16,16x256", "batched: configurations of the wedge and recovery runs")
+	fs.IntVar(&o.Entries, "batched-entries", 4000, "batched: diverse backlog, entries of distinct users")
+	fs.DurationVar(&o.DrainMax, "batched-max", 60*time.Second, "batched: each drain is measured for at most this long (the per-user one does not finish; its rate is steady)")
+	fs.StringVar(&o.FarConfigs, "batched-far", "1,16,16x256", "batched: diverse drains again at -batched-far-rtt, where every configuration is latency-bound, far below the server's capacity (empty: none)")
+	fs.DurationVar(&o.FarRTT, "batched-far-rtt", 200*time.Millisecond, "batched: RTT of the -batched-far drains")
+	fs.DurationVar(&o.WedgeFor, "batched-wedge", 3*time.Minute, "batched: how long each wedge run's producer runs (recovery uses -recovery-pre, -trigger, -recovery-max)")
 }
 
-func shrinkBatched(shrink func(string, func()), o *batchedOpts) {
-	shrink("batched-configs", func() { o.batchedConfigs = "1,16" })
-	shrink("batched-nomax", func() { o.batchedNoMax = "16" })
-	shrink("batched-load", func() { o.batchedLoad = "16" })
-	shrink("batched-entries", func() { o.batchedEntries = 60 })
-	shrink("batched-max", func() { o.batchedMax = 5 * time.Second })
-	shrink("batched-wedge", func() { o.batchedWedge = 4 * time.Second })
-	shrink("batched-far", func() { o.batchedFar = "16" })
-	shrink("batched-far-rtt", func() { o.batchedFarRTT = 50 * time.Millisecond })
+func shrinkBatched(shrink func(string, func()), o *BatchedConfig) {
+	shrink("batched-configs", func() { o.Configs = "1,16" })
+	shrink("batched-nomax", func() { o.NoMaxConfigs = "16" })
+	shrink("batched-load", func() { o.LoadConfigs = "16" })
+	shrink("batched-entries", func() { o.Entries = 60 })
+	shrink("batched-max", func() { o.DrainMax = 5 * time.Second })
+	shrink("batched-wedge", func() { o.WedgeFor = 4 * time.Second })
+	shrink("batched-far", func() { o.FarConfigs = "16" })
+	shrink("batched-far-rtt", func() { o.FarRTT = 50 * time.Millisecond })
 }
 
 // Rule sets of the batched scenario.
@@ -133,7 +137,7 @@ type batchRun struct {
 	CPU              cpuSplit     `json:"cpu"`
 	PerEntry         perEntry     `json:"cpu_ms_per_entry"`
 	Bounds           configBounds `json:"bounds"`
-	FractionLow      float64      `json:"fraction_of_lower_bound"`
+	FractionOfLower  float64      `json:"fraction_of_lower_bound"`
 }
 
 // batchedResult is the batched scenario.
@@ -159,20 +163,12 @@ type batchedResult struct {
 	Profiled  bool      `json:"cpu_split"` // false when -cpuprofile held the profiler
 }
 
-// withEnv runs f with extra variables in the service's environment.
-func (b *bench) withEnv(vars []string, f func() error) error {
-	saved := b.environ
-	b.environ = append(b.environ[:len(b.environ):len(b.environ)], vars...)
-	defer func() { b.environ = saved }()
-	return f()
-}
-
 // rulesFile writes the rule set's file next to the results and returns its path.
-func (b *bench) rulesFile(name string) (string, error) {
+func (b *Bench) rulesFile(name string) (string, error) {
 	if name == rulesBench {
 		return b.rulesPath, nil
 	}
-	p, err := filepath.Abs(filepath.Join(b.opts.out, "rules-nomax.yaml"))
+	p, err := filepath.Abs(filepath.Join(b.cfg.Out, "rules-nomax.yaml"))
 	if err != nil {
 		return "", err
 	}
@@ -181,7 +177,7 @@ func (b *bench) rulesFile(name string) (string, error) {
 
 // runBatchConfig runs spec with the configuration c and reads the batch
 // metrics, CPU split and commands per acknowledged entry beside it.
-func (b *bench) runBatchConfig(ctx context.Context, c batchConfig, spec runSpec) (batchRun, error) {
+func (b *Bench) runBatchConfig(ctx context.Context, c batchConfig, spec runSpec) (batchRun, error) {
 	r := batchRun{Config: c}
 	path, err := b.rulesFile(c.Rules)
 	if err != nil {
@@ -190,18 +186,18 @@ func (b *bench) runBatchConfig(ctx context.Context, c batchConfig, spec runSpec)
 	var svc *scorerefresh
 	watch := newCPUWatch(b.srv.pgPID)
 	inner := spec.observe
-	spec.observe = func(el time.Duration, run running) {
+	spec.observe = func(elapsed time.Duration, run running) {
 		watch.tick()
 		if s, ok := run.(*scorerefresh); ok {
 			svc = s
 		}
 		if inner != nil {
-			inner(el, run)
+			inner(elapsed, run)
 		}
 	}
 	savedRules := b.rulesPath
 	b.rulesPath = path
-	err = b.withEnv(c.env(), func() (err error) { r.Run, err = b.run(ctx, spec); return err })
+	err = b.withEnv(c.env(), func() (err error) { r.Run, err = b.measure(ctx, spec); return err })
 	b.rulesPath = savedRules
 	r.CPU = watch.stop()
 	if err != nil {
@@ -210,17 +206,8 @@ func (b *bench) runBatchConfig(ctx context.Context, c batchConfig, spec runSpec)
 	r.PerEntry = r.CPU.perEntry(r.Run.Acked)
 	if svc != nil {
 		r.AckedAfterStop = svc.acked()
-		for _, s := range svc.svcs {
-			n, sum := histogram(s.Metrics.RefreshBatchUsers)
-			if n > 0 {
-				r.UsersPerBatch += sum / n / float64(len(svc.svcs))
-			}
-			if sum > 0 {
-				r.TripsPerUser += metrics.Read(s.Metrics.RefreshRoundTrips) / sum / float64(len(svc.svcs))
-			}
-			r.DeadLettered += metrics.Read(s.Metrics.EntriesDeadLettered.WithLabelValues(metrics.ReasonMaxAttempts)) +
-				metrics.Read(s.Metrics.EntriesDeadLettered.WithLabelValues(metrics.ReasonMalformed))
-		}
+		r.UsersPerBatch, r.TripsPerUser = svc.batchSizes()
+		r.DeadLettered = svc.deadLetteredAnyReason()
 	}
 	if r.AckedAfterStop > 0 {
 		r.CommandsPerAcked = total(r.Run.Commands) / r.AckedAfterStop
@@ -230,127 +217,166 @@ func (b *bench) runBatchConfig(ctx context.Context, c batchConfig, spec runSpec)
 	return r, nil
 }
 
-func (b *bench) batched(ctx context.Context, refRate float64) (*batchedResult, error) {
-	o := b.opts.batchedOpts
-	x := &batchedResult{Entries: o.batchedEntries, MaxSeconds: o.batchedMax.Seconds(), WedgeSeconds: o.batchedWedge.Seconds(), Profiled: b.opts.cpuProfile == ""}
-	var diverse []batchConfig
-	for _, set := range []struct{ spec, rules string }{{o.batchedConfigs, rulesBench}, {o.batchedNoMax, rulesNoMax}} {
+// batchSizes are the instances' mean users per batch and refresh round
+// trips per user, averaged over the instances.
+func (s *scorerefresh) batchSizes() (usersPerBatch, tripsPerUser float64) {
+	for _, svc := range s.svcs {
+		n, sum := histogram(svc.Metrics.RefreshBatchUsers)
+		if n > 0 {
+			usersPerBatch += sum / n / float64(len(s.svcs))
+		}
+		if sum > 0 {
+			tripsPerUser += metrics.Read(svc.Metrics.RefreshRoundTrips) / sum / float64(len(s.svcs))
+		}
+	}
+	return usersPerBatch, tripsPerUser
+}
+
+func (b *Bench) batched(ctx context.Context, referenceRate float64) (*batchedResult, error) {
+	o := b.cfg.Batched
+	x := &batchedResult{Entries: o.Entries, MaxSeconds: o.DrainMax.Seconds(), WedgeSeconds: o.WedgeFor.Seconds(), Profiled: b.cfg.CPUProfile == ""}
+	sets, err := o.configSets()
+	if err != nil {
+		return nil, err
+	}
+	b.logf("\n== batched recompute: per-user (REFRESH_BATCH_SIZE=1) against batched, RTT %s", b.cfg.RTT)
+	cals, err := b.calibrateBatches(ctx, x, append(append(append([]batchConfig{}, sets.diverse...), sets.load...), sets.far...))
+	if err != nil {
+		return nil, err
+	}
+	b.logf("  diverse drains: %d entries of distinct users, each at most %s", o.Entries, o.DrainMax)
+	backlog := diverseBacklog(o.Entries, time.Now(), b.cfg.Seed+3)
+	if x.Diverse, err = b.batchedDrains(ctx, func(c batchConfig) string { return "batched-" + c.Rules + "-" + configTag(c) }, sets.diverse, backlog, b.cfg.RTT, cals); err != nil {
+		return nil, err
+	}
+	x.FarRTTms = ms(o.FarRTT)
+	if len(sets.far) > 0 {
+		b.logf("  diverse drains at RTT %s: every configuration latency-bound", o.FarRTT)
+	}
+	if x.Far, err = b.batchedDrains(ctx, func(c batchConfig) string { return "batched-far-" + configTag(c) }, sets.far, backlog, o.FarRTT, cals); err != nil {
+		return nil, err
+	}
+	// Wedge and recovery load from the per-user rate, as scenarios 3 and 4
+	// do, so every configuration gets the same arrivals.
+	perUserRate := perUserRate(x.Diverse, 0.9*b.cal.bounds(b.cfg.RTT, b.cfg.Concurrency).Lower)
+	x.WedgeRate = math.Min(b.cfg.WedgeFactor*referenceRate, 0.8*perUserRate)
+	if err := b.batchedWedge(ctx, x, sets.load); err != nil {
+		return nil, err
+	}
+	if err := b.batchedRecovery(ctx, x, sets.load, perUserRate); err != nil {
+		return nil, err
+	}
+	b.targets = append(b.targets, x.targets()...)
+	return x, nil
+}
+
+// batchConfigSets are the batched scenario's configurations by use.
+type batchConfigSets struct{ diverse, load, far []batchConfig }
+
+// configSets parses the configuration lists: the diverse drains with both
+// rule sets, the wedge and recovery runs, the far drains.
+func (o BatchedConfig) configSets() (batchConfigSets, error) {
+	var sets batchConfigSets
+	for _, set := range []struct{ spec, rules string }{{o.Configs, rulesBench}, {o.NoMaxConfigs, rulesNoMax}} {
 		cs, err := parseConfigs(set.spec, set.rules)
 		if err != nil {
-			return nil, err
+			return sets, err
 		}
-		diverse = append(diverse, cs...)
+		sets.diverse = append(sets.diverse, cs...)
 	}
-	load, err := parseConfigs(o.batchedLoad, rulesBench)
-	if err != nil {
-		return nil, err
+	var err error
+	if sets.load, err = parseConfigs(o.LoadConfigs, rulesBench); err != nil {
+		return sets, err
 	}
-	far, err := parseConfigs(o.batchedFar, rulesBench)
-	if err != nil {
-		return nil, err
-	}
-	b.logf("\n== batched recompute: per-user (REFRESH_BATCH_SIZE=1) against batched, RTT %s", b.opts.rtt)
+	sets.far, err = parseConfigs(o.FarConfigs, rulesBench)
+	return sets, err
+}
 
+// calibrateBatches calibrates each rule set and batch size the
+// configurations use, once, keyed by calKey.
+func (b *Bench) calibrateBatches(ctx context.Context, x *batchedResult, configs []batchConfig) (map[string]batchCal, error) {
 	b.logf("  calibrating batches (direct connection, no proxy)")
 	cals := map[string]batchCal{}
-	for _, c := range append(append(append([]batchConfig{}, diverse...), load...), far...) {
-		key := fmt.Sprintf("%s/%d", c.Rules, c.BatchSize)
-		if _, done := cals[key]; done {
+	for _, c := range configs {
+		if _, done := cals[calKey(c)]; done {
 			continue
 		}
 		path, err := b.rulesFile(c.Rules)
 		if err != nil {
 			return nil, err
 		}
-		cal, err := b.calibrateBatch(ctx, c.Rules, path, c.BatchSize, b.opts.calSeq, b.opts.calLevel)
+		cal, err := b.calibrateBatch(ctx, c.Rules, path, c.BatchSize, b.cfg.CalibrationRefreshes, b.cfg.CalibrationLevelTime)
 		if err != nil {
 			return nil, fmt.Errorf("calibrating batches of %d (%s rules): %w", c.BatchSize, c.Rules, err)
 		}
-		cals[key] = cal
+		cals[calKey(c)] = cal
 		x.Calibrations = append(x.Calibrations, cal)
 		b.logf("    %s rules, batch %d: %.1f round trips, %.1f ms per batch (%.2f ms per query); capacity %.0f users/s (%d batches at once)",
 			cal.Rules, cal.BatchSize, cal.RoundTrips, cal.BatchMs, cal.ServerMs, cal.Capacity, cal.Workers)
 	}
-	boundsOf := func(c batchConfig) configBounds {
-		return b.configBounds(cals[fmt.Sprintf("%s/%d", c.Rules, c.BatchSize)], c, b.opts.rtt)
-	}
+	return cals, nil
+}
 
-	b.logf("  diverse drains: %d entries of distinct users, each at most %s", o.batchedEntries, o.batchedMax)
-	backlog := diverseBacklog(o.batchedEntries, time.Now(), b.opts.seed+3)
-	for _, c := range diverse {
-		r, err := b.runBatchConfig(ctx, c, runSpec{scenario: "batched-" + c.Rules + "-" + configTag(c), consumer: consumerScorerefresh,
-			rtt: b.opts.rtt, backlog: backlog, max: o.batchedMax})
+func calKey(c batchConfig) string { return fmt.Sprintf("%s/%d", c.Rules, c.BatchSize) }
+
+// batchedDrains drains backlog at rtt with each configuration; scenario
+// names each run.
+func (b *Bench) batchedDrains(ctx context.Context, scenario func(batchConfig) string, configs []batchConfig, backlog []any, rtt time.Duration, cals map[string]batchCal) ([]batchRun, error) {
+	var runs []batchRun
+	for _, c := range configs {
+		r, err := b.runBatchConfig(ctx, c, runSpec{scenario: scenario(c), consumer: consumerScorerefresh,
+			rtt: rtt, backlog: backlog, max: b.cfg.Batched.DrainMax})
 		if err != nil {
 			return nil, err
 		}
-		r.Bounds = boundsOf(c)
-		r.FractionLow = fin(r.Run.Rate / r.Bounds.Lower)
-		x.Diverse = append(x.Diverse, r)
+		r.Bounds = b.configBounds(cals[calKey(c)], c, rtt)
+		r.FractionOfLower = fin(r.Run.Rate / r.Bounds.Lower)
+		runs = append(runs, r)
 	}
+	return runs, nil
+}
 
-	x.FarRTTms = ms(o.batchedFarRTT)
-	if len(far) > 0 {
-		b.logf("  diverse drains at RTT %s: every configuration latency-bound", o.batchedFarRTT)
-	}
-	for _, c := range far {
-		r, err := b.runBatchConfig(ctx, c, runSpec{scenario: "batched-far-" + configTag(c), consumer: consumerScorerefresh,
-			rtt: o.batchedFarRTT, backlog: backlog, max: o.batchedMax})
-		if err != nil {
-			return nil, err
-		}
-		r.Bounds = b.configBounds(cals[fmt.Sprintf("%s/%d", c.Rules, c.BatchSize)], c, o.batchedFarRTT)
-		r.FractionLow = fin(r.Run.Rate / r.Bounds.Lower)
-		x.Far = append(x.Far, r)
-	}
-
-	// Wedge and recovery load from the per-user rate, as scenarios 3 and 4
-	// do, so every configuration gets the same arrivals.
-	perUserRate := 0.9 * b.cal.bounds(b.opts.rtt, b.opts.concurrency).Lower
-	for _, r := range x.Diverse {
+// perUserRate is the per-user drain rate with the bench's rules, or
+// fallback if it did not run.
+func perUserRate(diverse []batchRun, fallback float64) float64 {
+	rate := fallback
+	for _, r := range diverse {
 		if r.Config.perUser() && r.Config.Rules == rulesBench {
-			perUserRate = r.Run.Rate
+			rate = r.Run.Rate
 		}
 	}
-	x.WedgeRate = math.Min(b.opts.wedgeFactor*refRate, 0.8*perUserRate)
-	b.logf("  wedge: diverse arrivals at %.1f/s for %s", x.WedgeRate, o.batchedWedge)
+	return rate
+}
+
+// batchedWedge is scenario 3 for each configuration, at x.WedgeRate.
+func (b *Bench) batchedWedge(ctx context.Context, x *batchedResult, load []batchConfig) error {
+	b.logf("  wedge: diverse arrivals at %.1f/s for %s", x.WedgeRate, b.cfg.Batched.WedgeFor)
 	for _, c := range load {
-		r, err := b.runBatchConfig(ctx, c, runSpec{scenario: "batched-wedge-" + configTag(c), consumer: consumerScorerefresh, rtt: b.opts.rtt,
-			produce: &produce{rate: x.WedgeRate, pool: b.opts.pool}, max: o.batchedWedge, done: never})
+		r, err := b.runBatchConfig(ctx, c, runSpec{scenario: "batched-wedge-" + configTag(c), consumer: consumerScorerefresh, rtt: b.cfg.RTT,
+			produce: &produce{rate: x.WedgeRate, pool: b.cfg.Pool}, max: b.cfg.Batched.WedgeFor, done: never})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		x.Wedge = append(x.Wedge, r)
 	}
-	if err := b.batchedRecovery(ctx, x, load, perUserRate); err != nil {
-		return nil, err
-	}
-	x.addTargets(b)
-	return x, nil
+	return nil
 }
 
 func configTag(c batchConfig) string { return fmt.Sprintf("b%d-f%d", c.BatchSize, c.MaxUsersInFlight) }
 
 // batchedRecovery is scenario 4 for each configuration: the same arrivals
 // (half the per-user rate), RTT × rtt-factor between the trigger and restore.
-func (b *bench) batchedRecovery(ctx context.Context, x *batchedResult, load []batchConfig, perUserRate float64) error {
-	pre, trig := b.opts.recoveryPre, b.opts.trigger
+func (b *Bench) batchedRecovery(ctx context.Context, x *batchedResult, load []batchConfig, perUserRate float64) error {
+	before, trigger := b.cfg.RecoveryBefore, b.cfg.TriggerFor
 	x.RecoveryRate = 0.5 * perUserRate
-	x.TriggerAt, x.RestoreAt = pre.Seconds(), (pre + trig).Seconds()
-	x.TriggerRTTms = ms(b.opts.rtt) * b.opts.rttFactor
-	slow := time.Duration(float64(b.opts.rtt) * b.opts.rttFactor)
-	b.logf("  recovery: arrivals at %.1f/s; RTT %s from %s to %s", x.RecoveryRate, slow, pre, pre+trig)
-	warm := pre.Seconds() / 3
+	x.TriggerAt, x.RestoreAt = before.Seconds(), (before + trigger).Seconds()
+	x.TriggerRTTms = ms(b.cfg.RTT) * b.cfg.TriggerRTTFactor
+	b.logf("  recovery: arrivals at %.1f/s; RTT %s from %s to %s", x.RecoveryRate, b.slowRTT(), before, before+trigger)
+	warm := before.Seconds() / 3
 	for _, c := range load {
-		events := []timedEvent{
-			{at: pre, name: fmt.Sprintf("trigger: RTT %s", slow), do: func() { b.proxy.SetDelay(slow/2, slow/2) }},
-			{at: pre + trig, name: fmt.Sprintf("restore: RTT %s", b.opts.rtt), do: func() { b.proxy.SetDelay(b.opts.rtt/2, b.opts.rtt/2) }},
-		}
-		r, err := b.runBatchConfig(ctx, c, runSpec{scenario: "batched-recovery-" + configTag(c), consumer: consumerScorerefresh, rtt: b.opts.rtt,
-			produce: &produce{rate: x.RecoveryRate, pool: b.opts.pool}, events: events, max: pre + trig + b.opts.recoveryMax,
-			done: func(s []sample) bool {
-				t := recoveredAfter(s, warm, x.TriggerAt, x.RestoreAt)
-				return t >= 0 && last(s).T >= x.RestoreAt+t+5
-			}})
+		r, err := b.runBatchConfig(ctx, c, runSpec{scenario: "batched-recovery-" + configTag(c), consumer: consumerScorerefresh, rtt: b.cfg.RTT,
+			produce: &produce{rate: x.RecoveryRate, pool: b.cfg.Pool}, events: b.rttTrigger("trigger", before, trigger, b.slowRTT()),
+			max: before + trigger + b.cfg.RecoveryMax, done: recoveredFor5s(warm, x.TriggerAt, x.RestoreAt)})
 		if err != nil {
 			return err
 		}
@@ -360,18 +386,6 @@ func (b *bench) batchedRecovery(ctx context.Context, x *batchedResult, load []ba
 		b.logf("      %s: %s", c.Label, seconds(x.Recovered[len(x.Recovered)-1], "after restore"))
 	}
 	return nil
-}
-
-// recoveredAfter is the seconds after restore until the oldest age was back
-// under its highest level between warm and the trigger; -1 if never.
-func recoveredAfter(samples []sample, warm, triggerAt, restoreAt float64) float64 {
-	level := maxOldestIn(samples, warm, triggerAt)
-	for _, s := range samples {
-		if s.T >= restoreAt && s.OldestAge <= level {
-			return s.T - restoreAt
-		}
-	}
-	return -1
 }
 
 // perUserOf is the per-user run with the same rules as r, or nil.
@@ -384,7 +398,10 @@ func (x *batchedResult) perUserOf(rules string) *batchRun {
 	return nil
 }
 
-func (x *batchedResult) addTargets(b *bench) {
+// targets judge the batched drains against the per-user one, and each
+// configuration's wedge and recovery.
+func (x *batchedResult) targets() []target {
+	var ts []target
 	for _, r := range x.Diverse {
 		if r.Config.perUser() {
 			continue
@@ -398,24 +415,25 @@ func (x *batchedResult) addTargets(b *bench) {
 				Figure: fmt.Sprintf("%.1f vs %.1f entries/s per-user = %.1f×; %.0f%% of the server's %.0f users/s at batch %d (binds first: %s)",
 					r.Run.Rate, pu.Run.Rate, ratio, 100*capFrac, r.Bounds.Server, r.Config.BatchSize, map[bool]string{true: "server", false: "3× per-user"}[serverFirst]),
 				Value: ratio, Met: ratio >= 3 || (serverFirst && capFrac >= 0.9), Applies: true}
-			b.targets = append(b.targets, t)
+			ts = append(ts, t)
 		}
-		b.targets = append(b.targets, target{Scenario: name, Target: "MongoDB commands per acknowledged entry ≤ 1.5 on the diverse backlog",
+		ts = append(ts, target{Scenario: name, Target: "MongoDB commands per acknowledged entry ≤ 1.5 on the diverse backlog",
 			Figure: fmt.Sprintf("%.2f (per-user: %s)%s", r.CommandsPerAcked, perUserCommands(x, r.Config.Rules), maxNote(r.Config.Rules)),
 			Value:  r.CommandsPerAcked, Met: r.CommandsPerAcked <= 1.5, Applies: true})
 	}
 	for _, r := range x.Wedge {
 		age := maxOldest(r.Run.Timeline, 0)
-		b.targets = append(b.targets, target{Scenario: "batched wedge, " + r.Config.Label, Target: "oldest age stays under 30 s",
+		ts = append(ts, target{Scenario: "batched wedge, " + r.Config.Label, Target: "oldest age stays under 30 s",
 			Figure: fmt.Sprintf("at most %.1f s at %.1f arrivals/s (depth %d at the end)", age, x.WedgeRate, last(r.Run.Timeline).Depth),
 			Value:  age, Met: age < 30, Applies: true})
 	}
 	for i, r := range x.Recovery {
 		t := x.Recovered[i]
-		b.targets = append(b.targets, target{Scenario: "batched recovery, " + r.Config.Label, Target: "back under the pre-trigger oldest age ≤ 60 s after restore",
+		ts = append(ts, target{Scenario: "batched recovery, " + r.Config.Label, Target: "back under the pre-trigger oldest age ≤ 60 s after restore",
 			Figure: fmt.Sprintf("%s (pre-trigger ≤ %.1f s; peak %.0f s)", seconds(t, "after restore"), x.PreLevels[i], maxOldest(r.Run.Timeline, x.TriggerAt)),
 			Value:  t, Met: t >= 0 && t <= 60, Applies: true})
 	}
+	return ts
 }
 
 func perUserCommands(x *batchedResult, rules string) string {

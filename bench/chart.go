@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"fmt"
@@ -35,7 +35,7 @@ type chart struct {
 
 // timelineCharts draws depth and oldest age over time, reference vs.
 // scorerefresh, for each scenario that has a timeline of both.
-func (r *report) timelineCharts() map[string]chart {
+func (r *Report) timelineCharts() map[string]chart {
 	out := map[string]chart{}
 	add := func(name, title string, p pair, markers map[string]float64) {
 		if p.Scorerefresh == nil {
@@ -83,8 +83,26 @@ func (r *report) timelineCharts() map[string]chart {
 	return out
 }
 
+// moreCharts are the charts of the scenarios that draw their own.
+func (r *Report) moreCharts() map[string]chart {
+	out := map[string]chart{}
+	sub := fmt.Sprintf("%s; RTT %.0f ms; REFRESH_CONCURRENCY %d", r.Server, r.RTTms, r.Concurrency)
+	if x := r.Batched; x != nil {
+		for name, c := range x.charts() {
+			c.subtitle = sub
+			out[name] = c
+		}
+	}
+	if x := r.Slowdown; x != nil {
+		c := x.chart()
+		c.subtitle = sub
+		out["slowdown"] = c
+	}
+	return out
+}
+
 // overloadSVG draws goodput against offered load.
-func (r *report) overloadSVG() string {
+func (r *Report) overloadSVG() string {
 	good := line{name: "scorerefresh goodput", color: colorScorerefresh}
 	ideal := line{name: "offered", color: "#999"}
 	for _, l := range r.Overload {

@@ -1,4 +1,6 @@
-package main
+//go:build !oldrelease
+
+package bench
 
 import (
 	"fmt"
@@ -16,24 +18,6 @@ func fin(v float64) float64 {
 		return -1
 	}
 	return v
-}
-
-// moreCharts are the charts of the scenarios that draw their own.
-func (r *report) moreCharts() map[string]chart {
-	out := map[string]chart{}
-	sub := fmt.Sprintf("%s; RTT %.0f ms; REFRESH_CONCURRENCY %d", r.Server, r.RTTms, r.Concurrency)
-	if x := r.Batched; x != nil {
-		for name, c := range x.charts() {
-			c.subtitle = sub
-			out[name] = c
-		}
-	}
-	if x := r.Slowdown; x != nil {
-		c := x.chart()
-		c.subtitle = sub
-		out["slowdown"] = c
-	}
-	return out
 }
 
 // timelinePanels draws depth and oldest age of each run, one colour each.
@@ -95,7 +79,7 @@ func (x *batchedResult) charts() map[string]chart {
 	return out
 }
 
-func (x *batchedResult) markdown(w func(string, ...any), r *report) {
+func (x *batchedResult) markdown(w func(string, ...any), r *Report) {
 	w("## Batched recompute")
 	w("")
 	w("Per-user recompute (`REFRESH_BATCH_SIZE=1`) against batched, side by side in this run, on the same server, data and RTT. Every other setting is the service's default unless the configuration names it (`batch N, in flight M` is `REFRESH_BATCH_SIZE=N MAX_USERS_IN_FLIGHT=M`). Rules: `bench` is rules.yaml (12 components, 2 of them max); `nomax` is rules-nomax.yaml (the same with each max replaced by a sum: 12 components, 14 round trips per batch, the shape a batch has on MongoDB, which has the `$max` accumulator FerretDB 1.24 lacks).")
@@ -108,75 +92,86 @@ func (x *batchedResult) markdown(w func(string, ...any), r *report) {
 		w("| %s | %d | %.1f | %.1f | %.2f | %.0f (%d at once) |", c.Rules, c.BatchSize, c.RoundTrips, c.BatchMs, c.ServerMs, c.Capacity, c.Workers)
 	}
 	w("")
+	x.diverseTable(w)
+	x.cpuTable(w)
+	x.farTable(w)
+	x.wedgeTable(w)
+	x.recoveryTable(w)
+	r.markdownCharts(w, "batched-diverse", "batched-far", "batched-wedge", "batched-recovery")
+}
+
+// perUserRatio is run's rate over the per-user run's, bold, or 1.0× for
+// the per-user run itself (or without one).
+func perUserRatio(run batchRun, perUser *batchRun) string {
+	if perUser != nil && !run.Config.perUser() && perUser.Run.Rate > 0 {
+		return fmt.Sprintf("**%.1f×**", run.Run.Rate/perUser.Run.Rate)
+	}
+	return "1.0×"
+}
+
+func (x *batchedResult) diverseTable(w func(string, ...any)) {
 	w("Diverse drain, %d entries of distinct users (each run at most %.0f s):", x.Entries, x.MaxSeconds)
 	w("")
 	w("| rules | configuration | entries done | seconds | entries/s | × per-user | users per batch | claim rounds per 100 entries | refresh round trips per user | commands per acked entry | bound users/s | of bound |")
 	w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, b := range x.Diverse {
-		ratio := "1.0×"
-		if pu := x.perUserOf(b.Config.Rules); pu != nil && !b.Config.perUser() && pu.Run.Rate > 0 {
-			ratio = fmt.Sprintf("**%.1f×**", b.Run.Rate/pu.Run.Rate)
-		}
 		w("| %s | %s | %.0f | %.1f | %.1f | %s | %.1f | %.1f | %.2f | %.2f | %.0f (%s) | %.0f%% |", b.Config.Rules, b.Config.Label, b.Run.Progress, b.Run.Seconds, b.Run.Rate,
-			ratio, b.UsersPerBatch, 100*b.Run.Claims/math.Max(b.Run.Acked, 1), b.TripsPerUser, b.CommandsPerAcked, b.Bounds.Lower, b.Bounds.Which, 100*b.FractionLow)
+			perUserRatio(b, x.perUserOf(b.Config.Rules)), b.UsersPerBatch, 100*b.Run.Claims/math.Max(b.Run.Acked, 1), b.TripsPerUser, b.CommandsPerAcked, b.Bounds.Lower, b.Bounds.Which, 100*b.FractionOfLower)
 	}
 	w("")
 	w("The bound is the lower of the latency bound (min(REFRESH_CONCURRENCY × batch size, MAX_USERS_IN_FLIGHT) users over a batch's round trips plus its start mark, at the measured proxy RTT) and the server's capacity above. Commands per acked entry: every MongoDB command of the consumer (claims, leases, acks, samples included) over the entries it acknowledged, the final flush at shutdown included.")
 	w("")
-	x.cpuTable(w)
-	if len(x.Far) > 0 {
-		w("The same drain at RTT %.0f ms, where every configuration is latency-bound far below the server's capacity (each run at most %.0f s): what batching saves in waiting alone.", x.FarRTTms, x.MaxSeconds)
-		w("")
-		w("| configuration | entries done | seconds | entries/s | × per-user | users per batch | commands per acked entry | latency bound users/s | of it |")
-		w("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-		var pu *batchRun
-		for i := range x.Far {
-			if x.Far[i].Config.perUser() {
-				pu = &x.Far[i]
-			}
-		}
-		for _, b := range x.Far {
-			ratio := "1.0×"
-			if pu != nil && !b.Config.perUser() && pu.Run.Rate > 0 {
-				ratio = fmt.Sprintf("**%.1f×**", b.Run.Rate/pu.Run.Rate)
-			}
-			w("| %s | %.0f | %.1f | %.1f | %s | %.1f | %.2f | %.1f | %.0f%% |", b.Config.Label, b.Run.Progress, b.Run.Seconds, b.Run.Rate, ratio,
-				b.UsersPerBatch, b.CommandsPerAcked, b.Bounds.Latency, 100*fin(b.Run.Rate/b.Bounds.Latency))
-		}
-		w("")
+}
+
+func (x *batchedResult) farTable(w func(string, ...any)) {
+	if len(x.Far) == 0 {
+		return
 	}
-	if len(x.Wedge) > 0 {
-		w("Wedge: diverse arrivals at %.1f/s for %.0f s (scenario 3's rate):", x.WedgeRate, x.WedgeSeconds)
-		w("")
-		w("| configuration | oldest age at most s | depth at the end | users per batch | commands per acked entry | CPU ms/entry: process | server total |")
-		w("|---|---:|---:|---:|---:|---:|---:|")
-		for _, b := range x.Wedge {
-			w("| %s | %.1f | %d | %.1f | %.2f | %.2f | %.2f |", b.Config.Label, maxOldest(b.Run.Timeline, 0), last(b.Run.Timeline).Depth,
-				b.UsersPerBatch, b.CommandsPerAcked, b.PerEntry.Process, b.PerEntry.ServerTotal)
-		}
-		w("")
-	}
-	if len(x.Recovery) > 0 {
-		w("Recovery: arrivals at %.1f/s (half the per-user drain rate), RTT %.0f ms from %.0f s to %.0f s:", x.RecoveryRate, x.TriggerRTTms, x.TriggerAt, x.RestoreAt)
-		w("")
-		w("| configuration | pre-trigger oldest age s | peak oldest age s | peak depth | back under the pre-trigger level | commands per acked entry |")
-		w("|---|---:|---:|---:|---|---:|")
-		for i, b := range x.Recovery {
-			peak := int64(0)
-			for _, s := range b.Run.Timeline {
-				peak = max(peak, s.Depth)
-			}
-			w("| %s | %.1f | %.0f | %d | %s | %.2f |", b.Config.Label, x.PreLevels[i], maxOldest(b.Run.Timeline, x.TriggerAt), peak,
-				seconds(x.Recovered[i], "after restore"), b.CommandsPerAcked)
-		}
-		w("")
-	}
-	for _, name := range []string{"batched-diverse", "batched-far", "batched-wedge", "batched-recovery"} {
-		if f, ok := r.Charts[name]; ok {
-			w("![%s](%s)", name, f)
-			w("")
+	w("The same drain at RTT %.0f ms, where every configuration is latency-bound far below the server's capacity (each run at most %.0f s): what batching saves in waiting alone.", x.FarRTTms, x.MaxSeconds)
+	w("")
+	w("| configuration | entries done | seconds | entries/s | × per-user | users per batch | commands per acked entry | latency bound users/s | of it |")
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	var pu *batchRun
+	for i := range x.Far {
+		if x.Far[i].Config.perUser() {
+			pu = &x.Far[i]
 		}
 	}
+	for _, b := range x.Far {
+		w("| %s | %.0f | %.1f | %.1f | %s | %.1f | %.2f | %.1f | %.0f%% |", b.Config.Label, b.Run.Progress, b.Run.Seconds, b.Run.Rate, perUserRatio(b, pu),
+			b.UsersPerBatch, b.CommandsPerAcked, b.Bounds.Latency, 100*fin(b.Run.Rate/b.Bounds.Latency))
+	}
+	w("")
+}
+
+func (x *batchedResult) wedgeTable(w func(string, ...any)) {
+	if len(x.Wedge) == 0 {
+		return
+	}
+	w("Wedge: diverse arrivals at %.1f/s for %.0f s (scenario 3's rate):", x.WedgeRate, x.WedgeSeconds)
+	w("")
+	w("| configuration | oldest age at most s | depth at the end | users per batch | commands per acked entry | CPU ms/entry: process | server total |")
+	w("|---|---:|---:|---:|---:|---:|---:|")
+	for _, b := range x.Wedge {
+		w("| %s | %.1f | %d | %.1f | %.2f | %.2f | %.2f |", b.Config.Label, maxOldest(b.Run.Timeline, 0), last(b.Run.Timeline).Depth,
+			b.UsersPerBatch, b.CommandsPerAcked, b.PerEntry.Process, b.PerEntry.ServerTotal)
+	}
+	w("")
+}
+
+func (x *batchedResult) recoveryTable(w func(string, ...any)) {
+	if len(x.Recovery) == 0 {
+		return
+	}
+	w("Recovery: arrivals at %.1f/s (half the per-user drain rate), RTT %.0f ms from %.0f s to %.0f s:", x.RecoveryRate, x.TriggerRTTms, x.TriggerAt, x.RestoreAt)
+	w("")
+	w("| configuration | pre-trigger oldest age s | peak oldest age s | peak depth | back under the pre-trigger level | commands per acked entry |")
+	w("|---|---:|---:|---:|---|---:|")
+	for i, b := range x.Recovery {
+		w("| %s | %.1f | %.0f | %d | %s | %.2f |", b.Config.Label, x.PreLevels[i], maxOldest(b.Run.Timeline, x.TriggerAt), peakDepth(b.Run.Timeline, 0),
+			seconds(x.Recovered[i], "after restore"), b.CommandsPerAcked)
+	}
+	w("")
 }
 
 func (x *batchedResult) cpuTable(w func(string, ...any)) {

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -22,71 +22,80 @@ import (
 // WrapRefresher), so bench/fleet/run.sh runs this very code against v0.1.0
 // and prints both side by side (-compare).
 
-// fleetOpts are the two scenarios' flags.
-type fleetOpts struct {
-	fleetEntries, fleetUsers                   int
-	fleetReplicas                              string
-	fleetRTT, fleetIdle, fleetSettle, fleetMax time.Duration
+// FleetConfig is the two scenarios' settings (flags -fleet-*, -storm*,
+// -label, -compare, -compare-label).
+type FleetConfig struct {
+	Entries  int           // entries of the backlog each fleet drains
+	Users    int           // users the backlog's entries belong to
+	Replicas string        // comma-separated fleet sizes
+	RTT      time.Duration // RTT the proxy adds, in the fleet and the storm scenarios
+	Idle     time.Duration // how long the idle fleet (queue empty) is measured
+	Settle   time.Duration // pause between the drain and the idle measurement
+	DrainMax time.Duration // cap on each drain
 
-	stormUsers, stormReplicas int
-	stormFor, stormMax        time.Duration
-	stormScorer               string
+	StormUsers    int           // distinct users queued, one entry each
+	StormReplicas int           // replicas draining them
+	StormFailFor  time.Duration // how long every refresh fails
+	StormMax      time.Duration // cap on each storm run
+	StormScorer   string        // scorerInstant or scorerReal
 
-	label, compare, compareLabel string
+	Label        string // name of the service version measured, in the report
+	Compare      string // results.json of another version's run, reported side by side
+	CompareLabel string // name of the Compare version (default: its Label)
 }
 
-func fleetFlags(fs *flag.FlagSet, o *fleetOpts) {
-	fs.IntVar(&o.fleetEntries, "fleet-entries", 2000, "fleet: entries of the backlog each fleet drains")
-	fs.IntVar(&o.fleetUsers, "fleet-users", 1000, "fleet: users the backlog's entries belong to")
-	fs.StringVar(&o.fleetReplicas, "fleet-replicas", "1,4,16,32", "fleet: comma-separated fleet sizes (in-process replicas, each with its own client)")
-	fs.DurationVar(&o.fleetRTT, "fleet-rtt", 2*time.Millisecond, "fleet and storm: RTT the proxy adds")
-	fs.DurationVar(&o.fleetIdle, "fleet-idle", 10*time.Second, "fleet: how long the idle fleet (queue empty) is measured")
-	fs.DurationVar(&o.fleetSettle, "fleet-settle", 2*time.Second, "fleet: pause between the drain and the idle measurement")
-	fs.DurationVar(&o.fleetMax, "fleet-max", 3*time.Minute, "fleet: cap on each drain")
-	fs.IntVar(&o.stormUsers, "storm-users", 20000, "storm: distinct users queued (one entry each)")
-	fs.IntVar(&o.stormReplicas, "storm-replicas", 3, "storm: replicas")
-	fs.DurationVar(&o.stormFor, "storm", 60*time.Second, "storm: how long every refresh fails")
-	fs.DurationVar(&o.stormMax, "storm-max", 6*time.Minute, "storm: cap on each run")
-	fs.StringVar(&o.stormScorer, "storm-scorer", scorerInstant, "storm: scorer when not failing: instant (succeeds at once: the drain measures the claim and ack path) or real")
-	fs.StringVar(&o.label, "label", "this build", "fleet and storm: name of the service version measured, in the report")
-	fs.StringVar(&o.compare, "compare", "", "fleet and storm: results.json of another version's run to report side by side")
-	fs.StringVar(&o.compareLabel, "compare-label", "", "fleet and storm: name of the -compare version (default: its -label)")
+func fleetFlags(fs *flag.FlagSet, o *FleetConfig) {
+	fs.IntVar(&o.Entries, "fleet-entries", 2000, "fleet: entries of the backlog each fleet drains")
+	fs.IntVar(&o.Users, "fleet-users", 1000, "fleet: users the backlog's entries belong to")
+	fs.StringVar(&o.Replicas, "fleet-replicas", "1,4,16,32", "fleet: comma-separated fleet sizes (in-process replicas, each with its own client)")
+	fs.DurationVar(&o.RTT, "fleet-rtt", 2*time.Millisecond, "fleet and storm: RTT the proxy adds")
+	fs.DurationVar(&o.Idle, "fleet-idle", 10*time.Second, "fleet: how long the idle fleet (queue empty) is measured")
+	fs.DurationVar(&o.Settle, "fleet-settle", 2*time.Second, "fleet: pause between the drain and the idle measurement")
+	fs.DurationVar(&o.DrainMax, "fleet-max", 3*time.Minute, "fleet: cap on each drain")
+	fs.IntVar(&o.StormUsers, "storm-users", 20000, "storm: distinct users queued (one entry each)")
+	fs.IntVar(&o.StormReplicas, "storm-replicas", 3, "storm: replicas")
+	fs.DurationVar(&o.StormFailFor, "storm", 60*time.Second, "storm: how long every refresh fails")
+	fs.DurationVar(&o.StormMax, "storm-max", 6*time.Minute, "storm: cap on each run")
+	fs.StringVar(&o.StormScorer, "storm-scorer", scorerInstant, "storm: scorer when not failing: instant (succeeds at once: the drain measures the claim and ack path) or real")
+	fs.StringVar(&o.Label, "label", "this build", "fleet and storm: name of the service version measured, in the report")
+	fs.StringVar(&o.Compare, "compare", "", "fleet and storm: results.json of another version's run to report side by side")
+	fs.StringVar(&o.CompareLabel, "compare-label", "", "fleet and storm: name of the -compare version (default: its -label)")
 }
 
-func shrinkFleet(shrink func(string, func()), o *fleetOpts) {
-	shrink("fleet-entries", func() { o.fleetEntries = 60 })
-	shrink("fleet-users", func() { o.fleetUsers = 30 })
-	shrink("fleet-replicas", func() { o.fleetReplicas = "1,2" })
-	shrink("fleet-idle", func() { o.fleetIdle = time.Second })
-	shrink("fleet-settle", func() { o.fleetSettle = 300 * time.Millisecond })
-	shrink("fleet-max", func() { o.fleetMax = 30 * time.Second })
-	shrink("storm-users", func() { o.stormUsers = 100 })
-	shrink("storm-replicas", func() { o.stormReplicas = 2 })
-	shrink("storm", func() { o.stormFor = 1500 * time.Millisecond })
-	shrink("storm-max", func() { o.stormMax = 30 * time.Second })
+func shrinkFleet(shrink func(string, func()), o *FleetConfig) {
+	shrink("fleet-entries", func() { o.Entries = 60 })
+	shrink("fleet-users", func() { o.Users = 30 })
+	shrink("fleet-replicas", func() { o.Replicas = "1,2" })
+	shrink("fleet-idle", func() { o.Idle = time.Second })
+	shrink("fleet-settle", func() { o.Settle = 300 * time.Millisecond })
+	shrink("fleet-max", func() { o.DrainMax = 30 * time.Second })
+	shrink("storm-users", func() { o.StormUsers = 100 })
+	shrink("storm-replicas", func() { o.StormReplicas = 2 })
+	shrink("storm", func() { o.StormFailFor = 1500 * time.Millisecond })
+	shrink("storm-max", func() { o.StormMax = 30 * time.Second })
 }
 
-func (o fleetOpts) replicas() ([]int, error) {
+func (o FleetConfig) replicaCounts() ([]int, error) {
 	var ns []int
-	for _, f := range strings.Split(o.fleetReplicas, ",") {
+	for _, f := range strings.Split(o.Replicas, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("-fleet-replicas %q: want positive integers separated by commas", o.fleetReplicas)
+			return nil, fmt.Errorf("-fleet-replicas %q: want positive integers separated by commas", o.Replicas)
 		}
 		ns = append(ns, n)
 	}
 	return ns, nil
 }
 
-func (o fleetOpts) validate() error {
-	if _, err := o.replicas(); err != nil {
+func (o FleetConfig) validate() error {
+	if _, err := o.replicaCounts(); err != nil {
 		return err
 	}
-	if o.fleetEntries <= 0 || o.fleetUsers <= 0 || o.stormUsers <= 0 || o.stormReplicas <= 0 || o.fleetRTT < 0 {
+	if o.Entries <= 0 || o.Users <= 0 || o.StormUsers <= 0 || o.StormReplicas <= 0 || o.RTT < 0 {
 		return fmt.Errorf("fleet and storm sizes must be positive and -fleet-rtt not negative")
 	}
-	if o.stormScorer != scorerInstant && o.stormScorer != scorerReal {
-		return fmt.Errorf("-storm-scorer %q: want %s or %s", o.stormScorer, scorerInstant, scorerReal)
+	if o.StormScorer != scorerInstant && o.StormScorer != scorerReal {
+		return fmt.Errorf("-storm-scorer %q: want %s or %s", o.StormScorer, scorerInstant, scorerReal)
 	}
 	return nil
 }
@@ -106,18 +115,18 @@ type fleetFigures struct {
 
 // fleetRun is one fleet size: its drain and then its idle time.
 type fleetRun struct {
-	Replicas     int          `json:"replicas"`
-	Drained      bool         `json:"drained"`
-	Seconds      float64      `json:"drain_seconds"`
-	Acked        float64      `json:"entries_acked"`
-	Users        float64      `json:"users_refreshed"`
-	ClaimRounds  float64      `json:"claim_rounds"`
-	Drain        cmdSnapshot  `json:"drain"`
-	PerEntry     fleetFigures `json:"per_entry"`
-	Idle         cmdSnapshot  `json:"idle"`
-	IdleSeconds  float64      `json:"idle_seconds"`
-	IdleRounds   float64      `json:"idle_claim_rounds"`
-	IdleReplicaS cmdCount     `json:"idle_per_replica_per_second"`
+	Replicas             int          `json:"replicas"`
+	Drained              bool         `json:"drained"`
+	Seconds              float64      `json:"drain_seconds"`
+	Acked                float64      `json:"entries_acked"`
+	Users                float64      `json:"users_refreshed"`
+	ClaimRounds          float64      `json:"claim_rounds"`
+	Drain                cmdSnapshot  `json:"drain"`
+	PerEntry             fleetFigures `json:"per_entry"`
+	Idle                 cmdSnapshot  `json:"idle"`
+	IdleSeconds          float64      `json:"idle_seconds"`
+	IdleRounds           float64      `json:"idle_claim_rounds"`
+	IdlePerReplicaSecond cmdCount     `json:"idle_per_replica_per_second"`
 }
 
 // fleetResult is the fleet scenario of one service version.
@@ -135,96 +144,118 @@ func fleetBacklog(n, users int, now time.Time, seed uint64) []any {
 	return backlog(n, now, 10*time.Minute, func(i int) string { return userName(perm[i] % users) })
 }
 
-func (b *bench) fleet(ctx context.Context) (*fleetResult, error) {
-	o := b.opts.fleetOpts
-	ns, err := o.replicas()
+func (b *Bench) fleet(ctx context.Context) (*fleetResult, error) {
+	o := b.cfg.Fleet
+	ns, err := o.replicaCounts()
 	if err != nil {
 		return nil, err
 	}
-	b.logf("\n== fleet: %d entries of %d users drained by %v replicas at RTT %s, then %s idle", o.fleetEntries, o.fleetUsers, ns, o.fleetRTT, o.fleetIdle)
-	r := &fleetResult{Label: o.label, Entries: o.fleetEntries, Users: o.fleetUsers, RTTms: ms(o.fleetRTT)}
-	backlog := fleetBacklog(o.fleetEntries, o.fleetUsers, time.Now(), b.opts.seed+3)
+	b.logf("\n== fleet: %d entries of %d users drained by %v replicas at RTT %s, then %s idle", o.Entries, o.Users, ns, o.RTT, o.Idle)
+	r := &fleetResult{Label: o.Label, Entries: o.Entries, Users: o.Users, RTTms: ms(o.RTT)}
+	backlog := fleetBacklog(o.Entries, o.Users, time.Now(), b.cfg.Seed+3)
 	for _, n := range ns {
-		run, err := b.fleetRun(ctx, n, backlog)
+		run, err := b.measureFleet(ctx, n, backlog)
 		if err != nil {
 			return nil, err
 		}
 		r.Runs = append(r.Runs, run)
 		p := run.PerEntry
 		b.logf("    per entry: %.2f commands (claim %.2f), %.0f B sent, %.0f B received, %.2f documents, %.3f lost lease inserts, %.3f claim rounds per user; idle per replica: %.2f commands/s, %.0f B/s",
-			p.Commands, p.Claim.Commands, p.Sent, p.Received, p.Docs, p.LostInserts, p.RoundsPerUser, run.IdleReplicaS.Commands, run.IdleReplicaS.Sent+run.IdleReplicaS.Received)
+			p.Commands, p.Claim.Commands, p.Sent, p.Received, p.Docs, p.LostInserts, p.RoundsPerUser, run.IdlePerReplicaSecond.Commands, run.IdlePerReplicaSecond.Sent+run.IdlePerReplicaSecond.Received)
 	}
 	b.targets = append(b.targets, r.targets()...)
 	return r, nil
 }
 
-// claimsCollection is the name of the claims collection the service uses.
-func (b *bench) claimsCollection() (string, error) {
+// replicaStats count each replica's commands from its client's monitor.
+type replicaStats []*cmdStats
+
+// newReplicaStats are the counters of n replicas, which tell lease inserts
+// by the service's claims collection.
+func (b *Bench) newReplicaStats(n int) (replicaStats, error) {
 	cfg, err := b.serviceConfig("bench", 1)
-	return cfg.ClaimsCollection, err
+	if err != nil {
+		return nil, err
+	}
+	stats := make(replicaStats, n)
+	for i := range stats {
+		stats[i] = newCmdStats(cfg.ClaimsCollection)
+	}
+	return stats, nil
 }
 
-func (b *bench) fleetRun(ctx context.Context, n int, backlog []any) (*fleetRun, error) {
-	o := b.opts.fleetOpts
-	claims, err := b.claimsCollection()
+// snapshot is every replica's counts so far, summed.
+func (s replicaStats) snapshot() cmdSnapshot {
+	all := make([]cmdSnapshot, len(s))
+	for i, r := range s {
+		all[i] = r.snapshot()
+	}
+	return sumSnapshots(all)
+}
+
+// measureFleet drains backlog with n replicas, then watches them idle.
+func (b *Bench) measureFleet(ctx context.Context, n int, backlog []any) (*fleetRun, error) {
+	o := b.cfg.Fleet
+	stats, err := b.newReplicaStats(n)
 	if err != nil {
 		return nil, err
 	}
-	stats := make([]*cmdStats, n)
-	for i := range stats {
-		stats[i] = newCmdStats(claims)
+	w := &fleetWatch{run: &fleetRun{Replicas: n}, stats: stats, target: float64(len(backlog)), settle: o.Settle, idle: o.Idle}
+	res, err := b.measure(ctx, runSpec{scenario: fmt.Sprintf("fleet%d", n), consumer: consumerScorerefresh, instances: n, rtt: o.RTT, backlog: backlog,
+		max:     o.DrainMax + o.Settle + o.Idle,
+		tune:    func(i int, ao *app.Options) { ao.Monitor = stats[i].monitor() },
+		observe: w.observe,
+		done:    func([]sample) bool { return w.finished },
+	})
+	if err != nil {
+		return nil, err
 	}
-	snap := func() cmdSnapshot {
-		all := make([]cmdSnapshot, n)
-		for i, s := range stats {
-			all[i] = s.snapshot()
+	r := w.run
+	if !r.Drained {
+		r.Seconds, r.Acked, r.Users, r.ClaimRounds, r.Drain = res.Seconds, res.Acked, res.Refreshes, res.Claims, stats.snapshot()
+	}
+	r.PerEntry = fleetPerEntry(r.Drain, r.Acked, r.ClaimRounds, r.Users)
+	if r.IdleSeconds > 0 {
+		r.IdlePerReplicaSecond = r.Idle.total().scaled(1 / (r.IdleSeconds * float64(n)))
+	}
+	return r, nil
+}
+
+// fleetWatch follows a fleet through its drain, the settling pause and
+// its idle time, filling run in.
+type fleetWatch struct {
+	run          *fleetRun
+	stats        replicaStats
+	target       float64 // entries to acknowledge
+	settle, idle time.Duration
+	drainedAt    time.Duration // 0 until drained
+	idleFrom     time.Duration // 0 until the idle measurement begins
+	atIdle       cmdSnapshot
+	roundsAtIdle float64
+	finished     bool
+}
+
+func (w *fleetWatch) observe(elapsed time.Duration, c running) {
+	r := w.run
+	switch {
+	case w.drainedAt == 0:
+		if c.acked() >= w.target {
+			w.drainedAt = elapsed
+			r.Drained, r.Seconds, r.Acked, r.Users = true, elapsed.Seconds(), c.acked(), c.refreshes()
+			r.ClaimRounds = c.timing().Claims
+			r.Drain = w.stats.snapshot()
 		}
-		return sumSnapshots(all)
+	case w.idleFrom == 0:
+		if elapsed >= w.drainedAt+w.settle {
+			w.idleFrom, w.atIdle, w.roundsAtIdle = elapsed, w.stats.snapshot(), c.timing().Claims
+		}
+	case !w.finished:
+		if elapsed >= w.idleFrom+w.idle {
+			r.Idle, r.IdleSeconds = w.stats.snapshot().minus(w.atIdle), (elapsed - w.idleFrom).Seconds()
+			r.IdleRounds = c.timing().Claims - w.roundsAtIdle
+			w.finished = true
+		}
 	}
-	target := float64(len(backlog))
-	fr := &fleetRun{Replicas: n}
-	var drainedAt, idleFrom time.Duration
-	var atIdle cmdSnapshot
-	var roundsAtIdle float64
-	finished := false
-	spec := runSpec{scenario: fmt.Sprintf("fleet%d", n), consumer: consumerScorerefresh, instances: n, rtt: o.fleetRTT, backlog: backlog,
-		max:  o.fleetMax + o.fleetSettle + o.fleetIdle,
-		tune: func(i int, ao *app.Options) { ao.Monitor = stats[i].monitor() },
-		observe: func(el time.Duration, c running) {
-			switch {
-			case drainedAt == 0:
-				if c.acked() >= target {
-					drainedAt = el
-					fr.Drained, fr.Seconds, fr.Acked, fr.Users = true, el.Seconds(), c.acked(), c.refreshes()
-					fr.ClaimRounds = c.timing().Claims
-					fr.Drain = snap()
-				}
-			case idleFrom == 0:
-				if el >= drainedAt+o.fleetSettle {
-					idleFrom, atIdle, roundsAtIdle = el, snap(), c.timing().Claims
-				}
-			case !finished:
-				if el >= idleFrom+o.fleetIdle {
-					fr.Idle, fr.IdleSeconds = snap().minus(atIdle), (el - idleFrom).Seconds()
-					fr.IdleRounds = c.timing().Claims - roundsAtIdle
-					finished = true
-				}
-			}
-		},
-		done: func([]sample) bool { return finished },
-	}
-	res, err := b.run(ctx, spec)
-	if err != nil {
-		return nil, err
-	}
-	if !fr.Drained {
-		fr.Seconds, fr.Acked, fr.Users, fr.ClaimRounds, fr.Drain = res.Seconds, res.Acked, res.Refreshes, res.Claims, snap()
-	}
-	fr.PerEntry = fleetPerEntry(fr.Drain, fr.Acked, fr.ClaimRounds, fr.Users)
-	if fr.IdleSeconds > 0 {
-		fr.IdleReplicaS = fr.Idle.total().scaled(1 / (fr.IdleSeconds * float64(n)))
-	}
-	return fr, nil
 }
 
 func fleetPerEntry(s cmdSnapshot, acked, rounds, users float64) fleetFigures {
@@ -264,10 +295,10 @@ var claimMetrics = []fleetMetric{
 }
 
 var idleMetrics = []fleetMetric{
-	{"commands/s", func(r *fleetRun) float64 { return r.IdleReplicaS.Commands }, "%.2f"},
-	{"bytes sent/s", func(r *fleetRun) float64 { return r.IdleReplicaS.Sent }, "%.0f"},
-	{"bytes received/s", func(r *fleetRun) float64 { return r.IdleReplicaS.Received }, "%.0f"},
-	{"documents returned/s", func(r *fleetRun) float64 { return r.IdleReplicaS.Docs }, "%.2f"},
+	{"commands/s", func(r *fleetRun) float64 { return r.IdlePerReplicaSecond.Commands }, "%.2f"},
+	{"bytes sent/s", func(r *fleetRun) float64 { return r.IdlePerReplicaSecond.Sent }, "%.0f"},
+	{"bytes received/s", func(r *fleetRun) float64 { return r.IdlePerReplicaSecond.Received }, "%.0f"},
+	{"documents returned/s", func(r *fleetRun) float64 { return r.IdlePerReplicaSecond.Docs }, "%.2f"},
 }
 
 // fleetTolerance is how far the largest fleet's per-entry figures may be
@@ -299,7 +330,7 @@ func (r *fleetResult) targets() []target {
 	}
 	lo, hi := math.Inf(1), 0.0
 	for _, x := range r.Runs {
-		lo, hi = math.Min(lo, x.IdleReplicaS.Commands), math.Max(hi, x.IdleReplicaS.Commands)
+		lo, hi = math.Min(lo, x.IdlePerReplicaSecond.Commands), math.Max(hi, x.IdlePerReplicaSecond.Commands)
 	}
 	ts = append(ts, target{Scenario: "fleet", Target: fmt.Sprintf("idle commands/s per replica independent of N (largest ≤ %.1f× smallest)", fleetTolerance),
 		Figure: fmt.Sprintf("%.2f to %.2f commands/s per replica over %d to %d replicas", lo, hi, one.Replicas, big.Replicas),
@@ -308,7 +339,7 @@ func (r *fleetResult) targets() []target {
 }
 
 // loadCompare reads another version's results.json for -compare.
-func loadCompare(path, label string) (*report, error) {
+func loadCompare(path, label string) (*Report, error) {
 	if path == "" {
 		return nil, nil
 	}
@@ -316,7 +347,7 @@ func loadCompare(path, label string) (*report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading -compare results: %w", err)
 	}
-	var r report
+	var r Report
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("reading -compare results %s: %w", path, err)
 	}
@@ -339,9 +370,9 @@ func fleetMarkdown(w func(string, ...any), cur, old *fleetResult) {
 	w("%d entries of %d users drained by N replicas (in process, each a full service with its own client and pool) through the proxy at RTT %.0f ms; then the fleet idles on an empty queue. Counted by each client's command monitor: commands, bytes of commands and replies, documents in cursor batches, duplicate-key errors on lease inserts. Claim rounds from `scorerefresh_claim_duration_seconds`.",
 		cur.Entries, cur.Users, cur.RTTms)
 	w("")
-	fr := []*fleetResult{cur}
+	versions := []*fleetResult{cur}
 	if old != nil {
-		fr = append([]*fleetResult{old}, cur)
+		versions = append([]*fleetResult{old}, cur)
 	}
 	table := func(title string, ms []fleetMetric) {
 		w("%s", title)
@@ -356,7 +387,7 @@ func fleetMarkdown(w func(string, ...any), cur, old *fleetResult) {
 		w("%s", head)
 		w("%s", rule)
 		for _, m := range ms {
-			for _, f := range fr {
+			for _, f := range versions {
 				line := fmt.Sprintf("| %s | %s |", m.name, f.Label)
 				for _, x := range cur.Runs {
 					line += " " + fleetCell(f, x.Replicas, m) + " |"
@@ -371,7 +402,7 @@ func fleetMarkdown(w func(string, ...any), cur, old *fleetResult) {
 	table("Per acknowledged entry, claim rounds only:", claimMetrics)
 	table("Idle fleet (queue empty), per replica per second:", idleMetrics)
 	drain := "Drain seconds:"
-	for _, f := range fr {
+	for _, f := range versions {
 		var parts []string
 		for _, x := range f.Runs {
 			parts = append(parts, fmt.Sprintf("N=%d %.1f s (%.0f rounds)%s", x.Replicas, x.Seconds, x.ClaimRounds, map[bool]string{false: " NOT drained", true: ""}[x.Drained]))

@@ -1,13 +1,13 @@
-package main
+//go:build !oldrelease
+
+package bench
 
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/scorerefresh/scorerefresh/scoring"
@@ -33,34 +33,59 @@ type batchCal struct {
 }
 
 // calibrateBatch measures batches of size users with the rules at path.
-func (b *bench) calibrateBatch(ctx context.Context, rulesName, path string, size int, sequential int, d time.Duration) (batchCal, error) {
+func (b *Bench) calibrateBatch(ctx context.Context, rulesName, path string, size int, sequential int, d time.Duration) (batchCal, error) {
 	c := batchCal{Rules: rulesName, BatchSize: size}
 	rules, err := scoring.LoadRules(path)
 	if err != nil {
 		return c, err
 	}
-	client, err := mongo.Connect(options.Client().ApplyURI(b.srv.URI).SetMaxPoolSize(100))
+	db, done, err := b.calibrationDatabase(ctx, fmt.Sprintf("calbatch%d", size), options.Client().SetMaxPoolSize(100))
 	if err != nil {
 		return c, err
 	}
-	defer client.Disconnect(context.Background())
-	b.seq++
-	db := client.Database(fmt.Sprintf("bench%02d_calbatch%d", b.seq, size))
-	defer db.Drop(context.Background())
-	if err := seedSources(ctx, db, b.opts.sources, b.opts.pool, b.opts.seed); err != nil {
-		return c, err
-	}
+	defer done()
 	var trips, users atomic.Int64
 	refresher := scoring.NewRefresher(scoring.NewRecomputer(db, rules), scoring.NewStore(db.Collection("user_scores"), scoring.StoreConfig{}),
 		scoring.WithRefreshObserver(func(s scoring.RefreshStats) {
 			trips.Add(int64(s.RoundTrips))
 			users.Add(int64(s.Users))
 		}))
+	batch := batchRefresher(refresher, size, max(b.cfg.Pool, size))
+	// Warm up: connections, caches, and the Recomputer's one refused $max.
+	if err := repeat(2, func() error { return batch(ctx) }); err != nil {
+		return c, err
+	}
+	n := max(3, sequential/size)
+	trips.Store(0)
+	start := time.Now()
+	if err := repeat(n, func() error { return batch(ctx) }); err != nil {
+		return c, err
+	}
+	c.BatchMs = ms(time.Since(start)) / float64(n)
+	c.RoundTrips = float64(trips.Load()) / float64(n)
+	c.ServerMs = c.BatchMs / c.RoundTrips
+	levels := []int{4, 16}
+	if b.cfg.Short {
+		// 16 many-statement writers at once can exhaust the embedded
+		// server's connections (FerretDB holds one per statement of an
+		// update until the command ends) and hang it: the smoke run only
+		// needs the figures to exist.
+		levels = levels[:1]
+	}
+	c.Levels, err = throughput(ctx, levels, d, func() { users.Store(0) }, func() float64 { return float64(users.Load()) },
+		func(wctx context.Context) { _ = batch(wctx) }) // errors past the deadline are the deadline
+	c.Capacity, c.Workers = best(c.Levels)
+	return c, err
+}
+
+// batchRefresher refreshes the next size users of a pool of pool users in
+// one batch (one at a time when size is 1).
+func batchRefresher(refresher *scoring.Refresher, size, pool int) func(context.Context) error {
 	var next atomic.Int64
-	batch := func(ctx context.Context) error {
+	return func(ctx context.Context) error {
 		names := make([]string, size)
 		for i := range names {
-			names[i] = userName(int(next.Add(1)) % max(b.opts.pool, size))
+			names[i] = userName(int(next.Add(1)) % pool)
 		}
 		if size == 1 {
 			return refresher.Refresh(ctx, names[0], time.Now())
@@ -72,55 +97,6 @@ func (b *bench) calibrateBatch(ctx context.Context, rulesName, path string, size
 		}
 		return nil
 	}
-	// Warm up: connections, caches, and the Recomputer's one refused $max.
-	for range 2 {
-		if err := batch(ctx); err != nil {
-			return c, err
-		}
-	}
-	n := max(3, sequential/size)
-	trips.Store(0)
-	start := time.Now()
-	for range n {
-		if err := batch(ctx); err != nil {
-			return c, err
-		}
-	}
-	c.BatchMs = ms(time.Since(start)) / float64(n)
-	c.RoundTrips = float64(trips.Load()) / float64(n)
-	c.ServerMs = c.BatchMs / c.RoundTrips
-	levels := []int{4, 16}
-	if b.opts.short {
-		// 16 many-statement writers at once can exhaust the embedded
-		// server's connections (FerretDB holds one per statement of an
-		// update until the command ends) and hang it: the smoke run only
-		// needs the figures to exist.
-		levels = levels[:1]
-	}
-	for _, workers := range levels {
-		wctx, cancel := context.WithTimeout(ctx, d)
-		users.Store(0)
-		var wg sync.WaitGroup
-		t0 := time.Now()
-		for range workers {
-			wg.Go(func() {
-				for wctx.Err() == nil {
-					_ = batch(wctx) // errors past the deadline are the deadline
-				}
-			})
-		}
-		wg.Wait()
-		cancel()
-		if ctx.Err() != nil {
-			return c, ctx.Err()
-		}
-		rate := float64(users.Load()) / time.Since(t0).Seconds()
-		c.Levels = append(c.Levels, qpsLevel{Workers: workers, QPS: rate})
-		if rate > c.Capacity {
-			c.Capacity, c.Workers = rate, workers
-		}
-	}
-	return c, nil
 }
 
 // configBounds are the two ceilings of one configuration's drain, in users
@@ -135,8 +111,8 @@ type configBounds struct {
 	Which   string  `json:"binding"`
 }
 
-func (b *bench) configBounds(cal batchCal, c batchConfig, rtt time.Duration) configBounds {
-	inFlight := float64(min(b.opts.concurrency*c.BatchSize, c.MaxUsersInFlight))
+func (b *Bench) configBounds(cal batchCal, c batchConfig, rtt time.Duration) configBounds {
+	inFlight := float64(min(b.cfg.Concurrency*c.BatchSize, c.MaxUsersInFlight))
 	// The proxy's measured overhead over its nominal RTT, as in
 	// calibration.bounds.
 	overhead := max(0, b.cal.ProxyRTTms-b.cal.RTTms)

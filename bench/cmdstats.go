@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -131,17 +131,17 @@ func sumSnapshots(all []cmdSnapshot) cmdSnapshot {
 type cmdStats struct {
 	claims string // the claims collection: its inserts are lease inserts
 
-	mu      sync.Mutex
-	pending map[int64]pendingCmd // by request ID, until the reply
-	stages  map[string]*cmdCount
-	lost    float64
-	maxCmd  int
-	maxRep  int
+	mu         sync.Mutex
+	pending    map[int64]pendingCmd // by request ID, until the reply
+	stages     map[string]*cmdCount
+	lost       float64
+	maxCommand int
+	maxReply   int
 	// The claim round in progress: a claim round's commands share the
 	// deadline of the round's context, which is new every round.
-	round                time.Time
-	roundSent, roundRecv int
-	maxRoundS, maxRoundR int
+	round                          time.Time
+	roundSent, roundReceived       int
+	maxRoundSent, maxRoundReceived int
 }
 
 type pendingCmd struct {
@@ -176,7 +176,7 @@ func (s *cmdStats) monitor() *event.CommandMonitor {
 					s.round = deadline
 				}
 				s.roundSent += len(e.Command)
-				s.maxCmd = max(s.maxCmd, len(e.Command))
+				s.maxCommand = max(s.maxCommand, len(e.Command))
 			}
 		},
 		Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
@@ -196,8 +196,8 @@ func (s *cmdStats) monitor() *event.CommandMonitor {
 			c.Docs += float64(docs)
 			s.lost += float64(lost)
 			if p.stage == stageClaim {
-				s.roundRecv += len(e.Reply)
-				s.maxRep = max(s.maxRep, len(e.Reply))
+				s.roundReceived += len(e.Reply)
+				s.maxReply = max(s.maxReply, len(e.Reply))
 			}
 		},
 		Failed: func(_ context.Context, e *event.CommandFailedEvent) {
@@ -223,16 +223,16 @@ func (s *cmdStats) count(stage string) *cmdCount {
 }
 
 func (s *cmdStats) closeRound() {
-	s.maxRoundS = max(s.maxRoundS, s.roundSent)
-	s.maxRoundR = max(s.maxRoundR, s.roundRecv)
-	s.roundSent, s.roundRecv = 0, 0
+	s.maxRoundSent = max(s.maxRoundSent, s.roundSent)
+	s.maxRoundReceived = max(s.maxRoundReceived, s.roundReceived)
+	s.roundSent, s.roundReceived = 0, 0
 }
 
 func (s *cmdStats) snapshot() cmdSnapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := cmdSnapshot{Stages: map[string]cmdCount{}, LostInserts: s.lost, MaxCommand: s.maxCmd, MaxReply: s.maxRep,
-		MaxRoundSent: max(s.maxRoundS, s.roundSent), MaxRoundReceived: max(s.maxRoundR, s.roundRecv)}
+	out := cmdSnapshot{Stages: map[string]cmdCount{}, LostInserts: s.lost, MaxCommand: s.maxCommand, MaxReply: s.maxReply,
+		MaxRoundSent: max(s.maxRoundSent, s.roundSent), MaxRoundReceived: max(s.maxRoundReceived, s.roundReceived)}
 	for k, c := range s.stages {
 		out.Stages[k] = *c
 	}

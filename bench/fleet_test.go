@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"os"
@@ -12,7 +12,7 @@ import (
 // checkFleetAndStorm asserts the smoke run's fleet and storm results are
 // complete: every fleet drained and was counted by the command monitors
 // (claim rounds included), the storm failed refreshes and then drained.
-func checkFleetAndStorm(t *testing.T, rep *report) {
+func checkFleetAndStorm(t *testing.T, rep *Report) {
 	t.Helper()
 	if rep.Fleet == nil || len(rep.Fleet.Runs) != 2 {
 		t.Fatalf("fleet: %+v, want two fleet sizes", rep.Fleet)
@@ -22,17 +22,17 @@ func checkFleetAndStorm(t *testing.T, rep *report) {
 		if !r.Drained || p.Commands <= 0 || p.Sent <= 0 || p.Received <= 0 || p.Docs <= 0 || p.Claim.Commands <= 0 || p.RoundsPerUser <= 0 {
 			t.Errorf("fleet of %d: drained %v, per entry %+v", r.Replicas, r.Drained, p)
 		}
-		if r.IdleSeconds <= 0 || r.IdleReplicaS.Commands <= 0 {
-			t.Errorf("fleet of %d: idle %.1fs, %+v per replica per second", r.Replicas, r.IdleSeconds, r.IdleReplicaS)
+		if r.IdleSeconds <= 0 || r.IdlePerReplicaSecond.Commands <= 0 {
+			t.Errorf("fleet of %d: idle %.1fs, %+v per replica per second", r.Replicas, r.IdleSeconds, r.IdlePerReplicaSecond)
 		}
 	}
 	s := rep.Storm
 	if s == nil || s.Baseline == nil || s.Storm == nil {
 		t.Fatalf("storm: %+v", s)
 	}
-	if !s.Baseline.Drained || !s.Storm.Drained || s.Storm.FailedRefs == 0 || s.Baseline.FailedRefs != 0 {
+	if !s.Baseline.Drained || !s.Storm.Drained || s.Storm.FailedRefreshes == 0 || s.Baseline.FailedRefreshes != 0 {
 		t.Errorf("storm: baseline drained %v with %v failures, storm drained %v with %v failures",
-			s.Baseline.Drained, s.Baseline.FailedRefs, s.Storm.Drained, s.Storm.FailedRefs)
+			s.Baseline.Drained, s.Baseline.FailedRefreshes, s.Storm.Drained, s.Storm.FailedRefreshes)
 	}
 	if s.Storm.Commands.MaxRoundSent <= 0 || s.Storm.Commands.MaxReply <= 0 || s.Storm.HealAt <= 0 {
 		t.Errorf("storm: largest round %d B, reply %d B, healed at %v", s.Storm.Commands.MaxRoundSent, s.Storm.Commands.MaxReply, s.Storm.HealAt)
@@ -71,14 +71,14 @@ func TestDuplicateKeysAndBatches(t *testing.T) {
 func TestCompareSideBySide(t *testing.T) {
 	t.Parallel()
 	run := func(n int, cmds float64) *fleetRun {
-		return &fleetRun{Replicas: n, Drained: true, Acked: 100, PerEntry: fleetFigures{Commands: cmds}, IdleReplicaS: cmdCount{Commands: 2}}
+		return &fleetRun{Replicas: n, Drained: true, Acked: 100, PerEntry: fleetFigures{Commands: cmds}, IdlePerReplicaSecond: cmdCount{Commands: 2}}
 	}
 	storm := func(label string) *stormResult {
 		return &stormResult{Label: label, Users: 10, Replicas: 2, Baseline: &stormRun{Drained: true, Rate: 10},
 			Storm: &stormRun{Storm: true, Drained: true, Rate: 9, DeadLettered: 3}, RateRatio: 0.9}
 	}
 	dir := t.TempDir()
-	old := &report{Fleet: &fleetResult{Label: "old", Runs: []*fleetRun{run(1, 15), run(4, 40)}}, Storm: storm("old")}
+	old := &Report{Fleet: &fleetResult{Label: "old", Runs: []*fleetRun{run(1, 15), run(4, 40)}}, Storm: storm("old")}
 	if err := old.write(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestCompareSideBySide(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cur := &report{Fleet: &fleetResult{Label: "new", Runs: []*fleetRun{run(1, 15), run(4, 16)}}, Storm: storm("new"), Compare: cmp}
+	cur := &Report{Fleet: &fleetResult{Label: "new", Runs: []*fleetRun{run(1, 15), run(4, 16)}}, Storm: storm("new"), Compare: cmp}
 	md := cur.markdown()
 	for _, want := range []string{"| commands | v0 | 15.00 | 40.00 | 2.67× |", "| commands | new | 15.00 | 16.00 | 1.07× |", "| v0 | storm", "| new | baseline"} {
 		if !strings.Contains(md, want) {

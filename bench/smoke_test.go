@@ -1,8 +1,12 @@
-package main
+//go:build !oldrelease
+
+package bench
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -17,9 +21,18 @@ import (
 func TestSmoke(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	var out, errOut bytes.Buffer
-	if code := run([]string{"-short", "-out", dir}, nil, &out, &errOut); code != 0 {
-		t.Fatalf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	cfg, err := ParseArgs([]string{"-short", "-out", dir}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cfg.Log = &out
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Run(context.Background()); err != nil {
+		t.Fatalf("%v\noutput:\n%s", err, out.String())
 	}
 	for _, f := range []string{"report.md", "results.json", "index.html", "rules.yaml", "diverse.svg", "firehose.svg", "wedge.svg", "recovery.svg", "overload.svg"} {
 		st, err := os.Stat(filepath.Join(dir, f))
@@ -31,7 +44,7 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep report
+	var rep Report
 	if err := json.Unmarshal(data, &rep); err != nil {
 		t.Fatalf("results.json: %v", err)
 	}

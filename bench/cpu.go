@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"os"
@@ -32,12 +32,12 @@ func startCPU() cpuMeter {
 }
 
 func (m cpuMeter) stop() cpuUse {
-	el := time.Since(m.start).Seconds()
-	if el <= 0 {
+	elapsed := time.Since(m.start).Seconds()
+	if elapsed <= 0 {
 		return cpuUse{}
 	}
 	busy, total := procStat()
-	u := cpuUse{Process: (selfCPU() - m.self0) / el}
+	u := cpuUse{Process: (selfCPU() - m.self0) / elapsed}
 	if total > m.total {
 		u.Machine = (busy - m.busy) / (total - m.total) * float64(runtime.NumCPU())
 	}

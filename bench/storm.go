@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/scorerefresh/scorerefresh/internal/app"
 	"github.com/scorerefresh/scorerefresh/consumer"
+	"github.com/scorerefresh/scorerefresh/internal/app"
 )
 
 // errScorerDown is the storm's fault: not a MongoDB error, so the consumer
@@ -55,20 +55,20 @@ func (h minLevel) WithGroup(name string) slog.Handler {
 
 // stormRun is one drain of the storm's backlog, with or without the storm.
 type stormRun struct {
-	Storm        bool        `json:"storm"`
-	Drained      bool        `json:"drained"`
-	Seconds      float64     `json:"seconds"` // until every entry was acknowledged or dead-lettered
-	HealAt       float64     `json:"heal_at,omitempty"`
-	Acked        float64     `json:"entries_acked"`
-	AckedAtHeal  float64     `json:"entries_acked_during_storm"`
-	DeadLettered float64     `json:"entries_dead_lettered"`
-	FailedRefs   float64     `json:"failed_refreshes"`
-	ClaimErrors  float64     `json:"claim_round_errors"`
-	ClaimRounds  float64     `json:"claim_rounds"`
-	StormRounds  float64     `json:"claim_rounds_during_storm"`
-	Rate         float64     `json:"drain_rate"` // entries acknowledged per second after the heal (or from the start)
-	Commands     cmdSnapshot `json:"commands"`
-	StormCmds    cmdSnapshot `json:"commands_during_storm"`
+	Storm           bool        `json:"storm"`
+	Drained         bool        `json:"drained"`
+	Seconds         float64     `json:"seconds"` // until every entry was acknowledged or dead-lettered
+	HealAt          float64     `json:"heal_at,omitempty"`
+	Acked           float64     `json:"entries_acked"`
+	AckedAtHeal     float64     `json:"entries_acked_during_storm"`
+	DeadLettered    float64     `json:"entries_dead_lettered"`
+	FailedRefreshes float64     `json:"failed_refreshes"`
+	ClaimErrors     float64     `json:"claim_round_errors"`
+	ClaimRounds     float64     `json:"claim_rounds"`
+	StormRounds     float64     `json:"claim_rounds_during_storm"`
+	Rate            float64     `json:"drain_rate"` // entries acknowledged per second after the heal (or from the start)
+	Commands        cmdSnapshot `json:"commands"`
+	StormCommands   cmdSnapshot `json:"commands_during_storm"`
 }
 
 // stormResult is the backoff-storm scenario of one service version.
@@ -93,17 +93,17 @@ const (
 // mib is the storm's bound on what one claim round sends or receives.
 const mib = 1 << 20
 
-func (b *bench) storm(ctx context.Context) (*stormResult, error) {
-	o := b.opts.fleetOpts
-	r := &stormResult{Label: o.label, Scorer: o.stormScorer, Users: o.stormUsers, Replicas: o.stormReplicas, StormSeconds: o.stormFor.Seconds(), RTTms: ms(o.fleetRTT)}
+func (b *Bench) storm(ctx context.Context) (*stormResult, error) {
+	o := b.cfg.Fleet
+	r := &stormResult{Label: o.Label, Scorer: o.StormScorer, Users: o.StormUsers, Replicas: o.StormReplicas, StormSeconds: o.StormFailFor.Seconds(), RTTms: ms(o.RTT)}
 	b.logf("\n== backoff storm: %d users queued, %d replicas at RTT %s; every refresh fails for %s, then healed; and the same backlog without a storm",
-		o.stormUsers, o.stormReplicas, o.fleetRTT, o.stormFor)
-	backlog := diverseBacklog(o.stormUsers, time.Now(), b.opts.seed+5)
+		o.StormUsers, o.StormReplicas, o.RTT, o.StormFailFor)
+	backlog := diverseBacklog(o.StormUsers, time.Now(), b.cfg.Seed+5)
 	var err error
-	if r.Baseline, err = b.stormRun(ctx, backlog, false); err != nil {
+	if r.Baseline, err = b.measureStorm(ctx, backlog, false); err != nil {
 		return nil, err
 	}
-	if r.Storm, err = b.stormRun(ctx, backlog, true); err != nil {
+	if r.Storm, err = b.measureStorm(ctx, backlog, true); err != nil {
 		return nil, err
 	}
 	if r.Baseline.Rate > 0 {
@@ -111,88 +111,92 @@ func (b *bench) storm(ctx context.Context) (*stormResult, error) {
 	}
 	for _, x := range []*stormRun{r.Baseline, r.Storm} {
 		b.logf("    storm=%v: %.0f acked, %.0f dead-lettered, %.0f failed refreshes, %.0f claim errors, %.0f rounds; drain %.1f entries/s; largest claim command %d B, reply %d B, round %d B sent / %d B received",
-			x.Storm, x.Acked, x.DeadLettered, x.FailedRefs, x.ClaimErrors, x.ClaimRounds, x.Rate, x.Commands.MaxCommand, x.Commands.MaxReply, x.Commands.MaxRoundSent, x.Commands.MaxRoundReceived)
+			x.Storm, x.Acked, x.DeadLettered, x.FailedRefreshes, x.ClaimErrors, x.ClaimRounds, x.Rate, x.Commands.MaxCommand, x.Commands.MaxReply, x.Commands.MaxRoundSent, x.Commands.MaxRoundReceived)
 	}
 	b.targets = append(b.targets, r.targets()...)
 	return r, nil
 }
 
-func (b *bench) stormRun(ctx context.Context, backlog []any, storm bool) (*stormRun, error) {
-	o := b.opts.fleetOpts
-	n := o.stormReplicas
-	claims, err := b.claimsCollection()
+// measureStorm drains backlog with the storm's replicas; with storm set,
+// every refresh fails until StormFailFor has passed.
+func (b *Bench) measureStorm(ctx context.Context, backlog []any, storm bool) (*stormRun, error) {
+	o := b.cfg.Fleet
+	stats, err := b.newReplicaStats(o.StormReplicas)
 	if err != nil {
 		return nil, err
 	}
-	stats := make([]*cmdStats, n)
-	for i := range stats {
-		stats[i] = newCmdStats(claims)
-	}
-	snap := func() cmdSnapshot {
-		all := make([]cmdSnapshot, n)
-		for i, s := range stats {
-			all[i] = s.snapshot()
-		}
-		return sumSnapshots(all)
-	}
-	var failing atomic.Bool
-	failing.Store(storm)
-	sr := &stormRun{Storm: storm}
+	w := &stormWatch{run: &stormRun{Storm: storm}, stats: stats, target: float64(len(backlog))}
+	w.failing.Store(storm)
 	var events []timedEvent
 	if storm {
-		events = []timedEvent{{at: o.stormFor, name: "heal: refreshes succeed again", do: func() { failing.Store(false) }}}
+		events = []timedEvent{{at: o.StormFailFor, name: "heal: refreshes succeed again", do: func() { w.failing.Store(false) }}}
 	}
-	target := float64(len(backlog))
-	var healed, finished bool
-	var fleet *scorerefresh
-	var atHeal cmdSnapshot
-	spec := runSpec{scenario: map[bool]string{false: "storm-baseline", true: "storm"}[storm], consumer: consumerScorerefresh, instances: n,
-		rtt: o.fleetRTT, backlog: backlog, events: events, max: o.stormFor + o.stormMax,
+	res, err := b.measure(ctx, runSpec{scenario: map[bool]string{false: "storm-baseline", true: "storm"}[storm], consumer: consumerScorerefresh,
+		instances: o.StormReplicas, rtt: o.RTT, backlog: backlog, events: events, max: o.StormFailFor + o.StormMax,
 		tune: func(i int, ao *app.Options) {
 			// Every failed refresh logs a warning: tens of thousands here.
 			ao.Logger = slog.New(minLevel{Handler: b.svcLog.Handler(), min: slog.LevelError})
 			ao.Monitor = stats[i].monitor()
 			ao.WrapRefresher = func(r consumer.Refresher) consumer.Refresher {
-				return faultyScorer{inner: r, failing: &failing, instant: o.stormScorer == scorerInstant}
+				return faultyScorer{inner: r, failing: &w.failing, instant: o.StormScorer == scorerInstant}
 			}
 		},
-		observe: func(el time.Duration, c running) {
-			s := c.(*scorerefresh)
-			fleet = s
-			if storm && !healed && !failing.Load() {
-				healed = true
-				sr.HealAt, sr.AckedAtHeal = el.Seconds(), s.acked()
-				sr.StormRounds = s.timing().Claims
-				atHeal = snap()
-				sr.StormCmds = atHeal
-			}
-			if !finished && s.acked()+s.deadLettered() >= target {
-				finished, sr.Drained, sr.Seconds = true, true, el.Seconds()
-			}
-		},
-		done: func([]sample) bool { return finished },
-	}
-	res, err := b.run(ctx, spec)
+		observe: w.observe,
+		done:    func([]sample) bool { return w.finished },
+	})
 	if err != nil {
 		return nil, err
 	}
-	if !sr.Drained {
-		sr.Seconds = res.Seconds
+	return w.result(res), nil
+}
+
+// stormWatch follows a storm run: when it heals, when every entry is
+// acknowledged or dead-lettered.
+type stormWatch struct {
+	run      *stormRun
+	stats    replicaStats
+	target   float64 // entries to settle
+	failing  atomic.Bool
+	healed   bool
+	finished bool
+	fleet    *scorerefresh
+}
+
+func (w *stormWatch) observe(elapsed time.Duration, c running) {
+	s := c.(*scorerefresh)
+	w.fleet = s
+	r := w.run
+	if r.Storm && !w.healed && !w.failing.Load() {
+		w.healed = true
+		r.HealAt, r.AckedAtHeal = elapsed.Seconds(), s.acked()
+		r.StormRounds = s.timing().Claims
+		r.StormCommands = w.stats.snapshot()
 	}
-	sr.Acked = res.Acked
-	sr.ClaimRounds = res.Claims
-	sr.Commands = snap()
-	if fleet != nil {
-		sr.DeadLettered, sr.ClaimErrors, sr.FailedRefs = fleet.deadLettered(), fleet.claimErrors(), fleet.failedRefreshes()
+	if !w.finished && s.acked()+s.deadLettered() >= w.target {
+		w.finished, r.Drained, r.Seconds = true, true, elapsed.Seconds()
+	}
+}
+
+// result completes the run's figures from the measured run.
+func (w *stormWatch) result(res *runResult) *stormRun {
+	r := w.run
+	if !r.Drained {
+		r.Seconds = res.Seconds
+	}
+	r.Acked = res.Acked
+	r.ClaimRounds = res.Claims
+	r.Commands = w.stats.snapshot()
+	if w.fleet != nil {
+		r.DeadLettered, r.ClaimErrors, r.FailedRefreshes = w.fleet.deadLettered(), w.fleet.claimErrors(), w.fleet.failedRefreshes()
 	}
 	from := 0.0
-	if storm {
-		from = sr.HealAt
+	if r.Storm {
+		from = r.HealAt
 	}
-	if sr.Seconds > from {
-		sr.Rate = (sr.Acked - sr.AckedAtHeal) / (sr.Seconds - from)
+	if r.Seconds > from {
+		r.Rate = (r.Acked - r.AckedAtHeal) / (r.Seconds - from)
 	}
-	return sr, nil
+	return r
 }
 
 func (r *stormResult) targets() []target {
@@ -207,7 +211,7 @@ func (r *stormResult) targets() []target {
 			Value: float64(max(s.Commands.MaxRoundSent, s.Commands.MaxRoundReceived)),
 			Met:   s.Commands.MaxRoundSent <= mib && s.Commands.MaxRoundReceived <= mib, Applies: true},
 		{Scenario: "storm", Target: "no user dead-lettered by the storm",
-			Figure: fmt.Sprintf("%.0f entries dead-lettered (%.0f failed refreshes)", s.DeadLettered, s.FailedRefs),
+			Figure: fmt.Sprintf("%.0f entries dead-lettered (%.0f failed refreshes)", s.DeadLettered, s.FailedRefreshes),
 			Value:  s.DeadLettered, Met: s.DeadLettered == 0, Applies: true},
 		{Scenario: "storm", Target: "after the heal, drains at ≥ 90% of the no-storm rate",
 			Figure: fmt.Sprintf("%.1f vs %.1f entries/s: %.0f%%%s", s.Rate, r.Baseline.Rate, 100*r.RateRatio, drainedSuffix(s)),
@@ -257,7 +261,7 @@ func stormMarkdown(w func(string, ...any), cur, old *stormResult) {
 			if !x.Drained {
 				secs += " (cap)"
 			}
-			w("| %s | %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %s | %s | %s | %s | %.1f | %s |", r.Label, name, secs, x.Acked, x.DeadLettered, x.FailedRefs,
+			w("| %s | %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %s | %s | %s | %s | %.1f | %s |", r.Label, name, secs, x.Acked, x.DeadLettered, x.FailedRefreshes,
 				x.ClaimRounds, x.ClaimErrors, kib(x.Commands.MaxRoundSent), kib(x.Commands.MaxRoundReceived), kib(x.Commands.MaxCommand), kib(x.Commands.MaxReply), x.Rate, vs)
 		}
 	}

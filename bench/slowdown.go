@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -11,37 +11,35 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-
-	"github.com/scorerefresh/scorerefresh/metrics"
 )
 
-// slowdownOpts are the flags of the slowdown scenario: the server slows down
+// SlowdownConfig is the slowdown scenario's settings (flags -slowdown*): the server slows down
 // so much that every refresh outlives its deadline, for minutes, then
 // recovers.
-type slowdownOpts struct {
-	slowdown      time.Duration
-	slowdownPre   time.Duration
-	slowdownPost  time.Duration
-	slowdownLease time.Duration
-	slowdownRTT   time.Duration
-	slowdownRate  float64
+type SlowdownConfig struct {
+	SlowFor      time.Duration // how long refreshes outlive their deadline
+	SteadyBefore time.Duration // steady state before the slowdown
+	WatchAfter   time.Duration // how long the drain is watched after it, at most
+	Lease        time.Duration // LEASE_DURATION of the service, and so its refresh deadline
+	SlowRTT      time.Duration // the proxy's RTT during the slowdown
+	ArrivalRate  float64       // arrivals per second (0: half of scorerefresh's diverse drain rate)
 }
 
-func slowdownFlags(fs *flag.FlagSet, o *slowdownOpts) {
-	fs.DurationVar(&o.slowdown, "slowdown", 2*time.Minute, "slowdown: how long refreshes outlive their deadline")
-	fs.DurationVar(&o.slowdownPre, "slowdown-pre", 30*time.Second, "slowdown: steady state before it")
-	fs.DurationVar(&o.slowdownPost, "slowdown-post", 3*time.Minute, "slowdown: how long the drain is watched after it, at most")
-	fs.DurationVar(&o.slowdownLease, "slowdown-lease", 10*time.Second, "slowdown: LEASE_DURATION of the service, and so its refresh deadline")
-	fs.DurationVar(&o.slowdownRTT, "slowdown-rtt", time.Second, "slowdown: the proxy's RTT during it (a refresh needs at least 14 round trips)")
-	fs.Float64Var(&o.slowdownRate, "slowdown-rate", 0, "slowdown: arrivals per second (0: half of scorerefresh's diverse drain rate)")
+func slowdownFlags(fs *flag.FlagSet, o *SlowdownConfig) {
+	fs.DurationVar(&o.SlowFor, "slowdown", 2*time.Minute, "slowdown: how long refreshes outlive their deadline")
+	fs.DurationVar(&o.SteadyBefore, "slowdown-pre", 30*time.Second, "slowdown: steady state before it")
+	fs.DurationVar(&o.WatchAfter, "slowdown-post", 3*time.Minute, "slowdown: how long the drain is watched after it, at most")
+	fs.DurationVar(&o.Lease, "slowdown-lease", 10*time.Second, "slowdown: LEASE_DURATION of the service, and so its refresh deadline")
+	fs.DurationVar(&o.SlowRTT, "slowdown-rtt", time.Second, "slowdown: the proxy's RTT during it (a refresh needs at least 14 round trips)")
+	fs.Float64Var(&o.ArrivalRate, "slowdown-rate", 0, "slowdown: arrivals per second (0: half of scorerefresh's diverse drain rate)")
 }
 
-func shrinkSlowdown(shrink func(string, func()), o *slowdownOpts) {
-	shrink("slowdown", func() { o.slowdown = 4 * time.Second })
-	shrink("slowdown-pre", func() { o.slowdownPre = 2 * time.Second })
-	shrink("slowdown-post", func() { o.slowdownPost = 15 * time.Second })
-	shrink("slowdown-lease", func() { o.slowdownLease = 2 * time.Second })
-	shrink("slowdown-rtt", func() { o.slowdownRTT = 400 * time.Millisecond })
+func shrinkSlowdown(shrink func(string, func()), o *SlowdownConfig) {
+	shrink("slowdown", func() { o.SlowFor = 4 * time.Second })
+	shrink("slowdown-pre", func() { o.SteadyBefore = 2 * time.Second })
+	shrink("slowdown-post", func() { o.WatchAfter = 15 * time.Second })
+	shrink("slowdown-lease", func() { o.Lease = 2 * time.Second })
+	shrink("slowdown-rtt", func() { o.SlowRTT = 400 * time.Millisecond })
 }
 
 // slowdownResult is the slowdown scenario.
@@ -147,76 +145,84 @@ func (h *failureCounter) WithGroup(name string) slog.Handler {
 	return &failureCounter{next: h.next.WithGroup(name), keep: h.keep, mu: h.mu, n: h.n}
 }
 
-func (b *bench) slowdown(ctx context.Context, srRate float64) (*slowdownResult, error) {
-	o := b.opts.slowdownOpts
-	x := &slowdownResult{Rate: o.slowdownRate, LeaseSeconds: o.slowdownLease.Seconds(), RTTms: ms(o.slowdownRTT),
-		TriggerAt: o.slowdownPre.Seconds(), RestoreAt: (o.slowdownPre + o.slowdown).Seconds(), DrainedAfter: -1}
+func (b *Bench) slowdown(ctx context.Context, scorerefreshRate float64) (*slowdownResult, error) {
+	o := b.cfg.Slowdown
+	x := &slowdownResult{Rate: o.ArrivalRate, LeaseSeconds: o.Lease.Seconds(), RTTms: ms(o.SlowRTT),
+		TriggerAt: o.SteadyBefore.Seconds(), RestoreAt: (o.SteadyBefore + o.SlowFor).Seconds(), DrainedAfter: -1}
 	if x.Rate <= 0 {
-		x.Rate = 0.5 * srRate
+		x.Rate = 0.5 * scorerefreshRate
 	}
 	b.logf("\n== slowdown: arrivals at %.1f/s; LEASE_DURATION (the refresh deadline) %s; RTT %s from %s to %s, so every refresh outlives its deadline",
-		x.Rate, o.slowdownLease, o.slowdownRTT, o.slowdownPre, o.slowdownPre+o.slowdown)
+		x.Rate, o.Lease, o.SlowRTT, o.SteadyBefore, o.SteadyBefore+o.SlowFor)
 
 	counter := &failureCounter{next: b.svcLog.Handler(), keep: 20, mu: &sync.Mutex{}, n: &x.Failures}
 	savedLog := b.svcLog
 	b.svcLog = slog.New(counter)
 	defer func() { b.svcLog = savedLog }()
 
-	events := []timedEvent{
-		{at: o.slowdownPre, name: fmt.Sprintf("slowdown: RTT %s", o.slowdownRTT), do: func() { b.proxy.SetDelay(o.slowdownRTT/2, o.slowdownRTT/2) }},
-		{at: o.slowdownPre + o.slowdown, name: fmt.Sprintf("restore: RTT %s", b.opts.rtt), do: func() { b.proxy.SetDelay(b.opts.rtt/2, b.opts.rtt/2) }},
-	}
-	var svc *scorerefresh
-	nextRead := time.Duration(0)
-	observe := func(el time.Duration, c running) {
-		if s, ok := c.(*scorerefresh); ok {
-			svc = s
-		}
-		if svc == nil || el < nextRead {
-			return
-		}
-		nextRead = el + time.Second
-		b.readDeadLetters(ctx, svc, x)
-	}
-	warm := x.TriggerAt / 3
-	drained := func(s []sample) float64 { return drainedAfter(s, warm, x.TriggerAt, x.RestoreAt) }
-	err := b.withEnv([]string{"LEASE_DURATION=" + o.slowdownLease.String()}, func() (err error) {
-		x.Run, err = b.run(ctx, runSpec{scenario: "slowdown", consumer: consumerScorerefresh, rtt: b.opts.rtt,
-			produce: &produce{rate: x.Rate, pool: b.opts.pool}, events: events, observe: observe,
-			max:  o.slowdownPre + o.slowdown + o.slowdownPost,
-			done: func(s []sample) bool { t := drained(s); return t >= 0 && last(s).T >= x.RestoreAt+t+5 }})
-		return err
-	})
+	svc, err := b.measureSlowdown(ctx, x)
 	if err != nil {
 		return nil, err
 	}
 	if svc != nil {
-		for _, s := range svc.svcs {
-			x.RefreshesOK += metrics.Read(s.Metrics.Refreshes.WithLabelValues(metrics.OutcomeOK))
-			x.RefreshesFailed += metrics.Read(s.Metrics.Refreshes.WithLabelValues(metrics.OutcomeError))
-			x.DeadLettered += metrics.Read(s.Metrics.EntriesDeadLettered.WithLabelValues(metrics.ReasonMaxAttempts)) +
-				metrics.Read(s.Metrics.EntriesDeadLettered.WithLabelValues(metrics.ReasonMalformed))
-		}
+		x.RefreshesOK, x.RefreshesFailed, x.DeadLettered = svc.refreshes(), svc.failedRefreshes(), svc.deadLetteredAnyReason()
 	}
-	x.figures(warm)
+	x.figures(x.TriggerAt / 3)
 	b.logf("  %.0f refreshes failed (%d classified as timed out): %d charged an attempt, %d transient, %d spared as widespread; %.0f succeeded; dead letters: %.0f (metric), %d (collection); most attempts on a lease: %d",
 		x.RefreshesFailed, x.Failures.TimedOut, x.Failures.Charged, x.Failures.Transient, x.Failures.Spared, x.RefreshesOK, x.DeadLettered, x.DeadLetterDocs, x.MaxAttempts)
 	b.logf("  depth before ≤ %d, peak %d; %s", x.PreDepth, x.PeakDepth, seconds(x.DrainedAfter, "after restore back to the pre-slowdown depth and oldest age"))
-	b.targets = append(b.targets,
-		target{Scenario: "slowdown", Target: "no dead letters while every refresh outlives its deadline",
+	b.targets = append(b.targets, x.targets()...)
+	return x, nil
+}
+
+// measureSlowdown runs the service with the slowdown's lease through the
+// slowdown, reading the dead letters once a second; it returns the service.
+func (b *Bench) measureSlowdown(ctx context.Context, x *slowdownResult) (*scorerefresh, error) {
+	o := b.cfg.Slowdown
+	var svc *scorerefresh
+	nextRead := time.Duration(0)
+	observe := func(elapsed time.Duration, c running) {
+		if s, ok := c.(*scorerefresh); ok {
+			svc = s
+		}
+		if svc == nil || elapsed < nextRead {
+			return
+		}
+		nextRead = elapsed + time.Second
+		b.readDeadLetters(ctx, svc, x)
+	}
+	warm := x.TriggerAt / 3
+	done := func(s []sample) bool {
+		t := drainedAfter(s, warm, x.TriggerAt, x.RestoreAt)
+		return t >= 0 && last(s).T >= x.RestoreAt+t+5
+	}
+	err := b.withEnv([]string{"LEASE_DURATION=" + o.Lease.String()}, func() (err error) {
+		x.Run, err = b.measure(ctx, runSpec{scenario: "slowdown", consumer: consumerScorerefresh, rtt: b.cfg.RTT,
+			produce: &produce{rate: x.Rate, pool: b.cfg.Pool}, events: b.rttTrigger("slowdown", o.SteadyBefore, o.SlowFor, o.SlowRTT),
+			observe: observe, max: o.SteadyBefore + o.SlowFor + o.WatchAfter, done: done})
+		return err
+	})
+	return svc, err
+}
+
+// targets: no dead letters through the slowdown, and the backlog drains
+// after it.
+func (x *slowdownResult) targets() []target {
+	return []target{
+		{Scenario: "slowdown", Target: "no dead letters while every refresh outlives its deadline",
 			Figure: fmt.Sprintf("%.0f dead letters (%d in the collection); %.0f failed refreshes, %d charged an attempt (most attempts on a lease: %d of MAX_ATTEMPTS 5)",
 				x.DeadLettered, x.DeadLetterDocs, x.RefreshesFailed, x.Failures.Charged, x.MaxAttempts),
 			Value: x.DeadLettered, Met: x.DeadLettered == 0 && x.DeadLetterDocs == 0, Applies: true},
-		target{Scenario: "slowdown", Target: "the backlog drains after it",
+		{Scenario: "slowdown", Target: "the backlog drains after it",
 			Figure: fmt.Sprintf("peak depth %d, oldest age %.0f s; %s (depth %d at the end)", x.PeakDepth, x.PeakAge,
 				seconds(x.DrainedAfter, "after restore back to the pre-slowdown level"), x.FinalDepth),
-			Value: x.DrainedAfter, Met: x.DrainedAfter >= 0, Applies: true})
-	return x, nil
+			Value: x.DrainedAfter, Met: x.DrainedAfter >= 0, Applies: true},
+	}
 }
 
 // readDeadLetters reads, on the direct connection, the dead letters and the
 // most attempts charged to any lease of the run's database.
-func (b *bench) readDeadLetters(ctx context.Context, svc *scorerefresh, x *slowdownResult) {
+func (b *Bench) readDeadLetters(ctx context.Context, svc *scorerefresh, x *slowdownResult) {
 	if len(svc.svcs) == 0 {
 		return
 	}
@@ -255,25 +261,6 @@ func (x *slowdownResult) figures(warm float64) {
 	x.FinalDepth = last(tl).Depth
 }
 
-// drainedAfter is the seconds after restore until both the depth and the
-// oldest age were back under their highest levels between warm and the
-// trigger; -1 if never.
-func drainedAfter(samples []sample, warm, triggerAt, restoreAt float64) float64 {
-	var depth int64
-	for _, s := range samples {
-		if s.T >= warm && s.T < triggerAt {
-			depth = max(depth, s.Depth)
-		}
-	}
-	age := maxOldestIn(samples, warm, triggerAt)
-	for _, s := range samples {
-		if s.T >= restoreAt && s.Depth <= depth && s.OldestAge <= age {
-			return s.T - restoreAt
-		}
-	}
-	return -1
-}
-
 func (x *slowdownResult) chart() chart {
 	depth := panel{title: "queue depth", unit: "entries"}
 	age := panel{title: "oldest entry age", unit: "s"}
@@ -289,7 +276,7 @@ func (x *slowdownResult) chart() chart {
 		markers: map[string]float64{"slowdown": x.TriggerAt, "restore": x.RestoreAt}}
 }
 
-func (x *slowdownResult) markdown(w func(string, ...any), r *report) {
+func (x *slowdownResult) markdown(w func(string, ...any), r *Report) {
 	w("## Slowdown")
 	w("")
 	w("The service runs with `LEASE_DURATION=%.0fs`, which is also its refresh deadline (the refresh timeout defaults to the lease), and every other setting at its default. Producers enqueue %.1f diverse entries/s throughout. From %.0f s to %.0f s the proxy's RTT is %.0f ms: a refresh needs at least 14 round trips (a batch of 16 on FerretDB, 44), so every refresh outlives its deadline, while claims, lease renewals and acknowledgements (a few round trips each) still get through.",

@@ -1,4 +1,6 @@
-package main
+//go:build !oldrelease
+
+package bench
 
 import (
 	"io"
@@ -9,9 +11,9 @@ import (
 )
 
 func TestPlanIsAScenarioOnlyWhenNamed(t *testing.T) {
-	o, err := parseFlags([]string{"-scenarios", "plan", "-plan-cases", "knee-wedge,recovery"}, io.Discard)
-	if err != nil || o.planCases != "knee-wedge,recovery" {
-		t.Fatalf("parse: %v, cases %q", err, o.planCases)
+	o, err := ParseArgs([]string{"-scenarios", "plan", "-plan-cases", "knee-wedge,recovery"}, io.Discard)
+	if err != nil || o.Plan.Cases != "knee-wedge,recovery" {
+		t.Fatalf("parse: %v, cases %q", err, o.Plan.Cases)
 	}
 	for _, s := range allScenarios {
 		if s == "plan" {

@@ -1,4 +1,6 @@
-package main
+//go:build !oldrelease
+
+package bench
 
 import (
 	"bytes"
@@ -25,18 +27,18 @@ import (
 	"github.com/scorerefresh/scorerefresh/replay"
 )
 
-// planOpts are the flags of the plan scenario: the capacity planner's
+// PlanConfig is the plan scenario's settings (flags -plan-*): the capacity planner's
 // predictions against measured replays (docs/capacity-planning.md).
-type planOpts struct {
-	planCases       string
-	planMeasureConc int
-	planMax         time.Duration
+type PlanConfig struct {
+	Cases              string        // comma-separated validation cases (empty: all)
+	MeasureConcurrency int           // pings in flight at once when the planner measures the round trip
+	ReplayMax          time.Duration // a replay stops after this long even if entries remain
 }
 
-func planFlags(fs *flag.FlagSet, o *planOpts) {
-	fs.StringVar(&o.planCases, "plan-cases", "", "plan: comma-separated validation cases to run (default: all; an unknown name lists them)")
-	fs.IntVar(&o.planMeasureConc, "plan-measure-concurrency", 1, "plan: pings in flight at once when the planner measures the round trip")
-	fs.DurationVar(&o.planMax, "plan-max", 150*time.Second, "plan: a replay stops after this long even if entries remain")
+func planFlags(fs *flag.FlagSet, o *PlanConfig) {
+	fs.StringVar(&o.Cases, "plan-cases", "", "plan: comma-separated validation cases to run (default: all; an unknown name lists them)")
+	fs.IntVar(&o.MeasureConcurrency, "plan-measure-concurrency", 1, "plan: pings in flight at once when the planner measures the round trip")
+	fs.DurationVar(&o.ReplayMax, "plan-max", 150*time.Second, "plan: a replay stops after this long even if entries remain")
 }
 
 // planCase is one validation: a generated backlog, a configuration, a
@@ -111,9 +113,9 @@ type planRow struct {
 	Replay                    string // the drain report's directory
 }
 
-func (b *bench) plan(ctx context.Context) ([]planRow, error) {
+func (b *Bench) plan(ctx context.Context) ([]planRow, error) {
 	cases := planCases()
-	if names := b.opts.planCases; names != "" {
+	if names := b.cfg.Plan.Cases; names != "" {
 		var picked []planCase
 		for _, n := range strings.Split(names, ",") {
 			i := slices.IndexFunc(cases, func(c planCase) bool { return c.name == strings.TrimSpace(n) })
@@ -128,7 +130,7 @@ func (b *bench) plan(ctx context.Context) ([]planRow, error) {
 		}
 		cases = picked
 	}
-	b.logf("\n== plan: the capacity planner's predictions against replays (RTT %s through the proxy)", b.opts.rtt)
+	b.logf("\n== plan: the capacity planner's predictions against replays (RTT %s through the proxy)", b.cfg.RTT)
 	entryCost, err := b.measureEntryCost(ctx, 5000)
 	if err != nil {
 		return nil, fmt.Errorf("measuring the cost of deleting entries: %w", err)
@@ -141,7 +143,7 @@ func (b *bench) plan(ctx context.Context) ([]planRow, error) {
 			return rows, fmt.Errorf("case %s: %w", c.name, err)
 		}
 		rows = append(rows, row)
-		if err := writePlanRows(b.opts.out, rows); err != nil {
+		if err := writePlanRows(b.cfg.Out, rows); err != nil {
 			return rows, err
 		}
 	}
@@ -152,18 +154,18 @@ func (b *bench) plan(ctx context.Context) ([]planRow, error) {
 // behind the case's own proxy; runs `scorerefresh plan --measure` against
 // it, as an operator would against a queue holding it; then replays it
 // from scratch (--drop) with the transient on schedule, and compares.
-func (b *bench) planCase(ctx context.Context, c planCase, entryCost time.Duration) (planRow, error) {
+func (b *Bench) planCase(ctx context.Context, c planCase, entryCost time.Duration) (planRow, error) {
 	row := planRow{Case: c.name, What: c.what, Shape: string(c.shape), Entries: c.entries,
 		Config:       fmt.Sprintf("REFRESH_CONCURRENCY=%d MAX_USERS_IN_FLIGHT=%d CLAIM_WINDOW=%d", c.conc, c.held, c.window),
-		BenchCommand: fmt.Sprintf("go run ./cmd/scorerefresh-bench -scenarios plan -plan-cases %s -out %s", c.name, b.opts.out)}
-	dir := filepath.Join(b.opts.out, "plan", c.name)
+		BenchCommand: fmt.Sprintf("go run ./cmd/scorerefresh-bench -scenarios plan -plan-cases %s -out %s", c.name, b.cfg.Out)}
+	dir := filepath.Join(b.cfg.Out, "plan", c.name)
 	_ = os.RemoveAll(dir)
-	_, err := replay.Generate(replay.GenerateConfig{Shape: c.shape, Entries: c.entries, Users: c.users, Rules: b.rules, Seed: b.opts.seed,
+	_, err := replay.Generate(replay.GenerateConfig{Shape: c.shape, Entries: c.entries, Users: c.users, Rules: b.rules, Seed: b.cfg.Seed,
 		Span: cmp.Or(c.span, 10*time.Minute), Out: filepath.Join(dir, "backlog"), Origin: "scorerefresh-bench plan " + c.name})
 	if err != nil {
 		return row, err
 	}
-	pcfg := faultproxy.Config{Target: b.srv.Addr, Up: b.opts.rtt / 2, Down: b.opts.rtt / 2}
+	pcfg := faultproxy.Config{Target: b.srv.Addr, Up: b.cfg.RTT / 2, Down: b.cfg.RTT / 2}
 	if c.slope > 0 {
 		pcfg.DelayFunc = knee(c.knee, c.slope)
 	}
@@ -172,8 +174,7 @@ func (b *bench) planCase(ctx context.Context, c planCase, entryCost time.Duratio
 		return row, err
 	}
 	defer proxy.Close()
-	b.seq++
-	db := fmt.Sprintf("bench%02d_plan_%s", b.seq, strings.ReplaceAll(c.name, "-", "_"))
+	db := b.nextDatabase("plan_" + strings.ReplaceAll(c.name, "-", "_"))
 	environ := append(b.environ[:len(b.environ):len(b.environ)],
 		"MONGODB_URI=mongodb://"+proxy.Addr()+"/?directConnection=true", "MONGODB_DATABASE="+db, "SCORING_RULES="+b.rulesPath,
 		fmt.Sprintf("REFRESH_CONCURRENCY=%d", c.conc), fmt.Sprintf("MAX_USERS_IN_FLIGHT=%d", c.held), fmt.Sprintf("CLAIM_WINDOW=%d", c.window))
@@ -190,7 +191,7 @@ func (b *bench) planCase(ctx context.Context, c planCase, entryCost time.Duratio
 	row.LoadAvg = before + " → " + loadAvg()
 	row.compare(c, p, rep)
 	row.MeasRefreshMs = refreshMs
-	row.PlanCommand = reproducible(c, args, p, b.opts.seed)
+	row.PlanCommand = reproducible(c, args, p, b.cfg.Seed)
 	b.logf("  %-16s drain %6.1fs predicted %6.1fs (%+.0f%%); peak oldest age %6.1fs predicted %6.1fs (%+.0f%%); refresh %.0f ms predicted %.0f ms; RTT %.2f ms, server %.2f ms, %.0f queries/s%s",
 		c.name, row.MeasDrain, row.PredDrain, pct(row.PredDrain, row.MeasDrain), row.MeasPeakAge, row.PredPeakAge, pct(row.PredPeakAge, row.MeasPeakAge),
 		row.MeasRefreshMs, row.PredRefreshMs, row.RTTms, row.CostMs, p.Server.Capacity, recoveryNote(row))
@@ -199,7 +200,7 @@ func (b *bench) planCase(ctx context.Context, c planCase, entryCost time.Duratio
 
 // planPredict loads the backlog (all at once, as a queue holding it) and
 // runs the planner against it.
-func (b *bench) planPredict(ctx context.Context, c planCase, environ []string, db string, entryCost time.Duration, dir string) (*planner.Plan, []string, error) {
+func (b *Bench) planPredict(ctx context.Context, c planCase, environ []string, db string, entryCost time.Duration, dir string) (*planner.Plan, []string, error) {
 	var out bytes.Buffer
 	_, err := replay.Replay(ctx, replay.Options{In: filepath.Join(dir, "backlog"), ShiftToNow: true, Arrival: string(replay.ArrivalMax), Speed: 1},
 		replay.Target{DB: b.direct.Database(db), Queue: "score_events", Claims: "score_claims", DeadLetter: "score_events_dead",
@@ -239,7 +240,7 @@ func (row *planRow) compare(c planCase, p *planner.Plan, rep *replay.Report) {
 // planReplay is `scorerefresh replay --in DIR --drop --drain --shift-to-now`
 // into the case's database, with the transient timed from the drain's
 // start. It returns the report and the mean refresh duration.
-func (b *bench) planReplay(ctx context.Context, c planCase, environ []string, proxy *faultproxy.Proxy, reportDir string) (*replay.Report, float64, error) {
+func (b *Bench) planReplay(ctx context.Context, c planCase, environ []string, proxy *faultproxy.Proxy, reportDir string) (*replay.Report, float64, error) {
 	cfg, err := config.Parse(append(environ, "METRICS_ADDR=", "LOG_LEVEL=warn"))
 	if err != nil {
 		return nil, 0, err
@@ -251,10 +252,10 @@ func (b *bench) planReplay(ctx context.Context, c planCase, environ []string, pr
 	defer svc.Close(context.Background())
 	var runner replay.Runner = svc
 	if c.trRTT > 0 {
-		runner = transientRunner{svc: svc, proxy: proxy, rtt: b.opts.rtt, c: c}
+		runner = transientRunner{svc: svc, proxy: proxy, rtt: b.cfg.RTT, c: c}
 	}
 	o := replay.Options{In: filepath.Join(filepath.Dir(reportDir), "backlog"), ShiftToNow: true, Arrival: cmp.Or(c.arrival, string(replay.ArrivalMax)),
-		Speed: max(c.speed, 1), Drop: true, Drain: true, Until: b.opts.planMax, ReportDir: reportDir, SampleInterval: time.Second}
+		Speed: max(c.speed, 1), Drop: true, Drain: true, Until: b.cfg.Plan.ReplayMax, ReportDir: reportDir, SampleInterval: time.Second}
 	var out bytes.Buffer
 	r, err := replay.Replay(ctx, o, replay.Target{
 		DB: svc.DB, Queue: cfg.QueueCollection, Claims: cfg.ClaimsCollection, DeadLetter: cfg.DeadLetterCollection, Scores: cfg.ScoresCollection,
@@ -308,8 +309,8 @@ func (t transientRunner) Run(ctx context.Context) error {
 // runPlanner runs `scorerefresh plan` in process against the case's database
 // (after the replay: the sources are loaded, the queue is empty) and reads
 // its JSON.
-func (b *bench) runPlanner(c planCase, environ []string, entryCost time.Duration, backlog, svg string) (*planner.Plan, []string, error) {
-	args := []string{"--in", backlog, "--measure", "--measure-concurrency", fmt.Sprint(b.opts.planMeasureConc),
+func (b *Bench) runPlanner(c planCase, environ []string, entryCost time.Duration, backlog, svg string) (*planner.Plan, []string, error) {
+	args := []string{"--in", backlog, "--measure", "--measure-concurrency", fmt.Sprint(b.cfg.Plan.MeasureConcurrency),
 		"--entry-cost", entryCost.Round(time.Microsecond).String(), "--max-replicas", "3", "--svg", svg}
 	if c.slope == 0 {
 		// The server under the fleet's load, found by loading it; with a
@@ -343,9 +344,8 @@ func (b *bench) runPlanner(c planCase, environ []string, entryCost time.Duration
 // measureEntryCost is the server's time per entry of a large ack: n
 // queue-shaped documents deleted by one deleteMany of their _ids, less a
 // round trip, on the direct connection.
-func (b *bench) measureEntryCost(ctx context.Context, n int) (time.Duration, error) {
-	b.seq++
-	coll := b.direct.Database(fmt.Sprintf("bench%02d_plan_entrycost", b.seq)).Collection("score_events")
+func (b *Bench) measureEntryCost(ctx context.Context, n int) (time.Duration, error) {
+	coll := b.direct.Database(b.nextDatabase("plan_entrycost")).Collection("score_events")
 	defer func() { _ = coll.Database().Drop(context.Background()) }()
 	docs, ids := make([]any, n), make([]bson.ObjectID, n)
 	now := time.Now()

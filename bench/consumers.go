@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -51,7 +51,7 @@ type timing struct {
 // serviceConfig is the configuration scorerefresh (and the reference's
 // client) gets: the bench's environment, as in production, with the
 // connection, database, rules and concurrency the scenario decides.
-func (b *bench) serviceConfig(db string, concurrency int) (config.Config, error) {
+func (b *Bench) serviceConfig(db string, concurrency int) (config.Config, error) {
 	environ := append(b.environ[:len(b.environ):len(b.environ)],
 		"MONGODB_URI=mongodb://"+b.proxy.Addr()+"/?directConnection=true",
 		"MONGODB_DATABASE="+db,
@@ -61,6 +61,14 @@ func (b *bench) serviceConfig(db string, concurrency int) (config.Config, error)
 		fmt.Sprintf("REFRESH_CONCURRENCY=%d", concurrency),
 	)
 	return config.Parse(environ)
+}
+
+// withEnv runs f with extra variables in the service's environment.
+func (b *Bench) withEnv(vars []string, f func() error) error {
+	saved := b.environ
+	b.environ = append(b.environ[:len(b.environ):len(b.environ)], vars...)
+	defer func() { b.environ = saved }()
+	return f()
 }
 
 // scorerefresh is one or more in-process instances of the service, wired by
@@ -74,7 +82,7 @@ type scorerefresh struct {
 	errs   []error
 }
 
-func (b *bench) startScorerefresh(ctx context.Context, db string, instances, concurrency int, tune func(int, *app.Options)) (*scorerefresh, error) {
+func (b *Bench) startScorerefresh(ctx context.Context, db string, instances, concurrency int, tune func(int, *app.Options)) (*scorerefresh, error) {
 	cfg, err := b.serviceConfig(db, concurrency)
 	if err != nil {
 		return nil, err
@@ -144,6 +152,15 @@ func (s *scorerefresh) timing() timing {
 	return t
 }
 
+// deadLetteredAnyReason counts the entries dead-lettered for too many
+// attempts or as malformed.
+func (s *scorerefresh) deadLetteredAnyReason() float64 {
+	return s.sum(func(svc *app.Service) float64 {
+		return metrics.Read(svc.Metrics.EntriesDeadLettered.WithLabelValues(metrics.ReasonMaxAttempts)) +
+			metrics.Read(svc.Metrics.EntriesDeadLettered.WithLabelValues(metrics.ReasonMalformed))
+	})
+}
+
 func histogram(m prometheus.Metric) (count, sum float64) {
 	var d dto.Metric
 	if err := m.Write(&d); err != nil || d.Histogram == nil {
@@ -175,7 +192,7 @@ type referenceRun struct {
 	done   chan struct{}
 }
 
-func (b *bench) startReference(ctx context.Context, db string) (*referenceRun, error) {
+func (b *Bench) startReference(ctx context.Context, db string) (*referenceRun, error) {
 	cfg, err := b.serviceConfig(db, 1)
 	if err != nil {
 		return nil, err
@@ -190,7 +207,7 @@ func (b *bench) startReference(ctx context.Context, db string) (*referenceRun, e
 		ref:    newReference(client.Database(db), b.rules, cfg.QueueCollection, cfg.PollInterval, b.svcLog),
 		client: client, reg: reg, cancel: cancel, done: make(chan struct{}),
 	}
-	go func() { defer close(r.done); r.ref.run(runCtx) }()
+	go func() { defer close(r.done); r.ref.drain(runCtx) }()
 	return r, nil
 }
 
@@ -221,39 +238,34 @@ func (r *referenceRun) stop() error {
 // addCommandTimes adds the count and total seconds of
 // scorerefresh_mongo_command_duration_seconds of reg, by command.
 func addCommandTimes(count, secs map[string]float64, reg prometheus.Gatherer) {
-	mfs, err := reg.Gather()
-	if err != nil {
-		return
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "scorerefresh_mongo_command_duration_seconds" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "command" {
-					count[l.GetValue()] += float64(m.GetHistogram().GetSampleCount())
-					secs[l.GetValue()] += m.GetHistogram().GetSampleSum()
-				}
-			}
-		}
-	}
+	eachCommand(reg, "scorerefresh_mongo_command_duration_seconds", func(command string, m *dto.Metric) {
+		count[command] += float64(m.GetHistogram().GetSampleCount())
+		secs[command] += m.GetHistogram().GetSampleSum()
+	})
 }
 
 // addCommands adds scorerefresh_mongo_commands_total of reg, by command.
 func addCommands(out map[string]float64, reg prometheus.Gatherer) {
+	eachCommand(reg, "scorerefresh_mongo_commands_total", func(command string, m *dto.Metric) {
+		out[command] += m.GetCounter().GetValue()
+	})
+}
+
+// eachCommand calls f with every series of reg's metric name and its
+// command label.
+func eachCommand(reg prometheus.Gatherer, name string, f func(command string, m *dto.Metric)) {
 	mfs, err := reg.Gather()
 	if err != nil {
 		return
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "scorerefresh_mongo_commands_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "command" {
-					out[l.GetValue()] += m.GetCounter().GetValue()
+					f(l.GetValue(), m)
 				}
 			}
 		}

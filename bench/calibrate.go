@@ -1,8 +1,7 @@
-package main
+package bench
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"slices"
 	"sort"
@@ -37,17 +36,17 @@ type calibration struct {
 	Levels  []qpsLevel `json:"qps_levels"`
 	RTTms   float64    `json:"rtt_ms"`
 	// ProxyRTTms is a ping's round trip through the proxy at RTTms with
-	// Conc pings at once: the network as the consumers see it (the proxy's
+	// Concurrency pings at once: the network as the consumers see it (the proxy's
 	// goroutines, timers and the driver add a little to the nominal RTT).
-	ProxyRTTms float64       `json:"proxy_rtt_ms"`
-	Conc       int           `json:"concurrency"`
-	Bounds     refreshBounds `json:"bounds"`
+	ProxyRTTms  float64       `json:"proxy_rtt_ms"`
+	Concurrency int           `json:"concurrency"`
+	Bounds      refreshBounds `json:"bounds"`
 }
 
 type queryKind struct {
-	Kind  string  `json:"kind"` // command on collection
-	Count int     `json:"count"`
-	MeanM float64 `json:"mean_ms"`
+	Kind   string  `json:"kind"` // command on collection
+	Count  int     `json:"count"`
+	MeanMs float64 `json:"mean_ms"`
 }
 
 type qpsLevel struct {
@@ -128,93 +127,134 @@ func (k *kindRecorder) reset() {
 // calibrate measures the server: first `sequential` first-time refreshes one
 // after another (time per query of each kind), then refreshes with several
 // workers at once for d per level (queries per second).
-func (b *bench) calibrate(ctx context.Context, sequential int, d time.Duration) (calibration, error) {
+func (b *Bench) calibrate(ctx context.Context, sequential int, d time.Duration) (calibration, error) {
 	rec := newKindRecorder()
-	client, err := mongo.Connect(options.Client().ApplyURI(b.srv.URI).SetMaxPoolSize(200).SetMaxConnecting(16).SetMonitor(rec.monitor()))
+	db, done, err := b.calibrationDatabase(ctx, "calibrate", options.Client().SetMaxPoolSize(200).SetMaxConnecting(16).SetMonitor(rec.monitor()))
 	if err != nil {
 		return calibration{}, err
 	}
-	defer client.Disconnect(context.Background())
-	b.seq++
-	db := client.Database(fmt.Sprintf("bench%02d_calibrate", b.seq))
-	defer db.Drop(context.Background())
-	if err := seedSources(ctx, db, b.opts.sources, b.opts.pool, b.opts.seed); err != nil {
-		return calibration{}, err
-	}
+	defer done()
 	refresher := scoring.NewRefresher(scoring.NewRecomputer(db, b.rules), scoring.NewStore(db.Collection("user_scores"), scoring.StoreConfig{}))
 	next := atomic.Int64{}
 	refresh := func() error {
 		// First-time refreshes of users of the pool, as in a diverse drain.
-		return refresher.Refresh(ctx, userName(int(next.Add(1))%b.opts.pool), time.Now())
+		return refresher.Refresh(ctx, userName(int(next.Add(1))%b.cfg.Pool), time.Now())
 	}
 	// Warm up: connections, FerretDB's caches, the $max fallback detection.
-	for range 5 {
-		if err := refresh(); err != nil {
-			return calibration{}, err
-		}
+	if err := repeat(5, refresh); err != nil {
+		return calibration{}, err
 	}
 	rec.reset()
+	if err := repeat(sequential, refresh); err != nil {
+		return calibration{}, err
+	}
 	var c calibration
-	for range sequential {
-		if err := refresh(); err != nil {
-			return calibration{}, err
-		}
-	}
-	rec.mu.Lock()
-	var sum time.Duration
-	n := 0
-	for kind, t := range rec.total {
-		cnt := rec.count[kind]
-		c.Kinds = append(c.Kinds, queryKind{Kind: kind, Count: cnt, MeanM: ms(t) / float64(cnt)})
-		sum += t
-		n += cnt
-	}
-	rec.mu.Unlock()
-	sort.Slice(c.Kinds, func(i, j int) bool { return c.Kinds[i].Kind < c.Kinds[j].Kind })
-	c.RoundTrips = float64(n) / float64(sequential)
-	c.ServerMs = ms(sum) / float64(n)
+	c.Kinds, c.RoundTrips, c.ServerMs = rec.perQuery(sequential)
 
 	// Throughput: the most queries per second at any of a few levels of
 	// concurrency (more workers than the server has cores, so it is busy).
-	for _, workers := range []int{4, 16, 48} {
-		rec.reset()
+	// Each refresh runs to its end past the level's deadline.
+	c.Levels, err = throughput(ctx, []int{4, 16, 48}, d, rec.reset, func() float64 { return float64(rec.all.Load()) },
+		func(context.Context) { _ = refresh() })
+	c.QPS, c.Workers = best(c.Levels)
+	if err != nil {
+		return c, err
+	}
+	c.RTTms = ms(b.cfg.RTT)
+	c.Concurrency = b.cfg.Concurrency
+	if c.ProxyRTTms, err = b.proxyRTT(ctx, b.cfg.RTT, b.cfg.Concurrency); err != nil {
+		return c, err
+	}
+	c.Bounds = c.bounds(b.cfg.RTT, b.cfg.Concurrency)
+	return c, nil
+}
+
+// perQuery is the recorded time per query of each kind, the queries per
+// refresh of `refreshes` refreshes, and the mean time of a query.
+func (k *kindRecorder) perQuery(refreshes int) (kinds []queryKind, roundTrips, meanMs float64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var sum time.Duration
+	n := 0
+	for kind, t := range k.total {
+		cnt := k.count[kind]
+		kinds = append(kinds, queryKind{Kind: kind, Count: cnt, MeanMs: ms(t) / float64(cnt)})
+		sum += t
+		n += cnt
+	}
+	sort.Slice(kinds, func(i, j int) bool { return kinds[i].Kind < kinds[j].Kind })
+	return kinds, float64(n) / float64(refreshes), ms(sum) / float64(n)
+}
+
+// calibrationDatabase is a fresh database with the bench's sources on a
+// client of its own (direct, no proxy); done drops it and disconnects.
+func (b *Bench) calibrationDatabase(ctx context.Context, name string, opts *options.ClientOptions) (db *mongo.Database, done func(), err error) {
+	client, err := mongo.Connect(opts.ApplyURI(b.srv.URI))
+	if err != nil {
+		return nil, nil, err
+	}
+	db = client.Database(b.nextDatabase(name))
+	done = func() {
+		db.Drop(context.Background())
+		client.Disconnect(context.Background())
+	}
+	if err := seedSources(ctx, db, b.cfg.Sources, b.cfg.Pool, b.cfg.Seed); err != nil {
+		done()
+		return nil, nil, err
+	}
+	return db, done, nil
+}
+
+// repeat calls f n times, one after another, until it fails.
+func repeat(n int, f func() error) error {
+	for range n {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// throughput runs work in a loop on each level's number of workers at once
+// for d, and returns count's growth per second at each level (reset before
+// each).
+func throughput(ctx context.Context, levels []int, d time.Duration, reset func(), count func() float64, work func(context.Context)) ([]qpsLevel, error) {
+	var out []qpsLevel
+	for _, workers := range levels {
+		reset()
 		wctx, cancel := context.WithTimeout(ctx, d)
 		var wg sync.WaitGroup
-		var failed atomic.Int64
 		start := time.Now()
 		for range workers {
 			wg.Go(func() {
 				for wctx.Err() == nil {
-					if err := refresh(); err != nil && wctx.Err() == nil {
-						failed.Add(1)
-					}
+					work(wctx)
 				}
 			})
 		}
 		wg.Wait()
 		cancel()
-		secs := time.Since(start).Seconds()
-		qps := float64(rec.all.Load()) / secs
-		c.Levels = append(c.Levels, qpsLevel{Workers: workers, QPS: qps})
-		if qps > c.QPS {
-			c.QPS, c.Workers = qps, workers
-		}
+		out = append(out, qpsLevel{Workers: workers, QPS: count() / time.Since(start).Seconds()})
 		if ctx.Err() != nil {
-			return c, ctx.Err()
+			return out, ctx.Err()
 		}
 	}
-	c.RTTms = ms(b.opts.rtt)
-	c.Conc = b.opts.concurrency
-	if c.ProxyRTTms, err = b.proxyRTT(ctx, b.opts.rtt, b.opts.concurrency); err != nil {
-		return c, err
+	return out, nil
+}
+
+// best is the highest rate of the levels and its workers.
+func best(levels []qpsLevel) (qps float64, workers int) {
+	for _, l := range levels {
+		if l.QPS > qps {
+			qps, workers = l.QPS, l.Workers
+		}
 	}
-	c.Bounds = c.bounds(b.opts.rtt, b.opts.concurrency)
-	return c, nil
+	return qps, workers
 }
 
 // proxyRTT is the mean round trip of a ping through the proxy at rtt, with
 // concurrency pings at once on one client (as a consumer's refreshes are).
-func (b *bench) proxyRTT(ctx context.Context, rtt time.Duration, concurrency int) (float64, error) {
+func (b *Bench) proxyRTT(ctx context.Context, rtt time.Duration, concurrency int) (float64, error) {
 	b.proxy.SetDelay(rtt/2, rtt/2)
 	defer b.proxy.SetDelay(0, 0)
 	client, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + b.proxy.Addr() + "/?directConnection=true").
@@ -257,15 +297,15 @@ func (b *bench) proxyRTT(ctx context.Context, rtt time.Duration, concurrency int
 func (c calibration) describe(logf func(string, ...any)) {
 	kinds := slices.Clone(c.Kinds)
 	for _, k := range kinds {
-		logf("    %-28s %5d × %6.2f ms", k.Kind, k.Count, k.MeanM)
+		logf("    %-28s %5d × %6.2f ms", k.Kind, k.Count, k.MeanMs)
 	}
 	logf("    %.1f round trips per refresh, %.2f ms server time per query", c.RoundTrips, c.ServerMs)
 	for _, l := range c.Levels {
 		logf("    %2d refreshes at once: %6.0f queries/s", l.Workers, l.QPS)
 	}
-	logf("    a ping through the proxy at RTT %.0f ms, %d at once: %.1f ms", c.RTTms, c.Conc, c.ProxyRTTms)
+	logf("    a ping through the proxy at RTT %.0f ms, %d at once: %.1f ms", c.RTTms, c.Concurrency, c.ProxyRTTms)
 	logf("    bounds at RTT %.1f ms (measured), REFRESH_CONCURRENCY %d: latency %.1f refreshes/s, server %.1f refreshes/s -> %s-bound (%.1f/s)",
-		c.ProxyRTTms, c.Conc, c.Bounds.Latency, c.Bounds.Server, c.Bounds.Which, c.Bounds.Lower)
+		c.ProxyRTTms, c.Concurrency, c.Bounds.Latency, c.Bounds.Server, c.Bounds.Which, c.Bounds.Lower)
 	if math.IsNaN(c.Bounds.Lower) {
 		logf("    (calibration produced no numbers)")
 	}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"encoding/json"
@@ -10,9 +10,9 @@ import (
 	"strings"
 )
 
-// report is everything one run measured; results.json is this, report.md
+// Report is everything one run measured; results.json is this, report.md
 // and the charts are drawn from it.
-type report struct {
+type Report struct {
 	Started     string          `json:"started"`
 	Seconds     float64         `json:"seconds"`
 	Short       bool            `json:"short"`
@@ -39,12 +39,12 @@ type report struct {
 	Slowdown    *slowdownResult `json:"slowdown,omitempty"`
 	// Compare is another version's run of the fleet and storm scenarios
 	// (-compare), reported side by side.
-	Compare *report           `json:"compare,omitempty"`
+	Compare *Report           `json:"compare,omitempty"`
 	Targets []target          `json:"targets"`
 	Charts  map[string]string `json:"charts"`
 }
 
-func (r *report) write(dir string) error {
+func (r *Report) write(dir string) error {
 	r.Charts = map[string]string{}
 	for name, c := range r.timelineCharts() {
 		file := name + ".svg"
@@ -81,7 +81,7 @@ func (r *report) write(dir string) error {
 }
 
 // sanitize replaces non-finite floats in the report's own fields.
-func sanitize(r *report) *report {
+func sanitize(r *Report) *Report {
 	c := *r
 	fix := func(f *float64) {
 		if math.IsNaN(*f) || math.IsInf(*f, 0) {
@@ -101,7 +101,7 @@ func sanitize(r *report) *report {
 		fix(&c.Scale.Efficiency)
 	}
 	if c.Adaptive != nil {
-		for _, v := range []*float64{&c.Adaptive.Fraction, &c.Adaptive.Fairness, &c.Adaptive.FleetFrac, &c.Adaptive.ThreeFraction} {
+		for _, v := range []*float64{&c.Adaptive.Fraction, &c.Adaptive.Fairness, &c.Adaptive.ThreeOverOne, &c.Adaptive.ThreeFraction} {
 			fix(v)
 		}
 	}
@@ -115,7 +115,7 @@ func sanitize(r *report) *report {
 }
 
 // rows are the table's runs in scenario order.
-func (r *report) rows() [][]*runResult {
+func (r *Report) rows() [][]*runResult {
 	var rows [][]*runResult
 	add := func(p pair) {
 		rows = append(rows, []*runResult{p.Reference, p.Scorerefresh})
@@ -144,9 +144,40 @@ func (r *report) rows() [][]*runResult {
 	return rows
 }
 
-func (r *report) markdown() string {
+// markdown is report.md.
+func (r *Report) markdown() string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	r.markdownHeader(w)
+	r.Calibration.markdown(w, r.Concurrency)
+	r.markdownResults(w)
+	r.markdownScenarioFigures(w)
+	r.markdownSections(w)
+	w("## Targets")
+	w("")
+	w("| scenario | target | figure | verdict |")
+	w("|---|---|---|---|")
+	for _, t := range r.Targets {
+		w("| %s | %s | %s | %s |", t.Scenario, t.Target, t.Figure, verdict(t))
+	}
+	w("")
+	w("## Charts")
+	w("")
+	r.markdownCharts(w, "diverse", "firehose", "wedge", "recovery", "overload")
+	return b.String()
+}
+
+// markdownCharts links the named charts that were drawn.
+func (r *Report) markdownCharts(w func(string, ...any), names ...string) {
+	for _, name := range names {
+		if f, ok := r.Charts[name]; ok {
+			w("![%s](%s)", name, f)
+			w("")
+		}
+	}
+}
+
+func (r *Report) markdownHeader(w func(string, ...any)) {
 	w("# scorerefresh-bench results")
 	w("")
 	w("- command: `%s`", r.Command)
@@ -157,7 +188,9 @@ func (r *report) markdown() string {
 	if r.Short {
 		w("- **smoke run (-short): sizes and durations are tiny; the figures mean nothing**")
 	}
-	c := r.Calibration
+}
+
+func (c calibration) markdown(w func(string, ...any), concurrency int) {
 	w("")
 	w("## Calibration")
 	w("")
@@ -166,7 +199,7 @@ func (r *report) markdown() string {
 	w("| query | count | mean ms |")
 	w("|---|---:|---:|")
 	for _, k := range c.Kinds {
-		w("| %s | %d | %.2f |", k.Kind, k.Count, k.MeanM)
+		w("| %s | %d | %.2f |", k.Kind, k.Count, k.MeanMs)
 	}
 	w("")
 	levels := []string{}
@@ -175,13 +208,17 @@ func (r *report) markdown() string {
 	}
 	w("%.1f round trips per refresh, %.2f ms mean server time per query; throughput %s.", c.RoundTrips, c.ServerMs, strings.Join(levels, ", "))
 	w("")
-	w("A ping through the proxy set to %.0f ms, %d at once, takes **%.1f ms**: the RTT the consumers actually get (the proxy's timers and goroutines and the driver add to the nominal figure); the bounds use it.", c.RTTms, c.Conc, c.ProxyRTTms)
+	w("A ping through the proxy set to %.0f ms, %d at once, takes **%.1f ms**: the RTT the consumers actually get (the proxy's timers and goroutines and the driver add to the nominal figure); the bounds use it.", c.RTTms, c.Concurrency, c.ProxyRTTms)
 	w("")
-	w("- latency bound: %d / (%.1f × (%.1f ms + %.2f ms)) = **%.1f refreshes/s** (with the nominal %.0f ms: %.1f/s)", r.Concurrency, c.RoundTrips, c.ProxyRTTms, c.ServerMs, c.Bounds.Latency,
-		c.RTTms, float64(r.Concurrency)/(c.RoundTrips*(c.RTTms+c.ServerMs)/1000))
+	w("- latency bound: %d / (%.1f × (%.1f ms + %.2f ms)) = **%.1f refreshes/s** (with the nominal %.0f ms: %.1f/s)", concurrency, c.RoundTrips, c.ProxyRTTms, c.ServerMs, c.Bounds.Latency,
+		c.RTTms, float64(concurrency)/(c.RoundTrips*(c.RTTms+c.ServerMs)/1000))
 	w("- server bound: %.0f queries/s / %.1f = **%.1f refreshes/s**", c.QPS, c.RoundTrips, c.Bounds.Server)
 	w("- binding: **%s** (%.1f refreshes/s)", c.Bounds.Which, c.Bounds.Lower)
 	w("")
+}
+
+// markdownResults is the table of every run, scenario by scenario.
+func (r *Report) markdownResults(w func(string, ...any)) {
 	w("## Results")
 	w("")
 	w("| scenario | consumer | RTT ms | entries | seconds | entries/s | ratio | refreshes | commands/entry | notes |")
@@ -195,13 +232,8 @@ func (r *report) markdown() string {
 			if x.Consumer == consumerReference {
 				ref = x
 			}
-			ratio := ""
-			if x.Consumer == consumerScorerefresh && ref != nil && ref.Rate > 0 {
-				ratio = fmt.Sprintf("%.1f×", x.Rate/ref.Rate)
-			}
-			entries := x.Backlog + int(x.Produced)
-			w("| %s | %s%s | %.0f | %d | %.1f | %.1f | %s | %.0f | %.2f | %s |", x.Scenario, x.Consumer, instancesCol(x), x.RTTms, entries,
-				x.Seconds, x.Rate, ratio, x.Refreshes, x.CommandsPerEntry, r.note(x))
+			w("| %s | %s%s | %.0f | %d | %.1f | %.1f | %s | %.0f | %.2f | %s |", x.Scenario, x.Consumer, instancesCol(x), x.RTTms, x.Backlog+int(x.Produced),
+				x.Seconds, x.Rate, ratioCell(x, ref), x.Refreshes, x.CommandsPerEntry, r.note(x))
 		}
 	}
 	w("")
@@ -209,14 +241,26 @@ func (r *report) markdown() string {
 	w("the reference counts an entry done when its user's refresh completes, since it acknowledges only after each 200-entry batch). ")
 	w("commands/entry is every MongoDB command of the consumer (command monitor, `scorerefresh_mongo_commands_total`) per entry done.")
 	w("")
+}
+
+// ratioCell is scorerefresh's rate over the reference's run in the same
+// row, if there is one.
+func ratioCell(x, ref *runResult) string {
+	if x.Consumer == consumerScorerefresh && ref != nil && ref.Rate > 0 {
+		return fmt.Sprintf("%.1f×", x.Rate/ref.Rate)
+	}
+	return ""
+}
+
+// markdownScenarioFigures sums scenarios 3 to 6 up in a line each.
+func (r *Report) markdownScenarioFigures(w func(string, ...any)) {
 	if r.Wedge != nil || r.Recovery != nil || len(r.Overload) > 0 || r.Scale != nil {
 		w("## Scenario figures")
 		w("")
 	}
-	if r.Wedge != nil {
-		x := r.Wedge
+	if x := r.Wedge; x != nil {
 		w("- wedge: arrivals %.1f/s. %s Reference: depth %d at the end, growing %.1f/s over the second half, oldest age up to %.0f s. scorerefresh: depth %d at the end, oldest age at most %.1f s.",
-			x.Rate, x.Note, x.RefFinalDepth, x.RefDepthSlope, x.RefMaxOldestAge, x.SRFinalDepth, x.SRMaxOldestAge)
+			x.Rate, x.Note, x.ReferenceFinalDepth, x.ReferenceDepthSlope, x.ReferenceMaxOldestAge, x.ScorerefreshFinalDepth, x.ScorerefreshMaxOldestAge)
 	}
 	if x := r.Recovery; x != nil {
 		w("- recovery: arrivals %.1f/s, RTT %.0f ms from %.0f s to %.0f s. scorerefresh: pre-trigger oldest age ≤ %.1f s, peak %.0f s and depth %d, back under the pre-trigger level %s. Reference: %s.",
@@ -235,22 +279,22 @@ func (r *report) markdown() string {
 			x.RTTms, x.Entries, x.RateOne, x.RateThree, x.Efficiency, x.BoundsOne.Latency, x.LatencyThree, x.BoundsOne.Server)
 	}
 	w("")
+}
+
+// markdownSections are the sections of the scenarios that write their own.
+func (r *Report) markdownSections(w func(string, ...any)) {
 	if r.Adaptive != nil {
 		r.Adaptive.markdown(w)
 	}
+	var compare Report
+	if r.Compare != nil {
+		compare = *r.Compare
+	}
 	if r.Fleet != nil {
-		var old *fleetResult
-		if r.Compare != nil {
-			old = r.Compare.Fleet
-		}
-		fleetMarkdown(w, r.Fleet, old)
+		fleetMarkdown(w, r.Fleet, compare.Fleet)
 	}
 	if r.Storm != nil {
-		var old *stormResult
-		if r.Compare != nil {
-			old = r.Compare.Storm
-		}
-		stormMarkdown(w, r.Storm, old)
+		stormMarkdown(w, r.Storm, compare.Storm)
 	}
 	if r.Batched != nil {
 		r.Batched.markdown(w, r)
@@ -258,23 +302,6 @@ func (r *report) markdown() string {
 	if r.Slowdown != nil {
 		r.Slowdown.markdown(w, r)
 	}
-	w("## Targets")
-	w("")
-	w("| scenario | target | figure | verdict |")
-	w("|---|---|---|---|")
-	for _, t := range r.Targets {
-		w("| %s | %s | %s | %s |", t.Scenario, t.Target, t.Figure, verdict(t))
-	}
-	w("")
-	w("## Charts")
-	w("")
-	for _, name := range []string{"diverse", "firehose", "wedge", "recovery", "overload"} {
-		if f, ok := r.Charts[name]; ok {
-			w("![%s](%s)", name, f)
-			w("")
-		}
-	}
-	return b.String()
 }
 
 func instancesCol(x *runResult) string {
@@ -284,7 +311,7 @@ func instancesCol(x *runResult) string {
 	return ""
 }
 
-func (r *report) note(x *runResult) string {
+func (r *Report) note(x *runResult) string {
 	switch {
 	case strings.HasPrefix(x.Scenario, "overload"):
 		return fmt.Sprintf("offered %.1f/s", float64(x.Produced)/math.Max(x.Seconds, 1e-9))
@@ -313,14 +340,14 @@ func seconds(v float64, what string) string {
 }
 
 func refRecovery(x *recoveryResult) string {
-	if x.RefRecovery >= 0 {
-		return fmt.Sprintf("recovered %.0f s after restore", x.RefRecovery)
+	if x.ReferenceRecovery >= 0 {
+		return fmt.Sprintf("recovered %.0f s after restore", x.ReferenceRecovery)
 	}
-	return fmt.Sprintf("not recovered %.0f s after restore (depth %d)", x.RefObserved, x.RefFinalDepth)
+	return fmt.Sprintf("not recovered %.0f s after restore (depth %d)", x.ReferenceObserved, x.ReferenceFinalDepth)
 }
 
 // html is a page with the report's tables and the charts inline.
-func (r *report) html(md string) string {
+func (r *Report) html(md string) string {
 	var b strings.Builder
 	b.WriteString("<!doctype html>\n<meta charset=\"utf-8\">\n<title>scorerefresh-bench results</title>\n")
 	b.WriteString("<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child,td:nth-child(2),th{text-align:left}img{max-width:100%}</style>\n")
