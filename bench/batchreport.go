@@ -4,6 +4,7 @@ package bench
 
 import (
 	"fmt"
+	"github.com/scorerefresh/scorerefresh/pkg/svgchart"
 	"math"
 )
 
@@ -21,60 +22,60 @@ func fin(v float64) float64 {
 }
 
 // timelinePanels draws depth and oldest age of each run, one colour each.
-func timelinePanels(runs []batchRun, label func(batchRun) string) (depth, age panel) {
-	depth = panel{title: "queue depth", unit: "entries"}
-	age = panel{title: "oldest entry age", unit: "s"}
+func timelinePanels(runs []batchRun, label func(batchRun) string) (depth, age svgchart.Panel) {
+	depth = svgchart.Panel{Title: "queue depth (entries)"}
+	age = svgchart.Panel{Title: "oldest entry age (s)"}
 	for i, r := range runs {
-		d := line{name: label(r), color: configColor(i)}
-		a := line{name: label(r), color: configColor(i)}
+		d := svgchart.Series{Name: label(r), Color: configColor(i)}
+		a := svgchart.Series{Name: label(r), Color: configColor(i)}
 		for _, s := range r.Run.Timeline {
-			d.points = append(d.points, [2]float64{s.T, float64(s.Depth)})
-			a.points = append(a.points, [2]float64{s.T, s.OldestAge})
+			d.Points = append(d.Points, [2]float64{s.T, float64(s.Depth)})
+			a.Points = append(a.Points, [2]float64{s.T, s.OldestAge})
 		}
-		depth.lines = append(depth.lines, d)
-		age.lines = append(age.lines, a)
+		depth.Series = append(depth.Series, d)
+		age.Series = append(age.Series, a)
 	}
 	return depth, age
 }
 
-func (x *batchedResult) charts() map[string]chart {
-	out := map[string]chart{}
+func (x *batchedResult) charts() map[string]svgchart.Chart {
+	out := map[string]svgchart.Chart{}
 	label := func(r batchRun) string { return r.Config.Rules + ", " + r.Config.Label }
 	if len(x.Diverse) > 0 {
 		depth, _ := timelinePanels(x.Diverse, label)
-		done := panel{title: "entries acknowledged", unit: "entries"}
+		done := svgchart.Panel{Title: "entries acknowledged"}
 		for i, r := range x.Diverse {
-			l := line{name: label(r), color: configColor(i)}
+			l := svgchart.Series{Name: label(r), Color: configColor(i)}
 			for _, s := range r.Run.Timeline {
-				l.points = append(l.points, [2]float64{s.T, s.Progress})
+				l.Points = append(l.Points, [2]float64{s.T, s.Progress})
 			}
-			done.lines = append(done.lines, l)
+			done.Series = append(done.Series, l)
 		}
-		out["batched-diverse"] = chart{title: fmt.Sprintf("Batched recompute: diverse drain of %d entries, per configuration", x.Entries),
-			xLabel: "seconds since the consumer started", panels: []panel{done, depth}}
+		out["batched-diverse"] = svgchart.Chart{PanelHeight: chartPanelHeight, Title: fmt.Sprintf("Batched recompute: diverse drain of %d entries, per configuration", x.Entries),
+			XLabel: "seconds since the consumer started", Panels: []svgchart.Panel{done, depth}}
 	}
 	if len(x.Far) > 0 {
-		done := panel{title: "entries acknowledged", unit: "entries"}
+		done := svgchart.Panel{Title: "entries acknowledged"}
 		for i, r := range x.Far {
-			l := line{name: r.Config.Label, color: configColor(i)}
+			l := svgchart.Series{Name: r.Config.Label, Color: configColor(i)}
 			for _, s := range r.Run.Timeline {
-				l.points = append(l.points, [2]float64{s.T, s.Progress})
+				l.Points = append(l.Points, [2]float64{s.T, s.Progress})
 			}
-			done.lines = append(done.lines, l)
+			done.Series = append(done.Series, l)
 		}
-		out["batched-far"] = chart{title: fmt.Sprintf("Batched recompute: diverse drain at RTT %.0f ms (latency-bound)", x.FarRTTms),
-			xLabel: "seconds since the consumer started", panels: []panel{done}}
+		out["batched-far"] = svgchart.Chart{PanelHeight: chartPanelHeight, Title: fmt.Sprintf("Batched recompute: diverse drain at RTT %.0f ms (latency-bound)", x.FarRTTms),
+			XLabel: "seconds since the consumer started", Panels: []svgchart.Panel{done}}
 	}
 	if len(x.Wedge) > 0 {
 		depth, age := timelinePanels(x.Wedge, func(r batchRun) string { return r.Config.Label })
-		out["batched-wedge"] = chart{title: fmt.Sprintf("Batched recompute: wedge, diverse arrivals at %.1f/s", x.WedgeRate),
-			xLabel: "seconds since the consumer started", panels: []panel{depth, age}}
+		out["batched-wedge"] = svgchart.Chart{PanelHeight: chartPanelHeight, Title: fmt.Sprintf("Batched recompute: wedge, diverse arrivals at %.1f/s", x.WedgeRate),
+			XLabel: "seconds since the consumer started", Panels: []svgchart.Panel{depth, age}}
 	}
 	if len(x.Recovery) > 0 {
 		depth, age := timelinePanels(x.Recovery, func(r batchRun) string { return r.Config.Label })
-		out["batched-recovery"] = chart{title: fmt.Sprintf("Batched recompute: arrivals at %.1f/s, RTT %.0f ms between the markers", x.RecoveryRate, x.TriggerRTTms),
-			xLabel: "seconds since the consumer started", panels: []panel{depth, age},
-			markers: map[string]float64{"trigger": x.TriggerAt, "restore": x.RestoreAt}}
+		out["batched-recovery"] = svgchart.Chart{PanelHeight: chartPanelHeight, Title: fmt.Sprintf("Batched recompute: arrivals at %.1f/s, RTT %.0f ms between the markers", x.RecoveryRate, x.TriggerRTTms),
+			XLabel: "seconds since the consumer started", Panels: []svgchart.Panel{depth, age},
+			Markers: []svgchart.Marker{{Label: "trigger", X: x.TriggerAt}, {Label: "restore", X: x.RestoreAt}}}
 	}
 	return out
 }

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"flag"
+
+	"github.com/scorerefresh/scorerefresh/pkg/svgchart"
 )
 
 // Releases older than the batched recompute and the capacity planner
@@ -33,5 +35,5 @@ func (b *Bench) batched(context.Context, float64) (*batchedResult, error) {
 // batchedResult is never set in this build.
 type batchedResult struct{}
 
-func (*batchedResult) charts() map[string]chart               { return nil }
+func (*batchedResult) charts() map[string]svgchart.Chart      { return nil }
 func (*batchedResult) markdown(func(string, ...any), *Report) {}

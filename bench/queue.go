@@ -2,13 +2,12 @@ package bench
 
 import (
 	"context"
-	"math"
 	"sync/atomic"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/scorerefresh/scorerefresh/queuestate"
 )
 
 // How the bench reads the queue while a consumer drains it: its depth and
@@ -29,18 +28,11 @@ func (b *Bench) sample(ctx context.Context, queue *mongo.Collection, elapsed tim
 	s := sample{T: elapsed.Seconds(), Progress: c.progress(), Arrived: arrived.Load()}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	n, err := queue.EstimatedDocumentCount(sctx)
-	if err == nil {
-		s.Depth = n
-	}
-	var oldest struct {
-		CreatedAt time.Time `bson:"createdAt"`
-	}
-	err = queue.FindOne(sctx, bson.D{}, options.FindOne().
-		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
-		SetProjection(bson.D{{Key: "createdAt", Value: 1}})).Decode(&oldest)
-	if err == nil {
-		s.OldestAge = math.Max(0, time.Since(oldest.CreatedAt).Seconds())
+	// A failed read leaves the figure at 0 for this sample: the row stays
+	// and the timeline stays regular.
+	if st, err := queuestate.New(queue, nil).Read(sctx); err == nil {
+		s.Depth = st.Depth
+		s.OldestAge = st.OldestAge(time.Now()).Seconds()
 	}
 	return s
 }

@@ -48,14 +48,14 @@ func (r *Report) write(dir string) error {
 	r.Charts = map[string]string{}
 	for name, c := range r.timelineCharts() {
 		file := name + ".svg"
-		if err := os.WriteFile(filepath.Join(dir, file), []byte(c.svg()), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(c.SVG()), 0o644); err != nil {
 			return err
 		}
 		r.Charts[name] = file
 	}
 	for name, c := range r.moreCharts() {
 		file := name + ".svg"
-		if err := os.WriteFile(filepath.Join(dir, file), []byte(c.svg()), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(c.SVG()), 0o644); err != nil {
 			return err
 		}
 		r.Charts[name] = file

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/scorerefresh/scorerefresh/pkg/svgchart"
 	"log/slog"
 	"strings"
 	"sync"
@@ -261,19 +262,19 @@ func (x *slowdownResult) figures(warm float64) {
 	x.FinalDepth = last(tl).Depth
 }
 
-func (x *slowdownResult) chart() chart {
-	depth := panel{title: "queue depth", unit: "entries"}
-	age := panel{title: "oldest entry age", unit: "s"}
-	d := line{name: "scorerefresh", color: colorScorerefresh}
-	a := line{name: "scorerefresh", color: colorScorerefresh}
+func (x *slowdownResult) chart() svgchart.Chart {
+	depth := svgchart.Panel{Title: "queue depth (entries)"}
+	age := svgchart.Panel{Title: "oldest entry age (s)"}
+	d := svgchart.Series{Name: "scorerefresh", Color: colorScorerefresh}
+	a := svgchart.Series{Name: "scorerefresh", Color: colorScorerefresh}
 	for _, s := range x.Run.Timeline {
-		d.points = append(d.points, [2]float64{s.T, float64(s.Depth)})
-		a.points = append(a.points, [2]float64{s.T, s.OldestAge})
+		d.Points = append(d.Points, [2]float64{s.T, float64(s.Depth)})
+		a.Points = append(a.Points, [2]float64{s.T, s.OldestAge})
 	}
-	depth.lines, age.lines = []line{d}, []line{a}
-	return chart{title: fmt.Sprintf("Slowdown: RTT %.0f ms between the markers, refresh deadline %.0f s; arrivals %.1f/s", x.RTTms, x.LeaseSeconds, x.Rate),
-		xLabel: "seconds since the consumer started", panels: []panel{depth, age},
-		markers: map[string]float64{"slowdown": x.TriggerAt, "restore": x.RestoreAt}}
+	depth.Series, age.Series = []svgchart.Series{d}, []svgchart.Series{a}
+	return svgchart.Chart{PanelHeight: chartPanelHeight, Title: fmt.Sprintf("Slowdown: RTT %.0f ms between the markers, refresh deadline %.0f s; arrivals %.1f/s", x.RTTms, x.LeaseSeconds, x.Rate),
+		XLabel: "seconds since the consumer started", Panels: []svgchart.Panel{depth, age},
+		Markers: []svgchart.Marker{{Label: "slowdown", X: x.TriggerAt}, {Label: "restore", X: x.RestoreAt}}}
 }
 
 func (x *slowdownResult) markdown(w func(string, ...any), r *Report) {

@@ -111,16 +111,6 @@ func TestSmoke(t *testing.T) {
 	checkBatchedAndSlowdown(t, &rep, dir)
 }
 
-func TestTicksCoverTheRange(t *testing.T) {
-	t.Parallel()
-	for _, max := range []float64{0.3, 1, 7, 99, 1234, 55555} {
-		ts := ticks(max, 5)
-		if ts[0] != 0 || ts[len(ts)-1] < max || len(ts) > 12 {
-			t.Errorf("ticks(%v) = %v", max, ts)
-		}
-	}
-}
-
 func TestDepthSlope(t *testing.T) {
 	t.Parallel()
 	var s []sample

@@ -45,6 +45,15 @@ rm -f "$wt"/bench/*.go
 cp "$root"/bench/*.go "$wt/bench/"
 rm -f "$wt"/bench/*_test.go
 cp "$root/cmd/scorerefresh-bench/main.go" "$wt/cmd/scorerefresh-bench/"
+# Self-contained packages the bench reads the queue and draws with, which
+# releases before v0.3.0 lack.
+for pkg in queuestate pkg/svgchart; do
+	if [[ ! -d $wt/$pkg ]]; then
+		mkdir -p "$wt/$pkg"
+		cp "$root/$pkg"/*.go "$wt/$pkg/"
+		rm -f "$wt/$pkg"/*_test.go
+	fi
+done
 git -C "$wt" apply -3 "$root/bench/fleet/app-hooks.patch"
 # Releases before v0.3.0 kept the binaries' shared packages in cmd/internal;
 # the copied bench imports them from internal/.
