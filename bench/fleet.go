@@ -10,8 +10,10 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/scorerefresh/scorerefresh/consumer"
 	"github.com/scorerefresh/scorerefresh/internal/app"
 	"github.com/scorerefresh/scorerefresh/metrics"
 )
@@ -32,6 +34,7 @@ type FleetConfig struct {
 	Idle     time.Duration // how long the idle fleet (queue empty) is measured
 	Settle   time.Duration // pause between the drain and the idle measurement
 	DrainMax time.Duration // cap on each drain
+	Scorer   string        // scorerReal, or scorerInstant: refreshes succeed at once, the figures are the claim and ack path's
 
 	StormUsers    int           // distinct users queued, one entry each
 	StormReplicas int           // replicas draining them
@@ -52,6 +55,7 @@ func fleetFlags(fs *flag.FlagSet, o *FleetConfig) {
 	fs.DurationVar(&o.Idle, "fleet-idle", 10*time.Second, "fleet: how long the idle fleet (queue empty) is measured")
 	fs.DurationVar(&o.Settle, "fleet-settle", 2*time.Second, "fleet: pause between the drain and the idle measurement")
 	fs.DurationVar(&o.DrainMax, "fleet-max", 3*time.Minute, "fleet: cap on each drain")
+	fs.StringVar(&o.Scorer, "fleet-scorer", scorerReal, "fleet: real (every refresh recomputes) or instant (refreshes succeed at once: the figures are the claim and ack path's, and the server is not loaded by refreshes)")
 	fs.IntVar(&o.StormUsers, "storm-users", 20000, "storm: distinct users queued (one entry each)")
 	fs.IntVar(&o.StormReplicas, "storm-replicas", 3, "storm: replicas")
 	fs.DurationVar(&o.StormFailFor, "storm", 60*time.Second, "storm: how long every refresh fails")
@@ -94,6 +98,9 @@ func (o FleetConfig) validate() error {
 	if o.Entries <= 0 || o.Users <= 0 || o.StormUsers <= 0 || o.StormReplicas <= 0 || o.RTT < 0 {
 		return fmt.Errorf("fleet and storm sizes must be positive and -fleet-rtt not negative")
 	}
+	if o.Scorer != scorerInstant && o.Scorer != scorerReal {
+		return fmt.Errorf("-fleet-scorer %q: want %s or %s", o.Scorer, scorerInstant, scorerReal)
+	}
 	if o.StormScorer != scorerInstant && o.StormScorer != scorerReal {
 		return fmt.Errorf("-storm-scorer %q: want %s or %s", o.StormScorer, scorerInstant, scorerReal)
 	}
@@ -135,6 +142,7 @@ type fleetResult struct {
 	Entries int         `json:"entries"`
 	Users   int         `json:"users"`
 	RTTms   float64     `json:"rtt_ms"`
+	Scorer  string      `json:"scorer,omitempty"` // "" (an older run) is real
 	Runs    []*fleetRun `json:"runs"`
 }
 
@@ -150,8 +158,8 @@ func (b *Bench) fleet(ctx context.Context) (*fleetResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.logf("\n== fleet: %d entries of %d users drained by %v replicas at RTT %s, then %s idle", o.Entries, o.Users, ns, o.RTT, o.Idle)
-	r := &fleetResult{Label: o.Label, Entries: o.Entries, Users: o.Users, RTTms: ms(o.RTT)}
+	b.logf("\n== fleet: %d entries of %d users drained by %v replicas at RTT %s, %s scorer, then %s idle", o.Entries, o.Users, ns, o.RTT, o.Scorer, o.Idle)
+	r := &fleetResult{Label: o.Label, Entries: o.Entries, Users: o.Users, RTTms: ms(o.RTT), Scorer: o.Scorer}
 	backlog := fleetBacklog(o.Entries, o.Users, time.Now(), b.cfg.Seed+3)
 	for _, n := range ns {
 		run, err := b.measureFleet(ctx, n, backlog)
@@ -202,8 +210,15 @@ func (b *Bench) measureFleet(ctx context.Context, n int, backlog []any) (*fleetR
 	}
 	w := &fleetWatch{run: &fleetRun{Replicas: n}, stats: stats, target: float64(len(backlog)), settle: o.Settle, idle: o.Idle}
 	res, err := b.measure(ctx, runSpec{scenario: fmt.Sprintf("fleet%d", n), consumer: consumerScorerefresh, instances: n, rtt: o.RTT, backlog: backlog,
-		max:     o.DrainMax + o.Settle + o.Idle,
-		tune:    func(i int, ao *app.Options) { ao.Monitor = stats[i].monitor() },
+		max: o.DrainMax + o.Settle + o.Idle,
+		tune: func(i int, ao *app.Options) {
+			ao.Monitor = stats[i].monitor()
+			if o.Scorer == scorerInstant {
+				ao.WrapRefresher = func(r consumer.Refresher) consumer.Refresher {
+					return faultyScorer{inner: r, failing: new(atomic.Bool), instant: true}
+				}
+			}
+		},
 		observe: w.observe,
 		done:    func([]sample) bool { return w.finished },
 	})
@@ -367,8 +382,12 @@ func loadCompare(path, label string) (*Report, error) {
 func fleetMarkdown(w func(string, ...any), cur, old *fleetResult) {
 	w("## Fleet")
 	w("")
-	w("%d entries of %d users drained by N replicas (in process, each a full service with its own client and pool) through the proxy at RTT %.0f ms; then the fleet idles on an empty queue. Counted by each client's command monitor: commands, bytes of commands and replies, documents in cursor batches, duplicate-key errors on lease inserts. Claim rounds from `scorerefresh_claim_duration_seconds`.",
-		cur.Entries, cur.Users, cur.RTTms)
+	scorer := "every refresh recomputes the user's score (12 components)"
+	if cur.Scorer == scorerInstant {
+		scorer = "refreshes succeed at once (`-fleet-scorer instant`): the figures are the claim, lease and ack path's, and refreshes put no load on the server"
+	}
+	w("%d entries of %d users drained by N replicas (in process, each a full service with its own client and pool) through the proxy at RTT %.0f ms; %s; then the fleet idles on an empty queue. Counted by each client's command monitor: commands, bytes of commands and replies, documents in cursor batches, duplicate-key errors on lease inserts. Claim rounds from `scorerefresh_claim_duration_seconds`.",
+		cur.Entries, cur.Users, cur.RTTms, scorer)
 	w("")
 	versions := []*fleetResult{cur}
 	if old != nil {

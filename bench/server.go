@@ -193,7 +193,6 @@ func startPostgres(ctx context.Context) (*postgres, error) {
 // pgCluster is where a throwaway cluster's commands run: its binaries,
 // its directory and the user they run as (nil: this process's).
 type pgCluster struct {
-	ctx      context.Context
 	bin, dir string
 	cred     *syscall.Credential
 }
