@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -35,7 +36,7 @@ type Options struct {
 	Registry *prometheus.Registry // default: metrics.NewRegistry()
 	Version  string               // for scorerefresh_build_info
 	Revision string
-	Wakeups  []consumer.WakeupSource // besides the change stream on the queue, which is always tried
+	Wakeups  []consumer.WakeupSource // besides the change stream on the queue, tried unless CHANGE_STREAMS=off
 	// Monitor, if set, sees every command of the client after the metrics
 	// have counted it: the bench measures bytes and documents with it.
 	Monitor *event.CommandMonitor
@@ -204,6 +205,11 @@ func (s *Service) newConsumer(limit consumer.Limiter, refresher consumer.Refresh
 	// A claim round can take OpTimeout plus the longest retry backoff;
 	// silence well past that is a wedged loop, not a slow one.
 	beat := s.Health.Watch("claim loop", 2*time.Minute+2*s.cfg.PollInterval)
+	if s.cfg.ChangeStreams == config.ChangeStreamsOff {
+		s.log.Info("change streams off (CHANGE_STREAMS=off); waking on POLL_INTERVAL polling", "poll_interval", s.cfg.PollInterval.String())
+	} else {
+		wakeups = append(wakeups, consumer.NewChangeStreamSource(s.Colls.Queue, consumer.ChangeStreamConfig{Clock: s.clock}, s.Metrics, s.log))
+	}
 	s.Consumer = consumer.New(consumer.Config{
 		ClaimWindow:      s.cfg.ClaimWindow,
 		MaxUsersInFlight: s.cfg.MaxUsersInFlight,
@@ -220,7 +226,7 @@ func (s *Service) newConsumer(limit consumer.Limiter, refresher consumer.Refresh
 		Logger:     s.log,
 		Clock:      s.clock,
 		ServerTime: s.Clock,
-		Wakeups:    append(wakeups, consumer.NewChangeStreamSource(s.Colls.Queue, consumer.ChangeStreamConfig{Clock: s.clock}, s.Metrics, s.log)),
+		Wakeups:    wakeups,
 		AfterFlush: func(err error) {
 			s.Health.Set("acknowledging", err == nil, errText(err))
 		},
@@ -290,9 +296,13 @@ func (s *Service) setup(ctx context.Context) {
 		setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		caps, err := consumer.EnsureIndexes(setupCtx, s.Colls, s.log)
 		if err == nil {
-			caps.ChangeStreams = consumer.DetectChangeStreams(setupCtx, s.Colls.Queue)
+			streams := "off (CHANGE_STREAMS=off)"
+			if s.cfg.ChangeStreams != config.ChangeStreamsOff {
+				// The probe opens a stream: with the setting off, not even that.
+				streams = strconv.FormatBool(consumer.DetectChangeStreams(setupCtx, s.Colls.Queue))
+			}
 			cancel()
-			s.log.Info("server capabilities", "change_streams", caps.ChangeStreams, "ttl_indexes", caps.TTLIndexes, "partial_indexes", caps.PartialIndexes)
+			s.log.Info("server capabilities", "change_streams", streams, "ttl_indexes", caps.TTLIndexes, "partial_indexes", caps.PartialIndexes)
 			return
 		}
 		cancel()

@@ -40,12 +40,20 @@ type Config struct {
 	SLIInterval          time.Duration `env:"SLI_INTERVAL"`          // queue sampling period; > 0
 	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT"`      // time running refreshes get on SIGTERM; > 0
 	LogLevel             string        `env:"LOG_LEVEL"`             // debug, info, warn or error
-	// The three below are beyond the contract's list, each with a default
+	// The four below are beyond the contract's list, each with a default
 	// that needs no setting.
 	ConnectionBudget   int           `env:"MONGODB_CONNECTION_BUDGET"` // connections one replica may open, for a boot warning only; 0: unstated
 	RefreshBatchSize   int           `env:"REFRESH_BATCH_SIZE"`        // users one refresh slot recomputes together; 1 (one by one)..scoring.MaxBatchUsers
 	RefreshBatchLinger time.Duration `env:"REFRESH_BATCH_LINGER"`      // how long a batch holding its slot waits for more users; > 0
+	ChangeStreams      string        `env:"CHANGE_STREAMS"`            // ChangeStreamsAuto (wake on inserts where the server has change streams) or ChangeStreamsOff (poll only)
 }
+
+// CHANGE_STREAMS values. Off suits large fleets, where every replica tailing
+// every insert costs more than polling saves (docs/mongodb-at-scale.md).
+const (
+	ChangeStreamsAuto = "auto"
+	ChangeStreamsOff  = "off"
+)
 
 // Defaults is the configuration of an empty environment. The pipeline's
 // values come from the packages that give them meaning, so the service and
@@ -70,6 +78,7 @@ func Defaults() Config {
 		LogLevel:             "info",
 		RefreshBatchSize:     scoring.DefaultBatchUsers,
 		RefreshBatchLinger:   consumer.DefaultBatchLinger,
+		ChangeStreams:        ChangeStreamsAuto,
 	}
 }
 
@@ -225,6 +234,9 @@ func (c Config) validateNames(p *problems) {
 			p.add(n[0], "=%q: the same collection as %s", n[1], other)
 		}
 		names[n[1]] = n[0]
+	}
+	if c.ChangeStreams != ChangeStreamsAuto && c.ChangeStreams != ChangeStreamsOff {
+		p.add("CHANGE_STREAMS", "=%q: must be %s or %s", c.ChangeStreams, ChangeStreamsAuto, ChangeStreamsOff)
 	}
 	if c.MongoURI != "" && !strings.HasPrefix(c.MongoURI, "mongodb://") && !strings.HasPrefix(c.MongoURI, "mongodb+srv://") {
 		p.add("MONGODB_URI", "=%s: must start with mongodb:// or mongodb+srv://", redact.URI(c.MongoURI))

@@ -21,6 +21,7 @@ func TestDefaultsAreTheContracts(t *testing.T) {
 		LeaseDuration: 60 * time.Second, PollInterval: time.Second, MaxAttempts: 5,
 		MetricsAddr: ":9090", SLIInterval: 15 * time.Second, ShutdownTimeout: 25 * time.Second,
 		LogLevel: "info", RefreshBatchSize: 16, RefreshBatchLinger: 5 * time.Millisecond,
+		ChangeStreams: "auto",
 	}
 	if cfg != want {
 		t.Errorf("defaults:\n got %+v\nwant %+v", cfg, want)
@@ -36,6 +37,7 @@ func TestEveryVariableIsRead(t *testing.T) {
 		"REFRESH_CONCURRENCY=32", "ADAPTIVE_CONCURRENCY=true", "LEASE_DURATION=2m", "POLL_INTERVAL=250ms",
 		"MAX_ATTEMPTS=7", "METRICS_ADDR=:9100", "SLI_INTERVAL=5s", "SHUTDOWN_TIMEOUT=10s", "LOG_LEVEL=debug",
 		"MONGODB_CONNECTION_BUDGET=40", "REFRESH_BATCH_SIZE=32", "REFRESH_BATCH_LINGER=2ms",
+		"CHANGE_STREAMS=off",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -47,6 +49,7 @@ func TestEveryVariableIsRead(t *testing.T) {
 		AdaptiveConcurrency: true, LeaseDuration: 2 * time.Minute, PollInterval: 250 * time.Millisecond,
 		MaxAttempts: 7, MetricsAddr: ":9100", SLIInterval: 5 * time.Second, ShutdownTimeout: 10 * time.Second,
 		LogLevel: "debug", ConnectionBudget: 40, RefreshBatchSize: 32, RefreshBatchLinger: 2 * time.Millisecond,
+		ChangeStreams: "off",
 	}
 	if cfg != want {
 		t.Errorf("got %+v\nwant %+v", cfg, want)
@@ -59,7 +62,7 @@ func TestEveryBadVariableIsListedOnce(t *testing.T) {
 		"CLAIM_WINDOW=abc", "MAX_USERS_IN_FLIGHT=0", "REFRESH_CONCURRENCY=-3", "LEASE_DURATION=60",
 		"POLL_INTERVAL=-1s", "MAX_ATTEMPTS=zero", "SLI_INTERVAL=0s", "SHUTDOWN_TIMEOUT=soon",
 		"ADAPTIVE_CONCURRENCY=maybe", "LOG_LEVEL=verbose", "MONGODB_URI=postgres://u:hunter2@h/db",
-		"DEADLETTER_COLLECTION=score_claims",
+		"DEADLETTER_COLLECTION=score_claims", "CHANGE_STREAMS=no",
 	})
 	var cerr *Error
 	if !errors.As(err, &cerr) {
@@ -67,7 +70,7 @@ func TestEveryBadVariableIsListedOnce(t *testing.T) {
 	}
 	for _, v := range []string{"CLAIM_WINDOW", "MAX_USERS_IN_FLIGHT", "REFRESH_CONCURRENCY", "LEASE_DURATION",
 		"POLL_INTERVAL", "MAX_ATTEMPTS", "SLI_INTERVAL", "SHUTDOWN_TIMEOUT", "ADAPTIVE_CONCURRENCY",
-		"LOG_LEVEL", "MONGODB_URI", "CLAIMS_COLLECTION"} {
+		"LOG_LEVEL", "MONGODB_URI", "CLAIMS_COLLECTION", "CHANGE_STREAMS"} {
 		n := 0
 		for _, p := range cerr.Problems {
 			if strings.HasPrefix(p, v+"=") || strings.HasPrefix(p, v+":") {
