@@ -24,53 +24,45 @@ type Instruction struct {
 // ParseDockerfile splits a Dockerfile into stages of instructions, joining
 // continuation lines and dropping comments. Heredocs are not supported.
 func ParseDockerfile(src string) ([]Stage, error) {
+	ins, err := instructions(src)
+	if err != nil {
+		return nil, err
+	}
 	var stages []Stage
-	var cur strings.Builder
-	start := 0
-	flush := func() error {
-		text := strings.TrimSpace(cur.String())
-		cur.Reset()
-		if text == "" {
-			return nil
-		}
-		cmd, args, _ := strings.Cut(text, " ")
-		in := Instruction{Cmd: strings.ToUpper(cmd), Args: strings.TrimSpace(args), Line: start}
+	for _, in := range ins {
 		if in.Cmd == "FROM" {
-			st := Stage{}
-			fields := strings.Fields(in.Args)
-			for len(fields) > 0 && strings.HasPrefix(fields[0], "--") {
-				if p, ok := strings.CutPrefix(fields[0], "--platform="); ok {
-					st.Platform = p
-				}
-				fields = fields[1:]
+			st, err := fromStage(in)
+			if err != nil {
+				return nil, err
 			}
-			switch {
-			case len(fields) == 1:
-			case len(fields) == 3 && strings.EqualFold(fields[1], "AS"):
-				st.Name = fields[2]
-			default:
-				return fmt.Errorf("line %d: cannot read FROM %s", in.Line, in.Args)
-			}
-			st.From = fields[0]
 			stages = append(stages, st)
-			return nil
+			continue
 		}
 		if len(stages) == 0 {
 			if in.Cmd == "ARG" {
-				return nil // global ARG before the first FROM
+				continue // global ARG before the first FROM
 			}
-			return fmt.Errorf("line %d: %s before FROM", in.Line, in.Cmd)
+			return nil, fmt.Errorf("line %d: %s before FROM", in.Line, in.Cmd)
 		}
 		if strings.Contains(in.Args, "<<") && (in.Cmd == "RUN" || in.Cmd == "COPY") {
-			return fmt.Errorf("line %d: heredocs are not supported by this test's parser", in.Line)
+			return nil, fmt.Errorf("line %d: heredocs are not supported by this test's parser", in.Line)
 		}
 		stages[len(stages)-1].Lines = append(stages[len(stages)-1].Lines, in)
-		return nil
 	}
+	return stages, nil
+}
+
+// instructions reads src's logical lines: continuations joined, comments
+// (also between continuation lines) and blank lines dropped, each with the
+// number of the line it starts on.
+func instructions(src string) ([]Instruction, error) {
+	var out []Instruction
+	var cur strings.Builder
+	start := 0
 	for i, line := range strings.Split(src, "\n") {
 		trimmed := strings.TrimSpace(line)
 		if strings.HasPrefix(trimmed, "#") {
-			continue // comments, also between continuation lines
+			continue
 		}
 		if cur.Len() == 0 {
 			if trimmed == "" {
@@ -83,14 +75,37 @@ func ParseDockerfile(src string) ([]Stage, error) {
 			continue
 		}
 		cur.WriteString(trimmed)
-		if err := flush(); err != nil {
-			return nil, err
+		if text := strings.TrimSpace(cur.String()); text != "" {
+			cmd, args, _ := strings.Cut(text, " ")
+			out = append(out, Instruction{Cmd: strings.ToUpper(cmd), Args: strings.TrimSpace(args), Line: start})
 		}
+		cur.Reset()
 	}
 	if cur.Len() > 0 {
 		return nil, fmt.Errorf("line %d: continuation at the end of the file", start)
 	}
-	return stages, nil
+	return out, nil
+}
+
+// fromStage reads a FROM instruction: [--platform=P] image [AS name].
+func fromStage(in Instruction) (Stage, error) {
+	st := Stage{}
+	fields := strings.Fields(in.Args)
+	for len(fields) > 0 && strings.HasPrefix(fields[0], "--") {
+		if p, ok := strings.CutPrefix(fields[0], "--platform="); ok {
+			st.Platform = p
+		}
+		fields = fields[1:]
+	}
+	switch {
+	case len(fields) == 1:
+	case len(fields) == 3 && strings.EqualFold(fields[1], "AS"):
+		st.Name = fields[2]
+	default:
+		return Stage{}, fmt.Errorf("line %d: cannot read FROM %s", in.Line, in.Args)
+	}
+	st.From = fields[0]
+	return st, nil
 }
 
 // ExecForm parses a JSON-array ENTRYPOINT or CMD.
