@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/scorerefresh/scorerefresh/pkg/numfmt"
 )
 
 // WriteText prints the plan for a person: the inputs, a table by replica
@@ -30,7 +32,7 @@ func (p *Plan) WriteText(w io.Writer) error {
 			done = "> " + Seconds(r.Run.EndSeconds)
 		}
 		fmt.Fprintf(tw, "%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t\n", r.Replicas, r.Bounds.Lower, r.Bounds.Binding, done,
-			thousands(r.Run.PeakDepth), Seconds(r.Run.PeakOldestAge), Seconds(r.Run.PeakWait), r.Run.RefreshesPerSecond(), rateText(float64(r.Sustainable)))
+			numfmt.Thousands(r.Run.PeakDepth), Seconds(r.Run.PeakOldestAge), Seconds(r.Run.PeakWait), r.Run.RefreshesPerSecond(), rateText(float64(r.Sustainable)))
 	}
 	tw.Flush()
 	fmt.Fprintf(&b, "(bound: refreshes/s with every slot busy; peak wait: the longest an entry waited since the plan began;\n"+
@@ -55,7 +57,7 @@ func (p *Plan) WriteText(w io.Writer) error {
 
 func (p *Plan) writeInputs(b *strings.Builder) {
 	fmt.Fprintf(b, "backlog: %s entries of %s users over %s (%.1f entries per user; %.0f distinct users per %d-entry window)\n",
-		thousands(p.Entries), thousands(p.Users), Seconds(p.SpanSecs), p.EntriesPerUser, p.WindowUsers, p.Config.ClaimWindow)
+		numfmt.Thousands(p.Entries), numfmt.Thousands(p.Users), Seconds(p.SpanSecs), p.EntriesPerUser, p.WindowUsers, p.Config.ClaimWindow)
 	a := p.Arrival
 	switch a.Mode {
 	case ArrivalMax:
@@ -120,7 +122,7 @@ func (p *Plan) writeStability(b *strings.Builder) {
 			what = append(what, fmt.Sprintf("round trips ×%g for %s", t.RTTFactor, Seconds(t.For)))
 		}
 		if t.Burst > 0 {
-			what = append(what, fmt.Sprintf("a burst of %s entries of new users", thousands(t.Burst)))
+			what = append(what, fmt.Sprintf("a burst of %s entries of new users", numfmt.Thousands(t.Burst)))
 		}
 		fmt.Fprintf(b, "  transient (%s at %s): %s\n", strings.Join(what, " and "), Seconds(t.At), sp.Verdict)
 	}
@@ -135,18 +137,4 @@ func rateText(r float64) string {
 
 func ms(s float64) string {
 	return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.2f", s*1000), "0"), ".") + "ms"
-}
-
-// thousands formats n with comma separators.
-func thousands(n int) string {
-	s := fmt.Sprint(n)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	if neg {
-		return "-" + s
-	}
-	return s
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/scorerefresh/scorerefresh/pkg/numfmt"
 	"github.com/scorerefresh/scorerefresh/pkg/svgchart"
 )
 
@@ -75,7 +76,7 @@ func (r *Report) headline() string {
 		state = fmt.Sprintf("not drained after %.1fs (%s)", r.DurationSeconds, r.StopReason)
 	}
 	return fmt.Sprintf("%s entries, %s users: %s — %.0f entries/s, %.1f users/s, coalescing ×%.1f",
-		thousands(r.Entries), thousands(int64(r.DistinctUsers)), state, r.EntriesPerSecond, r.UsersPerSecond, r.CoalescingFactor)
+		numfmt.Thousands(r.Entries), numfmt.Thousands(int64(r.DistinctUsers)), state, r.EntriesPerSecond, r.UsersPerSecond, r.CoalescingFactor)
 }
 
 // subtitle is what was replayed where, with which settings, then the peaks.
@@ -86,6 +87,6 @@ func (r *Report) subtitle() []string {
 		fmt.Sprintf("REFRESH_CONCURRENCY=%d MAX_USERS_IN_FLIGHT=%d CLAIM_WINDOW=%d ADAPTIVE_CONCURRENCY=%t · rules %s (%d components)",
 			s.RefreshConcurrency, s.MaxUsersInFlight, s.ClaimWindow, s.AdaptiveConcurrency, s.Rules, s.Components),
 		fmt.Sprintf("max depth %s · max oldest age %.1fs · dead letters %.0f · %s refreshes",
-			thousands(r.MaxDepth), r.MaxOldestAgeSeconds, r.DeadLetters, thousands(int64(r.Refreshes))),
+			numfmt.Thousands(r.MaxDepth), r.MaxOldestAgeSeconds, r.DeadLetters, numfmt.Thousands(int64(r.Refreshes))),
 	}
 }

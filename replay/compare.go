@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/scorerefresh/scorerefresh/pkg/numfmt"
 )
 
 // metric is one figure of a report, with how to print it and which way is
@@ -17,7 +19,7 @@ type metric struct {
 	better int
 }
 
-func count(v float64) string   { return thousands(int64(math.Round(v))) }
+func count(v float64) string   { return numfmt.Thousands(int64(math.Round(v))) }
 func rate(v float64) string    { return fmt.Sprintf("%.1f", v) }
 func seconds(v float64) string { return fmt.Sprintf("%.1fs", v) }
 

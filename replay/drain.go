@@ -13,6 +13,7 @@ import (
 
 	"github.com/scorerefresh/scorerefresh/metrics"
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
+	"github.com/scorerefresh/scorerefresh/pkg/numfmt"
 )
 
 // Runner is the consumer as a drain uses it: Run drains until ctx ends, then
@@ -155,12 +156,12 @@ func describeSample(s *Sample) string {
 	if s.T == 0 {
 		return "starting the consumer"
 	}
-	out := fmt.Sprintf("%.0f acked/s  %s refreshes  depth %s", s.AckedPerSec, thousands(int64(s.Refreshes)), thousands(s.Depth))
+	out := fmt.Sprintf("%.0f acked/s  %s refreshes  depth %s", s.AckedPerSec, numfmt.Thousands(int64(s.Refreshes)), numfmt.Thousands(s.Depth))
 	if s.Measured {
 		out += "  oldest " + (time.Duration(s.OldestAge) * time.Second).String()
 	}
 	if s.Arrived > 0 {
-		out += "  arrived " + thousands(s.Arrived)
+		out += "  arrived " + numfmt.Thousands(s.Arrived)
 	}
 	return out
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
+	"github.com/scorerefresh/scorerefresh/pkg/numfmt"
 )
 
 // Meter is what one progress line shows. Only Label and Done are required.
@@ -125,9 +126,9 @@ func formatProgress(m Meter, elapsed time.Duration, rate float64, bar bool) stri
 			n := int(frac * width)
 			b.WriteString(" [" + strings.Repeat("=", n) + strings.Repeat(" ", width-n) + "]")
 		}
-		fmt.Fprintf(&b, " %3.0f%% %s/%s", frac*100, thousands(done), thousands(total))
+		fmt.Fprintf(&b, " %3.0f%% %s/%s", frac*100, numfmt.Thousands(done), numfmt.Thousands(total))
 	} else {
-		fmt.Fprintf(&b, " %s", thousands(done))
+		fmt.Fprintf(&b, " %s", numfmt.Thousands(done))
 	}
 	if m.Unit != "" {
 		b.WriteString(" " + m.Unit)
@@ -136,7 +137,7 @@ func formatProgress(m Meter, elapsed time.Duration, rate float64, bar bool) stri
 		b.WriteString("  " + byteSize(m.Bytes()))
 	}
 	if elapsed > 0 {
-		fmt.Fprintf(&b, "  %s/s", thousands(int64(rate+0.5)))
+		fmt.Fprintf(&b, "  %s/s", numfmt.Thousands(int64(rate+0.5)))
 		if total > done && rate > 0 {
 			eta := time.Duration(float64(total-done) / rate * float64(time.Second))
 			b.WriteString("  ETA " + eta.Round(time.Second).String())
@@ -160,20 +161,6 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-// thousands formats n with comma separators: 20,000 reads faster than 20000.
-func thousands(n int64) string {
-	s := fmt.Sprint(n)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	if neg {
-		return "-" + s
-	}
-	return s
 }
 
 func byteSize(n int64) string {

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/scorerefresh/scorerefresh/pkg/numfmt"
 )
 
 // ReportFormat identifies a drain report's JSON layout.
@@ -178,11 +180,11 @@ func (r *Report) WriteCSV(w io.Writer) error {
 func (r *Report) WriteSummary(w io.Writer) {
 	state := "drained"
 	if !r.Drained {
-		state = fmt.Sprintf("NOT drained (%s; %s entries left)", r.StopReason, thousands(r.FinalDepth))
+		state = fmt.Sprintf("NOT drained (%s; %s entries left)", r.StopReason, numfmt.Thousands(r.FinalDepth))
 	}
-	fmt.Fprintf(w, "%s: %s entries of %s distinct users in %.1fs\n", state, thousands(r.Entries), thousands(int64(r.DistinctUsers)), r.DurationSeconds)
+	fmt.Fprintf(w, "%s: %s entries of %s distinct users in %.1fs\n", state, numfmt.Thousands(r.Entries), numfmt.Thousands(int64(r.DistinctUsers)), r.DurationSeconds)
 	fmt.Fprintf(w, "  %.1f entries/s, %.1f users/s, coalescing factor %.1f entries per refresh\n", r.EntriesPerSecond, r.UsersPerSecond, r.CoalescingFactor)
-	fmt.Fprintf(w, "  max depth %s, max oldest age %.1fs, dead letters %.0f\n", thousands(r.MaxDepth), r.MaxOldestAgeSeconds, r.DeadLetters)
+	fmt.Fprintf(w, "  max depth %s, max oldest age %.1fs, dead letters %.0f\n", numfmt.Thousands(r.MaxDepth), r.MaxOldestAgeSeconds, r.DeadLetters)
 	if r.SkippedLines > 0 {
 		fmt.Fprintf(w, "  %d bad lines skipped (listed in %s)\n", r.SkippedLines, ReportFile)
 	}
