@@ -6,6 +6,7 @@ package replaycmd
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,6 +25,37 @@ type Build struct {
 	Name     string // e.g. "scorerefresh replay"
 	Version  string
 	Revision string
+}
+
+// ParseFlags reads replay's flags (the arguments after "replay") and checks
+// them; ok is false when they are wrong, after saying why on stderr.
+func ParseFlags(name string, args []string, stderr io.Writer) (o replay.Options, ok bool) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o.Register(fs)
+	if err := fs.Parse(args); err != nil {
+		return o, false
+	}
+	if err := o.Validate(); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return o, false
+	}
+	return o, true
+}
+
+// ServiceConfig is the configuration of the replay's consumer: the
+// environment's, at the replay's log level, serving metrics only where
+// --metrics-addr asks (a replay often runs next to a service that holds
+// METRICS_ADDR). ok is false when the environment is wrong, after saying why
+// on stderr.
+func ServiceConfig(name string, environ []string, o replay.Options, stderr io.Writer) (cfg config.Config, ok bool) {
+	cfg, err := config.Parse(append(environ, "LOG_LEVEL="+o.LogLevel))
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return cfg, false
+	}
+	cfg.MetricsAddr = o.MetricsAddr
+	return cfg, true
 }
 
 // Run replays into cfg's server, described as server in the report, and
