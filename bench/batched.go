@@ -47,7 +47,7 @@ func shrinkBatched(shrink func(string, func()), o *BatchedConfig) {
 	shrink("batched-nomax", func() { o.NoMaxConfigs = "16" })
 	shrink("batched-load", func() { o.LoadConfigs = "16" })
 	shrink("batched-entries", func() { o.Entries = 60 })
-	shrink("batched-max", func() { o.DrainMax = 5 * time.Second })
+	shrink("batched-max", func() { o.DrainMax = 20 * time.Second }) // a cap: a 60-entry drain ends when drained
 	shrink("batched-wedge", func() { o.WedgeFor = 4 * time.Second })
 	shrink("batched-far", func() { o.FarConfigs = "16" })
 	shrink("batched-far-rtt", func() { o.FarRTT = 50 * time.Millisecond })
