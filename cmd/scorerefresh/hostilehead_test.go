@@ -55,8 +55,8 @@ const (
 //   - usernames of 15 down to 1.5 MiB, padded to 15.75 MiB or to just under
 //     16 MiB: dead-lettered, whole or in reduced form (too_large);
 //   - a username that is absent or looks normal but is not valid (a string
-//     createdAt that sorts before every date, not UTF-8, 257 bytes, array,
-//     number, null, document, empty, no createdAt beside a string _id),
+//     createdAt that sorts before every date, missing, not UTF-8, 257 bytes,
+//     array, number, null, document, empty, no createdAt beside a string _id),
 //     each with a 15 MiB payload: dead-lettered whole as malformed;
 //   - valid entries of just under 16 MiB (a huge extra field, string or
 //     binary, beside a proper username): their users refreshed, the entries
@@ -164,8 +164,8 @@ func hostileHead() []hostileEntry {
 	}
 	invalid := []hostileEntry{
 		{id: "string-createdAt", user: "user 003", extra: bson.D{{Key: "createdAt", Value: "0000-00-00"}}},
-		{id: "non-utf8-username", user: "user \xff\xfe"},
 		{id: "no-username"},
+		{id: "non-utf8-username", user: "user \xff\xfe"},
 		{id: "257-byte-username", user: "user 001" + strings.Repeat("x", 249)},
 		{id: "array-username", user: bson.A{"user 001"}},
 		{id: "number-username", user: int32(1)},
