@@ -109,13 +109,20 @@ func (w *world) waitFor(what string, cond func() bool) {
 // user's score is the sum of its final source data.
 func (w *world) verify() {
 	w.t.Helper()
-	ctx := w.t.Context()
 	if n := w.count("score_events"); n != 0 {
 		w.t.Errorf("%d entries still queued", n)
 	}
 	if n := w.count("score_events_dead"); n != 0 {
 		w.t.Errorf("%d dead letters, want 0", n)
 	}
+	w.verifyScores()
+}
+
+// verifyScores checks that every user's score is the sum of its final
+// source data.
+func (w *world) verifyScores() {
+	w.t.Helper()
+	ctx := w.t.Context()
 	cur, err := w.db.Collection("user_activity").Aggregate(ctx, mongo.Pipeline{
 		{{Key: "$group", Value: bson.D{{Key: "_id", Value: "$username"}, {Key: "total", Value: bson.D{{Key: "$sum", Value: "$points"}}}}}},
 	})
