@@ -215,9 +215,9 @@ func TestRefreshBatchRetriesConflicts(t *testing.T) {
 // batch's, at the clock's millisecond resolution) and whose write lands
 // between the batch's read and its bulk write. The stored score is then as
 // fresh as the batch's: writing again would move the version once more for
-// no fresher score (seen in a two-process run as versions adding up to more
-// than the refreshes that succeeded), and the batch cannot tell whether its
-// own write landed under the rival's.
+// no fresher score. Where the batch's own write landed first and the rival's
+// on top (which the read-back cannot tell apart from this), the retry would
+// be a second write for one refresh.
 func TestRefreshBatchRivalAsFreshWritesOnce(t *testing.T) {
 	t.Parallel()
 	var skips atomic.Int64

@@ -45,9 +45,20 @@ func TestTwoProcessesRefreshingTheSameUsersLoseNothing(t *testing.T) {
 			t.Fatalf("no version conflict after %d events: the processes' writes never met; the test proves nothing", produced)
 		}
 		w.produce(50, users, uint64(produced))
+		// Let the processes work through these before judging: producing
+		// the next 50 at once would reach the cap before a refresh ran.
+		w.waitFor("the produced events to be refreshed, or a conflict", func() bool {
+			return conflicts(a, b) > inserts || w.count("score_events") == 0
+		})
 	}
 	t.Logf("%v version conflicts while the documents were created; %d more events until updates conflicted", inserts, produced)
 	w.waitFor("the queue to drain", func() bool { return w.count("score_events") == 0 })
+	// Each process claims every user, so one may still be refreshing a user
+	// whose entries the other has already acknowledged: its write would land
+	// after the counters were read and look like a write without a refresh.
+	w.waitFor("both processes to finish their refreshes", func() bool {
+		return a.scrape("scorerefresh_users_in_flight")[0] == 0 && b.scrape("scorerefresh_users_in_flight")[0] == 0
+	})
 	var refreshes float64
 	for _, p := range []*proc{a, b} {
 		m := p.scrape("scorerefresh_refreshes_total{outcome=\"ok\"}", "scorerefresh_occ_conflicts_total")
