@@ -392,7 +392,9 @@ func deleteStatements(ids bson.A, users ...string) []mongo.WriteModel {
 }
 
 // deleteInLists is deleteStatements past maxIDStatements: $in lists of at
-// most maxInIDs ids, one user's each when users are given.
+// most maxInIDs ids and about maxInBytes of them (an _id may be any value,
+// and a thousand 20 KB ones would make one list past the 16 MiB a statement
+// may hold, refused on every retry), one user's each when users are given.
 func deleteInLists(ids bson.A, users []string) []mongo.WriteModel {
 	byUser := map[string]bson.A{}
 	var order []string
@@ -405,7 +407,7 @@ func deleteInLists(ids bson.A, users []string) []mongo.WriteModel {
 	}
 	var models []mongo.WriteModel
 	for _, u := range order {
-		for _, chunk := range chunks(byUser[u], maxInIDs) {
+		for _, chunk := range idChunks(byUser[u], maxInIDs, maxInBytes) {
 			filter := bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: chunk}}}}
 			m := mongo.NewDeleteManyModel()
 			if u != "" {
@@ -580,15 +582,6 @@ func (c *completer) noteDeadLetters(batch, failed []deadLetter) {
 // maxInIDs bounds one $in list: 50,000 ids of ~20 bytes stay far below the
 // 16 MiB a statement may hold.
 const maxInIDs = 50_000
-
-func chunks(ids bson.A, n int) []bson.A {
-	var out []bson.A
-	for len(ids) > n {
-		out = append(out, ids[:n])
-		ids = ids[n:]
-	}
-	return append(out, ids)
-}
 
 func truncate(s string, n int) string {
 	if len(s) <= n {

@@ -3,9 +3,11 @@ package consumer
 import (
 	"fmt"
 	"maps"
+	"strings"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 // TestRoundTripsPerBatchDoNotGrowWithUsers counts the commands of one claim
@@ -81,6 +83,42 @@ func TestRoundTripsPerBatchDoNotGrowWithUsers(t *testing.T) {
 		if !maps.Equal(got, want[name]) {
 			t.Errorf("%s: commands %v, want %v", name, got, want[name])
 		}
+	}
+}
+
+// TestAckInListsBoundedInBytes: an _id may be any value, so past
+// maxIDStatements the $in lists are cut by size too. 1,200 ids of 20 KB
+// (24 MB) in one list would pass the 16 MiB a statement may hold, and the
+// server would refuse the flush on every retry.
+func TestAckInListsBoundedInBytes(t *testing.T) {
+	t.Parallel()
+	ids := make(bson.A, 1200)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%06d", i) + strings.Repeat("x", 20<<10)
+	}
+	models := deleteStatements(ids)
+	total := 0
+	for _, m := range models {
+		filter := m.(*mongo.DeleteManyModel).Filter
+		raw, err := bson.Marshal(filter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(raw) > 16<<20-(64<<10) {
+			t.Errorf("a delete statement's filter is %d bytes: past the 16 MiB a statement may hold", len(raw))
+		}
+		var f struct {
+			ID struct {
+				In []string `bson:"$in"`
+			} `bson:"_id"`
+		}
+		if err := bson.Unmarshal(raw, &f); err != nil {
+			t.Fatal(err)
+		}
+		total += len(f.ID.In)
+	}
+	if total != len(ids) || len(models) < 2 {
+		t.Errorf("%d statements deleting %d ids, want every one of %d ids in lists of at most ~%d bytes", len(models), total, len(ids), maxInBytes)
 	}
 }
 
