@@ -353,7 +353,7 @@ func (b *Bench) batchedWedge(ctx context.Context, x *batchedResult, load []batch
 	b.logf("  wedge: diverse arrivals at %.1f/s for %s", x.WedgeRate, b.cfg.Batched.WedgeFor)
 	for _, c := range load {
 		r, err := b.runBatchConfig(ctx, c, runSpec{scenario: "batched-wedge-" + configTag(c), consumer: consumerScorerefresh, rtt: b.cfg.RTT,
-			produce: &produce{rate: x.WedgeRate, pool: b.cfg.Pool}, max: b.cfg.Batched.WedgeFor, done: never})
+			produce: &produce{rate: x.WedgeRate, pool: b.cfg.Pool}, max: b.cfg.Batched.WedgeFor + 30*time.Second, done: lastsAndDid(b.cfg.Batched.WedgeFor)})
 		if err != nil {
 			return err
 		}

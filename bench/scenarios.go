@@ -263,13 +263,8 @@ func (b *Bench) scale(ctx context.Context) (*scaleResult, error) {
 	b.logf("\n== 6. scale-out: 1 vs 3 scorerefresh processes (in process, separate clients) at RTT %s; %d diverse entries; rate over %s after %s",
 		rtt, r.Entries, window, warm)
 	b.logf("  bounds: one process %.1f/s (latency), three %.1f/s (latency), server %.1f/s", r.BoundsOne.Latency, r.LatencyThree, r.BoundsOne.Server)
-	// A run ends after its window, but not before something was done: on a
-	// loaded machine the short (smoke) window can pass before the processes
-	// have started, and a run that did nothing measures nothing.
 	spec := runSpec{consumer: consumerScorerefresh, rtt: rtt, backlog: diverseBacklog(r.Entries, time.Now(), b.cfg.Seed+1),
-		max: warm + window + 30*time.Second, done: func(s []sample) bool {
-			return last(s).T >= (warm+window).Seconds() && last(s).Progress > 0
-		}}
+		max: warm + window + 30*time.Second, done: lastsAndDid(warm + window)}
 	one, three := spec, spec
 	one.scenario, three.scenario, three.instances = "scale1", "scale3", 3
 	var err error

@@ -1,6 +1,9 @@
 package bench
 
-import "math"
+import (
+	"math"
+	"time"
+)
 
 // What a run's timeline says: pure functions of the samples, the
 // scenarios' figures and targets are computed from.
@@ -29,6 +32,14 @@ func (r *runResult) at(t float64) sample {
 
 // never lets a run go on to its time cap.
 func never([]sample) bool { return false }
+
+// lastsAndDid ends a fixed-length run after d, but not before something was
+// done: on a loaded machine a short (smoke) run can pass before the consumer
+// has started, and a run that did nothing measures nothing. Give such a run
+// a max of d plus some grace.
+func lastsAndDid(d time.Duration) func([]sample) bool {
+	return func(s []sample) bool { return last(s).T >= d.Seconds() && last(s).Progress > 0 }
+}
 
 func last(s []sample) sample {
 	if len(s) == 0 {
