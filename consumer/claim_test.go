@@ -35,3 +35,50 @@ func TestClaimingIgnoresFleetBaselineDocuments(t *testing.T) {
 		t.Errorf("%d baseline documents, want one per replica (3)", n)
 	}
 }
+
+// TestStrayClaimsDocumentsDoNotBlockTheirUsers: a claims document nobody's
+// claim round wrote (no leaseUntil, or one that is not a date) is taken over
+// like an expired lease, so its user's entries are claimed; before, the user
+// looked claimable, lost its insert to the stray _id, and was never won.
+func TestStrayClaimsDocumentsDoNotBlockTheirUsers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	strays := []any{
+		bson.D{{Key: "_id", Value: "bare"}},
+		bson.D{{Key: "_id", Value: "textual"}, {Key: "leaseUntil", Value: "tomorrow"}, {Key: "token", Value: "t"}},
+		bson.D{{Key: "_id", Value: "nulled"}, {Key: "leaseUntil", Value: nil}},
+	}
+	if _, err := b.colls.Claims.InsertMany(ctx, strays); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"bare", "textual", "nulled"} {
+		b.enqueue(t, u)
+	}
+	cons, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{})
+	res, err := cons.claimer.runOnce(ctx, 10, nil)
+	if err != nil {
+		t.Fatalf("claim round beside stray claims documents: %v", err)
+	}
+	won := map[string]bool{}
+	for _, w := range res.works {
+		won[w.lease.User] = true
+	}
+	if len(won) != 3 {
+		t.Errorf("claimed %v, want bare, textual and nulled", won)
+	}
+	// A live lease still blocks: not after now is not "any leaseUntil".
+	b.enqueue(t, "held")
+	if _, err := b.colls.Claims.InsertOne(ctx, bson.D{{Key: "_id", Value: "held"}, {Key: "token", Value: "other"}, {Key: "leaseUntil", Value: time.Now().Add(time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err = cons.claimer.runOnce(ctx, 10, map[string]struct{}{"bare": {}, "textual": {}, "nulled": {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range res.works {
+		if w.lease.User == "held" {
+			t.Error("a live lease of another consumer was taken over")
+		}
+	}
+}

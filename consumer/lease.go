@@ -143,7 +143,10 @@ func (s *leaseStore) acquire(ctx context.Context, users []string, token string, 
 	}
 	taken, err := s.takeOver(ctx, contested, token, now, until)
 	if err != nil {
-		return nil, err
+		// The leases inserted above, and any taken over before the error,
+		// are under this token: without this nobody would renew or
+		// release them until they expire.
+		return nil, s.abandon(ctx, users, token, err)
 	}
 	return append(won, taken...), nil
 }
@@ -191,7 +194,7 @@ func (s *leaseStore) takeOver(ctx context.Context, users []string, token string,
 			}
 		}
 		models = append(models, mongo.NewUpdateOneModel().
-			SetFilter(bson.D{{Key: "_id", Value: e.User}, {Key: "token", Value: e.Token}, {Key: "leaseUntil", Value: bson.D{{Key: "$lte", Value: now}}}}).
+			SetFilter(bson.D{{Key: "_id", Value: e.User}, {Key: "token", Value: e.Token}, {Key: "leaseUntil", Value: notAfter(now)}}).
 			SetUpdate(update))
 	}
 	if _, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
@@ -312,7 +315,7 @@ func (e expiredLease) wasRunning() bool {
 // token this round just inserted is not expired).
 func (s *leaseStore) expiredAmong(ctx context.Context, users []string, now time.Time) ([]expiredLease, error) {
 	cur, err := s.coll.Find(ctx,
-		bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "leaseUntil", Value: bson.D{{Key: "$lte", Value: now}}}},
+		bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "leaseUntil", Value: notAfter(now)}},
 		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "token", Value: 1}, {Key: "running", Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("reading %d expired leases: %w", len(users), err)
@@ -350,4 +353,13 @@ func fenceFilter(held []lease) bson.D {
 		}
 	}
 	return bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "token", Value: bson.D{{Key: "$in", Value: tokens}}}}
+}
+
+// notAfter matches a leaseUntil that is not after t: an expired lease, and
+// also a claims document whose leaseUntil is missing, null or not a date (a
+// stray or hand-written one). {$lte: t} would match neither, so such a
+// document would block its user for good: never blocking (blockedAmong asks
+// $gt), its insert a duplicate, yet never taken over.
+func notAfter(t time.Time) bson.D {
+	return bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: t}}}}
 }
