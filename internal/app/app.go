@@ -104,7 +104,6 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 		Registry: reg,
 		Mongo:    metrics.NewMongo(reg),
 		Metrics:  metrics.NewConsumer(reg),
-		SLI:      metrics.NewSLI(reg, local),
 		Health:   metrics.NewHealth(local),
 		clock:    local,
 	}
@@ -112,6 +111,10 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 	if err := s.connect(opts.Monitor); err != nil {
 		return nil, err
 	}
+	// The oldest entry ages by the server's clock, as leases and
+	// refreshedAt do: a host whose clock is minutes fast must not page
+	// anyone about a queue that is fine.
+	s.SLI = metrics.NewSLI(reg, s.Clock)
 	s.Sampler = metrics.NewSampler(metrics.SamplerConfig{
 		Queue: s.Colls.Queue, DeadLetter: s.Colls.DeadLetter, Interval: cfg.SLIInterval, Clock: local,
 	}, s.SLI, s.Metrics, log)
