@@ -346,18 +346,21 @@ func TestWriteBatchWithConcurrentWrites(t *testing.T) {
 func TestUserLocksLockAll(t *testing.T) {
 	t.Parallel()
 	var l userLocks
-	unlockB, err := l.lock(context.Background(), "b")
+	// c, the last in order, is held: lockAll takes a and b (their locks
+	// are free and its context live, so no select can go the other way),
+	// then waits on c until its context ends, and must let a and b go.
+	unlockC, err := l.lock(context.Background(), "c")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
 	if _, err := l.lockAll(ctx, []string{"a", "b", "c"}); err == nil {
-		t.Fatal("lockAll with one lock held and a cancelled context succeeded")
+		t.Fatal("lockAll with one lock held until its context ended succeeded")
 	}
-	unlockB()
+	unlockC()
 	if n := len(l.held); n != 0 {
-		t.Errorf("%d lock entries remain after a failed lockAll, want 0 (it must release what it took)", n)
+		t.Fatalf("%d lock entries remain after a failed lockAll, want 0 (it must release what it took)", n)
 	}
 	unlock, err := l.lockAll(context.Background(), []string{"a", "b", "c"})
 	if err != nil {
