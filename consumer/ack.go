@@ -583,9 +583,12 @@ func (c *completer) noteDeadLetters(batch, failed []deadLetter) {
 // 16 MiB a statement may hold.
 const maxInIDs = 50_000
 
+// truncate is s cut to at most n bytes, on a character boundary, marked
+// when cut: a lease's lastError is stored, and a cut through a character
+// would store invalid UTF-8.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "…"
+	return prefix(s, n) + "…"
 }

@@ -626,3 +626,15 @@ func TestPrefixCutsOnCharacters(t *testing.T) {
 		}
 	}
 }
+
+func TestTruncateKeepsCharactersWhole(t *testing.T) {
+	t.Parallel()
+	s := strings.Repeat("é", 600) // 2 bytes each
+	got := truncate(s, 1023)
+	if !utf8.ValidString(got) || !strings.HasSuffix(got, "…") || len(got) > 1023+len("…") {
+		t.Errorf("truncate to 1023 bytes = %d bytes, valid UTF-8 %v", len(got), utf8.ValidString(got))
+	}
+	if truncate("short", 1024) != "short" {
+		t.Error("a short string was changed")
+	}
+}
