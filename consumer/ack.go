@@ -30,6 +30,10 @@ type outcome struct {
 	// transient means err came from MongoDB being unreachable, slow or
 	// electing: back off, but count no attempt (see transient.go).
 	transient bool
+	// solo means the user's batch failed as a whole: its next refresh runs
+	// in a batch of its own, so only the user that breaks a batch is
+	// charged for it (see runBatch).
+	solo bool
 }
 
 // completer settles finished users in batches, river's BatchCompleter idea: a
@@ -273,7 +277,7 @@ func newFlush(batch []outcome, bad map[string]malformed, c *completer) *flush {
 			c.mu.Lock()
 			delay := c.retryDelay.Delay(1, c.rnd)
 			c.mu.Unlock()
-			f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(delay), err: truncate(o.err.Error(), 1024)})
+			f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(delay), err: truncate(o.err.Error(), 1024), solo: o.solo})
 		case l.Attempts+1 >= c.maxAttempts:
 			f.exhausted = append(f.exhausted, l)
 			for _, e := range o.work.entries {

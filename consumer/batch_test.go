@@ -2,13 +2,16 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // batchRecorder is a BatchRefresher that records its batches and how many
@@ -91,5 +94,84 @@ func TestUsersAreRefreshedInBatchesOfAtMostBatchSize(t *testing.T) {
 	}
 	if got := rec.maxSeen.Load(); got > 2 {
 		t.Errorf("%d batches ran at once, limit 2", got)
+	}
+}
+
+// culpritBatches is a BatchRefresher whose every batch holding "culprit"
+// fails as a whole with one error, as a shared component query, the score
+// read or the batch's deadline does; alone, only the culprit fails.
+type culpritBatches struct {
+	recordingRefresher
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (r *culpritBatches) RefreshBatch(ctx context.Context, users []string, startedAt time.Time) map[string]error {
+	r.mu.Lock()
+	r.sizes = append(r.sizes, len(users))
+	r.mu.Unlock()
+	errs := make(map[string]error, len(users))
+	broken := slices.Contains(users, "culprit")
+	for _, u := range users {
+		if broken {
+			errs[u] = errors.New("component 3 of the batch: the aggregation failed")
+			continue
+		}
+		errs[u] = r.Refresh(ctx, u, startedAt)
+	}
+	return errs
+}
+
+// TestBatchFailingAsAWholeChargesOnlyItsCulprit batches a user whose
+// presence fails every batch with seven healthy users, MAX_ATTEMPTS 2. A
+// batch-wide failure says nothing about who caused it: nobody is charged,
+// each member refreshes alone next time, and only the culprit, failing
+// alone, is charged and dead-lettered. (Charged as a batch, all eight were
+// dead-lettered, or, counted as eight failures at once, the failure looked
+// widespread and nobody was ever charged.)
+func TestBatchFailingAsAWholeChargesOnlyItsCulprit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	users := []string{"culprit", "a", "b", "c", "d", "e", "f", "g"}
+	b.enqueue(t, users...)
+	rec := &culpritBatches{recordingRefresher: *newRecorder(func(_ context.Context, user string, _ int) error {
+		if user == "culprit" {
+			return errors.New("its source documents break the aggregation")
+		}
+		return nil
+	})}
+	c, m := b.newConsumer(t, rec, consumerOpts{limit: 1, cfg: Config{MaxUsersInFlight: 8, BatchSize: 8, BatchLinger: time.Hour, MaxAttempts: 2}})
+	stop := start(t, c)
+	b.waitDrained(t)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(m.EntriesAcked); got != 7 {
+		t.Errorf("acked %v entries, want the 7 healthy users'", got)
+	}
+	if got := b.count(t, b.colls.DeadLetter, nil); got != 1 {
+		t.Errorf("%d dead letters, want 1 (the culprit's)", got)
+	}
+	var dl struct {
+		Username   string `bson:"username"`
+		DeadLetter struct {
+			Attempts int `bson:"attempts"`
+		} `bson:"deadLetter"`
+	}
+	if err := b.colls.DeadLetter.FindOne(t.Context(), bson.D{}).Decode(&dl); err != nil {
+		t.Fatalf("reading the dead letter: %v", err)
+	}
+	if dl.Username != "culprit" || dl.DeadLetter.Attempts != 2 {
+		t.Errorf("dead letter of %q after %d attempts, want culprit after 2", dl.Username, dl.DeadLetter.Attempts)
+	}
+	for _, u := range users[1:] {
+		if n := rec.callsOf(u); n != 1 {
+			t.Errorf("%s refreshed %d times, want once (alone, after the failed batch)", u, n)
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.sizes) == 0 || rec.sizes[0] < 2 {
+		t.Errorf("batch sizes %v: the culprit never shared a batch, the test proves nothing", rec.sizes)
 	}
 }

@@ -35,6 +35,7 @@ import (
 
 	"github.com/scorerefresh/scorerefresh/metrics"
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
+	"github.com/scorerefresh/scorerefresh/pkg/deadline"
 )
 
 // The pipeline's defaults that the service's configuration shares
@@ -302,9 +303,14 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 	defer poll.Stop()
 	failures, pages := 0, 0
 	var lastRound time.Time
+	// A round that runs out of time gets a longer deadline next time (see
+	// package deadline): a head of huge entries on a server that scans
+	// them, or a server slowed for minutes, can need more than OpTimeout.
+	limit := deadline.Stretch{Base: c.cfg.OpTimeout, Max: maxClaimStretch * c.cfg.OpTimeout}
 	for ctx.Err() == nil {
 		lastRound = c.clock.Now()
-		more, paged, err := c.claimOnce(ctx, workCtx, refreshes)
+		timeout := limit.Next()
+		more, paged, err := c.claimOnce(ctx, workCtx, refreshes, timeout)
 		if ctx.Err() == nil {
 			c.afterClaim(err)
 		}
@@ -312,11 +318,17 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 			c.metrics.ClaimErrors.Inc()
 			failures++
 			delay := Backoff{Base: 200 * time.Millisecond, Max: 30 * time.Second}.Delay(failures, nil)
-			c.log.Error("claim failed; retrying", "op", "claim", "attempt", failures, "retry_in", delay, "err", err)
+			if limit.Observe(err) {
+				c.log.Error("claim round ran out of time; retrying with a longer deadline", "op", "claim", "attempt", failures,
+					"deadline", timeout, "next_deadline", limit.Next(), "retry_in", delay, "err", err)
+			} else {
+				c.log.Error("claim failed; retrying", "op", "claim", "attempt", failures, "retry_in", delay, "err", err)
+			}
 			_ = clock.Sleep(ctx, c.clock, delay) // ended early only by shutdown, which the loop checks
 			continue
 		}
 		failures = 0
+		limit.Observe(err)
 		if paged && pages < maxPagesPerWake {
 			pages++
 			continue
@@ -342,6 +354,10 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 	}
 }
 
+// maxClaimStretch bounds how far a claim round's deadline stretches after
+// rounds that ran out of time: 8 × OpTimeout, 4 minutes by default.
+const maxClaimStretch = 8
+
 // maxPagesPerWake bounds the rounds that read past a head full of blocked
 // users before the loop waits for a wake-up or the poll again.
 const maxPagesPerWake = 8
@@ -352,7 +368,7 @@ const wakeGap = 50 * time.Millisecond
 
 // claimOnce runs one claim round and dispatches what it won. more reports
 // that the queue may hold more claimable work right now.
-func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitGroup) (more, paged bool, err error) {
+func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitGroup, timeout time.Duration) (more, paged bool, err error) {
 	room := c.room()
 	if room <= 0 || !c.wantMore() {
 		return false, false, nil
@@ -360,7 +376,7 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 	// Once begun, a claim round finishes even if shutdown starts meanwhile:
 	// cancelled between its lease insert and its absorb, it would leave
 	// leases that everyone must wait out. Its own deadline still bounds it.
-	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.OpTimeout)
+	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	start := c.clock.Now()
 	c.mu.Lock()
@@ -426,17 +442,26 @@ func (c *Consumer) process(ctx, workCtx context.Context, w work) {
 		c.completer.add(outcome{work: w, err: fmt.Errorf("%d consumers lost their lease on this user mid-refresh (crashed or hung); not refreshing it again", w.lease.Attempts)})
 		return
 	}
-	b, leader := c.batches.join(w)
-	if !leader {
-		<-b.done
-		return
+	var works []work
+	var err error
+	if w.lease.Solo {
+		// Its last batch failed as a whole: alone, it is charged only if
+		// it is the one that breaks batches.
+		err = c.limiter.Acquire(ctx)
+		works = []work{w}
+	} else {
+		b, leader := c.batches.join(w)
+		if !leader {
+			<-b.done
+			return
+		}
+		defer close(b.done)
+		err = c.limiter.Acquire(ctx)
+		if err == nil && ctx.Err() == nil {
+			b.linger(ctx, c.clock, c.cfg.BatchLinger) // company joins until full or the linger ends
+		}
+		works = c.batches.seal(b)
 	}
-	defer close(b.done)
-	err := c.limiter.Acquire(ctx)
-	if err == nil && ctx.Err() == nil {
-		b.linger(ctx, c.clock, c.cfg.BatchLinger) // company joins until full or the linger ends
-	}
-	works := c.batches.seal(b)
 	c.dequeued(len(works))
 	if err != nil || ctx.Err() != nil {
 		// A free slot may be granted even after ctx ended; shutdown still
@@ -476,8 +501,45 @@ func (c *Consumer) runBatch(workCtx context.Context, works []work) {
 		anyTransient = anyTransient || transient(err)
 	}
 	finished(anyTransient, workCtx.Err() != nil)
+	if batchWide(errs) && workCtx.Err() == nil {
+		c.settleBatchFailure(works, errs)
+		return
+	}
 	for i, w := range works {
 		c.settleRefresh(workCtx, w, errs[i])
+	}
+}
+
+// batchWide reports a batch of several users that failed as a whole: every
+// user failed, and not because MongoDB was unreachable. One shared query,
+// the score read or the bulk write failing, or the batch's shared deadline,
+// fails every member alike, whichever of them caused it.
+func batchWide(errs []error) bool {
+	if len(errs) < 2 {
+		return false
+	}
+	for _, err := range errs {
+		if err == nil || transient(err) {
+			return false
+		}
+	}
+	return true
+}
+
+// settleBatchFailure hands on a batch that failed as a whole without
+// charging anyone: the error says nothing about which member caused it.
+// Each member backs off and refreshes alone next time (lease.Solo), where
+// only a user whose own refresh fails is charged. Retrying them alone at
+// once would multiply the load at the moment the server may be struggling;
+// the backoff spreads it. The batch counts as one failed refresh towards
+// failureWindow, so one bad batch does not make failures look widespread.
+func (c *Consumer) settleBatchFailure(works []work, errs []error) {
+	c.failures.record(c.serverTime.Now(), true)
+	c.metrics.Refreshes.WithLabelValues(metrics.OutcomeError).Add(float64(len(works)))
+	c.log.Warn("refresh batch failed as a whole; nobody charged, its users refresh alone next time",
+		"op", "refresh", "users", len(works), "err", errs[0])
+	for i, w := range works {
+		c.completer.add(outcome{work: w, err: errs[i], transient: true, solo: true})
 	}
 }
 

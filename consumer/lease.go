@@ -29,7 +29,8 @@ type leaseDoc struct {
 	Attempts   int       `bson:"attempts"`
 	LastError  string    `bson:"lastError,omitempty"`
 	ClaimedAt  time.Time `bson:"claimedAt,omitempty"`
-	Running    *string   `bson:"running"` // the token whose refresh has started (markRunning)
+	Running    *string   `bson:"running"`        // the token whose refresh has started (markRunning)
+	Solo       bool      `bson:"solo,omitempty"` // refresh alone: its last batch failed as a whole (runBatch)
 }
 
 // lease is a user this consumer holds, fenced by the token of the claim that
@@ -39,7 +40,8 @@ type leaseDoc struct {
 type lease struct {
 	User     string
 	Token    string
-	Attempts int // failed refreshes so far, carried across takeovers
+	Attempts int  // failed refreshes so far, carried across takeovers
+	Solo     bool // refresh in a batch of its own (leaseDoc.Solo)
 }
 
 // leaseStore is the claims collection, reached only through these calls.
@@ -201,7 +203,7 @@ func (s *leaseStore) takeOver(ctx context.Context, users []string, token string,
 		return nil, fmt.Errorf("taking over %d expired leases: %w", len(expired), err)
 	}
 	cur, err := s.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "token", Value: token}},
-		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "attempts", Value: 1}}))
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "attempts", Value: 1}, {Key: "solo", Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("reading back taken-over leases: %w", err)
 	}
@@ -211,7 +213,7 @@ func (s *leaseStore) takeOver(ctx context.Context, users []string, token string,
 	}
 	won := make([]lease, len(docs))
 	for i, d := range docs {
-		won[i] = lease{User: d.User, Token: token, Attempts: d.Attempts}
+		won[i] = lease{User: d.User, Token: token, Attempts: d.Attempts, Solo: d.Solo}
 	}
 	return won, nil
 }
@@ -279,14 +281,13 @@ func (s *leaseStore) backOff(ctx context.Context, failed []retry) error {
 		if f.countAttempt {
 			inc = 1
 		}
+		set := bson.D{{Key: "token", Value: nil}, {Key: "leaseUntil", Value: f.notBefore}, {Key: "lastError", Value: f.err}, {Key: "running", Value: nil}}
+		if f.solo {
+			set = append(set, bson.E{Key: "solo", Value: true})
+		}
 		models[i] = mongo.NewUpdateOneModel().
 			SetFilter(bson.D{{Key: "_id", Value: f.lease.User}, {Key: "token", Value: f.lease.Token}}).
-			SetUpdate(bson.D{
-				{Key: "$set", Value: bson.D{
-					{Key: "token", Value: nil}, {Key: "leaseUntil", Value: f.notBefore}, {Key: "lastError", Value: f.err}, {Key: "running", Value: nil},
-				}},
-				{Key: "$inc", Value: bson.D{{Key: "attempts", Value: inc}}},
-			})
+			SetUpdate(bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "attempts", Value: inc}}}})
 	}
 	if _, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
 		return fmt.Errorf("backing off %d failed users: %w", len(failed), err)
@@ -333,6 +334,7 @@ type retry struct {
 	notBefore    time.Time
 	err          string
 	countAttempt bool // false for transient failures (MongoDB down), which never dead-letter
+	solo         bool // set the lease document's solo flag (outcome.solo); never cleared, the document goes with the user's next success
 }
 
 // idIndex is the index every collection has, on _id.

@@ -3,6 +3,7 @@ package metrics
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
+	"github.com/scorerefresh/scorerefresh/pkg/deadline"
 	"github.com/scorerefresh/scorerefresh/queuestate"
 )
 
@@ -38,6 +40,11 @@ type Sampler struct {
 	consumer *Consumer
 	log      *slog.Logger
 	headroom HeadroomEstimator
+	// limit stretches the deadline after samples that ran out of time, so
+	// a queue read that needs longer than Timeout (a server scanning a
+	// head of huge entries) gets through instead of piling abandoned reads
+	// on it every interval.
+	limit deadline.Stretch
 
 	lastSummary time.Time
 	summaryBase HeadroomSample
@@ -53,7 +60,8 @@ func NewSampler(cfg SamplerConfig, sli *SLI, consumer *Consumer, log *slog.Logge
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Sampler{cfg: cfg, queue: queuestate.New(cfg.Queue, cfg.DeadLetter), sli: sli, consumer: consumer, log: log}
+	return &Sampler{cfg: cfg, queue: queuestate.New(cfg.Queue, cfg.DeadLetter), sli: sli, consumer: consumer, log: log,
+		limit: deadline.Stretch{Base: cfg.Timeout, Max: 8 * cfg.Timeout}}
 }
 
 // Run samples until ctx ends. A failed sample is counted and logged; the
@@ -70,11 +78,15 @@ func (s *Sampler) sample(ctx context.Context) {
 	}
 }
 
-// RunOnce takes one sample.
+// RunOnce takes one sample. Not safe to call concurrently.
 func (s *Sampler) RunOnce(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	timeout := s.limit.Next()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	st, err := s.queue.Read(ctx)
+	if s.limit.Observe(err) {
+		return fmt.Errorf("sample ran out of its %s (the next one gets %s): %w", timeout, s.limit.Next(), err)
+	}
 	if err != nil {
 		return err
 	}

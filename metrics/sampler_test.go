@@ -1,12 +1,15 @@
 package metrics
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 
 	"github.com/scorerefresh/scorerefresh/pkg/clock/clocktest"
 	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
@@ -72,5 +75,40 @@ func TestSamplerMeasuresQueueAndKeepsAgeRisingWhenStalled(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(sli.LastSample); got != float64(now.UnixNano())/1e9 {
 		t.Errorf("last sample timestamp = %v, want %v", got, float64(now.UnixNano())/1e9)
+	}
+}
+
+// TestSampleThatRunsOutOfTimeGetsLongerNextTime plays a server that needs
+// 0.25 s for each read of the queue (two per sample) against a 0.3 s sample
+// deadline: the first sample runs out of time and says so, the next one has
+// twice as long and gets through. With a fixed deadline every sample failed,
+// each leaving an abandoned read on the server.
+func TestSampleThatRunsOutOfTimeGetsLongerNextTime(t *testing.T) {
+	t.Parallel()
+	name := mongotest.Database(t, mongotest.Options{}).Name()
+	slow := &event.CommandMonitor{Started: func(ctx context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName == "find" && e.Command.Lookup("find").StringValue() == "q" {
+			select { // the server's work on the read
+			case <-time.After(250 * time.Millisecond):
+			case <-ctx.Done():
+			}
+		}
+	}}
+	db := mongotest.Client(t, mongotest.Options{Monitor: slow}).Database(name)
+	if _, err := db.Collection("q").InsertOne(t.Context(), bson.D{{Key: "username", Value: "a"}, {Key: "createdAt", Value: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	sli := NewSLI(reg, nil)
+	s := NewSampler(SamplerConfig{Queue: db.Collection("q"), DeadLetter: db.Collection("dead"), Interval: time.Hour, Timeout: 300 * time.Millisecond}, sli, NewConsumer(reg), nil)
+	err := s.RunOnce(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "the next one gets 600ms") {
+		t.Fatalf("first sample: %v, want it to run out of its 300ms and say the next gets 600ms", err)
+	}
+	if err := s.RunOnce(t.Context()); err != nil {
+		t.Fatalf("second sample, with a longer deadline: %v", err)
+	}
+	if d := testutil.ToFloat64(sli.QueueDepth); d != 1 {
+		t.Errorf("depth = %v, want 1", d)
 	}
 }
