@@ -198,8 +198,9 @@ func (c *claimer) readWindow(ctx context.Context, now time.Time, exclude map[str
 		return nil, fmt.Errorf("reading the oldest %d claimable entries: %w", c.window, err)
 	}
 	if c.resume != nil {
-		// $gte on createdAt alone re-reads the entries that share the last
-		// page's final timestamp: drop those up to its _id.
+		// The filter leaves out the entries that share the last page's
+		// final timestamp up to its _id, except where _ids of other BSON
+		// types compare differently: drop those here.
 		window = slices.DeleteFunc(window, func(r rawEntry) bool { return !c.resume.before(r) })
 	}
 	return window, nil
@@ -220,7 +221,13 @@ func windowFilter(nin []string, lengthFilter bool, resume *position) bson.D {
 		filter = append(filter, bson.E{Key: "username", Value: userCond})
 	}
 	if resume != nil {
-		filter = append(filter, bson.E{Key: "createdAt", Value: bson.D{{Key: "$gte", Value: resume.createdAt}}})
+		// $gte bounds the index scan; the $nor leaves out the entries that
+		// share the last page's time up to its _id. Without it, more than a
+		// window's worth of entries stamped with one time (a producer that
+		// dates a batch once) were read again by every page, for good.
+		filter = append(filter,
+			bson.E{Key: "createdAt", Value: bson.D{{Key: "$gte", Value: resume.createdAt}}},
+			bson.E{Key: "$nor", Value: bson.A{bson.D{{Key: "createdAt", Value: resume.createdAt}, {Key: "_id", Value: bson.D{{Key: "$lte", Value: resume.id}}}}}})
 	}
 	return filter
 }

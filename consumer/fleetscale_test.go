@@ -129,51 +129,60 @@ func TestHugeUsernamesAtTheHeadAreMalformedNotCarried(t *testing.T) {
 // TestClaimPagesPastAHeadOfBlockedUsers queues 1,100 users backing off
 // ahead of 5 fresh ones, with a window of 100: more blocked users than a
 // replica remembers (maxSkipUsers). Rounds page past them instead of reading
-// the same blocked head forever, and the fresh users are claimed.
+// the same blocked head forever, and the fresh users are claimed. In the
+// second case every blocked entry has the same createdAt (a producer that
+// stamps a batch with one time): a page that resumed at that time read the
+// same 100 entries again, forever.
 func TestClaimPagesPastAHeadOfBlockedUsers(t *testing.T) {
 	if raceEnabled {
 		t.Skip("seeds 2,200 documents: run without -race")
 	}
 	t.Parallel()
-	b := setup(t)
-	var blocked []string
-	var backoffs []any
-	for i := range 1100 {
-		u := fmt.Sprintf("failing-%04d", i)
-		blocked = append(blocked, u)
-		backoffs = append(backoffs, leaseDoc{User: u, LeaseUntil: time.Now().Add(time.Hour), Attempts: 1})
-	}
-	b.enqueue(t, blocked...)
-	if _, err := b.colls.Claims.InsertMany(t.Context(), backoffs); err != nil {
-		t.Fatal(err)
-	}
-	fresh := []any{}
-	for i := range 5 {
-		fresh = append(fresh, bson.D{{Key: "username", Value: fmt.Sprintf("fresh-%d", i)}, {Key: "createdAt", Value: time.Now()}})
-	}
-	if _, err := b.colls.Queue.InsertMany(t.Context(), fresh); err != nil {
-		t.Fatal(err)
-	}
-	c, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{cfg: Config{ClaimWindow: 100}})
-	won, paged := 0, 0
-	for round := 0; round < 30 && won < 5; round++ {
-		res, err := c.claimer.runOnce(t.Context(), 10, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		won += len(res.works)
-		if res.paged {
-			paged++
-		}
-		if len(c.claimer.skip) > maxSkipUsers {
-			t.Fatalf("round %d remembers %d blocked users, more than %d", round, len(c.claimer.skip), maxSkipUsers)
-		}
-	}
-	if won != 5 {
-		t.Errorf("won %d fresh users in 30 rounds, want 5", won)
-	}
-	if paged == 0 {
-		t.Errorf("no round paged past the blocked head")
+	for _, oneTime := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sharing one createdAt=%v", oneTime), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			var blocked, backoffs []any
+			at := time.Now().Add(-time.Minute)
+			for i := range 1100 {
+				u := fmt.Sprintf("failing-%04d", i)
+				if !oneTime {
+					at = at.Add(time.Millisecond)
+				}
+				blocked = append(blocked, bson.D{{Key: "username", Value: u}, {Key: "createdAt", Value: at}})
+				backoffs = append(backoffs, leaseDoc{User: u, LeaseUntil: time.Now().Add(time.Hour), Attempts: 1})
+			}
+			for i := range 5 {
+				blocked = append(blocked, bson.D{{Key: "username", Value: fmt.Sprintf("fresh-%d", i)}, {Key: "createdAt", Value: time.Now()}})
+			}
+			if _, err := b.colls.Queue.InsertMany(t.Context(), blocked); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.colls.Claims.InsertMany(t.Context(), backoffs); err != nil {
+				t.Fatal(err)
+			}
+			c, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{cfg: Config{ClaimWindow: 100}})
+			won, paged := 0, 0
+			for round := 0; round < 30 && won < 5; round++ {
+				res, err := c.claimer.runOnce(t.Context(), 10, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				won += len(res.works)
+				if res.paged {
+					paged++
+				}
+				if len(c.claimer.skip) > maxSkipUsers {
+					t.Fatalf("round %d remembers %d blocked users, more than %d", round, len(c.claimer.skip), maxSkipUsers)
+				}
+			}
+			if won != 5 {
+				t.Errorf("won %d fresh users in 30 rounds, want 5", won)
+			}
+			if paged == 0 {
+				t.Errorf("no round paged past the blocked head")
+			}
+		})
 	}
 }
 
