@@ -175,9 +175,12 @@ func (b *Bench) planCase(ctx context.Context, c planCase, entryCost time.Duratio
 	}
 	defer proxy.Close()
 	db := b.nextDatabase("plan_" + strings.ReplaceAll(c.name, "-", "_"))
+	// REFRESH_BATCH_SIZE=1: the validation table measures one refresh per
+	// user (the planner models batches, but no replay has checked them), and
+	// the service's default is batched.
 	environ := append(b.environ[:len(b.environ):len(b.environ)],
 		"MONGODB_URI=mongodb://"+proxy.Addr()+"/?directConnection=true", "MONGODB_DATABASE="+db, "SCORING_RULES="+b.rulesPath,
-		fmt.Sprintf("REFRESH_CONCURRENCY=%d", c.conc), fmt.Sprintf("MAX_USERS_IN_FLIGHT=%d", c.held), fmt.Sprintf("CLAIM_WINDOW=%d", c.window))
+		"REFRESH_BATCH_SIZE=1", fmt.Sprintf("REFRESH_CONCURRENCY=%d", c.conc), fmt.Sprintf("MAX_USERS_IN_FLIGHT=%d", c.held), fmt.Sprintf("CLAIM_WINDOW=%d", c.window))
 	defer func() { _ = b.direct.Database(db).Drop(context.Background()) }()
 	p, args, err := b.planPredict(ctx, c, environ, db, entryCost, dir)
 	if err != nil {
@@ -400,8 +403,8 @@ func reproducible(c planCase, args []string, p *planner.Plan, seed uint64) strin
 	if s.ScanCost > 0 {
 		out = append(out, fmt.Sprintf("--scan-cost %.2fµs", s.ScanCost*1e6))
 	}
-	out = append(out, fmt.Sprintf("--change-streams=%t --concurrency %d --max-users-in-flight %d --claim-window %d",
-		cfg.ChangeStreams, cfg.Concurrency, cfg.MaxUsersInFlight, cfg.ClaimWindow))
+	out = append(out, fmt.Sprintf("--change-streams=%t --concurrency %d --max-users-in-flight %d --claim-window %d --batch %d",
+		cfg.ChangeStreams, cfg.Concurrency, cfg.MaxUsersInFlight, cfg.ClaimWindow, max(cfg.Batch, 1)))
 	return gen + " && " + strings.Join(out, " ")
 }
 

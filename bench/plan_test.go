@@ -29,7 +29,7 @@ func TestEveryPlanRowReproducesWithoutAServer(t *testing.T) {
 			knee = c
 		}
 	}
-	p := &planner.Plan{Config: planner.Config{Components: 12, Concurrency: 16, MaxUsersInFlight: 64, ClaimWindow: 500},
+	p := &planner.Plan{Config: planner.Config{Components: 12, Concurrency: 16, MaxUsersInFlight: 64, ClaimWindow: 500, Batch: 1},
 		Server: planner.Server{RTT: 0.0215, Cost: 0.0014}}
 	args := []string{"--in", "/tmp/x/backlog", "--measure", "--measure-concurrency", "1", "--entry-cost", "173µs", "--max-replicas", "3",
 		"--svg", "/tmp/x/plan.svg", "--arrival", "original", "--speed", "1", "--rtt-knee", "6", "--rtt-slope", "15ms"}
@@ -38,6 +38,9 @@ func TestEveryPlanRowReproducesWithoutAServer(t *testing.T) {
 		"scorerefresh backlog generate --shape diverse --entries 720 --users 100000 --seed 1 --span 1m30s --out /tmp/plan-knee-wedge && ",
 		"scorerefresh plan --in /tmp/plan-knee-wedge --components 12 --entry-cost 173µs",
 		"--rtt-knee 6 --rtt-slope 15ms --rtt 21.50ms --server-cost 1.40ms --change-streams=false --concurrency 16",
+		// The environment's REFRESH_BATCH_SIZE (16 by default) would
+		// otherwise model batches the row did not measure.
+		"--claim-window 500 --batch 1",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("command lacks %q:\n%s", want, got)

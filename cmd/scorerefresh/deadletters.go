@@ -87,7 +87,11 @@ func newDLFlags(sub string, stderr io.Writer, defaultLimit int64) *dlFlags {
 	f.fs.StringVar(&f.user, "user", "", "only this username")
 	f.fs.StringVar(&f.since, "since", "", "only dead-lettered at or after: RFC 3339, a date, or a duration ago (24h)")
 	f.fs.StringVar(&f.until, "until", "", "only dead-lettered before: RFC 3339, a date, or a duration ago")
-	f.fs.Int64Var(&f.limit, "limit", defaultLimit, "dead letters at most (0: all)")
+	limitHelp := "dead letters at most (0: all)"
+	if defaultLimit > 0 { // list: a listing always has a length
+		limitHelp = "dead letters listed at most, newest first (at least 1)"
+	}
+	f.fs.Int64Var(&f.limit, "limit", defaultLimit, limitHelp)
 	f.fs.BoolVar(&f.asJSON, "json", false, "print one JSON document (schemaVersion 1)")
 	return f
 }

@@ -202,3 +202,63 @@ func TestOperatorCommandsNeverPrintThePassword(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadLettersJSONAndSafetyFlags pins the documented --json fields of
+// list, redrive and purge, and checks that --dry-run writes nothing and
+// --yes skips the question.
+func TestDeadLettersJSONAndSafetyFlags(t *testing.T) {
+	t.Parallel()
+	db, env := opsDB(t)
+	jsonDoc := func(args ...string) map[string]any {
+		t.Helper()
+		code, out, errOut := runCmd(t, env, "", args...)
+		var doc map[string]any
+		if code != 0 || json.Unmarshal([]byte(out), &doc) != nil {
+			t.Fatalf("%v: exit %d %s\n%s", args, code, errOut, out)
+		}
+		return doc
+	}
+	hasKeys := func(what string, doc map[string]any, keys ...string) {
+		t.Helper()
+		for _, k := range keys {
+			if _, ok := doc[k]; !ok {
+				t.Errorf("%s: no %q in %v", what, k, doc)
+			}
+		}
+	}
+	l := jsonDoc("deadletters", "list", "--json", "--reason", "malformed")
+	hasKeys("list", l, "schemaVersion", "kind", "filter", "matching", "matchingExact", "limit", "deadLetters")
+	rows, _ := l["deadLetters"].([]any)
+	if l["kind"] != "deadletters.list" || len(rows) != 1 {
+		t.Fatalf("list: %v", l)
+	}
+	row := rows[0].(map[string]any)
+	hasKeys("list row", row, "id", "username", "usernameNote", "createdAt", "reason", "at", "attempts", "error")
+	if row["username"] != nil {
+		t.Errorf("a username that is not a string lists as %v, want null", row["username"])
+	}
+
+	r := jsonDoc("deadletters", "redrive", "--json", "--dry-run", "--reason", "max_attempts")
+	hasKeys("redrive", r, "schemaVersion", "kind", "dryRun", "filter", "total", "read", "requeued", "alreadyQueued", "removed", "conflicts", "failed", "problems", "skipped", "batches")
+	if r["kind"] != "deadletters.redrive" || r["dryRun"] != true || r["requeued"] != float64(5) {
+		t.Errorf("redrive --dry-run: %v", r)
+	}
+	p := jsonDoc("deadletters", "purge", "--json", "--dry-run", "--reason", "max_attempts")
+	hasKeys("purge", p, "schemaVersion", "kind", "dryRun", "filter", "matching", "deleted")
+	if p["kind"] != "deadletters.purge" || p["matching"] != float64(5) || p["deleted"] != float64(0) {
+		t.Errorf("purge --dry-run: %v", p)
+	}
+	for coll, want := range map[string]int64{"score_events": 12, "score_events_dead": 6} {
+		if n, err := db.Collection(coll).CountDocuments(t.Context(), bson.D{}); err != nil || n != want {
+			t.Errorf("after the dry runs %s holds %d (%v), want %d", coll, n, err, want)
+		}
+	}
+
+	code, out, errOut := runCmd(t, env, "", "deadletters", "purge", "--json", "--yes", "--user", "u1", "--until", "30m")
+	if code != 0 || strings.Contains(errOut, "Type yes") || !strings.Contains(out, `"deleted": 1`) {
+		t.Errorf("purge --yes: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if n, _ := db.Collection("score_events_dead").CountDocuments(t.Context(), bson.D{{Key: "_id", Value: "dl1"}}); n != 0 {
+		t.Error("purge --yes --user u1 left u1's dead letter")
+	}
+}

@@ -50,11 +50,13 @@ What it needs:
                    (--rtt-knee, --rtt-slope), what deleting an acknowledged
                    entry costs it (--entry-cost) and what a claim round's queue
                    reads cost per queued entry (--scan-cost).
-  the fleet        REFRESH_CONCURRENCY, MAX_USERS_IN_FLIGHT, CLAIM_WINDOW and
-                   POLL_INTERVAL come from the environment, as for scorerefresh
-                   run; the flags below override them. --replicas is the fleet
-                   now (the stability verdict is for it), --batch the users per
-                   batched recompute (1: one refresh per user).
+  the fleet        REFRESH_CONCURRENCY, MAX_USERS_IN_FLIGHT, CLAIM_WINDOW,
+                   POLL_INTERVAL and REFRESH_BATCH_SIZE come from the
+                   environment, as for scorerefresh run; the flags below
+                   override them. --replicas is the fleet now (the stability
+                   verdict is for it), --batch the users per batched recompute
+                   (1: one refresh per user, the mode the validation measured;
+                   batches are modelled, not yet checked against replays).
   the load         --arrival max: the backlog is in the queue, nothing follows;
                    original: its entries arrive at their original spacing sped up
                    --speed times; rate: the backlog, then --rate entries/s for

@@ -32,7 +32,7 @@ func TestHelpExplainsEveryInput(t *testing.T) {
 		t.Fatalf("--help exits %d", code)
 	}
 	for _, want := range []string{"the backlog", "the rules", "the round trip", "the fleet", "the load", "a transient",
-		"per component plus 2", "median of --pings pings", "read-only", "REFRESH_CONCURRENCY, MAX_USERS_IN_FLIGHT, CLAIM_WINDOW"} {
+		"per component plus 2", "median of --pings pings", "read-only", "REFRESH_CONCURRENCY, MAX_USERS_IN_FLIGHT, CLAIM_WINDOW", "REFRESH_BATCH_SIZE", "not yet checked against replays"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("help lacks %q", want)
 		}
