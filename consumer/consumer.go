@@ -50,6 +50,7 @@ const (
 	DefaultMaxAttempts        = 5
 	DefaultShutdownTimeout    = 25 * time.Second
 	DefaultBatchLinger        = 5 * time.Millisecond
+	DefaultOpTimeout          = 30 * time.Second
 )
 
 // Config tunes the pipeline. Zero values take the defaults named on each
@@ -90,7 +91,7 @@ func (c Config) withDefaults() Config {
 	c.RetryBackoff = Backoff{Base: cmp.Or(c.RetryBackoff.Base, time.Second), Max: cmp.Or(c.RetryBackoff.Max, 5*time.Minute)}
 	c.AckInterval = cmp.Or(c.AckInterval, 50*time.Millisecond)
 	c.AckBatchSize = cmp.Or(c.AckBatchSize, 100)
-	c.OpTimeout = cmp.Or(c.OpTimeout, 30*time.Second)
+	c.OpTimeout = cmp.Or(c.OpTimeout, DefaultOpTimeout)
 	c.BatchSize = max(c.BatchSize, 1)
 	c.BatchLinger = cmp.Or(c.BatchLinger, DefaultBatchLinger)
 	c.Owner = cmp.Or(c.Owner, DefaultOwner())
@@ -317,7 +318,7 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 		if err != nil && ctx.Err() == nil {
 			c.metrics.ClaimErrors.Inc()
 			failures++
-			delay := Backoff{Base: 200 * time.Millisecond, Max: 30 * time.Second}.Delay(failures, nil)
+			delay := Backoff{Base: 200 * time.Millisecond, Max: claimRetryMax}.Delay(failures, nil)
 			if limit.Observe(err) {
 				c.log.Error("claim round ran out of time; retrying with a longer deadline", "op", "claim", "attempt", failures,
 					"deadline", timeout, "next_deadline", limit.Next(), "retry_in", delay, "err", err)
@@ -357,6 +358,18 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 // maxClaimStretch bounds how far a claim round's deadline stretches after
 // rounds that ran out of time: 8 × OpTimeout, 4 minutes by default.
 const maxClaimStretch = 8
+
+// claimRetryMax is the longest wait after a failed claim round.
+const claimRetryMax = 30 * time.Second
+
+// LongestClaimPass is the longest one pass of the claim loop can take with
+// the given OpTimeout (0: the default): a round at its most stretched
+// deadline, then the longest wait after it failed. A watchdog fed by
+// Deps.AfterClaim must allow at least this, or it takes a long round for a
+// wedged loop.
+func LongestClaimPass(opTimeout time.Duration) time.Duration {
+	return maxClaimStretch*cmp.Or(opTimeout, DefaultOpTimeout) + claimRetryMax
+}
 
 // maxPagesPerWake bounds the rounds that read past a head full of blocked
 // users before the loop waits for a wake-up or the poll again.

@@ -205,9 +205,10 @@ func (s *Service) newConsumer(limit consumer.Limiter, refresher consumer.Refresh
 	// Readiness starts false: it is earned by a ping and a claim round.
 	s.Health.Set("mongodb", false, "not yet reached")
 	s.Health.Set("claiming", false, "no claim round yet")
-	// A claim round can take OpTimeout plus the longest retry backoff;
-	// silence well past that is a wedged loop, not a slow one.
-	beat := s.Health.Watch("claim loop", 2*time.Minute+2*s.cfg.PollInterval)
+	// A pass of the claim loop can take a round at its most stretched
+	// deadline plus the longest retry backoff; silence past that is a
+	// wedged loop, not a slow one.
+	beat := s.Health.Watch("claim loop", consumer.LongestClaimPass(0)+2*s.cfg.PollInterval)
 	if s.cfg.ChangeStreams == config.ChangeStreamsOff {
 		s.log.Info("change streams off (CHANGE_STREAMS=off); waking on POLL_INTERVAL polling", "poll_interval", s.cfg.PollInterval.String())
 	} else {
