@@ -14,7 +14,8 @@
 # scenarios the release cannot run (batched, plan): fleet and storm use only
 # what both versions offer, plus the two app.Options hooks they measure
 # through (bench/fleet/app-hooks.patch, applied to the temporary copy).
-# OLD_REF overrides the release (default v0.1.0).
+# OLD_REF overrides the release (default v0.1.0): any commit, to show a
+# change's before and after side by side in one run.
 set -euo pipefail
 
 scenario=${1:?usage: bench/fleet/run.sh fleet|storm [OUT] [bench flags...]}
@@ -54,7 +55,10 @@ for pkg in queuestate pkg/svgchart; do
 		rm -f "$wt/$pkg"/*_test.go
 	fi
 done
-git -C "$wt" apply -3 "$root/bench/fleet/app-hooks.patch"
+# The hooks are in the service from v0.2.0 on; older releases get them here.
+if ! grep -qs 'WrapRefresher' "$wt"/internal/app/app.go "$wt"/cmd/internal/app/app.go; then
+	git -C "$wt" apply -3 "$root/bench/fleet/app-hooks.patch"
+fi
 # Releases before v0.3.0 kept the binaries' shared packages in cmd/internal;
 # the copied bench imports them from internal/.
 if [[ -d $wt/cmd/internal && ! -d $wt/internal ]]; then
