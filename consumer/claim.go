@@ -41,7 +41,22 @@ type claimResult struct {
 	// paged means the window held nobody claimable and the next round reads
 	// the entries behind it instead of the head again.
 	paged bool
+	// picked and won count the users the round tried to lease and the
+	// leases it got: the rest went to other replicas racing for the same
+	// users (see contended).
+	picked, won int
 }
+
+// contended says that most of a round's picks went to other replicas: the
+// fleet claims faster than the queue's head feeds it, and every replica
+// paying full rounds to lose them is the cost that grows with the fleet.
+func (r *claimResult) contended() bool {
+	return r.picked >= minContendedPicks && 2*r.won < r.picked
+}
+
+// minContendedPicks keeps rounds of a few picks, where one lost race is
+// half of them, from counting as contended.
+const minContendedPicks = 4
 
 // Claim-round bounds. Each caps a list the round sends or keeps, so a
 // round's commands and memory are bounded whatever the fleet size (N), the
@@ -156,6 +171,7 @@ func (c *claimer) round(ctx context.Context, room, absorbLimit int, exclude map[
 	}
 	token := bson.NewObjectID().Hex()
 	won, err := c.leases.acquire(ctx, picks, token, c.serverTime.Now(), c.lease)
+	res.picked, res.won = len(picks), len(won)
 	if err != nil || len(won) == 0 {
 		return res, err
 	}

@@ -155,6 +155,11 @@ type Consumer struct {
 
 	wake signal // work may have arrived, or room was made
 
+	// Claim loop only: contended rounds in a row, and the randomness that
+	// spreads the replicas' backoffs after them (contentionDelay).
+	contention int
+	claimRnd   *rand.Rand
+
 	mu     sync.Mutex
 	held   map[string]lease // users claimed and not yet settled: renewed, and never claimed twice
 	heldN  map[string]int   // entries absorbed per held user
@@ -181,6 +186,7 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 		wakeups:    deps.Wakeups,
 		afterClaim: deps.AfterClaim,
 		wake:       newSignal(),
+		claimRnd:   rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		held:       map[string]lease{},
 		heldN:      map[string]int{},
 		failures:   newFailureWindow(widespreadSpan, widespreadMinSample),
@@ -330,6 +336,13 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 		}
 		failures = 0
 		limit.Observe(err)
+		if c.contention > 0 {
+			// Most of the round's picks went to other replicas: step back a
+			// random while, longer each contended round in a row, so the
+			// losers stop paying full rounds for nothing while the winners
+			// drain (binary exponential backoff, as on a shared medium).
+			_ = clock.Sleep(ctx, c.clock, c.contentionDelay())
+		}
 		if paged && pages < maxPagesPerWake {
 			pages++
 			continue
@@ -371,6 +384,14 @@ func LongestClaimPass(opTimeout time.Duration) time.Duration {
 	return maxClaimStretch*cmp.Or(opTimeout, DefaultOpTimeout) + claimRetryMax
 }
 
+// contentionDelay is a random wait in [0, wakeGap·2^k), at most
+// PollInterval, after the k-th contended round in a row.
+func (c *Consumer) contentionDelay() time.Duration {
+	ceiling := wakeGap << min(c.contention-1, 10)
+	ceiling = min(ceiling, c.cfg.PollInterval)
+	return time.Duration(c.claimRnd.Int64N(int64(ceiling) + 1))
+}
+
 // maxPagesPerWake bounds the rounds that read past a head full of blocked
 // users before the loop waits for a wake-up or the poll again.
 const maxPagesPerWake = 8
@@ -403,6 +424,11 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 	c.metrics.ClaimDuration.Observe(clock.Since(c.clock, start).Seconds())
 	if res != nil {
 		c.completer.addMalformed(res.malformed)
+		if res.contended() {
+			c.contention++
+		} else {
+			c.contention = 0
+		}
 	}
 	if err != nil {
 		return false, false, err
@@ -596,12 +622,13 @@ func (c *Consumer) dequeued(n int) {
 	c.roomWake()
 }
 
-// roomWake wakes the claim loop when refreshers are about to run dry.
+// roomWake wakes the claim loop when refreshers are about to run dry and
+// there is room for a round worth its cost (roomFloor).
 func (c *Consumer) roomWake() {
 	c.mu.Lock()
 	backlog := c.backlog
 	c.mu.Unlock()
-	if backlog && c.wantMore() {
+	if backlog && c.wantMore() && c.room() >= c.roomFloor() {
 		c.metrics.Wakeups.WithLabelValues(metrics.WakeupRoom).Inc()
 		c.wake.notify()
 	}
@@ -633,6 +660,17 @@ func (c *Consumer) room() int {
 		return 0 // enough entries in memory: settle some first
 	}
 	return min(c.cfg.MaxUsersInFlight, leadFactor*c.slots()) - len(c.held)
+}
+
+// roomFloor is the least room a room wake-up waits for: an eighth of the
+// users this consumer may hold. With batches, slots() is far above
+// MAX_USERS_IN_FLIGHT and wantMore's low-water mark never binds, so each ack
+// flush that settled a user or two woke a full claim round (two queue
+// reads, a lease read and an insert) to claim those one or two; across a
+// fleet those rounds were most of the claim path's cost. Waiting for an
+// eighth costs at most that share of the users in flight.
+func (c *Consumer) roomFloor() int {
+	return max(1, min(c.cfg.MaxUsersInFlight, leadFactor*c.slots())/8)
 }
 
 // slots is how many users can be refreshing at once: a slot per batch in
