@@ -50,6 +50,16 @@ type Sampler struct {
 	summaryBase HeadroomSample
 }
 
+// maxSampleStretch is the least a sample's deadline may stretch to. The
+// sampler runs one read at a time, every Interval (5 s by default): capped
+// at 8 × 5 s, a read needing a minute (a server scanning a head of huge
+// entries) was abandoned every 40 s and started again, and the abandoned
+// copies, which the server finishes anyway, kept it too busy for anything
+// else, the claim rounds included. A sample that takes minutes leaves the
+// gauges stale meanwhile (scorerefresh_sli_last_sample_timestamp_seconds
+// says how stale), which is the truth about such a server.
+const maxSampleStretch = 4 * time.Minute
+
 // NewSampler builds a sampler writing to sli; consumer supplies this
 // replica's counters for the headroom estimate.
 func NewSampler(cfg SamplerConfig, sli *SLI, consumer *Consumer, log *slog.Logger) *Sampler {
@@ -61,7 +71,7 @@ func NewSampler(cfg SamplerConfig, sli *SLI, consumer *Consumer, log *slog.Logge
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Sampler{cfg: cfg, queue: queuestate.New(cfg.Queue, cfg.DeadLetter), sli: sli, consumer: consumer, log: log,
-		limit: deadline.Stretch{Base: cfg.Timeout, Max: 8 * cfg.Timeout}}
+		limit: deadline.Stretch{Base: cfg.Timeout, Max: max(8*cfg.Timeout, maxSampleStretch)}}
 }
 
 // Run samples until ctx ends. A failed sample is counted and logged; the

@@ -95,7 +95,7 @@ func TestHostileHeadDrainsInAPod(t *testing.T) {
 	}
 	// Every entry acknowledged or dead-lettered, whichever it was; the
 	// checks below say whether each went the right way.
-	w.awaitMetrics(p, 20*time.Minute, func(body string) bool {
+	w.awaitMetrics(p, 45*time.Minute, func(body string) bool {
 		return sampleSum(body, "scorerefresh_entries_acked_total", "")+
 			sampleSum(body, "scorerefresh_entries_deadlettered_total", "") >= acked+dead
 	})
