@@ -9,6 +9,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
 // Refresher recomputes and stores one user's score (scoring.Refresher).
@@ -52,12 +54,15 @@ func (l *FixedLimiter) Limit() int { return l.n }
 func (c *Consumer) refreshOne(ctx context.Context, w work) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RefreshTimeout)
 	defer cancel()
-	start := c.serverTime.Now()
+	// The recompute starts by the server's clock (what sources were
+	// written before it); its duration is measured on the local clock,
+	// which does not jump when the server's is sampled again.
+	start, began := c.serverTime.Now(), c.clock.Now()
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("refresh panicked: %v\n%s", r, debug.Stack())
 		}
-		c.metrics.RefreshDuration.Observe(c.serverTime.Now().Sub(start).Seconds())
+		c.metrics.RefreshDuration.Observe(clock.Since(c.clock, began).Seconds())
 	}()
 	if err := c.refresher.Refresh(ctx, w.lease.User, start); err != nil {
 		if ownDeadline(ctx, err, c.cfg.RefreshTimeout) {
@@ -103,7 +108,7 @@ func (c *Consumer) refreshBatch(ctx context.Context, works []work) (errs []error
 	for i, w := range works {
 		users[i] = w.lease.User
 	}
-	start := c.serverTime.Now()
+	start, began := c.serverTime.Now(), c.clock.Now() // as in refreshOne
 	defer func() {
 		if r := recover(); r != nil {
 			err := fmt.Errorf("batch refresh panicked: %v\n%s", r, debug.Stack())
@@ -112,7 +117,7 @@ func (c *Consumer) refreshBatch(ctx context.Context, works []work) (errs []error
 				errs[i] = err
 			}
 		}
-		d := c.serverTime.Now().Sub(start).Seconds()
+		d := clock.Since(c.clock, began).Seconds()
 		for range works {
 			c.metrics.RefreshDuration.Observe(d)
 		}

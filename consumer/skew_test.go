@@ -1,11 +1,14 @@
 package consumer
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
@@ -77,5 +80,41 @@ func TestClockSkewBetweenReplicasLosesNoEvent(t *testing.T) {
 		if off := time.Until(d.RefreshedAt); off > time.Minute || off < -time.Minute {
 			t.Errorf("%s: refreshedAt is %v off the server's clock", user, off)
 		}
+	}
+}
+
+// steppedServerClock is a server clock estimate that a resample can step.
+type steppedServerClock struct{ offset atomic.Int64 }
+
+func (c *steppedServerClock) Now() time.Time {
+	return time.Now().Add(time.Duration(c.offset.Load()))
+}
+
+// TestRefreshDurationIgnoresServerClockSteps steps the server clock
+// estimate back a minute while a refresh runs, as a resample that finds
+// the estimate was ahead does. The refresh's duration is measured on the
+// local clock: measured on the server clock, it came out a minute
+// negative.
+func TestRefreshDurationIgnoresServerClockSteps(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.enqueue(t, "ann")
+	server := &steppedServerClock{}
+	rec := newRecorder(func(context.Context, string, int) error {
+		server.offset.Add(int64(-time.Minute))
+		return nil
+	})
+	c, m := b.newConsumer(t, rec, consumerOpts{serverTime: server})
+	stop := start(t, c)
+	b.waitDrained(t)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	var out dto.Metric
+	if err := m.RefreshDuration.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	if h := out.GetHistogram(); h.GetSampleCount() != 1 || h.GetSampleSum() < 0 {
+		t.Errorf("refresh duration: %d samples summing to %.1fs, want one that is not negative", h.GetSampleCount(), h.GetSampleSum())
 	}
 }
