@@ -170,7 +170,7 @@ func (c *claimer) round(ctx context.Context, room, absorbLimit int, exclude map[
 		return res, nil
 	}
 	token := bson.NewObjectID().Hex()
-	won, err := c.leases.acquire(ctx, picks, token, c.serverTime.Now(), c.lease)
+	won, err := c.leases.acquire(ctx, picks, token, c.serverTime.Now(), c.leaseFor(ctx))
 	res.picked, res.won = len(picks), len(won)
 	if err != nil || len(won) == 0 {
 		return res, err
@@ -188,6 +188,19 @@ func (c *claimer) round(ctx context.Context, room, absorbLimit int, exclude map[
 	res.works = works
 	res.malformed = append(res.malformed, bad...)
 	return res, nil
+}
+
+// leaseFor is how long the leases a round writes last: LeaseDuration, or,
+// when the round may run longer than that (a deadline stretched after
+// rounds that timed out), its remaining time plus a third of a lease.
+// Leases are renewed only once the round has returned; one that expired
+// during a slow absorb would be taken over by another replica, and both
+// would refresh the user.
+func (c *claimer) leaseFor(ctx context.Context) time.Duration {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) > c.lease {
+		return time.Until(dl) + c.lease/3
+	}
+	return c.lease
 }
 
 // readWindow reads the oldest entries of users that may be claimable.
@@ -214,9 +227,9 @@ func (c *claimer) readWindow(ctx context.Context, now time.Time, exclude map[str
 		return nil, fmt.Errorf("reading the oldest %d claimable entries: %w", c.window, err)
 	}
 	if c.resume != nil {
-		// The filter leaves out the entries that share the last page's
-		// final timestamp up to its _id, except where _ids of other BSON
-		// types compare differently: drop those here.
+		// Only the last page's own entry can come back here (the filter
+		// keeps _ids of other BSON types at its time, and those are kept:
+		// read again, which is harmless).
 		window = slices.DeleteFunc(window, func(r rawEntry) bool { return !c.resume.before(r) })
 	}
 	return window, nil
@@ -237,13 +250,18 @@ func windowFilter(nin []string, lengthFilter bool, resume *position) bson.D {
 		filter = append(filter, bson.E{Key: "username", Value: userCond})
 	}
 	if resume != nil {
-		// $gte bounds the index scan; the $nor leaves out the entries that
-		// share the last page's time up to its _id. Without it, more than a
-		// window's worth of entries stamped with one time (a producer that
+		// Behind (t, id) in the index's order, as two ranges of it: later
+		// times, and the same time with a later _id. MongoDB's planner
+		// bounds an index scan by both branches of an $or (it does not
+		// look inside a $nor, which would cost a document fetch per key).
+		// $not $lte rather than $gt keeps _ids of other BSON types, which
+		// the client-side check sorts out. Without the tie-break, more
+		// than a window of entries stamped with one time (a producer that
 		// dates a batch once) were read again by every page, for good.
-		filter = append(filter,
-			bson.E{Key: "createdAt", Value: bson.D{{Key: "$gte", Value: resume.createdAt}}},
-			bson.E{Key: "$nor", Value: bson.A{bson.D{{Key: "createdAt", Value: resume.createdAt}, {Key: "_id", Value: bson.D{{Key: "$lte", Value: resume.id}}}}}})
+		filter = append(filter, bson.E{Key: "$or", Value: bson.A{
+			bson.D{{Key: "createdAt", Value: bson.D{{Key: "$gt", Value: resume.createdAt}}}},
+			bson.D{{Key: "createdAt", Value: resume.createdAt}, {Key: "_id", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$lte", Value: resume.id}}}}}},
+		}})
 	}
 	return filter
 }

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -51,5 +52,54 @@ func TestClaimRoundsThatRunOutOfTimeGetLonger(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.ClaimErrors); got == 0 {
 		t.Errorf("no claim round ran out of time (%d slow reads): the test proves nothing", slowReads.Load())
+	}
+}
+
+// TestShutdownCutsAStretchedClaimRoundBack lets every read of the queue
+// hang until its deadline, so claim rounds stretch (1 s, 2 s, 4 s), and
+// begins shutdown while the 4 s round waits. The round's read ends by
+// cancellation, one OpTimeout into the shutdown, not at its 4 s deadline:
+// a round stretched to minutes must not outlast the pod's grace period.
+func TestShutdownCutsAStretchedClaimRoundBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.enqueue(t, "ann")
+	type read struct {
+		budget time.Duration
+		ended  chan error
+	}
+	reads := make(chan read, 16)
+	hang := &event.CommandMonitor{Started: func(ctx context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName != "find" || e.Command.Lookup("find").StringValue() != "score_events" {
+			return
+		}
+		dl, _ := ctx.Deadline()
+		r := read{budget: time.Until(dl), ended: make(chan error, 1)}
+		reads <- r
+		<-ctx.Done()
+		r.ended <- ctx.Err()
+	}}
+	db := mongotest.Client(t, mongotest.Options{Monitor: hang}).Database(b.db.Name())
+	slowBundle := &testBundle{db: db, cmds: b.cmds, colls: Collections{
+		Queue: db.Collection(b.colls.Queue.Name()), Claims: db.Collection(b.colls.Claims.Name()), DeadLetter: db.Collection(b.colls.DeadLetter.Name()),
+	}}
+	c, _ := slowBundle.newConsumer(t, newRecorder(nil), consumerOpts{cfg: Config{OpTimeout: time.Second, PollInterval: 50 * time.Millisecond}})
+	cancel, wait := startCancel(t, c)
+	for {
+		r := <-reads
+		if r.budget <= 2*time.Second {
+			if err := <-r.ended; !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("a read of a %s round ended with %v, want its deadline", r.budget.Round(time.Second), err)
+			}
+			continue
+		}
+		cancel() // shutdown begins while the stretched round waits
+		if err := <-r.ended; !errors.Is(err, context.Canceled) {
+			t.Errorf("the stretched round's read ended with %v, want cancelled by the shutdown before its %s deadline", err, r.budget.Round(time.Second))
+		}
+		break
+	}
+	if err := wait(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -72,5 +73,23 @@ func TestContentionDelayDoublesUpToThePollInterval(t *testing.T) {
 		if longest < ceiling*9/10 {
 			t.Errorf("contention %d: longest of 2000 delays %s, want close to %s (spread over the whole range)", k, longest, ceiling)
 		}
+	}
+}
+
+func TestLeasesOutlastAStretchedRound(t *testing.T) {
+	t.Parallel()
+	c := &claimer{lease: time.Minute}
+	if got := c.leaseFor(t.Context()); got != time.Minute {
+		t.Errorf("no deadline: lease %s, want LEASE_DURATION", got)
+	}
+	short, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if got := c.leaseFor(short); got != time.Minute {
+		t.Errorf("30s round: lease %s, want LEASE_DURATION", got)
+	}
+	long, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	if got := c.leaseFor(long); got < 4*time.Minute {
+		t.Errorf("4m round: lease %s, want it to outlast the round", got)
 	}
 }

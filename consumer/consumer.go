@@ -317,7 +317,7 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 	for ctx.Err() == nil {
 		lastRound = c.clock.Now()
 		timeout := limit.Next()
-		more, paged, err := c.claimOnce(ctx, workCtx, refreshes, timeout)
+		pass, err := c.claimOnce(ctx, workCtx, refreshes, timeout)
 		if ctx.Err() == nil {
 			c.afterClaim(err)
 		}
@@ -335,19 +335,24 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 			continue
 		}
 		failures = 0
-		limit.Observe(err)
-		if c.contention > 0 {
-			// Most of the round's picks went to other replicas: step back a
-			// random while, longer each contended round in a row, so the
-			// losers stop paying full rounds for nothing while the winners
-			// drain (binary exponential backoff, as on a shared medium).
-			_ = clock.Sleep(ctx, c.clock, c.contentionDelay())
+		if pass.ran {
+			// A pass without room tried nothing: it says nothing about the
+			// deadline or the contention.
+			limit.Observe(nil)
+			if c.contention > 0 {
+				// Most of the round's picks went to other replicas: step
+				// back a random while, longer each contended round in a
+				// row, so the losers stop paying full rounds for nothing
+				// while the winners drain (binary exponential backoff, as
+				// on a shared medium).
+				_ = clock.Sleep(ctx, c.clock, c.contentionDelay())
+			}
 		}
-		if paged && pages < maxPagesPerWake {
+		if pass.paged && pages < maxPagesPerWake {
 			pages++
 			continue
 		}
-		if more && c.wantMore() {
+		if pass.more && c.wantMore() {
 			continue
 		}
 		// Paging ends with the wait: the next round reads the head again,
@@ -381,10 +386,15 @@ const claimRetryMax = 30 * time.Second
 // Deps.AfterClaim must allow at least this, or it takes a long round for a
 // wedged loop.
 func LongestClaimPass(opTimeout time.Duration) time.Duration {
-	return maxClaimStretch*cmp.Or(opTimeout, DefaultOpTimeout) + claimRetryMax
+	return maxClaimStretch*cmp.Or(opTimeout, DefaultOpTimeout) + claimCleanup + claimRetryMax
 }
 
-// contentionDelay is a random wait in [0, wakeGap·2^k), at most
+// claimCleanup bounds what a failed round does after its deadline: deleting
+// the leases it had written (leaseStore.abandon, or the release after a
+// failed absorb).
+const claimCleanup = 10 * time.Second
+
+// contentionDelay is a random wait in [0, wakeGap·2^(k−1)], at most
 // PollInterval, after the k-th contended round in a row.
 func (c *Consumer) contentionDelay() time.Duration {
 	ceiling := wakeGap << min(c.contention-1, 10)
@@ -400,18 +410,36 @@ const maxPagesPerWake = 8
 // change-stream or room wake-up.
 const wakeGap = 50 * time.Millisecond
 
-// claimOnce runs one claim round and dispatches what it won. more reports
-// that the queue may hold more claimable work right now.
-func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitGroup, timeout time.Duration) (more, paged bool, err error) {
+// claimPass is what one pass of the claim loop did: ran, whether a round
+// ran at all (there was room); more, that the queue may hold more claimable
+// work right now; paged, that the next round reads past this window.
+type claimPass struct{ ran, more, paged bool }
+
+// claimOnce runs one claim round and dispatches what it won.
+func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitGroup, timeout time.Duration) (claimPass, error) {
 	room := c.room()
 	if room <= 0 || !c.wantMore() {
-		return false, false, nil
+		return claimPass{}, nil
 	}
 	// Once begun, a claim round finishes even if shutdown starts meanwhile:
 	// cancelled between its lease insert and its absorb, it would leave
-	// leases that everyone must wait out. Its own deadline still bounds it.
+	// leases that everyone must wait out. Its own deadline still bounds it,
+	// cut back to OpTimeout once shutdown begins: a deadline stretched to
+	// minutes would outlast the pod's grace period (abandon and release
+	// clean up after a round cut short).
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
+	if timeout > c.cfg.OpTimeout {
+		defer context.AfterFunc(ctx, func() {
+			cut := c.clock.NewTimer(c.cfg.OpTimeout)
+			defer cut.Stop()
+			select {
+			case <-cut.C():
+				cancel()
+			case <-opCtx.Done():
+			}
+		})()
+	}
 	start := c.clock.Now()
 	c.mu.Lock()
 	exclude := make(map[string]struct{}, len(c.held))
@@ -424,14 +452,14 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 	c.metrics.ClaimDuration.Observe(clock.Since(c.clock, start).Seconds())
 	if res != nil {
 		c.completer.addMalformed(res.malformed)
-		if res.contended() {
-			c.contention++
-		} else {
-			c.contention = 0
-		}
 	}
 	if err != nil {
-		return false, false, err
+		return claimPass{ran: true}, err
+	}
+	if res.contended() {
+		c.contention++
+	} else {
+		c.contention = 0
 	}
 	entries := 0
 	c.mu.Lock()
@@ -454,11 +482,11 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 	// Go again at once only if this round made progress: a full window of
 	// malformed entries (waiting for their dead-letter flush) or of users
 	// other replicas just won would otherwise spin the loop.
-	more = len(res.works) > 0 && (res.windowFull || len(res.works) == room)
+	more := len(res.works) > 0 && (res.windowFull || len(res.works) == room)
 	c.mu.Lock()
 	c.backlog = more
 	c.mu.Unlock()
-	return more, res.paged, nil
+	return claimPass{ran: true, more: more, paged: res.paged}, nil
 }
 
 // process hands one claimed user to a refresh batch and, if this goroutine

@@ -26,6 +26,7 @@ const IDIndex = "_id_"
 // Names of the HotQueries.
 const (
 	QueryClaimWindow = "claim window"
+	QueryWindowPaged = "claim window, paging past a blocked head"
 	QueryAbsorb      = "absorb"
 	QueryAck         = "ack delete by _id"
 	QueryLeaseRead   = "lease read of the window's users"
@@ -43,6 +44,12 @@ func HotQueries(colls Collections, claimWindow int, now time.Time) []HotQuery {
 		{Name: QueryClaimWindow, Coll: colls.Queue, Index: IndexClaimWindow, Command: bson.D{
 			{Key: "find", Value: colls.Queue.Name()},
 			{Key: "filter", Value: windowFilter([]string{"\x00scorerefresh-doctor"}, true, nil)},
+			{Key: "sort", Value: order}, {Key: "projection", Value: entry}, {Key: "limit", Value: int64(claimWindow)},
+			{Key: "hint", Value: windowIndex},
+		}},
+		{Name: QueryWindowPaged, Coll: colls.Queue, Index: IndexClaimWindow, Command: bson.D{
+			{Key: "find", Value: colls.Queue.Name()},
+			{Key: "filter", Value: windowFilter([]string{"\x00scorerefresh-doctor"}, true, &position{createdAt: now, id: objectIDValue(bson.NewObjectID())})},
 			{Key: "sort", Value: order}, {Key: "projection", Value: entry}, {Key: "limit", Value: int64(claimWindow)},
 			{Key: "hint", Value: windowIndex},
 		}},
@@ -66,4 +73,8 @@ func HotQueries(colls Collections, claimWindow int, now time.Time) []HotQuery {
 			{Key: "projection", Value: bson.D{{Key: "_id", Value: 1}, {Key: "leaseUntil", Value: 1}, {Key: "token", Value: 1}}},
 		}},
 	}
+}
+
+func objectIDValue(id bson.ObjectID) bson.RawValue {
+	return bson.RawValue{Type: bson.TypeObjectID, Value: id[:]}
 }

@@ -49,6 +49,11 @@ func TestHotQueriesHaveThePipelinesShapes(t *testing.T) {
 	if err := c.completer.flushAll(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	// A round paging past a blocked head, as page() sets it up.
+	c.claimer.resume = &position{createdAt: time.Now().Add(-time.Hour), id: objectIDValue(bson.NewObjectID())}
+	if _, err := c.claimer.runOnce(t.Context(), 10, nil); err != nil {
+		t.Fatalf("paged claim: %v", err)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	for _, q := range HotQueries(b.colls, 500, time.Now()) {

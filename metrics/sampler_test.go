@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,20 +79,30 @@ func TestSamplerMeasuresQueueAndKeepsAgeRisingWhenStalled(t *testing.T) {
 	}
 }
 
-// TestSampleThatRunsOutOfTimeGetsLongerNextTime plays a server that needs
-// 0.25 s for each read of the queue (two per sample) against a 0.3 s sample
-// deadline: the first sample runs out of time and says so, the next one has
-// twice as long and gets through. With a fixed deadline every sample failed,
-// each leaving an abandoned read on the server.
+// TestSampleThatRunsOutOfTimeGetsLongerNextTime holds the first sample's
+// reads of the queue until their deadline (a server that cannot answer in
+// time), then lets the next sample's through. The first fails and says the
+// next gets twice as long; the next one's reads carry that deadline, and it
+// succeeds. With a fixed deadline the next sample had the same 300 ms, and
+// on a server needing more, failed every time, each leaving an abandoned
+// read behind.
 func TestSampleThatRunsOutOfTimeGetsLongerNextTime(t *testing.T) {
 	t.Parallel()
 	name := mongotest.Database(t, mongotest.Options{}).Name()
+	var mu sync.Mutex
+	var hold bool
+	var deadlines []time.Time // of the queue's finds
 	slow := &event.CommandMonitor{Started: func(ctx context.Context, e *event.CommandStartedEvent) {
-		if e.CommandName == "find" && e.Command.Lookup("find").StringValue() == "q" {
-			select { // the server's work on the read
-			case <-time.After(250 * time.Millisecond):
-			case <-ctx.Done():
-			}
+		if e.CommandName != "find" || e.Command.Lookup("find").StringValue() != "q" {
+			return
+		}
+		dl, _ := ctx.Deadline()
+		mu.Lock()
+		deadlines = append(deadlines, dl)
+		held := hold
+		mu.Unlock()
+		if held {
+			<-ctx.Done() // the server's work outlasts the sample
 		}
 	}}
 	db := mongotest.Client(t, mongotest.Options{Monitor: slow}).Database(name)
@@ -101,12 +112,37 @@ func TestSampleThatRunsOutOfTimeGetsLongerNextTime(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	sli := NewSLI(reg, nil)
 	s := NewSampler(SamplerConfig{Queue: db.Collection("q"), DeadLetter: db.Collection("dead"), Interval: time.Hour, Timeout: 300 * time.Millisecond}, sli, NewConsumer(reg), nil)
+	budget := func(began time.Time) time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(deadlines) == 0 {
+			t.Fatal("the sample read nothing from the queue")
+		}
+		d := deadlines[len(deadlines)-1].Sub(began)
+		deadlines = nil
+		return d
+	}
+
+	mu.Lock()
+	hold = true
+	mu.Unlock()
+	began := time.Now()
 	err := s.RunOnce(t.Context())
 	if err == nil || !strings.Contains(err.Error(), "the next one gets 600ms") {
 		t.Fatalf("first sample: %v, want it to run out of its 300ms and say the next gets 600ms", err)
 	}
+	if b := budget(began); b > 600*time.Millisecond {
+		t.Fatalf("first sample's reads had %s, want its 300ms", b)
+	}
+	mu.Lock()
+	hold = false
+	mu.Unlock()
+	began = time.Now()
 	if err := s.RunOnce(t.Context()); err != nil {
 		t.Fatalf("second sample, with a longer deadline: %v", err)
+	}
+	if b := budget(began); b < 600*time.Millisecond {
+		t.Errorf("second sample's reads had %s, want 600ms", b)
 	}
 	if d := testutil.ToFloat64(sli.QueueDepth); d != 1 {
 		t.Errorf("depth = %v, want 1", d)
