@@ -34,10 +34,7 @@ func TestClaimRoundsThatRunOutOfTimeGetLonger(t *testing.T) {
 		case <-ctx.Done():
 		}
 	}}
-	db := mongotest.Client(t, mongotest.Options{Monitor: slow}).Database(b.db.Name())
-	slowBundle := &testBundle{db: db, cmds: b.cmds, colls: Collections{
-		Queue: db.Collection(b.colls.Queue.Name()), Claims: db.Collection(b.colls.Claims.Name()), DeadLetter: db.Collection(b.colls.DeadLetter.Name()),
-	}}
+	slowBundle := b.watchedBy(t, slow)
 	rec := newRecorder(nil)
 	c, m := slowBundle.newConsumer(t, rec, consumerOpts{cfg: Config{OpTimeout: time.Second, PollInterval: 50 * time.Millisecond}})
 	stop := start(t, c)
@@ -79,10 +76,7 @@ func TestShutdownCutsAStretchedClaimRoundBack(t *testing.T) {
 		<-ctx.Done()
 		r.ended <- ctx.Err()
 	}}
-	db := mongotest.Client(t, mongotest.Options{Monitor: hang}).Database(b.db.Name())
-	slowBundle := &testBundle{db: db, cmds: b.cmds, colls: Collections{
-		Queue: db.Collection(b.colls.Queue.Name()), Claims: db.Collection(b.colls.Claims.Name()), DeadLetter: db.Collection(b.colls.DeadLetter.Name()),
-	}}
+	slowBundle := b.watchedBy(t, hang)
 	c, _ := slowBundle.newConsumer(t, newRecorder(nil), consumerOpts{cfg: Config{OpTimeout: time.Second, PollInterval: 50 * time.Millisecond}})
 	cancel, wait := startCancel(t, c)
 	for {
@@ -102,4 +96,14 @@ func TestShutdownCutsAStretchedClaimRoundBack(t *testing.T) {
 	if err := wait(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// watchedBy is b's database reached through a client of its own whose
+// commands mon sees first (and may hold, as a slow server would).
+func (b *testBundle) watchedBy(t *testing.T, mon *event.CommandMonitor) *testBundle {
+	t.Helper()
+	db := mongotest.Client(t, mongotest.Options{Monitor: mon}).Database(b.db.Name())
+	return &testBundle{db: db, cmds: b.cmds, colls: Collections{
+		Queue: db.Collection(b.colls.Queue.Name()), Claims: db.Collection(b.colls.Claims.Name()), DeadLetter: db.Collection(b.colls.DeadLetter.Name()),
+	}}
 }
