@@ -2,7 +2,6 @@ package app
 
 import (
 	"bytes"
-	"context"
 	"log/slog"
 	"strings"
 	"sync"
@@ -51,11 +50,7 @@ func TestAdaptiveServiceDrainsAndWarnsAboutTheBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs syncBuffer
-	svc, err := New(t.Context(), cfg, Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = svc.Close(context.Background()) })
+	svc := newService(t, cfg, Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	// 8 refresh slots + 5 overhead + 2 monitoring = 15 > 10.
 	if !strings.Contains(logs.String(), "MONGODB_CONNECTION_BUDGET") || !strings.Contains(logs.String(), `"max_per_server":15`) {
 		t.Errorf("no budget warning naming 15 connections:\n%s", logs.String())
@@ -63,9 +58,7 @@ func TestAdaptiveServiceDrainsAndWarnsAboutTheBudget(t *testing.T) {
 	if got := metrics.Read(svc.Metrics.ConcurrencyLimit); got != 2 {
 		t.Errorf("adaptive starting limit %v, want REFRESH_CONCURRENCY/4 = 2", got)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
+	stop := run(t, svc)
 	deadline := time.Now().Add(60 * time.Second)
 	for metrics.Read(svc.Metrics.EntriesAcked) < 60 {
 		if time.Now().After(deadline) {
@@ -73,8 +66,7 @@ func TestAdaptiveServiceDrainsAndWarnsAboutTheBudget(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +28,34 @@ var specMetrics = []string{
 	"scorerefresh_mongo_pool_checkout_wait_seconds", "scorerefresh_build_info",
 }
 
+// newService builds the service for a test and closes it when the test ends.
+func newService(t *testing.T, cfg config.Config, opts Options) *Service {
+	t.Helper()
+	svc, err := New(t.Context(), cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Close(context.Background()) })
+	return svc
+}
+
+// run runs svc until stop, which shuts it down and returns Run's error
+// (stop runs at the test's end too; calling it again returns the same).
+func run(t *testing.T, svc *Service) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() { cancel(); err = <-done })
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
 func TestServiceServesMetricsAndHealth(t *testing.T) {
 	t.Parallel()
 	db := mongotest.Database(t, mongotest.Options{})
@@ -40,18 +69,11 @@ func TestServiceServesMetricsAndHealth(t *testing.T) {
 	if _, err := db.Collection("score_events").InsertOne(t.Context(), bson.D{{Key: "username", Value: "ann"}, {Key: "createdAt", Value: time.Now()}}); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := New(t.Context(), cfg, Options{Version: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = svc.Close(context.Background()) })
+	svc := newService(t, cfg, Options{Version: "test"})
 	base := "http://" + svc.MetricsAddr()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
+	stop := run(t, svc)
 	defer func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	}()

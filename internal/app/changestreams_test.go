@@ -1,7 +1,6 @@
 package app
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -64,17 +63,10 @@ func runUntilDrained(t *testing.T, changeStreams string, rec *queryplan.Recorder
 	if _, err := db.Collection("score_events").InsertOne(t.Context(), bson.D{{Key: "username", Value: "ann"}, {Key: "createdAt", Value: time.Now()}}); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := New(t.Context(), cfg, Options{Monitor: rec.Monitor()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = svc.Close(context.Background()) })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
+	svc := newService(t, cfg, Options{Monitor: rec.Monitor()})
+	stop := run(t, svc)
 	defer func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	}()

@@ -1,7 +1,6 @@
 package app
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -36,15 +35,8 @@ func TestRealPrometheusScrapesTheService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := New(t.Context(), cfg, Options{Version: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = svc.Close(context.Background()) })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	svc := newService(t, cfg, Options{Version: "test"})
+	run(t, svc)
 
 	dir := t.TempDir()
 	promAddr := freeAddr(t)

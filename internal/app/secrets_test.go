@@ -54,14 +54,8 @@ func TestRunningServiceNeverShowsTheURIsSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs syncBuffer
-	svc, err := New(t.Context(), cfg, Options{Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), Version: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = svc.Close(context.Background()) })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
+	svc := newService(t, cfg, Options{Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), Version: "test"})
+	stop := run(t, svc)
 	base := "http://" + svc.MetricsAddr()
 	deadline := time.Now().Add(30 * time.Second)
 	for code, _ := getQuiet(base + "/readyz"); code != 200; code, _ = getQuiet(base + "/readyz") {
@@ -76,8 +70,7 @@ func TestRunningServiceNeverShowsTheURIsSecrets(t *testing.T) {
 		_, body := get(t, base+path)
 		seen.WriteString(body)
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Errorf("Run: %v", err)
 	}
 	seen.WriteString(logs.String())

@@ -1,7 +1,6 @@
 package app
 
 import (
-	"context"
 	"strconv"
 	"strings"
 	"testing"
@@ -45,18 +44,8 @@ func TestOldestAgeFollowsTheServersClock(t *testing.T) {
 	if _, err := db.Collection("score_events").InsertOne(t.Context(), bson.D{{Key: "username", Value: "ann"}, {Key: "createdAt", Value: now}}); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := New(t.Context(), cfg, Options{Clock: fastClock{ahead: 10 * time.Minute}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = svc.Close(context.Background()) })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	svc := newService(t, cfg, Options{Clock: fastClock{ahead: 10 * time.Minute}})
+	run(t, svc)
 	base := "http://" + svc.MetricsAddr()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		_, body := get(t, base+"/metrics")
