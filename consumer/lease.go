@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -188,12 +189,21 @@ func (s *leaseStore) takeOver(ctx context.Context, users []string, token string,
 	for _, e := range expired {
 		// Fenced by the token seen: if anyone took the lease since the
 		// read, this statement matches nothing and the user is not won.
-		update := bson.D{{Key: "$set", Value: set}}
+		set := slices.Clone(set)
+		charge := 0
 		if e.wasRunning() {
-			update = bson.D{
-				{Key: "$set", Value: append(set, bson.E{Key: "lastError", Value: "lease expired while its refresh was running (consumer crashed or hung)"})},
-				{Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}},
-			}
+			set = append(set, bson.E{Key: "lastError", Value: "lease expired while its refresh was running (consumer crashed or hung)"})
+			charge = 1
+		}
+		update := bson.D{{Key: "$set", Value: set}}
+		switch _, ok := count(e.Attempts); {
+		case !ok:
+			// Not a number (a stray or hand-written document): $inc
+			// would fail here, and in every backoff after it, for good.
+			// The count starts again instead.
+			update = bson.D{{Key: "$set", Value: append(set, bson.E{Key: "attempts", Value: charge})}}
+		case charge > 0:
+			update = append(update, bson.E{Key: "$inc", Value: bson.D{{Key: "attempts", Value: charge}}})
 		}
 		models = append(models, mongo.NewUpdateOneModel().
 			SetFilter(bson.D{{Key: "_id", Value: e.User}, {Key: "token", Value: e.Token}, {Key: "leaseUntil", Value: notAfter(now)}}).
@@ -207,13 +217,21 @@ func (s *leaseStore) takeOver(ctx context.Context, users []string, token string,
 	if err != nil {
 		return nil, fmt.Errorf("reading back taken-over leases: %w", err)
 	}
-	var docs []leaseDoc
+	// Read as raw values: a field of an unexpected type (a stray or
+	// hand-written document) must not fail the round for every user in it.
+	var docs []struct {
+		User     string        `bson:"_id"`
+		Attempts bson.RawValue `bson:"attempts"`
+		Solo     bson.RawValue `bson:"solo"`
+	}
 	if err := cur.All(ctx, &docs); err != nil {
 		return nil, fmt.Errorf("reading back taken-over leases: %w", err)
 	}
 	won := make([]lease, len(docs))
 	for i, d := range docs {
-		won[i] = lease{User: d.User, Token: token, Attempts: d.Attempts, Solo: d.Solo}
+		attempts, _ := count(d.Attempts)
+		solo, _ := d.Solo.BooleanOK()
+		won[i] = lease{User: d.User, Token: token, Attempts: attempts, Solo: solo}
 	}
 	return won, nil
 }
@@ -297,9 +315,25 @@ func (s *leaseStore) backOff(ctx context.Context, failed []retry) error {
 
 // expiredLease is a lease document a takeover may win.
 type expiredLease struct {
-	User    string `bson:"_id"`
-	Token   any    `bson:"token"`   // the holder's token, or nil for a backoff
-	Running any    `bson:"running"` // the token whose refresh was running, if any
+	User     string        `bson:"_id"`
+	Token    any           `bson:"token"`    // the holder's token, or nil for a backoff
+	Running  any           `bson:"running"`  // the token whose refresh was running, if any
+	Attempts bson.RawValue `bson:"attempts"` // read only to tell a count from a stray value
+}
+
+// count reads an attempts field: a number, or absent (0). ok is false for
+// any other value.
+func count(v bson.RawValue) (n int, ok bool) {
+	if v.Type == 0 || v.Type == bson.TypeNull {
+		return 0, true
+	}
+	if i, isInt := v.AsInt64OK(); isInt {
+		return int(i), true
+	}
+	if f, isDouble := v.DoubleOK(); isDouble {
+		return int(f), true
+	}
+	return 0, false
 }
 
 // wasRunning says the holder died (or hung) in this user's refresh: the
@@ -317,7 +351,7 @@ func (e expiredLease) wasRunning() bool {
 func (s *leaseStore) expiredAmong(ctx context.Context, users []string, now time.Time) ([]expiredLease, error) {
 	cur, err := s.coll.Find(ctx,
 		bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "leaseUntil", Value: notAfter(now)}},
-		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "token", Value: 1}, {Key: "running", Value: 1}}))
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "token", Value: 1}, {Key: "running", Value: 1}, {Key: "attempts", Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("reading %d expired leases: %w", len(users), err)
 	}
