@@ -135,7 +135,7 @@ func (b *Bench) setUp(ctx context.Context) (closeLog func(), err error) {
 	if closeLog, err = b.openServiceLog(); err != nil {
 		return func() {}, err
 	}
-	if b.srv, err = startServer(ctx, b.cfg.Backend, b.cfg.PostgreSQL, b.out); err != nil {
+	if b.srv, err = startServer(ctx, b.cfg.Backend, b.cfg.PostgreSQL, b.cfg.MongoDB, b.out); err != nil {
 		return closeLog, err
 	}
 	if b.proxy, err = faultproxy.Start(context.Background(), faultproxy.Config{Target: b.srv.Addr}); err != nil {

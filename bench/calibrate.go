@@ -257,7 +257,7 @@ func best(levels []qpsLevel) (qps float64, workers int) {
 func (b *Bench) proxyRTT(ctx context.Context, rtt time.Duration, concurrency int) (float64, error) {
 	b.proxy.SetDelay(rtt/2, rtt/2)
 	defer b.proxy.SetDelay(0, 0)
-	client, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + b.proxy.Addr() + "/?directConnection=true").
+	client, err := mongo.Connect(options.Client().ApplyURI(b.srv.uriVia(b.proxy.Addr())).
 		SetMaxPoolSize(uint64(concurrency + 5)).SetMinPoolSize(uint64(concurrency)))
 	if err != nil {
 		return 0, err

@@ -91,6 +91,11 @@ type cmdSnapshot struct {
 	MaxReply         int `json:"max_claim_reply_bytes"`
 	MaxRoundSent     int `json:"max_claim_round_bytes_sent"`
 	MaxRoundReceived int `json:"max_claim_round_bytes_received"`
+	// StartUpCommands are the commands sent before the first claim round
+	// (index creation, capability probes, the first samples and pings):
+	// what a replica costs once, whatever the backlog. A replica that has
+	// not claimed yet counts all of its commands here.
+	StartUpCommands float64 `json:"start_up_commands"`
 }
 
 func (s cmdSnapshot) total() cmdCount {
@@ -102,7 +107,7 @@ func (s cmdSnapshot) total() cmdCount {
 }
 
 func (s cmdSnapshot) minus(o cmdSnapshot) cmdSnapshot {
-	d := cmdSnapshot{Stages: map[string]cmdCount{}, LostInserts: s.LostInserts - o.LostInserts,
+	d := cmdSnapshot{Stages: map[string]cmdCount{}, LostInserts: s.LostInserts - o.LostInserts, StartUpCommands: s.StartUpCommands - o.StartUpCommands,
 		MaxCommand: s.MaxCommand, MaxReply: s.MaxReply, MaxRoundSent: s.MaxRoundSent, MaxRoundReceived: s.MaxRoundReceived}
 	for k, c := range s.Stages {
 		d.Stages[k] = c.minus(o.Stages[k])
@@ -119,6 +124,7 @@ func sumSnapshots(all []cmdSnapshot) cmdSnapshot {
 			s.Stages[k] = t
 		}
 		s.LostInserts += o.LostInserts
+		s.StartUpCommands += o.StartUpCommands
 		s.MaxCommand = max(s.MaxCommand, o.MaxCommand)
 		s.MaxReply = max(s.MaxReply, o.MaxReply)
 		s.MaxRoundSent = max(s.MaxRoundSent, o.MaxRoundSent)
@@ -142,6 +148,10 @@ type cmdStats struct {
 	round                          time.Time
 	roundSent, roundReceived       int
 	maxRoundSent, maxRoundReceived int
+	// startUp is the commands before the first claim round; claimed
+	// says that round has begun.
+	startUp float64
+	claimed bool
 }
 
 type pendingCmd struct {
@@ -167,6 +177,9 @@ func (s *cmdStats) monitor() *event.CommandMonitor {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			s.pending[e.RequestID] = pendingCmd{stage: stage, leaseInsert: insert}
+			if stage == stageClaim && !s.claimed {
+				s.claimed, s.startUp = true, s.commands()
+			}
 			c := s.count(stage)
 			c.Commands++
 			c.Sent += float64(len(e.Command))
@@ -222,6 +235,15 @@ func (s *cmdStats) count(stage string) *cmdCount {
 	return c
 }
 
+// commands is every command counted so far; s.mu is held.
+func (s *cmdStats) commands() float64 {
+	var n float64
+	for _, c := range s.stages {
+		n += c.Commands
+	}
+	return n
+}
+
 func (s *cmdStats) closeRound() {
 	s.maxRoundSent = max(s.maxRoundSent, s.roundSent)
 	s.maxRoundReceived = max(s.maxRoundReceived, s.roundReceived)
@@ -232,7 +254,11 @@ func (s *cmdStats) snapshot() cmdSnapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := cmdSnapshot{Stages: map[string]cmdCount{}, LostInserts: s.lost, MaxCommand: s.maxCommand, MaxReply: s.maxReply,
-		MaxRoundSent: max(s.maxRoundSent, s.roundSent), MaxRoundReceived: max(s.maxRoundReceived, s.roundReceived)}
+		MaxRoundSent: max(s.maxRoundSent, s.roundSent), MaxRoundReceived: max(s.maxRoundReceived, s.roundReceived),
+		StartUpCommands: s.startUp}
+	if !s.claimed {
+		out.StartUpCommands = s.commands()
+	}
 	for k, c := range s.stages {
 		out.Stages[k] = *c
 	}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -17,8 +18,9 @@ import (
 type Config struct {
 	Out        string // results folder: report.md, results.json, charts [-out]
 	Short      bool   // smoke mode: tiny sizes and durations; the figures mean nothing [-short]
-	Backend    string // FerretDB backend: auto, sqlite or postgresql [-backend]
+	Backend    string // server: FerretDB on auto, sqlite or postgresql, or mongodb (MongoDB URI) [-backend]
 	PostgreSQL string // PostgreSQL URL for the postgresql backend; empty: start a throwaway cluster [-postgres-url]
+	MongoDB    string // a MongoDB of one's own for the mongodb backend [-mongodb-uri, or $TEST_MONGODB_URI]
 	Scenarios  string // comma-separated scenarios to run; calibration always runs [-scenarios]
 	CPUProfile string // a CPU profile of the whole run is written here by the caller; set, it tells the bench the profiler is taken [-cpuprofile]
 	Seed       uint64 // random seed of the data [-seed]
@@ -88,8 +90,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 func (c *Config) coreFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Out, "out", "bench/results", "results folder: report.md, results.json, charts")
 	fs.BoolVar(&c.Short, "short", false, "smoke mode: tiny sizes and durations (seconds), SQLite unless -backend says otherwise; what CI runs")
-	fs.StringVar(&c.Backend, "backend", backendAuto, "FerretDB backend: auto (postgresql if a PostgreSQL can be started, else sqlite), sqlite, postgresql")
+	fs.StringVar(&c.Backend, "backend", backendAuto, "server: auto (FerretDB on postgresql if a PostgreSQL can be started, else sqlite), sqlite, postgresql, or mongodb (a server of one's own: -mongodb-uri; auto picks it when that is set)")
 	fs.StringVar(&c.PostgreSQL, "postgres-url", "", "PostgreSQL for -backend postgresql (default: start a throwaway cluster from the local binaries)")
+	fs.StringVar(&c.MongoDB, "mongodb-uri", os.Getenv("TEST_MONGODB_URI"), "MongoDB for -backend mongodb: one host (a standalone mongod or a replica set's primary; the proxy forwards to one address), credentials and options kept; each run's database is dropped at its end (default $TEST_MONGODB_URI)")
 	fs.StringVar(&c.Scenarios, "scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run (calibration always runs)")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run (server included) to this file")
 	fs.Uint64Var(&c.Seed, "seed", 1, "random seed of the data")
@@ -172,10 +175,16 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	explicit := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	if c.MongoDB != "" && c.Backend == backendAuto && !explicit["backend"] {
+		c.Backend = backendMongoDB
+	}
 	if c.Short {
-		explicit := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
-		c.Shrink(func(name string) bool { return explicit[name] })
+		c.Shrink(func(name string) bool {
+			// A MongoDB of one's own is not shrunk to SQLite.
+			return explicit[name] || (name == "backend" && c.Backend == backendMongoDB)
+		})
 	}
 	return c, c.validate()
 }
@@ -187,6 +196,15 @@ func (c *Config) validate() error {
 		if s := strings.TrimSpace(s); !slices.Contains(allScenarios, s) && s != "plan" {
 			return fmt.Errorf("unknown scenario %q (have %s)", s, strings.Join(allScenarios, ", "))
 		}
+	}
+	switch c.Backend {
+	case backendAuto, backendSQLite, backendPostgreSQL:
+	case backendMongoDB:
+		if c.MongoDB == "" {
+			return errors.New("-backend mongodb needs -mongodb-uri (or $TEST_MONGODB_URI)")
+		}
+	default:
+		return fmt.Errorf("-backend %q: want auto, sqlite, postgresql or mongodb", c.Backend)
 	}
 	if c.Concurrency <= 0 || c.Sources <= 0 || c.Pool <= 0 || c.DiverseEntries <= 0 || c.FirehoseEntries <= 0 || c.FirehoseUsers <= 0 || c.RTT < 0 {
 		return errors.New("sizes must be positive and -rtt not negative")

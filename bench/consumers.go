@@ -53,7 +53,7 @@ type timing struct {
 // connection, database, rules and concurrency the scenario decides.
 func (b *Bench) serviceConfig(db string, concurrency int) (config.Config, error) {
 	environ := append(b.environ[:len(b.environ):len(b.environ)],
-		"MONGODB_URI=mongodb://"+b.proxy.Addr()+"/?directConnection=true",
+		"MONGODB_URI="+b.srv.uriVia(b.proxy.Addr()),
 		"MONGODB_DATABASE="+db,
 		"SCORING_RULES="+b.rulesPath,
 		"METRICS_ADDR=127.0.0.1:0",

@@ -22,6 +22,11 @@ func checkFleetAndStorm(t *testing.T, rep *Report) {
 		if !r.Drained || p.Commands <= 0 || p.Sent <= 0 || p.Received <= 0 || p.Docs <= 0 || p.Claim.Commands <= 0 || p.RoundsPerUser <= 0 {
 			t.Errorf("fleet of %d: drained %v, per entry %+v", r.Replicas, r.Drained, p)
 		}
+		// Start-up is counted up to the first claim round: some commands,
+		// never all of a drain's.
+		if su := r.Drain.StartUpCommands; su <= 0 || su >= r.Drain.total().Commands-r.Drain.Stages[stageClaim].Commands {
+			t.Errorf("fleet of %d: %v start-up commands of %v, %v of them claim commands", r.Replicas, su, r.Drain.total().Commands, r.Drain.Stages[stageClaim].Commands)
+		}
 		if r.IdleSeconds <= 0 || r.IdlePerReplicaSecond.Commands <= 0 {
 			t.Errorf("fleet of %d: idle %.1fs, %+v per replica per second", r.Replicas, r.IdleSeconds, r.IdlePerReplicaSecond)
 		}

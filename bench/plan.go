@@ -179,7 +179,7 @@ func (b *Bench) planCase(ctx context.Context, c planCase, entryCost time.Duratio
 	// user (the planner models batches, but no replay has checked them), and
 	// the service's default is batched.
 	environ := append(b.environ[:len(b.environ):len(b.environ)],
-		"MONGODB_URI=mongodb://"+proxy.Addr()+"/?directConnection=true", "MONGODB_DATABASE="+db, "SCORING_RULES="+b.rulesPath,
+		"MONGODB_URI="+b.srv.uriVia(proxy.Addr()), "MONGODB_DATABASE="+db, "SCORING_RULES="+b.rulesPath,
 		"REFRESH_BATCH_SIZE=1", fmt.Sprintf("REFRESH_CONCURRENCY=%d", c.conc), fmt.Sprintf("MAX_USERS_IN_FLIGHT=%d", c.held), fmt.Sprintf("CLAIM_WINDOW=%d", c.window))
 	defer func() { _ = b.direct.Database(db).Drop(context.Background()) }()
 	p, args, err := b.planPredict(ctx, c, environ, db, entryCost, dir)

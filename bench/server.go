@@ -17,6 +17,9 @@ import (
 	"time"
 
 	"github.com/FerretDB/FerretDB/ferretdb"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/scorerefresh/scorerefresh/pkg/embedmongo"
 )
@@ -26,15 +29,19 @@ const (
 	backendAuto       = "auto"       // postgresql when a PostgreSQL server can be had, else sqlite
 	backendSQLite     = "sqlite"     // pkg/embedmongo: pushes down only {_id: x}
 	backendPostgreSQL = "postgresql" // pushes down equality filters, so a user's rows are found by PostgreSQL
+	backendMongoDB    = "mongodb"    // a server of one's own (-mongodb-uri): what the embedded one cannot show
 )
 
 // server is the MongoDB-compatible server every scenario runs against.
 type server struct {
-	Name  string // what the report says it was
-	URI   string // direct connection string (no proxy)
-	Addr  string // host:port, the proxy's target
-	pgPID int    // the PostgreSQL cluster's postmaster when the bench started it; 0 otherwise
-	close []func()
+	Name string // what the report says it was
+	URI  string // direct connection string (no proxy)
+	Addr string // host:port, the proxy's target
+	// viaProxy is the connection string through a proxy at the given
+	// address: the server's own credentials and options, one host.
+	viaProxy func(proxyAddr string) string
+	pgPID    int // the PostgreSQL cluster's postmaster when the bench started it; 0 otherwise
+	close    []func()
 }
 
 func (s *server) Close() {
@@ -46,8 +53,10 @@ func (s *server) Close() {
 // startServer starts FerretDB on the backend asked for. With postgresql and
 // no URL, it starts a throwaway PostgreSQL from the binaries on this machine
 // (initdb, postgres) in memory; auto falls back to sqlite when it cannot.
-func startServer(ctx context.Context, kind, pgURL string, log io.Writer) (*server, error) {
+func startServer(ctx context.Context, kind, pgURL, mongoURI string, log io.Writer) (*server, error) {
 	switch kind {
+	case backendMongoDB:
+		return useMongoDB(ctx, mongoURI)
 	case backendSQLite:
 		return startSQLite(ctx)
 	case backendPostgreSQL, backendAuto:
@@ -109,6 +118,77 @@ func startOnPostgres(ctx context.Context, pgURL string) (*server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// useMongoDB runs the scenarios against a server of one's own. It is not
+// started or stopped here; each run's database is dropped at the run's end.
+func useMongoDB(ctx context.Context, uri string) (*server, error) {
+	addr, via, err := splitMongoURI(uri)
+	if err != nil {
+		return nil, err
+	}
+	client, err := mongo.Connect(options.Client().ApplyURI(uri).SetTimeout(30 * time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("connecting to -mongodb-uri: %w", err)
+	}
+	defer func() { _ = client.Disconnect(context.WithoutCancel(ctx)) }()
+	var info struct {
+		Version string `bson:"version"`
+	}
+	if err := client.Database("admin").RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&info); err != nil {
+		return nil, fmt.Errorf("asking -mongodb-uri's server its version (buildInfo): %w", err)
+	}
+	return &server{Name: "MongoDB " + info.Version + " at " + addr + " (-mongodb-uri)", URI: uri, Addr: addr, viaProxy: via}, nil
+}
+
+// splitMongoURI returns a mongodb:// URI's one host and a function that
+// puts another address in its place, keeping the credentials and options
+// and connecting directly (the proxy forwards to one address, so the
+// driver must not go looking for the replica set's other members).
+func splitMongoURI(uri string) (addr string, viaProxy func(string) string, err error) {
+	rest, ok := strings.CutPrefix(uri, "mongodb://")
+	if !ok {
+		return "", nil, errors.New("-mongodb-uri: want mongodb://[user:password@]host:port[/db][?options] (mongodb+srv names many hosts; the proxy forwards to one)")
+	}
+	hosts, tail := rest, ""
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		hosts, tail = rest[:i], rest[i:]
+	}
+	userinfo := ""
+	if i := strings.LastIndex(hosts, "@"); i >= 0 {
+		userinfo, hosts = hosts[:i+1], hosts[i+1:]
+	}
+	if strings.Contains(hosts, ",") {
+		return "", nil, errors.New("-mongodb-uri names several hosts: give the primary's alone (the proxy forwards to one address)")
+	}
+	if _, _, err := net.SplitHostPort(hosts); err != nil {
+		hosts = net.JoinHostPort(hosts, "27017")
+		if _, _, err := net.SplitHostPort(hosts); err != nil {
+			return "", nil, errors.New("-mongodb-uri: host is not host:port")
+		}
+	}
+	path, query, _ := strings.Cut(tail, "?")
+	if path == "" {
+		path = "/"
+	}
+	var kept []string
+	for _, kv := range strings.Split(query, "&") {
+		if kv != "" && !strings.HasPrefix(strings.ToLower(kv), "directconnection=") && !strings.HasPrefix(strings.ToLower(kv), "replicaset=") {
+			kept = append(kept, kv)
+		}
+	}
+	kept = append(kept, "directConnection=true")
+	return hosts, func(proxy string) string {
+		return "mongodb://" + userinfo + proxy + path + "?" + strings.Join(kept, "&")
+	}, nil
+}
+
+// uriVia is the server's connection string through the proxy at addr.
+func (s *server) uriVia(addr string) string {
+	if s.viaProxy != nil {
+		return s.viaProxy(addr)
+	}
+	return "mongodb://" + addr + "/?directConnection=true"
 }
 
 func hostPort(uri string) (string, error) {
