@@ -92,7 +92,8 @@ const validUsername = `^[\s\S]{1,256}\z`
 //     them (one insert, plus two round trips only when some of them had a
 //     lease document);
 //  4. absorb: read every pending entry of the users won (index {username,
-//     createdAt}), so one refresh acknowledges a firehose user's whole backlog;
+//     createdAt, _id}, covered), so one refresh acknowledges a firehose
+//     user's whole backlog;
 //  5. at most once per PollInterval, find malformed entries at the head
 //     (their usernames are never read, see validUsername).
 //
@@ -114,9 +115,9 @@ type claimer struct {
 	skip     map[string]time.Time // users known blocked, until when
 	resume   *position            // read the window from here, not the head
 	lastScan time.Time
-	noHint   bool // the server refused the index hint once: stop sending it
-	// noAbsorbHint is noHint for absorb's index.
-	noAbsorbHint bool
+	// windowHints are the window's and the malformed scan's index;
+	// absorbHints absorb's, then the one it used before 0.3.0 (see hints).
+	windowHints, absorbHints *hints
 	// byUser is set once the server turns out to be a mongos: deletes of
 	// queue entries then name each entry's user (deleteStatements).
 	byUser *atomic.Bool
@@ -278,16 +279,12 @@ func malformedFilter(bound *time.Time) bson.D {
 }
 
 // find runs the window query, hinting the covered index: with a regex and a
-// $nin on username the planner could otherwise pick {username, createdAt}
+// $nin on username the planner could otherwise pick absorb's index
 // and sort in memory.
 func (c *claimer) find(ctx context.Context, filter bson.D, opts *options.FindOptionsBuilder) ([]rawEntry, error) {
-	if !c.noHint {
-		opts.SetHint(windowIndex)
-	}
-	out, err := c.readBounded(ctx, filter, opts)
-	if err != nil && !c.noHint && isBadHint(err) {
-		c.noHint = true // the index is missing (its build failed): plan freely
-		out, err = c.readBounded(ctx, filter, opts.SetHint(nil))
+	out, err := c.readBounded(ctx, filter, opts.SetHint(c.windowHints.hint()))
+	for c.windowHints.refused(err) {
+		out, err = c.readBounded(ctx, filter, opts.SetHint(c.windowHints.hint()))
 	}
 	if err != nil && !*c.filter && isTooLarge(err) {
 		// Usernames of megabytes at the head: read them one reply each,
@@ -355,19 +352,23 @@ func isTooLarge(err error) bool {
 var windowIndex = bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}
 
 // absorbIndex is the queue index absorb reads the users' entries from.
-var absorbIndex = bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}
+// With _id in it, each user's keys are in absorb's sort order: MongoDB
+// merges the users' scans instead of sorting, stops at the limit, and
+// reads no document (the projection is in the index).
+var absorbIndex = bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}
 
-// findHinted runs a find hinting index, unless the server refused that hint
-// before (*refused): a refusal (the index is missing, its build failed) is
-// remembered and the query runs again, planned freely.
-func findHinted(ctx context.Context, coll *mongo.Collection, filter bson.D, opts *options.FindOptionsBuilder, index bson.D, refused *bool) (*mongo.Cursor, error) {
-	if !*refused {
-		opts.SetHint(index)
-	}
-	cur, err := coll.Find(ctx, filter, opts)
-	if err != nil && !*refused && isBadHint(err) {
-		*refused = true
-		cur, err = coll.Find(ctx, filter, opts.SetHint(nil))
+// legacyAbsorbIndex is absorb's index before 0.3.0, which 0.2.0 still
+// hints. It is built no more, but absorb falls back to it while the new
+// one is being built on a queue upgraded in place; it is dropped one
+// release later (docs/compatibility.md).
+var legacyAbsorbIndex = bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}
+
+// findHinted runs a find hinting the first index of h the server has not
+// refused (see hints).
+func findHinted(ctx context.Context, coll *mongo.Collection, filter bson.D, opts *options.FindOptionsBuilder, h *hints) (*mongo.Cursor, error) {
+	cur, err := coll.Find(ctx, filter, opts.SetHint(h.hint()))
+	for h.refused(err) {
+		cur, err = coll.Find(ctx, filter, opts.SetHint(h.hint()))
 	}
 	return cur, err
 }
@@ -397,7 +398,7 @@ func (c *claimer) scanMalformed(ctx context.Context, now time.Time, windowFull b
 	cur, err := findHinted(ctx, c.queue, malformedFilter(bound), options.Find().
 		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
 		SetLimit(malformedScanLimit).
-		SetProjection(bson.D{{Key: "_id", Value: 1}}), windowIndex, &c.noHint)
+		SetProjection(bson.D{{Key: "_id", Value: 1}}), c.windowHints)
 	if err != nil {
 		return nil, fmt.Errorf("looking for malformed entries: %w", err)
 	}
@@ -497,7 +498,7 @@ func (c *claimer) absorb(ctx context.Context, won []lease, limit int) ([]work, [
 			SetLimit(int64(limit)).
 			SetBatchSize(int32(limit)). // one reply unless it passes 16 MiB
 			SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}),
-		absorbIndex, &c.noAbsorbHint)
+		c.absorbHints)
 	if err != nil {
 		return nil, nil, err
 	}

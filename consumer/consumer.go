@@ -206,7 +206,8 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 	c.leases = &leaseStore{coll: colls.Claims, owner: cfg.Owner}
 	byUser := new(atomic.Bool) // set by the claimer's first round, read by the completer's deletes
 	c.claimer = &claimer{queue: colls.Queue, leases: c.leases, window: cfg.ClaimWindow, lease: cfg.LeaseDuration, serverTime: c.serverTime,
-		owner: cfg.Owner, scanEvery: cfg.PollInterval, skip: map[string]time.Time{}, byUser: byUser}
+		owner: cfg.Owner, scanEvery: cfg.PollInterval, skip: map[string]time.Time{}, byUser: byUser,
+		windowHints: newHints(windowIndex), absorbHints: newHints(absorbIndex, legacyAbsorbIndex)}
 	c.starts = &startMarker{leases: c.leases}
 	if _, ok := c.refresher.(BatchRefresher); !ok {
 		c.cfg.BatchSize = 1

@@ -70,6 +70,26 @@ func IndexSpecs(colls Collections) []IndexSpec {
 	}
 }
 
+// RetiredIndex is an index an earlier release built and this one no longer
+// uses. The service never drops it (the release before may still run, and
+// use it, during a rollout or after a rollback); `scorerefresh doctor`
+// names it so an operator drops it once that release is gone.
+type RetiredIndex struct {
+	Coll       *mongo.Collection
+	Keys       bson.D
+	LastUsedBy string // the last release that hints or reads it
+	Note       string // what replaced it
+}
+
+// RetiredIndexes lists the indexes earlier releases built that this one
+// does not use.
+func RetiredIndexes(colls Collections) []RetiredIndex {
+	return []RetiredIndex{
+		{Coll: colls.Queue, Keys: legacyAbsorbIndex, LastUsedBy: "0.2.0",
+			Note: "absorb reads {username, createdAt, _id} instead (this release falls back to it only while that one is being built)"},
+	}
+}
+
 // EnsureIndexes creates the indexes the pipeline's queries need and reports
 // which optional index features the server has. It is idempotent and never
 // fatal: an index the server cannot build is skipped with one log line,

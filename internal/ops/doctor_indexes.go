@@ -101,7 +101,34 @@ func indexChecks(ctx context.Context, cfg DoctorConfig, ix *indexCache) []Check 
 	for _, spec := range consumer.IndexSpecs(cfg.Colls.consumer()) {
 		checks = append(checks, indexCheck(ctx, spec, ix))
 	}
+	for _, old := range consumer.RetiredIndexes(cfg.Colls.consumer()) {
+		if c, ok := retiredIndexCheck(ctx, old, ix); ok {
+			checks = append(checks, c)
+		}
+	}
 	return checks
+}
+
+// retiredIndexCheck warns of an index an earlier release built and this one
+// does not use: it costs every insert an index update. Absent, there is
+// nothing to say.
+func retiredIndexCheck(ctx context.Context, old consumer.RetiredIndex, ix *indexCache) (Check, bool) {
+	coll := old.Coll.Name()
+	if !ix.exists[coll] {
+		return Check{}, false
+	}
+	keys := keyList(old.Keys)
+	indexes, err := ix.list(ctx, coll)
+	if err != nil {
+		return Check{}, false // indexCheck already failed on listing this collection
+	}
+	found, ok := findIndex(indexes, keys)
+	if !ok {
+		return Check{}, false
+	}
+	return Check{Name: "index " + coll + " {" + strings.Join(keys, ", ") + "}", Status: Warn,
+		Detail: fmt.Sprintf("%s is left from %s and unused by this release: %s; every insert still updates it", found.Name, old.LastUsedBy, old.Note),
+		Fix:    fmt.Sprintf("once no %s replica runs and no rollback to it is planned, in mongosh: db.getCollection(%q).dropIndex(%q)", old.LastUsedBy, coll, found.Name)}, true
 }
 
 func indexCheck(ctx context.Context, spec consumer.IndexSpec, ix *indexCache) Check {

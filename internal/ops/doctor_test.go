@@ -85,13 +85,13 @@ func TestDoctorFailsOnMissingIndexesAndUnindexedSources(t *testing.T) {
 	}}
 	r := Doctor(t.Context(), doctorConfig(c, rules))
 	checks := byName(r)
-	for _, name := range []string{"index score_events {createdAt:1, _id:1, username:1}", "index score_events {username:1, createdAt:1}", "source user_activity (activity)", "source posts (posts)"} {
+	for _, name := range []string{"index score_events {createdAt:1, _id:1, username:1}", "index score_events {username:1, createdAt:1, _id:1}", "source user_activity (activity)", "source posts (posts)"} {
 		if checks[name].Status != Fail || checks[name].Fix == "" {
 			t.Errorf("%s: %s (%s), want a failure with a fix", name, checks[name].Status, checks[name].Detail)
 		}
 	}
-	if !strings.Contains(checks["index score_events {username:1, createdAt:1}"].Fix, `createIndex({"username": 1, "createdAt": 1})`) {
-		t.Errorf("fix %q: want the createIndex to run", checks["index score_events {username:1, createdAt:1}"].Fix)
+	if !strings.Contains(checks["index score_events {username:1, createdAt:1, _id:1}"].Fix, `createIndex({"username": 1, "createdAt": 1, "_id": 1})`) {
+		t.Errorf("fix %q: want the createIndex to run", checks["index score_events {username:1, createdAt:1, _id:1}"].Fix)
 	}
 	if r.Failures != 4 {
 		t.Errorf("%d failures, want 4", r.Failures)
@@ -242,5 +242,29 @@ func TestSourceVerdict(t *testing.T) {
 		if st, detail, _ := sourceVerdict(tc.c, tc.indexes); st != tc.want {
 			t.Errorf("%s with %v: %s (%s), want %s", tc.c.Collection, tc.indexes, st, detail, tc.want)
 		}
+	}
+}
+
+// TestDoctorNamesTheIndexAnEarlierReleaseLeft: 0.2.0's absorb index is
+// unused once every replica runs this release; doctor says so, with the
+// drop to run, and says nothing where the index is not there.
+func TestDoctorNamesTheIndexAnEarlierReleaseLeft(t *testing.T) {
+	t.Parallel()
+	const name = "index score_events {username:1, createdAt:1}"
+	c := testColls(t, nil)
+	indexedSources(t, c)
+	if _, ok := byName(Doctor(t.Context(), doctorConfig(c, scoring.DefaultRules())))[name]; ok {
+		t.Fatalf("%s reported where it does not exist", name)
+	}
+	if _, err := c.Queue.Indexes().CreateOne(t.Context(), mongo.IndexModel{Keys: bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	r := Doctor(t.Context(), doctorConfig(c, scoring.DefaultRules()))
+	got := byName(r)[name]
+	if got.Status != Warn || !strings.Contains(got.Detail, "0.2.0") || !strings.Contains(got.Fix, `dropIndex("username_1_createdAt_1")`) {
+		t.Errorf("%s: %+v, want a warning naming 0.2.0 and the drop", name, got)
+	}
+	if r.Failures != 0 {
+		t.Errorf("%d failures: a left-over index is not one", r.Failures)
 	}
 }
