@@ -3,7 +3,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -73,20 +72,7 @@ func TestFleetAndStormOnAServerOfOnesOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Close() })
-	dir := t.TempDir()
-	cfg, err := ParseArgs([]string{"-short", "-scenarios", "fleet,storm", "-mongodb-uri", srv.URI(), "-out", dir}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	cfg.Log = &out
-	b, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Run(ctx); err != nil {
-		t.Fatalf("%v\noutput:\n%s", err, out.String())
-	}
+	dir := runBench(t, "-short", "-scenarios", "fleet,storm", "-mongodb-uri", srv.URI())
 	data, err := os.ReadFile(filepath.Join(dir, "results.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -20,20 +20,7 @@ import (
 // the smoke sizes are too small to mean anything.
 func TestSmoke(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	cfg, err := ParseArgs([]string{"-short", "-out", dir}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	cfg.Log = &out
-	b, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Run(context.Background()); err != nil {
-		t.Fatalf("%v\noutput:\n%s", err, out.String())
-	}
+	dir := runBench(t, "-short")
 	for _, f := range []string{"report.md", "results.json", "index.html", "rules.yaml", "diverse.svg", "firehose.svg", "wedge.svg", "recovery.svg", "overload.svg"} {
 		st, err := os.Stat(filepath.Join(dir, f))
 		if err != nil || st.Size() == 0 {
@@ -109,6 +96,27 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	checkBatchedAndSlowdown(t, &rep, dir)
+}
+
+// runBench runs the bench with args into a fresh results folder, which it
+// returns.
+func runBench(t *testing.T, args ...string) (dir string) {
+	t.Helper()
+	dir = t.TempDir()
+	cfg, err := ParseArgs(append(args, "-out", dir), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cfg.Log = &out
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Run(context.Background()); err != nil {
+		t.Fatalf("%v\noutput:\n%s", err, out.String())
+	}
+	return dir
 }
 
 func TestDepthSlope(t *testing.T) {
