@@ -172,7 +172,7 @@ func TestDoctorCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := db.Collection("score_events").Indexes().CreateOne(t.Context(), mongo.IndexModel{Keys: bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}}); err != nil {
+	if _, err := db.Collection("score_events").Indexes().CreateOne(t.Context(), mongo.IndexModel{Keys: bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}}); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errOut := runCmd(t, env, "", "doctor", "--json", "--replicas", "3")
