@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -46,7 +47,8 @@ type Bench struct {
 	rules     *scoring.Rules
 	svcLog    *slog.Logger
 	cal       calibration
-	runs      int // databases created so far: each run gets a fresh, numbered one
+	runs      int    // databases created so far: each run gets a fresh, numbered one
+	runID     string // this invocation's prefix of them: on a server of one's own, two benches at once must not share (and drop) each other's
 	targets   []target
 }
 
@@ -59,7 +61,7 @@ func New(cfg Config) (*Bench, error) {
 	if out == nil {
 		out = io.Discard
 	}
-	return &Bench{cfg: cfg, environ: cfg.Environ, out: out}, nil
+	return &Bench{cfg: cfg, environ: cfg.Environ, out: out, runID: fmt.Sprintf("%06x", rand.Uint32()>>8)}, nil
 }
 
 func (b *Bench) logf(format string, args ...any) { fmt.Fprintf(b.out, format+"\n", args...) }

@@ -92,7 +92,8 @@ type cmdSnapshot struct {
 	MaxRoundSent     int `json:"max_claim_round_bytes_sent"`
 	MaxRoundReceived int `json:"max_claim_round_bytes_received"`
 	// StartUpCommands are the commands sent before the first claim round
-	// (index creation, capability probes, the first samples and pings):
+	// (index creation, the change-stream probe, the first samples and
+	// pings; the claim loop's own probes count as its first round's):
 	// what a replica costs once, whatever the backlog. A replica that has
 	// not claimed yet counts all of its commands here.
 	StartUpCommands float64 `json:"start_up_commands"`

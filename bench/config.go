@@ -177,7 +177,7 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	}
 	explicit := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
-	if c.MongoDB != "" && c.Backend == backendAuto && !explicit["backend"] {
+	if c.MongoDB != "" && c.Backend == backendAuto {
 		c.Backend = backendMongoDB
 	}
 	if c.Short {

@@ -358,10 +358,11 @@ func roundMap(m map[string]float64) map[string]int {
 	return out
 }
 
-// nextDatabase names the next run's fresh database: bench, its number, name.
+// nextDatabase names the next run's fresh database: bench, this
+// invocation's id, the run's number, name.
 func (b *Bench) nextDatabase(name string) string {
 	b.runs++
-	return fmt.Sprintf("bench%02d_%s", b.runs, name)
+	return fmt.Sprintf("bench%s_%02d_%s", b.runID, b.runs, name)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

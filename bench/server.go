@@ -162,7 +162,7 @@ func splitMongoURI(uri string) (addr string, viaProxy func(string) string, err e
 		return "", nil, errors.New("-mongodb-uri names several hosts: give the primary's alone (the proxy forwards to one address)")
 	}
 	if _, _, err := net.SplitHostPort(hosts); err != nil {
-		hosts = net.JoinHostPort(hosts, "27017")
+		hosts = net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(hosts, "["), "]"), "27017")
 		if _, _, err := net.SplitHostPort(hosts); err != nil {
 			return "", nil, errors.New("-mongodb-uri: host is not host:port")
 		}
@@ -173,7 +173,10 @@ func splitMongoURI(uri string) (addr string, viaProxy func(string) string, err e
 	}
 	var kept []string
 	for _, kv := range strings.Split(query, "&") {
-		if kv != "" && !strings.HasPrefix(strings.ToLower(kv), "directconnection=") && !strings.HasPrefix(strings.ToLower(kv), "replicaset=") {
+		// The proxy is one host reached directly: options naming a
+		// replica set or a load balancer contradict directConnection.
+		key, _, _ := strings.Cut(strings.ToLower(kv), "=")
+		if kv != "" && key != "directconnection" && key != "replicaset" && key != "loadbalanced" {
 			kept = append(kept, kv)
 		}
 	}

@@ -26,6 +26,8 @@ func TestSplitMongoURI(t *testing.T) {
 		{"mongodb://bench:s3cret@10.0.0.5:27017/admin?replicaSet=rs0&authSource=admin&directConnection=false",
 			"10.0.0.5:27017", "mongodb://bench:s3cret@127.0.0.1:9/admin?authSource=admin&directConnection=true"},
 		{"mongodb://u:p%40ss@h:1/?tls=true", "h:1", "mongodb://u:p%40ss@127.0.0.1:9/?tls=true&directConnection=true"},
+		{"mongodb://[::1]/bench", "[::1]:27017", "mongodb://127.0.0.1:9/bench?directConnection=true"},
+		{"mongodb://[::1]:27018/?loadBalanced=true&ReplicaSet=rs0&w=majority", "[::1]:27018", "mongodb://127.0.0.1:9/?w=majority&directConnection=true"},
 	} {
 		addr, via, err := splitMongoURI(c.uri)
 		if err != nil {
@@ -45,9 +47,11 @@ func TestSplitMongoURI(t *testing.T) {
 
 func TestMongoDBURIPicksTheBackend(t *testing.T) {
 	t.Parallel()
-	cfg, err := ParseArgs([]string{"-short", "-mongodb-uri", "mongodb://h:1"}, io.Discard)
-	if err != nil || cfg.Backend != backendMongoDB {
-		t.Errorf("-short -mongodb-uri: backend %q, %v; want mongodb (not shrunk to sqlite)", cfg.Backend, err)
+	for _, args := range [][]string{{"-short", "-mongodb-uri", "mongodb://h:1"}, {"-backend", "auto", "-mongodb-uri", "mongodb://h:1"}} {
+		cfg, err := ParseArgs(args, io.Discard)
+		if err != nil || cfg.Backend != backendMongoDB {
+			t.Errorf("%q: backend %q, %v; want mongodb (a URI given is the server to use)", args, cfg.Backend, err)
+		}
 	}
 	if _, err := ParseArgs([]string{"-backend", "mongodb", "-mongodb-uri", ""}, io.Discard); err == nil || !strings.Contains(err.Error(), "-mongodb-uri") {
 		t.Errorf("-backend mongodb without a URI: %v", err)

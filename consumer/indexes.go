@@ -71,22 +71,24 @@ func IndexSpecs(colls Collections) []IndexSpec {
 }
 
 // RetiredIndex is an index an earlier release built and this one no longer
-// uses. The service never drops it (the release before may still run, and
-// use it, during a rollout or after a rollback); `scorerefresh doctor`
-// names it so an operator drops it once that release is gone.
+// builds: it uses ReplacedBy instead, and the retired one only as a
+// fallback while ReplacedBy is missing. The service never drops it (the
+// release before may still run, and use it, during a rollout or after a
+// rollback); `scorerefresh doctor` names it so an operator drops it once
+// that release is gone and its replacement is built.
 type RetiredIndex struct {
 	Coll       *mongo.Collection
 	Keys       bson.D
-	LastUsedBy string // the last release that hints or reads it
-	Note       string // what replaced it
+	ReplacedBy bson.D
+	LastUsedBy string // the last release that builds and hints it
+	Serves     string // what it served
 }
 
 // RetiredIndexes lists the indexes earlier releases built that this one
-// does not use.
+// does not build.
 func RetiredIndexes(colls Collections) []RetiredIndex {
 	return []RetiredIndex{
-		{Coll: colls.Queue, Keys: legacyAbsorbIndex, LastUsedBy: "0.2.0",
-			Note: "absorb reads {username, createdAt, _id} instead (this release falls back to it only while that one is being built)"},
+		{Coll: colls.Queue, Keys: legacyAbsorbIndex, ReplacedBy: absorbIndex, LastUsedBy: "0.2.0", Serves: "absorb"},
 	}
 }
 

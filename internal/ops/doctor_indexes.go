@@ -126,9 +126,18 @@ func retiredIndexCheck(ctx context.Context, old consumer.RetiredIndex, ix *index
 	if !ok {
 		return Check{}, false
 	}
-	return Check{Name: "index " + coll + " {" + strings.Join(keys, ", ") + "}", Status: Warn,
-		Detail: fmt.Sprintf("%s is left from %s and unused by this release: %s; every insert still updates it", found.Name, old.LastUsedBy, old.Note),
-		Fix:    fmt.Sprintf("once no %s replica runs and no rollback to it is planned, in mongosh: db.getCollection(%q).dropIndex(%q)", old.LastUsedBy, coll, found.Name)}, true
+	c := Check{Name: "index " + coll + " {" + strings.Join(keys, ", ") + "}", Status: Warn}
+	newKeys := "{" + strings.Join(keyList(old.ReplacedBy), ", ") + "}"
+	if _, built := findIndex(indexes, keyList(old.ReplacedBy)); !built {
+		// The replacement's own check fails; until it is built, this one
+		// is what the query falls back to.
+		c.Detail = fmt.Sprintf("%s, left from %s, is what %s falls back to while %s is missing: do not drop it yet", found.Name, old.LastUsedBy, old.Serves, newKeys)
+		c.Fix = "build " + newKeys + " first (see its check)"
+		return c, true
+	}
+	c.Detail = fmt.Sprintf("%s is left from %s: this release's %s uses %s; every insert still updates both", found.Name, old.LastUsedBy, old.Serves, newKeys)
+	c.Fix = fmt.Sprintf("once no %s replica runs and no rollback to it is planned, in mongosh: db.getCollection(%q).dropIndex(%q)", old.LastUsedBy, coll, found.Name)
+	return c, true
 }
 
 func indexCheck(ctx context.Context, spec consumer.IndexSpec, ix *indexCache) Check {

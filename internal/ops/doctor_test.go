@@ -267,4 +267,13 @@ func TestDoctorNamesTheIndexAnEarlierReleaseLeft(t *testing.T) {
 	if r.Failures != 0 {
 		t.Errorf("%d failures: a left-over index is not one", r.Failures)
 	}
+
+	// Without its replacement, the old index is absorb's fallback: no drop.
+	if err := c.Queue.Indexes().DropOne(t.Context(), "username_1_createdAt_1__id_1"); err != nil {
+		t.Fatal(err)
+	}
+	got = byName(Doctor(t.Context(), doctorConfig(c, scoring.DefaultRules())))[name]
+	if got.Status != Warn || strings.Contains(got.Fix, "dropIndex") || !strings.Contains(got.Detail, "falls back") {
+		t.Errorf("%s with its replacement missing: %+v, want a warning not to drop it", name, got)
+	}
 }
