@@ -298,22 +298,25 @@ type fleetMetric struct {
 	name string
 	get  func(*fleetRun) float64
 	unit string
+	// startUp marks the figures results from before start-up was counted
+	// (an older results.json) cannot give.
+	startUp bool
 }
 
 var fleetMetrics = []fleetMetric{
-	{"commands", func(r *fleetRun) float64 { return r.PerEntry.Commands }, "%.2f"},
-	{"bytes sent", func(r *fleetRun) float64 { return r.PerEntry.Sent }, "%.0f"},
-	{"bytes received", func(r *fleetRun) float64 { return r.PerEntry.Received }, "%.0f"},
-	{"documents returned", func(r *fleetRun) float64 { return r.PerEntry.Docs }, "%.2f"},
-	{"lost lease inserts", func(r *fleetRun) float64 { return r.PerEntry.LostInserts }, "%.3f"},
-	{"claim rounds per claimed user", func(r *fleetRun) float64 { return r.PerEntry.RoundsPerUser }, "%.3f"},
+	{"commands", func(r *fleetRun) float64 { return r.PerEntry.Commands }, "%.2f", false},
+	{"bytes sent", func(r *fleetRun) float64 { return r.PerEntry.Sent }, "%.0f", false},
+	{"bytes received", func(r *fleetRun) float64 { return r.PerEntry.Received }, "%.0f", false},
+	{"documents returned", func(r *fleetRun) float64 { return r.PerEntry.Docs }, "%.2f", false},
+	{"lost lease inserts", func(r *fleetRun) float64 { return r.PerEntry.LostInserts }, "%.3f", false},
+	{"claim rounds per claimed user", func(r *fleetRun) float64 { return r.PerEntry.RoundsPerUser }, "%.3f", false},
 }
 
 var claimMetrics = []fleetMetric{
-	{"claim commands", func(r *fleetRun) float64 { return r.PerEntry.Claim.Commands }, "%.2f"},
-	{"claim bytes sent", func(r *fleetRun) float64 { return r.PerEntry.Claim.Sent }, "%.0f"},
-	{"claim bytes received", func(r *fleetRun) float64 { return r.PerEntry.Claim.Received }, "%.0f"},
-	{"claim documents returned", func(r *fleetRun) float64 { return r.PerEntry.Claim.Docs }, "%.2f"},
+	{"claim commands", func(r *fleetRun) float64 { return r.PerEntry.Claim.Commands }, "%.2f", false},
+	{"claim bytes sent", func(r *fleetRun) float64 { return r.PerEntry.Claim.Sent }, "%.0f", false},
+	{"claim bytes received", func(r *fleetRun) float64 { return r.PerEntry.Claim.Received }, "%.0f", false},
+	{"claim documents returned", func(r *fleetRun) float64 { return r.PerEntry.Claim.Docs }, "%.2f", false},
 }
 
 // fixedMetrics split off what each replica costs whatever the backlog: its
@@ -322,22 +325,22 @@ var claimMetrics = []fleetMetric{
 // per-entry figures growing with N, which the 1.3× target counts as the
 // claim path's.
 var fixedMetrics = []fleetMetric{
-	{"start-up commands per replica", func(r *fleetRun) float64 { return r.Drain.StartUpCommands / float64(r.Replicas) }, "%.1f"},
-	{"start-up commands per entry", func(r *fleetRun) float64 { return r.PerEntry.StartUp }, "%.2f"},
-	{"commands per entry, net of start-up", func(r *fleetRun) float64 { return r.PerEntry.Commands - r.PerEntry.StartUp }, "%.2f"},
+	{"start-up commands per replica", func(r *fleetRun) float64 { return r.Drain.StartUpCommands / float64(r.Replicas) }, "%.1f", true},
+	{"start-up commands per entry", func(r *fleetRun) float64 { return r.PerEntry.StartUp }, "%.2f", true},
+	{"commands per entry, net of start-up", func(r *fleetRun) float64 { return r.PerEntry.Commands - r.PerEntry.StartUp }, "%.2f", true},
 	{"claim rounds per claimed user if each replica ran one round", func(r *fleetRun) float64 {
 		if r.Users <= 0 {
 			return 0
 		}
 		return float64(r.Replicas) / r.Users
-	}, "%.3f"},
+	}, "%.3f", false},
 }
 
 var idleMetrics = []fleetMetric{
-	{"commands/s", func(r *fleetRun) float64 { return r.IdlePerReplicaSecond.Commands }, "%.2f"},
-	{"bytes sent/s", func(r *fleetRun) float64 { return r.IdlePerReplicaSecond.Sent }, "%.0f"},
-	{"bytes received/s", func(r *fleetRun) float64 { return r.IdlePerReplicaSecond.Received }, "%.0f"},
-	{"documents returned/s", func(r *fleetRun) float64 { return r.IdlePerReplicaSecond.Docs }, "%.2f"},
+	{"commands/s", func(r *fleetRun) float64 { return r.IdlePerReplicaSecond.Commands }, "%.2f", false},
+	{"bytes sent/s", func(r *fleetRun) float64 { return r.IdlePerReplicaSecond.Sent }, "%.0f", false},
+	{"bytes received/s", func(r *fleetRun) float64 { return r.IdlePerReplicaSecond.Received }, "%.0f", false},
+	{"documents returned/s", func(r *fleetRun) float64 { return r.IdlePerReplicaSecond.Docs }, "%.2f", false},
 }
 
 // fleetTolerance is how far the largest fleet's per-entry figures may be
@@ -462,6 +465,9 @@ func fleetCell(f *fleetResult, n int, m fleetMetric) string {
 		if x.Replicas == n && x.Acked == 0 {
 			return "nothing acked"
 		}
+		if x.Replicas == n && m.startUp && x.Drain.StartUpCommands == 0 {
+			return "not counted"
+		}
 		if x.Replicas == n {
 			return fmt.Sprintf(m.unit, m.get(x))
 		}
@@ -475,6 +481,9 @@ func fleetRatio(f *fleetResult, m fleetMetric) string {
 	}
 	a, z := m.get(f.Runs[0]), m.get(f.Runs[len(f.Runs)-1])
 	if a == 0 || f.Runs[0].Acked == 0 || f.Runs[len(f.Runs)-1].Acked == 0 {
+		return "–"
+	}
+	if m.startUp && (f.Runs[0].Drain.StartUpCommands == 0 || f.Runs[len(f.Runs)-1].Drain.StartUpCommands == 0) {
 		return "–"
 	}
 	return fmt.Sprintf("%.2f×", z/a)

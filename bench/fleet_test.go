@@ -92,8 +92,17 @@ func TestCompareSideBySide(t *testing.T) {
 		t.Fatal(err)
 	}
 	cur := &Report{Fleet: &fleetResult{Label: "new", Runs: []*fleetRun{run(1, 15), run(4, 16)}}, Storm: storm("new"), Compare: cmp}
+	// This version counted start-up (5 and 8 commands per replica); the
+	// old results, from before it was counted, say so rather than 0.
+	for i, r := range cur.Fleet.Runs {
+		r.Drain.StartUpCommands = float64(5 + 3*i)
+		r.Drain.StartUpCommands *= float64(r.Replicas)
+		r.PerEntry.StartUp = r.Drain.StartUpCommands / r.Acked
+	}
 	md := cur.markdown()
-	for _, want := range []string{"| commands | v0 | 15.00 | 40.00 | 2.67× |", "| commands | new | 15.00 | 16.00 | 1.07× |", "| v0 | storm", "| new | baseline"} {
+	for _, want := range []string{"| commands | v0 | 15.00 | 40.00 | 2.67× |", "| commands | new | 15.00 | 16.00 | 1.07× |", "| v0 | storm", "| new | baseline",
+		"| start-up commands per replica | v0 | not counted | not counted | – |", "| start-up commands per replica | new | 5.0 | 8.0 | 1.60× |",
+		"| commands per entry, net of start-up | new | 14.95 | 15.68 | 1.05× |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
