@@ -1,6 +1,8 @@
 package consumer
 
 import (
+	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -52,11 +54,18 @@ func TestStrayClaimsDocumentsDoNotBlockTheirUsers(t *testing.T) {
 		bson.D{{Key: "_id", Value: "textual"}, {Key: "leaseUntil", Value: "tomorrow"}, {Key: "token", Value: "t"}},
 		bson.D{{Key: "_id", Value: "nulled"}, {Key: "leaseUntil", Value: nil}},
 		bson.D{{Key: "_id", Value: "oddfields"}, {Key: "leaseUntil", Value: time.Now().Add(-time.Hour)}, {Key: "attempts", Value: "two"}, {Key: "solo", Value: "yes"}},
+		// Numbers no count can be: never reaching MAX_ATTEMPTS, or past it
+		// by nonsense.
+		bson.D{{Key: "_id", Value: "negative"}, {Key: "leaseUntil", Value: time.Now().Add(-time.Hour)}, {Key: "attempts", Value: int32(-1_000_000)}},
+		bson.D{{Key: "_id", Value: "huge"}, {Key: "leaseUntil", Value: time.Now().Add(-time.Hour)}, {Key: "attempts", Value: 1e300}},
 	}
+	// (NaN too, in TestCountReadsOnlyPlausibleAttempts: the embedded server
+	// drops the connection on a NaN.)
+	odd := []string{"oddfields", "negative", "huge"}
 	if _, err := b.colls.Claims.InsertMany(ctx, strays); err != nil {
 		t.Fatal(err)
 	}
-	for _, u := range []string{"bare", "textual", "nulled", "oddfields"} {
+	for _, u := range append([]string{"bare", "textual", "nulled"}, odd...) {
 		b.enqueue(t, u)
 	}
 	cons, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{})
@@ -67,35 +76,73 @@ func TestStrayClaimsDocumentsDoNotBlockTheirUsers(t *testing.T) {
 	won := map[string]bool{}
 	for _, w := range res.works {
 		won[w.lease.User] = true
-		if w.lease.User == "oddfields" && (w.lease.Attempts != 0 || w.lease.Solo) {
-			t.Errorf("oddfields taken with %d attempts, solo %v; want its count started again and no solo", w.lease.Attempts, w.lease.Solo)
+		if slices.Contains(odd, w.lease.User) && (w.lease.Attempts != 0 || w.lease.Solo) {
+			t.Errorf("%s taken with %d attempts, solo %v; want its count started again and no solo", w.lease.User, w.lease.Attempts, w.lease.Solo)
 		}
 	}
-	// Its attempts are a number again, so a failure's backoff can count.
-	var odd struct {
-		Attempts any `bson:"attempts"`
+	// Their attempts are a count again, so a failure's backoff can count.
+	for _, u := range odd {
+		var doc struct {
+			Attempts any `bson:"attempts"`
+		}
+		if err := b.colls.Claims.FindOne(ctx, bson.D{{Key: "_id", Value: u}}).Decode(&doc); err != nil {
+			t.Fatal(err)
+		}
+		if n, ok := doc.Attempts.(int32); !ok || n != 0 {
+			t.Errorf("%s's attempts %#v after the takeover, want int32 0", u, doc.Attempts)
+		}
 	}
-	if err := b.colls.Claims.FindOne(ctx, bson.D{{Key: "_id", Value: "oddfields"}}).Decode(&odd); err != nil {
-		t.Fatal(err)
-	}
-	if n, ok := odd.Attempts.(int32); !ok || n != 0 {
-		t.Errorf("oddfields' attempts %#v after the takeover, want int32 0", odd.Attempts)
-	}
-	if len(won) != 4 {
-		t.Errorf("claimed %v, want bare, textual, nulled and oddfields", won)
+	if len(won) != 3+len(odd) {
+		t.Errorf("claimed %v, want bare, textual, nulled and %v", won, odd)
 	}
 	// A live lease still blocks: not after now is not "any leaseUntil".
 	b.enqueue(t, "held")
 	if _, err := b.colls.Claims.InsertOne(ctx, bson.D{{Key: "_id", Value: "held"}, {Key: "token", Value: "other"}, {Key: "leaseUntil", Value: time.Now().Add(time.Hour)}}); err != nil {
 		t.Fatal(err)
 	}
-	res, err = cons.claimer.runOnce(ctx, 10, map[string]struct{}{"bare": {}, "textual": {}, "nulled": {}, "oddfields": {}})
+	exclude := map[string]struct{}{"bare": {}, "textual": {}, "nulled": {}}
+	for _, u := range odd {
+		exclude[u] = struct{}{}
+	}
+	res, err = cons.claimer.runOnce(ctx, 10, exclude)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range res.works {
 		if w.lease.User == "held" {
 			t.Error("a live lease of another consumer was taken over")
+		}
+	}
+}
+
+func TestCountReadsOnlyPlausibleAttempts(t *testing.T) {
+	raw := func(v any) bson.RawValue {
+		typ, data, err := bson.MarshalValue(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bson.RawValue{Type: typ, Value: data}
+	}
+	for _, c := range []struct {
+		v    bson.RawValue
+		n    int
+		isOK bool
+	}{
+		{bson.RawValue{}, 0, true},
+		{bson.RawValue{Type: bson.TypeNull}, 0, true},
+		{raw(int32(3)), 3, true},
+		{raw(int64(4)), 4, true},
+		{raw(2.0), 2, true},
+		{raw("two"), 0, false},
+		{raw(int32(-1)), 0, false},
+		{raw(int64(1) << 40), 0, false},
+		{raw(1e300), 0, false},
+		{raw(math.NaN()), 0, false},
+		{raw(math.Inf(1)), 0, false},
+		{raw(-0.5), 0, false},
+	} {
+		if n, ok := count(c.v); n != c.n || ok != c.isOK {
+			t.Errorf("count(%v) = %d, %v; want %d, %v", c.v, n, ok, c.n, c.isOK)
 		}
 	}
 }

@@ -321,20 +321,33 @@ type expiredLease struct {
 	Attempts bson.RawValue `bson:"attempts"` // read only to tell a count from a stray value
 }
 
-// count reads an attempts field: a number, or absent (0). ok is false for
-// any other value.
+// count reads an attempts field: a count from 0 to maxCount, or absent (0).
+// ok is false for any other value: a string, a negative count (which would
+// never reach MAX_ATTEMPTS, so the user would be retried for good), a huge
+// or non-finite double (whose int conversion is meaningless).
 func count(v bson.RawValue) (n int, ok bool) {
 	if v.Type == 0 || v.Type == bson.TypeNull {
 		return 0, true
 	}
-	if i, isInt := v.AsInt64OK(); isInt {
-		return int(i), true
+	var f float64 // every number, exactly for any plausible count
+	switch v.Type {
+	case bson.TypeInt32:
+		f = float64(v.Int32())
+	case bson.TypeInt64:
+		f = float64(v.Int64())
+	case bson.TypeDouble:
+		f = v.Double()
+	default:
+		return 0, false
 	}
-	if f, isDouble := v.DoubleOK(); isDouble {
-		return int(f), true
+	if !(f >= 0 && f <= maxCount) { // also NaN
+		return 0, false
 	}
-	return 0, false
+	return int(f), true
 }
+
+// maxCount bounds a plausible attempts count, far above any MAX_ATTEMPTS.
+const maxCount = 1 << 30
 
 // wasRunning says the holder died (or hung) in this user's refresh: the
 // running mark carries the token of the holder that wrote it, so a mark left
