@@ -16,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
 // AbsorbLimit caps the entries this process holds for the users it claimed,
@@ -121,6 +122,7 @@ type claimer struct {
 	// byUser is set once the server turns out to be a mongos: deletes of
 	// queue entries then name each entry's user (deleteStatements).
 	byUser *atomic.Bool
+	traits *servertraits.Traits
 	// filter says whether usernames are length-filtered on the server
 	// (validUsername); nil until the server has been asked. FerretDB
 	// compiles a regex once per document it tests (~0.5 ms for this one),
@@ -319,26 +321,18 @@ func (c *claimer) readBounded(ctx context.Context, filter bson.D, opts *options.
 	return out, cur.Err()
 }
 
-// detect asks the server once whether it can length-filter usernames
-// cheaply (see claimer.filter). A server that does not answer is asked
-// again next round.
+// detect asks the server once what it is (see servertraits): whether it
+// length-filters usernames cheaply (see claimer.filter) and whether it is a
+// mongos. A server that does not answer is asked again next round.
 func (c *claimer) detect(ctx context.Context) error {
 	if c.filter != nil {
 		return nil
 	}
-	var info bson.Raw
-	if err := c.queue.Database().RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&info); err != nil {
-		return fmt.Errorf("asking the server what it supports (buildInfo): %w", err)
+	if err := c.traits.Probe(ctx, c.queue.Database()); err != nil {
+		return err
 	}
-	_, ferret := info.Lookup("ferretdbVersion").StringValueOK()
-	var hello struct {
-		Msg string `bson:"msg"`
-	}
-	if err := c.queue.Database().RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello); err != nil {
-		return fmt.Errorf("asking the server what it is (hello): %w", err)
-	}
-	c.byUser.Store(hello.Msg == "isdbgrid")
-	filter := !ferret
+	c.byUser.Store(c.traits.Sharded())
+	filter := c.traits.FiltersUsernamesCheaply()
 	c.filter = &filter
 	return nil
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/metrics"
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/pkg/deadline"
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
 // The pipeline's defaults that the service's configuration shares
@@ -124,6 +125,9 @@ type Deps struct {
 	// (serverclock). Default: Clock.
 	ServerTime clock.Nower
 	Wakeups    []WakeupSource // hints that work arrived; polling stays on regardless
+	// Traits is what the server turned out to be, shared with the scorer
+	// and learnt by the first claim round; default: traits of its own.
+	Traits *servertraits.Traits
 	// AfterClaim, if set, is called after every pass of the claim loop with
 	// the round's error (nil when it succeeded or had no room): the liveness
 	// watchdog's heartbeat and the readiness signal.
@@ -146,6 +150,7 @@ type Consumer struct {
 	wakeups    []WakeupSource
 	afterClaim func(err error)
 
+	traits    *servertraits.Traits
 	claimer   *claimer
 	leases    *leaseStore
 	completer *completer
@@ -203,10 +208,14 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 	if c.afterClaim == nil {
 		c.afterClaim = func(error) {}
 	}
-	c.leases = &leaseStore{coll: colls.Claims, owner: cfg.Owner}
+	c.traits = deps.Traits
+	if c.traits == nil {
+		c.traits = servertraits.New()
+	}
+	c.leases = &leaseStore{coll: colls.Claims, owner: cfg.Owner, traits: c.traits}
 	byUser := new(atomic.Bool) // set by the claimer's first round, read by the completer's deletes
 	c.claimer = &claimer{queue: colls.Queue, leases: c.leases, window: cfg.ClaimWindow, lease: cfg.LeaseDuration, serverTime: c.serverTime,
-		owner: cfg.Owner, scanEvery: cfg.PollInterval, skip: map[string]time.Time{}, byUser: byUser,
+		owner: cfg.Owner, scanEvery: cfg.PollInterval, skip: map[string]time.Time{}, byUser: byUser, traits: c.traits,
 		windowHints: newHints(windowIndex), absorbHints: newHints(absorbIndex, legacyAbsorbIndex)}
 	c.starts = &startMarker{leases: c.leases}
 	if _, ok := c.refresher.(BatchRefresher); !ok {
@@ -228,7 +237,7 @@ func (c *Consumer) newCompleter(colls Collections, byUser *atomic.Bool, afterFlu
 	return &completer{
 		queue:       colls.Queue,
 		leases:      c.leases,
-		dead:        &deadLetterer{queue: colls.Queue, dead: colls.DeadLetter, byUser: byUser},
+		dead:        &deadLetterer{queue: colls.Queue, dead: colls.DeadLetter, byUser: byUser, traits: c.traits},
 		byUser:      byUser,
 		clock:       c.clock,
 		serverTime:  c.serverTime,

@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
 // deadLetter is one queue entry to move out of the queue, and why.
@@ -60,9 +61,7 @@ type deadLetterer struct {
 	queue  *mongo.Collection
 	dead   *mongo.Collection
 	byUser *atomic.Bool // name each entry's user in its delete (deleteStatements)
-	// boundedReplies says whether the server cuts a reply at 16 MiB by
-	// itself; nil until asked (see repliesBounded).
-	boundedReplies *bool
+	traits *servertraits.Traits // whether the server bounds replies (repliesBounded)
 	// maxCopy is the largest copy stored whole; 0 means maxDeadLetterBytes
 	// (tests lower it to exercise the reduced form with small documents).
 	maxCopy int
@@ -363,17 +362,10 @@ func (d *deadLetterer) scan(ctx context.Context, coll *mongo.Collection, ids bso
 // servers like it stop a reply at 16 MiB. Until the answer is known (the
 // command failed), reads take the safe path.
 func (d *deadLetterer) repliesBounded(ctx context.Context) bool {
-	if d.boundedReplies != nil {
-		return *d.boundedReplies
+	if d.traits.Probe(ctx, d.queue.Database()) != nil {
+		return false // one reply per document is safe on any server
 	}
-	var info bson.Raw
-	if err := d.queue.Database().RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&info); err != nil {
-		return false
-	}
-	_, err := info.LookupErr("ferretdbVersion")
-	bounded := err != nil
-	d.boundedReplies = &bounded
-	return bounded
+	return d.traits.BoundsReplies()
 }
 
 // idChunks splits ids into lists of at most n ids and about maxBytes of

@@ -19,6 +19,7 @@ import (
 
 	"github.com/scorerefresh/scorerefresh/metrics"
 	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
 const mib = 1 << 20
@@ -373,6 +374,14 @@ func TestUnwritableDeadLetterHoldsBackNothing(t *testing.T) {
 // ordinary entries: three (read, insert, delete) on a server that bounds its
 // replies (MongoDB), whatever the count; on FerretDB one read per entry,
 // each by _id. The server is asked which it is once.
+// boundingTraits are a MongoDB's traits (bounded replies) or FerretDB's.
+func boundingTraits(bounded bool) *servertraits.Traits {
+	if bounded {
+		return servertraits.Fixed(servertraits.Info{Version: "7.0.0"})
+	}
+	return servertraits.Fixed(servertraits.Info{Version: "7.0.0", FerretDB: "v1.24.2"})
+}
+
 func TestDeadLetterRoundTrips(t *testing.T) {
 	t.Parallel()
 	for _, bounded := range []bool{true, false} {
@@ -381,7 +390,7 @@ func TestDeadLetterRoundTrips(t *testing.T) {
 				t.Parallel()
 				b := setup(t)
 				batch := seedMalformed(t, b, n)
-				d := &deadLetterer{queue: b.colls.Queue, dead: b.colls.DeadLetter, boundedReplies: &bounded}
+				d := &deadLetterer{queue: b.colls.Queue, dead: b.colls.DeadLetter, traits: boundingTraits(bounded)}
 				b.cmds.take()
 				counts, failed, err := d.move(t.Context(), batch, time.Now())
 				if err != nil || len(failed) != 0 || counts[metrics.ReasonMalformed] != n {
@@ -403,7 +412,7 @@ func TestDeadLetterRoundTrips(t *testing.T) {
 	t.Run("asks once", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		d := &deadLetterer{queue: b.colls.Queue, dead: b.colls.DeadLetter}
+		d := &deadLetterer{queue: b.colls.Queue, dead: b.colls.DeadLetter, traits: servertraits.New()}
 		for round := range 2 {
 			batch := seedMalformed(t, b, 2)
 			b.cmds.take()
@@ -425,8 +434,7 @@ func TestAckFlushWithDeadLettersRoundTrips(t *testing.T) {
 	b := setup(t)
 	b.enqueue(t, "u1", "u2", "u3")
 	c, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{})
-	bounded := true
-	c.completer.dead.boundedReplies = &bounded
+	c.completer.dead.traits = boundingTraits(true)
 	res, err := c.claimer.runOnce(t.Context(), 10, nil)
 	if err != nil || len(res.works) != 3 {
 		t.Fatalf("claim: %v", err)
@@ -531,7 +539,7 @@ func TestDeadLetterCommandsAndRepliesStayBounded(t *testing.T) {
 		}
 		batch = append(batch, deadLetter{ID: id, Reason: metrics.ReasonMalformed, Detail: "username is missing"})
 	}
-	d := &deadLetterer{queue: queue, dead: dead}
+	d := &deadLetterer{queue: queue, dead: dead, traits: servertraits.New()}
 	sm.reset()
 	counts, failed, err := d.move(t.Context(), batch, time.Now())
 	if err != nil || len(failed) != 0 || counts[metrics.ReasonMalformed] != 10 {
@@ -565,7 +573,7 @@ func TestReducedDeadLetterRerun(t *testing.T) {
 		return bson.D{{Key: "_id", Value: "big"}, {Key: "createdAt", Value: time.Now().Truncate(time.Millisecond)}, {Key: "payload", Value: strings.Repeat(fill, 100<<10)}}
 	}
 	first := big("a")
-	d := &deadLetterer{queue: b.colls.Queue, dead: b.colls.DeadLetter, maxCopy: 64 << 10}
+	d := &deadLetterer{queue: b.colls.Queue, dead: b.colls.DeadLetter, maxCopy: 64 << 10, traits: servertraits.New()}
 	move := func(batch ...deadLetter) map[string]int {
 		t.Helper()
 		counts, failed, err := d.move(t.Context(), batch, time.Now())

@@ -10,6 +10,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
 // A lease document in the claims collection, one per user held or backing off:
@@ -47,8 +49,9 @@ type lease struct {
 
 // leaseStore is the claims collection, reached only through these calls.
 type leaseStore struct {
-	coll  *mongo.Collection
-	owner string
+	coll   *mongo.Collection
+	owner  string
+	traits *servertraits.Traits
 }
 
 // blockedLease is what a claim round needs to know of a user it may not
@@ -205,9 +208,9 @@ func (s *leaseStore) takeOver(ctx context.Context, users []string, token string,
 		case charge > 0:
 			update = append(update, bson.E{Key: "$inc", Value: bson.D{{Key: "attempts", Value: charge}}})
 		}
-		models = append(models, mongo.NewUpdateOneModel().
-			SetFilter(bson.D{{Key: "_id", Value: e.User}, {Key: "token", Value: e.Token}, {Key: "leaseUntil", Value: notAfter(now)}}).
-			SetUpdate(update))
+		models = append(models, s.traits.UpdateByID(
+			bson.D{{Key: "_id", Value: e.User}, {Key: "token", Value: e.Token}, {Key: "leaseUntil", Value: notAfter(now)}},
+			update, false))
 	}
 	if _, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
 		return nil, fmt.Errorf("taking over %d expired leases: %w", len(expired), err)
@@ -261,9 +264,9 @@ func (s *leaseStore) markRunning(ctx context.Context, held []lease) error {
 	// down to storage (FerretDB) would scan the claims for an $in.
 	models := make([]mongo.WriteModel, len(held))
 	for i, l := range held {
-		models[i] = mongo.NewUpdateOneModel().
-			SetFilter(bson.D{{Key: "_id", Value: l.User}, {Key: "token", Value: l.Token}}).
-			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "running", Value: l.Token}}}})
+		models[i] = s.traits.UpdateByID(
+			bson.D{{Key: "_id", Value: l.User}, {Key: "token", Value: l.Token}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "running", Value: l.Token}}}}, false)
 	}
 	if _, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
 		return fmt.Errorf("marking %d refreshes as running: %w", len(held), err)
@@ -303,9 +306,9 @@ func (s *leaseStore) backOff(ctx context.Context, failed []retry) error {
 		if f.solo {
 			set = append(set, bson.E{Key: "solo", Value: true})
 		}
-		models[i] = mongo.NewUpdateOneModel().
-			SetFilter(bson.D{{Key: "_id", Value: f.lease.User}, {Key: "token", Value: f.lease.Token}}).
-			SetUpdate(bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "attempts", Value: inc}}}})
+		models[i] = s.traits.UpdateByID(
+			bson.D{{Key: "_id", Value: f.lease.User}, {Key: "token", Value: f.lease.Token}},
+			bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "attempts", Value: inc}}}}, false)
 	}
 	if _, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
 		return fmt.Errorf("backing off %d failed users: %w", len(failed), err)

@@ -114,7 +114,10 @@ func (s *Store) readMany(ctx context.Context, users []string, projection bson.D)
 // error, reported per write, where a plain update would only lower the
 // batch's matched count without saying whose write missed.
 func (s *Store) bulkGuarded(ctx context.Context, docs []ScoreDoc, outcomes map[string]WriteOutcome) (retry []string, err error) {
-	if !s.slowUpsert.get(ctx, s.coll.Database().Client(), isFerretDB) {
+	// Unknown (the server did not answer) reads as MongoDB: the bulk
+	// upsert is correct anywhere, only slower on FerretDB.
+	_ = s.cfg.Traits.Probe(ctx, s.coll.Database())
+	if s.cfg.Traits.CheapUpserts() {
 		return s.bulkUpsert(ctx, docs, outcomes)
 	}
 	// FerretDB takes ~150 ms for each upsert that inserts (measured on the
@@ -166,19 +169,18 @@ func (s *Store) insertNew(ctx context.Context, docs []ScoreDoc, outcomes map[str
 func (s *Store) bulkUpsert(ctx context.Context, docs []ScoreDoc, outcomes map[string]WriteOutcome) (retry []string, err error) {
 	models := make([]mongo.WriteModel, len(docs))
 	for i, d := range docs {
-		models[i] = mongo.NewUpdateOneModel().
-			// Plain equality, not $eq: a username is a string, never read
-			// as an operator, and servers that push only plain _id
-			// equality down to storage (FerretDB) would otherwise scan the
-			// scores collection once per statement.
-			SetFilter(bson.D{{Key: "_id", Value: d.Username}, {Key: "version", Value: d.Version - 1}}).
-			SetUpdate(bson.D{{Key: "$set", Value: bson.D{
+		// Plain equality, not $eq: a username is a string, never read
+		// as an operator, and servers that push only plain _id equality
+		// down to storage (FerretDB) would otherwise scan the scores
+		// collection once per statement.
+		models[i] = s.cfg.Traits.UpdateByID(
+			bson.D{{Key: "_id", Value: d.Username}, {Key: "version", Value: d.Version - 1}},
+			bson.D{{Key: "$set", Value: bson.D{
 				{Key: "score", Value: d.Score},
 				{Key: "components", Value: d.Components},
 				{Key: "refreshedAt", Value: d.RefreshedAt},
 				{Key: "version", Value: d.Version},
-			}}}).
-			SetUpsert(true)
+			}}}, true)
 	}
 	noteRoundTrip(ctx)
 	res, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))

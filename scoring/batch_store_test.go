@@ -52,7 +52,7 @@ func TestWriteBatch(t *testing.T) {
 		t.Fatalf("WriteBatch = retry %q, %v", retry, err)
 	}
 	want := int64(2)
-	if b.store.slowUpsert.value {
+	if !b.store.cfg.Traits.CheapUpserts() {
 		want = 3 // new and known users: an insert beside the updates
 	}
 	if sent := b.commands.Load() - before; sent != want {

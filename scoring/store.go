@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
 // ErrConflict is wrapped by the error Write returns when it gives up after
@@ -40,6 +41,9 @@ type StoreConfig struct {
 	OnSkip func(reason string)
 	Logger *slog.Logger // receives one line per skipped write; nil discards
 	Clock  clock.Clock  // what conflict backoffs wait on; nil is the wall clock
+	// Traits is what the server is (shared with the consumer); nil: traits
+	// of the Store's own, learnt on its first batched write.
+	Traits *servertraits.Traits
 }
 
 // SkipNewer is the reason of a write skipped because the stored document came
@@ -85,9 +89,6 @@ type Store struct {
 	coll  *mongo.Collection
 	cfg   StoreConfig
 	locks userLocks
-	// slowUpsert is learnt once per Store (servers.go): whether an upsert
-	// that inserts is pathologically slow on this server.
-	slowUpsert serverTrait
 }
 
 // NewStore returns a Store writing to coll (user_scores).
@@ -106,6 +107,9 @@ func NewStore(coll *mongo.Collection, cfg StoreConfig) *Store {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
+	if cfg.Traits == nil {
+		cfg.Traits = servertraits.New()
+	}
 	return &Store{coll: coll, cfg: cfg}
 }
 

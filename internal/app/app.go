@@ -27,6 +27,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/limiter"
 	"github.com/scorerefresh/scorerefresh/pkg/redact"
 	"github.com/scorerefresh/scorerefresh/pkg/serverclock"
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
@@ -68,6 +69,9 @@ type Service struct {
 	// backoffs and refreshedAt are judged by it, so replicas whose own
 	// clocks disagree still agree on them.
 	Clock *serverclock.Clock
+	// Traits is what the server turned out to be, learnt by the first
+	// claim round and shared by the consumer and the scorer.
+	Traits *servertraits.Traits
 
 	clock    clock.Clock       // Options.Clock
 	server   *metrics.Server   // nil when METRICS_ADDR is empty
@@ -164,6 +168,7 @@ func (s *Service) connect(monitor *event.CommandMonitor) error {
 		s.log.Warn("MONGODB_URI asks for a read preference other than primary; scorerefresh reads from the primary regardless", "uri_read_preference", rp.Mode().String())
 	}
 	s.Clock = serverclock.New(s.DB, s.clock)
+	s.Traits = servertraits.New()
 	s.Colls = consumer.Collections{
 		Queue:      s.DB.Collection(s.cfg.QueueCollection),
 		Claims:     s.DB.Collection(s.cfg.ClaimsCollection),
@@ -186,6 +191,7 @@ func (s *Service) newRefresher(wrap func(consumer.Refresher) consumer.Refresher)
 		OnSkip:     func(reason string) { s.Metrics.WritesSkipped.WithLabelValues(reason).Inc() },
 		Logger:     s.log,
 		Clock:      s.clock,
+		Traits:     s.Traits,
 	})
 	var refresher consumer.Refresher = scoring.NewRefresher(scoring.NewRecomputer(s.DB, s.Rules, scoring.WithRecomputerLogger(s.log)), store,
 		scoring.WithRefreshObserver(func(st scoring.RefreshStats) {
@@ -231,6 +237,7 @@ func (s *Service) newConsumer(limit consumer.Limiter, refresher consumer.Refresh
 		Clock:      s.clock,
 		ServerTime: s.Clock,
 		Wakeups:    wakeups,
+		Traits:     s.Traits,
 		AfterFlush: func(err error) {
 			s.Health.Set("acknowledging", err == nil, errText(err))
 		},

@@ -1,0 +1,132 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
+)
+
+// TestBulkLeaseUpdatesOfManyUsersComplete marks 150 claimed users as
+// running and then backs them all off, each in one command, on the test
+// server. FerretDB 1.24 holds one of its 100 SQLite connections per
+// single-document update statement until the whole command returns, so a
+// command of 100 updateOne statements deadlocks it, and a fleet's
+// concurrent commands of a few dozen each do the same together: every
+// later command then waits for a connection (the fleet jam). The service
+// sends such statements as multi-document ones there (servertraits).
+func TestBulkLeaseUpdatesOfManyUsersComplete(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var names []string
+	for i := range 150 {
+		names = append(names, fmt.Sprintf("u%03d", i))
+	}
+	b.enqueue(t, names...)
+	c, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{cfg: Config{ClaimWindow: 1000, MaxUsersInFlight: 200}})
+	res, err := c.claimer.runOnce(t.Context(), 200, nil)
+	if err != nil || len(res.works) != len(names) {
+		t.Fatalf("claim: %v, %d users, want %d", err, len(res.works), len(names))
+	}
+	held := make([]lease, len(res.works))
+	failed := make([]retry, len(res.works))
+	for i, w := range res.works {
+		held[i] = w.lease
+		failed[i] = retry{lease: w.lease, notBefore: time.Now().Add(time.Hour), err: "test", countAttempt: true}
+	}
+	// A jammed server never answers: bound each command so the test
+	// fails instead of hanging (the client's disconnect at the end frees
+	// the server again).
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := c.leases.markRunning(ctx, held); err != nil {
+		t.Fatalf("marking 150 refreshes as running: %v", err)
+	}
+	if err := c.leases.backOff(ctx, failed); err != nil {
+		t.Fatalf("backing off 150 users: %v", err)
+	}
+	if n := b.count(t, b.colls.Claims, bson.D{{Key: "attempts", Value: 1}, {Key: "token", Value: nil}}); n != len(names) {
+		t.Errorf("%d users backed off with one attempt, want %d", n, len(names))
+	}
+}
+
+// updateStatements records whether each update statement the driver sends
+// is multi-document.
+type updateStatements struct {
+	mu    sync.Mutex
+	multi map[bool]int
+}
+
+func (u *updateStatements) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName != "update" {
+			return
+		}
+		arr, _ := e.Command.Lookup("updates").ArrayOK()
+		vals, _ := arr.Values()
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		for _, v := range vals {
+			st, _ := v.DocumentOK()
+			multi, _ := st.Lookup("multi").BooleanOK()
+			u.multi[multi]++
+		}
+	}}
+}
+
+// TestUpdateStatementsFollowTheServer pins the statements each server
+// receives: MongoDB gets single-document statements (retryable writes), and
+// a server whose single-document statements hold a connection each gets
+// multi-document ones whose filter pins _id (the same one document).
+func TestUpdateStatementsFollowTheServer(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		info   servertraits.Info
+		single bool
+	}{
+		{"mongodb", servertraits.Info{Version: "7.0.0"}, true},
+		{"ferretdb", servertraits.Info{Version: "7.0.0", FerretDB: "v1.24.2"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rec := &updateStatements{multi: map[bool]int{}}
+			b := setup(t).watchedBy(t, rec.monitor())
+			b.enqueue(t, "ann", "bob", "cy")
+			c, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{})
+			traits := servertraits.Fixed(tc.info)
+			c.leases.traits = traits
+			res, err := c.claimer.runOnce(t.Context(), 10, nil)
+			if err != nil || len(res.works) != 3 {
+				t.Fatalf("claim: %v", err)
+			}
+			var held []lease
+			var failed []retry
+			for _, w := range res.works {
+				held = append(held, w.lease)
+				failed = append(failed, retry{lease: w.lease, notBefore: time.Now(), err: "test"})
+			}
+			rec.mu.Lock()
+			rec.multi = map[bool]int{}
+			rec.mu.Unlock()
+			if err := c.leases.markRunning(t.Context(), held); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.leases.backOff(t.Context(), failed); err != nil {
+				t.Fatal(err)
+			}
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			want := map[bool]int{!tc.single: 6}
+			if rec.multi[true] != want[true] || rec.multi[false] != want[false] {
+				t.Errorf("update statements by multi: %v, want %v", rec.multi, want)
+			}
+		})
+	}
+}

@@ -1,0 +1,147 @@
+// Package servertraits is the one place that knows which server the service
+// talks to: MongoDB (a replica set, a sharded cluster through mongos) or
+// FerretDB, whose 1.24 release the embedded server runs. The server is asked
+// once (buildInfo and hello); every workaround for what a server lacks is a
+// named method here, so a reader sees at once which code runs where, and
+// code elsewhere never tests "is this FerretDB" itself.
+//
+// Until the server has answered, every method reports MongoDB's behaviour:
+// production is MongoDB, and a probe that failed is tried again by the next
+// caller of Probe.
+package servertraits
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// Info is what the server said about itself.
+type Info struct {
+	Version  string // buildInfo's version (FerretDB reports the MongoDB version it emulates)
+	FerretDB string // FerretDB's own version; empty on MongoDB
+	Sharded  bool   // a mongos (hello's msg is "isdbgrid")
+}
+
+// Traits holds what the server said, once it has. The zero value is not
+// usable; use New or Fixed.
+type Traits struct {
+	mu    sync.Mutex
+	known bool
+	info  Info
+}
+
+// New returns traits not yet probed (MongoDB's behaviour until Probe succeeds).
+func New() *Traits { return &Traits{} }
+
+// Fixed returns traits known to be info, without asking a server: for tests
+// that check what the service sends to a server of that kind.
+func Fixed(info Info) *Traits { return &Traits{known: true, info: info} }
+
+// Probe asks the server what it is, unless it has already answered. Safe
+// for concurrent use; a failure leaves the traits unknown.
+func (t *Traits) Probe(ctx context.Context, db *mongo.Database) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.known {
+		return nil
+	}
+	var build struct {
+		Version  string `bson:"version"`
+		FerretDB string `bson:"ferretdbVersion"`
+	}
+	// Both commands say nothing about the data and need no privilege on it.
+	if err := db.RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&build); err != nil {
+		return fmt.Errorf("asking the server what it is (buildInfo): %w", err)
+	}
+	var hello struct {
+		Msg string `bson:"msg"`
+	}
+	if err := db.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello); err != nil {
+		return fmt.Errorf("asking the server what it is (hello): %w", err)
+	}
+	t.info = Info{Version: build.Version, FerretDB: build.FerretDB, Sharded: hello.Msg == "isdbgrid"}
+	t.known = true
+	return nil
+}
+
+// Known reports whether the server has answered.
+func (t *Traits) Known() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.known
+}
+
+// Info returns what the server said (the zero Info before it has).
+func (t *Traits) Info() Info {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.info
+}
+
+func (t *Traits) ferret() bool { return t.Info().FerretDB != "" }
+
+// Sharded reports a sharded cluster: statements that name an entry's user
+// (the shard key) go to one shard instead of every shard.
+func (t *Traits) Sharded() bool { return t.Info().Sharded }
+
+// FiltersUsernamesCheaply reports a server that evaluates the claim
+// window's username regex on index keys (MongoDB). FerretDB decodes every
+// document for it; there the window reads usernames unfiltered and sorts
+// malformed ones out itself.
+func (t *Traits) FiltersUsernamesCheaply() bool { return !t.ferret() }
+
+// SingleUpdatesHoldConnections reports FerretDB 1.24: each single-document
+// (multi: false) statement of an update command keeps its query open, and
+// with it one of the SQLite backend's 100 connections, until the whole
+// command returns (the handler defers every statement's close to the end,
+// and its limit of one never reads the query to its end), while each
+// matched document needs one more connection for its write. A command of
+// 100 such statements deadlocks the server by itself; a fleet's concurrent
+// commands of a few dozen statements each do the same together, and every
+// later command then waits for a connection for good. Statements with
+// multi: true read their query to its end, which frees the connection
+// before the next statement starts. See UpdateByID.
+func (t *Traits) SingleUpdatesHoldConnections() bool { return t.ferret() }
+
+// PushesInDown reports a server that answers {field: {$in: [...]}} from an
+// index (MongoDB). FerretDB pushes only plain equality down to its storage:
+// an $in over a batch of users decodes the whole collection in Go, which
+// is why per-user queries are faster there wherever latency is not what
+// binds (see the consumer's batch size).
+func (t *Traits) PushesInDown() bool { return !t.ferret() }
+
+// CheapUpserts reports a server whose upserts cost no more than updates.
+// FerretDB turns an upsert that matches nothing into a scan plus an
+// insert; batched score writes insert the first scores instead there.
+func (t *Traits) CheapUpserts() bool { return !t.ferret() }
+
+// BoundsReplies reports a server that cuts a cursor's reply at 16 MiB by
+// itself (MongoDB). FerretDB 1.24 builds a reply of whatever the batch
+// holds and fails past the wire limit, so documents of unknown size are
+// read one reply each there.
+func (t *Traits) BoundsReplies() bool { return !t.ferret() }
+
+// UpdateByID returns the write model for one statement of a bulk update
+// whose filter pins _id, so it matches at most one document: updateOne on
+// MongoDB (retryable), and on a server where single-document statements
+// hold a connection each (SingleUpdatesHoldConnections) updateMany, which
+// with _id pinned matches the same document and frees its connection at
+// once.
+func (t *Traits) UpdateByID(filter, update any, upsert bool) mongo.WriteModel {
+	if t.SingleUpdatesHoldConnections() {
+		m := mongo.NewUpdateManyModel().SetFilter(filter).SetUpdate(update)
+		if upsert {
+			m.SetUpsert(true)
+		}
+		return m
+	}
+	m := mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(update)
+	if upsert {
+		m.SetUpsert(true)
+	}
+	return m
+}
