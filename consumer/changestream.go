@@ -25,6 +25,7 @@ type ChangeStreamConfig struct {
 // changeStream is the part of *mongo.ChangeStream the source uses.
 type changeStream interface {
 	Next(ctx context.Context) bool
+	Decode(v any) error
 	ResumeToken() bson.Raw
 	Err() error
 	Close(ctx context.Context) error
@@ -36,7 +37,9 @@ type watchFunc func(ctx context.Context, resumeAfter bson.Raw) (changeStream, er
 // ChangeStreamSource wakes the claim loop the moment a producer inserts into
 // the queue, instead of up to POLL_INTERVAL later. It watches inserts only and
 // projects each event down to its resume token: no documents cross the wire.
-// It keeps the resume token and resumes after a transient error; when the
+// It keeps the resume token and resumes after a transient error, and drops
+// it when the stream was invalidated (the queue collection was dropped or
+// renamed): a fresh stream watches the queue as it now is. When the
 // server has no change streams (a standalone mongod, FerretDB) or the stream
 // keeps failing, it says so in one log line, reports polling as the active
 // source, and tries again RetryAfter later. It is only ever a hint: the
@@ -81,14 +84,10 @@ func (s *ChangeStreamSource) Run(ctx context.Context, wake func()) error {
 	failures := 0
 	for ctx.Err() == nil {
 		stream, err := s.watch(ctx, token)
+		invalidated := false
 		if err == nil {
 			s.use(metrics.WakeupChangeStream, nil)
-			for stream.Next(ctx) {
-				token = stream.ResumeToken()
-				failures = 0
-				s.metrics.Wakeups.WithLabelValues(metrics.WakeupChangeStream).Inc()
-				wake()
-			}
+			token, invalidated = s.follow(ctx, stream, token, &failures, wake)
 			err = stream.Err()
 			closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 			_ = stream.Close(closeCtx)
@@ -96,6 +95,13 @@ func (s *ChangeStreamSource) Run(ctx context.Context, wake func()) error {
 			if ctx.Err() != nil {
 				return nil
 			}
+			// The server ends a change stream without an error only when it
+			// invalidates it (a drop or rename of the queue, or a drop of
+			// its database), and our $match keeps the invalidate event
+			// itself from us: the driver's token is then the last insert's,
+			// and resuming from it meets the same invalidation again, for
+			// good.
+			invalidated = invalidated || err == nil
 			// Anything that might have arrived while the stream was down is
 			// caught by resuming, or by the next poll.
 			wake()
@@ -108,9 +114,16 @@ func (s *ChangeStreamSource) Run(ctx context.Context, wake func()) error {
 				return nil
 			}
 			continue
-		case historyLost(err):
-			// The oplog rolled past our token: start from now. Polling has
-			// been covering the gap all along.
+		case invalidated:
+			// A fresh stream, not startAfter: the driver does not hand us
+			// the invalidate event's token when $match filtered the event
+			// out, and the stream is only a hint, so the inserts between
+			// the invalidation and the fresh stream are the poll's.
+			s.log.Info("change stream invalidated (the queue collection was dropped or renamed); opening a fresh one", "op", "change stream", "err", err)
+			token = nil
+		case tokenUnusable(err):
+			// The oplog rolled past our token, or the server refuses it:
+			// start from now. Polling has been covering the gap all along.
 			token = nil
 		}
 		failures++
@@ -128,6 +141,25 @@ func (s *ChangeStreamSource) Run(ctx context.Context, wake func()) error {
 		}
 	}
 	return nil
+}
+
+// follow wakes the claim loop for each event of stream until it ends, and
+// returns the resume token to go on from and whether the stream delivered
+// an invalidate event (a pipeline that lets it through).
+func (s *ChangeStreamSource) follow(ctx context.Context, stream changeStream, token bson.Raw, failures *int, wake func()) (bson.Raw, bool) {
+	for stream.Next(ctx) {
+		var ev struct {
+			OperationType string `bson:"operationType"`
+		}
+		if stream.Decode(&ev) == nil && ev.OperationType == "invalidate" {
+			return nil, true
+		}
+		token = stream.ResumeToken()
+		*failures = 0
+		s.metrics.Wakeups.WithLabelValues(metrics.WakeupChangeStream).Inc()
+		wake()
+	}
+	return token, false
 }
 
 // use records which source is active, logging only on a change: one line when
@@ -159,8 +191,14 @@ func unsupported(err error) bool {
 	return errors.As(err, &se) && (se.HasErrorCode(40573) || se.HasErrorCode(238) || se.HasErrorCode(115))
 }
 
-// historyLost reports a resume token the server can no longer resume from.
-func historyLost(err error) bool {
+// tokenUnusable reports a resume token the server will never resume from,
+// so that keeping it would fail the same way on every try (codes from
+// MongoDB's src/mongo/base/error_codes.yml): ChangeStreamHistoryLost 286
+// (the oplog rolled past it), InvalidResumeToken 260 (among others, a
+// resumeAfter from an invalidate event's token), ChangeStreamFatalError 280,
+// and anything labelled NonResumableChangeStreamError.
+func tokenUnusable(err error) bool {
 	var se mongo.ServerError
-	return errors.As(err, &se) && (se.HasErrorCode(286) || se.HasErrorCode(260) || se.HasErrorCode(280))
+	return errors.As(err, &se) && (se.HasErrorLabel("NonResumableChangeStreamError") ||
+		se.HasErrorCode(286) || se.HasErrorCode(260) || se.HasErrorCode(280))
 }

@@ -16,21 +16,46 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/clock/clocktest"
 )
 
-// fakeStream delivers scripted events, then ends with err.
+// fakeStream delivers scripted insert events, then ends with err. An err of
+// nil is how the driver reports a stream the server invalidated while
+// $match filtered the invalidate event out: Next says false, Err nil, and
+// ResumeToken stays the last insert's. With invalidate set, the invalidate
+// event itself comes after the inserts (a pipeline that lets it through),
+// with its own token, before the end.
 type fakeStream struct {
-	tokens []string
-	err    error
-	i      int
-	token  bson.Raw
+	tokens     []string
+	invalidate bool
+	err        error
+	i          int
+	token      bson.Raw
+	op         string
 }
 
 func (f *fakeStream) Next(ctx context.Context) bool {
-	if f.i >= len(f.tokens) {
+	switch {
+	case f.i < len(f.tokens):
+		f.token, f.op = tokenDoc(f.tokens[f.i]), "insert"
+	case f.i == len(f.tokens) && f.invalidate:
+		f.token, f.op = tokenDoc("invalidate"), "invalidate"
+	default:
 		return false
 	}
-	f.token = tokenDoc(f.tokens[f.i])
 	f.i++
 	return true
+}
+
+// Decode decodes the event as the source's pipeline projects it: the
+// resume token, and operationType only for an invalidate event.
+func (f *fakeStream) Decode(v any) error {
+	ev := bson.D{{Key: "_id", Value: f.token}}
+	if f.op == "invalidate" {
+		ev = append(ev, bson.E{Key: "operationType", Value: f.op})
+	}
+	b, err := bson.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	return bson.Unmarshal(b, v)
 }
 func (f *fakeStream) ResumeToken() bson.Raw       { return f.token }
 func (f *fakeStream) Err() error                  { return f.err }
@@ -96,6 +121,73 @@ func TestChangeStreamResumesWithItsTokenAfterAnError(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.WakeupSource.WithLabelValues(metrics.WakeupChangeStream)); got != 1 {
 		t.Errorf("change_stream source gauge = %v, want 1", got)
+	}
+}
+
+// TestChangeStreamStartsAfreshAfterAnInvalidation: a drop or rename of the
+// queue invalidates the stream. Whether the invalidate event is filtered
+// out (the stream just ends) or delivered, the next stream is a fresh one,
+// without the token: resuming from it would meet the invalidation again, and
+// the source would fall back to polling for good.
+func TestChangeStreamStartsAfreshAfterAnInvalidation(t *testing.T) {
+	t.Parallel()
+	reset := mongo.CommandError{Message: "connection reset", Labels: []string{"NetworkError"}}
+	w := &scriptedWatch{done: make(chan struct{}), streams: []func() (changeStream, error){
+		func() (changeStream, error) { return &fakeStream{tokens: []string{"t1", "t2"}}, nil },
+		func() (changeStream, error) { return &fakeStream{tokens: []string{"t3"}, invalidate: true}, nil },
+		func() (changeStream, error) { return &fakeStream{tokens: []string{"t4"}, err: reset}, nil },
+	}}
+	m := metrics.NewConsumer(prometheus.NewRegistry())
+	src := newChangeStreamSource(w.watch, ChangeStreamConfig{Clock: immediately()}, m, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- src.Run(ctx, func() {}) }()
+	<-w.done
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// The last stream ended on a network error: that one resumes.
+	if want := []string{"", "", "", "t4"}; !equalStrings(w.resumed, want) {
+		t.Errorf("watch resumed after %q, want %q", w.resumed, want)
+	}
+	if got := testutil.ToFloat64(m.Wakeups.WithLabelValues(metrics.WakeupChangeStream)); got != 4 {
+		t.Errorf("change-stream wake-ups = %v, want 4 (the inserts, not the invalidate event)", got)
+	}
+	if got := testutil.ToFloat64(m.WakeupSource.WithLabelValues(metrics.WakeupChangeStream)); got != 1 {
+		t.Errorf("change_stream source gauge = %v, want 1: an invalidation is no reason to poll", got)
+	}
+}
+
+// TestChangeStreamDropsATokenTheServerRefuses: errors saying the token can
+// never be resumed from (codes from MongoDB's error_codes.yml, as the driver
+// builds them from the server's reply) start a fresh stream.
+func TestChangeStreamDropsATokenTheServerRefuses(t *testing.T) {
+	t.Parallel()
+	nonResumable := []string{"NonResumableChangeStreamError"}
+	for _, refused := range []mongo.CommandError{
+		{Code: 260, Name: "InvalidResumeToken", Message: "Attempting to resume a change stream using 'resumeAfter' is not allowed from an invalidate notification."},
+		{Code: 280, Name: "ChangeStreamFatalError", Message: "cannot resume stream", Labels: nonResumable},
+		{Code: 286, Name: "ChangeStreamHistoryLost", Message: "Resume of change stream was not possible, as the resume point may no longer be in the oplog.", Labels: nonResumable},
+	} {
+		t.Run(refused.Name, func(t *testing.T) {
+			t.Parallel()
+			reset := mongo.CommandError{Message: "connection reset", Labels: []string{"NetworkError"}}
+			w := &scriptedWatch{done: make(chan struct{}), streams: []func() (changeStream, error){
+				func() (changeStream, error) { return &fakeStream{tokens: []string{"t1"}, err: reset}, nil },
+				func() (changeStream, error) { return nil, refused },
+			}}
+			src := newChangeStreamSource(w.watch, ChangeStreamConfig{Clock: immediately()}, metrics.NewConsumer(prometheus.NewRegistry()), nil)
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error)
+			go func() { done <- src.Run(ctx, func() {}) }()
+			<-w.done
+			cancel()
+			<-done
+			if want := []string{"", "t1", ""}; !equalStrings(w.resumed, want) {
+				t.Errorf("watch resumed after %q, want %q", w.resumed, want)
+			}
+		})
 	}
 }
 

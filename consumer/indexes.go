@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -97,22 +98,49 @@ func RetiredIndexes(colls Collections) []RetiredIndex {
 // fatal: an index the server cannot build is skipped with one log line,
 // because every query stays correct without it, only slower.
 //
-// The error is non-nil only when the server could not be reached: the caller
-// should call again later (index builds are idempotent), since a start during
-// an outage must not leave the queue unindexed for good.
+// The error is non-nil only when the server could not be reached, or ctx
+// ended: the caller should call again later (index builds are idempotent),
+// since a start during an outage must not leave the queue unindexed for
+// good. An answer saying a build is already running, or that the server
+// aborted it, is not such an error: starting the build again at once is
+// what keeps the index from ever existing.
+//
+// Each createIndexes waits for its build however long it takes (see
+// untimed): on a deep queue that is minutes to hours, so the caller should
+// run EnsureIndexes beside the consumer, not before it, and give ctx no
+// deadline. Cancelling ctx stops the wait.
 func EnsureIndexes(ctx context.Context, colls Collections, log *slog.Logger) (Capabilities, error) {
 	caps := Capabilities{TTLIndexes: true, PartialIndexes: true}
 	var unreachable error
 	for _, s := range IndexSpecs(colls) {
-		name, err := s.Coll.Indexes().CreateOne(ctx, s.Model)
-		if transient(err) {
+		name, err := createIndex(ctx, s, s.Model, log)
+		switch classifyBuild(err) {
+		case buildUnreachable:
+			if ctx.Err() != nil {
+				return caps, fmt.Errorf("creating index on %s: %w", s.Coll.Name(), ctx.Err())
+			}
 			unreachable = fmt.Errorf("creating index on %s: %w", s.Coll.Name(), err)
+			continue
+		case buildRunning:
+			log.Info("index build already running on the server; not starting another, the queries use the index once it is built",
+				"collection", s.Coll.Name(), "keys", fmt.Sprint(s.Model.Keys), "err", err)
+			continue
+		case buildInterrupted:
+			log.Warn("the server aborted this index build (interrupted: killOp, dropIndexes, a maxTimeMS or a client that went away); not starting it again, queries still work, slower; build it by hand (docs/runbook.md, Building the indexes before a deploy)",
+				"collection", s.Coll.Name(), "keys", fmt.Sprint(s.Model.Keys), "serves", s.Serves, "err", err)
 			continue
 		}
 		if err != nil && s.Fallback != nil {
 			caps.TTLIndexes = false
 			log.Info("index option not supported by this server; building the index without it", "collection", s.Coll.Name(), "keys", fmt.Sprint(s.Model.Keys), "err", err)
-			name, err = s.Coll.Indexes().CreateOne(ctx, *s.Fallback)
+			name, err = createIndex(ctx, s, *s.Fallback, log)
+			if classifyBuild(err) == buildUnreachable {
+				if ctx.Err() != nil {
+					return caps, fmt.Errorf("creating index on %s: %w", s.Coll.Name(), ctx.Err())
+				}
+				unreachable = fmt.Errorf("creating index on %s: %w", s.Coll.Name(), err)
+				continue
+			}
 		}
 		if err != nil && s.Optional {
 			caps.PartialIndexes = false
@@ -126,6 +154,94 @@ func EnsureIndexes(ctx context.Context, colls Collections, log *slog.Logger) (Ca
 		log.Debug("index ready", "collection", s.Coll.Name(), "index", name)
 	}
 	return caps, unreachable
+}
+
+// slowBuildNotice is how long a createIndexes may wait before the service
+// says, once per index, that a build is running and how to avoid the wait.
+const slowBuildNotice = 30 * time.Second
+
+// createIndex sends one createIndexes and waits for its answer, saying so
+// in one log line if the build takes long.
+func createIndex(ctx context.Context, s IndexSpec, model mongo.IndexModel, log *slog.Logger) (string, error) {
+	buildCtx, cancel := untimed(ctx)
+	defer cancel()
+	notice := time.AfterFunc(slowBuildNotice, func() {
+		log.Info("index build running on the server; the consumer drains meanwhile, slower. On a deep queue, build the indexes before deploying (docs/runbook.md, Building the indexes before a deploy)",
+			"collection", s.Coll.Name(), "keys", fmt.Sprint(model.Keys), "serves", s.Serves, "waited", slowBuildNotice)
+	})
+	defer notice.Stop()
+	return s.Coll.Indexes().CreateOne(buildCtx, model)
+}
+
+// indexBuildDeadline is the deadline each createIndexes is sent with,
+// whatever the caller's or the client's timeout. The driver sends a
+// context's remaining time as maxTimeMS, and a client Timeout (timeoutMS in
+// MONGODB_URI) becomes such a deadline when the context has none; but it
+// leaves maxTimeMS out when the remaining time is beyond the server's limit
+// of 2^31-1 ms (about 24.9 days). A createIndexes that runs out of maxTimeMS
+// while waiting for its build makes MongoDB abort the build ("Index build:
+// aborted due to interruption"), so a deadline shorter than the build
+// means the index never exists. A year is far past both.
+const indexBuildDeadline = 365 * 24 * time.Hour
+
+// untimed returns the context of one index build: cancelled when parent is
+// (cancellation still stops the wait: the driver closes the connection),
+// but with none of parent's deadline and none the driver would send as
+// maxTimeMS.
+func untimed(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(parent), time.Now().Add(indexBuildDeadline))
+	stop := context.AfterFunc(parent, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// buildOutcome is what a createIndexes answer means for the caller.
+type buildOutcome int
+
+const (
+	buildDone        buildOutcome = iota
+	buildUnreachable              // the server could not be reached, or is electing or shutting down: try again later
+	buildRunning                  // a build of this index is already running on the server
+	buildInterrupted              // the server aborted the build
+	buildRefused                  // the server will not build it (an option it lacks, a conflicting index)
+)
+
+// Codes from MongoDB's src/mongo/base/error_codes.yml.
+const (
+	codeMaxTimeMSExpired            = 50
+	codeIndexBuildAborted           = 276
+	codeClientDisconnect            = 279
+	codeIndexBuildAlreadyInProgress = 285
+	codeInterrupted                 = 11601
+)
+
+// classifyBuild sorts a createIndexes answer. An interrupted or aborted
+// build is not "unreachable": the server answered, and someone (an
+// operator's killOp or dropIndexes, a maxTimeMS) stopped it; starting it
+// again at once would only repeat that. InterruptedAtShutdown and
+// InterruptedDueToReplStateChange stay transient: after a stepdown the
+// build goes on in the background, and a createIndexes sent again to the
+// new primary waits for it rather than starting another.
+func classifyBuild(err error) buildOutcome {
+	if err == nil {
+		return buildDone
+	}
+	var se mongo.ServerError
+	if errors.As(err, &se) {
+		switch {
+		case se.HasErrorCode(codeIndexBuildAlreadyInProgress):
+			return buildRunning
+		case se.HasErrorCode(codeIndexBuildAborted), se.HasErrorCode(codeInterrupted),
+			se.HasErrorCode(codeClientDisconnect), se.HasErrorCode(codeMaxTimeMSExpired):
+			return buildInterrupted
+		}
+	}
+	if transient(err) {
+		return buildUnreachable
+	}
+	if errors.Is(err, context.Canceled) {
+		return buildUnreachable
+	}
+	return buildRefused
 }
 
 // DetectChangeStreams reports whether the server can watch the queue, by

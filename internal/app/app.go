@@ -302,21 +302,28 @@ func (s *Service) Run(ctx context.Context) error {
 // reachable, retrying in the background: the consumer starts at once either
 // way (its queries are correct without indexes, only slower), and a start
 // during an outage must not leave the queue unindexed.
+//
+// The index builds get no deadline: on a deep queue one takes longer than
+// any timeout worth setting, and MongoDB aborts a build whose createIndexes
+// times out, so a deadline here meant the build was aborted and started
+// again for good, by every replica at once. Only ctx ending stops the wait.
 func (s *Service) setup(ctx context.Context) {
 	for attempt := 1; ; attempt++ {
-		setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		caps, err := consumer.EnsureIndexes(setupCtx, s.Colls, s.log)
+		caps, err := consumer.EnsureIndexes(ctx, s.Colls, s.log)
 		if err == nil {
 			streams := "off (CHANGE_STREAMS=off)"
 			if s.cfg.ChangeStreams != config.ChangeStreamsOff {
 				// The probe opens a stream: with the setting off, not even that.
-				streams = strconv.FormatBool(consumer.DetectChangeStreams(setupCtx, s.Colls.Queue))
+				probeCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				streams = strconv.FormatBool(consumer.DetectChangeStreams(probeCtx, s.Colls.Queue))
+				cancel()
 			}
-			cancel()
 			s.log.Info("server capabilities", "change_streams", streams, "ttl_indexes", caps.TTLIndexes, "partial_indexes", caps.PartialIndexes)
 			return
 		}
-		cancel()
+		if ctx.Err() != nil {
+			return
+		}
 		delay := consumer.Backoff{Base: time.Second, Max: time.Minute}.Delay(attempt, nil)
 		s.log.Warn("creating indexes failed: MongoDB unreachable; retrying", "op", "create indexes", "attempt", attempt, "retry_in", delay, "err", err)
 		if clock.Sleep(ctx, s.clock, delay) != nil {

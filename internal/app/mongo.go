@@ -32,7 +32,10 @@ func PoolSize(cfg config.Config) uint64 {
 // sized from the concurrency (the driver's default of 100 per replica is how a
 // fleet runs a server out of connections), and maxConnecting is raised from
 // its default of 2, which makes a burst of refreshes queue for connection
-// establishment one or two at a time.
+// establishment one or two at a time. There is no client-wide Timeout: each
+// operation brings its own deadline, and the driver would send a client
+// Timeout as maxTimeMS on every command without one (index builds opt out
+// of it and of timeoutMS in the URI: consumer.EnsureIndexes).
 func ClientOptions(cfg config.Config, m *metrics.Mongo) *options.ClientOptions {
 	pool := PoolSize(cfg)
 	m.PoolMaxSize.Set(float64(pool))

@@ -29,7 +29,7 @@ type Config struct {
 	DeadLetterCollection string        `env:"DEADLETTER_COLLECTION"` // dead letters; not empty, no other collection's name
 	ClaimsCollection     string        `env:"CLAIMS_COLLECTION"`     // leases and limiter baselines; not empty, no other collection's name
 	ScoringRules         string        `env:"SCORING_RULES"`         // rules file path; empty: the built-in rules
-	ClaimWindow          int           `env:"CLAIM_WINDOW"`          // oldest entries one claim round reads; ≥ 1
+	ClaimWindow          int           `env:"CLAIM_WINDOW"`          // oldest entries one claim round reads; 1..MaxClaimWindow
 	MaxUsersInFlight     int           `env:"MAX_USERS_IN_FLIGHT"`   // users claimed and unsettled at once; ≥ 1
 	RefreshConcurrency   int           `env:"REFRESH_CONCURRENCY"`   // refresh slots (upper bound when adaptive); 1..MaxUsersInFlight
 	AdaptiveConcurrency  bool          `env:"ADAPTIVE_CONCURRENCY"`  // let the limiter move the slots in 1..RefreshConcurrency
@@ -54,6 +54,16 @@ const (
 	ChangeStreamsAuto = "auto"
 	ChangeStreamsOff  = "off"
 )
+
+// MaxClaimWindow is the largest CLAIM_WINDOW accepted. A claim round's lease
+// read carries one name per distinct user of its window in one $in, and a
+// command is one BSON document of at most 16 MiB. An array element costs
+// its username (at most consumer.MaxUsernameBytes, 256) plus 12 bytes: a
+// type byte, its index as a key (up to 5 digits and a NUL), the string's
+// int32 length and its NUL. 16 MiB / 268 B is about 62,600 names, beyond
+// which every round fails for good; 10,000 names are at most 2.7 MB, a
+// sixfold margin for the rest of the command, and 20 times the default.
+const MaxClaimWindow = 10_000
 
 // Defaults is the configuration of an empty environment. The pipeline's
 // values come from the packages that give them meaning, so the service and
@@ -193,7 +203,9 @@ func (c Config) validate() []problem {
 }
 
 func (c Config) validateSizes(p *problems) {
-	p.positive("CLAIM_WINDOW", c.ClaimWindow)
+	if c.ClaimWindow < 1 || c.ClaimWindow > MaxClaimWindow {
+		p.add("CLAIM_WINDOW", "=%d: must be between 1 and %d (a claim round sends one username per user of its window in one command, and a command is at most 16 MiB)", c.ClaimWindow, MaxClaimWindow)
+	}
 	p.positive("MAX_USERS_IN_FLIGHT", c.MaxUsersInFlight)
 	p.positive("REFRESH_CONCURRENCY", c.RefreshConcurrency)
 	p.positive("MAX_ATTEMPTS", c.MaxAttempts)

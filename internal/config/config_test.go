@@ -2,9 +2,14 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/scorerefresh/scorerefresh/consumer"
 )
 
 func TestDefaultsAreTheContracts(t *testing.T) {
@@ -146,5 +151,40 @@ func TestLogValueHidesSecrets(t *testing.T) {
 		if strings.Contains(sb.String(), "hunter2") || strings.Contains(sb.String(), "hunt%65r2") || !strings.Contains(sb.String(), "REDACTED") {
 			t.Errorf("%q: log line %s", uri, sb.String())
 		}
+	}
+}
+
+// TestClaimWindowIsBounded: a window past MaxClaimWindow stops the boot
+// with the bound in the message, beside every other problem, and the
+// largest accepted one is taken.
+func TestClaimWindowIsBounded(t *testing.T) {
+	t.Parallel()
+	_, err := Parse([]string{"CLAIM_WINDOW=100000", "MAX_ATTEMPTS=0"})
+	want := fmt.Sprintf("CLAIM_WINDOW=100000: must be between 1 and %d", MaxClaimWindow)
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "MAX_ATTEMPTS=0") {
+		t.Errorf("got %v, want it to contain %q and the MAX_ATTEMPTS problem", err, want)
+	}
+	cfg, err := Parse([]string{fmt.Sprintf("CLAIM_WINDOW=%d", MaxClaimWindow)})
+	if err != nil || cfg.ClaimWindow != MaxClaimWindow {
+		t.Errorf("CLAIM_WINDOW=%d: got %d, %v", MaxClaimWindow, cfg.ClaimWindow, err)
+	}
+}
+
+// TestLargestClaimWindowFitsACommand builds the lease read's filter for the
+// largest window, every user distinct and of the longest username the
+// contract accepts: it must stay well inside MongoDB's 16 MiB.
+func TestLargestClaimWindowFitsACommand(t *testing.T) {
+	t.Parallel()
+	users := make([]string, MaxClaimWindow)
+	for i := range users {
+		users[i] = fmt.Sprintf("%0*d", consumer.MaxUsernameBytes, i)
+	}
+	filter, err := bson.Marshal(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const maxCommand = 16 << 20
+	if len(filter) > maxCommand/4 {
+		t.Errorf("the largest window's $in is %d bytes, more than a quarter of MongoDB's %d", len(filter), maxCommand)
 	}
 }
