@@ -2,11 +2,8 @@ package consumer
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
-
-	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
 // BatchRefresher recomputes and stores many users' scores in a fixed number
@@ -17,60 +14,92 @@ type BatchRefresher interface {
 	RefreshBatch(ctx context.Context, users []string, startedAt time.Time) map[string]error
 }
 
-// batcher groups claimed users into refresh batches without a tick barrier.
-// The first user to arrive leads a new batch: it waits for a refresh slot,
-// and users claimed meanwhile join its batch (under load, batches fill while
-// they wait for a slot); once it has the slot, a batch that is not yet full
-// waits at most BatchLinger for company, then runs. Parallelism is bounded
-// in batches: one slot each.
+// batcher spreads claimed users over the refresh slots, without a tick
+// barrier. Every claimed user brings a goroutine that waits for a slot; the
+// one that gets it takes its share of the users waiting: the waiting
+// divided by the free slots, rounded up, at most max. Spreading beats
+// filling wherever latency binds: 64 waiting users on 16 free slots run as
+// 16 batches of 4, each as quick as a batch of one, where filling batches
+// of 16 first ran 4 of them and left 12 slots idle. A batch grows past its
+// share only while every slot is busy (one free slot takes everyone
+// waiting, up to max), which is when fewer, larger queries pay.
+//
+// The users waiting never outnumber the goroutines waiting for a slot (each
+// goroutine that gets one takes at least one user, if any is left), so no
+// user is left behind.
 type batcher struct {
-	max int
-
 	mu      sync.Mutex
-	forming *batch // the batch users join; nil when none
+	waiting []work
+	running int // batches holding a slot
 }
 
-type batch struct {
-	works []work
-	full  chan struct{} // closed when max users joined
-	done  chan struct{} // closed when every member's outcome is handed on
+// SpreadBatch is the batch size slots spread over when a consumer holds
+// as many users as it may (maxUsersInFlight): an even share of them per
+// slot, at most maxBatch. With the defaults (64 users, 16 slots) that is 4.
+// Capacity models use it: a batch runs that many users, not maxBatch.
+func SpreadBatch(maxBatch, maxUsersInFlight, slots int) int {
+	if slots < 1 {
+		return max(1, maxBatch)
+	}
+	return max(1, min(maxBatch, (maxUsersInFlight+slots-1)/slots))
 }
 
-// join adds w to the forming batch; leader is true for the first member,
-// which must run the batch (or release it) and close done.
-func (g *batcher) join(w work) (b *batch, leader bool) {
+// add queues works for a slot. A claim round adds all its users at once,
+// before any of their goroutines can take a share, so the first slot does
+// not run its batch with only the first user.
+func (g *batcher) add(works ...work) {
+	g.mu.Lock()
+	g.waiting = append(g.waiting, works...)
+	g.mu.Unlock()
+}
+
+// take is called by a goroutine that holds one of limit slots: it returns
+// its batch, at most max users, or nothing when the others took them all
+// (the caller then gives its slot back). A non-empty batch holds its slot
+// until done.
+func (g *batcher) take(limit, max int) []work {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.forming == nil {
-		g.forming = &batch{full: make(chan struct{}), done: make(chan struct{})}
-		leader = true
+	if len(g.waiting) == 0 {
+		return nil
 	}
-	b = g.forming
-	b.works = append(b.works, w)
-	if len(b.works) >= g.max {
-		close(b.full)
-		g.forming = nil
+	free := limit - g.running // this slot among them
+	if free < 1 {
+		free = 1 // the limit was just lowered under the batches running
 	}
-	return b, leader
+	n := min(max, (len(g.waiting)+free-1)/free)
+	out := make([]work, n)
+	copy(out, g.waiting)
+	g.waiting = append(g.waiting[:0], g.waiting[n:]...)
+	g.running++
+	return out
 }
 
-// seal closes b to new members and returns them.
-func (g *batcher) seal(b *batch) []work {
+// hold notes a batch of w alone holding a slot (a user whose last batch
+// failed as a whole refreshes alone) and returns it.
+func (g *batcher) hold(w work) []work {
+	g.mu.Lock()
+	g.running++
+	g.mu.Unlock()
+	return []work{w}
+}
+
+// done notes that a batch taken with take or hold gave its slot back.
+func (g *batcher) done() {
+	g.mu.Lock()
+	g.running--
+	g.mu.Unlock()
+}
+
+// drop takes one waiting user, if any, for a goroutine that will never get
+// a slot (shutdown): the caller releases it.
+func (g *batcher) drop() []work {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.forming == b {
-		g.forming = nil
+	if len(g.waiting) == 0 {
+		return nil
 	}
-	return slices.Clone(b.works)
-}
-
-// linger waits until b is full, d passes or ctx ends.
-func (b *batch) linger(ctx context.Context, clk clock.Clock, d time.Duration) {
-	t := clk.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-b.full:
-	case <-t.C():
-	case <-ctx.Done():
-	}
+	w := g.waiting[0]
+	g.waiting = append(g.waiting[:0], g.waiting[1:]...)
+	return []work{w}
 }

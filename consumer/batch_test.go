@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
 // batchRecorder is a BatchRefresher that records its batches and how many
@@ -60,7 +62,7 @@ func TestUsersAreRefreshedInBatchesOfAtMostBatchSize(t *testing.T) {
 	b.enqueue(t, users...)
 	gate := make(chan struct{})
 	rec := &batchRecorder{recordingRefresher: *newRecorder(nil), gate: gate}
-	c, m := b.newConsumer(t, rec, consumerOpts{limit: 2, cfg: Config{MaxUsersInFlight: 40, BatchSize: 8, BatchLinger: time.Hour}})
+	c, m := b.newConsumer(t, rec, consumerOpts{limit: 2, cfg: Config{MaxUsersInFlight: 40, BatchSize: 8}})
 	stop := start(t, c)
 	var once sync.Once
 	release := func() { once.Do(func() { close(gate) }) }
@@ -140,7 +142,7 @@ func TestBatchFailingAsAWholeChargesOnlyItsCulprit(t *testing.T) {
 		}
 		return nil
 	})}
-	c, m := b.newConsumer(t, rec, consumerOpts{limit: 1, cfg: Config{MaxUsersInFlight: 8, BatchSize: 8, BatchLinger: time.Hour, MaxAttempts: 2}})
+	c, m := b.newConsumer(t, rec, consumerOpts{limit: 1, cfg: Config{MaxUsersInFlight: 8, BatchSize: 8, MaxAttempts: 2}})
 	stop := start(t, c)
 	b.waitDrained(t)
 	if err := stop(); err != nil {
@@ -173,5 +175,99 @@ func TestBatchFailingAsAWholeChargesOnlyItsCulprit(t *testing.T) {
 	defer rec.mu.Unlock()
 	if len(rec.sizes) == 0 || rec.sizes[0] < 2 {
 		t.Errorf("batch sizes %v: the culprit never shared a batch, the test proves nothing", rec.sizes)
+	}
+}
+
+// TestBatchesSpreadOverFreeSlots: the goroutine that gets a slot takes the
+// waiting users divided by the free slots, rounded up, at most the batch
+// size; a batch grows to the batch size only when every other slot is busy.
+func TestBatchesSpreadOverFreeSlots(t *testing.T) {
+	t.Parallel()
+	var g batcher
+	for i := range 64 {
+		g.add(work{lease: lease{User: fmt.Sprintf("u%02d", i)}})
+	}
+	for i := range 16 {
+		if got := len(g.take(16, 16)); got != 4 {
+			t.Fatalf("slot %d of 16 took %d users, want 4 (64 waiting over 16 free slots)", i, got)
+		}
+	}
+	for i := range 40 {
+		g.add(work{lease: lease{User: fmt.Sprintf("v%02d", i)}})
+	}
+	g.done() // one slot free, 15 busy
+	if got := len(g.take(16, 16)); got != 16 {
+		t.Errorf("the only free slot took %d of 40 waiting users, want the batch size, 16", got)
+	}
+	g.done()
+	g.done() // two free
+	if got := len(g.take(16, 16)); got != 12 {
+		t.Errorf("took %d of 24 waiting over 2 free slots, want 12", got)
+	}
+	if got := len(g.take(16, 16)); got != 12 {
+		t.Errorf("took %d of the last 12 waiting, want 12", got)
+	}
+	if got := g.take(16, 16); got != nil {
+		t.Errorf("took %d users from an empty line", len(got))
+	}
+	if got := SpreadBatch(16, 64, 16); got != 4 {
+		t.Errorf("SpreadBatch at the defaults = %d, want 4", got)
+	}
+	if got := SpreadBatch(16, 256, 16); got != 16 {
+		t.Errorf("SpreadBatch(16, 256, 16) = %d, want 16", got)
+	}
+}
+
+// TestDefaultsKeepEverySlotBusy claims 64 users with the defaults' shape
+// (16 slots, 64 users in flight, batches of up to 16): every slot runs a
+// batch at once, 4 users each. Filling batches first ran 4 batches of 16 and
+// left 12 slots idle, which halved a latency-bound drain.
+func TestDefaultsKeepEverySlotBusy(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var users []string
+	for i := range 64 {
+		users = append(users, fmt.Sprintf("u%02d", i))
+	}
+	b.enqueue(t, users...)
+	gate := make(chan struct{})
+	rec := &batchRecorder{recordingRefresher: *newRecorder(nil), gate: gate}
+	c, _ := b.newConsumer(t, rec, consumerOpts{limit: DefaultRefreshConcurrency, cfg: Config{MaxUsersInFlight: DefaultMaxUsersInFlight, BatchSize: DefaultBatchSize}})
+	stop := start(t, c)
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	waitFor(t, "a batch in every one of the 16 slots", func() bool { return rec.running.Load() == int64(DefaultRefreshConcurrency) })
+	release()
+	b.waitDrained(t)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range rec.sizes {
+		if n != 4 {
+			t.Errorf("batch sizes %v: want 16 batches of 4", rec.sizes)
+			break
+		}
+	}
+}
+
+// TestAutoBatchSizeFollowsTheServer: BatchAuto batches up to
+// DefaultBatchSize on a server that answers $in from an index, and one user
+// per slot where an $in decodes the whole collection.
+func TestAutoBatchSizeFollowsTheServer(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c, _ := b.newConsumer(t, &batchRecorder{recordingRefresher: *newRecorder(nil)}, consumerOpts{cfg: Config{BatchSize: BatchAuto}})
+	c.traits = servertraits.Fixed(servertraits.Info{Version: "7.0.0"})
+	if got := c.batchSize(); got != DefaultBatchSize {
+		t.Errorf("on MongoDB: batches of %d, want %d", got, DefaultBatchSize)
+	}
+	c.traits = servertraits.Fixed(servertraits.Info{Version: "7.0.0", FerretDB: "v1.24.2"})
+	if got := c.batchSize(); got != 1 {
+		t.Errorf("on FerretDB: batches of %d, want 1", got)
+	}
+	c.cfg.BatchSize = 8
+	if got := c.batchSize(); got != 8 {
+		t.Errorf("forced to 8 on FerretDB: batches of %d", got)
 	}
 }

@@ -50,7 +50,10 @@ const (
 	DefaultPollInterval       = time.Second
 	DefaultMaxAttempts        = 5
 	DefaultShutdownTimeout    = 25 * time.Second
-	DefaultBatchLinger        = 5 * time.Millisecond
+	// DefaultBatchSize is the most users a refresh slot recomputes
+	// together under BatchAuto where the server answers a batch's $in
+	// from an index.
+	DefaultBatchSize = 16
 	DefaultOpTimeout          = 30 * time.Second
 )
 
@@ -69,10 +72,16 @@ type Config struct {
 	AckInterval    time.Duration // a flush waits at most this for company; default 50ms
 	AckBatchSize   int           // a flush goes at once with this many users; default 100
 	OpTimeout      time.Duration // deadline of each pipeline round trip; default 30s
-	BatchSize      int           // users refreshed together in one slot, when the Refresher is a BatchRefresher; default 1
-	BatchLinger    time.Duration // a batch's slot waits at most this for company; default DefaultBatchLinger
+	BatchSize      int           // most users refreshed together in one slot, when the Refresher is a BatchRefresher; default 1; BatchAuto follows the server
 	Owner          string        // written on leases for operators; default hostname:pid
 }
+
+// BatchAuto as Config.BatchSize batches up to DefaultBatchSize users where
+// the server answers {user: {$in: batch}} from an index (MongoDB), and
+// refreshes one user per slot where such a query decodes the whole
+// collection (servertraits.PushesInDown; FerretDB), which makes a batch
+// slower than its users' queries one by one wherever latency binds.
+const BatchAuto = -1
 
 // DefaultOwner names this process on leases: hostname:pid (the pod name in
 // Kubernetes).
@@ -93,8 +102,9 @@ func (c Config) withDefaults() Config {
 	c.AckInterval = cmp.Or(c.AckInterval, 50*time.Millisecond)
 	c.AckBatchSize = cmp.Or(c.AckBatchSize, 100)
 	c.OpTimeout = cmp.Or(c.OpTimeout, DefaultOpTimeout)
-	c.BatchSize = max(c.BatchSize, 1)
-	c.BatchLinger = cmp.Or(c.BatchLinger, DefaultBatchLinger)
+	if c.BatchSize != BatchAuto {
+		c.BatchSize = max(c.BatchSize, 1)
+	}
 	c.Owner = cmp.Or(c.Owner, DefaultOwner())
 	return c
 }
@@ -156,6 +166,7 @@ type Consumer struct {
 	completer *completer
 	starts    *startMarker
 	batches   *batcher
+	perUser   sync.Once // logs BatchAuto's choice of one user per slot
 	failures  *failureWindow
 
 	wake signal // work may have arrived, or room was made
@@ -221,7 +232,7 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 	if _, ok := c.refresher.(BatchRefresher); !ok {
 		c.cfg.BatchSize = 1
 	}
-	c.batches = &batcher{max: c.cfg.BatchSize}
+	c.batches = &batcher{}
 	c.completer = c.newCompleter(colls, byUser, deps.AfterFlush)
 	c.metrics.UsersInFlightCap.Set(float64(cfg.MaxUsersInFlight))
 	c.metrics.ConcurrencyLimit.Set(float64(c.limiter.Limit()))
@@ -486,6 +497,13 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 	if len(res.works) > 0 || len(res.malformed) > 0 {
 		c.log.Debug("claim batch", "users", len(res.works), "entries", entries, "malformed", len(res.malformed), "room", room, "duration", clock.Since(c.clock, start))
 	}
+	var batchable []work
+	for _, w := range res.works {
+		if w.refreshable(c.cfg.MaxAttempts) && !w.lease.Solo {
+			batchable = append(batchable, w)
+		}
+	}
+	c.batches.add(batchable...)
 	for _, w := range res.works {
 		refreshes.Go(func() { c.process(ctx, workCtx, w) })
 	}
@@ -499,11 +517,12 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 	return claimPass{ran: true, more: more, paged: res.paged}, nil
 }
 
-// process hands one claimed user to a refresh batch and, if this goroutine
-// leads the batch, waits for a refresh slot and runs it (see batch.go). The
-// outcome of every user goes to the completer. Waiting for a slot ends with
-// ctx (shutdown: a refresh that has not started is released, not started);
-// the refresh itself runs on workCtx.
+// process waits for a refresh slot on behalf of one claimed user and, once
+// it has one, runs the batch it takes from the users waiting (see
+// batch.go), which need not hold that user. The outcome of every user goes
+// to the completer. Waiting for a slot ends with ctx (shutdown: a refresh
+// that has not started is released, not started); the refresh itself runs
+// on workCtx.
 func (c *Consumer) process(ctx, workCtx context.Context, w work) {
 	if len(w.entries) == 0 {
 		// Acknowledged by someone else between window and absorb.
@@ -520,38 +539,43 @@ func (c *Consumer) process(ctx, workCtx context.Context, w work) {
 		return
 	}
 	var works []work
-	var err error
-	if w.lease.Solo {
-		// Its last batch failed as a whole: alone, it is charged only if
-		// it is the one that breaks batches.
-		err = c.limiter.Acquire(ctx)
-		works = []work{w}
-	} else {
-		b, leader := c.batches.join(w)
-		if !leader {
-			<-b.done
-			return
-		}
-		defer close(b.done)
-		err = c.limiter.Acquire(ctx)
-		if err == nil && ctx.Err() == nil {
-			b.linger(ctx, c.clock, c.cfg.BatchLinger) // company joins until full or the linger ends
-		}
-		works = c.batches.seal(b)
-	}
-	c.dequeued(len(works))
-	if err != nil || ctx.Err() != nil {
+	err := c.limiter.Acquire(ctx)
+	switch {
+	case err != nil || ctx.Err() != nil:
 		// A free slot may be granted even after ctx ended; shutdown still
 		// means no new refresh starts.
 		if err == nil {
 			c.limiter.Release()
 		}
+		works = []work{w}
+		if !w.lease.Solo {
+			works = c.batches.drop()
+		}
+		c.dequeued(len(works))
 		for _, w := range works {
 			c.completer.add(outcome{work: w, release: true})
 		}
 		return
+	case w.lease.Solo:
+		// Its last batch failed as a whole: alone, it is charged only if
+		// it is the one that breaks batches.
+		works = c.batches.hold(w)
+	default:
+		works = c.batches.take(c.limiter.Limit(), c.batchSize())
+		if len(works) == 0 {
+			c.limiter.Release() // the users it came for went with other slots
+			return
+		}
 	}
+	c.dequeued(len(works))
 	c.runBatch(workCtx, works)
+}
+
+// refreshable reports a claimed user that goes to a refresh slot: it has
+// entries left, and its holders did not die mid-refresh maxAttempts times
+// (process settles the others at once).
+func (w work) refreshable(maxAttempts int) bool {
+	return len(w.entries) > 0 && w.lease.Attempts < maxAttempts
 }
 
 // runBatch refreshes the users of one batch in one refresh slot and hands
@@ -572,6 +596,7 @@ func (c *Consumer) runBatch(workCtx context.Context, works []work) {
 		c.log.Debug("marking refreshes as running failed; a crash in them would not be charged", "op", "mark running", "users", len(leases), "err", err)
 	}
 	errs := c.refreshBatch(workCtx, works)
+	c.batches.done()
 	c.limiter.Release()
 	anyTransient := false
 	for _, err := range errs {
@@ -713,7 +738,22 @@ func (c *Consumer) roomFloor() int {
 
 // slots is how many users can be refreshing at once: a slot per batch in
 // flight, up to BatchSize users each.
-func (c *Consumer) slots() int { return c.limiter.Limit() * c.cfg.BatchSize }
+func (c *Consumer) slots() int { return c.limiter.Limit() * c.batchSize() }
+
+// batchSize is the most users one slot refreshes together (Config.BatchSize,
+// BatchAuto resolved by the server's traits: MongoDB's until it answered).
+func (c *Consumer) batchSize() int {
+	if c.cfg.BatchSize != BatchAuto {
+		return c.cfg.BatchSize
+	}
+	if c.traits.PushesInDown() {
+		return DefaultBatchSize
+	}
+	c.perUser.Do(func() {
+		c.log.Info("refreshing one user per slot: this server answers a batch's $in by decoding the whole collection (FerretDB), slower than per-user queries; REFRESH_BATCH_SIZE forces batches", "server", c.traits.Info().FerretDB)
+	})
+	return 1
+}
 
 // leadFactor bounds held users to this many per refresh slot: one running
 // and three waiting keep every slot busy across a claim round's latency, and

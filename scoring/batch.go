@@ -8,9 +8,6 @@ const (
 	// MaxBatchUsers bounds the users in one batched command: the work, and
 	// so the latency, that every user of the batch waits for.
 	MaxBatchUsers = 64
-	// DefaultBatchUsers is how many users the service recomputes together
-	// unless configured otherwise (REFRESH_BATCH_SIZE).
-	DefaultBatchUsers = 16
 	// maxBatchNameBytes bounds the usernames one batched command carries. A
 	// command holds them at most twice (an $in list, or the filters and
 	// documents of a bulk write) next to small per-user values, so a chunk

@@ -227,8 +227,7 @@ func (s *Service) newConsumer(limit consumer.Limiter, refresher consumer.Refresh
 		PollInterval:     s.cfg.PollInterval,
 		MaxAttempts:      s.cfg.MaxAttempts,
 		ShutdownTimeout:  s.cfg.ShutdownTimeout,
-		BatchSize:        s.cfg.RefreshBatchSize,
-		BatchLinger:      s.cfg.RefreshBatchLinger,
+		BatchSize:        batchSize(s.cfg.RefreshBatchSize),
 	}, s.Colls, consumer.Deps{
 		Refresher:  refresher,
 		Limiter:    limit,
@@ -246,6 +245,15 @@ func (s *Service) newConsumer(limit consumer.Limiter, refresher consumer.Refresh
 			s.Health.Set("claiming", err == nil, errText(err))
 		},
 	})
+}
+
+// batchSize is REFRESH_BATCH_SIZE for the consumer: 0 lets the server
+// decide (consumer.BatchAuto).
+func batchSize(n int) int {
+	if n == 0 {
+		return consumer.BatchAuto
+	}
+	return n
 }
 
 // errText is err's message, "" for nil.

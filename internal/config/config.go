@@ -40,11 +40,10 @@ type Config struct {
 	SLIInterval          time.Duration `env:"SLI_INTERVAL"`          // queue sampling period; > 0
 	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT"`      // time running refreshes get on SIGTERM; > 0
 	LogLevel             string        `env:"LOG_LEVEL"`             // debug, info, warn or error
-	// The four below are beyond the contract's list, each with a default
+	// The three below are beyond the contract's list, each with a default
 	// that needs no setting.
 	ConnectionBudget   int           `env:"MONGODB_CONNECTION_BUDGET"` // connections one replica may open, for a boot warning only; 0: unstated
-	RefreshBatchSize   int           `env:"REFRESH_BATCH_SIZE"`        // users one refresh slot recomputes together; 1 (one by one)..scoring.MaxBatchUsers
-	RefreshBatchLinger time.Duration `env:"REFRESH_BATCH_LINGER"`      // how long a batch holding its slot waits for more users; > 0
+	RefreshBatchSize   int           `env:"REFRESH_BATCH_SIZE"`        // most users one refresh slot recomputes together; 0: by the server (consumer.BatchAuto), 1 (one by one)..scoring.MaxBatchUsers forces it
 	ChangeStreams      string        `env:"CHANGE_STREAMS"`            // ChangeStreamsAuto (wake on inserts where the server has change streams) or ChangeStreamsOff (poll only)
 }
 
@@ -86,8 +85,7 @@ func Defaults() Config {
 		SLIInterval:          metrics.DefaultSampleInterval,
 		ShutdownTimeout:      consumer.DefaultShutdownTimeout,
 		LogLevel:             "info",
-		RefreshBatchSize:     scoring.DefaultBatchUsers,
-		RefreshBatchLinger:   consumer.DefaultBatchLinger,
+		RefreshBatchSize:     0, // by the server: consumer.BatchAuto
 		ChangeStreams:        ChangeStreamsAuto,
 	}
 }
@@ -209,8 +207,8 @@ func (c Config) validateSizes(p *problems) {
 	p.positive("MAX_USERS_IN_FLIGHT", c.MaxUsersInFlight)
 	p.positive("REFRESH_CONCURRENCY", c.RefreshConcurrency)
 	p.positive("MAX_ATTEMPTS", c.MaxAttempts)
-	if c.RefreshBatchSize < 1 || c.RefreshBatchSize > scoring.MaxBatchUsers {
-		p.add("REFRESH_BATCH_SIZE", "=%d: must be between 1 (no batching) and %d", c.RefreshBatchSize, scoring.MaxBatchUsers)
+	if c.RefreshBatchSize < 0 || c.RefreshBatchSize > scoring.MaxBatchUsers {
+		p.add("REFRESH_BATCH_SIZE", "=%d: must be 0 (by the server), 1 (no batching) or up to %d", c.RefreshBatchSize, scoring.MaxBatchUsers)
 	}
 	if c.ConnectionBudget < 0 {
 		p.add("MONGODB_CONNECTION_BUDGET", "=%d: must be 0 (unstated) or a positive number", c.ConnectionBudget)
@@ -221,7 +219,6 @@ func (c Config) validateSizes(p *problems) {
 }
 
 func (c Config) validateDurations(p *problems) {
-	p.positiveDur("REFRESH_BATCH_LINGER", c.RefreshBatchLinger)
 	p.positiveDur("LEASE_DURATION", c.LeaseDuration)
 	p.positiveDur("POLL_INTERVAL", c.PollInterval)
 	p.positiveDur("SLI_INTERVAL", c.SLIInterval)

@@ -25,7 +25,7 @@ func TestDefaultsAreTheContracts(t *testing.T) {
 		ClaimWindow: 500, MaxUsersInFlight: 64, RefreshConcurrency: 16,
 		LeaseDuration: 60 * time.Second, PollInterval: time.Second, MaxAttempts: 5,
 		MetricsAddr: ":9090", SLIInterval: 15 * time.Second, ShutdownTimeout: 25 * time.Second,
-		LogLevel: "info", RefreshBatchSize: 16, RefreshBatchLinger: 5 * time.Millisecond,
+		LogLevel: "info", RefreshBatchSize: 0,
 		ChangeStreams: "auto",
 	}
 	if cfg != want {
@@ -41,7 +41,7 @@ func TestEveryVariableIsRead(t *testing.T) {
 		"SCORING_RULES=/etc/rules.yaml", "CLAIM_WINDOW=1000", "MAX_USERS_IN_FLIGHT=128",
 		"REFRESH_CONCURRENCY=32", "ADAPTIVE_CONCURRENCY=true", "LEASE_DURATION=2m", "POLL_INTERVAL=250ms",
 		"MAX_ATTEMPTS=7", "METRICS_ADDR=:9100", "SLI_INTERVAL=5s", "SHUTDOWN_TIMEOUT=10s", "LOG_LEVEL=debug",
-		"MONGODB_CONNECTION_BUDGET=40", "REFRESH_BATCH_SIZE=32", "REFRESH_BATCH_LINGER=2ms",
+		"MONGODB_CONNECTION_BUDGET=40", "REFRESH_BATCH_SIZE=32",
 		"CHANGE_STREAMS=off",
 	})
 	if err != nil {
@@ -53,7 +53,7 @@ func TestEveryVariableIsRead(t *testing.T) {
 		ScoringRules: "/etc/rules.yaml", ClaimWindow: 1000, MaxUsersInFlight: 128, RefreshConcurrency: 32,
 		AdaptiveConcurrency: true, LeaseDuration: 2 * time.Minute, PollInterval: 250 * time.Millisecond,
 		MaxAttempts: 7, MetricsAddr: ":9100", SLIInterval: 5 * time.Second, ShutdownTimeout: 10 * time.Second,
-		LogLevel: "debug", ConnectionBudget: 40, RefreshBatchSize: 32, RefreshBatchLinger: 2 * time.Millisecond,
+		LogLevel: "debug", ConnectionBudget: 40, RefreshBatchSize: 32,
 		ChangeStreams: "off",
 	}
 	if cfg != want {

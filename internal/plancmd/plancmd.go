@@ -4,6 +4,7 @@
 package plancmd
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/scorerefresh/scorerefresh/consumer"
 	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/planner"
 	"github.com/scorerefresh/scorerefresh/scoring"
@@ -112,7 +114,8 @@ func (o *planOptions) register(fs *flag.FlagSet, cfg config.Config) {
 	fs.BoolVar(&o.changeStreams, "change-streams", true, "the server has change streams, so arrivals wake idle replicas at once (MongoDB replica sets do, FerretDB does not; --measure detects it)")
 	fs.IntVar(&o.replicas, "replicas", 1, "replicas running now: the stability verdict is for this fleet")
 	fs.IntVar(&o.maxReplicas, "max-replicas", 8, "the table covers 1 to this many replicas")
-	fs.IntVar(&o.batch, "batch", cfg.RefreshBatchSize, "REFRESH_BATCH_SIZE: users per batched recompute (components + 2 round trips per batch); 1: one refresh per user")
+	fs.IntVar(&o.batch, "batch", consumer.SpreadBatch(cmp.Or(cfg.RefreshBatchSize, consumer.DefaultBatchSize), cfg.MaxUsersInFlight, cfg.RefreshConcurrency),
+		"users per batched recompute (components + 2 round trips per batch): REFRESH_BATCH_SIZE spread over the slots (MAX_USERS_IN_FLIGHT / REFRESH_CONCURRENCY, at most REFRESH_BATCH_SIZE; MongoDB's default where it is 0); 1: one refresh per user")
 	fs.StringVar(&o.arrival, "arrival", planner.ArrivalMax, "max, original or rate (see above)")
 	fs.Float64Var(&o.speed, "speed", 1, "with --arrival original, arrivals this many times faster than they were")
 	fs.Float64Var(&o.rate, "rate", 0, "with --arrival rate, entries a second after the backlog")
