@@ -16,8 +16,9 @@
 # (only mutable ones such as :nonroot), and a digest that cannot be checked
 # where this was written is worse than none. Every byte of the image thus comes
 # from the pinned builder below: the binary, the CA bundle (TLS to Atlas) and
-# an empty /data. deploy/manifests_test.go parses this file and checks the
-# pins, CGO_ENABLED=0, the ldflags, the non-root user and the entrypoint.
+# an empty /data. TestManifestDockerfile (deploy/dockerfile_test.go) parses
+# this file and checks the pins, CGO_ENABLED=0, the ldflags, the non-root user
+# and the entrypoint.
 
 # The build stage runs on the builder's own platform and cross-compiles, so a
 # multi-platform build (docker buildx build --platform linux/amd64,linux/arm64)

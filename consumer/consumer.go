@@ -54,7 +54,7 @@ const (
 	// together under BatchAuto where the server answers a batch's $in
 	// from an index.
 	DefaultBatchSize = 16
-	DefaultOpTimeout          = 30 * time.Second
+	DefaultOpTimeout = 30 * time.Second
 )
 
 // Config tunes the pipeline. Zero values take the defaults named on each

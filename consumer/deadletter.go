@@ -60,7 +60,7 @@ const (
 type deadLetterer struct {
 	queue  *mongo.Collection
 	dead   *mongo.Collection
-	byUser *atomic.Bool // name each entry's user in its delete (deleteStatements)
+	byUser *atomic.Bool         // name each entry's user in its delete (deleteStatements)
 	traits *servertraits.Traits // whether the server bounds replies (repliesBounded)
 	// maxCopy is the largest copy stored whole; 0 means maxDeadLetterBytes
 	// (tests lower it to exercise the reduced form with small documents).

@@ -62,7 +62,9 @@ func (c *Consumer) refreshOne(ctx context.Context, w work) (err error) {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("refresh panicked: %v\n%s", r, debug.Stack())
 		}
-		c.metrics.RefreshDuration.Observe(clock.Since(c.clock, began).Seconds())
+		d := clock.Since(c.clock, began).Seconds()
+		c.metrics.RefreshDuration.Observe(d)
+		c.metrics.RefreshBatchSeconds.Observe(d)
 	}()
 	if err := c.refresher.Refresh(ctx, w.lease.User, start); err != nil {
 		if ownDeadline(ctx, err, c.cfg.RefreshTimeout) {
@@ -121,6 +123,7 @@ func (c *Consumer) refreshBatch(ctx context.Context, works []work) (errs []error
 		for range works {
 			c.metrics.RefreshDuration.Observe(d)
 		}
+		c.metrics.RefreshBatchSeconds.Observe(d)
 	}()
 	byUser := c.refresher.(BatchRefresher).RefreshBatch(ctx, users, start)
 	errs = make([]error, len(users))

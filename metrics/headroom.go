@@ -3,6 +3,8 @@ package metrics
 import (
 	"math"
 	"time"
+
+	"github.com/scorerefresh/scorerefresh/planner"
 )
 
 // HeadroomSample is what one SLI sample knows: the queue as sampled, and this
@@ -11,8 +13,9 @@ type HeadroomSample struct {
 	At          time.Time
 	Depth       float64 // queue documents
 	Removed     float64 // cumulative entries this consumer acked or dead-lettered
-	Refreshes   float64 // cumulative finished refreshes (ok and error)
-	RefreshSecs float64 // cumulative seconds spent in those refreshes
+	Refreshes   float64 // cumulative finished user refreshes (ok and error)
+	Batches     float64 // cumulative finished batches (a slot's refresh of one user or several)
+	BatchSecs   float64 // cumulative seconds those batches held their slots
 	OKRefreshes float64 // cumulative successful refreshes
 	Acked       float64 // cumulative entries acked
 	Limit       float64 // current refresh concurrency limit
@@ -37,13 +40,16 @@ type Headroom struct {
 // (deriv of max depth + sum of every replica's ack rate; see the alert
 // rules), and this gauge is a lower bound.
 //
-// Capacity is limit ÷ mean refresh time × mean entries per refresh, from the
-// refreshes finished within the window (the last known values while idle):
-// what this consumer would acknowledge per second with every slot busy.
+// Capacity is planner.DrainRate over the batches finished within the
+// window (the last known values while idle): limit × users per batch ÷
+// mean batch time × mean entries per refresh, what this consumer would
+// acknowledge per second with every slot busy. The slots count batches,
+// so dividing the limit by one user's refresh time (a batch's whole time,
+// observed once per user) came out a batch size too low.
 type HeadroomEstimator struct {
-	Window                  time.Duration // default 2m
-	samples                 []HeadroomSample
-	meanRefresh, perRefresh float64 // last known, kept through idle windows
+	Window                                 time.Duration // default 2m
+	samples                                []HeadroomSample
+	meanBatch, usersPerBatch, perRefresh float64 // last known, kept through idle windows
 }
 
 // Observe adds a sample and returns the estimate over the window.
@@ -63,15 +69,14 @@ func (e *HeadroomEstimator) Observe(s HeadroomSample) Headroom {
 		arrived := (s.Depth - first.Depth) + (s.Removed - first.Removed)
 		h.ArrivalRate = math.Max(0, arrived/dt)
 	}
-	if n := s.Refreshes - first.Refreshes; n > 0 {
-		e.meanRefresh = (s.RefreshSecs - first.RefreshSecs) / n
+	if n := s.Batches - first.Batches; n > 0 {
+		e.meanBatch = (s.BatchSecs - first.BatchSecs) / n
+		e.usersPerBatch = (s.Refreshes - first.Refreshes) / n
 	}
 	if ok := s.OKRefreshes - first.OKRefreshes; ok > 0 {
 		e.perRefresh = (s.Acked - first.Acked) / ok
 	}
-	if e.meanRefresh > 0 && e.perRefresh > 0 {
-		h.DrainCapacity = s.Limit / e.meanRefresh * e.perRefresh
-	}
+	h.DrainCapacity = planner.DrainRate(s.Limit, e.usersPerBatch, e.meanBatch, e.perRefresh)
 	switch {
 	case s.Depth <= 0:
 		h.TimeToDrain = 0

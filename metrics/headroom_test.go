@@ -18,29 +18,29 @@ func TestHeadroom(t *testing.T) {
 			// 30 refreshes of 0.5 s each, 4 entries per refresh, limit 8 ⇒ 8/0.5×4 = 64/s.
 			samples: []HeadroomSample{
 				{At: t0, Depth: 100, Limit: 8},
-				{At: t0.Add(10 * time.Second), Depth: 80, Removed: 120, Refreshes: 30, RefreshSecs: 15, OKRefreshes: 30, Acked: 120, Limit: 8},
+				{At: t0.Add(10 * time.Second), Depth: 80, Removed: 120, Refreshes: 30, Batches: 30, BatchSecs: 15, OKRefreshes: 30, Acked: 120, Limit: 8},
 			},
 			want: Headroom{ArrivalRate: 10, DrainCapacity: 64, TimeToDrain: 80.0 / 54},
 		},
 		"falling behind": {
 			samples: []HeadroomSample{
 				{At: t0, Depth: 100, Limit: 1},
-				{At: t0.Add(10 * time.Second), Depth: 300, Removed: 10, Refreshes: 10, RefreshSecs: 10, OKRefreshes: 10, Acked: 10, Limit: 1},
+				{At: t0.Add(10 * time.Second), Depth: 300, Removed: 10, Refreshes: 10, Batches: 10, BatchSecs: 10, OKRefreshes: 10, Acked: 10, Limit: 1},
 			},
 			want: Headroom{ArrivalRate: 21, DrainCapacity: 1, TimeToDrain: math.Inf(1)},
 		},
 		"empty queue drains in no time": {
 			samples: []HeadroomSample{
 				{At: t0, Limit: 4},
-				{At: t0.Add(10 * time.Second), Removed: 50, Refreshes: 10, RefreshSecs: 1, OKRefreshes: 10, Acked: 50, Limit: 4},
+				{At: t0.Add(10 * time.Second), Removed: 50, Refreshes: 10, Batches: 10, BatchSecs: 1, OKRefreshes: 10, Acked: 50, Limit: 4},
 			},
 			want: Headroom{ArrivalRate: 5, DrainCapacity: 200, TimeToDrain: 0},
 		},
 		"capacity remembered while idle": {
 			samples: []HeadroomSample{
 				{At: t0, Limit: 2},
-				{At: t0.Add(time.Minute), Removed: 10, Refreshes: 10, RefreshSecs: 5, OKRefreshes: 10, Acked: 10, Limit: 2},
-				{At: t0.Add(5 * time.Minute), Removed: 10, Refreshes: 10, RefreshSecs: 5, OKRefreshes: 10, Acked: 10, Limit: 2},
+				{At: t0.Add(time.Minute), Removed: 10, Refreshes: 10, Batches: 10, BatchSecs: 5, OKRefreshes: 10, Acked: 10, Limit: 2},
+				{At: t0.Add(5 * time.Minute), Removed: 10, Refreshes: 10, Batches: 10, BatchSecs: 5, OKRefreshes: 10, Acked: 10, Limit: 2},
 			},
 			want: Headroom{ArrivalRate: 0, DrainCapacity: 4, TimeToDrain: 0},
 		},
@@ -56,6 +56,30 @@ func TestHeadroom(t *testing.T) {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestHeadroomWithBatches: a slot holds a batch, so capacity is slots ×
+// users per batch ÷ a batch's time × entries per user. Each case records
+// 10 s of an 8-slot consumer whose batches take 0.5 s and acknowledge 2
+// entries per user: every slot busy, 16 batches a second.
+func TestHeadroomWithBatches(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(1_700_000_000, 0)
+	for _, users := range []float64{1, 4, 16} {
+		batches := 160.0 // 8 slots × 10 s ÷ 0.5 s
+		refreshes := batches * users
+		e := HeadroomEstimator{}
+		e.Observe(HeadroomSample{At: t0, Depth: 10_000, Limit: 8})
+		got := e.Observe(HeadroomSample{
+			At: t0.Add(10 * time.Second), Depth: 10_000 - 2*refreshes, Removed: 2 * refreshes, Limit: 8,
+			Refreshes: refreshes, OKRefreshes: refreshes, Acked: 2 * refreshes,
+			Batches: batches, BatchSecs: batches * 0.5, // each of a batch's users observes the batch's time too
+		})
+		// What was acknowledged in the 10 s at saturation is the capacity.
+		if want := 2 * refreshes / 10; !close(got.DrainCapacity, want) {
+			t.Errorf("batches of %v: capacity %v, want %v (the rate acknowledged with every slot busy)", users, got.DrainCapacity, want)
+		}
 	}
 }
 

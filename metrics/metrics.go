@@ -45,6 +45,7 @@ type Consumer struct {
 	EntriesDeadLettered *prometheus.CounterVec // reason: malformed | max_attempts | too_large
 	Refreshes           *prometheus.CounterVec // outcome: ok | error
 	RefreshDuration     prometheus.Histogram
+	RefreshBatchSeconds prometheus.Histogram // one refresh slot's batch, all its users: the unit of drain capacity
 	OCCConflicts        prometheus.Counter
 	UsersInFlight       prometheus.Gauge
 	UsersInFlightCap    prometheus.Gauge
@@ -122,6 +123,9 @@ func (c *Consumer) registerRefreshes(f promauto.Factory) {
 	c.Refreshes = counterVec(f, "refreshes_total", "User refreshes (recompute + score write), by outcome.", "outcome", OutcomeOK, OutcomeError)
 	c.RefreshDuration = histogram(f, "refresh_duration_seconds", "Duration of one user's refresh, recompute + OCC write.",
 		prometheus.ExponentialBuckets(0.005, 2, 14)) // 5ms .. ~41s
+	c.RefreshBatchSeconds = histogram(f, "refresh_batch_duration_seconds",
+		"Duration of one refresh slot's batch (1 user, or every user refreshed together), recompute + OCC writes; each of its users also observes it in refresh_duration_seconds.",
+		prometheus.ExponentialBuckets(0.005, 2, 14))
 	c.OCCConflicts = counter(f, "occ_conflicts_total", "Version conflicts on score writes (each followed by a re-read and retry).")
 	c.WritesSkipped = counterVec(f, "writes_skipped_total",
 		"Score writes skipped, by reason (newer: the stored document came from a recompute that began later).", "reason", SkipNewer)

@@ -33,6 +33,18 @@ type Config struct {
 	ChangeStreams    bool    `json:"changeStreams"`       // arrivals wake an idle replica at once
 }
 
+// DrainRate is what refresh slots acknowledge per second with every slot
+// busy: slots × users per batch ÷ a batch's seconds × entries acknowledged
+// per user refresh (0 when any is unknown). A slot holds one batch, of one
+// user or several. The live headroom (scorerefresh_drain_capacity), the
+// planner's bounds and the bench's estimate are this one formula.
+func DrainRate(slots, usersPerBatch, batchSeconds, entriesPerUser float64) float64 {
+	if slots <= 0 || usersPerBatch <= 0 || batchSeconds <= 0 || entriesPerUser <= 0 {
+		return 0
+	}
+	return slots * usersPerBatch / batchSeconds * entriesPerUser
+}
+
 // RoundTrips is the cost of one refresh (of one batch when Batch > 1).
 func (c Config) RoundTrips() int { return c.Components + 2 }
 
@@ -156,16 +168,17 @@ type Bounds struct {
 // FleetBounds computes the bounds for replicas replicas.
 func FleetBounds(c Config, s Server, replicas int) Bounds {
 	rt := float64(c.RoundTrips())
-	slots := float64(replicas * c.Concurrency * c.Batch)
+	slots := float64(replicas * c.Concurrency)
 	b := Bounds{Replicas: replicas, Server: Limit(math.Inf(1))}
-	b.Latency = slots / (rt * s.Latency(1, 1))
+	b.Latency = DrainRate(slots, float64(c.Batch), rt*s.Latency(1, 1), 1)
 	full := float64(replicas) * (float64(c.Concurrency) + overheadInFlight)
 	lat := s.Latency(full, 1)
-	b.Loaded = slots / (rt * lat)
+	b.Loaded = DrainRate(slots, float64(c.Batch), rt*lat, 1)
 	// A held user waits out its refresh, the ack flush (its interval and
-	// round trips) and the claim round that replaces it.
+	// round trips) and the claim round that replaces it; batches are made
+	// of held users, so the users held bound the drain whatever the batch.
 	hold := rt*lat + AckInterval + float64(AckRoundTrips+ClaimRoundTrips)*lat
-	b.InFlight = float64(replicas*c.HeldCap()*c.Batch) / hold
+	b.InFlight = float64(replicas*c.HeldCap()) / hold
 	if s.Capacity > 0 {
 		b.Server = Limit(s.Capacity * float64(c.Batch) / rt)
 	}

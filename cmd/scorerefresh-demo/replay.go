@@ -21,9 +21,9 @@ func runReplay(args, environ []string, stdout, stderr io.Writer) int {
 		return replaycmd.Compare("scorerefresh-demo replay compare", args[1:], stdout, stderr)
 	}
 	const name = "scorerefresh-demo replay"
-	o, ok := replaycmd.ParseFlags(name, args, stderr)
+	o, code, ok := replaycmd.ParseFlags(name, args, stdout, stderr)
 	if !ok {
-		return 2
+		return code
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

@@ -1,25 +1,37 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
+	"github.com/scorerefresh/scorerefresh/internal/cli"
 	"github.com/scorerefresh/scorerefresh/replay"
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
+
+const backlogHelp = `usage: scorerefresh backlog generate --shape firehose|diverse|zipf|mixed --entries N --users M --out DIR [flags]
+
+Writes a synthetic snapshot (the queue, the source collections the rules
+read, a manifest) that replays exactly like one scorerefresh snapshot takes.
+It connects to nothing; only SCORING_RULES is read from the environment.
+`
 
 // runBacklog is `scorerefresh backlog generate ...`: a synthetic snapshot
 // that replays exactly like a real one.
 func runBacklog(args, environ []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "generate" {
-		fmt.Fprintln(stderr, "usage: scorerefresh backlog generate --shape firehose|diverse|zipf|mixed --entries N --users M --out DIR [flags]")
-		return 2
+		top := cli.NewFlagSet("scorerefresh backlog", backlogHelp+"\n\"scorerefresh backlog generate -h\" lists its flags.\n", stderr)
+		if code, ok := cli.Parse(top, args, true, stdout); !ok {
+			return code
+		}
+		if top.NArg() == 0 {
+			return cli.Refuse(top, "a subcommand is required")
+		}
+		return cli.Refuse(top, "unknown subcommand %q", top.Arg(0))
 	}
-	fs := flag.NewFlagSet("scorerefresh backlog generate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet("scorerefresh backlog generate", backlogHelp+"\nflags:\n", stderr)
 	shape := fs.String("shape", string(replay.ShapeMixed), fmt.Sprintf("distribution of users over entries: %v", replay.Shapes))
 	entries := fs.Int("entries", 10000, "queue entries")
 	users := fs.Int("users", 1000, "users to draw from (user-00000 is the firehose)")
@@ -30,13 +42,12 @@ func runBacklog(args, environ []string, stdout, stderr io.Writer) int {
 	span := fs.Duration("span", 10*time.Minute, "the entries' enqueue times spread over this, ending now")
 	docs := fs.Int("docs-per-user", 2, "source documents per user and collection, on average")
 	gz := fs.Bool("gzip", false, "gzip the files")
-	if err := fs.Parse(args[1:]); err != nil {
-		return 2
+	if code, ok := cli.Parse(fs, args[1:], false, stdout); !ok {
+		return code
 	}
 	sh, err := replay.ParseShape(*shape)
 	if err != nil || *out == "" || *entries <= 0 || *users <= 0 || *docs <= 0 || *span <= 0 {
-		fmt.Fprintf(stderr, "scorerefresh backlog generate: --out is required, --entries, --users, --docs-per-user and --span must be positive%s\n", errSuffix(err))
-		return 2
+		return cli.Refuse(fs, "--out is required, --entries, --users, --docs-per-user and --span must be positive%s", errSuffix(err))
 	}
 	r := scoring.DefaultRules()
 	if *rules != "" {

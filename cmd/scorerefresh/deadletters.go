@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/scorerefresh/scorerefresh/internal/cli"
 	"github.com/scorerefresh/scorerefresh/internal/ops"
 )
 
@@ -73,9 +74,7 @@ type dlFlags struct {
 
 func newDLFlags(sub string, stderr io.Writer, defaultLimit int64) *dlFlags {
 	f := &dlFlags{name: "scorerefresh deadletters " + sub}
-	f.fs = flag.NewFlagSet(f.name, flag.ContinueOnError)
-	f.fs.SetOutput(stderr)
-	f.fs.Usage = func() { fmt.Fprint(stderr, deadLettersHelp+"\nflags of "+sub+":\n"); f.fs.PrintDefaults() }
+	f.fs = cli.NewFlagSet(f.name, deadLettersHelp+"\nflags of "+sub+":\n", stderr)
 	f.fs.Func("reason", "only this deadLetter.reason (malformed, max_attempts, too_large); repeat or separate with commas", func(s string) error {
 		for _, r := range strings.Split(s, ",") {
 			if r = strings.TrimSpace(r); r != "" {
@@ -96,24 +95,25 @@ func newDLFlags(sub string, stderr io.Writer, defaultLimit int64) *dlFlags {
 	return f
 }
 
-func (f *dlFlags) parse(args []string, stderr io.Writer) (ops.Filter, bool) {
-	if err := f.fs.Parse(args); err != nil {
-		return ops.Filter{}, false
+// parse reads args into the flags. When ok is false the command stops with
+// exit code code: 0 after the help (on stdout), 2 after saying on stderr
+// what is wrong. minBatch is 1 for the verbs that work in batches.
+func (f *dlFlags) parse(args []string, minLimit, minBatch int, stdout io.Writer) (filter ops.Filter, code int, ok bool) {
+	if code, ok := cli.Parse(f.fs, args, false, stdout); !ok {
+		return ops.Filter{}, code, false
 	}
 	now := time.Now()
 	since, err1 := ops.ParseTime(f.since, now)
 	until, err2 := ops.ParseTime(f.until, now)
 	switch {
-	case f.fs.NArg() > 0:
-		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", f.name, f.fs.Arg(0))
 	case err1 != nil || err2 != nil:
-		fmt.Fprintf(stderr, "%s: --since/--until %v\n", f.name, firstErr(err1, err2))
-	case f.limit < 0 || f.batch < 0:
-		fmt.Fprintf(stderr, "%s: --limit and --batch must not be negative\n", f.name)
-	default:
-		return ops.Filter{Reasons: f.reasons, User: f.user, Since: since, Until: until}, true
+		return ops.Filter{}, cli.Refuse(f.fs, "--since/--until %v", firstErr(err1, err2)), false
+	case f.limit < int64(minLimit):
+		return ops.Filter{}, cli.Refuse(f.fs, "--limit must be at least %d", minLimit), false
+	case f.batch < minBatch:
+		return ops.Filter{}, cli.Refuse(f.fs, "--batch must be at least %d", minBatch), false
 	}
-	return ops.Filter{}, false
+	return ops.Filter{Reasons: f.reasons, User: f.user, Since: since, Until: until}, 0, true
 }
 
 func firstErr(errs ...error) error {
@@ -127,12 +127,9 @@ func firstErr(errs ...error) error {
 
 func runDeadLettersList(args, environ []string, stdout, stderr io.Writer) int {
 	f := newDLFlags("list", stderr, 50)
-	filter, ok := f.parse(args, stderr)
-	if !ok || f.limit == 0 {
-		if ok {
-			fmt.Fprintf(stderr, "%s: --limit must be positive\n", f.name)
-		}
-		return 2
+	filter, code, ok := f.parse(args, 1, 0, stdout)
+	if !ok {
+		return code
 	}
 	env, ctx, done, code := openOps(f.name, environ, 2*time.Minute, stderr)
 	if env == nil {
@@ -186,9 +183,14 @@ func cell(s string, n int) string {
 
 func runDeadLettersShow(args, environ []string, stdout, stderr io.Writer) int {
 	const name = "scorerefresh deadletters show"
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintf(stderr, "usage: %s ID [ID...]\n", name)
-		return 2
+	fs := cli.NewFlagSet(name, "usage: "+name+" [--] ID [ID...]\n\n"+
+		"Prints whole dead letters as Extended JSON, by _id or by the original _id of\n"+
+		"a renamed copy. Put -- before an ID that starts with -.\n", stderr)
+	if code, ok := cli.Parse(fs, args, true, stdout); !ok {
+		return code
+	}
+	if args = fs.Args(); len(args) == 0 {
+		return cli.Refuse(fs, "no ID")
 	}
 	env, ctx, done, code := openOps(name, environ, 2*time.Minute, stderr)
 	if env == nil {
@@ -250,9 +252,9 @@ func runRedrive(args, environ []string, stdout, stderr io.Writer) int {
 	f.fs.IntVar(&f.batch, "batch", 500, "dead letters per batch (one round trip each)")
 	f.fs.BoolVar(&f.dryRun, "dry-run", false, "report what would be redriven; write nothing")
 	f.fs.BoolVar(&f.force, "force", false, "also redrive dead letters whose reason is malformed or too_large, unchanged (fix the data first, or they come straight back)")
-	filter, ok := f.parse(args, stderr)
-	if !ok || f.batch == 0 {
-		return 2
+	filter, code, ok := f.parse(args, 0, 1, stdout)
+	if !ok {
+		return code
 	}
 	env, ctx, done, code := openOps(f.name, environ, 0, stderr)
 	if env == nil {
@@ -325,13 +327,12 @@ func runPurge(args, environ []string, stdin io.Reader, stdout, stderr io.Writer)
 	f.fs.BoolVar(&f.dryRun, "dry-run", false, "count what would be deleted; delete nothing")
 	f.fs.BoolVar(&f.yes, "yes", false, "do not ask for confirmation")
 	f.fs.BoolVar(&f.all, "all", false, "allow a purge without any filter (every dead letter)")
-	filter, ok := f.parse(args, stderr)
-	if !ok || f.batch == 0 {
-		return 2
+	filter, code, ok := f.parse(args, 0, 1, stdout)
+	if !ok {
+		return code
 	}
 	if filter.Empty() && !f.all {
-		fmt.Fprintf(stderr, "%s: no filter: pass --reason, --user, --since or --until, or --all to delete every dead letter\n", f.name)
-		return 2
+		return cli.Refuse(f.fs, "no filter: pass --reason, --user, --since or --until, or --all to delete every dead letter")
 	}
 	env, ctx, done, code := openOps(f.name, environ, 0, stderr)
 	if env == nil {

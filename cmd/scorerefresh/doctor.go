@@ -1,12 +1,12 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"time"
 
 	"github.com/scorerefresh/scorerefresh/internal/app"
+	"github.com/scorerefresh/scorerefresh/internal/cli"
 	"github.com/scorerefresh/scorerefresh/internal/ops"
 )
 
@@ -31,18 +31,15 @@ It reads the same environment as "scorerefresh run". Flags:
 `
 
 func runDoctor(args, environ []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("scorerefresh doctor", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, doctorHelp); fs.PrintDefaults() }
+	fs := cli.NewFlagSet("scorerefresh doctor", doctorHelp, stderr)
 	replicas := fs.Int("replicas", 2, "replicas the fleet runs (KEDA: its maxReplicaCount); one more is counted for a rollout")
 	asJSON := fs.Bool("json", false, "print one JSON document (schemaVersion 1, kind \"doctor\")")
 	timeout := fs.Duration("timeout", time.Minute, "give up after this long")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := cli.Parse(fs, args, false, stdout); !ok {
+		return code
 	}
-	if fs.NArg() > 0 || *replicas <= 0 {
-		fmt.Fprintln(stderr, "scorerefresh doctor: no arguments; --replicas must be positive")
-		return 2
+	if *replicas <= 0 {
+		return cli.Refuse(fs, "--replicas must be positive")
 	}
 	env, ctx, done, code := openOps("scorerefresh doctor", environ, *timeout, stderr)
 	if env == nil {

@@ -26,6 +26,7 @@ import (
 	"syscall"
 
 	"github.com/scorerefresh/scorerefresh/internal/app"
+	"github.com/scorerefresh/scorerefresh/internal/cli"
 	"github.com/scorerefresh/scorerefresh/internal/config"
 )
 
@@ -38,7 +39,7 @@ var (
 const usage = `usage: scorerefresh <command>
 
 commands:
-  run       drain the queue (configured by environment variables, see README)
+  run       drain the queue (configured by environment variables: run -h lists them)
   snapshot  --out FILE|DIR [--with-sources]: write the queue as Extended JSON lines
   replay    --in FILE|DIR [--drain]: load a snapshot or mongoexport file, drain it, report
             (replay compare A.json B.json: two drain reports side by side)
@@ -56,7 +57,9 @@ commands:
 
 status, deadletters and doctor read the same environment as run (MONGODB_URI,
 MONGODB_DATABASE, the collection names, SCORING_RULES, ...); "<command> -h"
-describes each one's flags and what it reads. See docs/operator-commands.md.
+describes each one's flags and what it reads, and "run -h" every variable
+with its default. Help never connects to anything or starts anything. See
+docs/operator-commands.md.
 `
 
 func main() {
@@ -75,7 +78,7 @@ func runWith(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) 
 	}
 	switch args[0] {
 	case "run":
-		return runService(environ, stderr)
+		return runService(args[1:], environ, stdout, stderr)
 	case "snapshot":
 		return runSnapshot(args[1:], environ, stdout, stderr)
 	case "replay":
@@ -91,8 +94,7 @@ func runWith(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) 
 	case "plan":
 		return runPlan(args[1:], environ, stdout, stderr)
 	case "version", "--version":
-		fmt.Fprintf(stdout, "scorerefresh %s (revision %s)\n", version, revision)
-		return 0
+		return runVersion(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -101,7 +103,25 @@ func runWith(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) 
 	return 2
 }
 
-func runService(environ []string, stderr io.Writer) int {
+const runHelp = `usage: scorerefresh run
+
+Drains the queue until SIGTERM or SIGINT: the container's command. It takes
+no arguments; it reads the environment variables below, once, at start
+(docs/contract.md). An unset or empty variable keeps its default. What is
+shown is each default, never the value this environment holds.
+
+environment (with its default):
+`
+
+// runService is `scorerefresh run`. It refuses every argument: a mistyped
+// flag or a request for help must never start the service, since whoever
+// types it may have production's environment loaded.
+func runService(args, environ []string, stdout, stderr io.Writer) int {
+	fs := cli.NewFlagSet("scorerefresh run", runHelp, stderr)
+	fs.Usage = func() { writeRunHelp(fs.Output()) }
+	if code, ok := cli.Parse(fs, args, false, stdout); !ok {
+		return code
+	}
 	cfg, err := config.Parse(environ)
 	if err != nil {
 		fmt.Fprintf(stderr, "scorerefresh: %v\n", err)
@@ -122,5 +142,25 @@ func runService(environ []string, stderr io.Writer) int {
 		log.Error("stopped with an error", "err", err)
 		return 1
 	}
+	return 0
+}
+
+// writeRunHelp prints config.Variables: the configuration package is the
+// one list of what the service reads.
+func writeRunHelp(w io.Writer) {
+	var b strings.Builder
+	b.WriteString(runHelp)
+	for _, v := range config.Variables() {
+		fmt.Fprintf(&b, "  %s=%s\n      %s\n", v.Name, v.Default, v.Help)
+	}
+	_, _ = io.WriteString(w, b.String())
+}
+
+func runVersion(args []string, stdout, stderr io.Writer) int {
+	fs := cli.NewFlagSet("scorerefresh version", "usage: scorerefresh version\n\nPrints the build's version and revision.\n", stderr)
+	if code, ok := cli.Parse(fs, args, false, stdout); !ok {
+		return code
+	}
+	fmt.Fprintf(stdout, "scorerefresh %s (revision %s)\n", version, revision)
 	return 0
 }

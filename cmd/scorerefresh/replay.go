@@ -19,9 +19,9 @@ func runReplay(args, environ []string, stdout, stderr io.Writer) int {
 		return replaycmd.Compare("scorerefresh replay compare", args[1:], stdout, stderr)
 	}
 	const name = "scorerefresh replay"
-	o, ok := replaycmd.ParseFlags(name, args, stderr)
+	o, code, ok := replaycmd.ParseFlags(name, args, stdout, stderr)
 	if !ok {
-		return 2
+		return code
 	}
 	if o.Embedded {
 		fmt.Fprintln(stderr, name+": --embedded is not in this binary: the production build does not link the embedded server.\n"+

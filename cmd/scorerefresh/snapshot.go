@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -10,26 +9,34 @@ import (
 	"syscall"
 
 	"github.com/scorerefresh/scorerefresh/internal/app"
+	"github.com/scorerefresh/scorerefresh/internal/cli"
 	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/pkg/redact"
 	"github.com/scorerefresh/scorerefresh/replay"
 )
 
+const snapshotHelp = `usage: scorerefresh snapshot --out FILE|DIR [--with-sources] [flags]
+
+Writes the queue (and, with --with-sources, every source collection the
+rules read) as Extended JSON lines, for scorerefresh replay or plan
+(docs/replay.md). It only reads. It reads the same environment as
+"scorerefresh run".
+
+flags:
+`
+
 // runSnapshot is `scorerefresh snapshot --out FILE|DIR [--with-sources]`.
 func runSnapshot(args, environ []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("scorerefresh snapshot", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet("scorerefresh snapshot", snapshotHelp, stderr)
 	out := fs.String("out", "", "file for the queue alone (.gz compresses), or directory for one file per collection and a manifest (required)")
 	withSources := fs.Bool("with-sources", false, "also take every source collection the rules file (SCORING_RULES) reads; --out is then a directory")
 	gz := fs.Bool("gzip", false, "gzip the files written into a directory")
 	format := fs.String("json-format", "canonical", "canonical (keeps int64 apart from int32, like mongoexport --jsonFormat=canonical) or relaxed (mongoexport's default)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := cli.Parse(fs, args, false, stdout); !ok {
+		return code
 	}
-	if *out == "" || (*format != "canonical" && *format != "relaxed") || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "scorerefresh snapshot: --out is required and --json-format must be canonical or relaxed")
-		fs.Usage()
-		return 2
+	if *out == "" || (*format != "canonical" && *format != "relaxed") {
+		return cli.Refuse(fs, "--out is required and --json-format must be canonical or relaxed")
 	}
 	cfg, err := config.Parse(environ)
 	if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/scorerefresh/scorerefresh/internal/cli"
 	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/internal/ops"
 )
@@ -38,9 +38,7 @@ It reads the same environment as "scorerefresh run". Flags:
 `
 
 func runStatus(args, environ []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("scorerefresh status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, statusHelp); fs.PrintDefaults() }
+	fs := cli.NewFlagSet("scorerefresh status", statusHelp, stderr)
 	asJSON := fs.Bool("json", false, "print one JSON document (schemaVersion 1, kind \"status\")")
 	var o ops.StatusOptions
 	fs.IntVar(&o.Top, "top", 10, "users listed among the top users and the backoffs")
@@ -49,12 +47,11 @@ func runStatus(args, environ []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.LeaseLimit, "lease-limit", 10_000, "held leases read at most")
 	fs.DurationVar(&o.Sample, "sample", 5*time.Second, "gap between the two samples of arrivals and acknowledgements; 0 skips them")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := cli.Parse(fs, args, false, stdout); !ok {
+		return code
 	}
-	if fs.NArg() > 0 || o.Top <= 0 || o.Window <= 0 || o.ExactLimit <= 0 || o.LeaseLimit <= 0 || o.Sample < 0 {
-		fmt.Fprintln(stderr, "scorerefresh status: no arguments; --top, --window, --exact-limit and --lease-limit must be positive")
-		return 2
+	if o.Top <= 0 || o.Window <= 0 || o.ExactLimit <= 0 || o.LeaseLimit <= 0 || o.Sample < 0 {
+		return cli.Refuse(fs, "--top, --window, --exact-limit and --lease-limit must be positive, --sample not negative")
 	}
 	env, ctx, done, code := openOps("scorerefresh status", environ, *timeout, stderr)
 	if env == nil {

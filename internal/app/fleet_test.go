@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -50,9 +51,16 @@ func TestFleetDrainsAndClosesEveryCursor(t *testing.T) {
 			want := seed(t, db, tc.seeded, tc.users)
 			trackers := make([]*mongotest.Cursors, tc.replicas)
 			var stops []func() error
+			var logs syncBuffer
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("the replicas' warnings:\n%s", logs.String())
+				}
+			})
 			for i := range tc.replicas {
 				trackers[i] = mongotest.NewCursors()
-				svc := newService(t, cfg, Options{Monitor: trackers[i].Monitor(nil)})
+				log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})).With("replica", i)
+				svc := newService(t, cfg, Options{Monitor: trackers[i].Monitor(nil), Logger: log})
 				stops = append(stops, run(t, svc))
 			}
 			for u, v := range produce(t, db, tc.produced, tc.users, 1) {

@@ -20,31 +20,33 @@ import (
 )
 
 // Config is every variable of the contract (docs/contract.md). Its
-// defaults are Defaults(); an unset or empty variable keeps them.
+// defaults are Defaults(); an unset or empty variable keeps them. Each
+// field's help tag is its one line in `scorerefresh run --help`
+// (Variables), so the meaning is written here once, for operators.
 type Config struct {
-	MongoURI             string        `env:"MONGODB_URI"`           // connection string, mongodb:// or mongodb+srv://; its secrets are never logged
-	Database             string        `env:"MONGODB_DATABASE"`      // database of every collection below; not empty
-	QueueCollection      string        `env:"QUEUE_COLLECTION"`      // the queue; not empty, no other collection's name
-	ScoresCollection     string        `env:"SCORES_COLLECTION"`     // score documents; not empty, no other collection's name
-	DeadLetterCollection string        `env:"DEADLETTER_COLLECTION"` // dead letters; not empty, no other collection's name
-	ClaimsCollection     string        `env:"CLAIMS_COLLECTION"`     // leases and limiter baselines; not empty, no other collection's name
-	ScoringRules         string        `env:"SCORING_RULES"`         // rules file path; empty: the built-in rules
-	ClaimWindow          int           `env:"CLAIM_WINDOW"`          // oldest entries one claim round reads; 1..MaxClaimWindow
-	MaxUsersInFlight     int           `env:"MAX_USERS_IN_FLIGHT"`   // users claimed and unsettled at once; ≥ 1
-	RefreshConcurrency   int           `env:"REFRESH_CONCURRENCY"`   // refresh slots (upper bound when adaptive); 1..MaxUsersInFlight
-	AdaptiveConcurrency  bool          `env:"ADAPTIVE_CONCURRENCY"`  // let the limiter move the slots in 1..RefreshConcurrency
-	LeaseDuration        time.Duration `env:"LEASE_DURATION"`        // a lease not renewed this long is taken over; > 0
-	PollInterval         time.Duration `env:"POLL_INTERVAL"`         // idle poll period; > 0
-	MaxAttempts          int           `env:"MAX_ATTEMPTS"`          // a user's own failed refreshes before dead-lettering; ≥ 1
-	MetricsAddr          string        `env:"METRICS_ADDR"`          // host:port serving /metrics, /healthz and /readyz
-	SLIInterval          time.Duration `env:"SLI_INTERVAL"`          // queue sampling period; > 0
-	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT"`      // time running refreshes get on SIGTERM; > 0
-	LogLevel             string        `env:"LOG_LEVEL"`             // debug, info, warn or error
+	MongoURI             string        `env:"MONGODB_URI" help:"connection string, mongodb:// or mongodb+srv://; its secrets are never logged or printed"`
+	Database             string        `env:"MONGODB_DATABASE" help:"database of every collection below; not empty"`
+	QueueCollection      string        `env:"QUEUE_COLLECTION" help:"the queue; not empty, no other collection's name"`
+	ScoresCollection     string        `env:"SCORES_COLLECTION" help:"score documents; not empty, no other collection's name"`
+	DeadLetterCollection string        `env:"DEADLETTER_COLLECTION" help:"dead letters; not empty, no other collection's name"`
+	ClaimsCollection     string        `env:"CLAIMS_COLLECTION" help:"leases and limiter baselines; not empty, no other collection's name"`
+	ScoringRules         string        `env:"SCORING_RULES" help:"rules file path; empty: the built-in rules"`
+	ClaimWindow          int           `env:"CLAIM_WINDOW" help:"oldest entries one claim round reads; 1 to 10000"`
+	MaxUsersInFlight     int           `env:"MAX_USERS_IN_FLIGHT" help:"users claimed and unsettled at once; ≥ 1"`
+	RefreshConcurrency   int           `env:"REFRESH_CONCURRENCY" help:"refresh slots (the upper bound when adaptive); 1 to MAX_USERS_IN_FLIGHT"`
+	AdaptiveConcurrency  bool          `env:"ADAPTIVE_CONCURRENCY" help:"let the limiter move the slots between 1 and REFRESH_CONCURRENCY"`
+	LeaseDuration        time.Duration `env:"LEASE_DURATION" help:"a lease not renewed this long is taken over; > 0"`
+	PollInterval         time.Duration `env:"POLL_INTERVAL" help:"idle poll period; > 0"`
+	MaxAttempts          int           `env:"MAX_ATTEMPTS" help:"a user's own failed refreshes before dead-lettering; ≥ 1"`
+	MetricsAddr          string        `env:"METRICS_ADDR" help:"host:port serving /metrics, /healthz and /readyz"`
+	SLIInterval          time.Duration `env:"SLI_INTERVAL" help:"queue sampling period; > 0"`
+	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT" help:"time running refreshes get on SIGTERM; > 0"`
+	LogLevel             string        `env:"LOG_LEVEL" help:"debug, info, warn or error"`
 	// The three below are beyond the contract's list, each with a default
 	// that needs no setting.
-	ConnectionBudget   int           `env:"MONGODB_CONNECTION_BUDGET"` // connections one replica may open, for a boot warning only; 0: unstated
-	RefreshBatchSize   int           `env:"REFRESH_BATCH_SIZE"`        // most users one refresh slot recomputes together; 0: by the server (consumer.BatchAuto), 1 (one by one)..scoring.MaxBatchUsers forces it
-	ChangeStreams      string        `env:"CHANGE_STREAMS"`            // ChangeStreamsAuto (wake on inserts where the server has change streams) or ChangeStreamsOff (poll only)
+	ConnectionBudget int    `env:"MONGODB_CONNECTION_BUDGET" help:"connections one replica may open, for a boot warning only; 0: unstated"`
+	RefreshBatchSize int    `env:"REFRESH_BATCH_SIZE" help:"most users one refresh slot recomputes together; 0: by the server (batches where it answers $in from an index, one user per slot on FerretDB), 1 (one by one) to 64 forces it"`
+	ChangeStreams    string `env:"CHANGE_STREAMS" help:"auto (wake on inserts where the server has change streams) or off (poll only)"`
 }
 
 // CHANGE_STREAMS values. Off suits large fleets, where every replica tailing
@@ -272,4 +274,45 @@ func (c Config) LogValue() slog.Value {
 	type plain Config // drops this method, so AnyValue does not recurse
 	c.MongoURI = redact.URI(c.MongoURI)
 	return slog.AnyValue(plain(c))
+}
+
+// Variable is one environment variable the service reads.
+type Variable struct {
+	Name    string // MONGODB_URI
+	Default string // its value in Defaults(), as one would write it (30s, not 30000000000)
+	Help    string // what it sets and what it accepts, in one line
+}
+
+// Variables lists every variable Config reads, in its order, with the
+// default and the help tag of its field. It never reads the environment:
+// `run --help` prints it, and the environment may hold a password.
+func Variables() []Variable {
+	def := reflect.ValueOf(Defaults())
+	typ := def.Type()
+	vars := make([]Variable, 0, typ.NumField())
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		vars = append(vars, Variable{
+			Name:    strings.Split(f.Tag.Get("env"), ",")[0],
+			Default: formatDefault(def.Field(i).Interface()),
+			Help:    f.Tag.Get("help"),
+		})
+	}
+	return vars
+}
+
+func formatDefault(v any) string {
+	d, ok := v.(time.Duration)
+	if !ok {
+		return fmt.Sprint(v)
+	}
+	// Duration.String writes 5m0s; an operator writes 5m.
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

@@ -3,6 +3,8 @@ package config
 import (
 	"errors"
 	"fmt"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/scorerefresh/scorerefresh/consumer"
+	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
 func TestDefaultsAreTheContracts(t *testing.T) {
@@ -186,5 +189,41 @@ func TestLargestClaimWindowFitsACommand(t *testing.T) {
 	const maxCommand = 16 << 20
 	if len(filter) > maxCommand/4 {
 		t.Errorf("the largest window's $in is %d bytes, more than a quarter of MongoDB's %d", len(filter), maxCommand)
+	}
+}
+
+// TestVariablesDescribeEveryField pins what `run --help` prints: one entry
+// per field, in order, each with a one-line help and a default that, set
+// as written, is the default.
+func TestVariablesDescribeEveryField(t *testing.T) {
+	t.Parallel()
+	vars := Variables()
+	typ := reflect.TypeFor[Config]()
+	if len(vars) != typ.NumField() {
+		t.Fatalf("%d variables for %d fields", len(vars), typ.NumField())
+	}
+	for i, v := range vars {
+		if want := envName(typ.Field(i).Name); v.Name != want {
+			t.Errorf("variable %d is %q, field %s reads %q", i, v.Name, typ.Field(i).Name, want)
+		}
+		if strings.TrimSpace(v.Help) == "" || strings.Contains(v.Help, "\n") {
+			t.Errorf("%s: help %q, want one line", v.Name, v.Help)
+		}
+		cfg, err := Parse([]string{v.Name + "=" + v.Default})
+		if err != nil || cfg != Defaults() {
+			t.Errorf("%s=%s (its printed default) gives %+v, %v; want the defaults", v.Name, v.Default, cfg, err)
+		}
+	}
+	for _, v := range vars {
+		switch v.Name {
+		case "LEASE_DURATION":
+			if v.Default != "1m" {
+				t.Errorf("LEASE_DURATION's default printed %q, want 1m", v.Default)
+			}
+		case "REFRESH_BATCH_SIZE":
+			if !strings.Contains(v.Help, strconv.Itoa(scoring.MaxBatchUsers)) {
+				t.Errorf("REFRESH_BATCH_SIZE's help %q does not give the bound %d", v.Help, scoring.MaxBatchUsers)
+			}
+		}
 	}
 }

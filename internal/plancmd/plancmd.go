@@ -13,11 +13,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"slices"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/scorerefresh/scorerefresh/consumer"
+	"github.com/scorerefresh/scorerefresh/internal/cli"
 	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/planner"
 	"github.com/scorerefresh/scorerefresh/scoring"
@@ -161,37 +162,37 @@ func (o *planOptions) validate() error {
 // environment; it returns the exit code: 0 done, 1 an error, 2 bad flags or
 // configuration.
 func Run(args, environ []string, stdout, stderr io.Writer) int {
-	cfg, err := config.Parse(environ)
-	if err != nil {
-		fmt.Fprintf(stderr, "scorerefresh plan: %v\n", err)
-		return 2
+	// The fleet's flags default to the environment's settings; the help
+	// prints the contract's defaults when the environment is wrong, so
+	// that --help always answers.
+	cfg, cfgErr := config.Parse(environ)
+	if cfgErr != nil && cli.WantsHelp(args) {
+		cfg = config.Defaults()
 	}
-	fs := flag.NewFlagSet("scorerefresh plan", flag.ContinueOnError)
+	fs := cli.NewFlagSet("scorerefresh plan", planHelp, stderr)
 	var o planOptions
 	o.register(fs, cfg)
-	usage := func(w io.Writer) {
-		fs.SetOutput(w)
-		fmt.Fprint(w, planHelp)
-		fs.PrintDefaults()
+	if cli.WantsHelp(args) {
+		fs.SetOutput(stdout)
+		cli.PrintUsage(fs, planHelp)
+		return cli.ExitHelp
 	}
-	if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" }) {
-		usage(stdout)
-		return 0
+	// A mistake is named with the usage's first line only: the whole list
+	// of flags is --help's.
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), planHelp[:strings.Index(planHelp, "\n")]+"\nrun scorerefresh plan --help for every flag")
 	}
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprintln(stderr, "run scorerefresh plan --help for every flag") }
-	if err := fs.Parse(args); err != nil {
+	if code, ok := cli.Parse(fs, args, false, stdout); !ok {
+		return code
+	}
+	if cfgErr != nil {
+		fmt.Fprintf(stderr, "scorerefresh plan: %v\n", cfgErr)
 		return 2
 	}
 	o.set = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	if err := o.validate(); err != nil {
-		fmt.Fprintf(stderr, "scorerefresh plan: %v\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "scorerefresh plan: unexpected arguments %q\n", fs.Args())
-		return 2
+		return cli.Refuse(fs, "%v", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

@@ -62,7 +62,7 @@ func TestBadFlagsAreUsageErrors(t *testing.T) {
 		{[]string{"--in", dir, "--rtt", "1ms", "--transient-rtt", "0.5"}, nil, "--transient-rtt 0.5"},
 		{[]string{"--in", dir, "--rtt", "1ms", "--pings", "0"}, nil, "--pings"},
 		{[]string{"--in", dir, "--measure", "--measure-capacity", "1s", "--rtt-slope", "1ms"}, nil, "use one or the other"},
-		{[]string{"--in", dir, "--rtt", "1ms", "extra"}, nil, "unexpected arguments"},
+		{[]string{"--in", dir, "--rtt", "1ms", "extra"}, nil, `unexpected argument "extra"`},
 		{[]string{"--in", dir, "--rtt", "soon"}, nil, "invalid value"},
 		{[]string{"--in", dir, "--rtt", "1ms"}, []string{"REFRESH_CONCURRENCY=lots"}, "REFRESH_CONCURRENCY"},
 	} {
@@ -186,5 +186,14 @@ func TestMeasureTimesTheClaimWindowOnADeepQueue(t *testing.T) {
 	}
 	if p.Server.ScanCost <= 0 || !strings.Contains(stderr, "claim window") {
 		t.Errorf("scan cost %g s per entry, stderr %q: want the claim window timed on 1,200 entries", p.Server.ScanCost, stderr)
+	}
+}
+
+// TestHelpAnswersWhateverTheEnvironment: the help is what an operator asks
+// for when the configuration is wrong.
+func TestHelpAnswersWhateverTheEnvironment(t *testing.T) {
+	code, out, _ := runPlan(t, []string{"REFRESH_CONCURRENCY=lots"}, "--in", "x", "--help")
+	if code != 0 || !strings.Contains(out, "usage: scorerefresh plan") {
+		t.Errorf("--help with a bad environment: exit %d, stdout %q", code, out)
 	}
 }

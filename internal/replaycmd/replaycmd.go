@@ -6,12 +6,12 @@ package replaycmd
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 
 	"github.com/scorerefresh/scorerefresh/internal/app"
+	"github.com/scorerefresh/scorerefresh/internal/cli"
 	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/replay"
 )
@@ -27,20 +27,31 @@ type Build struct {
 	Revision string
 }
 
+const help = `usage: %[1]s --in FILE|DIR [--drain] [flags]
+       %[1]s compare A.json B.json
+
+Loads a snapshot (scorerefresh snapshot), a generated backlog (scorerefresh
+backlog generate) or a mongoexport file of the queue into the configured
+MongoDB; with --drain, runs the consumer in-process until the queue is empty
+and writes a drain report (docs/replay.md). It reads the same environment as
+"scorerefresh run". compare sets two drain reports side by side.
+
+flags:
+`
+
 // ParseFlags reads replay's flags (the arguments after "replay") and checks
-// them; ok is false when they are wrong, after saying why on stderr.
-func ParseFlags(name string, args []string, stderr io.Writer) (o replay.Options, ok bool) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// them. When ok is false the command stops with exit code code: 0 after the
+// help (on stdout), 2 after saying on stderr what is wrong.
+func ParseFlags(name string, args []string, stdout, stderr io.Writer) (o replay.Options, code int, ok bool) {
+	fs := cli.NewFlagSet(name, fmt.Sprintf(help, name), stderr)
 	o.Register(fs)
-	if err := fs.Parse(args); err != nil {
-		return o, false
+	if code, ok := cli.Parse(fs, args, false, stdout); !ok {
+		return o, code, false
 	}
 	if err := o.Validate(); err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return o, false
+		return o, cli.Refuse(fs, "%v", err), false
 	}
-	return o, true
+	return o, 0, true
 }
 
 // ServiceConfig is the configuration of the replay's consumer: the
@@ -90,9 +101,15 @@ func Run(ctx context.Context, b Build, o replay.Options, cfg config.Config, serv
 
 // Compare is `replay compare A B`: two drain reports side by side.
 func Compare(name string, args []string, stdout, stderr io.Writer) int {
-	if len(args) != 2 {
-		fmt.Fprintf(stderr, "usage: %s A.json B.json (report files or their directories)\n", name)
-		return 2
+	fs := cli.NewFlagSet(name, "usage: "+name+" A.json B.json\n\nSets two drain reports (report files or their directories) side by side.\n", stderr)
+	if code, ok := cli.Parse(fs, args, true, stdout); !ok {
+		return code
+	}
+	switch args = fs.Args(); {
+	case len(args) > 2:
+		return cli.Refuse(fs, "unexpected argument %q: it compares two reports", args[2])
+	case len(args) < 2:
+		return cli.Refuse(fs, "it compares two reports, got %d", len(args))
 	}
 	a, err := replay.ReadReport(args[0])
 	if err == nil {
