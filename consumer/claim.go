@@ -241,17 +241,19 @@ func (c *claimer) readWindow(ctx context.Context, now time.Time, exclude map[str
 // (where the server filters them cheaply), minus nin, from resume on.
 //
 // It is an $or of ranges of createdAt, the window index's leading field,
-// each carrying the username conditions. MongoDB's planner gives an index
-// predicates only once one of them bounds its leading field; with none, a
-// hinted index is scanned whole and every key's document fetched (the
-// planner's whole-index fallback puts the whole filter in a FETCH), so
-// username, the index's third field, would be checked on documents, not
-// keys. With a range on createdAt in every branch, each branch scans only
-// its range, checks the username conditions on the index keys, and the
-// branches are merged in the sort's order. The username conditions are
-// written into every branch rather than once beside the $or: the planner
-// moves predicates into an $or's branches only in some versions, and never
-// a $nin in older ones; one left outside is checked on documents.
+// each carrying the username conditions. MongoDB's planner assigns
+// predicates to an index only when one of them fills the index's first
+// field (plan_enumerator.cpp, enumerateOneIndex); with none, a hinted
+// index is scanned whole ("Hinted index could not provide a bounded scan,
+// reverting to whole index scan", query_planner.cpp) under a FETCH that
+// holds the whole filter (planner_access.cpp, scanWholeIndex), so
+// username, the index's third field, was checked on a document per key.
+// With a range of createdAt in every branch, each branch scans its range
+// and checks the username conditions on the keys, and the branches are
+// merged in the sort's order. The username conditions are written into
+// every branch rather than once beside the $or: the planner moves outside
+// predicates into an $or's branches only in some releases, and a $nin
+// only in recent ones; one left outside is checked on documents.
 func windowFilter(nin []string, lengthFilter bool, resume *position) bson.D {
 	var userCond bson.D
 	if lengthFilter {
@@ -293,7 +295,7 @@ func windowFilter(nin []string, lengthFilter bool, resume *position) bson.D {
 // "array" bounds nothing). "number" takes in int, long, double and
 // decimal. The deprecated types (undefined, symbol, DBPointer, JavaScript)
 // and MinKey/MaxKey are left out: the embedded server refuses their
-// aliases, and no driver writes them for a time.
+// aliases, and no driver encodes a time as one of them.
 var nonDateTypes = bson.A{"number", "string", "object", "binData", "objectId", "bool", "timestamp", "regex"}
 
 // everyCreatedAt is every value of createdAt, as ranges of the window's
@@ -422,8 +424,8 @@ func findHinted(ctx context.Context, coll *mongo.Collection, filter bson.D, opts
 
 // isBadHint reports the server refusing a hint. MongoDB's planner
 // (src/mongo/db/query/query_planner.cpp) answers BadValue (2) "hint
-// provided does not correspond to an existing index" ("bad hint" before
-// 4.2) when no index matches, and IndexNotFound (27) "Hint matched
+// provided does not correspond to an existing index" ("bad hint" in
+// older releases) when no index matches, and IndexNotFound (27) "Hint matched
 // multiple indexes, must hint by index name" when a key pattern matches
 // two. A BadValue that does not mention the hint is the query's own error
 // (a filter the server rejects), which no other hint would cure.
