@@ -388,7 +388,7 @@ func deleteStatements(ids bson.A, users ...string) []mongo.WriteModel {
 		m := mongo.NewDeleteOneModel()
 		if u := userAt(users, i); u != "" {
 			filter = append(filter, bson.E{Key: "username", Value: u})
-			m.SetHint(idIndex)
+			m.SetHint(indexName(idIndex))
 		}
 		models[i] = m.SetFilter(filter)
 	}
@@ -416,7 +416,7 @@ func deleteInLists(ids bson.A, users []string) []mongo.WriteModel {
 			m := mongo.NewDeleteManyModel()
 			if u != "" {
 				filter = append(filter, bson.E{Key: "username", Value: u})
-				m.SetHint(idIndex)
+				m.SetHint(indexName(idIndex))
 			}
 			models = append(models, m.SetFilter(filter))
 		}

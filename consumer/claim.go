@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -240,6 +241,21 @@ func (c *claimer) readWindow(ctx context.Context, now time.Time, exclude map[str
 
 // windowFilter is the claim window's filter: usernames of plausible length
 // (where the server filters them cheaply), minus nin, from resume on.
+//
+// It is an $or of ranges of createdAt, the window index's leading field,
+// each carrying the username conditions. MongoDB's planner assigns
+// predicates to an index only when one of them fills the index's first
+// field (plan_enumerator.cpp, enumerateOneIndex); with none, a hinted
+// index is scanned whole ("Hinted index could not provide a bounded scan,
+// reverting to whole index scan", query_planner.cpp) under a FETCH that
+// holds the whole filter (planner_access.cpp, scanWholeIndex), so
+// username, the index's third field, was checked on a document per key.
+// With a range of createdAt in every branch, each branch scans its range
+// and checks the username conditions on the keys, and the branches are
+// merged in the sort's order. The username conditions are written into
+// every branch rather than once beside the $or: the planner moves outside
+// predicates into an $or's branches only in some releases, and a $nin
+// only in recent ones; one left outside is checked on documents.
 func windowFilter(nin []string, lengthFilter bool, resume *position) bson.D {
 	var userCond bson.D
 	if lengthFilter {
@@ -248,25 +264,58 @@ func windowFilter(nin []string, lengthFilter bool, resume *position) bson.D {
 	if len(nin) > 0 {
 		userCond = append(userCond, bson.E{Key: "$nin", Value: nin})
 	}
-	filter := bson.D{}
-	if len(userCond) > 0 {
-		filter = append(filter, bson.E{Key: "username", Value: userCond})
-	}
-	if resume != nil {
+	var branches []bson.D
+	if resume == nil {
+		branches = everyCreatedAt()
+	} else {
 		// Behind (t, id) in the index's order, as two ranges of it: later
-		// times, and the same time with a later _id. MongoDB's planner
-		// bounds an index scan by both branches of an $or (it does not
-		// look inside a $nor, which would cost a document fetch per key).
-		// $not $lte rather than $gt keeps _ids of other BSON types, which
-		// the client-side check sorts out. Without the tie-break, more
-		// than a window of entries stamped with one time (a producer that
-		// dates a batch once) were read again by every page, for good.
-		filter = append(filter, bson.E{Key: "$or", Value: bson.A{
-			bson.D{{Key: "createdAt", Value: bson.D{{Key: "$gt", Value: resume.createdAt}}}},
-			bson.D{{Key: "createdAt", Value: resume.createdAt}, {Key: "_id", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$lte", Value: resume.id}}}}}},
-		}})
+		// times, and the same time with a later _id. (Entries without a
+		// date, or with one of another type, are not behind a page: the
+		// page starts after a date.) $not $lte rather than $gt keeps _ids
+		// of other BSON types, which the client-side check sorts out.
+		// Without the tie-break, more than a window of entries stamped with
+		// one time (a producer that dates a batch once) were read again by
+		// every page, for good.
+		branches = []bson.D{
+			{{Key: "createdAt", Value: bson.D{{Key: "$gt", Value: resume.createdAt}}}},
+			{{Key: "createdAt", Value: resume.createdAt}, {Key: "_id", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$lte", Value: resume.id}}}}}},
+		}
 	}
-	return filter
+	or := make(bson.A, len(branches))
+	for i, b := range branches {
+		if len(userCond) > 0 {
+			b = append(b, bson.E{Key: "username", Value: userCond})
+		}
+		or[i] = b
+	}
+	return bson.D{{Key: "$or", Value: or}}
+}
+
+// nonDateTypes are the $type aliases of every createdAt a producer may
+// write that is neither a date nor null, except arrays (matched by their
+// elements, and an empty one by everyCreatedAt's null branch: $type
+// "array" bounds nothing). "number" takes in int, long, double and
+// decimal. The deprecated types (undefined, symbol, DBPointer, JavaScript)
+// and MinKey/MaxKey are left out: the embedded server refuses their
+// aliases, and no driver encodes a time as one of them.
+var nonDateTypes = bson.A{"number", "string", "object", "binData", "objectId", "bool", "timestamp", "regex"}
+
+// everyCreatedAt is every value of createdAt, as ranges of the window's
+// index (its leading field), in three branches: every date, which the
+// index answers alone; no date at all (missing, null, or an empty array:
+// all keyed null or undefined), which the contract allows for entries with
+// an ObjectId _id; and the other types a hostile producer may write, which
+// the window still reads so that they are dead-lettered. The last two are
+// checked on the document (MongoDB cannot tell missing from null on a key,
+// nor a type's values from an array's), which costs a read only for the
+// entries they hold. The bounds are written as dates: the embedded
+// server's decoder refuses MinKey and MaxKey.
+func everyCreatedAt() []bson.D {
+	return []bson.D{
+		{{Key: "createdAt", Value: bson.D{{Key: "$gte", Value: bson.DateTime(math.MinInt64)}, {Key: "$lte", Value: bson.DateTime(math.MaxInt64)}}}},
+		{{Key: "createdAt", Value: bson.D{{Key: "$in", Value: bson.A{nil, bson.A{}}}}}},
+		{{Key: "createdAt", Value: bson.D{{Key: "$type", Value: nonDateTypes}}}},
+	}
 }
 
 // malformedFilter matches the entries windowFilter's regex keeps out, no
@@ -367,10 +416,19 @@ func findHinted(ctx context.Context, coll *mongo.Collection, filter bson.D, opts
 	return cur, err
 }
 
-// isBadHint reports the server's answer to a hint naming no index (BadValue).
+// isBadHint reports the server refusing a hint. MongoDB's planner
+// (src/mongo/db/query/query_planner.cpp) answers BadValue (2) "hint
+// provided does not correspond to an existing index" ("bad hint" in
+// older releases) when no index matches, and IndexNotFound (27) "Hint matched
+// multiple indexes, must hint by index name" when a key pattern matches
+// two. A BadValue that does not mention the hint is the query's own error
+// (a filter the server rejects), which no other hint would cure.
 func isBadHint(err error) bool {
 	var se mongo.ServerError
-	return errors.As(err, &se) && se.HasErrorCode(2)
+	if !errors.As(err, &se) {
+		return false
+	}
+	return se.HasErrorCode(27) || se.HasErrorCodeWithMessage(2, "hint")
 }
 
 // scanMalformed finds entries whose username the window's filter keeps out

@@ -1,6 +1,8 @@
 package consumer
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -10,7 +12,10 @@ import (
 // before it asks for that index again.
 const hintRetry = 5 * time.Minute
 
-// hints are the indexes one query hints, in order of preference. MongoDB
+// hints are the indexes one query hints, in order of preference, sent by
+// name (indexName): a key pattern matches every index on those keys, and
+// MongoDB refuses it outright when two match (the same keys with another
+// collation or partial filter, which an operator may build). MongoDB
 // refuses a hint that names no index it has: one missing, one whose build
 // failed, or one a rolling upgrade has just added and whose build is still
 // running. The query then hints the next index, and none after the last,
@@ -30,14 +35,14 @@ func newHints(indexes ...bson.D) *hints {
 	return &hints{indexes: indexes, now: time.Now}
 }
 
-// hint is what to pass to the query's SetHint: nil when every index was
-// refused.
+// hint is what to pass to the query's SetHint: the preferred index's name,
+// or nil when every index was refused.
 func (h *hints) hint() any {
 	if h.skip > 0 && !h.now().Before(h.retryAt) {
 		h.skip = 0
 	}
 	if h.skip < len(h.indexes) {
-		return h.indexes[h.skip]
+		return indexName(h.indexes[h.skip])
 	}
 	return nil
 }
@@ -52,4 +57,21 @@ func (h *hints) refused(err error) bool {
 	h.skip++
 	h.retryAt = h.now().Add(hintRetry)
 	return true
+}
+
+// indexName is the name of the index on keys that EnsureIndexes builds: it
+// names none, so the driver names it by MongoDB's rule, each key and its
+// value joined by "_" ({createdAt: 1, _id: 1} is "createdAt_1__id_1").
+// Deployed queues have exactly these names, so hints use them. The _id
+// index is the exception: the server builds it and always names it "_id_"
+// (IndexConstants::kIdIndexName in MongoDB's source).
+func indexName(keys bson.D) string {
+	if len(keys) == 1 && keys[0].Key == "_id" && fmt.Sprint(keys[0].Value) == "1" {
+		return IDIndex
+	}
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s_%v", k.Key, k.Value)
+	}
+	return strings.Join(parts, "_")
 }

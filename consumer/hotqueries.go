@@ -45,13 +45,13 @@ func HotQueries(colls Collections, claimWindow int, now time.Time) []HotQuery {
 			{Key: "find", Value: colls.Queue.Name()},
 			{Key: "filter", Value: windowFilter([]string{"\x00scorerefresh-doctor"}, true, nil)},
 			{Key: "sort", Value: order}, {Key: "projection", Value: entry}, {Key: "limit", Value: int64(claimWindow)},
-			{Key: "hint", Value: windowIndex},
+			{Key: "hint", Value: indexName(windowIndex)},
 		}},
 		{Name: QueryWindowPaged, Coll: colls.Queue, Index: IndexClaimWindow, Command: bson.D{
 			{Key: "find", Value: colls.Queue.Name()},
 			{Key: "filter", Value: windowFilter([]string{"\x00scorerefresh-doctor"}, true, &position{createdAt: now, id: objectIDValue(bson.NewObjectID())})},
 			{Key: "sort", Value: order}, {Key: "projection", Value: entry}, {Key: "limit", Value: int64(claimWindow)},
-			{Key: "hint", Value: windowIndex},
+			{Key: "hint", Value: indexName(windowIndex)},
 		}},
 		{Name: QueryMalformed, Coll: colls.Queue, Index: IndexClaimWindow, Command: bson.D{
 			{Key: "find", Value: colls.Queue.Name()},

@@ -77,7 +77,7 @@ func (s *leaseStore) blockedAmong(ctx context.Context, users []string, now time.
 			// Hinted: the leaseUntil index also matches, and a planner that
 			// picks it (it wins the trial while few leases are live) reads
 			// every live lease and backoff of the fleet, round after round.
-			SetHint(idIndex))
+			SetHint(indexName(idIndex)))
 	if err != nil {
 		return nil, fmt.Errorf("reading the leases of %d users in the window: %w", len(users), err)
 	}

@@ -47,8 +47,8 @@ type Headroom struct {
 // so dividing the limit by one user's refresh time (a batch's whole time,
 // observed once per user) came out a batch size too low.
 type HeadroomEstimator struct {
-	Window                                 time.Duration // default 2m
-	samples                                []HeadroomSample
+	Window                               time.Duration // default 2m
+	samples                              []HeadroomSample
 	meanBatch, usersPerBatch, perRefresh float64 // last known, kept through idle windows
 }
 
