@@ -3,7 +3,6 @@ package consumer
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -416,20 +415,8 @@ func findHinted(ctx context.Context, coll *mongo.Collection, filter bson.D, opts
 	return cur, err
 }
 
-// isBadHint reports the server refusing a hint. MongoDB's planner
-// (src/mongo/db/query/query_planner.cpp) answers BadValue (2) "hint
-// provided does not correspond to an existing index" ("bad hint" in
-// older releases) when no index matches, and IndexNotFound (27) "Hint matched
-// multiple indexes, must hint by index name" when a key pattern matches
-// two. A BadValue that does not mention the hint is the query's own error
-// (a filter the server rejects), which no other hint would cure.
-func isBadHint(err error) bool {
-	var se mongo.ServerError
-	if !errors.As(err, &se) {
-		return false
-	}
-	return se.HasErrorCode(27) || se.HasErrorCodeWithMessage(2, "hint")
-}
+// isBadHint reports the server refusing a hint (servertraits.RefusesHint).
+func isBadHint(err error) bool { return servertraits.RefusesHint(err) }
 
 // scanMalformed finds entries whose username the window's filter keeps out
 // (missing, not a string, empty, longer than 256 characters), reading only

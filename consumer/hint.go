@@ -1,11 +1,11 @@
 package consumer
 
 import (
-	"fmt"
-	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
 // hintRetry is how long a query goes without an index the server refused
@@ -59,19 +59,7 @@ func (h *hints) refused(err error) bool {
 	return true
 }
 
-// indexName is the name of the index on keys that EnsureIndexes builds: it
-// names none, so the driver names it by MongoDB's rule, each key and its
-// value joined by "_" ({createdAt: 1, _id: 1} is "createdAt_1__id_1").
-// Deployed queues have exactly these names, so hints use them. The _id
-// index is the exception: the server builds it and always names it "_id_"
-// (IndexConstants::kIdIndexName in MongoDB's source).
-func indexName(keys bson.D) string {
-	if len(keys) == 1 && keys[0].Key == "_id" && fmt.Sprint(keys[0].Value) == "1" {
-		return IDIndex
-	}
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s_%v", k.Key, k.Value)
-	}
-	return strings.Join(parts, "_")
-}
+// indexName is the name of the index on keys that EnsureIndexes builds:
+// it names none, so the server names it (servertraits.IndexName), and
+// deployed queues have exactly these names.
+func indexName(keys bson.D) string { return servertraits.IndexName(keys) }

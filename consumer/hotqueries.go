@@ -5,6 +5,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
 // HotQuery is one of the queries the pipeline runs on every claim round or
@@ -21,7 +23,7 @@ type HotQuery struct {
 }
 
 // IDIndex names the _id index every collection has.
-const IDIndex = "_id_"
+const IDIndex = servertraits.IDIndexName
 
 // Names of the HotQueries.
 const (

@@ -46,6 +46,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
 // Reader reads the queue's state; it is safe for concurrent use.
@@ -149,7 +151,7 @@ func (r *Reader) oldestUndated(ctx context.Context) (time.Time, error) {
 	// the whole queue once they are gone, every read, until it replans.
 	query := bson.D{{Key: "createdAt", Value: nil}, {Key: "_id", Value: bson.D{{Key: "$type", Value: "objectId"}}}}
 	opts := options.FindOne().SetSort(bson.D{{Key: "_id", Value: 1}}).SetProjection(bson.D{{Key: "_id", Value: 1}})
-	err := r.queue.FindOne(ctx, query, opts.SetHint(timeIndex)).Decode(&undated)
+	err := r.queue.FindOne(ctx, query, opts.SetHint(servertraits.IndexName(timeIndex))).Decode(&undated)
 	if isBadHint(err) { // the index is missing (its build failed): plan freely
 		err = r.queue.FindOne(ctx, query, opts.SetHint(nil)).Decode(&undated)
 	}
@@ -166,8 +168,5 @@ func (r *Reader) oldestUndated(ctx context.Context) (time.Time, error) {
 // window's, which the consumer builds; both oldest-entry finds read it.
 var timeIndex = bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}
 
-// isBadHint reports the server's answer to a hint naming no index (BadValue).
-func isBadHint(err error) bool {
-	var se mongo.ServerError
-	return errors.As(err, &se) && se.HasErrorCode(2)
-}
+// isBadHint reports the server refusing a hint (servertraits.RefusesHint).
+func isBadHint(err error) bool { return servertraits.RefusesHint(err) }

@@ -33,7 +33,7 @@ func TestFleetDrainsAndClosesEveryCursor(t *testing.T) {
 		name                              string
 		replicas, seeded, produced, users int
 	}{
-		{"six replicas on a backlog", 6, 600, 0, 400},
+		{"six replicas on a backlog", 6, 500, 0, 300},
 		{"three replicas with a producer", 3, 150, 150, 150},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -41,7 +41,7 @@ func TestFleetDrainsAndClosesEveryCursor(t *testing.T) {
 			db := mongotest.Database(t, mongotest.Options{})
 			cfg, err := config.Parse([]string{
 				"MONGODB_URI=" + mongotest.URI(t), "MONGODB_DATABASE=" + db.Name(), "METRICS_ADDR=127.0.0.1:0",
-				"POLL_INTERVAL=50ms", "SLI_INTERVAL=100ms",
+				"POLL_INTERVAL=200ms", "SLI_INTERVAL=1s",
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -63,27 +64,93 @@ func (ix *indexCache) list(ctx context.Context, coll string) ([]indexInfo, error
 	return out, nil
 }
 
-// keyList normalises a key pattern: 1, 1.0 and 1L are all "1".
+// keyList normalises a key pattern: 1, 1.0 and 1L are all "1". Anything
+// but a key pattern document gives nil.
 func keyList(v any) []string {
-	var elems []bson.RawElement
 	switch k := v.(type) {
 	case bson.RawValue:
-		elems, _ = k.Document().Elements()
+		keys, _ := keyPattern(k)
+		return keys
 	case bson.D:
-		raw, _ := bson.Marshal(k)
-		elems, _ = bson.Raw(raw).Elements()
+		raw, err := bson.Marshal(k)
+		if err != nil {
+			return nil
+		}
+		return keyDoc(raw)
 	}
-	out := make([]string, len(elems))
-	for i, e := range elems {
-		dir := e.Value().String()
-		if f, ok := e.Value().AsFloat64OK(); ok {
-			dir = map[bool]string{true: "1", false: "-1"}[f > 0]
-		} else if s, ok := e.Value().StringValueOK(); ok {
+	return nil
+}
+
+// keyPattern reads a key pattern as listIndexes and the classic and
+// slot-based plans give it (a document), or as MongoDB 8's express stages
+// give it (a string such as "{ a: 1, b: -1 }"). ok is false for anything
+// else.
+func keyPattern(v bson.RawValue) (keys []string, ok bool) {
+	if d, isDoc := v.DocumentOK(); isDoc {
+		keys = keyDoc(d)
+		return keys, len(keys) > 0
+	}
+	if s, isString := v.StringValueOK(); isString {
+		return keyString(s)
+	}
+	return nil, false
+}
+
+func keyDoc(d bson.Raw) []string {
+	elems, err := d.Elements()
+	if err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(elems))
+	for _, e := range elems {
+		v := e.Value()
+		dir := v.String()
+		if f, ok := v.AsFloat64OK(); ok {
+			dir = direction(f)
+		} else if s, ok := v.StringValueOK(); ok {
 			dir = s
 		}
-		out[i] = e.Key() + ":" + dir
+		out = append(out, e.Key()+":"+dir)
 	}
 	return out
+}
+
+// keyString parses the express stages' key pattern, which the server
+// prints as a document with bare field names ("{ _id: 1 }"); quoted names
+// and values are read too.
+func keyString(s string) ([]string, bool) {
+	s = strings.TrimSpace(s)
+	if len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
+		return nil, false
+	}
+	body := strings.TrimSpace(s[1 : len(s)-1])
+	if body == "" {
+		return nil, false
+	}
+	var out []string
+	for _, part := range strings.Split(body, ",") {
+		i := strings.LastIndex(part, ":")
+		if i < 0 {
+			return nil, false
+		}
+		name := strings.Trim(strings.TrimSpace(part[:i]), `"'`)
+		dir := strings.Trim(strings.TrimSpace(part[i+1:]), `"'`)
+		if name == "" || dir == "" {
+			return nil, false
+		}
+		if f, err := strconv.ParseFloat(dir, 64); err == nil {
+			dir = direction(f)
+		}
+		out = append(out, name+":"+dir)
+	}
+	return out, true
+}
+
+func direction(f float64) string {
+	if f > 0 {
+		return "1"
+	}
+	return "-1"
 }
 
 func findIndex(indexes []indexInfo, keys []string) (indexInfo, bool) {

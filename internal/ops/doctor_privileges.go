@@ -100,6 +100,36 @@ func missing(privs []privilege, db string, ns []need) []string {
 // with showPrivileges: nothing is attempted or changed) and checks every
 // action the service and the operator commands perform.
 func privilegeChecks(ctx context.Context, cfg DoctorConfig) []Check {
+	cmd := bson.D{{Key: "connectionStatus", Value: 1}, {Key: "showPrivileges", Value: true}}
+	raw, err := cfg.Colls.DB.Client().Database("admin").RunCommand(ctx, cmd).Raw()
+	if err != nil {
+		return []Check{{Name: "permissions", Status: Warn, Detail: "connectionStatus failed: " + err.Error()}}
+	}
+	users, privs, err := parseConnectionStatus(raw)
+	if err != nil {
+		return []Check{{Name: "permissions", Status: Warn, Detail: err.Error()}}
+	}
+	if len(users) == 0 {
+		return []Check{{Name: "permissions", Status: Warn,
+			Detail: "no authenticated user: the server runs without access control (everything is allowed) or cannot say; nothing to check",
+			Fix:    "production servers should require authentication (Atlas always does)"}}
+	}
+	who := strings.Join(users, ", ")
+	db := cfg.Colls.DB.Name()
+	service, stream, operator := needs(cfg)
+	return []Check{
+		privilegeCheck("permissions: service", who, missing(privs, db, service), Fail,
+			fmt.Sprintf("grant the readWrite role on %s (or a custom role with these actions)", db)),
+		privilegeCheck("permissions: change stream", who, missing(privs, db, stream), Warn,
+			"grant changeStream on the queue (readWrite includes it); without it the consumer polls"),
+		privilegeCheck("permissions: operator commands", who, missing(privs, db, operator), Warn,
+			"redrive needs insert on the queue, purge and redrive remove on the dead letters, doctor listIndexes and listCollections, and serverStatus (clusterMonitor) for the connection check"),
+	}
+}
+
+// parseConnectionStatus reads the authenticated users (user@db) and their
+// privileges; a field of another type is an error, not a panic.
+func parseConnectionStatus(raw bson.Raw) (users []string, privs []privilege, err error) {
 	var status struct {
 		AuthInfo struct {
 			Users []struct {
@@ -109,31 +139,13 @@ func privilegeChecks(ctx context.Context, cfg DoctorConfig) []Check {
 			Privileges []privilege `bson:"authenticatedUserPrivileges"`
 		} `bson:"authInfo"`
 	}
-	cmd := bson.D{{Key: "connectionStatus", Value: 1}, {Key: "showPrivileges", Value: true}}
-	if err := cfg.Colls.DB.Client().Database("admin").RunCommand(ctx, cmd).Decode(&status); err != nil {
-		return []Check{{Name: "permissions", Status: Warn, Detail: "connectionStatus failed: " + err.Error()}}
+	if err := bson.Unmarshal(raw, &status); err != nil {
+		return nil, nil, fmt.Errorf("reading connectionStatus: %w", err)
 	}
-	a := status.AuthInfo
-	if len(a.Users) == 0 {
-		return []Check{{Name: "permissions", Status: Warn,
-			Detail: "no authenticated user: the server runs without access control (everything is allowed) or cannot say; nothing to check",
-			Fix:    "production servers should require authentication (Atlas always does)"}}
-	}
-	var users []string
-	for _, u := range a.Users {
+	for _, u := range status.AuthInfo.Users {
 		users = append(users, u.User+"@"+u.DB)
 	}
-	who := strings.Join(users, ", ")
-	db := cfg.Colls.DB.Name()
-	service, stream, operator := needs(cfg)
-	return []Check{
-		privilegeCheck("permissions: service", who, missing(a.Privileges, db, service), Fail,
-			fmt.Sprintf("grant the readWrite role on %s (or a custom role with these actions)", db)),
-		privilegeCheck("permissions: change stream", who, missing(a.Privileges, db, stream), Warn,
-			"grant changeStream on the queue (readWrite includes it); without it the consumer polls"),
-		privilegeCheck("permissions: operator commands", who, missing(a.Privileges, db, operator), Warn,
-			"redrive needs insert on the queue, purge and redrive remove on the dead letters, doctor listIndexes and listCollections, and serverStatus (clusterMonitor) for the connection check"),
-	}
+	return users, status.AuthInfo.Privileges, nil
 }
 
 func privilegeCheck(name, who string, gaps []string, level, fix string) Check {

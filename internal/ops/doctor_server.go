@@ -19,12 +19,14 @@ type serverInfo struct {
 	rtt     time.Duration
 	version string
 	ferret  string // FerretDB's version, empty on MongoDB
-	hello   struct {
-		SetName           string `bson:"setName"`
-		Msg               string `bson:"msg"`
-		IsWritablePrimary bool   `bson:"isWritablePrimary"`
-		Primary           string `bson:"primary"`
-	}
+	hello   helloReply
+}
+
+type helloReply struct {
+	SetName           string `bson:"setName"`
+	Msg               string `bson:"msg"`
+	IsWritablePrimary bool   `bson:"isWritablePrimary"`
+	Primary           string `bson:"primary"`
 }
 
 func readServerInfo(ctx context.Context, db *mongo.Database) (*serverInfo, error) {
@@ -34,25 +36,43 @@ func readServerInfo(ctx context.Context, db *mongo.Database) (*serverInfo, error
 		return nil, fmt.Errorf("ping: %w", err)
 	}
 	info := &serverInfo{rtt: time.Since(start)}
-	if err := admin.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&info.hello); err != nil {
+	raw, err := admin.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
+	if err != nil {
 		return nil, fmt.Errorf("hello: %w", err)
 	}
-	var build struct {
-		Version string `bson:"version"`
-		Ferret  string `bson:"ferretdbVersion"`
+	if info.hello, err = parseHello(raw); err != nil {
+		return nil, err
 	}
-	raw, err := admin.RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Raw()
+	raw, err = admin.RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Raw()
 	if err != nil {
 		return nil, fmt.Errorf("buildInfo: %w", err)
 	}
-	if err := bson.Unmarshal(raw, &build); err != nil {
-		return nil, fmt.Errorf("reading buildInfo: %w", err)
-	}
-	info.version, info.ferret = build.Version, build.Ferret
-	if _, err := raw.LookupErr("ferretdbVersion"); err == nil && info.ferret == "" {
-		info.ferret = "unknown"
-	}
+	info.version, info.ferret = parseBuildInfo(raw)
 	return info, nil
+}
+
+// parseHello reads hello's topology fields; one of another type is an
+// error, not a panic.
+func parseHello(raw bson.Raw) (helloReply, error) {
+	var h helloReply
+	if err := bson.Unmarshal(raw, &h); err != nil {
+		return helloReply{}, fmt.Errorf("reading hello: %w", err)
+	}
+	return h, nil
+}
+
+// parseBuildInfo reads the version and, on FerretDB, its own version
+// ("unknown" where FerretDB names none). A field of another type reads as
+// absent: the version check then says it cannot tell.
+func parseBuildInfo(raw bson.Raw) (version, ferret string) {
+	version, _ = raw.Lookup("version").StringValueOK()
+	if v, err := raw.LookupErr("ferretdbVersion"); err == nil {
+		ferret, _ = v.StringValueOK()
+		if ferret == "" {
+			ferret = "unknown"
+		}
+	}
+	return version, ferret
 }
 
 func versionCheck(info *serverInfo) Check {
@@ -146,13 +166,7 @@ func clockVerdict(skew, rtt, lease time.Duration) (status, detail, fix string) {
 func connectionsCheck(ctx context.Context, cfg DoctorConfig) Check {
 	c := Check{Name: "connections"}
 	need := (cfg.Replicas + 1) * cfg.PerReplica
-	var status struct {
-		Connections *struct {
-			Current   int64 `bson:"current"`
-			Available int64 `bson:"available"`
-		} `bson:"connections"`
-	}
-	err := cfg.Colls.DB.Client().Database("admin").RunCommand(ctx, bson.D{{Key: "serverStatus", Value: 1}}).Decode(&status)
+	raw, err := cfg.Colls.DB.Client().Database("admin").RunCommand(ctx, bson.D{{Key: "serverStatus", Value: 1}}).Raw()
 	var ce mongo.CommandError
 	switch {
 	case errors.As(err, &ce) && ce.HasErrorCode(13): // Unauthorized
@@ -162,12 +176,26 @@ func connectionsCheck(ctx context.Context, cfg DoctorConfig) Check {
 	case err != nil:
 		c.Status, c.Detail = Warn, fmt.Sprintf("the fleet may open %d; serverStatus failed: %v", need, err)
 		return c
-	case status.Connections == nil:
+	}
+	current, available, ok := parseConnections(raw)
+	if !ok {
 		c.Status, c.Detail = Warn, fmt.Sprintf("the fleet may open %d; this server does not report its connections", need)
 		return c
 	}
-	c.Status, c.Detail, c.Fix = connectionVerdict(need, cfg, status.Connections.Current, status.Connections.Available)
+	c.Status, c.Detail, c.Fix = connectionVerdict(need, cfg, current, available)
 	return c
+}
+
+// parseConnections reads serverStatus.connections: ok is false when either
+// figure is missing or not a number.
+func parseConnections(raw bson.Raw) (current, available int64, ok bool) {
+	conns, isDoc := raw.Lookup("connections").DocumentOK()
+	if !isDoc {
+		return 0, 0, false
+	}
+	current, okC := conns.Lookup("current").AsInt64OK()
+	available, okA := conns.Lookup("available").AsInt64OK()
+	return current, available, okC && okA
 }
 
 func connectionVerdict(need int, cfg DoctorConfig, current, available int64) (status, detail, fix string) {

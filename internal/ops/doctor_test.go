@@ -11,7 +11,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/scorerefresh/scorerefresh/consumer"
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
@@ -114,53 +113,13 @@ func TestDoctorReportsAnUnreachableServer(t *testing.T) {
 	}
 }
 
-func mustRaw(t *testing.T, extJSON string) bson.Raw {
+func mustRaw(t testing.TB, extJSON string) bson.Raw {
 	t.Helper()
 	var raw bson.Raw
 	if err := bson.UnmarshalExtJSON([]byte(extJSON), false, &raw); err != nil {
 		t.Fatal(err)
 	}
 	return raw
-}
-
-// TestReadPlan reads winning plans in the shapes MongoDB's explain returns:
-// the classic engine, the slot-based engine's queryPlan, a sharded cluster,
-// the _id fast paths, and a collection scan with a rejected index plan.
-func TestReadPlan(t *testing.T) {
-	t.Parallel()
-	claim := []string{"createdAt:1", "_id:1", "username:1"}
-	for _, tc := range []struct {
-		name, explain string
-		index         string
-		keys          []string
-		uses          bool
-		collscan      bool
-	}{
-		{"classic", `{"queryPlanner": {"winningPlan": {"stage": "LIMIT", "inputStage": {"stage": "PROJECTION_COVERED", "inputStage": {"stage": "IXSCAN", "keyPattern": {"createdAt": 1, "_id": 1, "username": 1}, "indexName": "createdAt_1__id_1_username_1"}}}, "rejectedPlans": [{"stage": "COLLSCAN"}]}}`,
-			consumer.IndexClaimWindow, claim, true, false},
-		{"slot-based", `{"queryPlanner": {"winningPlan": {"queryPlan": {"stage": "FETCH", "inputStage": {"stage": "IXSCAN", "keyPattern": {"createdAt": {"$numberDouble": "1.0"}, "_id": 1, "username": 1}, "indexName": "x"}}, "slotBasedPlan": {"stages": "..."}}}}`,
-			consumer.IndexClaimWindow, claim, true, false},
-		{"sharded", `{"queryPlanner": {"winningPlan": {"stage": "SINGLE_SHARD", "shards": [{"shardName": "s0", "winningPlan": {"stage": "IXSCAN", "keyPattern": {"leaseUntil": 1}, "indexName": "leaseUntil_1"}, "rejectedPlans": [{"stage": "IXSCAN", "keyPattern": {"createdAt": 1, "_id": 1, "username": 1}, "indexName": "y"}]}]}}}`,
-			consumer.IndexClaimWindow, claim, false, false},
-		{"idhack", `{"queryPlanner": {"winningPlan": {"stage": "DELETE", "inputStage": {"stage": "IDHACK"}}}}`,
-			consumer.IDIndex, []string{"_id:1"}, true, false},
-		{"express", `{"queryPlanner": {"winningPlan": {"stage": "EXPRESS_DELETE"}}}`,
-			consumer.IDIndex, []string{"_id:1"}, true, false},
-		{"collscan", `{"queryPlanner": {"winningPlan": {"stage": "SORT", "inputStage": {"stage": "COLLSCAN"}}, "rejectedPlans": [{"stage": "IXSCAN", "keyPattern": {"createdAt": 1, "_id": 1, "username": 1}, "indexName": "z"}]}}`,
-			consumer.IndexClaimWindow, claim, false, true},
-	} {
-		p := readPlan(mustRaw(t, tc.explain))
-		if !p.recognized || p.uses(tc.index, tc.keys) != tc.uses || p.collscan != tc.collscan {
-			t.Errorf("%s: %+v: want uses %v, collscan %v", tc.name, p, tc.uses, tc.collscan)
-		}
-	}
-	ferret := readPlan(mustRaw(t, `{"queryPlanner": {"Plan": ["SCAN q"]}, "filterPushdown": false}`))
-	if st, _, _ := planVerdict(ferret, consumer.HotQuery{Index: consumer.IndexAbsorb}, nil, true); ferret.recognized || st != Warn {
-		t.Errorf("FerretDB's explain: %+v, %s; want unrecognised, a warning", ferret, st)
-	}
-	if st, _, _ := planVerdict(readPlan(mustRaw(t, `{"queryPlanner": {"winningPlan": {"stage": "COLLSCAN"}}}`)), consumer.HotQuery{Index: consumer.IndexAbsorb}, []string{"username:1", "createdAt:1"}, false); st != Fail {
-		t.Errorf("a collection scan: %s, want a failure", st)
-	}
 }
 
 func TestGrants(t *testing.T) {

@@ -81,19 +81,17 @@ func (e *Env) Close(ctx context.Context) error { return e.svc.Close(ctx) }
 // clock every replica and operator shares, and the local time halfway
 // through the round trip, to compare it with.
 func ServerTime(ctx context.Context, db *mongo.Database) (server, local time.Time, rtt time.Duration, err error) {
-	var hello struct {
-		LocalTime time.Time `bson:"localTime"`
-	}
 	start := time.Now()
-	err = db.Client().Database("admin").RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello)
+	raw, err := db.Client().Database("admin").RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
 	rtt = time.Since(start)
 	if err != nil {
 		return time.Time{}, time.Time{}, rtt, fmt.Errorf("reading the server's clock (hello): %w", err)
 	}
-	if hello.LocalTime.IsZero() {
-		return time.Time{}, time.Time{}, rtt, fmt.Errorf("reading the server's clock: hello has no localTime")
+	server, ok := raw.Lookup("localTime").TimeOK()
+	if !ok || server.IsZero() {
+		return time.Time{}, time.Time{}, rtt, fmt.Errorf("reading the server's clock: hello has no localTime date")
 	}
-	return hello.LocalTime, start.Add(rtt / 2), rtt, nil
+	return server, start.Add(rtt / 2), rtt, nil
 }
 
 // countUpTo counts filter's documents exactly while they are at most limit,

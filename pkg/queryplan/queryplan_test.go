@@ -11,12 +11,14 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/scorerefresh/scorerefresh/internal/bsonfuzz"
 	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 )
 
 // The replies in testdata are MongoDB's explain output in each shape Parse
 // must read (trimmed by hand to the fields that matter and a few that must
-// be ignored): the classic engine, the slot-based engine, a write, an
+// be ignored; the express-*.json ones are recorded replies, each naming its
+// source in _fixtureSource): the classic engine, the slot-based engine, a write, an
 // aggregation with a $cursor stage, a sharded find and a sharded
 // aggregation; and FerretDB's, which has no MongoDB plan.
 func TestParse(t *testing.T) {
@@ -41,6 +43,11 @@ func TestParse(t *testing.T) {
 			"LIMIT", "PROJECTION_COVERED", "SHARDING_FILTER", "IXSCAN"}, []string{"createdAt_1__id_1_username_1"}, false, 25, 0, true},
 		// No top-level totals: each shard's are added.
 		{"aggregate-sharded.json", nil, []string{"username_1"}, false, 12, 5, false},
+		// MongoDB 8's express path, recorded (see _fixtureSource): the
+		// index named, its keyPattern a string; a clustered collection's
+		// names none.
+		{"express-ixscan-8.0.json", []string{"EXPRESS_IXSCAN"}, []string{"a_1_b_1"}, false, 1, 1, false},
+		{"express-clustered-8.0.json", []string{"EXPRESS_CLUSTERED_IXSCAN"}, []string{"_id_"}, false, 0, 1, false},
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
@@ -144,4 +151,39 @@ func TestRecordedCommandsBecomeExplainable(t *testing.T) {
 			t.Errorf("%v: %v, want the _id index", cmd, p)
 		}
 	}
+}
+
+// FuzzParse feeds Parse and Explainable arbitrary documents (bsonfuzz.Doc)
+// seeded with the replies in testdata: whatever a server or a recorded
+// command holds, they return an answer or an error, never a panic.
+func FuzzParse(f *testing.F) {
+	files, err := filepath.Glob(filepath.Join("testdata", "*.json"))
+	if err != nil || len(files) == 0 {
+		f.Fatalf("no replies in testdata: %v", err)
+	}
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		var raw bson.Raw
+		if err := bson.UnmarshalExtJSON(data, false, &raw); err != nil {
+			f.Fatalf("%s: %v", file, err)
+		}
+		f.Add([]byte(raw))
+	}
+	keys := []string{"queryPlanner", "winningPlan", "queryPlan", "stage", "inputStage", "inputStages", "shards",
+		"indexName", "isMultiKey", "executionStats", "totalKeysExamined", "totalDocsExamined", "nReturned",
+		"stages", "$cursor", "command", "rejectedPlans", "find", "filter", "updates", "deletes", "hint"}
+	strs := []string{"IXSCAN", "FETCH", "IDHACK", "EXPRESS_IXSCAN", "EXPRESS_DELETE", "COLLSCAN", "SORT", "_id_", "{ _id: 1 }"}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		doc := bsonfuzz.Doc(data, keys, strs)
+		if p, err := Parse(doc); err == nil {
+			_ = p.String()
+			_, _, _ = p.Covered(), p.BlockingSort(), p.CollScan()
+		}
+		for name := range kept {
+			_, _ = Explainable(Command{Name: name, Body: doc})
+		}
+	})
 }

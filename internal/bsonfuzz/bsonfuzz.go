@@ -1,0 +1,108 @@
+// Package bsonfuzz turns fuzz input into BSON documents, for fuzz tests of
+// code that reads server replies. Random bytes are almost never a valid
+// document, so a fuzzer feeding them to a reader directly only exercises
+// the reader's first length check; Doc instead builds a valid document
+// whose shape the bytes choose, with field names the reader looks for.
+package bsonfuzz
+
+import (
+	"strconv"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+)
+
+// maxDepth bounds the documents built; readers bound their own walks.
+const maxDepth = 12
+
+// Doc returns data itself when it is a valid BSON document (so seeds taken
+// from real replies are read as they are), and otherwise a document built
+// from data: each byte picks how many fields a document has, which of keys
+// each is named, its type, and its value (strings come from strs or from
+// data itself).
+func Doc(data []byte, keys, strs []string) bson.Raw {
+	if bson.Raw(data).Validate() == nil {
+		return bson.Raw(data)
+	}
+	b := builder{data: data, keys: keys, strs: strs}
+	return bson.Raw(b.doc(0))
+}
+
+type builder struct {
+	data       []byte
+	keys, strs []string
+}
+
+func (b *builder) next() byte {
+	if len(b.data) == 0 {
+		return 0
+	}
+	c := b.data[0]
+	b.data = b.data[1:]
+	return c
+}
+
+func (b *builder) doc(depth int) []byte {
+	n := int(b.next() % 6)
+	elems := make([][]byte, 0, n)
+	for range n {
+		key := "x"
+		if len(b.keys) > 0 {
+			key = b.keys[int(b.next())%len(b.keys)]
+		}
+		elems = append(elems, b.element(key, depth))
+	}
+	return bsoncore.BuildDocument(nil, elems...)
+}
+
+func (b *builder) element(key string, depth int) []byte {
+	switch b.next() % 10 {
+	case 0:
+		return bsoncore.AppendStringElement(nil, key, b.str())
+	case 1:
+		return bsoncore.AppendInt32Element(nil, key, int32(int8(b.next())))
+	case 2:
+		return bsoncore.AppendInt64Element(nil, key, int64(int8(b.next()))<<32)
+	case 3:
+		return bsoncore.AppendDoubleElement(nil, key, float64(int8(b.next()))/2)
+	case 4:
+		return bsoncore.AppendBooleanElement(nil, key, b.next()%2 == 0)
+	case 5:
+		return bsoncore.AppendNullElement(nil, key)
+	case 6:
+		return bsoncore.AppendDateTimeElement(nil, key, int64(b.next())*1e9)
+	case 7, 8:
+		if depth < maxDepth {
+			return bsoncore.AppendDocumentElement(nil, key, b.doc(depth+1))
+		}
+		return bsoncore.AppendNullElement(nil, key)
+	default:
+		if depth < maxDepth {
+			return bsoncore.AppendArrayElement(nil, key, b.array(depth+1))
+		}
+		return bsoncore.AppendNullElement(nil, key)
+	}
+}
+
+// array builds an array of documents and scalars (an array is a document
+// keyed "0", "1", …).
+func (b *builder) array(depth int) []byte {
+	n := int(b.next() % 4)
+	elems := make([][]byte, 0, n)
+	for i := range n {
+		elems = append(elems, b.element(strconv.Itoa(i), depth))
+	}
+	return bsoncore.BuildDocument(nil, elems...)
+}
+
+func (b *builder) str() string {
+	c := b.next()
+	if c%4 == 0 || len(b.strs) == 0 {
+		// A few of the input's own bytes: any UTF-8 or not.
+		n := min(int(c%16), len(b.data))
+		s := string(b.data[:n])
+		b.data = b.data[n:]
+		return s
+	}
+	return b.strs[int(c)%len(b.strs)]
+}
