@@ -32,17 +32,21 @@ func TestFleetDrainsAndClosesEveryCursor(t *testing.T) {
 	for _, tc := range []struct {
 		name                              string
 		replicas, seeded, produced, users int
+		env                               []string
 	}{
-		{"six replicas on a backlog", 6, 500, 0, 300},
-		{"three replicas with a producer", 3, 150, 150, 150},
+		// Batches forced on: each refresh slot's batch marks its users
+		// running and writes their scores in one command of a statement
+		// per user, the commands that jammed the server.
+		{"six replicas on a backlog", 6, 500, 0, 300, []string{"REFRESH_BATCH_SIZE=16"}},
+		{"three replicas with a producer", 3, 150, 150, 150, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			db := mongotest.Database(t, mongotest.Options{})
-			cfg, err := config.Parse([]string{
+			cfg, err := config.Parse(append([]string{
 				"MONGODB_URI=" + mongotest.URI(t), "MONGODB_DATABASE=" + db.Name(), "METRICS_ADDR=127.0.0.1:0",
 				"POLL_INTERVAL=200ms", "SLI_INTERVAL=1s",
-			})
+			}, tc.env...))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -129,10 +133,11 @@ func produce(t *testing.T, db *mongo.Database, n, users int, seed uint64) map[st
 func insert(t *testing.T, coll *mongo.Collection, doc bson.D) {
 	t.Helper()
 	var err error
-	for range 10 {
+	for i := range 20 {
 		if _, err = coll.InsertOne(t.Context(), doc); err == nil || t.Context().Err() != nil {
 			break
 		}
+		time.Sleep(time.Duration(i+1) * 50 * time.Millisecond) // a producer's retry backoff
 	}
 	if err != nil {
 		t.Fatalf("producing: %v", err)
