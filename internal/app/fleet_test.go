@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -40,6 +41,11 @@ func TestFleetDrainsAndClosesEveryCursor(t *testing.T) {
 		{"six replicas on a backlog", 6, 500, 0, 300, []string{"REFRESH_BATCH_SIZE=16"}},
 		{"three replicas with a producer", 3, 150, 150, 150, nil},
 	} {
+		if os.Getenv(fullFleetEnv) != "" {
+			// The sizes the jam was first measured at.
+			tc.seeded, tc.users = fullSize[tc.replicas][0], fullSize[tc.replicas][1]
+			tc.produced = fullSize[tc.replicas][2]
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			db := mongotest.Database(t, mongotest.Options{})
@@ -70,7 +76,7 @@ func TestFleetDrainsAndClosesEveryCursor(t *testing.T) {
 			for u, v := range produce(t, db, tc.produced, tc.users, 1) {
 				want[u] += v
 			}
-			waitEmpty(t, db.Collection("score_events"), 3*time.Minute)
+			waitEmpty(t, db.Collection("score_events"), 10*time.Minute)
 			for i, stop := range stops {
 				if err := stop(); err != nil {
 					t.Errorf("replica %d: %v", i, err)
@@ -86,11 +92,24 @@ func TestFleetDrainsAndClosesEveryCursor(t *testing.T) {
 	}
 }
 
+// fullFleetEnv, set, runs TestFleetDrainsAndClosesEveryCursor at the sizes
+// the jam was first measured at (six replicas on 2,000 entries of 1,000
+// users; three with a producer writing 300 entries of 255 users), as in
+//
+//	SCOREREFRESH_FLEET_FULL=1 go test -count=10 -timeout 90m -run TestFleetDrainsAndClosesEveryCursor ./internal/app/
+const fullFleetEnv = "SCOREREFRESH_FLEET_FULL"
+
+// fullSize is replicas → {seeded, users, produced} at full size.
+var fullSize = map[int][3]int{6: {2000, 1000, 0}, 3: {0, 255, 300}}
+
 // seed writes n events over users in two bulk inserts and returns each
 // user's expected score.
 func seed(t *testing.T, db *mongo.Database, n, users int) map[string]float64 {
 	t.Helper()
 	want := map[string]float64{}
+	if n == 0 {
+		return want
+	}
 	var activity, entries []any
 	now := time.Now()
 	for i := range n {
