@@ -46,22 +46,25 @@ type Consumer struct {
 	Refreshes           *prometheus.CounterVec // outcome: ok | error
 	RefreshDuration     prometheus.Histogram
 	RefreshBatchSeconds prometheus.Histogram // one refresh slot's batch, all its users: the unit of drain capacity
-	OCCConflicts        prometheus.Counter
-	UsersInFlight       prometheus.Gauge
-	UsersInFlightCap    prometheus.Gauge
-	ConcurrencyLimit    prometheus.Gauge
-	ClaimDuration       prometheus.Histogram
-	CoalescedEntries    prometheus.Histogram
-	ClaimErrors         prometheus.Counter
-	AckFlushErrors      prometheus.Counter
-	LeasesLost          prometheus.Counter
-	Wakeups             *prometheus.CounterVec // source: poll | change_stream | room
-	WakeupSource        *prometheus.GaugeVec   // source: change_stream | poll; 1 for the active one
-	LimitChanges        *prometheus.CounterVec // reason: headroom | latency | overload
-	LatencyBaseline     prometheus.Gauge
-	WritesSkipped       *prometheus.CounterVec // reason: newer
-	RefreshBatchUsers   prometheus.Histogram
-	RefreshRoundTrips   prometheus.Counter
+	// The external scorer's requests (SCORER_URL), by outcome: ok, error, timeout.
+	ScorerRequests        *prometheus.CounterVec
+	ScorerRequestDuration prometheus.Histogram
+	OCCConflicts          prometheus.Counter
+	UsersInFlight         prometheus.Gauge
+	UsersInFlightCap      prometheus.Gauge
+	ConcurrencyLimit      prometheus.Gauge
+	ClaimDuration         prometheus.Histogram
+	CoalescedEntries      prometheus.Histogram
+	ClaimErrors           prometheus.Counter
+	AckFlushErrors        prometheus.Counter
+	LeasesLost            prometheus.Counter
+	Wakeups               *prometheus.CounterVec // source: poll | change_stream | room
+	WakeupSource          *prometheus.GaugeVec   // source: change_stream | poll; 1 for the active one
+	LimitChanges          *prometheus.CounterVec // reason: headroom | latency | overload
+	LatencyBaseline       prometheus.Gauge
+	WritesSkipped         *prometheus.CounterVec // reason: newer
+	RefreshBatchUsers     prometheus.Histogram
+	RefreshRoundTrips     prometheus.Counter
 }
 
 // SkipNewer is the reason label of a score write skipped because the stored
@@ -125,6 +128,9 @@ func (c *Consumer) registerRefreshes(f promauto.Factory) {
 		prometheus.ExponentialBuckets(0.005, 2, 14)) // 5ms .. ~41s
 	c.RefreshBatchSeconds = histogram(f, "refresh_batch_duration_seconds",
 		"Duration of one refresh slot's batch (1 user, or every user refreshed together), recompute + OCC writes; each of its users also observes it in refresh_duration_seconds.",
+		prometheus.ExponentialBuckets(0.005, 2, 14))
+	c.ScorerRequests = counterVec(f, "scorer_requests_total", "Requests to the external scorer (SCORER_URL), by outcome.", "outcome", "ok", "error", "timeout")
+	c.ScorerRequestDuration = histogram(f, "scorer_request_duration_seconds", "Duration of one request to the external scorer, the answer read and checked.",
 		prometheus.ExponentialBuckets(0.005, 2, 14))
 	c.OCCConflicts = counter(f, "occ_conflicts_total", "Version conflicts on score writes (each followed by a re-read and retry).")
 	c.WritesSkipped = counterVec(f, "writes_skipped_total",

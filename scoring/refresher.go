@@ -11,7 +11,7 @@ import (
 // source collections, then an OCC write; one user at a time (Refresh) or a
 // batch at a time (RefreshBatch).
 type Refresher struct {
-	rec     *Recomputer
+	scorer  Scorer
 	store   *Store
 	observe func(RefreshStats)
 }
@@ -34,9 +34,10 @@ func WithRefreshObserver(f func(RefreshStats)) RefresherOption {
 	return func(r *Refresher) { r.observe = f }
 }
 
-// NewRefresher returns a Refresher computing with rec and writing to store.
-func NewRefresher(rec *Recomputer, store *Store, opts ...RefresherOption) *Refresher {
-	r := &Refresher{rec: rec, store: store}
+// NewRefresher returns a Refresher scoring with scorer (the rules'
+// Recomputer, or a team's own) and writing to store.
+func NewRefresher(scorer Scorer, store *Store, opts ...RefresherOption) *Refresher {
+	r := &Refresher{scorer: scorer, store: store}
 	for _, o := range opts {
 		o(r)
 	}
@@ -49,9 +50,16 @@ func NewRefresher(rec *Recomputer, store *Store, opts ...RefresherOption) *Refre
 func (r *Refresher) Refresh(ctx context.Context, username string, startedAt time.Time) error {
 	ctx, trips := withRoundTrips(ctx)
 	defer r.report(1, trips)
-	res, err := r.rec.Recompute(ctx, username, startedAt)
+	results, failed, err := r.scorer.Score(ctx, []string{username}, startedAt)
+	if err == nil {
+		err = failed[username]
+	}
 	if err != nil {
 		return fmt.Errorf("refreshing score of %q: %w", username, err)
+	}
+	res, ok := results[username]
+	if !ok {
+		return fmt.Errorf("refreshing score of %q: the scorer returned no score for this user", username)
 	}
 	if _, err := r.store.Write(ctx, username, res, startedAt); err != nil {
 		return fmt.Errorf("storing refreshed score: %w", err) // names the user
@@ -79,7 +87,7 @@ func (r *Refresher) RefreshBatch(ctx context.Context, users []string, startedAt 
 	ctx, trips := withRoundTrips(ctx)
 	defer r.report(len(users), trips)
 
-	results, err := r.rec.RecomputeBatch(ctx, users, startedAt)
+	results, failed, err := r.scorer.Score(ctx, users, startedAt)
 	if err != nil {
 		err = fmt.Errorf("refreshing a batch of %d users: %w", len(users), err)
 		for _, u := range users {
@@ -87,17 +95,32 @@ func (r *Refresher) RefreshBatch(ctx context.Context, users []string, startedAt 
 		}
 		return errs
 	}
-	outcomes, retry, err := r.store.WriteBatch(ctx, results, startedAt)
+	// Only the users the scorer scored are written; the others fail alone.
+	scored := make(map[string]Result, len(results))
+	for _, u := range users {
+		switch res, ok := results[u]; {
+		case failed[u] != nil:
+			errs[u] = fmt.Errorf("refreshing score of %q: %w", u, failed[u])
+		case !ok:
+			errs[u] = fmt.Errorf("refreshing score of %q: the scorer returned no score for this user", u)
+		default:
+			scored[u] = res
+		}
+	}
+	if len(scored) == 0 {
+		return errs
+	}
+	outcomes, retry, err := r.store.WriteBatch(ctx, scored, startedAt)
 	for u := range outcomes {
 		errs[u] = nil
 	}
 	for _, u := range retry {
 		errs[u] = nil
-		if _, werr := r.store.Write(ctx, u, results[u], startedAt); werr != nil {
+		if _, werr := r.store.Write(ctx, u, scored[u], startedAt); werr != nil {
 			errs[u] = fmt.Errorf("storing refreshed score: %w", werr) // names the user
 		}
 	}
-	for _, u := range users {
+	for u := range scored {
 		if _, settled := errs[u]; !settled {
 			errs[u] = fmt.Errorf("storing the refreshed scores of a batch of %d users: %w", len(users), err)
 		}

@@ -7,6 +7,7 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -93,7 +94,12 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 		reg = metrics.NewRegistry()
 	}
 	rules := scoring.DefaultRules()
-	if cfg.ScoringRules != "" {
+	switch {
+	case cfg.ScorerURL != "":
+		// No rules: the external scorer reads whatever it reads, and the
+		// doctor has no source collections to check.
+		rules = &scoring.Rules{Source: "SCORER_URL (an external scorer)"}
+	case cfg.ScoringRules != "":
 		r, err := scoring.LoadRules(cfg.ScoringRules)
 		if err != nil {
 			return nil, err
@@ -122,7 +128,12 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 	s.Sampler = metrics.NewSampler(metrics.SamplerConfig{
 		Queue: s.Colls.Queue, DeadLetter: s.Colls.DeadLetter, Interval: cfg.SLIInterval, Clock: local,
 	}, s.SLI, s.Metrics, log)
-	s.newConsumer(limit, s.newRefresher(opts.WrapRefresher), opts.Wakeups)
+	scorer, err := s.newScorer()
+	if err != nil {
+		_ = s.Client.Disconnect(ctx)
+		return nil, err
+	}
+	s.newConsumer(limit, s.newRefresher(scorer, opts.WrapRefresher), opts.Wakeups)
 	if cfg.MetricsAddr != "" {
 		// Bound here, not in Run, so a taken port fails at boot and callers
 		// (tests, the demo) know the address before the service runs.
@@ -185,7 +196,7 @@ func (s *Service) connect(monitor *event.CommandMonitor) error {
 
 // newRefresher builds the scorer: batched recompute, guarded writes, both
 // counted in the metrics; wrap (the bench's faults), if set, wraps it.
-func (s *Service) newRefresher(wrap func(consumer.Refresher) consumer.Refresher) consumer.Refresher {
+func (s *Service) newRefresher(scorer scoring.Scorer, wrap func(consumer.Refresher) consumer.Refresher) consumer.Refresher {
 	store := scoring.NewStore(s.DB.Collection(s.cfg.ScoresCollection), scoring.StoreConfig{
 		OnConflict: s.Metrics.OCCConflicts.Inc,
 		OnSkip:     func(reason string) { s.Metrics.WritesSkipped.WithLabelValues(reason).Inc() },
@@ -193,7 +204,7 @@ func (s *Service) newRefresher(wrap func(consumer.Refresher) consumer.Refresher)
 		Clock:      s.clock,
 		Traits:     s.Traits,
 	})
-	var refresher consumer.Refresher = scoring.NewRefresher(scoring.NewRecomputer(s.DB, s.Rules, scoring.WithRecomputerLogger(s.log)), store,
+	var refresher consumer.Refresher = scoring.NewRefresher(scorer, store,
 		scoring.WithRefreshObserver(func(st scoring.RefreshStats) {
 			s.Metrics.RefreshBatchUsers.Observe(float64(st.Users))
 			s.Metrics.RefreshRoundTrips.Add(float64(st.RoundTrips))
@@ -204,6 +215,25 @@ func (s *Service) newRefresher(wrap func(consumer.Refresher) consumer.Refresher)
 		refresher = wrap(refresher)
 	}
 	return refresher
+}
+
+// newScorer is what computes the scores: the rules, or the external scorer
+// of SCORER_URL, whose requests are counted in the metrics.
+func (s *Service) newScorer() (scoring.Scorer, error) {
+	if s.cfg.ScorerURL == "" {
+		return scoring.NewRecomputer(s.DB, s.Rules, scoring.WithRecomputerLogger(s.log)), nil
+	}
+	hs, err := scoring.NewHTTPScorer(scoring.HTTPScorerConfig{
+		URL: s.cfg.ScorerURL, Token: s.cfg.ScorerToken, Timeout: s.cfg.ScorerTimeout, Conns: s.cfg.RefreshConcurrency,
+		Observe: func(outcome string, seconds float64) {
+			s.Metrics.ScorerRequests.WithLabelValues(outcome).Inc()
+			s.Metrics.ScorerRequestDuration.Observe(seconds)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("SCORER_URL: %w", err)
+	}
+	return hs, nil
 }
 
 // newConsumer builds the pipeline, its loops reporting to health.

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 

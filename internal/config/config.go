@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"reflect"
 	"strings"
 	"time"
@@ -31,6 +32,9 @@ type Config struct {
 	DeadLetterCollection string        `env:"DEADLETTER_COLLECTION" help:"dead letters; not empty, no other collection's name"`
 	ClaimsCollection     string        `env:"CLAIMS_COLLECTION" help:"leases and limiter baselines; not empty, no other collection's name"`
 	ScoringRules         string        `env:"SCORING_RULES" help:"rules file path; empty: the built-in rules"`
+	ScorerURL            string        `env:"SCORER_URL" help:"an external scorer (http:// or https://) asked for the scores instead of rules; not with SCORING_RULES"`
+	ScorerToken          string        `env:"SCORER_TOKEN" help:"bearer token sent to the external scorer; a secret, never logged or printed"`
+	ScorerTimeout        time.Duration `env:"SCORER_TIMEOUT" help:"deadline of one request to the external scorer; > 0"`
 	ClaimWindow          int           `env:"CLAIM_WINDOW" help:"oldest entries one claim round reads; 1 to 10000"`
 	MaxUsersInFlight     int           `env:"MAX_USERS_IN_FLIGHT" help:"users claimed and unsettled at once; ≥ 1"`
 	RefreshConcurrency   int           `env:"REFRESH_CONCURRENCY" help:"refresh slots (the upper bound when adaptive); 1 to MAX_USERS_IN_FLIGHT"`
@@ -87,6 +91,7 @@ func Defaults() Config {
 		SLIInterval:          metrics.DefaultSampleInterval,
 		ShutdownTimeout:      consumer.DefaultShutdownTimeout,
 		LogLevel:             "info",
+		ScorerTimeout:        scoring.DefaultScorerTimeout,
 		RefreshBatchSize:     0, // by the server: consumer.BatchAuto
 		ChangeStreams:        ChangeStreamsAuto,
 	}
@@ -196,6 +201,7 @@ func (c Config) validate() []problem {
 	c.validateSizes(&p)
 	c.validateDurations(&p)
 	c.validateNames(&p)
+	c.validateScorer(&p)
 	if _, err := ParseLogLevel(c.LogLevel); err != nil {
 		p = append(p, problem{"LOG_LEVEL", err.Error()})
 	}
@@ -229,6 +235,20 @@ func (c Config) validateDurations(p *problems) {
 
 // validateNames checks the URI and the collection names: none empty, no
 // two collections the same.
+func (c Config) validateScorer(p *problems) {
+	p.positiveDur("SCORER_TIMEOUT", c.ScorerTimeout)
+	if c.ScorerURL == "" {
+		return
+	}
+	if c.ScoringRules != "" {
+		p.add("SCORING_RULES", "=%s and SCORER_URL are both set: the scores come from rules or from an external scorer, not both", c.ScoringRules)
+		p.add("SCORER_URL", " and SCORING_RULES are both set: unset one")
+	}
+	if u, err := url.Parse(c.ScorerURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		p.add("SCORER_URL", ": must be an absolute http:// or https:// URL")
+	}
+}
+
 func (c Config) validateNames(p *problems) {
 	p.nonEmpty("MONGODB_URI", c.MongoURI)
 	p.nonEmpty("MONGODB_DATABASE", c.Database)
@@ -273,6 +293,14 @@ func ParseLogLevel(s string) (slog.Level, error) {
 func (c Config) LogValue() slog.Value {
 	type plain Config // drops this method, so AnyValue does not recurse
 	c.MongoURI = redact.URI(c.MongoURI)
+	if c.ScorerToken != "" {
+		c.ScorerToken = "REDACTED"
+	}
+	if u, err := url.Parse(c.ScorerURL); err == nil {
+		c.ScorerURL = u.Redacted()
+	} else if c.ScorerURL != "" {
+		c.ScorerURL = "REDACTED (unparsable)"
+	}
 	return slog.AnyValue(plain(c))
 }
 

@@ -28,7 +28,7 @@ func TestDefaultsAreTheContracts(t *testing.T) {
 		ClaimWindow: 500, MaxUsersInFlight: 64, RefreshConcurrency: 16,
 		LeaseDuration: 60 * time.Second, PollInterval: time.Second, MaxAttempts: 5,
 		MetricsAddr: ":9090", SLIInterval: 15 * time.Second, ShutdownTimeout: 25 * time.Second,
-		LogLevel: "info", RefreshBatchSize: 0,
+		LogLevel: "info", RefreshBatchSize: 0, ScorerTimeout: 10 * time.Second,
 		ChangeStreams: "auto",
 	}
 	if cfg != want {
@@ -45,7 +45,7 @@ func TestEveryVariableIsRead(t *testing.T) {
 		"REFRESH_CONCURRENCY=32", "ADAPTIVE_CONCURRENCY=true", "LEASE_DURATION=2m", "POLL_INTERVAL=250ms",
 		"MAX_ATTEMPTS=7", "METRICS_ADDR=:9100", "SLI_INTERVAL=5s", "SHUTDOWN_TIMEOUT=10s", "LOG_LEVEL=debug",
 		"MONGODB_CONNECTION_BUDGET=40", "REFRESH_BATCH_SIZE=32",
-		"CHANGE_STREAMS=off",
+		"CHANGE_STREAMS=off", "SCORER_TOKEN=t0ken", "SCORER_TIMEOUT=3s",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +57,7 @@ func TestEveryVariableIsRead(t *testing.T) {
 		AdaptiveConcurrency: true, LeaseDuration: 2 * time.Minute, PollInterval: 250 * time.Millisecond,
 		MaxAttempts: 7, MetricsAddr: ":9100", SLIInterval: 5 * time.Second, ShutdownTimeout: 10 * time.Second,
 		LogLevel: "debug", ConnectionBudget: 40, RefreshBatchSize: 32,
-		ChangeStreams: "off",
+		ChangeStreams: "off", ScorerToken: "t0ken", ScorerTimeout: 3 * time.Second,
 	}
 	if cfg != want {
 		t.Errorf("got %+v\nwant %+v", cfg, want)
@@ -225,5 +225,30 @@ func TestVariablesDescribeEveryField(t *testing.T) {
 				t.Errorf("REFRESH_BATCH_SIZE's help %q does not give the bound %d", v.Help, scoring.MaxBatchUsers)
 			}
 		}
+	}
+}
+
+// TestScorerSettings: SCORER_URL is read and checked, SCORING_RULES with it
+// is an error naming both, and neither the token nor the URL's password
+// reaches a log line.
+func TestScorerSettings(t *testing.T) {
+	t.Parallel()
+	cfg, err := Parse([]string{"SCORER_URL=https://scorer.internal:8443/score", "SCORER_TOKEN=s3cret-t0ken"})
+	if err != nil || cfg.ScorerURL != "https://scorer.internal:8443/score" {
+		t.Fatalf("got %q, %v", cfg.ScorerURL, err)
+	}
+	_, err = Parse([]string{"SCORER_URL=https://scorer.internal/score", "SCORING_RULES=/etc/rules.yaml", "SCORER_TIMEOUT=0s"})
+	for _, want := range []string{"SCORING_RULES", "SCORER_URL", "SCORER_TIMEOUT"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("both scorers and a zero timeout: error %v does not name %s", err, want)
+		}
+	}
+	if _, err := Parse([]string{"SCORER_URL=scorer.internal/score"}); err == nil || !strings.Contains(err.Error(), "SCORER_URL") {
+		t.Errorf("a relative SCORER_URL: %v", err)
+	}
+	var sb strings.Builder
+	logTo(&sb).Info("consumer starting", "config", Config{ScorerURL: "https://bob:hunter2@scorer.internal/score", ScorerToken: "s3cret-t0ken"})
+	if strings.Contains(sb.String(), "hunter2") || strings.Contains(sb.String(), "s3cret-t0ken") {
+		t.Errorf("a secret reached the log line: %s", sb.String())
 	}
 }

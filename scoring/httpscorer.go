@@ -1,0 +1,224 @@
+package scoring
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// MaxScorerResponse is the largest body an external scorer may answer
+// with; a longer one fails the request, read no further.
+const MaxScorerResponse = 16 << 20
+
+// DefaultScorerTimeout is one request's deadline unless configured
+// (SCORER_TIMEOUT).
+const DefaultScorerTimeout = 10 * time.Second
+
+// Outcomes of one request to an external scorer (the outcome label of
+// scorerefresh_scorer_requests_total).
+const (
+	ScorerOK      = "ok"
+	ScorerError   = "error"
+	ScorerTimeout = "timeout"
+)
+
+// HTTPScorerConfig configures an external scorer (SCORER_URL).
+type HTTPScorerConfig struct {
+	URL string
+	// Token, if set, is sent as "Authorization: Bearer <Token>". It is a
+	// secret: no error or log line of this package carries it.
+	Token string
+	// Timeout is one request's deadline, whole (SCORER_TIMEOUT); default 10s.
+	Timeout time.Duration
+	// Conns is how many keep-alive connections are kept for reuse: one per
+	// refresh slot (REFRESH_CONCURRENCY); default 16.
+	Conns int
+	// Observe, if set, is called once per request with its outcome and
+	// duration (metrics).
+	Observe func(outcome string, seconds float64)
+}
+
+// HTTPScorer asks an external service for scores: one POST per batch,
+// {"users": [...], "asOf": "..."}, answered by
+// {"scores": {user: {"score": n, "components": {...}}}, "errors": {user: "why"}}
+// (docs/scorers.md). Whatever the scorer answers, nothing of it reaches
+// the score documents unless it has exactly that shape.
+type HTTPScorer struct {
+	cfg    HTTPScorerConfig
+	where  string // the URL without credentials, for errors
+	client *http.Client
+}
+
+// NewHTTPScorer returns a scorer posting to cfg.URL, with a client of its
+// own: every phase of a request is bounded (dial, TLS handshake, response
+// headers, the whole request), and its keep-alive pool is sized to the
+// refresh slots so that a busy service does not open a connection per
+// request.
+func NewHTTPScorer(cfg HTTPScorerConfig) (*HTTPScorer, error) {
+	u, err := url.Parse(cfg.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, errors.New("the scorer's URL must be an absolute http:// or https:// URL")
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultScorerTimeout
+	}
+	if cfg.Conns <= 0 {
+		cfg.Conns = 16
+	}
+	bound := min(cfg.Timeout, 10*time.Second)
+	transport := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: bound, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   bound,
+		ResponseHeaderTimeout: cfg.Timeout,
+		MaxIdleConns:          cfg.Conns,
+		MaxIdleConnsPerHost:   cfg.Conns,
+		IdleConnTimeout:       90 * time.Second,
+		ForceAttemptHTTP2:     true,
+	}
+	return &HTTPScorer{cfg: cfg, where: u.Redacted(), client: &http.Client{Transport: transport, Timeout: cfg.Timeout}}, nil
+}
+
+type scorerRequest struct {
+	Users []string `json:"users"`
+	AsOf  string   `json:"asOf"`
+}
+
+type scorerResponse struct {
+	Scores map[string]json.RawMessage `json:"scores"`
+	Errors map[string]string          `json:"errors"`
+}
+
+type scorerScore struct {
+	Score      *float64           `json:"score"`
+	Components map[string]float64 `json:"components"`
+}
+
+// Score implements Scorer.
+func (s *HTTPScorer) Score(ctx context.Context, users []string, asOf time.Time) (map[string]Result, map[string]error, error) {
+	start := time.Now()
+	results, failed, err := s.score(ctx, users, asOf)
+	if s.cfg.Observe != nil {
+		outcome := ScorerOK
+		switch {
+		case isTimeout(err):
+			outcome = ScorerTimeout
+		case err != nil:
+			outcome = ScorerError
+		}
+		s.cfg.Observe(outcome, time.Since(start).Seconds())
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("asking the scorer at %s for %d users: %w", s.where, len(users), err)
+	}
+	return results, failed, nil
+}
+
+func (s *HTTPScorer) score(ctx context.Context, users []string, asOf time.Time) (map[string]Result, map[string]error, error) {
+	body, err := json.Marshal(scorerRequest{Users: users, AsOf: asOf.UTC().Format("2006-01-02T15:04:05.000Z07:00")})
+	if err != nil {
+		return nil, nil, fmt.Errorf("encoding the request: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.URL, bytes.NewReader(body))
+	if err != nil {
+		return nil, nil, errors.New("building the request failed") // the URL was checked at start
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	if s.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+s.cfg.Token)
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return nil, nil, stripURL(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxScorerResponse+1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the answer: %w", stripURL(err))
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, nil, fmt.Errorf("the scorer answered %s: %s", resp.Status, s.snippet(raw))
+	}
+	if len(raw) > MaxScorerResponse {
+		return nil, nil, fmt.Errorf("the answer is larger than %d MiB", MaxScorerResponse>>20)
+	}
+	return decodeScores(raw, users)
+}
+
+// decodeScores checks the answer's shape: every user in exactly one of
+// scores and errors, each score a finite number, components (optional) an
+// object of finite numbers. Unknown top-level keys are ignored.
+func decodeScores(raw []byte, users []string) (map[string]Result, map[string]error, error) {
+	var r scorerResponse
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, nil, fmt.Errorf("the answer is not the scores object: %v", err)
+	}
+	results := make(map[string]Result, len(users))
+	failed := map[string]error{}
+	for _, u := range users {
+		scoreRaw, scored := r.Scores[u]
+		msg, erred := r.Errors[u]
+		switch {
+		case scored && erred:
+			return nil, nil, fmt.Errorf("user %q is in both scores and errors", u)
+		case erred:
+			failed[u] = fmt.Errorf("the scorer failed this user: %s", msg)
+		case !scored:
+			return nil, nil, fmt.Errorf("user %q is in neither scores nor errors", u)
+		default:
+			var sc scorerScore
+			if err := json.Unmarshal(scoreRaw, &sc); err != nil {
+				return nil, nil, fmt.Errorf("the score of user %q is not {\"score\": number, \"components\": {...}}: %v", u, err)
+			}
+			if sc.Score == nil || math.IsNaN(*sc.Score) || math.IsInf(*sc.Score, 0) {
+				return nil, nil, fmt.Errorf("the score of user %q is missing or not a finite number", u)
+			}
+			if sc.Components == nil {
+				sc.Components = map[string]float64{}
+			}
+			results[u] = Result{Score: *sc.Score, Components: sc.Components}
+		}
+	}
+	return results, failed, nil
+}
+
+// snippet is the start of an error body, for the dead letter's reason,
+// without the token should the scorer echo the request's headers.
+func (s *HTTPScorer) snippet(b []byte) string {
+	const n = 200
+	out := string(b)
+	if s.cfg.Token != "" {
+		out = strings.ReplaceAll(out, s.cfg.Token, "REDACTED")
+	}
+	if len(out) > n {
+		return out[:n] + "…"
+	}
+	return out
+}
+
+// stripURL drops the URL from a client error (it may carry credentials;
+// Score names the redacted URL once).
+func stripURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
+	}
+	return err
+}
+
+// isTimeout reports a request that ran out of time: SCORER_TIMEOUT, the
+// refresh's own deadline, or a dial or read timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout())
+}
