@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 
 	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 )
@@ -563,5 +564,117 @@ func TestRecomputeBatchUnbatchedOp(t *testing.T) {
 	}
 	if got["u04"].Components["d"] != 3 || got["u00"].Components["c"] != 0 {
 		t.Errorf("u04 = %+v, u00 = %+v; want 3 distinct values and 0 documents", got["u04"], got["u00"])
+	}
+}
+
+// TestQueriesCarryTheSimpleCollation: usernames compare exactly. Where a
+// source collection's default collation is not simple, every query of it,
+// per user or batched, aggregate or find, carries {locale: "simple"}, so a
+// case-insensitive default cannot merge "Bob" and "bob" in the batched
+// $group while the per-user $eq keeps them apart; elsewhere no query carries
+// a collation (the embedded server refuses the option). The embedded server
+// has no collations, so the learning is answered by the test; the commands'
+// shape is what is checked (the server then refuses those that carry one).
+func TestQueriesCarryTheSimpleCollation(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var cmds []bson.Raw
+	dbName := "not yet"
+	db := mongotest.Database(t, mongotest.Options{Monitor: &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		if e.DatabaseName == dbName && (e.CommandName == "aggregate" || e.CommandName == "find" || e.CommandName == "listCollections") {
+			cmds = append(cmds, slices.Clone(e.Command))
+		}
+	}}})
+	mu.Lock()
+	dbName = db.Name()
+	mu.Unlock()
+	take := func() []bson.Raw {
+		mu.Lock()
+		defer mu.Unlock()
+		out := cmds
+		cmds = nil
+		return out
+	}
+	for _, coll := range []string{"ci", "plain"} {
+		insertDocs(t, db.Collection(coll), bson.D{{Key: "username", Value: "Bob"}, {Key: "p", Value: int32(1)}}, bson.D{{Key: "username", Value: "bob"}, {Key: "p", Value: int32(2)}})
+	}
+	comp := func(coll string, op Op) Component {
+		return Component{Name: coll + string(op), Collection: coll, UserField: "username", Op: op, Field: "p", Weight: 1, TimeField: "at"}
+	}
+	// ci's max first: the embedded server refuses the collation as "not
+	// implemented", which also takes max to its sorted find, so both
+	// shapes of ci's queries are sent before Recompute stops.
+	rules := &Rules{Components: []Component{comp("plain", OpSum), comp("plain", OpMax), comp("ci", OpMax), comp("ci", OpSum)}}
+	newRec := func(nonSimple bool) *Recomputer {
+		rec := NewRecomputer(db, rules)
+		rec.learnCollation = func(_ context.Context, coll string) (bool, error) { return nonSimple && coll == "ci", nil }
+		return rec
+	}
+	for _, nonSimple := range []bool{true, false} {
+		for _, bySort := range []bool{false, true} {
+			rec := newRec(nonSimple)
+			rec.noMaxAccumulator.Store(bySort)
+			take()
+			_, errOne := rec.Recompute(context.Background(), "bob", refreshStart)
+			_, errBatch := rec.RecomputeBatch(context.Background(), []string{"Bob", "bob"}, refreshStart)
+			if !nonSimple && (errOne != nil || errBatch != nil) {
+				t.Fatalf("without collations: Recompute %v, RecomputeBatch %v", errOne, errBatch)
+			}
+			seen := map[string]int{}
+			for _, cmd := range take() {
+				name := cmd.Index(0).Key()
+				coll, _ := cmd.Index(0).Value().StringValueOK()
+				seen[coll+" "+name]++
+				loc, has := cmd.Lookup("collation", "locale").StringValueOK()
+				if want := nonSimple && coll == "ci"; has != want || (has && loc != "simple") {
+					t.Errorf("non-simple ci: %v, max by sort: %v: %s on %s carries collation %v (%q), want %v: %s", nonSimple, bySort, name, coll, has, loc, want, cmd)
+				}
+			}
+			if seen["ci aggregate"]+seen["ci find"] == 0 || seen["plain aggregate"] == 0 {
+				t.Errorf("non-simple ci: %v, max by sort: %v: sent %v, want queries of both collections", nonSimple, bySort, seen)
+			}
+			if bySort && seen["plain find"] == 0 || nonSimple && seen["ci find"] == 0 {
+				t.Errorf("non-simple ci: %v, max by sort: %v: sent %v, want the sorted finds", nonSimple, bySort, seen)
+			}
+		}
+	}
+
+	// The default learning asks listCollections about each collection once
+	// (the embedded server answers without a collation), and Bob and bob
+	// stay two users in both paths.
+	rec := NewRecomputer(db, &Rules{Components: []Component{comp("ci", OpSum), comp("ci", OpCount), comp("plain", OpSum)}})
+	take()
+	got, err := rec.RecomputeBatch(context.Background(), []string{"Bob", "bob"}, refreshStart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lists := 0
+	for _, cmd := range take() {
+		if cmd.Index(0).Key() == "listCollections" {
+			lists++
+			if _, ok := cmd.Lookup("filter", "name").StringValueOK(); !ok {
+				t.Errorf("listCollections without a filter on the name: %s", cmd)
+			}
+		}
+		if _, has := cmd.Lookup("collation").DocumentOK(); has {
+			t.Errorf("sent a collation to the embedded server: %s", cmd)
+		}
+	}
+	if lists != 2 {
+		t.Errorf("sent %d listCollections, want one per collection (2)", lists)
+	}
+	for u, want := range map[string]float64{"Bob": 1, "bob": 2} {
+		one, err := rec.Recompute(context.Background(), u, refreshStart)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[u].Components["cisum"] != want || !reflect.DeepEqual(got[u], one) {
+			t.Errorf("%s: batched %+v, per user %+v, want sum %v", u, got[u], one, want)
+		}
+	}
+	if extra := take(); slices.ContainsFunc(extra, func(c bson.Raw) bool { return c.Index(0).Key() == "listCollections" }) {
+		t.Errorf("learnt a collation again: %v", extra)
 	}
 }

@@ -341,18 +341,28 @@ func TestRecomputeTrickyUsernames(t *testing.T) {
 		bson.D{{Key: "username", Value: "zzz"}, {Key: "p", Value: int64(1) << 23}},
 	)
 	insertDocs(t, db.Collection("src"), docs...)
+	// With a filter too: it is ANDed beside the user match and cannot turn
+	// the username into an operator either.
 	rec := NewRecomputer(db, &Rules{Components: []Component{
 		{Name: "sum", Collection: "src", UserField: "username", Op: OpSum, Field: "p", Weight: 1, TimeField: "at"},
 		{Name: "count", Collection: "src", UserField: "username", Op: OpCount, Weight: 0, TimeField: "at"},
+		{Name: "filtered", Collection: "src", UserField: "username", Op: OpCount, Weight: 0, TimeField: "at", Filter: mustFilter(`{p: {$exists: true}}`)},
 	}})
+	batch, err := rec.RecomputeBatch(context.Background(), users, refreshStart)
+	if err != nil {
+		t.Fatalf("RecomputeBatch: %v", err)
+	}
 	for i, name := range users {
 		res, err := rec.Recompute(context.Background(), name, refreshStart)
 		if err != nil {
 			t.Fatalf("Recompute(%q): %v", name, err)
 		}
-		want := map[string]float64{"sum": float64(int64(1) << i), "count": 1}
+		want := map[string]float64{"sum": float64(int64(1) << i), "count": 1, "filtered": 1}
 		if !reflect.DeepEqual(res.Components, want) {
 			t.Errorf("Recompute(%q) = %v, want %v (its own document only)", name, res.Components, want)
+		}
+		if !reflect.DeepEqual(batch[name].Components, want) {
+			t.Errorf("RecomputeBatch: %q = %v, want %v (its own document only)", name, batch[name].Components, want)
 		}
 	}
 }

@@ -104,8 +104,9 @@ func writeJSON(buf *bytes.Buffer, n *yaml.Node, depth int) error {
 	return nil
 }
 
-// writeScalar writes numbers in their canonical Extended JSON form so that
-// their BSON type is exactly the one YAML read: 5 is an int32, 5.0 a double.
+// writeScalar writes each scalar so that its BSON type is the one YAML read:
+// 5 is an int32, 5.0 a double (written as $numberDouble, since JSON would
+// read 2.0 back as an integer).
 func writeScalar(buf *bytes.Buffer, n *yaml.Node) error {
 	switch n.ShortTag() {
 	case "!!null":
@@ -121,11 +122,10 @@ func writeScalar(buf *bytes.Buffer, n *yaml.Node) error {
 		if err := n.Decode(&i); err != nil {
 			return fmt.Errorf("%s: not a 64-bit integer; use {$numberDecimal: %q}", n.Value, n.Value)
 		}
-		if i >= math.MinInt32 && i <= math.MaxInt32 {
-			fmt.Fprintf(buf, `{"$numberInt":"%d"}`, i)
-		} else {
-			fmt.Fprintf(buf, `{"$numberLong":"%d"}`, i)
-		}
+		// A plain JSON integer: Extended JSON reads it as an int32, or an
+		// int64 beyond, and the wrappers that take numbers ($timestamp,
+		// $minKey) want it plain.
+		buf.WriteString(strconv.FormatInt(i, 10))
 	case "!!float":
 		var f float64
 		if err := n.Decode(&f); err != nil {
