@@ -160,10 +160,10 @@ func (r *Recomputer) source(ctx context.Context, name string) (source, error) {
 
 // listCollation asks the server (listCollections on the name) whether coll
 // has a default collation other than simple. A collection that does not
-// exist yet has none. Where the user may not list collections, the queries
-// carry the simple collation anyway: that is right whatever the default,
-// and only the embedded server, which never refuses listCollections,
-// refuses the option.
+// exist yet has none. Where the user may not list collections (MongoDB
+// with a custom role lacking listCollections), the queries carry the simple
+// collation anyway: MongoDB accepts it whatever the default, and FerretDB,
+// the one server that refuses the option, does not refuse listCollections.
 func (r *Recomputer) listCollation(ctx context.Context, coll string) (bool, error) {
 	noteRoundTrip(ctx)
 	specs, err := r.db.ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: coll}})
