@@ -7,7 +7,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // RecomputeBatch computes the scores of users as of startedAt, exactly as
@@ -17,8 +16,10 @@ import (
 // no source documents gets 0 for every component.
 //
 // A component whose batched shape the server lacks (FerretDB 1.24 has no $max
-// accumulator) falls back to one query per user; the Recomputer learns that
-// once, at the cost of one refused command, and logs it once. Users whose
+// or $min accumulator) falls back to one query per user; the Recomputer
+// learns that once, at the cost of one refused command, and logs it once.
+// Without $avg, an avg component stays batched as two aggregations, a $sum
+// and a count, divided as Recompute divides them. Users whose
 // documents hold an array in the user field are also computed one query each
 // for that component, so that such a document counts for every user it names,
 // as it does in Recompute. A batch above MaxBatchUsers users is split into
@@ -60,6 +61,18 @@ func (r *Recomputer) componentValues(ctx context.Context, c Component, users []s
 			return nil, err
 		}
 		r.learnUnbatched(c, err)
+		if c.Op == OpAvg && !r.batchUnsupported(c.Op) {
+			// It was $avg that was lacking: the $sum and count shape is
+			// batched too.
+			values, alone, err := r.batchValues(ctx, c, users, startedAt)
+			if err == nil {
+				return values, r.valuesOneByOne(ctx, c, values, alone, startedAt)
+			}
+			if !isNotImplemented(err) {
+				return nil, err
+			}
+			r.learnUnbatched(c, err)
+		}
 	}
 	values := make(map[string]float64, len(users))
 	return values, r.valuesOneByOne(ctx, c, values, users, startedAt)
@@ -78,18 +91,19 @@ func (r *Recomputer) valuesOneByOne(ctx context.Context, c Component, values map
 }
 
 func (r *Recomputer) batchUnsupported(op Op) bool {
-	if op == OpMax {
-		return r.noMaxAccumulator.Load()
+	if op == OpMax || op == OpMin {
+		return r.lacksAccumulator(op).Load()
 	}
 	f := r.unbatched[op]
 	return f != nil && f.Load()
 }
 
 // learnUnbatched records that the server refused c's batched shape, logging
-// it the first time.
+// it the first time. For avg, the first refusal is of $avg, which has a
+// batched fallback.
 func (r *Recomputer) learnUnbatched(c Component, err error) {
-	if c.Op == OpMax {
-		r.learnNoMaxAccumulator(err)
+	if c.Op == OpMax || c.Op == OpMin || (c.Op == OpAvg && !r.noAvgAccumulator.Load()) {
+		r.learnLacksAccumulator(c.Op, err)
 		return
 	}
 	if f := r.unbatched[c.Op]; f != nil && f.CompareAndSwap(false, true) {
@@ -102,15 +116,46 @@ func (r *Recomputer) learnUnbatched(c Component, err error) {
 // with documents; alone lists the users to compute one by one because a
 // document with an array in the user field names them.
 func (r *Recomputer) batchValues(ctx context.Context, c Component, users []string, startedAt time.Time) (values map[string]float64, alone []string, err error) {
+	src, err := r.source(ctx, c.Collection)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c.Op == OpAvg && r.noAvgAccumulator.Load() {
+		return r.batchAvgBySum(ctx, src, c, users, startedAt)
+	}
 	pipeline, err := batchPipeline(c, users, startedAt)
 	if err != nil {
 		return nil, nil, err
 	}
-	noteRoundTrip(ctx)
+	return runBatch(ctx, src, pipeline, users)
+}
+
+// batchAvgBySum is the batched avg without $avg: a $sum and a count as two
+// aggregations (never two accumulators in one $group, which FerretDB 1.24
+// answers wrongly), divided per user by mean, as avgValue divides.
+func (r *Recomputer) batchAvgBySum(ctx context.Context, src source, c Component, users []string, startedAt time.Time) (map[string]float64, []string, error) {
+	f := numericOnly(sourceMatch(c, withCond(nil, c.UserField, "$in", users), startedAt), c.Field)
+	sums, alone, err := runBatch(ctx, src, mongo.Pipeline{{{Key: "$match", Value: f}}, batchGroup(c, bson.D{{Key: "$sum", Value: "$" + c.Field}})}, users)
+	if err != nil {
+		return nil, nil, fmt.Errorf("summing %s for the mean: %w", c.Field, err)
+	}
+	// Same $match: the same documents, so the same users alone.
+	counts, _, err := runBatch(ctx, src, mongo.Pipeline{{{Key: "$match", Value: f}}, batchGroup(c, bson.D{{Key: "$sum", Value: 1}})}, users)
+	if err != nil {
+		return nil, nil, fmt.Errorf("counting %s values for the mean: %w", c.Field, err)
+	}
+	values := make(map[string]float64, len(counts))
+	for u, n := range counts {
+		values[u] = mean(sums[u], n)
+	}
+	return values, alone, nil
+}
+
+// runBatch runs a batched pipeline whose results are {_id: user, v: value}.
+func runBatch(ctx context.Context, src source, pipeline mongo.Pipeline, users []string) (values map[string]float64, alone []string, err error) {
 	// One more than the groups expected, so the first reply holds them all and
 	// the server closes the cursor: no getMore.
-	opts := options.Aggregate().SetBatchSize(int32(len(users) + 1))
-	cur, err := r.db.Collection(c.Collection).Aggregate(ctx, pipeline, opts)
+	cur, err := src.aggregate(ctx, pipeline, int32(len(users)+1))
 	if err != nil {
 		return nil, nil, fmt.Errorf("running batched aggregation: %w", err)
 	}
@@ -170,20 +215,17 @@ func namesIn(v bson.RawValue, inBatch, into map[string]bool) {
 // The usernames go in only as elements of $in, which are literal values: a
 // name such as "$gt" or `{"$ne": null}` is never read as an operator.
 func batchPipeline(c Component, users []string, startedAt time.Time) (mongo.Pipeline, error) {
-	f := withWindow(withCond(nil, c.UserField, "$in", users), c, startedAt)
+	f := sourceMatch(c, withCond(nil, c.UserField, "$in", users), startedAt)
 	user := "$" + c.UserField
-	group := func(acc bson.D) bson.D {
-		// One accumulator per $group, as in groupValue.
-		return bson.D{{Key: "$group", Value: bson.D{{Key: "_id", Value: user}, {Key: "v", Value: acc}}}}
-	}
+	group := func(acc bson.D) bson.D { return batchGroup(c, acc) }
 	match := func(f bson.D) bson.D { return bson.D{{Key: "$match", Value: f}} }
 	switch c.Op {
 	case OpCount:
 		return mongo.Pipeline{match(f), group(bson.D{{Key: "$sum", Value: 1}})}, nil
 	case OpSum:
 		return mongo.Pipeline{match(f), group(bson.D{{Key: "$sum", Value: "$" + c.Field}})}, nil
-	case OpMax:
-		return mongo.Pipeline{match(numericOnly(f, c.Field)), group(bson.D{{Key: "$max", Value: "$" + c.Field}})}, nil
+	case OpMax, OpMin, OpAvg:
+		return mongo.Pipeline{match(numericOnly(f, c.Field)), group(bson.D{{Key: accumulatorOf(c.Op), Value: "$" + c.Field}})}, nil
 	case OpDistinct:
 		// Group by (user, value), then count each user's groups: the same
 		// $group equality as countDistinct (1, int64 1 and 1.0 are one
@@ -197,4 +239,10 @@ func batchPipeline(c Component, users []string, startedAt time.Time) (mongo.Pipe
 		}, nil
 	}
 	return nil, fmt.Errorf("unknown op %q", c.Op)
+}
+
+// batchGroup groups c's documents by user into {_id: user, v: acc}; one
+// accumulator per $group, as in groupValue.
+func batchGroup(c Component, acc bson.D) bson.D {
+	return bson.D{{Key: "$group", Value: bson.D{{Key: "_id", Value: "$" + c.UserField}, {Key: "v", Value: acc}}}}
 }

@@ -66,7 +66,7 @@ func TestHTTPScorerRequestAndAnswer(t *testing.T) {
 	t.Parallel()
 	var got struct {
 		method, ctype, auth string
-		body               map[string]any
+		body                map[string]any
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got.method, got.ctype, got.auth = r.Method, r.Header.Get("Content-Type"), r.Header.Get("Authorization")

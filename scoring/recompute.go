@@ -2,8 +2,10 @@ package scoring
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,10 +31,23 @@ type Recomputer struct {
 	// use a sorted find, so the failed attempt costs one round trip per process
 	// rather than one per refresh.
 	noMaxAccumulator atomic.Bool
+	// noMinAccumulator is noMaxAccumulator for $min.
+	noMinAccumulator atomic.Bool
+	// noAvgAccumulator is set once the server has answered that it lacks
+	// $avg (FerretDB 1.24 does): avg components then take a $sum and a count
+	// as two queries, batched alike.
+	noAvgAccumulator atomic.Bool
 	// unbatched is set, per op, once the server has refused the batched shape
-	// of that op as not implemented (see RecomputeBatch). max uses
-	// noMaxAccumulator instead: its batched shape needs the same accumulator.
+	// of that op as not implemented (see RecomputeBatch). max and min use
+	// their accumulator's flag instead: their batched shape needs it.
 	unbatched map[Op]*atomic.Bool
+
+	// learnCollation tells whether a source collection's default collation
+	// is other than simple; a field so that tests can answer for a server
+	// that has such collections (the embedded one has none).
+	learnCollation func(ctx context.Context, coll string) (nonSimple bool, err error)
+	// collations caches learnCollation's answer per collection name (bool).
+	collations sync.Map
 }
 
 // RecomputerOption configures a Recomputer.
@@ -48,7 +63,8 @@ func WithRecomputerLogger(l *slog.Logger) RecomputerOption {
 // from db.
 func NewRecomputer(db *mongo.Database, rules *Rules, opts ...RecomputerOption) *Recomputer {
 	r := &Recomputer{db: db, rules: rules, log: slog.New(slog.DiscardHandler), unbatched: map[Op]*atomic.Bool{}}
-	for _, op := range []Op{OpSum, OpCount, OpDistinct} {
+	r.learnCollation = r.listCollation
+	for _, op := range []Op{OpSum, OpCount, OpDistinct, OpAvg} {
 		r.unbatched[op] = new(atomic.Bool)
 	}
 	for _, o := range opts {
@@ -59,9 +75,12 @@ func NewRecomputer(db *mongo.Database, rules *Rules, opts ...RecomputerOption) *
 
 // Recompute computes username's score as of startedAt, the moment the refresh
 // began. It runs exactly one query (one round trip) per component, one after
-// another; on a server without the $max accumulator the first max component
-// a Recomputer meets costs one extra round trip, once. A user with no source
-// documents gets 0 for every component.
+// another; on a server without the $max, $min or $avg accumulator the first
+// such component a Recomputer meets costs one extra round trip, once, and avg
+// components cost two queries from then on. The first query of each source
+// collection is preceded, once per Recomputer, by a listCollections that
+// learns its default collation. A user with no source documents gets 0 for
+// every component.
 func (r *Recomputer) Recompute(ctx context.Context, username string, startedAt time.Time) (Result, error) {
 	res := Result{Components: make(map[string]float64, len(r.rules.Components))}
 	for _, c := range r.rules.Components {
@@ -76,18 +95,23 @@ func (r *Recomputer) Recompute(ctx context.Context, username string, startedAt t
 }
 
 func (r *Recomputer) componentValue(ctx context.Context, c Component, username string, startedAt time.Time) (float64, error) {
-	coll := r.db.Collection(c.Collection)
+	src, err := r.source(ctx, c.Collection)
+	if err != nil {
+		return 0, err
+	}
 	f := componentFilter(c, username, startedAt)
 	switch c.Op {
 	case OpCount:
-		return countMatching(ctx, coll, f)
+		return countMatching(ctx, src, f)
 	case OpSum:
 		// $sum skips missing and non-numeric values, which is the contract's "count as 0".
-		return groupValue(ctx, coll, f, bson.D{{Key: "$sum", Value: "$" + c.Field}})
-	case OpMax:
-		return r.maxValue(ctx, coll, c.Field, f)
+		return groupValue(ctx, src, f, bson.D{{Key: "$sum", Value: "$" + c.Field}})
+	case OpMax, OpMin:
+		return r.extremeValue(ctx, src, c.Op, c.Field, f)
+	case OpAvg:
+		return r.avgValue(ctx, src, c.Field, f)
 	case OpDistinct:
-		return countDistinct(ctx, coll, c.Field, f)
+		return countDistinct(ctx, src, c.Field, f)
 	}
 	return 0, fmt.Errorf("unknown op %q", c.Op)
 }
@@ -98,7 +122,66 @@ func (r *Recomputer) componentValue(ctx context.Context, c Component, username s
 // `{"$ne": null}` is compared as the literal string it is and never read as an
 // operator.
 func componentFilter(c Component, username string, startedAt time.Time) bson.D {
-	return withWindow(withCond(nil, c.UserField, "$eq", username), c, startedAt)
+	return sourceMatch(c, withCond(nil, c.UserField, "$eq", username), startedAt)
+}
+
+// sourceMatch is the $match of c's query, per user or batched alike: the
+// user condition f, the window, and the component's filter.
+//
+// The filter goes in whole as an element of $and, never merged key by key
+// into f: its conditions then cannot change the user or window conditions
+// (which may be on the same fields), and c.Filter, shared by every query, is
+// never modified.
+func sourceMatch(c Component, f bson.D, startedAt time.Time) bson.D {
+	f = withWindow(f, c, startedAt)
+	if len(c.Filter) > 0 {
+		f = append(f, bson.E{Key: "$and", Value: bson.A{c.Filter}})
+	}
+	return f
+}
+
+// source returns the named source collection with the collation its
+// queries need, learning it on the first query of the collection.
+func (r *Recomputer) source(ctx context.Context, name string) (source, error) {
+	src := source{coll: r.db.Collection(name)}
+	nonSimple, known := r.collations.Load(name)
+	if !known {
+		ns, err := r.learnCollation(ctx, name)
+		if err != nil {
+			return source{}, fmt.Errorf("learning the default collation of %s: %w", name, err)
+		}
+		nonSimple, _ = r.collations.LoadOrStore(name, ns)
+	}
+	if nonSimple.(bool) {
+		src.collation = simpleCollation
+	}
+	return src, nil
+}
+
+// listCollation asks the server (listCollections on the name) whether coll
+// has a default collation other than simple. A collection that does not
+// exist yet has none. Where the user may not list collections (MongoDB
+// with a custom role lacking listCollections), the queries carry the simple
+// collation anyway: MongoDB accepts it whatever the default, and FerretDB,
+// the one server that refuses the option, does not refuse listCollections.
+func (r *Recomputer) listCollation(ctx context.Context, coll string) (bool, error) {
+	noteRoundTrip(ctx)
+	specs, err := r.db.ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: coll}})
+	var se mongo.ServerError
+	if errors.As(err, &se) && se.HasErrorCode(13) { // Unauthorized
+		r.log.Info("cannot read a source collection's default collation (listCollections refused); its queries carry the simple collation",
+			"collection", coll, "err", err)
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, s := range specs {
+		if loc, ok := s.Options.Lookup("collation", "locale").StringValueOK(); ok && loc != "simple" {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // withWindow limits f to the component's window, if it has one.

@@ -144,6 +144,90 @@ func TestRecomputeOps(t *testing.T) {
 			docs: []bson.D{u(p(int32(5)), at(-time.Second)), u(p(int32(50)), at(-time.Hour))},
 			want: 5,
 		},
+		"min over mixed numeric types ignores non-numbers": {
+			comp: Component{Op: OpMin, Field: "p"},
+			docs: []bson.D{u(p(int32(3))), u(p(int64(9))), u(p(2.5)), u(p("a")), u(p(bson.A{-100})), u(p(true)), u(p(nil)), u(), other},
+			want: 2.5,
+		},
+		"min of negatives": {
+			comp: Component{Op: OpMin, Field: "p"},
+			docs: []bson.D{u(p(int32(-5))), u(p(-2.5)), u(p(int64(-7))), u(p("a"))},
+			want: -7,
+		},
+		"min with no numeric value is 0": {
+			comp: Component{Op: OpMin, Field: "p"},
+			docs: []bson.D{u(p("a")), u(p(nil)), u(), bson.D{{Key: "username", Value: "other"}, {Key: "p", Value: int32(-1)}}},
+			want: 0,
+		},
+		"avg over mixed numeric types ignores non-numbers": {
+			comp: Component{Op: OpAvg, Field: "p"},
+			docs: []bson.D{u(p(int32(3))), u(p(int64(4))), u(p(1.5)), u(p(-0.5)), u(p("12")), u(p(bson.A{100})), u(p(true)), u(p(nil)), u(), other},
+			want: 2,
+		},
+		"avg with no numeric value is 0": {
+			comp: Component{Op: OpAvg, Field: "p"},
+			docs: []bson.D{u(p("a")), u(), other},
+			want: 0,
+		},
+		"avg of a nested field within a window": {
+			comp: Component{Op: OpAvg, Field: "stats.p", Window: time.Hour},
+			docs: []bson.D{
+				u(bson.E{Key: "stats", Value: bson.D{p(int32(2))}}, at(0)),
+				u(bson.E{Key: "stats", Value: bson.D{p(5.0)}}, at(-time.Minute)),
+				u(bson.E{Key: "stats", Value: bson.D{p(int32(100))}}, at(-2*time.Hour)),
+			},
+			want: 3.5,
+		},
+		"filter on strings and in": {
+			comp: Component{Op: OpCount, Filter: mustFilter(`{status: published, kind: {$in: [post, reply]}}`)},
+			docs: []bson.D{
+				u(st("published"), kind("post")), u(st("published"), kind("reply")), // in
+				u(st("published"), kind(bson.A{"share", "post"})), // in: an array holds post
+				u(st("published"), kind("share")), u(st("Published"), kind("post")), u(st("draft"), kind("post")), u(kind("post")),
+				bson.D{{Key: "username", Value: "other"}, st("published"), kind("post")},
+			},
+			want: 3,
+		},
+		"filter on a date": {
+			comp: Component{Op: OpSum, Field: "p", Filter: mustFilter(`{published: {$gte: {$date: "2025-06-01T00:00:00Z"}}}`)},
+			docs: []bson.D{
+				u(p(int32(1)), pub(refreshStart.Add(-12*time.Hour))), // midnight: in
+				u(p(int32(10)), pub(refreshStart.Add(-12*time.Hour-time.Millisecond))),
+				u(p(int32(100)), bson.E{Key: "published", Value: "2025-06-02"}),
+				u(p(int32(1000))),
+			},
+			want: 1,
+		},
+		"filter with or nor not and exists": {
+			comp: Component{Op: OpCount, Filter: mustFilter(`{$or: [{status: published}, {kind: share}], $nor: [{kind: reply}], flag: {$exists: false}, n: {$not: {$gt: 5}}}`)},
+			docs: []bson.D{
+				u(st("published")), u(kind("share"), bson.E{Key: "n", Value: int32(5)}), // in
+				u(st("published"), kind("reply")), u(st("published"), bson.E{Key: "flag", Value: nil}), // $nor, $exists
+				u(st("published"), bson.E{Key: "n", Value: int32(6)}), u(st("draft")), // $not, $or
+			},
+			want: 2,
+		},
+		"filter on nested and dotted array fields with regex all size and type": {
+			comp: Component{Op: OpMax, Field: "p", Filter: mustFilter(`{meta.lang: {$regex: "^e", $options: i}, tags: {$all: [go], $size: 2}, items.name: y, status: {$type: string}}`)},
+			docs: []bson.D{
+				u(p(int32(7)), meta("En"), tags("go", "db"), items("x", "y"), st("a")), // in
+				u(p(int32(70)), meta("fr"), tags("go", "db"), items("y"), st("a")),
+				u(p(int32(71)), meta("en"), tags("go"), items("y"), st("a")),
+				u(p(int32(72)), meta("en"), tags("go", "db"), items("x"), st("a")),
+				u(p(int32(73)), meta("en"), tags("go", "db"), items("y"), st(int32(1))),
+			},
+			want: 7,
+		},
+		"filter with a one-condition elemMatch": {
+			comp: Component{Op: OpMin, Field: "p", Filter: mustFilter(`{tags: {$elemMatch: {$in: [go, db]}}}`)},
+			docs: []bson.D{u(p(int32(4)), tags("ops", "db")), u(p(int32(-4)), tags("ops")), u(p(int32(-5)), st("go"))},
+			want: 4,
+		},
+		"filter on the time field narrows the window": {
+			comp: Component{Op: OpCount, Window: time.Hour, Filter: mustFilter(`{at: {$lt: {$date: "2025-06-01T11:30:00Z"}}}`)},
+			docs: []bson.D{u(at(-40 * time.Minute)), u(at(-20 * time.Minute)), u(at(-2 * time.Hour))},
+			want: 1,
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -151,13 +235,15 @@ func TestRecomputeOps(t *testing.T) {
 			db := mongotest.Database(t, mongotest.Options{})
 			insertDocs(t, db.Collection("src"), tc.docs...)
 			strategies := map[string]bool{"": false}
-			if tc.comp.Op == OpMax {
-				// Check both ways of taking a max on every server.
-				strategies = map[string]bool{"group": false, "sorted find": true}
+			if rec := NewRecomputer(db, nil); rec.lacksAccumulator(tc.comp.Op) != nil {
+				// Check both ways of taking a max, min or avg on every server.
+				strategies = map[string]bool{"accumulator": false, "without it": true}
 			}
-			for strategy, bySort := range strategies {
+			for strategy, without := range strategies {
 				rec := NewRecomputer(db, oneComponent(tc.comp))
-				rec.noMaxAccumulator.Store(bySort)
+				if lacks := rec.lacksAccumulator(tc.comp.Op); lacks != nil {
+					lacks.Store(without)
+				}
 				res, err := rec.Recompute(context.Background(), "u", refreshStart)
 				if err != nil {
 					t.Fatalf("%s Recompute: %v", strategy, err)
@@ -169,6 +255,29 @@ func TestRecomputeOps(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Fields of the filter cases of TestRecomputeOps.
+func st(v any) bson.E         { return bson.E{Key: "status", Value: v} }
+func kind(v any) bson.E       { return bson.E{Key: "kind", Value: v} }
+func pub(v time.Time) bson.E  { return bson.E{Key: "published", Value: v} }
+func meta(lang string) bson.E { return bson.E{Key: "meta", Value: bson.D{{Key: "lang", Value: lang}}} }
+func tags(v ...any) bson.E    { return bson.E{Key: "tags", Value: bson.A(v)} }
+func items(names ...any) bson.E {
+	a := bson.A{}
+	for _, n := range names {
+		a = append(a, bson.D{{Key: "name", Value: n}})
+	}
+	return bson.E{Key: "items", Value: a}
+}
+
+// mustFilter parses a filter as a rules file holds it.
+func mustFilter(yaml string) bson.D {
+	r, err := ParseRules("test", []byte("components: [{name: v, collection: src, op: count, filter: "+yaml+"}]"))
+	if err != nil {
+		panic(err)
+	}
+	return r.Components[0].Filter
 }
 
 func TestRecomputeWeightsCombine(t *testing.T) {
@@ -232,18 +341,28 @@ func TestRecomputeTrickyUsernames(t *testing.T) {
 		bson.D{{Key: "username", Value: "zzz"}, {Key: "p", Value: int64(1) << 23}},
 	)
 	insertDocs(t, db.Collection("src"), docs...)
+	// With a filter too: it is ANDed beside the user match and cannot turn
+	// the username into an operator either.
 	rec := NewRecomputer(db, &Rules{Components: []Component{
 		{Name: "sum", Collection: "src", UserField: "username", Op: OpSum, Field: "p", Weight: 1, TimeField: "at"},
 		{Name: "count", Collection: "src", UserField: "username", Op: OpCount, Weight: 0, TimeField: "at"},
+		{Name: "filtered", Collection: "src", UserField: "username", Op: OpCount, Weight: 0, TimeField: "at", Filter: mustFilter(`{p: {$exists: true}}`)},
 	}})
+	batch, err := rec.RecomputeBatch(context.Background(), users, refreshStart)
+	if err != nil {
+		t.Fatalf("RecomputeBatch: %v", err)
+	}
 	for i, name := range users {
 		res, err := rec.Recompute(context.Background(), name, refreshStart)
 		if err != nil {
 			t.Fatalf("Recompute(%q): %v", name, err)
 		}
-		want := map[string]float64{"sum": float64(int64(1) << i), "count": 1}
+		want := map[string]float64{"sum": float64(int64(1) << i), "count": 1, "filtered": 1}
 		if !reflect.DeepEqual(res.Components, want) {
 			t.Errorf("Recompute(%q) = %v, want %v (its own document only)", name, res.Components, want)
+		}
+		if !reflect.DeepEqual(batch[name].Components, want) {
+			t.Errorf("RecomputeBatch: %q = %v, want %v (its own document only)", name, batch[name].Components, want)
 		}
 	}
 }
@@ -303,13 +422,14 @@ func TestRecomputeOneCommandPerComponent(t *testing.T) {
 	rec := NewRecomputer(db, rules)
 	log.take()
 
-	// The first refresh may pay once for learning that the server lacks $max.
+	// The first refresh may pay once for learning that the server lacks
+	// $max, and pays once per source collection for learning its collation.
 	if _, err := rec.Recompute(context.Background(), "u", refreshStart); err != nil {
 		t.Fatal(err)
 	}
-	learnt := 0
+	learnt := len(rules.Collections())
 	if rec.noMaxAccumulator.Load() {
-		learnt = 1
+		learnt++
 	}
 	if got := log.take(); len(got) != len(rules.Components)+learnt {
 		t.Errorf("first Recompute sent %v, want %d commands", got, len(rules.Components)+learnt)

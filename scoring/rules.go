@@ -5,6 +5,8 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // Op is the aggregation a component applies to its matching documents.
@@ -20,7 +22,14 @@ const (
 	OpMax Op = "max"
 	// OpDistinct counts the distinct non-null values of Field.
 	OpDistinct Op = "distinct"
+	// OpMin takes the smallest numeric value of Field; 0 when there is none.
+	OpMin Op = "min"
+	// OpAvg takes the mean of the numeric values of Field; 0 when there is none.
+	OpAvg Op = "avg"
 )
+
+// opNames lists the ops in the order error messages name them.
+const opNames = "sum, count, max, min, avg or distinct"
 
 // Defaults applied to a component when the rules file leaves a key out.
 const (
@@ -33,16 +42,37 @@ const (
 const BuiltInSource = "built-in"
 
 // Component is one term of a score: Op over the documents of Collection whose
-// UserField equals the username, optionally limited to a time window.
+// UserField equals the username and that match Filter, optionally limited to
+// a time window.
 type Component struct {
 	Name       string        // key in the score document's components
 	Collection string        // source collection
 	UserField  string        // field holding the username; defaults to "username"
-	Op         Op            // sum, count, max or distinct
-	Field      string        // field read by sum, max and distinct; unused by count
+	Op         Op            // sum, count, max, min, avg or distinct
+	Field      string        // field read by every op but count
 	Weight     float64       // multiplies the value in the score; 1 when the file omits it
 	Window     time.Duration // only documents this recent count; 0 means no window
 	TimeField  string        // date field the window applies to; defaults to "at"
+	// Filter is a query document a source document must match too (nil:
+	// none). The parser has checked it holds query operators only and no
+	// condition on UserField. Shared by every query: never modified.
+	Filter bson.D
+}
+
+// IndexKeys returns the fields an index of Collection serves this component
+// best by, in order: UserField, the fields Filter pins to one value, then
+// TimeField when there is a window.
+func (c Component) IndexKeys() []string {
+	keys := []string{c.UserField}
+	for _, f := range filterEqualityFields(c.Filter) {
+		if !slices.Contains(keys, f) && (c.Window == 0 || f != c.TimeField) {
+			keys = append(keys, f)
+		}
+	}
+	if c.Window > 0 {
+		keys = append(keys, c.TimeField)
+	}
+	return keys
 }
 
 // Rules is a validated set of components.

@@ -16,7 +16,7 @@ type RulesError struct {
 	Source string
 	// Problems each name the source, the component (1-based index and name)
 	// and the problem, e.g.
-	// `rules.yaml: component 2 ("posts"): unknown op "avg" (want sum, count, max or distinct)`.
+	// `rules.yaml: component 2 ("posts"): unknown op "mean" (want sum, count, max, min, avg or distinct)`.
 	Problems []string
 }
 
@@ -32,7 +32,7 @@ func (e *RulesError) Error() string {
 // componentKeys are the keys a component may have, in the order the error
 // message lists them. Anything else is rejected: a typo such as "colection"
 // silently falling back to a default would score from the wrong data.
-var componentKeys = []string{"name", "collection", "userField", "op", "field", "weight", "window", "timeField"}
+var componentKeys = []string{"name", "collection", "userField", "op", "field", "weight", "window", "timeField", "filter"}
 
 // ParseRules parses and validates rules in YAML (JSON, being YAML, works too).
 // source names the data in error messages, usually the file path. A non-nil
@@ -118,9 +118,10 @@ func (p *rulesParser) parseRoot(root *yaml.Node) []Component {
 
 // componentParser reports problems prefixed with the component they are in.
 type componentParser struct {
-	p     *rulesParser
-	index int
-	name  string
+	p        *rulesParser
+	index    int
+	name     string
+	filterOK bool // the filter (if any) read as a document, to be checked
 }
 
 func (cp *componentParser) problem(format string, args ...any) {
@@ -169,6 +170,9 @@ func (cp *componentParser) setKey(c *Component, key string, v *yaml.Node) {
 		c.Weight = cp.weight(v)
 	case "window":
 		c.Window = cp.window(v)
+	case "filter":
+		// Checked in validate, once userField is known whatever the key order.
+		c.Filter, cp.filterOK = cp.parseFilter(v)
 	default:
 		msg := fmt.Sprintf("unknown key %q", key)
 		if s := suggestKey(key); s != "" {
@@ -190,21 +194,24 @@ func (cp *componentParser) validate(c *Component) {
 		cp.problem("invalid collection %q: must not contain \"$\" or NUL", c.Collection)
 	}
 	switch c.Op {
-	case OpSum, OpMax, OpDistinct:
+	case OpSum, OpMax, OpMin, OpAvg, OpDistinct:
 		if c.Field == "" {
 			cp.problem("missing field (op %q reads it)", c.Op)
 		}
 	case OpCount:
 	case "":
-		cp.problem("missing op (want sum, count, max or distinct)")
+		cp.problem("missing op (want %s)", opNames)
 	default:
-		cp.problem("unknown op %q (want sum, count, max or distinct)", c.Op)
+		cp.problem("unknown op %q (want %s)", c.Op, opNames)
 	}
 	paths := []struct{ key, path string }{{"userField", c.UserField}, {"field", c.Field}, {"timeField", c.TimeField}}
 	for _, f := range paths {
 		if f.path != "" && !validFieldPath(f.path) {
 			cp.problem("invalid %s %q: a field path must not start with \"$\" or have empty parts", f.key, f.path)
 		}
+	}
+	if cp.filterOK && c.Filter != nil {
+		cp.checkFilter(c.Filter, c.UserField)
 	}
 }
 

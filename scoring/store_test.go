@@ -71,6 +71,11 @@ func setupStore(t *testing.T, cfg StoreConfig) *storeBundle {
 		}
 	}
 	b.store = NewStore(b.coll, cfg)
+	// Ask what the server is now: the answer is learnt once per process,
+	// and the tests count the commands of a write, not of that probe.
+	if err := b.store.cfg.Traits.Probe(context.Background(), db); err != nil {
+		t.Fatal(err)
+	}
 	return b
 }
 

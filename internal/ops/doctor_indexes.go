@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -261,8 +260,9 @@ func keysJS(keys []string) string {
 }
 
 // sourceChecks checks each scoring rule's source collection: present, and
-// indexed on its userField (then its timeField when the rule has a window),
-// since every refresh queries it by user.
+// indexed on its userField, then the fields its filter pins to one value,
+// then its timeField when the rule has a window (Component.IndexKeys), since
+// every refresh queries it by user with that filter.
 func sourceChecks(ctx context.Context, cfg DoctorConfig, ix *indexCache) []Check {
 	var checks []Check
 	for _, comp := range cfg.Rules.Components {
@@ -286,10 +286,7 @@ func sourceChecks(ctx context.Context, cfg DoctorConfig, ix *indexCache) []Check
 }
 
 func sourceVerdict(comp scoring.Component, indexes []indexInfo) (status, detail, fix string) {
-	want := []string{comp.UserField}
-	if comp.Window > 0 {
-		want = append(want, comp.TimeField)
-	}
+	want := comp.IndexKeys()
 	best, bestName := 0, ""
 	for _, ix := range indexes {
 		n := 0
@@ -304,8 +301,8 @@ func sourceVerdict(comp scoring.Component, indexes []indexInfo) (status, detail,
 	switch {
 	case best == len(want):
 		return OK, fmt.Sprintf("%s serves {%s}", bestName, strings.Join(want, ", ")), ""
-	case best == 1:
-		return Warn, fmt.Sprintf("%s serves %s but not the %s window on %s: each refresh reads all of a user's documents", bestName, comp.UserField, time.Duration(comp.Window), comp.TimeField), fix
+	case best >= 1:
+		return Warn, fmt.Sprintf("%s serves {%s} but not {%s}: each refresh reads more of a user's documents than it counts", bestName, strings.Join(want[:best], ", "), strings.Join(want[best:], ", ")), fix
 	}
 	return Fail, fmt.Sprintf("no index starts with %s: every refresh scans the collection", comp.UserField), fix
 }

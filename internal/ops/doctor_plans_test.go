@@ -214,8 +214,8 @@ func TestDoctorExplainsWithProductionsHints(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	for key, want := range map[string]string{
-		"score_events username $in":                 "username_1_createdAt_1__id_1",  // absorb
-		"score_claims _id $in,leaseUntil $gt":       "_id_",                          // lease read
+		"score_events username $in":                 "username_1_createdAt_1__id_1", // absorb
+		"score_claims _id $in,leaseUntil $gt":       "_id_",                         // lease read
 		"score_events $or":                          "createdAt_1__id_1_username_1", // window, and the paged window
 		"score_events username $not,createdAt $not": "createdAt_1__id_1_username_1", // malformed scan
 	} {

@@ -202,6 +202,22 @@ func TestSourceVerdict(t *testing.T) {
 			t.Errorf("%s with %v: %s (%s), want %s", tc.c.Collection, tc.indexes, st, detail, tc.want)
 		}
 	}
+
+	// A filter's equality fields come between the user and the time field.
+	rules, err := scoring.ParseRules("rules.yaml", []byte(`components:
+  - {name: f, collection: a, userField: user, op: count, window: 1h, filter: {status: published, kind: {$in: [a, b]}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	filtered := rules.Components[0]
+	full := append(both, indexInfo{Name: "u_s_at", Keys: []string{"user:1", "status:1", "at:1"}})
+	if st, detail, _ := sourceVerdict(filtered, full); st != OK || !strings.Contains(detail, "u_s_at serves {user, status, at}") {
+		t.Errorf("filtered with %v: %s (%s), want OK by u_s_at", full, st, detail)
+	}
+	st, detail, fix := sourceVerdict(filtered, both)
+	if st != Warn || !strings.Contains(detail, "serves {user} but not {status, at}") || !strings.Contains(fix, `{"user": 1, "status": 1, "at": 1}`) {
+		t.Errorf("filtered with %v: %s (%s; %s), want a warning naming status then at, and the index to build", both, st, detail, fix)
+	}
 }
 
 // TestDoctorNamesTheIndexAnEarlierReleaseLeft: 0.2.0's absorb index is

@@ -1,0 +1,403 @@
+package scoring
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.yaml.in/yaml/v3"
+)
+
+// A component's filter is written in YAML (or JSON, which is YAML) with
+// relaxed Extended JSON for the values YAML has no word for ({$date: ...},
+// {$oid: ...}, {$numberDecimal: ...}). The YAML is turned into JSON and read
+// by the driver's bson.UnmarshalExtJSON, the reader pkg/extjson uses too, so
+// every Extended JSON form the driver knows is a value here ($date, $oid,
+// $numberInt, $numberLong, $numberDouble, $numberDecimal, $binary, $uuid,
+// $regularExpression, $timestamp, $minKey, $maxKey, $code, $symbol, ...):
+// once read, such a value is a typed BSON value, and every "$" key still
+// left in the document is an operator, checked against the list below.
+
+// fieldOperators apply to a field: {field: {$op: ...}}.
+var fieldOperators = []string{"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin",
+	"$exists", "$type", "$all", "$elemMatch", "$size", "$regex", "$options", "$not"}
+
+// logicalOperators combine whole queries: {$op: [query, ...]}.
+var logicalOperators = []string{"$and", "$or", "$nor"}
+
+// parseFilter converts a filter node to a query document. Problems are
+// reported through cp; ok is false when there were any.
+func (cp *componentParser) parseFilter(n *yaml.Node) (f bson.D, ok bool) {
+	if n.ShortTag() == "!!null" {
+		return nil, true
+	}
+	if resolveAlias(n).Kind != yaml.MappingNode {
+		cp.problem("filter must be a mapping (a MongoDB query document), got %s", kindName(n))
+		return nil, false
+	}
+	var buf bytes.Buffer
+	if err := writeJSON(&buf, n, 0); err != nil {
+		cp.problem("filter: %v", err)
+		return nil, false
+	}
+	if err := bson.UnmarshalExtJSON(buf.Bytes(), false, &f); err != nil {
+		cp.problem("filter is not a valid query document (%v); dates are written {$date: \"2025-01-31T00:00:00Z\"}", err)
+		return nil, false
+	}
+	return f, true
+}
+
+func resolveAlias(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+// writeJSON writes n as JSON, keeping the order of mapping keys (it matters
+// for an embedded document compared whole) and writing each scalar as the
+// BSON type YAML gives it.
+func writeJSON(buf *bytes.Buffer, n *yaml.Node, depth int) error {
+	if depth > 100 {
+		return fmt.Errorf("nested too deeply")
+	}
+	n = resolveAlias(n)
+	switch n.Kind {
+	case yaml.MappingNode:
+		buf.WriteByte('{')
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := resolveAlias(n.Content[i])
+			if k.Kind != yaml.ScalarNode || k.ShortTag() == "!!merge" {
+				return fmt.Errorf("key %q: want a plain field name or operator (no merge keys or complex keys)", k.Value)
+			}
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			writeString(buf, k.Value)
+			buf.WriteByte(':')
+			if err := writeJSON(buf, n.Content[i+1], depth+1); err != nil {
+				return err
+			}
+		}
+		buf.WriteByte('}')
+	case yaml.SequenceNode:
+		buf.WriteByte('[')
+		for i, e := range n.Content {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			if err := writeJSON(buf, e, depth+1); err != nil {
+				return err
+			}
+		}
+		buf.WriteByte(']')
+	case yaml.ScalarNode:
+		return writeScalar(buf, n)
+	default:
+		return fmt.Errorf("unexpected %s", kindName(n))
+	}
+	return nil
+}
+
+// writeScalar writes each scalar so that its BSON type is the one YAML read:
+// 5 is an int32, 5.0 a double (written as $numberDouble, since JSON would
+// read 2.0 back as an integer).
+func writeScalar(buf *bytes.Buffer, n *yaml.Node) error {
+	switch n.ShortTag() {
+	case "!!null":
+		buf.WriteString("null")
+	case "!!bool":
+		var b bool
+		if err := n.Decode(&b); err != nil {
+			return err
+		}
+		buf.WriteString(strconv.FormatBool(b))
+	case "!!int":
+		var i int64
+		if err := n.Decode(&i); err != nil {
+			return fmt.Errorf("%s: not a 64-bit integer; use {$numberDecimal: %q}", n.Value, n.Value)
+		}
+		// A plain JSON integer: Extended JSON reads it as an int32, or an
+		// int64 beyond, and the wrappers that take numbers ($timestamp,
+		// $minKey) want it plain.
+		buf.WriteString(strconv.FormatInt(i, 10))
+	case "!!float":
+		var f float64
+		if err := n.Decode(&f); err != nil {
+			return err
+		}
+		s := strconv.FormatFloat(f, 'g', -1, 64)
+		switch {
+		case math.IsInf(f, 1):
+			s = "Infinity"
+		case math.IsInf(f, -1):
+			s = "-Infinity"
+		case math.IsNaN(f):
+			s = "NaN"
+		}
+		fmt.Fprintf(buf, `{"$numberDouble":%q}`, s)
+	case "!!timestamp":
+		// Read as a date, 2025-01-31 would be midnight UTC; read as a
+		// string it would match no date field. Neither guess is safe.
+		return fmt.Errorf("unquoted date %s: write {$date: \"%sT00:00:00Z\"} for a date, or quote it for a string", n.Value, n.Value)
+	case "!!str":
+		writeString(buf, n.Value)
+	default:
+		return fmt.Errorf("%s: unsupported YAML type %s", n.Value, n.ShortTag())
+	}
+	return nil
+}
+
+func writeString(buf *bytes.Buffer, s string) {
+	b, _ := json.Marshal(s) // a string always marshals
+	buf.Write(b)
+}
+
+// checkFilter reports every operator of f that is not a query operator and
+// every condition on the user field: the filter narrows a user's documents,
+// it never picks the user.
+func (cp *componentParser) checkFilter(f bson.D, userField string) {
+	fc := filterChecker{cp: cp, userField: userField}
+	fc.query(f, "", false)
+}
+
+type filterChecker struct {
+	cp        *componentParser
+	userField string
+}
+
+func (fc filterChecker) problem(where, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if where != "" {
+		msg = "at " + where + ": " + msg
+	}
+	fc.cp.problem("filter %s", msg)
+}
+
+// refuse names the operator and why it is not allowed.
+func (fc filterChecker) refuse(where, op string) {
+	why := "only query operators are allowed (" + strings.Join(append(slices.Clone(fieldOperators), logicalOperators...), " ") + ")"
+	switch op {
+	case "$where", "$function", "$accumulator":
+		why = "it runs JavaScript on the server; " + why
+	case "$expr":
+		why = "aggregation expressions are not allowed; " + why
+	case "$jsonSchema", "$text":
+		why = why + "; " + op + " is neither a comparison nor cheap on every server"
+	}
+	fc.problem(where, "refused operator %s: %s", op, why)
+}
+
+// query checks a query document (the filter, an element of $and, $or or
+// $nor, or the query of an $elemMatch over documents). inElem is set inside
+// $elemMatch, where field names are relative to an array element and so
+// cannot name the user field.
+func (fc filterChecker) query(q bson.D, where string, inElem bool) {
+	for _, e := range q {
+		at := join(where, e.Key)
+		switch {
+		case slices.Contains(logicalOperators, e.Key):
+			arr, ok := e.Value.(bson.A)
+			if !ok || len(arr) == 0 {
+				fc.problem(at, "%s needs a non-empty list of query documents", e.Key)
+				continue
+			}
+			for i, sub := range arr {
+				d, ok := sub.(bson.D)
+				if !ok {
+					fc.problem(fmt.Sprintf("%s.%d", at, i), "%s lists query documents, got %v", e.Key, sub)
+					continue
+				}
+				fc.query(d, fmt.Sprintf("%s.%d", at, i), inElem)
+			}
+		case strings.HasPrefix(e.Key, "$"):
+			if slices.Contains(fieldOperators, e.Key) {
+				fc.problem(at, "%s applies to a field, e.g. {points: {%s: ...}}", e.Key, e.Key)
+				continue
+			}
+			fc.refuse(at, e.Key)
+		default:
+			if !validFilterPath(e.Key) {
+				fc.problem(at, "invalid field %q: a field path must not have empty parts or parts starting with \"$\"", e.Key)
+				continue
+			}
+			if !inElem && pathsOverlap(e.Key, fc.userField) {
+				fc.problem(at, "refused field %s: it is the component's userField (%s), which the refresh matches to the user itself", e.Key, fc.userField)
+				continue
+			}
+			fc.condition(e.Value, at)
+		}
+	}
+}
+
+// condition checks the value of {field: value}: an operator document, or a
+// literal compared for equality.
+func (fc filterChecker) condition(v any, where string) {
+	d, ok := v.(bson.D)
+	if !ok || len(d) == 0 || !strings.HasPrefix(d[0].Key, "$") {
+		fc.literal(v, where)
+		return
+	}
+	fc.operators(d, where)
+}
+
+// operators checks {$op: ..., $op2: ...}, the conditions on one field.
+func (fc filterChecker) operators(d bson.D, where string) {
+	hasRegex := slices.ContainsFunc(d, func(e bson.E) bool { return e.Key == "$regex" })
+	for _, e := range d {
+		at := join(where, e.Key)
+		if !strings.HasPrefix(e.Key, "$") {
+			fc.problem(at, "field %q mixed with operators: a condition is either all operators or a document compared whole", e.Key)
+			continue
+		}
+		if !slices.Contains(fieldOperators, e.Key) {
+			if slices.Contains(logicalOperators, e.Key) {
+				fc.problem(at, "%s combines whole queries, e.g. {%s: [{a: 1}, {b: 2}]}, not the conditions of one field", e.Key, e.Key)
+				continue
+			}
+			fc.refuse(at, e.Key)
+			continue
+		}
+		switch e.Key {
+		case "$in", "$nin", "$all":
+			arr, ok := e.Value.(bson.A)
+			if !ok {
+				fc.problem(at, "%s needs a list", e.Key)
+				continue
+			}
+			for i, x := range arr {
+				fc.literal(x, fmt.Sprintf("%s.%d", at, i))
+			}
+		case "$not":
+			switch x := e.Value.(type) {
+			case bson.D:
+				if len(x) == 0 || !strings.HasPrefix(x[0].Key, "$") {
+					fc.problem(at, "$not needs operators, e.g. {$not: {$gt: 5}}, or a regular expression")
+					continue
+				}
+				fc.operators(x, at)
+			case bson.Regex:
+			default:
+				fc.problem(at, "$not needs operators, e.g. {$not: {$gt: 5}}, or a regular expression")
+			}
+		case "$elemMatch":
+			x, ok := e.Value.(bson.D)
+			if !ok || len(x) == 0 {
+				fc.problem(at, "$elemMatch needs a non-empty document")
+				continue
+			}
+			if strings.HasPrefix(x[0].Key, "$") && !slices.Contains(logicalOperators, x[0].Key) {
+				fc.operators(x, at) // conditions on each element itself
+			} else {
+				fc.query(x, at, true) // a query on each element, a document
+			}
+		case "$options":
+			if !hasRegex {
+				fc.problem(at, "$options goes with $regex")
+			}
+			if _, ok := e.Value.(string); !ok {
+				fc.problem(at, "$options needs a string of flags such as \"i\"")
+			}
+		case "$regex":
+			switch e.Value.(type) {
+			case string, bson.Regex:
+			default:
+				fc.problem(at, "$regex needs a string or a regular expression")
+			}
+		default:
+			fc.literal(e.Value, at)
+		}
+	}
+}
+
+// literal checks a value compared as it is: it holds no "$" key, so that
+// nothing in it can be read as an operator by one server and as a value by
+// another ({$all: [{$elemMatch: ...}]} is one such).
+func (fc filterChecker) literal(v any, where string) {
+	switch x := v.(type) {
+	case bson.D:
+		for _, e := range x {
+			if strings.HasPrefix(e.Key, "$") {
+				fc.problem(join(where, e.Key), "%s inside a value: only the operators of a field's condition may start with \"$\"", e.Key)
+				continue
+			}
+			fc.literal(e.Value, join(where, e.Key))
+		}
+	case bson.A:
+		for i, e := range x {
+			fc.literal(e, fmt.Sprintf("%s.%d", where, i))
+		}
+	}
+}
+
+func join(where, key string) string {
+	if where == "" {
+		return key
+	}
+	return where + "." + key
+}
+
+// validFilterPath is validFieldPath, also refusing "$" inside the path
+// (positional operators have no meaning in a query).
+func validFilterPath(path string) bool {
+	if !validFieldPath(path) {
+		return false
+	}
+	for part := range strings.SplitSeq(path, ".") {
+		if strings.HasPrefix(part, "$") {
+			return false
+		}
+	}
+	return true
+}
+
+// pathsOverlap reports whether a condition on one path constrains the other:
+// the same path, or one inside the other ("author" and "author.name").
+func pathsOverlap(a, b string) bool {
+	return a == b || strings.HasPrefix(a, b+".") || strings.HasPrefix(b, a+".")
+}
+
+// filterEqualityFields returns the fields the filter pins to one value
+// (a literal other than a regular expression, or $eq), at its top level or
+// in a top-level $and: an index serves them as it serves the user field.
+func filterEqualityFields(f bson.D) []string {
+	var out []string
+	for _, e := range f {
+		if e.Key == "$and" {
+			if arr, ok := e.Value.(bson.A); ok {
+				for _, sub := range arr {
+					if d, ok := sub.(bson.D); ok {
+						out = append(out, filterEqualityFields(d)...)
+					}
+				}
+			}
+			continue
+		}
+		if strings.HasPrefix(e.Key, "$") {
+			continue
+		}
+		switch v := e.Value.(type) {
+		case bson.Regex:
+			continue
+		case bson.D:
+			if len(v) > 0 && strings.HasPrefix(v[0].Key, "$") {
+				eq := slices.ContainsFunc(v, func(o bson.E) bool {
+					_, re := o.Value.(bson.Regex)
+					return o.Key == "$eq" && !re
+				})
+				if !eq {
+					continue
+				}
+			}
+		}
+		if !slices.Contains(out, e.Key) {
+			out = append(out, e.Key)
+		}
+	}
+	return out
+}
