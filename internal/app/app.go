@@ -273,6 +273,17 @@ func (s *Service) MetricsAddr() string {
 	return s.server.Addr()
 }
 
+// ShutdownBudget is the longest Run can take to return once its context
+// ends (SIGTERM), whatever MongoDB does: the consumer's shutdown
+// (consumer.ShutdownBudget: the claim round in flight cancelled and cleaned
+// up, SHUTDOWN_TIMEOUT for running refreshes, the final flush), then the
+// metrics server's. A grace period shorter than this lets the kubelet kill
+// the process before the final flush released its leases, which then wait
+// out LEASE_DURATION; deploy/k8s_test.go holds the manifests to it.
+func ShutdownBudget(cfg config.Config) time.Duration {
+	return consumer.ShutdownBudget(0, cfg.ShutdownTimeout) + metrics.ServerShutdownTimeout
+}
+
 // Run serves metrics and health on METRICS_ADDR (unless it is empty), keeps
 // readiness up to date and drains the queue until ctx ends, then shuts down
 // gracefully. Close disconnects afterwards.
