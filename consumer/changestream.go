@@ -89,7 +89,7 @@ func (s *ChangeStreamSource) Run(ctx context.Context, wake func()) error {
 			s.use(metrics.WakeupChangeStream, nil)
 			token, invalidated = s.follow(ctx, stream, token, &failures, wake)
 			err = stream.Err()
-			closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+			closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), streamClose)
 			_ = stream.Close(closeCtx)
 			cancel()
 			if ctx.Err() != nil {

@@ -55,8 +55,8 @@ func TestClaimRoundsThatRunOutOfTimeGetLonger(t *testing.T) {
 // TestShutdownCutsAStretchedClaimRoundBack lets every read of the queue
 // hang until its deadline, so claim rounds stretch (1 s, 2 s, 4 s), and
 // begins shutdown while the 4 s round waits. The round's read ends by
-// cancellation, one OpTimeout into the shutdown, not at its 4 s deadline:
-// a round stretched to minutes must not outlast the pod's grace period.
+// cancellation when the shutdown begins, not at its 4 s deadline: a round
+// stretched to minutes must not outlast the pod's grace period.
 func TestShutdownCutsAStretchedClaimRoundBack(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

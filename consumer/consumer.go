@@ -410,10 +410,25 @@ func LongestClaimPass(opTimeout time.Duration) time.Duration {
 	return maxClaimStretch*cmp.Or(opTimeout, DefaultOpTimeout) + claimCleanup + claimRetryMax
 }
 
-// claimCleanup bounds what a failed round does after its deadline: deleting
-// the leases it had written (leaseStore.abandon, or the release after a
-// failed absorb).
+// claimCleanup bounds what a failed round does after its deadline or its
+// cancellation at shutdown: deleting the leases it had written
+// (leaseStore.abandon, or the release after a failed absorb).
 const claimCleanup = 10 * time.Second
+
+// streamClose bounds closing a change stream once ctx ends (the wake-up
+// source's own deadline): Run waits for its wake-up sources.
+const streamClose = 3 * time.Second
+
+// ShutdownBudget is the longest Run can take from the end of its context to
+// its return with the given OpTimeout and ShutdownTimeout (0: the defaults),
+// when MongoDB answers nothing: the claim round in flight is cancelled and
+// cleans up (claimCleanup, during which the change streams close), running
+// refreshes get shutdownTimeout, and the final flush that acknowledges and
+// releases everything gets one OpTimeout. A process killed sooner leaves
+// its unreleased leases to expire after LEASE_DURATION.
+func ShutdownBudget(opTimeout, shutdownTimeout time.Duration) time.Duration {
+	return max(claimCleanup, streamClose) + cmp.Or(shutdownTimeout, DefaultShutdownTimeout) + cmp.Or(opTimeout, DefaultOpTimeout)
+}
 
 // contentionDelay is a random wait in [0, wakeGap·2^(k−1)], at most
 // PollInterval, after the k-th contended round in a row.
@@ -442,25 +457,14 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 	if room <= 0 || !c.wantMore() {
 		return claimPass{}, nil
 	}
-	// Once begun, a claim round finishes even if shutdown starts meanwhile:
-	// cancelled between its lease insert and its absorb, it would leave
-	// leases that everyone must wait out. Its own deadline still bounds it,
-	// cut back to OpTimeout once shutdown begins: a deadline stretched to
-	// minutes would outlast the pod's grace period (abandon and release
-	// clean up after a round cut short).
-	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	// Shutdown cancels a round in flight: whatever it won now would only be
+	// released unrefreshed (a refresh waiting for a slot ends with ctx), and
+	// a round runs up to OpTimeout, or minutes once its deadline stretched,
+	// which would outlast the pod's grace period. A round cut short cleans
+	// up after itself within claimCleanup: acquire abandons the leases
+	// written under its token, a failed absorb releases the users it won.
+	opCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if timeout > c.cfg.OpTimeout {
-		defer context.AfterFunc(ctx, func() {
-			cut := c.clock.NewTimer(c.cfg.OpTimeout)
-			defer cut.Stop()
-			select {
-			case <-cut.C():
-				cancel()
-			case <-opCtx.Done():
-			}
-		})()
-	}
 	start := c.clock.Now()
 	c.mu.Lock()
 	exclude := make(map[string]struct{}, len(c.held))

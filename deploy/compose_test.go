@@ -214,8 +214,8 @@ func TestManifestCompose(t *testing.T) {
 		grace, err := time.ParseDuration(consumer.StopGracePeriod)
 		if err != nil {
 			t.Errorf("%s: %s: stop_grace_period %q: %v (compose's default of 10s cuts the shutdown short)", composePath, roles.consumer, consumer.StopGracePeriod, err)
-		} else if want := shutdownTimeout(t, vars, consumer.Environment) + shutdownMargin; grace < want {
-			t.Errorf("%s: %s: stop_grace_period %s, want at least SHUTDOWN_TIMEOUT + %s = %s", composePath, roles.consumer, grace, shutdownMargin, want)
+		} else if want := shutdownBudget(t, vars, consumer.Environment); grace < want {
+			t.Errorf("%s: %s: stop_grace_period %s, want at least the shutdown's budget %s (app.ShutdownBudget)", composePath, roles.consumer, grace, want)
 		}
 		if _, ok := consumer.publishedPort(metricsPortN); !ok {
 			t.Errorf("%s: %s publishes no port for METRICS_ADDR's %d (ports %q)", composePath, roles.consumer, metricsPortN, consumer.Ports)

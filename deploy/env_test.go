@@ -34,6 +34,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/scorerefresh/scorerefresh/deploy/internal/assetparse"
+	"github.com/scorerefresh/scorerefresh/internal/app"
 	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/metrics"
 	"github.com/scorerefresh/scorerefresh/scoring"
@@ -52,10 +53,14 @@ const (
 	productionPkg    = "./cmd/scorerefresh"
 )
 
-// shutdownMargin is what a grace period must leave after SHUTDOWN_TIMEOUT:
-// the final release of claims (one round trip), the metrics server's 3s
-// shutdown and the disconnect. Killed sooner, claims wait out LEASE_DURATION.
-const shutdownMargin = 10 * time.Second
+// shutdownBudget is what a grace period must leave the service after
+// SIGTERM for the manifest's SHUTDOWN_TIMEOUT (app.ShutdownBudget: the claim
+// round's cleanup, the refreshes, the final flush, the metrics server).
+// Killed sooner, claims wait out LEASE_DURATION.
+func shutdownBudget(t *testing.T, vars map[string]configVar, env map[string]string) time.Duration {
+	t.Helper()
+	return app.ShutdownBudget(config.Config{ShutdownTimeout: shutdownTimeout(t, vars, env)})
+}
 
 // goRuntimeVars are the variables a manifest may set besides config.Config's:
 // the Go runtime reads them, not the service.

@@ -429,8 +429,8 @@ func checkPod(t *testing.T, where string, pod podSpec, configMaps map[string]map
 	if pod.TerminationGracePeriodSeconds != nil {
 		grace = time.Duration(*pod.TerminationGracePeriodSeconds) * time.Second
 	}
-	if want := shutdownTimeout(t, vars, env) + shutdownMargin; grace < want {
-		t.Errorf("%s: terminationGracePeriodSeconds %s, want at least SHUTDOWN_TIMEOUT + %s = %s", where, grace, shutdownMargin, want)
+	if want := shutdownBudget(t, vars, env); grace < want {
+		t.Errorf("%s: terminationGracePeriodSeconds %s, want at least the shutdown's budget for SHUTDOWN_TIMEOUT=%s, %s (app.ShutdownBudget)", where, grace, shutdownTimeout(t, vars, env), want)
 	}
 	return c
 }

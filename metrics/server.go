@@ -73,7 +73,11 @@ func listen(addr string, handler http.Handler, to Timeouts) (*Server, error) {
 // Addr is the bound address.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
-// Serve serves until ctx ends, then shuts down within a few seconds.
+// ServerShutdownTimeout bounds Serve's shutdown once its context ends: a
+// scrape in progress gets this long to finish.
+const ServerShutdownTimeout = 3 * time.Second
+
+// Serve serves until ctx ends, then shuts down within ServerShutdownTimeout.
 func (s *Server) Serve(ctx context.Context) error {
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(s.ln) }()
@@ -82,7 +86,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		return fmt.Errorf("serving metrics: %w", err)
 	case <-ctx.Done():
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), ServerShutdownTimeout)
 	defer cancel()
 	err := s.srv.Shutdown(shutdownCtx)
 	if serveErr := <-errc; !errors.Is(serveErr, http.ErrServerClosed) {

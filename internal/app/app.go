@@ -241,10 +241,7 @@ func (s *Service) newConsumer(limit consumer.Limiter, refresher consumer.Refresh
 	// Readiness starts false: it is earned by a ping and a claim round.
 	s.Health.Set("mongodb", false, "not yet reached")
 	s.Health.Set("claiming", false, "no claim round yet")
-	// A pass of the claim loop can take a round at its most stretched
-	// deadline plus the longest retry backoff; silence past that is a
-	// wedged loop, not a slow one.
-	beat := s.Health.Watch("claim loop", consumer.LongestClaimPass(0)+2*s.cfg.PollInterval)
+	beat := s.Health.Watch("claim loop", WedgedAfter(s.cfg))
 	if s.cfg.ChangeStreams == config.ChangeStreamsOff {
 		s.log.Info("change streams off (CHANGE_STREAMS=off); waking on POLL_INTERVAL polling", "poll_interval", s.cfg.PollInterval.String())
 	} else {
@@ -301,6 +298,44 @@ func (s *Service) MetricsAddr() string {
 		return ""
 	}
 	return s.server.Addr()
+}
+
+// WedgedAfter is how long the claim loop may be silent before /healthz
+// fails: a pass of the loop can take a round at its most stretched deadline
+// plus the longest retry backoff (consumer.LongestClaimPass); silence past
+// that, with two poll periods of slack, is a wedged loop, not a slow one.
+// 282 s with the defaults.
+func WedgedAfter(cfg config.Config) time.Duration {
+	return consumer.LongestClaimPass(0) + 2*cfg.PollInterval
+}
+
+// RestartAfter is the longest a wedged replica runs before the kubelet
+// restarts it under a liveness probe of the given period and failure
+// threshold: WedgedAfter, then up to one period until the first failed
+// probe and threshold − 1 more. deploy/k8s_test.go holds the Deployment's
+// probe and the documents' figure to it (402 s with the defaults and the
+// Deployment's probe, 20 s × 6).
+func RestartAfter(cfg config.Config, period time.Duration, failureThreshold int) time.Duration {
+	return WedgedAfter(cfg) + time.Duration(failureThreshold)*period
+}
+
+// FleetConnections is the most connections one MongoDB server sees from
+// replicas replicas of cfg while a rollout surges one more: each holds its
+// pool and the driver's monitoring connections (ConnectionsPerReplica). 161
+// for the KEDA component's 6 replicas and the defaults.
+func FleetConnections(cfg config.Config, replicas int) int {
+	return (replicas + 1) * ConnectionsPerReplica(cfg)
+}
+
+// ShutdownBudget is the longest Run can take to return once its context
+// ends (SIGTERM), whatever MongoDB does: the consumer's shutdown
+// (consumer.ShutdownBudget: the claim round in flight cancelled and cleaned
+// up, SHUTDOWN_TIMEOUT for running refreshes, the final flush), then the
+// metrics server's. A grace period shorter than this lets the kubelet kill
+// the process before the final flush released its leases, which then wait
+// out LEASE_DURATION; deploy/k8s_test.go holds the manifests to it.
+func ShutdownBudget(cfg config.Config) time.Duration {
+	return consumer.ShutdownBudget(0, cfg.ShutdownTimeout) + metrics.ServerShutdownTimeout
 }
 
 // Run serves metrics and health on METRICS_ADDR (unless it is empty), keeps
