@@ -118,7 +118,12 @@ func (s *HTTPScorer) Score(ctx context.Context, users []string, asOf time.Time) 
 		s.cfg.Observe(outcome, time.Since(start).Seconds())
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("asking the scorer at %s for %d users: %w", s.where, len(users), err)
+		// %v, not %w: a scorer's timeout or refused connection must not
+		// read as MongoDB being unreachable, which is never charged. A
+		// scorer failing is a failed batch (nobody charged, each user
+		// then alone), and a user whose own request fails while the
+		// scorer answers others is charged.
+		return nil, nil, fmt.Errorf("asking the scorer at %s for %d users: %v", s.where, len(users), err)
 	}
 	return results, failed, nil
 }
