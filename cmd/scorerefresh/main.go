@@ -15,19 +15,13 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
-	"github.com/scorerefresh/scorerefresh/internal/app"
 	"github.com/scorerefresh/scorerefresh/internal/cli"
-	"github.com/scorerefresh/scorerefresh/internal/config"
+	"github.com/scorerefresh/scorerefresh/service"
 )
 
 // Set at build time: -ldflags "-X main.version=v1.2.3 -X main.revision=abc123".
@@ -103,57 +97,12 @@ func runWith(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) 
 	return 2
 }
 
-const runHelp = `usage: scorerefresh run
-
-Drains the queue until SIGTERM or SIGINT: the container's command. It takes
-no arguments; it reads the environment variables below, once, at start
-(docs/contract.md). An unset or empty variable keeps its default. What is
-shown is each default, never the value this environment holds.
-
-environment (with its default):
-`
-
-// runService is `scorerefresh run`. It refuses every argument: a mistyped
-// flag or a request for help must never start the service, since whoever
-// types it may have production's environment loaded.
+// runService is `scorerefresh run` (service.Run, with the rules or
+// SCORER_URL). It refuses every argument: a mistyped flag or a request for
+// help must never start the service, since whoever types it may have
+// production's environment loaded.
 func runService(args, environ []string, stdout, stderr io.Writer) int {
-	fs := cli.NewFlagSet("scorerefresh run", runHelp, stderr)
-	fs.Usage = func() { writeRunHelp(fs.Output()) }
-	if code, ok := cli.Parse(fs, args, false, stdout); !ok {
-		return code
-	}
-	cfg, err := config.Parse(environ)
-	if err != nil {
-		fmt.Fprintf(stderr, "scorerefresh: %v\n", err)
-		return 2
-	}
-	level, _ := config.ParseLogLevel(cfg.LogLevel)
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	svc, err := app.New(ctx, cfg, app.Options{Logger: log, Version: version, Revision: revision})
-	if err != nil {
-		log.Error("cannot start", "err", err)
-		fmt.Fprintf(stderr, "scorerefresh: %v\n", err)
-		return 2
-	}
-	defer svc.Close(context.Background())
-	if err := svc.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		log.Error("stopped with an error", "err", err)
-		return 1
-	}
-	return 0
-}
-
-// writeRunHelp prints config.Variables: the configuration package is the
-// one list of what the service reads.
-func writeRunHelp(w io.Writer) {
-	var b strings.Builder
-	b.WriteString(runHelp)
-	for _, v := range config.Variables() {
-		fmt.Fprintf(&b, "  %s=%s\n      %s\n", v.Name, v.Default, v.Help)
-	}
-	_, _ = io.WriteString(w, b.String())
+	return service.Run(args, environ, stdout, stderr, service.Options{Version: version, Revision: revision})
 }
 
 func runVersion(args []string, stdout, stderr io.Writer) int {

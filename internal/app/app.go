@@ -42,6 +42,10 @@ type Options struct {
 	// Monitor, if set, sees every command of the client after the metrics
 	// have counted it: the bench measures bytes and documents with it.
 	Monitor *event.CommandMonitor
+	// Scorer, if set, computes the scores instead of the rules or
+	// SCORER_URL (a team's own Go scorer, see the service package); it is
+	// handed the service's database, read from the primary.
+	Scorer func(db *mongo.Database) scoring.Scorer
 	// WrapRefresher, if set, wraps the scorer: the bench injects scorer
 	// faults with it.
 	WrapRefresher func(consumer.Refresher) consumer.Refresher
@@ -128,7 +132,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 	s.Sampler = metrics.NewSampler(metrics.SamplerConfig{
 		Queue: s.Colls.Queue, DeadLetter: s.Colls.DeadLetter, Interval: cfg.SLIInterval, Clock: local,
 	}, s.SLI, s.Metrics, log)
-	scorer, err := s.newScorer()
+	scorer, err := s.newScorer(opts.Scorer)
 	if err != nil {
 		_ = s.Client.Disconnect(ctx)
 		return nil, err
@@ -219,7 +223,10 @@ func (s *Service) newRefresher(scorer scoring.Scorer, wrap func(consumer.Refresh
 
 // newScorer is what computes the scores: the rules, or the external scorer
 // of SCORER_URL, whose requests are counted in the metrics.
-func (s *Service) newScorer() (scoring.Scorer, error) {
+func (s *Service) newScorer(own func(*mongo.Database) scoring.Scorer) (scoring.Scorer, error) {
+	if own != nil {
+		return own(s.DB), nil
+	}
 	if s.cfg.ScorerURL == "" {
 		return scoring.NewRecomputer(s.DB, s.Rules, scoring.WithRecomputerLogger(s.log)), nil
 	}
