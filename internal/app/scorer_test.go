@@ -1,9 +1,14 @@
 package app
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -239,5 +244,80 @@ func TestExternalScorerDownDeadLettersNobody(t *testing.T) {
 	checkLetterScores(t, db, users)
 	if n := metrics.Read(svc.Metrics.ScorerRequests.WithLabelValues("error")); n < float64(3*len(users)) {
 		t.Errorf("%v requests counted as errors, want at least %d", n, 3*len(users))
+	}
+}
+
+// TestNodeScorerExampleDrains runs examples/nodescorer, an external scorer
+// in Node.js (node:http and the official MongoDB driver, pinned by its
+// lockfile), and drains the demo's shape of data through it: every score
+// is what that scorer computes. It needs node and npm (CI installs them).
+func TestNodeScorerExampleDrains(t *testing.T) {
+	t.Parallel()
+	node, errNode := exec.LookPath("node")
+	npm, errNPM := exec.LookPath("npm")
+	if errNode != nil || errNPM != nil {
+		t.Skip("needs node and npm (Debian's nodejs and npm packages)")
+	}
+	dir := filepath.Join("..", "..", "examples", "nodescorer")
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "mongodb")); err != nil {
+		install := exec.CommandContext(t.Context(), npm, "ci", "--no-audit", "--no-fund")
+		install.Dir = dir
+		if out, err := install.CombinedOutput(); err != nil {
+			t.Fatalf("npm ci: %v\n%s", err, out)
+		}
+	}
+	db := mongotest.Database(t, mongotest.Options{})
+	srv := exec.Command(node, "server.js")
+	srv.Dir = dir
+	srv.Env = append(os.Environ(), "MONGODB_URI="+mongotest.URI(t), "MONGODB_DATABASE="+db.Name(), "SCORER_TOKEN=t0ken", "PORT=0")
+	stdout, err := srv.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	srv.Stderr = &stderr
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	url, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
+	if err != nil || !ok {
+		t.Fatalf("the scorer did not start (%q, %v):\n%s", line, err, stderr.String())
+	}
+
+	now := time.Now().Add(-time.Minute)
+	want := map[string]float64{"ann": 0, "bob": 0, "cy": 0}
+	var activity []any
+	for i, u := range []string{"ann", "ann", "bob", "ann", "bob"} {
+		activity = append(activity, bson.D{{Key: "username", Value: u}, {Key: "points", Value: i + 1}, {Key: "at", Value: now}})
+		want[u] += 2 + float64(i+1)
+	}
+	if _, err := db.Collection("user_activity").InsertMany(t.Context(), activity); err != nil {
+		t.Fatal(err)
+	}
+	enqueueUsers(t, db, "ann", "bob", "cy", "ann")
+	cfg, err := config.Parse([]string{
+		"MONGODB_URI=" + mongotest.URI(t), "MONGODB_DATABASE=" + db.Name(), "METRICS_ADDR=127.0.0.1:0",
+		"POLL_INTERVAL=50ms", "SCORER_URL=" + url + "/score", "SCORER_TOKEN=t0ken",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, newService(t, cfg, Options{}))
+	drainedOrDead(t, db)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if dead := deadUsers(t, db); len(dead) != 0 {
+		t.Fatalf("dead letters %v; the scorer's log:\n%s", dead, stderr.String())
+	}
+	for u, w := range want {
+		var doc struct {
+			Score float64 `bson:"score"`
+		}
+		if err := db.Collection("user_scores").FindOne(t.Context(), bson.D{{Key: "_id", Value: u}}).Decode(&doc); err != nil || doc.Score != w {
+			t.Errorf("%s: score %v (%v), want %v", u, doc.Score, err, w)
+		}
 	}
 }
