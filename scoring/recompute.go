@@ -9,6 +9,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
 // Result is one user's freshly computed score.
@@ -24,14 +26,18 @@ type Recomputer struct {
 	db    *mongo.Database
 	rules *Rules
 	log   *slog.Logger
+	// traits holds what the server refused (servertraits.Feature), shared
+	// with the rest of the service; the two fields below are its flags.
+	traits *servertraits.Traits
 	// noMaxAccumulator is set once the server has answered that it lacks the
 	// $group accumulator $max (FerretDB 1.24 does): from then on max components
 	// use a sorted find, so the failed attempt costs one round trip per process
-	// rather than one per refresh.
-	noMaxAccumulator atomic.Bool
+	// rather than one per refresh (servertraits.AccumulatorMax).
+	noMaxAccumulator *atomic.Bool
 	// unbatched is set, per op, once the server has refused the batched shape
 	// of that op as not implemented (see RecomputeBatch). max uses
-	// noMaxAccumulator instead: its batched shape needs the same accumulator.
+	// noMaxAccumulator instead: its batched shape needs the same accumulator
+	// (servertraits.BatchedShape).
 	unbatched map[Op]*atomic.Bool
 }
 
@@ -44,15 +50,22 @@ func WithRecomputerLogger(l *slog.Logger) RecomputerOption {
 	return func(r *Recomputer) { r.log = l }
 }
 
+// WithRecomputerTraits records what the server refuses in t, the traits the
+// rest of the service shares, instead of traits of the Recomputer's own.
+func WithRecomputerTraits(t *servertraits.Traits) RecomputerOption {
+	return func(r *Recomputer) { r.traits = t }
+}
+
 // NewRecomputer returns a Recomputer reading the source collections of rules
 // from db.
 func NewRecomputer(db *mongo.Database, rules *Rules, opts ...RecomputerOption) *Recomputer {
-	r := &Recomputer{db: db, rules: rules, log: slog.New(slog.DiscardHandler), unbatched: map[Op]*atomic.Bool{}}
-	for _, op := range []Op{OpSum, OpCount, OpDistinct} {
-		r.unbatched[op] = new(atomic.Bool)
-	}
+	r := &Recomputer{db: db, rules: rules, log: slog.New(slog.DiscardHandler), traits: servertraits.New(), unbatched: map[Op]*atomic.Bool{}}
 	for _, o := range opts {
 		o(r)
+	}
+	r.noMaxAccumulator = r.traits.Learnt(servertraits.AccumulatorMax)
+	for _, op := range []Op{OpSum, OpCount, OpDistinct} {
+		r.unbatched[op] = r.traits.Learnt(servertraits.BatchedShape(string(op)))
 	}
 	return r
 }
