@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -74,10 +75,17 @@ func mongoService(t *testing.T, db *mongo.Database, paths *mongoPaths, wrap func
 	return svc
 }
 
-// mongoPaths counts the commands only MongoDB mode sends.
+// mongoPaths counts the commands only MongoDB mode sends, and keeps the
+// scorer's (on the source and score collections) whole.
 type mongoPaths struct {
-	mu   sync.Mutex
-	seen map[string]int
+	mu     sync.Mutex
+	seen   map[string]int
+	scorer []scorerCommand
+}
+
+type scorerCommand struct {
+	name, coll string
+	body       bson.Raw
 }
 
 const (
@@ -122,6 +130,9 @@ func (p *mongoPaths) monitor() *event.CommandMonitor {
 		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
+		if coll == "user_activity" || coll == "user_scores" {
+			p.scorer = append(p.scorer, scorerCommand{e.CommandName, coll, slices.Clone(cmd)})
+		}
 		for _, f := range found {
 			p.seen[f]++
 		}
@@ -362,4 +373,97 @@ func TestMongoModeTakesOverStrayClaimsDocuments(t *testing.T) {
 	if n, err := db.Collection("score_claims").CountDocuments(t.Context(), bson.D{}); err != nil || n != 0 {
 		t.Errorf("%d claims documents left after a graceful stop (%v)", n, err)
 	}
+}
+
+// TestMongoModeScorerCommandShapes pins the scorer's commands in MongoDB
+// mode: batched recompute and score reads name at most REFRESH_BATCH_SIZE
+// users, on the source index's leading field (username) and on _id, in a
+// reply sized to close its cursor; score writes are single-document
+// upserts (CheapUpserts) fenced by _id and version, one per user of the
+// batch. Every statement of every command is checked.
+func TestMongoModeScorerCommandShapes(t *testing.T) {
+	t.Parallel()
+	const batch = 8 // mongoModeEnv's REFRESH_BATCH_SIZE
+	db := mongotest.Database(t, mongotest.Options{})
+	seedMixed(t, db, 96, 48, "user ")
+	paths := &mongoPaths{}
+	stop := run(t, mongoService(t, db, paths, nil))
+	waitEmpty(t, db.Collection("score_events"), 3*time.Minute)
+	if err := stop(); err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	users := func(t *testing.T, v bson.RawValue) int {
+		t.Helper()
+		n := len(valuesOf(v))
+		if n == 0 || n > batch {
+			t.Errorf("%d users in %s, want 1 to REFRESH_BATCH_SIZE (%d)", n, v, batch)
+		}
+		return n
+	}
+	closes := func(t *testing.T, v bson.RawValue, n int) {
+		t.Helper()
+		if b, ok := v.AsInt64OK(); !ok || b <= int64(n) {
+			t.Errorf("batchSize %s for %d users' documents: the cursor may stay open", v, n)
+		}
+	}
+	for _, tc := range []struct {
+		name, cmd, coll string
+		match           func(bson.Raw) bool
+		check           func(t *testing.T, body bson.Raw)
+	}{
+		{"batched recompute", "aggregate", "user_activity", func(b bson.Raw) bool {
+			_, err := b.LookupErr("pipeline", "0", "$match", "username", "$in")
+			return err == nil
+		}, func(t *testing.T, b bson.Raw) {
+			closes(t, b.Lookup("cursor", "batchSize"), users(t, b.Lookup("pipeline", "0", "$match", "username", "$in")))
+		}},
+		{"score read", "find", "user_scores", nil, func(t *testing.T, b bson.Raw) {
+			closes(t, b.Lookup("batchSize"), users(t, b.Lookup("filter", "_id", "$in")))
+		}},
+		{"score write", "update", "user_scores", nil, func(t *testing.T, b bson.Raw) {
+			sts := valuesOf(b.Lookup("updates"))
+			if len(sts) == 0 || len(sts) > batch {
+				t.Errorf("%d statements in one score write, want 1 to %d", len(sts), batch)
+			}
+			for _, v := range sts {
+				st := v.Document()
+				_, id := st.Lookup("q", "_id").StringValueOK()
+				_, fenced := st.LookupErr("q", "version")
+				multi, _ := st.Lookup("multi").BooleanOK()
+				upsert, _ := st.Lookup("upsert").BooleanOK()
+				if !id || fenced != nil || multi || !upsert {
+					t.Errorf("score write %s: want a single-document upsert by _id and version", st)
+				}
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			seen := 0
+			paths.mu.Lock()
+			defer paths.mu.Unlock()
+			for _, c := range paths.scorer {
+				if c.name != tc.cmd || c.coll != tc.coll || (tc.match != nil && !tc.match(c.body)) {
+					continue
+				}
+				seen++
+				if h, err := c.body.LookupErr("hint"); err == nil && h.Type != bson.TypeString {
+					t.Errorf("%s hints by key pattern: %s", tc.name, c.body)
+				}
+				tc.check(t, c.body)
+			}
+			if seen == 0 {
+				t.Errorf("no %s sent", tc.name)
+			}
+		})
+	}
+}
+
+// valuesOf is v's elements, none if it is not an array.
+func valuesOf(v bson.RawValue) []bson.RawValue {
+	a, ok := v.ArrayOK()
+	if !ok {
+		return nil
+	}
+	vals, _ := a.Values()
+	return vals
 }
