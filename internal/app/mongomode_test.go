@@ -33,12 +33,17 @@ import (
 // single-document, and on the embedded server each such statement holds
 // one of its 100 SQLite connections until its command ends
 // (servertraits.SingleUpdatesHoldConnections), so a command of ~100 of
-// them jams it. REFRESH_BATCH_SIZE=8 and MAX_USERS_IN_FLIGHT=32 keep every
-// command's statements well under that.
+// them jams it, and so do several commands of a few dozen each at once.
+// REFRESH_BATCH_SIZE=8 and MAX_USERS_IN_FLIGHT=16 keep every command's
+// statements well under that, and the tests do not run in parallel: the
+// package's parallel tests (six replicas in TestFleetDrainsAndClosesEveryCursor)
+// share the embedded server and its connections, and together with these
+// statements they may take every one of them (one run beside them, under
+// load, timed out).
 
 // mongoModeEnv is the configuration of these tests besides the server.
 var mongoModeEnv = []string{
-	"REFRESH_BATCH_SIZE=8", "MAX_USERS_IN_FLIGHT=32", "REFRESH_CONCURRENCY=4",
+	"REFRESH_BATCH_SIZE=8", "MAX_USERS_IN_FLIGHT=16", "REFRESH_CONCURRENCY=2",
 	"POLL_INTERVAL=100ms", "SLI_INTERVAL=1s", "METRICS_ADDR=127.0.0.1:0",
 }
 
@@ -204,7 +209,6 @@ func serverLacksMax(t *testing.T, db *mongo.Database) bool {
 // out exact, and what the server refused ($max on the embedded server) is
 // learnt into the traits the whole service shares.
 func TestMongoModeDrainsWithExactScores(t *testing.T) {
-	t.Parallel()
 	db := mongotest.Database(t, mongotest.Options{})
 	want := seedMixed(t, db, 240, 60, "user ")
 	paths := &mongoPaths{}
@@ -227,7 +231,6 @@ func TestMongoModeDrainsWithExactScores(t *testing.T) {
 // over once LEASE_DURATION has passed, with single-document takeover
 // statements; every score comes out exact.
 func TestMongoModeRescuesACrashedReplicasUsers(t *testing.T) {
-	t.Parallel()
 	db := mongotest.Database(t, mongotest.Options{})
 	want := seedMixed(t, db, 120, 40, "user ")
 	env := []string{"LEASE_DURATION=3s", "SHUTDOWN_TIMEOUT=100ms"}
@@ -294,7 +297,6 @@ func countRunning(t *testing.T, claims *mongo.Collection) int64 {
 // malformed-entry scan, both MongoDB's paths, and dead-lettered; the users
 // behind them are refreshed with exact scores.
 func TestMongoModeDeadLettersAHostileHead(t *testing.T) {
-	t.Parallel()
 	db := mongotest.Database(t, mongotest.Options{})
 	head := time.Now().Add(-time.Hour)
 	hostile := []any{
@@ -346,7 +348,6 @@ func TestMongoModeDeadLettersAHostileHead(t *testing.T) {
 // count) are taken over with MongoDB's single-document statements, and
 // their users' entries drain with exact scores.
 func TestMongoModeTakesOverStrayClaimsDocuments(t *testing.T) {
-	t.Parallel()
 	db := mongotest.Database(t, mongotest.Options{})
 	want := seedMixed(t, db, 60, 12, "user ")
 	past := time.Now().Add(-time.Hour)
@@ -382,7 +383,6 @@ func TestMongoModeTakesOverStrayClaimsDocuments(t *testing.T) {
 // upserts (CheapUpserts) fenced by _id and version, one per user of the
 // batch. Every statement of every command is checked.
 func TestMongoModeScorerCommandShapes(t *testing.T) {
-	t.Parallel()
 	const batch = 8 // mongoModeEnv's REFRESH_BATCH_SIZE
 	db := mongotest.Database(t, mongotest.Options{})
 	seedMixed(t, db, 96, 48, "user ")
