@@ -161,11 +161,11 @@ func accumulatorOf(op Op) string { return "$" + string(op) }
 func (r *Recomputer) lacksAccumulator(op Op) *atomic.Bool {
 	switch op {
 	case OpMax:
-		return &r.noMaxAccumulator
+		return r.noMaxAccumulator
 	case OpMin:
-		return &r.noMinAccumulator
+		return r.noMinAccumulator
 	case OpAvg:
-		return &r.noAvgAccumulator
+		return r.noAvgAccumulator
 	}
 	return nil
 }

@@ -11,6 +11,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
 // Result is one user's freshly computed score.
@@ -26,20 +28,24 @@ type Recomputer struct {
 	db    *mongo.Database
 	rules *Rules
 	log   *slog.Logger
+	// traits holds what the server refused (servertraits.Feature), shared
+	// with the rest of the service; the two fields below are its flags.
+	traits *servertraits.Traits
 	// noMaxAccumulator is set once the server has answered that it lacks the
 	// $group accumulator $max (FerretDB 1.24 does): from then on max components
 	// use a sorted find, so the failed attempt costs one round trip per process
-	// rather than one per refresh.
-	noMaxAccumulator atomic.Bool
-	// noMinAccumulator is noMaxAccumulator for $min.
-	noMinAccumulator atomic.Bool
+	// rather than one per refresh (servertraits.AccumulatorMax).
+	noMaxAccumulator *atomic.Bool
+	// noMinAccumulator is noMaxAccumulator for $min (AccumulatorMin).
+	noMinAccumulator *atomic.Bool
 	// noAvgAccumulator is set once the server has answered that it lacks
 	// $avg (FerretDB 1.24 does): avg components then take a $sum and a count
-	// as two queries, batched alike.
-	noAvgAccumulator atomic.Bool
+	// as two queries, batched alike (AccumulatorAvg).
+	noAvgAccumulator *atomic.Bool
 	// unbatched is set, per op, once the server has refused the batched shape
 	// of that op as not implemented (see RecomputeBatch). max and min use
-	// their accumulator's flag instead: their batched shape needs it.
+	// their accumulator's flag instead: their batched shape needs it
+	// (servertraits.BatchedShape).
 	unbatched map[Op]*atomic.Bool
 
 	// learnCollation tells whether a source collection's default collation
@@ -59,16 +65,25 @@ func WithRecomputerLogger(l *slog.Logger) RecomputerOption {
 	return func(r *Recomputer) { r.log = l }
 }
 
+// WithRecomputerTraits records what the server refuses in t, the traits the
+// rest of the service shares, instead of traits of the Recomputer's own.
+func WithRecomputerTraits(t *servertraits.Traits) RecomputerOption {
+	return func(r *Recomputer) { r.traits = t }
+}
+
 // NewRecomputer returns a Recomputer reading the source collections of rules
 // from db.
 func NewRecomputer(db *mongo.Database, rules *Rules, opts ...RecomputerOption) *Recomputer {
-	r := &Recomputer{db: db, rules: rules, log: slog.New(slog.DiscardHandler), unbatched: map[Op]*atomic.Bool{}}
+	r := &Recomputer{db: db, rules: rules, log: slog.New(slog.DiscardHandler), traits: servertraits.New(), unbatched: map[Op]*atomic.Bool{}}
 	r.learnCollation = r.listCollation
-	for _, op := range []Op{OpSum, OpCount, OpDistinct, OpAvg} {
-		r.unbatched[op] = new(atomic.Bool)
-	}
 	for _, o := range opts {
 		o(r)
+	}
+	r.noMaxAccumulator = r.traits.Learnt(servertraits.AccumulatorMax)
+	r.noMinAccumulator = r.traits.Learnt(servertraits.AccumulatorMin)
+	r.noAvgAccumulator = r.traits.Learnt(servertraits.AccumulatorAvg)
+	for _, op := range []Op{OpSum, OpCount, OpDistinct, OpAvg} {
+		r.unbatched[op] = r.traits.Learnt(servertraits.BatchedShape(string(op)))
 	}
 	return r
 }

@@ -53,6 +53,10 @@ type Options struct {
 	// (default: the wall clock). Lease and score times come from the
 	// server's clock (Service.Clock), which corrects this one.
 	Clock clock.Clock
+	// Traits, if set, is what the service takes the server to be instead
+	// of asking it (servertraits.New): tests force MongoDB's traits
+	// (servertraits.Fixed) to run MongoDB's paths on the embedded server.
+	Traits *servertraits.Traits
 }
 
 // Service is a wired, not yet running, scorerefresh.
@@ -122,7 +126,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 		clock:    local,
 	}
 	limit := s.newLimiter()
-	if err := s.connect(opts.Monitor); err != nil {
+	if err := s.connect(opts.Monitor, opts.Traits); err != nil {
 		return nil, err
 	}
 	// The oldest entry ages by the server's clock, as leases and
@@ -164,7 +168,7 @@ func (s *Service) newLimiter() consumer.Limiter {
 
 // connect builds the client, the collections and the server's clock, and
 // with an adaptive limiter the exchange of its baseline with the fleet.
-func (s *Service) connect(monitor *event.CommandMonitor) error {
+func (s *Service) connect(monitor *event.CommandMonitor, traits *servertraits.Traits) error {
 	clientOpts := ClientOptions(s.cfg, s.Mongo)
 	if monitor != nil {
 		clientOpts.SetMonitor(s.Mongo.CommandMonitor(monitor))
@@ -183,7 +187,10 @@ func (s *Service) connect(monitor *event.CommandMonitor) error {
 		s.log.Warn("MONGODB_URI asks for a read preference other than primary; scorerefresh reads from the primary regardless", "uri_read_preference", rp.Mode().String())
 	}
 	s.Clock = serverclock.New(s.DB, s.clock)
-	s.Traits = servertraits.New()
+	s.Traits = traits
+	if s.Traits == nil {
+		s.Traits = servertraits.New()
+	}
 	s.Colls = consumer.Collections{
 		Queue:      s.DB.Collection(s.cfg.QueueCollection),
 		Claims:     s.DB.Collection(s.cfg.ClaimsCollection),
@@ -228,7 +235,7 @@ func (s *Service) newScorer(own func(*mongo.Database) scoring.Scorer) (scoring.S
 		return own(s.DB), nil
 	}
 	if s.cfg.ScorerURL == "" {
-		return scoring.NewRecomputer(s.DB, s.Rules, scoring.WithRecomputerLogger(s.log)), nil
+		return scoring.NewRecomputer(s.DB, s.Rules, scoring.WithRecomputerLogger(s.log), scoring.WithRecomputerTraits(s.Traits)), nil
 	}
 	hs, err := scoring.NewHTTPScorer(scoring.HTTPScorerConfig{
 		URL: s.cfg.ScorerURL, Token: s.cfg.ScorerToken, Timeout: s.cfg.ScorerTimeout, Conns: s.cfg.RefreshConcurrency,
@@ -391,6 +398,14 @@ func (s *Service) setup(ctx context.Context) {
 	for attempt := 1; ; attempt++ {
 		caps, err := consumer.EnsureIndexes(ctx, s.Colls, s.log)
 		if err == nil {
+			// The traits keep everything the service learnt the server
+			// refuses, these included.
+			if !caps.TTLIndexes {
+				s.Traits.Refused(servertraits.TTLIndexes)
+			}
+			if !caps.PartialIndexes {
+				s.Traits.Refused(servertraits.PartialIndexes)
+			}
 			streams := "off (CHANGE_STREAMS=off)"
 			if s.cfg.ChangeStreams != config.ChangeStreamsOff {
 				// The probe opens a stream: with the setting off, not even that.

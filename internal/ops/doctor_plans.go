@@ -190,7 +190,7 @@ func explainQuery(ctx context.Context, cfg DoctorConfig, q consumer.DoctorQuery,
 		if err != nil {
 			return Warn, "the server cannot explain it: " + err.Error(), ""
 		}
-		status, detail, fix = planVerdict(readPlan(raw), q, want, info.ferret != "")
+		status, detail, fix = planVerdict(readPlan(raw), q, want, !info.traits.ExplainsPlans())
 		if len(refused) == 0 {
 			return status, detail, fix
 		}

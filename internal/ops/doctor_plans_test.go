@@ -14,6 +14,7 @@ import (
 
 	"github.com/scorerefresh/scorerefresh/consumer"
 	"github.com/scorerefresh/scorerefresh/internal/bsonfuzz"
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
@@ -289,11 +290,11 @@ func FuzzServerReplies(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		doc := bsonfuzz.Doc(data, serverKeys, serverStrings)
-		if h, err := parseHello(doc); err == nil {
-			topologyCheck(&serverInfo{hello: h})
+		if info, err := servertraits.Parse(doc, doc); err == nil {
+			topologyCheck(&serverInfo{Info: info})
 		}
-		version, ferret := parseBuildInfo(doc)
-		versionCheck(&serverInfo{version: version, ferret: ferret})
+		version, ferret := servertraits.ParseBuildInfo(doc)
+		versionCheck(&serverInfo{Info: servertraits.Info{Version: version, FerretDB: ferret}})
 		if current, available, ok := parseConnections(doc); ok {
 			connectionVerdict(10, DoctorConfig{Replicas: 2, PoolSize: 3}, current, available)
 		}

@@ -12,82 +12,44 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/scorerefresh/scorerefresh/consumer"
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
-// serverInfo is what hello and buildInfo say, read once for several checks.
+// serverInfo is what hello and buildInfo say (asked through the traits
+// the service uses, so the doctor reads the server exactly as the service
+// does), with ping's round trip, read once for several checks.
 type serverInfo struct {
-	rtt     time.Duration
-	version string
-	ferret  string // FerretDB's version, empty on MongoDB
-	hello   helloReply
-}
-
-type helloReply struct {
-	SetName           string `bson:"setName"`
-	Msg               string `bson:"msg"`
-	IsWritablePrimary bool   `bson:"isWritablePrimary"`
-	Primary           string `bson:"primary"`
+	rtt    time.Duration
+	traits *servertraits.Traits
+	servertraits.Info
 }
 
 func readServerInfo(ctx context.Context, db *mongo.Database) (*serverInfo, error) {
-	admin := db.Client().Database("admin")
 	start := time.Now()
 	if err := db.Client().Ping(ctx, nil); err != nil {
 		return nil, fmt.Errorf("ping: %w", err)
 	}
-	info := &serverInfo{rtt: time.Since(start)}
-	raw, err := admin.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
-	if err != nil {
-		return nil, fmt.Errorf("hello: %w", err)
-	}
-	if info.hello, err = parseHello(raw); err != nil {
+	info := &serverInfo{rtt: time.Since(start), traits: servertraits.New()}
+	if err := info.traits.Probe(ctx, db.Client().Database("admin")); err != nil {
 		return nil, err
 	}
-	raw, err = admin.RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Raw()
-	if err != nil {
-		return nil, fmt.Errorf("buildInfo: %w", err)
-	}
-	info.version, info.ferret = parseBuildInfo(raw)
+	info.Info = info.traits.Info()
 	return info, nil
-}
-
-// parseHello reads hello's topology fields; one of another type is an
-// error, not a panic.
-func parseHello(raw bson.Raw) (helloReply, error) {
-	var h helloReply
-	if err := bson.Unmarshal(raw, &h); err != nil {
-		return helloReply{}, fmt.Errorf("reading hello: %w", err)
-	}
-	return h, nil
-}
-
-// parseBuildInfo reads the version and, on FerretDB, its own version
-// ("unknown" where FerretDB names none). A field of another type reads as
-// absent: the version check then says it cannot tell.
-func parseBuildInfo(raw bson.Raw) (version, ferret string) {
-	version, _ = raw.Lookup("version").StringValueOK()
-	if v, err := raw.LookupErr("ferretdbVersion"); err == nil {
-		ferret, _ = v.StringValueOK()
-		if ferret == "" {
-			ferret = "unknown"
-		}
-	}
-	return version, ferret
 }
 
 func versionCheck(info *serverInfo) Check {
 	c := Check{Name: "server version"}
-	if info.ferret != "" {
-		c.Status, c.Detail = Warn, fmt.Sprintf("FerretDB, version %s (reports MongoDB %s): the embedded or development server, which lacks change streams, TTL and partial indexes and query plans", info.ferret, info.version)
+	if info.FerretDB != "" {
+		c.Status, c.Detail = Warn, fmt.Sprintf("FerretDB, version %s (reports MongoDB %s): the embedded or development server, which lacks change streams, TTL and partial indexes and query plans", info.FerretDB, info.Version)
 		c.Fix = "fine for the demo and tests; production runs on MongoDB 6.0 or later"
 		return c
 	}
-	major, minor := parseVersion(info.version)
+	major, minor := parseVersion(info.Version)
 	if major > 6 || (major == 6 && minor >= 0) {
-		c.Status, c.Detail = OK, "MongoDB "+info.version
+		c.Status, c.Detail = OK, "MongoDB "+info.Version
 		return c
 	}
-	c.Status, c.Detail = Warn, fmt.Sprintf("MongoDB %s: older than 6.0, the oldest version this service is built and tested for", info.version)
+	c.Status, c.Detail = Warn, fmt.Sprintf("MongoDB %s: older than 6.0, the oldest version this service is built and tested for", info.Version)
 	c.Fix = "upgrade the server to 6.0 or later"
 	return c
 }
@@ -103,11 +65,11 @@ func parseVersion(v string) (major, minor int) {
 
 func topologyCheck(info *serverInfo) Check {
 	c := Check{Name: "topology"}
-	h := info.hello
+	h := info.Info
 	switch {
-	case h.Msg == "isdbgrid":
+	case h.Sharded:
 		c.Status, c.Detail = OK, "sharded cluster (through mongos): change streams available"
-	case h.SetName != "" && !h.IsWritablePrimary:
+	case h.SetName != "" && !h.WritablePrimary:
 		c.Status, c.Detail = Fail, fmt.Sprintf("replica set %s, but connected to a member that is not the primary (primary: %s): writes fail", h.SetName, h.Primary)
 		c.Fix = "let MONGODB_URI name the replica set (replicaSet=…, or mongodb+srv://) instead of one member with directConnection=true"
 	case h.SetName != "":

@@ -4,8 +4,9 @@ import (
 	"os"
 	"testing"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
 // RequireMongoDB skips t unless db is on a real MongoDB: tests of MongoDB's
@@ -14,11 +15,11 @@ import (
 func RequireMongoDB(t testing.TB, db *mongo.Database) {
 	t.Helper()
 	RequireMongoDBURI(t)
-	var info bson.Raw
-	if err := db.RunCommand(t.Context(), bson.D{{Key: "buildInfo", Value: 1}}).Decode(&info); err != nil {
+	info, err := servertraits.Ask(t.Context(), db)
+	if err != nil {
 		t.Fatalf("asking the test server what it is: %v", err)
 	}
-	if _, ferret := info.Lookup("ferretdbVersion").StringValueOK(); ferret {
+	if info.FerretDB != "" {
 		t.Skipf("needs MongoDB's query planner: %s points at FerretDB", EnvURI)
 	}
 }

@@ -22,24 +22,40 @@ import (
 // Info is what the server said about itself.
 type Info struct {
 	Version  string // buildInfo's version (FerretDB reports the MongoDB version it emulates)
-	FerretDB string // FerretDB's own version; empty on MongoDB
+	FerretDB string // FerretDB's own version ("unknown" where it names none); empty on MongoDB
 	Sharded  bool   // a mongos (hello's msg is "isdbgrid")
+	// A replica set's name, its primary and whether the member answering is
+	// it (hello): the doctor's topology check. Empty on a standalone server
+	// and through a mongos.
+	SetName         string
+	Primary         string
+	WritablePrimary bool
 }
 
-// Traits holds what the server said, once it has. The zero value is not
-// usable; use New or Fixed.
+// sameServer reports whether i and o describe the same server software:
+// what was learnt about one holds for the other.
+func (i Info) sameServer(o Info) bool {
+	return i.Version == o.Version && i.FerretDB == o.FerretDB && i.Sharded == o.Sharded
+}
+
+// Traits holds what the server said, once it has, and what it turned out
+// to lack when asked (see Feature). The zero value is not usable; use New
+// or Fixed.
 type Traits struct {
 	mu    sync.Mutex
 	known bool
+	fixed bool // Fixed: never asked, never changed by a probe
 	info  Info
+	learnt
 }
 
 // New returns traits not yet probed (MongoDB's behaviour until Probe succeeds).
 func New() *Traits { return &Traits{} }
 
 // Fixed returns traits known to be info, without asking a server: for tests
-// that check what the service sends to a server of that kind.
-func Fixed(info Info) *Traits { return &Traits{known: true, info: info} }
+// that check what the service sends to a server of that kind. Probe and
+// Reprobe leave them as they are; what the server refuses is still learnt.
+func Fixed(info Info) *Traits { return &Traits{known: true, fixed: true, info: info} }
 
 // Probe asks the server what it is, unless it has already answered. Safe
 // for concurrent use; a failure leaves the traits unknown.
@@ -49,23 +65,108 @@ func (t *Traits) Probe(ctx context.Context, db *mongo.Database) error {
 	if t.known {
 		return nil
 	}
-	var build struct {
-		Version  string `bson:"version"`
-		FerretDB string `bson:"ferretdbVersion"`
+	info, err := Ask(ctx, db)
+	if err != nil {
+		return err
 	}
-	// Both commands say nothing about the data and need no privilege on it.
-	if err := db.RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&build); err != nil {
-		return fmt.Errorf("asking the server what it is (buildInfo): %w", err)
-	}
-	var hello struct {
-		Msg string `bson:"msg"`
-	}
-	if err := db.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello); err != nil {
-		return fmt.Errorf("asking the server what it is (hello): %w", err)
-	}
-	t.info = Info{Version: build.Version, FerretDB: build.FerretDB, Sharded: hello.Msg == "isdbgrid"}
-	t.known = true
+	t.info, t.known = info, true
 	return nil
+}
+
+// Reprobe asks the server again, known or not, and reports whether it
+// turned out to run other software than before (another version, FerretDB
+// instead of MongoDB, a mongos): a reconnect that reached a primary of
+// another version, or an upgrade under a running fleet. Then every
+// feature learnt refused is forgotten, so the next use tries the server's
+// own answer again. Nothing calls it on a schedule yet: the service's
+// ping loop sends only ping, and a caller that reads buildInfo anyway (a
+// reconnect hook, a periodic check) is where it belongs.
+func (t *Traits) Reprobe(ctx context.Context, db *mongo.Database) (changed bool, err error) {
+	if t.fixedTraits() {
+		return false, nil
+	}
+	info, err := Ask(ctx, db)
+	if err != nil {
+		return false, err
+	}
+	return t.update(info), nil
+}
+
+func (t *Traits) fixedTraits() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.fixed
+}
+
+// update records info as what the server said, forgetting what was learnt
+// when the software changed; it reports that change.
+func (t *Traits) update(info Info) (changed bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	changed = t.known && !t.info.sameServer(info)
+	t.info, t.known = info, true
+	if changed {
+		t.forget()
+	}
+	return changed
+}
+
+// Ask sends buildInfo and hello and reads what the server says about
+// itself. Both commands say nothing about the data and need no privilege
+// on it, on any database.
+func Ask(ctx context.Context, db *mongo.Database) (Info, error) {
+	build, err := db.RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Raw()
+	if err != nil {
+		return Info{}, fmt.Errorf("asking the server what it is (buildInfo): %w", err)
+	}
+	hello, err := db.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
+	if err != nil {
+		return Info{}, fmt.Errorf("asking the server what it is (hello): %w", err)
+	}
+	return Parse(build, hello)
+}
+
+// Parse reads the replies to buildInfo and hello.
+func Parse(buildInfo, hello bson.Raw) (Info, error) {
+	h, err := ParseHello(hello)
+	if err != nil {
+		return Info{}, err
+	}
+	info := Info{Sharded: h.Msg == "isdbgrid", SetName: h.SetName, Primary: h.Primary, WritablePrimary: h.IsWritablePrimary}
+	info.Version, info.FerretDB = ParseBuildInfo(buildInfo)
+	return info, nil
+}
+
+// Hello is the part of hello's reply the traits read.
+type Hello struct {
+	SetName           string `bson:"setName"`
+	Msg               string `bson:"msg"`
+	IsWritablePrimary bool   `bson:"isWritablePrimary"`
+	Primary           string `bson:"primary"`
+}
+
+// ParseHello reads hello's topology fields; one of another type is an
+// error, not a panic.
+func ParseHello(raw bson.Raw) (Hello, error) {
+	var h Hello
+	if err := bson.Unmarshal(raw, &h); err != nil {
+		return Hello{}, fmt.Errorf("reading hello: %w", err)
+	}
+	return h, nil
+}
+
+// ParseBuildInfo reads the version and, on FerretDB, its own version
+// ("unknown" where FerretDB names none). A field of another type reads as
+// absent, except ferretdbVersion, whose presence alone says FerretDB.
+func ParseBuildInfo(raw bson.Raw) (version, ferret string) {
+	version, _ = raw.Lookup("version").StringValueOK()
+	if v, err := raw.LookupErr("ferretdbVersion"); err == nil {
+		ferret, _ = v.StringValueOK()
+		if ferret == "" {
+			ferret = "unknown"
+		}
+	}
+	return version, ferret
 }
 
 // Known reports whether the server has answered.
@@ -124,6 +225,11 @@ func (t *Traits) CheapUpserts() bool { return !t.ferret() }
 // holds and fails past the wire limit, so documents of unknown size are
 // read one reply each there.
 func (t *Traits) BoundsReplies() bool { return !t.ferret() }
+
+// ExplainsPlans reports a server whose explain shows the plan it chose
+// (MongoDB). FerretDB's shows none the doctor can read: its plan checks
+// only say so there.
+func (t *Traits) ExplainsPlans() bool { return !t.ferret() }
 
 // UpdateByID returns the write model for one statement of a bulk update
 // whose filter pins _id, so it matches at most one document: updateOne on
