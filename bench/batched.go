@@ -463,6 +463,9 @@ func perUserRate(diverse []batchRun, fallback float64) float64 {
 
 // batchedWedge is scenario 3 for each configuration, at x.WedgeRate.
 func (b *Bench) batchedWedge(ctx context.Context, x *batchedResult, load []batchConfig) error {
+	if len(load) == 0 {
+		return nil
+	}
 	b.logf("  wedge: diverse arrivals at %.1f/s for %s", x.WedgeRate, b.cfg.Batched.WedgeFor)
 	for _, c := range load {
 		r, err := b.runBatchConfig(ctx, c, runSpec{scenario: "batched-wedge-" + configTag(c), consumer: consumerScorerefresh, rtt: b.cfg.RTT,
@@ -490,6 +493,9 @@ func (b *Bench) batchedRecovery(ctx context.Context, x *batchedResult, load []ba
 	x.RecoveryRate = 0.5 * perUserRate
 	x.TriggerAt, x.RestoreAt = before.Seconds(), (before + trigger).Seconds()
 	x.TriggerRTTms = ms(b.cfg.RTT) * b.cfg.TriggerRTTFactor
+	if len(load) == 0 {
+		return nil
+	}
 	b.logf("  recovery: arrivals at %.1f/s; RTT %s from %s to %s", x.RecoveryRate, b.slowRTT(), before, before+trigger)
 	warm := before.Seconds() / 3
 	for _, c := range load {
@@ -518,14 +524,16 @@ func (x *batchedResult) perUserOf(rules string) *batchRun {
 	return nil
 }
 
-// oneSlotOf is the one-slot run with the given rules, or nil.
-func (x *batchedResult) oneSlotOf(rules string) *batchRun {
-	for i := range x.Diverse {
-		if c := x.Diverse[i].Config; c.oneSlot() && c.Rules == rules {
-			return &x.Diverse[i]
+// oneSlotOf is the one-slot runs with the given rules (more than one when
+// the list repeats it, to see the machine drift between them).
+func (x *batchedResult) oneSlotOf(rules string) []batchRun {
+	var runs []batchRun
+	for _, r := range x.Diverse {
+		if r.Config.oneSlot() && r.Config.Rules == rules {
+			runs = append(runs, r)
 		}
 	}
-	return nil
+	return runs
 }
 
 // targets judge the batched drains against the per-user one, and each

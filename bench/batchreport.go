@@ -201,16 +201,23 @@ func (x *batchedResult) oneSlotTables(w func(string, ...any)) {
 	var done []string
 	for _, r := range x.Diverse {
 		rules := r.Config.Rules
-		base := x.oneSlotOf(rules)
-		if base == nil || slices.Contains(done, rules) {
+		ones := x.oneSlotOf(rules)
+		if len(ones) == 0 || slices.Contains(done, rules) {
 			continue
 		}
 		done = append(done, rules)
-		w("Against one slot, %s rules: every drain of them divided by the one-slot drain (`REFRESH_CONCURRENCY=1 REFRESH_BATCH_SIZE=1`). At saturation is the stretch from a tenth of the run to the last sample with more than twice MAX_USERS_IN_FLIGHT entries queued, where every slot could be busy; the ratios are of those rates. The estimate is planner.DrainRate(REFRESH_CONCURRENCY, users per batch, mean batch seconds, entries per user) over that stretch from the service's own histograms (`scorerefresh_refresh_batch_duration_seconds`, `scorerefresh_refresh_batch_users`), the formula of `scorerefresh_drain_capacity`; the gauge is that metric as the service last set it within the stretch (its sampler runs every SLI_INTERVAL over a 2-minute window).", rules)
+		base := 0.0
+		for _, o := range ones {
+			base += o.Saturated.Rate / float64(len(ones))
+		}
+		w("Against one slot, %s rules: every drain of them, in the order they ran, divided by the one-slot drain (`REFRESH_CONCURRENCY=1 REFRESH_BATCH_SIZE=1`; the mean of them when the list repeats it: here %d at %.2f acked/s on average). "+
+			"At saturation is the stretch from a tenth of the run to the last sample with more than twice MAX_USERS_IN_FLIGHT entries queued, where every slot could be busy; the ratios are of those rates. "+
+			"The estimate is planner.DrainRate(REFRESH_CONCURRENCY, users per batch, mean batch seconds, entries per user) over that stretch from the service's own histograms (`scorerefresh_refresh_batch_duration_seconds`, `scorerefresh_refresh_batch_users`), the formula of `scorerefresh_drain_capacity`; "+
+			"the gauge is that metric as the service last set it within the stretch (its sampler runs every SLI_INTERVAL over a 2-minute window).", rules, len(ones), base)
 		w("")
-		w("| configuration | REFRESH_CONCURRENCY | REFRESH_BATCH_SIZE | MAX_USERS_IN_FLIGHT | entries done | drain entries/s | at saturation acked/s | **× one slot** | users per batch | mean batch ms | estimate entries/s | estimate ÷ measured | drain_capacity gauge (at s) |")
-		w("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-		for _, b := range x.Diverse {
+		w("| # | configuration | REFRESH_CONCURRENCY | REFRESH_BATCH_SIZE | MAX_USERS_IN_FLIGHT | entries done | drain entries/s | at saturation acked/s | **× one slot** | users per batch | mean batch ms | estimate entries/s | estimate ÷ measured | drain_capacity gauge (at s) |")
+		w("|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		for i, b := range x.Diverse {
 			if b.Config.Rules != rules {
 				continue
 			}
@@ -219,8 +226,8 @@ func (x *batchedResult) oneSlotTables(w func(string, ...any)) {
 			if b.Config.BatchSize == 0 {
 				size = fmt.Sprintf("unset (default; %d here)", b.Config.Effective)
 			}
-			w("| %s | %d | %s | %d | %.0f | %.1f | %.1f | **%.1f×** | %.2f | %.1f | %.1f | %.2f | %.1f (%.0f) |", b.Config.Label, b.Run.Concurrency, size, b.Config.MaxUsersInFlight,
-				b.Run.Progress, b.Run.Rate, s.Rate, fin(s.Rate/base.Saturated.Rate), s.UsersPerBatch, s.BatchMs, s.Estimate, fin(s.Estimate/s.Rate), s.Gauge, s.GaugeAt)
+			w("| %d | %s | %d | %s | %d | %.0f | %.1f | %.1f | **%.1f×** | %.2f | %.1f | %.1f | %.2f | %.1f (%.0f) |", i+1, b.Config.Label, b.Run.Concurrency, size, b.Config.MaxUsersInFlight,
+				b.Run.Progress, b.Run.Rate, s.Rate, fin(s.Rate/base), s.UsersPerBatch, s.BatchMs, s.Estimate, fin(s.Estimate/s.Rate), s.Gauge, s.GaugeAt)
 		}
 		w("")
 	}
