@@ -137,6 +137,10 @@ func (c batchConfig) env() []string {
 
 func (c batchConfig) perUser() bool { return c.BatchSize == 1 }
 
+// perSlot is the most users a slot refreshes together: Effective once
+// resolved, else REFRESH_BATCH_SIZE as given.
+func (c batchConfig) perSlot() int { return cmp.Or(c.Effective, c.BatchSize) }
+
 // oneSlot is the baseline of the table against one slot: one user at a
 // time, REFRESH_CONCURRENCY=1.
 func (c batchConfig) oneSlot() bool { return c.Concurrency == 1 && c.BatchSize == 1 }
@@ -395,9 +399,9 @@ func (b *Bench) calibrateBatches(ctx context.Context, x *batchedResult, configs 
 		if err != nil {
 			return nil, err
 		}
-		cal, err := b.calibrateBatch(ctx, c.Rules, path, c.Effective, b.cfg.CalibrationRefreshes, b.cfg.CalibrationLevelTime)
+		cal, err := b.calibrateBatch(ctx, c.Rules, path, c.perSlot(), b.cfg.CalibrationRefreshes, b.cfg.CalibrationLevelTime)
 		if err != nil {
-			return nil, fmt.Errorf("calibrating batches of %d (%s rules): %w", c.Effective, c.Rules, err)
+			return nil, fmt.Errorf("calibrating batches of %d (%s rules): %w", c.perSlot(), c.Rules, err)
 		}
 		cals[calKey(c)] = cal
 		x.Calibrations = append(x.Calibrations, cal)
@@ -407,7 +411,7 @@ func (b *Bench) calibrateBatches(ctx context.Context, x *batchedResult, configs 
 	return cals, nil
 }
 
-func calKey(c batchConfig) string { return fmt.Sprintf("%s/%d", c.Rules, c.Effective) }
+func calKey(c batchConfig) string { return fmt.Sprintf("%s/%d", c.Rules, c.perSlot()) }
 
 // resolveBatchSizes sets Effective of the configurations that leave
 // REFRESH_BATCH_SIZE unset to what the service picks on this server
@@ -543,7 +547,7 @@ func (x *batchedResult) targets() []target {
 	for _, r := range x.Diverse {
 		// The targets judge batching: not the one-slot baseline, nor a
 		// default that refreshes one user per slot on this server.
-		if r.Config.Effective == 1 || r.Config.Concurrency == 1 {
+		if r.Config.perSlot() == 1 || r.Config.Concurrency == 1 {
 			continue
 		}
 		name := fmt.Sprintf("batched, %s rules, %s", r.Config.Rules, r.Config.Label)
@@ -553,7 +557,7 @@ func (x *batchedResult) targets() []target {
 			serverFirst := 0.9*r.Bounds.Server < 3*pu.Run.Rate
 			t := target{Scenario: name, Target: "diverse drain ≥ 3× the per-user rate, or ≥ 90% of the server's calibrated capacity if that binds first",
 				Figure: fmt.Sprintf("%.1f vs %.1f entries/s per-user = %.1f×; %.0f%% of the server's %.0f users/s at batch %d (binds first: %s)",
-					r.Run.Rate, pu.Run.Rate, ratio, 100*capFrac, r.Bounds.Server, r.Config.Effective, map[bool]string{true: "server", false: "3× per-user"}[serverFirst]),
+					r.Run.Rate, pu.Run.Rate, ratio, 100*capFrac, r.Bounds.Server, r.Config.perSlot(), map[bool]string{true: "server", false: "3× per-user"}[serverFirst]),
 				Value: ratio, Met: ratio >= 3 || (serverFirst && capFrac >= 0.9), Applies: true}
 			ts = append(ts, t)
 		}
