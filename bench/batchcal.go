@@ -112,7 +112,7 @@ type configBounds struct {
 }
 
 func (b *Bench) configBounds(cal batchCal, c batchConfig, rtt time.Duration) configBounds {
-	inFlight := float64(min(b.cfg.Concurrency*c.BatchSize, c.MaxUsersInFlight))
+	inFlight := float64(min(c.slots(b.cfg.Concurrency)*c.perSlot(), c.MaxUsersInFlight))
 	// The proxy's measured overhead over its nominal RTT, as in
 	// calibration.bounds.
 	overhead := max(0, b.cal.ProxyRTTms-b.cal.RTTms)

@@ -3,7 +3,9 @@
 package bench
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -13,16 +15,20 @@ import (
 	"strings"
 	"time"
 
+	"github.com/scorerefresh/scorerefresh/consumer"
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
 // BatchedConfig is the batched scenario's settings (flags -batched-*): per-user recompute
 // (REFRESH_BATCH_SIZE=1) against batched, side by side in one run.
 type BatchedConfig struct {
-	// Configs, NoMaxConfigs, LoadConfigs and FarConfigs are comma-separated
-	// REFRESH_BATCH_SIZE[xMAX_USERS_IN_FLIGHT] lists (parseConfigs).
+	// Configs, NoMaxConfigs, CountConfigs, LoadConfigs and FarConfigs are
+	// comma-separated REFRESH_BATCH_SIZE[xMAX_USERS_IN_FLIGHT][cREFRESH_CONCURRENCY]
+	// lists (parseConfigs).
 	Configs      string        // diverse drains with the bench's rules
 	NoMaxConfigs string        // diverse drains with the rules without max components
+	CountConfigs string        // diverse drains with the rules of 12 count components (empty: none)
 	LoadConfigs  string        // wedge and recovery runs
 	FarConfigs   string        // diverse drains again at FarRTT (empty: none)
 	Entries      int           // diverse backlog, entries of distinct users
@@ -32,8 +38,9 @@ type BatchedConfig struct {
 }
 
 func batchedFlags(fs *flag.FlagSet, o *BatchedConfig) {
-	fs.StringVar(&o.Configs, "batched-configs", "1,16,16x256,64x256", "batched: diverse drains with the bench's rules, each REFRESH_BATCH_SIZE[xMAX_USERS_IN_FLIGHT] (default in flight 64); 1 is the per-user recompute")
+	fs.StringVar(&o.Configs, "batched-configs", "1,16,16x256,64x256", "batched: diverse drains with the bench's rules, each REFRESH_BATCH_SIZE[xMAX_USERS_IN_FLIGHT][cREFRESH_CONCURRENCY] (default in flight 64, concurrency -concurrency); 1 is the per-user recompute, 0 leaves REFRESH_BATCH_SIZE unset (the service's default: by the server), 1c1 is one slot")
 	fs.StringVar(&o.NoMaxConfigs, "batched-nomax", "1,16,16x256", "batched: diverse drains with the rules without max components (the command shape batching has on MongoDB)")
+	fs.StringVar(&o.CountConfigs, "batched-count12", "", "batched: diverse drains with rules of 12 count components (rules-count12.yaml); a one-slot configuration (such as 1c1) among them is the baseline of a table against it (empty: none)")
 	fs.StringVar(&o.LoadConfigs, "batched-load", "1,16,16x256", "batched: configurations of the wedge and recovery runs")
 	fs.IntVar(&o.Entries, "batched-entries", 4000, "batched: diverse backlog, entries of distinct users")
 	fs.DurationVar(&o.DrainMax, "batched-max", 60*time.Second, "batched: each drain is measured for at most this long (the per-user one does not finish; its rate is steady)")
@@ -45,6 +52,7 @@ func batchedFlags(fs *flag.FlagSet, o *BatchedConfig) {
 func shrinkBatched(shrink func(string, func()), o *BatchedConfig) {
 	shrink("batched-configs", func() { o.Configs = "1,16" })
 	shrink("batched-nomax", func() { o.NoMaxConfigs = "16" })
+	shrink("batched-count12", func() { o.CountConfigs = "1c1,0" })
 	shrink("batched-load", func() { o.LoadConfigs = "16" })
 	shrink("batched-entries", func() { o.Entries = 60 })
 	shrink("batched-max", func() { o.DrainMax = 20 * time.Second }) // a cap: a 60-entry drain ends when drained
@@ -57,7 +65,34 @@ func shrinkBatched(shrink func(string, func()), o *BatchedConfig) {
 const (
 	rulesBench = "bench" // rules.yaml: 12 components, 2 of them max
 	rulesNoMax = "nomax" // rules-nomax.yaml: 12 components, none max
+	// rules-count12.yaml: 12 count components, the simplest query there is,
+	// so a drain's figures are the pipeline's and the latency's, not a
+	// heavy accumulator's.
+	rulesCount12 = "count12"
 )
+
+// ruleSetYAML is the file of each rule set the bench writes beside the
+// results (rulesBench is rules.yaml, written by New).
+var ruleSetYAML = map[string]string{rulesNoMax: rulesNoMaxYAML, rulesCount12: rulesCount12YAML}
+
+// rulesCount12YAML is 12 count components over the bench's 3 source
+// collections, four windows each: 14 round trips per refresh, and per
+// batch on any server (count has a $sum accumulator everywhere).
+const rulesCount12YAML = `# scorerefresh-bench: 12 count components (14 round trips per refresh or batch on any server)
+components:
+  - {name: activity_events, collection: user_activity, userField: username, op: count, weight: 0.5}
+  - {name: activity_events_90d, collection: user_activity, userField: username, op: count, weight: 0.5, window: 2160h}
+  - {name: activity_events_30d, collection: user_activity, userField: username, op: count, weight: 1, window: 720h}
+  - {name: activity_events_1d, collection: user_activity, userField: username, op: count, weight: 2, window: 24h}
+  - {name: posts, collection: posts, userField: author, op: count, weight: 5}
+  - {name: posts_90d, collection: posts, userField: author, op: count, weight: 1, window: 2160h}
+  - {name: posts_30d, collection: posts, userField: author, op: count, weight: 2, window: 720h}
+  - {name: posts_1d, collection: posts, userField: author, op: count, weight: 4, window: 24h}
+  - {name: reviews, collection: reviews, userField: reviewer, op: count, weight: 3}
+  - {name: reviews_90d, collection: reviews, userField: reviewer, op: count, weight: 1, window: 2160h}
+  - {name: reviews_30d, collection: reviews, userField: reviewer, op: count, weight: 2, window: 720h}
+  - {name: reviews_1d, collection: reviews, userField: reviewer, op: count, weight: 4, window: 24h}
+`
 
 // rulesNoMaxYAML is the bench's rules with each max component replaced by a
 // sum over the same documents: still 12 components, so a batch costs 14
@@ -83,18 +118,40 @@ components:
 type batchConfig struct {
 	Label            string `json:"label"`
 	Rules            string `json:"rules"`
-	BatchSize        int    `json:"batch_size"`          // REFRESH_BATCH_SIZE
+	BatchSize        int    `json:"batch_size"`          // REFRESH_BATCH_SIZE; 0: unset, the service's default (by the server)
 	MaxUsersInFlight int    `json:"max_users_in_flight"` // MAX_USERS_IN_FLIGHT
+	// Concurrency is REFRESH_CONCURRENCY; 0: the bench's -concurrency.
+	Concurrency int `json:"refresh_concurrency,omitempty"`
+	// Effective is the most users a slot refreshes together: BatchSize, or
+	// what the service's default resolves to on this server.
+	Effective int `json:"effective_batch_size"`
 }
 
 func (c batchConfig) env() []string {
-	return []string{fmt.Sprintf("REFRESH_BATCH_SIZE=%d", c.BatchSize), fmt.Sprintf("MAX_USERS_IN_FLIGHT=%d", c.MaxUsersInFlight)}
+	env := []string{fmt.Sprintf("MAX_USERS_IN_FLIGHT=%d", c.MaxUsersInFlight)}
+	if c.BatchSize != 0 {
+		env = append(env, fmt.Sprintf("REFRESH_BATCH_SIZE=%d", c.BatchSize))
+	}
+	return env
 }
 
 func (c batchConfig) perUser() bool { return c.BatchSize == 1 }
 
-// parseConfigs reads "1,16,16x256": REFRESH_BATCH_SIZE, optionally
-// x MAX_USERS_IN_FLIGHT (default 64, the service's).
+// perSlot is the most users a slot refreshes together: Effective once
+// resolved, else REFRESH_BATCH_SIZE as given.
+func (c batchConfig) perSlot() int { return cmp.Or(c.Effective, c.BatchSize) }
+
+// oneSlot is the baseline of the table against one slot: one user at a
+// time, REFRESH_CONCURRENCY=1.
+func (c batchConfig) oneSlot() bool { return c.Concurrency == 1 && c.BatchSize == 1 }
+
+// slots is the configuration's REFRESH_CONCURRENCY.
+func (c batchConfig) slots(benchDefault int) int { return cmp.Or(c.Concurrency, benchDefault) }
+
+// parseConfigs reads "1c1,1,0,16x256": REFRESH_BATCH_SIZE (0: unset, the
+// service's default), optionally x MAX_USERS_IN_FLIGHT (default 64, the
+// service's), optionally c REFRESH_CONCURRENCY (default the bench's
+// -concurrency).
 func parseConfigs(s, rules string) ([]batchConfig, error) {
 	var out []batchConfig
 	for _, f := range strings.Split(s, ",") {
@@ -102,24 +159,47 @@ func parseConfigs(s, rules string) ([]batchConfig, error) {
 		if f == "" {
 			continue
 		}
-		bs, inflight, hasInflight := strings.Cut(f, "x")
-		c := batchConfig{Rules: rules, MaxUsersInFlight: 64}
-		var err error
-		if c.BatchSize, err = strconv.Atoi(bs); err != nil || c.BatchSize < 1 {
-			return nil, fmt.Errorf("configuration %q: want REFRESH_BATCH_SIZE[xMAX_USERS_IN_FLIGHT], such as 16x256", f)
+		c, err := parseConfig(f)
+		if err != nil {
+			return nil, fmt.Errorf("configuration %q: want REFRESH_BATCH_SIZE[xMAX_USERS_IN_FLIGHT][cREFRESH_CONCURRENCY], such as 16x256 or 1c1", f)
 		}
-		if hasInflight {
-			if c.MaxUsersInFlight, err = strconv.Atoi(inflight); err != nil || c.MaxUsersInFlight < 1 {
-				return nil, fmt.Errorf("configuration %q: want REFRESH_BATCH_SIZE[xMAX_USERS_IN_FLIGHT], such as 16x256", f)
-			}
-		}
-		c.Label = fmt.Sprintf("batch %d, in flight %d", c.BatchSize, c.MaxUsersInFlight)
-		if c.perUser() {
-			c.Label = fmt.Sprintf("per-user, in flight %d", c.MaxUsersInFlight)
-		}
+		c.Rules = rules
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+func parseConfig(f string) (batchConfig, error) {
+	c := batchConfig{MaxUsersInFlight: 64}
+	rest, slots, hasSlots := strings.Cut(f, "c")
+	bs, inflight, hasInflight := strings.Cut(rest, "x")
+	var err error
+	if c.BatchSize, err = strconv.Atoi(bs); err != nil || c.BatchSize < 0 {
+		return c, errors.New("bad REFRESH_BATCH_SIZE")
+	}
+	if hasInflight {
+		if c.MaxUsersInFlight, err = strconv.Atoi(inflight); err != nil || c.MaxUsersInFlight < 1 {
+			return c, errors.New("bad MAX_USERS_IN_FLIGHT")
+		}
+	}
+	if hasSlots {
+		if c.Concurrency, err = strconv.Atoi(slots); err != nil || c.Concurrency < 1 {
+			return c, errors.New("bad REFRESH_CONCURRENCY")
+		}
+	}
+	switch {
+	case c.perUser():
+		c.Label = fmt.Sprintf("per-user, in flight %d", c.MaxUsersInFlight)
+	case c.BatchSize == 0:
+		c.Label = fmt.Sprintf("default batch (unset), in flight %d", c.MaxUsersInFlight)
+	default:
+		c.Label = fmt.Sprintf("batch %d, in flight %d", c.BatchSize, c.MaxUsersInFlight)
+	}
+	if c.Concurrency > 0 {
+		c.Label = fmt.Sprintf("%s, %d %s", c.Label, c.Concurrency, map[bool]string{true: "slot", false: "slots"}[c.Concurrency == 1])
+	}
+	c.Effective = c.BatchSize
+	return c, nil
 }
 
 // batchRun is one configuration's run with what the bench read beside it.
@@ -138,6 +218,9 @@ type batchRun struct {
 	PerEntry         perEntry     `json:"cpu_ms_per_entry"`
 	Bounds           configBounds `json:"bounds"`
 	FractionOfLower  float64      `json:"fraction_of_lower_bound"`
+	// Saturated is the drain while the backlog kept every slot's users
+	// coming: the measured ack rate against the service's capacity estimate.
+	Saturated saturation `json:"saturated"`
 }
 
 // batchedResult is the batched scenario.
@@ -168,11 +251,15 @@ func (b *Bench) rulesFile(name string) (string, error) {
 	if name == rulesBench {
 		return b.rulesPath, nil
 	}
-	p, err := filepath.Abs(filepath.Join(b.cfg.Out, "rules-nomax.yaml"))
+	yaml, ok := ruleSetYAML[name]
+	if !ok {
+		return "", fmt.Errorf("no rule set %q", name)
+	}
+	p, err := filepath.Abs(filepath.Join(b.cfg.Out, "rules-"+name+".yaml"))
 	if err != nil {
 		return "", err
 	}
-	return p, os.WriteFile(p, []byte(rulesNoMaxYAML), 0o644)
+	return p, os.WriteFile(p, []byte(yaml), 0o644)
 }
 
 // runBatchConfig runs spec with the configuration c and reads the batch
@@ -185,11 +272,14 @@ func (b *Bench) runBatchConfig(ctx context.Context, c batchConfig, spec runSpec)
 	}
 	var svc *scorerefresh
 	watch := newCPUWatch(b.srv.pgPID)
+	snaps := &capacitySnaps{every: b.cfg.SampleEvery}
 	inner := spec.observe
+	spec.concurrency = c.slots(b.cfg.Concurrency)
 	spec.observe = func(elapsed time.Duration, run running) {
 		watch.tick()
 		if s, ok := run.(*scorerefresh); ok {
 			svc = s
+			snaps.observe(elapsed, s)
 		}
 		if inner != nil {
 			inner(elapsed, run)
@@ -212,6 +302,7 @@ func (b *Bench) runBatchConfig(ctx context.Context, c batchConfig, spec runSpec)
 	if r.AckedAfterStop > 0 {
 		r.CommandsPerAcked = total(r.Run.Commands) / r.AckedAfterStop
 	}
+	r.Saturated = saturatedDrain(r.Run, snaps.list, c.MaxUsersInFlight, spec.concurrency)
 	b.logf("      %s: %.2f users per batch, %.2f refresh round trips per user, %.2f commands per acknowledged entry; CPU ms/entry: process %.2f (consumer %.2f, proxy %.2f, server in process %.2f), PostgreSQL %.2f",
 		c.Label, r.UsersPerBatch, r.TripsPerUser, r.CommandsPerAcked, r.PerEntry.Process, r.PerEntry.Consumer, r.PerEntry.Proxy, r.PerEntry.Server, r.PerEntry.PostgreSQL)
 	return r, nil
@@ -237,6 +328,9 @@ func (b *Bench) batched(ctx context.Context, referenceRate float64) (*batchedRes
 	x := &batchedResult{Entries: o.Entries, MaxSeconds: o.DrainMax.Seconds(), WedgeSeconds: o.WedgeFor.Seconds(), Profiled: b.cfg.CPUProfile == ""}
 	sets, err := o.configSets()
 	if err != nil {
+		return nil, err
+	}
+	if err := b.resolveBatchSizes(ctx, sets); err != nil {
 		return nil, err
 	}
 	b.logf("\n== batched recompute: per-user (REFRESH_BATCH_SIZE=1) against batched, RTT %s", b.cfg.RTT)
@@ -277,7 +371,7 @@ type batchConfigSets struct{ diverse, load, far []batchConfig }
 // rule sets, the wedge and recovery runs, the far drains.
 func (o BatchedConfig) configSets() (batchConfigSets, error) {
 	var sets batchConfigSets
-	for _, set := range []struct{ spec, rules string }{{o.Configs, rulesBench}, {o.NoMaxConfigs, rulesNoMax}} {
+	for _, set := range []struct{ spec, rules string }{{o.Configs, rulesBench}, {o.NoMaxConfigs, rulesNoMax}, {o.CountConfigs, rulesCount12}} {
 		cs, err := parseConfigs(set.spec, set.rules)
 		if err != nil {
 			return sets, err
@@ -305,9 +399,9 @@ func (b *Bench) calibrateBatches(ctx context.Context, x *batchedResult, configs 
 		if err != nil {
 			return nil, err
 		}
-		cal, err := b.calibrateBatch(ctx, c.Rules, path, c.BatchSize, b.cfg.CalibrationRefreshes, b.cfg.CalibrationLevelTime)
+		cal, err := b.calibrateBatch(ctx, c.Rules, path, c.perSlot(), b.cfg.CalibrationRefreshes, b.cfg.CalibrationLevelTime)
 		if err != nil {
-			return nil, fmt.Errorf("calibrating batches of %d (%s rules): %w", c.BatchSize, c.Rules, err)
+			return nil, fmt.Errorf("calibrating batches of %d (%s rules): %w", c.perSlot(), c.Rules, err)
 		}
 		cals[calKey(c)] = cal
 		x.Calibrations = append(x.Calibrations, cal)
@@ -317,7 +411,30 @@ func (b *Bench) calibrateBatches(ctx context.Context, x *batchedResult, configs 
 	return cals, nil
 }
 
-func calKey(c batchConfig) string { return fmt.Sprintf("%s/%d", c.Rules, c.BatchSize) }
+func calKey(c batchConfig) string { return fmt.Sprintf("%s/%d", c.Rules, c.perSlot()) }
+
+// resolveBatchSizes sets Effective of the configurations that leave
+// REFRESH_BATCH_SIZE unset to what the service picks on this server
+// (consumer.Consumer.batchSize): DefaultBatchSize where the server answers
+// $in from an index, one user per slot on FerretDB.
+func (b *Bench) resolveBatchSizes(ctx context.Context, sets batchConfigSets) error {
+	traits := servertraits.New()
+	for _, cs := range [][]batchConfig{sets.diverse, sets.load, sets.far} {
+		for i := range cs {
+			if cs[i].BatchSize != 0 {
+				continue
+			}
+			if err := traits.Probe(ctx, b.direct.Database("admin")); err != nil {
+				return fmt.Errorf("resolving the default REFRESH_BATCH_SIZE: %w", err)
+			}
+			cs[i].Effective = 1
+			if traits.PushesInDown() {
+				cs[i].Effective = consumer.DefaultBatchSize
+			}
+		}
+	}
+	return nil
+}
 
 // batchedDrains drains backlog at rtt with each configuration; scenario
 // names each run.
@@ -341,7 +458,7 @@ func (b *Bench) batchedDrains(ctx context.Context, scenario func(batchConfig) st
 func perUserRate(diverse []batchRun, fallback float64) float64 {
 	rate := fallback
 	for _, r := range diverse {
-		if r.Config.perUser() && r.Config.Rules == rulesBench {
+		if r.Config.perUser() && r.Config.Concurrency == 0 && r.Config.Rules == rulesBench {
 			rate = r.Run.Rate
 		}
 	}
@@ -350,6 +467,9 @@ func perUserRate(diverse []batchRun, fallback float64) float64 {
 
 // batchedWedge is scenario 3 for each configuration, at x.WedgeRate.
 func (b *Bench) batchedWedge(ctx context.Context, x *batchedResult, load []batchConfig) error {
+	if len(load) == 0 {
+		return nil
+	}
 	b.logf("  wedge: diverse arrivals at %.1f/s for %s", x.WedgeRate, b.cfg.Batched.WedgeFor)
 	for _, c := range load {
 		r, err := b.runBatchConfig(ctx, c, runSpec{scenario: "batched-wedge-" + configTag(c), consumer: consumerScorerefresh, rtt: b.cfg.RTT,
@@ -362,7 +482,13 @@ func (b *Bench) batchedWedge(ctx context.Context, x *batchedResult, load []batch
 	return nil
 }
 
-func configTag(c batchConfig) string { return fmt.Sprintf("b%d-f%d", c.BatchSize, c.MaxUsersInFlight) }
+func configTag(c batchConfig) string {
+	tag := fmt.Sprintf("b%d-f%d", c.BatchSize, c.MaxUsersInFlight)
+	if c.Concurrency > 0 {
+		tag += fmt.Sprintf("-c%d", c.Concurrency)
+	}
+	return tag
+}
 
 // batchedRecovery is scenario 4 for each configuration: the same arrivals
 // (half the per-user rate), RTT × rtt-factor between the trigger and restore.
@@ -371,6 +497,9 @@ func (b *Bench) batchedRecovery(ctx context.Context, x *batchedResult, load []ba
 	x.RecoveryRate = 0.5 * perUserRate
 	x.TriggerAt, x.RestoreAt = before.Seconds(), (before + trigger).Seconds()
 	x.TriggerRTTms = ms(b.cfg.RTT) * b.cfg.TriggerRTTFactor
+	if len(load) == 0 {
+		return nil
+	}
 	b.logf("  recovery: arrivals at %.1f/s; RTT %s from %s to %s", x.RecoveryRate, b.slowRTT(), before, before+trigger)
 	warm := before.Seconds() / 3
 	for _, c := range load {
@@ -388,14 +517,27 @@ func (b *Bench) batchedRecovery(ctx context.Context, x *batchedResult, load []ba
 	return nil
 }
 
-// perUserOf is the per-user run with the same rules as r, or nil.
+// perUserOf is the per-user run with the same rules as r at the bench's
+// concurrency (not the one-slot baseline), or nil.
 func (x *batchedResult) perUserOf(rules string) *batchRun {
 	for i := range x.Diverse {
-		if x.Diverse[i].Config.perUser() && x.Diverse[i].Config.Rules == rules {
+		if c := x.Diverse[i].Config; c.perUser() && c.Concurrency == 0 && c.Rules == rules {
 			return &x.Diverse[i]
 		}
 	}
 	return nil
+}
+
+// oneSlotOf is the one-slot runs with the given rules (more than one when
+// the list repeats it, to see the machine drift between them).
+func (x *batchedResult) oneSlotOf(rules string) []batchRun {
+	var runs []batchRun
+	for _, r := range x.Diverse {
+		if r.Config.oneSlot() && r.Config.Rules == rules {
+			runs = append(runs, r)
+		}
+	}
+	return runs
 }
 
 // targets judge the batched drains against the per-user one, and each
@@ -403,7 +545,9 @@ func (x *batchedResult) perUserOf(rules string) *batchRun {
 func (x *batchedResult) targets() []target {
 	var ts []target
 	for _, r := range x.Diverse {
-		if r.Config.perUser() {
+		// The targets judge batching: not the one-slot baseline, nor a
+		// default that refreshes one user per slot on this server.
+		if r.Config.perSlot() == 1 || r.Config.Concurrency == 1 {
 			continue
 		}
 		name := fmt.Sprintf("batched, %s rules, %s", r.Config.Rules, r.Config.Label)
@@ -413,7 +557,7 @@ func (x *batchedResult) targets() []target {
 			serverFirst := 0.9*r.Bounds.Server < 3*pu.Run.Rate
 			t := target{Scenario: name, Target: "diverse drain ≥ 3× the per-user rate, or ≥ 90% of the server's calibrated capacity if that binds first",
 				Figure: fmt.Sprintf("%.1f vs %.1f entries/s per-user = %.1f×; %.0f%% of the server's %.0f users/s at batch %d (binds first: %s)",
-					r.Run.Rate, pu.Run.Rate, ratio, 100*capFrac, r.Bounds.Server, r.Config.BatchSize, map[bool]string{true: "server", false: "3× per-user"}[serverFirst]),
+					r.Run.Rate, pu.Run.Rate, ratio, 100*capFrac, r.Bounds.Server, r.Config.perSlot(), map[bool]string{true: "server", false: "3× per-user"}[serverFirst]),
 				Value: ratio, Met: ratio >= 3 || (serverFirst && capFrac >= 0.9), Applies: true}
 			ts = append(ts, t)
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +19,7 @@ import (
 // scenarios: structure only, never speed.
 func checkBatchedAndSlowdown(t *testing.T, rep *Report, dir string) {
 	t.Helper()
-	for _, f := range []string{"batched-diverse.svg", "batched-wedge.svg", "batched-recovery.svg", "batched-far.svg", "slowdown.svg", "rules-nomax.yaml"} {
+	for _, f := range []string{"batched-diverse.svg", "batched-wedge.svg", "batched-recovery.svg", "batched-far.svg", "slowdown.svg", "rules-nomax.yaml", "rules-count12.yaml"} {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s missing or empty: %v", f, err)
 		}
@@ -47,6 +48,9 @@ func checkBatchedAndSlowdown(t *testing.T, rep *Report, dir string) {
 	if !batchedSeen {
 		t.Error("no run refreshed more than one user per batch")
 	}
+	if ones := x.oneSlotOf(rulesCount12); len(ones) != 1 || ones[0].Run.Concurrency != 1 || ones[0].Saturated.Rate <= 0 || ones[0].Saturated.Estimate <= 0 {
+		t.Errorf("count12 one-slot drains: %+v", ones)
+	}
 	s := rep.Slowdown
 	if s == nil || s.Run == nil {
 		t.Fatal("slowdown scenario missing")
@@ -55,7 +59,7 @@ func checkBatchedAndSlowdown(t *testing.T, rep *Report, dir string) {
 		t.Errorf("slowdown: acked %v, events %v", s.Run.Acked, s.Run.Events)
 	}
 	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
-	for _, want := range []string{"## Batched recompute", "## Slowdown", "| per-user, in flight 64 |"} {
+	for _, want := range []string{"## Batched recompute", "## Slowdown", "| per-user, in flight 64 |", "Against one slot, count12 rules", "| per-user, in flight 64, 1 slot | 1 | 1 | 64 |"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report.md lacks %q", want)
 		}
@@ -164,10 +168,69 @@ func TestParseConfigs(t *testing.T) {
 		cs[1].BatchSize != 16 || cs[2].BatchSize != 64 || cs[2].MaxUsersInFlight != 1024 {
 		t.Errorf("parsed %+v", cs)
 	}
-	for _, bad := range []string{"0", "x", "16x", "16x0", "a16"} {
+	for _, bad := range []string{"-1", "x", "16x", "16x0", "a16", "1c0", "1c", "c1", "16c4x64", "1c1c1"} {
 		if _, err := parseConfigs(bad, rulesBench); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
+	}
+}
+
+// TestParseConfigsSlotsAndDefault: c sets REFRESH_CONCURRENCY, 0 leaves
+// REFRESH_BATCH_SIZE unset for the service's default.
+func TestParseConfigsSlotsAndDefault(t *testing.T) {
+	t.Parallel()
+	cs, err := parseConfigs("1c1,0,16x64c16", rulesCount12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) != 3 {
+		t.Fatalf("parsed %+v", cs)
+	}
+	one, auto, forced := cs[0], cs[1], cs[2]
+	if !one.oneSlot() || one.slots(16) != 1 || one.Label != "per-user, in flight 64, 1 slot" || configTag(one) != "b1-f64-c1" {
+		t.Errorf("1c1: %+v (tag %s)", one, configTag(one))
+	}
+	if auto.BatchSize != 0 || auto.Concurrency != 0 || auto.slots(16) != 16 || auto.oneSlot() || auto.perUser() {
+		t.Errorf("0: %+v", auto)
+	}
+	for _, v := range auto.env() {
+		if strings.HasPrefix(v, "REFRESH_BATCH_SIZE=") {
+			t.Errorf("0 sets %s, want it unset", v)
+		}
+	}
+	if forced.BatchSize != 16 || forced.MaxUsersInFlight != 64 || forced.Concurrency != 16 || !slices.Contains(forced.env(), "REFRESH_BATCH_SIZE=16") {
+		t.Errorf("16x64c16: %+v, env %v", forced, forced.env())
+	}
+}
+
+// TestSaturatedDrain: the stretch ends at the last sample with more than
+// twice MAX_USERS_IN_FLIGHT queued, and the estimate is planner.DrainRate
+// over the snapshots inside it.
+func TestSaturatedDrain(t *testing.T) {
+	t.Parallel()
+	run := &runResult{Seconds: 50}
+	for i := range 51 {
+		depth := max(0, 1000-25*i) // > 128 until t=34
+		run.Timeline = append(run.Timeline, sample{T: float64(i), Depth: int64(depth), Progress: float64(25 * i)})
+	}
+	var snaps []capacitySnap
+	for i := range 51 {
+		// 2 users per batch of 0.5 s, 1 entry each; the gauge set at 15 and 30.
+		snaps = append(snaps, capacitySnap{T: float64(i), Batches: float64(10 * i), BatchSecs: float64(5 * i), Users: float64(20 * i), OK: float64(20 * i), Acked: float64(20 * i),
+			Gauge: map[bool]float64{true: 64}[i >= 15] + map[bool]float64{true: 1}[i >= 30]})
+	}
+	s := saturatedDrain(run, snaps, 64, 16)
+	if s.From != 5 || s.To != 34 || s.Rate != 25 {
+		t.Errorf("stretch %v..%v at %v/s, want 5..34 at 25/s", s.From, s.To, s.Rate)
+	}
+	if s.UsersPerBatch != 2 || s.BatchMs != 500 || s.EntriesPerUser != 1 || s.Estimate != 64 {
+		t.Errorf("estimate inputs %+v, want 2 users per 500 ms batch, 64/s with 16 slots", s)
+	}
+	if s.Gauge != 65 || s.GaugeAt != 34 {
+		t.Errorf("gauge %v at %v, want the last value within the stretch", s.Gauge, s.GaugeAt)
+	}
+	if short := saturatedDrain(&runResult{Seconds: 2, Timeline: []sample{{T: 0, Depth: 10}, {T: 2, Depth: 0, Progress: 10}}}, nil, 64, 16); short.From != 0 || short.To != 2 || short.Rate != 5 {
+		t.Errorf("a shallow run is not taken whole: %+v", short)
 	}
 }
 

@@ -4,8 +4,10 @@ package bench
 
 import (
 	"fmt"
-	"github.com/scorerefresh/scorerefresh/pkg/svgchart"
 	"math"
+	"slices"
+
+	"github.com/scorerefresh/scorerefresh/pkg/svgchart"
 )
 
 // Colours of the configurations in the batched charts, in run order.
@@ -83,7 +85,7 @@ func (x *batchedResult) charts() map[string]svgchart.Chart {
 func (x *batchedResult) markdown(w func(string, ...any), r *Report) {
 	w("## Batched recompute")
 	w("")
-	w("Per-user recompute (`REFRESH_BATCH_SIZE=1`) against batched, side by side in this run, on the same server, data and RTT. Every other setting is the service's default unless the configuration names it (`batch N, in flight M` is `REFRESH_BATCH_SIZE=N MAX_USERS_IN_FLIGHT=M`). Rules: `bench` is rules.yaml (12 components, 2 of them max); `nomax` is rules-nomax.yaml (the same with each max replaced by a sum: 12 components, 14 round trips per batch, the shape a batch has on MongoDB, which has the `$max` accumulator FerretDB 1.24 lacks).")
+	w("Per-user recompute (`REFRESH_BATCH_SIZE=1`) against batched, side by side in this run, on the same server, data and RTT. Every other setting is the service's default unless the configuration names it (`batch N, in flight M` is `REFRESH_BATCH_SIZE=N MAX_USERS_IN_FLIGHT=M`). Rules: `bench` is rules.yaml (12 components, 2 of them max); `nomax` is rules-nomax.yaml (the same with each max replaced by a sum: 12 components, 14 round trips per batch, the shape a batch has on MongoDB, which has the `$max` accumulator FerretDB 1.24 lacks); `count12` is rules-count12.yaml (12 count components, 14 round trips per refresh or batch on any server). A configuration `default batch (unset)` leaves `REFRESH_BATCH_SIZE` unset, the service's default, which picks by the server; `N slots` is `REFRESH_CONCURRENCY=N` (otherwise the bench's).")
 	w("")
 	w("Batch calibration (direct connection, no proxy; capacity = most users refreshed per second with 4 or 16 batches at once):")
 	w("")
@@ -94,6 +96,7 @@ func (x *batchedResult) markdown(w func(string, ...any), r *Report) {
 	}
 	w("")
 	x.diverseTable(w)
+	x.oneSlotTables(w)
 	x.cpuTable(w)
 	x.farTable(w)
 	x.wedgeTable(w)
@@ -104,7 +107,7 @@ func (x *batchedResult) markdown(w func(string, ...any), r *Report) {
 // perUserRatio is run's rate over the per-user run's, bold, or 1.0× for
 // the per-user run itself (or without one).
 func perUserRatio(run batchRun, perUser *batchRun) string {
-	if perUser != nil && !run.Config.perUser() && perUser.Run.Rate > 0 {
+	if perUser != nil && run.Config != perUser.Config && perUser.Run.Rate > 0 {
 		return fmt.Sprintf("**%.1f×**", run.Run.Rate/perUser.Run.Rate)
 	}
 	return "1.0×"
@@ -189,4 +192,43 @@ func (x *batchedResult) cpuTable(w func(string, ...any)) {
 		w("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | **%.2f** | %d |", b.Config.Rules, b.Config.Label, p.Process, p.Consumer, p.Proxy, p.Server, p.PostgreSQL, p.ServerTotal, b.CPU.Samples)
 	}
 	w("")
+}
+
+// oneSlotTables set each rule set's drains that include a one-slot run
+// against it, and the drain capacity the service estimated against the ack
+// rate it reached while the backlog was deep.
+func (x *batchedResult) oneSlotTables(w func(string, ...any)) {
+	var done []string
+	for _, r := range x.Diverse {
+		rules := r.Config.Rules
+		ones := x.oneSlotOf(rules)
+		if len(ones) == 0 || slices.Contains(done, rules) {
+			continue
+		}
+		done = append(done, rules)
+		base := 0.0
+		for _, o := range ones {
+			base += o.Saturated.Rate / float64(len(ones))
+		}
+		w("Against one slot, %s rules: every drain of them, in the order they ran, divided by the one-slot drain (`REFRESH_CONCURRENCY=1 REFRESH_BATCH_SIZE=1`; the mean of them when the list repeats it: here %d at %.2f acked/s on average). "+
+			"At saturation is the stretch from a tenth of the run to the last sample with more than twice MAX_USERS_IN_FLIGHT entries queued, where every slot could be busy; the ratios are of those rates. "+
+			"The estimate is planner.DrainRate(REFRESH_CONCURRENCY, users per batch, mean batch seconds, entries per user) over that stretch from the service's own histograms (`scorerefresh_refresh_batch_duration_seconds`, `scorerefresh_refresh_batch_users`), the formula of `scorerefresh_drain_capacity`; "+
+			"the gauge is that metric as the service last set it within the stretch (its sampler runs every SLI_INTERVAL over a 2-minute window).", rules, len(ones), base)
+		w("")
+		w("| # | configuration | REFRESH_CONCURRENCY | REFRESH_BATCH_SIZE | MAX_USERS_IN_FLIGHT | entries done | drain entries/s | at saturation acked/s | **× one slot** | users per batch | mean batch ms | estimate entries/s | estimate ÷ measured | drain_capacity gauge (at s) |")
+		w("|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		for i, b := range x.Diverse {
+			if b.Config.Rules != rules {
+				continue
+			}
+			s := b.Saturated
+			size := fmt.Sprintf("%d", b.Config.BatchSize)
+			if b.Config.BatchSize == 0 {
+				size = fmt.Sprintf("unset (default; %d here)", b.Config.Effective)
+			}
+			w("| %d | %s | %d | %s | %d | %.0f | %.1f | %.1f | **%.1f×** | %.2f | %.1f | %.1f | %.2f | %.1f (%.0f) |", i+1, b.Config.Label, b.Run.Concurrency, size, b.Config.MaxUsersInFlight,
+				b.Run.Progress, b.Run.Rate, s.Rate, fin(s.Rate/base), s.UsersPerBatch, s.BatchMs, s.Estimate, fin(s.Estimate/s.Rate), s.Gauge, s.GaugeAt)
+		}
+		w("")
+	}
 }
