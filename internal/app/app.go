@@ -82,9 +82,13 @@ type Service struct {
 	// claim round and shared by the consumer and the scorer.
 	Traits *servertraits.Traits
 
-	clock    clock.Clock       // Options.Clock
-	server   *metrics.Server   // nil when METRICS_ADDR is empty
-	adaptive *adaptive.Limiter // nil unless ADAPTIVE_CONCURRENCY
+	clock clock.Clock // Options.Clock
+	// unreachable and probedAt belong to the ping loop (one goroutine):
+	// when to ask the server again what it is (reprobe).
+	unreachable bool
+	probedAt    time.Time
+	server      *metrics.Server   // nil when METRICS_ADDR is empty
+	adaptive    *adaptive.Limiter // nil unless ADAPTIVE_CONCURRENCY
 }
 
 // New loads the rules, connects to MongoDB (lazily: an unreachable server is
@@ -459,6 +463,11 @@ func (s *Service) pingLoop(ctx context.Context) {
 	clock.Every(ctx, s.clock, 5*time.Second, s.ping)
 }
 
+// reprobeEvery is how often the server is asked again what it is, besides
+// after every outage: a rolling upgrade changes the primary's version
+// without a failed ping.
+const reprobeEvery = 5 * time.Minute
+
 func (s *Service) ping(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	err := s.Client.Ping(pctx, nil)
@@ -468,8 +477,29 @@ func (s *Service) ping(ctx context.Context) {
 	}
 	if err != nil {
 		s.Health.Set("mongodb", false, "ping failed: "+err.Error())
-	} else {
-		s.Health.Set("mongodb", true, "")
+		s.unreachable = true
+		return
+	}
+	s.Health.Set("mongodb", true, "")
+	if s.unreachable || clock.Since(s.clock, s.probedAt) >= reprobeEvery {
+		s.reprobe(ctx)
+	}
+}
+
+// reprobe asks the server what it is again: after an outage the client may
+// have reconnected to another primary, of another version, where what was
+// learnt (an accumulator refused, an index option) may no longer hold.
+func (s *Service) reprobe(ctx context.Context) {
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	changed, err := s.Traits.Reprobe(pctx, s.DB)
+	if err != nil {
+		return // asked again on the next ping
+	}
+	s.unreachable, s.probedAt = false, s.clock.Now()
+	if changed {
+		info := s.Traits.Info()
+		s.log.Info("the server changed (a reconnect or an upgrade); what was learnt about it is asked again", "version", info.Version, "ferretdb", info.FerretDB, "sharded", info.Sharded)
 	}
 }
 

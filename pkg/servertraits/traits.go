@@ -78,9 +78,8 @@ func (t *Traits) Probe(ctx context.Context, db *mongo.Database) error {
 // instead of MongoDB, a mongos): a reconnect that reached a primary of
 // another version, or an upgrade under a running fleet. Then every
 // feature learnt refused is forgotten, so the next use tries the server's
-// own answer again. Nothing calls it on a schedule yet: the service's
-// ping loop sends only ping, and a caller that reads buildInfo anyway (a
-// reconnect hook, a periodic check) is where it belongs.
+// own answer again. The service's ping loop calls it after every outage
+// and every few minutes (internal/app).
 func (t *Traits) Reprobe(ctx context.Context, db *mongo.Database) (changed bool, err error) {
 	if t.fixedTraits() {
 		return false, nil
