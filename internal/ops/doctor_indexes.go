@@ -17,10 +17,11 @@ import (
 
 // indexInfo is one existing index as listIndexes describes it.
 type indexInfo struct {
-	Name    string
-	Keys    []string // "field:1", "field:-1", "field:hashed", in order
-	TTL     bool
-	Partial bool
+	Name      string
+	Keys      []string // "field:1", "field:-1", "field:hashed", in order
+	TTL       bool
+	Partial   bool
+	Collation string // the index's collation locale; "" when it has none (binary)
 }
 
 // indexCache lists each collection's indexes once.
@@ -57,6 +58,7 @@ func (ix *indexCache) list(ctx context.Context, coll string) ([]indexInfo, error
 		_, ttlErr := d.LookupErr("expireAfterSeconds")
 		_, partialErr := d.LookupErr("partialFilterExpression")
 		info.TTL, info.Partial = ttlErr == nil, partialErr == nil
+		info.Collation, _ = d.Lookup("collation", "locale").StringValueOK()
 		out = append(out, info)
 	}
 	ix.byColl[coll] = out
@@ -280,9 +282,41 @@ func sourceChecks(ctx context.Context, cfg DoctorConfig, ix *indexCache) []Check
 			continue
 		}
 		c.Status, c.Detail, c.Fix = sourceVerdict(comp, indexes)
+		if c.Status != Fail {
+			if locale := defaultCollation(ctx, cfg.Colls.DB, comp.Collection); locale != "" && locale != "simple" {
+				c.Status, c.Detail, c.Fix = collationVerdict(comp, indexes, locale, c.Status, c.Detail, c.Fix)
+			}
+		}
 		checks = append(checks, c)
 	}
 	return checks
+}
+
+// defaultCollation is coll's default collation locale, "" when it has none
+// (or the server does not say: FerretDB has no collations).
+func defaultCollation(ctx context.Context, db *mongo.Database, coll string) string {
+	specs, err := db.ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: coll}})
+	if err != nil || len(specs) == 0 {
+		return ""
+	}
+	locale, _ := specs[0].Options.Lookup("collation", "locale").StringValueOK()
+	return locale
+}
+
+// collationVerdict amends a source's verdict where the collection's default
+// collation is not simple: the service compares usernames exactly, so its
+// queries there carry the simple collation, and an index serves them only
+// if it was built with the simple collation too (an index built without
+// one takes the collection's default).
+func collationVerdict(comp scoring.Component, indexes []indexInfo, locale, status, detail, fix string) (string, string, string) {
+	want := comp.IndexKeys()
+	for _, ix := range indexes {
+		if len(ix.Keys) > 0 && strings.HasPrefix(ix.Keys[0], want[0]+":") && ix.Collation == "simple" {
+			return status, detail + fmt.Sprintf("; %s has the simple collation the queries use (the collection's default is %s)", ix.Name, locale), fix
+		}
+	}
+	return Warn, fmt.Sprintf("the collection's default collation is %s: the service's queries of it use the simple collation (usernames compared exactly), and no index on %s has it, so none serves them", locale, comp.UserField),
+		fmt.Sprintf("in mongosh: db.getCollection(%q).createIndex(%s, {collation: {locale: \"simple\"}})", comp.Collection, keysJS(appendDir(want)))
 }
 
 func sourceVerdict(comp scoring.Component, indexes []indexInfo) (status, detail, fix string) {

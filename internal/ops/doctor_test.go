@@ -187,6 +187,23 @@ func TestClockAndConnectionVerdicts(t *testing.T) {
 	}
 }
 
+// TestCollationVerdict: on a collection whose default collation is not
+// simple, only an index built with the simple collation serves the
+// service's queries (which use it to compare usernames exactly).
+func TestCollationVerdict(t *testing.T) {
+	t.Parallel()
+	comp := scoring.Component{Collection: "posts", UserField: "author"}
+	inherited := []indexInfo{{Name: "author_1", Keys: []string{"author:1"}, Collation: "en"}}
+	st, detail, fix := collationVerdict(comp, inherited, "en", OK, "author_1 serves {author}", "")
+	if st != Warn || !strings.Contains(detail, "default collation is en") || !strings.Contains(fix, `{collation: {locale: "simple"}}`) {
+		t.Errorf("an index with the collection's collation: %s (%s; %s), want a warning and the index to build", st, detail, fix)
+	}
+	simple := append(inherited, indexInfo{Name: "author_simple", Keys: []string{"author:1"}, Collation: "simple"})
+	if st, detail, _ := collationVerdict(comp, simple, "en", OK, "author_1 serves {author}", ""); st != OK || !strings.Contains(detail, "author_simple has the simple collation") {
+		t.Errorf("with a simple-collation index: %s (%s), want OK naming it", st, detail)
+	}
+}
+
 func TestSourceVerdict(t *testing.T) {
 	t.Parallel()
 	windowed := scoring.Component{Collection: "a", UserField: "user", TimeField: "at", Window: time.Hour}
