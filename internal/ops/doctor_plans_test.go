@@ -288,6 +288,13 @@ func FuzzServerReplies(f *testing.F) {
 	} {
 		f.Add([]byte(mustRaw(f, ext)))
 	}
+	recorded, err := filepath.Glob(filepath.Join("testdata", "replies", "*.json"))
+	if err != nil || len(recorded) == 0 {
+		f.Fatalf("no recorded replies: %v", err)
+	}
+	for _, file := range recorded {
+		f.Add([]byte(recordedReply(f, filepath.Base(file))))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		doc := bsonfuzz.Doc(data, serverKeys, serverStrings)
 		if info, err := servertraits.Parse(doc, doc); err == nil {

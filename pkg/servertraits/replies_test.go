@@ -1,0 +1,96 @@
+package servertraits_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
+)
+
+// recordedReply reads testdata/replies/name, a server's reply recorded with
+// the place it came from in "_source", and returns it without that field.
+func recordedReply(t testing.TB, name string) bson.Raw {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", "replies", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc bson.D
+	if err := bson.UnmarshalExtJSON(data, false, &doc); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if len(doc) == 0 || doc[0].Key != "_source" || doc[0].Value == "" {
+		t.Fatalf("%s names no _source", name)
+	}
+	raw, err := bson.Marshal(doc[1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+// TestParseRecordedReplies reads hello and buildInfo replies recorded from
+// MongoDB (a replica-set primary, a mongos, a standalone) and from the
+// embedded FerretDB, and checks what the traits make of each pair.
+func TestParseRecordedReplies(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		build, hello string
+		want         servertraits.Info
+	}{
+		{"buildinfo-mongodb-5.0.json", "hello-rs-primary-6.0.json",
+			servertraits.Info{Version: "5.0.0", SetName: "replicasetname", Primary: "HOST1:27017", WritablePrimary: true}},
+		{"buildinfo-mongodb-5.0.json", "hello-rs-primary-spec.json",
+			servertraits.Info{Version: "5.0.0", SetName: "rs", WritablePrimary: true}},
+		{"buildinfo-mongodb-5.0.json", "hello-mongos.json",
+			servertraits.Info{Version: "5.0.0", Sharded: true, WritablePrimary: true}},
+		{"buildinfo-mongodb-5.0.json", "hello-standalone.json",
+			servertraits.Info{Version: "5.0.0", WritablePrimary: true}},
+		// The legacy handshake names the primary "ismaster": read as hello,
+		// it is a standalone that is not writable, which Ask never meets
+		// (it sends hello, which every supported server answers).
+		{"buildinfo-mongodb-5.0.json", "ismaster-standalone-5.0.json",
+			servertraits.Info{Version: "5.0.0"}},
+		{"buildinfo-ferretdb-1.24.json", "hello-ferretdb-1.24.json",
+			servertraits.Info{Version: "7.0.42", FerretDB: "unknown", WritablePrimary: true}},
+	} {
+		got, err := servertraits.Parse(recordedReply(t, tc.build), recordedReply(t, tc.hello))
+		if err != nil {
+			t.Errorf("%s + %s: %v", tc.build, tc.hello, err)
+			continue
+		}
+		if got != tc.want {
+			t.Errorf("%s + %s: %+v, want %+v", tc.build, tc.hello, got, tc.want)
+		}
+		tr := servertraits.Fixed(got)
+		mongo := got.FerretDB == ""
+		if tr.Sharded() != tc.want.Sharded || tr.FiltersUsernamesCheaply() != mongo || tr.PushesInDown() != mongo ||
+			tr.CheapUpserts() != mongo || tr.BoundsReplies() != mongo || tr.ExplainsPlans() != mongo || tr.SingleUpdatesHoldConnections() == mongo {
+			t.Errorf("%s + %s: traits of %+v read as another server", tc.build, tc.hello, got)
+		}
+	}
+}
+
+// FuzzParseReplies: no hello or buildInfo reply, whatever its fields'
+// types, makes the parsers panic. The recorded replies are the seeds.
+func FuzzParseReplies(f *testing.F) {
+	files, err := filepath.Glob(filepath.Join("testdata", "replies", "*.json"))
+	if err != nil || len(files) == 0 {
+		f.Fatalf("no recorded replies: %v", err)
+	}
+	for _, file := range files {
+		f.Add([]byte(recordedReply(f, filepath.Base(file))))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		raw := bson.Raw(data)
+		if raw.Validate() != nil {
+			return
+		}
+		_, _ = servertraits.ParseHello(raw)
+		servertraits.ParseBuildInfo(raw)
+		_, _ = servertraits.Parse(raw, raw)
+	})
+}
