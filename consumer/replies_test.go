@@ -2,9 +2,10 @@ package consumer
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -12,26 +13,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver"
 )
 
-// recordedReply reads testdata/replies/name, a server's reply recorded with
-// the place it came from in "_source", and returns it without that field.
+// recordedReply reads testdata/replies/name (mongotest.RecordedReply).
 func recordedReply(t testing.TB, name string) bson.Raw {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("testdata", "replies", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc bson.D
-	if err := bson.UnmarshalExtJSON(data, false, &doc); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	if len(doc) == 0 || doc[0].Key != "_source" || doc[0].Value == "" {
-		t.Fatalf("%s names no _source", name)
-	}
-	raw, err := bson.Marshal(doc[1:])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return raw
+	return mongotest.RecordedReply(t, filepath.Join("testdata", "replies", name))
 }
 
 // insertManyError returns the error InsertMany returns for an insert

@@ -1,35 +1,20 @@
 package servertraits_test
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
-// recordedReply reads testdata/replies/name, a server's reply recorded with
-// the place it came from in "_source", and returns it without that field.
+// recordedReply reads testdata/replies/name (mongotest.RecordedReply).
 func recordedReply(t testing.TB, name string) bson.Raw {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("testdata", "replies", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc bson.D
-	if err := bson.UnmarshalExtJSON(data, false, &doc); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	if len(doc) == 0 || doc[0].Key != "_source" || doc[0].Value == "" {
-		t.Fatalf("%s names no _source", name)
-	}
-	raw, err := bson.Marshal(doc[1:])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return raw
+	return mongotest.RecordedReply(t, filepath.Join("testdata", "replies", name))
 }
 
 // TestParseRecordedReplies reads hello and buildInfo replies recorded from
