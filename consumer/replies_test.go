@@ -5,12 +5,12 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
-
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver"
+
+	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 )
 
 // recordedReply reads testdata/replies/name (mongotest.RecordedReply).

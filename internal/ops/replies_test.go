@@ -4,9 +4,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
-
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 )
 
 // recordedReply reads testdata/replies/name (mongotest.RecordedReply).
