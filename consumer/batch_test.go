@@ -252,8 +252,9 @@ func TestDefaultsKeepEverySlotBusy(t *testing.T) {
 }
 
 // TestAutoBatchSizeFollowsTheServer: BatchAuto batches up to
-// DefaultBatchSize on a server that answers $in from an index, and one user
-// per slot where an $in decodes the whole collection.
+// DefaultBatchSize on a server that answers $in from an index, one user
+// per slot where an $in decodes the whole collection but a user's query
+// does not, and batches again where both decode it (the embedded server).
 func TestAutoBatchSizeFollowsTheServer(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -262,9 +263,13 @@ func TestAutoBatchSizeFollowsTheServer(t *testing.T) {
 	if got := c.batchSize(); got != DefaultBatchSize {
 		t.Errorf("on MongoDB: batches of %d, want %d", got, DefaultBatchSize)
 	}
-	c.traits = servertraits.Fixed(servertraits.Info{Version: "7.0.0", FerretDB: "v1.24.2"})
+	c.traits = servertraits.Fixed(servertraits.Info{Version: "7.0.0", FerretDB: "v1.24.2", Backend: "PostgreSQL"})
 	if got := c.batchSize(); got != 1 {
-		t.Errorf("on FerretDB: batches of %d, want 1", got)
+		t.Errorf("on FerretDB over PostgreSQL: batches of %d, want 1", got)
+	}
+	c.traits = servertraits.Fixed(servertraits.Info{Version: "7.0.0", FerretDB: "v1.24.2", Backend: "SQLite"})
+	if got := c.batchSize(); got != DefaultBatchSize {
+		t.Errorf("on FerretDB over SQLite (a user's query scans too): batches of %d, want %d", got, DefaultBatchSize)
 	}
 	c.cfg.BatchSize = 8
 	if got := c.batchSize(); got != 8 {

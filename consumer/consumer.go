@@ -79,8 +79,11 @@ type Config struct {
 // BatchAuto as Config.BatchSize batches up to DefaultBatchSize users where
 // the server answers {user: {$in: batch}} from an index (MongoDB), and
 // refreshes one user per slot where such a query decodes the whole
-// collection (servertraits.PushesInDown; FerretDB), which makes a batch
-// slower than its users' queries one by one wherever latency binds.
+// collection while a user's own does not (servertraits.PushesInDown,
+// PushesEqualityDown: FerretDB on PostgreSQL), which makes a batch slower
+// than its users' queries one by one wherever latency binds. Where both
+// decode everything (FerretDB on SQLite, the embedded server), a batch
+// scans once for all its users and wins.
 const BatchAuto = -1
 
 // DefaultOwner names this process on leases: hostname:pid (the pod name in
@@ -750,7 +753,8 @@ func (c *Consumer) batchSize() int {
 	if c.cfg.BatchSize != BatchAuto {
 		return c.cfg.BatchSize
 	}
-	if c.traits.PushesInDown() {
+	if c.traits.PushesInDown() || !c.traits.PushesEqualityDown() {
+		// Batches cost one scan where a user's query costs one too.
 		return DefaultBatchSize
 	}
 	c.perUser.Do(func() {

@@ -54,6 +54,9 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "replay" {
 		return runReplay(args[1:], environ, stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "serve" {
+		return runServe(args[1:], environ, stdout, stderr)
+	}
 	fs := flag.NewFlagSet("scorerefresh-demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o demoOptions

@@ -481,7 +481,7 @@ func (s *Service) ping(ctx context.Context) {
 		return
 	}
 	s.Health.Set("mongodb", true, "")
-	if s.unreachable || clock.Since(s.clock, s.probedAt) >= reprobeEvery {
+	if s.unreachable || clock.Since(s.clock, s.probedAt) >= reprobeEvery || s.Traits.BackendUnknown() {
 		s.reprobe(ctx)
 	}
 }

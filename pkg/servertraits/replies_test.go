@@ -1,6 +1,7 @@
 package servertraits_test
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -77,4 +78,36 @@ func FuzzParseReplies(f *testing.F) {
 		servertraits.ParseBuildInfo(raw)
 		_, _ = servertraits.Parse(raw, raw)
 	})
+}
+
+// TestFerretDBNamesItsBackend: FerretDB's storage is read from its startup
+// warnings (the line msg_getlog.go writes), and the embedded server is
+// found to be SQLite, where a user's query is no cheaper than a batch's.
+func TestFerretDBNamesItsBackend(t *testing.T) {
+	t.Parallel()
+	for line, want := range map[string]string{
+		"Powered by FerretDB v1.24.2 and SQLite 3.46.0.":    "SQLite",
+		"Powered by FerretDB v1.24.2 and PostgreSQL 15.18.": "PostgreSQL",
+		"Powered by FerretDB v1.24.2.":                      "",
+	} {
+		if got := servertraits.ParseBackend([]string{"Please star us on GitHub.", line}); got != want {
+			t.Errorf("%q: backend %q, want %q", line, got, want)
+		}
+	}
+	if os.Getenv(mongotest.EnvURI) != "" {
+		return // the suite points at a server of its own
+	}
+	// FerretDB names its storage once it has opened a database, as it has
+	// by the time the service probes a queue that exists.
+	db := mongotest.Database(t, mongotest.Options{})
+	if _, err := db.Collection("score_events").InsertOne(t.Context(), bson.D{{Key: "username", Value: "ann"}}); err != nil {
+		t.Fatal(err)
+	}
+	traits := servertraits.New()
+	if err := traits.Probe(t.Context(), db); err != nil {
+		t.Fatal(err)
+	}
+	if info := traits.Info(); info.Backend != "SQLite" || traits.PushesEqualityDown() {
+		t.Errorf("the embedded server: backend %q, pushes equality down %v; want SQLite, false", info.Backend, traits.PushesEqualityDown())
+	}
 }

@@ -13,6 +13,7 @@ package servertraits
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -23,7 +24,10 @@ import (
 type Info struct {
 	Version  string // buildInfo's version (FerretDB reports the MongoDB version it emulates)
 	FerretDB string // FerretDB's own version ("unknown" where it names none); empty on MongoDB
-	Sharded  bool   // a mongos (hello's msg is "isdbgrid")
+	// Backend is FerretDB's storage, as its startup warnings name it
+	// ("SQLite", "PostgreSQL"); empty on MongoDB or where it did not say.
+	Backend string
+	Sharded bool // a mongos (hello's msg is "isdbgrid")
 	// A replica set's name, its primary and whether the member answering is
 	// it (hello): the doctor's topology check. Empty on a standalone server
 	// and through a mongos.
@@ -122,7 +126,32 @@ func Ask(ctx context.Context, db *mongo.Database) (Info, error) {
 	if err != nil {
 		return Info{}, fmt.Errorf("asking the server what it is (hello): %w", err)
 	}
-	return Parse(build, hello)
+	info, err := Parse(build, hello)
+	if err == nil && info.FerretDB != "" {
+		// FerretDB names its storage only in its startup warnings
+		// ("Powered by FerretDB v1.24.2 and SQLite 3.46.0."); a server
+		// that does not answer leaves it unknown.
+		var log struct {
+			Lines []string `bson:"log"`
+		}
+		if db.Client().Database("admin").RunCommand(ctx, bson.D{{Key: "getLog", Value: "startupWarnings"}}).Decode(&log) == nil {
+			info.Backend = ParseBackend(log.Lines)
+		}
+	}
+	return info, err
+}
+
+// ParseBackend reads FerretDB's storage from its startup warnings.
+func ParseBackend(lines []string) string {
+	for _, l := range lines {
+		if _, rest, ok := strings.Cut(l, "Powered by FerretDB "); ok {
+			if _, backend, ok := strings.Cut(rest, " and "); ok {
+				name, _, _ := strings.Cut(backend, " ")
+				return strings.TrimSuffix(name, ".")
+			}
+		}
+	}
+	return ""
 }
 
 // Parse reads the replies to buildInfo and hello.
@@ -213,6 +242,23 @@ func (t *Traits) SingleUpdatesHoldConnections() bool { return t.ferret() }
 // is why per-user queries are faster there wherever latency is not what
 // binds (see the consumer's batch size).
 func (t *Traits) PushesInDown() bool { return !t.ferret() }
+
+// BackendUnknown reports a FerretDB that has not yet named its storage:
+// it names it only once it has opened a database, so it is asked again.
+func (t *Traits) BackendUnknown() bool {
+	info := t.Info()
+	return t.Known() && info.FerretDB != "" && info.Backend == ""
+}
+
+// PushesEqualityDown reports a server that answers {field: value} from its
+// storage rather than by decoding every document: MongoDB (from an index)
+// and FerretDB on PostgreSQL. FerretDB on SQLite pushes only {_id: x}
+// down, so a per-user query there decodes the whole collection as a
+// batch's $in does, once per user instead of once per batch.
+func (t *Traits) PushesEqualityDown() bool {
+	info := t.Info()
+	return info.FerretDB == "" || info.Backend != "SQLite"
+}
 
 // CheapUpserts reports a server whose upserts cost no more than updates.
 // FerretDB turns an upsert that matches nothing into a scan plus an
