@@ -489,31 +489,11 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 	} else {
 		c.contention = 0
 	}
-	entries := 0
-	c.mu.Lock()
-	for _, w := range res.works {
-		c.held[w.lease.User] = w.lease
-		c.heldN[w.lease.User] = len(w.entries)
-		c.heldE += len(w.entries)
-		entries += len(w.entries)
-	}
-	c.queued += len(res.works)
-	c.metrics.UsersInFlight.Set(float64(len(c.held)))
-	c.mu.Unlock()
-	c.metrics.EntriesClaimed.Add(float64(entries))
+	entries := c.hold(res.works)
 	if len(res.works) > 0 || len(res.malformed) > 0 {
 		c.log.Debug("claim batch", "users", len(res.works), "entries", entries, "malformed", len(res.malformed), "room", room, "duration", clock.Since(c.clock, start))
 	}
-	var batchable []work
-	for _, w := range res.works {
-		if w.refreshable(c.cfg.MaxAttempts) && !w.lease.Solo {
-			batchable = append(batchable, w)
-		}
-	}
-	c.batches.add(batchable...)
-	for _, w := range res.works {
-		refreshes.Go(func() { c.process(ctx, workCtx, w) })
-	}
+	c.dispatch(ctx, workCtx, refreshes, res.works)
 	// Go again at once only if this round made progress: a full window of
 	// malformed entries (waiting for their dead-letter flush) or of users
 	// other replicas just won would otherwise spin the loop.
@@ -522,6 +502,38 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 	c.backlog = more
 	c.mu.Unlock()
 	return claimPass{ran: true, more: more, paged: res.paged}, nil
+}
+
+// hold records the users a round won as held and returns their entries.
+func (c *Consumer) hold(works []work) (entries int) {
+	c.mu.Lock()
+	for _, w := range works {
+		c.held[w.lease.User] = w.lease
+		c.heldN[w.lease.User] = len(w.entries)
+		c.heldE += len(w.entries)
+		entries += len(w.entries)
+	}
+	c.queued += len(works)
+	c.metrics.UsersInFlight.Set(float64(len(c.held)))
+	c.mu.Unlock()
+	c.metrics.EntriesClaimed.Add(float64(entries))
+	return entries
+}
+
+// dispatch hands the users a round won to refresh slots: those that will
+// wait for one join the batcher's line all at once, before any of their
+// goroutines can take a share (see batcher.add).
+func (c *Consumer) dispatch(ctx, workCtx context.Context, refreshes *sync.WaitGroup, works []work) {
+	var batchable []work
+	for _, w := range works {
+		if w.refreshable(c.cfg.MaxAttempts) && !w.lease.Solo {
+			batchable = append(batchable, w)
+		}
+	}
+	c.batches.add(batchable...)
+	for _, w := range works {
+		refreshes.Go(func() { c.process(ctx, workCtx, w) })
+	}
 }
 
 // process waits for a refresh slot on behalf of one claimed user and, once

@@ -105,18 +105,9 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 	if reg == nil {
 		reg = metrics.NewRegistry()
 	}
-	rules := scoring.DefaultRules()
-	switch {
-	case cfg.ScorerURL != "":
-		// No rules: the external scorer reads whatever it reads, and the
-		// doctor has no source collections to check.
-		rules = &scoring.Rules{Source: "SCORER_URL (an external scorer)"}
-	case cfg.ScoringRules != "":
-		r, err := scoring.LoadRules(cfg.ScoringRules)
-		if err != nil {
-			return nil, err
-		}
-		rules = r
+	rules, err := loadRules(cfg)
+	if err != nil {
+		return nil, err
 	}
 	metrics.NewBuildInfo(reg, opts.Version, opts.Revision, goVersion())
 	s := &Service{
@@ -157,6 +148,19 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 		s.server = srv
 	}
 	return s, nil
+}
+
+// loadRules is what the scores are computed from: the rules file, the
+// built-in rule, or none with an external scorer (it reads whatever it
+// reads, and the doctor has no source collections to check).
+func loadRules(cfg config.Config) (*scoring.Rules, error) {
+	switch {
+	case cfg.ScorerURL != "":
+		return &scoring.Rules{Source: "SCORER_URL (an external scorer)"}, nil
+	case cfg.ScoringRules != "":
+		return scoring.LoadRules(cfg.ScoringRules)
+	}
+	return scoring.DefaultRules(), nil
 }
 
 // newLimiter builds the refresh limiter: fixed at REFRESH_CONCURRENCY, or
