@@ -14,7 +14,7 @@ import (
 // figureDocs are the documents that speak of the Deployment's timings and
 // connections. docs/runbook.md states each figure; the others link to it or
 // state the same.
-var figureDocs = []string{"README.md", "deploy/DEPLOYING.md", runbookPath, "deploy/k8s/deployment.yaml", "deploy/k8s/keda/scaledobject.yaml"}
+var figureDocs = []string{"README.md", "docs/guide.md", "bench/results/NOTES.md", "deploy/DEPLOYING.md", runbookPath, "deploy/k8s/deployment.yaml", "deploy/k8s/keda/scaledobject.yaml"}
 
 // manifestConfig is the configuration the Deployment's literal environment
 // gives the service.
