@@ -102,8 +102,8 @@ func (c Config) withDefaults() Config {
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
 	c.RefreshTimeout = cmp.Or(c.RefreshTimeout, c.LeaseDuration)
 	c.RetryBackoff = Backoff{Base: cmp.Or(c.RetryBackoff.Base, time.Second), Max: cmp.Or(c.RetryBackoff.Max, 5*time.Minute)}
-	c.AckInterval = cmp.Or(c.AckInterval, 50*time.Millisecond)
-	c.AckBatchSize = cmp.Or(c.AckBatchSize, 100)
+	c.AckInterval = cmp.Or(c.AckInterval, AckFlushInterval)
+	c.AckBatchSize = cmp.Or(c.AckBatchSize, AckFlushBatch)
 	c.OpTimeout = cmp.Or(c.OpTimeout, DefaultOpTimeout)
 	if c.BatchSize != BatchAuto {
 		c.BatchSize = max(c.BatchSize, 1)
@@ -741,7 +741,7 @@ func (c *Consumer) room() int {
 	if c.heldE >= AbsorbLimit {
 		return 0 // enough entries in memory: settle some first
 	}
-	return min(c.cfg.MaxUsersInFlight, leadFactor*c.slots()) - len(c.held)
+	return min(c.cfg.MaxUsersInFlight, LeadFactor*c.slots()) - len(c.held)
 }
 
 // roomFloor is the least room a room wake-up waits for: an eighth of the
@@ -752,7 +752,7 @@ func (c *Consumer) room() int {
 // fleet those rounds were most of the claim path's cost. Waiting for an
 // eighth costs at most that share of the users in flight.
 func (c *Consumer) roomFloor() int {
-	return max(1, min(c.cfg.MaxUsersInFlight, leadFactor*c.slots())/8)
+	return max(1, min(c.cfg.MaxUsersInFlight, LeadFactor*c.slots())/8)
 }
 
 // slots is how many users can be refreshing at once: a slot per batch in
@@ -775,11 +775,6 @@ func (c *Consumer) batchSize() int {
 	return 1
 }
 
-// leadFactor bounds held users to this many per refresh slot: one running
-// and three waiting keep every slot busy across a claim round's latency, and
-// with the defaults (16 × 4 = 64) it is exactly MAX_USERS_IN_FLIGHT.
-const leadFactor = 4
-
 // wantMore says whether a claim round is worth its cost now: there is room
 // for users, and fewer are waiting for a slot than there are slots. Claiming
 // on every settled user instead would run a full claim round (two queue
@@ -789,7 +784,7 @@ const leadFactor = 4
 func (c *Consumer) wantMore() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.held) < min(c.cfg.MaxUsersInFlight, leadFactor*c.slots()) && c.queued < c.slots()
+	return len(c.held) < min(c.cfg.MaxUsersInFlight, LeadFactor*c.slots()) && c.queued < c.slots()
 }
 
 // renewLoop extends every held lease a third of the way into its life, in one
