@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/scorerefresh/scorerefresh/consumer"
 )
 
 // Input is what to plan.
@@ -153,7 +155,7 @@ func simOptions(in Input, entries []Entry, b Bounds) SimOptions {
 // its claim: the rest goes to the refresh, the ack and the claim round.
 func targetWait(c Config, s Server, target float64) float64 {
 	lat := s.Latency(1, 1)
-	busy := float64(c.RoundTrips()+ClaimRoundTrips+AckRoundTrips)*lat + AckInterval
+	busy := float64(c.RoundTrips()+consumer.ClaimRoundTrips+consumer.AckRoundTrips)*lat + ackInterval
 	return math.Max(target-busy, target/10)
 }
 
@@ -222,7 +224,7 @@ func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 // wait for a claim, a refresh, the ack flush.
 func lightAge(c Config, s Server) float64 {
 	lat := s.Latency(1, 1)
-	age := normalWait(c, s) + float64(c.RoundTrips()+AckRoundTrips)*lat + AckInterval
+	age := normalWait(c, s) + float64(c.RoundTrips()+consumer.AckRoundTrips)*lat + ackInterval
 	if !c.ChangeStreams {
 		age += c.PollInterval / 2 // normalWait counts half of it: the oldest entry waits the whole
 	}

@@ -3,6 +3,8 @@ package planner
 import (
 	"container/heap"
 	"math"
+
+	"github.com/scorerefresh/scorerefresh/consumer"
 )
 
 // Sample is the simulated queue at one moment.
@@ -331,9 +333,9 @@ func (m *sim) finish(w *op) {
 }
 
 // wantMore is the consumer's low-water mark: room for users, and fewer
-// waiting for a slot than there are slots.
+// waiting for a slot than the slots refresh at once.
 func (m *sim) wantMore(r *replica) bool {
-	return r.held < m.c.HeldCap() && len(r.waiting) < m.c.Concurrency
+	return r.held < m.c.HeldCap() && len(r.waiting) < m.c.slots()
 }
 
 // wake is a poll tick, a change-stream event or a freed slot.
@@ -354,9 +356,9 @@ func (m *sim) tryClaim(r *replica) {
 		return
 	}
 	users, full := m.window(room)
-	rt := ClaimRoundTrips
+	rt := consumer.ClaimRoundTrips
 	if len(users) == 0 {
-		rt = EmptyClaimRoundTrips
+		rt = consumer.EmptyClaimRoundTrips
 	}
 	for _, u := range users {
 		m.heldBy[u] = r.id
@@ -439,10 +441,13 @@ func (m *sim) scheduleArrivalWake() {
 	m.at(m.e[m.arrived].Arrive, evArrivalWake, 0)
 }
 
-// dispatch starts refreshes while slots are free.
+// dispatch starts refreshes while slots are free, spreading the waiting
+// users over them as the consumer's batcher does: each slot takes the
+// waiting divided by the free slots, rounded up, at most Batch.
 func (m *sim) dispatch(r *replica) {
 	for r.running < m.c.Concurrency && len(r.waiting) > 0 {
-		n := min(m.c.Batch, len(r.waiting))
+		free := m.c.Concurrency - r.running
+		n := min(m.c.Batch, (len(r.waiting)+free-1)/free)
 		batch := make([]int32, n)
 		for i := range n {
 			batch[i] = r.waiting[i].user
@@ -471,7 +476,7 @@ func (m *sim) refreshDone(w *op) {
 	m.refreshOps++
 	for _, x := range w.works {
 		r.outcomes = append(r.outcomes, x)
-		if n := len(r.outcomes); n == 1 || n >= AckBatch {
+		if n := len(r.outcomes); n == 1 || n >= consumer.AckFlushBatch {
 			m.kick(r)
 		}
 	}
@@ -479,18 +484,18 @@ func (m *sim) refreshDone(w *op) {
 }
 
 // kick is the completer's signal: flush now with a full batch, else after
-// AckInterval; during a flush, once it is done.
+// ackInterval; during a flush, once it is done.
 func (m *sim) kick(r *replica) {
 	switch {
 	case r.flushing:
 		r.kickPending = true
-	case r.armed || len(r.outcomes) >= AckBatch:
+	case r.armed || len(r.outcomes) >= consumer.AckFlushBatch:
 		r.armed = false
 		m.startFlush(r)
 	default:
 		r.armed = true
 		r.gen++
-		ev := m.at(m.now+AckInterval, evAckTimer, int(r.id-1))
+		ev := m.at(m.now+ackInterval, evAckTimer, int(r.id-1))
 		ev.gen = r.gen
 	}
 }
@@ -504,7 +509,7 @@ func (m *sim) startFlush(r *replica) {
 	for _, x := range r.outcomes {
 		n += len(x.entries)
 	}
-	m.startOp(&op{kind: opFlush, rep: r, works: r.outcomes, work: float64(n) * m.s.EntryCost}, AckRoundTrips)
+	m.startOp(&op{kind: opFlush, rep: r, works: r.outcomes, work: float64(n) * m.s.EntryCost}, consumer.AckRoundTrips)
 	r.outcomes = nil
 }
 

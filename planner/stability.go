@@ -3,6 +3,8 @@ package planner
 import (
 	"fmt"
 	"math"
+
+	"github.com/scorerefresh/scorerefresh/consumer"
 )
 
 // The stability classes.
@@ -52,7 +54,7 @@ type Stability struct {
 // the fleet keeps up: half a poll interval without change streams, then a
 // claim round.
 func normalWait(c Config, s Server) float64 {
-	w := float64(ClaimRoundTrips) * s.Latency(1, 1)
+	w := float64(consumer.ClaimRoundTrips) * s.Latency(1, 1)
 	if !c.ChangeStreams {
 		w += c.PollInterval / 2
 	}
@@ -89,18 +91,21 @@ func Assess(c Config, s Server, replicas int, mix Mix, rate float64, backlogUser
 }
 
 // lowFixedPoint finds the commands in flight that a demand of d refreshes a
-// second keeps busy when the fleet keeps up: by Little's law n = d × round
-// trips × latency(n) / batch. Iterating from an idle server climbs to the
-// lowest fixed point; if it passes every slot, the fleet cannot keep up.
+// second keeps busy when the fleet keeps up: by Little's law d × round
+// trips × latency(n) users are in refresh, one per slot while they fit
+// (batches spread over free slots stay single), then batches grow on
+// every slot. Iterating from an idle server climbs to the lowest fixed
+// point; if the users pass what full batches hold, the fleet cannot keep up.
 func lowFixedPoint(c Config, s Server, replicas int, d float64) (float64, bool) {
 	rt := float64(c.RoundTrips())
 	slots := float64(replicas * c.Concurrency)
 	n := 0.0
 	for range 10_000 {
-		next := d * rt * s.Latency(math.Max(n, 1), 1) / float64(c.Batch)
-		if next > slots {
-			return next, false
+		users := d * rt * s.Latency(math.Max(n, 1), 1)
+		if users > slots*float64(c.SpreadBatch()) {
+			return users, false
 		}
+		next := math.Min(users, slots)
 		if math.Abs(next-n) < 1e-9 {
 			return next, true
 		}

@@ -89,7 +89,7 @@ func (p *Plan) writeInputs(b *strings.Builder) {
 	}
 	fmt.Fprintf(b, "\nrefresh: %d %s + 2 = %d round trips", c.Components, comps, p.RoundTrips)
 	if c.Batch > 1 {
-		fmt.Fprintf(b, " per batch of up to %d users", c.Batch)
+		fmt.Fprintf(b, " per batch of up to %d users spread over the free slots (%d with every slot busy)", c.Batch, c.SpreadBatch())
 	}
 	wake := "poll every " + Seconds(c.PollInterval)
 	if c.ChangeStreams {

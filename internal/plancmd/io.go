@@ -19,6 +19,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/consumer"
 	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/pkg/redact"
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 	"github.com/scorerefresh/scorerefresh/planner"
 	"github.com/scorerefresh/scorerefresh/replay"
 	"github.com/scorerefresh/scorerefresh/scoring"
@@ -65,6 +66,7 @@ type measurement struct {
 	scanMeasured  bool
 	scanDepth     int64
 	changeStreams bool
+	kind          string // --server-kind as the server describes itself; empty: it did not say
 }
 
 func (m measurement) describe() string {
@@ -80,7 +82,32 @@ func (m measurement) describe() string {
 	if m.scanMeasured {
 		s += fmt.Sprintf("; claim window %.2f µs per queued entry (at %d entries)", m.scan*1e6, m.scanDepth)
 	}
+	if m.kind != "" {
+		s += "; server: " + m.kind
+	}
 	return s + fmt.Sprintf("; change streams: %t", m.changeStreams)
+}
+
+// serverKind is the server as --server-kind names it, from what it says
+// of itself (servertraits, as the consumer asks); empty when it does not
+// answer.
+func (c *planConn) serverKind(ctx context.Context) string {
+	t := servertraits.New()
+	if err := t.Probe(ctx, c.db); err != nil {
+		return ""
+	}
+	if t.BackendUnknown() {
+		// FerretDB names its storage once it has opened a database, which
+		// the change-stream check before this did.
+		_, _ = t.Reprobe(ctx, c.db)
+	}
+	switch info := t.Info(); {
+	case info.FerretDB == "":
+		return serverMongoDB
+	case !t.PushesEqualityDown():
+		return serverSQLite
+	}
+	return serverPostgreSQL
 }
 
 // measureCost is what measure is asked to time besides pings.
@@ -102,6 +129,7 @@ func (c *planConn) measure(ctx context.Context, o *planOptions, queue string, ru
 	}
 	m.rtt = rtt
 	m.changeStreams = consumer.DetectChangeStreams(ctx, c.db.Collection(queue))
+	m.kind = c.serverKind(ctx)
 	if want.scan {
 		if err := c.measureScan(ctx, &m, queue, want.window); err != nil {
 			return m, err
