@@ -7,18 +7,29 @@ import (
 	"github.com/scorerefresh/scorerefresh/consumer"
 )
 
-// Sample is the simulated queue at one moment.
+// Sample is the queue at one moment of a drain, simulated (Simulate) or
+// measured (a replay's drain timeline): one type, so a plan and a replay
+// are read, and judged (RecoveredAt), sample for sample.
 type Sample struct {
-	T         float64 `json:"t"`
+	T         float64 `json:"t"` // seconds since the plan (or the drain) began
 	Depth     int     `json:"depth"`
-	OldestAge float64 `json:"oldestAge"` // now − the oldest entry's enqueue time; 0 when empty
+	OldestAge float64 `json:"oldestAge"` // now − the oldest entry's enqueue time; 0 when empty, -1 when not measured
 	// Wait is how long the oldest entry has waited since the plan began:
 	// now − max(its enqueue time, 0). Replicas cannot undo the age a
-	// backlog already had; this is the part they decide.
-	Wait      float64 `json:"wait"`
-	Acked     int     `json:"acked"`
-	Refreshes int     `json:"refreshes"`
-	RTTFactor float64 `json:"rttFactor,omitempty"`
+	// backlog already had; this is the part they decide. Simulated only.
+	Wait        float64 `json:"wait"`
+	Acked       float64 `json:"acked"`     // entries acknowledged since the start
+	Refreshes   float64 `json:"refreshes"` // successful user refreshes since the start
+	RTTFactor   float64 `json:"rttFactor,omitempty"`
+	DeadLetters float64 `json:"deadLetters,omitempty"` // entries dead-lettered since the start
+	// Measured, AckedPerSec and Arrived are a replay's: Measured says
+	// Depth and OldestAge were queried this time (otherwise Depth is
+	// derived from the counters since the last query), AckedPerSec is over
+	// the interval since the previous sample, Arrived counts the entries
+	// the replay has inserted.
+	Measured    bool    `json:"measured,omitempty"`
+	AckedPerSec float64 `json:"ackedPerSecond,omitempty"`
+	Arrived     int64   `json:"arrived,omitempty"`
 }
 
 // SimOptions bound a simulation.
@@ -295,7 +306,7 @@ func (m *sim) handle(ev *timed, o SimOptions) bool {
 }
 
 func (m *sim) sample() {
-	s := Sample{T: m.now, Depth: m.arrived - m.deleted, Acked: m.deleted, Refreshes: m.refreshes}
+	s := Sample{T: m.now, Depth: m.arrived - m.deleted, Acked: float64(m.deleted), Refreshes: float64(m.refreshes)}
 	if m.rttFactor != 1 {
 		s.RTTFactor = m.rttFactor
 	}

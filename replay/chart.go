@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/scorerefresh/scorerefresh/pkg/numfmt"
 	"github.com/scorerefresh/scorerefresh/pkg/svgchart"
+	"github.com/scorerefresh/scorerefresh/planner"
 )
 
 // WriteSVG draws the timeline as a self-contained SVG: queue depth, oldest
@@ -31,7 +31,7 @@ func (r *Report) panels() []svgchart.Panel {
 	// Rates are taken from the latest sample at least a window back, or from
 	// the drain's start: nothing acknowledged, and everything arrived unless
 	// arrivals are paced.
-	origin := Sample{}
+	origin := planner.Sample{}
 	if r.Arrival != ArrivalOriginal && len(r.Timeline) > 0 {
 		origin.Arrived = r.Timeline[0].Arrived
 	}
@@ -76,7 +76,7 @@ func (r *Report) headline() string {
 		state = fmt.Sprintf("not drained after %.1fs (%s)", r.DurationSeconds, r.StopReason)
 	}
 	return fmt.Sprintf("%s entries, %s users: %s — %.0f entries/s, %.1f users/s, coalescing ×%.1f",
-		numfmt.Thousands(r.Entries), numfmt.Thousands(int64(r.DistinctUsers)), state, r.EntriesPerSecond, r.UsersPerSecond, r.CoalescingFactor)
+		planner.Thousands(r.Entries), planner.Thousands(int64(r.DistinctUsers)), state, r.EntriesPerSecond, r.UsersPerSecond, r.CoalescingFactor)
 }
 
 // subtitle is what was replayed where, with which settings, then the peaks.
@@ -87,6 +87,6 @@ func (r *Report) subtitle() []string {
 		fmt.Sprintf("REFRESH_CONCURRENCY=%d MAX_USERS_IN_FLIGHT=%d CLAIM_WINDOW=%d ADAPTIVE_CONCURRENCY=%t · rules %s (%d components)",
 			s.RefreshConcurrency, s.MaxUsersInFlight, s.ClaimWindow, s.AdaptiveConcurrency, s.Rules, s.Components),
 		fmt.Sprintf("max depth %s · max oldest age %.1fs · dead letters %.0f · %s refreshes",
-			numfmt.Thousands(r.MaxDepth), r.MaxOldestAgeSeconds, r.DeadLetters, numfmt.Thousands(int64(r.Refreshes))),
+			planner.Thousands(r.MaxDepth), r.MaxOldestAgeSeconds, r.DeadLetters, planner.Thousands(int64(r.Refreshes))),
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/scorerefresh/scorerefresh/pkg/numfmt"
+	"github.com/scorerefresh/scorerefresh/planner"
 )
 
 // metric is one figure of a report, with how to print it and which way is
@@ -19,7 +19,7 @@ type metric struct {
 	better int
 }
 
-func count(v float64) string   { return numfmt.Thousands(int64(math.Round(v))) }
+func count(v float64) string   { return planner.Thousands(int64(math.Round(v))) }
 func rate(v float64) string    { return fmt.Sprintf("%.1f", v) }
 func seconds(v float64) string { return fmt.Sprintf("%.1fs", v) }
 

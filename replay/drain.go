@@ -13,7 +13,7 @@ import (
 
 	"github.com/scorerefresh/scorerefresh/metrics"
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
-	"github.com/scorerefresh/scorerefresh/pkg/numfmt"
+	"github.com/scorerefresh/scorerefresh/planner"
 )
 
 // Runner is the consumer as a drain uses it: Run drains until ctx ends, then
@@ -51,10 +51,10 @@ type DrainConfig struct {
 // DrainResult is what a drain measured.
 type DrainResult struct {
 	Start, End time.Time
-	Timeline   []Sample
-	Final      Sample // the last sample, measured
-	Reason     string // one of the Stop constants
-	Err        error  // why the consumer or the load stopped, for those reasons
+	Timeline   []planner.Sample
+	Final      planner.Sample // the last sample, measured
+	Reason     string         // one of the Stop constants
+	Err        error          // why the consumer or the load stopped, for those reasons
 	// SampleErrors counts samples whose queue queries failed.
 	SampleErrors int
 }
@@ -71,8 +71,8 @@ func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
 	done := make(chan error, 1)
 	go func() { done <- cfg.Consumer.Run(runCtx) }()
 
-	var last atomic.Pointer[Sample]
-	last.Store(&Sample{})
+	var last atomic.Pointer[planner.Sample]
+	last.Store(&planner.Sample{})
 	p := StartProgress(cfg.Progress, Meter{Label: "draining", Unit: "entries",
 		Done:  func() int64 { l := last.Load(); return int64(l.Acked + l.DeadLetters) },
 		Total: func() int64 { return cfg.Expected },
@@ -106,7 +106,7 @@ func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
 // watch samples the timeline into res every interval until the drain stops,
 // and records why (res.Reason, res.Err, and res.End when the queue drained).
 // It reports whether the consumer returned (done was received from).
-func watch(ctx context.Context, cfg DrainConfig, clk clock.Clock, s *sampler, done <-chan error, res *DrainResult, last *atomic.Pointer[Sample]) (consumerDone bool) {
+func watch(ctx context.Context, cfg DrainConfig, clk clock.Clock, s *sampler, done <-chan error, res *DrainResult, last *atomic.Pointer[planner.Sample]) (consumerDone bool) {
 	t := clk.NewTicker(cmp.Or(cfg.Interval, time.Second))
 	defer t.Stop()
 	var deadline <-chan time.Time
@@ -152,16 +152,16 @@ func watch(ctx context.Context, cfg DrainConfig, clk clock.Clock, s *sampler, do
 }
 
 // describeSample is the drain progress line's tail.
-func describeSample(s *Sample) string {
+func describeSample(s *planner.Sample) string {
 	if s.T == 0 {
 		return "starting the consumer"
 	}
-	out := fmt.Sprintf("%.0f acked/s  %s refreshes  depth %s", s.AckedPerSec, numfmt.Thousands(int64(s.Refreshes)), numfmt.Thousands(s.Depth))
+	out := fmt.Sprintf("%.0f acked/s  %s refreshes  depth %s", s.AckedPerSec, planner.Thousands(int64(s.Refreshes)), planner.Thousands(s.Depth))
 	if s.Measured {
 		out += "  oldest " + (time.Duration(s.OldestAge) * time.Second).String()
 	}
 	if s.Arrived > 0 {
-		out += "  arrived " + numfmt.Thousands(s.Arrived)
+		out += "  arrived " + planner.Thousands(s.Arrived)
 	}
 	return out
 }

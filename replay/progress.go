@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
-	"github.com/scorerefresh/scorerefresh/pkg/numfmt"
+	"github.com/scorerefresh/scorerefresh/planner"
 )
 
 // Meter is what one progress line shows. Only Label and Done are required.
@@ -126,9 +126,9 @@ func formatProgress(m Meter, elapsed time.Duration, rate float64, bar bool) stri
 			n := int(frac * width)
 			b.WriteString(" [" + strings.Repeat("=", n) + strings.Repeat(" ", width-n) + "]")
 		}
-		fmt.Fprintf(&b, " %3.0f%% %s/%s", frac*100, numfmt.Thousands(done), numfmt.Thousands(total))
+		fmt.Fprintf(&b, " %3.0f%% %s/%s", frac*100, planner.Thousands(done), planner.Thousands(total))
 	} else {
-		fmt.Fprintf(&b, " %s", numfmt.Thousands(done))
+		fmt.Fprintf(&b, " %s", planner.Thousands(done))
 	}
 	if m.Unit != "" {
 		b.WriteString(" " + m.Unit)
@@ -137,7 +137,7 @@ func formatProgress(m Meter, elapsed time.Duration, rate float64, bar bool) stri
 		b.WriteString("  " + byteSize(m.Bytes()))
 	}
 	if elapsed > 0 {
-		fmt.Fprintf(&b, "  %s/s", numfmt.Thousands(int64(rate+0.5)))
+		fmt.Fprintf(&b, "  %s/s", planner.Thousands(int64(rate+0.5)))
 		if total > done && rate > 0 {
 			eta := time.Duration(float64(total-done) / rate * float64(time.Second))
 			b.WriteString("  ETA " + eta.Round(time.Second).String())

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/scorerefresh/scorerefresh/pkg/numfmt"
+	"github.com/scorerefresh/scorerefresh/planner"
 )
 
 // ReportFormat identifies a drain report's JSON layout.
@@ -74,7 +74,7 @@ type Report struct {
 	StrippedFields map[string]int `json:"strippedFields,omitempty"` // bookkeeping fields removed, by name
 	OutOfOrder     int64          `json:"outOfOrder,omitempty"`     // entries older than one before them in the file
 
-	Timeline []Sample `json:"-"`
+	Timeline []planner.Sample `json:"-"`
 }
 
 // NewReport summarises a drain of a loaded plan.
@@ -85,7 +85,7 @@ func NewReport(plan *Plan, d *DrainResult) *Report {
 		SkippedLines: plan.SkippedTotal, Skipped: plan.Skipped, OutOfOrder: plan.OutOfOrder,
 		DurationSeconds: d.End.Sub(d.Start).Seconds(),
 		Acked:           d.Final.Acked, Refreshes: d.Final.Refreshes, DeadLetters: d.Final.DeadLetters,
-		Drained: d.Reason == StopDrained, StopReason: d.Reason, FinalDepth: d.Final.Depth,
+		Drained: d.Reason == StopDrained, StopReason: d.Reason, FinalDepth: int64(d.Final.Depth),
 		Timeline: d.Timeline, Samples: len(d.Timeline),
 	}
 	if d.Err != nil {
@@ -99,7 +99,7 @@ func NewReport(plan *Plan, d *DrainResult) *Report {
 		r.UsersPerSecond = r.Refreshes / r.DurationSeconds
 	}
 	for _, s := range d.Timeline {
-		r.MaxDepth = max(r.MaxDepth, s.Depth)
+		r.MaxDepth = max(r.MaxDepth, int64(s.Depth))
 		r.MaxOldestAgeSeconds = math.Max(r.MaxOldestAgeSeconds, s.OldestAge)
 		if s.Measured {
 			r.MeasuredSamples++
@@ -169,7 +169,7 @@ func (r *Report) WriteCSV(w io.Writer) error {
 		if s.Measured {
 			age, measured = strconv.FormatFloat(s.OldestAge, 'f', 3, 64), "1"
 		}
-		cw.Write([]string{strconv.FormatFloat(s.T, 'f', 3, 64), strconv.FormatInt(s.Depth, 10), age, strconv.FormatFloat(s.AckedPerSec, 'f', 1, 64),
+		cw.Write([]string{strconv.FormatFloat(s.T, 'f', 3, 64), strconv.Itoa(s.Depth), age, strconv.FormatFloat(s.AckedPerSec, 'f', 1, 64),
 			f(s.Acked), f(s.Refreshes), f(s.DeadLetters), strconv.FormatInt(s.Arrived, 10), measured})
 	}
 	cw.Flush()
@@ -180,11 +180,11 @@ func (r *Report) WriteCSV(w io.Writer) error {
 func (r *Report) WriteSummary(w io.Writer) {
 	state := "drained"
 	if !r.Drained {
-		state = fmt.Sprintf("NOT drained (%s; %s entries left)", r.StopReason, numfmt.Thousands(r.FinalDepth))
+		state = fmt.Sprintf("NOT drained (%s; %s entries left)", r.StopReason, planner.Thousands(r.FinalDepth))
 	}
-	fmt.Fprintf(w, "%s: %s entries of %s distinct users in %.1fs\n", state, numfmt.Thousands(r.Entries), numfmt.Thousands(int64(r.DistinctUsers)), r.DurationSeconds)
+	fmt.Fprintf(w, "%s: %s entries of %s distinct users in %.1fs\n", state, planner.Thousands(r.Entries), planner.Thousands(int64(r.DistinctUsers)), r.DurationSeconds)
 	fmt.Fprintf(w, "  %.1f entries/s, %.1f users/s, coalescing factor %.1f entries per refresh\n", r.EntriesPerSecond, r.UsersPerSecond, r.CoalescingFactor)
-	fmt.Fprintf(w, "  max depth %s, max oldest age %.1fs, dead letters %.0f\n", numfmt.Thousands(r.MaxDepth), r.MaxOldestAgeSeconds, r.DeadLetters)
+	fmt.Fprintf(w, "  max depth %s, max oldest age %.1fs, dead letters %.0f\n", planner.Thousands(r.MaxDepth), r.MaxOldestAgeSeconds, r.DeadLetters)
 	if r.SkippedLines > 0 {
 		fmt.Fprintf(w, "  %d bad lines skipped (listed in %s)\n", r.SkippedLines, ReportFile)
 	}

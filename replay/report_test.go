@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/scorerefresh/scorerefresh/planner"
 )
 
 // testReport is a drain of 1,000 entries of 100 users in 10 seconds.
@@ -18,7 +20,7 @@ func testReport() *Report {
 	start := time.Date(2025, 6, 1, 8, 0, 0, 0, time.UTC)
 	d := &DrainResult{Start: start, End: start.Add(10 * time.Second), Reason: StopDrained}
 	for i := 0; i <= 10; i++ {
-		s := Sample{T: float64(i), Depth: int64(1000 - 100*i), Measured: true, OldestAge: float64(60 + i), Acked: float64(100 * i), AckedPerSec: 100,
+		s := planner.Sample{T: float64(i), Depth: 1000 - 100*i, Measured: true, OldestAge: float64(60 + i), Acked: float64(100 * i), AckedPerSec: 100,
 			Refreshes: float64(20 * i), Arrived: 1000}
 		if i == 4 {
 			s.Measured, s.OldestAge = false, -1 // the query budget skipped it: depth derived

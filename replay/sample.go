@@ -7,24 +7,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/planner"
 	"github.com/scorerefresh/scorerefresh/queuestate"
 )
-
-// Sample is one row of a drain's timeline.
-type Sample struct {
-	T     float64 // seconds since the drain began
-	Depth int64   // queue entries (see Measured)
-	// Measured is set when Depth and OldestAge were queried this time.
-	// Otherwise Depth is derived from the last measurement and the counters
-	// since (arrived − acknowledged − dead-lettered), and OldestAge is -1.
-	Measured    bool
-	OldestAge   float64 // seconds since the oldest entry was enqueued; -1 when not measured
-	Acked       float64 // entries acknowledged since the drain began
-	AckedPerSec float64 // over the interval since the previous sample
-	Refreshes   float64 // successful refreshes since the drain began
-	DeadLetters float64 // entries dead-lettered since the drain began
-	Arrived     int64   // queue entries inserted so far by the replay
-}
 
 // sampler takes timeline samples. Counters come from the consumer's metrics
 // in-process; depth and oldest age are a queuestate read (three queries of
@@ -41,8 +26,8 @@ type sampler struct {
 	arrived  func() int64
 	start    time.Time
 	base     counters
-	prev     Sample
-	measured Sample // the last measured sample
+	prev     planner.Sample
+	measured planner.Sample // the last measured sample
 	nextScan time.Time
 }
 
@@ -66,9 +51,9 @@ func newSampler(queue *mongo.Collection, m *metrics.Consumer, arrived func() int
 
 // runOnce takes the sample for now. force measures the queue even when the
 // budget says to wait (the drain's final figures).
-func (s *sampler) runOnce(ctx context.Context, now time.Time, force bool) (Sample, error) {
+func (s *sampler) runOnce(ctx context.Context, now time.Time, force bool) (planner.Sample, error) {
 	c := readCounters(s.m)
-	smp := Sample{
+	smp := planner.Sample{
 		T:           now.Sub(s.start).Seconds(),
 		OldestAge:   -1,
 		Acked:       c.acked - s.base.acked,
@@ -80,7 +65,7 @@ func (s *sampler) runOnce(ctx context.Context, now time.Time, force bool) (Sampl
 		smp.AckedPerSec = (smp.Acked - s.prev.Acked) / dt
 	}
 	m := s.measured
-	smp.Depth = max(0, m.Depth+(smp.Arrived-m.Arrived)-int64(smp.Acked-m.Acked)-int64(smp.DeadLetters-m.DeadLetters))
+	smp.Depth = max(0, m.Depth+int(smp.Arrived-m.Arrived)-int(smp.Acked-m.Acked)-int(smp.DeadLetters-m.DeadLetters))
 	s.prev = smp
 	if !force && now.Before(s.nextScan) && smp.Depth > 0 {
 		return smp, nil
@@ -93,7 +78,7 @@ func (s *sampler) runOnce(ctx context.Context, now time.Time, force bool) (Sampl
 	if cost := time.Since(began); cost > 0 {
 		s.nextScan = now.Add(5 * cost)
 	}
-	smp.Depth, smp.OldestAge, smp.Measured = st.Depth, st.OldestAge(now).Seconds(), true
+	smp.Depth, smp.OldestAge, smp.Measured = int(st.Depth), st.OldestAge(now).Seconds(), true
 	s.prev, s.measured = smp, smp
 	return smp, nil
 }
