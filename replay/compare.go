@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strings"
+	"text/tabwriter"
 	"unicode/utf8"
 
 	"github.com/scorerefresh/scorerefresh/planner"
@@ -52,51 +52,40 @@ var settings = []struct {
 	{"drained", func(r *Report) string { return fmt.Sprint(r.Drained) }},
 }
 
-type metricRow struct{ Name, Value string }
-
-// rows is the report's summary table (the HTML page shows it).
-func (r *Report) rows() []metricRow {
-	var rows []metricRow
-	for _, m := range reportMetrics {
-		rows = append(rows, metricRow{m.name, m.format(m.value(r))})
-	}
-	for _, s := range settings {
-		rows = append(rows, metricRow{s.name, s.value(r)})
-	}
-	return rows
-}
-
 // Compare prints two reports side by side, with the change from a to b and
 // whether it is for the better.
 func Compare(w io.Writer, a, b *Report, nameA, nameB string) error {
-	rows := [][4]string{{"", nameA, nameB, "change"}}
+	nameWidth := 0
+	for _, m := range reportMetrics {
+		nameWidth = max(nameWidth, utf8.RuneCountInString(m.name))
+	}
+	for _, s := range settings {
+		nameWidth = max(nameWidth, utf8.RuneCountInString(s.name))
+	}
+	// Names to the left, figures to the right, as a person reads a table;
+	// one block of columns for both parts, so the separator has cells.
+	tw := tabwriter.NewWriter(w, 0, 0, 0, ' ', tabwriter.AlignRight)
+	row := func(name, va, vb, note string) {
+		if note != "" {
+			note = "  " + note
+		}
+		fmt.Fprintf(tw, "%-*s\t  %s\t  %s\t%s\n", nameWidth, name, va, vb, note)
+	}
+	row("", nameA, nameB, "change")
 	for _, m := range reportMetrics {
 		va, vb := m.value(a), m.value(b)
-		rows = append(rows, [4]string{m.name, m.format(va), m.format(vb), change(va, vb, m.better)})
+		row(m.name, m.format(va), m.format(vb), change(va, vb, m.better))
 	}
-	rows = append(rows, [4]string{})
+	fmt.Fprint(tw, "\t\t\t\n")
 	for _, s := range settings {
 		va, vb := s.value(a), s.value(b)
 		mark := ""
 		if va != vb {
 			mark = "changed"
 		}
-		rows = append(rows, [4]string{s.name, va, vb, mark})
+		row(s.name, va, vb, mark)
 	}
-	var width [4]int
-	for _, r := range rows {
-		for i, c := range r {
-			width[i] = max(width[i], utf8.RuneCountInString(c))
-		}
-	}
-	// Names to the left, figures to the right, as a person reads a table.
-	for _, r := range rows {
-		line := fmt.Sprintf("%-*s  %*s  %*s  %s", width[0], r[0], width[1], r[1], width[2], r[2], r[3])
-		if _, err := fmt.Fprintln(w, strings.TrimRight(line, " ")); err != nil {
-			return err
-		}
-	}
-	return nil
+	return tw.Flush()
 }
 
 // change describes b relative to a: a percentage and, for figures with a

@@ -14,9 +14,9 @@
 //     arrival times sped up, on an injected Clock.
 //   - Drain (drain.go, sample.go) runs the real consumer until the queue is
 //     empty and samples depth, oldest age and acknowledgements every second.
-//   - A Report (report.go, chart.go, html.go) is the summary as JSON, the
-//     timeline as CSV and a chart as SVG and HTML; Compare (compare.go) sets
-//     two reports side by side.
+//   - A Report (report.go, chart.go) is the summary as JSON, the timeline
+//     as CSV and a chart as SVG; Compare (compare.go) sets two reports side
+//     by side.
 //
 // Replay (run.go) wires a replay together for both binaries: the production
 // one against MONGODB_URI and the demo one against its embedded server.

@@ -22,7 +22,6 @@ const (
 	ReportFile   = "report.json"
 	TimelineFile = "timeline.csv"
 	ChartFile    = "chart.svg"
-	HTMLFile     = "report.html"
 )
 
 // Settings are the configuration a drain ran with, so two reports say what
@@ -108,7 +107,7 @@ func NewReport(plan *Plan, d *DrainResult) *Report {
 	return r
 }
 
-// WriteFiles writes the report, its timeline, chart and page into dir.
+// WriteFiles writes the report, its timeline and its chart into dir.
 func (r *Report) WriteFiles(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -121,7 +120,7 @@ func (r *Report) WriteFiles(dir string) error {
 		return err
 	}
 	for name, write := range map[string]func(io.Writer) error{
-		TimelineFile: r.WriteCSV, ChartFile: r.WriteSVG, HTMLFile: r.WriteHTML,
+		TimelineFile: r.WriteCSV, ChartFile: r.WriteSVG,
 	} {
 		f, err := os.Create(filepath.Join(dir, name))
 		if err != nil {

@@ -164,7 +164,7 @@ func report(out io.Writer, o Options, settings Settings, l *Loader, plan *Plan, 
 	}
 	fmt.Fprintln(out)
 	r.WriteSummary(out)
-	fmt.Fprintf(out, "report: %s (timeline %s, chart %s, page %s)\n", filepath.Join(dir, ReportFile), TimelineFile, ChartFile, HTMLFile)
+	fmt.Fprintf(out, "report: %s (timeline %s, chart %s)\n", filepath.Join(dir, ReportFile), TimelineFile, ChartFile)
 	return r, drainErr
 }
 
