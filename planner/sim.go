@@ -184,8 +184,8 @@ type sim struct {
 	inFlight      int
 	rttFactor     float64
 	trFactor      float64
-	ops           opHeap
-	timers        timerHeap
+	ops           queue[*op]
+	timers        queue[*timed]
 	seq           int64
 	reps          []*replica
 	refreshes     int
@@ -199,6 +199,8 @@ type sim struct {
 
 func newSim(c Config, s Server, entries []Entry, users int) *sim {
 	m := &sim{c: c, s: s, e: entries, rttFactor: 1, clearAt: -1,
+		ops:     queue[*op]{before: func(a, b *op) bool { return a.vEnd < b.vEnd || (a.vEnd == b.vEnd && a.seq < b.seq) }},
+		timers:  queue[*timed]{before: func(a, b *timed) bool { return a.t < b.t || (a.t == b.t && a.seq < b.seq) }},
 		pending: newSkipList(len(entries)), live: newSkipList(len(entries)),
 		userPending: make([][]int32, users), heldBy: make([]int32, users), mark: make([]int32, users)}
 	for _, e := range entries {
@@ -229,10 +231,10 @@ func (m *sim) loop(o SimOptions) {
 	for {
 		lat := m.latency()
 		tOp := math.Inf(1)
-		if len(m.ops) > 0 {
-			tOp = m.now + (m.ops[0].vEnd-m.v)*lat
+		if m.ops.Len() > 0 {
+			tOp = m.now + (m.ops.items[0].vEnd-m.v)*lat
 		}
-		tEv := m.timers[0].t
+		tEv := m.timers.items[0].t
 		if tEv <= tOp {
 			m.advance(tEv, lat)
 			ev := heap.Pop(&m.timers).(*timed)
@@ -568,32 +570,18 @@ func (m *sim) result(replicas int, o SimOptions) *Run {
 	return run
 }
 
-type opHeap []*op
-
-func (h opHeap) Len() int { return len(h) }
-func (h opHeap) Less(i, j int) bool {
-	return h[i].vEnd < h[j].vEnd || (h[i].vEnd == h[j].vEnd && h[i].seq < h[j].seq)
-}
-func (h opHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *opHeap) Push(x any)   { *h = append(*h, x.(*op)) }
-func (h *opHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+// queue is a min-heap by before, ties in push order (each item's seq).
+type queue[T any] struct {
+	items  []T
+	before func(a, b T) bool
 }
 
-type timerHeap []*timed
-
-func (h timerHeap) Len() int { return len(h) }
-func (h timerHeap) Less(i, j int) bool {
-	return h[i].t < h[j].t || (h[i].t == h[j].t && h[i].seq < h[j].seq)
-}
-func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *timerHeap) Push(x any)   { *h = append(*h, x.(*timed)) }
-func (h *timerHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
+func (q *queue[T]) Len() int           { return len(q.items) }
+func (q *queue[T]) Less(i, j int) bool { return q.before(q.items[i], q.items[j]) }
+func (q *queue[T]) Swap(i, j int)      { q.items[i], q.items[j] = q.items[j], q.items[i] }
+func (q *queue[T]) Push(x any)         { q.items = append(q.items, x.(T)) }
+func (q *queue[T]) Pop() any {
+	x := q.items[len(q.items)-1]
+	q.items = q.items[:len(q.items)-1]
 	return x
 }

@@ -7,8 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"time"
-
-	"github.com/scorerefresh/scorerefresh/pkg/extjson"
 )
 
 // QueueScan is what ReadQueue found besides the entries it handed over.
@@ -33,43 +31,36 @@ func ReadQueue(ctx context.Context, in, queue string, skipBad bool, fn func(user
 	if err != nil {
 		return nil, err
 	}
-	scan := &QueueScan{}
+	q := &QueueScan{}
 	for _, f := range files {
 		if f.Queue {
-			scan.Path = f.Path
+			files, q.Path = []InputFile{f}, f.Path
+			break
 		}
 	}
 	if st, err := os.Stat(in); err == nil && st.IsDir() {
 		if m, err := ReadManifest(in); err == nil {
-			scan.Reference = m.CreatedAt
+			q.Reference = m.CreatedAt
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
 		}
 	}
 	var newest time.Time
-	err = eachDocument(ctx, scan.Path, nil, "reading", func(doc []byte, bad *extjson.Error) error {
-		if bad != nil {
-			if !skipBad || bad.Fatal {
-				return bad
-			}
-			scan.Skipped++
-			return nil
+	p, err := scan(ctx, files, skipBad, nil, func(e entryInfo) {
+		if e.username == "" || e.createdAt.IsZero() {
+			q.Malformed++
+			return
 		}
-		info := inspectEntry(doc)
-		if info.username == "" || info.createdAt.IsZero() {
-			scan.Malformed++
-			return nil
-		}
-		scan.Entries++
-		newest = maxTime(newest, info.createdAt)
-		fn(info.username, info.createdAt)
-		return nil
+		q.Entries++
+		newest = maxTime(newest, e.createdAt)
+		fn(e.username, e.createdAt)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reading the queue of %s: %w", in, err)
 	}
-	if scan.Reference.IsZero() {
-		scan.Reference = newest
+	q.Skipped = p.SkippedTotal
+	if q.Reference.IsZero() {
+		q.Reference = newest
 	}
-	return scan, nil
+	return q, nil
 }

@@ -83,8 +83,14 @@ func NewLoader(cfg LoadConfig) *Loader {
 // Scan reads every file once and fails, with nothing inserted, on the first
 // bad document unless SkipBad.
 func (l *Loader) Scan(ctx context.Context) (*Plan, error) {
-	p, err := scan(ctx, l.cfg.Files, l.cfg.SkipBad, l.cfg.Progress)
-	if err != nil {
+	p, err := scan(ctx, l.cfg.Files, l.cfg.SkipBad, l.cfg.Progress, nil)
+	var bad *extjson.Error
+	switch {
+	case errors.As(err, &bad) && !bad.Fatal:
+		return nil, fmt.Errorf("%w\nnothing was loaded; fix the line or pass --skip-bad to leave out every such document and list them in the report", err)
+	case err != nil && errors.As(err, &bad):
+		return nil, fmt.Errorf("%w\nnothing was loaded", err)
+	case err != nil:
 		return nil, err
 	}
 	l.plan = p

@@ -42,10 +42,11 @@ type Plan struct {
 	SkippedTotal  int64
 }
 
-// scan reads every file through. Without skipBad the first bad document is
-// an error naming its file and line; a document after which the reader cannot
-// resynchronise is an error either way.
-func scan(ctx context.Context, files []InputFile, skipBad bool, progress io.Writer) (*Plan, error) {
+// scan reads every file through, handing each queue entry to each (when not
+// nil). Without skipBad the first bad document is an error naming its file
+// and line; a document after which the reader cannot resynchronise is an
+// error either way.
+func scan(ctx context.Context, files []InputFile, skipBad bool, progress io.Writer, each func(entryInfo)) (*Plan, error) {
 	p := &Plan{}
 	users := map[string]struct{}{}
 	for _, f := range files {
@@ -67,6 +68,9 @@ func scan(ctx context.Context, files []InputFile, skipBad bool, progress io.Writ
 				return nil
 			}
 			info := inspectEntry(doc)
+			if each != nil {
+				each(info)
+			}
 			if info.username != "" {
 				users[info.username] = struct{}{}
 			}
@@ -84,13 +88,6 @@ func scan(ctx context.Context, files []InputFile, skipBad bool, progress io.Writ
 			return nil
 		})
 		if err != nil {
-			var bad *extjson.Error
-			if errors.As(err, &bad) && !bad.Fatal {
-				return nil, fmt.Errorf("%w\nnothing was loaded; fix the line or pass --skip-bad to leave out every such document and list them in the report", err)
-			}
-			if errors.As(err, &bad) {
-				return nil, fmt.Errorf("%w\nnothing was loaded", err)
-			}
 			return nil, err
 		}
 		if f.Queue {
