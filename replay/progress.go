@@ -33,7 +33,7 @@ type Progress struct {
 	tty    bool
 	clock  clock.Clock
 	start  time.Time
-	stop   chan struct{}
+	once   sync.Once
 	cancel context.CancelFunc // ends the redraw loop
 	done   sync.WaitGroup
 	recent []progressPoint // the last rateWindow of (time, done), for the rate and ETA
@@ -56,7 +56,7 @@ var PlainEvery = 5 * time.Second
 // StartProgress shows m on w until Stop. A nil w shows nothing.
 func StartProgress(w io.Writer, m Meter) *Progress {
 	clk := clock.Or(m.Clock)
-	p := &Progress{w: w, m: m, tty: isTerminal(w), clock: clk, start: clk.Now(), stop: make(chan struct{})}
+	p := &Progress{w: w, m: m, tty: isTerminal(w), clock: clk, start: clk.Now()}
 	if w == nil {
 		return p
 	}
@@ -72,19 +72,13 @@ func StartProgress(w io.Writer, m Meter) *Progress {
 
 // Stop prints the final line; calling it again does nothing.
 func (p *Progress) Stop() {
-	select {
-	case <-p.stop:
-		return
-	default:
-	}
-	close(p.stop)
-	if p.cancel != nil {
-		p.cancel()
-	}
-	p.done.Wait()
-	if p.w != nil {
-		p.draw(true)
-	}
+	p.once.Do(func() {
+		if p.w != nil {
+			p.cancel()
+			p.done.Wait()
+			p.draw(true)
+		}
+	})
 }
 
 func (p *Progress) draw(final bool) {
