@@ -3,8 +3,6 @@ package metrics
 import (
 	"math"
 	"time"
-
-	"github.com/scorerefresh/scorerefresh/planner"
 )
 
 // HeadroomSample is what one SLI sample knows: the queue as sampled, and this
@@ -40,7 +38,7 @@ type Headroom struct {
 // (deriv of max depth + sum of every replica's ack rate; see the alert
 // rules), and this gauge is a lower bound.
 //
-// Capacity is planner.DrainRate over the batches finished within the
+// Capacity is DrainRate over the batches finished within the
 // window (the last known values while idle): limit × users per batch ÷
 // mean batch time × mean entries per refresh, what this consumer would
 // acknowledge per second with every slot busy. The slots count batches,
@@ -76,7 +74,7 @@ func (e *HeadroomEstimator) Observe(s HeadroomSample) Headroom {
 	if ok := s.OKRefreshes - first.OKRefreshes; ok > 0 {
 		e.perRefresh = (s.Acked - first.Acked) / ok
 	}
-	h.DrainCapacity = planner.DrainRate(s.Limit, e.usersPerBatch, e.meanBatch, e.perRefresh)
+	h.DrainCapacity = DrainRate(s.Limit, e.usersPerBatch, e.meanBatch, e.perRefresh)
 	switch {
 	case s.Depth <= 0:
 		h.TimeToDrain = 0

@@ -4,15 +4,20 @@
 // transient (slower round trips for a while, or a burst of entries) leaves
 // the queue in a state it does not come back from.
 //
-// It is pure: no database, no dependency on the consumer's code. What it
-// knows of the consumer is written down here, as the model:
+// It talks to no database. The consumer's costs (round trips per claim
+// round and flush, the flush's wait and size, the lead factor) are the
+// consumer's own constants (consumer/cost.go), its batch spreading is
+// consumer.SpreadBatch, and the capacity formula is metrics.DrainRate, the
+// one the live headroom uses. The model:
 //
 //   - A refresh costs Components + 2 round trips (one query per component,
 //     the score read and the score write); a batched recompute of B users
 //     costs the same for the whole batch.
-//   - Each replica runs REFRESH_CONCURRENCY refreshes at once and holds at
-//     most min(MAX_USERS_IN_FLIGHT, 4 × REFRESH_CONCURRENCY) users, from
-//     claim to acknowledgement.
+//   - Each replica runs REFRESH_CONCURRENCY batches at once, spreading the
+//     users waiting over the free slots (each takes the waiting divided by
+//     the free slots, rounded up, at most REFRESH_BATCH_SIZE), and holds at
+//     most min(MAX_USERS_IN_FLIGHT, 4 × REFRESH_CONCURRENCY ×
+//     REFRESH_BATCH_SIZE) users, from claim to acknowledgement.
 //   - A claim round costs 4 round trips (live leases, the window, the lease
 //     insert, absorb); it reads the CLAIM_WINDOW oldest entries of users
 //     nobody holds, picks distinct users in order of their oldest entry,

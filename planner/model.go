@@ -5,21 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
+
+	"github.com/scorerefresh/scorerefresh/consumer"
+	"github.com/scorerefresh/scorerefresh/metrics"
 )
 
-// What the consumer does, as the model counts it (see the package comment).
-const (
-	ClaimRoundTrips      = 4    // live leases, window, lease insert, absorb
-	EmptyClaimRoundTrips = 2    // a round that found nobody to claim stops after the window
-	AckRoundTrips        = 2    // delete the entries, release the leases
-	AckInterval          = 0.05 // seconds a flush waits for company
-	AckBatch             = 100  // outcomes that make a flush go at once
-	LeadFactor           = 4    // users held per refresh slot at most
-	// overheadInFlight is the claim and ack commands a busy replica has in
-	// flight on average besides its refreshes: a claim round (4 round trips)
-	// every REFRESH_CONCURRENCY refreshes and a flush (2) every 50 ms or so.
-	overheadInFlight = 0.75
-)
+// overheadInFlight is the claim and ack commands a busy replica has in
+// flight on average besides its refreshes: a claim round (4 round trips)
+// every REFRESH_CONCURRENCY refreshes and a flush (2) every 50 ms or so.
+const overheadInFlight = 0.75
+
+// ackInterval is consumer.AckFlushInterval in the model's seconds.
+const ackInterval = float64(consumer.AckFlushInterval) / float64(time.Second)
 
 // Config is the fleet's configuration.
 type Config struct {
@@ -28,28 +26,29 @@ type Config struct {
 	MaxUsersInFlight int     `json:"maxUsersInFlight"`   // MAX_USERS_IN_FLIGHT
 	ClaimWindow      int     `json:"claimWindow"`        // CLAIM_WINDOW
 	Replicas         int     `json:"replicas"`
-	Batch            int     `json:"batch"`               // users per recompute; 1: one refresh per user
+	Batch            int     `json:"batch"`               // REFRESH_BATCH_SIZE resolved: most users per recompute; 1: one refresh per user
 	PollInterval     float64 `json:"pollIntervalSeconds"` // POLL_INTERVAL
 	ChangeStreams    bool    `json:"changeStreams"`       // arrivals wake an idle replica at once
 }
 
-// DrainRate is what refresh slots acknowledge per second with every slot
-// busy: slots × users per batch ÷ a batch's seconds × entries acknowledged
-// per user refresh (0 when any is unknown). A slot holds one batch, of one
-// user or several. The live headroom (scorerefresh_drain_capacity), the
-// planner's bounds and the bench's estimate are this one formula.
+// DrainRate is metrics.DrainRate, the one capacity formula, under the name
+// the bench calls it by.
 func DrainRate(slots, usersPerBatch, batchSeconds, entriesPerUser float64) float64 {
-	if slots <= 0 || usersPerBatch <= 0 || batchSeconds <= 0 || entriesPerUser <= 0 {
-		return 0
-	}
-	return slots * usersPerBatch / batchSeconds * entriesPerUser
+	return metrics.DrainRate(slots, usersPerBatch, batchSeconds, entriesPerUser)
 }
 
 // RoundTrips is the cost of one refresh (of one batch when Batch > 1).
 func (c Config) RoundTrips() int { return c.Components + 2 }
 
+// slots is the users one replica refreshes at once: a batch per slot.
+func (c Config) slots() int { return c.Concurrency * c.Batch }
+
 // HeldCap is the most users one replica holds.
-func (c Config) HeldCap() int { return min(c.MaxUsersInFlight, LeadFactor*c.Concurrency) }
+func (c Config) HeldCap() int { return min(c.MaxUsersInFlight, consumer.LeadFactor*c.slots()) }
+
+// SpreadBatch is the users per batch with every slot busy: the held users
+// spread over the slots, at most Batch (consumer.SpreadBatch).
+func (c Config) SpreadBatch() int { return consumer.SpreadBatch(c.Batch, c.HeldCap(), c.Concurrency) }
 
 // Validate reports every bad field at once.
 func (c Config) Validate() error {
@@ -170,17 +169,18 @@ func FleetBounds(c Config, s Server, replicas int) Bounds {
 	rt := float64(c.RoundTrips())
 	slots := float64(replicas * c.Concurrency)
 	b := Bounds{Replicas: replicas, Server: Limit(math.Inf(1))}
-	b.Latency = DrainRate(slots, float64(c.Batch), rt*s.Latency(1, 1), 1)
+	batch := float64(c.SpreadBatch())
+	b.Latency = metrics.DrainRate(slots, batch, rt*s.Latency(1, 1), 1)
 	full := float64(replicas) * (float64(c.Concurrency) + overheadInFlight)
 	lat := s.Latency(full, 1)
-	b.Loaded = DrainRate(slots, float64(c.Batch), rt*lat, 1)
+	b.Loaded = metrics.DrainRate(slots, batch, rt*lat, 1)
 	// A held user waits out its refresh, the ack flush (its interval and
 	// round trips) and the claim round that replaces it; batches are made
 	// of held users, so the users held bound the drain whatever the batch.
-	hold := rt*lat + AckInterval + float64(AckRoundTrips+ClaimRoundTrips)*lat
+	hold := rt*lat + ackInterval + float64(consumer.AckRoundTrips+consumer.ClaimRoundTrips)*lat
 	b.InFlight = float64(replicas*c.HeldCap()) / hold
 	if s.Capacity > 0 {
-		b.Server = Limit(s.Capacity * float64(c.Batch) / rt)
+		b.Server = Limit(s.Capacity * batch / rt)
 	}
 	b.Lower, b.Binding = b.Loaded, "latency"
 	switch {

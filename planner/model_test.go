@@ -3,6 +3,9 @@ package planner
 import (
 	"math"
 	"testing"
+	"time"
+
+	"github.com/scorerefresh/scorerefresh/metrics"
 )
 
 func near(t *testing.T, what string, got, want, tol float64) {
@@ -61,6 +64,32 @@ func TestFleetBounds(t *testing.T) {
 	near(t, "server bound", float64(cb.Server), 400.0/14, 1e-9)
 	if cb.Binding != "server capacity" || cb.Lower > float64(cb.Server) {
 		t.Errorf("bounds %+v: want bound by the server's capacity, below %.2f", cb, cb.Server)
+	}
+}
+
+// TestBoundsAndTheLiveHeadroomAreOneFormula: the live headroom, fed the
+// histograms of a replica running as the bound assumes (every slot busy,
+// batches of the spread size, one entry per user), estimates the bound.
+func TestBoundsAndTheLiveHeadroomAreOneFormula(t *testing.T) {
+	s := Server{RTT: 0.020, Cost: 0.001}
+	t0 := time.Unix(1_700_000_000, 0)
+	for _, batch := range []int{1, 4, 16} {
+		c := Config{Components: 12, Concurrency: 16, MaxUsersInFlight: 64, ClaimWindow: 500, Replicas: 1, Batch: batch, PollInterval: 1}
+		b := FleetBounds(c, s, 1)
+		batchSecs := float64(c.RoundTrips()) * s.Latency(1, 1)
+		batches := float64(c.Concurrency) * 10 / batchSecs // 10 s with every slot busy
+		users := batches * float64(c.SpreadBatch())
+		e := metrics.HeadroomEstimator{}
+		e.Observe(metrics.HeadroomSample{At: t0, Depth: 1e6, Limit: float64(c.Concurrency)})
+		h := e.Observe(metrics.HeadroomSample{At: t0.Add(10 * time.Second), Depth: 1e6, Limit: float64(c.Concurrency),
+			Batches: batches, BatchSecs: batches * batchSecs, Refreshes: users, OKRefreshes: users, Acked: users})
+		near(t, "headroom's capacity against the latency bound", h.DrainCapacity, b.Latency, 1e-6)
+	}
+	// The spread: 64 held users over 16 slots are batches of 4, whatever
+	// REFRESH_BATCH_SIZE above that.
+	c := Config{Concurrency: 16, MaxUsersInFlight: 64, Batch: 16}
+	if got := c.SpreadBatch(); got != 4 {
+		t.Errorf("spread batch %d, want 4", got)
 	}
 }
 

@@ -3,20 +3,33 @@ package planner
 import (
 	"container/heap"
 	"math"
+
+	"github.com/scorerefresh/scorerefresh/consumer"
 )
 
-// Sample is the simulated queue at one moment.
+// Sample is the queue at one moment of a drain, simulated (Simulate) or
+// measured (a replay's drain timeline): one type, so a plan and a replay
+// are read, and judged (RecoveredAt), sample for sample.
 type Sample struct {
-	T         float64 `json:"t"`
+	T         float64 `json:"t"` // seconds since the plan (or the drain) began
 	Depth     int     `json:"depth"`
-	OldestAge float64 `json:"oldestAge"` // now − the oldest entry's enqueue time; 0 when empty
+	OldestAge float64 `json:"oldestAge"` // now − the oldest entry's enqueue time; 0 when empty, -1 when not measured
 	// Wait is how long the oldest entry has waited since the plan began:
 	// now − max(its enqueue time, 0). Replicas cannot undo the age a
-	// backlog already had; this is the part they decide.
-	Wait      float64 `json:"wait"`
-	Acked     int     `json:"acked"`
-	Refreshes int     `json:"refreshes"`
-	RTTFactor float64 `json:"rttFactor,omitempty"`
+	// backlog already had; this is the part they decide. Simulated only.
+	Wait        float64 `json:"wait"`
+	Acked       float64 `json:"acked"`     // entries acknowledged since the start
+	Refreshes   float64 `json:"refreshes"` // successful user refreshes since the start
+	RTTFactor   float64 `json:"rttFactor,omitempty"`
+	DeadLetters float64 `json:"deadLetters,omitempty"` // entries dead-lettered since the start
+	// Measured, AckedPerSec and Arrived are a replay's: Measured says
+	// Depth and OldestAge were queried this time (otherwise Depth is
+	// derived from the counters since the last query), AckedPerSec is over
+	// the interval since the previous sample, Arrived counts the entries
+	// the replay has inserted.
+	Measured    bool    `json:"measured,omitempty"`
+	AckedPerSec float64 `json:"ackedPerSecond,omitempty"`
+	Arrived     int64   `json:"arrived,omitempty"`
 }
 
 // SimOptions bound a simulation.
@@ -171,8 +184,8 @@ type sim struct {
 	inFlight      int
 	rttFactor     float64
 	trFactor      float64
-	ops           opHeap
-	timers        timerHeap
+	ops           queue[*op]
+	timers        queue[*timed]
 	seq           int64
 	reps          []*replica
 	refreshes     int
@@ -186,6 +199,8 @@ type sim struct {
 
 func newSim(c Config, s Server, entries []Entry, users int) *sim {
 	m := &sim{c: c, s: s, e: entries, rttFactor: 1, clearAt: -1,
+		ops:     queue[*op]{before: func(a, b *op) bool { return a.vEnd < b.vEnd || (a.vEnd == b.vEnd && a.seq < b.seq) }},
+		timers:  queue[*timed]{before: func(a, b *timed) bool { return a.t < b.t || (a.t == b.t && a.seq < b.seq) }},
 		pending: newSkipList(len(entries)), live: newSkipList(len(entries)),
 		userPending: make([][]int32, users), heldBy: make([]int32, users), mark: make([]int32, users)}
 	for _, e := range entries {
@@ -216,10 +231,10 @@ func (m *sim) loop(o SimOptions) {
 	for {
 		lat := m.latency()
 		tOp := math.Inf(1)
-		if len(m.ops) > 0 {
-			tOp = m.now + (m.ops[0].vEnd-m.v)*lat
+		if m.ops.Len() > 0 {
+			tOp = m.now + (m.ops.items[0].vEnd-m.v)*lat
 		}
-		tEv := m.timers[0].t
+		tEv := m.timers.items[0].t
 		if tEv <= tOp {
 			m.advance(tEv, lat)
 			ev := heap.Pop(&m.timers).(*timed)
@@ -293,7 +308,7 @@ func (m *sim) handle(ev *timed, o SimOptions) bool {
 }
 
 func (m *sim) sample() {
-	s := Sample{T: m.now, Depth: m.arrived - m.deleted, Acked: m.deleted, Refreshes: m.refreshes}
+	s := Sample{T: m.now, Depth: m.arrived - m.deleted, Acked: float64(m.deleted), Refreshes: float64(m.refreshes)}
 	if m.rttFactor != 1 {
 		s.RTTFactor = m.rttFactor
 	}
@@ -331,9 +346,9 @@ func (m *sim) finish(w *op) {
 }
 
 // wantMore is the consumer's low-water mark: room for users, and fewer
-// waiting for a slot than there are slots.
+// waiting for a slot than the slots refresh at once.
 func (m *sim) wantMore(r *replica) bool {
-	return r.held < m.c.HeldCap() && len(r.waiting) < m.c.Concurrency
+	return r.held < m.c.HeldCap() && len(r.waiting) < m.c.slots()
 }
 
 // wake is a poll tick, a change-stream event or a freed slot.
@@ -354,9 +369,9 @@ func (m *sim) tryClaim(r *replica) {
 		return
 	}
 	users, full := m.window(room)
-	rt := ClaimRoundTrips
+	rt := consumer.ClaimRoundTrips
 	if len(users) == 0 {
-		rt = EmptyClaimRoundTrips
+		rt = consumer.EmptyClaimRoundTrips
 	}
 	for _, u := range users {
 		m.heldBy[u] = r.id
@@ -439,10 +454,13 @@ func (m *sim) scheduleArrivalWake() {
 	m.at(m.e[m.arrived].Arrive, evArrivalWake, 0)
 }
 
-// dispatch starts refreshes while slots are free.
+// dispatch starts refreshes while slots are free, spreading the waiting
+// users over them as the consumer's batcher does: each slot takes the
+// waiting divided by the free slots, rounded up, at most Batch.
 func (m *sim) dispatch(r *replica) {
 	for r.running < m.c.Concurrency && len(r.waiting) > 0 {
-		n := min(m.c.Batch, len(r.waiting))
+		free := m.c.Concurrency - r.running
+		n := min(m.c.Batch, (len(r.waiting)+free-1)/free)
 		batch := make([]int32, n)
 		for i := range n {
 			batch[i] = r.waiting[i].user
@@ -471,7 +489,7 @@ func (m *sim) refreshDone(w *op) {
 	m.refreshOps++
 	for _, x := range w.works {
 		r.outcomes = append(r.outcomes, x)
-		if n := len(r.outcomes); n == 1 || n >= AckBatch {
+		if n := len(r.outcomes); n == 1 || n >= consumer.AckFlushBatch {
 			m.kick(r)
 		}
 	}
@@ -479,18 +497,18 @@ func (m *sim) refreshDone(w *op) {
 }
 
 // kick is the completer's signal: flush now with a full batch, else after
-// AckInterval; during a flush, once it is done.
+// ackInterval; during a flush, once it is done.
 func (m *sim) kick(r *replica) {
 	switch {
 	case r.flushing:
 		r.kickPending = true
-	case r.armed || len(r.outcomes) >= AckBatch:
+	case r.armed || len(r.outcomes) >= consumer.AckFlushBatch:
 		r.armed = false
 		m.startFlush(r)
 	default:
 		r.armed = true
 		r.gen++
-		ev := m.at(m.now+AckInterval, evAckTimer, int(r.id-1))
+		ev := m.at(m.now+ackInterval, evAckTimer, int(r.id-1))
 		ev.gen = r.gen
 	}
 }
@@ -504,7 +522,7 @@ func (m *sim) startFlush(r *replica) {
 	for _, x := range r.outcomes {
 		n += len(x.entries)
 	}
-	m.startOp(&op{kind: opFlush, rep: r, works: r.outcomes, work: float64(n) * m.s.EntryCost}, AckRoundTrips)
+	m.startOp(&op{kind: opFlush, rep: r, works: r.outcomes, work: float64(n) * m.s.EntryCost}, consumer.AckRoundTrips)
 	r.outcomes = nil
 }
 
@@ -552,32 +570,44 @@ func (m *sim) result(replicas int, o SimOptions) *Run {
 	return run
 }
 
-type opHeap []*op
-
-func (h opHeap) Len() int { return len(h) }
-func (h opHeap) Less(i, j int) bool {
-	return h[i].vEnd < h[j].vEnd || (h[i].vEnd == h[j].vEnd && h[i].seq < h[j].seq)
+// queue is a min-heap by before, ties in push order (each item's seq).
+type queue[T any] struct {
+	items  []T
+	before func(a, b T) bool
 }
-func (h opHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *opHeap) Push(x any)   { *h = append(*h, x.(*op)) }
-func (h *opHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
+
+func (q *queue[T]) Len() int           { return len(q.items) }
+func (q *queue[T]) Less(i, j int) bool { return q.before(q.items[i], q.items[j]) }
+func (q *queue[T]) Swap(i, j int)      { q.items[i], q.items[j] = q.items[j], q.items[i] }
+func (q *queue[T]) Push(x any)         { q.items = append(q.items, x.(T)) }
+func (q *queue[T]) Pop() any {
+	x := q.items[len(q.items)-1]
+	q.items = q.items[:len(q.items)-1]
 	return x
 }
 
-type timerHeap []*timed
+// skipList finds the next index at or after i still in a set that only ever
+// loses members, in amortised near-constant time (union-find with path
+// halving): the simulation walks the queue's head past absorbed and
+// acknowledged entries without visiting them again.
+type skipList struct{ next []int32 }
 
-func (h timerHeap) Len() int { return len(h) }
-func (h timerHeap) Less(i, j int) bool {
-	return h[i].t < h[j].t || (h[i].t == h[j].t && h[i].seq < h[j].seq)
+func newSkipList(n int) skipList {
+	s := skipList{next: make([]int32, n+1)} // n is the sentinel "past the end"
+	for i := range s.next {
+		s.next[i] = int32(i)
+	}
+	return s
 }
-func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *timerHeap) Push(x any)   { *h = append(*h, x.(*timed)) }
-func (h *timerHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+
+// find returns the first member at or after i, or n when none is left.
+func (s skipList) find(i int) int {
+	for int(s.next[i]) != i {
+		s.next[i] = s.next[s.next[i]]
+		i = int(s.next[i])
+	}
+	return i
 }
+
+// remove takes i out of the set.
+func (s skipList) remove(i int) { s.next[i] = int32(i + 1) }

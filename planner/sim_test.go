@@ -152,3 +152,20 @@ func TestClaimRoundsPayForScanningTheQueue(t *testing.T) {
 	r := drain(t, oneSlot(10), s, Transient{}, backlogOf(0, 0), 1)
 	near(t, "drain", r.DrainSeconds, 9.05+1, 1e-9)
 }
+
+func TestBatchesSpreadOverTheFreeSlots(t *testing.T) {
+	c := oneSlot(10)
+	c.Concurrency, c.MaxUsersInFlight, c.Batch = 4, 8, 16
+	// Eight users claimed at once on four free slots run as four batches
+	// of two, as the consumer's batcher spreads them, not one batch of
+	// eight: on a server of one command a second the four batches in
+	// flight make each round trip take 4 s.
+	capped := slow
+	capped.Capacity = 1
+	r := drain(t, c, capped, Transient{}, backlogOf(0, 1, 2, 3, 4, 5, 6, 7), 8)
+	near(t, "refresh", r.MeanRefreshSeconds, 12, 1e-9)
+	near(t, "drain", r.DrainSeconds, 4+12+0.05+2, 1e-9)
+	if r.Refreshes != 8 {
+		t.Errorf("refreshes %d, want 8 users refreshed", r.Refreshes)
+	}
+}

@@ -4,10 +4,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 	"text/tabwriter"
-
-	"github.com/scorerefresh/scorerefresh/pkg/numfmt"
 )
 
 // WriteText prints the plan for a person: the inputs, a table by replica
@@ -32,7 +31,7 @@ func (p *Plan) WriteText(w io.Writer) error {
 			done = "> " + Seconds(r.Run.EndSeconds)
 		}
 		fmt.Fprintf(tw, "%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t\n", r.Replicas, r.Bounds.Lower, r.Bounds.Binding, done,
-			numfmt.Thousands(r.Run.PeakDepth), Seconds(r.Run.PeakOldestAge), Seconds(r.Run.PeakWait), r.Run.RefreshesPerSecond(), rateText(float64(r.Sustainable)))
+			Thousands(r.Run.PeakDepth), Seconds(r.Run.PeakOldestAge), Seconds(r.Run.PeakWait), r.Run.RefreshesPerSecond(), rateText(float64(r.Sustainable)))
 	}
 	tw.Flush()
 	fmt.Fprintf(&b, "(bound: refreshes/s with every slot busy; peak wait: the longest an entry waited since the plan began;\n"+
@@ -57,7 +56,7 @@ func (p *Plan) WriteText(w io.Writer) error {
 
 func (p *Plan) writeInputs(b *strings.Builder) {
 	fmt.Fprintf(b, "backlog: %s entries of %s users over %s (%.1f entries per user; %.0f distinct users per %d-entry window)\n",
-		numfmt.Thousands(p.Entries), numfmt.Thousands(p.Users), Seconds(p.SpanSecs), p.EntriesPerUser, p.WindowUsers, p.Config.ClaimWindow)
+		Thousands(p.Entries), Thousands(p.Users), Seconds(p.SpanSecs), p.EntriesPerUser, p.WindowUsers, p.Config.ClaimWindow)
 	a := p.Arrival
 	switch a.Mode {
 	case ArrivalMax:
@@ -89,7 +88,7 @@ func (p *Plan) writeInputs(b *strings.Builder) {
 	}
 	fmt.Fprintf(b, "\nrefresh: %d %s + 2 = %d round trips", c.Components, comps, p.RoundTrips)
 	if c.Batch > 1 {
-		fmt.Fprintf(b, " per batch of up to %d users", c.Batch)
+		fmt.Fprintf(b, " per batch of up to %d users spread over the free slots (%d with every slot busy)", c.Batch, c.SpreadBatch())
 	}
 	wake := "poll every " + Seconds(c.PollInterval)
 	if c.ChangeStreams {
@@ -122,10 +121,24 @@ func (p *Plan) writeStability(b *strings.Builder) {
 			what = append(what, fmt.Sprintf("round trips ×%g for %s", t.RTTFactor, Seconds(t.For)))
 		}
 		if t.Burst > 0 {
-			what = append(what, fmt.Sprintf("a burst of %s entries of new users", numfmt.Thousands(t.Burst)))
+			what = append(what, fmt.Sprintf("a burst of %s entries of new users", Thousands(t.Burst)))
 		}
 		fmt.Fprintf(b, "  transient (%s at %s): %s\n", strings.Join(what, " and "), Seconds(t.At), sp.Verdict)
 	}
+}
+
+// Thousands formats n with comma separators: 20,000 reads faster than
+// 20000. The replay's reports print their counts with it too.
+func Thousands[N ~int | ~int64](n N) string {
+	s := strconv.FormatInt(int64(n), 10)
+	digits, sign := strings.CutPrefix(s, "-")
+	for i := len(digits) - 3; i > 0; i -= 3 {
+		digits = digits[:i] + "," + digits[i:]
+	}
+	if sign {
+		return "-" + digits
+	}
+	return digits
 }
 
 func rateText(r float64) string {

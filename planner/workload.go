@@ -25,7 +25,6 @@ type Backlog struct {
 // BacklogBuilder collects entries from a snapshot or the queue.
 type BacklogBuilder struct {
 	users map[string]int32
-	names []string
 	b     Backlog
 }
 
@@ -40,7 +39,6 @@ func (bb *BacklogBuilder) Add(user string, created time.Time) {
 	if !ok {
 		id = int32(len(bb.users))
 		bb.users[user] = id
-		bb.names = append(bb.names, user)
 	}
 	// Seconds since the epoch until Build knows the reference.
 	bb.b.Entries = append(bb.b.Entries, Entry{User: id, Created: float64(created.UnixNano()) / 1e9})
@@ -57,9 +55,6 @@ func (bb *BacklogBuilder) Build(ref time.Time) *Backlog {
 	bb.b.Users = len(bb.users)
 	return &bb.b
 }
-
-// Name is the username of user id.
-func (bb *BacklogBuilder) Name(id int32) string { return bb.names[id] }
 
 // Counts returns each user's number of entries.
 func (b *Backlog) Counts() []int {

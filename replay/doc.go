@@ -12,11 +12,10 @@
 //   - A Loader (scan.go, load.go, entry.go) validates the files, then
 //     inserts them in batches, either all at once or at their original
 //     arrival times sped up, on an injected Clock.
-//   - Drain (drain.go, sample.go) runs the real consumer until the queue is
+//   - Drain (drain.go) runs the real consumer until the queue is
 //     empty and samples depth, oldest age and acknowledgements every second.
-//   - A Report (report.go, chart.go, html.go) is the summary as JSON, the
-//     timeline as CSV and a chart as SVG and HTML; Compare (compare.go) sets
-//     two reports side by side.
+//   - A Report (report.go) is the summary as JSON, the timeline as CSV and
+//     a chart as SVG; Compare sets two reports side by side.
 //
 // Replay (run.go) wires a replay together for both binaries: the production
 // one against MONGODB_URI and the demo one against its embedded server.

@@ -86,7 +86,7 @@ func TestDrainRunsTheConsumerUntilTheQueueIsEmpty(t *testing.T) {
 		t.Errorf("timeline starts %+v, part-drained sample: %v; want a minute-old queue going down", first, partly)
 	}
 	r := NewReport(&Plan{Entries: 40, DistinctUsers: 7}, res)
-	if !r.Drained || r.CoalescingFactor != 4 || r.MaxDepth != first.Depth || r.EntriesPerSecond <= 0 || r.MaxOldestAgeSeconds < 59 {
+	if !r.Drained || r.CoalescingFactor != 4 || r.MaxDepth != int64(first.Depth) || r.EntriesPerSecond <= 0 || r.MaxOldestAgeSeconds < 59 {
 		t.Errorf("report %+v", r)
 	}
 }

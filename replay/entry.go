@@ -55,6 +55,13 @@ func inspectEntry(raw bson.Raw) entryInfo {
 	return e
 }
 
+// QueueEntry reads an entry's user and enqueue time as the consumer does;
+// either is zero when the entry lacks it (the consumer dead-letters it).
+func QueueEntry(raw bson.Raw) (user string, createdAt time.Time) {
+	e := inspectEntry(raw)
+	return e.username, e.createdAt
+}
+
 // prepareEntry returns the entry as it is inserted: without bookkeeping
 // fields (each removal counted in stripped), and with its enqueue time
 // changed by retime when that is not nil. An entry whose time came from its

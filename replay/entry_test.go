@@ -127,7 +127,7 @@ func TestMongoexportFixturesInEveryModeLoadAsTheSameEntries(t *testing.T) {
 	}
 	for _, path := range files {
 		want := fixtureEntries(t, !bytes.Contains([]byte(filepath.Base(path)), []byte("canonical")))
-		plan, err := scan(context.Background(), []InputFile{{Path: path, Queue: true}}, false, nil)
+		plan, err := scan(context.Background(), []InputFile{{Path: path, Queue: true}}, false, nil, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}

@@ -16,19 +16,21 @@ import (
 
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/pkg/extjson"
+	"github.com/scorerefresh/scorerefresh/planner"
 )
 
-// Arrival is how queue entries are inserted.
+// Arrival is how queue entries are inserted: the planner's profiles of the
+// same names (planner.ArrivalMax, planner.ArrivalOriginal), which a plan
+// predicts and a replay measures. max inserts every entry at once, as fast
+// as batches go; original inserts each at its original enqueue time
+// relative to the first, divided by the speed, so a replay reproduces
+// producers racing the drain.
 type Arrival string
 
 // The arrival modes of --arrival.
 const (
-	// ArrivalMax inserts every entry at once, as fast as batches go.
-	ArrivalMax Arrival = "max"
-	// ArrivalOriginal inserts each entry at its original enqueue time
-	// relative to the first, divided by the speed, so a replay can
-	// reproduce producers racing the drain.
-	ArrivalOriginal Arrival = "original"
+	ArrivalMax      = Arrival(planner.ArrivalMax)
+	ArrivalOriginal = Arrival(planner.ArrivalOriginal)
 )
 
 // DefaultBatchSize is the documents per insertMany: one round trip per
@@ -83,8 +85,14 @@ func NewLoader(cfg LoadConfig) *Loader {
 // Scan reads every file once and fails, with nothing inserted, on the first
 // bad document unless SkipBad.
 func (l *Loader) Scan(ctx context.Context) (*Plan, error) {
-	p, err := scan(ctx, l.cfg.Files, l.cfg.SkipBad, l.cfg.Progress)
-	if err != nil {
+	p, err := scan(ctx, l.cfg.Files, l.cfg.SkipBad, l.cfg.Progress, nil)
+	var bad *extjson.Error
+	switch {
+	case errors.As(err, &bad) && !bad.Fatal:
+		return nil, fmt.Errorf("%w\nnothing was loaded; fix the line or pass --skip-bad to leave out every such document and list them in the report", err)
+	case err != nil && errors.As(err, &bad):
+		return nil, fmt.Errorf("%w\nnothing was loaded", err)
+	case err != nil:
 		return nil, err
 	}
 	l.plan = p

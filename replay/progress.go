@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
-	"github.com/scorerefresh/scorerefresh/pkg/numfmt"
+	"github.com/scorerefresh/scorerefresh/planner"
 )
 
 // Meter is what one progress line shows. Only Label and Done are required.
@@ -33,7 +33,7 @@ type Progress struct {
 	tty    bool
 	clock  clock.Clock
 	start  time.Time
-	stop   chan struct{}
+	once   sync.Once
 	cancel context.CancelFunc // ends the redraw loop
 	done   sync.WaitGroup
 	recent []progressPoint // the last rateWindow of (time, done), for the rate and ETA
@@ -56,7 +56,7 @@ var PlainEvery = 5 * time.Second
 // StartProgress shows m on w until Stop. A nil w shows nothing.
 func StartProgress(w io.Writer, m Meter) *Progress {
 	clk := clock.Or(m.Clock)
-	p := &Progress{w: w, m: m, tty: isTerminal(w), clock: clk, start: clk.Now(), stop: make(chan struct{})}
+	p := &Progress{w: w, m: m, tty: isTerminal(w), clock: clk, start: clk.Now()}
 	if w == nil {
 		return p
 	}
@@ -72,19 +72,13 @@ func StartProgress(w io.Writer, m Meter) *Progress {
 
 // Stop prints the final line; calling it again does nothing.
 func (p *Progress) Stop() {
-	select {
-	case <-p.stop:
-		return
-	default:
-	}
-	close(p.stop)
-	if p.cancel != nil {
-		p.cancel()
-	}
-	p.done.Wait()
-	if p.w != nil {
-		p.draw(true)
-	}
+	p.once.Do(func() {
+		if p.w != nil {
+			p.cancel()
+			p.done.Wait()
+			p.draw(true)
+		}
+	})
 }
 
 func (p *Progress) draw(final bool) {
@@ -126,9 +120,9 @@ func formatProgress(m Meter, elapsed time.Duration, rate float64, bar bool) stri
 			n := int(frac * width)
 			b.WriteString(" [" + strings.Repeat("=", n) + strings.Repeat(" ", width-n) + "]")
 		}
-		fmt.Fprintf(&b, " %3.0f%% %s/%s", frac*100, numfmt.Thousands(done), numfmt.Thousands(total))
+		fmt.Fprintf(&b, " %3.0f%% %s/%s", frac*100, planner.Thousands(done), planner.Thousands(total))
 	} else {
-		fmt.Fprintf(&b, " %s", numfmt.Thousands(done))
+		fmt.Fprintf(&b, " %s", planner.Thousands(done))
 	}
 	if m.Unit != "" {
 		b.WriteString(" " + m.Unit)
@@ -137,7 +131,7 @@ func formatProgress(m Meter, elapsed time.Duration, rate float64, bar bool) stri
 		b.WriteString("  " + byteSize(m.Bytes()))
 	}
 	if elapsed > 0 {
-		fmt.Fprintf(&b, "  %s/s", numfmt.Thousands(int64(rate+0.5)))
+		fmt.Fprintf(&b, "  %s/s", planner.Thousands(int64(rate+0.5)))
 		if total > done && rate > 0 {
 			eta := time.Duration(float64(total-done) / rate * float64(time.Second))
 			b.WriteString("  ETA " + eta.Round(time.Second).String())

@@ -13,7 +13,7 @@ import (
 
 	"github.com/scorerefresh/scorerefresh/metrics"
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
-	"github.com/scorerefresh/scorerefresh/pkg/numfmt"
+	"github.com/scorerefresh/scorerefresh/planner"
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
@@ -107,7 +107,7 @@ func Replay(ctx context.Context, o Options, t Target, out, progress io.Writer) (
 		if err := l.LoadQueue(ctx); err != nil {
 			return nil, loadFailed(l, err)
 		}
-		fmt.Fprintf(out, "loaded %s entries into %s.%s; the running service drains them\n", numfmt.Thousands(l.Inserted()), t.DB.Name(), t.Queue)
+		fmt.Fprintf(out, "loaded %s entries into %s.%s; the running service drains them\n", planner.Thousands(l.Inserted()), t.DB.Name(), t.Queue)
 		listSkipped(out, plan)
 		return nil, nil
 	}
@@ -164,7 +164,7 @@ func report(out io.Writer, o Options, settings Settings, l *Loader, plan *Plan, 
 	}
 	fmt.Fprintln(out)
 	r.WriteSummary(out)
-	fmt.Fprintf(out, "report: %s (timeline %s, chart %s, page %s)\n", filepath.Join(dir, ReportFile), TimelineFile, ChartFile, HTMLFile)
+	fmt.Fprintf(out, "report: %s (timeline %s, chart %s)\n", filepath.Join(dir, ReportFile), TimelineFile, ChartFile)
 	return r, drainErr
 }
 
@@ -204,22 +204,22 @@ func describePlan(out io.Writer, p *Plan, shift time.Duration) {
 		if f.Queue {
 			what = "queue entries"
 		}
-		fmt.Fprintf(out, "%s: %s %s", f.Path, numfmt.Thousands(f.Documents), what)
+		fmt.Fprintf(out, "%s: %s %s", f.Path, planner.Thousands(f.Documents), what)
 		if f.Skipped > 0 {
-			fmt.Fprintf(out, ", %s bad lines skipped", numfmt.Thousands(f.Skipped))
+			fmt.Fprintf(out, ", %s bad lines skipped", planner.Thousands(f.Skipped))
 		}
 		fmt.Fprintln(out)
 	}
 	if p.Entries > 0 && !p.First.IsZero() {
 		fmt.Fprintf(out, "queue: %s distinct users, enqueued over %s (%s to %s)",
-			numfmt.Thousands(int64(p.DistinctUsers)), p.Last.Sub(p.First).Round(time.Second), p.First.UTC().Format(time.RFC3339), p.Last.UTC().Format(time.RFC3339))
+			planner.Thousands(int64(p.DistinctUsers)), p.Last.Sub(p.First).Round(time.Second), p.First.UTC().Format(time.RFC3339), p.Last.UTC().Format(time.RFC3339))
 		if shift != 0 {
 			fmt.Fprintf(out, ", shifted by %s", shift.Round(time.Second))
 		}
 		fmt.Fprintln(out)
 	}
 	if p.OutOfOrder > 0 {
-		fmt.Fprintf(out, "note: %s entries are older than one before them in the file; paced arrival inserts them late\n", numfmt.Thousands(p.OutOfOrder))
+		fmt.Fprintf(out, "note: %s entries are older than one before them in the file; paced arrival inserts them late\n", planner.Thousands(p.OutOfOrder))
 	}
 }
 

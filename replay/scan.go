@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"time"
 
 	"github.com/scorerefresh/scorerefresh/pkg/extjson"
@@ -42,10 +44,11 @@ type Plan struct {
 	SkippedTotal  int64
 }
 
-// scan reads every file through. Without skipBad the first bad document is
-// an error naming its file and line; a document after which the reader cannot
-// resynchronise is an error either way.
-func scan(ctx context.Context, files []InputFile, skipBad bool, progress io.Writer) (*Plan, error) {
+// scan reads every file through, handing each queue entry to each (when not
+// nil). Without skipBad the first bad document is an error naming its file
+// and line; a document after which the reader cannot resynchronise is an
+// error either way.
+func scan(ctx context.Context, files []InputFile, skipBad bool, progress io.Writer, each func(entryInfo)) (*Plan, error) {
 	p := &Plan{}
 	users := map[string]struct{}{}
 	for _, f := range files {
@@ -67,6 +70,9 @@ func scan(ctx context.Context, files []InputFile, skipBad bool, progress io.Writ
 				return nil
 			}
 			info := inspectEntry(doc)
+			if each != nil {
+				each(info)
+			}
 			if info.username != "" {
 				users[info.username] = struct{}{}
 			}
@@ -84,13 +90,6 @@ func scan(ctx context.Context, files []InputFile, skipBad bool, progress io.Writ
 			return nil
 		})
 		if err != nil {
-			var bad *extjson.Error
-			if errors.As(err, &bad) && !bad.Fatal {
-				return nil, fmt.Errorf("%w\nnothing was loaded; fix the line or pass --skip-bad to leave out every such document and list them in the report", err)
-			}
-			if errors.As(err, &bad) {
-				return nil, fmt.Errorf("%w\nnothing was loaded", err)
-			}
 			return nil, err
 		}
 		if f.Queue {
@@ -147,4 +146,60 @@ func maxTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// QueueScan is what ReadQueue found besides the entries it handed over.
+type QueueScan struct {
+	Path string // the queue's file
+	// Reference is the moment the snapshot stands for: its manifest's
+	// time, else the newest entry's enqueue time. Ages count from it.
+	Reference time.Time
+	Entries   int64 // handed to the callback
+	Malformed int64 // no username or no enqueue time: the consumer dead-letters them
+	Skipped   int64 // documents that do not parse (only with skipBad)
+}
+
+// ReadQueue streams the queue entries of a snapshot, a generated backlog or
+// a mongoexport file (anything --in of replay takes), calling fn with each
+// well-formed entry's username and enqueue time, read as the consumer reads
+// them (createdAt, else the ObjectId's time). queue names the queue's file
+// in a directory without a manifest. A document that does not parse stops
+// it, with its file and line, unless skipBad.
+func ReadQueue(ctx context.Context, in, queue string, skipBad bool, fn func(user string, createdAt time.Time)) (*QueueScan, error) {
+	files, err := ResolveInput(in, queue)
+	if err != nil {
+		return nil, err
+	}
+	q := &QueueScan{}
+	for _, f := range files {
+		if f.Queue {
+			files, q.Path = []InputFile{f}, f.Path
+			break
+		}
+	}
+	if st, err := os.Stat(in); err == nil && st.IsDir() {
+		if m, err := ReadManifest(in); err == nil {
+			q.Reference = m.CreatedAt
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+	}
+	var newest time.Time
+	p, err := scan(ctx, files, skipBad, nil, func(e entryInfo) {
+		if e.username == "" || e.createdAt.IsZero() {
+			q.Malformed++
+			return
+		}
+		q.Entries++
+		newest = maxTime(newest, e.createdAt)
+		fn(e.username, e.createdAt)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the queue of %s: %w", in, err)
+	}
+	q.Skipped = p.SkippedTotal
+	if q.Reference.IsZero() {
+		q.Reference = newest
+	}
+	return q, nil
 }

@@ -91,10 +91,8 @@ func TestGeneratedBacklogReplaysDrainsAndReports(t *testing.T) {
 	if rows, err := csv.NewReader(tl).ReadAll(); err != nil || len(rows) != r.Samples+1 {
 		t.Errorf("timeline: %d rows (%v), want %d samples and a header", len(rows), err, r.Samples)
 	}
-	for _, name := range []string{replay.ChartFile, replay.HTMLFile} {
-		if b, err := os.ReadFile(filepath.Join(reports, name)); err != nil || !bytes.Contains(b, []byte("<svg")) {
-			t.Errorf("%s: %v", name, err)
-		}
+	if b, err := os.ReadFile(filepath.Join(reports, replay.ChartFile)); err != nil || !bytes.Contains(b, []byte("<svg")) {
+		t.Errorf("%s: %v", replay.ChartFile, err)
 	}
 	// Every user the backlog named has its score.
 	db := mongotest.Client(t, mongotest.Options{}).Database(dbName)

@@ -8,17 +8,18 @@ import (
 	"math"
 	"os"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/scorerefresh/scorerefresh/consumer"
 	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/pkg/redact"
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 	"github.com/scorerefresh/scorerefresh/planner"
 	"github.com/scorerefresh/scorerefresh/replay"
 	"github.com/scorerefresh/scorerefresh/scoring"
@@ -65,6 +66,7 @@ type measurement struct {
 	scanMeasured  bool
 	scanDepth     int64
 	changeStreams bool
+	kind          string // --server-kind as the server describes itself; empty: it did not say
 }
 
 func (m measurement) describe() string {
@@ -80,7 +82,32 @@ func (m measurement) describe() string {
 	if m.scanMeasured {
 		s += fmt.Sprintf("; claim window %.2f µs per queued entry (at %d entries)", m.scan*1e6, m.scanDepth)
 	}
+	if m.kind != "" {
+		s += "; server: " + m.kind
+	}
 	return s + fmt.Sprintf("; change streams: %t", m.changeStreams)
+}
+
+// serverKind is the server as --server-kind names it, from what it says
+// of itself (servertraits, as the consumer asks); empty when it does not
+// answer.
+func (c *planConn) serverKind(ctx context.Context) string {
+	t := servertraits.New()
+	if err := t.Probe(ctx, c.db); err != nil {
+		return ""
+	}
+	if t.BackendUnknown() {
+		// FerretDB names its storage once it has opened a database, which
+		// the change-stream check before this did.
+		_, _ = t.Reprobe(ctx, c.db)
+	}
+	switch info := t.Info(); {
+	case info.FerretDB == "":
+		return serverMongoDB
+	case !t.PushesEqualityDown():
+		return serverSQLite
+	}
+	return serverPostgreSQL
 }
 
 // measureCost is what measure is asked to time besides pings.
@@ -102,6 +129,7 @@ func (c *planConn) measure(ctx context.Context, o *planOptions, queue string, ru
 	}
 	m.rtt = rtt
 	m.changeStreams = consumer.DetectChangeStreams(ctx, c.db.Collection(queue))
+	m.kind = c.serverKind(ctx)
 	if want.scan {
 		if err := c.measureScan(ctx, &m, queue, want.window); err != nil {
 			return m, err
@@ -175,30 +203,27 @@ func (c *planConn) measureScan(ctx context.Context, m *measurement, queue string
 func loadServer(ctx context.Context, rec *scoring.Recomputer, users []string, components, workers int, d time.Duration) (float64, error) {
 	lctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	var (
-		next, done atomic.Int64
-		failure    atomic.Value
-		wg         sync.WaitGroup
-	)
+	var next, done atomic.Int64
+	var g errgroup.Group
 	start := time.Now()
 	for range workers {
-		wg.Go(func() {
+		g.Go(func() error {
 			for lctx.Err() == nil {
 				u := users[int(next.Add(1))%len(users)]
 				if _, err := rec.Recompute(lctx, u, time.Now()); err != nil {
 					// The end of the measurement cuts a refresh short; the
 					// driver may see its deadline a moment before ctx does.
 					if lctx.Err() == nil && !mongo.IsTimeout(err) && !errors.Is(err, context.DeadlineExceeded) {
-						failure.Store(err)
+						return err
 					}
-					return
+					return nil
 				}
 				done.Add(1)
 			}
+			return nil
 		})
 	}
-	wg.Wait()
-	if err, ok := failure.Load().(error); ok {
+	if err := g.Wait(); err != nil {
 		return 0, err
 	}
 	return float64(done.Load()*int64(components)) / time.Since(start).Seconds(), nil
@@ -209,42 +234,27 @@ func loadServer(ctx context.Context, rec *scoring.Recomputer, users []string, co
 func (c *planConn) pingMedian(ctx context.Context, n, conc int) (float64, error) {
 	admin := c.client.Database("admin")
 	ping := func() error { return admin.RunCommand(ctx, bson.D{{Key: "ping", Value: 1}}).Err() }
-	var (
-		mu      sync.Mutex
-		times   []float64
-		failure error
-		wg      sync.WaitGroup
-	)
-	for range conc {
-		wg.Go(func() {
+	times := make([][]float64, conc)
+	var g errgroup.Group
+	for i := range conc {
+		g.Go(func() error {
 			if err := ping(); err != nil {
-				mu.Lock()
-				failure = err
-				mu.Unlock()
-				return
+				return err
 			}
 			for range n {
 				start := time.Now()
-				err := ping()
-				d := time.Since(start).Seconds()
-				mu.Lock()
-				times, failure = append(times, d), cmpErr(failure, err)
-				mu.Unlock()
+				if err := ping(); err != nil {
+					return err
+				}
+				times[i] = append(times[i], time.Since(start).Seconds())
 			}
+			return nil
 		})
 	}
-	wg.Wait()
-	if failure != nil {
-		return 0, failure
+	if err := g.Wait(); err != nil {
+		return 0, err
 	}
-	return median(times), nil
-}
-
-func cmpErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
+	return median(slices.Concat(times...)), nil
 }
 
 func median(xs []float64) float64 {
@@ -279,7 +289,7 @@ func (c *planConn) readQueue(ctx context.Context, cfg config.Config, limit int, 
 	read, malformed := 0, 0
 	for cur.Next(ctx) {
 		read++
-		user, at := queueEntry(cur.Current)
+		user, at := replay.QueueEntry(cur.Current)
 		if user == "" || at.IsZero() {
 			malformed++
 			continue
@@ -299,18 +309,6 @@ func (c *planConn) readQueue(ctx context.Context, cfg config.Config, limit int, 
 	}
 	fmt.Fprintln(stderr)
 	return bb.Build(time.Now()), nil
-}
-
-// queueEntry reads an entry's user and enqueue time as the consumer does.
-func queueEntry(raw bson.Raw) (string, time.Time) {
-	user, _ := raw.Lookup("username").StringValueOK()
-	if v, err := raw.LookupErr("createdAt"); err == nil && v.Type == bson.TypeDateTime {
-		return user, v.Time()
-	}
-	if oid, ok := raw.Lookup("_id").ObjectIDOK(); ok {
-		return user, oid.Timestamp()
-	}
-	return user, time.Time{}
 }
 
 // readSnapshot reads the backlog of a snapshot, generated backlog or export.

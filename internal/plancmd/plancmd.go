@@ -20,6 +20,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/consumer"
 	"github.com/scorerefresh/scorerefresh/internal/cli"
 	"github.com/scorerefresh/scorerefresh/internal/config"
+	"github.com/scorerefresh/scorerefresh/pkg/svgchart"
 	"github.com/scorerefresh/scorerefresh/planner"
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
@@ -57,9 +58,11 @@ What it needs:
                    POLL_INTERVAL and REFRESH_BATCH_SIZE come from the
                    environment, as for scorerefresh run; the flags below
                    override them. --replicas is the fleet now (the stability
-                   verdict is for it), --batch the users per batched recompute
-                   (1: one refresh per user, the mode the validation measured;
-                   batches are modelled, not yet checked against replays).
+                   verdict is for it), --batch the most users per batched
+                   recompute, spread over the free slots as the service does
+                   (REFRESH_BATCH_SIZE; unset, the service's default for
+                   --server-kind: 16 on MongoDB and FerretDB on SQLite, 1 on
+                   FerretDB on PostgreSQL; --measure asks the server).
   the load         --arrival max: the backlog is in the queue, nothing follows;
                    original: its entries arrive at their original spacing sped up
                    --speed times; rate: the backlog, then --rate entries/s for
@@ -77,7 +80,7 @@ flags:
 
 // planOptions are the flags of `plan`.
 type planOptions struct {
-	in, rules, svg, arrival                 string
+	in, rules, svg, arrival, serverKind     string
 	fromQueue, measure, json, changeStreams bool
 	maxEntries, pings, measureConc, comps   int
 	rtt, serverCost, slope, target, poll    time.Duration
@@ -115,8 +118,9 @@ func (o *planOptions) register(fs *flag.FlagSet, cfg config.Config) {
 	fs.BoolVar(&o.changeStreams, "change-streams", true, "the server has change streams, so arrivals wake idle replicas at once (MongoDB replica sets do, FerretDB does not; --measure detects it)")
 	fs.IntVar(&o.replicas, "replicas", 1, "replicas running now: the stability verdict is for this fleet")
 	fs.IntVar(&o.maxReplicas, "max-replicas", 8, "the table covers 1 to this many replicas")
-	fs.IntVar(&o.batch, "batch", consumer.SpreadBatch(cmp.Or(cfg.RefreshBatchSize, consumer.DefaultBatchSize), cfg.MaxUsersInFlight, cfg.RefreshConcurrency),
-		"users per batched recompute (components + 2 round trips per batch): REFRESH_BATCH_SIZE spread over the slots (MAX_USERS_IN_FLIGHT / REFRESH_CONCURRENCY, at most REFRESH_BATCH_SIZE; MongoDB's default where it is 0); 1: one refresh per user")
+	fs.IntVar(&o.batch, "batch", cfg.RefreshBatchSize,
+		"REFRESH_BATCH_SIZE: most users per batched recompute (components + 2 round trips per batch), spread over the free slots; 0: the service's default for --server-kind; 1: one refresh per user")
+	fs.StringVar(&o.serverKind, "server-kind", serverMongoDB, "the server the fleet runs against, for REFRESH_BATCH_SIZE's default: mongodb, ferretdb-sqlite or ferretdb-postgresql (--measure asks the server)")
 	fs.StringVar(&o.arrival, "arrival", planner.ArrivalMax, "max, original or rate (see above)")
 	fs.Float64Var(&o.speed, "speed", 1, "with --arrival original, arrivals this many times faster than they were")
 	fs.Float64Var(&o.rate, "rate", 0, "with --arrival rate, entries a second after the backlog")
@@ -151,6 +155,12 @@ func (o *planOptions) validate() error {
 	}
 	if o.measureCapacity > 0 && (o.slope > 0 || o.capacity > 0) {
 		errs = append(errs, errors.New("--measure-capacity finds the server's behaviour under load, which --rtt-slope or --server-capacity give: use one or the other"))
+	}
+	if autoBatch(o.serverKind) == 0 {
+		errs = append(errs, fmt.Errorf("--server-kind %q: want %s, %s or %s", o.serverKind, serverMongoDB, serverSQLite, serverPostgreSQL))
+	}
+	if o.batch < 0 {
+		errs = append(errs, fmt.Errorf("--batch %d: 0 (the service's default) or more", o.batch))
 	}
 	if o.trRTT != 0 && o.trRTT < 1 {
 		errs = append(errs, fmt.Errorf("--transient-rtt %g: a factor of at least 1", o.trRTT))
@@ -283,16 +293,43 @@ func (o *planOptions) input(ctx context.Context, cfg config.Config, stderr io.Wr
 		if !o.set["change-streams"] {
 			changeStreams = m.changeStreams
 		}
+		if !o.set["server-kind"] && m.kind != "" {
+			o.serverKind = m.kind
+		}
 	}
+	batch := cmp.Or(o.batch, autoBatch(o.serverKind))
 	in := planner.Input{
 		Backlog: backlog,
 		Arrival: planner.Arrival{Mode: o.arrival, Speed: o.speed, Rate: o.rate, Duration: o.duration.Seconds(), Seed: o.seed},
 		Config: planner.Config{Components: comps, Concurrency: o.concurrency, MaxUsersInFlight: o.maxUsers, ClaimWindow: o.window,
-			Replicas: o.replicas, Batch: o.batch, PollInterval: o.poll.Seconds(), ChangeStreams: changeStreams},
+			Replicas: o.replicas, Batch: batch, PollInterval: o.poll.Seconds(), ChangeStreams: changeStreams},
 		Server: srv, MaxReplicas: max(o.maxReplicas, o.replicas), TargetAge: o.target.Seconds(),
 		Transient: planner.Transient{At: o.trAt.Seconds(), For: o.trFor.Seconds(), RTTFactor: o.trRTT, Burst: o.burst},
 	}
 	return in, nil
+}
+
+// The servers --server-kind names.
+const (
+	serverMongoDB    = "mongodb"
+	serverSQLite     = "ferretdb-sqlite"
+	serverPostgreSQL = "ferretdb-postgresql"
+)
+
+// autoBatch is REFRESH_BATCH_SIZE unset (consumer.BatchAuto) as the
+// consumer resolves it on each server: batches where a batch's $in is an
+// index read (MongoDB) or where a user's own query decodes the collection
+// as a batch's does (FerretDB on SQLite); one user per slot on FerretDB on
+// PostgreSQL, which answers a user's query from its storage and a batch's
+// by decoding everything. 0: not a server it knows.
+func autoBatch(kind string) int {
+	switch kind {
+	case serverMongoDB, serverSQLite:
+		return consumer.DefaultBatchSize
+	case serverPostgreSQL:
+		return 1
+	}
+	return 0
 }
 
 func (o *planOptions) loadRules() (*scoring.Rules, error) {
@@ -327,4 +364,84 @@ func jsonPlan(p *planner.Plan) any {
 		Format string `json:"format"`
 		*planner.Plan
 	}{"scorerefresh-plan/1", p}
+}
+
+// planChart is the plan as stacked panels: depth and oldest age over time for
+// each fleet size, then the transient against the same load without it.
+func planChart(p *planner.Plan) svgchart.Chart {
+	depth := svgchart.Panel{Title: "Queue depth (entries), by replicas"}
+	age := svgchart.Panel{Title: "Oldest entry age, by replicas", Unit: "s"}
+	for i, r := range p.Rows {
+		color := svgchart.Palette[i%len(svgchart.Palette)]
+		name := fmt.Sprintf("%d replica", r.Replicas)
+		if r.Replicas > 1 {
+			name += "s"
+		}
+		depth.Series = append(depth.Series, series(name, color, r.Run, func(s planner.Sample) float64 { return float64(s.Depth) }))
+		age.Series = append(age.Series, series(name, color, r.Run, func(s planner.Sample) float64 { return s.OldestAge }))
+	}
+	c := svgchart.Chart{Title: planTitle(p), Panels: []svgchart.Panel{depth, age},
+		XUnit:  "s",
+		Footer: "simulated time from the start of the plan (s); generated by scorerefresh plan"}
+	cfg := p.Config
+	c.Subtitle = []string{
+		fmt.Sprintf("RTT %.1f ms + server %.2f ms per command · %d round trips per refresh", p.Server.RTT*1000, p.Server.Cost*1000, p.RoundTrips),
+		fmt.Sprintf("REFRESH_CONCURRENCY=%d MAX_USERS_IN_FLIGHT=%d CLAIM_WINDOW=%d batch %d", cfg.Concurrency, cfg.MaxUsersInFlight, cfg.ClaimWindow, cfg.Batch),
+		fmt.Sprintf("arrival %s · load %.1f entries/s · target oldest age %s: %s", p.Arrival.Mode, p.Load, planner.Seconds(p.TargetAge), targetText(p)),
+	}
+	if sp := p.Stability; sp != nil && sp.Disturbed != nil {
+		name := fmt.Sprintf("Transient at %d replica(s)", sp.Replicas)
+		c.Panels = append(c.Panels,
+			svgchart.Panel{Title: name + ": queue depth", Series: []svgchart.Series{
+				series("without the transient", "#4b5563", sp.Baseline, func(s planner.Sample) float64 { return float64(s.Depth) }),
+				series("with it", "#dc2626", sp.Disturbed, func(s planner.Sample) float64 { return float64(s.Depth) }),
+			}},
+			svgchart.Panel{Title: name + ": oldest entry age", Unit: "s", Series: []svgchart.Series{
+				series("without the transient", "#4b5563", sp.Baseline, func(s planner.Sample) float64 { return s.OldestAge }),
+				series("with it", "#dc2626", sp.Disturbed, func(s planner.Sample) float64 { return s.OldestAge }),
+			}})
+		c.Subtitle = append(c.Subtitle, wrap("transient: "+sp.Verdict, 140)...)
+	}
+	return c
+}
+
+func series(name, color string, run *planner.Run, value func(planner.Sample) float64) svgchart.Series {
+	s := svgchart.Series{Name: name, Color: color}
+	for _, x := range run.Timeline {
+		s.Points = append(s.Points, [2]float64{x.T, value(x)})
+	}
+	return s
+}
+
+func planTitle(p *planner.Plan) string {
+	r := p.Rows[0].Run
+	what := fmt.Sprintf("drain %s, peak oldest age %s", planner.Seconds(r.DrainSeconds), planner.Seconds(r.PeakOldestAge))
+	if p.Arrival.Mode == planner.ArrivalRate {
+		what = fmt.Sprintf("backlog cleared in %s", planner.Seconds(r.ClearSeconds))
+	}
+	if !r.Drained && p.Arrival.Mode != planner.ArrivalRate {
+		what = fmt.Sprintf("not drained after %s", planner.Seconds(r.EndSeconds))
+	}
+	return fmt.Sprintf("Plan: %d entries of %d users — 1 replica: %s", p.Entries, p.Users, what)
+}
+
+func targetText(p *planner.Plan) string {
+	if p.ReplicasForTarget == 0 {
+		return fmt.Sprintf("not met by %d replicas", len(p.Rows))
+	}
+	return fmt.Sprintf("met from %d replica(s)", p.ReplicasForTarget)
+}
+
+// wrap breaks s into lines of at most width characters, at spaces.
+func wrap(s string, width int) []string {
+	var lines []string
+	line := ""
+	for _, w := range strings.Fields(s) {
+		if line != "" && len([]rune(line))+1+len([]rune(w)) > width {
+			lines, line = append(lines, line), w
+			continue
+		}
+		line = strings.TrimSpace(line + " " + w)
+	}
+	return append(lines, line)
 }

@@ -32,7 +32,7 @@ func TestHelpExplainsEveryInput(t *testing.T) {
 		t.Fatalf("--help exits %d", code)
 	}
 	for _, want := range []string{"the backlog", "the rules", "the round trip", "the fleet", "the load", "a transient",
-		"per component plus 2", "median of --pings pings", "read-only", "REFRESH_CONCURRENCY, MAX_USERS_IN_FLIGHT, CLAIM_WINDOW", "REFRESH_BATCH_SIZE", "not yet checked against replays"} {
+		"per component plus 2", "median of --pings pings", "read-only", "REFRESH_CONCURRENCY, MAX_USERS_IN_FLIGHT, CLAIM_WINDOW", "REFRESH_BATCH_SIZE", "spread over the free slots", "--server-kind"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("help lacks %q", want)
 		}
@@ -123,6 +123,40 @@ func TestPlansAGeneratedBacklogWithTheEnvironmentsConfiguration(t *testing.T) {
 	}
 }
 
+// TestTheDefaultBatchIsTheServicesForTheServer: REFRESH_BATCH_SIZE unset
+// is resolved as the consumer resolves it on the server named; the
+// environment and --batch force it.
+func TestTheDefaultBatchIsTheServicesForTheServer(t *testing.T) {
+	dir := generate(t, replay.ShapeDiverse, 200, 200)
+	for _, tc := range []struct {
+		environ []string
+		args    []string
+		want    int
+	}{
+		{nil, nil, 16},
+		{nil, []string{"--server-kind", "ferretdb-sqlite"}, 16},
+		{nil, []string{"--server-kind", "ferretdb-postgresql"}, 1},
+		{[]string{"REFRESH_BATCH_SIZE=8"}, []string{"--server-kind", "ferretdb-postgresql"}, 8},
+		{nil, []string{"--batch", "2"}, 2},
+	} {
+		args := append([]string{"--in", dir, "--rtt", "5ms", "--json", "--max-replicas", "1"}, tc.args...)
+		code, out, stderr := runPlan(t, tc.environ, args...)
+		if code != 0 {
+			t.Fatalf("%q: exit %d: %s", tc.args, code, stderr)
+		}
+		var p jsonOut
+		if err := json.Unmarshal([]byte(out), &p); err != nil {
+			t.Fatal(err)
+		}
+		if p.Config.Batch != tc.want {
+			t.Errorf("%q %q: batch %d, want %d", tc.environ, tc.args, p.Config.Batch, tc.want)
+		}
+	}
+	if code, _, stderr := runPlan(t, nil, "--in", dir, "--rtt", "5ms", "--server-kind", "oracle"); code != 2 || !strings.Contains(stderr, "--server-kind") {
+		t.Errorf("--server-kind oracle: exit %d, %q; want a usage error", code, stderr)
+	}
+}
+
 // The live queue and --measure, against the test server: the plan reads the
 // queue without changing it.
 func TestMeasuresAndReadsTheLiveQueueReadOnly(t *testing.T) {
@@ -147,11 +181,11 @@ func TestMeasuresAndReadsTheLiveQueueReadOnly(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &p); err != nil {
 		t.Fatal(err)
 	}
-	if p.Entries != 50 || p.Users != 3 || p.Server.RTT <= 0 || p.Server.Capacity <= 0 || p.Config.ChangeStreams {
-		t.Errorf("%d entries of %d users, RTT %gs, capacity %g/s, change streams %t; want 50 of 3, a measured RTT and capacity, none on FerretDB",
-			p.Entries, p.Users, p.Server.RTT, p.Server.Capacity, p.Config.ChangeStreams)
+	if p.Entries != 50 || p.Users != 3 || p.Server.RTT <= 0 || p.Server.Capacity <= 0 || p.Config.ChangeStreams || p.Config.Batch != 16 {
+		t.Errorf("%d entries of %d users, RTT %gs, capacity %g/s, change streams %t, batch %d; want 50 of 3, a measured RTT and capacity, none on FerretDB, its default batch on SQLite (16)",
+			p.Entries, p.Users, p.Server.RTT, p.Server.Capacity, p.Config.ChangeStreams, p.Config.Batch)
 	}
-	for _, want := range []string{"read the oldest 51 of about 51 entries", "1 malformed", "measured", "median of 5 pings", "queries/s with 2 refreshes' queries at once"} {
+	for _, want := range []string{"read the oldest 51 of about 51 entries", "1 malformed", "measured", "median of 5 pings", "queries/s with 2 refreshes' queries at once", "server: ferretdb-sqlite"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
 		}
