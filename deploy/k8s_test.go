@@ -73,7 +73,10 @@ type podSpec struct {
 	SecurityContext               k8sSecurityContext `yaml:"securityContext"`
 	Containers                    []k8sContainer     `yaml:"containers"`
 	Volumes                       []struct {
-		Name      string `yaml:"name"`
+		Name     string `yaml:"name"`
+		EmptyDir *struct {
+			SizeLimit string `yaml:"sizeLimit"`
+		} `yaml:"emptyDir"`
 		ConfigMap *struct {
 			Name  string `yaml:"name"`
 			Items []struct {
@@ -128,6 +131,7 @@ type k8sContainer struct {
 		Name      string `yaml:"name"`
 		MountPath string `yaml:"mountPath"`
 		SubPath   string `yaml:"subPath"`
+		ReadOnly  bool   `yaml:"readOnly"`
 	} `yaml:"volumeMounts"`
 }
 
