@@ -119,6 +119,17 @@ func promtool(t *testing.T) string {
 	return path
 }
 
+// runPromtool runs promtool from the repository root, failing the test on
+// a non-zero exit.
+func runPromtool(t *testing.T, bin string, args ...string) {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), bin, args...)
+	cmd.Dir = repoRoot(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
 func TestPromtoolRules(t *testing.T) {
 	t.Parallel()
 	bin := promtool(t)

@@ -10,5 +10,9 @@
 // runbook section in docs/runbook.md, and that every manifest agrees with the
 // code (environment variables, ports, probes, grace periods, rules files).
 //
-// There is no code here: the package exists for its tests.
+// The Grafana-managed copies of the alerts (grafana/provisioning/alerting)
+// are generated from prometheus/alerts.yml by the directive below; the
+// package is otherwise there for its tests.
 package deploy
+
+//go:generate go run ./cmd/grafana-alerts

@@ -258,8 +258,28 @@ func TestDataVolumeIsWritable(t *testing.T) {
 	}
 	for _, doc := range []string{runbookPath, "deploy/DEPLOYING.md"} {
 		text := strings.Join(strings.Fields(string(readAsset(t, doc))), " ")
-		if !strings.Contains(text, "kubectl exec deploy/scorerefresh -- /scorerefresh snapshot --out - --gzip > ") {
-			t.Errorf("%s: no recipe copying a snapshot out of the pod on stdout", doc)
+		if want := "kubectl exec deploy/scorerefresh -- " + dockerfileEntrypoint(t)[0] + " snapshot --out - --gzip > "; !strings.Contains(text, want) {
+			t.Errorf("%s: no recipe copying a snapshot out of the pod on stdout (%q, the image's binary)", doc, want)
 		}
 	}
+}
+
+// dockerfileEntrypoint is the runtime stage's ENTRYPOINT: where the binary
+// is in the image.
+func dockerfileEntrypoint(t *testing.T) []string {
+	t.Helper()
+	stages := loadDockerfile(t)
+	var argv []string
+	for _, in := range stages[len(stages)-1].Lines {
+		if in.Cmd == "ENTRYPOINT" {
+			var err error
+			if argv, err = assetparse.ExecForm(in); err != nil {
+				t.Fatalf("Dockerfile: %v", err)
+			}
+		}
+	}
+	if len(argv) == 0 {
+		t.Fatal("Dockerfile: the runtime stage has no ENTRYPOINT")
+	}
+	return argv
 }

@@ -31,7 +31,7 @@ rules read) as Extended JSON lines, for scorerefresh replay or plan
 
 --out - writes the queue to standard output (gzipped with --gzip) and the
 summary to standard error, so a pod without a shell or tar can be read out:
-  kubectl exec deploy/scorerefresh -- /scorerefresh snapshot --out - --gzip > snap.jsonl.gz
+  kubectl exec deploy/scorerefresh -- /usr/local/bin/scorerefresh snapshot --out - --gzip > snap.jsonl.gz
 
 flags:
 `
