@@ -14,7 +14,7 @@ func TestImageModule(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cross-compiles the service for two platforms")
 	}
-	for _, args := range [][]string{{"vet", "./..."}, {"test", "-count=1", "./..."}} {
+	for _, args := range [][]string{{"vet", "./..."}, {"test", "-count=1", "-timeout", "18m", "./..."}} {
 		cmd := exec.CommandContext(t.Context(), "go", args...)
 		cmd.Dir = repoFile(t, "deploy/image")
 		if out, err := cmd.CombinedOutput(); err != nil {
