@@ -425,6 +425,7 @@ func checkComposePrometheus(t *testing.T, c composeFile, roles composeRoles, met
 type grafanaDatasources struct {
 	Datasources []struct {
 		Name string `yaml:"name"`
+		UID  string `yaml:"uid"`
 		Type string `yaml:"type"`
 		URL  string `yaml:"url"`
 	} `yaml:"datasources"`
@@ -466,10 +467,13 @@ func checkComposeGrafana(t *testing.T, c composeFile, roles composeRoles) {
 	t.Helper()
 	g := c.Services[roles.grafana]
 	promURL := "http://" + net.JoinHostPort(roles.prometheus, "9090")
-	dsTypes := map[string]bool{}
+	dsTypes, promUIDs := map[string]bool{}, map[string]bool{}
 	for _, x := range grafanaProvisioning(t, g, "/etc/grafana/provisioning/datasources", func() any { return &grafanaDatasources{} }) {
 		for _, ds := range x.(*grafanaDatasources).Datasources {
 			dsTypes[ds.Type] = true
+			if ds.Type == "prometheus" {
+				promUIDs[ds.UID] = true
+			}
 			if ds.Type == "prometheus" && strings.TrimSuffix(ds.URL, "/") != promURL {
 				t.Errorf("datasource %s points at %s, want the compose Prometheus %s", ds.Name, ds.URL, promURL)
 			}
@@ -492,6 +496,15 @@ func checkComposeGrafana(t *testing.T, c composeFile, roles composeRoles) {
 	}
 	if !found {
 		t.Errorf("%s: no dashboard provider serves %s (mount it into a provider's path)", composePath, dashboardPath)
+	}
+	// The Grafana-managed alert rules: mounted where Grafana provisions
+	// alerting from, querying the provisioned Prometheus by the uid that
+	// Grafana's environment gives ${DS_PROMETHEUS}.
+	if host := g.hostPath(t, path.Join("/etc/grafana/provisioning/alerting", path.Base(grafanaAlertsPath))); host != grafanaAlertsPath {
+		t.Errorf("%s: Grafana's /etc/grafana/provisioning/alerting does not hold %s (it holds %q)", composePath, grafanaAlertsPath, host)
+	}
+	if uid := g.Environment["DS_PROMETHEUS"]; !promUIDs[uid] {
+		t.Errorf("%s: Grafana's DS_PROMETHEUS is %q, not the uid of a provisioned Prometheus datasource (%v): the alert rules would query nothing", composePath, uid, promUIDs)
 	}
 }
 

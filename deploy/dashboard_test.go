@@ -19,6 +19,9 @@ type dashboard struct {
 			Type       string         `json:"type"`
 			Query      any            `json:"query"` // a string, or {query: ...} in newer models
 			Datasource *datasourceRef `json:"datasource"`
+			Multi      bool           `json:"multi"`
+			IncludeAll bool           `json:"includeAll"`
+			AllValue   string         `json:"allValue"`
 		} `json:"list"`
 	} `json:"templating"`
 	Panels []panel `json:"panels"`
@@ -115,7 +118,25 @@ func TestDashboardStructure(t *testing.T) {
 			}
 		}
 	}
-	for name, typ := range map[string]string{"datasource": "datasource", "namespace": "query", "job": "query"} {
+	for _, v := range d.Templating.List {
+		// One replica or several: the per-replica panels select pod=~"$pod",
+		// which "All" must turn into every pod.
+		if v.Name == "pod" && (!v.Multi || !v.IncludeAll || v.AllValue != ".*") {
+			t.Errorf("variable pod: multi %v, includeAll %v, allValue %q; want several pods, an All, and .* for it", v.Multi, v.IncludeAll, v.AllValue)
+		}
+	}
+	perPod := 0
+	for _, p := range d.allPanels() {
+		for _, tg := range p.Targets {
+			if strings.Contains(tg.Expr, `pod=~"$pod"`) {
+				perPod++
+			}
+		}
+	}
+	if perPod == 0 {
+		t.Errorf("no panel selects pod=~\"$pod\": the pod variable does nothing")
+	}
+	for name, typ := range map[string]string{"datasource": "datasource", "namespace": "query", "job": "query", "pod": "query"} {
 		if vars[name] != typ {
 			t.Errorf("template variable %s: type %q, want %q", name, vars[name], typ)
 		}

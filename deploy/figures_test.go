@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scorerefresh/scorerefresh/deploy/internal/assetparse"
 	"github.com/scorerefresh/scorerefresh/internal/app"
 	"github.com/scorerefresh/scorerefresh/internal/config"
 )
@@ -163,4 +164,122 @@ func TestDocumentedConnectionFigures(t *testing.T) {
 	if src := string(readAsset(t, "deploy/k8s/keda/scaledobject.yaml")); !strings.Contains(src, "= "+strconv.Itoa(keda)+" connections") {
 		t.Errorf("deploy/k8s/keda/scaledobject.yaml: maxReplicaCount's comment should give %d connections", keda)
 	}
+}
+
+// memoryFigureDoc records the production binary's measured peak memory.
+const memoryFigureDoc = "docs/dead-letters.md"
+
+// measuredPeakMiB reads the peak resident memory recorded in
+// memoryFigureDoc's table (the column headed "peak RSS"), the largest
+// figure of every row.
+func measuredPeakMiB(t *testing.T) float64 {
+	t.Helper()
+	col, peak := -1, 0.0
+	mib := regexp.MustCompile(`(\d+(?:\.\d+)?) MiB`)
+	for line := range strings.Lines(string(readAsset(t, memoryFigureDoc))) {
+		cells := strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
+		if !strings.HasPrefix(strings.TrimSpace(line), "|") {
+			col = -1
+			continue
+		}
+		if col < 0 {
+			for i, c := range cells {
+				if strings.Contains(c, "peak RSS") {
+					col = i
+				}
+			}
+			continue
+		}
+		if col >= len(cells) {
+			continue
+		}
+		for _, m := range mib.FindAllStringSubmatch(cells[col], -1) {
+			v, _ := strconv.ParseFloat(m[1], 64)
+			peak = max(peak, v)
+		}
+	}
+	if peak == 0 {
+		t.Fatalf("%s: no table with a \"peak RSS\" column giving MiB", memoryFigureDoc)
+	}
+	return peak
+}
+
+// TestMemoryRequestCoversMeasuredPeak holds the Deployment's memory to the
+// figure measured at pod size: the request reserves at least the recorded
+// peak (else the scheduler packs pods onto memory they will use), the limit
+// is above it, and the manifest and DEPLOYING.md cite the figure and the
+// command that measures it.
+func TestMemoryRequestCoversMeasuredPeak(t *testing.T) {
+	t.Parallel()
+	peak := measuredPeakMiB(t)
+	f := loadK8sBase(t)
+	req, err1 := assetparse.Quantity(f.container.Resources.Requests["memory"])
+	lim, err2 := assetparse.Quantity(f.container.Resources.Limits["memory"])
+	if err1 != nil || err2 != nil {
+		t.Fatalf("%s: memory request %q (%v), limit %q (%v)", f.deployment, f.container.Resources.Requests["memory"], err1, f.container.Resources.Limits["memory"], err2)
+	}
+	if req < peak*(1<<20) {
+		t.Errorf("%s: memory request %s is under the peak of %.1f MiB recorded in %s", f.deployment, f.container.Resources.Requests["memory"], peak, memoryFigureDoc)
+	}
+	if lim <= req {
+		t.Errorf("%s: memory limit %s leaves no room over the request %s", f.deployment, f.container.Resources.Limits["memory"], f.container.Resources.Requests["memory"])
+	}
+	figure := strconv.FormatFloat(peak, 'f', 1, 64) + " MiB"
+	for _, doc := range []string{"deploy/k8s/deployment.yaml", "deploy/DEPLOYING.md"} {
+		text := strings.Join(strings.Fields(string(readAsset(t, doc))), " ")
+		for _, want := range []string{figure, "-run TestHostileHeadDrainsInAPod", f.container.Resources.Requests["memory"]} {
+			if !strings.Contains(text, want) {
+				t.Errorf("%s: should cite %q (the measured peak, the command that measures it, the request)", doc, want)
+			}
+		}
+	}
+}
+
+// TestDataVolumeIsWritable holds the runbook's snapshot step to the pod: the
+// root filesystem is read-only, so /data (the image's working directory) is
+// an emptyDir the container mounts writable.
+func TestDataVolumeIsWritable(t *testing.T) {
+	t.Parallel()
+	f := loadK8sBase(t)
+	var mounted bool
+	for _, m := range f.container.VolumeMounts {
+		if m.MountPath != "/data" || m.ReadOnly {
+			continue
+		}
+		for _, v := range f.deploy.Spec.Template.Spec.Volumes {
+			mounted = mounted || (v.Name == m.Name && v.EmptyDir != nil && v.EmptyDir.SizeLimit != "")
+		}
+	}
+	if !mounted {
+		t.Errorf("%s: no emptyDir with a sizeLimit mounted writable at /data", f.deployment)
+	}
+	if !strings.Contains(string(readAsset(t, "Dockerfile")), "WORKDIR /data") {
+		t.Errorf("Dockerfile: the working directory is no longer /data, which the Deployment mounts writable")
+	}
+	for _, doc := range []string{runbookPath, "deploy/DEPLOYING.md"} {
+		text := strings.Join(strings.Fields(string(readAsset(t, doc))), " ")
+		if want := "kubectl exec deploy/scorerefresh -- " + dockerfileEntrypoint(t)[0] + " snapshot --out - --gzip > "; !strings.Contains(text, want) {
+			t.Errorf("%s: no recipe copying a snapshot out of the pod on stdout (%q, the image's binary)", doc, want)
+		}
+	}
+}
+
+// dockerfileEntrypoint is the runtime stage's ENTRYPOINT: where the binary
+// is in the image.
+func dockerfileEntrypoint(t *testing.T) []string {
+	t.Helper()
+	stages := loadDockerfile(t)
+	var argv []string
+	for _, in := range stages[len(stages)-1].Lines {
+		if in.Cmd == "ENTRYPOINT" {
+			var err error
+			if argv, err = assetparse.ExecForm(in); err != nil {
+				t.Fatalf("Dockerfile: %v", err)
+			}
+		}
+	}
+	if len(argv) == 0 {
+		t.Fatal("Dockerfile: the runtime stage has no ENTRYPOINT")
+	}
+	return argv
 }

@@ -73,7 +73,10 @@ type podSpec struct {
 	SecurityContext               k8sSecurityContext `yaml:"securityContext"`
 	Containers                    []k8sContainer     `yaml:"containers"`
 	Volumes                       []struct {
-		Name      string `yaml:"name"`
+		Name     string `yaml:"name"`
+		EmptyDir *struct {
+			SizeLimit string `yaml:"sizeLimit"`
+		} `yaml:"emptyDir"`
 		ConfigMap *struct {
 			Name  string `yaml:"name"`
 			Items []struct {
@@ -128,6 +131,7 @@ type k8sContainer struct {
 		Name      string `yaml:"name"`
 		MountPath string `yaml:"mountPath"`
 		SubPath   string `yaml:"subPath"`
+		ReadOnly  bool   `yaml:"readOnly"`
 	} `yaml:"volumeMounts"`
 }
 
@@ -538,7 +542,7 @@ func TestManifestK8sBase(t *testing.T) {
 				t.Errorf("%s/%s is not listed in the kustomization's resources", k8sBaseDir, e.Name())
 			}
 		}
-		for _, optional := range []string{"keda", "jobs"} {
+		for _, optional := range []string{"keda", "jobs", "runbook"} {
 			if slices.Contains(f.base.Resources, optional) {
 				t.Errorf("%s lists %s: it is optional, keep it out of the base", k8sBaseDir, optional)
 			}
@@ -791,8 +795,19 @@ func TestManifestKustomizeBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	baseRel = filepath.ToSlash(baseRel)
+	// The overlay's own settings, none of them the defaults, so a value left
+	// hard-coded in a component shows.
+	const (
+		ns, job, prom = "payments-prod", "scorerefresh-consumer", "http://prom.example.internal:9090"
+		runbook       = "https://git.example.com/ops/scorerefresh/blob/v9.9.9"
+	)
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(
-		"apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: ["+baseRel+"]\ncomponents: ["+baseRel+"/keda]\n"), 0o644); err != nil {
+		"apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: "+ns+"\nresources: ["+baseRel+", settings.yaml]\ncomponents: ["+baseRel+"/keda, "+baseRel+"/runbook]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(overlay, "settings.yaml"), []byte(
+		"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: scorerefresh-settings\n  annotations: {config.kubernetes.io/local-config: \"true\"}\n"+
+			"data:\n  namespace: "+ns+"\n  job: "+job+"\n  prometheus: "+prom+"\n  runbookBase: "+runbook+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	render := func(t *testing.T, dir string) map[string][]map[string]any {
@@ -851,6 +866,79 @@ func TestManifestKustomizeBuild(t *testing.T) {
 		}
 		if len(objs["Deployment"]) == 1 && field(objs["Deployment"][0], "spec", "replicas") != nil {
 			t.Errorf("rendered with KEDA: the Deployment still sets replicas")
+		}
+		if len(objs["ConfigMap"]) != 1 {
+			t.Errorf("rendered with KEDA: %d ConfigMaps, want the rules' alone (the settings are local-config)", len(objs["ConfigMap"]))
+		}
+		for _, so := range objs["ScaledObject"] {
+			triggers, _ := field(so, "spec", "triggers").([]any)
+			for _, tr := range triggers {
+				md, _ := tr.(map[string]any)["metadata"].(map[string]any)
+				q, _ := md["query"].(string)
+				if !strings.Contains(q, `namespace="`+ns+`"`) || !strings.Contains(q, `job="`+job+`"`) {
+					t.Errorf("rendered with KEDA: query %s does not select the overlay's namespace %s and job %s", q, ns, job)
+				}
+				if md["serverAddress"] != prom {
+					t.Errorf("rendered with KEDA: serverAddress %v, want the overlay's %s", md["serverAddress"], prom)
+				}
+			}
+			if len(triggers) == 0 {
+				t.Errorf("rendered with KEDA: no triggers")
+			}
+		}
+		urls := 0
+		for _, pr := range objs["PrometheusRule"] {
+			groups, _ := field(pr, "spec", "groups").([]any)
+			for _, g := range groups {
+				rules, _ := g.(map[string]any)["rules"].([]any)
+				for _, r := range rules {
+					u, ok := field(r.(map[string]any), "annotations", "runbook_url").(string)
+					if !ok {
+						continue
+					}
+					urls++
+					if !strings.HasPrefix(u, runbook+"/"+runbookPath+"#") {
+						t.Errorf("rendered with the runbook component: runbook_url %s, want it under %s", u, runbook)
+					}
+				}
+			}
+		}
+		if urls == 0 {
+			t.Errorf("rendered with the runbook component: no runbook_url")
+		}
+	})
+	t.Run("example overlay", func(t *testing.T) {
+		t.Parallel()
+		objs := render(t, repoFile(t, "deploy/overlays/example"))
+		if len(objs["ScaledObject"]) != 1 || len(objs["Deployment"]) != 1 {
+			t.Fatalf("rendered example overlay: %d ScaledObject, %d Deployment, want 1 each", len(objs["ScaledObject"]), len(objs["Deployment"]))
+		}
+		ns := field(objs["Deployment"][0], "metadata", "namespace")
+		triggers, _ := field(objs["ScaledObject"][0], "spec", "triggers").([]any)
+		for _, tr := range triggers {
+			q, _ := field(tr.(map[string]any), "metadata", "query").(string)
+			if !strings.Contains(q, fmt.Sprintf(`namespace="%v"`, ns)) {
+				t.Errorf("example overlay: the Deployment runs in %v but KEDA's query %s selects another namespace (settings.yaml)", ns, q)
+			}
+		}
+	})
+	t.Run("grafana dashboard", func(t *testing.T) {
+		t.Parallel()
+		objs := render(t, repoFile(t, "deploy/grafana"))
+		if len(objs["ConfigMap"]) != 1 {
+			t.Fatalf("rendered deploy/grafana: %d ConfigMaps, want 1", len(objs["ConfigMap"]))
+		}
+		cm := objs["ConfigMap"][0]
+		if field(cm, "metadata", "labels", "grafana_dashboard") != "1" {
+			t.Errorf("dashboard ConfigMap: labels %v, want grafana_dashboard: \"1\" (what the sidecar selects)", field(cm, "metadata", "labels"))
+		}
+		data, _ := field(cm, "data", "scorerefresh.json").(string)
+		if data != string(readAsset(t, dashboardPath)) {
+			t.Errorf("dashboard ConfigMap: its scorerefresh.json is not %s", dashboardPath)
+		}
+		// kubectl apply keeps the whole object in an annotation of at most 256 KiB.
+		if len(data) > 200<<10 {
+			t.Errorf("dashboard ConfigMap: %d bytes; kubectl apply's last-applied annotation would not hold it", len(data))
 		}
 	})
 	t.Run("jobs", func(t *testing.T) {

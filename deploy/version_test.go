@@ -186,3 +186,25 @@ func imageRefs(n *yaml.Node) []string {
 	}
 	return refs
 }
+
+// TestVersionExampleOverlay: the example overlay runs this release and links
+// to its runbook, like the base.
+func TestVersionExampleOverlay(t *testing.T) {
+	t.Parallel()
+	const dir = "deploy/overlays/example"
+	var k kustomization
+	decodeYAML(t, dir+"/kustomization.yaml", &k)
+	v := releaseVersion(t)
+	for _, img := range k.Images {
+		if img.Name == imageRepo && img.NewTag != v {
+			t.Errorf("%s/kustomization.yaml: %s at %s, want the release %s", dir, img.Name, img.NewTag, v)
+		}
+	}
+	var settings struct {
+		Data map[string]string `yaml:"data"`
+	}
+	decodeYAML(t, dir+"/settings.yaml", &settings)
+	if got := settings.Data["runbookBase"]; got != runbookBase(t) {
+		t.Errorf("%s/settings.yaml: runbookBase %s, want this release's %s", dir, got, runbookBase(t))
+	}
+}

@@ -1,26 +1,37 @@
 package main
 
 import (
+	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/scorerefresh/scorerefresh/internal/app"
 	"github.com/scorerefresh/scorerefresh/internal/cli"
 	"github.com/scorerefresh/scorerefresh/internal/config"
+	"github.com/scorerefresh/scorerefresh/pkg/extjson"
 	"github.com/scorerefresh/scorerefresh/pkg/redact"
 	"github.com/scorerefresh/scorerefresh/replay"
 )
 
-const snapshotHelp = `usage: scorerefresh snapshot --out FILE|DIR [--with-sources] [flags]
+const snapshotHelp = `usage: scorerefresh snapshot --out FILE|DIR|- [--with-sources] [flags]
 
 Writes the queue (and, with --with-sources, every source collection the
 rules read) as Extended JSON lines, for scorerefresh replay or plan
 (docs/replay.md). It only reads. It reads the same environment as
 "scorerefresh run".
+
+--out - writes the queue to standard output (gzipped with --gzip) and the
+summary to standard error, so a pod without a shell or tar can be read out:
+  kubectl exec deploy/scorerefresh -- /usr/local/bin/scorerefresh snapshot --out - --gzip > snap.jsonl.gz
 
 flags:
 `
@@ -28,15 +39,19 @@ flags:
 // runSnapshot is `scorerefresh snapshot --out FILE|DIR [--with-sources]`.
 func runSnapshot(args, environ []string, stdout, stderr io.Writer) int {
 	fs := cli.NewFlagSet("scorerefresh snapshot", snapshotHelp, stderr)
-	out := fs.String("out", "", "file for the queue alone (.gz compresses), or directory for one file per collection and a manifest (required)")
+	out := fs.String("out", "", "file for the queue alone (.gz compresses), directory for one file per collection and a manifest, or - for the queue on standard output (required)")
 	withSources := fs.Bool("with-sources", false, "also take every source collection the rules file (SCORING_RULES) reads; --out is then a directory")
-	gz := fs.Bool("gzip", false, "gzip the files written into a directory")
+	gz := fs.Bool("gzip", false, "gzip the files written into a directory, or standard output with --out -")
 	format := fs.String("json-format", "canonical", "canonical (keeps int64 apart from int32, like mongoexport --jsonFormat=canonical) or relaxed (mongoexport's default)")
 	if code, ok := cli.Parse(fs, args, false, stdout); !ok {
 		return code
 	}
 	if *out == "" || (*format != "canonical" && *format != "relaxed") {
 		return cli.Refuse(fs, "--out is required and --json-format must be canonical or relaxed")
+	}
+	toStdout := *out == "-"
+	if toStdout && *withSources {
+		return cli.Refuse(fs, "--with-sources needs a directory for --out: standard output carries the queue alone")
 	}
 	cfg, err := config.Parse(environ)
 	if err != nil {
@@ -52,6 +67,9 @@ func runSnapshot(args, environ []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer svc.Close(context.Background())
+	if toStdout {
+		return snapshotToStdout(ctx, svc.DB.Collection(cfg.QueueCollection), *gz, *format == "canonical", stdout, stderr)
+	}
 	sc := replay.SnapshotConfig{
 		DB: svc.DB, Queue: cfg.QueueCollection, Out: *out, Gzip: *gz, Relaxed: *format == "relaxed",
 		Origin: redact.URI(cfg.MongoURI), Progress: stderr,
@@ -69,4 +87,71 @@ func runSnapshot(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "consistency: %s\n", replay.SnapshotConsistency)
 	return 0
+}
+
+// snapshotToStdout streams the queue as replay.Snapshot does a file (in _id
+// order, the same consistency), but to stdout: the image has no shell and a
+// read-only root, so kubectl exec's stdout is the only way out of the pod.
+// The summary goes to stderr, which must not mix with the data.
+func snapshotToStdout(ctx context.Context, coll *mongo.Collection, gz, canonical bool, stdout, stderr io.Writer) int {
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "scorerefresh snapshot: %v\n", err)
+		return 1
+	}
+	total, err := coll.EstimatedDocumentCount(ctx)
+	if err != nil {
+		return fail(fmt.Errorf("counting %s: %w", coll.Name(), err))
+	}
+	cw := &countingWriter{w: stdout}
+	var dst io.Writer = cw
+	var zw *gzip.Writer
+	if gz {
+		zw = gzip.NewWriter(cw)
+		dst = zw
+	}
+	w := extjson.NewWriter(dst, canonical)
+	p := replay.StartProgress(stderr, replay.Meter{
+		Label: "snapshot " + coll.Name(), Unit: "documents",
+		Done: w.Docs, Total: func() int64 { return total }, Bytes: cw.n.Load,
+	})
+	defer p.Stop()
+	// Sorting on _id walks the _id index, as replay.Snapshot does.
+	cur, err := coll.Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(1000))
+	if err != nil {
+		return fail(fmt.Errorf("reading %s: %w", coll.Name(), err))
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	for cur.Next(ctx) {
+		if err := w.Write(cur.Current); err != nil {
+			return fail(fmt.Errorf("writing %s to standard output: %w", coll.Name(), err))
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return fail(fmt.Errorf("reading %s after %d documents: %w", coll.Name(), w.Docs(), err))
+	}
+	if err := w.Flush(); err != nil {
+		return fail(fmt.Errorf("writing %s to standard output: %w", coll.Name(), err))
+	}
+	if zw != nil {
+		if err := zw.Close(); err != nil {
+			return fail(fmt.Errorf("finishing the gzip stream of %s: %w", coll.Name(), err))
+		}
+	}
+	p.Stop()
+	fmt.Fprintf(stderr, "-: %d documents of %s.%s, %d bytes\n", w.Docs(), coll.Database().Name(), coll.Name(), cw.n.Load())
+	fmt.Fprintf(stderr, "consistency: %s\n", replay.SnapshotConsistency)
+	return 0
+}
+
+// countingWriter counts what reaches stdout, for the progress line and the
+// summary.
+type countingWriter struct {
+	w io.Writer
+	n atomic.Int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
 }

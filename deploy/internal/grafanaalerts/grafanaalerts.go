@@ -1,0 +1,292 @@
+// Package grafanaalerts turns Prometheus alerting rules into Grafana-managed
+// alert rules (Grafana's file provisioning, apiVersion 1), so that a team on
+// Grafana unified alerting gets the same alerts as one on Prometheus and
+// Alertmanager from one definition (deploy/prometheus/alerts.yml).
+//
+// Each alert becomes a rule of two queries: A, the alert's PromQL as an
+// instant query against a Prometheus datasource, and B, a threshold on A.
+// The PromQL already holds the alert's condition (Prometheus fires for every
+// series it returns, each of them past the threshold and so above zero), so
+// B only turns each returned series into a firing instance, and an empty
+// answer is a normal state (noDataState OK), not a missing one.
+//
+// Differences forced by Grafana, and nothing else:
+//   - recording rules are not provisioned: an alert that reads one gets the
+//     recorded expression in its place, so it needs nothing evaluated by
+//     Prometheus beforehand;
+//   - {{ $value }} in annotations becomes {{ $values.A.Value }}: in Grafana
+//     $value is a text listing every query's value;
+//   - runbook_url may get another base (Options.RunbookBase), as the
+//     kustomize component deploy/k8s/runbook does for the PrometheusRule.
+package grafanaalerts
+
+import (
+	"bytes"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Options says where the rules go and what they query.
+type Options struct {
+	DatasourceUID string // the Prometheus datasource's uid; a ${VAR} is expanded by Grafana from its environment
+	Folder        string // the folder the groups are filed under
+	Interval      string // how often Grafana evaluates each group
+	RunbookBase   string // replaces what precedes /docs/runbook.md# in runbook_url; empty: kept
+	Source        string // named in the generated file's header
+}
+
+// DefaultOptions are those of the committed file: the datasource uid comes
+// from Grafana's environment (docker-compose.yml sets DS_PROMETHEUS).
+var DefaultOptions = Options{
+	DatasourceUID: "${DS_PROMETHEUS}",
+	Folder:        "scorerefresh",
+	Interval:      "1m",
+	Source:        "deploy/prometheus/alerts.yml",
+}
+
+// PromRule is one rule of a Prometheus rule file.
+type PromRule struct {
+	Alert       string            `yaml:"alert"`
+	Record      string            `yaml:"record"`
+	Expr        string            `yaml:"expr"`
+	For         string            `yaml:"for"`
+	Labels      map[string]string `yaml:"labels"`
+	Annotations map[string]string `yaml:"annotations"`
+}
+
+// PromFile is a Prometheus rule file.
+type PromFile struct {
+	Groups []struct {
+		Name  string     `yaml:"name"`
+		Rules []PromRule `yaml:"rules"`
+	} `yaml:"groups"`
+}
+
+// File is Grafana's alerting provisioning file.
+type File struct {
+	APIVersion int     `yaml:"apiVersion"`
+	Groups     []Group `yaml:"groups"`
+}
+
+// Group is one rule group of a provisioning file.
+type Group struct {
+	OrgID    int    `yaml:"orgId"`
+	Name     string `yaml:"name"`
+	Folder   string `yaml:"folder"`
+	Interval string `yaml:"interval"`
+	Rules    []Rule `yaml:"rules"`
+}
+
+// Rule is one Grafana-managed alert rule.
+type Rule struct {
+	UID          string            `yaml:"uid"`
+	Title        string            `yaml:"title"`
+	Condition    string            `yaml:"condition"`
+	Data         []Query           `yaml:"data"`
+	NoDataState  string            `yaml:"noDataState"`
+	ExecErrState string            `yaml:"execErrState"`
+	For          string            `yaml:"for"`
+	Annotations  map[string]string `yaml:"annotations"`
+	Labels       map[string]string `yaml:"labels"`
+	IsPaused     bool              `yaml:"isPaused"`
+}
+
+// Query is one step of a rule: a datasource query or an expression.
+type Query struct {
+	RefID             string     `yaml:"refId"`
+	RelativeTimeRange *TimeRange `yaml:"relativeTimeRange,omitempty"`
+	DatasourceUID     string     `yaml:"datasourceUid"`
+	Model             Model      `yaml:"model"`
+}
+
+// TimeRange is a query's window in seconds before now. An instant query
+// ignores it, but Grafana requires one for datasource queries.
+type TimeRange struct {
+	From int `yaml:"from"`
+	To   int `yaml:"to"`
+}
+
+// Model is a step's model: PromQL for refId A, a threshold for B.
+type Model struct {
+	RefID      string      `yaml:"refId"`
+	Expr       string      `yaml:"expr,omitempty"`
+	Instant    bool        `yaml:"instant,omitempty"`
+	Type       string      `yaml:"type,omitempty"`
+	Expression string      `yaml:"expression,omitempty"`
+	Conditions []Condition `yaml:"conditions,omitempty"`
+}
+
+// Condition is a threshold expression's test.
+type Condition struct {
+	Evaluator Evaluator `yaml:"evaluator"`
+}
+
+// Evaluator compares a value with params.
+type Evaluator struct {
+	Type   string    `yaml:"type"`
+	Params []float64 `yaml:"params"`
+}
+
+const (
+	// QueryRef and ConditionRef are the refIds of a rule's two steps.
+	QueryRef     = "A"
+	ConditionRef = "B"
+	// ExpressionDatasource is Grafana's uid for server-side expressions.
+	ExpressionDatasource = "__expr__"
+	runbookPath          = "/docs/runbook.md#"
+	maxUID               = 40 // Grafana's limit
+)
+
+// Convert builds the provisioning file from a Prometheus rule file.
+func Convert(src []byte, opts Options) (*File, error) {
+	var pf PromFile
+	if err := yaml.Unmarshal(src, &pf); err != nil {
+		return nil, fmt.Errorf("reading the Prometheus rules: %w", err)
+	}
+	recorded := map[string]string{}
+	for _, g := range pf.Groups {
+		for _, r := range g.Rules {
+			if r.Record != "" {
+				recorded[r.Record] = r.Expr
+			}
+		}
+	}
+	out := &File{APIVersion: 1}
+	uids := map[string]string{}
+	for _, g := range pf.Groups {
+		grp := Group{OrgID: 1, Name: g.Name, Folder: opts.Folder, Interval: opts.Interval}
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			rule, err := convertRule(r, recorded, opts)
+			if err != nil {
+				return nil, fmt.Errorf("alert %s: %w", r.Alert, err)
+			}
+			if other, dup := uids[rule.UID]; dup {
+				return nil, fmt.Errorf("alerts %s and %s would share the uid %s", other, r.Alert, rule.UID)
+			}
+			uids[rule.UID] = r.Alert
+			grp.Rules = append(grp.Rules, rule)
+		}
+		if len(grp.Rules) > 0 {
+			out.Groups = append(out.Groups, grp)
+		}
+	}
+	if len(out.Groups) == 0 {
+		return nil, fmt.Errorf("no alerting rules in the Prometheus rules")
+	}
+	return out, nil
+}
+
+func convertRule(r PromRule, recorded map[string]string, opts Options) (Rule, error) {
+	expr, err := InlineRecorded(r.Expr, recorded)
+	if err != nil {
+		return Rule{}, err
+	}
+	uid := "scorerefresh-" + strings.ToLower(strings.TrimPrefix(r.Alert, "ScoreRefresh"))
+	if len(uid) > maxUID {
+		return Rule{}, fmt.Errorf("uid %s is longer than Grafana's %d characters", uid, maxUID)
+	}
+	forDur := r.For
+	if forDur == "" {
+		forDur = "0s"
+	}
+	ann := map[string]string{}
+	for k, v := range r.Annotations {
+		ann[k] = GrafanaTemplate(v)
+	}
+	if u, ok := ann["runbook_url"]; ok && opts.RunbookBase != "" {
+		i := strings.Index(u, runbookPath)
+		if i < 0 {
+			return Rule{}, fmt.Errorf("runbook_url %s does not contain %s to rebase", u, runbookPath)
+		}
+		ann["runbook_url"] = strings.TrimSuffix(opts.RunbookBase, "/") + u[i:]
+	}
+	return Rule{
+		UID:       uid,
+		Title:     r.Alert,
+		Condition: ConditionRef,
+		Data: []Query{
+			{
+				RefID:             QueryRef,
+				RelativeTimeRange: &TimeRange{From: 600, To: 0},
+				DatasourceUID:     opts.DatasourceUID,
+				Model:             Model{RefID: QueryRef, Expr: expr, Instant: true},
+			},
+			{
+				RefID:         ConditionRef,
+				DatasourceUID: ExpressionDatasource,
+				Model: Model{RefID: ConditionRef, Type: "threshold", Expression: QueryRef,
+					Conditions: []Condition{{Evaluator: Evaluator{Type: "gt", Params: []float64{0}}}}},
+			},
+		},
+		NoDataState:  "OK",
+		ExecErrState: "Error",
+		For:          forDur,
+		Annotations:  ann,
+		Labels:       r.Labels,
+	}, nil
+}
+
+// InlineRecorded replaces each recorded series an expression selects with
+// the expression that records it, in parentheses. A selector with label
+// matchers or a range cannot be replaced so and is refused.
+func InlineRecorded(expr string, recorded map[string]string) (string, error) {
+	var out strings.Builder
+	last := 0
+	for _, m := range identRE.FindAllStringIndex(expr, -1) {
+		body, ok := recorded[expr[m[0]:m[1]]]
+		if !ok {
+			continue
+		}
+		if rest := strings.TrimLeft(expr[m[1]:], " \t\n"); strings.HasPrefix(rest, "{") || strings.HasPrefix(rest, "[") {
+			return "", fmt.Errorf("%s is selected with matchers or a range; it cannot be inlined", expr[m[0]:m[1]])
+		}
+		out.WriteString(expr[last:m[0]])
+		out.WriteString("(" + strings.TrimSpace(body) + ")")
+		last = m[1]
+	}
+	out.WriteString(expr[last:])
+	return out.String(), nil
+}
+
+// identRE finds PromQL identifiers, recording-rule names with colons
+// included.
+var identRE = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
+
+// GrafanaTemplate rewrites a Prometheus annotation template for Grafana:
+// $value becomes the value of query A.
+func GrafanaTemplate(s string) string {
+	return regexp.MustCompile(`\$value\b`).ReplaceAllString(s, "$$values."+QueryRef+".Value")
+}
+
+// Render writes the file as YAML with a header naming its source.
+func Render(f *File, opts Options) ([]byte, error) {
+	var buf bytes.Buffer
+	fmt.Fprintf(&buf, "# Grafana-managed alert rules (file provisioning), generated from %s:\n", opts.Source)
+	buf.WriteString("# do not edit; run go generate ./deploy. Mount this directory at\n")
+	buf.WriteString("# /etc/grafana/provisioning/alerting; Grafana reads the Prometheus datasource's\n")
+	buf.WriteString("# uid from its environment (DS_PROMETHEUS). See deploy/DEPLOYING.md, \"Alerts\".\n")
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(f); err != nil {
+		return nil, fmt.Errorf("writing the Grafana rules: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("writing the Grafana rules: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// Generate is Convert then Render.
+func Generate(src []byte, opts Options) ([]byte, error) {
+	f, err := Convert(src, opts)
+	if err != nil {
+		return nil, err
+	}
+	return Render(f, opts)
+}
