@@ -87,3 +87,15 @@ func demoThroughScorerExample(t *testing.T, value ...string) {
 		t.Errorf("stdout:\n%s", stdout.String())
 	}
 }
+
+// TestScorerExampleSaysWhatIsMissing: without node, npm or go on PATH, the
+// example scorers say which tool they need. Not parallel: it empties PATH.
+func TestScorerExampleSaysWhatIsMissing(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	if _, err := nodeScorer(t.Context(), t.TempDir(), io.Discard); err == nil || !strings.Contains(err.Error(), "needs node (20 or later) and npm on PATH") {
+		t.Errorf("node missing: %v", err)
+	}
+	if _, _, err := goScorer(t.Context(), t.TempDir()); err == nil || !strings.Contains(err.Error(), "needs go on PATH") {
+		t.Errorf("go missing: %v", err)
+	}
+}
