@@ -9,6 +9,10 @@
 // progress line every second and a summary at the end, and checks every score
 // against an independent aggregate over the source data.
 //
+// With --scorer-example (node, the default, or go) the scores come from an
+// example HTTP scorer of examples/ instead of the rules, and are checked
+// against what that scorer computes.
+//
 // It also replays snapshots, with the flags of `scorerefresh replay` plus
 // --embedded (docs/replay.md):
 //
@@ -20,6 +24,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -48,6 +53,7 @@ type demoOptions struct {
 	dataDir  string
 	logLevel string
 	cpuProf  string
+	scorer   scorerExample // --scorer-example: drain through examples/ instead of the rules
 }
 
 func run(args, environ []string, stdout, stderr io.Writer) int {
@@ -67,7 +73,11 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.dataDir, "data", "", "keep the embedded server's SQLite files here (default: a temporary directory)")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "the service's log level (its JSON lines go to stderr)")
 	fs.StringVar(&o.cpuProf, "cpuprofile", "", "write a CPU profile of the whole run (server included) to this file")
+	fs.Var(&o.scorer, "scorer-example", "drain through an example HTTP scorer instead of the rules: node (examples/nodescorer, the default) or go (examples/httpscorer)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := takeScorerExampleArg(fs, &o.scorer); err != nil {
 		return 2
 	}
 	if o.cpuProf != "" {
@@ -92,6 +102,9 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	// except where the demo must decide: its own server, a free metrics port.
 	environ = append(environ, "METRICS_ADDR=127.0.0.1:0", "LOG_LEVEL="+o.logLevel, "POLL_INTERVAL=200ms")
 	cfg, err := config.Parse(environ)
+	if err == nil && o.scorer != "" && (cfg.ScoringRules != "" || cfg.ScorerURL != "") {
+		err = errors.New("--scorer-example brings its own scorer: unset SCORING_RULES and SCORER_URL")
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "scorerefresh-demo: %v\n", err)
 		return 2
@@ -113,6 +126,15 @@ func demo(ctx context.Context, cfg config.Config, o demoOptions, stdout, stderr 
 	defer srv.Close()
 	cfg.MongoURI = srv.URI()
 	fmt.Fprintf(stdout, "embedded MongoDB-compatible server (FerretDB, SQLite) at %s\n", srv.URI())
+	if o.scorer != "" {
+		scorer, scorerCtx, err := startScorerExample(ctx, o.scorer, srv.URI(), cfg.Database, stderr)
+		if err != nil {
+			return err
+		}
+		defer scorer.stop()
+		ctx, cfg.ScorerURL, cfg.ScorerToken = scorerCtx, scorer.url, scorer.token
+		fmt.Fprintf(stdout, "the %s example scorer at %s computes the scores\n", o.scorer, scorer.url)
+	}
 
 	level, _ := config.ParseLogLevel(cfg.LogLevel)
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
@@ -144,6 +166,9 @@ func demo(ctx context.Context, cfg config.Config, o demoOptions, stdout, stderr 
 	if runErr := <-done; runErr != nil && err == nil {
 		err = runErr
 	}
+	if exited := scorerExited(ctx); exited != nil && (err != nil || !drained) {
+		return exited
+	}
 	if err != nil {
 		return err
 	}
@@ -152,5 +177,8 @@ func demo(ctx context.Context, cfg config.Config, o demoOptions, stdout, stderr 
 		return nil
 	}
 	p.summary(len(b.entries), b.distinctUsers())
+	if o.scorer != "" {
+		return verifyExample(ctx, svc, b, stdout)
+	}
 	return verify(ctx, svc, b, stdout)
 }

@@ -55,8 +55,14 @@ const server = http.createServer((req, res) => {
   const chunks = [];
   req.on('data', (c) => chunks.push(c));
   req.on('end', async () => {
+    let body;
     try {
-      const answer = await score(JSON.parse(Buffer.concat(chunks).toString('utf8')));
+      body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+    } catch {
+      return fail(400, 'the body is not JSON');
+    }
+    try {
+      const answer = await score(body);
       res.writeHead(200, { 'Content-Type': 'application/json' });
       res.end(JSON.stringify(answer));
     } catch (err) {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -269,9 +270,33 @@ func TestNodeScorerExampleDrains(t *testing.T) {
 			t.Fatalf("npm ci: %v\n%s", err, out)
 		}
 	}
-	db := mongotest.Database(t, mongotest.Options{})
 	srv := exec.Command(node, "server.js")
 	srv.Dir = dir
+	drainThroughExampleScorer(t, srv)
+}
+
+// TestGoHTTPScorerExampleDrains builds examples/httpscorer, the Go
+// counterpart of the Node example (the standard library and the MongoDB
+// driver only), and drains the same data through it.
+func TestGoHTTPScorerExampleDrains(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "httpscorer")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "../../examples/httpscorer")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the example: %v\n%s", err, out)
+	}
+	drainThroughExampleScorer(t, exec.Command(bin))
+}
+
+// drainThroughExampleScorer starts srv, an example scorer of examples/, on
+// a database of its own with SCORER_TOKEN and PORT=0, as a user would, and
+// waits for its "listening on" line. It checks the scorer refuses what the
+// protocol rules out, then drains the demo's shape of data through it with
+// the service: every score is two points per activity document plus their
+// points, nobody is dead-lettered.
+func drainThroughExampleScorer(t *testing.T, srv *exec.Cmd) {
+	t.Helper()
+	db := mongotest.Database(t, mongotest.Options{})
 	srv.Env = append(os.Environ(), "MONGODB_URI="+mongotest.URI(t), "MONGODB_DATABASE="+db.Name(), "SCORER_TOKEN=t0ken", "PORT=0")
 	stdout, err := srv.StdoutPipe()
 	if err != nil {
@@ -282,12 +307,20 @@ func TestNodeScorerExampleDrains(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
+	stopped := false // by SIGTERM at the end, which waits for it
+	t.Cleanup(func() {
+		if !stopped {
+			_ = srv.Process.Kill()
+			_ = srv.Wait()
+		}
+	})
 	line, err := bufio.NewReader(stdout).ReadString('\n')
-	url, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
+	url, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on http://127.0.0.1:")
 	if err != nil || !ok {
 		t.Fatalf("the scorer did not start (%q, %v):\n%s", line, err, stderr.String())
 	}
+	url = "http://127.0.0.1:" + url
+	refusesOutOfProtocol(t, url+"/score")
 
 	now := time.Now().Add(-time.Minute)
 	want := map[string]float64{"ann": 0, "bob": 0, "cy": 0}
@@ -321,6 +354,58 @@ func TestNodeScorerExampleDrains(t *testing.T) {
 		}
 		if err := db.Collection("user_scores").FindOne(t.Context(), bson.D{{Key: "_id", Value: u}}).Decode(&doc); err != nil || doc.Score != w {
 			t.Errorf("%s: score %v (%v), want %v", u, doc.Score, err, w)
+		}
+	}
+	// A deployment stops it with SIGTERM: it must stop by itself, cleanly.
+	if err := srv.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- srv.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("the scorer after SIGTERM: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(time.Minute):
+		t.Errorf("the scorer still runs a minute after SIGTERM")
+		_ = srv.Process.Kill()
+		<-exited
+	}
+	stopped = true
+}
+
+// refusesOutOfProtocol checks an example scorer at url answers 401 without
+// the token, 400 to a body that is not the protocol's request and 405 to
+// another method.
+func refusesOutOfProtocol(t *testing.T, url string) {
+	t.Helper()
+	for _, tc := range []struct {
+		method, auth, body string
+		want               int
+	}{
+		{http.MethodPost, "", `{"users": ["ann"], "asOf": "2026-12-01T10:00:00.000Z"}`, http.StatusUnauthorized},
+		{http.MethodPost, "Bearer wrong", `{"users": ["ann"], "asOf": "2026-12-01T10:00:00.000Z"}`, http.StatusUnauthorized},
+		{http.MethodPost, "Bearer t0ken", `{"users": ["ann"`, http.StatusBadRequest},
+		{http.MethodPost, "Bearer t0ken", `{"users": [1], "asOf": "2026-12-01T10:00:00.000Z"}`, http.StatusBadRequest},
+		{http.MethodPost, "Bearer t0ken", `{"users": ["ann"], "asOf": "yesterday"}`, http.StatusBadRequest},
+		{http.MethodPost, "Bearer t0ken", `{"asOf": "2026-12-01T10:00:00.000Z"}`, http.StatusBadRequest},
+		{http.MethodGet, "Bearer t0ken", "", http.StatusMethodNotAllowed},
+	} {
+		req, err := http.NewRequestWithContext(t.Context(), tc.method, url, strings.NewReader(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s %s with %q: %s, want %d", tc.method, tc.auth, tc.body, resp.Status, tc.want)
 		}
 	}
 }

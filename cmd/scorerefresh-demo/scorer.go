@@ -1,0 +1,287 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/scorerefresh/scorerefresh/internal/app"
+	"github.com/scorerefresh/scorerefresh/scoring"
+)
+
+// scorerExample is --scorer-example: which example scorer of examples/ the
+// demo drains through, "" for none (the rules). Bare, it is the Node one.
+type scorerExample string
+
+const (
+	exampleNode = "node" // examples/nodescorer
+	exampleGo   = "go"   // examples/httpscorer
+)
+
+func (e *scorerExample) String() string { return string(*e) }
+
+// IsBoolFlag lets --scorer-example stand alone, meaning node.
+func (e *scorerExample) IsBoolFlag() bool { return true }
+
+func (e *scorerExample) Set(v string) error {
+	switch v {
+	case "true", exampleNode:
+		*e = exampleNode
+	case exampleGo:
+		*e = exampleGo
+	case "false":
+		*e = ""
+	default:
+		return fmt.Errorf("%q: want node or go", v)
+	}
+	return nil
+}
+
+// takeScorerExampleArg reads "--scorer-example go": a bare boolean-style
+// flag leaves its value as the first argument, and the flags after it
+// unparsed.
+func takeScorerExampleArg(fs *flag.FlagSet, e *scorerExample) error {
+	if *e != exampleNode || fs.NArg() == 0 || (fs.Arg(0) != exampleNode && fs.Arg(0) != exampleGo) {
+		return nil
+	}
+	*e = scorerExample(fs.Arg(0))
+	return fs.Parse(fs.Args()[1:])
+}
+
+// exampleScorer is a running example scorer.
+type exampleScorer struct {
+	url, token string
+	cmd        *exec.Cmd
+	tmp        string        // the Go example's build directory, removed at stop
+	done       chan struct{} // closed once it exited
+}
+
+// startScorerExample builds or installs the example scorer named, starts it
+// on a free loopback port reading database db at uri, and waits until it
+// listens. The context returned ends, with a cause, once the scorer exits:
+// a demo draining through a dead scorer would otherwise wait forever.
+func startScorerExample(ctx context.Context, which scorerExample, uri, db string, stderr io.Writer) (_ *exampleScorer, _ context.Context, err error) {
+	root, err := repoRoot()
+	if err != nil {
+		return nil, nil, err
+	}
+	s := &exampleScorer{token: rand.Text(), done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			s.stop()
+		}
+	}()
+	switch which {
+	case exampleNode:
+		s.cmd, err = nodeScorer(ctx, filepath.Join(root, "examples", "nodescorer"), stderr)
+	case exampleGo:
+		s.cmd, s.tmp, err = goScorer(ctx, root)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	listening := make(chan string, 1)
+	s.cmd.Env = append(os.Environ(), "MONGODB_URI="+uri, "MONGODB_DATABASE="+db, "SCORER_TOKEN="+s.token, "PORT=0", "LISTEN=127.0.0.1")
+	s.cmd.Stdout = &firstLine{line: listening}
+	s.cmd.Stderr = stderr
+	if err := s.cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("starting the %s example scorer: %w", which, err)
+	}
+	runCtx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		err := s.cmd.Wait()
+		cancel(&scorerExitError{which, err})
+		close(s.done)
+	}()
+	select {
+	case line := <-listening:
+		url, ok := strings.CutPrefix(line, "listening on ")
+		if !ok {
+			return nil, nil, fmt.Errorf("the %s example scorer printed %q, not its address", which, line)
+		}
+		s.url = url + "/score"
+		return s, runCtx, nil
+	case <-s.done:
+		return nil, nil, context.Cause(runCtx)
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+}
+
+// scorerExitError ends the context of startScorerExample.
+type scorerExitError struct {
+	which scorerExample
+	err   error // of Wait
+}
+
+func (e *scorerExitError) Error() string {
+	return fmt.Sprintf("the %s example scorer exited (%v); its log is above", e.which, e.err)
+}
+
+// scorerExited is why the drain of ctx stopped if the example scorer exited
+// under it, nil otherwise (an interrupt, or no example scorer).
+func scorerExited(ctx context.Context) error {
+	var exited *scorerExitError
+	if errors.As(context.Cause(ctx), &exited) {
+		return exited
+	}
+	return nil
+}
+
+// stop asks the scorer to stop as a deployment would (SIGTERM), and kills it
+// if it has not within ten seconds.
+func (s *exampleScorer) stop() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.done:
+		case <-time.After(10 * time.Second):
+			_ = s.cmd.Process.Kill()
+			<-s.done
+		}
+	}
+	if s.tmp != "" {
+		_ = os.RemoveAll(s.tmp)
+	}
+}
+
+// nodeScorer is `node server.js`, after `npm ci` if its driver is not
+// installed yet.
+func nodeScorer(ctx context.Context, dir string, stderr io.Writer) (*exec.Cmd, error) {
+	node, errNode := exec.LookPath("node")
+	npm, errNPM := exec.LookPath("npm")
+	if errNode != nil || errNPM != nil {
+		return nil, errors.New("--scorer-example node needs node (20 or later) and npm on PATH (Debian: apt-get install nodejs npm); --scorer-example=go needs only Go")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "mongodb")); err != nil {
+		install := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
+		install.Dir, install.Stdout, install.Stderr = dir, stderr, stderr
+		if err := install.Run(); err != nil {
+			return nil, fmt.Errorf("npm ci in %s: %w", dir, err)
+		}
+	}
+	cmd := exec.Command(node, "server.js")
+	cmd.Dir = dir
+	return cmd, nil
+}
+
+// goScorer builds examples/httpscorer into a temporary directory, tmp.
+func goScorer(ctx context.Context, root string) (_ *exec.Cmd, tmp string, _ error) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return nil, "", errors.New("--scorer-example go builds examples/httpscorer: it needs go on PATH")
+	}
+	tmp, err = os.MkdirTemp("", "scorerefresh-demo-")
+	if err != nil {
+		return nil, "", fmt.Errorf("building examples/httpscorer: %w", err)
+	}
+	bin := filepath.Join(tmp, "httpscorer")
+	build := exec.CommandContext(ctx, goTool, "build", "-o", bin, "./examples/httpscorer")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, tmp, fmt.Errorf("building examples/httpscorer: %w\n%s", err, out)
+	}
+	return exec.Command(bin), tmp, nil
+}
+
+// repoRoot is the repository holding examples/: the working directory or
+// one of its parents, where `go run ./cmd/scorerefresh-demo` runs.
+func repoRoot() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("finding examples/: %w", err)
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "examples", "nodescorer", "server.js")); err == nil {
+			return dir, nil
+		}
+		if filepath.Dir(dir) == dir {
+			return "", fmt.Errorf("--scorer-example runs the scorers of examples/: run it inside the repository (not found above %s)", wd)
+		}
+	}
+}
+
+// firstLine hands the first line written to it over, and drops the rest.
+type firstLine struct {
+	buf  []byte
+	line chan<- string
+	done bool
+}
+
+func (f *firstLine) Write(p []byte) (int, error) {
+	if !f.done {
+		f.buf = append(f.buf, p...)
+		if i := bytes.IndexByte(f.buf, '\n'); i >= 0 {
+			f.line <- strings.TrimSpace(string(f.buf[:i]))
+			f.done, f.buf = true, nil
+		}
+	}
+	return len(p), nil
+}
+
+// verifyExample checks every user's stored score against what the example
+// scorers compute from the source data the score was read at: two points
+// per activity document at or before refreshedAt plus their points.
+func verifyExample(ctx context.Context, svc *app.Service, b *backlog, out io.Writer) error {
+	var activity []struct {
+		User   string        `bson:"username"`
+		Points bson.RawValue `bson:"points"`
+		At     time.Time     `bson:"at"`
+	}
+	cur, err := svc.DB.Collection("user_activity").Find(ctx, bson.D{})
+	if err == nil {
+		err = cur.All(ctx, &activity)
+	}
+	if err != nil {
+		return fmt.Errorf("reading user_activity to verify: %w", err)
+	}
+	var docs []scoring.ScoreDoc
+	cur, err = svc.DB.Collection("user_scores").Find(ctx, bson.D{})
+	if err == nil {
+		err = cur.All(ctx, &docs)
+	}
+	if err != nil {
+		return fmt.Errorf("reading scores to verify: %w", err)
+	}
+	got := map[string]scoring.ScoreDoc{}
+	for _, d := range docs {
+		got[d.Username] = d
+	}
+	events, points := map[string]float64{}, map[string]float64{}
+	for _, a := range activity {
+		if d, ok := got[a.User]; ok && !a.At.After(d.RefreshedAt) {
+			p, _ := a.Points.AsFloat64OK()
+			events[a.User]++
+			points[a.User] += p
+		}
+	}
+	wrong := 0
+	for user := range b.want {
+		d, ok := got[user]
+		want := 2*events[user] + points[user]
+		if !ok || math.Abs(d.Score-want) > 1e-9 || d.Components["events"] != events[user] || math.Abs(d.Components["points"]-points[user]) > 1e-9 {
+			if wrong < 5 {
+				fmt.Fprintf(out, "  WRONG: %s scored %v %v, want %v (events %v, points %v)\n", user, d.Score, d.Components, want, events[user], points[user])
+			}
+			wrong++
+		}
+	}
+	if wrong > 0 {
+		return fmt.Errorf("%d of %d scores are wrong", wrong, len(b.want))
+	}
+	fmt.Fprintf(out, "verified: all %d scores equal the example scorer's (2 per activity document plus its points)\n", len(b.want))
+	return nil
+}
