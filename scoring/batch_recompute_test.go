@@ -516,9 +516,14 @@ func TestRefreshBatchComponentFailureFailsEveryUser(t *testing.T) {
 		t.Errorf("RefreshBatch returned %d entries, want one per distinct user (2)", len(errs))
 	}
 	for u, err := range errs {
-		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), `component "activity"`) {
-			t.Errorf("%q: %v, want context.Canceled naming the component", u, err)
+		if !errors.Is(err, context.Canceled) || err.Error() != errs["a"].Error() {
+			t.Errorf("%q: %v, want context.Canceled, the same for every user (%v)", u, err, errs["a"])
 		}
+	}
+	// The scorer's error names the component that failed. (The batch
+	// above fails at its first command, the read of the stored scores.)
+	if _, _, err := NewRecomputer(db, DefaultRules()).Score(ctx, []string{"a", "b"}, refreshStart); !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), `component "activity"`) {
+		t.Errorf("Score: %v, want context.Canceled naming the component", err)
 	}
 	if stats.Users != 2 {
 		t.Errorf("observed %+v, want 2 users", stats)

@@ -30,9 +30,22 @@ import (
 // each; a batch with any lost or refused write costs one more find (see
 // settle).
 func (s *Store) WriteBatch(ctx context.Context, results map[string]Result, refreshedAt time.Time) (outcomes map[string]WriteOutcome, retry []string, err error) {
+	return s.writeBatch(ctx, nil, results, refreshedAt)
+}
+
+// WriteBatchAfter is WriteBatch for a refresh that read prior (ReadPrior)
+// before its recompute, as WriteAfter is Write's: documents still at the
+// version prior holds are replaced and stamped past their refreshedAt, and
+// the batch costs one round trip, the read having been done. A document
+// written since (a conflict) is settled as WriteBatch settles it.
+func (s *Store) WriteBatchAfter(ctx context.Context, prior Prior, results map[string]Result, refreshedAt time.Time) (outcomes map[string]WriteOutcome, retry []string, err error) {
+	return s.writeBatch(ctx, prior, results, refreshedAt)
+}
+
+func (s *Store) writeBatch(ctx context.Context, prior Prior, results map[string]Result, refreshedAt time.Time) (outcomes map[string]WriteOutcome, retry []string, err error) {
 	outcomes = make(map[string]WriteOutcome, len(results))
 	for _, chunk := range sortedChunks(results) {
-		r, err := s.writeChunk(ctx, chunk, results, refreshedAt, outcomes)
+		r, err := s.writeChunk(ctx, prior, chunk, results, refreshedAt, outcomes)
 		retry = append(retry, r...)
 		if err != nil {
 			return outcomes, retry, err
@@ -42,7 +55,7 @@ func (s *Store) WriteBatch(ctx context.Context, results map[string]Result, refre
 }
 
 // writeChunk is WriteBatch for users, sorted.
-func (s *Store) writeChunk(ctx context.Context, users []string, results map[string]Result, refreshedAt time.Time, outcomes map[string]WriteOutcome) (retry []string, err error) {
+func (s *Store) writeChunk(ctx context.Context, prior Prior, users []string, results map[string]Result, refreshedAt time.Time, outcomes map[string]WriteOutcome) (retry []string, err error) {
 	// The batch holds every user's lock, as Write does, for the two reasons
 	// userLocks exists: a Write of the same user in this process racing the
 	// batch would otherwise cost both a conflict, and on FerretDB, whose
@@ -56,14 +69,19 @@ func (s *Store) writeChunk(ctx context.Context, users []string, results map[stri
 	}
 	defer unlock()
 
-	stored, err := s.readMany(ctx, users, bson.D{{Key: "version", Value: 1}, {Key: "refreshedAt", Value: 1}})
-	if err != nil {
-		return nil, err
+	stored := map[string]ScoreDoc(prior)
+	if prior == nil {
+		if stored, err = s.readMany(ctx, users, bson.D{{Key: "version", Value: 1}, {Key: "refreshedAt", Value: 1}}); err != nil {
+			return nil, err
+		}
 	}
 	var docs []ScoreDoc
 	for _, u := range users {
 		doc := newScoreDoc(u, results[u], refreshedAt)
 		cur, found := stored[u]
+		if prior != nil {
+			doc = causalAfter(doc, cur, found)
+		}
 		if found && cur.RefreshedAt.After(doc.RefreshedAt) {
 			s.skipped(u, cur.RefreshedAt, doc.RefreshedAt)
 			outcomes[u] = WriteSkippedNewer

@@ -50,6 +50,10 @@ func NewRefresher(scorer Scorer, store *Store, opts ...RefresherOption) *Refresh
 func (r *Refresher) Refresh(ctx context.Context, username string, startedAt time.Time) error {
 	ctx, trips := withRoundTrips(ctx)
 	defer r.report(1, trips)
+	prior, err := r.store.ReadPrior(ctx, []string{username})
+	if err != nil {
+		return fmt.Errorf("refreshing score of %q: %w", username, err)
+	}
 	results, failed, err := r.scorer.Score(ctx, []string{username}, startedAt)
 	if err == nil {
 		err = failed[username]
@@ -61,7 +65,7 @@ func (r *Refresher) Refresh(ctx context.Context, username string, startedAt time
 	if !ok {
 		return fmt.Errorf("refreshing score of %q: the scorer returned no score for this user", username)
 	}
-	if _, err := r.store.Write(ctx, username, res, startedAt); err != nil {
+	if _, err := r.store.WriteAfter(ctx, prior, username, res, startedAt); err != nil {
 		return fmt.Errorf("storing refreshed score: %w", err) // names the user
 	}
 	return nil
@@ -87,7 +91,14 @@ func (r *Refresher) RefreshBatch(ctx context.Context, users []string, startedAt 
 	ctx, trips := withRoundTrips(ctx)
 	defer r.report(len(users), trips)
 
-	results, failed, err := r.scorer.Score(ctx, users, startedAt)
+	// The stored documents first: a refresh supersedes what it read before
+	// its recompute, whatever the replicas' clocks say (see Prior).
+	prior, err := r.store.ReadPrior(ctx, users)
+	var results map[string]Result
+	var failed map[string]error
+	if err == nil {
+		results, failed, err = r.scorer.Score(ctx, users, startedAt)
+	}
 	if err != nil {
 		err = fmt.Errorf("refreshing a batch of %d users: %w", len(users), err)
 		for _, u := range users {
@@ -110,12 +121,14 @@ func (r *Refresher) RefreshBatch(ctx context.Context, users []string, startedAt 
 	if len(scored) == 0 {
 		return errs
 	}
-	outcomes, retry, err := r.store.WriteBatch(ctx, scored, startedAt)
+	outcomes, retry, err := r.store.WriteBatchAfter(ctx, prior, scored, startedAt)
 	for u := range outcomes {
 		errs[u] = nil
 	}
 	for _, u := range retry {
 		errs[u] = nil
+		// Write, not WriteAfter: a user to retry mostly lost a race with a
+		// refresh running alongside, which only refreshedAt can order.
 		if _, werr := r.store.Write(ctx, u, scored[u], startedAt); werr != nil {
 			errs[u] = fmt.Errorf("storing refreshed score: %w", werr) // names the user
 		}

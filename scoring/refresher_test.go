@@ -35,14 +35,20 @@ func TestRefresh(t *testing.T) {
 		}
 	}
 
+	// A slower refresh that began earlier, alongside the first: it read
+	// the stored documents before the first wrote.
+	slow, err := store.ReadPrior(ctx, []string{"alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := r.Refresh(ctx, "alice", refreshStart); err != nil {
 		t.Fatal(err)
 	}
 	check("alice", ScoreDoc{Username: "alice", Score: 3, Components: map[string]float64{"activity": 3}, Version: 1, RefreshedAt: refreshStart})
 
-	// A slower refresh that began earlier loses, quietly.
-	if err := r.Refresh(ctx, "alice", refreshStart.Add(-time.Second)); err != nil {
-		t.Fatalf("older Refresh: %v", err)
+	// It loses, quietly.
+	if outcome, err := store.WriteAfter(ctx, slow, "alice", result(99), refreshStart.Add(-time.Second)); err != nil || outcome != WriteSkippedNewer {
+		t.Fatalf("older refresh's write = %v, %v; want WriteSkippedNewer", outcome, err)
 	}
 	check("alice", ScoreDoc{Username: "alice", Score: 3, Components: map[string]float64{"activity": 3}, Version: 1, RefreshedAt: refreshStart})
 

@@ -138,6 +138,21 @@ func (s *Store) Get(ctx context.Context, username string) (doc ScoreDoc, found b
 // which is not an error, but is counted (OnSkip) and logged. An equal
 // refreshedAt is written (version + 1).
 func (s *Store) Write(ctx context.Context, username string, res Result, refreshedAt time.Time) (WriteOutcome, error) {
+	return s.write(ctx, username, res, refreshedAt, nil)
+}
+
+// WriteAfter is Write for a refresh that read prior (ReadPrior) before its
+// recompute read anything: a document still at the version prior holds was
+// written before this refresh began, so it is replaced whatever its
+// refreshedAt says, and the refreshedAt written is moved past its own (see
+// causalAfter). Only a document written since, by a refresh that ran
+// alongside this one, is judged by refreshedAt as Write judges it. The
+// first attempt costs one round trip, the read having been done.
+func (s *Store) WriteAfter(ctx context.Context, prior Prior, username string, res Result, refreshedAt time.Time) (WriteOutcome, error) {
+	return s.write(ctx, username, res, refreshedAt, prior)
+}
+
+func (s *Store) write(ctx context.Context, username string, res Result, refreshedAt time.Time, prior Prior) (WriteOutcome, error) {
 	unlock, err := s.locks.lock(ctx, username)
 	if err != nil {
 		return 0, fmt.Errorf("waiting for another write of the score of %q: %w", username, err)
@@ -146,7 +161,14 @@ func (s *Store) Write(ctx context.Context, username string, res Result, refreshe
 
 	doc := newScoreDoc(username, res, refreshedAt)
 	for conflicts := 1; ; conflicts++ {
-		outcome, err := s.writeOnce(ctx, doc)
+		var outcome WriteOutcome
+		var err error
+		if prior != nil && conflicts == 1 {
+			cur, found := prior[username]
+			outcome, err = s.writeOver(ctx, causalAfter(doc, cur, found), cur, found)
+		} else {
+			outcome, err = s.writeOnce(ctx, doc)
+		}
 		if !errors.Is(err, errVersionMoved) {
 			return outcome, err
 		}
@@ -178,6 +200,68 @@ func newScoreDoc(username string, res Result, refreshedAt time.Time) ScoreDoc {
 	return doc
 }
 
+// Prior holds the score documents of a refresh's users as they were before
+// its recompute read anything (ReadPrior): version and refreshedAt, by
+// username; a user without a document is absent.
+//
+// It exists because refreshedAt alone cannot order two refreshes: each
+// replica stamps its refreshes with its own estimate of the server's clock,
+// and two estimates may disagree by more than the time between one user's
+// refresh on one replica and its next on another (under load, or after a
+// replica's estimate went stale). Judged by refreshedAt alone, the later
+// refresh, the one that read the user's newest documents, is then skipped
+// as older and its entries acknowledged without them: an event lost. A
+// document read before the recompute began was written before it, so the
+// recompute reflects everything that document does, whatever the stamps
+// say.
+type Prior map[string]ScoreDoc
+
+// ReadPrior reads the version and refreshedAt of users' score documents,
+// before their recompute: one round trip per chunk WriteBatch writes (a find
+// by _id for one user, which every server answers from the _id index).
+func (s *Store) ReadPrior(ctx context.Context, users []string) (Prior, error) {
+	if len(users) == 1 {
+		noteRoundTrip(ctx)
+		doc, found, err := s.Get(ctx, users[0])
+		if err != nil || !found {
+			return Prior{}, err
+		}
+		return Prior{users[0]: doc}, nil
+	}
+	prior := Prior{}
+	for _, chunk := range sortedChunks(prior.set(users)) {
+		docs, err := s.readMany(ctx, chunk, bson.D{{Key: "version", Value: 1}, {Key: "refreshedAt", Value: 1}})
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(prior, docs)
+	}
+	return prior, nil
+}
+
+// set is users as the keys of a map, for sortedChunks: the chunks
+// WriteBatch writes, so each chunk costs its read and its write as before.
+func (Prior) set(users []string) map[string]struct{} {
+	m := make(map[string]struct{}, len(users))
+	for _, u := range users {
+		m[u] = struct{}{}
+	}
+	return m
+}
+
+// causalAfter returns doc stamped after cur, a document written before the
+// recompute of doc began (read into a Prior): that recompute began after
+// cur's write, so after cur's recompute began, whatever the two replicas'
+// clock estimates said. A refreshedAt one millisecond past cur's keeps
+// every write's refreshedAt newer than the one it replaces, which later
+// writers' comparisons rely on.
+func causalAfter(doc, cur ScoreDoc, found bool) ScoreDoc {
+	if found && !cur.RefreshedAt.Before(doc.RefreshedAt) {
+		doc.RefreshedAt = cur.RefreshedAt.Add(time.Millisecond)
+	}
+	return doc
+}
+
 // skipped counts and logs a write left out because the stored document is
 // newer: losing to a newer recompute is correct, but never silent.
 func (s *Store) skipped(username string, stored, ours time.Time) {
@@ -198,6 +282,16 @@ func (s *Store) writeOnce(ctx context.Context, doc ScoreDoc) (WriteOutcome, erro
 	if err != nil {
 		return 0, err
 	}
+	if found && cur.RefreshedAt.After(doc.RefreshedAt) {
+		s.skipped(doc.Username, cur.RefreshedAt, doc.RefreshedAt)
+		return WriteSkippedNewer, nil
+	}
+	return s.writeOver(ctx, doc, cur, found)
+}
+
+// writeOver writes doc over cur (absent unless found), guarded by cur's
+// version.
+func (s *Store) writeOver(ctx context.Context, doc ScoreDoc, cur ScoreDoc, found bool) (WriteOutcome, error) {
 	if !found {
 		doc.Version = 1
 		noteRoundTrip(ctx)
@@ -209,10 +303,6 @@ func (s *Store) writeOnce(ctx context.Context, doc ScoreDoc) (WriteOutcome, erro
 			return 0, fmt.Errorf("inserting score document of %q: %w", doc.Username, err)
 		}
 		return WriteInserted, nil
-	}
-	if cur.RefreshedAt.After(doc.RefreshedAt) {
-		s.skipped(doc.Username, cur.RefreshedAt, doc.RefreshedAt)
-		return WriteSkippedNewer, nil
 	}
 	noteRoundTrip(ctx)
 	r, err := s.coll.UpdateOne(ctx,
