@@ -4,96 +4,150 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/scorerefresh/scorerefresh/consumer"
 	"github.com/scorerefresh/scorerefresh/internal/app"
+	"github.com/scorerefresh/scorerefresh/internal/backlog"
 	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/queuestate"
+	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
-// The two consumers every scenario compares.
+// The consumers a row may run.
 const (
 	consumerReference    = "reference"
 	consumerScorerefresh = "scorerefresh"
 )
 
-// running is a consumer being measured.
-type running interface {
-	// progress is the entries done so far: acknowledged for scorerefresh;
-	// for the reference, entries whose user's refresh completed (it
-	// acknowledges only at the end of each 200-entry batch, which would make
-	// a short measurement of it jump in steps of a minute).
-	progress() float64
-	acked() float64
-	refreshes() float64
-	// commands counts MongoDB commands by name, from the command monitor
-	// (scorerefresh_mongo_commands_total).
-	commands() map[string]float64
-	// timing is the refreshes' and claim rounds' counts and total seconds.
-	timing() timing
-	stop() error
-}
+// The scorers a row may use.
+const (
+	scorerRules    = "rules"    // rulesYAML over seedSources' three collections (14 round trips a refresh)
+	scorerInstant  = "instant"  // refreshes succeed at once: the figures are the claim and ack path's
+	scorerActivity = "activity" // activityYAML over the demo's user_activity: the HTTP scorer's score as rules
+	scorerHTTP     = "http"     // examples/httpscorer over SCORER_URL, behind a proxy of its own
+)
 
-// timing explains a rate: refresh slots busy (Little's law: refreshes ×
-// mean duration / seconds) and what claim rounds cost.
-type timing struct {
-	Refreshes, RefreshSeconds, Claims, ClaimSeconds float64
-	// CommandCount and CommandSeconds are per command name, as the
-	// driver's monitor timed them (RTT + server + waiting).
-	CommandCount, CommandSeconds map[string]float64
+// rulesYAML is the bench's scoring: 12 components over 3 small source
+// collections, so a refresh costs 14 round trips (12 queries, the OCC read,
+// the write), like the production scorer this service was built for.
+const rulesYAML = `# scorerefresh-bench: 12 components over 3 source collections (14 round trips per refresh)
+components:
+  - {name: activity_points, collection: user_activity, userField: username, op: sum, field: points, weight: 1, window: 720h}
+  - {name: activity_recent, collection: user_activity, userField: username, op: sum, field: points, weight: 2, window: 24h}
+  - {name: activity_events, collection: user_activity, userField: username, op: count, weight: 0.5}
+  - {name: activity_best, collection: user_activity, userField: username, op: max, field: points, weight: 1}
+  - {name: activity_kinds, collection: user_activity, userField: username, op: distinct, field: kind, weight: 3}
+  - {name: posts, collection: posts, userField: author, op: count, weight: 5}
+  - {name: post_likes, collection: posts, userField: author, op: sum, field: likes, weight: 0.1}
+  - {name: post_best, collection: posts, userField: author, op: max, field: likes, weight: 0.2}
+  - {name: post_topics, collection: posts, userField: author, op: distinct, field: topic, weight: 2, window: 2160h}
+  - {name: reviews, collection: reviews, userField: reviewer, op: count, weight: 3}
+  - {name: review_stars, collection: reviews, userField: reviewer, op: sum, field: stars, weight: 1, window: 720h}
+  - {name: review_products, collection: reviews, userField: reviewer, op: distinct, field: product, weight: 1}
+`
+
+// activityYAML is the score of examples/httpscorer (and examples/nodescorer)
+// as rules: two points per user_activity document plus the sum of their
+// points.
+const activityYAML = `# scorerefresh-bench: the HTTP scorer's score as rules
+components:
+  - {name: events, collection: user_activity, userField: username, op: count, weight: 2}
+  - {name: points, collection: user_activity, userField: username, op: sum, field: points, weight: 1}
+`
+
+// activityPerDoc is what each user_activity document adds to a score
+// besides its points, in both scorers above.
+const activityPerDoc = 2
+
+// rulesFile writes the rules of scorer into the results (the service loads
+// them as SCORING_RULES) and returns its path.
+func (b *Bench) rulesFile(scorer string) (string, *scoring.Rules, error) {
+	name, text := "rules.yaml", rulesYAML
+	if scorer == scorerActivity {
+		name, text = "rules-activity.yaml", activityYAML
+	}
+	path, err := filepath.Abs(filepath.Join(b.cfg.Out, name))
+	if err == nil {
+		err = os.WriteFile(path, []byte(text), 0o644)
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	rules, err := scoring.LoadRules(path)
+	return path, rules, err
 }
 
 // serviceConfig is the configuration scorerefresh (and the reference's
-// client) gets: the bench's environment, as in production, with the
-// connection, database, rules and concurrency the scenario decides.
-func (b *Bench) serviceConfig(db string, concurrency int) (config.Config, error) {
-	environ := append(b.environ[:len(b.environ):len(b.environ)],
-		"MONGODB_URI="+b.srv.uriVia(b.proxy.Addr()),
-		"MONGODB_DATABASE="+db,
-		"SCORING_RULES="+b.rulesPath,
-		"METRICS_ADDR=127.0.0.1:0",
-		"LOG_LEVEL=warn",
-		fmt.Sprintf("REFRESH_CONCURRENCY=%d", concurrency),
-	)
-	return config.Parse(environ)
+// client) gets: the bench's environment, the connection through the proxy,
+// the scorer, then the row's environment, which wins.
+func (b *Bench) serviceConfig(db string, row Row, scorerURL string) (config.Config, *scoring.Rules, error) {
+	environ := append(b.cfg.Environ[:len(b.cfg.Environ):len(b.cfg.Environ)],
+		"MONGODB_URI="+b.srv.uriVia(b.proxy.Addr()), "MONGODB_DATABASE="+db,
+		"METRICS_ADDR=127.0.0.1:0", "LOG_LEVEL=warn", fmt.Sprintf("REFRESH_CONCURRENCY=%d", b.cfg.Concurrency))
+	var rules *scoring.Rules
+	if scorerURL != "" {
+		environ = append(environ, "SCORER_URL="+scorerURL, "SCORER_TOKEN=bench", "SCORING_RULES=")
+	} else {
+		path, r, err := b.rulesFile(row.Scorer)
+		if err != nil {
+			return config.Config{}, nil, err
+		}
+		environ, rules = append(environ, "SCORING_RULES="+path), r
+	}
+	cfg, err := config.Parse(append(environ, row.Env...))
+	return cfg, rules, err
 }
 
-// withEnv runs f with extra variables in the service's environment.
-func (b *Bench) withEnv(vars []string, f func() error) error {
-	saved := b.environ
-	b.environ = append(b.environ[:len(b.environ):len(b.environ)], vars...)
-	defer func() { b.environ = saved }()
-	return f()
+// running is a consumer being measured.
+type running interface {
+	// done is the entries done so far: acknowledged for scorerefresh; for
+	// the reference, entries whose user's refresh completed (it acks only
+	// at the end of each 200-entry batch).
+	done() float64
+	refreshes() float64
+	deadLettered() float64
+	limits() []float64
+	fault(Step) // a step's scorer fault
+	stop() error
 }
 
-// scorerefresh is one or more in-process instances of the service, wired by
-// app.New exactly as `scorerefresh run` wires it, each with its own client,
-// pool and registry: separate consumers that share only the queue.
-type scorerefresh struct {
-	svcs   []*app.Service
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	errs   []error
-}
-
-func (b *Bench) startScorerefresh(ctx context.Context, db string, instances, concurrency int, tune func(int, *app.Options)) (*scorerefresh, error) {
-	cfg, err := b.serviceConfig(db, concurrency)
+func (b *Bench) startConsumer(ctx context.Context, db string, row Row, rec *recorder) (running, error) {
+	var scorerURL string
+	var stopScorer func()
+	if row.Scorer == scorerHTTP {
+		var err error
+		if scorerURL, stopScorer, err = b.startHTTPScorer(ctx, db, row.RTT); err != nil {
+			return nil, fmt.Errorf("starting the HTTP scorer: %w", err)
+		}
+	}
+	cfg, rules, err := b.serviceConfig(db, row, scorerURL)
 	if err != nil {
 		return nil, err
 	}
+	if row.Consumer == consumerReference {
+		return b.startReference(ctx, cfg, rules, rec)
+	}
+	s := &scorerefresh{stopScorer: stopScorer}
 	runCtx, cancel := context.WithCancel(ctx)
-	s := &scorerefresh{cancel: cancel}
-	for i := range instances {
-		opts := app.Options{Logger: b.svcLog, Version: "bench"}
-		if tune != nil {
-			tune(i, &opts)
-		}
+	s.cancel = cancel
+	for range row.Replicas {
+		opts := app.Options{Logger: b.svcLog, Version: "bench", Monitor: rec.monitor(),
+			WrapRefresher: func(r consumer.Refresher) consumer.Refresher {
+				return &faultyScorer{inner: r, failing: &s.failing, instant: row.Scorer == scorerInstant}
+			}}
 		svc, err := app.New(ctx, cfg, opts)
 		if err != nil {
 			_ = s.stop()
@@ -113,6 +167,18 @@ func (b *Bench) startScorerefresh(ctx context.Context, db string, instances, con
 	return s, nil
 }
 
+// scorerefresh is one or more in-process instances of the service, each
+// with its own client, pool and registry: replicas sharing only the queue.
+type scorerefresh struct {
+	svcs       []*app.Service
+	failing    atomic.Bool
+	cancel     context.CancelFunc
+	stopScorer func()
+	wg         sync.WaitGroup
+	mu         sync.Mutex
+	errs       []error
+}
+
 func (s *scorerefresh) sum(f func(*app.Service) float64) float64 {
 	t := 0.0
 	for _, svc := range s.svcs {
@@ -121,53 +187,35 @@ func (s *scorerefresh) sum(f func(*app.Service) float64) float64 {
 	return t
 }
 
-func (s *scorerefresh) progress() float64 { return s.acked() }
-func (s *scorerefresh) acked() float64 {
+func (s *scorerefresh) done() float64 {
 	return s.sum(func(svc *app.Service) float64 { return metrics.Read(svc.Metrics.EntriesAcked) })
 }
+
 func (s *scorerefresh) refreshes() float64 {
 	return s.sum(func(svc *app.Service) float64 {
 		return metrics.Read(svc.Metrics.Refreshes.WithLabelValues(metrics.OutcomeOK))
 	})
 }
-func (s *scorerefresh) commands() map[string]float64 {
-	out := map[string]float64{}
+
+func (s *scorerefresh) deadLettered() float64 {
+	return s.sum(func(svc *app.Service) float64 {
+		n := 0.0
+		for _, r := range []string{metrics.ReasonMalformed, metrics.ReasonMaxAttempts, metrics.ReasonTooLarge} {
+			n += metrics.Read(svc.Metrics.EntriesDeadLettered.WithLabelValues(r))
+		}
+		return n
+	})
+}
+
+func (s *scorerefresh) limits() []float64 {
+	var out []float64
 	for _, svc := range s.svcs {
-		addCommands(out, svc.Registry)
+		out = append(out, metrics.Read(svc.Metrics.ConcurrencyLimit))
 	}
 	return out
 }
 
-func (s *scorerefresh) timing() timing {
-	t := timing{CommandCount: map[string]float64{}, CommandSeconds: map[string]float64{}}
-	for _, svc := range s.svcs {
-		addCommandTimes(t.CommandCount, t.CommandSeconds, svc.Registry)
-		n, sum := histogram(svc.Metrics.RefreshDuration)
-		t.Refreshes += n
-		t.RefreshSeconds += sum
-		n, sum = histogram(svc.Metrics.ClaimDuration)
-		t.Claims += n
-		t.ClaimSeconds += sum
-	}
-	return t
-}
-
-// deadLetteredAnyReason counts the entries dead-lettered for too many
-// attempts or as malformed.
-func (s *scorerefresh) deadLetteredAnyReason() float64 {
-	return s.sum(func(svc *app.Service) float64 {
-		return metrics.Read(svc.Metrics.EntriesDeadLettered.WithLabelValues(metrics.ReasonMaxAttempts)) +
-			metrics.Read(svc.Metrics.EntriesDeadLettered.WithLabelValues(metrics.ReasonMalformed))
-	})
-}
-
-func histogram(m prometheus.Metric) (count, sum float64) {
-	var d dto.Metric
-	if err := m.Write(&d); err != nil || d.Histogram == nil {
-		return 0, 0
-	}
-	return float64(d.Histogram.GetSampleCount()), d.Histogram.GetSampleSum()
-}
+func (s *scorerefresh) fault(st Step) { s.failing.Store(st.Fail) }
 
 func (s *scorerefresh) stop() error {
 	s.cancel()
@@ -177,105 +225,242 @@ func (s *scorerefresh) stop() error {
 	for _, svc := range s.svcs {
 		_ = svc.Close(ctx)
 	}
+	if s.stopScorer != nil {
+		s.stopScorer()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return errors.Join(s.errs...)
 }
 
+// faultyScorer fails every refresh while failing is set; with instant set
+// the others succeed at once, without a query.
+type faultyScorer struct {
+	inner   consumer.Refresher
+	failing *atomic.Bool
+	instant bool
+}
+
+var errInjected = errors.New("bench: injected scorer failure")
+
+func (f *faultyScorer) Refresh(ctx context.Context, user string, at time.Time) error {
+	switch {
+	case f.failing.Load():
+		return errInjected
+	case f.instant:
+		return nil
+	}
+	return f.inner.Refresh(ctx, user, at)
+}
+
 // referenceRun is the reference consumer on a client of its own, configured
-// and monitored exactly as scorerefresh's (app.ClientOptions).
+// as scorerefresh's (app.ClientOptions) and counted by the same recorder.
 type referenceRun struct {
 	ref    *reference
 	client *mongo.Client
-	reg    *prometheus.Registry
 	cancel context.CancelFunc
-	done   chan struct{}
+	exited chan struct{}
 }
 
-func (b *Bench) startReference(ctx context.Context, db string) (*referenceRun, error) {
-	cfg, err := b.serviceConfig(db, 1)
-	if err != nil {
-		return nil, err
+func (b *Bench) startReference(ctx context.Context, cfg config.Config, rules *scoring.Rules, rec *recorder) (*referenceRun, error) {
+	if rules == nil {
+		return nil, errors.New("the reference computes rules only, not an HTTP scorer")
 	}
-	reg := prometheus.NewRegistry()
-	client, err := mongo.Connect(app.ClientOptions(cfg, metrics.NewMongo(reg)))
+	cfg.RefreshConcurrency = 1
+	m := metrics.NewMongo(metrics.NewRegistry())
+	client, err := mongo.Connect(app.ClientOptions(cfg, m).SetMonitor(m.CommandMonitor(rec.monitor())))
 	if err != nil {
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(ctx)
-	r := &referenceRun{
-		ref:    newReference(client.Database(db), b.rules, cfg.QueueCollection, cfg.PollInterval, b.svcLog),
-		client: client, reg: reg, cancel: cancel, done: make(chan struct{}),
-	}
-	go func() { defer close(r.done); r.ref.drain(runCtx) }()
+	r := &referenceRun{ref: newReference(client.Database(cfg.Database), rules, cfg.QueueCollection, cfg.PollInterval, b.svcLog),
+		client: client, cancel: cancel, exited: make(chan struct{})}
+	go func() { defer close(r.exited); r.ref.drain(runCtx) }()
 	return r, nil
 }
 
-func (r *referenceRun) progress() float64  { return float64(r.ref.covered.Load()) }
-func (r *referenceRun) acked() float64     { return float64(r.ref.acked.Load()) }
-func (r *referenceRun) refreshes() float64 { return float64(r.ref.refreshes.Load()) }
-func (r *referenceRun) commands() map[string]float64 {
-	out := map[string]float64{}
-	addCommands(out, r.reg)
-	return out
-}
-
-func (r *referenceRun) timing() timing {
-	t := timing{Refreshes: float64(r.ref.refreshes.Load()), RefreshSeconds: time.Duration(r.ref.refreshNanos.Load()).Seconds(),
-		CommandCount: map[string]float64{}, CommandSeconds: map[string]float64{}}
-	addCommandTimes(t.CommandCount, t.CommandSeconds, r.reg)
-	return t
-}
+func (r *referenceRun) done() float64         { return float64(r.ref.covered.Load()) }
+func (r *referenceRun) refreshes() float64    { return float64(r.ref.refreshes.Load()) }
+func (r *referenceRun) deadLettered() float64 { return 0 }
+func (r *referenceRun) limits() []float64     { return nil }
+func (r *referenceRun) fault(Step)            {}
 
 func (r *referenceRun) stop() error {
 	r.cancel()
-	<-r.done
+	<-r.exited
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return r.client.Disconnect(ctx)
 }
 
-// addCommandTimes adds the count and total seconds of
-// scorerefresh_mongo_command_duration_seconds of reg, by command.
-func addCommandTimes(count, secs map[string]float64, reg prometheus.Gatherer) {
-	eachCommand(reg, "scorerefresh_mongo_command_duration_seconds", func(command string, m *dto.Metric) {
-		count[command] += float64(m.GetHistogram().GetSampleCount())
-		secs[command] += m.GetHistogram().GetSampleSum()
-	})
+// recorder is the one command recorder of a row: every command of the
+// consumer's clients (all replicas), by command name and collection.
+type recorder struct {
+	mu sync.Mutex
+	n  map[string]float64
 }
 
-// addCommands adds scorerefresh_mongo_commands_total of reg, by command.
-func addCommands(out map[string]float64, reg prometheus.Gatherer) {
-	eachCommand(reg, "scorerefresh_mongo_commands_total", func(command string, m *dto.Metric) {
-		out[command] += m.GetCounter().GetValue()
-	})
+func newRecorder() *recorder { return &recorder{n: map[string]float64{}} }
+
+func (r *recorder) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		key := e.CommandName
+		if coll, ok := e.Command.Lookup(e.CommandName).StringValueOK(); ok {
+			key += " " + coll
+		}
+		r.mu.Lock()
+		r.n[key]++
+		r.mu.Unlock()
+	}}
 }
 
-// eachCommand calls f with every series of reg's metric name and its
-// command label.
-func eachCommand(reg prometheus.Gatherer, name string, f func(command string, m *dto.Metric)) {
-	mfs, err := reg.Gather()
+func (r *recorder) counts() map[string]float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]float64, len(r.n))
+	for k, v := range r.n {
+		out[k] = v
+	}
+	return out
+}
+
+// seeded is what a row's database holds before its consumer starts.
+type seeded struct {
+	queue *mongo.Collection
+	users int
+	want  map[string]float64 // expected scores, for the scorers reading user_activity
+}
+
+// seed writes the sources and the backlog and creates the indexes, before
+// the clock starts, as they exist in production.
+func (b *Bench) seed(ctx context.Context, db *mongo.Database, row Row) (*seeded, error) {
+	cfg, _, err := b.serviceConfig(db.Name(), Row{Scorer: scorerActivity, Env: row.Env}, "")
 	if err != nil {
-		return
+		return nil, err
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "command" {
-					f(l.GetValue(), m)
-				}
-			}
-		}
+	// The same seed for every row: a preset's reference and scorerefresh
+	// rows drain identical data.
+	rnd := rand.New(rand.NewPCG(b.cfg.Seed, 11))
+	entries := backlog.Generate(row.Backlog, rnd)
+	s := &seeded{queue: db.Collection(cfg.QueueCollection)}
+	if row.Scorer == scorerActivity || row.Scorer == scorerHTTP {
+		var docs []any
+		docs, s.want = backlog.Activity(entries, userName, rnd, activityPerDoc)
+		err = insertAll(ctx, db.Collection("user_activity"), docs)
+	} else {
+		err = b.seedSources(ctx, db)
 	}
+	if err != nil {
+		return nil, err
+	}
+	if err := insertAll(ctx, s.queue, backlog.QueueDocs(entries, userName, "bench")); err != nil {
+		return nil, err
+	}
+	users := map[int]bool{}
+	for _, e := range entries {
+		users[e.User] = true
+	}
+	s.users = len(users)
+	_, err = consumer.EnsureIndexes(ctx, consumer.Collections{Queue: s.queue, Claims: db.Collection(cfg.ClaimsCollection),
+		DeadLetter: db.Collection(cfg.DeadLetterCollection)}, slog.New(slog.DiscardHandler))
+	return s, err
 }
 
-func total(m map[string]float64) float64 {
-	t := 0.0
-	for _, v := range m {
-		t += v
+// seedSources writes 150 source documents for rulesYAML (45% activity, 30%
+// posts, 25% reviews; 40 in a smoke run) of users of a pool of 2,000 (300).
+// They stay few on purpose: FerretDB answers every component query by
+// reading the collection (SQLite) or the user's rows (PostgreSQL).
+func (b *Bench) seedSources(ctx context.Context, db *mongo.Database) error {
+	n, pool := size(b.cfg.Short).n(150, 40), b.pool()
+	rnd := rand.New(rand.NewPCG(b.cfg.Seed, 7))
+	now := time.Now()
+	ago := func(max time.Duration) time.Time { return now.Add(-time.Duration(rnd.Int64N(int64(max)))) }
+	docs := map[string][]any{}
+	for i := range n {
+		u := userName(rnd.IntN(pool))
+		switch {
+		case i%20 < 9:
+			docs["user_activity"] = append(docs["user_activity"], bson.D{{Key: "username", Value: u}, {Key: "points", Value: 1 + rnd.IntN(50)},
+				{Key: "kind", Value: []string{"like", "comment", "share", "visit"}[rnd.IntN(4)]}, {Key: "at", Value: ago(60 * 24 * time.Hour)}})
+		case i%20 < 15:
+			docs["posts"] = append(docs["posts"], bson.D{{Key: "author", Value: u}, {Key: "likes", Value: rnd.IntN(500)},
+				{Key: "topic", Value: fmt.Sprintf("topic-%d", rnd.IntN(12))}, {Key: "at", Value: ago(120 * 24 * time.Hour)}})
+		default:
+			docs["reviews"] = append(docs["reviews"], bson.D{{Key: "reviewer", Value: u}, {Key: "stars", Value: 1 + rnd.IntN(5)},
+				{Key: "product", Value: fmt.Sprintf("sku-%d", rnd.IntN(40))}, {Key: "at", Value: ago(60 * 24 * time.Hour)}})
+		}
 	}
-	return t
+	for name, d := range docs {
+		if err := insertAll(ctx, db.Collection(name), d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// insertAll writes docs in batches of 1,000.
+func insertAll(ctx context.Context, coll *mongo.Collection, docs []any) error {
+	for i := 0; i < len(docs); i += 1000 {
+		if _, err := coll.InsertMany(ctx, docs[i:min(i+1000, len(docs))]); err != nil {
+			return fmt.Errorf("seeding %s: %w", coll.Name(), err)
+		}
+	}
+	return nil
+}
+
+// sample reads the queue's depth and oldest age on the direct connection.
+func (b *Bench) sample(ctx context.Context, queue *mongo.Collection, elapsed time.Duration, done float64, arrived int64) sample {
+	s := sample{T: math.Round(elapsed.Seconds()*100) / 100, Done: done, Arrived: arrived}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	// A failed read leaves the figures at 0 for this sample: the timeline
+	// stays regular.
+	if st, err := queuestate.New(queue, nil).Read(sctx); err == nil {
+		s.Depth, s.OldestAge = st.Depth, st.OldestAge(time.Now()).Seconds()
+	}
+	return s
+}
+
+// verifyScores checks every user's stored score against want.
+func verifyScores(ctx context.Context, db *mongo.Database, want map[string]float64) (checked, wrong int, err error) {
+	cur, err := db.Collection("user_scores").Find(ctx, bson.D{})
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading scores to verify: %w", err)
+	}
+	var docs []scoring.ScoreDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return 0, 0, fmt.Errorf("reading scores to verify: %w", err)
+	}
+	got := map[string]float64{}
+	for _, d := range docs {
+		got[d.Username] = d.Score
+	}
+	for user, w := range want {
+		if g, ok := got[user]; !ok || math.Abs(g-w) > 1e-9 {
+			wrong++
+		}
+	}
+	return len(want), wrong, nil
+}
+
+// pool is how many users the sources and the producers draw from.
+func (b *Bench) pool() int { return size(b.cfg.Short).n(2000, 300) }
+
+// loadModel is the proxy's extra delay past a knee of busy connections,
+// changed by a row's steps while the proxy runs.
+type loadModel struct {
+	knee  atomic.Int64
+	slope atomic.Int64 // nanoseconds per busy connection past the knee; 0: none
+}
+
+func (m *loadModel) set(knee int, slope time.Duration) {
+	m.knee.Store(int64(knee))
+	m.slope.Store(int64(slope))
+}
+
+func (m *loadModel) delay(busy int) (up, down time.Duration) {
+	if k := int(m.knee.Load()); busy > k {
+		return time.Duration(m.slope.Load()) * time.Duration(busy-k), 0
+	}
+	return 0, 0
 }

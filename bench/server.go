@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -26,7 +25,6 @@ import (
 
 // Backends the bench can run FerretDB on.
 const (
-	backendAuto       = "auto"       // postgresql when a PostgreSQL server can be had, else sqlite
 	backendSQLite     = "sqlite"     // pkg/embedmongo: pushes down only {_id: x}
 	backendPostgreSQL = "postgresql" // pushes down equality filters, so a user's rows are found by PostgreSQL
 	backendMongoDB    = "mongodb"    // a server of one's own (-mongodb-uri): what the embedded one cannot show
@@ -40,7 +38,6 @@ type server struct {
 	// viaProxy is the connection string through a proxy at the given
 	// address: the server's own credentials and options, one host.
 	viaProxy func(proxyAddr string) string
-	pgPID    int // the PostgreSQL cluster's postmaster when the bench started it; 0 otherwise
 	close    []func()
 }
 
@@ -52,22 +49,15 @@ func (s *server) Close() {
 
 // startServer starts FerretDB on the backend asked for. With postgresql and
 // no URL, it starts a throwaway PostgreSQL from the binaries on this machine
-// (initdb, postgres) in memory; auto falls back to sqlite when it cannot.
-func startServer(ctx context.Context, kind, pgURL, mongoURI string, log io.Writer) (*server, error) {
+// (initdb, postgres) in memory.
+func startServer(ctx context.Context, kind, pgURL, mongoURI string) (*server, error) {
 	switch kind {
 	case backendMongoDB:
 		return useMongoDB(ctx, mongoURI)
-	case backendSQLite:
-		return startSQLite(ctx)
-	case backendPostgreSQL, backendAuto:
-		s, err := startOnPostgres(ctx, pgURL)
-		if err == nil || kind == backendPostgreSQL {
-			return s, err
-		}
-		fmt.Fprintf(log, "no PostgreSQL for FerretDB (%v); using the SQLite handler\n", err)
-		return startSQLite(ctx)
+	case backendPostgreSQL:
+		return startOnPostgres(ctx, pgURL)
 	}
-	return nil, fmt.Errorf("unknown backend %q (want auto, sqlite or postgresql)", kind)
+	return startSQLite(ctx)
 }
 
 func startSQLite(ctx context.Context) (*server, error) {
@@ -94,7 +84,6 @@ func startOnPostgres(ctx context.Context, pgURL string) (*server, error) {
 			return nil, err
 		}
 		s.close = append(s.close, pg.stop)
-		s.pgPID = pg.pid
 		pgURL, version = pg.url, pg.version+" (throwaway cluster in "+pg.dir+", fsync off)"
 	}
 	f, err := ferretdb.New(&ferretdb.Config{
@@ -222,7 +211,6 @@ const pgMaxConnections = 800
 // postgres is a throwaway PostgreSQL cluster started for one bench run.
 type postgres struct {
 	url, dir, version string
-	pid               int
 	stop              func()
 }
 
@@ -250,7 +238,7 @@ func startPostgres(ctx context.Context) (*postgres, error) {
 		os.RemoveAll(c.dir)
 		return nil, err
 	}
-	stop, exited, pid, err := c.startServer(ctx, data, port)
+	stop, exited, _, err := c.startServer(ctx, data, port)
 	if err != nil {
 		return nil, err
 	}
@@ -270,7 +258,7 @@ func startPostgres(ctx context.Context) (*postgres, error) {
 	// dry with MAX_USERS_IN_FLIGHT in the hundreds, and a dry pool hangs
 	// every command for good. The cluster allows pgMaxConnections.
 	return &postgres{url: fmt.Sprintf("postgres://postgres@%s/postgres?pool_max_conns=%d", addr, pgMaxConnections-100), dir: c.dir,
-		version: postgresVersion(bin), pid: pid, stop: stop}, nil
+		version: postgresVersion(bin), stop: stop}, nil
 }
 
 // pgCluster is where a throwaway cluster's commands run: its binaries,

@@ -1,0 +1,338 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/scorerefresh/scorerefresh/internal/backlog"
+)
+
+// Row is one scenario: what is queued, what arrives, who drains it, in what
+// network, for how long.
+type Row struct {
+	Preset   string
+	Name     string
+	Consumer string // consumerScorerefresh (default) or consumerReference
+	Backlog  backlog.Spec
+	Replicas int      // scorerefresh processes (in process, a client each); default 1
+	Env      []string // the service's environment for this row, e.g. REFRESH_BATCH_SIZE=1
+	Scorer   string   // scorerRules (default), scorerInstant, scorerActivity or scorerHTTP
+	RTT      time.Duration
+	Steps    []Step // faults, in time order
+
+	// Rate is the producer's entries per second; RateOf, when set, makes it
+	// a multiple of that consumer's estimated drain rate. Arrivals are the
+	// producer's users (Entries caps what it sends; 0: no cap).
+	Rate     float64
+	RateOf   string
+	Arrivals backlog.Spec
+
+	For time.Duration // the producer runs this long; the run lasts at least this long
+	Max time.Duration // the run lasts at most this long (For = Max: exactly)
+}
+
+// Step is the proxy's state from At on: the round trip, the delay added per
+// busy connection past a knee (zero: none), an outage, and whether every
+// refresh fails.
+type Step struct {
+	At     time.Duration
+	RTT    time.Duration
+	Knee   int
+	Slope  time.Duration
+	Outage bool
+	Fail   bool
+}
+
+func (s Step) String() string {
+	parts := []string{"RTT " + s.RTT.String()}
+	if s.Slope > 0 {
+		parts = append(parts, fmt.Sprintf("+%s per busy connection past %d", s.Slope, s.Knee))
+	}
+	if s.Outage {
+		parts = append(parts, "outage")
+	}
+	if s.Fail {
+		parts = append(parts, "refreshes fail")
+	}
+	return fmt.Sprintf("at %s: %s", s.At, strings.Join(parts, ", "))
+}
+
+// Result is one row's measurement.
+type Result struct {
+	Preset       string    `json:"preset"`
+	Row          string    `json:"row"`
+	Consumer     string    `json:"consumer"`
+	Replicas     int       `json:"replicas"`
+	Env          []string  `json:"env,omitempty"`
+	Scorer       string    `json:"scorer"`
+	RTTms        float64   `json:"rtt_ms"`
+	Steps        []string  `json:"steps,omitempty"`
+	StepTimes    []float64 `json:"step_times,omitempty"` // seconds
+	Backlog      int       `json:"backlog"`
+	Users        int       `json:"users"` // distinct users of the backlog
+	Offered      float64   `json:"offered_per_second,omitempty"`
+	Produced     int64     `json:"produced"`
+	Seconds      float64   `json:"seconds"`
+	Done         float64   `json:"entries_done"`
+	Drained      bool      `json:"drained"`
+	Rate         float64   `json:"entries_per_second"`
+	Ratio        float64   `json:"ratio_to_reference,omitempty"` // this rate over the preset's reference row's
+	Refreshes    float64   `json:"refreshes"`
+	DeadLettered float64   `json:"dead_lettered"`
+	PeakDepth    int64     `json:"peak_depth"`
+	MaxOldest    float64   `json:"max_oldest_age"`
+	// Commands counts every command of the consumer's clients by "command
+	// collection"; PerEntry is them divided by the entries done.
+	Commands    map[string]float64 `json:"commands"`
+	PerEntry    float64            `json:"commands_per_entry"`
+	CommandsPer float64            `json:"commands_per_second"`
+	// Verified is how many users' stored scores were checked against the
+	// seeded sources (scorers reading user_activity), Wrong how many differed.
+	Verified int       `json:"verified,omitempty"`
+	Wrong    int       `json:"wrong,omitempty"`
+	Limits   []float64 `json:"adaptive_limits,omitempty"` // each instance's limit at the end
+	Samples  []sample  `json:"samples"`
+}
+
+// sample is the queue as the bench saw it at one moment of a run.
+type sample struct {
+	T         float64 `json:"t"`          // seconds since the consumer started
+	Depth     int64   `json:"depth"`      // entries in the queue
+	OldestAge float64 `json:"oldest_age"` // seconds; 0 when empty
+	Done      float64 `json:"done"`       // entries done so far
+	Arrived   int64   `json:"arrived"`    // entries the producer has enqueued
+}
+
+// runRow runs row on a fresh database: seed, start, produce, step the
+// faults and sample until it ends, stop, verify, drop.
+func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
+	row.Consumer = cmp.Or(row.Consumer, consumerScorerefresh)
+	row.Scorer = cmp.Or(row.Scorer, scorerRules)
+	row.Replicas = max(row.Replicas, 1)
+	if row.RTT == 0 {
+		row.RTT = b.cfg.RTT
+	}
+	if row.RateOf != "" {
+		row.Rate, row.RateOf = row.Rate*b.estimate(row.RateOf), ""
+	}
+	db := b.direct.Database(b.nextDatabase(row.Name + "_" + row.Consumer[:3]))
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = db.Drop(dctx)
+	}()
+	seeded, err := b.seed(ctx, db, row)
+	if err != nil {
+		return nil, fmt.Errorf("seeding: %w", err)
+	}
+	res := &Result{Preset: row.Preset, Row: row.Name, Consumer: row.Consumer, Replicas: row.Replicas, Env: row.Env, Scorer: row.Scorer,
+		RTTms: ms(row.RTT), Backlog: row.Backlog.Entries, Users: seeded.users, Offered: row.Rate}
+	row.Steps = slices.Clone(row.Steps)
+	for i := range row.Steps {
+		// A step's round trip defaults to the row's.
+		row.Steps[i].RTT = cmp.Or(row.Steps[i].RTT, row.RTT)
+		res.Steps, res.StepTimes = append(res.Steps, row.Steps[i].String()), append(res.StepTimes, row.Steps[i].At.Seconds())
+	}
+	b.logf("\n== %s/%s: %s, %d entries of %d users queued, %d replica(s), RTT %s, %s scorer%s", row.Preset, row.Name, row.Consumer,
+		res.Backlog, res.Users, row.Replicas, row.RTT, row.Scorer, envNote(row.Env))
+	rec := newRecorder()
+	first := Step{RTT: row.RTT}
+	if len(row.Steps) > 0 && row.Steps[0].At == 0 {
+		first = row.Steps[0]
+	}
+	b.setFaults(first, nil)
+	defer b.setFaults(Step{}, nil)
+	c, err := b.startConsumer(ctx, db.Name(), row, rec)
+	if err != nil {
+		return nil, err
+	}
+	var arrived atomic.Int64
+	// The producer runs for For, or the whole run.
+	prodCtx, stopProducer := context.WithCancel(ctx)
+	if row.For > 0 {
+		prodCtx, stopProducer = context.WithTimeout(ctx, row.For)
+	}
+	var wg sync.WaitGroup
+	var prodErr error
+	if row.Rate > 0 {
+		wg.Go(func() { prodErr = b.produce(prodCtx, seeded.queue, row, &arrived) })
+	}
+	end, err := b.watch(ctx, row, c, seeded, res, &arrived)
+	stopProducer()
+	wg.Wait()
+	if err != nil {
+		_ = c.stop()
+		return nil, err
+	}
+	res.Seconds, res.Produced = end.Seconds(), arrived.Load()
+	res.Done, res.Refreshes, res.DeadLettered, res.Limits = c.done(), c.refreshes(), c.deadLettered(), c.limits()
+	// The shutdown flush belongs to the run: commands are read after it.
+	if err := c.stop(); err != nil {
+		b.logf("  (consumer stopped with: %v)", err)
+	}
+	if prodErr != nil {
+		return nil, fmt.Errorf("producer: %w", prodErr)
+	}
+	res.Commands = rec.counts()
+	res.PerEntry = sum(res.Commands) / math.Max(res.Done, 1)
+	if res.Seconds > 0 {
+		res.Rate, res.CommandsPer = res.Done/res.Seconds, sum(res.Commands)/res.Seconds
+	}
+	for _, s := range res.Samples {
+		res.PeakDepth, res.MaxOldest = max(res.PeakDepth, s.Depth), math.Max(res.MaxOldest, s.OldestAge)
+	}
+	if seeded.want != nil && row.Consumer == consumerScorerefresh {
+		if res.Verified, res.Wrong, err = verifyScores(ctx, db, seeded.want); err != nil {
+			return nil, err
+		}
+	}
+	b.logf("  %.0f entries done in %.1fs (%.1f/s)%s, %.0f refreshes, %.2f commands/entry, peak depth %d, oldest %.1fs%s",
+		res.Done, res.Seconds, res.Rate, map[bool]string{true: ", drained"}[res.Drained], res.Refreshes, res.PerEntry, res.PeakDepth, res.MaxOldest, verifiedNote(res))
+	if res.Wrong > 0 {
+		return res, fmt.Errorf("%d of %d scores are wrong", res.Wrong, res.Verified)
+	}
+	return res, nil
+}
+
+// watch steps the faults and samples the queue every 50 ms until the row
+// is over, and returns how long it ran.
+func (b *Bench) watch(ctx context.Context, row Row, c running, seeded *seeded, res *Result, arrived *atomic.Int64) (time.Duration, error) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	steps := row.Steps
+	every := max(100*time.Millisecond, min(time.Second, cmp.Or(row.Max, row.For)/100))
+	start, nextSample, nextLog := time.Now(), time.Duration(0), 10*time.Second
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-tick.C:
+		}
+		elapsed := time.Since(start)
+		for len(steps) > 0 && elapsed >= steps[0].At {
+			b.logf("  %6.1fs  %s", elapsed.Seconds(), steps[0])
+			b.setFaults(steps[0], c)
+			steps = steps[1:]
+		}
+		done := c.done()
+		// Drained: everything queued and sent is done, and the producer
+		// has stopped.
+		drained := done >= float64(row.Backlog.Entries)+float64(arrived.Load()) &&
+			(row.Rate == 0 || elapsed >= row.For || row.Arrivals.Entries > 0 && arrived.Load() >= int64(row.Arrivals.Entries))
+		over := drained && elapsed >= row.For || row.Max > 0 && elapsed >= row.Max
+		if elapsed >= nextSample || over {
+			s := b.sample(ctx, seeded.queue, elapsed, done, arrived.Load())
+			res.Samples = append(res.Samples, s)
+			nextSample = elapsed + every
+			if elapsed >= nextLog {
+				b.logf("  %6.1fs  depth %6d  oldest %6.1fs  done %7.0f  arrived %6d", s.T, s.Depth, s.OldestAge, s.Done, s.Arrived)
+				nextLog += 10 * time.Second
+			}
+		}
+		if over {
+			res.Drained = drained
+			return elapsed, nil
+		}
+	}
+}
+
+// setFaults puts the proxies and the scorer in step s's state.
+func (b *Bench) setFaults(s Step, c running) {
+	b.proxy.SetDelay(s.RTT/2, s.RTT/2)
+	b.load.set(s.Knee, s.Slope)
+	b.proxy.Refuse(s.Outage)
+	b.proxy.Blackhole(s.Outage)
+	if !s.Outage {
+		b.proxy.Restore()
+	}
+	if c != nil {
+		c.fault(s)
+	}
+}
+
+// estimate is the drain rate of consumer from the calibration alone:
+// scorerefresh at 90% of its lower bound, the reference one refresh at a
+// time (it has one slot).
+func (b *Bench) estimate(consumer string) float64 {
+	if consumer == consumerReference {
+		return b.cal.bounds(b.cfg.RTT, 1).Latency
+	}
+	return 0.9 * b.cal.Bounds.Lower
+}
+
+// produce enqueues entries at rate, in small batches every 50 ms, on the
+// direct connection (producers are other applications, not behind the
+// consumer's latency).
+func (b *Bench) produce(ctx context.Context, queue *mongo.Collection, row Row, sent *atomic.Int64) error {
+	spec := row.Arrivals
+	if spec.Users == 0 {
+		spec = backlog.Spec{Shape: backlog.Diverse, Users: b.pool()}
+	}
+	pick := backlog.Picker(spec.Shape, rand.New(rand.NewPCG(b.cfg.Seed, uint64(b.runs))), spec.Users, spec.Hot)
+	start := time.Now()
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		due := int64(row.Rate*time.Since(start).Seconds()) - sent.Load()
+		if spec.Entries > 0 {
+			due = min(due, int64(spec.Entries)-sent.Load())
+		}
+		if due <= 0 {
+			continue
+		}
+		now := time.Now()
+		entries := make([]backlog.Entry, due)
+		for i := range entries {
+			entries[i] = backlog.Entry{User: pick(), At: now}
+		}
+		if _, err := queue.InsertMany(ctx, backlog.QueueDocs(entries, userName, "bench")); err != nil {
+			// The driver's socket deadline is ctx's: at the end of For it
+			// may fire a moment before ctx says it is done.
+			if deadline, ok := ctx.Deadline(); ctx.Err() != nil || ok && time.Until(deadline) < time.Second {
+				return nil
+			}
+			return err
+		}
+		sent.Add(due)
+	}
+}
+
+// userName is the i-th user of the bench.
+func userName(i int) string { return fmt.Sprintf("user-%05d", i) }
+
+func envNote(env []string) string {
+	if len(env) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(env, " ")
+}
+
+func verifiedNote(r *Result) string {
+	if r.Verified == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d scores verified, %d wrong", r.Verified, r.Wrong)
+}
+
+func sum(m map[string]float64) float64 {
+	t := 0.0
+	for _, v := range m {
+		t += v
+	}
+	return t
+}

@@ -1,0 +1,111 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/scorerefresh/scorerefresh/pkg/faultproxy"
+)
+
+// The HTTP scorer row: examples/httpscorer, built once per run, started per
+// row on the row's database (directly: the scorer sits by its database),
+// and reached by the service through a proxy of its own with the row's
+// round trip, as the database is.
+
+// httpScorerBinary builds examples/httpscorer into the results folder
+// (once) and returns its path.
+func (b *Bench) httpScorerBinary(ctx context.Context) (string, error) {
+	bin, err := filepath.Abs(filepath.Join(b.cfg.Out, "httpscorer"))
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(bin); err == nil && b.builtScorer {
+		return bin, nil
+	}
+	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil || strings.TrimSpace(string(gomod)) == "" {
+		return "", fmt.Errorf("finding the module to build examples/httpscorer in: %v", err)
+	}
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./examples/httpscorer")
+	build.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./examples/httpscorer: %v: %s", err, out)
+	}
+	b.builtScorer = true
+	return bin, nil
+}
+
+// startHTTPScorer starts the scorer on db and a proxy in front of it with
+// round trip rtt; it returns the SCORER_URL to give the service.
+func (b *Bench) startHTTPScorer(ctx context.Context, db string, rtt time.Duration) (scorerURL string, stop func(), err error) {
+	bin, err := b.httpScorerBinary(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "MONGODB_URI="+b.srv.URI, "MONGODB_DATABASE="+db, "SCORER_TOKEN=bench", "PORT=0")
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	kill := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}
+	addr, err := awaitListening(stdout, 30*time.Second)
+	if err != nil {
+		kill()
+		return "", nil, err
+	}
+	proxy, err := faultproxy.Start(context.Background(), faultproxy.Config{Target: addr})
+	if err != nil {
+		kill()
+		return "", nil, err
+	}
+	proxy.SetDelay(rtt/2, rtt/2)
+	return "http://" + proxy.Addr() + "/score", func() { proxy.Close(); kill() }, nil
+}
+
+// awaitListening reads the scorer's stdout until it says where it listens.
+func awaitListening(stdout io.Reader, timeout time.Duration) (string, error) {
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), "listening on "); ok {
+				found <- rest
+				break
+			}
+		}
+		close(found)
+		for sc.Scan() { // keep the pipe drained
+		}
+	}()
+	select {
+	case line, ok := <-found:
+		if !ok {
+			return "", errors.New("the scorer exited without saying where it listens")
+		}
+		u, err := url.Parse(line)
+		if err != nil {
+			return "", fmt.Errorf("the scorer listens on %q: %w", line, err)
+		}
+		return u.Host, nil
+	case <-time.After(timeout):
+		return "", fmt.Errorf("the scorer did not say where it listens within %s", timeout)
+	}
+}
