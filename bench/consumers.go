@@ -117,10 +117,8 @@ type running interface {
 	// the reference, entries whose user's refresh completed (it acks only
 	// at the end of each 200-entry batch).
 	done() float64
-	refreshes() float64
-	deadLettered() float64
-	limits() []float64
-	fault(Step) // a step's scorer fault
+	// figures are the successful refreshes and the dead letters.
+	figures() (refreshes, deadLettered float64)
 	stop() error
 }
 
@@ -179,43 +177,22 @@ type scorerefresh struct {
 	errs       []error
 }
 
-func (s *scorerefresh) sum(f func(*app.Service) float64) float64 {
-	t := 0.0
+func (s *scorerefresh) done() (n float64) {
 	for _, svc := range s.svcs {
-		t += f(svc)
+		n += metrics.Read(svc.Metrics.EntriesAcked)
 	}
-	return t
+	return n
 }
 
-func (s *scorerefresh) done() float64 {
-	return s.sum(func(svc *app.Service) float64 { return metrics.Read(svc.Metrics.EntriesAcked) })
-}
-
-func (s *scorerefresh) refreshes() float64 {
-	return s.sum(func(svc *app.Service) float64 {
-		return metrics.Read(svc.Metrics.Refreshes.WithLabelValues(metrics.OutcomeOK))
-	})
-}
-
-func (s *scorerefresh) deadLettered() float64 {
-	return s.sum(func(svc *app.Service) float64 {
-		n := 0.0
+func (s *scorerefresh) figures() (refreshes, deadLettered float64) {
+	for _, svc := range s.svcs {
+		refreshes += metrics.Read(svc.Metrics.Refreshes.WithLabelValues(metrics.OutcomeOK))
 		for _, r := range []string{metrics.ReasonMalformed, metrics.ReasonMaxAttempts, metrics.ReasonTooLarge} {
-			n += metrics.Read(svc.Metrics.EntriesDeadLettered.WithLabelValues(r))
+			deadLettered += metrics.Read(svc.Metrics.EntriesDeadLettered.WithLabelValues(r))
 		}
-		return n
-	})
-}
-
-func (s *scorerefresh) limits() []float64 {
-	var out []float64
-	for _, svc := range s.svcs {
-		out = append(out, metrics.Read(svc.Metrics.ConcurrencyLimit))
 	}
-	return out
+	return refreshes, deadLettered
 }
-
-func (s *scorerefresh) fault(st Step) { s.failing.Store(st.Fail) }
 
 func (s *scorerefresh) stop() error {
 	s.cancel()
@@ -279,11 +256,8 @@ func (b *Bench) startReference(ctx context.Context, cfg config.Config, rules *sc
 	return r, nil
 }
 
-func (r *referenceRun) done() float64         { return float64(r.ref.covered.Load()) }
-func (r *referenceRun) refreshes() float64    { return float64(r.ref.refreshes.Load()) }
-func (r *referenceRun) deadLettered() float64 { return 0 }
-func (r *referenceRun) limits() []float64     { return nil }
-func (r *referenceRun) fault(Step)            {}
+func (r *referenceRun) done() float64               { return float64(r.ref.covered.Load()) }
+func (r *referenceRun) figures() (float64, float64) { return float64(r.ref.refreshes.Load()), 0 }
 
 func (r *referenceRun) stop() error {
 	r.cancel()

@@ -48,7 +48,7 @@ func (t target) verdict() string {
 // find is the result of preset's row run by consumer, or nil.
 func (r *Report) find(preset, row, consumer string) *Result {
 	for _, x := range r.Results {
-		if x.Preset == preset && x.Row == row && x.Consumer == consumer {
+		if x.Preset == preset && x.Name == row && x.Consumer == consumer {
 			return x
 		}
 	}
@@ -60,7 +60,7 @@ func (r *Report) find(preset, row, consumer string) *Result {
 func (r *Report) judge() {
 	r.Targets = nil
 	for _, x := range r.Results {
-		if ref := r.find(x.Preset, x.Row, consumerReference); ref != nil && x != ref && ref.Rate > 0 {
+		if ref := r.find(x.Preset, x.Name, consumerReference); ref != nil && x != ref && ref.Rate > 0 {
 			x.Ratio = x.Rate / ref.Rate
 		}
 	}
@@ -80,8 +80,8 @@ func (r *Report) judge() {
 		add("wedge", "scorerefresh's oldest age stays under 30 s", x.MaxOldest < 30, true, "%.1f s", x.MaxOldest)
 		add("wedge", "the reference's queue grows", last(ref.Samples).Depth > ref.Samples[0].Depth, true, "depth %d → %d", ref.Samples[0].Depth, last(ref.Samples).Depth)
 	}
-	if x := svc("recovery", "recovery"); x != nil && len(x.StepTimes) == 2 {
-		pre, back := recovered(x.Samples, x.StepTimes[0], x.StepTimes[1])
+	if x := svc("recovery", "recovery"); x != nil && len(x.Steps) == 2 {
+		pre, back := recovered(x.Samples, x.Steps[0].At.Seconds(), x.Steps[1].At.Seconds())
 		add("recovery", "back under the pre-trigger oldest age ≤ 60 s after restore", back >= 0 && back <= 60, pre > 0, "pre-trigger %.1f s; back %s", pre, secondsOrNever(back))
 	}
 	if one, two := svc("overload", "overload-1.0x"), svc("overload", "overload-2.0x"); one != nil && two != nil {
@@ -103,12 +103,12 @@ func (r *Report) judgeAdaptive(add func(string, string, bool, bool, string, ...a
 	}
 	best := &Result{}
 	for _, x := range r.Results {
-		if x.Preset == "adaptive" && strings.HasPrefix(x.Row, "adaptive-fixed-") && x.Rate > best.Rate {
+		if x.Preset == "adaptive" && strings.HasPrefix(x.Name, "adaptive-fixed-") && x.Rate > best.Rate {
 			best = x
 		}
 	}
 	add("adaptive", "adaptive ≥ 0.9 × the best fixed REFRESH_CONCURRENCY past a load knee", a.Rate >= 0.9*best.Rate, best.Rate > 0,
-		"%.1f/s against %.1f/s (%s)", a.Rate, best.Rate, best.Row)
+		"%.1f/s against %.1f/s (%s)", a.Rate, best.Rate, best.Name)
 }
 
 // judgeFaults: fleets, storms, slowdowns, batches and scorers.
@@ -116,15 +116,15 @@ func (r *Report) judgeFaults(add func(string, string, bool, bool, string, ...any
 	var fleet []*Result
 	for _, x := range r.Results {
 		switch {
-		case x.Preset == "fleet" && x.Backlog > 0:
+		case x.Preset == "fleet" && x.Backlog.Entries > 0:
 			fleet = append(fleet, x)
 		case x.Preset == "storm" || x.Preset == "slowdown":
-			add(x.Preset, x.Row+": nobody dead-lettered, the backlog drains", x.DeadLettered == 0 && x.Drained, true,
-				"%.0f dead-lettered; %.0f of %d entries done", x.DeadLettered, x.Done, int64(x.Backlog)+x.Produced)
-		case x.Preset == "batched" && strings.HasSuffix(x.Row, "-16x256"):
-			add("batched", x.Row+": ≤ 1.5 commands per acknowledged entry", x.PerEntry <= 1.5, true, "%.2f", x.PerEntry)
+			add(x.Preset, x.Name+": nobody dead-lettered, the backlog drains", x.DeadLettered == 0 && x.Drained, true,
+				"%.0f dead-lettered; %.0f of %d entries done", x.DeadLettered, x.Done, int64(x.Backlog.Entries)+x.Produced)
+		case x.Preset == "batched" && strings.HasSuffix(x.Name, "-16x256"):
+			add("batched", x.Name+": ≤ 1.5 commands per acknowledged entry", x.PerEntry <= 1.5, true, "%.2f", x.PerEntry)
 		case x.Verified > 0:
-			add(x.Preset, x.Row+": every score right", x.Wrong == 0, true, "%d verified, %d wrong", x.Verified, x.Wrong)
+			add(x.Preset, x.Name+": every score right", x.Wrong == 0, true, "%d verified, %d wrong", x.Verified, x.Wrong)
 		}
 	}
 	if len(fleet) > 1 {
@@ -200,13 +200,13 @@ func (r *Report) markdown() string {
 			ratio = fmt.Sprintf("%.1f×", x.Ratio)
 		}
 		w("| %s | %s | %s | %d | %s | %s | %.0f | %d (%d) | %.1f | %.1f | %.0f | %v | %.1f | %s | %.0f | %d | %.1f | %.2f | %.0f |",
-			x.Preset, x.Row, x.Consumer, x.Replicas, strings.Join(x.Env, " "), x.Scorer, x.RTTms, x.Backlog, x.Users, x.Offered,
+			x.Preset, x.Name, x.Consumer, x.Replicas, strings.Join(x.Env, " "), x.Scorer, ms(x.RTT), x.Backlog.Entries, x.Users, x.Row.Rate,
 			x.Seconds, x.Done, x.Drained, x.Rate, ratio, x.DeadLettered, x.PeakDepth, x.MaxOldest, x.PerEntry, x.CommandsPer)
 	}
 	w("\n## Faults and commands\n")
 	w("Commands per entry done, by command and collection, from the one recorder of each row (all its clients):\n")
 	for _, x := range r.Results {
-		w("- %s/%s, %s%s: %s", x.Preset, x.Row, x.Consumer, stepsNote(x.Steps), commandsNote(x.Commands, math.Max(x.Done, 1)))
+		w("- %s/%s, %s%s: %s", x.Preset, x.Name, x.Consumer, stepsNote(x.Steps), commandsNote(x.Commands, math.Max(x.Done, 1)))
 	}
 	w("\n## Targets\n")
 	w("| preset | target | figure | verdict |")
@@ -217,11 +217,15 @@ func (r *Report) markdown() string {
 	return sb.String()
 }
 
-func stepsNote(steps []string) string {
-	if len(steps) == 0 {
+func stepsNote(steps []Step) string {
+	var parts []string
+	for _, s := range steps {
+		parts = append(parts, s.String())
+	}
+	if len(parts) == 0 {
 		return ""
 	}
-	return " (" + strings.Join(steps, "; ") + ")"
+	return " (" + strings.Join(parts, "; ") + ")"
 }
 
 // commandsNote lists the commands, most first.

@@ -20,77 +20,57 @@ import (
 // Row is one scenario: what is queued, what arrives, who drains it, in what
 // network, for how long.
 type Row struct {
-	Preset   string
-	Name     string
-	Consumer string // consumerScorerefresh (default) or consumerReference
-	Backlog  backlog.Spec
-	Replicas int      // scorerefresh processes (in process, a client each); default 1
-	Env      []string // the service's environment for this row, e.g. REFRESH_BATCH_SIZE=1
-	Scorer   string   // scorerRules (default), scorerInstant, scorerActivity or scorerHTTP
-	RTT      time.Duration
-	Steps    []Step // faults, in time order
+	Preset   string        `json:"preset"`
+	Name     string        `json:"row"`
+	Consumer string        `json:"consumer"` // consumerScorerefresh (default) or consumerReference
+	Backlog  backlog.Spec  `json:"backlog"`
+	Replicas int           `json:"replicas"`      // scorerefresh processes (in process, a client each); default 1
+	Env      []string      `json:"env,omitempty"` // the service's environment for this row, e.g. REFRESH_BATCH_SIZE=1
+	Scorer   string        `json:"scorer"`        // scorerRules (default), scorerInstant, scorerActivity or scorerHTTP
+	RTT      time.Duration `json:"rtt_ns"`
+	Steps    []Step        `json:"steps,omitempty"` // faults, in time order
 
 	// Rate is the producer's entries per second; RateOf, when set, makes it
 	// a multiple of that consumer's estimated drain rate. Arrivals are the
 	// producer's users (Entries caps what it sends; 0: no cap).
-	Rate     float64
-	RateOf   string
-	Arrivals backlog.Spec
+	Rate     float64      `json:"offered_per_second,omitempty"`
+	RateOf   string       `json:"-"`
+	Arrivals backlog.Spec `json:"arrivals"`
 
-	For time.Duration // the producer runs this long; the run lasts at least this long
-	Max time.Duration // the run lasts at most this long (For = Max: exactly)
+	For time.Duration `json:"for_ns,omitempty"` // the producer runs this long; the run lasts at least this long
+	Max time.Duration `json:"max_ns"`           // the run lasts at most this long (For = Max: exactly)
 }
 
 // Step is the proxy's state from At on: the round trip, the delay added per
 // busy connection past a knee (zero: none), an outage, and whether every
 // refresh fails.
 type Step struct {
-	At     time.Duration
-	RTT    time.Duration
-	Knee   int
-	Slope  time.Duration
-	Outage bool
-	Fail   bool
+	At     time.Duration `json:"at_ns"`
+	RTT    time.Duration `json:"rtt_ns"`
+	Knee   int           `json:"knee,omitempty"`
+	Slope  time.Duration `json:"slope_ns,omitempty"`
+	Outage bool          `json:"outage,omitempty"`
+	Fail   bool          `json:"fail,omitempty"`
 }
 
 func (s Step) String() string {
-	parts := []string{"RTT " + s.RTT.String()}
-	if s.Slope > 0 {
-		parts = append(parts, fmt.Sprintf("+%s per busy connection past %d", s.Slope, s.Knee))
-	}
-	if s.Outage {
-		parts = append(parts, "outage")
-	}
-	if s.Fail {
-		parts = append(parts, "refreshes fail")
-	}
-	return fmt.Sprintf("at %s: %s", s.At, strings.Join(parts, ", "))
+	return fmt.Sprintf("at %s: RTT %s, +%s per busy connection past %d, outage %v, refreshes fail %v", s.At, s.RTT, s.Slope, s.Knee, s.Outage, s.Fail)
 }
 
 // Result is one row's measurement.
 type Result struct {
-	Preset       string    `json:"preset"`
-	Row          string    `json:"row"`
-	Consumer     string    `json:"consumer"`
-	Replicas     int       `json:"replicas"`
-	Env          []string  `json:"env,omitempty"`
-	Scorer       string    `json:"scorer"`
-	RTTms        float64   `json:"rtt_ms"`
-	Steps        []string  `json:"steps,omitempty"`
-	StepTimes    []float64 `json:"step_times,omitempty"` // seconds
-	Backlog      int       `json:"backlog"`
-	Users        int       `json:"users"` // distinct users of the backlog
-	Offered      float64   `json:"offered_per_second,omitempty"`
-	Produced     int64     `json:"produced"`
-	Seconds      float64   `json:"seconds"`
-	Done         float64   `json:"entries_done"`
-	Drained      bool      `json:"drained"`
-	Rate         float64   `json:"entries_per_second"`
-	Ratio        float64   `json:"ratio_to_reference,omitempty"` // this rate over the preset's reference row's
-	Refreshes    float64   `json:"refreshes"`
-	DeadLettered float64   `json:"dead_lettered"`
-	PeakDepth    int64     `json:"peak_depth"`
-	MaxOldest    float64   `json:"max_oldest_age"`
+	Row
+	Users        int     `json:"users"` // distinct users of the backlog
+	Produced     int64   `json:"produced"`
+	Seconds      float64 `json:"seconds"`
+	Done         float64 `json:"entries_done"`
+	Drained      bool    `json:"drained"`
+	Rate         float64 `json:"entries_per_second"`
+	Ratio        float64 `json:"ratio_to_reference,omitempty"` // this rate over the preset's reference row's
+	Refreshes    float64 `json:"refreshes"`
+	DeadLettered float64 `json:"dead_lettered"`
+	PeakDepth    int64   `json:"peak_depth"`
+	MaxOldest    float64 `json:"max_oldest_age"`
 	// Commands counts every command of the consumer's clients by "command
 	// collection"; PerEntry is them divided by the entries done.
 	Commands    map[string]float64 `json:"commands"`
@@ -98,10 +78,9 @@ type Result struct {
 	CommandsPer float64            `json:"commands_per_second"`
 	// Verified is how many users' stored scores were checked against the
 	// seeded sources (scorers reading user_activity), Wrong how many differed.
-	Verified int       `json:"verified,omitempty"`
-	Wrong    int       `json:"wrong,omitempty"`
-	Limits   []float64 `json:"adaptive_limits,omitempty"` // each instance's limit at the end
-	Samples  []sample  `json:"samples"`
+	Verified int      `json:"verified,omitempty"`
+	Wrong    int      `json:"wrong,omitempty"`
+	Samples  []sample `json:"samples"`
 }
 
 // sample is the queue as the bench saw it at one moment of a run.
@@ -135,16 +114,14 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seeding: %w", err)
 	}
-	res := &Result{Preset: row.Preset, Row: row.Name, Consumer: row.Consumer, Replicas: row.Replicas, Env: row.Env, Scorer: row.Scorer,
-		RTTms: ms(row.RTT), Backlog: row.Backlog.Entries, Users: seeded.users, Offered: row.Rate}
 	row.Steps = slices.Clone(row.Steps)
 	for i := range row.Steps {
 		// A step's round trip defaults to the row's.
 		row.Steps[i].RTT = cmp.Or(row.Steps[i].RTT, row.RTT)
-		res.Steps, res.StepTimes = append(res.Steps, row.Steps[i].String()), append(res.StepTimes, row.Steps[i].At.Seconds())
 	}
+	res := &Result{Row: row, Users: seeded.users}
 	b.logf("\n== %s/%s: %s, %d entries of %d users queued, %d replica(s), RTT %s, %s scorer%s", row.Preset, row.Name, row.Consumer,
-		res.Backlog, res.Users, row.Replicas, row.RTT, row.Scorer, envNote(row.Env))
+		row.Backlog.Entries, res.Users, row.Replicas, row.RTT, row.Scorer, envNote(row.Env))
 	rec := newRecorder()
 	first := Step{RTT: row.RTT}
 	if len(row.Steps) > 0 && row.Steps[0].At == 0 {
@@ -175,7 +152,8 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 		return nil, err
 	}
 	res.Seconds, res.Produced = end.Seconds(), arrived.Load()
-	res.Done, res.Refreshes, res.DeadLettered, res.Limits = c.done(), c.refreshes(), c.deadLettered(), c.limits()
+	res.Done = c.done()
+	res.Refreshes, res.DeadLettered = c.figures()
 	// The shutdown flush belongs to the run: commands are read after it.
 	if err := c.stop(); err != nil {
 		b.logf("  (consumer stopped with: %v)", err)
@@ -229,7 +207,10 @@ func (b *Bench) watch(ctx context.Context, row Row, c running, seeded *seeded, r
 		// has stopped.
 		drained := done >= float64(row.Backlog.Entries)+float64(arrived.Load()) &&
 			(row.Rate == 0 || elapsed >= row.For || row.Arrivals.Entries > 0 && arrived.Load() >= int64(row.Arrivals.Entries))
-		over := drained && elapsed >= row.For || row.Max > 0 && elapsed >= row.Max
+		// A smoke row given work runs past Max (by 30 s at most) until it
+		// has done some: on a loaded machine the first refresh can be slow.
+		capped := row.Max > 0 && elapsed >= row.Max && (done > 0 || !b.cfg.Short || elapsed >= row.Max+30*time.Second)
+		over := drained && elapsed >= row.For || capped
 		if elapsed >= nextSample || over {
 			s := b.sample(ctx, seeded.queue, elapsed, done, arrived.Load())
 			res.Samples = append(res.Samples, s)
@@ -255,8 +236,8 @@ func (b *Bench) setFaults(s Step, c running) {
 	if !s.Outage {
 		b.proxy.Restore()
 	}
-	if c != nil {
-		c.fault(s)
+	if svc, ok := c.(*scorerefresh); ok {
+		svc.failing.Store(s.Fail)
 	}
 }
 

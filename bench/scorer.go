@@ -66,11 +66,17 @@ func (b *Bench) startHTTPScorer(ctx context.Context, db string, rtt time.Duratio
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	}
-	addr, err := awaitListening(stdout, 30*time.Second)
-	if err != nil {
+	// The scorer says where it listens once it accepts requests; a scorer
+	// that fails exits, which ends the read.
+	out := bufio.NewReader(stdout)
+	line, err := out.ReadString('\n')
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	u, perr := url.Parse(strings.TrimSpace(strings.TrimPrefix(line, "listening on ")))
+	if err != nil || perr != nil || u.Host == "" {
 		kill()
-		return "", nil, err
+		return "", nil, fmt.Errorf("the scorer did not say where it listens (%q): %v", line, errors.Join(err, perr))
 	}
+	addr := u.Host
 	proxy, err := faultproxy.Start(context.Background(), faultproxy.Config{Target: addr})
 	if err != nil {
 		kill()
@@ -78,34 +84,4 @@ func (b *Bench) startHTTPScorer(ctx context.Context, db string, rtt time.Duratio
 	}
 	proxy.SetDelay(rtt/2, rtt/2)
 	return "http://" + proxy.Addr() + "/score", func() { proxy.Close(); kill() }, nil
-}
-
-// awaitListening reads the scorer's stdout until it says where it listens.
-func awaitListening(stdout io.Reader, timeout time.Duration) (string, error) {
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if rest, ok := strings.CutPrefix(sc.Text(), "listening on "); ok {
-				found <- rest
-				break
-			}
-		}
-		close(found)
-		for sc.Scan() { // keep the pipe drained
-		}
-	}()
-	select {
-	case line, ok := <-found:
-		if !ok {
-			return "", errors.New("the scorer exited without saying where it listens")
-		}
-		u, err := url.Parse(line)
-		if err != nil {
-			return "", fmt.Errorf("the scorer listens on %q: %w", line, err)
-		}
-		return u.Host, nil
-	case <-time.After(timeout):
-		return "", fmt.Errorf("the scorer did not say where it listens within %s", timeout)
-	}
 }

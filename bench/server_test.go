@@ -77,8 +77,8 @@ func TestFleetAndStormOnAServerOfOnesOwn(t *testing.T) {
 		t.Errorf("report names the server %q, not the one given", rep.Server)
 	}
 	for _, r := range rep.Results {
-		if r.Backlog > 0 && (!r.Drained || r.DeadLettered != 0) {
-			t.Errorf("%s: drained %v, %v dead-lettered; want a drain, nobody dead-lettered", r.Row, r.Drained, r.DeadLettered)
+		if r.Backlog.Entries > 0 && (!r.Drained || r.DeadLettered != 0) {
+			t.Errorf("%s: drained %v, %v dead-lettered; want a drain, nobody dead-lettered", r.Name, r.Drained, r.DeadLettered)
 		}
 	}
 

@@ -42,10 +42,14 @@ func TestSmoke(t *testing.T) {
 	}
 	for _, r := range rep.Results {
 		if len(r.Samples) == 0 {
-			t.Errorf("%s/%s: no samples", r.Row, r.Consumer)
+			t.Errorf("%s/%s: no samples", r.Name, r.Consumer)
 		}
-		if r.Backlog+int(r.Produced) > 0 && (r.Done <= 0 || sum(r.Commands) <= 0) {
-			t.Errorf("%s/%s: %v entries done, %v commands", r.Row, r.Consumer, r.Done, sum(r.Commands))
+		if r.Backlog.Entries+int(r.Produced) > 0 && (r.Done <= 0 || sum(r.Commands) <= 0) {
+			t.Errorf("%s/%s: %v entries done, %v commands", r.Name, r.Consumer, r.Done, sum(r.Commands))
+		}
+		// A smoke row of scorerefresh runs until it has drained its work.
+		if r.Consumer == consumerScorerefresh && !r.Drained {
+			t.Errorf("%s: did not drain (%v of %d entries done)", r.Name, r.Done, int64(r.Backlog.Entries)+r.Produced)
 		}
 	}
 	for _, name := range []string{"diverse", "firehose"} {
