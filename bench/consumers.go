@@ -38,6 +38,7 @@ const (
 	scorerInstant  = "instant"  // refreshes succeed at once: the figures are the claim and ack path's
 	scorerActivity = "activity" // activityYAML over the demo's user_activity: the HTTP scorer's score as rules
 	scorerHTTP     = "http"     // examples/httpscorer over SCORER_URL, behind a proxy of its own
+	scorerCount12  = "count12"  // count12YAML: 14 round trips per refresh, and per batch, on any server
 )
 
 // rulesYAML is the bench's scoring: 12 components over 3 small source
@@ -68,6 +69,24 @@ components:
   - {name: points, collection: user_activity, userField: username, op: sum, field: points, weight: 1}
 `
 
+// count12YAML is 12 count components over the same sources: a batch of
+// users costs what one user does (FerretDB has no $max in $group).
+const count12YAML = `# scorerefresh-bench: 12 count components (14 round trips per refresh or batch on any server)
+components:
+  - {name: activity_events, collection: user_activity, userField: username, op: count, weight: 0.5}
+  - {name: activity_events_90d, collection: user_activity, userField: username, op: count, weight: 0.5, window: 2160h}
+  - {name: activity_events_30d, collection: user_activity, userField: username, op: count, weight: 1, window: 720h}
+  - {name: activity_events_1d, collection: user_activity, userField: username, op: count, weight: 2, window: 24h}
+  - {name: posts, collection: posts, userField: author, op: count, weight: 5}
+  - {name: posts_90d, collection: posts, userField: author, op: count, weight: 1, window: 2160h}
+  - {name: posts_30d, collection: posts, userField: author, op: count, weight: 2, window: 720h}
+  - {name: posts_1d, collection: posts, userField: author, op: count, weight: 4, window: 24h}
+  - {name: reviews, collection: reviews, userField: reviewer, op: count, weight: 3}
+  - {name: reviews_90d, collection: reviews, userField: reviewer, op: count, weight: 1, window: 2160h}
+  - {name: reviews_30d, collection: reviews, userField: reviewer, op: count, weight: 2, window: 720h}
+  - {name: reviews_1d, collection: reviews, userField: reviewer, op: count, weight: 4, window: 24h}
+`
+
 // activityPerDoc is what each user_activity document adds to a score
 // besides its points, in both scorers above.
 const activityPerDoc = 2
@@ -76,8 +95,11 @@ const activityPerDoc = 2
 // them as SCORING_RULES) and returns its path.
 func (b *Bench) rulesFile(scorer string) (string, *scoring.Rules, error) {
 	name, text := "rules.yaml", rulesYAML
-	if scorer == scorerActivity {
+	switch scorer {
+	case scorerActivity:
 		name, text = "rules-activity.yaml", activityYAML
+	case scorerCount12:
+		name, text = "rules-count12.yaml", count12YAML
 	}
 	path, err := filepath.Abs(filepath.Join(b.cfg.Out, name))
 	if err == nil {

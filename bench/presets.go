@@ -88,7 +88,7 @@ var presets = []preset{
 	}},
 	{"storm", func(s size) []Row { // every refresh fails for a minute, then heals: nobody is dead-lettered
 		spec := backlog.Spec{Shape: backlog.Distinct, Entries: s.n(20000, 100), Users: s.n(20000, 100)}
-		base := Row{Name: "storm-none", Backlog: spec, Replicas: s.n(3, 2), RTT: 2 * time.Millisecond, Scorer: scorerInstant, Max: s.d(6*time.Minute, 30*time.Second)}
+		base := Row{Name: "storm-none", Backlog: spec, Replicas: s.n(3, 2), RTT: 2 * time.Millisecond, Scorer: scorerInstant, Max: s.d(40*time.Minute, 30*time.Second)}
 		storm := base
 		storm.Name = "storm"
 		storm.Steps = []Step{{RTT: base.RTT, Fail: true}, {At: s.d(60*time.Second, 1500*time.Millisecond), RTT: base.RTT}}
@@ -105,6 +105,16 @@ var presets = []preset{
 				}
 				rows = append(rows, r)
 			}
+		}
+		return rows
+	}},
+	{"batched-spread", func(s size) []Row { // one slot against per-user, the default and batches of 16, twice, A B C D D C B A
+		spec := backlog.Spec{Shape: backlog.Distinct, Entries: s.n(3000, 30), Users: s.n(3000, 30)}
+		env := map[string][]string{"1c1": {"REFRESH_BATCH_SIZE=1", "REFRESH_CONCURRENCY=1"}, "1": {"REFRESH_BATCH_SIZE=1"}, "0": nil, "16": {"REFRESH_BATCH_SIZE=16"}}
+		var rows []Row
+		for i, c := range s.list([]string{"1c1", "1", "0", "16", "16", "0", "1", "1c1"}, []string{"1c1", "16"}) {
+			rows = append(rows, Row{Name: fmt.Sprintf("spread-%s-%c", c, 'a'+rune(i/4)), Backlog: spec, Scorer: scorerCount12,
+				Env: append([]string{"MAX_USERS_IN_FLIGHT=64"}, env[c]...), Max: s.d(75*time.Second, 5*time.Second)})
 		}
 		return rows
 	}},
