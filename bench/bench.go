@@ -137,7 +137,8 @@ type Bench struct {
 	direct      *mongo.Client // producers, seeding and the sampler: no proxy, not counted
 	svcLog      *slog.Logger
 	cal         calibration
-	builtScorer bool   // examples/httpscorer is built in Out
+	tmp         string // the run's scratch folder
+	builtScorer bool   // examples/httpscorer is built in tmp
 	runs        int    // databases created so far: each row gets a fresh, numbered one
 	runID       string // this run's prefix of them: two benches on one server must not drop each other's
 }
@@ -209,6 +210,10 @@ func (b *Bench) setUp(ctx context.Context) (closeAll func(), err error) {
 			undo[i]()
 		}
 	}
+	if b.tmp, err = os.MkdirTemp("", "scorerefresh-bench-"); err != nil {
+		return closeAll, err
+	}
+	undo = append(undo, func() { os.RemoveAll(b.tmp) })
 	logPath := filepath.Join(b.cfg.Out, "service.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {

@@ -22,14 +22,11 @@ import (
 // and reached by the service through a proxy of its own with the row's
 // round trip, as the database is.
 
-// httpScorerBinary builds examples/httpscorer into the results folder
-// (once) and returns its path.
+// httpScorerBinary builds examples/httpscorer into a temporary folder
+// (once; setUp removes it) and returns its path.
 func (b *Bench) httpScorerBinary(ctx context.Context) (string, error) {
-	bin, err := filepath.Abs(filepath.Join(b.cfg.Out, "httpscorer"))
-	if err != nil {
-		return "", err
-	}
-	if _, err := os.Stat(bin); err == nil && b.builtScorer {
+	bin := filepath.Join(b.tmp, "httpscorer")
+	if b.builtScorer {
 		return bin, nil
 	}
 	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
