@@ -1,21 +1,11 @@
 // Package bench measures scorerefresh, and the consumer it replaces, as one
-// runner over a table of scenarios. cmd/scorerefresh-bench is its command
-// line:
-//
-//	go run ./cmd/scorerefresh-bench -out bench/results                 # every preset at full size
-//	go run ./cmd/scorerefresh-bench -short -out /tmp/bench             # every preset, seconds each (TestSmoke)
-//	go run ./cmd/scorerefresh-bench -scenarios diverse,scorer -out DIR # some presets
-//
-// A scenario is a row (presets.go): a backlog from internal/backlog, a
-// replica count, the service's environment for the row, the scorer, fault
-// steps for the latency proxy (pkg/faultproxy), a producer rate and a
-// duration or cap. A preset names a few rows. Everything runs in this
-// process: the server (FerretDB on SQLite by default, on a throwaway
-// PostgreSQL with -backend postgresql, or a MongoDB of one's own with
-// -mongodb-uri), the proxy, the producers, the reference consumer
-// (reference.go, the baseline of every ratio) and scorerefresh itself,
-// wired by internal/app as `scorerefresh run` wires it. Each row runs on a
-// fresh database. A run writes report.md and results.json to Config.Out.
+// runner over a table of scenarios (presets.go): each row a backlog from
+// internal/backlog, replicas, the service's environment, a scorer, fault
+// steps for the latency proxy, a producer rate and a cap. Everything runs in
+// this process, wired by internal/app as `scorerefresh run` wires it; each
+// row on a fresh database. cmd/scorerefresh-bench is its command line and
+// docs/performance.md says what it measures. A run writes report.md and
+// results.json.
 package bench
 
 import (
@@ -39,28 +29,18 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/faultproxy"
 )
 
-// Config is one run: every field but the last three is a flag of
-// cmd/scorerefresh-bench (named in brackets).
+// Config is one run: the flags of cmd/scorerefresh-bench (ParseArgs says
+// what each means), and what the caller fills in.
 type Config struct {
-	Out         string        // results folder [-out]
-	Short       bool          // every row at smoke size: seconds, the figures mean little [-short]
-	Scenarios   string        // comma-separated presets [-scenarios]
-	Rows        string        // comma-separated row names: only these rows of the presets run [-rows]
-	Backend     string        // sqlite, postgresql or mongodb [-backend]
-	PostgreSQL  string        // PostgreSQL for the postgresql backend; empty: a throwaway cluster [-postgres-url]
-	MongoDB     string        // a MongoDB of one's own [-mongodb-uri, or $TEST_MONGODB_URI]
-	RTT         time.Duration // round trip the proxy adds, unless a row says otherwise [-rtt]
-	Concurrency int           // REFRESH_CONCURRENCY, unless a row's environment says otherwise [-concurrency]
-	Seed        uint64        // random seed of the data [-seed]
-	CPUProfile  string        // the caller profiles the run into this file [-cpuprofile]
+	Out, Scenarios, Rows, Backend, PostgreSQL, MongoDB, CPUProfile string
+	Short                                                          bool
+	RTT                                                            time.Duration
+	Concurrency                                                    int
+	Seed                                                           uint64
 
-	// Environ is the environment the service starts from, as `scorerefresh
-	// run` reads it; each row adds its own.
-	Environ []string
-	// Log receives progress lines; nil discards them.
-	Log io.Writer
-	// Command is how to reproduce the run, for the report.
-	Command string
+	Environ []string  // the service's environment, as `scorerefresh run` reads it; each row adds its own
+	Log     io.Writer // progress lines; nil discards them
+	Command string    // how to reproduce the run, for the report
 }
 
 // ParseArgs reads the command line into a Config; flag.ErrHelp when -h
@@ -89,7 +69,7 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 		c.Backend = backendMongoDB
 	}
 	if c.Short && !explicit["rtt"] {
-		c.RTT = 5 * time.Millisecond
+		c.RTT = size(true).rtt()
 	}
 	return c, c.validate()
 }
@@ -248,16 +228,10 @@ func (b *Bench) nextDatabase(name string) string {
 }
 
 func machine() string {
-	cpu := ""
-	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				cpu = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	return fmt.Sprintf("%d cores (%s), %s/%s", runtime.NumCPU(), cpu, runtime.GOOS, runtime.GOARCH)
+	cpuinfo, _ := os.ReadFile("/proc/cpuinfo")
+	_, model, _ := strings.Cut(string(cpuinfo), "model name")
+	model, _, _ = strings.Cut(strings.TrimLeft(model, "\t :"), "\n")
+	return fmt.Sprintf("%d cores (%s), %s/%s", runtime.NumCPU(), model, runtime.GOOS, runtime.GOARCH)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -65,10 +65,10 @@ func (b *Bench) calibrate(ctx context.Context) (calibration, error) {
 	defer func() { _ = client.Disconnect(context.Background()) }()
 	db := client.Database(b.nextDatabase("calibrate"))
 	defer func() { _ = db.Drop(context.Background()) }()
-	if err := b.seedSources(ctx, db); err != nil {
-		return calibration{}, err
-	}
 	_, rules, err := b.rulesFile(scorerRules)
+	if err == nil {
+		err = b.seedSources(ctx, db)
+	}
 	if err != nil {
 		return calibration{}, err
 	}

@@ -2,9 +2,11 @@ package bench
 
 import (
 	"context"
+	"embed"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -16,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/scorerefresh/scorerefresh/consumer"
 	"github.com/scorerefresh/scorerefresh/internal/app"
@@ -34,58 +37,23 @@ const (
 
 // The scorers a row may use.
 const (
-	scorerRules    = "rules"    // rulesYAML over seedSources' three collections (14 round trips a refresh)
+	scorerRules    = "rules"    // rules/bench.yaml over seedSources' three collections (14 round trips a refresh)
 	scorerInstant  = "instant"  // refreshes succeed at once: the figures are the claim and ack path's
-	scorerActivity = "activity" // activityYAML over the demo's user_activity: the HTTP scorer's score as rules
+	scorerActivity = "activity" // rules/activity.yaml over the demo's user_activity: the HTTP scorer's score as rules
 	scorerHTTP     = "http"     // examples/httpscorer over SCORER_URL, behind a proxy of its own
-	scorerCount12  = "count12"  // count12YAML: 14 round trips per refresh, and per batch, on any server
+	scorerCount12  = "count12"  // rules/count12.yaml: 14 round trips per refresh, and per batch, on any server
 )
 
-// rulesYAML is the bench's scoring: 12 components over 3 small source
-// collections, so a refresh costs 14 round trips (12 queries, the OCC read,
-// the write), like the production scorer this service was built for.
-const rulesYAML = `# scorerefresh-bench: 12 components over 3 source collections (14 round trips per refresh)
-components:
-  - {name: activity_points, collection: user_activity, userField: username, op: sum, field: points, weight: 1, window: 720h}
-  - {name: activity_recent, collection: user_activity, userField: username, op: sum, field: points, weight: 2, window: 24h}
-  - {name: activity_events, collection: user_activity, userField: username, op: count, weight: 0.5}
-  - {name: activity_best, collection: user_activity, userField: username, op: max, field: points, weight: 1}
-  - {name: activity_kinds, collection: user_activity, userField: username, op: distinct, field: kind, weight: 3}
-  - {name: posts, collection: posts, userField: author, op: count, weight: 5}
-  - {name: post_likes, collection: posts, userField: author, op: sum, field: likes, weight: 0.1}
-  - {name: post_best, collection: posts, userField: author, op: max, field: likes, weight: 0.2}
-  - {name: post_topics, collection: posts, userField: author, op: distinct, field: topic, weight: 2, window: 2160h}
-  - {name: reviews, collection: reviews, userField: reviewer, op: count, weight: 3}
-  - {name: review_stars, collection: reviews, userField: reviewer, op: sum, field: stars, weight: 1, window: 720h}
-  - {name: review_products, collection: reviews, userField: reviewer, op: distinct, field: product, weight: 1}
-`
-
-// activityYAML is the score of examples/httpscorer (and examples/nodescorer)
+// rulesFS holds the scorers' rules. bench.yaml is the bench's scoring: 12
+// components over 3 small source collections, so a refresh costs 14 round
+// trips (12 queries, the OCC read, the write), like the production scorer
+// this service was built for. activity.yaml is examples/httpscorer's score
 // as rules: two points per user_activity document plus the sum of their
-// points.
-const activityYAML = `# scorerefresh-bench: the HTTP scorer's score as rules
-components:
-  - {name: events, collection: user_activity, userField: username, op: count, weight: 2}
-  - {name: points, collection: user_activity, userField: username, op: sum, field: points, weight: 1}
-`
-
-// count12YAML is 12 count components over the same sources: a batch of
-// users costs what one user does (FerretDB has no $max in $group).
-const count12YAML = `# scorerefresh-bench: 12 count components (14 round trips per refresh or batch on any server)
-components:
-  - {name: activity_events, collection: user_activity, userField: username, op: count, weight: 0.5}
-  - {name: activity_events_90d, collection: user_activity, userField: username, op: count, weight: 0.5, window: 2160h}
-  - {name: activity_events_30d, collection: user_activity, userField: username, op: count, weight: 1, window: 720h}
-  - {name: activity_events_1d, collection: user_activity, userField: username, op: count, weight: 2, window: 24h}
-  - {name: posts, collection: posts, userField: author, op: count, weight: 5}
-  - {name: posts_90d, collection: posts, userField: author, op: count, weight: 1, window: 2160h}
-  - {name: posts_30d, collection: posts, userField: author, op: count, weight: 2, window: 720h}
-  - {name: posts_1d, collection: posts, userField: author, op: count, weight: 4, window: 24h}
-  - {name: reviews, collection: reviews, userField: reviewer, op: count, weight: 3}
-  - {name: reviews_90d, collection: reviews, userField: reviewer, op: count, weight: 1, window: 2160h}
-  - {name: reviews_30d, collection: reviews, userField: reviewer, op: count, weight: 2, window: 720h}
-  - {name: reviews_1d, collection: reviews, userField: reviewer, op: count, weight: 4, window: 24h}
-`
+// points. count12.yaml is 12 count components: a batch of users costs what
+// one user does (FerretDB has no $max in $group).
+//
+//go:embed rules
+var rulesFS embed.FS
 
 // activityPerDoc is what each user_activity document adds to a score
 // besides its points, in both scorers above.
@@ -94,16 +62,14 @@ const activityPerDoc = 2
 // rulesFile writes the rules of scorer into the results (the service loads
 // them as SCORING_RULES) and returns its path.
 func (b *Bench) rulesFile(scorer string) (string, *scoring.Rules, error) {
-	name, text := "rules.yaml", rulesYAML
-	switch scorer {
-	case scorerActivity:
-		name, text = "rules-activity.yaml", activityYAML
-	case scorerCount12:
-		name, text = "rules-count12.yaml", count12YAML
+	name, file := "rules.yaml", "bench.yaml"
+	if scorer == scorerActivity || scorer == scorerCount12 {
+		name, file = "rules-"+scorer+".yaml", scorer+".yaml"
 	}
-	path, err := filepath.Abs(filepath.Join(b.cfg.Out, name))
-	if err == nil {
-		err = os.WriteFile(path, []byte(text), 0o644)
+	text, err := rulesFS.ReadFile("rules/" + file)
+	path, absErr := filepath.Abs(filepath.Join(b.cfg.Out, name))
+	if err = errors.Join(err, absErr); err == nil {
+		err = os.WriteFile(path, text, 0o644)
 	}
 	if err != nil {
 		return "", nil, err
@@ -160,9 +126,8 @@ func (b *Bench) startConsumer(ctx context.Context, db string, row Row, rec *reco
 	if row.Consumer == consumerReference {
 		return b.startReference(ctx, cfg, rules, rec)
 	}
-	s := &scorerefresh{stopScorer: stopScorer}
 	runCtx, cancel := context.WithCancel(ctx)
-	s.cancel = cancel
+	s := &scorerefresh{stopScorer: stopScorer, cancel: cancel}
 	for range row.Replicas {
 		opts := app.Options{Logger: b.svcLog, Version: "bench", Monitor: rec.monitor(),
 			WrapRefresher: func(r consumer.Refresher) consumer.Refresher {
@@ -176,13 +141,7 @@ func (b *Bench) startConsumer(ctx context.Context, db string, row Row, rec *reco
 		s.svcs = append(s.svcs, svc)
 	}
 	for _, svc := range s.svcs {
-		s.wg.Go(func() {
-			if err := svc.Run(runCtx); err != nil {
-				s.mu.Lock()
-				s.errs = append(s.errs, err)
-				s.mu.Unlock()
-			}
-		})
+		s.run.Go(func() error { return svc.Run(runCtx) })
 	}
 	return s, nil
 }
@@ -194,9 +153,7 @@ type scorerefresh struct {
 	failing    atomic.Bool
 	cancel     context.CancelFunc
 	stopScorer func()
-	wg         sync.WaitGroup
-	mu         sync.Mutex
-	errs       []error
+	run        errgroup.Group
 }
 
 func (s *scorerefresh) done() (n float64) {
@@ -218,7 +175,7 @@ func (s *scorerefresh) figures() (refreshes, deadLettered float64) {
 
 func (s *scorerefresh) stop() error {
 	s.cancel()
-	s.wg.Wait()
+	err := s.run.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, svc := range s.svcs {
@@ -227,9 +184,7 @@ func (s *scorerefresh) stop() error {
 	if s.stopScorer != nil {
 		s.stopScorer()
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return errors.Join(s.errs...)
+	return err
 }
 
 // faultyScorer fails every refresh while failing is set; with instant set
@@ -250,43 +205,6 @@ func (f *faultyScorer) Refresh(ctx context.Context, user string, at time.Time) e
 		return nil
 	}
 	return f.inner.Refresh(ctx, user, at)
-}
-
-// referenceRun is the reference consumer on a client of its own, configured
-// as scorerefresh's (app.ClientOptions) and counted by the same recorder.
-type referenceRun struct {
-	ref    *reference
-	client *mongo.Client
-	cancel context.CancelFunc
-	exited chan struct{}
-}
-
-func (b *Bench) startReference(ctx context.Context, cfg config.Config, rules *scoring.Rules, rec *recorder) (*referenceRun, error) {
-	if rules == nil {
-		return nil, errors.New("the reference computes rules only, not an HTTP scorer")
-	}
-	cfg.RefreshConcurrency = 1
-	m := metrics.NewMongo(metrics.NewRegistry())
-	client, err := mongo.Connect(app.ClientOptions(cfg, m).SetMonitor(m.CommandMonitor(rec.monitor())))
-	if err != nil {
-		return nil, err
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	r := &referenceRun{ref: newReference(client.Database(cfg.Database), rules, cfg.QueueCollection, cfg.PollInterval, b.svcLog),
-		client: client, cancel: cancel, exited: make(chan struct{})}
-	go func() { defer close(r.exited); r.ref.drain(runCtx) }()
-	return r, nil
-}
-
-func (r *referenceRun) done() float64               { return float64(r.ref.covered.Load()) }
-func (r *referenceRun) figures() (float64, float64) { return float64(r.ref.refreshes.Load()), 0 }
-
-func (r *referenceRun) stop() error {
-	r.cancel()
-	<-r.exited
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return r.client.Disconnect(ctx)
 }
 
 // recorder is the one command recorder of a row: every command of the
@@ -313,11 +231,7 @@ func (r *recorder) monitor() *event.CommandMonitor {
 func (r *recorder) counts() map[string]float64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[string]float64, len(r.n))
-	for k, v := range r.n {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(r.n)
 }
 
 // seeded is what a row's database holds before its consumer starts.
@@ -346,10 +260,10 @@ func (b *Bench) seed(ctx context.Context, db *mongo.Database, row Row) (*seeded,
 	} else {
 		err = b.seedSources(ctx, db)
 	}
-	if err != nil {
-		return nil, err
+	if err == nil {
+		err = insertAll(ctx, s.queue, backlog.QueueDocs(entries, userName, "bench"))
 	}
-	if err := insertAll(ctx, s.queue, backlog.QueueDocs(entries, userName, "bench")); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	users := map[int]bool{}
@@ -362,12 +276,12 @@ func (b *Bench) seed(ctx context.Context, db *mongo.Database, row Row) (*seeded,
 	return s, err
 }
 
-// seedSources writes 150 source documents for rulesYAML (45% activity, 30%
+// seedSources writes 150 source documents for rules/bench.yaml (45% activity, 30%
 // posts, 25% reviews; 40 in a smoke run) of users of a pool of 2,000 (300).
 // They stay few on purpose: FerretDB answers every component query by
 // reading the collection (SQLite) or the user's rows (PostgreSQL).
 func (b *Bench) seedSources(ctx context.Context, db *mongo.Database) error {
-	n, pool := size(b.cfg.Short).n(150, 40), b.pool()
+	n, pool := pick(size(b.cfg.Short), 150, 40), b.pool()
 	rnd := rand.New(rand.NewPCG(b.cfg.Seed, 7))
 	now := time.Now()
 	ago := func(max time.Duration) time.Time { return now.Add(-time.Duration(rnd.Int64N(int64(max)))) }
@@ -386,12 +300,11 @@ func (b *Bench) seedSources(ctx context.Context, db *mongo.Database) error {
 				{Key: "product", Value: fmt.Sprintf("sku-%d", rnd.IntN(40))}, {Key: "at", Value: ago(60 * 24 * time.Hour)}})
 		}
 	}
+	var err error
 	for name, d := range docs {
-		if err := insertAll(ctx, db.Collection(name), d); err != nil {
-			return err
-		}
+		err = errors.Join(err, insertAll(ctx, db.Collection(name), d))
 	}
-	return nil
+	return err
 }
 
 // insertAll writes docs in batches of 1,000.
@@ -419,12 +332,12 @@ func (b *Bench) sample(ctx context.Context, queue *mongo.Collection, elapsed tim
 
 // verifyScores checks every user's stored score against want.
 func verifyScores(ctx context.Context, db *mongo.Database, want map[string]float64) (checked, wrong int, err error) {
-	cur, err := db.Collection("user_scores").Find(ctx, bson.D{})
-	if err != nil {
-		return 0, 0, fmt.Errorf("reading scores to verify: %w", err)
-	}
 	var docs []scoring.ScoreDoc
-	if err := cur.All(ctx, &docs); err != nil {
+	cur, err := db.Collection("user_scores").Find(ctx, bson.D{})
+	if err == nil {
+		err = cur.All(ctx, &docs)
+	}
+	if err != nil {
 		return 0, 0, fmt.Errorf("reading scores to verify: %w", err)
 	}
 	got := map[string]float64{}
@@ -440,7 +353,7 @@ func verifyScores(ctx context.Context, db *mongo.Database, want map[string]float
 }
 
 // pool is how many users the sources and the producers draw from.
-func (b *Bench) pool() int { return size(b.cfg.Short).n(2000, 300) }
+func (b *Bench) pool() int { return pick(size(b.cfg.Short), 2000, 300) }
 
 // loadModel is the proxy's extra delay past a knee of busy connections,
 // changed by a row's steps while the proxy runs.

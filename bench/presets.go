@@ -9,24 +9,11 @@ import (
 	"github.com/scorerefresh/scorerefresh/internal/backlog"
 )
 
-// size picks a row's full or smoke (-short) figure.
+// size says whether the rows are the smoke run's (-short).
 type size bool
 
-func (s size) n(full, short int) int {
-	if s {
-		return short
-	}
-	return full
-}
-
-func (s size) list(full, short []string) []string {
-	if s {
-		return short
-	}
-	return full
-}
-
-func (s size) d(full, short time.Duration) time.Duration {
+// pick is a row's full or smoke figure.
+func pick[T any](s size, full, short T) T {
 	if s {
 		return short
 	}
@@ -43,19 +30,19 @@ type preset struct {
 // of the calibration's estimate of that consumer's drain rate.
 var presets = []preset{
 	{"diverse", func(s size) []Row { // each entry its own user: refreshes all the way
-		spec := backlog.Spec{Shape: backlog.Distinct, Entries: s.n(2000, 30), Users: s.n(2000, 30)}
-		return pair(Row{Name: "diverse", Backlog: spec, Max: s.d(10*time.Minute, 30*time.Second)}, s.d(90*time.Second, 2*time.Second))
+		spec := backlog.Spec{Shape: backlog.Distinct, Entries: pick(s, 2000, 30), Users: pick(s, 2000, 30)}
+		return pair(Row{Name: "diverse", Backlog: spec, Max: pick(s, 10*time.Minute, 30*time.Second)}, pick(s, 90*time.Second, 2*time.Second))
 	}},
 	{"firehose", func(s size) []Row { // 94% one user: coalescing does the work
-		spec := backlog.Spec{Shape: backlog.Firehose, Hot: 0.94, Entries: s.n(20000, 200), Users: s.n(500, 10)}
-		return pair(Row{Name: "firehose", Backlog: spec, Max: s.d(10*time.Minute, 30*time.Second)}, s.d(90*time.Second, 2*time.Second))
+		spec := backlog.Spec{Shape: backlog.Firehose, Hot: 0.94, Entries: pick(s, 20000, 200), Users: pick(s, 500, 10)}
+		return pair(Row{Name: "firehose", Backlog: spec, Max: pick(s, 10*time.Minute, 30*time.Second)}, pick(s, 90*time.Second, 2*time.Second))
 	}},
 	{"wedge", func(s size) []Row { // arrivals at 5× the reference's capacity
-		d := s.d(5*time.Minute, 3*time.Second)
+		d := pick(s, 5*time.Minute, 3*time.Second)
 		return pair(Row{Name: "wedge", Rate: 5, RateOf: consumerReference, For: d, Max: d}, d)
 	}},
 	{"recovery", func(s size) []Row { // arrivals at half scorerefresh's rate; RTT ×10 for a minute
-		before, trigger, watch := s.d(30*time.Second, 1500*time.Millisecond), s.d(60*time.Second, 1500*time.Millisecond), s.d(120*time.Second, 3*time.Second)
+		before, trigger, watch := pick(s, 30*time.Second, 1500*time.Millisecond), pick(s, 60*time.Second, 1500*time.Millisecond), pick(s, 120*time.Second, 3*time.Second)
 		return pair(Row{Name: "recovery", Rate: 0.5, RateOf: consumerScorerefresh, For: before + trigger + watch, Max: before + trigger + watch,
 			Steps: rttSpike(before, trigger, 10*s.rtt())}, before+trigger+watch)
 	}},
@@ -66,42 +53,42 @@ var presets = []preset{
 			factors = []float64{1, 2}
 		}
 		for _, f := range factors {
-			d := s.d(60*time.Second, 2*time.Second)
+			d := pick(s, 60*time.Second, 2*time.Second)
 			rows = append(rows, Row{Name: fmt.Sprintf("overload-%.1fx", f), Rate: f, RateOf: consumerScorerefresh, For: d, Max: d})
 		}
 		return rows
 	}},
 	{"scale", func(s size) []Row { // one against three processes, latency-bound
-		spec := backlog.Spec{Shape: backlog.Distinct, Entries: s.n(3000, 30), Users: s.n(3000, 30)}
-		rtt, d := s.d(60*time.Millisecond, 10*time.Millisecond), s.d(35*time.Second, 3*time.Second)
+		spec := backlog.Spec{Shape: backlog.Distinct, Entries: pick(s, 3000, 30), Users: pick(s, 3000, 30)}
+		rtt, d := pick(s, 60*time.Millisecond, 10*time.Millisecond), pick(s, 35*time.Second, 3*time.Second)
 		return []Row{{Name: "scale-1", Backlog: spec, RTT: rtt, Max: d}, {Name: "scale-3", Backlog: spec, Replicas: 3, RTT: rtt, Max: d}}
 	}},
 	{"adaptive", adaptiveRows},
 	{"fleet", func(s size) []Row { // what each replica costs: per entry while draining, per second while idle
 		var rows []Row
-		for _, n := range []int{1, 4, 16, 32}[:s.n(4, 2)] {
+		for _, n := range []int{1, 4, 16, 32}[:pick(s, 4, 2)] {
 			rows = append(rows, Row{Name: fmt.Sprintf("fleet-%d", n), Replicas: n, RTT: 2 * time.Millisecond, Scorer: scorerInstant,
-				Backlog: backlog.Spec{Shape: backlog.Distinct, Entries: s.n(2000, 60), Users: s.n(1000, 30)}, Max: s.d(3*time.Minute, 30*time.Second)})
+				Backlog: backlog.Spec{Shape: backlog.Distinct, Entries: pick(s, 2000, 60), Users: pick(s, 1000, 30)}, Max: pick(s, 3*time.Minute, 30*time.Second)})
 		}
-		idle := s.d(30*time.Second, time.Second)
-		return append(rows, Row{Name: "fleet-idle-" + fmt.Sprint(s.n(16, 2)), Replicas: s.n(16, 2), RTT: 2 * time.Millisecond, For: idle, Max: idle})
+		idle := pick(s, 30*time.Second, time.Second)
+		return append(rows, Row{Name: "fleet-idle-" + fmt.Sprint(pick(s, 16, 2)), Replicas: pick(s, 16, 2), RTT: 2 * time.Millisecond, For: idle, Max: idle})
 	}},
 	{"storm", func(s size) []Row { // every refresh fails for a minute, then heals: nobody is dead-lettered
-		spec := backlog.Spec{Shape: backlog.Distinct, Entries: s.n(20000, 100), Users: s.n(20000, 100)}
-		base := Row{Name: "storm-none", Backlog: spec, Replicas: s.n(3, 2), RTT: 2 * time.Millisecond, Scorer: scorerInstant, Max: s.d(40*time.Minute, 30*time.Second)}
+		spec := backlog.Spec{Shape: backlog.Distinct, Entries: pick(s, 20000, 100), Users: pick(s, 20000, 100)}
+		base := Row{Name: "storm-none", Backlog: spec, Replicas: pick(s, 3, 2), RTT: 2 * time.Millisecond, Scorer: scorerInstant, Max: pick(s, 40*time.Minute, 30*time.Second)}
 		storm := base
 		storm.Name = "storm"
-		storm.Steps = []Step{{RTT: base.RTT, Fail: true}, {At: s.d(60*time.Second, 1500*time.Millisecond), RTT: base.RTT}}
+		storm.Steps = []Step{{RTT: base.RTT, Fail: true}, {At: pick(s, 60*time.Second, 1500*time.Millisecond), RTT: base.RTT}}
 		return []Row{base, storm}
 	}},
 	{"batched", func(s size) []Row { // per-user recompute against batches of users
-		spec := backlog.Spec{Shape: backlog.Distinct, Entries: s.n(4000, 30), Users: s.n(4000, 30)}
+		spec := backlog.Spec{Shape: backlog.Distinct, Entries: pick(s, 4000, 30), Users: pick(s, 4000, 30)}
 		var rows []Row
-		for _, far := range []bool{false, true}[:s.n(2, 1)] {
-			for _, c := range s.list([]string{"1", "16", "16x256", "64x256"}, []string{"1", "16x256"}) {
-				r := Row{Name: "batched-" + c, Backlog: spec, Env: batchEnv(c), Max: s.d(60*time.Second, 3*time.Second)}
+		for _, far := range []bool{false, true}[:pick(s, 2, 1)] {
+			for _, c := range pick(s, []string{"1", "16", "16x256", "64x256"}, []string{"1", "16x256"}) {
+				r := Row{Name: "batched-" + c, Backlog: spec, Env: batchEnv(c), Max: pick(s, 60*time.Second, 3*time.Second)}
 				if far { // latency-bound, far below the server's capacity
-					r.Name, r.RTT = "batched-far-"+c, s.d(200*time.Millisecond, 50*time.Millisecond)
+					r.Name, r.RTT = "batched-far-"+c, pick(s, 200*time.Millisecond, 50*time.Millisecond)
 				}
 				rows = append(rows, r)
 			}
@@ -109,31 +96,31 @@ var presets = []preset{
 		return rows
 	}},
 	{"batched-spread", func(s size) []Row { // one slot against per-user, the default and batches of 16, twice, A B C D D C B A
-		spec := backlog.Spec{Shape: backlog.Distinct, Entries: s.n(3000, 30), Users: s.n(3000, 30)}
+		spec := backlog.Spec{Shape: backlog.Distinct, Entries: pick(s, 3000, 30), Users: pick(s, 3000, 30)}
 		env := map[string][]string{"1c1": {"REFRESH_BATCH_SIZE=1", "REFRESH_CONCURRENCY=1"}, "1": {"REFRESH_BATCH_SIZE=1"}, "0": nil, "16": {"REFRESH_BATCH_SIZE=16"}}
 		var rows []Row
-		for i, c := range s.list([]string{"1c1", "1", "0", "16", "16", "0", "1", "1c1"}, []string{"1c1", "16"}) {
+		for i, c := range pick(s, []string{"1c1", "1", "0", "16", "16", "0", "1", "1c1"}, []string{"1c1", "16"}) {
 			rows = append(rows, Row{Name: fmt.Sprintf("spread-%s-%c", c, 'a'+rune(i/4)), Backlog: spec, Scorer: scorerCount12,
-				Env: append([]string{"MAX_USERS_IN_FLIGHT=64"}, env[c]...), Max: s.d(75*time.Second, 5*time.Second)})
+				Env: append([]string{"MAX_USERS_IN_FLIGHT=64"}, env[c]...), Max: pick(s, 75*time.Second, 5*time.Second)})
 		}
 		return rows
 	}},
 	{"slowdown", func(s size) []Row { // every refresh outlives its deadline for two minutes
-		before, slow, watch := s.d(30*time.Second, 1500*time.Millisecond), s.d(2*time.Minute, 3*time.Second), s.d(3*time.Minute, 15*time.Second)
-		return []Row{{Name: "slowdown", Env: []string{"LEASE_DURATION=" + s.d(10*time.Second, 2*time.Second).String()},
+		before, slow, watch := pick(s, 30*time.Second, 1500*time.Millisecond), pick(s, 2*time.Minute, 3*time.Second), pick(s, 3*time.Minute, 15*time.Second)
+		return []Row{{Name: "slowdown", Env: []string{"LEASE_DURATION=" + pick(s, 10*time.Second, 2*time.Second).String()},
 			Rate: 0.5, RateOf: consumerScorerefresh, For: before + slow, Max: before + slow + watch,
-			Steps: rttSpike(before, slow, s.d(time.Second, 400*time.Millisecond))}}
+			Steps: rttSpike(before, slow, pick(s, time.Second, 400*time.Millisecond))}}
 	}},
 	{"plan", planRows},
 	{"scorer", func(s size) []Row { // bring your own score: the diverse drain with the HTTP scorer, against the same score as rules
-		spec := backlog.Spec{Shape: backlog.Distinct, Entries: s.n(2000, 40), Users: s.n(2000, 40)}
-		limit := s.d(10*time.Minute, 60*time.Second)
+		spec := backlog.Spec{Shape: backlog.Distinct, Entries: pick(s, 2000, 40), Users: pick(s, 2000, 40)}
+		limit := pick(s, 10*time.Minute, 60*time.Second)
 		return []Row{{Name: "scorer-rules", Backlog: spec, Scorer: scorerActivity, Max: limit}, {Name: "scorer-http", Backlog: spec, Scorer: scorerHTTP, Max: limit}}
 	}},
 }
 
 // rtt is the -rtt default of the size, which the spike factors multiply.
-func (s size) rtt() time.Duration { return s.d(20*time.Millisecond, 5*time.Millisecond) }
+func (s size) rtt() time.Duration { return pick(s, 20*time.Millisecond, 5*time.Millisecond) }
 
 // pair is row drained by the reference (for at most refMax: its rate is
 // steady) and then by scorerefresh, on identical data.
@@ -159,35 +146,38 @@ func batchEnv(c string) []string {
 	return env
 }
 
-// adaptiveRows: a server with a knee (no extra delay up to 6 busy
-// connections, 15 ms per connection past it) drained at fixed limits and
-// with the adaptive limit, through a ×10 delay spike, and by three
-// adaptive instances sharing it.
+// adaptiveRows: a server with a knee drained at fixed limits and with the
+// adaptive limit, through a ×10 delay spike, and by three adaptive
+// instances sharing it.
 func adaptiveRows(s size) []Row {
-	knee := Step{Knee: 6, Slope: 15 * time.Millisecond}
-	spec := backlog.Spec{Shape: backlog.Distinct, Entries: s.n(4000, 30), Users: s.n(4000, 30)}
-	drain := s.d(30*time.Second, 2*time.Second)
+	spec := backlog.Spec{Shape: backlog.Distinct, Entries: pick(s, 4000, 30), Users: pick(s, 4000, 30)}
+	drain := pick(s, 30*time.Second, 2*time.Second)
 	var rows []Row
-	for _, n := range []int{2, 4, 8, 16}[s.n(0, 1):s.n(4, 2)] {
+	for _, n := range []int{2, 4, 8, 16}[pick(s, 0, 1):pick(s, 4, 2)] {
 		rows = append(rows, Row{Name: fmt.Sprintf("adaptive-fixed-%d", n), Backlog: spec, Env: []string{fmt.Sprintf("REFRESH_CONCURRENCY=%d", n)}, Max: drain})
 	}
 	adaptive := []string{"ADAPTIVE_CONCURRENCY=true", "REFRESH_CONCURRENCY=16"}
-	before, spike, after := s.d(20*time.Second, time.Second), s.d(20*time.Second, time.Second), s.d(30*time.Second, 2*time.Second)
-	three := s.d(60*time.Second, 2*time.Second)
+	before, spike, after := pick(s, 20*time.Second, time.Second), pick(s, 20*time.Second, time.Second), pick(s, 30*time.Second, 2*time.Second)
+	three := pick(s, 60*time.Second, 2*time.Second)
 	rows = append(rows,
 		Row{Name: "adaptive", Backlog: spec, Env: adaptive, Max: drain},
 		Row{Name: "adaptive-spike", Env: adaptive, Rate: 0.5, RateOf: consumerScorerefresh, For: before + spike + after, Max: before + spike + after,
 			Steps: rttSpike(before, spike, 10*s.rtt())},
 		Row{Name: "adaptive-three", Backlog: spec, Env: adaptive, Replicas: 3, For: three, Max: three})
 	for i := range rows {
-		// The knee holds through every step of the row.
-		steps := append([]Step{{}}, rows[i].Steps...)
-		for j := range steps {
-			steps[j].Knee, steps[j].Slope = knee.Knee, knee.Slope
-		}
-		rows[i].Steps = steps
+		rows[i] = withKnee(rows[i])
 	}
 	return rows
+}
+
+// withKnee puts a server with a knee (no extra delay up to 6 busy
+// connections, 15 ms per connection past them) under every step of r.
+func withKnee(r Row) Row {
+	r.Steps = append([]Step{{}}, r.Steps...)
+	for i := range r.Steps {
+		r.Steps[i].Knee, r.Steps[i].Slope = 6, 15*time.Millisecond
+	}
+	return r
 }
 
 // planRows are the capacity planner's validation cases (docs/capacity-
@@ -198,28 +188,25 @@ func planRows(s size) []Row {
 	c16 := []string{"REFRESH_CONCURRENCY=16", "MAX_USERS_IN_FLIGHT=64", "CLAIM_WINDOW=500"}
 	c4 := []string{"REFRESH_CONCURRENCY=4", "MAX_USERS_IN_FLIGHT=8", "CLAIM_WINDOW=100"}
 	static := func(name string, shape backlog.Shape, entries, users int, env []string) Row {
-		return Row{Name: name, Backlog: backlog.Spec{Shape: shape, Entries: s.n(entries, entries/40), Users: s.n(users, max(users/40, 5)), Hot: backlog.FirehoseShare},
-			Env: env, Max: s.d(150*time.Second, 10*time.Second)}
+		return Row{Name: name, Backlog: backlog.Spec{Shape: shape, Entries: pick(s, entries, entries/40), Users: pick(s, users, max(users/40, 5)), Hot: backlog.FirehoseShare},
+			Env: env, Max: pick(s, 150*time.Second, 10*time.Second)}
 	}
 	// paced arrives entries over span at the original pace, with the RTT
 	// ×10 from at for lasts (lasts 0: no transient), past a knee.
 	paced := func(name string, entries int, span, at, lasts time.Duration, knee bool) Row {
-		span = s.d(span, span/15)
-		r := Row{Name: name, Env: c16, Rate: float64(entries) / span.Seconds(), For: span, Max: s.d(150*time.Second, 15*time.Second),
-			Arrivals: backlog.Spec{Shape: backlog.Diverse, Entries: s.n(entries, entries/15), Users: 100000}}
+		span = pick(s, span, span/15)
+		r := Row{Name: name, Env: c16, Rate: float64(entries) / span.Seconds(), For: span, Max: pick(s, 150*time.Second, 15*time.Second),
+			Arrivals: backlog.Spec{Shape: backlog.Diverse, Entries: pick(s, entries, entries/15), Users: 100000}}
 		if lasts > 0 {
-			r.Steps = rttSpike(s.d(at, at/15), s.d(lasts, lasts/15), 10*s.rtt())
+			r.Steps = rttSpike(pick(s, at, at/15), pick(s, lasts, lasts/15), 10*s.rtt())
 		}
 		if knee {
-			r.Steps = append([]Step{{}}, r.Steps...)
-			for i := range r.Steps {
-				r.Steps[i].Knee, r.Steps[i].Slope = 6, 15*time.Millisecond
-			}
+			return withKnee(r)
 		}
 		return r
 	}
-	mixedPaced := Row{Name: "mixed-paced-c16", Env: c16, Rate: 4000 / 30.0, For: s.d(30*time.Second, 1500*time.Millisecond), Max: s.d(150*time.Second, 15*time.Second),
-		Arrivals: backlog.Spec{Shape: backlog.Mixed, Entries: s.n(4000, 200), Users: s.n(500, 25)}}
+	mixedPaced := Row{Name: "mixed-paced-c16", Env: c16, Rate: 4000 / 30.0, For: pick(s, 30*time.Second, 1500*time.Millisecond), Max: pick(s, 150*time.Second, 15*time.Second),
+		Arrivals: backlog.Spec{Shape: backlog.Mixed, Entries: pick(s, 4000, 200), Users: pick(s, 500, 25)}}
 	rows := []Row{
 		static("diverse-c16", backlog.Diverse, 2000, 2000, c16), static("diverse-c4", backlog.Diverse, 500, 500, c4),
 		static("firehose-c16", backlog.Firehose, 10000, 300, c16), static("firehose-c4", backlog.Firehose, 4000, 150, c4),

@@ -1,12 +1,14 @@
 package bench
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -32,17 +34,14 @@ type target struct {
 	Target  string `json:"target"`
 	Figure  string `json:"figure"`
 	Met     bool   `json:"met"`
-	Applies bool   `json:"applies"` // false: the run cannot show it (say, the server bound binds first)
+	Applies bool   `json:"applies"` // false: the run cannot show it (say, no reference rate)
 }
 
 func (t target) verdict() string {
-	switch {
-	case !t.Applies:
+	if !t.Applies {
 		return "n/a"
-	case t.Met:
-		return "met"
 	}
-	return "MISS"
+	return map[bool]string{true: "met", false: "MISS"}[t.Met]
 }
 
 // find is the result of preset's row run by consumer, or nil.
@@ -55,34 +54,36 @@ func (r *Report) find(preset, row, consumer string) *Result {
 	return nil
 }
 
-// judge fills in the ratios to the reference and the targets of the
-// presets whose rows have run.
+// judge fills in the ratios to the reference and the targets that are
+// cheap to judge, for the rows that have run.
 func (r *Report) judge() {
 	r.Targets = nil
+	add := func(preset, what string, met, applies bool, format string, args ...any) {
+		r.Targets = append(r.Targets, target{Preset: preset, Target: what, Figure: fmt.Sprintf(format, args...), Met: met, Applies: applies})
+	}
 	for _, x := range r.Results {
 		if ref := r.find(x.Preset, x.Name, consumerReference); ref != nil && x != ref && ref.Rate > 0 {
 			x.Ratio = x.Rate / ref.Rate
 		}
-	}
-	add := func(preset, what string, met, applies bool, format string, args ...any) {
-		r.Targets = append(r.Targets, target{Preset: preset, Target: what, Figure: fmt.Sprintf(format, args...), Met: met, Applies: applies})
+		if x.Ratio > 0 && (x.Preset == "diverse" || x.Preset == "firehose") {
+			add(x.Preset, "≥ 10× the reference", x.Ratio >= 10, true, "%.1f×", x.Ratio)
+		}
+		switch {
+		case x.Preset == "storm" || x.Preset == "slowdown":
+			add(x.Preset, x.Name+": nobody dead-lettered, the backlog drains", x.DeadLettered == 0 && x.Drained, true,
+				"%.0f dead-lettered; %.0f of %d entries done", x.DeadLettered, x.Done, int64(x.Backlog.Entries)+x.Produced)
+		case x.Verified > 0:
+			add(x.Preset, x.Name+": every score right", x.Wrong == 0, true, "%d verified, %d wrong", x.Verified, x.Wrong)
+		}
 	}
 	svc := func(preset, row string) *Result { return r.find(preset, row, consumerScorerefresh) }
-	if x := svc("diverse", "diverse"); x != nil {
-		lower := r.Calibration.Bounds.Lower
-		add("diverse", "≥ 10× the reference", x.Ratio >= 10, x.Ratio > 0, "%.1f×", x.Ratio)
+	if x, lower := svc("diverse", "diverse"), r.Calibration.Bounds.Lower; x != nil {
 		add("diverse", "≥ 90% of the lower bound", x.Rate >= 0.9*lower, lower > 0, "%.1f/s of %.1f/s (%s)", x.Rate, lower, r.Calibration.Bounds)
-	}
-	if x := svc("firehose", "firehose"); x != nil {
-		add("firehose", "≥ 10× the reference", x.Ratio >= 10, x.Ratio > 0, "%.1f×", x.Ratio)
-	}
-	if x, ref := svc("wedge", "wedge"), r.find("wedge", "wedge", consumerReference); x != nil && ref != nil {
-		add("wedge", "scorerefresh's oldest age stays under 30 s", x.MaxOldest < 30, true, "%.1f s", x.MaxOldest)
-		add("wedge", "the reference's queue grows", last(ref.Samples).Depth > ref.Samples[0].Depth, true, "depth %d → %d", ref.Samples[0].Depth, last(ref.Samples).Depth)
 	}
 	if x := svc("recovery", "recovery"); x != nil && len(x.Steps) == 2 {
 		pre, back := recovered(x.Samples, x.Steps[0].At.Seconds(), x.Steps[1].At.Seconds())
-		add("recovery", "back under the pre-trigger oldest age ≤ 60 s after restore", back >= 0 && back <= 60, pre > 0, "pre-trigger %.1f s; back %s", pre, secondsOrNever(back))
+		add("recovery", "back under the pre-trigger oldest age ≤ 60 s after restore", back >= 0 && back <= 60, pre > 0,
+			"pre-trigger %.1f s; back after %.0f s (-1: never)", pre, back)
 	}
 	if one, two := svc("overload", "overload-1.0x"), svc("overload", "overload-2.0x"); one != nil && two != nil {
 		add("overload", "goodput plateaus: at 2× it keeps ≥ 80% of the goodput at 1×", two.Rate >= 0.8*one.Rate, true, "%.1f/s at 2×, %.1f/s at 1×", two.Rate, one.Rate)
@@ -90,47 +91,6 @@ func (r *Report) judge() {
 	if one, three := svc("scale", "scale-1"), svc("scale", "scale-3"); one != nil && three != nil && one.Rate > 0 {
 		e := three.Rate / (3 * one.Rate)
 		add("scale", "3-process rate / (3 × 1-process rate) ≥ 0.9", e >= 0.9, true, "%.2f (%.1f/s against %.1f/s)", e, three.Rate, one.Rate)
-	}
-	r.judgeAdaptive(add)
-	r.judgeFaults(add)
-}
-
-// judgeAdaptive: the adaptive limit against the best fixed one past a knee.
-func (r *Report) judgeAdaptive(add func(string, string, bool, bool, string, ...any)) {
-	a := r.find("adaptive", "adaptive", consumerScorerefresh)
-	if a == nil {
-		return
-	}
-	best := &Result{}
-	for _, x := range r.Results {
-		if x.Preset == "adaptive" && strings.HasPrefix(x.Name, "adaptive-fixed-") && x.Rate > best.Rate {
-			best = x
-		}
-	}
-	add("adaptive", "adaptive ≥ 0.9 × the best fixed REFRESH_CONCURRENCY past a load knee", a.Rate >= 0.9*best.Rate, best.Rate > 0,
-		"%.1f/s against %.1f/s (%s)", a.Rate, best.Rate, best.Name)
-}
-
-// judgeFaults: fleets, storms, slowdowns, batches and scorers.
-func (r *Report) judgeFaults(add func(string, string, bool, bool, string, ...any)) {
-	var fleet []*Result
-	for _, x := range r.Results {
-		switch {
-		case x.Preset == "fleet" && x.Backlog.Entries > 0:
-			fleet = append(fleet, x)
-		case x.Preset == "storm" || x.Preset == "slowdown":
-			add(x.Preset, x.Name+": nobody dead-lettered, the backlog drains", x.DeadLettered == 0 && x.Drained, true,
-				"%.0f dead-lettered; %.0f of %d entries done", x.DeadLettered, x.Done, int64(x.Backlog.Entries)+x.Produced)
-		case x.Preset == "batched" && strings.HasSuffix(x.Name, "-16x256"):
-			add("batched", x.Name+": ≤ 1.5 commands per acknowledged entry", x.PerEntry <= 1.5, true, "%.2f", x.PerEntry)
-		case x.Verified > 0:
-			add(x.Preset, x.Name+": every score right", x.Wrong == 0, true, "%d verified, %d wrong", x.Verified, x.Wrong)
-		}
-	}
-	if len(fleet) > 1 {
-		one, big := fleet[0], fleet[len(fleet)-1]
-		add("fleet", fmt.Sprintf("commands per entry at %d replicas ≤ 1.5× that of %d", big.Replicas, one.Replicas), big.PerEntry <= 1.5*one.PerEntry, true,
-			"%.2f against %.2f", big.PerEntry, one.PerEntry)
 	}
 }
 
@@ -151,28 +111,14 @@ func recovered(s []sample, at, restore float64) (pre, back float64) {
 	return pre, -1
 }
 
-func secondsOrNever(s float64) string {
-	if s < 0 {
-		return "never"
-	}
-	return fmt.Sprintf("%.0f s after restore", s)
-}
-
-func last(s []sample) sample {
-	if len(s) == 0 {
-		return sample{}
-	}
-	return s[len(s)-1]
-}
-
 // write writes results.json and report.md to dir.
 func (r *Report) write(dir string) error {
 	data, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "results.json"), data, 0o644)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "results.json"), data, 0o644); err != nil {
-		return err
+	if err != nil {
+		return fmt.Errorf("writing results.json: %w", err)
 	}
 	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(r.markdown()), 0o644)
 }
@@ -180,64 +126,39 @@ func (r *Report) write(dir string) error {
 func (r *Report) markdown() string {
 	var sb strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&sb, format+"\n", args...) }
-	w("# scorerefresh-bench results\n")
-	w("- command: `%s`", r.Command)
+	w("# scorerefresh-bench results\n\n- command: `%s`", r.Command)
 	w("- started %s, %.0f s; server: %s; machine: %s; %s", r.Started, r.Seconds, r.Server, r.Machine, r.GoVersion)
-	w("- RTT %.0f ms (pkg/faultproxy) unless a row says otherwise; REFRESH_CONCURRENCY %d unless a row's environment says otherwise", r.RTTms, r.Concurrency)
+	w("- RTT %.0f ms (pkg/faultproxy) and REFRESH_CONCURRENCY %d unless a row says otherwise", r.RTTms, r.Concurrency)
 	if r.Short {
-		w("- **smoke run (-short)**: sizes and durations of seconds; the figures mean little")
+		w("- **smoke run (-short)**: every row in seconds; the figures mean little")
 	}
 	c := r.Calibration
-	w("\n## Calibration\n")
-	w("On the direct connection: %.1f round trips per refresh of the bench's rules, %.2f ms of server per query, at most %.0f queries/s. "+
+	w("\n## Calibration\n\nOn the direct connection: %.1f round trips per refresh of the bench's rules, %.2f ms of server per query, at most %.0f queries/s. "+
 		"Bounds of a drain of distinct users at the run's RTT and concurrency (planner.LatencyCeiling, planner.ServerCeiling): %s.", c.RoundTrips, c.ServerMs, c.QPS, c.Bounds)
-	w("\n## Results\n")
-	w("| preset | row | consumer | replicas | environment | scorer | RTT ms | backlog (users) | offered/s | seconds | done | drained | entries/s | × reference | dead-lettered | peak depth | max oldest s | commands/entry | commands/s |")
+	w("\n## Results\n\n| preset | row | consumer | replicas | environment | scorer | RTT ms | backlog (users) | offered/s | seconds | done | drained | entries/s | × reference | dead-lettered | peak depth | max oldest s | commands/entry | commands/s |")
 	w("|---|---|---|---:|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, x := range r.Results {
-		ratio := ""
-		if x.Ratio > 0 {
-			ratio = fmt.Sprintf("%.1f×", x.Ratio)
-		}
-		w("| %s | %s | %s | %d | %s | %s | %.0f | %d (%d) | %.1f | %.1f | %.0f | %v | %.1f | %s | %.0f | %d | %.1f | %.2f | %.0f |",
+		w("| %s | %s | %s | %d | %s | %s | %.0f | %d (%d) | %.1f | %.1f | %.0f | %v | %.1f | %.1f× | %.0f | %d | %.1f | %.2f | %.0f |",
 			x.Preset, x.Name, x.Consumer, x.Replicas, strings.Join(x.Env, " "), x.Scorer, ms(x.RTT), x.Backlog.Entries, x.Users, x.Row.Rate,
-			x.Seconds, x.Done, x.Drained, x.Rate, ratio, x.DeadLettered, x.PeakDepth, x.MaxOldest, x.PerEntry, x.CommandsPer)
+			x.Seconds, x.Done, x.Drained, x.Rate, x.Ratio, x.DeadLettered, x.PeakDepth, x.MaxOldest, x.PerEntry, x.CommandsPer)
 	}
-	w("\n## Faults and commands\n")
-	w("Commands per entry done, by command and collection, from the one recorder of each row (all its clients):\n")
+	w("\n## Faults and commands\n\nCommands per entry done, by command and collection, from the one recorder of each row (all its clients):\n")
 	for _, x := range r.Results {
-		w("- %s/%s, %s%s: %s", x.Preset, x.Name, x.Consumer, stepsNote(x.Steps), commandsNote(x.Commands, math.Max(x.Done, 1)))
+		var parts []string
+		for _, s := range x.Steps {
+			parts = append(parts, s.String())
+		}
+		keys := slices.SortedFunc(maps.Keys(x.Commands), func(a, b string) int {
+			return cmp.Or(cmp.Compare(x.Commands[b], x.Commands[a]), strings.Compare(a, b))
+		})
+		for i, k := range keys {
+			keys[i] = fmt.Sprintf("%s %.2f", k, x.Commands[k]/math.Max(x.Done, 1))
+		}
+		w("- %s/%s, %s (%s): %s", x.Preset, x.Name, x.Consumer, strings.Join(parts, "; "), strings.Join(keys, ", "))
 	}
-	w("\n## Targets\n")
-	w("| preset | target | figure | verdict |")
-	w("|---|---|---|---|")
+	w("\n## Targets\n\n| preset | target | figure | verdict |\n|---|---|---|---|")
 	for _, t := range r.Targets {
 		w("| %s | %s | %s | %s |", t.Preset, t.Target, t.Figure, t.verdict())
 	}
 	return sb.String()
-}
-
-func stepsNote(steps []Step) string {
-	var parts []string
-	for _, s := range steps {
-		parts = append(parts, s.String())
-	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return " (" + strings.Join(parts, "; ") + ")"
-}
-
-// commandsNote lists the commands, most first.
-func commandsNote(m map[string]float64, per float64) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return m[keys[i]] > m[keys[j]] || m[keys[i]] == m[keys[j]] && keys[i] < keys[j] })
-	parts := make([]string, 0, len(keys))
-	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s %.2f", k, m[k]/per))
-	}
-	return strings.Join(parts, ", ")
 }

@@ -7,12 +7,11 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/scorerefresh/scorerefresh/internal/backlog"
 )
@@ -120,8 +119,8 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 		row.Steps[i].RTT = cmp.Or(row.Steps[i].RTT, row.RTT)
 	}
 	res := &Result{Row: row, Users: seeded.users}
-	b.logf("\n== %s/%s: %s, %d entries of %d users queued, %d replica(s), RTT %s, %s scorer%s", row.Preset, row.Name, row.Consumer,
-		row.Backlog.Entries, res.Users, row.Replicas, row.RTT, row.Scorer, envNote(row.Env))
+	b.logf("\n== %s/%s: %s, %d entries of %d users queued, %d replica(s), RTT %s, %s scorer, environment %v", row.Preset, row.Name, row.Consumer,
+		row.Backlog.Entries, res.Users, row.Replicas, row.RTT, row.Scorer, row.Env)
 	rec := newRecorder()
 	first := Step{RTT: row.RTT}
 	if len(row.Steps) > 0 && row.Steps[0].At == 0 {
@@ -139,14 +138,13 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 	if row.For > 0 {
 		prodCtx, stopProducer = context.WithTimeout(ctx, row.For)
 	}
-	var wg sync.WaitGroup
-	var prodErr error
+	var producer errgroup.Group
 	if row.Rate > 0 {
-		wg.Go(func() { prodErr = b.produce(prodCtx, seeded.queue, row, &arrived) })
+		producer.Go(func() error { return b.produce(prodCtx, seeded.queue, row, &arrived) })
 	}
 	end, err := b.watch(ctx, row, c, seeded, res, &arrived)
 	stopProducer()
-	wg.Wait()
+	prodErr := producer.Wait()
 	if err != nil {
 		_ = c.stop()
 		return nil, err
@@ -174,8 +172,8 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 			return nil, err
 		}
 	}
-	b.logf("  %.0f entries done in %.1fs (%.1f/s)%s, %.0f refreshes, %.2f commands/entry, peak depth %d, oldest %.1fs%s",
-		res.Done, res.Seconds, res.Rate, map[bool]string{true: ", drained"}[res.Drained], res.Refreshes, res.PerEntry, res.PeakDepth, res.MaxOldest, verifiedNote(res))
+	b.logf("  %.0f entries done in %.1fs (%.1f/s), drained %v, %.0f refreshes, %.2f commands/entry, peak depth %d, oldest %.1fs; %d scores verified, %d wrong",
+		res.Done, res.Seconds, res.Rate, res.Drained, res.Refreshes, res.PerEntry, res.PeakDepth, res.MaxOldest, res.Verified, res.Wrong)
 	if res.Wrong > 0 {
 		return res, fmt.Errorf("%d of %d scores are wrong", res.Wrong, res.Verified)
 	}
@@ -295,20 +293,6 @@ func (b *Bench) produce(ctx context.Context, queue *mongo.Collection, row Row, s
 
 // userName is the i-th user of the bench.
 func userName(i int) string { return fmt.Sprintf("user-%05d", i) }
-
-func envNote(env []string) string {
-	if len(env) == 0 {
-		return ""
-	}
-	return "; " + strings.Join(env, " ")
-}
-
-func verifiedNote(r *Result) string {
-	if r.Verified == 0 {
-		return ""
-	}
-	return fmt.Sprintf("; %d scores verified, %d wrong", r.Verified, r.Wrong)
-}
 
 func sum(m map[string]float64) float64 {
 	t := 0.0
