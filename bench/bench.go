@@ -98,13 +98,7 @@ func (c *Config) validate() error {
 func (c *Config) presets() []string { return splitList(c.Scenarios) }
 
 func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
+	return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })
 }
 
 // Bench is one run: New checks its Config, Run runs it.
@@ -121,6 +115,7 @@ type Bench struct {
 	builtScorer bool   // examples/httpscorer is built in tmp
 	runs        int    // databases created so far: each row gets a fresh, numbered one
 	runID       string // this run's prefix of them: two benches on one server must not drop each other's
+	closers     []func()
 }
 
 // New checks cfg and returns the run it describes.
@@ -148,9 +143,8 @@ func (b *Bench) Run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	started := time.Now()
-	closeAll, err := b.setUp(ctx)
-	defer closeAll()
-	if err != nil {
+	defer b.close()
+	if err := b.setUp(ctx); err != nil {
 		return nil, err
 	}
 	rep := &Report{Started: started.UTC().Format(time.RFC3339), Short: b.cfg.Short, Server: b.srv.Name, Machine: machine(),
@@ -181,25 +175,19 @@ func (b *Bench) Run(ctx context.Context) (*Report, error) {
 	return rep, nil
 }
 
-// setUp opens the service's log and starts the server, the proxy and the
-// direct client; closeAll undoes whatever it did.
-func (b *Bench) setUp(ctx context.Context) (closeAll func(), err error) {
-	var undo []func()
-	closeAll = func() {
-		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i]()
-		}
-	}
+// setUp makes the scratch folder, opens the service's log and starts the
+// server, the proxy and the direct client; b.close undoes whatever it did.
+func (b *Bench) setUp(ctx context.Context) (err error) {
 	if b.tmp, err = os.MkdirTemp("", "scorerefresh-bench-"); err != nil {
-		return closeAll, err
+		return err
 	}
-	undo = append(undo, func() { os.RemoveAll(b.tmp) })
+	b.closers = append(b.closers, func() { os.RemoveAll(b.tmp) })
 	logPath := filepath.Join(b.cfg.Out, "service.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
-		return closeAll, err
+		return err
 	}
-	undo = append(undo, func() {
+	b.closers = append(b.closers, func() {
 		logFile.Close()
 		if st, err := os.Stat(logPath); err == nil && st.Size() == 0 {
 			os.Remove(logPath) // nothing logged at warn or above: no empty file among the results
@@ -207,18 +195,24 @@ func (b *Bench) setUp(ctx context.Context) (closeAll func(), err error) {
 	})
 	b.svcLog = slog.New(slog.NewJSONHandler(logFile, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if b.srv, err = startServer(ctx, b.cfg.Backend, b.cfg.PostgreSQL, b.cfg.MongoDB); err != nil {
-		return closeAll, err
+		return err
 	}
-	undo = append(undo, b.srv.Close)
+	b.closers = append(b.closers, b.srv.Close)
 	if b.proxy, err = faultproxy.Start(context.Background(), faultproxy.Config{Target: b.srv.Addr, DelayFunc: b.load.delay}); err != nil {
-		return closeAll, err
+		return err
 	}
-	undo = append(undo, b.proxy.Close)
-	if b.direct, err = mongo.Connect(options.Client().ApplyURI(b.srv.URI).SetTimeout(5 * time.Minute)); err != nil {
-		return closeAll, err
+	b.closers = append(b.closers, b.proxy.Close)
+	b.direct, err = mongo.Connect(options.Client().ApplyURI(b.srv.URI).SetTimeout(5 * time.Minute))
+	if err == nil {
+		b.closers = append(b.closers, func() { _ = b.direct.Disconnect(context.Background()) })
 	}
-	undo = append(undo, func() { _ = b.direct.Disconnect(context.Background()) })
-	return closeAll, nil
+	return err
+}
+
+func (b *Bench) close() {
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		b.closers[i]()
+	}
 }
 
 // nextDatabase names the next row's fresh database.

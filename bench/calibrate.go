@@ -40,19 +40,13 @@ func (b bounds) String() string {
 
 // bounds at rtt with slots refreshes at once.
 func (c calibration) bounds(rtt time.Duration, slots int) bounds {
-	x := bounds{
-		Latency: planner.LatencyCeiling(float64(slots), c.RoundTrips, rtt.Seconds()+c.ServerMs/1000),
-		Server:  planner.ServerCeiling(c.QPS, c.RoundTrips),
-	}
-	x.Lower = min(x.Latency, x.Server)
-	return x
+	latency := planner.LatencyCeiling(float64(slots), c.RoundTrips, rtt.Seconds()+c.ServerMs/1000)
+	server := planner.ServerCeiling(c.QPS, c.RoundTrips)
+	return bounds{Latency: latency, Server: server, Lower: min(latency, server)}
 }
 
 func (b *Bench) calibrate(ctx context.Context) (calibration, error) {
-	sequential, level := 200, 5*time.Second
-	if b.cfg.Short {
-		sequential, level = 10, 500*time.Millisecond
-	}
+	sequential, level := pick(size(b.cfg.Short), 200, 10), pick(size(b.cfg.Short), 5*time.Second, 500*time.Millisecond)
 	var commands, nanos atomic.Int64
 	monitor := &event.CommandMonitor{Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
 		commands.Add(1)
@@ -82,7 +76,7 @@ func (b *Bench) calibrate(ctx context.Context) (calibration, error) {
 			commands.Store(0)
 			nanos.Store(0)
 		}
-		if err := refresh(ctx); err != nil {
+		if err = refresh(ctx); err != nil {
 			return calibration{}, err
 		}
 	}

@@ -29,14 +29,11 @@ import (
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
-// The consumers a row may run.
+// The consumers and the scorers a row may run.
 const (
 	consumerReference    = "reference"
 	consumerScorerefresh = "scorerefresh"
-)
 
-// The scorers a row may use.
-const (
 	scorerRules    = "rules"    // rules/bench.yaml over seedSources' three collections (14 round trips a refresh)
 	scorerInstant  = "instant"  // refreshes succeed at once: the figures are the claim and ack path's
 	scorerActivity = "activity" // rules/activity.yaml over the demo's user_activity: the HTTP scorer's score as rules
@@ -44,19 +41,15 @@ const (
 	scorerCount12  = "count12"  // rules/count12.yaml: 14 round trips per refresh, and per batch, on any server
 )
 
-// rulesFS holds the scorers' rules. bench.yaml is the bench's scoring: 12
-// components over 3 small source collections, so a refresh costs 14 round
-// trips (12 queries, the OCC read, the write), like the production scorer
-// this service was built for. activity.yaml is examples/httpscorer's score
-// as rules: two points per user_activity document plus the sum of their
-// points. count12.yaml is 12 count components: a batch of users costs what
-// one user does (FerretDB has no $max in $group).
+// rulesFS holds the scorers' rules. bench.yaml costs 14 round trips a
+// refresh (12 queries, the OCC read, the write), like the production scorer
+// this service was built for; count12.yaml as much per batch of users.
 //
 //go:embed rules
 var rulesFS embed.FS
 
 // activityPerDoc is what each user_activity document adds to a score
-// besides its points, in both scorers above.
+// besides its points, in both scorers reading it.
 const activityPerDoc = 2
 
 // rulesFile writes the rules of scorer into the results (the service loads
@@ -113,8 +106,8 @@ type running interface {
 func (b *Bench) startConsumer(ctx context.Context, db string, row Row, rec *recorder) (running, error) {
 	var scorerURL string
 	var stopScorer func()
+	var err error
 	if row.Scorer == scorerHTTP {
-		var err error
 		if scorerURL, stopScorer, err = b.startHTTPScorer(ctx, db, row.RTT); err != nil {
 			return nil, fmt.Errorf("starting the HTTP scorer: %w", err)
 		}

@@ -48,11 +48,7 @@ var presets = []preset{
 	}},
 	{"overload", func(s size) []Row { // offered load past scorerefresh's capacity: goodput must plateau
 		var rows []Row
-		factors := []float64{0.5, 1, 1.5, 2}
-		if s {
-			factors = []float64{1, 2}
-		}
-		for _, f := range factors {
+		for _, f := range pick(s, []float64{0.5, 1, 1.5, 2}, []float64{1, 2}) {
 			d := pick(s, 60*time.Second, 2*time.Second)
 			rows = append(rows, Row{Name: fmt.Sprintf("overload-%.1fx", f), Rate: f, RateOf: consumerScorerefresh, For: d, Max: d})
 		}

@@ -29,12 +29,9 @@ type Row struct {
 	RTT      time.Duration `json:"rtt_ns"`
 	Steps    []Step        `json:"steps,omitempty"` // faults, in time order
 
-	// Rate is the producer's entries per second; RateOf, when set, makes it
-	// a multiple of that consumer's estimated drain rate. Arrivals are the
-	// producer's users (Entries caps what it sends; 0: no cap).
-	Rate     float64      `json:"offered_per_second,omitempty"`
-	RateOf   string       `json:"-"`
-	Arrivals backlog.Spec `json:"arrivals"`
+	Rate     float64      `json:"offered_per_second,omitempty"` // the producer's entries per second
+	RateOf   string       `json:"-"`                            // set: Rate is a multiple of this consumer's estimated drain rate
+	Arrivals backlog.Spec `json:"arrivals"`                     // the producer's users; Entries caps what it sends (0: no cap)
 
 	For time.Duration `json:"for_ns,omitempty"` // the producer runs this long; the run lasts at least this long
 	Max time.Duration `json:"max_ns"`           // the run lasts at most this long (For = Max: exactly)
@@ -59,27 +56,23 @@ func (s Step) String() string {
 // Result is one row's measurement.
 type Result struct {
 	Row
-	Users        int     `json:"users"` // distinct users of the backlog
-	Produced     int64   `json:"produced"`
-	Seconds      float64 `json:"seconds"`
-	Done         float64 `json:"entries_done"`
-	Drained      bool    `json:"drained"`
-	Rate         float64 `json:"entries_per_second"`
-	Ratio        float64 `json:"ratio_to_reference,omitempty"` // this rate over the preset's reference row's
-	Refreshes    float64 `json:"refreshes"`
-	DeadLettered float64 `json:"dead_lettered"`
-	PeakDepth    int64   `json:"peak_depth"`
-	MaxOldest    float64 `json:"max_oldest_age"`
-	// Commands counts every command of the consumer's clients by "command
-	// collection"; PerEntry is them divided by the entries done.
-	Commands    map[string]float64 `json:"commands"`
-	PerEntry    float64            `json:"commands_per_entry"`
-	CommandsPer float64            `json:"commands_per_second"`
-	// Verified is how many users' stored scores were checked against the
-	// seeded sources (scorers reading user_activity), Wrong how many differed.
-	Verified int      `json:"verified,omitempty"`
-	Wrong    int      `json:"wrong,omitempty"`
-	Samples  []sample `json:"samples"`
+	Users        int                `json:"users"` // distinct users of the backlog
+	Produced     int64              `json:"produced"`
+	Seconds      float64            `json:"seconds"`
+	Done         float64            `json:"entries_done"`
+	Drained      bool               `json:"drained"`
+	Rate         float64            `json:"entries_per_second"`
+	Ratio        float64            `json:"ratio_to_reference,omitempty"` // this rate over the preset's reference row's
+	Refreshes    float64            `json:"refreshes"`
+	DeadLettered float64            `json:"dead_lettered"`
+	PeakDepth    int64              `json:"peak_depth"`
+	MaxOldest    float64            `json:"max_oldest_age"`
+	Commands     map[string]float64 `json:"commands"` // every command of the consumer's clients, by "command collection"
+	PerEntry     float64            `json:"commands_per_entry"`
+	CommandsPer  float64            `json:"commands_per_second"`
+	Verified     int                `json:"verified,omitempty"` // users whose stored score was checked against the seeded sources
+	Wrong        int                `json:"wrong,omitempty"`
+	Samples      []sample           `json:"samples"`
 }
 
 // sample is the queue as the bench saw it at one moment of a run.
@@ -96,10 +89,7 @@ type sample struct {
 func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 	row.Consumer = cmp.Or(row.Consumer, consumerScorerefresh)
 	row.Scorer = cmp.Or(row.Scorer, scorerRules)
-	row.Replicas = max(row.Replicas, 1)
-	if row.RTT == 0 {
-		row.RTT = b.cfg.RTT
-	}
+	row.Replicas, row.RTT = max(row.Replicas, 1), cmp.Or(row.RTT, b.cfg.RTT)
 	if row.RateOf != "" {
 		row.Rate, row.RateOf = row.Rate*b.estimate(row.RateOf), ""
 	}

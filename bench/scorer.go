@@ -17,11 +17,6 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/faultproxy"
 )
 
-// The HTTP scorer row: examples/httpscorer, built once per run, started per
-// row on the row's database (directly: the scorer sits by its database),
-// and reached by the service through a proxy of its own with the row's
-// round trip, as the database is.
-
 // httpScorerBinary builds examples/httpscorer into a temporary folder
 // (once; setUp removes it) and returns its path.
 func (b *Bench) httpScorerBinary(ctx context.Context) (string, error) {
@@ -42,30 +37,27 @@ func (b *Bench) httpScorerBinary(ctx context.Context) (string, error) {
 	return bin, nil
 }
 
-// startHTTPScorer starts the scorer on db and a proxy in front of it with
-// round trip rtt; it returns the SCORER_URL to give the service.
+// startHTTPScorer starts examples/httpscorer on db (directly: the scorer
+// sits by its database) and a proxy in front of it with round trip rtt, as
+// the database has; it returns the SCORER_URL to give the service.
 func (b *Bench) startHTTPScorer(ctx context.Context, db string, rtt time.Duration) (scorerURL string, stop func(), err error) {
 	bin, err := b.httpScorerBinary(ctx)
 	if err != nil {
 		return "", nil, err
 	}
-	cmd := exec.Command(bin)
+	// Killed with the run; a scorer that fails exits, which ends the read
+	// of where it listens (it says so once it accepts requests).
+	cmd := exec.CommandContext(ctx, bin)
 	cmd.Env = append(os.Environ(), "MONGODB_URI="+b.srv.URI, "MONGODB_DATABASE="+db, "SCORER_TOKEN=bench", "PORT=0")
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return "", nil, err
-	}
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, os.Stderr
 	if err := cmd.Start(); err != nil {
 		return "", nil, err
 	}
-	kill := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-	}
-	// The scorer says where it listens once it accepts requests; a scorer
-	// that fails exits, which ends the read.
-	out := bufio.NewReader(stdout)
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); pw.Close(); close(exited) }()
+	kill := func() { _ = cmd.Process.Signal(syscall.SIGTERM); <-exited }
+	out := bufio.NewReader(pr)
 	line, err := out.ReadString('\n')
 	go func() { _, _ = io.Copy(io.Discard, out) }()
 	u, perr := url.Parse(strings.TrimSpace(strings.TrimPrefix(line, "listening on ")))
@@ -73,8 +65,7 @@ func (b *Bench) startHTTPScorer(ctx context.Context, db string, rtt time.Duratio
 		kill()
 		return "", nil, fmt.Errorf("the scorer did not say where it listens (%q): %v", line, errors.Join(err, perr))
 	}
-	addr := u.Host
-	proxy, err := faultproxy.Start(context.Background(), faultproxy.Config{Target: addr})
+	proxy, err := faultproxy.Start(context.Background(), faultproxy.Config{Target: u.Host})
 	if err != nil {
 		kill()
 		return "", nil, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"strings"
 	"time"
 
@@ -66,7 +67,10 @@ func startSQLite(ctx context.Context) (*server, error) {
 
 func startOnPostgres(ctx context.Context, pgURL string) (*server, error) {
 	s := &server{}
-	version := "PostgreSQL at " + redactPG(pgURL)
+	version := "PostgreSQL at " + pgURL
+	if u, err := url.Parse(pgURL); err == nil {
+		version = "PostgreSQL at " + u.Redacted()
+	}
 	if pgURL == "" {
 		pg, err := startPostgres(ctx)
 		if err != nil {
@@ -174,13 +178,4 @@ func (s *server) uriVia(addr string) string {
 		return s.viaProxy(addr)
 	}
 	return "mongodb://" + addr + "/?directConnection=true"
-}
-
-func redactPG(u string) string {
-	if i := strings.Index(u, "@"); i >= 0 {
-		if j := strings.Index(u, "://"); j >= 0 && j < i {
-			return u[:j+3] + "…" + u[i:]
-		}
-	}
-	return u
 }

@@ -28,36 +28,29 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 }
 
+// run runs the bench under a CPU profile when one is asked for, until it
+// ends or a signal stops it.
 func run(args, environ []string, stdout, stderr io.Writer) int {
 	cfg, err := bench.ParseArgs(args, stderr)
+	cfg.Environ, cfg.Log = environ, stdout
+	cfg.Command = strings.Join(append([]string{"go run ./cmd/scorerefresh-bench"}, args...), " ")
+	var b *bench.Bench
 	if err == nil {
-		cfg.Environ, cfg.Log = environ, stdout
-		cfg.Command = strings.Join(append([]string{"go run ./cmd/scorerefresh-bench"}, args...), " ")
-		var b *bench.Bench
-		if b, err = bench.New(cfg); err == nil {
-			return runBench(b, cfg.CPUProfile, stderr)
-		}
+		b, err = bench.New(cfg)
 	}
-	if !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintf(stderr, "scorerefresh-bench: %v\n", err)
-	}
-	return 2
-}
-
-// runBench runs b under a CPU profile when one is asked for, until it ends
-// or a signal stops it.
-func runBench(b *bench.Bench, cpuProfile string, stderr io.Writer) int {
-	if cpuProfile != "" {
-		f, err := os.Create(cpuProfile)
-		if err == nil {
+	if err == nil && cfg.CPUProfile != "" {
+		var f *os.File
+		if f, err = os.Create(cfg.CPUProfile); err == nil {
 			defer f.Close()
 			err = pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
 		}
-		if err != nil {
+	}
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stderr, "scorerefresh-bench: %v\n", err)
-			return 2
 		}
-		defer pprof.StopCPUProfile()
+		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
