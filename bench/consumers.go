@@ -104,23 +104,24 @@ type running interface {
 }
 
 func (b *Bench) startConsumer(ctx context.Context, db string, row Row, rec *recorder) (running, error) {
+	runCtx, cancel := context.WithCancel(ctx)
+	s := &scorerefresh{cancel: cancel}
 	var scorerURL string
-	var stopScorer func()
 	var err error
 	if row.Scorer == scorerHTTP {
-		if scorerURL, stopScorer, err = b.startHTTPScorer(ctx, db, row.RTT); err != nil {
+		if scorerURL, s.stopScorer, err = b.startHTTPScorer(ctx, db, row.RTT); err != nil {
+			cancel()
 			return nil, fmt.Errorf("starting the HTTP scorer: %w", err)
 		}
 	}
 	cfg, rules, err := b.serviceConfig(db, row, scorerURL)
-	if err != nil {
-		return nil, err
-	}
-	if row.Consumer == consumerReference {
+	if err != nil || row.Consumer == consumerReference {
+		_ = s.stop() // nothing runs yet but the HTTP scorer
+		if err != nil {
+			return nil, err
+		}
 		return b.startReference(ctx, cfg, rules, rec)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	s := &scorerefresh{stopScorer: stopScorer, cancel: cancel}
 	for range row.Replicas {
 		opts := app.Options{Logger: b.svcLog, Version: "bench", Monitor: rec.monitor(),
 			WrapRefresher: func(r consumer.Refresher) consumer.Refresher {

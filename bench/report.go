@@ -62,7 +62,13 @@ func (r *Report) judge() {
 		r.Targets = append(r.Targets, target{Preset: preset, Target: what, Figure: fmt.Sprintf(format, args...), Met: met, Applies: applies})
 	}
 	for _, x := range r.Results {
-		if ref := r.find(x.Preset, x.Name, consumerReference); ref != nil && x != ref && ref.Rate > 0 {
+		// The baseline is the row's reference run; for the HTTP scorer, the
+		// same backlog scored by rules.
+		ref := r.find(x.Preset, x.Name, consumerReference)
+		if x.Scorer == scorerHTTP {
+			ref = r.find(x.Preset, "scorer-rules", consumerScorerefresh)
+		}
+		if ref != nil && x != ref && ref.Rate > 0 {
 			x.Ratio = x.Rate / ref.Rate
 		}
 		if x.Ratio > 0 && (x.Preset == "diverse" || x.Preset == "firehose") {
@@ -135,12 +141,13 @@ func (r *Report) markdown() string {
 	c := r.Calibration
 	w("\n## Calibration\n\nOn the direct connection: %.1f round trips per refresh of the bench's rules, %.2f ms of server per query, at most %.0f queries/s. "+
 		"Bounds of a drain of distinct users at the run's RTT and concurrency (planner.LatencyCeiling, planner.ServerCeiling): %s.", c.RoundTrips, c.ServerMs, c.QPS, c.Bounds)
-	w("\n## Results\n\n| preset | row | consumer | replicas | environment | scorer | RTT ms | backlog (users) | offered/s | seconds | done | drained | entries/s | × reference | dead-lettered | peak depth | max oldest s | commands/entry | commands/s |")
+	w("\n## Results\n\n| preset | row | consumer | replicas | environment | scorer | RTT ms | backlog (users) | offered/s | seconds | done | drained | entries/s | × baseline | dead-lettered | peak depth | max oldest s | commands/entry | commands/s |")
 	w("|---|---|---|---:|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, x := range r.Results {
-		w("| %s | %s | %s | %d | %s | %s | %.0f | %d (%d) | %.1f | %.1f | %.0f | %v | %.1f | %.1f× | %.0f | %d | %.1f | %.2f | %.0f |",
+		ratio := strings.TrimPrefix(fmt.Sprintf("%.1f×", x.Ratio), "0.0×")
+		w("| %s | %s | %s | %d | %s | %s | %.0f | %d (%d) | %.1f | %.1f | %.0f | %v | %.1f | %s | %.0f | %d | %.1f | %.2f | %.0f |",
 			x.Preset, x.Name, x.Consumer, x.Replicas, strings.Join(x.Env, " "), x.Scorer, ms(x.RTT), x.Backlog.Entries, x.Users, x.Row.Rate,
-			x.Seconds, x.Done, x.Drained, x.Rate, x.Ratio, x.DeadLettered, x.PeakDepth, x.MaxOldest, x.PerEntry, x.CommandsPer)
+			x.Seconds, x.Done, x.Drained, x.Rate, ratio, x.DeadLettered, x.PeakDepth, x.MaxOldest, x.PerEntry, x.CommandsPer)
 	}
 	w("\n## Faults and commands\n\nCommands per entry done, by command and collection, from the one recorder of each row (all its clients):\n")
 	for _, x := range r.Results {
@@ -154,7 +161,7 @@ func (r *Report) markdown() string {
 		for i, k := range keys {
 			keys[i] = fmt.Sprintf("%s %.2f", k, x.Commands[k]/math.Max(x.Done, 1))
 		}
-		w("- %s/%s, %s (%s): %s", x.Preset, x.Name, x.Consumer, strings.Join(parts, "; "), strings.Join(keys, ", "))
+		w("- %s/%s, %s%s: %s", x.Preset, x.Name, x.Consumer, strings.TrimSuffix(" ("+strings.Join(parts, "; ")+")", " ()"), strings.Join(keys, ", "))
 	}
 	w("\n## Targets\n\n| preset | target | figure | verdict |\n|---|---|---|---|")
 	for _, t := range r.Targets {

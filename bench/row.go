@@ -62,7 +62,7 @@ type Result struct {
 	Done         float64            `json:"entries_done"`
 	Drained      bool               `json:"drained"`
 	Rate         float64            `json:"entries_per_second"`
-	Ratio        float64            `json:"ratio_to_reference,omitempty"` // this rate over the preset's reference row's
+	Ratio        float64            `json:"ratio_to_baseline,omitempty"` // this rate over the reference's on the same row (the HTTP scorer: over the rules')
 	Refreshes    float64            `json:"refreshes"`
 	DeadLettered float64            `json:"dead_lettered"`
 	PeakDepth    int64              `json:"peak_depth"`
