@@ -21,6 +21,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -29,8 +30,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/faultproxy"
 )
 
-// Config is one run: the flags of cmd/scorerefresh-bench (ParseArgs says
-// what each means), and what the caller fills in.
+// Config is one run: the flags (ParseArgs says what each means), and what the caller fills in.
 type Config struct {
 	Out, Scenarios, Rows, Backend, PostgreSQL, MongoDB, CPUProfile string
 	Short                                                          bool
@@ -107,7 +107,7 @@ type Bench struct {
 	out         io.Writer
 	srv         *server
 	proxy       *faultproxy.Proxy
-	load        loadModel     // the proxy's delay past a knee of busy connections, set by a row's steps
+	knee, slope atomic.Int64  // the proxy's delay past a knee of busy connections (kneeDelay), set by a row's steps
 	direct      *mongo.Client // producers, seeding and the sampler: no proxy, not counted
 	svcLog      *slog.Logger
 	cal         calibration
@@ -198,7 +198,7 @@ func (b *Bench) setUp(ctx context.Context) (err error) {
 		return err
 	}
 	b.closers = append(b.closers, b.srv.Close)
-	if b.proxy, err = faultproxy.Start(context.Background(), faultproxy.Config{Target: b.srv.Addr, DelayFunc: b.load.delay}); err != nil {
+	if b.proxy, err = faultproxy.Start(context.Background(), faultproxy.Config{Target: b.srv.Addr, DelayFunc: b.kneeDelay}); err != nil {
 		return err
 	}
 	b.closers = append(b.closers, b.proxy.Close)
@@ -209,9 +209,12 @@ func (b *Bench) setUp(ctx context.Context) (err error) {
 	return err
 }
 
-func (b *Bench) close() {
-	for i := len(b.closers) - 1; i >= 0; i-- {
-		b.closers[i]()
+func (b *Bench) close() { closeAll(b.closers) }
+
+// closeAll undoes, last first.
+func closeAll(undo []func()) {
+	for i := len(undo) - 1; i >= 0; i-- {
+		undo[i]()
 	}
 }
 

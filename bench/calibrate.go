@@ -19,11 +19,10 @@ import (
 // before the rows: the round trips of one refresh of the bench's rules, the
 // server's time per query, and the most queries per second it answers.
 type calibration struct {
-	RoundTrips float64         `json:"round_trips_per_refresh"`
-	ServerMs   float64         `json:"server_ms_per_query"`
-	QPS        float64         `json:"max_queries_per_second"`
-	Levels     map[int]float64 `json:"qps_by_workers"`
-	Bounds     bounds          `json:"bounds"` // at the run's RTT and REFRESH_CONCURRENCY
+	RoundTrips float64 `json:"round_trips_per_refresh"`
+	ServerMs   float64 `json:"server_ms_per_query"`
+	QPS        float64 `json:"max_queries_per_second"`
+	Bounds     bounds  `json:"bounds"` // at the run's RTT and REFRESH_CONCURRENCY
 }
 
 // bounds are the two ceilings of a drain of distinct users (refreshes per
@@ -80,7 +79,7 @@ func (b *Bench) calibrate(ctx context.Context) (calibration, error) {
 			return calibration{}, err
 		}
 	}
-	c := calibration{RoundTrips: float64(commands.Load()) / float64(sequential), Levels: map[int]float64{}}
+	c := calibration{RoundTrips: float64(commands.Load()) / float64(sequential)}
 	c.ServerMs = ms(time.Duration(nanos.Load())) / float64(max(commands.Load(), 1))
 	for _, workers := range []int{4, 16, 48} {
 		commands.Store(0)
@@ -96,8 +95,7 @@ func (b *Bench) calibrate(ctx context.Context) (calibration, error) {
 		}
 		wg.Wait()
 		cancel()
-		c.Levels[workers] = float64(commands.Load()) / time.Since(start).Seconds()
-		c.QPS = max(c.QPS, c.Levels[workers])
+		c.QPS = max(c.QPS, float64(commands.Load())/time.Since(start).Seconds())
 	}
 	c.Bounds = c.bounds(b.cfg.RTT, b.cfg.Concurrency)
 	return c, ctx.Err()

@@ -92,13 +92,11 @@ func (b *Bench) serviceConfig(db string, row Row, scorerURL string) (config.Conf
 	return cfg, rules, err
 }
 
-// running is a consumer being measured.
+// running is a consumer being measured. done is the entries done so far:
+// acknowledged for scorerefresh; for the reference, entries whose user's
+// refresh completed (it acks only at the end of each 200-entry batch).
 type running interface {
-	// done is the entries done so far: acknowledged for scorerefresh; for
-	// the reference, entries whose user's refresh completed (it acks only
-	// at the end of each 200-entry batch).
 	done() float64
-	// figures are the successful refreshes and the dead letters.
 	figures() (refreshes, deadLettered float64)
 	stop() error
 }
@@ -106,6 +104,7 @@ type running interface {
 func (b *Bench) startConsumer(ctx context.Context, db string, row Row, rec *recorder) (running, error) {
 	runCtx, cancel := context.WithCancel(ctx)
 	s := &scorerefresh{cancel: cancel}
+	s.failing.Store(len(row.Steps) > 0 && row.Steps[0].At == 0 && row.Steps[0].Fail) // from the first refresh on
 	var scorerURL string
 	var err error
 	if row.Scorer == scorerHTTP {
@@ -189,12 +188,10 @@ type faultyScorer struct {
 	instant bool
 }
 
-var errInjected = errors.New("bench: injected scorer failure")
-
 func (f *faultyScorer) Refresh(ctx context.Context, user string, at time.Time) error {
 	switch {
 	case f.failing.Load():
-		return errInjected
+		return errors.New("bench: injected scorer failure")
 	case f.instant:
 		return nil
 	}
@@ -207,8 +204,6 @@ type recorder struct {
 	mu sync.Mutex
 	n  map[string]float64
 }
-
-func newRecorder() *recorder { return &recorder{n: map[string]float64{}} }
 
 func (r *recorder) monitor() *event.CommandMonitor {
 	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
@@ -348,22 +343,3 @@ func verifyScores(ctx context.Context, db *mongo.Database, want map[string]float
 
 // pool is how many users the sources and the producers draw from.
 func (b *Bench) pool() int { return pick(size(b.cfg.Short), 2000, 300) }
-
-// loadModel is the proxy's extra delay past a knee of busy connections,
-// changed by a row's steps while the proxy runs.
-type loadModel struct {
-	knee  atomic.Int64
-	slope atomic.Int64 // nanoseconds per busy connection past the knee; 0: none
-}
-
-func (m *loadModel) set(knee int, slope time.Duration) {
-	m.knee.Store(int64(knee))
-	m.slope.Store(int64(slope))
-}
-
-func (m *loadModel) delay(busy int) (up, down time.Duration) {
-	if k := int(m.knee.Load()); busy > k {
-		return time.Duration(m.slope.Load()) * time.Duration(busy-k), 0
-	}
-	return 0, 0
-}

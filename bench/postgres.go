@@ -50,10 +50,18 @@ func startPostgres(ctx context.Context) (*postgres, error) {
 		return nil, err
 	}
 	pg := &postgres{dir: dir, stop: func() { os.RemoveAll(dir) }}
-	cred, err := postgresUser(dir)
-	if err != nil {
-		pg.stop()
-		return nil, err
+	var cred *syscall.Credential // nil: this process's
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err == nil {
+			uid, _ := strconv.Atoi(u.Uid)
+			gid, _ := strconv.Atoi(u.Gid)
+			cred, err = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, os.Chown(dir, uid, gid)
+		}
+		if err != nil {
+			pg.stop()
+			return nil, fmt.Errorf("running as root, PostgreSQL runs as the postgres user: %w", err)
+		}
 	}
 	command := func(name string, args ...string) *exec.Cmd {
 		cmd := exec.CommandContext(ctx, filepath.Join(bin, name), args...)
@@ -84,21 +92,6 @@ func startPostgres(ctx context.Context) (*postgres, error) {
 		pg.version += " " + strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "postgres (PostgreSQL) "))
 	}
 	return pg, nil
-}
-
-// postgresUser is the credential to run PostgreSQL as (nil: this
-// process's), and gives it dir.
-func postgresUser(dir string) (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return nil, fmt.Errorf("running as root and there is no postgres user to run PostgreSQL as: %w", err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, os.Chown(dir, uid, gid)
 }
 
 // run starts the server, logging to the cluster's directory, and waits up

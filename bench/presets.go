@@ -26,8 +26,7 @@ type preset struct {
 	rows func(short size) []Row
 }
 
-// The presets, in the order they run. Rates given with RateOf are multiples
-// of the calibration's estimate of that consumer's drain rate.
+// The presets, in the order they run (RateOf: see Row).
 var presets = []preset{
 	{"diverse", func(s size) []Row { // each entry its own user: refreshes all the way
 		spec := backlog.Spec{Shape: backlog.Distinct, Entries: pick(s, 2000, 30), Users: pick(s, 2000, 30)}
@@ -220,12 +219,11 @@ func planRows(s size) []Row {
 	return rows
 }
 
-func presetNames() []string {
-	var out []string
+func presetNames() (names []string) {
 	for _, p := range presets {
-		out = append(out, p.name)
+		names = append(names, p.name)
 	}
-	return out
+	return names
 }
 
 // selectRows is the rows of the named presets, only those named in rows

@@ -17,8 +17,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
-// ReferenceBatch is how many of the oldest entries the replaced consumer took
-// per poll.
+// ReferenceBatch is how many of the oldest entries the replaced consumer took per poll.
 const ReferenceBatch = 200
 
 // reference is the consumer scorerefresh replaces, reproduced for comparison

@@ -37,9 +37,8 @@ type Row struct {
 	Max time.Duration `json:"max_ns"`           // the run lasts at most this long (For = Max: exactly)
 }
 
-// Step is the proxy's state from At on: the round trip, the delay added per
-// busy connection past a knee (zero: none), an outage, and whether every
-// refresh fails.
+// Step is the proxy's state from At on: the round trip, the delay added per busy
+// connection past a knee (zero: none), an outage, and whether every refresh fails.
 type Step struct {
 	At     time.Duration `json:"at_ns"`
 	RTT    time.Duration `json:"rtt_ns"`
@@ -111,7 +110,7 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 	res := &Result{Row: row, Users: seeded.users}
 	b.logf("\n== %s/%s: %s, %d entries of %d users queued, %d replica(s), RTT %s, %s scorer, environment %v", row.Preset, row.Name, row.Consumer,
 		row.Backlog.Entries, res.Users, row.Replicas, row.RTT, row.Scorer, row.Env)
-	rec := newRecorder()
+	rec := &recorder{n: map[string]float64{}}
 	first := Step{RTT: row.RTT}
 	if len(row.Steps) > 0 && row.Steps[0].At == 0 {
 		first = row.Steps[0]
@@ -150,9 +149,13 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 		return nil, fmt.Errorf("producer: %w", prodErr)
 	}
 	res.Commands = rec.counts()
-	res.PerEntry = sum(res.Commands) / math.Max(res.Done, 1)
+	commands := 0.0
+	for _, n := range res.Commands {
+		commands += n
+	}
+	res.PerEntry = commands / math.Max(res.Done, 1)
 	if res.Seconds > 0 {
-		res.Rate, res.CommandsPer = res.Done/res.Seconds, sum(res.Commands)/res.Seconds
+		res.Rate, res.CommandsPer = res.Done/res.Seconds, commands/res.Seconds
 	}
 	for _, s := range res.Samples {
 		res.PeakDepth, res.MaxOldest = max(res.PeakDepth, s.Depth), math.Max(res.MaxOldest, s.OldestAge)
@@ -218,7 +221,8 @@ func (b *Bench) watch(ctx context.Context, row Row, c running, seeded *seeded, r
 // setFaults puts the proxies and the scorer in step s's state.
 func (b *Bench) setFaults(s Step, c running) {
 	b.proxy.SetDelay(s.RTT/2, s.RTT/2)
-	b.load.set(s.Knee, s.Slope)
+	b.knee.Store(int64(s.Knee))
+	b.slope.Store(int64(s.Slope))
 	b.proxy.Refuse(s.Outage)
 	b.proxy.Blackhole(s.Outage)
 	if !s.Outage {
@@ -227,6 +231,15 @@ func (b *Bench) setFaults(s Step, c running) {
 	if svc, ok := c.(*scorerefresh); ok {
 		svc.failing.Store(s.Fail)
 	}
+}
+
+// kneeDelay is the proxy's extra delay upstream: the current step's slope
+// per busy connection past its knee.
+func (b *Bench) kneeDelay(busy int) (up, down time.Duration) {
+	if k := int(b.knee.Load()); busy > k {
+		return time.Duration(b.slope.Load()) * time.Duration(busy-k), 0
+	}
+	return 0, 0
 }
 
 // estimate is the drain rate of consumer from the calibration alone:
@@ -283,11 +296,3 @@ func (b *Bench) produce(ctx context.Context, queue *mongo.Collection, row Row, s
 
 // userName is the i-th user of the bench.
 func userName(i int) string { return fmt.Sprintf("user-%05d", i) }
-
-func sum(m map[string]float64) float64 {
-	t := 0.0
-	for _, v := range m {
-		t += v
-	}
-	return t
-}

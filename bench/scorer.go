@@ -17,8 +17,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/faultproxy"
 )
 
-// httpScorerBinary builds examples/httpscorer into a temporary folder
-// (once; setUp removes it) and returns its path.
+// httpScorerBinary builds examples/httpscorer into the run's scratch folder, once.
 func (b *Bench) httpScorerBinary(ctx context.Context) (string, error) {
 	bin := filepath.Join(b.tmp, "httpscorer")
 	if b.builtScorer {

@@ -36,11 +36,7 @@ type server struct {
 	close    []func()
 }
 
-func (s *server) Close() {
-	for i := len(s.close) - 1; i >= 0; i-- {
-		s.close[i]()
-	}
-}
+func (s *server) Close() { closeAll(s.close) }
 
 // startServer starts FerretDB on the backend asked for. With postgresql and
 // no URL, it starts a throwaway PostgreSQL from the binaries on this machine

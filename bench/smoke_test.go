@@ -107,6 +107,13 @@ func checkReport(t *testing.T, dir string) {
 	}
 }
 
+func sum(m map[string]float64) (t float64) {
+	for _, v := range m {
+		t += v
+	}
+	return t
+}
+
 // runBench runs the bench with args into a fresh results folder and
 // returns the folder and the report.
 func runBench(t *testing.T, args ...string) (string, *Report) {
