@@ -233,7 +233,7 @@ type seeded struct {
 // seed writes the sources and the backlog and creates the indexes, before
 // the clock starts, as they exist in production.
 func (b *Bench) seed(ctx context.Context, db *mongo.Database, row Row) (*seeded, error) {
-	cfg, _, err := b.serviceConfig(db.Name(), Row{Scorer: scorerActivity, Env: row.Env}, "")
+	cfg, _, err := b.serviceConfig(db.Name(), row, "") // for the collections' names
 	if err != nil {
 		return nil, err
 	}
