@@ -2,98 +2,130 @@ package bench
 
 import (
 	"context"
+	"embed"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"golang.org/x/sync/errgroup"
 
+	"github.com/scorerefresh/scorerefresh/consumer"
 	"github.com/scorerefresh/scorerefresh/internal/app"
+	"github.com/scorerefresh/scorerefresh/internal/backlog"
 	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/queuestate"
+	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
-// The two consumers every scenario compares.
+// The consumers and the scorers a row may run.
 const (
 	consumerReference    = "reference"
 	consumerScorerefresh = "scorerefresh"
+
+	scorerRules    = "rules"    // rules/bench.yaml over seedSources' three collections (14 round trips a refresh)
+	scorerInstant  = "instant"  // refreshes succeed at once: the figures are the claim and ack path's
+	scorerActivity = "activity" // rules/activity.yaml over the demo's user_activity: the HTTP scorer's score as rules
+	scorerHTTP     = "http"     // examples/httpscorer over SCORER_URL, behind a proxy of its own
+	scorerCount12  = "count12"  // rules/count12.yaml: 14 round trips per refresh, and per batch, on any server
 )
 
-// running is a consumer being measured.
-type running interface {
-	// progress is the entries done so far: acknowledged for scorerefresh;
-	// for the reference, entries whose user's refresh completed (it
-	// acknowledges only at the end of each 200-entry batch, which would make
-	// a short measurement of it jump in steps of a minute).
-	progress() float64
-	acked() float64
-	refreshes() float64
-	// commands counts MongoDB commands by name, from the command monitor
-	// (scorerefresh_mongo_commands_total).
-	commands() map[string]float64
-	// timing is the refreshes' and claim rounds' counts and total seconds.
-	timing() timing
-	stop() error
-}
+// rulesFS holds the scorers' rules. bench.yaml costs 14 round trips a
+// refresh (12 queries, the OCC read, the write), like the production scorer
+// this service was built for; count12.yaml as much per batch of users.
+//
+//go:embed rules
+var rulesFS embed.FS
 
-// timing explains a rate: refresh slots busy (Little's law: refreshes ×
-// mean duration / seconds) and what claim rounds cost.
-type timing struct {
-	Refreshes, RefreshSeconds, Claims, ClaimSeconds float64
-	// CommandCount and CommandSeconds are per command name, as the
-	// driver's monitor timed them (RTT + server + waiting).
-	CommandCount, CommandSeconds map[string]float64
+// activityPerDoc is what each user_activity document adds to a score
+// besides its points, in both scorers reading it.
+const activityPerDoc = 2
+
+// rulesFile writes the rules of scorer into the results (the service loads
+// them as SCORING_RULES) and returns its path.
+func (b *Bench) rulesFile(scorer string) (string, *scoring.Rules, error) {
+	name, file := "rules.yaml", "bench.yaml"
+	if scorer == scorerActivity || scorer == scorerCount12 {
+		name, file = "rules-"+scorer+".yaml", scorer+".yaml"
+	}
+	text, err := rulesFS.ReadFile("rules/" + file)
+	path, absErr := filepath.Abs(filepath.Join(b.cfg.Out, name))
+	if err = errors.Join(err, absErr); err == nil {
+		err = os.WriteFile(path, text, 0o644)
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	rules, err := scoring.LoadRules(path)
+	return path, rules, err
 }
 
 // serviceConfig is the configuration scorerefresh (and the reference's
-// client) gets: the bench's environment, as in production, with the
-// connection, database, rules and concurrency the scenario decides.
-func (b *Bench) serviceConfig(db string, concurrency int) (config.Config, error) {
-	environ := append(b.environ[:len(b.environ):len(b.environ)],
-		"MONGODB_URI="+b.srv.uriVia(b.proxy.Addr()),
-		"MONGODB_DATABASE="+db,
-		"SCORING_RULES="+b.rulesPath,
-		"METRICS_ADDR=127.0.0.1:0",
-		"LOG_LEVEL=warn",
-		fmt.Sprintf("REFRESH_CONCURRENCY=%d", concurrency),
-	)
-	return config.Parse(environ)
-}
-
-// withEnv runs f with extra variables in the service's environment.
-func (b *Bench) withEnv(vars []string, f func() error) error {
-	saved := b.environ
-	b.environ = append(b.environ[:len(b.environ):len(b.environ)], vars...)
-	defer func() { b.environ = saved }()
-	return f()
-}
-
-// scorerefresh is one or more in-process instances of the service, wired by
-// app.New exactly as `scorerefresh run` wires it, each with its own client,
-// pool and registry: separate consumers that share only the queue.
-type scorerefresh struct {
-	svcs   []*app.Service
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	errs   []error
-}
-
-func (b *Bench) startScorerefresh(ctx context.Context, db string, instances, concurrency int, tune func(int, *app.Options)) (*scorerefresh, error) {
-	cfg, err := b.serviceConfig(db, concurrency)
-	if err != nil {
-		return nil, err
+// client) gets: the bench's environment, the connection through the proxy,
+// the scorer, then the row's environment, which wins.
+func (b *Bench) serviceConfig(db string, row Row, scorerURL string) (config.Config, *scoring.Rules, error) {
+	environ := append(b.cfg.Environ[:len(b.cfg.Environ):len(b.cfg.Environ)],
+		"MONGODB_URI="+b.srv.uriVia(b.proxy.Addr()), "MONGODB_DATABASE="+db,
+		"METRICS_ADDR=127.0.0.1:0", "LOG_LEVEL=warn", fmt.Sprintf("REFRESH_CONCURRENCY=%d", b.cfg.Concurrency))
+	var rules *scoring.Rules
+	if scorerURL != "" {
+		environ = append(environ, "SCORER_URL="+scorerURL, "SCORER_TOKEN=bench", "SCORING_RULES=")
+	} else {
+		path, r, err := b.rulesFile(row.Scorer)
+		if err != nil {
+			return config.Config{}, nil, err
+		}
+		environ, rules = append(environ, "SCORING_RULES="+path), r
 	}
+	cfg, err := config.Parse(append(environ, row.Env...))
+	return cfg, rules, err
+}
+
+// running is a consumer being measured. done is the entries done so far:
+// acknowledged for scorerefresh; for the reference, entries whose user's
+// refresh completed (it acks only at the end of each 200-entry batch).
+type running interface {
+	done() float64
+	figures() (refreshes, deadLettered float64)
+	stop() error
+}
+
+func (b *Bench) startConsumer(ctx context.Context, db string, row Row, rec *recorder) (running, error) {
 	runCtx, cancel := context.WithCancel(ctx)
 	s := &scorerefresh{cancel: cancel}
-	for i := range instances {
-		opts := app.Options{Logger: b.svcLog, Version: "bench"}
-		if tune != nil {
-			tune(i, &opts)
+	s.failing.Store(len(row.Steps) > 0 && row.Steps[0].At == 0 && row.Steps[0].Fail) // from the first refresh on
+	var scorerURL string
+	var err error
+	if row.Scorer == scorerHTTP {
+		if scorerURL, s.stopScorer, err = b.startHTTPScorer(ctx, db, row.RTT); err != nil {
+			cancel()
+			return nil, fmt.Errorf("starting the HTTP scorer: %w", err)
 		}
+	}
+	cfg, rules, err := b.serviceConfig(db, row, scorerURL)
+	if err != nil || row.Consumer == consumerReference {
+		_ = s.stop() // nothing runs yet but the HTTP scorer
+		if err != nil {
+			return nil, err
+		}
+		return b.startReference(ctx, cfg, rules, rec)
+	}
+	for range row.Replicas {
+		opts := app.Options{Logger: b.svcLog, Version: "bench", Monitor: rec.monitor(),
+			WrapRefresher: func(r consumer.Refresher) consumer.Refresher {
+				return &faultyScorer{inner: r, failing: &s.failing, instant: row.Scorer == scorerInstant}
+			}}
 		svc, err := app.New(ctx, cfg, opts)
 		if err != nil {
 			_ = s.stop()
@@ -102,180 +134,212 @@ func (b *Bench) startScorerefresh(ctx context.Context, db string, instances, con
 		s.svcs = append(s.svcs, svc)
 	}
 	for _, svc := range s.svcs {
-		s.wg.Go(func() {
-			if err := svc.Run(runCtx); err != nil {
-				s.mu.Lock()
-				s.errs = append(s.errs, err)
-				s.mu.Unlock()
-			}
-		})
+		s.run.Go(func() error { return svc.Run(runCtx) })
 	}
 	return s, nil
 }
 
-func (s *scorerefresh) sum(f func(*app.Service) float64) float64 {
-	t := 0.0
+// scorerefresh is one or more in-process instances of the service, each
+// with its own client, pool and registry: replicas sharing only the queue.
+type scorerefresh struct {
+	svcs       []*app.Service
+	failing    atomic.Bool
+	cancel     context.CancelFunc
+	stopScorer func()
+	run        errgroup.Group
+}
+
+func (s *scorerefresh) done() (n float64) {
 	for _, svc := range s.svcs {
-		t += f(svc)
+		n += metrics.Read(svc.Metrics.EntriesAcked)
 	}
-	return t
+	return n
 }
 
-func (s *scorerefresh) progress() float64 { return s.acked() }
-func (s *scorerefresh) acked() float64 {
-	return s.sum(func(svc *app.Service) float64 { return metrics.Read(svc.Metrics.EntriesAcked) })
-}
-func (s *scorerefresh) refreshes() float64 {
-	return s.sum(func(svc *app.Service) float64 {
-		return metrics.Read(svc.Metrics.Refreshes.WithLabelValues(metrics.OutcomeOK))
-	})
-}
-func (s *scorerefresh) commands() map[string]float64 {
-	out := map[string]float64{}
+func (s *scorerefresh) figures() (refreshes, deadLettered float64) {
 	for _, svc := range s.svcs {
-		addCommands(out, svc.Registry)
+		refreshes += metrics.Read(svc.Metrics.Refreshes.WithLabelValues(metrics.OutcomeOK))
+		for _, r := range []string{metrics.ReasonMalformed, metrics.ReasonMaxAttempts, metrics.ReasonTooLarge} {
+			deadLettered += metrics.Read(svc.Metrics.EntriesDeadLettered.WithLabelValues(r))
+		}
 	}
-	return out
-}
-
-func (s *scorerefresh) timing() timing {
-	t := timing{CommandCount: map[string]float64{}, CommandSeconds: map[string]float64{}}
-	for _, svc := range s.svcs {
-		addCommandTimes(t.CommandCount, t.CommandSeconds, svc.Registry)
-		n, sum := histogram(svc.Metrics.RefreshDuration)
-		t.Refreshes += n
-		t.RefreshSeconds += sum
-		n, sum = histogram(svc.Metrics.ClaimDuration)
-		t.Claims += n
-		t.ClaimSeconds += sum
-	}
-	return t
-}
-
-// deadLetteredAnyReason counts the entries dead-lettered for too many
-// attempts or as malformed.
-func (s *scorerefresh) deadLetteredAnyReason() float64 {
-	return s.sum(func(svc *app.Service) float64 {
-		return metrics.Read(svc.Metrics.EntriesDeadLettered.WithLabelValues(metrics.ReasonMaxAttempts)) +
-			metrics.Read(svc.Metrics.EntriesDeadLettered.WithLabelValues(metrics.ReasonMalformed))
-	})
-}
-
-func histogram(m prometheus.Metric) (count, sum float64) {
-	var d dto.Metric
-	if err := m.Write(&d); err != nil || d.Histogram == nil {
-		return 0, 0
-	}
-	return float64(d.Histogram.GetSampleCount()), d.Histogram.GetSampleSum()
+	return refreshes, deadLettered
 }
 
 func (s *scorerefresh) stop() error {
 	s.cancel()
-	s.wg.Wait()
+	err := s.run.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, svc := range s.svcs {
 		_ = svc.Close(ctx)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return errors.Join(s.errs...)
+	if s.stopScorer != nil {
+		s.stopScorer()
+	}
+	return err
 }
 
-// referenceRun is the reference consumer on a client of its own, configured
-// and monitored exactly as scorerefresh's (app.ClientOptions).
-type referenceRun struct {
-	ref    *reference
-	client *mongo.Client
-	reg    *prometheus.Registry
-	cancel context.CancelFunc
-	done   chan struct{}
+// faultyScorer fails every refresh while failing is set; with instant set
+// the others succeed at once, without a query.
+type faultyScorer struct {
+	inner   consumer.Refresher
+	failing *atomic.Bool
+	instant bool
 }
 
-func (b *Bench) startReference(ctx context.Context, db string) (*referenceRun, error) {
-	cfg, err := b.serviceConfig(db, 1)
+func (f *faultyScorer) Refresh(ctx context.Context, user string, at time.Time) error {
+	switch {
+	case f.failing.Load():
+		return errors.New("bench: injected scorer failure")
+	case f.instant:
+		return nil
+	}
+	return f.inner.Refresh(ctx, user, at)
+}
+
+// recorder is the one command recorder of a row: every command of the
+// consumer's clients (all replicas), by command name and collection.
+type recorder struct {
+	mu sync.Mutex
+	n  map[string]float64
+}
+
+func (r *recorder) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		key := e.CommandName
+		if coll, ok := e.Command.Lookup(e.CommandName).StringValueOK(); ok {
+			key += " " + coll
+		}
+		r.mu.Lock()
+		r.n[key]++
+		r.mu.Unlock()
+	}}
+}
+
+func (r *recorder) counts() map[string]float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.n)
+}
+
+// seeded is what a row's database holds before its consumer starts.
+type seeded struct {
+	queue *mongo.Collection
+	users int
+	want  map[string]float64 // expected scores, for the scorers reading user_activity
+}
+
+// seed writes the sources and the backlog and creates the indexes, before
+// the clock starts, as they exist in production.
+func (b *Bench) seed(ctx context.Context, db *mongo.Database, row Row) (*seeded, error) {
+	cfg, _, err := b.serviceConfig(db.Name(), row, "") // for the collections' names
 	if err != nil {
 		return nil, err
 	}
-	reg := prometheus.NewRegistry()
-	client, err := mongo.Connect(app.ClientOptions(cfg, metrics.NewMongo(reg)))
+	// The same seed for every row: a preset's reference and scorerefresh
+	// rows drain identical data.
+	rnd := rand.New(rand.NewPCG(b.cfg.Seed, 11))
+	entries := backlog.Generate(row.Backlog, rnd)
+	s := &seeded{queue: db.Collection(cfg.QueueCollection)}
+	if row.Scorer == scorerActivity || row.Scorer == scorerHTTP {
+		var docs []any
+		docs, s.want = backlog.Activity(entries, userName, rnd, activityPerDoc)
+		err = insertAll(ctx, db.Collection("user_activity"), docs)
+	} else {
+		err = b.seedSources(ctx, db)
+	}
+	if err == nil {
+		err = insertAll(ctx, s.queue, backlog.QueueDocs(entries, userName, "bench"))
+	}
 	if err != nil {
 		return nil, err
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	r := &referenceRun{
-		ref:    newReference(client.Database(db), b.rules, cfg.QueueCollection, cfg.PollInterval, b.svcLog),
-		client: client, reg: reg, cancel: cancel, done: make(chan struct{}),
+	users := map[int]bool{}
+	for _, e := range entries {
+		users[e.User] = true
 	}
-	go func() { defer close(r.done); r.ref.drain(runCtx) }()
-	return r, nil
+	s.users = len(users)
+	_, err = consumer.EnsureIndexes(ctx, consumer.Collections{Queue: s.queue, Claims: db.Collection(cfg.ClaimsCollection),
+		DeadLetter: db.Collection(cfg.DeadLetterCollection)}, slog.New(slog.DiscardHandler))
+	return s, err
 }
 
-func (r *referenceRun) progress() float64  { return float64(r.ref.covered.Load()) }
-func (r *referenceRun) acked() float64     { return float64(r.ref.acked.Load()) }
-func (r *referenceRun) refreshes() float64 { return float64(r.ref.refreshes.Load()) }
-func (r *referenceRun) commands() map[string]float64 {
-	out := map[string]float64{}
-	addCommands(out, r.reg)
-	return out
+// seedSources writes 150 source documents for rules/bench.yaml (45% activity, 30%
+// posts, 25% reviews; 40 in a smoke run) of users of a pool of 2,000 (300).
+// They stay few on purpose: FerretDB answers every component query by
+// reading the collection (SQLite) or the user's rows (PostgreSQL).
+func (b *Bench) seedSources(ctx context.Context, db *mongo.Database) error {
+	n, pool := pick(size(b.cfg.Short), 150, 40), b.pool()
+	rnd := rand.New(rand.NewPCG(b.cfg.Seed, 7))
+	now := time.Now()
+	ago := func(max time.Duration) time.Time { return now.Add(-time.Duration(rnd.Int64N(int64(max)))) }
+	docs := map[string][]any{}
+	for i := range n {
+		u := userName(rnd.IntN(pool))
+		switch {
+		case i%20 < 9:
+			docs["user_activity"] = append(docs["user_activity"], bson.D{{Key: "username", Value: u}, {Key: "points", Value: 1 + rnd.IntN(50)},
+				{Key: "kind", Value: []string{"like", "comment", "share", "visit"}[rnd.IntN(4)]}, {Key: "at", Value: ago(60 * 24 * time.Hour)}})
+		case i%20 < 15:
+			docs["posts"] = append(docs["posts"], bson.D{{Key: "author", Value: u}, {Key: "likes", Value: rnd.IntN(500)},
+				{Key: "topic", Value: fmt.Sprintf("topic-%d", rnd.IntN(12))}, {Key: "at", Value: ago(120 * 24 * time.Hour)}})
+		default:
+			docs["reviews"] = append(docs["reviews"], bson.D{{Key: "reviewer", Value: u}, {Key: "stars", Value: 1 + rnd.IntN(5)},
+				{Key: "product", Value: fmt.Sprintf("sku-%d", rnd.IntN(40))}, {Key: "at", Value: ago(60 * 24 * time.Hour)}})
+		}
+	}
+	var err error
+	for name, d := range docs {
+		err = errors.Join(err, insertAll(ctx, db.Collection(name), d))
+	}
+	return err
 }
 
-func (r *referenceRun) timing() timing {
-	t := timing{Refreshes: float64(r.ref.refreshes.Load()), RefreshSeconds: time.Duration(r.ref.refreshNanos.Load()).Seconds(),
-		CommandCount: map[string]float64{}, CommandSeconds: map[string]float64{}}
-	addCommandTimes(t.CommandCount, t.CommandSeconds, r.reg)
-	return t
+// insertAll writes docs in batches of 1,000.
+func insertAll(ctx context.Context, coll *mongo.Collection, docs []any) error {
+	for i := 0; i < len(docs); i += 1000 {
+		if _, err := coll.InsertMany(ctx, docs[i:min(i+1000, len(docs))]); err != nil {
+			return fmt.Errorf("seeding %s: %w", coll.Name(), err)
+		}
+	}
+	return nil
 }
 
-func (r *referenceRun) stop() error {
-	r.cancel()
-	<-r.done
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// sample reads the queue's depth and oldest age on the direct connection.
+func (b *Bench) sample(ctx context.Context, queue *mongo.Collection, elapsed time.Duration, done float64, arrived int64) sample {
+	s := sample{T: math.Round(elapsed.Seconds()*100) / 100, Done: done, Arrived: arrived}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return r.client.Disconnect(ctx)
+	// A failed read leaves the figures at 0 for this sample: the timeline
+	// stays regular.
+	if st, err := queuestate.New(queue, nil).Read(sctx); err == nil {
+		s.Depth, s.OldestAge = st.Depth, st.OldestAge(time.Now()).Seconds()
+	}
+	return s
 }
 
-// addCommandTimes adds the count and total seconds of
-// scorerefresh_mongo_command_duration_seconds of reg, by command.
-func addCommandTimes(count, secs map[string]float64, reg prometheus.Gatherer) {
-	eachCommand(reg, "scorerefresh_mongo_command_duration_seconds", func(command string, m *dto.Metric) {
-		count[command] += float64(m.GetHistogram().GetSampleCount())
-		secs[command] += m.GetHistogram().GetSampleSum()
-	})
-}
-
-// addCommands adds scorerefresh_mongo_commands_total of reg, by command.
-func addCommands(out map[string]float64, reg prometheus.Gatherer) {
-	eachCommand(reg, "scorerefresh_mongo_commands_total", func(command string, m *dto.Metric) {
-		out[command] += m.GetCounter().GetValue()
-	})
-}
-
-// eachCommand calls f with every series of reg's metric name and its
-// command label.
-func eachCommand(reg prometheus.Gatherer, name string, f func(command string, m *dto.Metric)) {
-	mfs, err := reg.Gather()
+// verifyScores checks every user's stored score against want.
+func verifyScores(ctx context.Context, db *mongo.Database, want map[string]float64) (checked, wrong int, err error) {
+	var docs []scoring.ScoreDoc
+	cur, err := db.Collection("user_scores").Find(ctx, bson.D{})
+	if err == nil {
+		err = cur.All(ctx, &docs)
+	}
 	if err != nil {
-		return
+		return 0, 0, fmt.Errorf("reading scores to verify: %w", err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "command" {
-					f(l.GetValue(), m)
-				}
-			}
+	got := map[string]float64{}
+	for _, d := range docs {
+		got[d.Username] = d.Score
+	}
+	for user, w := range want {
+		if g, ok := got[user]; !ok || math.Abs(g-w) > 1e-9 {
+			wrong++
 		}
 	}
+	return len(want), wrong, nil
 }
 
-func total(m map[string]float64) float64 {
-	t := 0.0
-	for _, v := range m {
-		t += v
-	}
-	return t
-}
+// pool is how many users the sources and the producers draw from.
+func (b *Bench) pool() int { return pick(size(b.cfg.Short), 2000, 300) }

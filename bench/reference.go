@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -10,11 +11,13 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/scorerefresh/scorerefresh/internal/app"
+	"github.com/scorerefresh/scorerefresh/internal/config"
+	"github.com/scorerefresh/scorerefresh/metrics"
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
-// ReferenceBatch is how many of the oldest entries the replaced consumer took
-// per poll.
+// ReferenceBatch is how many of the oldest entries the replaced consumer took per poll.
 const ReferenceBatch = 200
 
 // reference is the consumer scorerefresh replaces, reproduced for comparison
@@ -33,23 +36,44 @@ type reference struct {
 	refresher *scoring.Refresher
 	poll      time.Duration
 	log       *slog.Logger
+	client    *mongo.Client // its own, configured as scorerefresh's (app.ClientOptions)
+	cancel    context.CancelFunc
+	exited    chan struct{}
 
-	acked     atomic.Int64 // entries deleted after their batch
 	covered   atomic.Int64 // entries whose user's refresh has completed (acked at the end of the batch)
 	refreshes atomic.Int64 // successful refreshes
-	failures  atomic.Int64 // failed refreshes (their entries stay queued for the next poll)
-	// refreshNanos is the time spent in refreshes, successful or not.
-	refreshNanos atomic.Int64
 }
 
-func newReference(db *mongo.Database, rules *scoring.Rules, queue string, poll time.Duration, log *slog.Logger) *reference {
-	store := scoring.NewStore(db.Collection("user_scores"), scoring.StoreConfig{})
-	return &reference{
-		queue:     db.Collection(queue),
-		refresher: scoring.NewRefresher(scoring.NewRecomputer(db, rules), store),
-		poll:      poll,
-		log:       log,
+// startReference runs the reference on cfg's database with rules, its
+// commands counted by rec.
+func (b *Bench) startReference(ctx context.Context, cfg config.Config, rules *scoring.Rules, rec *recorder) (*reference, error) {
+	if rules == nil {
+		return nil, errors.New("the reference computes rules only, not an HTTP scorer")
 	}
+	cfg.RefreshConcurrency = 1
+	m := metrics.NewMongo(metrics.NewRegistry())
+	client, err := mongo.Connect(app.ClientOptions(cfg, m).SetMonitor(m.CommandMonitor(rec.monitor())))
+	if err != nil {
+		return nil, err
+	}
+	db := client.Database(cfg.Database)
+	runCtx, cancel := context.WithCancel(ctx)
+	r := &reference{queue: db.Collection(cfg.QueueCollection), poll: cfg.PollInterval, log: b.svcLog, client: client, cancel: cancel,
+		refresher: scoring.NewRefresher(scoring.NewRecomputer(db, rules), scoring.NewStore(db.Collection("user_scores"), scoring.StoreConfig{})),
+		exited:    make(chan struct{})}
+	go func() { defer close(r.exited); r.drain(runCtx) }()
+	return r, nil
+}
+
+func (r *reference) done() float64               { return float64(r.covered.Load()) }
+func (r *reference) figures() (float64, float64) { return float64(r.refreshes.Load()), 0 }
+
+func (r *reference) stop() error {
+	r.cancel()
+	<-r.exited
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return r.client.Disconnect(ctx)
 }
 
 // drain polls and refreshes until ctx ends.
@@ -99,12 +123,8 @@ func (r *reference) pollOnce(ctx context.Context) (int, error) {
 		if ctx.Err() != nil {
 			return len(batch), nil
 		}
-		start := time.Now()
-		err := r.refresher.Refresh(ctx, u, start)
-		r.refreshNanos.Add(int64(time.Since(start)))
-		if err != nil {
+		if err := r.refresher.Refresh(ctx, u, time.Now()); err != nil {
 			if ctx.Err() == nil {
-				r.failures.Add(1)
 				r.log.Warn("reference refresh failed", "err", err)
 			}
 			continue
@@ -114,11 +134,9 @@ func (r *reference) pollOnce(ctx context.Context) (int, error) {
 		ack = append(ack, ids[u]...)
 	}
 	if len(ack) > 0 {
-		res, err := r.queue.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ack}}}})
-		if err != nil {
+		if _, err := r.queue.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ack}}}}); err != nil {
 			return len(batch), err
 		}
-		r.acked.Add(res.DeletedCount)
 	}
 	return len(batch), nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/scorerefresh/scorerefresh/internal/backlog"
 	"github.com/scorerefresh/scorerefresh/pkg/extjson"
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
@@ -96,16 +97,14 @@ type generator struct {
 // span up to cfg.End, users drawn by the shape.
 func (g *generator) queue() (ManifestFile, error) {
 	cfg := g.cfg
-	pick := cfg.Shape.picker(g.rnd, cfg.Users)
-	step := cfg.Span / time.Duration(cfg.Entries)
-	start := cfg.End.Add(-step * time.Duration(cfg.Entries-1))
-	f, err := writeFile(filepath.Join(cfg.Out, cfg.Queue+g.ext), cfg.Queue, cfg.Entries, cfg.Progress, func(i int) (any, bool) {
-		u := pick()
-		g.used[u] = true
+	gen := backlog.New(backlog.Spec{Shape: cfg.Shape, Entries: cfg.Entries, Users: cfg.Users, Hot: backlog.FirehoseShare, Span: cfg.Span, End: cfg.End}, g.rnd)
+	f, err := writeFile(filepath.Join(cfg.Out, cfg.Queue+g.ext), cfg.Queue, cfg.Entries, cfg.Progress, func(int) (any, bool) {
+		e := gen.Next()
+		g.used[e.User] = true
 		// Jitter within the step keeps times in file order, as a snapshot
 		// taken in _id order of ObjectIds minted at enqueue time has them.
-		at := start.Add(time.Duration(i)*step + time.Duration(g.rnd.Int64N(int64(max(step/2, 1)))))
-		return bson.D{{Key: "_id", Value: objectID(g.rnd, at)}, {Key: "username", Value: userName(u)},
+		at := e.At.Add(time.Duration(g.rnd.Int64N(int64(max(gen.Step()/2, 1)))))
+		return bson.D{{Key: "_id", Value: objectID(g.rnd, at)}, {Key: "username", Value: userName(e.User)},
 			{Key: "createdAt", Value: bson.NewDateTimeFromTime(at)}, {Key: "kind", Value: "generated"}, {Key: "shape", Value: string(cfg.Shape)}}, true
 	})
 	f.Queue = true

@@ -2,27 +2,29 @@ package replay
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"slices"
+
+	"github.com/scorerefresh/scorerefresh/internal/backlog"
 )
 
-// Shape is the distribution of users over a generated backlog.
-type Shape string
+// Shape is the distribution of users over a generated backlog (the one
+// generator, internal/backlog, draws them).
+type Shape = backlog.Shape
 
 // The shapes of `backlog generate --shape`.
 const (
 	// ShapeFirehose: nine entries in ten belong to one user (a bulk import,
 	// a bot), the rest to users at random: coalescing does all the work.
-	ShapeFirehose Shape = "firehose"
+	ShapeFirehose = backlog.Firehose
 	// ShapeDiverse: every entry's user is drawn uniformly: the window holds
 	// as many distinct users as it can, the metastable wedge's trigger.
-	ShapeDiverse Shape = "diverse"
+	ShapeDiverse = backlog.Diverse
 	// ShapeZipf: users drawn from a Zipf law (s=1.1), as real activity
 	// is: a few hot users and a long tail.
-	ShapeZipf Shape = "zipf"
+	ShapeZipf = backlog.Zipf
 	// ShapeMixed: 40% one firehose user, 30% Zipf, 30% uniform: the
 	// firehose and a diverse tail at once.
-	ShapeMixed Shape = "mixed"
+	ShapeMixed = backlog.Mixed
 )
 
 // Shapes lists every shape, for usage text and validation.
@@ -38,37 +40,3 @@ func ParseShape(s string) (Shape, error) {
 
 // userName is the username of user i; user 0 is the firehose.
 func userName(i int) string { return fmt.Sprintf("user-%05d", i) }
-
-// picker returns a function that draws the index of the next entry's user
-// in [0, users).
-func (s Shape) picker(rnd *rand.Rand, users int) func() int {
-	uniform := func() int { return rnd.IntN(users) }
-	zipf := uniform
-	if users > 1 {
-		z := rand.NewZipf(rnd, 1.1, 1, uint64(users-1))
-		zipf = func() int { return int(z.Uint64()) }
-	}
-	switch s {
-	case ShapeFirehose:
-		return func() int {
-			if rnd.Float64() < 0.9 {
-				return 0
-			}
-			return uniform()
-		}
-	case ShapeZipf:
-		return zipf
-	case ShapeMixed:
-		return func() int {
-			switch f := rnd.Float64(); {
-			case f < 0.4:
-				return 0
-			case f < 0.7:
-				return zipf()
-			default:
-				return uniform()
-			}
-		}
-	}
-	return uniform
-}

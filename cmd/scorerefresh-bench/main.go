@@ -1,8 +1,10 @@
-// Command scorerefresh-bench measures scorerefresh against the consumer it
-// replaces (package bench; docs/performance.md):
+// Command scorerefresh-bench runs the bench's table of scenarios (package
+// bench; docs/performance.md):
 //
-//	go run ./cmd/scorerefresh-bench -out bench/results          # the full run (about 25 minutes)
-//	go run ./cmd/scorerefresh-bench -short -out /tmp/bench       # the smoke run CI does (seconds)
+//	go run ./cmd/scorerefresh-bench -out bench/results                  # every preset at full size
+//	go run ./cmd/scorerefresh-bench -short -out /tmp/bench              # every preset in seconds: the smoke run CI does
+//	go run ./cmd/scorerefresh-bench -scenarios scorer -out DIR          # one preset
+//	go run ./cmd/scorerefresh-bench -scenarios plan -rows knee-wedge    # one row of it
 //
 // Exit codes: 0 done, 1 the run failed, 2 bad flags.
 package main
@@ -26,36 +28,29 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 }
 
+// run runs the bench under a CPU profile when one is asked for, until it
+// ends or a signal stops it.
 func run(args, environ []string, stdout, stderr io.Writer) int {
 	cfg, err := bench.ParseArgs(args, stderr)
+	cfg.Environ, cfg.Log = environ, stdout
+	cfg.Command = strings.Join(append([]string{"go run ./cmd/scorerefresh-bench"}, args...), " ")
+	var b *bench.Bench
 	if err == nil {
-		cfg.Environ, cfg.Log = environ, stdout
-		cfg.Command = strings.Join(append([]string{"go run ./cmd/scorerefresh-bench"}, args...), " ")
-		var b *bench.Bench
-		if b, err = bench.New(cfg); err == nil {
-			return runBench(b, cfg.CPUProfile, stderr)
-		}
+		b, err = bench.New(cfg)
 	}
-	if !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintf(stderr, "scorerefresh-bench: %v\n", err)
-	}
-	return 2
-}
-
-// runBench runs b under a CPU profile when one is asked for, until it ends
-// or a signal stops it.
-func runBench(b *bench.Bench, cpuProfile string, stderr io.Writer) int {
-	if cpuProfile != "" {
-		f, err := os.Create(cpuProfile)
-		if err == nil {
+	if err == nil && cfg.CPUProfile != "" {
+		var f *os.File
+		if f, err = os.Create(cfg.CPUProfile); err == nil {
 			defer f.Close()
 			err = pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
 		}
-		if err != nil {
+	}
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stderr, "scorerefresh-bench: %v\n", err)
-			return 2
 		}
-		defer pprof.StopCPUProfile()
+		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

@@ -6,9 +6,9 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	gen "github.com/scorerefresh/scorerefresh/internal/backlog"
 	"github.com/scorerefresh/scorerefresh/internal/config"
 )
 
@@ -23,28 +23,21 @@ type backlog struct {
 }
 
 func newBacklog(o demoOptions, rnd *rand.Rand, now time.Time) *backlog {
-	b := &backlog{want: map[string]float64{}}
-	// Events arrived over the last ten minutes, oldest first.
-	start := now.Add(-10 * time.Minute)
-	step := 10 * time.Minute / time.Duration(o.entries)
-	for i := range o.entries {
-		user := fmt.Sprintf("user-%04d", rnd.IntN(o.users))
-		if rnd.Float64() < o.firehose {
-			user = firehoseUser
+	// Events arrived over the last ten minutes, oldest first; user 0 is the
+	// firehose user, the others are drawn uniformly.
+	users, name := o.users, func(i int) string { return fmt.Sprintf("user-%04d", i) }
+	if o.firehose > 0 {
+		users, name = o.users+1, func(i int) string {
+			if i == 0 {
+				return firehoseUser
+			}
+			return fmt.Sprintf("user-%04d", i-1)
 		}
-		at := start.Add(time.Duration(i) * step)
-		// Producers write the source data first, then enqueue the event.
-		// Most events re-announce documents already written (a like
-		// counted twice, a bulk import touching one user over and over):
-		// that keeps the source collection small, because the embedded
-		// server scans it whole for every component query.
-		if b.want[user] == 0 || rnd.IntN(20) == 0 {
-			points := float64(1 + rnd.IntN(10))
-			b.activity = append(b.activity, bson.D{{Key: "username", Value: user}, {Key: "points", Value: points}, {Key: "at", Value: at}})
-			b.want[user] += points
-		}
-		b.entries = append(b.entries, bson.D{{Key: "_id", Value: bson.NewObjectIDFromTimestamp(at)}, {Key: "username", Value: user}, {Key: "createdAt", Value: at}, {Key: "source", Value: "demo"}})
 	}
+	entries := gen.Generate(gen.Spec{Shape: gen.Firehose, Entries: o.entries, Users: users, Hot: o.firehose, End: now}, rnd)
+	// Producers write the source data first, then enqueue the event.
+	b := &backlog{entries: gen.QueueDocs(entries, name, "demo")}
+	b.activity, b.want = gen.Activity(entries, name, rnd, 0)
 	return b
 }
 

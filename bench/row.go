@@ -1,0 +1,298 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/scorerefresh/scorerefresh/internal/backlog"
+)
+
+// Row is one scenario: what is queued, what arrives, who drains it, in what
+// network, for how long.
+type Row struct {
+	Preset   string        `json:"preset"`
+	Name     string        `json:"row"`
+	Consumer string        `json:"consumer"` // consumerScorerefresh (default) or consumerReference
+	Backlog  backlog.Spec  `json:"backlog"`
+	Replicas int           `json:"replicas"`      // scorerefresh processes (in process, a client each); default 1
+	Env      []string      `json:"env,omitempty"` // the service's environment for this row, e.g. REFRESH_BATCH_SIZE=1
+	Scorer   string        `json:"scorer"`        // scorerRules (default), scorerInstant, scorerActivity or scorerHTTP
+	RTT      time.Duration `json:"rtt_ns"`
+	Steps    []Step        `json:"steps,omitempty"` // faults, in time order
+
+	Rate     float64      `json:"offered_per_second,omitempty"` // the producer's entries per second
+	RateOf   string       `json:"-"`                            // set: Rate is a multiple of this consumer's estimated drain rate
+	Arrivals backlog.Spec `json:"arrivals"`                     // the producer's users; Entries caps what it sends (0: no cap)
+
+	For time.Duration `json:"for_ns,omitempty"` // the producer runs this long; the run lasts at least this long
+	Max time.Duration `json:"max_ns"`           // the run lasts at most this long (For = Max: exactly)
+}
+
+// Step is the proxy's state from At on: the round trip, the delay added per busy
+// connection past a knee (zero: none), an outage, and whether every refresh fails.
+type Step struct {
+	At     time.Duration `json:"at_ns"`
+	RTT    time.Duration `json:"rtt_ns"`
+	Knee   int           `json:"knee,omitempty"`
+	Slope  time.Duration `json:"slope_ns,omitempty"`
+	Outage bool          `json:"outage,omitempty"`
+	Fail   bool          `json:"fail,omitempty"`
+}
+
+func (s Step) String() string {
+	return fmt.Sprintf("at %s: RTT %s, +%s per busy connection past %d, outage %v, refreshes fail %v", s.At, s.RTT, s.Slope, s.Knee, s.Outage, s.Fail)
+}
+
+// Result is one row's measurement.
+type Result struct {
+	Row
+	Users        int                `json:"users"` // distinct users of the backlog
+	Produced     int64              `json:"produced"`
+	Seconds      float64            `json:"seconds"`
+	Done         float64            `json:"entries_done"`
+	Drained      bool               `json:"drained"`
+	Rate         float64            `json:"entries_per_second"`
+	Ratio        float64            `json:"ratio_to_baseline,omitempty"` // this rate over the reference's on the same row (the HTTP scorer: over the rules')
+	Refreshes    float64            `json:"refreshes"`
+	DeadLettered float64            `json:"dead_lettered"`
+	PeakDepth    int64              `json:"peak_depth"`
+	MaxOldest    float64            `json:"max_oldest_age"`
+	Commands     map[string]float64 `json:"commands"` // every command of the consumer's clients, by "command collection"
+	PerEntry     float64            `json:"commands_per_entry"`
+	CommandsPer  float64            `json:"commands_per_second"`
+	Verified     int                `json:"verified,omitempty"` // users whose stored score was checked against the seeded sources
+	Wrong        int                `json:"wrong,omitempty"`
+	Samples      []sample           `json:"samples"`
+}
+
+// sample is the queue as the bench saw it at one moment of a run.
+type sample struct {
+	T         float64 `json:"t"`          // seconds since the consumer started
+	Depth     int64   `json:"depth"`      // entries in the queue
+	OldestAge float64 `json:"oldest_age"` // seconds; 0 when empty
+	Done      float64 `json:"done"`       // entries done so far
+	Arrived   int64   `json:"arrived"`    // entries the producer has enqueued
+}
+
+// runRow runs row on a fresh database: seed, start, produce, step the
+// faults and sample until it ends, stop, verify, drop.
+func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
+	row.Consumer = cmp.Or(row.Consumer, consumerScorerefresh)
+	row.Scorer = cmp.Or(row.Scorer, scorerRules)
+	row.Replicas, row.RTT = max(row.Replicas, 1), cmp.Or(row.RTT, b.cfg.RTT)
+	if row.RateOf != "" {
+		row.Rate, row.RateOf = row.Rate*b.estimate(row.RateOf), ""
+	}
+	db := b.direct.Database(b.nextDatabase(row.Name + "_" + row.Consumer[:3]))
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = db.Drop(dctx)
+	}()
+	seeded, err := b.seed(ctx, db, row)
+	if err != nil {
+		return nil, fmt.Errorf("seeding: %w", err)
+	}
+	row.Steps = slices.Clone(row.Steps)
+	for i := range row.Steps {
+		// A step's round trip defaults to the row's.
+		row.Steps[i].RTT = cmp.Or(row.Steps[i].RTT, row.RTT)
+	}
+	res := &Result{Row: row, Users: seeded.users}
+	b.logf("\n== %s/%s: %s, %d entries of %d users queued, %d replica(s), RTT %s, %s scorer, environment %v", row.Preset, row.Name, row.Consumer,
+		row.Backlog.Entries, res.Users, row.Replicas, row.RTT, row.Scorer, row.Env)
+	rec := &recorder{n: map[string]float64{}}
+	first := Step{RTT: row.RTT}
+	if len(row.Steps) > 0 && row.Steps[0].At == 0 {
+		first = row.Steps[0]
+	}
+	b.setFaults(first, nil)
+	defer b.setFaults(Step{}, nil)
+	c, err := b.startConsumer(ctx, db.Name(), row, rec)
+	if err != nil {
+		return nil, err
+	}
+	var arrived atomic.Int64
+	// The producer runs for For, or the whole run.
+	prodCtx, stopProducer := context.WithCancel(ctx)
+	if row.For > 0 {
+		prodCtx, stopProducer = context.WithTimeout(ctx, row.For)
+	}
+	var producer errgroup.Group
+	if row.Rate > 0 {
+		producer.Go(func() error { return b.produce(prodCtx, seeded.queue, row, &arrived) })
+	}
+	end, err := b.watch(ctx, row, c, seeded, res, &arrived)
+	stopProducer()
+	prodErr := producer.Wait()
+	if err != nil {
+		_ = c.stop()
+		return nil, err
+	}
+	res.Seconds, res.Produced = end.Seconds(), arrived.Load()
+	res.Done = c.done()
+	res.Refreshes, res.DeadLettered = c.figures()
+	// The shutdown flush belongs to the run: commands are read after it.
+	if err := c.stop(); err != nil {
+		b.logf("  (consumer stopped with: %v)", err)
+	}
+	if prodErr != nil {
+		return nil, fmt.Errorf("producer: %w", prodErr)
+	}
+	res.Commands = rec.counts()
+	commands := 0.0
+	for _, n := range res.Commands {
+		commands += n
+	}
+	res.PerEntry = commands / math.Max(res.Done, 1)
+	if res.Seconds > 0 {
+		res.Rate, res.CommandsPer = res.Done/res.Seconds, commands/res.Seconds
+	}
+	for _, s := range res.Samples {
+		res.PeakDepth, res.MaxOldest = max(res.PeakDepth, s.Depth), math.Max(res.MaxOldest, s.OldestAge)
+	}
+	if seeded.want != nil && row.Consumer == consumerScorerefresh {
+		if res.Verified, res.Wrong, err = verifyScores(ctx, db, seeded.want); err != nil {
+			return nil, err
+		}
+	}
+	b.logf("  %.0f entries done in %.1fs (%.1f/s), drained %v, %.0f refreshes, %.2f commands/entry, peak depth %d, oldest %.1fs; %d scores verified, %d wrong",
+		res.Done, res.Seconds, res.Rate, res.Drained, res.Refreshes, res.PerEntry, res.PeakDepth, res.MaxOldest, res.Verified, res.Wrong)
+	if res.Wrong > 0 {
+		return res, fmt.Errorf("%d of %d scores are wrong", res.Wrong, res.Verified)
+	}
+	return res, nil
+}
+
+// watch steps the faults and samples the queue every 50 ms until the row
+// is over, and returns how long it ran.
+func (b *Bench) watch(ctx context.Context, row Row, c running, seeded *seeded, res *Result, arrived *atomic.Int64) (time.Duration, error) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	steps := row.Steps
+	every := max(100*time.Millisecond, min(time.Second, cmp.Or(row.Max, row.For)/100))
+	start, nextSample, nextLog := time.Now(), time.Duration(0), 10*time.Second
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-tick.C:
+		}
+		elapsed := time.Since(start)
+		for len(steps) > 0 && elapsed >= steps[0].At {
+			b.logf("  %6.1fs  %s", elapsed.Seconds(), steps[0])
+			b.setFaults(steps[0], c)
+			steps = steps[1:]
+		}
+		done := c.done()
+		// Drained: everything queued and sent is done, and the producer
+		// has stopped.
+		drained := done >= float64(row.Backlog.Entries)+float64(arrived.Load()) &&
+			(row.Rate == 0 || elapsed >= row.For || row.Arrivals.Entries > 0 && arrived.Load() >= int64(row.Arrivals.Entries))
+		// A smoke row given work runs past Max (by 30 s at most) until it
+		// has done some: on a loaded machine the first refresh can be slow.
+		capped := row.Max > 0 && elapsed >= row.Max && (done > 0 || !b.cfg.Short || elapsed >= row.Max+30*time.Second)
+		over := drained && elapsed >= row.For || capped
+		if elapsed >= nextSample || over {
+			s := b.sample(ctx, seeded.queue, elapsed, done, arrived.Load())
+			res.Samples = append(res.Samples, s)
+			nextSample = elapsed + every
+			if elapsed >= nextLog {
+				b.logf("  %6.1fs  depth %6d  oldest %6.1fs  done %7.0f  arrived %6d", s.T, s.Depth, s.OldestAge, s.Done, s.Arrived)
+				nextLog += 10 * time.Second
+			}
+		}
+		if over {
+			res.Drained = drained
+			return elapsed, nil
+		}
+	}
+}
+
+// setFaults puts the proxies and the scorer in step s's state.
+func (b *Bench) setFaults(s Step, c running) {
+	b.proxy.SetDelay(s.RTT/2, s.RTT/2)
+	b.knee.Store(int64(s.Knee))
+	b.slope.Store(int64(s.Slope))
+	b.proxy.Refuse(s.Outage)
+	b.proxy.Blackhole(s.Outage)
+	if !s.Outage {
+		b.proxy.Restore()
+	}
+	if svc, ok := c.(*scorerefresh); ok {
+		svc.failing.Store(s.Fail)
+	}
+}
+
+// kneeDelay is the proxy's extra delay upstream: the current step's slope
+// per busy connection past its knee.
+func (b *Bench) kneeDelay(busy int) (up, down time.Duration) {
+	if k := int(b.knee.Load()); busy > k {
+		return time.Duration(b.slope.Load()) * time.Duration(busy-k), 0
+	}
+	return 0, 0
+}
+
+// estimate is the drain rate of consumer from the calibration alone:
+// scorerefresh at 90% of its lower bound, the reference one refresh at a
+// time (it has one slot).
+func (b *Bench) estimate(consumer string) float64 {
+	if consumer == consumerReference {
+		return b.cal.bounds(b.cfg.RTT, 1).Latency
+	}
+	return 0.9 * b.cal.Bounds.Lower
+}
+
+// produce enqueues entries at rate, in small batches every 50 ms, on the
+// direct connection (producers are other applications, not behind the
+// consumer's latency).
+func (b *Bench) produce(ctx context.Context, queue *mongo.Collection, row Row, sent *atomic.Int64) error {
+	spec := row.Arrivals
+	if spec.Users == 0 {
+		spec = backlog.Spec{Shape: backlog.Diverse, Users: b.pool()}
+	}
+	pick := backlog.Picker(spec.Shape, rand.New(rand.NewPCG(b.cfg.Seed, uint64(b.runs))), spec.Users, spec.Hot)
+	start := time.Now()
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		due := int64(row.Rate*time.Since(start).Seconds()) - sent.Load()
+		if spec.Entries > 0 {
+			due = min(due, int64(spec.Entries)-sent.Load())
+		}
+		if due <= 0 {
+			continue
+		}
+		now := time.Now()
+		entries := make([]backlog.Entry, due)
+		for i := range entries {
+			entries[i] = backlog.Entry{User: pick(), At: now}
+		}
+		if _, err := queue.InsertMany(ctx, backlog.QueueDocs(entries, userName, "bench")); err != nil {
+			// The driver's socket deadline is ctx's: at the end of For it
+			// may fire a moment before ctx says it is done.
+			if deadline, ok := ctx.Deadline(); ctx.Err() != nil || ok && time.Until(deadline) < time.Second {
+				return nil
+			}
+			return err
+		}
+		sent.Add(due)
+	}
+}
+
+// userName is the i-th user of the bench.
+func userName(i int) string { return fmt.Sprintf("user-%05d", i) }
