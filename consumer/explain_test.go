@@ -120,6 +120,20 @@ func newHotScenario(t *testing.T) *hotScenario {
 
 func ptr[T any](v T) *T { return &v }
 
+// leaseDoc is a lease document in the types the service writes, for tests
+// to seed the claims collection with and to read it back.
+type leaseDoc struct {
+	User       string    `bson:"_id"`
+	Token      *string   `bson:"token"`
+	Owner      string    `bson:"owner,omitempty"`
+	LeaseUntil time.Time `bson:"leaseUntil"`
+	Attempts   int       `bson:"attempts"`
+	LastError  string    `bson:"lastError,omitempty"`
+	ClaimedAt  time.Time `bson:"claimedAt,omitempty"`
+	Running    *string   `bson:"running"`
+	Solo       bool      `bson:"solo,omitempty"`
+}
+
 // hotRound is what one run of the claim path sent, phase by phase.
 type hotRound struct {
 	round, takeover, hold, settle, targeted []queryplan.Command

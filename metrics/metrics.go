@@ -167,5 +167,5 @@ func (c *Consumer) registerLimiter(f promauto.Factory) {
 	c.LimitChanges = counterVec(f, "concurrency_limit_changes_total",
 		"Changes of the adaptive concurrency limit, by reason (headroom, latency, overload).", "reason", "headroom", "latency", "overload")
 	c.LatencyBaseline = gauge(f, "refresh_latency_baseline_seconds",
-		"No-load refresh latency the adaptive limiter measures against: the lower of its own and the lowest its fleet reports (0 when adaptive concurrency is off).")
+		"No-load refresh latency the adaptive limiter measures against: the lowest interval mean it measured (0 when adaptive concurrency is off).")
 }

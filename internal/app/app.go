@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -203,12 +202,6 @@ func (s *Service) connect(monitor *event.CommandMonitor, traits *servertraits.Tr
 		Queue:      s.DB.Collection(s.cfg.QueueCollection),
 		Claims:     s.DB.Collection(s.cfg.ClaimsCollection),
 		DeadLetter: s.DB.Collection(s.cfg.DeadLetterCollection),
-	}
-	if s.adaptive != nil {
-		// Unique per process, not per host: the bench and tests run several
-		// consumers in one process.
-		replica := consumer.DefaultOwner() + "/" + bson.NewObjectID().Hex()
-		s.adaptive.ShareBaseline(adaptive.NewFleetBaselines(s.Colls.Claims, replica, 0, s.clock), 10*time.Second)
 	}
 	return nil
 }

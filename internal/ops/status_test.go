@@ -45,7 +45,9 @@ func mustInsert(t *testing.T, c Collections, which string, docs ...any) {
 
 // populate writes a queue with a firehose user, a few others and garbage; a
 // claims collection with held, backing-off and stale leases and a baseline
-// document whose _id is not a string; and dead letters of two reasons.
+// document left by a 0.2.0 replica (its _id not a string, its leaseUntil an
+// hour before its last write, as that release wrote it); and dead letters
+// of two reasons.
 func populate(t *testing.T, c Collections, now time.Time) {
 	t.Helper()
 	var q []any
@@ -68,7 +70,7 @@ func populate(t *testing.T, c Collections, now time.Time) {
 		bson.D{{Key: "_id", Value: "dee"}, {Key: "token", Value: "t2"}, {Key: "owner", Value: "pod-b:7"}, {Key: "leaseUntil", Value: now.Add(20 * time.Minute)}, {Key: "attempts", Value: 1}, {Key: "claimedAt", Value: now}, {Key: "running", Value: true}},
 		bson.D{{Key: "_id", Value: "bo"}, {Key: "token", Value: nil}, {Key: "owner", Value: "pod-b:7"}, {Key: "leaseUntil", Value: now.Add(15 * time.Minute)}, {Key: "attempts", Value: 2}, {Key: "lastError", Value: "scoring posts: timeout"}},
 		bson.D{{Key: "_id", Value: "old"}, {Key: "token", Value: nil}, {Key: "owner", Value: "pod-b:7"}, {Key: "leaseUntil", Value: now.Add(-time.Hour)}, {Key: "attempts", Value: 1}},
-		bson.D{{Key: "_id", Value: bson.D{{Key: "adaptiveBaseline", Value: "pod-a"}}}, {Key: "baselineSeconds", Value: 0.01}, {Key: "at", Value: now}, {Key: "leaseUntil", Value: now.Add(2 * time.Hour)}},
+		bson.D{{Key: "_id", Value: bson.D{{Key: "adaptiveBaseline", Value: "pod-a"}}}, {Key: "baselineSeconds", Value: 0.01}, {Key: "at", Value: now}, {Key: "leaseUntil", Value: now.Add(-time.Hour)}},
 	)
 	mustInsert(t, c, "dead",
 		deadDoc("d1", "ann", "max_attempts", now.Add(-3*time.Hour)),
