@@ -94,7 +94,9 @@ func HeldFilter(now time.Time) bson.D {
 // BackingOffFilter: see HeldFilter.
 func BackingOffFilter(now time.Time) bson.D { return bson.D{live(now), {Key: "token", Value: nil}} }
 
-func live(now time.Time) bson.E { return bson.E{Key: "leaseUntil", Value: bson.D{{Key: "$gt", Value: now}}} }
+func live(now time.Time) bson.E {
+	return bson.E{Key: "leaseUntil", Value: bson.D{{Key: "$gt", Value: now}}}
+}
 
 // blockedFilter matches the documents of users that nobody may claim at
 // now (blockedAmong; the doctor explains it as QueryLeaseRead).
