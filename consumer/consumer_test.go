@@ -99,8 +99,6 @@ func (b *testBundle) newConsumer(t *testing.T, r Refresher, o consumerOpts) (*Co
 	m := metrics.NewConsumer(prometheus.NewRegistry())
 	cfg := o.cfg
 	cfg.PollInterval = cmpOr(cfg.PollInterval, 20*time.Millisecond)
-	cfg.AckInterval = cmpOr(cfg.AckInterval, 5*time.Millisecond)
-	cfg.RetryBackoff = Backoff{Base: cmpOr(cfg.RetryBackoff.Base, time.Millisecond), Max: cmpOr(cfg.RetryBackoff.Max, 5*time.Millisecond)}
 	limit := o.limit
 	if limit == 0 {
 		limit = 4
@@ -113,7 +111,16 @@ func (b *testBundle) newConsumer(t *testing.T, r Refresher, o consumerOpts) (*Co
 		Clock:      o.clock,
 		ServerTime: o.serverTime,
 	})
+	c.speedUpSettling()
 	return c, m
+}
+
+// speedUpSettling makes tests wait less for their flushes and retries than
+// production does: 5 ms for company, and retries after 1–5 ms.
+func (c *Consumer) speedUpSettling() {
+	c.acks.flushes.interval, c.dead.flushes.interval = 5*time.Millisecond, 5*time.Millisecond
+	c.acks.retryDelay = Backoff{Base: time.Millisecond, Max: 5 * time.Millisecond}
+	c.dead.retryDelay = c.acks.retryDelay
 }
 
 func cmpOr[T comparable](a, b T) T {

@@ -295,7 +295,7 @@ func TestUnwritableDeadLetterHoldsBackNothing(t *testing.T) {
 	// A clock that stands still: the failed entries' backoff cannot run out
 	// before the end of the test, however slow the server.
 	c, m := b.newConsumer(t, newRecorder(nil), consumerOpts{cfg: Config{MaxAttempts: 1}, serverTime: fixedClock{time.Now()}})
-	c.completer.dead.maxCopy = 64 << 10 // as 16 MiB would, with small documents
+	c.dead.letters.maxCopy = 64 << 10 // as 16 MiB would, with small documents
 	res, err := c.claimer.runOnce(ctx, 10, nil)
 	if err != nil || len(res.works) != 3 || len(res.malformed) != 3 {
 		t.Fatalf("claim: %v, %d users, %d malformed; want alice, bob, poison and 3 malformed", err, len(res.works), len(res.malformed))
@@ -303,9 +303,9 @@ func TestUnwritableDeadLetterHoldsBackNothing(t *testing.T) {
 	var mu sync.Mutex
 	var attempts []error
 	var settled []string
-	c.completer.afterFlush = func(err error) { mu.Lock(); attempts = append(attempts, err); mu.Unlock() }
-	onSettled := c.completer.onSettled
-	c.completer.onSettled = func(ls []lease) {
+	c.acks.flushes.afterFlush = func(err error) { mu.Lock(); attempts = append(attempts, err); mu.Unlock() }
+	onSettled := c.acks.flushes.onSettled
+	record := func(ls []lease) {
 		mu.Lock()
 		for _, l := range ls {
 			settled = append(settled, l.User)
@@ -313,16 +313,17 @@ func TestUnwritableDeadLetterHoldsBackNothing(t *testing.T) {
 		mu.Unlock()
 		onSettled(ls)
 	}
+	c.acks.flushes.onSettled, c.dead.flushes.onSettled = record, record
 	for _, w := range res.works {
 		c.held[w.lease.User] = w.lease
 		o := outcome{work: w}
 		if w.lease.User == "poison" {
 			o.err = errors.New("scorer bug")
 		}
-		c.completer.add(o)
+		c.acks.add(o)
 	}
-	c.completer.addMalformed(res.malformed)
-	if err := c.completer.flushAll(ctx); err != nil {
+	c.dead.addMalformed(res.malformed)
+	if err := c.flushAll(ctx); err != nil {
 		t.Fatalf("flush: %v", err)
 	}
 
@@ -364,8 +365,8 @@ func TestUnwritableDeadLetterHoldsBackNothing(t *testing.T) {
 			again = append(again, bad)
 		}
 	}
-	c.completer.addMalformed(again)
-	if n := c.completer.pending(); n != 0 {
+	c.dead.addMalformed(again)
+	if n := c.dead.pending(); n != 0 {
 		t.Errorf("%d pending after re-reporting the failed entries, want 0: they back off", n)
 	}
 }
@@ -434,7 +435,7 @@ func TestAckFlushWithDeadLettersRoundTrips(t *testing.T) {
 	b := setup(t)
 	b.enqueue(t, "u1", "u2", "u3")
 	c, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{})
-	c.completer.dead.traits = boundingTraits(true)
+	c.dead.letters.traits = boundingTraits(true)
 	res, err := c.claimer.runOnce(t.Context(), 10, nil)
 	if err != nil || len(res.works) != 3 {
 		t.Fatalf("claim: %v", err)
@@ -442,13 +443,13 @@ func TestAckFlushWithDeadLettersRoundTrips(t *testing.T) {
 	batch := seedMalformed(t, b, 2)
 	for _, w := range res.works {
 		c.held[w.lease.User] = w.lease
-		c.completer.add(outcome{work: w})
+		c.acks.add(outcome{work: w})
 	}
 	for _, d := range batch {
-		c.completer.addMalformed([]malformed{{ID: d.ID, Detail: d.Detail}})
+		c.dead.addMalformed([]malformed{{ID: d.ID, Detail: d.Detail}})
 	}
 	b.cmds.take()
-	if err := c.completer.flushAll(t.Context()); err != nil {
+	if err := c.flushAll(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]int{"delete": 3, "find": 1, "insert": 1}

@@ -188,10 +188,10 @@ func (s *hotScenario) run(t *testing.T, inspect func(r *hotRound, cmds []querypl
 		if i == len(res.works)-1 {
 			err = errors.New("source down")
 		}
-		c.completer.add(outcome{work: w, err: err})
+		c.acks.add(outcome{work: w, err: err})
 	}
-	c.completer.addMalformed(res.malformed)
-	if err := c.completer.flushAll(ctx); err != nil {
+	c.dead.addMalformed(res.malformed)
+	if err := c.flushAll(ctx); err != nil {
 		t.Fatal(err)
 	}
 	r.settle = s.rec.Take()
@@ -203,7 +203,7 @@ func (s *hotScenario) run(t *testing.T, inspect func(r *hotRound, cmds []querypl
 }
 
 // targetedAcks deletes the entries of x000…x004 with statements that name
-// their users, as the completer does through a mongos.
+// their users, as the acker does through a mongos.
 func (s *hotScenario) targetedAcks(t *testing.T) []queryplan.Command {
 	t.Helper()
 	cur, err := s.b.colls.Queue.Find(t.Context(), bson.D{{Key: "username", Value: bson.D{{Key: "$in", Value: bson.A{"x000", "x001", "x002", "x003", "x004"}}}}})
@@ -372,9 +372,9 @@ func TestTargetedAcksDeleteEveryEntryOnce(t *testing.T) {
 	}
 	for _, w := range res.works {
 		c.held[w.lease.User] = w.lease
-		c.completer.add(outcome{work: w})
+		c.acks.add(outcome{work: w})
 	}
-	if err := c.completer.flushAll(t.Context()); err != nil {
+	if err := c.flushAll(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if n := b.count(t, b.colls.Queue, nil); n != 0 {

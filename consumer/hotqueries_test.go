@@ -44,9 +44,9 @@ func TestHotQueriesHaveThePipelinesShapes(t *testing.T) {
 	}
 	for _, w := range res.works {
 		c.held[w.lease.User] = w.lease
-		c.completer.add(outcome{work: w})
+		c.acks.add(outcome{work: w})
 	}
-	if err := c.completer.flushAll(t.Context()); err != nil {
+	if err := c.flushAll(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	// A round paging past a blocked head, as page() sets it up.

@@ -48,9 +48,9 @@ func TestRoundTripsPerBatchDoNotGrowWithUsers(t *testing.T) {
 		}
 		got.renew = b.cmds.take()
 		for _, w := range res.works {
-			c.completer.add(outcome{work: w})
+			c.acks.add(outcome{work: w})
 		}
-		if err := c.completer.flushAll(t.Context()); err != nil {
+		if err := c.flushAll(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		got.flush = b.cmds.take()
@@ -146,8 +146,8 @@ func TestLargeAckIsOneCommandOfInLists(t *testing.T) {
 	}
 	c.held[res.works[0].lease.User] = res.works[0].lease
 	b.cmds.take()
-	c.completer.add(outcome{work: res.works[0]})
-	if err := c.completer.flushAll(t.Context()); err != nil {
+	c.acks.add(outcome{work: res.works[0]})
+	if err := c.flushAll(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if got := b.cmds.take(); got["delete"] != 2 {
