@@ -353,16 +353,8 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 			c.afterClaim(err)
 		}
 		if err != nil && ctx.Err() == nil {
-			c.metrics.ClaimErrors.Inc()
 			failures++
-			delay := Backoff{Base: 200 * time.Millisecond, Max: claimRetryMax}.Delay(failures, nil)
-			if limit.Observe(err) {
-				c.log.Error("claim round ran out of time; retrying with a longer deadline", "op", "claim", "attempt", failures,
-					"deadline", timeout, "next_deadline", limit.Next(), "retry_in", delay, "err", err)
-			} else {
-				c.log.Error("claim failed; retrying", "op", "claim", "attempt", failures, "retry_in", delay, "err", err)
-			}
-			_ = clock.Sleep(ctx, c.clock, delay) // ended early only by shutdown, which the loop checks
+			c.claimFailed(ctx, &limit, failures, timeout, err)
 			continue
 		}
 		failures = 0
@@ -390,17 +382,35 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 		// so the oldest entry stays next in line once its user is free.
 		pages = 0
 		c.claimer.resume = nil
-		select {
-		case <-ctx.Done():
-		case <-poll.C():
-			c.metrics.Wakeups.WithLabelValues(metrics.WakeupPoll).Inc()
-		case <-c.wake:
-			// Every insert wakes every replica (change streams): at most
-			// one woken round per wakeGap, so a busy producer costs a
-			// fleet ~1/wakeGap rounds a second per replica, not one per
-			// insert.
-			_ = clock.Sleep(ctx, c.clock, wakeGap-clock.Since(c.clock, lastRound))
-		}
+		c.awaitWork(ctx, poll, lastRound)
+	}
+}
+
+// claimFailed counts and logs the failures-th failed claim round in a row
+// and waits before the next (until shutdown, which the loop checks).
+func (c *Consumer) claimFailed(ctx context.Context, limit *deadline.Stretch, failures int, timeout time.Duration, err error) {
+	c.metrics.ClaimErrors.Inc()
+	delay := Backoff{Base: 200 * time.Millisecond, Max: claimRetryMax}.Delay(failures, nil)
+	if limit.Observe(err) {
+		c.log.Error("claim round ran out of time; retrying with a longer deadline", "op", "claim", "attempt", failures,
+			"deadline", timeout, "next_deadline", limit.Next(), "retry_in", delay, "err", err)
+	} else {
+		c.log.Error("claim failed; retrying", "op", "claim", "attempt", failures, "retry_in", delay, "err", err)
+	}
+	_ = clock.Sleep(ctx, c.clock, delay)
+}
+
+// awaitWork waits for the poll, a wake-up or shutdown.
+func (c *Consumer) awaitWork(ctx context.Context, poll clock.Ticker, lastRound time.Time) {
+	select {
+	case <-ctx.Done():
+	case <-poll.C():
+		c.metrics.Wakeups.WithLabelValues(metrics.WakeupPoll).Inc()
+	case <-c.wake:
+		// Every insert wakes every replica (change streams): at most one
+		// woken round per wakeGap, so a busy producer costs a fleet
+		// ~1/wakeGap rounds a second per replica, not one per insert.
+		_ = clock.Sleep(ctx, c.clock, wakeGap-clock.Since(c.clock, lastRound))
 	}
 }
 
