@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,7 +72,6 @@ type acker struct {
 
 	mu       sync.Mutex
 	outcomes []outcome
-	rnd      *rand.Rand
 }
 
 func (a *acker) add(o outcome) {
@@ -138,8 +136,6 @@ type ackFlush struct {
 func (a *acker) newFlush(batch []outcome) *ackFlush {
 	f := &ackFlush{a: a}
 	now := a.serverTime.Now()
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	for _, o := range batch {
 		l := o.work.lease
 		f.settled = append(f.settled, l)
@@ -154,9 +150,9 @@ func (a *acker) newFlush(batch []outcome) *ackFlush {
 				f.ackUsers = append(f.ackUsers, e.Username)
 			}
 		case o.transient:
-			f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(a.retryDelay.Delay(1, a.rnd)), err: truncate(o.err.Error(), 1024), solo: o.solo})
+			f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(a.retryDelay.Delay(1)), err: truncate(o.err.Error(), 1024), solo: o.solo})
 		default:
-			f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(a.retryDelay.Delay(l.Attempts+1, a.rnd)), err: truncate(o.err.Error(), 1024), countAttempt: true})
+			f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(a.retryDelay.Delay(l.Attempts + 1)), err: truncate(o.err.Error(), 1024), countAttempt: true})
 		}
 	}
 	return f
@@ -422,7 +418,7 @@ func (f *flusher) settle(ctx context.Context, r flushRun) error {
 			f.afterFlush(err)
 			f.log.Error("flushing finished users failed; will retry", "op", "ack flush", "users", len(r.settledLeases()), "attempt", attempt, "err", err)
 		}
-		delay := Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}.Delay(attempt, nil)
+		delay := Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}.Delay(attempt)
 		if clock.Sleep(ctx, f.clock, delay) != nil {
 			f.mu.Lock()
 			f.carry = r

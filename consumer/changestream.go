@@ -123,7 +123,7 @@ func (s *ChangeStreamSource) Run(ctx context.Context, wake func()) error {
 			continue
 		}
 		s.log.Debug("change stream interrupted; resuming", "op", "change stream", "attempt", failures, "err", err)
-		if !s.sleep(ctx, Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}.Delay(failures, nil)) {
+		if !s.sleep(ctx, Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}.Delay(failures)) {
 			return nil
 		}
 	}

@@ -264,7 +264,6 @@ func (c *Consumer) newSettlers(colls Collections, byUser *atomic.Bool, afterFlus
 		log:         c.log,
 		maxAttempts: c.cfg.MaxAttempts,
 		flushes:     newFlusher(c.clock, c.metrics, c.log, c.settled, afterFlush),
-		rnd:         rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
 }
 
@@ -390,7 +389,7 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 // and waits before the next (until shutdown, which the loop checks).
 func (c *Consumer) claimFailed(ctx context.Context, limit *deadline.Stretch, failures int, timeout time.Duration, err error) {
 	c.metrics.ClaimErrors.Inc()
-	delay := Backoff{Base: 200 * time.Millisecond, Max: claimRetryMax}.Delay(failures, nil)
+	delay := Backoff{Base: 200 * time.Millisecond, Max: claimRetryMax}.Delay(failures)
 	if limit.Observe(err) {
 		c.log.Error("claim round ran out of time; retrying with a longer deadline", "op", "claim", "attempt", failures,
 			"deadline", timeout, "next_deadline", limit.Next(), "retry_in", delay, "err", err)
@@ -452,6 +451,7 @@ func ShutdownBudget(opTimeout, shutdownTimeout time.Duration) time.Duration {
 
 // contentionDelay is a random wait in [0, wakeGap·2^(k−1)], at most
 // PollInterval, after the k-th contended round in a row.
+// Not a Backoff: a pause between rounds that succeeded, full jitter so replicas stop colliding.
 func (c *Consumer) contentionDelay() time.Duration {
 	ceiling := wakeGap << min(c.contention-1, 10)
 	ceiling = min(ceiling, c.cfg.PollInterval)

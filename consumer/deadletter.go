@@ -234,7 +234,7 @@ func (f *deadFlush) postponeDeadLetters(failed []deadLetter) {
 			kept = append(kept, l)
 			continue
 		}
-		f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(c.retryDelay.Delay(l.Attempts, nil)), err: "dead-lettering failed; postponed"})
+		f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(c.retryDelay.Delay(l.Attempts)), err: "dead-lettering failed; postponed"})
 	}
 	f.exhausted = kept
 }
@@ -273,7 +273,7 @@ func (c *deadLane) noteDeadLetters(batch, failed []deadLetter) {
 			delete(c.deadRetry, k)
 		case known || len(c.deadRetry) < maxDeadRetries:
 			r.failures++
-			r.notBefore = now.Add(deadLetterBackoff.Delay(r.failures, nil))
+			r.notBefore = now.Add(deadLetterBackoff.Delay(r.failures))
 			c.deadRetry[k] = r
 		}
 	}

@@ -420,7 +420,7 @@ func (s *Service) setup(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		delay := consumer.Backoff{Base: time.Second, Max: time.Minute}.Delay(attempt, nil)
+		delay := consumer.Backoff{Base: time.Second, Max: time.Minute}.Delay(attempt)
 		s.log.Warn("creating indexes failed: MongoDB unreachable; retrying", "op", "create indexes", "attempt", attempt, "retry_in", delay, "err", err)
 		if clock.Sleep(ctx, s.clock, delay) != nil {
 			return
