@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -150,19 +149,8 @@ func TestStatusReportsQueueLeasesBackoffsAndDeadLetters(t *testing.T) {
 // window and an estimate, and no read returns more than the window.
 func TestStatusWindowsAndThresholdsBoundTheReads(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	maxDocs := 0
-	mon := &event.CommandMonitor{Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
-		batch, err := e.Reply.LookupErr("cursor", "firstBatch")
-		if err != nil {
-			return
-		}
-		vals, _ := batch.Array().Values()
-		mu.Lock()
-		maxDocs = max(maxDocs, len(vals))
-		mu.Unlock()
-	}}
-	c := testColls(t, mon)
+	var cmds mongotest.Commands
+	c := testColls(t, cmds.Monitor(nil))
 	now := time.Now()
 	populate(t, c, now)
 	s, err := GatherStatus(t.Context(), c, StatusOptions{Top: 2, Window: 5, ExactLimit: 10})
@@ -178,8 +166,13 @@ func TestStatusWindowsAndThresholdsBoundTheReads(t *testing.T) {
 	if s.DeadLetters.Read != 3 || !s.DeadLetters.WholeSet {
 		t.Errorf("dead letters read %d whole %v", s.DeadLetters.Read, s.DeadLetters.WholeSet)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	maxDocs := 0
+	for _, cmd := range cmds.All() {
+		if batch, err := cmd.Reply.LookupErr("cursor", "firstBatch"); err == nil {
+			vals, _ := batch.Array().Values()
+			maxDocs = max(maxDocs, len(vals))
+		}
+	}
 	if maxDocs > 5 {
 		t.Errorf("a read returned %d documents, more than the window of 5", maxDocs)
 	}
@@ -268,16 +261,16 @@ func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
 // entries and users: the same fixed number.
 func TestStatusRoundTripsDoNotGrowWithTheQueue(t *testing.T) {
 	t.Parallel()
-	var cmds commandLog
-	c := testColls(t, cmds.monitor())
+	var cmds mongotest.Commands
+	c := testColls(t, cmds.Monitor(nil))
 	populate(t, c, time.Now())
 	measure := func() int {
-		cmds.take()
+		cmds.Reset()
 		if _, err := GatherStatus(t.Context(), c, StatusOptions{Sample: time.Millisecond, Wait: func(context.Context) error { return nil }}); err != nil {
 			t.Fatal(err)
 		}
 		n := 0
-		for _, v := range cmds.take() {
+		for _, v := range mongotest.ByName(cmds.Take()) {
 			n += v
 		}
 		return n
