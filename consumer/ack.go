@@ -68,7 +68,7 @@ type acker struct {
 	maxAttempts int
 	retryDelay  Backoff      // backoff of a failed user before its next refresh
 	byUser      *atomic.Bool // name each entry's user in its delete (deleteStatements)
-	flushes     *flusher
+	flushes     *completer
 
 	mu       sync.Mutex
 	outcomes []outcome
@@ -304,12 +304,13 @@ func releaseHeld(ctx context.Context, leases *leaseStore, held []lease, tried *b
 	return nil
 }
 
-// flusher is the batching the acker and the dead-letter lane share: a flush
+// completer is the batching the acker and the dead-letter lane share: a flush
 // waits AckFlushInterval for company after its first item, or goes at once
 // with AckFlushBatch waiting; a failed one is retried with backoff until it
 // succeeds, and one cut short by shutdown is kept for the next flushAll (the
-// final one).
-type flusher struct {
+// final one). Every flush's commands are issued under its methods, which is
+// how the bench attributes them to the ack stage (bench/cmdstats.go).
+type completer struct {
 	clock      clock.Clock // what flushes wait on
 	interval   time.Duration
 	batchSize  int
@@ -329,21 +330,21 @@ type flushRun interface {
 	settledLeases() []lease
 }
 
-func newFlusher(clk clock.Clock, m *metrics.Consumer, log *slog.Logger, onSettled func([]lease), afterFlush func(error)) *flusher {
-	return &flusher{clock: clk, interval: AckFlushInterval, batchSize: AckFlushBatch, metrics: m, log: log,
+func newCompleter(clk clock.Clock, m *metrics.Consumer, log *slog.Logger, onSettled func([]lease), afterFlush func(error)) *completer {
+	return &completer{clock: clk, interval: AckFlushInterval, batchSize: AckFlushBatch, metrics: m, log: log,
 		onSettled: onSettled, afterFlush: afterFlush, kick: newSignal()}
 }
 
 // added notes that n items now wait: the first starts the wait for company,
 // a full batch goes at once.
-func (f *flusher) added(n int) {
+func (f *completer) added(n int) {
 	if n == 1 || n >= f.batchSize {
 		f.kick.notify()
 	}
 }
 
 // run calls flushAll whenever items wait, until ctx ends.
-func (f *flusher) run(ctx context.Context, pending func() int, flushAll func(context.Context) error) {
+func (f *completer) run(ctx context.Context, pending func() int, flushAll func(context.Context) error) {
 	timer := f.clock.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -369,7 +370,7 @@ func (f *flusher) run(ctx context.Context, pending func() int, flushAll func(con
 }
 
 // carried is how many users the flush kept from shutdown holds.
-func (f *flusher) carried() int {
+func (f *completer) carried() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.carry == nil {
@@ -381,7 +382,7 @@ func (f *flusher) carried() int {
 // flushAll finishes a flush kept from shutdown, then settles the one next
 // takes (nil: nothing pending); if the kept one fails, handBack returns
 // next's items to the pending ones.
-func (f *flusher) flushAll(ctx context.Context, next func() (r flushRun, handBack func())) error {
+func (f *completer) flushAll(ctx context.Context, next func() (r flushRun, handBack func())) error {
 	f.mu.Lock()
 	carried := f.carry
 	f.carry = nil
@@ -403,7 +404,7 @@ func (f *flusher) flushAll(ctx context.Context, next func() (r flushRun, handBac
 
 // settle runs r until it succeeds or ctx ends; then r is kept for the next
 // flushAll.
-func (f *flusher) settle(ctx context.Context, r flushRun) error {
+func (f *completer) settle(ctx context.Context, r flushRun) error {
 	for attempt := 1; ; attempt++ {
 		err := r.run(ctx)
 		if err == nil {

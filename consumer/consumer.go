@@ -250,7 +250,7 @@ func (c *Consumer) newSettlers(colls Collections, byUser *atomic.Bool, afterFlus
 		serverTime: c.serverTime,
 		metrics:    c.metrics,
 		log:        c.log,
-		flushes:    newFlusher(c.clock, c.metrics, c.log, c.settled, func(error) {}),
+		flushes:    newCompleter(c.clock, c.metrics, c.log, c.settled, func(error) {}),
 		malformed:  map[string]malformed{},
 		deadRetry:  map[string]deadRetry{},
 	}
@@ -263,7 +263,7 @@ func (c *Consumer) newSettlers(colls Collections, byUser *atomic.Bool, afterFlus
 		metrics:     c.metrics,
 		log:         c.log,
 		maxAttempts: c.cfg.MaxAttempts,
-		flushes:     newFlusher(c.clock, c.metrics, c.log, c.settled, afterFlush),
+		flushes:     newCompleter(c.clock, c.metrics, c.log, c.settled, afterFlush),
 	}
 }
 

@@ -70,7 +70,7 @@ type deadLane struct {
 	metrics    *metrics.Consumer
 	log        *slog.Logger
 	retryDelay Backoff // backoff of a user whose dead letter failed
-	flushes    *flusher
+	flushes    *completer
 
 	mu        sync.Mutex
 	outcomes  []outcome
