@@ -81,7 +81,7 @@ type deadLane struct {
 func (d *deadLane) add(o outcome) {
 	d.mu.Lock()
 	d.outcomes = append(d.outcomes, o)
-	n := len(d.outcomes) + len(d.malformed)
+	n := len(d.outcomes)
 	d.mu.Unlock()
 	d.flushes.added(n)
 }
