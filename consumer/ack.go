@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,230 +35,107 @@ type outcome struct {
 	solo bool
 }
 
-// completer settles finished users in batches, river's BatchCompleter idea: a
-// flush happens AckInterval after the first outcome of a batch, or at once
-// when AckBatchSize users are waiting. One flush costs a fixed number of
-// round trips whatever its size:
+// acker settles finished users in batches, river's BatchCompleter idea: a
+// flush happens AckFlushInterval after the first outcome of a batch, or at
+// once when AckFlushBatch users are waiting. One flush costs a fixed number
+// of round trips whatever its size (AckRoundTrips, and one more for
+// backoffs):
 //
-//	dead letters      3 (read originals, insert copies, delete), only if any
-//	                  (a read per entry on FerretDB, see deadLetterer.read)
 //	ack               1 delete command for every acknowledged entry: one
 //	                  statement per _id up to maxIDStatements, as a plain
 //	                  _id is the only filter FerretDB pushes down to storage
 //	                  (an $in deleteMany would scan its whole queue); $in
 //	                  lists past that (deleteStatements)
-//	release leases    1 deleteMany of acked, dead-lettered and released users
+//	release leases    1 deleteMany of acked and released users
 //	back off          1 bulk update of failed users, only if any
 //
-// Every step is safe to repeat (deletes are idempotent, dead letters keep the
-// original _id, lease writes are fenced by the claim token), so a failed flush
-// retries the steps not yet done, with backoff, until they succeed: nothing is
-// dropped, and the users stay held (and their leases renewed) until then. A
-// failing step does not hold up the others.
+// Every step is safe to repeat (deletes are idempotent, lease writes are
+// fenced by the claim token), so a failed flush retries the steps not yet
+// done, with backoff, until they succeed: nothing is dropped, and the users
+// stay held (and their leases renewed) until then. A failing step does not
+// hold up the others.
 //
-// Dead letters (malformed entries, users out of attempts) go through a
-// completer of their own (deadLane), on its own goroutine, so moving them,
-// however slow, never delays an acknowledgement. There each flush tries its
-// dead letters once, and an entry that fails is postponed on its own (see
-// flush.deadLetters): one that cannot be written never holds back another.
-type completer struct {
+// Users out of attempts go to the dead-letter lane (deadLane), which runs
+// on its own goroutine, so moving them, however slow, never delays an
+// acknowledgement.
+type acker struct {
 	queue       *mongo.Collection
 	leases      *leaseStore
-	dead        *deadLetterer
-	clock       clock.Clock // what flushes wait on
-	serverTime  clock.Nower // backoffs and dead letters are dated on the server's clock
+	dead        *deadLane
+	serverTime  clock.Nower // backoffs are dated on the server's clock
 	metrics     *metrics.Consumer
 	log         *slog.Logger
 	maxAttempts int
-	retryDelay  Backoff // backoff of a failed user before its next refresh
-	interval    time.Duration
-	batchSize   int
-	onSettled   func(users []lease) // the users are no longer held
-	afterFlush  func(err error)     // each flush attempt's outcome (readiness)
-	byUser      *atomic.Bool        // name each entry's user in its delete (deleteStatements)
+	retryDelay  Backoff      // backoff of a failed user before its next refresh
+	byUser      *atomic.Bool // name each entry's user in its delete (deleteStatements)
+	flushes     *completer
 
-	mu        sync.Mutex
-	outcomes  []outcome
-	malformed map[string]malformed // by _id: the same bad entry seen by several claim rounds is moved once
-	deadRetry map[string]deadRetry // by _id: malformed entries whose dead letter failed, not retried before then
-	kick      signal
-	rnd       *rand.Rand
-	carry     *flush // a flush cut short by shutdown, finished by the next flushAll
-
-	laneOnce sync.Once
-	lane     *completer // see deadLane
-	isLane   bool
+	mu       sync.Mutex
+	outcomes []outcome
 }
 
-func (c *completer) add(o outcome) {
-	if lane := c.deadLane(); lane != nil && c.outOfAttempts(o) {
-		lane.add(o)
+func (a *acker) add(o outcome) {
+	if outOfAttempts(o, a.maxAttempts) {
+		a.dead.add(o)
 		return
 	}
-	c.mu.Lock()
-	c.outcomes = append(c.outcomes, o)
-	n := len(c.outcomes)
-	c.mu.Unlock()
-	if n == 1 || n >= c.batchSize {
-		c.kick.notify()
-	}
+	a.mu.Lock()
+	a.outcomes = append(a.outcomes, o)
+	n := len(a.outcomes)
+	a.mu.Unlock()
+	a.flushes.added(n)
 }
 
-func (c *completer) addMalformed(ms []malformed) {
-	if len(ms) == 0 {
-		return
-	}
-	if lane := c.deadLane(); lane != nil {
-		lane.addMalformed(ms)
-		return
-	}
-	now := c.serverTime.Now()
-	c.mu.Lock()
-	for _, m := range ms {
-		k := idKey(m.ID)
-		if r, ok := c.deadRetry[k]; ok && now.Before(r.notBefore) {
-			continue // its dead letter failed recently: it waits its turn in the queue
-		}
-		c.malformed[k] = m
-	}
-	c.mu.Unlock()
-	c.kick.notify()
+// outOfAttempts reports an outcome whose entries are to be dead-lettered.
+func outOfAttempts(o outcome, maxAttempts int) bool {
+	return !o.release && o.err != nil && !o.transient && o.work.lease.Attempts+1 >= maxAttempts
 }
 
-// run flushes until ctx ends, then returns; call flushAll after it for the
-// final flush at shutdown.
-func (c *completer) run(ctx context.Context) {
-	if lane := c.deadLane(); lane != nil {
-		done := make(chan struct{})
-		go func() { defer close(done); lane.run(ctx) }()
-		defer func() { <-done }()
-	}
-	timer := c.clock.NewTimer(time.Hour)
-	timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.kick:
-			if c.pending() < c.batchSize {
-				// Wait a little so the users finishing around now share a
-				// flush; a full batch goes at once.
-				timer.Reset(c.interval)
-				select {
-				case <-ctx.Done():
-					return
-				case <-timer.C():
-				case <-c.kick:
-					timer.Stop()
-				}
-			}
-			c.flushAll(ctx)
-		}
-	}
-}
+// run flushes until ctx ends; call flushAll after it for the final flush.
+func (a *acker) run(ctx context.Context) { a.flushes.run(ctx, a.pending, a.flushAll) }
 
-func (c *completer) pending() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := len(c.outcomes) + len(c.malformed)
-	if c.carry != nil {
-		n += len(c.carry.settled)
-	}
-	return n
+func (a *acker) pending() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.outcomes) + a.flushes.carried()
 }
 
 // flushAll flushes everything pending, retrying with backoff until it
-// succeeds or ctx ends, acknowledgements first, then dead letters. It
-// returns the last error if ctx ended first.
-func (c *completer) flushAll(ctx context.Context) error {
-	err := c.flushOwn(ctx)
-	if lane := c.deadLane(); lane != nil {
-		err = errors.Join(err, lane.flushAll(ctx))
-	}
-	return err
-}
-
-func (c *completer) flushOwn(ctx context.Context) error {
-	c.mu.Lock()
-	carried := c.carry
-	c.carry = nil
-	batch := c.outcomes
-	bad := c.malformed
-	c.outcomes = nil
-	c.malformed = map[string]malformed{}
-	c.mu.Unlock()
-	if carried != nil {
-		// A flush cut short by shutdown: finish it with its steps' state,
-		// so nothing done is redone (or miscounted as a lost lease).
-		if err := c.settle(ctx, carried); err != nil {
-			c.handBack(batch, bad)
-			return err
+// succeeds or ctx ends.
+func (a *acker) flushAll(ctx context.Context) error {
+	return a.flushes.flushAll(ctx, func() (flushRun, func()) {
+		a.mu.Lock()
+		batch := a.outcomes
+		a.outcomes = nil
+		a.mu.Unlock()
+		handBack := func() {
+			a.mu.Lock()
+			a.outcomes = append(batch, a.outcomes...)
+			a.mu.Unlock()
 		}
-	}
-	if len(batch) == 0 && len(bad) == 0 {
-		return nil
-	}
-	return c.settle(ctx, newFlush(batch, bad, c))
-}
-
-// settle runs f until it succeeds or ctx ends; then f is kept for the next
-// flushAll (the final one at shutdown).
-func (c *completer) settle(ctx context.Context, f *flush) error {
-	for attempt := 1; ; attempt++ {
-		err := f.run(ctx)
-		if err == nil {
-			c.onSettled(f.settled)
-			c.afterFlush(nil)
-			return nil
+		if len(batch) == 0 {
+			return nil, handBack
 		}
-		if ctx.Err() == nil {
-			// (A flush cut short by shutdown is not a failure: the final
-			// flush finishes it.)
-			c.metrics.AckFlushErrors.Inc()
-			c.afterFlush(err)
-			c.log.Error("flushing finished users failed; will retry", "op", "ack flush", "users", len(f.settled), "attempt", attempt, "err", err)
-		}
-		delay := Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}.Delay(attempt, nil)
-		if clock.Sleep(ctx, c.clock, delay) != nil {
-			c.mu.Lock()
-			c.carry = f
-			c.mu.Unlock()
-			return errors.Join(err, ctx.Err())
-		}
-	}
+		return a.newFlush(batch), handBack
+	})
 }
 
-// handBack returns outcomes not yet flushed to the pending batch.
-func (c *completer) handBack(batch []outcome, bad map[string]malformed) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.outcomes = append(batch, c.outcomes...)
-	for k, m := range bad {
-		c.malformed[k] = m
-	}
+// ackFlush is one batch of the acker's on its way to MongoDB; each step
+// remembers that it is done so a retry does not repeat it.
+type ackFlush struct {
+	a                            *acker
+	acked, releases, settled     []lease
+	ackIDs                       bson.A
+	ackUsers                     []string // ackIDs' usernames, in the same order
+	ackEntries                   []int
+	retries                      []retry
+	ackDone, releaseDone, backed bool
+	releaseTried                 bool
 }
 
-// flush is one batch on its way to MongoDB; each step remembers that it is
-// done so a retry does not repeat it.
-type flush struct {
-	c                                   *completer
-	acked, releases, exhausted, settled []lease
-	ackIDs                              bson.A
-	ackUsers                            []string // ackIDs' usernames, in the same order
-	ackEntries                          []int
-	retries                             []retry
-	dead                                []deadLetter
-	deadDone, ackDone, releaseDone      bool
-	exhaustedDone, backOffDone          bool
-	releaseTried, exhaustedTried        bool
-}
-
-func newFlush(batch []outcome, bad map[string]malformed, c *completer) *flush {
-	f := &flush{c: c}
-	now := c.serverTime.Now()
-	for _, m := range bad {
-		f.dead = append(f.dead, deadLetter{ID: m.ID, Reason: metrics.ReasonMalformed, Detail: m.Detail})
-	}
+func (a *acker) newFlush(batch []outcome) *ackFlush {
+	f := &ackFlush{a: a}
+	now := a.serverTime.Now()
 	for _, o := range batch {
 		l := o.work.lease
 		f.settled = append(f.settled, l)
@@ -274,71 +150,47 @@ func newFlush(batch []outcome, bad map[string]malformed, c *completer) *flush {
 				f.ackUsers = append(f.ackUsers, e.Username)
 			}
 		case o.transient:
-			c.mu.Lock()
-			delay := c.retryDelay.Delay(1, c.rnd)
-			c.mu.Unlock()
-			f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(delay), err: truncate(o.err.Error(), 1024), solo: o.solo})
-		case l.Attempts+1 >= c.maxAttempts:
-			f.exhausted = append(f.exhausted, l)
-			for _, e := range o.work.entries {
-				f.dead = append(f.dead, deadLetter{ID: e.ID, User: e.Username, Reason: metrics.ReasonMaxAttempts, Detail: o.err.Error(), Attempts: l.Attempts + 1})
-			}
+			f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(a.retryDelay.Delay(1)), err: truncate(o.err.Error(), 1024), solo: o.solo})
 		default:
-			c.mu.Lock()
-			delay := c.retryDelay.Delay(l.Attempts+1, c.rnd)
-			c.mu.Unlock()
-			f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(delay), err: truncate(o.err.Error(), 1024), countAttempt: true})
+			f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(a.retryDelay.Delay(l.Attempts + 1)), err: truncate(o.err.Error(), 1024), countAttempt: true})
 		}
 	}
 	return f
 }
 
-// run does every step not yet done. The steps are independent except that an
-// exhausted user's lease is released only once its entries are dead-lettered;
-// one failing step does not stop the others.
-func (f *flush) run(ctx context.Context) error {
-	c := f.c
+func (f *ackFlush) settledLeases() []lease { return f.settled }
+
+// run does every step not yet done: the leases of acknowledged users are
+// released once their entries are deleted; one failing step does not stop
+// the others.
+func (f *ackFlush) run(ctx context.Context) error {
+	a := f.a
 	var errs []error
 	if !f.ackDone {
-		if err := f.ack(ctx); err != nil {
-			errs = append(errs, err)
-		} else {
-			f.ackDone = true
-		}
+		errs, f.ackDone = appendErr(errs, f.ack(ctx))
 	}
 	if !f.releaseDone && f.ackDone {
-		if err := f.release(ctx, append(append([]lease{}, f.acked...), f.releases...), &f.releaseTried); err != nil {
-			errs = append(errs, err)
-		} else {
-			f.releaseDone = true
-		}
+		held := append(append([]lease{}, f.acked...), f.releases...)
+		errs, f.releaseDone = appendErr(errs, releaseHeld(ctx, a.leases, held, &f.releaseTried, a.metrics, a.log))
 	}
-	if !f.deadDone {
-		if err := f.deadLetters(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if !f.exhaustedDone && f.deadDone {
-		if err := f.release(ctx, f.exhausted, &f.exhaustedTried); err != nil {
-			errs = append(errs, err)
-		} else {
-			f.exhaustedDone = true
-		}
-	}
-	if !f.backOffDone {
-		if err := c.leases.backOff(ctx, f.retries); err != nil {
-			errs = append(errs, err)
-		} else {
-			f.backOffDone = true
-		}
+	if !f.backed {
+		errs, f.backed = appendErr(errs, a.leases.backOff(ctx, f.retries))
 	}
 	return errors.Join(errs...)
 }
 
+// appendErr adds err to errs, and reports whether the step went through.
+func appendErr(errs []error, err error) ([]error, bool) {
+	if err != nil {
+		return append(errs, err), false
+	}
+	return errs, true
+}
+
 // ack deletes the acknowledged entries in one delete command (the driver
 // splits it only past maxWriteBatchSize); see deleteStatements for its shape.
-func (f *flush) ack(ctx context.Context) error {
-	c := f.c
+func (f *ackFlush) ack(ctx context.Context) error {
+	c := f.a
 	if len(f.ackIDs) == 0 {
 		return nil
 	}
@@ -434,151 +286,145 @@ func userAt(users []string, i int) string {
 // maxIDStatements is the most entries deleted with one statement per _id.
 const maxIDStatements = 1000
 
-// release deletes leases. Fewer deleted than held means leases were taken
-// over, but only on the first try: a retry after an error may find its own
-// earlier delete already done.
-func (f *flush) release(ctx context.Context, leases []lease, tried *bool) error {
-	c := f.c
+// releaseHeld deletes leases. Fewer deleted than held means leases were
+// taken over, but only on the first try: a retry after an error may find its
+// own earlier delete already done.
+func releaseHeld(ctx context.Context, leases *leaseStore, held []lease, tried *bool, m *metrics.Consumer, log *slog.Logger) error {
 	first := !*tried
 	*tried = true
-	n, err := c.leases.release(ctx, leases)
+	n, err := leases.release(ctx, held)
 	if err != nil {
 		return err
 	}
-	if n < len(leases) && first {
-		c.metrics.LeasesLost.Add(float64(len(leases) - n))
-		c.log.Warn("leases were taken over while held (expired during a stall); those users may be refreshed twice, which is harmless",
-			"op", "ack flush", "released", n, "held", len(leases))
+	if n < len(held) && first {
+		m.LeasesLost.Add(float64(len(held) - n))
+		log.Warn("leases were taken over while held (expired during a stall); those users may be refreshed twice, which is harmless",
+			"op", "ack flush", "released", n, "held", len(held))
 	}
 	return nil
 }
 
-// deadLetters moves this flush's dead letters, once. An entry that fails is
-// postponed on its own rather than retried with the flush, so a dead letter
-// that cannot be written holds back neither the others nor any
-// acknowledgement: its failure is counted and logged, not returned. Only a
-// move cut short by shutdown returns an error, leaving the unfinished
-// entries to the final flush.
-func (f *flush) deadLetters(ctx context.Context) error {
-	c := f.c
-	counts, failed, err := c.dead.move(ctx, f.dead, c.serverTime.Now())
-	for reason, n := range counts {
-		c.metrics.EntriesDeadLettered.WithLabelValues(reason).Add(float64(n))
-	}
-	if err != nil && ctx.Err() != nil {
-		f.dead = failed // the others are done and counted
-		return err
-	}
-	c.noteDeadLetters(f.dead, failed)
-	if err != nil {
-		c.metrics.AckFlushErrors.Inc()
-		c.log.Error("dead letters failed; postponed, the entries stay in the queue",
-			"op", "dead letter", "failed", len(failed), "entries", len(f.dead), "err", err)
-		f.postponeDeadLetters(failed)
-	}
-	f.dead, f.deadDone = nil, true
-	return nil
+// completer is the batching the acker and the dead-letter lane share: a flush
+// waits AckFlushInterval for company after its first item, or goes at once
+// with AckFlushBatch waiting; a failed one is retried with backoff until it
+// succeeds, and one cut short by shutdown is kept for the next flushAll (the
+// final one). Every flush's commands are issued under its methods, which is
+// how the bench attributes them to the ack stage (bench/cmdstats.go).
+type completer struct {
+	clock      clock.Clock // what flushes wait on
+	interval   time.Duration
+	batchSize  int
+	metrics    *metrics.Consumer
+	log        *slog.Logger
+	onSettled  func(users []lease) // the users are no longer held
+	afterFlush func(err error)     // each flush attempt's outcome (readiness)
+	kick       signal
+
+	mu    sync.Mutex
+	carry flushRun // a flush cut short by shutdown, finished by the next flushAll
 }
 
-// postponeDeadLetters gives up on failed dead letters for now. The entries
-// stay in the queue, so nothing is lost: a malformed one comes back with the
-// first claim round that sees it after its backoff (noteDeadLetters), and an
-// exhausted user with an entry left backs off and is dead-lettered again
-// after it, without another refresh.
-func (f *flush) postponeDeadLetters(failed []deadLetter) {
-	c := f.c
-	users := map[string]bool{}
-	for _, b := range failed {
-		if b.User != "" {
-			users[b.User] = true
-		}
-	}
-	if len(users) == 0 {
-		return
-	}
-	if f.backOffDone { // (a final flush finishing a move cut short)
-		f.retries, f.backOffDone = nil, false
-	}
-	now := c.serverTime.Now()
-	kept := f.exhausted[:0]
-	for _, l := range f.exhausted {
-		if !users[l.User] {
-			kept = append(kept, l)
-			continue
-		}
-		f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(c.retryDelay.Delay(l.Attempts, nil)), err: "dead-lettering failed; postponed"})
-	}
-	f.exhausted = kept
+// flushRun is one batch on its way to MongoDB.
+type flushRun interface {
+	run(ctx context.Context) error
+	settledLeases() []lease
 }
 
-// deadLane returns the completer that moves this one's dead letters, built on
-// first use with the same collaborators; it has no lane of its own (nil).
-// Its flushes do not report to readiness (afterFlush), which says whether
-// acknowledgements go through; its failures are logged and counted.
-func (c *completer) deadLane() *completer {
-	if c.isLane {
+func newCompleter(clk clock.Clock, m *metrics.Consumer, log *slog.Logger, onSettled func([]lease), afterFlush func(error)) *completer {
+	return &completer{clock: clk, interval: AckFlushInterval, batchSize: AckFlushBatch, metrics: m, log: log,
+		onSettled: onSettled, afterFlush: afterFlush, kick: newSignal()}
+}
+
+// added notes that n items now wait: the first starts the wait for company,
+// a full batch goes at once.
+func (f *completer) added(n int) {
+	if n == 1 || n >= f.batchSize {
+		f.kick.notify()
+	}
+}
+
+// run calls flushAll whenever items wait, until ctx ends.
+func (f *completer) run(ctx context.Context, pending func() int, flushAll func(context.Context) error) {
+	timer := f.clock.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.kick:
+			if pending() < f.batchSize {
+				// Wait a little so the users finishing around now share a
+				// flush; a full batch goes at once.
+				timer.Reset(f.interval)
+				select {
+				case <-ctx.Done():
+					return
+				case <-timer.C():
+				case <-f.kick:
+					timer.Stop()
+				}
+			}
+			_ = flushAll(ctx) // failures are retried, logged and counted by settle
+		}
+	}
+}
+
+// carried is how many users the flush kept from shutdown holds.
+func (f *completer) carried() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.carry == nil {
+		return 0
+	}
+	return len(f.carry.settledLeases())
+}
+
+// flushAll finishes a flush kept from shutdown, then settles the one next
+// takes (nil: nothing pending); if the kept one fails, handBack returns
+// next's items to the pending ones.
+func (f *completer) flushAll(ctx context.Context, next func() (r flushRun, handBack func())) error {
+	f.mu.Lock()
+	carried := f.carry
+	f.carry = nil
+	f.mu.Unlock()
+	r, handBack := next()
+	if carried != nil {
+		// Finished with its steps' state, so nothing done is redone (or
+		// miscounted as a lost lease).
+		if err := f.settle(ctx, carried); err != nil {
+			handBack()
+			return err
+		}
+	}
+	if r == nil {
 		return nil
 	}
-	c.laneOnce.Do(func() {
-		c.lane = &completer{
-			queue: c.queue, leases: c.leases, dead: c.dead, clock: c.clock, serverTime: c.serverTime, metrics: c.metrics, log: c.log,
-			maxAttempts: c.maxAttempts, retryDelay: c.retryDelay, interval: c.interval, batchSize: c.batchSize,
-			onSettled:  func(users []lease) { c.onSettled(users) },
-			afterFlush: func(error) {},
-			malformed:  map[string]malformed{},
-			kick:       newSignal(),
-			rnd:        rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
-			isLane:     true,
+	return f.settle(ctx, r)
+}
+
+// settle runs r until it succeeds or ctx ends; then r is kept for the next
+// flushAll.
+func (f *completer) settle(ctx context.Context, r flushRun) error {
+	for attempt := 1; ; attempt++ {
+		err := r.run(ctx)
+		if err == nil {
+			f.onSettled(r.settledLeases())
+			f.afterFlush(nil)
+			return nil
 		}
-	})
-	return c.lane
-}
-
-// outOfAttempts reports an outcome whose entries are to be dead-lettered
-// (newFlush sorts it the same way).
-func (c *completer) outOfAttempts(o outcome) bool {
-	return !o.release && o.err != nil && !o.transient && o.work.lease.Attempts+1 >= c.maxAttempts
-}
-
-// deadRetry is when a malformed entry whose dead letter failed may be tried
-// again.
-type deadRetry struct {
-	failures  int
-	notBefore time.Time
-}
-
-// deadLetterBackoff spaces the tries of a malformed entry whose dead letter
-// keeps failing, so it costs neither a round trip nor a log line per flush.
-var deadLetterBackoff = Backoff{Base: time.Second, Max: 5 * time.Minute}
-
-// maxDeadRetries bounds the malformed entries remembered as failing; past it
-// one more is simply retried when a claim round sees it again.
-const maxDeadRetries = 10_000
-
-// noteDeadLetters records how a move of batch went for its malformed
-// entries: the failed ones back off, the others are forgotten.
-func (c *completer) noteDeadLetters(batch, failed []deadLetter) {
-	bad := make(map[string]bool, len(failed))
-	for _, b := range failed {
-		bad[idKey(b.ID)] = true
-	}
-	now := c.serverTime.Now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.deadRetry == nil {
-		c.deadRetry = map[string]deadRetry{}
-	}
-	for _, b := range batch {
-		k := idKey(b.ID)
-		r, known := c.deadRetry[k]
-		switch {
-		case b.User != "":
-		case !bad[k]:
-			delete(c.deadRetry, k)
-		case known || len(c.deadRetry) < maxDeadRetries:
-			r.failures++
-			r.notBefore = now.Add(deadLetterBackoff.Delay(r.failures, nil))
-			c.deadRetry[k] = r
+		if ctx.Err() == nil {
+			// (A flush cut short by shutdown is not a failure: the final
+			// flush finishes it.)
+			f.metrics.AckFlushErrors.Inc()
+			f.afterFlush(err)
+			f.log.Error("flushing finished users failed; will retry", "op", "ack flush", "users", len(r.settledLeases()), "attempt", attempt, "err", err)
+		}
+		delay := Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}.Delay(attempt)
+		if clock.Sleep(ctx, f.clock, delay) != nil {
+			f.mu.Lock()
+			f.carry = r
+			f.mu.Unlock()
+			return errors.Join(err, ctx.Err())
 		}
 	}
 }

@@ -5,16 +5,18 @@ import (
 	"time"
 )
 
-// Backoff is a jittered exponential delay: attempt n (1-based) waits a random
-// time in [d/2, d] where d = min(Base·2^(n-1), Max). Half of the delay is kept
-// fixed so a retry storm still spreads out but never retries at once.
+// Backoff is the pipeline's one retry delay after a failure (a user's failed
+// refresh, a failed flush, claim round, dead letter or stream), a jittered
+// exponential delay: attempt n (1-based) waits a random time in [d/2, d]
+// where d = min(Base·2^(n-1), Max). Half of the delay is kept fixed so a
+// retry storm still spreads out but never retries at once.
 type Backoff struct {
 	Base time.Duration // first delay; defaults to 1s
 	Max  time.Duration // cap; defaults to 5m
 }
 
 // Delay returns the wait before retry number attempt (1 = first retry).
-func (b Backoff) Delay(attempt int, rnd *rand.Rand) time.Duration {
+func (b Backoff) Delay(attempt int) time.Duration {
 	base, max := b.Base, b.Max
 	if base <= 0 {
 		base = time.Second
@@ -28,13 +30,5 @@ func (b Backoff) Delay(attempt int, rnd *rand.Rand) time.Duration {
 	}
 	d = min(d, max)
 	half := d / 2
-	var jitter time.Duration
-	if half > 0 {
-		if rnd != nil {
-			jitter = time.Duration(rnd.Int64N(int64(half) + 1))
-		} else {
-			jitter = time.Duration(rand.Int64N(int64(half) + 1))
-		}
-	}
-	return half + jitter
+	return half + rand.N(half+1)
 }

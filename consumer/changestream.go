@@ -1,7 +1,6 @@
 package consumer
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -17,10 +16,17 @@ import (
 
 // ChangeStreamConfig configures the change-stream wake-up source.
 type ChangeStreamConfig struct {
-	RetryAfter  time.Duration // after falling back to polling, try the stream again this much later; default 5m
-	MaxFailures int           // consecutive stream errors before falling back; default 5
-	Clock       clock.Clock   // what retries wait on; default the wall clock
+	Clock clock.Clock // what retries wait on; default the wall clock
 }
+
+const (
+	// streamRetryAfter is how long after falling back to polling the
+	// stream is tried again.
+	streamRetryAfter = 5 * time.Minute
+	// maxStreamFailures is the consecutive stream errors before falling
+	// back.
+	maxStreamFailures = 5
+)
 
 // changeStream is the part of *mongo.ChangeStream the source uses.
 type changeStream interface {
@@ -42,7 +48,7 @@ type watchFunc func(ctx context.Context, resumeAfter bson.Raw) (changeStream, er
 // renamed): a fresh stream watches the queue as it now is. When the
 // server has no change streams (a standalone mongod, FerretDB) or the stream
 // keeps failing, it says so in one log line, reports polling as the active
-// source, and tries again RetryAfter later. It is only ever a hint: the
+// source, and tries again streamRetryAfter later. It is only ever a hint: the
 // consumer's poll stays on either way.
 type ChangeStreamSource struct {
 	cfg     ChangeStreamConfig
@@ -69,8 +75,6 @@ func NewChangeStreamSource(queue *mongo.Collection, cfg ChangeStreamConfig, m *m
 }
 
 func newChangeStreamSource(watch watchFunc, cfg ChangeStreamConfig, m *metrics.Consumer, log *slog.Logger) *ChangeStreamSource {
-	cfg.RetryAfter = cmp.Or(cfg.RetryAfter, 5*time.Minute)
-	cfg.MaxFailures = cmp.Or(cfg.MaxFailures, 5)
 	cfg.Clock = clock.Or(cfg.Clock)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -86,31 +90,15 @@ func (s *ChangeStreamSource) Run(ctx context.Context, wake func()) error {
 		stream, err := s.watch(ctx, token)
 		invalidated := false
 		if err == nil {
-			s.use(metrics.WakeupChangeStream, nil)
-			token, invalidated = s.follow(ctx, stream, token, &failures, wake)
-			err = stream.Err()
-			closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), streamClose)
-			_ = stream.Close(closeCtx)
-			cancel()
-			if ctx.Err() != nil {
+			if token, invalidated, err = s.drain(ctx, stream, token, &failures, wake); ctx.Err() != nil {
 				return nil
 			}
-			// The server ends a change stream without an error only when it
-			// invalidates it (a drop or rename of the queue, or a drop of
-			// its database), and our $match keeps the invalidate event
-			// itself from us: the driver's token is then the last insert's,
-			// and resuming from it meets the same invalidation again, for
-			// good.
-			invalidated = invalidated || err == nil
-			// Anything that might have arrived while the stream was down is
-			// caught by resuming, or by the next poll.
-			wake()
 		}
 		switch {
 		case unsupported(err):
 			s.use(metrics.WakeupPoll, err)
 			token = nil
-			if !s.sleep(ctx, s.cfg.RetryAfter) {
+			if !s.sleep(ctx, streamRetryAfter) {
 				return nil
 			}
 			continue
@@ -126,21 +114,43 @@ func (s *ChangeStreamSource) Run(ctx context.Context, wake func()) error {
 			// start from now. Polling has been covering the gap all along.
 			token = nil
 		}
-		failures++
-		if failures >= s.cfg.MaxFailures {
+		if failures++; failures >= maxStreamFailures {
 			s.use(metrics.WakeupPoll, err)
 			failures = 0
-			if !s.sleep(ctx, s.cfg.RetryAfter) {
+			if !s.sleep(ctx, streamRetryAfter) {
 				return nil
 			}
 			continue
 		}
 		s.log.Debug("change stream interrupted; resuming", "op", "change stream", "attempt", failures, "err", err)
-		if !s.sleep(ctx, Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}.Delay(failures, nil)) {
+		if !s.sleep(ctx, Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}.Delay(failures)) {
 			return nil
 		}
 	}
 	return nil
+}
+
+// drain follows an open stream until it ends and closes it. It returns the
+// token to resume from, whether the stream was invalidated, and its error.
+func (s *ChangeStreamSource) drain(ctx context.Context, stream changeStream, token bson.Raw, failures *int, wake func()) (bson.Raw, bool, error) {
+	s.use(metrics.WakeupChangeStream, nil)
+	token, invalidated := s.follow(ctx, stream, token, failures, wake)
+	err := stream.Err()
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), streamClose)
+	_ = stream.Close(closeCtx)
+	cancel()
+	// The server ends a change stream without an error only when it
+	// invalidates it (a drop or rename of the queue, or a drop of its
+	// database), and our $match keeps the invalidate event itself from us:
+	// the driver's token is then the last insert's, and resuming from it
+	// meets the same invalidation again, for good.
+	invalidated = invalidated || err == nil
+	// Anything that might have arrived while the stream was down is caught
+	// by resuming, or by the next poll.
+	if ctx.Err() == nil {
+		wake()
+	}
+	return token, invalidated, err
 }
 
 // follow wakes the claim loop for each event of stream until it ends, and
@@ -172,7 +182,7 @@ func (s *ChangeStreamSource) use(source string, why error) {
 	other := metrics.WakeupPoll
 	if source == metrics.WakeupPoll {
 		other = metrics.WakeupChangeStream
-		s.log.Info("change streams unavailable; waking on POLL_INTERVAL polling", "op", "change stream", "retry_in", s.cfg.RetryAfter, "reason", why)
+		s.log.Info("change streams unavailable; waking on POLL_INTERVAL polling", "op", "change stream", "retry_in", streamRetryAfter, "reason", why)
 	} else {
 		s.log.Info("change stream open; new entries wake the consumer at once", "op", "change stream")
 	}

@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -194,9 +195,9 @@ func TestChangeStreamDropsATokenTheServerRefuses(t *testing.T) {
 func TestChangeStreamFallsBackToPollingAfterRepeatedFailures(t *testing.T) {
 	t.Parallel()
 	fail := func() (changeStream, error) { return nil, errors.New("server selection timeout") }
-	w := &scriptedWatch{done: make(chan struct{}), streams: []func() (changeStream, error){fail, fail, fail}}
+	w := &scriptedWatch{done: make(chan struct{}), streams: slices.Repeat([]func() (changeStream, error){fail}, maxStreamFailures)}
 	m := metrics.NewConsumer(prometheus.NewRegistry())
-	src := newChangeStreamSource(w.watch, ChangeStreamConfig{Clock: immediately(), MaxFailures: 3}, m, nil)
+	src := newChangeStreamSource(w.watch, ChangeStreamConfig{Clock: immediately()}, m, nil)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error)
 	go func() { done <- src.Run(ctx, func() {}) }()
@@ -204,10 +205,10 @@ func TestChangeStreamFallsBackToPollingAfterRepeatedFailures(t *testing.T) {
 	cancel()
 	<-done
 	if got := testutil.ToFloat64(m.WakeupSource.WithLabelValues(metrics.WakeupPoll)); got != 1 {
-		t.Errorf("poll source gauge = %v after %d failures, want 1", got, 3)
+		t.Errorf("poll source gauge = %v after %d failures, want 1", got, maxStreamFailures)
 	}
-	if len(w.resumed) != 4 {
-		t.Errorf("watch attempts = %d, want 3 failures then a retry after RetryAfter", len(w.resumed))
+	if len(w.resumed) != maxStreamFailures+1 {
+		t.Errorf("watch attempts = %d, want %d failures then a retry after streamRetryAfter", len(w.resumed), maxStreamFailures)
 	}
 }
 

@@ -7,22 +7,30 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-
-	"github.com/scorerefresh/scorerefresh/consumer/adaptive"
 )
 
-// The adaptive limiters of the fleet keep their baselines in the claims
-// collection, beside the leases: a claim round must not take those
-// documents for live leases of other users.
-func TestClaimingIgnoresFleetBaselineDocuments(t *testing.T) {
+// leftoverBaselines are the documents the adaptive limiters of 0.2.0 kept in
+// the claims collection, one per replica, in the shape they wrote them
+// (leaseUntil an hour before their last write). A rolling upgrade leaves
+// them behind.
+func leftoverBaselines(now time.Time) []any {
+	var docs []any
+	for i, replica := range []string{"a", "c", "d"} {
+		docs = append(docs, bson.D{{Key: "_id", Value: bson.D{{Key: "adaptiveBaseline", Value: replica}}},
+			{Key: "baselineSeconds", Value: float64(i+3) / 10}, {Key: "at", Value: now}, {Key: "leaseUntil", Value: now.Add(-time.Hour)}})
+	}
+	return docs
+}
+
+// TestClaimingIgnoresLeftoverBaselineDocuments: the baseline documents of
+// replicas of an older release are not leases of any user, and a claim
+// round neither blocks on them nor touches them.
+func TestClaimingIgnoresLeftoverBaselineDocuments(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	for i, replica := range []string{"a", "c", "d"} {
-		fleet := adaptive.NewFleetBaselines(b.colls.Claims, replica, time.Minute, nil)
-		if _, err := fleet.Exchange(ctx, time.Duration(i+3)*100*time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := b.colls.Claims.InsertMany(ctx, leftoverBaselines(time.Now())); err != nil {
+		t.Fatal(err)
 	}
 	b.enqueue(t, "u1")
 	cons, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{})
@@ -34,7 +42,7 @@ func TestClaimingIgnoresFleetBaselineDocuments(t *testing.T) {
 		t.Fatalf("claim beside baseline documents: %d users, want u1", len(res.works))
 	}
 	if n := b.count(t, b.colls.Claims, bson.D{{Key: "baselineSeconds", Value: bson.D{{Key: "$exists", Value: true}}}}); n != 3 {
-		t.Errorf("%d baseline documents, want one per replica (3)", n)
+		t.Errorf("%d baseline documents, want the 3 left untouched", n)
 	}
 }
 

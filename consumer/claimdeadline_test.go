@@ -24,8 +24,8 @@ func TestClaimRoundsThatRunOutOfTimeGetLonger(t *testing.T) {
 	b := setup(t)
 	b.enqueue(t, "ann", "bob", "cy")
 	var slowReads atomic.Int64
-	slow := &event.CommandMonitor{Started: func(ctx context.Context, e *event.CommandStartedEvent) {
-		if e.CommandName != "find" || e.Command.Lookup("find").StringValue() != "score_events" {
+	slow := &mongotest.Commands{OnStarted: func(ctx context.Context, e mongotest.Command) {
+		if e.Name != "find" || e.Collection != "score_events" {
 			return
 		}
 		slowReads.Add(1)
@@ -34,7 +34,7 @@ func TestClaimRoundsThatRunOutOfTimeGetLonger(t *testing.T) {
 		case <-ctx.Done():
 		}
 	}}
-	slowBundle := b.watchedBy(t, slow)
+	slowBundle := b.watchedBy(t, slow.Monitor(nil))
 	rec := newRecorder(nil)
 	c, m := slowBundle.newConsumer(t, rec, consumerOpts{cfg: Config{OpTimeout: time.Second, PollInterval: 50 * time.Millisecond}})
 	stop := start(t, c)
@@ -66,8 +66,8 @@ func TestShutdownCutsAStretchedClaimRoundBack(t *testing.T) {
 		ended  chan error
 	}
 	reads := make(chan read, 16)
-	hang := &event.CommandMonitor{Started: func(ctx context.Context, e *event.CommandStartedEvent) {
-		if e.CommandName != "find" || e.Command.Lookup("find").StringValue() != "score_events" {
+	hang := &mongotest.Commands{OnStarted: func(ctx context.Context, e mongotest.Command) {
+		if e.Name != "find" || e.Collection != "score_events" {
 			return
 		}
 		dl, _ := ctx.Deadline()
@@ -76,7 +76,7 @@ func TestShutdownCutsAStretchedClaimRoundBack(t *testing.T) {
 		<-ctx.Done()
 		r.ended <- ctx.Err()
 	}}
-	slowBundle := b.watchedBy(t, hang)
+	slowBundle := b.watchedBy(t, hang.Monitor(nil))
 	c, _ := slowBundle.newConsumer(t, newRecorder(nil), consumerOpts{cfg: Config{OpTimeout: time.Second, PollInterval: 50 * time.Millisecond}})
 	cancel, wait := startCancel(t, c)
 	for {

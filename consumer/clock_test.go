@@ -188,13 +188,13 @@ func TestAckFlushRetriesAfterItsBackoff(t *testing.T) {
 		t.Fatalf("claim: %v, %d users; want alice", err, len(res.works))
 	}
 	// Acknowledging deletes from the queue; the server refuses this name.
-	c.completer.queue = b.db.Collection("score$events")
+	c.acks.queue = b.db.Collection("score$events")
 	attempts := make(chan error, 10)
-	c.completer.afterFlush = func(err error) { attempts <- err }
-	c.completer.add(outcome{work: res.works[0]})
+	c.acks.flushes.afterFlush = func(err error) { attempts <- err }
+	c.acks.add(outcome{work: res.works[0]})
 	flushCtx, stopFlush := context.WithCancel(ctx)
 	flushed := make(chan error, 1)
-	go func() { flushed <- c.completer.flushAll(flushCtx) }()
+	go func() { flushed <- c.flushAll(flushCtx) }()
 
 	if err := await(t, attempts, "the first flush"); err == nil {
 		t.Fatal("the flush into a refused collection succeeded")

@@ -23,6 +23,7 @@ package consumer
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -68,9 +69,6 @@ type Config struct {
 	ShutdownTimeout  time.Duration // running refreshes get this long after shutdown begins; default DefaultShutdownTimeout
 
 	RefreshTimeout time.Duration // one refresh's deadline; default LeaseDuration
-	RetryBackoff   Backoff       // delay before a failed user's next refresh; default 1s doubling to 5m
-	AckInterval    time.Duration // a flush waits at most this for company; default 50ms
-	AckBatchSize   int           // a flush goes at once with this many users; default 100
 	OpTimeout      time.Duration // deadline of each pipeline round trip; default 30s
 	BatchSize      int           // most users refreshed together in one slot, when the Refresher is a BatchRefresher; default 1; BatchAuto follows the server
 	Owner          string        // written on leases for operators; default hostname:pid
@@ -101,9 +99,6 @@ func (c Config) withDefaults() Config {
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
 	c.RefreshTimeout = cmp.Or(c.RefreshTimeout, c.LeaseDuration)
-	c.RetryBackoff = Backoff{Base: cmp.Or(c.RetryBackoff.Base, time.Second), Max: cmp.Or(c.RetryBackoff.Max, 5*time.Minute)}
-	c.AckInterval = cmp.Or(c.AckInterval, AckFlushInterval)
-	c.AckBatchSize = cmp.Or(c.AckBatchSize, AckFlushBatch)
 	c.OpTimeout = cmp.Or(c.OpTimeout, DefaultOpTimeout)
 	if c.BatchSize != BatchAuto {
 		c.BatchSize = max(c.BatchSize, 1)
@@ -163,14 +158,15 @@ type Consumer struct {
 	wakeups    []WakeupSource
 	afterClaim func(err error)
 
-	traits    *servertraits.Traits
-	claimer   *claimer
-	leases    *leaseStore
-	completer *completer
-	starts    *startMarker
-	batches   *batcher
-	perUser   sync.Once // logs BatchAuto's choice of one user per slot
-	failures  *failureWindow
+	traits   *servertraits.Traits
+	claimer  *claimer
+	leases   *leaseStore
+	acks     *acker
+	dead     *deadLane
+	starts   *startMarker
+	batches  *batcher
+	perUser  sync.Once // logs BatchAuto's choice of one user per slot
+	failures *failureWindow
 
 	wake signal // work may have arrived, or room was made
 
@@ -227,7 +223,7 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 		c.traits = servertraits.New()
 	}
 	c.leases = &leaseStore{coll: colls.Claims, owner: cfg.Owner, traits: c.traits}
-	byUser := new(atomic.Bool) // set by the claimer's first round, read by the completer's deletes
+	byUser := new(atomic.Bool) // set by the claimer's first round, read by the acker's and the lane's deletes
 	c.claimer = &claimer{queue: colls.Queue, leases: c.leases, window: cfg.ClaimWindow, lease: cfg.LeaseDuration, serverTime: c.serverTime,
 		owner: cfg.Owner, scanEvery: cfg.PollInterval, skip: map[string]time.Time{}, byUser: byUser, traits: c.traits,
 		windowHints: newHints(windowIndex), absorbHints: newHints(absorbIndex, legacyAbsorbIndex)}
@@ -236,37 +232,45 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 		c.cfg.BatchSize = 1
 	}
 	c.batches = &batcher{}
-	c.completer = c.newCompleter(colls, byUser, deps.AfterFlush)
+	c.newSettlers(colls, byUser, deps.AfterFlush)
 	c.metrics.UsersInFlightCap.Set(float64(cfg.MaxUsersInFlight))
 	c.metrics.ConcurrencyLimit.Set(float64(c.limiter.Limit()))
 	return c
 }
 
-// newCompleter builds the acknowledging side: byUser is shared with the
-// claimer, which sets it.
-func (c *Consumer) newCompleter(colls Collections, byUser *atomic.Bool, afterFlush func(error)) *completer {
+// newSettlers builds the acknowledging side and the dead-letter lane:
+// byUser is shared with the claimer, which sets it.
+func (c *Consumer) newSettlers(colls Collections, byUser *atomic.Bool, afterFlush func(error)) {
 	if afterFlush == nil {
 		afterFlush = func(error) {}
 	}
-	return &completer{
+	c.dead = &deadLane{
+		letters:    &deadLetterer{queue: colls.Queue, dead: colls.DeadLetter, byUser: byUser, traits: c.traits},
+		leases:     c.leases,
+		serverTime: c.serverTime,
+		metrics:    c.metrics,
+		log:        c.log,
+		flushes:    newCompleter(c.clock, c.metrics, c.log, c.settled, func(error) {}),
+		malformed:  map[string]malformed{},
+		deadRetry:  map[string]deadRetry{},
+	}
+	c.acks = &acker{
 		queue:       colls.Queue,
 		leases:      c.leases,
-		dead:        &deadLetterer{queue: colls.Queue, dead: colls.DeadLetter, byUser: byUser, traits: c.traits},
+		dead:        c.dead,
 		byUser:      byUser,
-		clock:       c.clock,
 		serverTime:  c.serverTime,
 		metrics:     c.metrics,
 		log:         c.log,
 		maxAttempts: c.cfg.MaxAttempts,
-		retryDelay:  c.cfg.RetryBackoff,
-		interval:    c.cfg.AckInterval,
-		batchSize:   c.cfg.AckBatchSize,
-		onSettled:   c.settled,
-		afterFlush:  afterFlush,
-		malformed:   map[string]malformed{},
-		kick:        newSignal(),
-		rnd:         rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		flushes:     newCompleter(c.clock, c.metrics, c.log, c.settled, afterFlush),
 	}
+}
+
+// flushAll flushes everything the acker and the dead-letter lane hold,
+// acknowledgements first, retrying until it succeeds or ctx ends.
+func (c *Consumer) flushAll(ctx context.Context) error {
+	return errors.Join(c.acks.flushAll(ctx), c.dead.flushAll(ctx))
 }
 
 // Wake tells the claim loop that work may have arrived.
@@ -277,14 +281,16 @@ func (c *Consumer) Wake() { c.wake.notify() }
 // released in one round trip. It returns nil after a clean shutdown; MongoDB
 // errors while running are logged and retried, never returned.
 func (c *Consumer) Run(ctx context.Context) error {
-	// Refreshes and the completer run on a context that outlives ctx, so a
-	// SIGTERM stops fetching at once while work in flight can finish.
+	// Refreshes, the acker and the dead-letter lane run on a context that
+	// outlives ctx, so a SIGTERM stops fetching at once while work in flight
+	// can finish.
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 
 	var bg sync.WaitGroup
-	completerCtx, stopCompleter := context.WithCancel(workCtx)
-	bg.Go(func() { c.completer.run(completerCtx) })
+	settleCtx, stopSettling := context.WithCancel(workCtx)
+	bg.Go(func() { c.acks.run(settleCtx) })
+	bg.Go(func() { c.dead.run(settleCtx) })
 	renewCtx, stopRenew := context.WithCancel(workCtx)
 	bg.Go(func() { c.renewLoop(renewCtx) })
 	for _, w := range c.wakeups {
@@ -310,12 +316,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 		cancelWork()
 		<-done
 	}
-	stopCompleter()
+	stopSettling()
 	stopRenew()
-	bg.Wait() // completer and renewer stopped; wake-up sources ended with ctx
+	bg.Wait() // acker, lane and renewer stopped; wake-up sources ended with ctx
 	final, cancel := context.WithTimeout(context.Background(), c.cfg.OpTimeout)
 	defer cancel()
-	if err := c.completer.flushAll(final); err != nil {
+	if err := c.flushAll(final); err != nil {
 		c.mu.Lock()
 		n := len(c.held)
 		c.mu.Unlock()
@@ -346,16 +352,8 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 			c.afterClaim(err)
 		}
 		if err != nil && ctx.Err() == nil {
-			c.metrics.ClaimErrors.Inc()
 			failures++
-			delay := Backoff{Base: 200 * time.Millisecond, Max: claimRetryMax}.Delay(failures, nil)
-			if limit.Observe(err) {
-				c.log.Error("claim round ran out of time; retrying with a longer deadline", "op", "claim", "attempt", failures,
-					"deadline", timeout, "next_deadline", limit.Next(), "retry_in", delay, "err", err)
-			} else {
-				c.log.Error("claim failed; retrying", "op", "claim", "attempt", failures, "retry_in", delay, "err", err)
-			}
-			_ = clock.Sleep(ctx, c.clock, delay) // ended early only by shutdown, which the loop checks
+			c.claimFailed(ctx, &limit, failures, timeout, err)
 			continue
 		}
 		failures = 0
@@ -383,17 +381,35 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 		// so the oldest entry stays next in line once its user is free.
 		pages = 0
 		c.claimer.resume = nil
-		select {
-		case <-ctx.Done():
-		case <-poll.C():
-			c.metrics.Wakeups.WithLabelValues(metrics.WakeupPoll).Inc()
-		case <-c.wake:
-			// Every insert wakes every replica (change streams): at most
-			// one woken round per wakeGap, so a busy producer costs a
-			// fleet ~1/wakeGap rounds a second per replica, not one per
-			// insert.
-			_ = clock.Sleep(ctx, c.clock, wakeGap-clock.Since(c.clock, lastRound))
-		}
+		c.awaitWork(ctx, poll, lastRound)
+	}
+}
+
+// claimFailed counts and logs the failures-th failed claim round in a row
+// and waits before the next (until shutdown, which the loop checks).
+func (c *Consumer) claimFailed(ctx context.Context, limit *deadline.Stretch, failures int, timeout time.Duration, err error) {
+	c.metrics.ClaimErrors.Inc()
+	delay := Backoff{Base: 200 * time.Millisecond, Max: claimRetryMax}.Delay(failures)
+	if limit.Observe(err) {
+		c.log.Error("claim round ran out of time; retrying with a longer deadline", "op", "claim", "attempt", failures,
+			"deadline", timeout, "next_deadline", limit.Next(), "retry_in", delay, "err", err)
+	} else {
+		c.log.Error("claim failed; retrying", "op", "claim", "attempt", failures, "retry_in", delay, "err", err)
+	}
+	_ = clock.Sleep(ctx, c.clock, delay)
+}
+
+// awaitWork waits for the poll, a wake-up or shutdown.
+func (c *Consumer) awaitWork(ctx context.Context, poll clock.Ticker, lastRound time.Time) {
+	select {
+	case <-ctx.Done():
+	case <-poll.C():
+		c.metrics.Wakeups.WithLabelValues(metrics.WakeupPoll).Inc()
+	case <-c.wake:
+		// Every insert wakes every replica (change streams): at most one
+		// woken round per wakeGap, so a busy producer costs a fleet
+		// ~1/wakeGap rounds a second per replica, not one per insert.
+		_ = clock.Sleep(ctx, c.clock, wakeGap-clock.Since(c.clock, lastRound))
 	}
 }
 
@@ -435,6 +451,7 @@ func ShutdownBudget(opTimeout, shutdownTimeout time.Duration) time.Duration {
 
 // contentionDelay is a random wait in [0, wakeGap·2^(k−1)], at most
 // PollInterval, after the k-th contended round in a row.
+// Not a Backoff: a pause between rounds that succeeded, full jitter so replicas stop colliding.
 func (c *Consumer) contentionDelay() time.Duration {
 	ceiling := wakeGap << min(c.contention-1, 10)
 	ceiling = min(ceiling, c.cfg.PollInterval)
@@ -479,7 +496,7 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 	res, err := c.claimer.round(opCtx, room, absorb, exclude)
 	c.metrics.ClaimDuration.Observe(clock.Since(c.clock, start).Seconds())
 	if res != nil {
-		c.completer.addMalformed(res.malformed)
+		c.dead.addMalformed(res.malformed)
 	}
 	if err != nil {
 		return claimPass{ran: true}, err
@@ -539,14 +556,14 @@ func (c *Consumer) dispatch(ctx, workCtx context.Context, refreshes *sync.WaitGr
 // process waits for a refresh slot on behalf of one claimed user and, once
 // it has one, runs the batch it takes from the users waiting (see
 // batch.go), which need not hold that user. The outcome of every user goes
-// to the completer. Waiting for a slot ends with ctx (shutdown: a refresh
+// to the acker. Waiting for a slot ends with ctx (shutdown: a refresh
 // that has not started is released, not started); the refresh itself runs
 // on workCtx.
 func (c *Consumer) process(ctx, workCtx context.Context, w work) {
 	if len(w.entries) == 0 {
 		// Acknowledged by someone else between window and absorb.
 		c.dequeued(1)
-		c.completer.add(outcome{work: w, release: true})
+		c.acks.add(outcome{work: w, release: true})
 		return
 	}
 	if w.lease.Attempts >= c.cfg.MaxAttempts {
@@ -554,7 +571,7 @@ func (c *Consumer) process(ctx, workCtx context.Context, w work) {
 		// whose refresh was running counts an attempt): refreshing it
 		// again would likely kill this consumer too.
 		c.dequeued(1)
-		c.completer.add(outcome{work: w, err: fmt.Errorf("%d consumers lost their lease on this user mid-refresh (crashed or hung); not refreshing it again", w.lease.Attempts)})
+		c.acks.add(outcome{work: w, err: fmt.Errorf("%d consumers lost their lease on this user mid-refresh (crashed or hung); not refreshing it again", w.lease.Attempts)})
 		return
 	}
 	var works []work
@@ -572,7 +589,7 @@ func (c *Consumer) process(ctx, workCtx context.Context, w work) {
 		}
 		c.dequeued(len(works))
 		for _, w := range works {
-			c.completer.add(outcome{work: w, release: true})
+			c.acks.add(outcome{work: w, release: true})
 		}
 		return
 	case w.lease.Solo:
@@ -598,7 +615,7 @@ func (w work) refreshable(maxAttempts int) bool {
 }
 
 // runBatch refreshes the users of one batch in one refresh slot and hands
-// each outcome to the completer.
+// each outcome to the acker.
 func (c *Consumer) runBatch(workCtx context.Context, works []work) {
 	finished := func(bool, bool) {}
 	if o, ok := c.limiter.(refreshObserver); ok {
@@ -660,7 +677,7 @@ func (c *Consumer) settleBatchFailure(works []work, errs []error) {
 	c.log.Warn("refresh batch failed as a whole; nobody charged, its users refresh alone next time",
 		"op", "refresh", "users", len(works), "err", errs[0])
 	for i, w := range works {
-		c.completer.add(outcome{work: w, err: errs[i], transient: true, solo: true})
+		c.acks.add(outcome{work: w, err: errs[i], transient: true, solo: true})
 	}
 }
 
@@ -668,7 +685,7 @@ func (c *Consumer) settleBatchFailure(works []work, errs []error) {
 func (c *Consumer) settleRefresh(workCtx context.Context, w work, err error) {
 	if err != nil && workCtx.Err() != nil {
 		// Cancelled by shutdown, not the user's fault: no attempt counted.
-		c.completer.add(outcome{work: w, release: true})
+		c.acks.add(outcome{work: w, release: true})
 		return
 	}
 	isTransient := transient(err)
@@ -684,7 +701,7 @@ func (c *Consumer) settleRefresh(workCtx context.Context, w work, err error) {
 	} else {
 		c.metrics.Refreshes.WithLabelValues(metrics.OutcomeOK).Inc()
 	}
-	c.completer.add(outcome{work: w, err: err, transient: uncharged})
+	c.acks.add(outcome{work: w, err: err, transient: uncharged})
 }
 
 // A refresh failure is not charged to its user while more than half of the
@@ -716,7 +733,7 @@ func (c *Consumer) roomWake() {
 	}
 }
 
-// settled is called by the completer once users' outcomes are in MongoDB.
+// settled is called by the acker and the dead-letter lane once users' outcomes are in MongoDB.
 func (c *Consumer) settled(users []lease) {
 	c.mu.Lock()
 	for _, l := range users {

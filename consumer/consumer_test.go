@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
@@ -23,13 +22,13 @@ import (
 type testBundle struct {
 	db    *mongo.Database
 	colls Collections
-	cmds  *commandCounter
+	cmds  *mongotest.Commands
 }
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	cmds := &commandCounter{counts: map[string]int{}}
-	db := mongotest.Database(t, mongotest.Options{Monitor: cmds.monitor()})
+	cmds := &mongotest.Commands{}
+	db := mongotest.Database(t, mongotest.Options{Monitor: cmds.Monitor(nil)})
 	b := &testBundle{
 		db:   db,
 		cmds: cmds,
@@ -45,48 +44,6 @@ func setup(t *testing.T) *testBundle {
 	return b
 }
 
-// commandCounter counts the commands the driver sends, by name, and the
-// bytes of commands and replies.
-type commandCounter struct {
-	mu             sync.Mutex
-	counts         map[string]int
-	sent, received int
-}
-
-func (c *commandCounter) monitor() *event.CommandMonitor {
-	return &event.CommandMonitor{
-		Started: func(_ context.Context, e *event.CommandStartedEvent) {
-			c.mu.Lock()
-			c.counts[e.CommandName]++
-			c.sent += len(e.Command)
-			c.mu.Unlock()
-		},
-		Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
-			c.mu.Lock()
-			c.received += len(e.Reply)
-			c.mu.Unlock()
-		},
-	}
-}
-
-// takeBytes returns the bytes sent and received since the last takeBytes.
-func (c *commandCounter) takeBytes() (sent, received int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	sent, received = c.sent, c.received
-	c.sent, c.received = 0, 0
-	return sent, received
-}
-
-// take returns the counts since the last take.
-func (c *commandCounter) take() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := c.counts
-	c.counts = map[string]int{}
-	return out
-}
-
 type consumerOpts struct {
 	cfg        Config
 	clock      clock.Clock // nil: the wall clock
@@ -99,8 +56,6 @@ func (b *testBundle) newConsumer(t *testing.T, r Refresher, o consumerOpts) (*Co
 	m := metrics.NewConsumer(prometheus.NewRegistry())
 	cfg := o.cfg
 	cfg.PollInterval = cmpOr(cfg.PollInterval, 20*time.Millisecond)
-	cfg.AckInterval = cmpOr(cfg.AckInterval, 5*time.Millisecond)
-	cfg.RetryBackoff = Backoff{Base: cmpOr(cfg.RetryBackoff.Base, time.Millisecond), Max: cmpOr(cfg.RetryBackoff.Max, 5*time.Millisecond)}
 	limit := o.limit
 	if limit == 0 {
 		limit = 4
@@ -113,7 +68,16 @@ func (b *testBundle) newConsumer(t *testing.T, r Refresher, o consumerOpts) (*Co
 		Clock:      o.clock,
 		ServerTime: o.serverTime,
 	})
+	c.speedUpSettling()
 	return c, m
+}
+
+// speedUpSettling makes tests wait less for their flushes and retries than
+// production does: 5 ms for company, and retries after 1–5 ms.
+func (c *Consumer) speedUpSettling() {
+	c.acks.flushes.interval, c.dead.flushes.interval = 5*time.Millisecond, 5*time.Millisecond
+	c.acks.retryDelay = Backoff{Base: time.Millisecond, Max: 5 * time.Millisecond}
+	c.dead.retryDelay = c.acks.retryDelay
 }
 
 func cmpOr[T comparable](a, b T) T {

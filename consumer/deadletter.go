@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -14,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
@@ -45,6 +48,237 @@ const (
 	maxReducedBytes = 1 << 20
 )
 
+// deadLane is the dead-letter lane: the users out of attempts (the acker
+// hands them on) and the malformed entries claim rounds find, moved in
+// batches of their own, on a goroutine of their own, so moving them, however
+// slow, never delays an acknowledgement. One flush:
+//
+//	dead letters      3 (read originals, insert copies, delete), only if any
+//	                  (a read per entry on FerretDB, see deadLetterer.read)
+//	release leases    1 deleteMany of the dead-lettered users
+//	back off          1 bulk update of users whose dead letter failed, only if any
+//
+// Each flush tries its dead letters once, and an entry that fails is
+// postponed on its own (see deadFlush.deadLetters): one that cannot be
+// written never holds back another. Its flushes do not report to readiness,
+// which says whether acknowledgements go through; its failures are logged
+// and counted.
+type deadLane struct {
+	letters    *deadLetterer
+	leases     *leaseStore
+	serverTime clock.Nower // dead letters and backoffs are dated on the server's clock
+	metrics    *metrics.Consumer
+	log        *slog.Logger
+	retryDelay Backoff // backoff of a user whose dead letter failed
+	flushes    *completer
+
+	mu        sync.Mutex
+	outcomes  []outcome
+	malformed map[string]malformed // by _id: the same bad entry seen by several claim rounds is moved once
+	deadRetry map[string]deadRetry // by _id: malformed entries whose dead letter failed, not retried before then
+}
+
+func (d *deadLane) add(o outcome) {
+	d.mu.Lock()
+	d.outcomes = append(d.outcomes, o)
+	n := len(d.outcomes)
+	d.mu.Unlock()
+	d.flushes.added(n)
+}
+
+func (d *deadLane) addMalformed(ms []malformed) {
+	if len(ms) == 0 {
+		return
+	}
+	now := d.serverTime.Now()
+	d.mu.Lock()
+	for _, m := range ms {
+		k := idKey(m.ID)
+		if r, ok := d.deadRetry[k]; ok && now.Before(r.notBefore) {
+			continue // its dead letter failed recently: it waits its turn in the queue
+		}
+		d.malformed[k] = m
+	}
+	d.mu.Unlock()
+	d.flushes.kick.notify()
+}
+
+// run flushes until ctx ends; call flushAll after it for the final flush.
+func (d *deadLane) run(ctx context.Context) { d.flushes.run(ctx, d.pending, d.flushAll) }
+
+func (d *deadLane) pending() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.outcomes) + len(d.malformed) + d.flushes.carried()
+}
+
+// flushAll moves everything pending, retrying with backoff until it
+// succeeds or ctx ends.
+func (d *deadLane) flushAll(ctx context.Context) error {
+	return d.flushes.flushAll(ctx, func() (flushRun, func()) {
+		d.mu.Lock()
+		batch, bad := d.outcomes, d.malformed
+		d.outcomes, d.malformed = nil, map[string]malformed{}
+		d.mu.Unlock()
+		handBack := func() {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			d.outcomes = append(batch, d.outcomes...)
+			for k, m := range bad {
+				d.malformed[k] = m
+			}
+		}
+		if len(batch) == 0 && len(bad) == 0 {
+			return nil, handBack
+		}
+		return d.newFlush(batch, bad), handBack
+	})
+}
+
+// deadFlush is one batch of the lane's on its way to MongoDB; each step
+// remembers that it is done so a retry does not repeat it.
+type deadFlush struct {
+	d                                    *deadLane
+	exhausted, settled                   []lease
+	dead                                 []deadLetter
+	retries                              []retry
+	deadDone, exhaustedDone, backOffDone bool
+	exhaustedTried                       bool
+}
+
+func (d *deadLane) newFlush(batch []outcome, bad map[string]malformed) *deadFlush {
+	f := &deadFlush{d: d}
+	for _, m := range bad {
+		f.dead = append(f.dead, deadLetter{ID: m.ID, Reason: metrics.ReasonMalformed, Detail: m.Detail})
+	}
+	for _, o := range batch {
+		l := o.work.lease
+		f.settled = append(f.settled, l)
+		f.exhausted = append(f.exhausted, l)
+		for _, e := range o.work.entries {
+			f.dead = append(f.dead, deadLetter{ID: e.ID, User: e.Username, Reason: metrics.ReasonMaxAttempts, Detail: o.err.Error(), Attempts: l.Attempts + 1})
+		}
+	}
+	return f
+}
+
+func (f *deadFlush) settledLeases() []lease { return f.settled }
+
+// run does every step not yet done: an exhausted user's lease is released
+// only once its entries are dead-lettered.
+func (f *deadFlush) run(ctx context.Context) error {
+	d := f.d
+	var errs []error
+	if !f.deadDone {
+		errs, _ = appendErr(errs, f.deadLetters(ctx))
+	}
+	if !f.exhaustedDone && f.deadDone {
+		errs, f.exhaustedDone = appendErr(errs, releaseHeld(ctx, d.leases, f.exhausted, &f.exhaustedTried, d.metrics, d.log))
+	}
+	if !f.backOffDone {
+		errs, f.backOffDone = appendErr(errs, d.leases.backOff(ctx, f.retries))
+	}
+	return errors.Join(errs...)
+}
+
+// deadLetters moves this flush's dead letters, once. An entry that fails is
+// postponed on its own rather than retried with the flush, so a dead letter
+// that cannot be written holds back neither the others nor any
+// acknowledgement: its failure is counted and logged, not returned. Only a
+// move cut short by shutdown returns an error, leaving the unfinished
+// entries to the final flush.
+func (f *deadFlush) deadLetters(ctx context.Context) error {
+	c := f.d
+	counts, failed, err := c.letters.move(ctx, f.dead, c.serverTime.Now())
+	for reason, n := range counts {
+		c.metrics.EntriesDeadLettered.WithLabelValues(reason).Add(float64(n))
+	}
+	if err != nil && ctx.Err() != nil {
+		f.dead = failed // the others are done and counted
+		return err
+	}
+	c.noteDeadLetters(f.dead, failed)
+	if err != nil {
+		c.metrics.AckFlushErrors.Inc()
+		c.log.Error("dead letters failed; postponed, the entries stay in the queue",
+			"op", "dead letter", "failed", len(failed), "entries", len(f.dead), "err", err)
+		f.postponeDeadLetters(failed)
+	}
+	f.dead, f.deadDone = nil, true
+	return nil
+}
+
+// postponeDeadLetters gives up on failed dead letters for now. The entries
+// stay in the queue, so nothing is lost: a malformed one comes back with the
+// first claim round that sees it after its backoff (noteDeadLetters), and an
+// exhausted user with an entry left backs off and is dead-lettered again
+// after it, without another refresh.
+func (f *deadFlush) postponeDeadLetters(failed []deadLetter) {
+	c := f.d
+	users := map[string]bool{}
+	for _, b := range failed {
+		if b.User != "" {
+			users[b.User] = true
+		}
+	}
+	if len(users) == 0 {
+		return
+	}
+	if f.backOffDone { // (a final flush finishing a move cut short)
+		f.retries, f.backOffDone = nil, false
+	}
+	now := c.serverTime.Now()
+	kept := f.exhausted[:0]
+	for _, l := range f.exhausted {
+		if !users[l.User] {
+			kept = append(kept, l)
+			continue
+		}
+		f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(c.retryDelay.Delay(l.Attempts)), err: "dead-lettering failed; postponed"})
+	}
+	f.exhausted = kept
+}
+
+// deadRetry is when a malformed entry whose dead letter failed may be tried
+// again.
+type deadRetry struct {
+	failures  int
+	notBefore time.Time
+}
+
+// deadLetterBackoff spaces the tries of a malformed entry whose dead letter
+// keeps failing, so it costs neither a round trip nor a log line per flush.
+var deadLetterBackoff = Backoff{Base: time.Second, Max: 5 * time.Minute}
+
+// maxDeadRetries bounds the malformed entries remembered as failing; past it
+// one more is simply retried when a claim round sees it again.
+const maxDeadRetries = 10_000
+
+// noteDeadLetters records how a move of batch went for its malformed
+// entries: the failed ones back off, the others are forgotten.
+func (c *deadLane) noteDeadLetters(batch, failed []deadLetter) {
+	bad := make(map[string]bool, len(failed))
+	for _, b := range failed {
+		bad[idKey(b.ID)] = true
+	}
+	now := c.serverTime.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, b := range batch {
+		k := idKey(b.ID)
+		r, known := c.deadRetry[k]
+		switch {
+		case b.User != "":
+		case !bad[k]:
+			delete(c.deadRetry, k)
+		case known || len(c.deadRetry) < maxDeadRetries:
+			r.failures++
+			r.notBefore = now.Add(deadLetterBackoff.Delay(r.failures))
+			c.deadRetry[k] = r
+		}
+	}
+}
+
 // deadLetterer moves entries to the dead-letter collection: read the
 // originals, insert copies with a deadLetter subdocument, delete the
 // originals. For a batch of ordinary entries that is three round trips
@@ -56,7 +290,7 @@ const (
 // Every entry succeeds or fails on its own: one that cannot be read or
 // written is reported back (move's failed) while the rest of its batch goes
 // through. The deadLetterer is used by one goroutine at a time (the
-// completer's).
+// dead-letter lane's).
 type deadLetterer struct {
 	queue  *mongo.Collection
 	dead   *mongo.Collection

@@ -30,8 +30,8 @@ const mib = 1 << 20
 // megabytes would see timeouts that say nothing about the consumer.
 func setupUntimed(t *testing.T) *testBundle {
 	t.Helper()
-	cmds := &commandCounter{counts: map[string]int{}}
-	db := untimedDB(t, cmds.monitor())
+	cmds := &mongotest.Commands{}
+	db := untimedDB(t, cmds.Monitor(nil))
 	b := &testBundle{db: db, cmds: cmds, colls: Collections{
 		Queue:      db.Collection("score_events"),
 		Claims:     db.Collection("score_claims"),
@@ -295,7 +295,7 @@ func TestUnwritableDeadLetterHoldsBackNothing(t *testing.T) {
 	// A clock that stands still: the failed entries' backoff cannot run out
 	// before the end of the test, however slow the server.
 	c, m := b.newConsumer(t, newRecorder(nil), consumerOpts{cfg: Config{MaxAttempts: 1}, serverTime: fixedClock{time.Now()}})
-	c.completer.dead.maxCopy = 64 << 10 // as 16 MiB would, with small documents
+	c.dead.letters.maxCopy = 64 << 10 // as 16 MiB would, with small documents
 	res, err := c.claimer.runOnce(ctx, 10, nil)
 	if err != nil || len(res.works) != 3 || len(res.malformed) != 3 {
 		t.Fatalf("claim: %v, %d users, %d malformed; want alice, bob, poison and 3 malformed", err, len(res.works), len(res.malformed))
@@ -303,9 +303,9 @@ func TestUnwritableDeadLetterHoldsBackNothing(t *testing.T) {
 	var mu sync.Mutex
 	var attempts []error
 	var settled []string
-	c.completer.afterFlush = func(err error) { mu.Lock(); attempts = append(attempts, err); mu.Unlock() }
-	onSettled := c.completer.onSettled
-	c.completer.onSettled = func(ls []lease) {
+	c.acks.flushes.afterFlush = func(err error) { mu.Lock(); attempts = append(attempts, err); mu.Unlock() }
+	onSettled := c.acks.flushes.onSettled
+	record := func(ls []lease) {
 		mu.Lock()
 		for _, l := range ls {
 			settled = append(settled, l.User)
@@ -313,16 +313,17 @@ func TestUnwritableDeadLetterHoldsBackNothing(t *testing.T) {
 		mu.Unlock()
 		onSettled(ls)
 	}
+	c.acks.flushes.onSettled, c.dead.flushes.onSettled = record, record
 	for _, w := range res.works {
 		c.held[w.lease.User] = w.lease
 		o := outcome{work: w}
 		if w.lease.User == "poison" {
 			o.err = errors.New("scorer bug")
 		}
-		c.completer.add(o)
+		c.acks.add(o)
 	}
-	c.completer.addMalformed(res.malformed)
-	if err := c.completer.flushAll(ctx); err != nil {
+	c.dead.addMalformed(res.malformed)
+	if err := c.flushAll(ctx); err != nil {
 		t.Fatalf("flush: %v", err)
 	}
 
@@ -364,8 +365,8 @@ func TestUnwritableDeadLetterHoldsBackNothing(t *testing.T) {
 			again = append(again, bad)
 		}
 	}
-	c.completer.addMalformed(again)
-	if n := c.completer.pending(); n != 0 {
+	c.dead.addMalformed(again)
+	if n := c.dead.pending(); n != 0 {
 		t.Errorf("%d pending after re-reporting the failed entries, want 0: they back off", n)
 	}
 }
@@ -391,7 +392,7 @@ func TestDeadLetterRoundTrips(t *testing.T) {
 				b := setup(t)
 				batch := seedMalformed(t, b, n)
 				d := &deadLetterer{queue: b.colls.Queue, dead: b.colls.DeadLetter, traits: boundingTraits(bounded)}
-				b.cmds.take()
+				b.cmds.Reset()
 				counts, failed, err := d.move(t.Context(), batch, time.Now())
 				if err != nil || len(failed) != 0 || counts[metrics.ReasonMalformed] != n {
 					t.Fatalf("move: %v, %d failed, counts %v", err, len(failed), counts)
@@ -400,7 +401,7 @@ func TestDeadLetterRoundTrips(t *testing.T) {
 				if !bounded {
 					want["find"] = n
 				}
-				if got := b.cmds.take(); !maps.Equal(got, want) {
+				if got := mongotest.ByName(b.cmds.Take()); !maps.Equal(got, want) {
 					t.Errorf("commands %v, want %v", got, want)
 				}
 				if left := b.count(t, b.colls.Queue, nil); left != 0 {
@@ -415,11 +416,11 @@ func TestDeadLetterRoundTrips(t *testing.T) {
 		d := &deadLetterer{queue: b.colls.Queue, dead: b.colls.DeadLetter, traits: servertraits.New()}
 		for round := range 2 {
 			batch := seedMalformed(t, b, 2)
-			b.cmds.take()
+			b.cmds.Reset()
 			if _, _, err := d.move(t.Context(), batch, time.Now()); err != nil {
 				t.Fatal(err)
 			}
-			if got, want := b.cmds.take()["buildInfo"], 1-round; got != want {
+			if got, want := mongotest.ByName(b.cmds.Take())["buildInfo"], 1-round; got != want {
 				t.Errorf("round %d: %d buildInfo commands, want %d", round, got, want)
 			}
 		}
@@ -434,7 +435,7 @@ func TestAckFlushWithDeadLettersRoundTrips(t *testing.T) {
 	b := setup(t)
 	b.enqueue(t, "u1", "u2", "u3")
 	c, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{})
-	c.completer.dead.traits = boundingTraits(true)
+	c.dead.letters.traits = boundingTraits(true)
 	res, err := c.claimer.runOnce(t.Context(), 10, nil)
 	if err != nil || len(res.works) != 3 {
 		t.Fatalf("claim: %v", err)
@@ -442,17 +443,17 @@ func TestAckFlushWithDeadLettersRoundTrips(t *testing.T) {
 	batch := seedMalformed(t, b, 2)
 	for _, w := range res.works {
 		c.held[w.lease.User] = w.lease
-		c.completer.add(outcome{work: w})
+		c.acks.add(outcome{work: w})
 	}
 	for _, d := range batch {
-		c.completer.addMalformed([]malformed{{ID: d.ID, Detail: d.Detail}})
+		c.dead.addMalformed([]malformed{{ID: d.ID, Detail: d.Detail}})
 	}
-	b.cmds.take()
-	if err := c.completer.flushAll(t.Context()); err != nil {
+	b.cmds.Reset()
+	if err := c.flushAll(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]int{"delete": 3, "find": 1, "insert": 1}
-	if got := b.cmds.take(); !maps.Equal(got, want) {
+	if got := mongotest.ByName(b.cmds.Take()); !maps.Equal(got, want) {
 		t.Errorf("flush commands %v, want %v", got, want)
 	}
 	if n := b.count(t, b.colls.Queue, nil); n != 0 {
@@ -475,47 +476,6 @@ func seedMalformed(t *testing.T, b *testBundle, n int) []deadLetter {
 	return batch
 }
 
-// sizeMonitor records the largest command and reply of each command name.
-type sizeMonitor struct {
-	mu               sync.Mutex
-	command, reply   map[string]int
-	commands, errors map[string]int
-}
-
-func newSizeMonitor() *sizeMonitor {
-	return &sizeMonitor{command: map[string]int{}, reply: map[string]int{}, commands: map[string]int{}, errors: map[string]int{}}
-}
-
-func (s *sizeMonitor) reset() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	clear(s.command)
-	clear(s.reply)
-	clear(s.commands)
-	clear(s.errors)
-}
-
-func (s *sizeMonitor) monitor() *event.CommandMonitor {
-	return &event.CommandMonitor{
-		Started: func(_ context.Context, e *event.CommandStartedEvent) {
-			s.mu.Lock()
-			s.command[e.CommandName] = max(s.command[e.CommandName], len(e.Command))
-			s.commands[e.CommandName]++
-			s.mu.Unlock()
-		},
-		Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
-			s.mu.Lock()
-			s.reply[e.CommandName] = max(s.reply[e.CommandName], len(e.Reply))
-			s.mu.Unlock()
-		},
-		Failed: func(_ context.Context, e *event.CommandFailedEvent) {
-			s.mu.Lock()
-			s.errors[e.CommandName]++
-			s.mu.Unlock()
-		},
-	}
-}
-
 // TestDeadLetterCommandsAndRepliesStayBounded moves 20 MiB of dead letters
 // (five of 4 MiB, and small ones): no reply carries more than one of them,
 // no insert more than 16 MiB, and nothing fails.
@@ -524,8 +484,8 @@ func TestDeadLetterCommandsAndRepliesStayBounded(t *testing.T) {
 		t.Skip("moves 20 MiB through the embedded server")
 	}
 	t.Parallel()
-	sm := newSizeMonitor()
-	db := untimedDB(t, sm.monitor())
+	cmds := &mongotest.Commands{}
+	db := untimedDB(t, cmds.Monitor(nil))
 	queue, dead := db.Collection("score_events"), db.Collection("score_events_dead")
 	var batch []deadLetter
 	for i := range 10 {
@@ -540,24 +500,32 @@ func TestDeadLetterCommandsAndRepliesStayBounded(t *testing.T) {
 		batch = append(batch, deadLetter{ID: id, Reason: metrics.ReasonMalformed, Detail: "username is missing"})
 	}
 	d := &deadLetterer{queue: queue, dead: dead, traits: servertraits.New()}
-	sm.reset()
+	cmds.Reset()
 	counts, failed, err := d.move(t.Context(), batch, time.Now())
 	if err != nil || len(failed) != 0 || counts[metrics.ReasonMalformed] != 10 {
 		t.Fatalf("move: %v, %d failed, counts %v", err, len(failed), counts)
 	}
-	sm.mu.Lock()
-	defer sm.mu.Unlock()
-	if len(sm.errors) != 0 {
-		t.Errorf("failed commands: %v", sm.errors)
+	inserts := cmds.Count("insert", "score_events_dead")
+	largest := map[string]int{} // of each command name: command and reply sizes
+	var failures []string
+	for _, c := range cmds.Take() {
+		largest[c.Name] = max(largest[c.Name], len(c.Body))
+		largest[c.Name+" reply"] = max(largest[c.Name+" reply"], len(c.Reply))
+		if c.Failed {
+			failures = append(failures, c.Name)
+		}
 	}
-	if r := sm.reply["find"]; r > 4*mib+64<<10 {
+	if len(failures) != 0 {
+		t.Errorf("failed commands: %v", failures)
+	}
+	if r := largest["find reply"]; r > 4*mib+64<<10 {
 		t.Errorf("largest find reply %d bytes: more than one 4 MiB entry in a reply", r)
 	}
-	if c := sm.command["insert"]; c > insertBatchBytes+64<<10 {
+	if c := largest["insert"]; c > insertBatchBytes+64<<10 {
 		t.Errorf("largest insert command %d bytes, more than %d", c, insertBatchBytes)
 	}
-	if sm.commands["insert"] != 2 {
-		t.Errorf("%d insert commands for 20 MiB of dead letters, want 2", sm.commands["insert"])
+	if inserts != 2 {
+		t.Errorf("%d insert commands for 20 MiB of dead letters, want 2", inserts)
 	}
 }
 

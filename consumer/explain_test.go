@@ -51,7 +51,7 @@ func newHotScenario(t *testing.T) *hotScenario {
 	t.Helper()
 	rec := &queryplan.Recorder{}
 	db := mongotest.Database(t, mongotest.Options{Monitor: rec.Monitor()})
-	b := &testBundle{db: db, cmds: &commandCounter{counts: map[string]int{}}, colls: Collections{
+	b := &testBundle{db: db, cmds: &mongotest.Commands{}, colls: Collections{
 		Queue: db.Collection("score_events"), Claims: db.Collection("score_claims"), DeadLetter: db.Collection("score_events_dead"),
 	}}
 	if _, err := EnsureIndexes(t.Context(), b.colls, testLogger(t)); err != nil {
@@ -120,6 +120,20 @@ func newHotScenario(t *testing.T) *hotScenario {
 
 func ptr[T any](v T) *T { return &v }
 
+// leaseDoc is a lease document in the types the service writes, for tests
+// to seed the claims collection with and to read it back.
+type leaseDoc struct {
+	User       string    `bson:"_id"`
+	Token      *string   `bson:"token"`
+	Owner      string    `bson:"owner,omitempty"`
+	LeaseUntil time.Time `bson:"leaseUntil"`
+	Attempts   int       `bson:"attempts"`
+	LastError  string    `bson:"lastError,omitempty"`
+	ClaimedAt  time.Time `bson:"claimedAt,omitempty"`
+	Running    *string   `bson:"running"`
+	Solo       bool      `bson:"solo,omitempty"`
+}
+
 // hotRound is what one run of the claim path sent, phase by phase.
 type hotRound struct {
 	round, takeover, hold, settle, targeted []queryplan.Command
@@ -174,10 +188,10 @@ func (s *hotScenario) run(t *testing.T, inspect func(r *hotRound, cmds []querypl
 		if i == len(res.works)-1 {
 			err = errors.New("source down")
 		}
-		c.completer.add(outcome{work: w, err: err})
+		c.acks.add(outcome{work: w, err: err})
 	}
-	c.completer.addMalformed(res.malformed)
-	if err := c.completer.flushAll(ctx); err != nil {
+	c.dead.addMalformed(res.malformed)
+	if err := c.flushAll(ctx); err != nil {
 		t.Fatal(err)
 	}
 	r.settle = s.rec.Take()
@@ -189,7 +203,7 @@ func (s *hotScenario) run(t *testing.T, inspect func(r *hotRound, cmds []querypl
 }
 
 // targetedAcks deletes the entries of x000…x004 with statements that name
-// their users, as the completer does through a mongos.
+// their users, as the acker does through a mongos.
 func (s *hotScenario) targetedAcks(t *testing.T) []queryplan.Command {
 	t.Helper()
 	cur, err := s.b.colls.Queue.Find(t.Context(), bson.D{{Key: "username", Value: bson.D{{Key: "$in", Value: bson.A{"x000", "x001", "x002", "x003", "x004"}}}}})
@@ -358,9 +372,9 @@ func TestTargetedAcksDeleteEveryEntryOnce(t *testing.T) {
 	}
 	for _, w := range res.works {
 		c.held[w.lease.User] = w.lease
-		c.completer.add(outcome{work: w})
+		c.acks.add(outcome{work: w})
 	}
-	if err := c.completer.flushAll(t.Context()); err != nil {
+	if err := c.flushAll(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if n := b.count(t, b.colls.Queue, nil); n != 0 {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 )
 
 // TestClaimRoundCostIsIndependentOfFleetAndBackoffs measures one claim
@@ -60,15 +62,15 @@ func TestClaimRoundCostIsIndependentOfFleetAndBackoffs(t *testing.T) {
 			}
 		}
 		c, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{cfg: Config{ClaimWindow: 100, Owner: "measured"}})
-		b.cmds.take()
-		b.cmds.takeBytes()
+		b.cmds.Reset()
 		res, err := c.claimer.runOnce(t.Context(), 20, nil)
 		if err != nil || len(res.works) != 20 {
 			t.Fatalf("claim: %v, %d users won, want 20", err, len(res.works))
 		}
 		var got cost
-		got.cmds = b.cmds.take()
-		got.sent, got.received = b.cmds.takeBytes()
+		cmds := b.cmds.Take()
+		got.cmds = mongotest.ByName(cmds)
+		got.sent, got.received = mongotest.Bytes(cmds)
 		return got
 	}
 	backoffs := 10_000

@@ -71,8 +71,8 @@ func HotQueries(colls Collections, claimWindow int, now time.Time) []HotQuery {
 		}},
 		{Name: QueryLeaseRead, Coll: colls.Claims, Index: IDIndex, Command: bson.D{
 			{Key: "find", Value: colls.Claims.Name()},
-			{Key: "filter", Value: bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: probe}}}, {Key: "leaseUntil", Value: bson.D{{Key: "$gt", Value: now}}}}},
-			{Key: "projection", Value: bson.D{{Key: "_id", Value: 1}, {Key: "leaseUntil", Value: 1}, {Key: "token", Value: 1}}},
+			{Key: "filter", Value: blockedFilter(probe, now)},
+			{Key: "projection", Value: blockedProjection},
 		}},
 	}
 }

@@ -1,16 +1,13 @@
 package consumer
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/event"
 
 	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 )
@@ -20,15 +17,9 @@ import (
 // the shape of one of them: the doctor explains what the pipeline really runs.
 func TestHotQueriesHaveThePipelinesShapes(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var sent []string
-	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		mu.Lock()
-		sent = append(sent, commandShape(e.Command))
-		mu.Unlock()
-	}}
-	db := mongotest.Database(t, mongotest.Options{Monitor: mon})
-	b := &testBundle{db: db, cmds: &commandCounter{counts: map[string]int{}}, colls: Collections{
+	cmds := &mongotest.Commands{}
+	db := mongotest.Database(t, mongotest.Options{Monitor: cmds.Monitor(nil)})
+	b := &testBundle{db: db, cmds: cmds, colls: Collections{
 		Queue: db.Collection("score_events"), Claims: db.Collection("score_claims"), DeadLetter: db.Collection("score_events_dead"),
 	}}
 	b.enqueue(t, "ann", "bo", "ann")
@@ -44,9 +35,9 @@ func TestHotQueriesHaveThePipelinesShapes(t *testing.T) {
 	}
 	for _, w := range res.works {
 		c.held[w.lease.User] = w.lease
-		c.completer.add(outcome{work: w})
+		c.acks.add(outcome{work: w})
 	}
-	if err := c.completer.flushAll(t.Context()); err != nil {
+	if err := c.flushAll(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	// A round paging past a blocked head, as page() sets it up.
@@ -54,8 +45,10 @@ func TestHotQueriesHaveThePipelinesShapes(t *testing.T) {
 	if _, err := c.claimer.runOnce(t.Context(), 10, nil); err != nil {
 		t.Fatalf("paged claim: %v", err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	var sent []string
+	for _, c := range cmds.All() {
+		sent = append(sent, commandShape(c.Body))
+	}
 	for _, q := range HotQueries(b.colls, 500, time.Now()) {
 		raw, err := bson.Marshal(q.Command)
 		if err != nil {

@@ -14,27 +14,98 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
-// A lease document in the claims collection, one per user held or backing off:
+// LeaseDoc is a document of the claims collection, one per user held or
+// backing off, as the consumer and the operator commands read it:
 //
-//	{_id: <username>, token, owner, leaseUntil, attempts, lastError, claimedAt, running}
+//	{_id: <username>, token, owner, leaseUntil, attempts, lastError, claimedAt, running, solo}
 //
 // A user is claimable when it has no lease document or its leaseUntil has
-// passed. A failed refresh keeps the document with token null and leaseUntil
-// at the end of the backoff, so "held" and "backing off" are one condition and
-// one index. Queue entries themselves are never modified: claiming per user
-// costs one write per user instead of one per entry (and FerretDB's updateMany
-// is pathologically slow over many documents).
-type leaseDoc struct {
-	User       string    `bson:"_id"`
-	Token      *string   `bson:"token"`
-	Owner      string    `bson:"owner,omitempty"`
-	LeaseUntil time.Time `bson:"leaseUntil"`
-	Attempts   int       `bson:"attempts"`
-	LastError  string    `bson:"lastError,omitempty"`
-	ClaimedAt  time.Time `bson:"claimedAt,omitempty"`
-	Running    *string   `bson:"running"`        // the token whose refresh has started (markRunning)
-	Solo       bool      `bson:"solo,omitempty"` // refresh alone: its last batch failed as a whole (runBatch)
+// passed (State). A failed refresh keeps the document with token null and
+// leaseUntil at the end of the backoff, so "held" and "backing off" are one
+// condition and one index. Queue entries themselves are never modified:
+// claiming per user costs one write per user instead of one per entry (and
+// FerretDB's updateMany is pathologically slow over many documents).
+//
+// Every field is read raw: the collection may hold documents this release
+// did not write (hand-written ones, an older release's), and one of them
+// must fail neither a claim round nor a status for every other user.
+type LeaseDoc struct {
+	ID         bson.RawValue `bson:"_id"`
+	Token      bson.RawValue `bson:"token"`
+	Owner      bson.RawValue `bson:"owner"`
+	LeaseUntil bson.RawValue `bson:"leaseUntil"`
+	Attempts   bson.RawValue `bson:"attempts"`
+	LastError  bson.RawValue `bson:"lastError"`
+	ClaimedAt  bson.RawValue `bson:"claimedAt"`
+	Running    bson.RawValue `bson:"running"` // the token whose refresh has started (markRunning)
+	Solo       bson.RawValue `bson:"solo"`    // refresh alone: its last batch failed as a whole (runBatch)
 }
+
+// newLeaseDoc is the document acquire inserts for a user it claims.
+func newLeaseDoc(user, token, owner string, until, claimedAt time.Time) bson.D {
+	return bson.D{{Key: "_id", Value: user}, {Key: "token", Value: token}, {Key: "owner", Value: owner},
+		{Key: "leaseUntil", Value: until}, {Key: "attempts", Value: 0}, {Key: "claimedAt", Value: claimedAt}, {Key: "running", Value: nil}}
+}
+
+// The states of a user's lease document (State).
+const (
+	LeaseHeld       = "held"        // a token, and leaseUntil ahead
+	LeaseBackingOff = "backing_off" // no token, and leaseUntil ahead
+	LeaseClaimable  = "claimable"   // leaseUntil passed, missing or not a date
+)
+
+// User is the username the document leases; false for a document whose
+// _id is not a string, which leases nobody.
+func (d LeaseDoc) User() (string, bool) { return d.ID.StringValueOK() }
+
+// Until is leaseUntil; false when it is missing or not a date.
+func (d LeaseDoc) Until() (time.Time, bool) { return d.LeaseUntil.TimeOK() }
+
+// State is what the document means for its user at now.
+func (d LeaseDoc) State(now time.Time) string {
+	until, ok := d.Until()
+	switch {
+	case !ok || !until.After(now):
+		return LeaseClaimable
+	case d.Token.Type == bson.TypeString:
+		return LeaseHeld
+	}
+	return LeaseBackingOff
+}
+
+// Count is the attempts so far (see count).
+func (d LeaseDoc) Count() (int, bool) { return count(d.Attempts) }
+
+// OwnerName is the replica that wrote the lease, "" if unknown.
+func (d LeaseDoc) OwnerName() string { s, _ := d.Owner.StringValueOK(); return s }
+
+// LastErrorText is the error of the last failed refresh, "" if none.
+func (d LeaseDoc) LastErrorText() string { s, _ := d.LastError.StringValueOK(); return s }
+
+// ClaimedAtTime is when the lease was won; zero if unknown.
+func (d LeaseDoc) ClaimedAtTime() time.Time { t, _ := d.ClaimedAt.TimeOK(); return t }
+
+// HeldFilter matches the live, held leases; BackingOffFilter the users
+// backing off. Both read the leaseUntil index.
+func HeldFilter(now time.Time) bson.D {
+	return bson.D{live(now), {Key: "token", Value: bson.D{{Key: "$ne", Value: nil}}}}
+}
+
+// BackingOffFilter: see HeldFilter.
+func BackingOffFilter(now time.Time) bson.D { return bson.D{live(now), {Key: "token", Value: nil}} }
+
+func live(now time.Time) bson.E {
+	return bson.E{Key: "leaseUntil", Value: bson.D{{Key: "$gt", Value: now}}}
+}
+
+// blockedFilter matches the documents of users that nobody may claim at
+// now (blockedAmong; the doctor explains it as QueryLeaseRead).
+func blockedFilter(users any, now time.Time) bson.D {
+	return bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, live(now)}
+}
+
+// blockedProjection is what blockedAmong reads of each document.
+var blockedProjection = bson.D{{Key: "_id", Value: 1}, {Key: "leaseUntil", Value: 1}, {Key: "token", Value: 1}}
 
 // lease is a user this consumer holds, fenced by the token of the claim that
 // won it: every later write on the lease document matches {_id, token}, so a
@@ -70,9 +141,8 @@ func (s *leaseStore) blockedAmong(ctx context.Context, users []string, now time.
 	if len(users) == 0 {
 		return nil, nil
 	}
-	cur, err := s.coll.Find(ctx,
-		bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "leaseUntil", Value: bson.D{{Key: "$gt", Value: now}}}},
-		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "leaseUntil", Value: 1}, {Key: "token", Value: 1}}).
+	cur, err := s.coll.Find(ctx, blockedFilter(users, now),
+		options.Find().SetProjection(blockedProjection).
 			SetBatchSize(int32(len(users))+1). // +1: a batch filled exactly leaves the cursor open (a getMore)
 			// Hinted: the leaseUntil index also matches, and a planner that
 			// picks it (it wins the trial while few leases are live) reads
@@ -84,20 +154,15 @@ func (s *leaseStore) blockedAmong(ctx context.Context, users []string, now time.
 	defer cur.Close(ctx)
 	blocked := make(map[string]blockedLease, len(users))
 	for cur.Next(ctx) {
-		var d struct {
-			User       bson.RawValue `bson:"_id"`
-			Token      bson.RawValue `bson:"token"`
-			LeaseUntil bson.RawValue `bson:"leaseUntil"`
-		}
+		var d LeaseDoc
 		if err := cur.Decode(&d); err != nil {
 			continue // not a lease this release understands; never fatal
 		}
-		user, ok := d.User.StringValueOK()
-		until, okT := d.LeaseUntil.TimeOK()
-		if !ok || !okT {
-			continue
+		user, ok := d.User()
+		if state := d.State(now); ok && state != LeaseClaimable {
+			until, _ := d.Until()
+			blocked[user] = blockedLease{until: until, held: state == LeaseHeld}
 		}
-		blocked[user] = blockedLease{until: until, held: d.Token.Type == bson.TypeString}
 	}
 	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("reading the leases of %d users in the window: %w", len(users), err)
@@ -119,7 +184,7 @@ func (s *leaseStore) acquire(ctx context.Context, users []string, token string, 
 	until := now.Add(d)
 	docs := make([]any, len(users))
 	for i, u := range users {
-		docs[i] = leaseDoc{User: u, Token: &token, Owner: s.owner, LeaseUntil: until, ClaimedAt: now}
+		docs[i] = newLeaseDoc(u, token, s.owner, until, now)
 	}
 	won := make([]lease, 0, len(users))
 	_, err := s.coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
@@ -199,7 +264,7 @@ func (s *leaseStore) takeOver(ctx context.Context, users []string, token string,
 			charge = 1
 		}
 		update := bson.D{{Key: "$set", Value: set}}
-		switch _, ok := count(e.Attempts); {
+		switch _, ok := e.Count(); {
 		case !ok:
 			// Not a number (a stray or hand-written document): $inc
 			// would fail here, and in every backoff after it, for good.
@@ -209,7 +274,7 @@ func (s *leaseStore) takeOver(ctx context.Context, users []string, token string,
 			update = append(update, bson.E{Key: "$inc", Value: bson.D{{Key: "attempts", Value: charge}}})
 		}
 		models = append(models, s.traits.UpdateByID(
-			bson.D{{Key: "_id", Value: e.User}, {Key: "token", Value: e.Token}, {Key: "leaseUntil", Value: notAfter(now)}},
+			bson.D{{Key: "_id", Value: e.ID}, {Key: "token", Value: e.tokenSeen()}, {Key: "leaseUntil", Value: notAfter(now)}},
 			update, false))
 	}
 	if _, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
@@ -220,21 +285,17 @@ func (s *leaseStore) takeOver(ctx context.Context, users []string, token string,
 	if err != nil {
 		return nil, fmt.Errorf("reading back taken-over leases: %w", err)
 	}
-	// Read as raw values: a field of an unexpected type (a stray or
-	// hand-written document) must not fail the round for every user in it.
-	var docs []struct {
-		User     string        `bson:"_id"`
-		Attempts bson.RawValue `bson:"attempts"`
-		Solo     bson.RawValue `bson:"solo"`
-	}
+	var docs []LeaseDoc
 	if err := cur.All(ctx, &docs); err != nil {
 		return nil, fmt.Errorf("reading back taken-over leases: %w", err)
 	}
-	won := make([]lease, len(docs))
-	for i, d := range docs {
-		attempts, _ := count(d.Attempts)
+	won := make([]lease, 0, len(docs))
+	for _, d := range docs {
+		attempts, _ := d.Count()
 		solo, _ := d.Solo.BooleanOK()
-		won[i] = lease{User: d.User, Token: token, Attempts: attempts, Solo: solo}
+		if user, ok := d.User(); ok {
+			won = append(won, lease{User: user, Token: token, Attempts: attempts, Solo: solo})
+		}
 	}
 	return won, nil
 }
@@ -316,14 +377,6 @@ func (s *leaseStore) backOff(ctx context.Context, failed []retry) error {
 	return nil
 }
 
-// expiredLease is a lease document a takeover may win.
-type expiredLease struct {
-	User     string        `bson:"_id"`
-	Token    any           `bson:"token"`    // the holder's token, or nil for a backoff
-	Running  any           `bson:"running"`  // the token whose refresh was running, if any
-	Attempts bson.RawValue `bson:"attempts"` // read only to tell a count from a stray value
-}
-
 // count reads an attempts field: a count from 0 to maxCount, or absent (0).
 // ok is false for any other value: a string, a negative count (which would
 // never reach MAX_ATTEMPTS, so the user would be retried for good), a huge
@@ -356,22 +409,31 @@ const maxCount = 1 << 30
 // running mark carries the token of the holder that wrote it, so a mark left
 // by an earlier holder (a release that does not know the field keeps it when
 // it takes a lease over) is not mistaken for the current one's.
-func (e expiredLease) wasRunning() bool {
-	t, ok := e.Token.(string)
-	r, _ := e.Running.(string)
+func (d LeaseDoc) wasRunning() bool {
+	t, ok := d.Token.StringValueOK()
+	r, _ := d.Running.StringValueOK()
 	return ok && t != "" && r == t
+}
+
+// tokenSeen is the token a takeover fences on: the one read, or null for a
+// document without one ({token: null} matches a missing field too).
+func (d LeaseDoc) tokenSeen() any {
+	if d.Token.Type == 0 {
+		return nil
+	}
+	return d.Token
 }
 
 // expiredAmong reads the expired lease documents of users (not ours: a
 // token this round just inserted is not expired).
-func (s *leaseStore) expiredAmong(ctx context.Context, users []string, now time.Time) ([]expiredLease, error) {
+func (s *leaseStore) expiredAmong(ctx context.Context, users []string, now time.Time) ([]LeaseDoc, error) {
 	cur, err := s.coll.Find(ctx,
 		bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "leaseUntil", Value: notAfter(now)}},
 		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "token", Value: 1}, {Key: "running", Value: 1}, {Key: "attempts", Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("reading %d expired leases: %w", len(users), err)
 	}
-	var docs []expiredLease
+	var docs []LeaseDoc
 	if err := cur.All(ctx, &docs); err != nil {
 		return nil, fmt.Errorf("reading %d expired leases: %w", len(users), err)
 	}

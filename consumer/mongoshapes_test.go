@@ -17,7 +17,7 @@ import (
 // malformed scan, dead letters read in one reply.
 func forceMongoDB(c *Consumer) {
 	tr := servertraits.Fixed(servertraits.Info{Version: "7.0.0"})
-	c.traits, c.leases.traits, c.claimer.traits, c.completer.dead.traits = tr, tr, tr, tr
+	c.traits, c.leases.traits, c.claimer.traits, c.dead.letters.traits = tr, tr, tr, tr
 	filter := true
 	c.claimer.filter = &filter
 }
@@ -195,9 +195,9 @@ func TestMongoModeCommandSizesOnLongUsernames(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, w := range res.works {
-		c.completer.add(outcome{work: w})
+		c.acks.add(outcome{work: w})
 	}
-	if err := c.completer.flushAll(t.Context()); err != nil {
+	if err := c.flushAll(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	// Each username once per statement or list element, with room for

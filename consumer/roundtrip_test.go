@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
@@ -31,7 +32,7 @@ func TestRoundTripsPerBatchDoNotGrowWithUsers(t *testing.T) {
 		if err := c.claimer.detect(t.Context()); err != nil { // once per process, not per round
 			t.Fatal(err)
 		}
-		b.cmds.take()
+		b.cmds.Reset()
 
 		var got counts
 		got.lengthFilter = *c.claimer.filter
@@ -39,21 +40,21 @@ func TestRoundTripsPerBatchDoNotGrowWithUsers(t *testing.T) {
 		if err != nil || len(res.works) != users {
 			t.Fatalf("claim: %v, %d users, want %d", err, len(res.works), users)
 		}
-		got.claim = b.cmds.take()
+		got.claim = mongotest.ByName(b.cmds.Take())
 		for _, w := range res.works {
 			c.held[w.lease.User] = w.lease
 		}
 		if err := c.renewOnce(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		got.renew = b.cmds.take()
+		got.renew = mongotest.ByName(b.cmds.Take())
 		for _, w := range res.works {
-			c.completer.add(outcome{work: w})
+			c.acks.add(outcome{work: w})
 		}
-		if err := c.completer.flushAll(t.Context()); err != nil {
+		if err := c.flushAll(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		got.flush = b.cmds.take()
+		got.flush = mongotest.ByName(b.cmds.Take())
 		if n := b.count(t, b.colls.Queue, nil); n != 0 {
 			t.Fatalf("%d entries left after the flush", n)
 		}
@@ -145,12 +146,12 @@ func TestLargeAckIsOneCommandOfInLists(t *testing.T) {
 		t.Fatalf("claim: %v; want the one user with all 1500 entries absorbed", err)
 	}
 	c.held[res.works[0].lease.User] = res.works[0].lease
-	b.cmds.take()
-	c.completer.add(outcome{work: res.works[0]})
-	if err := c.completer.flushAll(t.Context()); err != nil {
+	b.cmds.Reset()
+	c.acks.add(outcome{work: res.works[0]})
+	if err := c.flushAll(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if got := b.cmds.take(); got["delete"] != 2 {
+	if got := mongotest.ByName(b.cmds.Take()); got["delete"] != 2 {
 		t.Errorf("flush sent %v, want 2 deletes (the entries, the lease)", got)
 	}
 	if n := b.count(t, b.colls.Queue, nil); n != 0 {

@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/event"
-
 	"github.com/scorerefresh/scorerefresh/pkg/clock/clocktest"
+	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 )
 
 // TestShutdownEndsWithinItsBudget begins shutdown while one user's refresh
@@ -30,17 +29,17 @@ func TestShutdownEndsWithinItsBudget(t *testing.T) {
 	var stage atomic.Int32 // 0 off, 1 armed, 2 a lease insert seen, 3 hung
 	hung := make(chan struct{})
 	ended := make(chan error, 1)
-	mon := &event.CommandMonitor{Started: func(ctx context.Context, e *event.CommandStartedEvent) {
+	mon := &mongotest.Commands{OnStarted: func(ctx context.Context, e mongotest.Command) {
 		switch {
-		case e.CommandName == "insert" && e.Command.Lookup("insert").StringValue() == "score_claims":
+		case e.Name == "insert" && e.Collection == "score_claims":
 			stage.CompareAndSwap(1, 2)
-		case e.CommandName == "find" && e.Command.Lookup("find").StringValue() == "score_events" && stage.CompareAndSwap(2, 3):
+		case e.Name == "find" && e.Collection == "score_events" && stage.CompareAndSwap(2, 3):
 			close(hung)
 			<-ctx.Done()
 			ended <- ctx.Err()
 		}
 	}}
-	watched := b.watchedBy(t, mon)
+	watched := b.watchedBy(t, mon.Monitor(nil))
 
 	rec, inRefresh, release, cancelled := heldRefresh() // only the shutdown timeout ends it
 	clk := clocktest.NewFake(time.Now())

@@ -3,13 +3,12 @@ package consumer
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/event"
 
+	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
@@ -56,28 +55,21 @@ func TestBulkLeaseUpdatesOfManyUsersComplete(t *testing.T) {
 	}
 }
 
-// updateStatements records whether each update statement the driver sends
-// is multi-document.
-type updateStatements struct {
-	mu    sync.Mutex
-	multi map[bool]int
-}
-
-func (u *updateStatements) monitor() *event.CommandMonitor {
-	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		if e.CommandName != "update" {
-			return
+// multiStatements counts the update statements among cmds by whether
+// each is multi-document.
+func multiStatements(cmds []mongotest.Command) map[bool]int {
+	multi := map[bool]int{}
+	for _, c := range cmds {
+		if c.Name != "update" {
+			continue
 		}
-		arr, _ := e.Command.Lookup("updates").ArrayOK()
-		vals, _ := arr.Values()
-		u.mu.Lock()
-		defer u.mu.Unlock()
+		vals, _ := c.Body.Lookup("updates").Array().Values()
 		for _, v := range vals {
-			st, _ := v.DocumentOK()
-			multi, _ := st.Lookup("multi").BooleanOK()
-			u.multi[multi]++
+			m, _ := v.Document().Lookup("multi").BooleanOK()
+			multi[m]++
 		}
-	}}
+	}
+	return multi
 }
 
 // TestUpdateStatementsFollowTheServer pins the statements each server
@@ -96,8 +88,8 @@ func TestUpdateStatementsFollowTheServer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			rec := &updateStatements{multi: map[bool]int{}}
-			b := setup(t).watchedBy(t, rec.monitor())
+			rec := &mongotest.Commands{}
+			b := setup(t).watchedBy(t, rec.Monitor(nil))
 			b.enqueue(t, "ann", "bob", "cy")
 			c, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{})
 			traits := servertraits.Fixed(tc.info)
@@ -112,20 +104,16 @@ func TestUpdateStatementsFollowTheServer(t *testing.T) {
 				held = append(held, w.lease)
 				failed = append(failed, retry{lease: w.lease, notBefore: time.Now(), err: "test"})
 			}
-			rec.mu.Lock()
-			rec.multi = map[bool]int{}
-			rec.mu.Unlock()
+			rec.Reset()
 			if err := c.leases.markRunning(t.Context(), held); err != nil {
 				t.Fatal(err)
 			}
 			if err := c.leases.backOff(t.Context(), failed); err != nil {
 				t.Fatal(err)
 			}
-			rec.mu.Lock()
-			defer rec.mu.Unlock()
 			want := map[bool]int{!tc.single: 6}
-			if rec.multi[true] != want[true] || rec.multi[false] != want[false] {
-				t.Errorf("update statements by multi: %v, want %v", rec.multi, want)
+			if got := multiStatements(rec.Take()); got[true] != want[true] || got[false] != want[false] {
+				t.Errorf("update statements by multi: %v, want %v", got, want)
 			}
 		})
 	}

@@ -27,7 +27,7 @@ func TestWindowFilterBoundsTheLeadingField(t *testing.T) {
 	t.Parallel()
 	rec := &queryplan.Recorder{}
 	db := mongotest.Database(t, mongotest.Options{Monitor: rec.Monitor()})
-	b := &testBundle{db: db, cmds: &commandCounter{counts: map[string]int{}}, colls: Collections{
+	b := &testBundle{db: db, cmds: &mongotest.Commands{}, colls: Collections{
 		Queue: db.Collection("score_events"), Claims: db.Collection("score_claims"), DeadLetter: db.Collection("score_events_dead"),
 	}}
 	if _, err := EnsureIndexes(t.Context(), b.colls, testLogger(t)); err != nil {

@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
 const namespace = "scorerefresh"
@@ -66,10 +68,6 @@ type Consumer struct {
 	RefreshBatchUsers     prometheus.Histogram
 	RefreshRoundTrips     prometheus.Counter
 }
-
-// SkipNewer is the reason label of a score write skipped because the stored
-// document came from a newer recompute.
-const SkipNewer = "newer"
 
 // Wake-up sources: the only values of the source label.
 const (
@@ -134,7 +132,7 @@ func (c *Consumer) registerRefreshes(f promauto.Factory) {
 		prometheus.ExponentialBuckets(0.005, 2, 14))
 	c.OCCConflicts = counter(f, "occ_conflicts_total", "Version conflicts on score writes (each followed by a re-read and retry).")
 	c.WritesSkipped = counterVec(f, "writes_skipped_total",
-		"Score writes skipped, by reason (newer: the stored document came from a recompute that began later).", "reason", SkipNewer)
+		"Score writes skipped, by reason (newer: the stored document came from a recompute that began later).", "reason", scoring.SkipNewer)
 	c.RefreshBatchUsers = histogram(f, "refresh_batch_users", "Users per refresh call (1 for a single-user refresh); its _sum counts refreshed users.",
 		prometheus.ExponentialBuckets(1, 2, 9)) // 1 .. 256
 	c.RefreshRoundTrips = counter(f, "refresh_round_trips_total",
@@ -167,5 +165,5 @@ func (c *Consumer) registerLimiter(f promauto.Factory) {
 	c.LimitChanges = counterVec(f, "concurrency_limit_changes_total",
 		"Changes of the adaptive concurrency limit, by reason (headroom, latency, overload).", "reason", "headroom", "latency", "overload")
 	c.LatencyBaseline = gauge(f, "refresh_latency_baseline_seconds",
-		"No-load refresh latency the adaptive limiter measures against: the lower of its own and the lowest its fleet reports (0 when adaptive concurrency is off).")
+		"No-load refresh latency the adaptive limiter measures against: the lowest interval mean it measured (0 when adaptive concurrency is off).")
 }

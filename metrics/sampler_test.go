@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/event"
 
 	"github.com/scorerefresh/scorerefresh/pkg/clock/clocktest"
 	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
@@ -92,8 +91,8 @@ func TestSampleThatRunsOutOfTimeGetsLongerNextTime(t *testing.T) {
 	var mu sync.Mutex
 	var hold bool
 	var deadlines []time.Time // of the queue's finds
-	slow := &event.CommandMonitor{Started: func(ctx context.Context, e *event.CommandStartedEvent) {
-		if e.CommandName != "find" || e.Command.Lookup("find").StringValue() != "q" {
+	slow := &mongotest.Commands{OnStarted: func(ctx context.Context, e mongotest.Command) {
+		if e.Name != "find" || e.Collection != "q" {
 			return
 		}
 		dl, _ := ctx.Deadline()
@@ -105,7 +104,7 @@ func TestSampleThatRunsOutOfTimeGetsLongerNextTime(t *testing.T) {
 			<-ctx.Done() // the server's work outlasts the sample
 		}
 	}}
-	db := mongotest.Client(t, mongotest.Options{Monitor: slow}).Database(name)
+	db := mongotest.Client(t, mongotest.Options{Monitor: slow.Monitor(nil)}).Database(name)
 	if _, err := db.Collection("q").InsertOne(t.Context(), bson.D{{Key: "username", Value: "a"}, {Key: "createdAt", Value: time.Now()}}); err != nil {
 		t.Fatal(err)
 	}

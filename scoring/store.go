@@ -325,6 +325,7 @@ func (s *Store) writeOver(ctx context.Context, doc ScoreDoc, cur ScoreDoc, found
 // backoff returns the wait before the retry that follows the n-th conflict:
 // uniformly random up to BackoffBase·2^(n-1), capped at BackoffMax ("full
 // jitter", so writers that collided do not collide again in lockstep).
+// Not consumer.Backoff: a pause after a version conflict (contention), not a retry after a failure.
 func (s *Store) backoff(n int) time.Duration {
 	ceiling := s.cfg.BackoffMax
 	if n <= 30 {

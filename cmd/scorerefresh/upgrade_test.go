@@ -74,8 +74,8 @@ func TestMixedVersion(t *testing.T) {
 
 	w := newWorld(t, mongotest.URI(t))
 	// A short lease so a crashed replica's users are rescued within seconds;
-	// adaptive concurrency so its shared documents in the claims collection
-	// are read across versions too.
+	// adaptive concurrency so the old release's baseline documents in the
+	// claims collection are left beside the new one's leases too.
 	f := &mixedFleet{w: w, env: append([]string{"LEASE_DURATION=8s", "ADAPTIVE_CONCURRENCY=true", "REFRESH_CONCURRENCY=4", "MAX_USERS_IN_FLIGHT=16"}, w.env...)}
 	old := release{name: label, bin: oldBin}
 	cur := release{name: "current", bin: newBin}
@@ -262,8 +262,8 @@ func (f *mixedFleet) counter(p *proc, name, labels string) float64 {
 }
 
 // leases reads the lease documents (a username as _id) of the claims
-// collection; other documents there (the adaptive limiter's shared
-// baselines) have a subdocument _id and stay by design.
+// collection; other documents there (0.2.0's adaptive baselines, which
+// later releases ignore) have a subdocument _id and stay by design.
 func (f *mixedFleet) leases() []bson.Raw {
 	t := f.w.t
 	t.Helper()

@@ -1,6 +1,9 @@
 // Package adaptive is the refresh concurrency limiter behind
-// ADAPTIVE_CONCURRENCY=true and the exchange that lets the replicas sharing
-// a server judge latency against one baseline. The decisions themselves
+// ADAPTIVE_CONCURRENCY=true. Each replica judges latency against its own
+// baseline: the fleet exchange of baselines that 0.2.0 ran
+// through the claims collection gained 1.03× the best fixed limit
+// (bench/results/adaptive), too little for foreign documents beside the
+// leases, and was removed. The decisions themselves
 // (when to grow, when to cut) are pkg/limiter's Policy; this package feeds
 // it from the pipeline and the driver, applies what it decides and reports
 // it in the metrics. It satisfies consumer.Limiter, and the consumer tells
@@ -22,8 +25,7 @@ import (
 // Limiter is the consumer.Limiter behind ADAPTIVE_CONCURRENCY=true: a
 // resizable limit moved between 1 and REFRESH_CONCURRENCY by a
 // limiter.Policy fed with every refresh's latency and outcome, the age of
-// refreshes still running, every connection checkout's wait and, when
-// shared, the fleet's baseline. Running refreshes are never interrupted by a
+// refreshes still running and every connection checkout's wait. Running refreshes are never interrupted by a
 // smaller limit; it only admits fewer.
 type Limiter struct {
 	*limiter.Limiter
@@ -37,24 +39,6 @@ type Limiter struct {
 	saturated bool                 // every slot was taken at some point this interval
 	running   map[uint64]time.Time // start of every refresh in flight
 	nextID    uint64
-
-	fleet      BaselineExchange // nil: this replica judges alone
-	shareEvery time.Duration
-	fleetAt    time.Time // last successful exchange; under mu
-}
-
-// BaselineExchange shares latency baselines between the replicas on one
-// server: it publishes this replica's own and returns the fleet's view.
-// Exchange is called from one goroutine.
-type BaselineExchange interface {
-	Exchange(ctx context.Context, own time.Duration) (Fleet, error)
-}
-
-// Fleet is what the replicas on one server currently report: the lowest
-// fresh baseline (0 if none) and how many replicas there are.
-type Fleet struct {
-	Baseline time.Duration
-	Replicas int
 }
 
 // New starts at max/4 (at least 1), a cautious guess that
@@ -93,12 +77,6 @@ func (a *Limiter) Acquire(ctx context.Context) error {
 	return nil
 }
 
-// ShareBaseline makes the limiter exchange baselines with the fleet every
-// period (default 10s) while it runs. Call it before Run.
-func (a *Limiter) ShareBaseline(x BaselineExchange, every time.Duration) {
-	a.fleet, a.shareEvery = x, cmp.Or(every, 10*time.Second)
-}
-
 // RefreshStarted notes a refresh starting; the returned func reports its end:
 // overload for a transient MongoDB failure (unreachable, timing out,
 // electing), cancelled for one cut short by shutdown (its latency means
@@ -128,72 +106,14 @@ func (a *Limiter) ObserveCheckout(wait time.Duration, failed bool) {
 	a.mu.Unlock()
 }
 
-// Run reconsiders the limit every interval, and exchanges baselines with the
-// fleet if shared, until ctx ends.
+// Run reconsiders the limit every interval until ctx ends.
 func (a *Limiter) Run(ctx context.Context) {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	if a.fleet != nil {
-		// Its own loop: an exchange stuck on a slow server must not hold
-		// up the decisions that are meant to react to that server.
-		wg.Go(func() {
-			for {
-				// Every interval until this replica has published a
-				// baseline, then every shareEvery: replicas starting
-				// together agree on a bar and a size within seconds
-				// instead of judging alone for the first period.
-				wait := a.shareEvery
-				if !a.exchange(ctx) {
-					wait = a.interval
-				}
-				if clock.Sleep(ctx, a.clock, wait) != nil {
-					return
-				}
-			}
-		})
-	}
 	clock.Every(ctx, a.clock, a.interval, func(context.Context) { a.decide() })
 }
-
-// exchange publishes this replica's baseline and adopts the fleet's. After a
-// failure the last fleet figure stands until it is fleetStale old (decide
-// drops it then); the exchange is retried next period.
-//
-// It reports whether this replica's own baseline was published.
-func (a *Limiter) exchange(ctx context.Context) (published bool) {
-	if a.fleet == nil {
-		return false
-	}
-	a.mu.Lock()
-	own := a.policy.OwnBaseline()
-	a.mu.Unlock()
-	xctx, cancel := context.WithTimeout(ctx, a.shareEvery/2)
-	defer cancel()
-	fleet, err := a.fleet.Exchange(xctx, own)
-	if err != nil {
-		if ctx.Err() == nil {
-			a.log.Warn("sharing the latency baseline with the fleet failed; judging with the last one", "op", "adaptive concurrency", "err", err)
-		}
-		return false
-	}
-	a.mu.Lock()
-	a.policy.SetFleet(fleet.Baseline, fleet.Replicas)
-	a.fleetAt = a.clock.Now()
-	a.mu.Unlock()
-	return own > 0
-}
-
-// fleetStale is how long a fleet figure is trusted without a successful
-// exchange: as long as the fleet trusts a published baseline.
-const fleetStale = 2 * time.Minute
 
 func (a *Limiter) decide() {
 	a.mu.Lock()
 	now := a.clock.Now()
-	if !a.fleetAt.IsZero() && now.Sub(a.fleetAt) > fleetStale {
-		a.policy.SetFleet(0, 1)
-		a.fleetAt = time.Time{}
-	}
 	ages := make([]time.Duration, 0, len(a.running))
 	for _, start := range a.running {
 		ages = append(ages, now.Sub(start))

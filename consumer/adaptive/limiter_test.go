@@ -2,7 +2,6 @@ package adaptive
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
@@ -103,54 +102,5 @@ func TestAdaptiveLimiterIgnoresCancelledRefreshes(t *testing.T) {
 	a.decide()
 	if b := a.policy.Baseline(); b != 0 {
 		t.Fatalf("baseline %v from cancelled refreshes, want none", b)
-	}
-}
-
-// fixedExchange is a fleet whose baseline is given.
-type fixedExchange struct {
-	fleet     time.Duration
-	published []time.Duration
-}
-
-func (f *fixedExchange) Exchange(_ context.Context, own time.Duration) (Fleet, error) {
-	f.published = append(f.published, own)
-	return Fleet{Baseline: f.fleet, Replicas: 1}, nil
-}
-
-// A replica that started while the server was loaded measured a high
-// baseline; judged alone it would keep growing. Judged against the fleet's
-// lower baseline it sees the same slow intervals its peers see.
-func TestAdaptiveLimiterJudgesAgainstTheFleetBaseline(t *testing.T) {
-	t.Parallel()
-	alone, _, clockA := newTestAdaptive(t, 16)
-	shared, _, clockS := newTestAdaptive(t, 16)
-	fleet := &fixedExchange{fleet: 200 * time.Millisecond}
-	shared.ShareBaseline(fleet, 0)
-	for _, x := range []struct {
-		a     *Limiter
-		clock *clocktest.Fake
-	}{{alone, clockA}, {shared, clockS}} {
-		for range 4 {
-			if err := x.a.Acquire(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			defer x.a.Release()
-		}
-		refreshes(x.a, x.clock, 10, 600*time.Millisecond, false) // its own "no-load" view
-		x.a.decide()
-		x.a.exchange(t.Context())
-		for range 4 {
-			refreshes(x.a, x.clock, 10, 600*time.Millisecond, false)
-			x.a.decide()
-		}
-	}
-	if alone.Limit() <= 4 {
-		t.Fatalf("alone: limit %d, want growth (600ms is its own baseline)", alone.Limit())
-	}
-	if shared.Limit() >= 4 {
-		t.Fatalf("shared: limit %d, want a cut (600ms is 3× the fleet's 200ms)", shared.Limit())
-	}
-	if want := []time.Duration{600 * time.Millisecond}; !slices.Equal(fleet.published, want) {
-		t.Fatalf("published %v, want its own baseline %v", fleet.published, want)
 	}
 }

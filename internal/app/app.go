@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -203,12 +202,6 @@ func (s *Service) connect(monitor *event.CommandMonitor, traits *servertraits.Tr
 		Queue:      s.DB.Collection(s.cfg.QueueCollection),
 		Claims:     s.DB.Collection(s.cfg.ClaimsCollection),
 		DeadLetter: s.DB.Collection(s.cfg.DeadLetterCollection),
-	}
-	if s.adaptive != nil {
-		// Unique per process, not per host: the bench and tests run several
-		// consumers in one process.
-		replica := consumer.DefaultOwner() + "/" + bson.NewObjectID().Hex()
-		s.adaptive.ShareBaseline(adaptive.NewFleetBaselines(s.Colls.Claims, replica, 0, s.clock), 10*time.Second)
 	}
 	return nil
 }
@@ -427,7 +420,7 @@ func (s *Service) setup(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		delay := consumer.Backoff{Base: time.Second, Max: time.Minute}.Delay(attempt, nil)
+		delay := consumer.Backoff{Base: time.Second, Max: time.Minute}.Delay(attempt)
 		s.log.Warn("creating indexes failed: MongoDB unreachable; retrying", "op", "create indexes", "attempt", attempt, "retry_in", delay, "err", err)
 		if clock.Sleep(ctx, s.clock, delay) != nil {
 			return

@@ -15,9 +15,7 @@ import (
 
 // PoolOverhead is the connections the pipeline uses besides refreshes: the
 // claim loop, the ack flush, lease renewal, the SLI sampler and a wake-up
-// stream may each hold one at the same moment. The adaptive limiter's
-// baseline exchange (two quick commands every 10 s) borrows one of these
-// rather than adding a sixth: it can wait for a free connection.
+// stream may each hold one at the same moment.
 const PoolOverhead = 5
 
 // PoolSize returns the driver's maxPoolSize for cfg: one connection per

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -80,18 +78,10 @@ func mongoService(t *testing.T, db *mongo.Database, paths *mongoPaths, wrap func
 	return svc
 }
 
-// mongoPaths counts the commands only MongoDB mode sends, and keeps the
-// scorer's (on the source and score collections) whole.
-type mongoPaths struct {
-	mu     sync.Mutex
-	seen   map[string]int
-	scorer []scorerCommand
-}
-
-type scorerCommand struct {
-	name, coll string
-	body       bson.Raw
-}
+// mongoPaths records the commands a MongoDB-mode service sends, to tell the
+// paths only MongoDB mode takes and to read the scorer's commands (on the
+// source and score collections) whole.
+type mongoPaths struct{ mongotest.Commands }
 
 const (
 	pathRegexWindow   = "claim window filtering usernames by $regex"
@@ -101,57 +91,60 @@ const (
 	pathUpdateOne     = "single-document lease statements (updateOne)"
 )
 
-func (p *mongoPaths) monitor() *event.CommandMonitor {
-	p.seen = map[string]int{}
-	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		var found []string
-		cmd := e.Command
-		coll, _ := cmd.Lookup(e.CommandName).StringValueOK()
+func (p *mongoPaths) monitor() *event.CommandMonitor { return p.Monitor(nil) }
+
+// seen counts the MongoDB-mode paths among the commands sent so far.
+func (p *mongoPaths) seen() map[string]int {
+	seen := map[string]int{}
+	for _, c := range p.All() {
 		switch {
-		case e.CommandName == "find" && coll == "score_events":
-			filter, _ := cmd.Lookup("filter").DocumentOK()
+		case c.Name == "find" && c.Collection == "score_events":
+			filter, _ := c.Body.Lookup("filter").DocumentOK()
 			if _, err := filter.LookupErr("username", "$not", "$regex"); err == nil {
-				found = append(found, pathMalformedScan)
+				seen[pathMalformedScan]++
 			} else if strings.Contains(filter.String(), `"$regex"`) {
-				found = append(found, pathRegexWindow)
+				seen[pathRegexWindow]++
 			}
-		case e.CommandName == "aggregate" && coll == "user_activity":
-			if strings.Contains(cmd.Lookup("pipeline").String(), `"$in"`) {
-				found = append(found, pathBatchedIn)
+		case c.Name == "aggregate" && c.Collection == "user_activity":
+			if strings.Contains(c.Body.Lookup("pipeline").String(), `"$in"`) {
+				seen[pathBatchedIn]++
 			}
-		case e.CommandName == "update":
-			vals, _ := cmd.Lookup("updates").Array().Values()
+		case c.Name == "update":
+			vals, _ := c.Body.Lookup("updates").Array().Values()
 			for _, v := range vals {
 				st, _ := v.DocumentOK()
 				multi, _ := st.Lookup("multi").BooleanOK()
 				upsert, _ := st.Lookup("upsert").BooleanOK()
 				switch {
-				case coll == "user_scores" && upsert:
-					found = append(found, pathBulkUpsert)
-				case coll == "score_claims" && !multi:
-					found = append(found, pathUpdateOne)
+				case c.Collection == "user_scores" && upsert:
+					seen[pathBulkUpsert]++
+				case c.Collection == "score_claims" && !multi:
+					seen[pathUpdateOne]++
 				}
 			}
 		}
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		if coll == "user_activity" || coll == "user_scores" {
-			p.scorer = append(p.scorer, scorerCommand{e.CommandName, coll, slices.Clone(cmd)})
+	}
+	return seen
+}
+
+// scorer is the commands sent on the source and score collections.
+func (p *mongoPaths) scorer() []mongotest.Command {
+	var out []mongotest.Command
+	for _, c := range p.All() {
+		if c.Collection == "user_activity" || c.Collection == "user_scores" {
+			out = append(out, c)
 		}
-		for _, f := range found {
-			p.seen[f]++
-		}
-	}}
+	}
+	return out
 }
 
 // require fails t unless each of paths was sent.
 func (p *mongoPaths) require(t *testing.T, paths ...string) {
 	t.Helper()
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	seen := p.seen()
 	for _, path := range paths {
-		if p.seen[path] == 0 {
-			t.Errorf("MongoDB mode did not run: no %s (seen: %v)", path, p.seen)
+		if seen[path] == 0 {
+			t.Errorf("MongoDB mode did not run: no %s (seen: %v)", path, seen)
 		}
 	}
 }
@@ -439,17 +432,15 @@ func TestMongoModeScorerCommandShapes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			seen := 0
-			paths.mu.Lock()
-			defer paths.mu.Unlock()
-			for _, c := range paths.scorer {
-				if c.name != tc.cmd || c.coll != tc.coll || (tc.match != nil && !tc.match(c.body)) {
+			for _, c := range paths.scorer() {
+				if c.Name != tc.cmd || c.Collection != tc.coll || (tc.match != nil && !tc.match(c.Body)) {
 					continue
 				}
 				seen++
-				if h, err := c.body.LookupErr("hint"); err == nil && h.Type != bson.TypeString {
-					t.Errorf("%s hints by key pattern: %s", tc.name, c.body)
+				if h, err := c.Body.LookupErr("hint"); err == nil && h.Type != bson.TypeString {
+					t.Errorf("%s hints by key pattern: %s", tc.name, c.Body)
 				}
-				tc.check(t, c.body)
+				tc.check(t, c.Body)
 			}
 			if seen == 0 {
 				t.Errorf("no %s sent", tc.name)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -62,17 +63,17 @@ func TestShowFindsADeadLetterByItsOrOriginalID(t *testing.T) {
 
 func TestPurgeDeletesTheMatchesInBatches(t *testing.T) {
 	t.Parallel()
-	var cmds commandLog
-	c := testColls(t, cmds.monitor())
+	var cmds mongotest.Commands
+	c := testColls(t, cmds.Monitor(nil))
 	deadLetters(t, c, 25)
 	populate(t, c, time.Now())
-	cmds.take()
+	cmds.Reset()
 	var progress []int64
 	n, err := Purge(t.Context(), c.DeadLetter, Filter{Reasons: []string{"max_attempts"}}, 0, 10, func(d int64) { progress = append(progress, d) })
 	if err != nil || n != 27 {
 		t.Fatalf("purged %d, %v: want the 27 max_attempts dead letters", n, err)
 	}
-	if got := cmds.take(); got["delete"] != 3 {
+	if got := mongotest.ByName(cmds.Take()); got["delete"] != 3 {
 		t.Errorf("commands %v: want 3 deletes for 27 dead letters in batches of 10", got)
 	}
 	if left := countDocs(t, c.DeadLetter); left != 1 {

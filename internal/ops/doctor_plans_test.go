@@ -1,19 +1,17 @@
 package ops
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/event"
 
 	"github.com/scorerefresh/scorerefresh/consumer"
 	"github.com/scorerefresh/scorerefresh/internal/bsonfuzz"
+	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
@@ -176,15 +174,15 @@ func bsoncoreString(s string) []byte {
 // read _id), the window its own, the ack delete none.
 func TestDoctorExplainsWithProductionsHints(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
+	var cmds mongotest.Commands
+	c := testColls(t, cmds.Monitor(nil))
+	indexedSources(t, c)
+	Doctor(t.Context(), doctorConfig(c, scoring.DefaultRules()))
 	hints := map[string][]string{} // collection and filter fields → hint of each explain
-	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		if e.CommandName != "explain" {
-			return
-		}
-		inner, ok := e.Command.Lookup("explain").DocumentOK()
-		if !ok {
-			return
+	for _, cmd := range cmds.All() {
+		inner, ok := cmd.Body.Lookup("explain").DocumentOK()
+		if cmd.Name != "explain" || !ok {
+			continue
 		}
 		coll, _ := inner.Lookup("find").StringValueOK()
 		filter, _ := inner.Lookup("filter").DocumentOK()
@@ -204,16 +202,9 @@ func TestDoctorExplainsWithProductionsHints(t *testing.T) {
 		if h, err := inner.LookupErr("hint"); err == nil {
 			hint, _ = h.StringValueOK() // by name, as the pipeline hints
 		}
-		mu.Lock()
-		defer mu.Unlock()
 		key := coll + " " + strings.Join(fields, ",")
 		hints[key] = append(hints[key], hint)
-	}}
-	c := testColls(t, mon)
-	indexedSources(t, c)
-	Doctor(t.Context(), doctorConfig(c, scoring.DefaultRules()))
-	mu.Lock()
-	defer mu.Unlock()
+	}
 	for key, want := range map[string]string{
 		"score_events username $in":                 "username_1_createdAt_1__id_1", // absorb
 		"score_claims _id $in,leaseUntil $gt":       "_id_",                         // lease read

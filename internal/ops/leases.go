@@ -10,52 +10,20 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/scorerefresh/scorerefresh/consumer"
 )
-
-// leaseDoc is the claims collection's lease document as status reads it.
-// The collection also holds documents whose _id is not a string (the
-// adaptive limiter's baselines): every filter below asks for a string _id,
-// and decoding skips anything else rather than fail on it.
-type leaseDoc struct {
-	ID         bson.RawValue `bson:"_id"`
-	Token      bson.RawValue `bson:"token"`
-	Owner      string        `bson:"owner"`
-	LeaseUntil time.Time     `bson:"leaseUntil"`
-	Attempts   int           `bson:"attempts"`
-	LastError  string        `bson:"lastError"`
-	ClaimedAt  time.Time     `bson:"claimedAt"`
-}
-
-func (d leaseDoc) user() (string, bool) { return d.ID.StringValueOK() }
-
-// held: token set and leaseUntil ahead; backing off: token null and
-// leaseUntil ahead; anything else is stale and claimable.
-func (d leaseDoc) state(now time.Time) string {
-	switch {
-	case !d.LeaseUntil.After(now):
-		return "claimable"
-	case d.Token.Type == 0 || d.Token.Type == bson.TypeNull:
-		return "backing_off"
-	}
-	return "held"
-}
-
-var stringID = bson.E{Key: "_id", Value: bson.D{{Key: "$type", Value: "string"}}}
-
-func live(now time.Time) bson.E {
-	return bson.E{Key: "leaseUntil", Value: bson.D{{Key: "$gt", Value: now}}}
-}
 
 // heldLeases reads up to limit live, held leases (the leaseUntil index) and
 // groups them per owner.
 func heldLeases(ctx context.Context, claims *mongo.Collection, now time.Time, limit int) (LeaseStatus, error) {
-	cur, err := claims.Find(ctx, bson.D{live(now), {Key: "token", Value: bson.D{{Key: "$ne", Value: nil}}}, stringID},
+	cur, err := claims.Find(ctx, consumer.HeldFilter(now),
 		options.Find().SetLimit(int64(limit)+1).SetBatchSize(int32(min(limit+1, 100_000))).
 			SetProjection(bson.D{{Key: "token", Value: 1}, {Key: "owner", Value: 1}, {Key: "leaseUntil", Value: 1}, {Key: "claimedAt", Value: 1}}))
 	if err != nil {
 		return LeaseStatus{}, fmt.Errorf("reading held leases: %w", err)
 	}
-	var docs []leaseDoc
+	var docs []consumer.LeaseDoc
 	if err := cur.All(ctx, &docs); err != nil {
 		return LeaseStatus{}, fmt.Errorf("reading held leases: %w", err)
 	}
@@ -67,25 +35,25 @@ func heldLeases(ctx context.Context, claims *mongo.Collection, now time.Time, li
 	return s, nil
 }
 
-func groupByOwner(docs []leaseDoc, now time.Time) ([]OwnerLeases, int) {
+func groupByOwner(docs []consumer.LeaseDoc, now time.Time) ([]OwnerLeases, int) {
 	byOwner := map[string]*OwnerLeases{}
 	held := 0
 	for _, d := range docs {
-		if _, ok := d.user(); !ok || d.state(now) != "held" {
+		if _, ok := d.User(); !ok || d.State(now) != consumer.LeaseHeld {
 			continue
 		}
 		held++
-		o := byOwner[d.Owner]
+		until, _ := d.Until()
+		o := byOwner[d.OwnerName()]
 		if o == nil {
-			o = &OwnerLeases{Owner: d.Owner, NextExpiry: d.LeaseUntil}
-			byOwner[d.Owner] = o
+			o = &OwnerLeases{Owner: d.OwnerName(), NextExpiry: until}
+			byOwner[d.OwnerName()] = o
 		}
 		o.Held++
-		if d.LeaseUntil.Before(o.NextExpiry) {
-			o.NextExpiry = d.LeaseUntil
+		if until.Before(o.NextExpiry) {
+			o.NextExpiry = until
 		}
-		if !d.ClaimedAt.IsZero() && (o.OldestClaimedAt == nil || d.ClaimedAt.Before(*o.OldestClaimedAt)) {
-			at := d.ClaimedAt
+		if at := d.ClaimedAtTime(); !at.IsZero() && (o.OldestClaimedAt == nil || at.Before(*o.OldestClaimedAt)) {
 			o.OldestClaimedAt = &at
 		}
 	}
@@ -100,7 +68,7 @@ func groupByOwner(docs []leaseDoc, now time.Time) ([]OwnerLeases, int) {
 // backoffs counts the users backing off (up to the exact limit) and lists
 // the opts.Top whose next attempt comes first.
 func backoffs(ctx context.Context, claims *mongo.Collection, now time.Time, opts StatusOptions) (BackoffStatus, error) {
-	filter := bson.D{live(now), {Key: "token", Value: nil}, stringID}
+	filter := consumer.BackingOffFilter(now)
 	var s BackoffStatus
 	var err error
 	if s.Count, s.CountExact, err = countUpTo(ctx, claims, filter, opts.ExactLimit); err != nil {
@@ -111,14 +79,16 @@ func backoffs(ctx context.Context, claims *mongo.Collection, now time.Time, opts
 	if err != nil {
 		return s, fmt.Errorf("reading users backing off: %w", err)
 	}
-	var docs []leaseDoc
+	var docs []consumer.LeaseDoc
 	if err := cur.All(ctx, &docs); err != nil {
 		return s, fmt.Errorf("reading users backing off: %w", err)
 	}
 	s.Users = []Backoff{}
 	for _, d := range docs {
-		if u, ok := d.user(); ok {
-			s.Users = append(s.Users, Backoff{Username: u, NextAttemptAt: d.LeaseUntil, Attempts: d.Attempts, LastError: d.LastError})
+		if u, ok := d.User(); ok && d.State(now) == consumer.LeaseBackingOff {
+			until, _ := d.Until()
+			attempts, _ := d.Count()
+			s.Users = append(s.Users, Backoff{Username: u, NextAttemptAt: until, Attempts: attempts, LastError: d.LastErrorText()})
 		}
 	}
 	return s, nil
@@ -139,13 +109,13 @@ func annotateLeases(ctx context.Context, claims *mongo.Collection, users []UserE
 	if err != nil {
 		return fmt.Errorf("reading the top users' leases: %w", err)
 	}
-	var docs []leaseDoc
+	var docs []consumer.LeaseDoc
 	if err := cur.All(ctx, &docs); err != nil {
 		return fmt.Errorf("reading the top users' leases: %w", err)
 	}
-	byUser := map[string]leaseDoc{}
+	byUser := map[string]consumer.LeaseDoc{}
 	for _, d := range docs {
-		if u, ok := d.user(); ok {
+		if u, ok := d.User(); ok {
 			byUser[u] = d
 		}
 	}
@@ -154,11 +124,11 @@ func annotateLeases(ctx context.Context, claims *mongo.Collection, users []UserE
 		if !ok {
 			continue
 		}
-		if users[i].State = d.state(now); users[i].State != "claimable" {
-			until := d.LeaseUntil
+		if users[i].State = d.State(now); users[i].State != consumer.LeaseClaimable {
+			until, _ := d.Until()
 			users[i].Until = &until
-			if users[i].State == "held" {
-				users[i].Owner = d.Owner
+			if users[i].State == consumer.LeaseHeld {
+				users[i].Owner = d.OwnerName()
 			}
 		}
 	}

@@ -5,37 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
-
-// commandLog counts the commands the driver sends, by name.
-type commandLog struct {
-	mu     sync.Mutex
-	counts map[string]int
-}
-
-func (c *commandLog) monitor() *event.CommandMonitor {
-	c.counts = map[string]int{}
-	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		c.mu.Lock()
-		c.counts[e.CommandName]++
-		c.mu.Unlock()
-	}}
-}
-
-func (c *commandLog) take() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := c.counts
-	c.counts = map[string]int{}
-	return out
-}
 
 // deadLetters inserts n max_attempts dead letters with ObjectId _ids, an hour
 // old, and returns their _ids.
@@ -258,16 +234,16 @@ func TestRedriveDoesNotTakeWhatFailsAgainDuringTheRun(t *testing.T) {
 
 func TestRedriveDryRunWritesNothing(t *testing.T) {
 	t.Parallel()
-	var cmds commandLog
-	c := testColls(t, cmds.monitor())
+	var cmds mongotest.Commands
+	c := testColls(t, cmds.Monitor(nil))
 	ids := deadLetters(t, c, 5)
 	mustInsert(t, c, "queue", bson.D{{Key: "_id", Value: ids[0]}, {Key: "username", Value: "other"}, {Key: "createdAt", Value: time.Now()}})
-	cmds.take()
+	cmds.Reset()
 	res, err := Redrive(t.Context(), c, RedriveOptions{DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := cmds.take(); got["insert"]+got["delete"]+got["update"] != 0 {
+	if got := mongotest.ByName(cmds.Take()); got["insert"]+got["delete"]+got["update"] != 0 {
 		t.Errorf("a dry run sent %v", got)
 	}
 	if !res.DryRun || res.Requeued != 4 || res.Conflicts != 1 || countDocs(t, c.DeadLetter) != 5 {
@@ -280,16 +256,16 @@ func TestRedriveDryRunWritesNothing(t *testing.T) {
 // of each per entry.
 func TestRedriveCostsOneRoundTripPerBatch(t *testing.T) {
 	t.Parallel()
-	var cmds commandLog
-	c := testColls(t, cmds.monitor())
+	var cmds mongotest.Commands
+	c := testColls(t, cmds.Monitor(nil))
 	deadLetters(t, c, 30)
-	cmds.take()
+	cmds.Reset()
 	var progress []int64
 	res, err := Redrive(t.Context(), c, RedriveOptions{Batch: 10, Progress: func(r RedriveResult) { progress = append(progress, r.Removed) }})
 	if err != nil || res.Requeued != 30 || res.Total != 30 {
 		t.Fatalf("result %+v, %v", res, err)
 	}
-	got := cmds.take()
+	got := mongotest.ByName(cmds.Take())
 	if got["insert"] != 3 || got["delete"] != 3 || got["find"]+got["getMore"] > 4 {
 		t.Errorf("commands %v: want 3 inserts, 3 deletes, a find and its getMores", got)
 	}

@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/scorerefresh/scorerefresh/consumer"
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/queuestate"
 )
@@ -235,7 +236,7 @@ func rankUsers(window []windowEntry, n int) TopUsers {
 		created, ok := entryTime(e)
 		u := byUser[name]
 		if u == nil {
-			u = &UserEntry{Username: name, OldestCreatedAt: created, State: "claimable"}
+			u = &UserEntry{Username: name, OldestCreatedAt: created, State: consumer.LeaseClaimable}
 			byUser[name] = u
 		}
 		u.Entries++

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -45,7 +44,9 @@ func mustInsert(t *testing.T, c Collections, which string, docs ...any) {
 
 // populate writes a queue with a firehose user, a few others and garbage; a
 // claims collection with held, backing-off and stale leases and a baseline
-// document whose _id is not a string; and dead letters of two reasons.
+// document left by a 0.2.0 replica (its _id not a string, its leaseUntil an
+// hour before its last write, as that release wrote it); and dead letters
+// of two reasons.
 func populate(t *testing.T, c Collections, now time.Time) {
 	t.Helper()
 	var q []any
@@ -68,7 +69,7 @@ func populate(t *testing.T, c Collections, now time.Time) {
 		bson.D{{Key: "_id", Value: "dee"}, {Key: "token", Value: "t2"}, {Key: "owner", Value: "pod-b:7"}, {Key: "leaseUntil", Value: now.Add(20 * time.Minute)}, {Key: "attempts", Value: 1}, {Key: "claimedAt", Value: now}, {Key: "running", Value: true}},
 		bson.D{{Key: "_id", Value: "bo"}, {Key: "token", Value: nil}, {Key: "owner", Value: "pod-b:7"}, {Key: "leaseUntil", Value: now.Add(15 * time.Minute)}, {Key: "attempts", Value: 2}, {Key: "lastError", Value: "scoring posts: timeout"}},
 		bson.D{{Key: "_id", Value: "old"}, {Key: "token", Value: nil}, {Key: "owner", Value: "pod-b:7"}, {Key: "leaseUntil", Value: now.Add(-time.Hour)}, {Key: "attempts", Value: 1}},
-		bson.D{{Key: "_id", Value: bson.D{{Key: "adaptiveBaseline", Value: "pod-a"}}}, {Key: "baselineSeconds", Value: 0.01}, {Key: "at", Value: now}, {Key: "leaseUntil", Value: now.Add(2 * time.Hour)}},
+		bson.D{{Key: "_id", Value: bson.D{{Key: "adaptiveBaseline", Value: "pod-a"}}}, {Key: "baselineSeconds", Value: 0.01}, {Key: "at", Value: now}, {Key: "leaseUntil", Value: now.Add(-time.Hour)}},
 	)
 	mustInsert(t, c, "dead",
 		deadDoc("d1", "ann", "max_attempts", now.Add(-3*time.Hour)),
@@ -148,19 +149,8 @@ func TestStatusReportsQueueLeasesBackoffsAndDeadLetters(t *testing.T) {
 // window and an estimate, and no read returns more than the window.
 func TestStatusWindowsAndThresholdsBoundTheReads(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	maxDocs := 0
-	mon := &event.CommandMonitor{Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
-		batch, err := e.Reply.LookupErr("cursor", "firstBatch")
-		if err != nil {
-			return
-		}
-		vals, _ := batch.Array().Values()
-		mu.Lock()
-		maxDocs = max(maxDocs, len(vals))
-		mu.Unlock()
-	}}
-	c := testColls(t, mon)
+	var cmds mongotest.Commands
+	c := testColls(t, cmds.Monitor(nil))
 	now := time.Now()
 	populate(t, c, now)
 	s, err := GatherStatus(t.Context(), c, StatusOptions{Top: 2, Window: 5, ExactLimit: 10})
@@ -176,8 +166,13 @@ func TestStatusWindowsAndThresholdsBoundTheReads(t *testing.T) {
 	if s.DeadLetters.Read != 3 || !s.DeadLetters.WholeSet {
 		t.Errorf("dead letters read %d whole %v", s.DeadLetters.Read, s.DeadLetters.WholeSet)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	maxDocs := 0
+	for _, cmd := range cmds.All() {
+		if batch, err := cmd.Reply.LookupErr("cursor", "firstBatch"); err == nil {
+			vals, _ := batch.Array().Values()
+			maxDocs = max(maxDocs, len(vals))
+		}
+	}
 	if maxDocs > 5 {
 		t.Errorf("a read returned %d documents, more than the window of 5", maxDocs)
 	}
@@ -266,16 +261,16 @@ func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
 // entries and users: the same fixed number.
 func TestStatusRoundTripsDoNotGrowWithTheQueue(t *testing.T) {
 	t.Parallel()
-	var cmds commandLog
-	c := testColls(t, cmds.monitor())
+	var cmds mongotest.Commands
+	c := testColls(t, cmds.Monitor(nil))
 	populate(t, c, time.Now())
 	measure := func() int {
-		cmds.take()
+		cmds.Reset()
 		if _, err := GatherStatus(t.Context(), c, StatusOptions{Sample: time.Millisecond, Wait: func(context.Context) error { return nil }}); err != nil {
 			t.Fatal(err)
 		}
 		n := 0
-		for _, v := range cmds.take() {
+		for _, v := range mongotest.ByName(cmds.Take()) {
 			n += v
 		}
 		return n

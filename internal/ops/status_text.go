@@ -7,6 +7,8 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
+
+	"github.com/scorerefresh/scorerefresh/consumer"
 )
 
 // WriteStatus prints s for a human.
@@ -45,7 +47,7 @@ func writeTopUsers(p *printer, s *Status) {
 	for _, u := range t.Users {
 		state := u.State
 		switch {
-		case u.State == "held":
+		case u.State == consumer.LeaseHeld:
 			state = fmt.Sprintf("held by %s until %s", u.Owner, stamp(*u.Until))
 		case u.Until != nil:
 			state = fmt.Sprintf("backing off until %s", stamp(*u.Until))

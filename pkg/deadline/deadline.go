@@ -30,6 +30,7 @@ type Stretch struct {
 
 // Next is the deadline for the next try: Base doubled once per timeout in a
 // row, at most Max.
+// Not a retry delay: it is how long a try may run, so it has no jitter.
 func (s *Stretch) Next() time.Duration {
 	d := s.Base
 	for range s.timeouts {

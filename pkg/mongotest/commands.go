@@ -1,0 +1,131 @@
+package mongotest
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+)
+
+// Commands records the commands a client sends and what came back, from the
+// driver's command events, so a test counts round trips and inspects their
+// shapes without a command monitor of its own. Like Cursors, it chains to
+// another monitor.
+type Commands struct {
+	// OnStarted, if set, sees each command as it starts, on the goroutine
+	// that sends it: a test may hold it there (a slow or hung server) until
+	// ctx, the command's context, ends. Set it before the client is used.
+	OnStarted func(ctx context.Context, c Command)
+
+	mu      sync.Mutex
+	cmds    []Command
+	pending map[int64]int // request id → index in cmds, until answered
+}
+
+// Command is one command sent, and its reply once answered.
+type Command struct {
+	Name       string
+	Collection string   // the command's own collection; "" for database commands
+	Body       bson.Raw // the command as sent (a copy)
+	Reply      bson.Raw // the reply (a copy); nil until answered, and for a failure
+	Failed     bool     // the command failed (an error reply or none)
+}
+
+// Monitor returns the command monitor to give the client; next, if not
+// nil, sees every event too (Cursors.Monitor, say).
+func (r *Commands) Monitor(next *event.CommandMonitor) *event.CommandMonitor {
+	return &event.CommandMonitor{
+		Started: func(ctx context.Context, e *event.CommandStartedEvent) {
+			c := Command{Name: e.CommandName, Body: slices.Clone(e.Command)}
+			c.Collection, _ = e.Command.Lookup(e.CommandName).StringValueOK()
+			r.mu.Lock()
+			if r.pending == nil {
+				r.pending = map[int64]int{}
+			}
+			r.pending[e.RequestID] = len(r.cmds)
+			r.cmds = append(r.cmds, c)
+			r.mu.Unlock()
+			if r.OnStarted != nil {
+				r.OnStarted(ctx, c)
+			}
+			if next != nil && next.Started != nil {
+				next.Started(ctx, e)
+			}
+		},
+		Succeeded: func(ctx context.Context, e *event.CommandSucceededEvent) {
+			r.answered(e.RequestID, slices.Clone(e.Reply), false)
+			if next != nil && next.Succeeded != nil {
+				next.Succeeded(ctx, e)
+			}
+		},
+		Failed: func(ctx context.Context, e *event.CommandFailedEvent) {
+			r.answered(e.RequestID, nil, true)
+			if next != nil && next.Failed != nil {
+				next.Failed(ctx, e)
+			}
+		},
+	}
+}
+
+func (r *Commands) answered(id int64, reply bson.Raw, failed bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i, ok := r.pending[id]
+	if !ok {
+		return // sent before the last Take or Reset
+	}
+	delete(r.pending, id)
+	r.cmds[i].Reply, r.cmds[i].Failed = reply, failed
+}
+
+// All returns the commands recorded since the last Take or Reset.
+func (r *Commands) All() []Command {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.cmds)
+}
+
+// Take returns the commands recorded since the last Take or Reset and
+// starts again.
+func (r *Commands) Take() []Command {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.cmds
+	r.cmds, r.pending = nil, map[int64]int{}
+	return out
+}
+
+// Reset forgets the commands recorded so far.
+func (r *Commands) Reset() { r.Take() }
+
+// Count is how many of the commands recorded since the last Take or Reset
+// are named name, on collection coll ("" for any).
+func (r *Commands) Count(name, coll string) int {
+	n := 0
+	for _, c := range r.All() {
+		if c.Name == name && (coll == "" || c.Collection == coll) {
+			n++
+		}
+	}
+	return n
+}
+
+// ByName counts cmds by command name.
+func ByName(cmds []Command) map[string]int {
+	n := map[string]int{}
+	for _, c := range cmds {
+		n[c.Name]++
+	}
+	return n
+}
+
+// Bytes is the size of cmds as sent, and of their replies.
+func Bytes(cmds []Command) (sent, received int) {
+	for _, c := range cmds {
+		sent += len(c.Body)
+		received += len(c.Reply)
+	}
+	return sent, received
+}
