@@ -102,8 +102,9 @@ func (r *Refresher) RefreshBatch(ctx context.Context, users []string, startedAt 
 	return errs
 }
 
-// write stores scored into errs' users: several in one WriteBatch, the
-// users it could not settle and a user alone with Write.
+// write stores the scored users' results and records each one's outcome in
+// errs: several in one WriteBatch, then Write for each user it could not
+// settle; a user alone with Write, as a refresh of one user always was.
 func (r *Refresher) write(ctx context.Context, scored map[string]Result, startedAt time.Time, errs map[string]error) {
 	var retry []string
 	var err error
