@@ -14,6 +14,18 @@ type BatchRefresher interface {
 	RefreshBatch(ctx context.Context, users []string, startedAt time.Time) map[string]error
 }
 
+// alone is a Refresher that is not a BatchRefresher as one: New sets its
+// batches to one user, so each is the Refresher's own call.
+type alone struct{ Refresher }
+
+func (a alone) RefreshBatch(ctx context.Context, users []string, startedAt time.Time) map[string]error {
+	errs := make(map[string]error, len(users))
+	for _, u := range users {
+		errs[u] = a.Refresh(ctx, u, startedAt)
+	}
+	return errs
+}
+
 // batcher spreads claimed users over the refresh slots, without a tick
 // barrier. Every claimed user brings a goroutine that waits for a slot; the
 // one that gets it takes its share of the users waiting: the waiting

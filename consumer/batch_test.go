@@ -276,3 +276,34 @@ func TestAutoBatchSizeFollowsTheServer(t *testing.T) {
 		t.Errorf("forced to 8 on FerretDB: batches of %d", got)
 	}
 }
+
+// TestAUserAloneIsABatchOfOne: with batches of one user (BatchSize 1), a
+// BatchRefresher gets each user as a batch of one through RefreshBatch, the
+// one refresh path, never its per-user Refresh.
+func TestAUserAloneIsABatchOfOne(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	users := []string{"a", "b", "c", "d", "e"}
+	b.enqueue(t, users...)
+	rec := &batchRecorder{recordingRefresher: *newRecorder(nil)}
+	c, m := b.newConsumer(t, rec, consumerOpts{limit: 2, cfg: Config{BatchSize: 1}})
+	stop := start(t, c)
+	b.waitDrained(t)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	sizes := slices.Clone(rec.sizes)
+	rec.mu.Unlock()
+	if len(sizes) != len(users) || slices.ContainsFunc(sizes, func(n int) bool { return n != 1 }) {
+		t.Errorf("RefreshBatch got batches of %v, want %d batches of one", sizes, len(users))
+	}
+	for _, u := range users {
+		if n := rec.callsOf(u); n != 1 {
+			t.Errorf("%s refreshed %d times, want 1", u, n)
+		}
+	}
+	if got := testutil.ToFloat64(m.EntriesAcked); got != float64(len(users)) {
+		t.Errorf("acked %v, want %d", got, len(users))
+	}
+}

@@ -48,35 +48,6 @@ func (l *FixedLimiter) Release() { l.sem.Release(1) }
 // Limit is the constant size.
 func (l *FixedLimiter) Limit() int { return l.n }
 
-// refreshOne runs one user's refresh and reports how it went. A panic in the
-// scorer is that user's failure, not the process's: it is recovered here
-// with its stack in the error so the dead letter says where it came from.
-func (c *Consumer) refreshOne(ctx context.Context, w work) (err error) {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.RefreshTimeout)
-	defer cancel()
-	// The recompute starts by the server's clock (what sources were
-	// written before it); its duration is measured on the local clock,
-	// which does not jump when the server's is sampled again.
-	start, began := c.serverTime.Now(), c.clock.Now()
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("refresh panicked: %v\n%s", r, debug.Stack())
-		}
-		d := clock.Since(c.clock, began).Seconds()
-		c.metrics.RefreshDuration.Observe(d)
-		c.metrics.RefreshBatchSeconds.Observe(d)
-	}()
-	if err := c.refresher.Refresh(ctx, w.lease.User, start); err != nil {
-		if ownDeadline(ctx, err, c.cfg.RefreshTimeout) {
-			// The refresh's own deadline fired: this user's refresh is too
-			// slow, which retrying will not fix. Not a MongoDB outage.
-			return fmt.Errorf("%w after %s: %v", errRefreshTimeout, c.cfg.RefreshTimeout, err)
-		}
-		return fmt.Errorf("refreshing user: %w", err)
-	}
-	return nil
-}
-
 // ownDeadline reports whether err is the refresh running out of its own
 // time rather than MongoDB failing. The driver gives up on a command it
 // cannot finish before the context's deadline, with a timeout error, while
@@ -96,24 +67,31 @@ func ownDeadline(ctx context.Context, err error, timeout time.Duration) bool {
 // towards MAX_ATTEMPTS although it looks like a timeout.
 var errRefreshTimeout = errors.New("refresh timed out")
 
-// refreshBatch refreshes the users of works together when there are several
-// (the Refresher is then a BatchRefresher, see New) and returns each user's
-// outcome. The batch shares one deadline and one start: windows are measured
-// from it, and every entry of every user was claimed before it.
+// refreshBatch refreshes the users of works in one refresh slot and returns
+// each user's outcome: a user alone is a batch of one, and a Refresher that
+// is not a BatchRefresher only ever gets those (see New). The batch shares
+// one deadline and one start: windows are measured from it, and every entry
+// of every user was claimed before it. A panic in the scorer is the batch's
+// failure, not the process's: it is recovered here with its stack in the
+// error so the dead letter says where it came from.
 func (c *Consumer) refreshBatch(ctx context.Context, works []work) (errs []error) {
-	if len(works) == 1 {
-		return []error{c.refreshOne(ctx, works[0])}
-	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RefreshTimeout)
 	defer cancel()
 	users := make([]string, len(works))
 	for i, w := range works {
 		users[i] = w.lease.User
 	}
-	start, began := c.serverTime.Now(), c.clock.Now() // as in refreshOne
+	batch := ""
+	if len(users) > 1 {
+		batch = fmt.Sprintf(" (batch of %d users)", len(users))
+	}
+	// The recompute starts by the server's clock (what sources were
+	// written before it); its duration is measured on the local clock,
+	// which does not jump when the server's is sampled again.
+	start, began := c.serverTime.Now(), c.clock.Now()
 	defer func() {
 		if r := recover(); r != nil {
-			err := fmt.Errorf("batch refresh panicked: %v\n%s", r, debug.Stack())
+			err := fmt.Errorf("refresh panicked%s: %v\n%s", batch, r, debug.Stack())
 			errs = make([]error, len(works))
 			for i := range errs {
 				errs[i] = err
@@ -125,7 +103,11 @@ func (c *Consumer) refreshBatch(ctx context.Context, works []work) (errs []error
 		}
 		c.metrics.RefreshBatchSeconds.Observe(d)
 	}()
-	byUser := c.refresher.(BatchRefresher).RefreshBatch(ctx, users, start)
+	refresher, ok := c.refresher.(BatchRefresher)
+	if !ok {
+		refresher = alone{c.refresher}
+	}
+	byUser := refresher.RefreshBatch(ctx, users, start)
 	errs = make([]error, len(users))
 	for i, u := range users {
 		err, ok := byUser[u]
@@ -134,7 +116,9 @@ func (c *Consumer) refreshBatch(ctx context.Context, works []work) (errs []error
 			errs[i] = errors.New("the batch refresh returned no outcome for this user")
 		case err == nil:
 		case ownDeadline(ctx, err, c.cfg.RefreshTimeout):
-			errs[i] = fmt.Errorf("%w after %s (batch of %d users): %v", errRefreshTimeout, c.cfg.RefreshTimeout, len(users), err)
+			// The refresh's own deadline fired: it is too slow, which
+			// retrying will not fix. Not a MongoDB outage.
+			errs[i] = fmt.Errorf("%w after %s%s: %v", errRefreshTimeout, c.cfg.RefreshTimeout, batch, err)
 		default:
 			errs[i] = fmt.Errorf("refreshing user: %w", err)
 		}

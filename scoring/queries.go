@@ -6,15 +6,16 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// Each function here answers one component with a single command whose result
-// fits in the first batch, so the cursor is closed by the server and no
-// getMore or killCursors follows: one round trip.
+// Each query here answers one component, for one user or for a batch, with a
+// single command whose result fits in the first batch, so the cursor is
+// closed by the server and no getMore or killCursors follows: one round trip.
 
 // source is a source collection as the queries address it: with the simple
 // collation where the collection's default collation is another one, so that
@@ -40,76 +41,225 @@ func (s source) aggregate(ctx context.Context, pipeline mongo.Pipeline, batchSiz
 	return s.coll.Aggregate(ctx, pipeline, opts)
 }
 
-// countMatching counts the documents matching f.
-func countMatching(ctx context.Context, src source, f bson.D) (float64, error) {
-	return firstNumber(ctx, src, mongo.Pipeline{
-		{{Key: "$match", Value: f}},
-		{{Key: "$count", Value: "n"}},
-	}, "n")
-}
-
-// countDistinct counts the distinct non-null values of field among the
-// documents matching f. Values equal as numbers (1, int64 1, 1.0) are one
-// value, as in MongoDB's $group; an array counts as one value.
-func countDistinct(ctx context.Context, src source, field string, f bson.D) (float64, error) {
-	// $ne: null excludes both null and missing fields.
-	f = withCond(f, field, "$ne", nil)
-	return firstNumber(ctx, src, mongo.Pipeline{
-		{{Key: "$match", Value: f}},
-		{{Key: "$group", Value: bson.D{{Key: "_id", Value: "$" + field}}}},
-		{{Key: "$count", Value: "n"}},
-	}, "n")
-}
-
-// groupValue applies one $group accumulator (e.g. {$sum: "$points"}) to the
-// documents matching f; 0 when none match.
-func groupValue(ctx context.Context, src source, f, accumulator bson.D) (float64, error) {
-	// One accumulator per $group on purpose: FerretDB 1.24 answered a second
-	// accumulator in the same stage ({n: {$sum: 1}}) with a wrong 0.
-	return firstNumber(ctx, src, mongo.Pipeline{
-		{{Key: "$match", Value: f}},
-		{{Key: "$group", Value: bson.D{{Key: "_id", Value: nil}, {Key: "v", Value: accumulator}}}},
-	}, "v")
-}
-
-// extremeValue returns the largest (max) or smallest (min) numeric value of
-// field among the documents matching f, or 0 when there is none.
-func (r *Recomputer) extremeValue(ctx context.Context, src source, op Op, field string, f bson.D) (float64, error) {
-	f = numericOnly(f, field)
-	lacks := r.lacksAccumulator(op)
-	if !lacks.Load() {
-		v, err := groupValue(ctx, src, f, bson.D{{Key: accumulatorOf(op), Value: "$" + field}})
-		if !isNotImplemented(err) {
-			return v, err
-		}
-		r.learnLacksAccumulator(op, err)
-	}
-	return extremeBySort(ctx, src, op, field, f)
-}
-
-// avgValue returns the mean of the numeric values of field among the
-// documents matching f, or 0 when there is none.
-func (r *Recomputer) avgValue(ctx context.Context, src source, field string, f bson.D) (float64, error) {
-	f = numericOnly(f, field)
-	if !r.noAvgAccumulator.Load() {
-		v, err := groupValue(ctx, src, f, bson.D{{Key: "$avg", Value: "$" + field}})
-		if !isNotImplemented(err) {
-			return v, err
-		}
-		r.learnLacksAccumulator(OpAvg, err)
-	}
-	// Without $avg: the sum and the count as two queries (two accumulators
-	// in one $group come back wrong on FerretDB 1.24), divided here, exactly
-	// as the batched path divides its two answers.
-	sum, err := groupValue(ctx, src, f, bson.D{{Key: "$sum", Value: "$" + field}})
+// componentValues returns c's value for each of users that has documents. A
+// user alone gets the per-user query; several get the batched one, except
+// the users a document with an array in the user field names (a per-user
+// $eq matches such a document for each name it holds, where the batch's
+// $group keys it by the whole array), and every user once the server has
+// refused the batched shape: those get the per-user query each. The server
+// refusing a shape is learnt once per Recomputer, at the cost of one refused
+// command, and logged once: FerretDB 1.24 lacks the $max and $min
+// accumulators (a sorted find per user then) and $avg (a $sum and a count,
+// batched alike, then).
+func (r *Recomputer) componentValues(ctx context.Context, c Component, users []string, startedAt time.Time) (map[string]float64, error) {
+	src, err := r.source(ctx, c.Collection)
 	if err != nil {
-		return 0, fmt.Errorf("summing %s for the mean: %w", field, err)
+		return nil, err
 	}
-	n, err := countMatching(ctx, src, f)
+	values := make(map[string]float64, len(users))
+	alone := users
+	if len(users) > 1 {
+		if alone, err = r.batchValues(ctx, src, c, users, startedAt, values); err != nil {
+			return nil, err
+		}
+	}
+	for _, u := range alone {
+		v, err := r.userValue(ctx, src, c, u, startedAt)
+		if err != nil && len(users) > 1 {
+			err = fmt.Errorf("for user %q: %w", u, err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		values[u] = v
+	}
+	return values, nil
+}
+
+// batchValues sets values from c's batched query over users and returns the
+// users to query alone. A refusal of the batched shape is tried once more
+// (for avg, the first refusal is of $avg, which has a batched fallback).
+func (r *Recomputer) batchValues(ctx context.Context, src source, c Component, users []string, startedAt time.Time, values map[string]float64) ([]string, error) {
+	for range 2 {
+		if r.batchUnsupported(c.Op) {
+			break
+		}
+		alone, err := r.query(ctx, src, c, users, startedAt, values)
+		if !isNotImplemented(err) {
+			return alone, err
+		}
+		r.learnUnbatched(c, err)
+	}
+	return users, nil
+}
+
+// userValue is c's value for u alone: its accumulator while the server has
+// it, the way round from then on.
+func (r *Recomputer) userValue(ctx context.Context, src source, c Component, u string, startedAt time.Time) (float64, error) {
+	lacks := r.lacksAccumulator(c.Op) // nil for the ops every server has
+	values := map[string]float64{}
+	for {
+		if (c.Op == OpMax || c.Op == OpMin) && lacks.Load() {
+			return extremeBySort(ctx, src, c.Op, c.Field, numericOnly(userMatch(c, []string{u}, startedAt), c.Field))
+		}
+		withAccumulator := lacks != nil && !lacks.Load()
+		_, err := r.query(ctx, src, c, []string{u}, startedAt, values)
+		if !withAccumulator || !isNotImplemented(err) {
+			return values[u], err
+		}
+		r.learnLacksAccumulator(c.Op, err)
+	}
+}
+
+// query runs c's query for users, one aggregation (two for avg without
+// $avg), into values. alone lists the users of a batch to query alone
+// because a document with an array in the user field names them.
+func (r *Recomputer) query(ctx context.Context, src source, c Component, users []string, startedAt time.Time, values map[string]float64) (alone []string, err error) {
+	f := userMatch(c, users, startedAt)
+	batched := len(users) > 1
+	if c.Op == OpAvg && r.noAvgAccumulator.Load() {
+		// A $sum and a count as two aggregations (two accumulators in one
+		// $group come back wrong on FerretDB 1.24), divided here.
+		f = numericOnly(f, c.Field)
+		sums, counts := map[string]float64{}, map[string]float64{}
+		p, key := pipeline(c, OpSum, f, batched)
+		if alone, err = run(ctx, src, p, key, users, sums); err != nil {
+			return nil, fmt.Errorf("summing %s for the mean: %w", c.Field, err)
+		}
+		// Same $match: the same documents, so the same users alone.
+		p, key = pipeline(c, OpCount, f, batched)
+		if _, err := run(ctx, src, p, key, users, counts); err != nil {
+			return nil, fmt.Errorf("counting %s values for the mean: %w", c.Field, err)
+		}
+		for u, n := range counts {
+			values[u] = mean(sums[u], n)
+		}
+		return alone, nil
+	}
+	p, key := pipeline(c, c.Op, f, batched)
+	if p == nil {
+		return nil, fmt.Errorf("unknown op %q", c.Op)
+	}
+	return run(ctx, src, p, key, users, values)
+}
+
+// pipeline is op's aggregation over the documents matching f, and the key of
+// the value in its results: one result for one user's f, {_id: user, v} per
+// user of a batch's f (grouped by the user field). One accumulator per
+// $group on purpose: FerretDB 1.24 answered a second accumulator in the same
+// stage ({n: {$sum: 1}}) with a wrong 0.
+func pipeline(c Component, op Op, f bson.D, batched bool) (mongo.Pipeline, string) {
+	var user any // one user: a single group
+	if batched {
+		user = "$" + c.UserField
+	}
+	match := func(f bson.D) bson.D { return bson.D{{Key: "$match", Value: f}} }
+	group := func(acc bson.D) bson.D {
+		return bson.D{{Key: "$group", Value: bson.D{{Key: "_id", Value: user}, {Key: "v", Value: acc}}}}
+	}
+	count := bson.D{{Key: "$count", Value: "n"}}
+	switch op {
+	case OpCount:
+		if !batched {
+			return mongo.Pipeline{match(f), count}, "n"
+		}
+		return mongo.Pipeline{match(f), group(bson.D{{Key: "$sum", Value: 1}})}, "v"
+	case OpSum:
+		// $sum skips missing and non-numeric values, which is the contract's "count as 0".
+		return mongo.Pipeline{match(f), group(bson.D{{Key: "$sum", Value: "$" + c.Field}})}, "v"
+	case OpMax, OpMin, OpAvg:
+		return mongo.Pipeline{match(numericOnly(f, c.Field)), group(bson.D{{Key: accumulatorOf(op), Value: "$" + c.Field}})}, "v"
+	case OpDistinct:
+		// Values equal as numbers (1, int64 1, 1.0) are one value, as in
+		// $group; an array counts as one value; $ne: null excludes both null
+		// and missing fields. A batch groups by (user, value), then counts
+		// each user's groups, using only $sum, which every server has:
+		// $addToSet + $size would hold each user's values in one array, and
+		// FerretDB 1.24 lacks $addToSet.
+		f = withCond(f, c.Field, "$ne", nil)
+		if !batched {
+			return mongo.Pipeline{match(f), {{Key: "$group", Value: bson.D{{Key: "_id", Value: "$" + c.Field}}}}, count}, "n"
+		}
+		return mongo.Pipeline{
+			match(f),
+			{{Key: "$group", Value: bson.D{{Key: "_id", Value: bson.D{{Key: "u", Value: user}, {Key: "v", Value: "$" + c.Field}}}}}},
+			{{Key: "$group", Value: bson.D{{Key: "_id", Value: "$_id.u"}, {Key: "v", Value: bson.D{{Key: "$sum", Value: 1}}}}}},
+		}, "v"
+	}
+	return nil, ""
+}
+
+// run runs a pipeline of pipeline's into values: one user's single result
+// (none means 0), or a batch's {_id: user, v: value}.
+func run(ctx context.Context, src source, p mongo.Pipeline, key string, users []string, values map[string]float64) (alone []string, err error) {
+	if len(users) == 1 {
+		cur, err := src.aggregate(ctx, p, 0)
+		if err != nil {
+			return nil, fmt.Errorf("running aggregation: %w", err)
+		}
+		defer cur.Close(ctx)
+		if !cur.Next(ctx) {
+			values[users[0]] = 0
+			if err := cur.Err(); err != nil {
+				return nil, fmt.Errorf("reading aggregation result: %w", err)
+			}
+			return nil, nil
+		}
+		values[users[0]], err = numberAt(cur.Current, key)
+		return nil, err
+	}
+	// One more than the groups expected, so the first reply holds them all and
+	// the server closes the cursor: no getMore.
+	cur, err := src.aggregate(ctx, p, int32(len(users)+1))
 	if err != nil {
-		return 0, fmt.Errorf("counting %s values for the mean: %w", field, err)
+		return nil, fmt.Errorf("running batched aggregation: %w", err)
 	}
-	return mean(sum, n), nil
+	defer cur.Close(ctx)
+	inBatch := make(map[string]bool, len(users))
+	for _, u := range users {
+		inBatch[u] = true
+	}
+	named := map[string]bool{}
+	for cur.Next(ctx) {
+		if u, ok := cur.Current.Lookup("_id").StringValueOK(); ok {
+			if values[u], err = numberAt(cur.Current, key); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		// The user field held an array: $group keyed the documents by the
+		// whole array, which a per-user $eq would have matched element by
+		// element.
+		namesIn(cur.Current.Lookup("_id"), inBatch, named)
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("reading batched aggregation result: %w", err)
+	}
+	for _, u := range users {
+		if named[u] {
+			alone = append(alone, u)
+		}
+	}
+	return alone, nil
+}
+
+// namesIn adds to into the strings of inBatch that the array v holds, at any
+// depth (a dotted user field through arrays of documents yields nested arrays).
+func namesIn(v bson.RawValue, inBatch, into map[string]bool) {
+	arr, ok := v.ArrayOK()
+	if !ok {
+		return
+	}
+	vals, err := arr.Values()
+	if err != nil {
+		return // the server sent it, so it is well formed
+	}
+	for _, e := range vals {
+		if s, ok := e.StringValueOK(); ok && inBatch[s] {
+			into[s] = true
+		}
+		namesIn(e, inBatch, into)
+	}
 }
 
 // mean is sum/n, 0 for no values.
@@ -129,8 +279,9 @@ func numericOnly(f bson.D, field string) bson.D {
 	return withCond(f, field, "$not", bson.D{{Key: "$type", Value: "array"}})
 }
 
-// extremeBySort is extremeValue for servers without the $max or $min
-// accumulator: the first document sorted by field, descending for max.
+// extremeBySort is a max or min component's value for one user (f) on
+// servers without the $max or $min accumulator: the first document sorted by
+// field, descending for max; 0 when there is none.
 func extremeBySort(ctx context.Context, src source, op Op, field string, f bson.D) (float64, error) {
 	dir := 1
 	if op == OpMax {
@@ -184,21 +335,26 @@ func (r *Recomputer) learnLacksAccumulator(op Op, err error) {
 		"err", err)
 }
 
-// firstNumber runs pipeline and reads the number at key of its first result
-// document; no document means 0.
-func firstNumber(ctx context.Context, src source, pipeline mongo.Pipeline, key string) (float64, error) {
-	cur, err := src.aggregate(ctx, pipeline, 0)
-	if err != nil {
-		return 0, fmt.Errorf("running aggregation: %w", err)
+func (r *Recomputer) batchUnsupported(op Op) bool {
+	if op == OpMax || op == OpMin {
+		return r.lacksAccumulator(op).Load()
 	}
-	defer cur.Close(ctx)
-	if !cur.Next(ctx) {
-		if err := cur.Err(); err != nil {
-			return 0, fmt.Errorf("reading aggregation result: %w", err)
-		}
-		return 0, nil
+	f := r.unbatched[op]
+	return f != nil && f.Load()
+}
+
+// learnUnbatched records that the server refused c's batched shape, logging
+// it the first time. For avg, the first refusal is of $avg, which has a
+// batched fallback.
+func (r *Recomputer) learnUnbatched(c Component, err error) {
+	if c.Op == OpMax || c.Op == OpMin || (c.Op == OpAvg && !r.noAvgAccumulator.Load()) {
+		r.learnLacksAccumulator(c.Op, err)
+		return
 	}
-	return numberAt(cur.Current, key)
+	if f := r.unbatched[c.Op]; f != nil && f.CompareAndSwap(false, true) {
+		r.log.Info("server lacks what the batched query needs; these components use one query per user",
+			"op", string(c.Op), "err", err)
+	}
 }
 
 // numberAt reads the numeric value at path in doc.

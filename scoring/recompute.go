@@ -88,56 +88,65 @@ func NewRecomputer(db *mongo.Database, rules *Rules, opts ...RecomputerOption) *
 	return r
 }
 
-// Recompute computes username's score as of startedAt, the moment the refresh
-// began. It runs exactly one query (one round trip) per component, one after
-// another; on a server without the $max, $min or $avg accumulator the first
-// such component a Recomputer meets costs one extra round trip, once, and avg
-// components cost two queries from then on. The first query of each source
-// collection is preceded, once per Recomputer, by a listCollections that
-// learns its default collation. A user with no source documents gets 0 for
-// every component.
+// Recompute is RecomputeBatch for username alone: its per-user queries.
 func (r *Recomputer) Recompute(ctx context.Context, username string, startedAt time.Time) (Result, error) {
-	res := Result{Components: make(map[string]float64, len(r.rules.Components))}
-	for _, c := range r.rules.Components {
-		v, err := r.componentValue(ctx, c, username, startedAt)
-		if err != nil {
-			return Result{}, fmt.Errorf("computing component %q (%s over %s): %w", c.Name, c.Op, c.Collection, err)
-		}
-		res.Components[c.Name] = v
-		res.Score += c.Weight * v
-	}
-	return res, nil
+	out, err := r.RecomputeBatch(ctx, []string{username}, startedAt)
+	return out[username], err
 }
 
-func (r *Recomputer) componentValue(ctx context.Context, c Component, username string, startedAt time.Time) (float64, error) {
-	src, err := r.source(ctx, c.Collection)
-	if err != nil {
-		return 0, err
-	}
-	f := componentFilter(c, username, startedAt)
-	switch c.Op {
-	case OpCount:
-		return countMatching(ctx, src, f)
-	case OpSum:
-		// $sum skips missing and non-numeric values, which is the contract's "count as 0".
-		return groupValue(ctx, src, f, bson.D{{Key: "$sum", Value: "$" + c.Field}})
-	case OpMax, OpMin:
-		return r.extremeValue(ctx, src, c.Op, c.Field, f)
-	case OpAvg:
-		return r.avgValue(ctx, src, c.Field, f)
-	case OpDistinct:
-		return countDistinct(ctx, src, c.Field, f)
-	}
-	return 0, fmt.Errorf("unknown op %q", c.Op)
-}
-
-// componentFilter matches the component's documents of username.
+// RecomputeBatch computes the scores of users as of startedAt, the moment
+// the refresh began, with one query per component: a user alone gets the
+// per-user queries ($eq), several users one aggregation per component for
+// the whole batch ($in), exactly as each user's own would compute (see
+// componentValues). The result has an entry for every user, repeats removed;
+// a user with no source documents gets 0 for every component. A batch above
+// MaxBatchUsers users is split into chunks of their own round trips.
 //
-// The username goes in only as the operand of $eq, so a name such as "$gt" or
-// `{"$ne": null}` is compared as the literal string it is and never read as an
-// operator.
-func componentFilter(c Component, username string, startedAt time.Time) bson.D {
-	return sourceMatch(c, withCond(nil, c.UserField, "$eq", username), startedAt)
+// On a server without the $max, $min or $avg accumulator the first such
+// component a Recomputer meets costs one extra round trip, once; avg
+// components then cost two queries. The first query of each source
+// collection is preceded, once per Recomputer, by a listCollections that
+// learns its default collation. Any failing query fails the whole batch:
+// the error says which component.
+func (r *Recomputer) RecomputeBatch(ctx context.Context, users []string, startedAt time.Time) (map[string]Result, error) {
+	out := make(map[string]Result, len(users))
+	for _, chunk := range batchChunks(users) {
+		for _, u := range chunk {
+			out[u] = Result{Components: make(map[string]float64, len(r.rules.Components))}
+		}
+		for _, c := range r.rules.Components {
+			values, err := r.componentValues(ctx, c, chunk, startedAt)
+			if err != nil {
+				batch := ""
+				if len(chunk) > 1 {
+					batch = fmt.Sprintf(" for a batch of %d users", len(chunk))
+				}
+				return nil, fmt.Errorf("computing component %q (%s over %s)%s: %w", c.Name, c.Op, c.Collection, batch, err)
+			}
+			for _, u := range chunk {
+				// The same arithmetic, in the same order, whatever the
+				// batch: the scores are equal to the last bit.
+				res := out[u]
+				res.Components[c.Name] = values[u]
+				res.Score += c.Weight * values[u]
+				out[u] = res
+			}
+		}
+	}
+	return out, nil
+}
+
+// userMatch is the $match of c's query for users: $eq for a user alone,
+// $in for several.
+//
+// The usernames go in only as the operand of $eq or elements of $in, which
+// are literal values: a name such as "$gt" or `{"$ne": null}` is compared as
+// the string it is and never read as an operator.
+func userMatch(c Component, users []string, startedAt time.Time) bson.D {
+	if len(users) == 1 {
+		return sourceMatch(c, withCond(nil, c.UserField, "$eq", users[0]), startedAt)
+	}
+	return sourceMatch(c, withCond(nil, c.UserField, "$in", users), startedAt)
 }
 
 // sourceMatch is the $match of c's query, per user or batched alike: the

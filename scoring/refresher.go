@@ -8,8 +8,8 @@ import (
 )
 
 // Refresher refreshes users' score documents: a full recompute from the
-// source collections, then an OCC write; one user at a time (Refresh) or a
-// batch at a time (RefreshBatch).
+// source collections, then an OCC write, a batch of users at a time (a user
+// alone is a batch of one).
 type Refresher struct {
 	scorer  Scorer
 	store   *Store
@@ -44,44 +44,25 @@ func NewRefresher(scorer Scorer, store *Store, opts ...RefresherOption) *Refresh
 	return r
 }
 
-// Refresh recomputes username's score and stores it as of startedAt, the
-// moment this refresh began (before any of its reads). Losing to a newer
-// refresh already stored is success: that document reflects at least as much.
+// Refresh is RefreshBatch for username alone.
 func (r *Refresher) Refresh(ctx context.Context, username string, startedAt time.Time) error {
-	ctx, trips := withRoundTrips(ctx)
-	defer r.report(1, trips)
-	prior, err := r.store.ReadPrior(ctx, []string{username})
-	if err != nil {
-		return fmt.Errorf("refreshing score of %q: %w", username, err)
-	}
-	results, failed, err := r.scorer.Score(ctx, []string{username}, startedAt)
-	if err == nil {
-		err = failed[username]
-	}
-	if err != nil {
-		return fmt.Errorf("refreshing score of %q: %w", username, err)
-	}
-	res, ok := results[username]
-	if !ok {
-		return fmt.Errorf("refreshing score of %q: the scorer returned no score for this user", username)
-	}
-	if _, err := r.store.WriteAfter(ctx, prior, username, res, startedAt); err != nil {
-		return fmt.Errorf("storing refreshed score: %w", err) // names the user
-	}
-	return nil
+	return r.RefreshBatch(ctx, []string{username}, startedAt)[username]
 }
 
-// RefreshBatch is Refresh for several users at once, all as of startedAt:
-// RecomputeBatch then WriteBatch, so a batch costs one round trip per
-// component plus two, instead of that per user. Users whose batched write
-// lost a race (or was refused) are retried one by one with Write, which backs
-// off.
+// RefreshBatch recomputes the scores of users and stores them as of
+// startedAt, the moment this refresh began (before any of its reads): the
+// scorer, then one WriteBatch for several users, so a batch costs one round
+// trip per component plus two, instead of that per user. A user alone is a
+// batch of one, written with Write. Users whose batched write lost a race
+// (or was refused) are retried one by one with Write, which backs off.
+// Losing to a newer refresh already stored is success: that document
+// reflects at least as much.
 //
 // The result has an entry for every distinct user of users: nil when the
 // user's score was stored (or left alone because a newer one was), else why
-// not. A failed component query fails every user of the batch with the same
+// not. A failed scorer call fails every user of the batch with the same
 // error, as does a failed batch read or write for the users it left
-// unsettled; a failed individual retry fails that user only.
+// unsettled; a failed individual write fails that user only.
 func (r *Refresher) RefreshBatch(ctx context.Context, users []string, startedAt time.Time) map[string]error {
 	users = uniqueUsers(users)
 	errs := make(map[string]error, len(users))
@@ -100,7 +81,11 @@ func (r *Refresher) RefreshBatch(ctx context.Context, users []string, startedAt 
 		results, failed, err = r.scorer.Score(ctx, users, startedAt)
 	}
 	if err != nil {
-		err = fmt.Errorf("refreshing a batch of %d users: %w", len(users), err)
+		what := fmt.Sprintf("a batch of %d users", len(users))
+		if len(users) == 1 {
+			what = fmt.Sprintf("score of %q", users[0])
+		}
+		err = fmt.Errorf("refreshing %s: %w", what, err)
 		for _, u := range users {
 			errs[u] = err
 		}
@@ -118,27 +103,44 @@ func (r *Refresher) RefreshBatch(ctx context.Context, users []string, startedAt 
 			scored[u] = res
 		}
 	}
-	if len(scored) == 0 {
-		return errs
+	r.write(ctx, prior, scored, startedAt, errs)
+	return errs
+}
+
+// write stores the scored users' results over prior and records each one's
+// outcome in errs: several in one WriteBatchAfter, then Write for each user
+// it could not settle (mostly a race lost to a refresh running alongside,
+// which only refreshedAt can order); a user alone with WriteAfter, the
+// commands a refresh of one user always sent.
+func (r *Refresher) write(ctx context.Context, prior Prior, scored map[string]Result, startedAt time.Time, errs map[string]error) {
+	var retry []string
+	var err error
+	if len(scored) > 1 {
+		var outcomes map[string]WriteOutcome
+		outcomes, retry, err = r.store.WriteBatchAfter(ctx, prior, scored, startedAt)
+		for u := range outcomes {
+			errs[u] = nil
+		}
 	}
-	outcomes, retry, err := r.store.WriteBatchAfter(ctx, prior, scored, startedAt)
-	for u := range outcomes {
-		errs[u] = nil
+	if len(scored) == 1 {
+		for u, res := range scored {
+			errs[u] = nil
+			if _, werr := r.store.WriteAfter(ctx, prior, u, res, startedAt); werr != nil {
+				errs[u] = fmt.Errorf("storing refreshed score: %w", werr) // names the user
+			}
+		}
 	}
 	for _, u := range retry {
 		errs[u] = nil
-		// Write, not WriteAfter: a user to retry mostly lost a race with a
-		// refresh running alongside, which only refreshedAt can order.
 		if _, werr := r.store.Write(ctx, u, scored[u], startedAt); werr != nil {
 			errs[u] = fmt.Errorf("storing refreshed score: %w", werr) // names the user
 		}
 	}
 	for u := range scored {
 		if _, settled := errs[u]; !settled {
-			errs[u] = fmt.Errorf("storing the refreshed scores of a batch of %d users: %w", len(users), err)
+			errs[u] = fmt.Errorf("storing the refreshed scores of a batch of %d users: %w", len(scored), err)
 		}
 	}
-	return errs
 }
 
 func (r *Refresher) report(users int, trips *atomic.Int64) {

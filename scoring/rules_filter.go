@@ -251,68 +251,97 @@ func (fc filterChecker) operators(d bson.D, where string) {
 	hasRegex := slices.ContainsFunc(d, func(e bson.E) bool { return e.Key == "$regex" })
 	for _, e := range d {
 		at := join(where, e.Key)
-		if !strings.HasPrefix(e.Key, "$") {
+		switch {
+		case !strings.HasPrefix(e.Key, "$"):
 			fc.problem(at, "field %q mixed with operators: a condition is either all operators or a document compared whole", e.Key)
-			continue
-		}
-		if !slices.Contains(fieldOperators, e.Key) {
-			if slices.Contains(logicalOperators, e.Key) {
-				fc.problem(at, "%s combines whole queries, e.g. {%s: [{a: 1}, {b: 2}]}, not the conditions of one field", e.Key, e.Key)
-				continue
-			}
+		case slices.Contains(logicalOperators, e.Key):
+			fc.problem(at, "%s combines whole queries, e.g. {%s: [{a: 1}, {b: 2}]}, not the conditions of one field", e.Key, e.Key)
+		case !slices.Contains(fieldOperators, e.Key):
 			fc.refuse(at, e.Key)
-			continue
-		}
-		switch e.Key {
-		case "$in", "$nin", "$all":
-			arr, ok := e.Value.(bson.A)
-			if !ok {
-				fc.problem(at, "%s needs a list", e.Key)
-				continue
-			}
-			for i, x := range arr {
-				fc.literal(x, fmt.Sprintf("%s.%d", at, i))
-			}
-		case "$not":
-			switch x := e.Value.(type) {
-			case bson.D:
-				if len(x) == 0 || !strings.HasPrefix(x[0].Key, "$") {
-					fc.problem(at, "$not needs operators, e.g. {$not: {$gt: 5}}, or a regular expression")
-					continue
-				}
-				fc.operators(x, at)
-			case bson.Regex:
-			default:
-				fc.problem(at, "$not needs operators, e.g. {$not: {$gt: 5}}, or a regular expression")
-			}
-		case "$elemMatch":
-			x, ok := e.Value.(bson.D)
-			if !ok || len(x) == 0 {
-				fc.problem(at, "$elemMatch needs a non-empty document")
-				continue
-			}
-			if strings.HasPrefix(x[0].Key, "$") && !slices.Contains(logicalOperators, x[0].Key) {
-				fc.operators(x, at) // conditions on each element itself
-			} else {
-				fc.query(x, at, true) // a query on each element, a document
-			}
-		case "$options":
-			if !hasRegex {
-				fc.problem(at, "$options goes with $regex")
-			}
-			if _, ok := e.Value.(string); !ok {
-				fc.problem(at, "$options needs a string of flags such as \"i\"")
-			}
-		case "$regex":
-			switch e.Value.(type) {
-			case string, bson.Regex:
-			default:
-				fc.problem(at, "$regex needs a string or a regular expression")
-			}
 		default:
-			fc.literal(e.Value, at)
+			fc.operator(e, at, hasRegex)
 		}
 	}
+}
+
+// operator checks the operand of one field operator, at where.
+func (fc filterChecker) operator(e bson.E, at string, hasRegex bool) {
+	switch e.Key {
+	case "$in", "$nin", "$all":
+		arr, ok := e.Value.(bson.A)
+		if !ok {
+			fc.problem(at, "%s needs a list", e.Key)
+			return
+		}
+		for i, x := range arr {
+			fc.literal(x, fmt.Sprintf("%s.%d", at, i))
+		}
+	case "$not":
+		x, isDoc := e.Value.(bson.D)
+		_, isRegex := e.Value.(bson.Regex)
+		switch {
+		case isDoc && len(x) > 0 && strings.HasPrefix(x[0].Key, "$"):
+			fc.operators(x, at)
+		case !isRegex:
+			fc.problem(at, "$not needs operators, e.g. {$not: {$gt: 5}}, or a regular expression")
+		}
+	case "$elemMatch":
+		x, ok := e.Value.(bson.D)
+		switch {
+		case !ok || len(x) == 0:
+			fc.problem(at, "$elemMatch needs a non-empty document")
+		case strings.HasPrefix(x[0].Key, "$") && !slices.Contains(logicalOperators, x[0].Key):
+			fc.operators(x, at) // conditions on each element itself
+		default:
+			fc.query(x, at, true) // a query on each element, a document
+		}
+	case "$options":
+		if !hasRegex {
+			fc.problem(at, "$options goes with $regex")
+		}
+		if _, ok := e.Value.(string); !ok {
+			fc.problem(at, "$options needs a string of flags such as \"i\"")
+		}
+	case "$regex":
+		switch e.Value.(type) {
+		case string, bson.Regex:
+		default:
+			fc.problem(at, "$regex needs a string or a regular expression")
+		}
+	default:
+		fc.literal(e.Value, at)
+	}
+}
+
+// RefuseOperators returns a *RulesError naming each component whose filter
+// uses one of ops, the query operators server (named so in the message)
+// answers wrongly; nil when none does. The parser has checked the filters,
+// so every "$" key left in one is an operator.
+func (r *Rules) RefuseOperators(ops []string, server string) error {
+	p := &rulesParser{source: r.Source}
+	for i, c := range r.Components {
+		cp := &componentParser{p: p, index: i + 1, name: c.Name}
+		for _, op := range ops {
+			if usesOperator(c.Filter, op) {
+				cp.problem("filter uses %s, which %s answers wrongly (docs/contract.md): rewrite the filter without it", op, server)
+			}
+		}
+	}
+	if len(p.problems) > 0 {
+		return p.err()
+	}
+	return nil
+}
+
+// usesOperator reports whether op is a key anywhere in v.
+func usesOperator(v any, op string) bool {
+	switch x := v.(type) {
+	case bson.D:
+		return slices.ContainsFunc(x, func(e bson.E) bool { return e.Key == op || usesOperator(e.Value, op) })
+	case bson.A:
+		return slices.ContainsFunc(x, func(e any) bool { return usesOperator(e, op) })
+	}
+	return false
 }
 
 // literal checks a value compared as it is: it holds no "$" key, so that

@@ -493,3 +493,35 @@ func mustComponent(t *testing.T, filter string) Component {
 	}
 	return r.Components[0]
 }
+
+// TestRefuseOperators: a component whose filter uses a refused operator
+// anywhere (under $or, $not, inside another $elemMatch's query) is named,
+// with the file, the operator and the server; one that does not, or a
+// server that misreads nothing, passes.
+func TestRefuseOperators(t *testing.T) {
+	t.Parallel()
+	rules, err := ParseRules("rules.yaml", []byte(`components:
+  - {name: plain, collection: c, op: count, filter: {kind: post, n: {$not: {$gt: 5}}}}
+  - {name: nested, collection: c, op: count, filter: {$or: [{kind: post}, {items: {$elemMatch: {n: {$gte: 3}}}}]}}
+  - {name: unfiltered, collection: c, op: count}
+  - {name: deep, collection: c, op: count, filter: {$and: [{tags: {$not: {$elemMatch: {$in: [go]}}}}]}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rules.RefuseOperators(nil, "MongoDB"); err != nil {
+		t.Errorf("refused with no operators to refuse: %v", err)
+	}
+	err = rules.RefuseOperators([]string{"$elemMatch"}, "FerretDB v1.24.2")
+	var re *RulesError
+	if !errors.As(err, &re) {
+		t.Fatalf("RefuseOperators = %v, want a *RulesError", err)
+	}
+	want := []string{
+		`rules.yaml: component 2 ("nested"): filter uses $elemMatch, which FerretDB v1.24.2 answers wrongly (docs/contract.md): rewrite the filter without it`,
+		`rules.yaml: component 4 ("deep"): filter uses $elemMatch, which FerretDB v1.24.2 answers wrongly (docs/contract.md): rewrite the filter without it`,
+	}
+	if !reflect.DeepEqual(re.Problems, want) {
+		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(re.Problems, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -24,16 +24,9 @@ type Scorer interface {
 	Score(ctx context.Context, users []string, asOf time.Time) (results map[string]Result, failed map[string]error, err error)
 }
 
-// Score is the rules' Scorer: one user is recomputed with per-user queries
-// (Recompute), several in one query per component (RecomputeBatch).
+// Score is the rules' Scorer: RecomputeBatch, whose queries for a user
+// alone are per-user ones and for several one per component.
 func (r *Recomputer) Score(ctx context.Context, users []string, asOf time.Time) (map[string]Result, map[string]error, error) {
-	if len(users) == 1 {
-		res, err := r.Recompute(ctx, users[0], asOf)
-		if err != nil {
-			return nil, nil, err // the caller names the user
-		}
-		return map[string]Result{users[0]: res}, nil, nil
-	}
 	results, err := r.RecomputeBatch(ctx, users, asOf)
-	return results, nil, err
+	return results, nil, err // for a user alone, the caller names the user
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -130,6 +131,10 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 	s.Sampler = metrics.NewSampler(metrics.SamplerConfig{
 		Queue: s.Colls.Queue, DeadLetter: s.Colls.DeadLetter, Interval: cfg.SLIInterval, Clock: local,
 	}, s.SLI, s.Metrics, log)
+	if err := s.refuseMisreadFilters(ctx); err != nil {
+		_ = s.Client.Disconnect(ctx)
+		return nil, err
+	}
 	scorer, err := s.newScorer(opts.Scorer)
 	if err != nil {
 		_ = s.Client.Disconnect(ctx)
@@ -160,6 +165,28 @@ func loadRules(cfg config.Config) (*scoring.Rules, error) {
 		return scoring.LoadRules(cfg.ScoringRules)
 	}
 	return scoring.DefaultRules(), nil
+}
+
+// bootProbeTimeout bounds the wait for the server's answer at boot: the
+// service starts during an outage, and its loops retry the server.
+const bootProbeTimeout = 10 * time.Second
+
+// refuseMisreadFilters refuses rules whose filter uses a query operator the
+// server answers wrongly (servertraits.MisreadOperators: $elemMatch on
+// FerretDB), which would count the wrong documents without a word. Only
+// rules with a filter wait for the server's answer; a server that does not
+// answer in time cannot be checked, which is logged.
+func (s *Service) refuseMisreadFilters(ctx context.Context) error {
+	if !slices.ContainsFunc(s.Rules.Components, func(c scoring.Component) bool { return len(c.Filter) > 0 }) {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, bootProbeTimeout)
+	defer cancel()
+	if err := s.Traits.Probe(pctx, s.DB); err != nil {
+		s.log.Warn("cannot ask the server what it is; the rules' filters are not checked against what it answers wrongly", "err", err)
+		return nil
+	}
+	return s.Rules.RefuseOperators(s.Traits.MisreadOperators(), "FerretDB "+s.Traits.Info().FerretDB)
 }
 
 // newLimiter builds the refresh limiter: fixed at REFRESH_CONCURRENCY, or

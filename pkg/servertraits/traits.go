@@ -276,6 +276,23 @@ func (t *Traits) BoundsReplies() bool { return !t.ferret() }
 // only say so there.
 func (t *Traits) ExplainsPlans() bool { return !t.ferret() }
 
+// EvaluatesElemMatch reports a server that evaluates $elemMatch as
+// documented (MongoDB). FerretDB 1.24 lets different elements satisfy each
+// of several conditions, matches nothing with conditions on fields of
+// document elements, and refuses it over $and, $or, $nor, $ne or $not: a
+// rules filter using it would count the wrong documents there, so the
+// service refuses such rules at boot (see MisreadOperators).
+func (t *Traits) EvaluatesElemMatch() bool { return !t.ferret() }
+
+// MisreadOperators lists the query operators the server answers wrongly,
+// sorted: none on MongoDB.
+func (t *Traits) MisreadOperators() []string {
+	if t.EvaluatesElemMatch() {
+		return nil
+	}
+	return []string{"$elemMatch"}
+}
+
 // UpdateByID returns the write model for one statement of a bulk update
 // whose filter pins _id, so it matches at most one document: updateOne on
 // MongoDB (retryable), and on a server where single-document statements

@@ -98,4 +98,25 @@ func TestProbeReadsTheServer(t *testing.T) {
 	if ferret := info.FerretDB != ""; tr.FiltersUsernamesCheaply() == ferret || tr.ExplainsPlans() == ferret {
 		t.Errorf("traits of %+v: FiltersUsernamesCheaply %v, ExplainsPlans %v", info, tr.FiltersUsernamesCheaply(), tr.ExplainsPlans())
 	}
+	if ferret := info.FerretDB != ""; tr.EvaluatesElemMatch() == ferret || (len(tr.MisreadOperators()) > 0) != ferret {
+		t.Errorf("traits of %+v: EvaluatesElemMatch %v, MisreadOperators %v", info, tr.EvaluatesElemMatch(), tr.MisreadOperators())
+	}
+}
+
+// TestMisreadOperatorsFollowTheServerKind: FerretDB gets $elemMatch wrong,
+// MongoDB nothing; unprobed traits report MongoDB's behaviour.
+func TestMisreadOperatorsFollowTheServerKind(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		tr   *servertraits.Traits
+		want []string
+	}{
+		"unprobed": {servertraits.New(), nil},
+		"MongoDB":  {servertraits.Fixed(servertraits.Info{Version: "7.0.0"}), nil},
+		"FerretDB": {servertraits.Fixed(servertraits.Info{Version: "7.0.77", FerretDB: "v1.24.2", Backend: "SQLite"}), []string{"$elemMatch"}},
+	} {
+		if got := tc.tr.MisreadOperators(); !slices.Equal(got, tc.want) || tc.tr.EvaluatesElemMatch() != (tc.want == nil) {
+			t.Errorf("%s: MisreadOperators %v, EvaluatesElemMatch %v; want %v", name, got, tc.tr.EvaluatesElemMatch(), tc.want)
+		}
+	}
 }
