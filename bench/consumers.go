@@ -166,6 +166,16 @@ func (s *scorerefresh) figures() (refreshes, deadLettered float64) {
 	return refreshes, deadLettered
 }
 
+// capacity is the fleet's own estimate of what it acknowledges per
+// second with every slot busy: the sum of the replicas'
+// scorerefresh_drain_capacity, as each last set it.
+func (s *scorerefresh) capacity() (n float64) {
+	for _, svc := range s.svcs {
+		n += metrics.Read(svc.SLI.DrainCapacity)
+	}
+	return n
+}
+
 func (s *scorerefresh) stop() error {
 	s.cancel()
 	err := s.run.Wait()

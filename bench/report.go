@@ -141,13 +141,20 @@ func (r *Report) markdown() string {
 	c := r.Calibration
 	w("\n## Calibration\n\nOn the direct connection: %.1f round trips per refresh of the bench's rules, %.2f ms of server per query, at most %.0f queries/s. "+
 		"Bounds of a drain of distinct users at the run's RTT and concurrency (planner.LatencyCeiling, planner.ServerCeiling): %s.", c.RoundTrips, c.ServerMs, c.QPS, c.Bounds)
-	w("\n## Results\n\n| preset | row | consumer | replicas | environment | scorer | RTT ms | backlog (users) | offered/s | seconds | done | drained | entries/s | × baseline | dead-lettered | peak depth | max oldest s | commands/entry | commands/s |")
-	w("|---|---|---|---:|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+	w("\n## Results\n\n| preset | row | consumer | replicas | environment | scorer | RTT ms | backlog (users) | offered/s | seconds | done | drained | entries/s | × baseline | dead-lettered | peak depth | max oldest s | commands/entry | commands/s | capacity estimate/s | estimate ÷ entries/s |")
+	w("|---|---|---|---:|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, x := range r.Results {
 		ratio := strings.TrimPrefix(fmt.Sprintf("%.1f×", x.Ratio), "0.0×")
-		w("| %s | %s | %s | %d | %s | %s | %.0f | %d (%d) | %.1f | %.1f | %.0f | %v | %.1f | %s | %.0f | %d | %.1f | %.2f | %.0f |",
+		estimate, vs := "", ""
+		if x.Capacity > 0 {
+			estimate = fmt.Sprintf("%.1f", x.Capacity)
+			if x.Rate > 0 {
+				vs = fmt.Sprintf("%.2f", x.Capacity/x.Rate)
+			}
+		}
+		w("| %s | %s | %s | %d | %s | %s | %.0f | %d (%d) | %.1f | %.1f | %.0f | %v | %.1f | %s | %.0f | %d | %.1f | %.2f | %.0f | %s | %s |",
 			x.Preset, x.Name, x.Consumer, x.Replicas, strings.Join(x.Env, " "), x.Scorer, ms(x.RTT), x.Backlog.Entries, x.Users, x.Row.Rate,
-			x.Seconds, x.Done, x.Drained, x.Rate, ratio, x.DeadLettered, x.PeakDepth, x.MaxOldest, x.PerEntry, x.CommandsPer)
+			x.Seconds, x.Done, x.Drained, x.Rate, ratio, x.DeadLettered, x.PeakDepth, x.MaxOldest, x.PerEntry, x.CommandsPer, estimate, vs)
 	}
 	w("\n## Faults and commands\n\nCommands per entry done, by command and collection, from the one recorder of each row (all its clients):\n")
 	for _, x := range r.Results {

@@ -69,9 +69,13 @@ type Result struct {
 	Commands     map[string]float64 `json:"commands"` // every command of the consumer's clients, by "command collection"
 	PerEntry     float64            `json:"commands_per_entry"`
 	CommandsPer  float64            `json:"commands_per_second"`
-	Verified     int                `json:"verified,omitempty"` // users whose stored score was checked against the seeded sources
-	Wrong        int                `json:"wrong,omitempty"`
-	Samples      []sample           `json:"samples"`
+	// Capacity is the service's own headroom estimate at the end of the
+	// run (scorerefresh_drain_capacity summed over the replicas), to set
+	// against Rate where the run kept every slot busy.
+	Capacity float64  `json:"drain_capacity,omitempty"`
+	Verified int      `json:"verified,omitempty"` // users whose stored score was checked against the seeded sources
+	Wrong    int      `json:"wrong,omitempty"`
+	Samples  []sample `json:"samples"`
 }
 
 // sample is the queue as the bench saw it at one moment of a run.
@@ -141,6 +145,9 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 	res.Seconds, res.Produced = end.Seconds(), arrived.Load()
 	res.Done = c.done()
 	res.Refreshes, res.DeadLettered = c.figures()
+	if svc, ok := c.(*scorerefresh); ok {
+		res.Capacity = svc.capacity()
+	}
 	// The shutdown flush belongs to the run: commands are read after it.
 	if err := c.stop(); err != nil {
 		b.logf("  (consumer stopped with: %v)", err)
