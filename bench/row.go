@@ -143,6 +143,13 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 		return nil, err
 	}
 	res.Seconds, res.Produced = end.Seconds(), arrived.Load()
+	return b.finish(ctx, res, c, rec, seeded, db, prodErr)
+}
+
+// finish reads a row's figures once it is over: the consumer's counters
+// and capacity estimate, then (after its shutdown flush, which belongs to
+// the run) the commands, the rates and the scores.
+func (b *Bench) finish(ctx context.Context, res *Result, c running, rec *recorder, seeded *seeded, db *mongo.Database, prodErr error) (*Result, error) {
 	res.Done = c.done()
 	res.Refreshes, res.DeadLettered = c.figures()
 	if svc, ok := c.(*scorerefresh); ok {
@@ -167,7 +174,8 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 	for _, s := range res.Samples {
 		res.PeakDepth, res.MaxOldest = max(res.PeakDepth, s.Depth), math.Max(res.MaxOldest, s.OldestAge)
 	}
-	if seeded.want != nil && row.Consumer == consumerScorerefresh {
+	if seeded.want != nil && res.Consumer == consumerScorerefresh {
+		var err error
 		if res.Verified, res.Wrong, err = verifyScores(ctx, db, seeded.want); err != nil {
 			return nil, err
 		}
