@@ -111,24 +111,17 @@ func (r *Reader) Next() (bson.Raw, error) {
 // anything else is one document a line, where a bad line can be skipped.
 func (r *Reader) start() error {
 	r.started = true
-	for {
-		b, err := r.br.Peek(1)
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return io.EOF
-			}
-			return err
-		}
-		if !isSpace(b[0]) {
-			break
-		}
-		if b[0] == '\n' {
+	b, err := r.br.ReadByte()
+	for ; err == nil && isSpace(b); b, err = r.br.ReadByte() {
+		if b == '\n' {
 			r.next++
 		}
-		r.br.ReadByte()
 	}
-	b, _ := r.br.Peek(1)
-	if b[0] == '[' {
+	if err != nil {
+		return err // io.EOF for an input of blanks, as for an empty one
+	}
+	r.br.UnreadByte()
+	if b == '[' {
 		r.layout = LayoutArray
 	} else if first, ok := r.peekLine(); ok && string(first) == "{" {
 		r.layout = LayoutConcatenated
