@@ -147,35 +147,31 @@ func (l *Loader) LoadQueue(ctx context.Context) error {
 			continue
 		}
 		return l.load(ctx, i, func(raw bson.Raw) (any, time.Duration, error) {
-			info := inspectEntry(raw)
-			retime, wait := l.retime(info)
-			doc, err := prepareEntry(raw, retime, l.stripped)
+			at, wait := l.retime(inspectEntry(raw))
+			doc, err := prepareEntry(raw, at, l.stripped)
 			return doc, wait, err
 		})
 	}
 	return nil
 }
 
-// retime returns the new createdAt of an entry and how long until it is due.
-// Paced, an entry is due at its original offset from the first entry divided
-// by the speed; with --shift-to-now it is stamped with that moment, so the
-// queue's oldest age means time spent waiting in this replay.
-func (l *Loader) retime(info entryInfo) (func(time.Time) time.Time, time.Duration) {
-	if info.createdAt.IsZero() {
-		return nil, 0
-	}
-	if l.cfg.Arrival != ArrivalOriginal {
-		if l.shift == 0 {
-			return nil, 0
-		}
-		return func(t time.Time) time.Time { return t.Add(l.shift) }, 0
+// retime returns the new createdAt of an entry (zero: unchanged) and how
+// long until it is due. Paced, an entry is due at its original offset from
+// the first entry divided by the speed; with --shift-to-now it is stamped
+// with that moment, so the queue's oldest age means time spent waiting in
+// this replay.
+func (l *Loader) retime(info entryInfo) (time.Time, time.Duration) {
+	switch {
+	case info.createdAt.IsZero() || l.cfg.Arrival != ArrivalOriginal && l.shift == 0:
+		return time.Time{}, 0
+	case l.cfg.Arrival != ArrivalOriginal:
+		return info.createdAt.Add(l.shift), 0
 	}
 	due := l.origin.Add(time.Duration(float64(info.createdAt.Sub(l.plan.First)) / l.cfg.Speed))
-	wait := due.Sub(l.cfg.Clock.Now())
 	if !l.cfg.ShiftToNow {
-		return nil, wait
+		return time.Time{}, due.Sub(l.cfg.Clock.Now())
 	}
-	return func(time.Time) time.Time { return due }, wait
+	return due, due.Sub(l.cfg.Clock.Now())
 }
 
 // load streams the i-th file of the plan into its collection in batches.
