@@ -64,9 +64,9 @@ func QueueEntry(raw bson.Raw) (user string, createdAt time.Time) {
 
 // prepareEntry returns the entry as it is inserted: without bookkeeping
 // fields (each removal counted in stripped), and with its enqueue time
-// changed by retime when that is not nil. An entry whose time came from its
-// ObjectId gets an explicit createdAt, since an _id cannot move.
-func prepareEntry(raw bson.Raw, retime func(time.Time) time.Time, stripped map[string]int) (bson.D, error) {
+// changed to retimed when that is not zero. An entry whose time came from
+// its ObjectId gets an explicit createdAt, since an _id cannot move.
+func prepareEntry(raw bson.Raw, retimed time.Time, stripped map[string]int) (bson.D, error) {
 	var doc bson.D
 	if err := bson.Unmarshal(raw, &doc); err != nil {
 		return nil, err
@@ -81,10 +81,10 @@ func prepareEntry(raw bson.Raw, retime func(time.Time) time.Time, stripped map[s
 	}
 	doc = kept
 	info := inspectEntry(raw)
-	if retime == nil || info.createdAt.IsZero() {
+	if retimed.IsZero() || info.createdAt.IsZero() {
 		return doc, nil // an untimed entry is malformed: the consumer dead-letters it as it is
 	}
-	at := bson.NewDateTimeFromTime(retime(info.createdAt))
+	at := bson.NewDateTimeFromTime(retimed)
 	if !info.explicit {
 		return append(doc, bson.E{Key: "createdAt", Value: at}), nil
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -69,8 +68,7 @@ type Loader struct {
 	origin   time.Time // when the first queue entry is due, for paced arrival
 	inserted atomic.Int64
 	stripped map[string]int
-	mu       sync.Mutex
-	loaded   map[string]int64 // documents inserted, by file path
+	loaded   []atomic.Int64 // documents inserted, by index in plan.Files
 }
 
 // NewLoader applies cfg's defaults.
@@ -79,7 +77,7 @@ func NewLoader(cfg LoadConfig) *Loader {
 	cfg.Speed = cmp.Or(cfg.Speed, 1)
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
 	cfg.Clock = clock.Or(cfg.Clock)
-	return &Loader{cfg: cfg, stripped: map[string]int{}, loaded: map[string]int64{}}
+	return &Loader{cfg: cfg, stripped: map[string]int{}}
 }
 
 // Scan reads every file once and fails, with nothing inserted, on the first
@@ -95,7 +93,7 @@ func (l *Loader) Scan(ctx context.Context) (*Plan, error) {
 	case err != nil:
 		return nil, err
 	}
-	l.plan = p
+	l.plan, l.loaded = p, make([]atomic.Int64, len(p.Files))
 	if l.cfg.ShiftToNow && !p.Last.IsZero() {
 		l.shift = l.cfg.Clock.Now().Sub(p.Last)
 	}
@@ -111,11 +109,9 @@ func (l *Loader) Inserted() int64 { return l.inserted.Load() }
 // LoadedSoFar describes what is in the database, file by file, so a load
 // that fails half-way says exactly what it left behind.
 func (l *Loader) LoadedSoFar() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var parts []string
-	for _, f := range l.plan.Files {
-		parts = append(parts, fmt.Sprintf("%s: %d of %d documents", f.Path, l.loaded[f.Path], f.Documents))
+	for i, f := range l.plan.Files {
+		parts = append(parts, fmt.Sprintf("%s: %d of %d documents", f.Path, l.loaded[i].Load(), f.Documents))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -126,12 +122,12 @@ func (l *Loader) Stripped() map[string]int { return l.stripped }
 // LoadSources inserts every source file, all at once: producers write
 // source data before they enqueue, so it is all there before any entry.
 func (l *Loader) LoadSources(ctx context.Context) error {
-	for _, f := range l.plan.Files {
+	for i, f := range l.plan.Files {
 		if f.Queue {
 			continue
 		}
 		fields := l.cfg.TimeFields[f.Collection]
-		err := l.load(ctx, f, func(raw bson.Raw) (any, time.Duration, error) {
+		err := l.load(ctx, i, func(raw bson.Raw) (any, time.Duration, error) {
 			doc, err := shiftFields(raw, fields, l.shift)
 			return doc, 0, err
 		})
@@ -146,46 +142,44 @@ func (l *Loader) LoadSources(ctx context.Context) error {
 // consumer's bookkeeping fields, at the pace of cfg.Arrival.
 func (l *Loader) LoadQueue(ctx context.Context) error {
 	l.origin = l.cfg.Clock.Now()
-	for _, f := range l.plan.Files {
+	for i, f := range l.plan.Files {
 		if !f.Queue {
 			continue
 		}
-		return l.load(ctx, f, func(raw bson.Raw) (any, time.Duration, error) {
-			info := inspectEntry(raw)
-			retime, wait := l.retime(info)
-			doc, err := prepareEntry(raw, retime, l.stripped)
+		return l.load(ctx, i, func(raw bson.Raw) (any, time.Duration, error) {
+			at, wait := l.retime(inspectEntry(raw))
+			doc, err := prepareEntry(raw, at, l.stripped)
 			return doc, wait, err
 		})
 	}
 	return nil
 }
 
-// retime returns the new createdAt of an entry and how long until it is due.
-// Paced, an entry is due at its original offset from the first entry divided
-// by the speed; with --shift-to-now it is stamped with that moment, so the
-// queue's oldest age means time spent waiting in this replay.
-func (l *Loader) retime(info entryInfo) (func(time.Time) time.Time, time.Duration) {
-	if info.createdAt.IsZero() {
-		return nil, 0
-	}
-	if l.cfg.Arrival != ArrivalOriginal {
-		if l.shift == 0 {
-			return nil, 0
-		}
-		return func(t time.Time) time.Time { return t.Add(l.shift) }, 0
+// retime returns the new createdAt of an entry (zero: unchanged) and how
+// long until it is due. Paced, an entry is due at its original offset from
+// the first entry divided by the speed; with --shift-to-now it is stamped
+// with that moment, so the queue's oldest age means time spent waiting in
+// this replay.
+func (l *Loader) retime(info entryInfo) (time.Time, time.Duration) {
+	switch {
+	case info.createdAt.IsZero() || l.cfg.Arrival != ArrivalOriginal && l.shift == 0:
+		return time.Time{}, 0
+	case l.cfg.Arrival != ArrivalOriginal:
+		return info.createdAt.Add(l.shift), 0
 	}
 	due := l.origin.Add(time.Duration(float64(info.createdAt.Sub(l.plan.First)) / l.cfg.Speed))
-	wait := due.Sub(l.cfg.Clock.Now())
 	if !l.cfg.ShiftToNow {
-		return nil, wait
+		return time.Time{}, due.Sub(l.cfg.Clock.Now())
 	}
-	return func(time.Time) time.Time { return due }, wait
+	return due, due.Sub(l.cfg.Clock.Now())
 }
 
-// load streams one file into its collection in batches. prep turns a parsed
-// document into the one to insert and says how long to wait before it.
-func (l *Loader) load(ctx context.Context, f FilePlan, prep func(bson.Raw) (any, time.Duration, error)) error {
-	w := &fileWriter{l: l, f: f, coll: l.cfg.DB.Collection(f.Collection), batch: make([]any, 0, l.cfg.BatchSize)}
+// load streams the i-th file of the plan into its collection in batches.
+// prep turns a parsed document into the one to insert and says how long to
+// wait before it.
+func (l *Loader) load(ctx context.Context, i int, prep func(bson.Raw) (any, time.Duration, error)) error {
+	f := l.plan.Files[i]
+	w := &fileWriter{l: l, f: f, coll: l.cfg.DB.Collection(f.Collection), batch: make([]any, 0, l.cfg.BatchSize), done: &l.loaded[i]}
 	if f.Queue {
 		w.coll = l.cfg.DB.Collection(l.cfg.Queue)
 	}
@@ -222,7 +216,7 @@ type fileWriter struct {
 	f     FilePlan
 	coll  *mongo.Collection
 	batch []any
-	done  atomic.Int64 // documents of f inserted
+	done  *atomic.Int64 // documents of f inserted, the loader's count
 }
 
 // add queues doc for insertion once wait has passed: documents due later
@@ -255,9 +249,6 @@ func (w *fileWriter) flush(ctx context.Context) error {
 		n = insertedBefore(err)
 	}
 	w.done.Add(n)
-	w.l.mu.Lock()
-	w.l.loaded[w.f.Path] += n
-	w.l.mu.Unlock()
 	if w.f.Queue {
 		w.l.inserted.Add(n)
 	}

@@ -57,25 +57,32 @@ var inputExtensions = []string{".json", ".jsonl", ".ndjson"}
 // *.ndjson file (optionally .gz) is the collection its name says, and the
 // one named after queue is the queue.
 func ResolveInput(path, queue string) ([]InputFile, error) {
+	files, _, err := resolveInput(path, queue)
+	return files, err
+}
+
+// resolveInput is ResolveInput that also returns the manifest, nil when
+// there is none.
+func resolveInput(path, queue string) ([]InputFile, *Manifest, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if !st.IsDir() {
-		return []InputFile{{Path: path, Collection: queue, Queue: true}}, nil
+		return []InputFile{{Path: path, Collection: queue, Queue: true}}, nil, nil
 	}
 	if m, err := ReadManifest(path); err == nil {
 		var files []InputFile
 		for _, f := range m.Files {
 			files = append(files, InputFile{Path: filepath.Join(path, f.File), Collection: f.Collection, Queue: f.Queue})
 		}
-		return files, checkOneQueue(files, path)
+		return files, m, checkOneQueue(files, path)
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
+		return nil, nil, err
 	}
 	ents, err := os.ReadDir(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var files []InputFile
 	for _, e := range ents {
@@ -87,7 +94,7 @@ func ResolveInput(path, queue string) ([]InputFile, error) {
 		coll := strings.TrimSuffix(name, ext)
 		files = append(files, InputFile{Path: filepath.Join(path, e.Name()), Collection: coll, Queue: coll == queue})
 	}
-	return files, checkOneQueue(files, path)
+	return files, nil, checkOneQueue(files, path)
 }
 
 func checkOneQueue(files []InputFile, dir string) error {

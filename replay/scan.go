@@ -1,12 +1,11 @@
 package replay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"time"
 
 	"github.com/scorerefresh/scorerefresh/pkg/extjson"
@@ -76,16 +75,16 @@ func scan(ctx context.Context, files []InputFile, skipBad bool, progress io.Writ
 			if info.username != "" {
 				users[info.username] = struct{}{}
 			}
-			switch {
-			case info.createdAt.IsZero():
+			switch at := info.createdAt; {
+			case at.IsZero():
 				p.Untimed++
-			case p.First.IsZero() && p.Last.IsZero():
-				p.First, p.Last = info.createdAt, info.createdAt
+			case p.Last.IsZero() || !at.Before(p.Last):
+				p.First, p.Last = cmp.Or(p.First, at), at
 			default:
-				if info.createdAt.Before(p.Last) {
-					p.OutOfOrder++
+				p.OutOfOrder++
+				if at.Before(p.First) {
+					p.First = at
 				}
-				p.First, p.Last = minTime(p.First, info.createdAt), maxTime(p.Last, info.createdAt)
 			}
 			return nil
 		})
@@ -134,20 +133,6 @@ func eachDocument(ctx context.Context, path string, progress io.Writer, verb str
 	}
 }
 
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
-
 // QueueScan is what ReadQueue found besides the entries it handed over.
 type QueueScan struct {
 	Path string // the queue's file
@@ -166,22 +151,18 @@ type QueueScan struct {
 // in a directory without a manifest. A document that does not parse stops
 // it, with its file and line, unless skipBad.
 func ReadQueue(ctx context.Context, in, queue string, skipBad bool, fn func(user string, createdAt time.Time)) (*QueueScan, error) {
-	files, err := ResolveInput(in, queue)
+	files, m, err := resolveInput(in, queue)
 	if err != nil {
 		return nil, err
 	}
 	q := &QueueScan{}
+	if m != nil {
+		q.Reference = m.CreatedAt
+	}
 	for _, f := range files {
 		if f.Queue {
 			files, q.Path = []InputFile{f}, f.Path
 			break
-		}
-	}
-	if st, err := os.Stat(in); err == nil && st.IsDir() {
-		if m, err := ReadManifest(in); err == nil {
-			q.Reference = m.CreatedAt
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return nil, err
 		}
 	}
 	var newest time.Time
@@ -191,7 +172,9 @@ func ReadQueue(ctx context.Context, in, queue string, skipBad bool, fn func(user
 			return
 		}
 		q.Entries++
-		newest = maxTime(newest, e.createdAt)
+		if e.createdAt.After(newest) {
+			newest = e.createdAt
+		}
 		fn(e.username, e.createdAt)
 	})
 	if err != nil {

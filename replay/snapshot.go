@@ -1,13 +1,13 @@
 package replay
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -43,11 +43,7 @@ type SnapshotConfig struct {
 // line, in constant memory whatever their size. Into a directory it also
 // writes a manifest, last, so a directory with a manifest is complete.
 func Snapshot(ctx context.Context, cfg SnapshotConfig) (*Manifest, error) {
-	var now clock.Nower = clock.Real{}
-	if cfg.Clock != nil {
-		now = cfg.Clock
-	}
-	m := &Manifest{Format: ManifestFormat, CreatedAt: now.Now().UTC(), Origin: cfg.Origin, Database: cfg.DB.Name(),
+	m := &Manifest{Format: ManifestFormat, CreatedAt: cmp.Or[clock.Nower](cfg.Clock, clock.Real{}).Now().UTC(), Origin: cfg.Origin, Database: cfg.DB.Name(),
 		Rules: cfg.Rules, Consistency: SnapshotConsistency}
 	if !isDirTarget(cfg.Out, len(cfg.Sources) > 0) {
 		f, err := exportCollection(ctx, cfg.DB.Collection(cfg.Queue), cfg.Out, !cfg.Relaxed, cfg.Progress)
@@ -104,10 +100,9 @@ func exportCollection(ctx context.Context, coll *mongo.Collection, path string, 
 	}
 	defer out.Abort()
 	w := extjson.NewWriter(out, canonical)
-	var docs atomic.Int64
 	p := StartProgress(progress, Meter{
 		Label: "snapshot " + coll.Name(), Unit: "documents",
-		Done: docs.Load, Total: func() int64 { return total }, Bytes: out.BytesWritten,
+		Done: w.Docs, Total: func() int64 { return total }, Bytes: out.BytesWritten,
 	})
 	defer p.Stop()
 	// Sorting on _id walks the _id index: no in-memory sort, and _id never
@@ -121,10 +116,9 @@ func exportCollection(ctx context.Context, coll *mongo.Collection, path string, 
 		if err := w.Write(cur.Current); err != nil {
 			return mf, fmt.Errorf("%s: %w", path, err)
 		}
-		docs.Add(1)
 	}
 	if err := cur.Err(); err != nil {
-		return mf, fmt.Errorf("reading %s after %d documents: %w", coll.Name(), docs.Load(), err)
+		return mf, fmt.Errorf("reading %s after %d documents: %w", coll.Name(), w.Docs(), err)
 	}
 	if err := w.Flush(); err != nil {
 		return mf, fmt.Errorf("writing %s: %w", path, err)
@@ -132,6 +126,6 @@ func exportCollection(ctx context.Context, coll *mongo.Collection, path string, 
 	if err := out.Commit(); err != nil {
 		return mf, err
 	}
-	mf.Documents, mf.Bytes = docs.Load(), out.BytesWritten()
+	mf.Documents, mf.Bytes = w.Docs(), out.BytesWritten()
 	return mf, nil
 }

@@ -17,7 +17,7 @@ type File struct {
 	io.Reader
 	f    *os.File
 	gz   *gzip.Reader
-	read atomic.Int64 // bytes read from disk (compressed), for progress
+	read byteCounter // bytes read from disk (compressed), for progress
 	size int64
 }
 
@@ -34,7 +34,7 @@ func Open(path string) (*File, error) {
 		return nil, err
 	}
 	in := &File{f: f, size: st.Size()}
-	br := bufio.NewReader(&countingReader{r: f, n: &in.read})
+	br := bufio.NewReader(io.TeeReader(f, &in.read))
 	in.Reader = br
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
 		gz, err := gzip.NewReader(br)
@@ -63,15 +63,13 @@ func (f *File) Close() error {
 	return errors.Join(err, f.f.Close())
 }
 
-type countingReader struct {
-	r io.Reader
-	n *atomic.Int64
-}
+// byteCounter counts the bytes that pass through a tee, for progress;
+// safe to read from another goroutine.
+type byteCounter struct{ atomic.Int64 }
 
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n.Add(int64(n))
-	return n, err
+func (c *byteCounter) Write(p []byte) (int, error) {
+	c.Add(int64(len(p)))
+	return len(p), nil
 }
 
 // Output is a file being written by Create. It appears under its final name
@@ -82,7 +80,7 @@ type Output struct {
 	f       *os.File
 	gz      *gzip.Writer
 	path    string
-	written atomic.Int64
+	written byteCounter
 }
 
 // Create starts writing path, gzip-compressed when the name ends in ".gz".
@@ -92,7 +90,7 @@ func Create(path string) (*Output, error) {
 		return nil, err
 	}
 	o := &Output{f: f, path: path}
-	var w io.Writer = &countingWriter{w: f, n: &o.written}
+	var w io.Writer = io.MultiWriter(f, &o.written)
 	if strings.HasSuffix(path, ".gz") {
 		o.gz = gzip.NewWriter(w)
 		w = o.gz
@@ -125,15 +123,4 @@ func (o *Output) Commit() error {
 func (o *Output) Abort() {
 	o.f.Close()
 	os.Remove(o.f.Name())
-}
-
-type countingWriter struct {
-	w io.Writer
-	n *atomic.Int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n.Add(int64(n))
-	return n, err
 }

@@ -3,6 +3,7 @@ package extjson
 import (
 	"bytes"
 	"io"
+	"slices"
 )
 
 // lineTracker sits under the buffered reader and remembers where the
@@ -38,11 +39,7 @@ func (t *lineTracker) stop() { t.off, t.nl = true, nil }
 // lineAt returns the 1-based line of the byte at the decoder's offset off.
 // Calls must come with offsets that never decrease.
 func (t *lineTracker) lineAt(off int64) int {
-	abs := t.origin + off
-	i := 0
-	for i < len(t.nl) && t.nl[i] < abs {
-		i++
-	}
+	i, _ := slices.BinarySearch(t.nl, t.origin+off) // the newlines before off
 	t.counted += i
 	t.nl = t.nl[i:]
 	return t.counted + 1

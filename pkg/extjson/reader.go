@@ -111,26 +111,19 @@ func (r *Reader) Next() (bson.Raw, error) {
 // anything else is one document a line, where a bad line can be skipped.
 func (r *Reader) start() error {
 	r.started = true
-	for {
-		b, err := r.br.Peek(1)
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return io.EOF
-			}
-			return err
-		}
-		if !isSpace(b[0]) {
-			break
-		}
-		if b[0] == '\n' {
+	b, err := r.br.ReadByte()
+	for ; err == nil && isSpace(b); b, err = r.br.ReadByte() {
+		if b == '\n' {
 			r.next++
 		}
-		r.br.ReadByte()
 	}
-	b, _ := r.br.Peek(1)
-	if b[0] == '[' {
+	if err != nil {
+		return err // io.EOF for an input of blanks, as for an empty one
+	}
+	r.br.UnreadByte()
+	if b == '[' {
 		r.layout = LayoutArray
-	} else if first, ok := r.peekLine(); ok && string(first) == "{" {
+	} else if string(r.firstLine()) == "{" {
 		r.layout = LayoutConcatenated
 	}
 	if r.layout == LayoutLines {
@@ -150,21 +143,16 @@ func (r *Reader) start() error {
 	return nil
 }
 
-// peekLine returns the first line without consuming it; ok is false when it
-// is longer than the buffer (and so certainly not a lone '{').
-func (r *Reader) peekLine() (line []byte, ok bool) {
-	for n := 4096; ; n *= 2 {
-		b, err := r.br.Peek(min(n, r.br.Size()))
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			return bytes.TrimSpace(b[:i]), true
-		}
-		if err != nil { // the file is one line
-			return bytes.TrimSpace(b), true
-		}
-		if len(b) == r.br.Size() {
-			return nil, false
-		}
+// firstLine returns the first line without consuming it, or nil when it is
+// longer than the buffer (and so certainly not a lone '{').
+func (r *Reader) firstLine() []byte {
+	b, err := r.br.Peek(r.br.Size())
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		b = b[:i]
+	} else if err == nil {
+		return nil
 	}
+	return bytes.TrimSpace(b) // err != nil: the file is one line
 }
 
 func (r *Reader) nextLine() (bson.Raw, error) {
