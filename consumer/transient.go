@@ -6,6 +6,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
+
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
 // transientCodes are server errors that say "not now" about the server, not
@@ -19,7 +21,8 @@ var transientCodes = map[int32]bool{
 }
 
 // transient reports whether err says MongoDB was unreachable, slow or
-// electing rather than that this user's refresh is broken. A transient failure
+// electing (or the embedded server overloaded: servertraits.Overloaded)
+// rather than that this user's refresh is broken. A transient failure
 // is retried with backoff but never counts towards MAX_ATTEMPTS: an outage
 // must not dead-letter a healthy backlog.
 func transient(err error) bool {
@@ -30,7 +33,7 @@ func transient(err error) bool {
 		return true
 	}
 	var sse topology.ServerSelectionError
-	if errors.As(err, &sse) {
+	if errors.As(err, &sse) || servertraits.Overloaded(err) {
 		return true
 	}
 	var le mongo.LabeledError
