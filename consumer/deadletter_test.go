@@ -361,7 +361,7 @@ func TestUnwritableDeadLetterHoldsBackNothing(t *testing.T) {
 	// claim round right now, they are not flushed again.
 	var again []malformed
 	for _, bad := range res.malformed {
-		if idKey(bad.ID) != idKey("m-good") {
+		if IDKey(bad.ID) != IDKey("m-good") {
 			again = append(again, bad)
 		}
 	}

@@ -139,3 +139,17 @@ func idString(v bson.RawValue) string {
 	}
 	return v.String()
 }
+
+// findAll reads every document of coll that filter matches; what says which
+// read failed, in its error.
+func findAll[T any](ctx context.Context, coll *mongo.Collection, filter any, opts *options.FindOptionsBuilder, what string) ([]T, error) {
+	cur, err := coll.Find(ctx, filter, opts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	var docs []T
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return docs, nil
+}
