@@ -383,7 +383,7 @@ const maxErrs = 3
 func (m *mover) fail(b deadLetter, err error) {
 	m.failed = append(m.failed, b)
 	if len(m.errs) < maxErrs {
-		m.errs = append(m.errs, fmt.Errorf("entry %v: %w", shortID(b.ID), err))
+		m.errs = append(m.errs, fmt.Errorf("entry %v: %w", prefix(fmt.Sprint(b.ID), 64), err))
 	}
 }
 
@@ -773,11 +773,6 @@ func prefix(s string, n int) string {
 		cut--
 	}
 	return s[:cut]
-}
-
-// shortID renders an _id for an error message, at most 64 bytes of it.
-func shortID(id any) string {
-	return prefix(fmt.Sprint(id), 64)
 }
 
 // IDKey makes any _id usable as a map key by its BSON type and bytes.

@@ -128,8 +128,7 @@ type DeadLetterList struct {
 }
 
 // storedDeadLetter is what the operator commands read of a dead letter:
-// the fields that identify the entry and the deadLetter subdocument, never
-// the whole document, which a producer may have made huge.
+// the fields that identify the entry and the deadLetter subdocument.
 type storedDeadLetter struct {
 	ID         bson.RawValue           `bson:"_id"`
 	Username   bson.RawValue           `bson:"username"`
@@ -246,10 +245,8 @@ func Purge(ctx context.Context, dead *mongo.Collection, f Filter, limit int64, b
 		if len(ids) == 0 {
 			return deleted, nil
 		}
-		res, err := dead.BulkWrite(ctx, deleteByID(ids), options.BulkWrite().SetOrdered(false))
-		if res != nil {
-			deleted += res.DeletedCount
-		}
+		gone, err := deleteByID(ctx, dead, ids)
+		deleted += gone
 		if err != nil {
 			return deleted, fmt.Errorf("deleting %d dead letters: %w", len(ids), err)
 		}
@@ -276,12 +273,18 @@ func readIDs(ctx context.Context, coll *mongo.Collection, filter bson.D, n int64
 	return ids, nil
 }
 
-// deleteByID is one statement per _id: plain _id equality is an index
-// lookup on every server (FerretDB pushes down nothing else).
-func deleteByID(ids bson.A) []mongo.WriteModel {
+// deleteByID deletes coll's documents with these _ids in one command, a
+// statement per _id: plain _id equality is an index lookup on every server
+// (FerretDB pushes down nothing else). It returns how many it deleted, on
+// an error too.
+func deleteByID(ctx context.Context, coll *mongo.Collection, ids bson.A) (int64, error) {
 	models := make([]mongo.WriteModel, len(ids))
 	for i, id := range ids {
 		models[i] = mongo.NewDeleteOneModel().SetFilter(bson.D{{Key: "_id", Value: id}})
 	}
-	return models
+	res, err := coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	if res == nil {
+		return 0, err
+	}
+	return res.DeletedCount, err
 }

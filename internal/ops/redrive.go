@@ -193,7 +193,15 @@ func redriveBatch(ctx context.Context, colls Collections, batch []bson.Raw, now 
 			return err
 		}
 	}
-	return removeDeadLetters(ctx, colls.DeadLetter, done, res)
+	if len(done) == 0 {
+		return nil
+	}
+	removed, err := deleteByID(ctx, colls.DeadLetter, done)
+	res.Removed += removed
+	if err != nil {
+		return fmt.Errorf("deleting %d redriven dead letters: %w", len(done), err)
+	}
+	return nil
 }
 
 // insertEntries inserts docs unordered and returns the _ids now queued by
@@ -265,20 +273,6 @@ func redriveStamps(ctx context.Context, queue *mongo.Collection, ids bson.A) (ma
 		stamps[consumer.IDKey(d.Lookup("_id"))] = d.Lookup("redrive", "deadLetteredAt")
 	}
 	return stamps, nil
-}
-
-func removeDeadLetters(ctx context.Context, dead *mongo.Collection, ids bson.A, res *RedriveResult) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	r, err := dead.BulkWrite(ctx, deleteByID(ids), options.BulkWrite().SetOrdered(false))
-	if r != nil {
-		res.Removed += r.DeletedCount
-	}
-	if err != nil {
-		return fmt.Errorf("deleting %d redriven dead letters: %w", len(ids), err)
-	}
-	return nil
 }
 
 // dryRunBatch reports what the batch would do: its _ids already in the
