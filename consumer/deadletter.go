@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
@@ -93,7 +94,7 @@ func (d *deadLane) addMalformed(ms []malformed) {
 	now := d.serverTime.Now()
 	d.mu.Lock()
 	for _, m := range ms {
-		k := idKey(m.ID)
+		k := IDKey(m.ID)
 		if r, ok := d.deadRetry[k]; ok && now.Before(r.notBefore) {
 			continue // its dead letter failed recently: it waits its turn in the queue
 		}
@@ -259,13 +260,13 @@ const maxDeadRetries = 10_000
 func (c *deadLane) noteDeadLetters(batch, failed []deadLetter) {
 	bad := make(map[string]bool, len(failed))
 	for _, b := range failed {
-		bad[idKey(b.ID)] = true
+		bad[IDKey(b.ID)] = true
 	}
 	now := c.serverTime.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, b := range batch {
-		k := idKey(b.ID)
+		k := IDKey(b.ID)
 		r, known := c.deadRetry[k]
 		switch {
 		case b.User != "":
@@ -312,7 +313,7 @@ func (d *deadLetterer) move(ctx context.Context, batch []deadLetter, now time.Ti
 	m := &mover{d: d, now: now, want: make(map[string]deadLetter, len(batch)), counts: map[string]int{}}
 	ids := make(bson.A, 0, len(batch))
 	for _, b := range batch {
-		k := idKey(b.ID)
+		k := IDKey(b.ID)
 		if _, dup := m.want[k]; !dup {
 			m.want[k] = b
 			ids = append(ids, b.ID)
@@ -382,7 +383,7 @@ const maxErrs = 3
 func (m *mover) fail(b deadLetter, err error) {
 	m.failed = append(m.failed, b)
 	if len(m.errs) < maxErrs {
-		m.errs = append(m.errs, fmt.Errorf("entry %v: %w", shortID(b.ID), err))
+		m.errs = append(m.errs, fmt.Errorf("entry %v: %w", prefix(fmt.Sprint(b.ID), 64), err))
 	}
 }
 
@@ -398,7 +399,7 @@ func (m *mover) stored(p pendingCopy, inserted bool) {
 // gathered so far first when this one would take them past insertBatchBytes.
 // orig is only valid during the call.
 func (m *mover) add(ctx context.Context, orig bson.Raw) error {
-	k := idKey(orig.Lookup("_id"))
+	k := IDKey(orig.Lookup("_id"))
 	b, ok := m.want[k]
 	if !ok {
 		return nil
@@ -497,11 +498,11 @@ func (m *mover) keepDistinct(ctx context.Context, dups []pendingCopy) error {
 	ids := make(bson.A, len(dups))
 	for i, p := range dups {
 		ids[i] = p.b.ID
-		byKey[idKey(p.b.ID)] = p
+		byKey[IDKey(p.b.ID)] = p
 	}
 	moved := make(map[string]bool, len(dups))
 	err := m.d.read(ctx, m.d.dead, ids, func(_ context.Context, stored bson.Raw) error {
-		k := idKey(stored.Lookup("_id"))
+		k := IDKey(stored.Lookup("_id"))
 		if p, ok := byKey[k]; ok && same(stored, p.doc) {
 			moved[k] = true
 		}
@@ -518,7 +519,7 @@ func (m *mover) keepDistinct(ctx context.Context, dups []pendingCopy) error {
 	}
 	var renamed []pendingCopy
 	for _, p := range dups {
-		if moved[idKey(p.b.ID)] {
+		if moved[IDKey(p.b.ID)] {
 			m.stored(p, false)
 			continue
 		}
@@ -661,25 +662,36 @@ func renamedDeadLetter(doc bson.Raw) (bson.Raw, error) {
 	return bson.Marshal(d)
 }
 
+// DeadLetterInfo is the deadLetter subdocument of a stored dead letter: why
+// and when its entry left the queue. The consumer writes it; the operator
+// commands read it.
+type DeadLetterInfo struct {
+	Reason   string    `bson:"reason"`
+	At       time.Time `bson:"at"`
+	Attempts int32     `bson:"attempts"`
+	Error    string    `bson:"error"`
+	// Only a reduced copy (reason too_large) has these.
+	OriginalReason string `bson:"originalReason,omitempty"`
+	OriginalSize   int64  `bson:"originalSize,omitempty"`
+	OmittedStrings int32  `bson:"omittedStrings,omitempty"`
+	// OriginalID is the entry's _id when its copy is stored under a fresh
+	// one (see keepDistinct).
+	OriginalID bson.RawValue `bson:"originalId,omitempty"`
+}
+
 // deadLetterDoc builds the copy of orig to store: the original whole with a
 // deadLetter subdocument, or, when that would be larger than limit, the
 // reduced form (see reducedDeadLetter) with reason too_large.
 func deadLetterDoc(orig bson.Raw, b deadLetter, now time.Time, limit int) (bson.Raw, string, error) {
-	verdict := bson.D{
-		{Key: "reason", Value: b.Reason},
-		{Key: "at", Value: now},
-		{Key: "attempts", Value: int32(b.Attempts)},
-		{Key: "error", Value: prefix(b.Detail, keptStringBytes)},
-	}
-	size, err := wholeSize(orig, verdict)
+	verdict := DeadLetterInfo{Reason: b.Reason, At: now, Attempts: int32(b.Attempts), Error: prefix(b.Detail, keptStringBytes)}
+	doc, err := withDeadLetter(orig, verdict)
 	if err != nil {
 		return nil, "", err
 	}
-	if size <= limit {
-		doc, err := withDeadLetter(orig, verdict)
-		return doc, b.Reason, err
+	if len(doc) <= limit {
+		return doc, b.Reason, nil
 	}
-	doc, err := reducedDeadLetter(orig, b, verdict, len(orig))
+	doc, err = reducedDeadLetter(orig, b, verdict, len(orig))
 	if err != nil {
 		return nil, "", err
 	}
@@ -689,46 +701,25 @@ func deadLetterDoc(orig bson.Raw, b deadLetter, now time.Time, limit int) (bson.
 	return doc, metrics.ReasonTooLarge, nil
 }
 
-// wholeSize is the size orig would have with verdict as its deadLetter,
-// computed without building it.
-func wholeSize(orig bson.Raw, verdict bson.D) (int, error) {
-	elems, err := orig.Elements()
-	if err != nil {
-		return 0, fmt.Errorf("reading entry to dead-letter: %w", err)
-	}
-	sub, err := bson.Marshal(bson.D{{Key: "deadLetter", Value: verdict}})
-	if err != nil {
-		return 0, fmt.Errorf("encoding dead letter: %w", err)
-	}
-	size := len(orig) + len(sub) - 5 // sub's own length prefix and terminator
-	for _, e := range elems {
-		if e.Key() == "deadLetter" {
-			size -= len(e)
-		}
-	}
-	return size, nil
-}
-
 // withDeadLetter appends {deadLetter: verdict} to the original document,
-// every original field kept as it was.
-func withDeadLetter(orig bson.Raw, verdict bson.D) (bson.Raw, error) {
+// every original field kept byte for byte (copied, never decoded).
+func withDeadLetter(orig bson.Raw, verdict DeadLetterInfo) (bson.Raw, error) {
 	elems, err := orig.Elements()
 	if err != nil {
 		return nil, fmt.Errorf("reading entry to dead-letter: %w", err)
 	}
-	doc := make(bson.D, 0, len(elems)+1)
-	for _, e := range elems {
-		if e.Key() == "deadLetter" {
-			continue // a replayed dead letter gets a fresh verdict
-		}
-		doc = append(doc, bson.E{Key: e.Key(), Value: e.Value()})
-	}
-	doc = append(doc, bson.E{Key: "deadLetter", Value: verdict})
-	raw, err := bson.Marshal(doc)
+	sub, err := bson.Marshal(verdict)
 	if err != nil {
 		return nil, fmt.Errorf("encoding dead letter: %w", err)
 	}
-	return raw, nil
+	fields := make([][]byte, 0, len(elems)+1)
+	for _, e := range elems {
+		if e.Key() != "deadLetter" { // a replayed dead letter gets a fresh verdict
+			fields = append(fields, e)
+		}
+	}
+	fields = append(fields, bsoncore.AppendDocumentElement(nil, "deadLetter", sub))
+	return bsoncore.BuildDocumentFromElements(nil, fields...), nil
 }
 
 // reducedDeadLetter is what is kept of an entry too large to store whole:
@@ -736,7 +727,7 @@ func withDeadLetter(orig bson.Raw, verdict bson.D) (bson.Raw, error) {
 // 1 MiB in all), and in deadLetter its reason too_large, the reason it was
 // dead-lettered for (originalReason), its size in bytes (originalSize) and
 // how many string fields did not fit (omittedStrings).
-func reducedDeadLetter(orig bson.Raw, b deadLetter, verdict bson.D, size int) (bson.Raw, error) {
+func reducedDeadLetter(orig bson.Raw, b deadLetter, verdict DeadLetterInfo, size int) (bson.Raw, error) {
 	elems, err := orig.Elements()
 	if err != nil {
 		return nil, fmt.Errorf("reading entry to dead-letter: %w", err)
@@ -761,14 +752,8 @@ func reducedDeadLetter(orig bson.Raw, b deadLetter, verdict bson.D, size int) (b
 			doc = append(doc, bson.E{Key: k, Value: v})
 		}
 	}
-	verdict = append(bson.D{}, verdict...)
-	verdict[0].Value = metrics.ReasonTooLarge
-	verdict = append(verdict,
-		bson.E{Key: "originalReason", Value: b.Reason},
-		bson.E{Key: "originalSize", Value: int64(size)})
-	if omitted > 0 {
-		verdict = append(verdict, bson.E{Key: "omittedStrings", Value: int32(omitted)})
-	}
+	verdict.Reason, verdict.OriginalReason, verdict.OriginalSize = metrics.ReasonTooLarge, b.Reason, int64(size)
+	verdict.OmittedStrings = int32(omitted)
 	doc = append(doc, bson.E{Key: "deadLetter", Value: verdict})
 	raw, err := bson.Marshal(doc)
 	if err != nil {
@@ -790,13 +775,8 @@ func prefix(s string, n int) string {
 	return s[:cut]
 }
 
-// shortID renders an _id for an error message, at most 64 bytes of it.
-func shortID(id any) string {
-	return prefix(fmt.Sprint(id), 64)
-}
-
-// idKey makes any _id usable as a map key by its BSON type and bytes.
-func idKey(v any) string {
+// IDKey makes any _id usable as a map key by its BSON type and bytes.
+func IDKey(v any) string {
 	switch x := v.(type) {
 	case bson.RawValue:
 		return string(rune(x.Type)) + string(x.Value)

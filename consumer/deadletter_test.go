@@ -92,23 +92,14 @@ func bsonSize(t *testing.T, doc bson.D) int {
 	return len(raw)
 }
 
-// verdict is a stored dead letter's deadLetter subdocument.
-type verdict struct {
-	Reason         string `bson:"reason"`
-	OriginalReason string `bson:"originalReason"`
-	OriginalSize   int64  `bson:"originalSize"`
-	Attempts       int    `bson:"attempts"`
-	Error          string `bson:"error"`
-}
-
-func deadLetterOf(t *testing.T, b *testBundle, id any) (bson.Raw, verdict) {
+func deadLetterOf(t *testing.T, b *testBundle, id any) (bson.Raw, DeadLetterInfo) {
 	t.Helper()
 	var raw bson.Raw
 	if err := b.colls.DeadLetter.FindOne(t.Context(), bson.D{{Key: "_id", Value: id}}).Decode(&raw); err != nil {
 		t.Fatalf("dead letter %.40v: %v", id, err)
 	}
 	var dl struct {
-		V verdict `bson:"deadLetter"`
+		V DeadLetterInfo `bson:"deadLetter"`
 	}
 	if err := bson.Unmarshal(raw, &dl); err != nil {
 		t.Fatal(err)
@@ -241,7 +232,7 @@ func TestTooLargeDeadLetterIsStoredReduced(t *testing.T) {
 	}
 
 	raw, v := deadLetterOf(t, b, "huge")
-	want := verdict{Reason: metrics.ReasonTooLarge, OriginalReason: metrics.ReasonMalformed, OriginalSize: int64(bsonSize(t, bad))}
+	want := DeadLetterInfo{Reason: metrics.ReasonTooLarge, OriginalReason: metrics.ReasonMalformed, OriginalSize: int64(bsonSize(t, bad))}
 	if v.Reason != want.Reason || v.OriginalReason != want.OriginalReason || v.OriginalSize != want.OriginalSize || v.Error == "" {
 		t.Errorf("deadLetter = %+v, want %+v and an error", v, want)
 	}
@@ -361,7 +352,7 @@ func TestUnwritableDeadLetterHoldsBackNothing(t *testing.T) {
 	// claim round right now, they are not flushed again.
 	var again []malformed
 	for _, bad := range res.malformed {
-		if idKey(bad.ID) != idKey("m-good") {
+		if IDKey(bad.ID) != IDKey("m-good") {
 			again = append(again, bad)
 		}
 	}

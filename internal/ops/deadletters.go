@@ -11,6 +11,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/scorerefresh/scorerefresh/consumer"
 )
 
 // Filter selects dead letters. The zero Filter selects all of them.
@@ -125,17 +127,13 @@ type DeadLetterList struct {
 	DeadLetters   []DeadLetterRow `json:"deadLetters"`
 }
 
-type deadLetterRowDoc struct {
-	ID         bson.RawValue `bson:"_id"`
-	Username   bson.RawValue `bson:"username"`
-	CreatedAt  bson.RawValue `bson:"createdAt"`
-	DeadLetter struct {
-		Reason     string        `bson:"reason"`
-		At         time.Time     `bson:"at"`
-		Attempts   int           `bson:"attempts"`
-		Error      string        `bson:"error"`
-		OriginalID bson.RawValue `bson:"originalId"`
-	} `bson:"deadLetter"`
+// storedDeadLetter is what the operator commands read of a dead letter:
+// the fields that identify the entry and the deadLetter subdocument.
+type storedDeadLetter struct {
+	ID         bson.RawValue           `bson:"_id"`
+	Username   bson.RawValue           `bson:"username"`
+	CreatedAt  bson.RawValue           `bson:"createdAt"`
+	DeadLetter consumer.DeadLetterInfo `bson:"deadLetter"`
 }
 
 // ListDeadLetters returns the newest limit dead letters matching f, and how
@@ -143,18 +141,14 @@ type deadLetterRowDoc struct {
 func ListDeadLetters(ctx context.Context, dead *mongo.Collection, f Filter, limit int, exactLimit int64) (*DeadLetterList, error) {
 	l := &DeadLetterList{SchemaVersion: SchemaVersion, Kind: "deadletters.list", Filter: f, Limit: limit, DeadLetters: []DeadLetterRow{}}
 	var err error
-	if l.Matching, l.MatchingExact, err = countUpTo(ctx, dead, f.BSON(), exactLimit); err != nil {
-		return nil, fmt.Errorf("counting dead letters (%s): %w", f, err)
+	if l.Matching, l.MatchingExact, err = CountDeadLetters(ctx, dead, f, exactLimit); err != nil {
+		return nil, err
 	}
-	cur, err := dead.Find(ctx, f.BSON(), options.Find().SetSort(bson.D{{Key: "deadLetter.at", Value: -1}}).
+	docs, err := findAll[storedDeadLetter](ctx, dead, f.BSON(), options.Find().SetSort(bson.D{{Key: "deadLetter.at", Value: -1}}).
 		SetLimit(int64(limit)).SetBatchSize(int32(limit)).
-		SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}, {Key: "deadLetter", Value: 1}}))
+		SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}, {Key: "deadLetter", Value: 1}}), fmt.Sprintf("reading %d dead letters (%s)", limit, f))
 	if err != nil {
-		return nil, fmt.Errorf("reading %d dead letters (%s): %w", limit, f, err)
-	}
-	var docs []deadLetterRowDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("reading %d dead letters (%s): %w", limit, f, err)
+		return nil, err
 	}
 	for _, d := range docs {
 		l.DeadLetters = append(l.DeadLetters, rowOf(d))
@@ -162,10 +156,10 @@ func ListDeadLetters(ctx context.Context, dead *mongo.Collection, f Filter, limi
 	return l, nil
 }
 
-func rowOf(d deadLetterRowDoc) DeadLetterRow {
+func rowOf(d storedDeadLetter) DeadLetterRow {
 	r := DeadLetterRow{
 		ID: idString(d.ID), Reason: d.DeadLetter.Reason, At: d.DeadLetter.At,
-		Attempts: d.DeadLetter.Attempts, Error: clip(d.DeadLetter.Error, 1024), OriginalID: idString(d.DeadLetter.OriginalID),
+		Attempts: int(d.DeadLetter.Attempts), Error: clip(d.DeadLetter.Error, 1024), OriginalID: idString(d.DeadLetter.OriginalID),
 	}
 	if u, ok := d.Username.StringValueOK(); ok {
 		u = clip(u, 300)
@@ -210,15 +204,11 @@ var numeric = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?$`)
 // _id (a renamed copy), is one of ids.
 func ShowDeadLetters(ctx context.Context, dead *mongo.Collection, ids bson.A) ([]bson.Raw, error) {
 	in := bson.D{{Key: "$in", Value: ids}}
-	cur, err := dead.Find(ctx, bson.D{{Key: "$or", Value: bson.A{
+	docs, err := findAll[bson.Raw](ctx, dead, bson.D{{Key: "$or", Value: bson.A{
 		bson.D{{Key: "_id", Value: in}}, bson.D{{Key: "deadLetter.originalId", Value: in}},
-	}}}, options.Find().SetLimit(100))
+	}}}, options.Find().SetLimit(100), fmt.Sprintf("reading dead letter %v", ids))
 	if err != nil {
-		return nil, fmt.Errorf("reading dead letter %v: %w", ids, err)
-	}
-	var docs []bson.Raw
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("reading dead letter %v: %w", ids, err)
+		return nil, err
 	}
 	return docs, nil
 }
@@ -255,10 +245,8 @@ func Purge(ctx context.Context, dead *mongo.Collection, f Filter, limit int64, b
 		if len(ids) == 0 {
 			return deleted, nil
 		}
-		res, err := dead.BulkWrite(ctx, deleteByID(ids), options.BulkWrite().SetOrdered(false))
-		if res != nil {
-			deleted += res.DeletedCount
-		}
+		gone, err := deleteByID(ctx, dead, ids)
+		deleted += gone
 		if err != nil {
 			return deleted, fmt.Errorf("deleting %d dead letters: %w", len(ids), err)
 		}
@@ -273,15 +261,10 @@ func Purge(ctx context.Context, dead *mongo.Collection, f Filter, limit int64, b
 }
 
 func readIDs(ctx context.Context, coll *mongo.Collection, filter bson.D, n int64) (bson.A, error) {
-	cur, err := coll.Find(ctx, filter, options.Find().SetLimit(n).SetBatchSize(int32(n)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	docs, err := findAll[storedDeadLetter](ctx, coll, filter, options.Find().SetLimit(n).SetBatchSize(int32(n)).SetProjection(bson.D{{Key: "_id", Value: 1}}),
+		fmt.Sprintf("reading %d dead letter ids", n))
 	if err != nil {
-		return nil, fmt.Errorf("reading %d dead letter ids: %w", n, err)
-	}
-	var docs []struct {
-		ID bson.RawValue `bson:"_id"`
-	}
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("reading %d dead letter ids: %w", n, err)
+		return nil, err
 	}
 	ids := make(bson.A, len(docs))
 	for i, d := range docs {
@@ -290,12 +273,18 @@ func readIDs(ctx context.Context, coll *mongo.Collection, filter bson.D, n int64
 	return ids, nil
 }
 
-// deleteByID is one statement per _id: plain _id equality is an index
-// lookup on every server (FerretDB pushes down nothing else).
-func deleteByID(ids bson.A) []mongo.WriteModel {
+// deleteByID deletes coll's documents with these _ids in one command, a
+// statement per _id: plain _id equality is an index lookup on every server
+// (FerretDB pushes down nothing else). It returns how many it deleted, on
+// an error too.
+func deleteByID(ctx context.Context, coll *mongo.Collection, ids bson.A) (int64, error) {
 	models := make([]mongo.WriteModel, len(ids))
 	for i, id := range ids {
 		models[i] = mongo.NewDeleteOneModel().SetFilter(bson.D{{Key: "_id", Value: id}})
 	}
-	return models
+	res, err := coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	if res == nil {
+		return 0, err
+	}
+	return res.DeletedCount, err
 }

@@ -86,17 +86,10 @@ func Doctor(ctx context.Context, cfg DoctorConfig) *DoctorReport {
 		return r
 	}
 	ix := newIndexCache(cfg.Colls.DB, names)
-	for _, c := range indexChecks(ctx, cfg, ix) {
-		r.add(c)
-	}
-	for _, c := range planChecks(ctx, cfg, ix, info) {
-		r.add(c)
-	}
-	for _, c := range sourceChecks(ctx, cfg, ix) {
-		r.add(c)
-	}
-	for _, c := range privilegeChecks(ctx, cfg) {
-		r.add(c)
+	for _, checks := range [][]Check{indexChecks(ctx, cfg, ix), planChecks(ctx, cfg, ix, info), sourceChecks(ctx, cfg, ix), privilegeChecks(ctx, cfg)} {
+		for _, c := range checks {
+			r.add(c)
+		}
 	}
 	return r
 }

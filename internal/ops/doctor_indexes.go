@@ -20,7 +20,6 @@ type indexInfo struct {
 	Name      string
 	Keys      []string // "field:1", "field:-1", "field:hashed", in order
 	TTL       bool
-	Partial   bool
 	Collation string // the index's collation locale; "" when it has none (binary)
 }
 
@@ -56,8 +55,7 @@ func (ix *indexCache) list(ctx context.Context, coll string) ([]indexInfo, error
 		info := indexInfo{Keys: keyList(d.Lookup("key"))}
 		info.Name, _ = d.Lookup("name").StringValueOK()
 		_, ttlErr := d.LookupErr("expireAfterSeconds")
-		_, partialErr := d.LookupErr("partialFilterExpression")
-		info.TTL, info.Partial = ttlErr == nil, partialErr == nil
+		info.TTL = ttlErr == nil
 		info.Collation, _ = d.Lookup("collation", "locale").StringValueOK()
 		out = append(out, info)
 	}

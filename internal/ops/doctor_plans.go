@@ -183,7 +183,7 @@ func explainQuery(ctx context.Context, cfg DoctorConfig, q consumer.DoctorQuery,
 			cmd = append(slices.Clone(cmd), bson.E{Key: "hint", Value: servertraits.IndexName(q.Hints[i])}) // by name, as the pipeline hints
 		}
 		raw, err := cfg.Colls.DB.RunCommand(ctx, bson.D{{Key: "explain", Value: cmd}, {Key: "verbosity", Value: "queryPlanner"}}).Raw()
-		if hinted && isBadHint(err) {
+		if hinted && servertraits.RefusesHint(err) { // the error on which the pipeline moves to its next hint
 			refused = append(refused, "{"+strings.Join(keyList(q.Hints[i]), ", ")+"}")
 			continue
 		}
@@ -206,10 +206,6 @@ func explainQuery(ctx context.Context, cfg DoctorConfig, q consumer.DoctorQuery,
 		return status, detail, fix
 	}
 }
-
-// isBadHint reports the server's answer to a hint naming no index it has
-// (BadValue), the error on which the pipeline moves to its next hint.
-func isBadHint(err error) bool { return servertraits.RefusesHint(err) }
 
 func planVerdict(p plan, q consumer.DoctorQuery, want []string, ferret bool) (status, detail, fix string) {
 	wantDesc := "{" + strings.Join(want, ", ") + "}"

@@ -17,15 +17,12 @@ import (
 // heldLeases reads up to limit live, held leases (the leaseUntil index) and
 // groups them per owner.
 func heldLeases(ctx context.Context, claims *mongo.Collection, now time.Time, limit int) (LeaseStatus, error) {
-	cur, err := claims.Find(ctx, consumer.HeldFilter(now),
+	docs, err := findAll[consumer.LeaseDoc](ctx, claims, consumer.HeldFilter(now),
 		options.Find().SetLimit(int64(limit)+1).SetBatchSize(int32(min(limit+1, 100_000))).
-			SetProjection(bson.D{{Key: "token", Value: 1}, {Key: "owner", Value: 1}, {Key: "leaseUntil", Value: 1}, {Key: "claimedAt", Value: 1}}))
+			SetProjection(bson.D{{Key: "token", Value: 1}, {Key: "owner", Value: 1}, {Key: "leaseUntil", Value: 1}, {Key: "claimedAt", Value: 1}}),
+		"reading held leases")
 	if err != nil {
-		return LeaseStatus{}, fmt.Errorf("reading held leases: %w", err)
-	}
-	var docs []consumer.LeaseDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return LeaseStatus{}, fmt.Errorf("reading held leases: %w", err)
+		return LeaseStatus{}, err
 	}
 	s := LeaseStatus{Truncated: len(docs) > limit}
 	if s.Truncated {
@@ -74,14 +71,10 @@ func backoffs(ctx context.Context, claims *mongo.Collection, now time.Time, opts
 	if s.Count, s.CountExact, err = countUpTo(ctx, claims, filter, opts.ExactLimit); err != nil {
 		return s, fmt.Errorf("counting users backing off: %w", err)
 	}
-	cur, err := claims.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "leaseUntil", Value: 1}}).SetLimit(int64(opts.Top)).
-		SetProjection(bson.D{{Key: "token", Value: 1}, {Key: "leaseUntil", Value: 1}, {Key: "attempts", Value: 1}, {Key: "lastError", Value: 1}}))
+	docs, err := findAll[consumer.LeaseDoc](ctx, claims, filter, options.Find().SetSort(bson.D{{Key: "leaseUntil", Value: 1}}).SetLimit(int64(opts.Top)).
+		SetProjection(bson.D{{Key: "token", Value: 1}, {Key: "leaseUntil", Value: 1}, {Key: "attempts", Value: 1}, {Key: "lastError", Value: 1}}), "reading users backing off")
 	if err != nil {
-		return s, fmt.Errorf("reading users backing off: %w", err)
-	}
-	var docs []consumer.LeaseDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return s, fmt.Errorf("reading users backing off: %w", err)
+		return s, err
 	}
 	s.Users = []Backoff{}
 	for _, d := range docs {
@@ -104,14 +97,11 @@ func annotateLeases(ctx context.Context, claims *mongo.Collection, users []UserE
 	for i, u := range users {
 		names[i] = u.Username
 	}
-	cur, err := claims.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}}},
-		options.Find().SetProjection(bson.D{{Key: "token", Value: 1}, {Key: "owner", Value: 1}, {Key: "leaseUntil", Value: 1}}))
+	docs, err := findAll[consumer.LeaseDoc](ctx, claims, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}}},
+		options.Find().SetProjection(bson.D{{Key: "token", Value: 1}, {Key: "owner", Value: 1}, {Key: "leaseUntil", Value: 1}}),
+		"reading the top users' leases")
 	if err != nil {
-		return fmt.Errorf("reading the top users' leases: %w", err)
-	}
-	var docs []consumer.LeaseDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return fmt.Errorf("reading the top users' leases: %w", err)
+		return err
 	}
 	byUser := map[string]consumer.LeaseDoc{}
 	for _, d := range docs {

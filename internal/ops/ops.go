@@ -97,7 +97,7 @@ func ServerTime(ctx context.Context, db *mongo.Database) (server, local time.Tim
 // countUpTo counts filter's documents exactly while they are at most limit,
 // reading at most limit+1 index keys; past that it reports limit+1, not exact.
 func countUpTo(ctx context.Context, coll *mongo.Collection, filter bson.D, limit int64) (n int64, exact bool, err error) {
-	n, err = coll.CountDocuments(ctx, filter, countLimit(limit+1))
+	n, err = coll.CountDocuments(ctx, filter, options.Count().SetLimit(limit+1))
 	if err != nil {
 		return 0, false, err
 	}
@@ -124,8 +124,6 @@ func depth(ctx context.Context, coll *mongo.Collection, limit int64) (n int64, e
 	return n, true, nil
 }
 
-func countLimit(n int64) *options.CountOptionsBuilder { return options.Count().SetLimit(n) }
-
 // idString renders any _id for a human or a JSON field: an ObjectId as its
 // hex, a string as itself, anything else as relaxed Extended JSON.
 func idString(v bson.RawValue) string {
@@ -138,4 +136,18 @@ func idString(v bson.RawValue) string {
 		return ""
 	}
 	return v.String()
+}
+
+// findAll reads every document of coll that filter matches; what says which
+// read failed, in its error.
+func findAll[T any](ctx context.Context, coll *mongo.Collection, filter any, opts *options.FindOptionsBuilder, what string) ([]T, error) {
+	cur, err := coll.Find(ctx, filter, opts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	var docs []T
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return docs, nil
 }

@@ -97,14 +97,6 @@ func rates(first, second rateSample, arrived int64) Rates {
 	return r
 }
 
-// deadLetterView is the projection the windowed dead-letter reads take.
-type deadLetterView struct {
-	DeadLetter struct {
-		Reason string    `bson:"reason"`
-		At     time.Time `bson:"at"`
-	} `bson:"deadLetter"`
-}
-
 // deadLetterStatus counts the dead letters, dates the oldest and newest (the
 // deadLetter.at index, one document each) and groups the newest opts.Window
 // by reason.
@@ -120,15 +112,11 @@ func deadLetterStatus(ctx context.Context, dead *mongo.Collection, opts StatusOp
 	if s.NewestAt, err = deadLetterEdge(ctx, dead, -1); err != nil {
 		return s, err
 	}
-	cur, err := dead.Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "deadLetter.at", Value: -1}}).
+	docs, err := findAll[storedDeadLetter](ctx, dead, bson.D{}, options.Find().SetSort(bson.D{{Key: "deadLetter.at", Value: -1}}).
 		SetLimit(int64(opts.Window)).SetBatchSize(int32(opts.Window)).
-		SetProjection(bson.D{{Key: "deadLetter.reason", Value: 1}, {Key: "deadLetter.at", Value: 1}}))
+		SetProjection(bson.D{{Key: "deadLetter.reason", Value: 1}, {Key: "deadLetter.at", Value: 1}}), fmt.Sprintf("reading the newest %d dead letters", opts.Window))
 	if err != nil {
-		return s, fmt.Errorf("reading the newest %d dead letters: %w", opts.Window, err)
-	}
-	var docs []deadLetterView
-	if err := cur.All(ctx, &docs); err != nil {
-		return s, fmt.Errorf("reading the newest %d dead letters: %w", opts.Window, err)
+		return s, err
 	}
 	s.Read = len(docs)
 	s.WholeSet = len(docs) < opts.Window || int64(len(docs)) >= s.Count
@@ -137,7 +125,7 @@ func deadLetterStatus(ctx context.Context, dead *mongo.Collection, opts StatusOp
 }
 
 func deadLetterEdge(ctx context.Context, dead *mongo.Collection, dir int) (*time.Time, error) {
-	var d deadLetterView
+	var d storedDeadLetter
 	err := dead.FindOne(ctx, bson.D{{Key: "deadLetter.at", Value: bson.D{{Key: "$type", Value: "date"}}}},
 		options.FindOne().SetSort(bson.D{{Key: "deadLetter.at", Value: dir}}).SetProjection(bson.D{{Key: "deadLetter.at", Value: 1}})).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
@@ -149,7 +137,7 @@ func deadLetterEdge(ctx context.Context, dead *mongo.Collection, dir int) (*time
 	return &d.DeadLetter.At, nil
 }
 
-func groupByReason(docs []deadLetterView) []ReasonStatus {
+func groupByReason(docs []storedDeadLetter) []ReasonStatus {
 	by := map[string]*ReasonStatus{}
 	for _, d := range docs {
 		reason := cmp.Or(d.DeadLetter.Reason, "(none)")

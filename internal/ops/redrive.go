@@ -11,6 +11,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/scorerefresh/scorerefresh/consumer"
 )
 
 // Unredrivable are the dead-letter reasons redrive skips unless forced: a
@@ -191,7 +193,15 @@ func redriveBatch(ctx context.Context, colls Collections, batch []bson.Raw, now 
 			return err
 		}
 	}
-	return removeDeadLetters(ctx, colls.DeadLetter, done, res)
+	if len(done) == 0 {
+		return nil
+	}
+	removed, err := deleteByID(ctx, colls.DeadLetter, done)
+	res.Removed += removed
+	if err != nil {
+		return fmt.Errorf("deleting %d redriven dead letters: %w", len(done), err)
+	}
+	return nil
 }
 
 // insertEntries inserts docs unordered and returns the _ids now queued by
@@ -239,7 +249,7 @@ func ownedByRedrive(ctx context.Context, queue *mongo.Collection, batch []bson.R
 	var ours bson.A
 	for _, di := range dups {
 		id := batch[di].Lookup("_id")
-		if stamp, ok := stamps[idKey(id)]; ok && sameValue(stamp, deadLetteredAt(batch[di])) {
+		if sameValue(stamps[consumer.IDKey(id)], deadLetteredAt(batch[di])) {
 			ours = append(ours, id)
 			res.AlreadyQueued++
 			continue
@@ -250,39 +260,19 @@ func ownedByRedrive(ctx context.Context, queue *mongo.Collection, batch []bson.R
 	return ours, nil
 }
 
-// redriveStamps maps each queued _id to its redrive.deadLetteredAt (a
-// missing stamp maps to nothing).
+// redriveStamps maps each _id in the queue to its redrive.deadLetteredAt,
+// the zero value for an entry without one.
 func redriveStamps(ctx context.Context, queue *mongo.Collection, ids bson.A) (map[string]bson.RawValue, error) {
-	cur, err := queue.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
-		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "redrive.deadLetteredAt", Value: 1}}))
+	docs, err := findAll[bson.Raw](ctx, queue, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "redrive.deadLetteredAt", Value: 1}}), fmt.Sprintf("reading %d queue entries already there", len(ids)))
 	if err != nil {
-		return nil, fmt.Errorf("reading %d queue entries already there: %w", len(ids), err)
-	}
-	var docs []bson.Raw
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("reading %d queue entries already there: %w", len(ids), err)
+		return nil, err
 	}
 	stamps := map[string]bson.RawValue{}
 	for _, d := range docs {
-		if v, err := d.LookupErr("redrive", "deadLetteredAt"); err == nil {
-			stamps[idKey(d.Lookup("_id"))] = v
-		}
+		stamps[consumer.IDKey(d.Lookup("_id"))] = d.Lookup("redrive", "deadLetteredAt")
 	}
 	return stamps, nil
-}
-
-func removeDeadLetters(ctx context.Context, dead *mongo.Collection, ids bson.A, res *RedriveResult) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	r, err := dead.BulkWrite(ctx, deleteByID(ids), options.BulkWrite().SetOrdered(false))
-	if r != nil {
-		res.Removed += r.DeletedCount
-	}
-	if err != nil {
-		return fmt.Errorf("deleting %d redriven dead letters: %w", len(ids), err)
-	}
-	return nil
 }
 
 // dryRunBatch reports what the batch would do: its _ids already in the
@@ -292,16 +282,12 @@ func dryRunBatch(ctx context.Context, queue *mongo.Collection, batch []bson.Raw,
 	if err != nil {
 		return err
 	}
-	present, err := presentIDs(ctx, queue, ids)
-	if err != nil {
-		return err
-	}
 	for _, d := range batch {
 		id := d.Lookup("_id")
-		switch stamp, stamped := stamps[idKey(id)]; {
-		case stamped && sameValue(stamp, deadLetteredAt(d)):
+		switch stamp, present := stamps[consumer.IDKey(id)]; {
+		case present && sameValue(stamp, deadLetteredAt(d)):
 			res.AlreadyQueued++
-		case present[idKey(id)]:
+		case present:
 			res.Conflicts++
 			res.problem("%s: the queue holds a different entry under this _id", idString(id))
 		default:
@@ -309,22 +295,6 @@ func dryRunBatch(ctx context.Context, queue *mongo.Collection, batch []bson.Raw,
 		}
 	}
 	return nil
-}
-
-func presentIDs(ctx context.Context, queue *mongo.Collection, ids bson.A) (map[string]bool, error) {
-	cur, err := queue.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
-	if err != nil {
-		return nil, fmt.Errorf("looking up %d _ids in the queue: %w", len(ids), err)
-	}
-	var docs []bson.Raw
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("looking up %d _ids in the queue: %w", len(ids), err)
-	}
-	present := map[string]bool{}
-	for _, d := range docs {
-		present[idKey(d.Lookup("_id"))] = true
-	}
-	return present, nil
 }
 
 // Requeued is the queue entry a dead letter becomes: every original field,
@@ -384,9 +354,6 @@ func originalCreatedAt(dl bson.Raw) any {
 	}
 	return nil
 }
-
-// idKey makes any _id usable as a map key by its BSON type and bytes.
-func idKey(v bson.RawValue) string { return string(rune(v.Type)) + string(v.Value) }
 
 func sameValue(a, b bson.RawValue) bool {
 	return a.Type == b.Type && string(a.Value) == string(b.Value)

@@ -203,16 +203,12 @@ type windowEntry struct {
 // topUsers reads the oldest opts.Window entries (the claim window's index,
 // in one reply) and ranks their users, then reads those users' leases.
 func topUsers(ctx context.Context, colls Collections, opts StatusOptions, depth int64, now time.Time) (TopUsers, error) {
-	cur, err := colls.Queue.Find(ctx, bson.D{}, options.Find().
+	window, err := findAll[windowEntry](ctx, colls.Queue, bson.D{}, options.Find().
 		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
 		SetLimit(int64(opts.Window)).SetBatchSize(int32(opts.Window)).
-		SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}))
+		SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}), fmt.Sprintf("reading the oldest %d entries", opts.Window))
 	if err != nil {
-		return TopUsers{}, fmt.Errorf("reading the oldest %d entries: %w", opts.Window, err)
-	}
-	var window []windowEntry
-	if err := cur.All(ctx, &window); err != nil {
-		return TopUsers{}, fmt.Errorf("reading the oldest %d entries: %w", opts.Window, err)
+		return TopUsers{}, err
 	}
 	t := rankUsers(window, opts.Top)
 	t.WholeQueue = len(window) < opts.Window || int64(len(window)) >= depth
