@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"flag"
 	"fmt"
 	"io"
@@ -107,22 +108,13 @@ func (f *dlFlags) parse(args []string, minLimit, minBatch int, stdout io.Writer)
 	until, err2 := ops.ParseTime(f.until, now)
 	switch {
 	case err1 != nil || err2 != nil:
-		return ops.Filter{}, cli.Refuse(f.fs, "--since/--until %v", firstErr(err1, err2)), false
+		return ops.Filter{}, cli.Refuse(f.fs, "--since/--until %v", cmp.Or(err1, err2)), false
 	case f.limit < int64(minLimit):
 		return ops.Filter{}, cli.Refuse(f.fs, "--limit must be at least %d", minLimit), false
 	case f.batch < minBatch:
 		return ops.Filter{}, cli.Refuse(f.fs, "--batch must be at least %d", minBatch), false
 	}
 	return ops.Filter{Reasons: f.reasons, User: f.user, Since: since, Until: until}, 0, true
-}
-
-func firstErr(errs ...error) error {
-	for _, e := range errs {
-		if e != nil {
-			return e
-		}
-	}
-	return nil
 }
 
 func runDeadLettersList(args, environ []string, stdout, stderr io.Writer) int {
