@@ -177,8 +177,5 @@ func demo(ctx context.Context, cfg config.Config, o demoOptions, stdout, stderr 
 		return nil
 	}
 	p.summary(len(b.entries), b.distinctUsers())
-	if o.scorer != "" {
-		return verifyExample(ctx, svc, b, stdout)
-	}
-	return verify(ctx, svc, b, stdout)
+	return verify(ctx, svc, b, o.scorer != "", stdout)
 }
