@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/scorerefresh/scorerefresh/internal/cli"
+	"github.com/scorerefresh/scorerefresh/internal/plancmd"
 	"github.com/scorerefresh/scorerefresh/service"
 )
 
@@ -86,7 +87,9 @@ func runWith(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) 
 	case "doctor":
 		return runDoctor(args[1:], environ, stdout, stderr)
 	case "plan":
-		return runPlan(args[1:], environ, stdout, stderr)
+		// The bench runs the same command in process to validate it, hence
+		// internal/plancmd.
+		return plancmd.Run(args[1:], environ, stdout, stderr)
 	case "version", "--version":
 		return runVersion(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
