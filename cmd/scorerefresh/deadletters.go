@@ -129,10 +129,8 @@ func runDeadLettersList(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	defer done()
 	l, err := ops.ListDeadLetters(ctx, env.Colls.DeadLetter, filter, int(f.limit), 100_000)
-	if err == nil && f.asJSON {
-		err = writeJSON(stdout, l)
-	} else if err == nil {
-		err = writeDeadLetterList(stdout, l, env.Colls.DeadLetter.Name())
+	if err == nil {
+		err = output(stdout, f.asJSON, l, func() error { return writeDeadLetterList(stdout, l, env.Colls.DeadLetter.Name()) })
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", f.name, err)
@@ -266,12 +264,7 @@ func runRedrive(args, environ []string, stdout, stderr io.Writer) int {
 		writeRedrive(stderr, res, env.Colls.DeadLetter.Name())
 		return 1
 	}
-	if f.asJSON {
-		err = writeJSON(stdout, res)
-	} else {
-		err = writeRedrive(stdout, res, env.Colls.DeadLetter.Name())
-	}
-	if err != nil {
+	if err := output(stdout, f.asJSON, res, func() error { return writeRedrive(stdout, res, env.Colls.DeadLetter.Name()) }); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", f.name, err)
 		return 1
 	}
@@ -355,14 +348,14 @@ func runPurge(args, environ []string, stdin io.Reader, stdout, stderr io.Writer)
 			return 1
 		}
 	}
-	if f.asJSON {
-		err = writeJSON(stdout, res)
-	} else if f.dryRun {
-		_, err = fmt.Fprintf(stdout, "dry run: would delete %s\n", what)
-	} else {
-		_, err = fmt.Fprintf(stdout, "deleted %d of %s\n", res.Deleted, what)
+	summary := fmt.Sprintf("deleted %d of %s\n", res.Deleted, what)
+	if f.dryRun {
+		summary = fmt.Sprintf("dry run: would delete %s\n", what)
 	}
-	if err != nil {
+	if output(stdout, f.asJSON, res, func() error {
+		_, err := io.WriteString(stdout, summary)
+		return err
+	}) != nil {
 		return 1
 	}
 	return 0
