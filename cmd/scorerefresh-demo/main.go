@@ -82,12 +82,11 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	if o.cpuProf != "" {
 		f, err := os.Create(o.cpuProf)
-		if err != nil {
-			fmt.Fprintf(stderr, "scorerefresh-demo: %v\n", err)
-			return 2
+		if err == nil {
+			defer f.Close()
+			err = pprof.StartCPUProfile(f)
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
+		if err != nil {
 			fmt.Fprintf(stderr, "scorerefresh-demo: %v\n", err)
 			return 2
 		}
