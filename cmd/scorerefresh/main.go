@@ -87,8 +87,6 @@ func runWith(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) 
 	case "doctor":
 		return runDoctor(args[1:], environ, stdout, stderr)
 	case "plan":
-		// The bench runs the same command in process to validate it, hence
-		// internal/plancmd.
 		return plancmd.Run(args[1:], environ, stdout, stderr)
 	case "version", "--version":
 		return runVersion(args[1:], stdout, stderr)
