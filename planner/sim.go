@@ -154,7 +154,7 @@ type replica struct {
 	held                 int
 	waiting              []work // claimed, waiting for a refresh slot
 	running              int
-	claiming, idle       bool
+	idle                 bool
 	wakePending, backlog bool
 	outcomes             []work
 	flushing, armed      bool
@@ -174,12 +174,12 @@ type sim struct {
 	now float64
 	v   float64
 
-	arrived, deleted, initial, initialLeft int
-	pending, live                          skipList
-	userPending                            [][]int32
-	heldBy                                 []int32
-	mark                                   []int32
-	stamp                                  int32
+	arrived, deleted, initialLeft int
+	pending, live                 skipList
+	userPending                   [][]int32
+	heldBy                        []int32
+	mark                          []int32
+	stamp                         int32
 
 	inFlight      int
 	rttFactor     float64
@@ -205,11 +205,10 @@ func newSim(c Config, s Server, entries []Entry, users int) *sim {
 		userPending: make([][]int32, users), heldBy: make([]int32, users), mark: make([]int32, users)}
 	for _, e := range entries {
 		if e.Arrive <= 0 {
-			m.initial++
+			m.initialLeft++
 		}
 	}
-	m.initialLeft = m.initial
-	if m.initial == 0 {
+	if m.initialLeft == 0 {
 		m.clearAt = 0
 	}
 	return m
@@ -376,7 +375,6 @@ func (m *sim) tryClaim(r *replica) {
 	for _, u := range users {
 		m.heldBy[u] = r.id
 	}
-	r.claiming = true
 	// The window and absorb read the queue: an index read on MongoDB, a
 	// scan of every queued entry where the server has no such index.
 	scan := 2 * float64(m.arrived-m.deleted) * m.s.ScanCost
@@ -405,7 +403,6 @@ func (m *sim) window(room int) (users []int32, full bool) {
 
 func (m *sim) claimDone(w *op) {
 	r := w.rep
-	r.claiming = false
 	works := make([]work, 0, len(w.users))
 	for _, u := range w.users {
 		ents := m.userPending[u]

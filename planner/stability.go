@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -197,18 +198,8 @@ func NewMix(counts []int) Mix {
 	for n, users := range byCount {
 		m.groups = append(m.groups, shareGroup{share: (1 - m.New) * float64(n) / float64(total), users: users})
 	}
-	slices.SortFunc(m.groups, func(a, b shareGroup) int { return -cmpFloat(a.share, b.share) })
+	slices.SortFunc(m.groups, func(a, b shareGroup) int { return cmp.Compare(b.share, a.share) })
 	return m
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Demand is the refreshes a second that rate entries a second need when an
@@ -237,20 +228,9 @@ func (m Mix) SustainableRate(capacity, wait float64) float64 {
 	if m.New == 0 && float64(m.Users)/math.Max(wait, 1e-9) <= capacity {
 		return math.Inf(1)
 	}
-	lo, hi := 0.0, capacity
-	for m.Demand(hi, wait) <= capacity {
-		lo, hi = hi, hi*2
-		if hi > 1e12 {
-			return math.Inf(1)
-		}
-	}
-	for range 100 {
-		mid := (lo + hi) / 2
-		if m.Demand(mid, wait) <= capacity {
-			lo = mid
-		} else {
-			hi = mid
-		}
+	lo, _, ok := bisect(capacity, 1e12, func(r float64) bool { return m.Demand(r, wait) <= capacity })
+	if !ok {
+		return math.Inf(1)
 	}
 	return lo
 }
@@ -266,20 +246,30 @@ func (m Mix) SettledWait(rate, capacity float64) float64 {
 	if rate*m.New >= capacity {
 		return math.Inf(1)
 	}
-	lo, hi := 0.0, 1.0
-	for m.Demand(rate, hi) > capacity {
+	_, hi, ok := bisect(1, 1e9, func(w float64) bool { return m.Demand(rate, w) > capacity })
+	if !ok {
+		return math.Inf(1)
+	}
+	return hi
+}
+
+// bisect narrows down where below turns false, below being true at 0: it
+// doubles hi from start until below(hi) is false (ok false once hi passes
+// limit), then halves [lo, hi] a hundred times.
+func bisect(start, limit float64, below func(float64) bool) (lo, hi float64, ok bool) {
+	hi = start
+	for below(hi) {
 		lo, hi = hi, hi*2
-		if hi > 1e9 {
-			return math.Inf(1)
+		if hi > limit {
+			return 0, 0, false
 		}
 	}
 	for range 100 {
-		mid := (lo + hi) / 2
-		if m.Demand(rate, mid) > capacity {
+		if mid := (lo + hi) / 2; below(mid) {
 			lo = mid
 		} else {
 			hi = mid
 		}
 	}
-	return hi
+	return lo, hi, true
 }

@@ -82,12 +82,11 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	if o.cpuProf != "" {
 		f, err := os.Create(o.cpuProf)
-		if err != nil {
-			fmt.Fprintf(stderr, "scorerefresh-demo: %v\n", err)
-			return 2
+		if err == nil {
+			defer f.Close()
+			err = pprof.StartCPUProfile(f)
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
+		if err != nil {
 			fmt.Fprintf(stderr, "scorerefresh-demo: %v\n", err)
 			return 2
 		}
@@ -177,8 +176,5 @@ func demo(ctx context.Context, cfg config.Config, o demoOptions, stdout, stderr 
 		return nil
 	}
 	p.summary(len(b.entries), b.distinctUsers())
-	if o.scorer != "" {
-		return verifyExample(ctx, svc, b, stdout)
-	}
-	return verify(ctx, svc, b, stdout)
+	return verify(ctx, svc, b, o.scorer != "", stdout)
 }

@@ -1,25 +1,19 @@
 package main
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
-
-	"go.mongodb.org/mongo-driver/v2/bson"
-
-	"github.com/scorerefresh/scorerefresh/internal/app"
-	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
 // scorerExample is --scorer-example: which example scorer of examples/ the
@@ -93,16 +87,25 @@ func startScorerExample(ctx context.Context, which scorerExample, uri, db string
 	if err != nil {
 		return nil, nil, err
 	}
-	listening := make(chan string, 1)
 	s.cmd.Env = append(os.Environ(), "MONGODB_URI="+uri, "MONGODB_DATABASE="+db, "SCORER_TOKEN="+s.token, "PORT=0", "LISTEN=127.0.0.1")
-	s.cmd.Stdout = &firstLine{line: listening}
-	s.cmd.Stderr = stderr
+	// The first line it prints is where it listens; the rest is dropped.
+	pr, pw := io.Pipe()
+	s.cmd.Stdout, s.cmd.Stderr = pw, stderr
 	if err := s.cmd.Start(); err != nil {
 		return nil, nil, fmt.Errorf("starting the %s example scorer: %w", which, err)
 	}
+	listening := make(chan string, 1)
+	go func() {
+		out := bufio.NewReader(pr)
+		if line, err := out.ReadString('\n'); err == nil {
+			listening <- strings.TrimSpace(line)
+		}
+		_, _ = io.Copy(io.Discard, out)
+	}()
 	runCtx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		err := s.cmd.Wait()
+		pw.Close()
 		cancel(&scorerExitError{which, err})
 		close(s.done)
 	}()
@@ -212,76 +215,4 @@ func repoRoot() (string, error) {
 			return "", fmt.Errorf("--scorer-example runs the scorers of examples/: run it inside the repository (not found above %s)", wd)
 		}
 	}
-}
-
-// firstLine hands the first line written to it over, and drops the rest.
-type firstLine struct {
-	buf  []byte
-	line chan<- string
-	done bool
-}
-
-func (f *firstLine) Write(p []byte) (int, error) {
-	if !f.done {
-		f.buf = append(f.buf, p...)
-		if i := bytes.IndexByte(f.buf, '\n'); i >= 0 {
-			f.line <- strings.TrimSpace(string(f.buf[:i]))
-			f.done, f.buf = true, nil
-		}
-	}
-	return len(p), nil
-}
-
-// verifyExample checks every user's stored score against what the example
-// scorers compute from the source data the score was read at: two points
-// per activity document at or before refreshedAt plus their points.
-func verifyExample(ctx context.Context, svc *app.Service, b *backlog, out io.Writer) error {
-	var activity []struct {
-		User   string        `bson:"username"`
-		Points bson.RawValue `bson:"points"`
-		At     time.Time     `bson:"at"`
-	}
-	cur, err := svc.DB.Collection("user_activity").Find(ctx, bson.D{})
-	if err == nil {
-		err = cur.All(ctx, &activity)
-	}
-	if err != nil {
-		return fmt.Errorf("reading user_activity to verify: %w", err)
-	}
-	var docs []scoring.ScoreDoc
-	cur, err = svc.DB.Collection("user_scores").Find(ctx, bson.D{})
-	if err == nil {
-		err = cur.All(ctx, &docs)
-	}
-	if err != nil {
-		return fmt.Errorf("reading scores to verify: %w", err)
-	}
-	got := map[string]scoring.ScoreDoc{}
-	for _, d := range docs {
-		got[d.Username] = d
-	}
-	events, points := map[string]float64{}, map[string]float64{}
-	for _, a := range activity {
-		if d, ok := got[a.User]; ok && !a.At.After(d.RefreshedAt) {
-			p, _ := a.Points.AsFloat64OK()
-			events[a.User]++
-			points[a.User] += p
-		}
-	}
-	wrong := 0
-	for user := range b.want {
-		d, ok := got[user]
-		want := 2*events[user] + points[user]
-		if !ok || math.Abs(d.Score-want) > 1e-9 || d.Components["events"] != events[user] || math.Abs(d.Components["points"]-points[user]) > 1e-9 {
-			if wrong < 5 {
-				fmt.Fprintf(out, "  WRONG: %s scored %v %v, want %v (events %v, points %v)\n", user, d.Score, d.Components, want, events[user], points[user])
-			}
-			wrong++
-		}
-	}
-	if wrong > 0 {
-		return fmt.Errorf("%d of %d scores are wrong", wrong, len(b.want))
-	}
-	fmt.Fprintf(out, "verified: all %d scores equal the example scorer's (2 per activity document plus its points)\n", len(b.want))
-	return nil
 }

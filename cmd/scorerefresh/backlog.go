@@ -47,7 +47,11 @@ func runBacklog(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	sh, err := replay.ParseShape(*shape)
 	if err != nil || *out == "" || *entries <= 0 || *users <= 0 || *docs <= 0 || *span <= 0 {
-		return cli.Refuse(fs, "--out is required, --entries, --users, --docs-per-user and --span must be positive%s", errSuffix(err))
+		problem := "--out is required, --entries, --users, --docs-per-user and --span must be positive"
+		if err != nil {
+			problem += "; " + err.Error()
+		}
+		return cli.Refuse(fs, "%s", problem)
 	}
 	r := scoring.DefaultRules()
 	if *rules != "" {
@@ -78,11 +82,4 @@ func lookupEnv(environ []string, name string) string {
 		}
 	}
 	return ""
-}
-
-func errSuffix(err error) string {
-	if err == nil {
-		return ""
-	}
-	return "; " + err.Error()
 }

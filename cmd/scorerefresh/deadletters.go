@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"flag"
 	"fmt"
 	"io"
@@ -107,22 +108,13 @@ func (f *dlFlags) parse(args []string, minLimit, minBatch int, stdout io.Writer)
 	until, err2 := ops.ParseTime(f.until, now)
 	switch {
 	case err1 != nil || err2 != nil:
-		return ops.Filter{}, cli.Refuse(f.fs, "--since/--until %v", firstErr(err1, err2)), false
+		return ops.Filter{}, cli.Refuse(f.fs, "--since/--until %v", cmp.Or(err1, err2)), false
 	case f.limit < int64(minLimit):
 		return ops.Filter{}, cli.Refuse(f.fs, "--limit must be at least %d", minLimit), false
 	case f.batch < minBatch:
 		return ops.Filter{}, cli.Refuse(f.fs, "--batch must be at least %d", minBatch), false
 	}
 	return ops.Filter{Reasons: f.reasons, User: f.user, Since: since, Until: until}, 0, true
-}
-
-func firstErr(errs ...error) error {
-	for _, e := range errs {
-		if e != nil {
-			return e
-		}
-	}
-	return nil
 }
 
 func runDeadLettersList(args, environ []string, stdout, stderr io.Writer) int {
@@ -137,10 +129,8 @@ func runDeadLettersList(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	defer done()
 	l, err := ops.ListDeadLetters(ctx, env.Colls.DeadLetter, filter, int(f.limit), 100_000)
-	if err == nil && f.asJSON {
-		err = writeJSON(stdout, l)
-	} else if err == nil {
-		err = writeDeadLetterList(stdout, l, env.Colls.DeadLetter.Name())
+	if err == nil {
+		err = output(stdout, f.asJSON, l, func() error { return writeDeadLetterList(stdout, l, env.Colls.DeadLetter.Name()) })
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", f.name, err)
@@ -274,12 +264,7 @@ func runRedrive(args, environ []string, stdout, stderr io.Writer) int {
 		writeRedrive(stderr, res, env.Colls.DeadLetter.Name())
 		return 1
 	}
-	if f.asJSON {
-		err = writeJSON(stdout, res)
-	} else {
-		err = writeRedrive(stdout, res, env.Colls.DeadLetter.Name())
-	}
-	if err != nil {
+	if err := output(stdout, f.asJSON, res, func() error { return writeRedrive(stdout, res, env.Colls.DeadLetter.Name()) }); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", f.name, err)
 		return 1
 	}
@@ -363,14 +348,14 @@ func runPurge(args, environ []string, stdin io.Reader, stdout, stderr io.Writer)
 			return 1
 		}
 	}
-	if f.asJSON {
-		err = writeJSON(stdout, res)
-	} else if f.dryRun {
-		_, err = fmt.Fprintf(stdout, "dry run: would delete %s\n", what)
-	} else {
-		_, err = fmt.Fprintf(stdout, "deleted %d of %s\n", res.Deleted, what)
+	summary := fmt.Sprintf("deleted %d of %s\n", res.Deleted, what)
+	if f.dryRun {
+		summary = fmt.Sprintf("dry run: would delete %s\n", what)
 	}
-	if err != nil {
+	if output(stdout, f.asJSON, res, func() error {
+		_, err := io.WriteString(stdout, summary)
+		return err
+	}) != nil {
 		return 1
 	}
 	return 0

@@ -52,13 +52,7 @@ func runDoctor(args, environ []string, stdout, stderr io.Writer) int {
 		PoolSize: int(app.PoolSize(cfg)), PerReplica: app.ConnectionsPerReplica(cfg),
 		ClaimWindow: cfg.ClaimWindow, LeaseDuration: cfg.LeaseDuration,
 	})
-	var err error
-	if *asJSON {
-		err = writeJSON(stdout, r)
-	} else {
-		err = ops.WriteDoctor(stdout, r)
-	}
-	if err != nil {
+	if err := output(stdout, *asJSON, r, func() error { return ops.WriteDoctor(stdout, r) }); err != nil {
 		fmt.Fprintf(stderr, "scorerefresh doctor: %v\n", err)
 		return 1
 	}

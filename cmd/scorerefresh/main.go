@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/scorerefresh/scorerefresh/internal/cli"
+	"github.com/scorerefresh/scorerefresh/internal/plancmd"
 	"github.com/scorerefresh/scorerefresh/service"
 )
 
@@ -72,7 +73,10 @@ func runWith(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) 
 	}
 	switch args[0] {
 	case "run":
-		return runService(args[1:], environ, stdout, stderr)
+		// service.Run refuses every argument: a mistyped flag or a request
+		// for help must never start the service, since whoever types it may
+		// have production's environment loaded.
+		return service.Run(args[1:], environ, stdout, stderr, service.Options{Version: version, Revision: revision})
 	case "snapshot":
 		return runSnapshot(args[1:], environ, stdout, stderr)
 	case "replay":
@@ -86,7 +90,7 @@ func runWith(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) 
 	case "doctor":
 		return runDoctor(args[1:], environ, stdout, stderr)
 	case "plan":
-		return runPlan(args[1:], environ, stdout, stderr)
+		return plancmd.Run(args[1:], environ, stdout, stderr)
 	case "version", "--version":
 		return runVersion(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
@@ -95,14 +99,6 @@ func runWith(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) 
 	}
 	fmt.Fprintf(stderr, "scorerefresh: unknown command %q\n\n%s", args[0], usage)
 	return 2
-}
-
-// runService is `scorerefresh run` (service.Run, with the rules or
-// SCORER_URL). It refuses every argument: a mistyped flag or a request for
-// help must never start the service, since whoever types it may have
-// production's environment loaded.
-func runService(args, environ []string, stdout, stderr io.Writer) int {
-	return service.Run(args, environ, stdout, stderr, service.Options{Version: version, Revision: revision})
 }
 
 func runVersion(args []string, stdout, stderr io.Writer) int {

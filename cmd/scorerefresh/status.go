@@ -63,12 +63,7 @@ func runStatus(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "scorerefresh status: %v\n", err)
 		return 1
 	}
-	if *asJSON {
-		err = writeJSON(stdout, s)
-	} else {
-		err = ops.WriteStatus(stdout, s)
-	}
-	if err != nil {
+	if err := output(stdout, *asJSON, s, func() error { return ops.WriteStatus(stdout, s) }); err != nil {
 		fmt.Fprintf(stderr, "scorerefresh status: %v\n", err)
 		return 1
 	}
@@ -104,7 +99,11 @@ func openOps(name string, environ []string, timeout time.Duration, stderr io.Wri
 	}, 0
 }
 
-func writeJSON(w io.Writer, v any) error {
+// output prints v as one JSON document with asJSON, else as text prints it.
+func output(w io.Writer, asJSON bool, v any, text func() error) error {
+	if !asJSON {
+		return text()
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)

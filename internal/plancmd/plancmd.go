@@ -247,7 +247,10 @@ func writePlan(p *planner.Plan, o planOptions, stdout, stderr io.Writer) int {
 // input gathers the model's inputs: the backlog, the rules, the round trip
 // and the configuration.
 func (o *planOptions) input(ctx context.Context, cfg config.Config, stderr io.Writer) (planner.Input, error) {
-	rules, err := o.loadRules()
+	rules, err := scoring.DefaultRules(), error(nil)
+	if o.rules != "" {
+		rules, err = scoring.LoadRules(o.rules)
+	}
 	if err != nil {
 		return planner.Input{}, err
 	}
@@ -330,13 +333,6 @@ func autoBatch(kind string) int {
 		return 1
 	}
 	return 0
-}
-
-func (o *planOptions) loadRules() (*scoring.Rules, error) {
-	if o.rules == "" {
-		return scoring.DefaultRules(), nil
-	}
-	return scoring.LoadRules(o.rules)
 }
 
 // loadBacklog reads the backlog and returns it with a couple of hundred of
