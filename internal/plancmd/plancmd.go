@@ -1,6 +1,5 @@
 // Package plancmd is `plan`: the capacity planner's command line around
-// package planner. The production binary runs it, and the bench runs it in
-// process to validate its predictions against measured replays.
+// package planner, run by the production binary (`scorerefresh plan`).
 package plancmd
 
 import (
