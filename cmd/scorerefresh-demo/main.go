@@ -117,6 +117,22 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// withScorerExample starts the example scorer name names (none when
+// empty) on the server at uri and points cfg at it; the context it returns
+// ends if the scorer exits.
+func withScorerExample(ctx context.Context, cfg *config.Config, name scorerExample, uri string, stdout, stderr io.Writer) (context.Context, func(), error) {
+	if name == "" {
+		return ctx, func() {}, nil
+	}
+	scorer, scorerCtx, err := startScorerExample(ctx, name, uri, cfg.Database, stderr)
+	if err != nil {
+		return ctx, nil, err
+	}
+	cfg.ScorerURL, cfg.ScorerToken = scorer.url, scorer.token
+	fmt.Fprintf(stdout, "the %s example scorer at %s computes the scores\n", name, scorer.url)
+	return scorerCtx, scorer.stop, nil
+}
+
 func demo(ctx context.Context, cfg config.Config, o demoOptions, stdout, stderr io.Writer) error {
 	srv, err := embedmongo.Start(ctx, embedmongo.Config{Dir: o.dataDir})
 	if err != nil {
@@ -125,15 +141,11 @@ func demo(ctx context.Context, cfg config.Config, o demoOptions, stdout, stderr 
 	defer srv.Close()
 	cfg.MongoURI = srv.URI()
 	fmt.Fprintf(stdout, "embedded MongoDB-compatible server (FerretDB, SQLite) at %s\n", srv.URI())
-	if o.scorer != "" {
-		scorer, scorerCtx, err := startScorerExample(ctx, o.scorer, srv.URI(), cfg.Database, stderr)
-		if err != nil {
-			return err
-		}
-		defer scorer.stop()
-		ctx, cfg.ScorerURL, cfg.ScorerToken = scorerCtx, scorer.url, scorer.token
-		fmt.Fprintf(stdout, "the %s example scorer at %s computes the scores\n", o.scorer, scorer.url)
+	ctx, stopScorer, err := withScorerExample(ctx, &cfg, o.scorer, srv.URI(), stdout, stderr)
+	if err != nil {
+		return err
 	}
+	defer stopScorer()
 
 	level, _ := config.ParseLogLevel(cfg.LogLevel)
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))

@@ -272,31 +272,8 @@ func (o *planOptions) input(ctx context.Context, cfg config.Config, stderr io.Wr
 		EntryCost: o.entryCost.Seconds(), ScanCost: o.scanCost.Seconds()}
 	changeStreams := o.changeStreams
 	if o.measure {
-		want := measureCost{cost: !o.set["server-cost"] && o.comps == 0, workers: o.replicas * o.concurrency,
-			scan: !o.set["scan-cost"], window: o.window}
-		if !o.set["server-capacity"] && o.comps == 0 {
-			want.capacity = o.measureCapacity
-		}
-		m, err := conn.measure(ctx, o, cfg.QueueCollection, rules, users, want)
-		if err != nil {
+		if err := o.measured(ctx, conn, cfg, rules, users, &srv, &changeStreams, stderr); err != nil {
 			return planner.Input{}, err
-		}
-		fmt.Fprintln(stderr, m.describe())
-		srv.RTT = m.rtt
-		if !o.set["server-cost"] && m.costMeasured {
-			srv.Cost = m.cost
-		}
-		if m.capacity > 0 {
-			srv.Capacity = m.capacity
-		}
-		if !o.set["scan-cost"] && m.scanMeasured {
-			srv.ScanCost = m.scan
-		}
-		if !o.set["change-streams"] {
-			changeStreams = m.changeStreams
-		}
-		if !o.set["server-kind"] && m.kind != "" {
-			o.serverKind = m.kind
 		}
 	}
 	batch := cmp.Or(o.batch, autoBatch(o.serverKind))
@@ -309,6 +286,39 @@ func (o *planOptions) input(ctx context.Context, cfg config.Config, stderr io.Wr
 		Transient: planner.Transient{At: o.trAt.Seconds(), For: o.trFor.Seconds(), RTTFactor: o.trRTT, Burst: o.burst},
 	}
 	return in, nil
+}
+
+// measured replaces the server's figures the flags left unset with what
+// --measure found: the round trip, a query's cost and the server's
+// capacity, the scan cost, change streams and the server's kind.
+func (o *planOptions) measured(ctx context.Context, conn *planConn, cfg config.Config, rules *scoring.Rules, users []string, srv *planner.Server, changeStreams *bool, stderr io.Writer) error {
+	want := measureCost{cost: !o.set["server-cost"] && o.comps == 0, workers: o.replicas * o.concurrency,
+		scan: !o.set["scan-cost"], window: o.window}
+	if !o.set["server-capacity"] && o.comps == 0 {
+		want.capacity = o.measureCapacity
+	}
+	m, err := conn.measure(ctx, o, cfg.QueueCollection, rules, users, want)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stderr, m.describe())
+	srv.RTT = m.rtt
+	if !o.set["server-cost"] && m.costMeasured {
+		srv.Cost = m.cost
+	}
+	if m.capacity > 0 {
+		srv.Capacity = m.capacity
+	}
+	if !o.set["scan-cost"] && m.scanMeasured {
+		srv.ScanCost = m.scan
+	}
+	if !o.set["change-streams"] {
+		*changeStreams = m.changeStreams
+	}
+	if !o.set["server-kind"] && m.kind != "" {
+		o.serverKind = m.kind
+	}
+	return nil
 }
 
 // The servers --server-kind names.
