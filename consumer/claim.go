@@ -213,10 +213,10 @@ func (c *claimer) readWindow(ctx context.Context, now time.Time, exclude []strin
 	}
 	filter := windowFilter(nin, *c.filter, c.resume)
 	opts := options.Find().
-		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
+		SetSort(queueOrder).
 		SetLimit(int64(c.window)).
 		SetBatchSize(int32(c.window) + 1). // the whole window in one reply; +1 so the server closes the cursor (no getMore)
-		SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}})
+		SetProjection(entryProjection)
 	window, err := c.find(ctx, c.windowHints, filter, opts)
 	if err != nil && !*c.filter && isTooLarge(err) {
 		// Usernames of megabytes at the head: read them one reply each,
@@ -383,6 +383,13 @@ func isTooLarge(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "too large")
 }
 
+// queueOrder is the (createdAt, _id) order the claim queries read entries
+// in; entryProjection is what they read of each (rawEntry).
+var (
+	queueOrder      = bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}
+	entryProjection = bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}
+)
+
 // windowIndex is the queue index the claim window is read from.
 var windowIndex = bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}
 
@@ -415,7 +422,7 @@ func (c *claimer) scanMalformed(ctx context.Context, now time.Time, windowFull b
 	// Hinted: nothing in this filter bounds an index scan except createdAt,
 	// so only the window's index returns the head in order without a sort.
 	docs, err := c.find(ctx, c.windowHints, malformedFilter(bound), options.Find().
-		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
+		SetSort(queueOrder).
 		SetLimit(malformedScanLimit).
 		SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
@@ -507,10 +514,10 @@ func (c *claimer) absorb(ctx context.Context, won []lease, limit int) ([]work, [
 	raw, err := c.find(ctx, c.absorbHints,
 		bson.D{{Key: "username", Value: bson.D{{Key: "$in", Value: names}}}},
 		options.Find().
-			SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
+			SetSort(queueOrder).
 			SetLimit(int64(limit)).
 			SetBatchSize(int32(limit)). // one reply unless it passes 16 MiB
-			SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}))
+			SetProjection(entryProjection))
 	if err != nil {
 		return nil, nil, err
 	}

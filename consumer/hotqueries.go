@@ -59,28 +59,26 @@ const (
 // the lease read's idIndex (blockedAmong). The ack delete is never hinted.
 func DoctorQueries(colls Collections, claimWindow int, now time.Time) []DoctorQuery {
 	probe := bson.A{"\x00scorerefresh-doctor"}
-	order := bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}
-	entry := bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}
 	return []DoctorQuery{
 		{HotQuery: HotQuery{Name: QueryClaimWindow, Coll: colls.Queue, Index: IndexClaimWindow, Command: bson.D{
 			{Key: "find", Value: colls.Queue.Name()},
 			{Key: "filter", Value: windowFilter([]string{"\x00scorerefresh-doctor"}, true, nil)},
-			{Key: "sort", Value: order}, {Key: "projection", Value: entry}, {Key: "limit", Value: int64(claimWindow)},
+			{Key: "sort", Value: queueOrder}, {Key: "projection", Value: entryProjection}, {Key: "limit", Value: int64(claimWindow)},
 		}}, Hints: []bson.D{windowIndex}, Covered: true},
 		{HotQuery: HotQuery{Name: QueryWindowPaged, Coll: colls.Queue, Index: IndexClaimWindow, Command: bson.D{
 			{Key: "find", Value: colls.Queue.Name()},
 			{Key: "filter", Value: windowFilter([]string{"\x00scorerefresh-doctor"}, true, &position{createdAt: now, id: objectIDValue(bson.NewObjectID())})},
-			{Key: "sort", Value: order}, {Key: "projection", Value: entry}, {Key: "limit", Value: int64(claimWindow)},
+			{Key: "sort", Value: queueOrder}, {Key: "projection", Value: entryProjection}, {Key: "limit", Value: int64(claimWindow)},
 		}}, Hints: []bson.D{windowIndex}, Covered: true},
 		{HotQuery: HotQuery{Name: QueryMalformed, Coll: colls.Queue, Index: IndexClaimWindow, Command: bson.D{
 			{Key: "find", Value: colls.Queue.Name()},
 			{Key: "filter", Value: malformedFilter(&now)},
-			{Key: "sort", Value: order}, {Key: "projection", Value: bson.D{{Key: "_id", Value: 1}}}, {Key: "limit", Value: int64(malformedScanLimit)},
+			{Key: "sort", Value: queueOrder}, {Key: "projection", Value: bson.D{{Key: "_id", Value: 1}}}, {Key: "limit", Value: int64(malformedScanLimit)},
 		}}, Hints: []bson.D{windowIndex}},
 		{HotQuery: HotQuery{Name: QueryAbsorb, Coll: colls.Queue, Index: IndexAbsorb, Command: bson.D{
 			{Key: "find", Value: colls.Queue.Name()},
 			{Key: "filter", Value: bson.D{{Key: "username", Value: bson.D{{Key: "$in", Value: probe}}}}},
-			{Key: "sort", Value: order}, {Key: "projection", Value: entry}, {Key: "limit", Value: int64(AbsorbLimit)},
+			{Key: "sort", Value: queueOrder}, {Key: "projection", Value: entryProjection}, {Key: "limit", Value: int64(AbsorbLimit)},
 		}}, Hints: []bson.D{absorbIndex, legacyAbsorbIndex}, Covered: true},
 		{HotQuery: HotQuery{Name: QueryAck, Coll: colls.Queue, Index: IDIndex, Command: bson.D{
 			{Key: "delete", Value: colls.Queue.Name()},
