@@ -75,8 +75,8 @@ type acker struct {
 }
 
 func (a *acker) add(o outcome) {
-	if outOfAttempts(o, a.maxAttempts) {
-		a.dead.add(o)
+	if !o.release && o.err != nil && !o.transient && o.work.lease.Attempts+1 >= a.maxAttempts {
+		a.dead.add(o) // out of attempts: its entries are dead-lettered
 		return
 	}
 	a.mu.Lock()
@@ -84,11 +84,6 @@ func (a *acker) add(o outcome) {
 	n := len(a.outcomes)
 	a.mu.Unlock()
 	a.flushes.added(n)
-}
-
-// outOfAttempts reports an outcome whose entries are to be dead-lettered.
-func outOfAttempts(o outcome, maxAttempts int) bool {
-	return !o.release && o.err != nil && !o.transient && o.work.lease.Attempts+1 >= maxAttempts
 }
 
 // run flushes until ctx ends; call flushAll after it for the final flush.

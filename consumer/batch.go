@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -66,23 +67,21 @@ func (g *batcher) add(works ...work) {
 }
 
 // take is called by a goroutine that holds one of limit slots: it returns
-// its batch, at most max users, or nothing when the others took them all
+// its batch, at most maxBatch users, or nothing when the others took them all
 // (the caller then gives its slot back). A non-empty batch holds its slot
 // until done.
-func (g *batcher) take(limit, max int) []work {
+func (g *batcher) take(limit, maxBatch int) []work {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if len(g.waiting) == 0 {
 		return nil
 	}
-	free := limit - g.running // this slot among them
-	if free < 1 {
-		free = 1 // the limit was just lowered under the batches running
-	}
-	n := min(max, (len(g.waiting)+free-1)/free)
-	out := make([]work, n)
-	copy(out, g.waiting)
-	g.waiting = append(g.waiting[:0], g.waiting[n:]...)
+	// This slot is among the free ones; at least one, as the limit may
+	// just have been lowered under the batches running.
+	free := max(1, limit-g.running)
+	n := min(maxBatch, (len(g.waiting)+free-1)/free)
+	out := slices.Clone(g.waiting[:n])
+	g.waiting = slices.Delete(g.waiting, 0, n)
 	g.running++
 	return out
 }
@@ -112,6 +111,6 @@ func (g *batcher) drop() []work {
 		return nil
 	}
 	w := g.waiting[0]
-	g.waiting = append(g.waiting[:0], g.waiting[1:]...)
+	g.waiting = slices.Delete(g.waiting, 0, 1)
 	return []work{w}
 }

@@ -14,11 +14,6 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
-// ChangeStreamConfig configures the change-stream wake-up source.
-type ChangeStreamConfig struct {
-	Clock clock.Clock // what retries wait on; default the wall clock
-}
-
 const (
 	// streamRetryAfter is how long after falling back to polling the
 	// stream is tried again.
@@ -51,15 +46,16 @@ type watchFunc func(ctx context.Context, resumeAfter bson.Raw) (changeStream, er
 // source, and tries again streamRetryAfter later. It is only ever a hint: the
 // consumer's poll stays on either way.
 type ChangeStreamSource struct {
-	cfg     ChangeStreamConfig
+	clock   clock.Clock // what retries wait on
 	watch   watchFunc
 	metrics *metrics.Consumer
 	log     *slog.Logger
 	active  string // metrics.WakeupChangeStream or metrics.WakeupPoll; "" before the first attempt
 }
 
-// NewChangeStreamSource watches inserts into queue.
-func NewChangeStreamSource(queue *mongo.Collection, cfg ChangeStreamConfig, m *metrics.Consumer, log *slog.Logger) *ChangeStreamSource {
+// NewChangeStreamSource watches inserts into queue; its retries wait on clk
+// (nil: the wall clock).
+func NewChangeStreamSource(queue *mongo.Collection, clk clock.Clock, m *metrics.Consumer, log *slog.Logger) *ChangeStreamSource {
 	pipeline := mongo.Pipeline{
 		{{Key: "$match", Value: bson.D{{Key: "operationType", Value: "insert"}}}},
 		{{Key: "$project", Value: bson.D{{Key: "_id", Value: 1}}}},
@@ -71,15 +67,14 @@ func NewChangeStreamSource(queue *mongo.Collection, cfg ChangeStreamConfig, m *m
 		}
 		return queue.Watch(ctx, pipeline, opts)
 	}
-	return newChangeStreamSource(watch, cfg, m, log)
+	return newChangeStreamSource(watch, clk, m, log)
 }
 
-func newChangeStreamSource(watch watchFunc, cfg ChangeStreamConfig, m *metrics.Consumer, log *slog.Logger) *ChangeStreamSource {
-	cfg.Clock = clock.Or(cfg.Clock)
+func newChangeStreamSource(watch watchFunc, clk clock.Clock, m *metrics.Consumer, log *slog.Logger) *ChangeStreamSource {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &ChangeStreamSource{cfg: cfg, watch: watch, metrics: m, log: log}
+	return &ChangeStreamSource{clock: clock.Or(clk), watch: watch, metrics: m, log: log}
 }
 
 // Run watches until ctx ends.
@@ -191,7 +186,7 @@ func (s *ChangeStreamSource) use(source string, why error) {
 }
 
 func (s *ChangeStreamSource) sleep(ctx context.Context, d time.Duration) bool {
-	return clock.Sleep(ctx, s.cfg.Clock, d) == nil
+	return clock.Sleep(ctx, s.clock, d) == nil
 }
 
 // unsupported reports a server without change streams: standalone mongod

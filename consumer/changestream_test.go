@@ -101,7 +101,7 @@ func TestChangeStreamResumesWithItsTokenAfterAnError(t *testing.T) {
 		func() (changeStream, error) { return &fakeStream{tokens: []string{"t3"}, err: reset}, nil },
 	}}
 	m := metrics.NewConsumer(prometheus.NewRegistry())
-	src := newChangeStreamSource(w.watch, ChangeStreamConfig{Clock: immediately()}, m, nil)
+	src := newChangeStreamSource(w.watch, immediately(), m, nil)
 	ctx, cancel := context.WithCancel(t.Context())
 	var wakes int
 	done := make(chan error)
@@ -139,7 +139,7 @@ func TestChangeStreamStartsAfreshAfterAnInvalidation(t *testing.T) {
 		func() (changeStream, error) { return &fakeStream{tokens: []string{"t4"}, err: reset}, nil },
 	}}
 	m := metrics.NewConsumer(prometheus.NewRegistry())
-	src := newChangeStreamSource(w.watch, ChangeStreamConfig{Clock: immediately()}, m, nil)
+	src := newChangeStreamSource(w.watch, immediately(), m, nil)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error)
 	go func() { done <- src.Run(ctx, func() {}) }()
@@ -178,7 +178,7 @@ func TestChangeStreamDropsATokenTheServerRefuses(t *testing.T) {
 				func() (changeStream, error) { return &fakeStream{tokens: []string{"t1"}, err: reset}, nil },
 				func() (changeStream, error) { return nil, refused },
 			}}
-			src := newChangeStreamSource(w.watch, ChangeStreamConfig{Clock: immediately()}, metrics.NewConsumer(prometheus.NewRegistry()), nil)
+			src := newChangeStreamSource(w.watch, immediately(), metrics.NewConsumer(prometheus.NewRegistry()), nil)
 			ctx, cancel := context.WithCancel(t.Context())
 			done := make(chan error)
 			go func() { done <- src.Run(ctx, func() {}) }()
@@ -197,7 +197,7 @@ func TestChangeStreamFallsBackToPollingAfterRepeatedFailures(t *testing.T) {
 	fail := func() (changeStream, error) { return nil, errors.New("server selection timeout") }
 	w := &scriptedWatch{done: make(chan struct{}), streams: slices.Repeat([]func() (changeStream, error){fail}, maxStreamFailures)}
 	m := metrics.NewConsumer(prometheus.NewRegistry())
-	src := newChangeStreamSource(w.watch, ChangeStreamConfig{Clock: immediately()}, m, nil)
+	src := newChangeStreamSource(w.watch, immediately(), m, nil)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error)
 	go func() { done <- src.Run(ctx, func() {}) }()
@@ -221,7 +221,7 @@ func TestChangeStreamFallsBackOnTheEmbeddedServer(t *testing.T) {
 	m := metrics.NewConsumer(prometheus.NewRegistry())
 	var logs logCounter
 	still := clocktest.NewFake(time.Now()) // the retry never comes
-	src := NewChangeStreamSource(b.colls.Queue, ChangeStreamConfig{Clock: still}, m, logs.logger())
+	src := NewChangeStreamSource(b.colls.Queue, still, m, logs.logger())
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error)
 	go func() { done <- src.Run(ctx, func() {}) }()

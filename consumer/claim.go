@@ -109,8 +109,7 @@ type claimer struct {
 	leases     *leaseStore
 	window     int
 	lease      time.Duration
-	serverTime clock.Nower // lease times are the server's
-	owner      string
+	serverTime clock.Nower   // lease times are the server's
 	scanEvery  time.Duration // malformed-entry scans at most this often
 
 	skip     map[string]time.Time // users known blocked, until when
@@ -137,15 +136,11 @@ type position struct {
 	id        bson.RawValue
 }
 
-// runOnce claims up to room users and absorbs at most absorbLimit entries.
+// round claims up to room users and absorbs at most absorbLimit entries.
 // exclude holds the users this consumer is already working on, whatever the
 // database says about their leases (one that expired during an outage must
 // not be won a second time by its holder).
-func (c *claimer) runOnce(ctx context.Context, room int, exclude map[string]struct{}) (*claimResult, error) {
-	return c.round(ctx, room, AbsorbLimit, exclude)
-}
-
-func (c *claimer) round(ctx context.Context, room, absorbLimit int, exclude map[string]struct{}) (*claimResult, error) {
+func (c *claimer) round(ctx context.Context, room, absorbLimit int, exclude []string) (*claimResult, error) {
 	if err := c.detect(ctx); err != nil {
 		return nil, err
 	}
@@ -168,7 +163,7 @@ func (c *claimer) round(ctx context.Context, room, absorbLimit int, exclude map[
 	}
 	candidates := c.remember(users, blocked, now)
 	c.page(res, len(candidates) == 0, last)
-	picks := spread(candidates, room, c.owner)
+	picks := spread(candidates, room, c.leases.owner)
 	if len(picks) == 0 {
 		return res, nil
 	}
@@ -207,11 +202,8 @@ func (c *claimer) leaseFor(ctx context.Context) time.Duration {
 }
 
 // readWindow reads the oldest entries of users that may be claimable.
-func (c *claimer) readWindow(ctx context.Context, now time.Time, exclude map[string]struct{}) ([]rawEntry, error) {
-	nin := make([]string, 0, len(exclude)+len(c.skip))
-	for u := range exclude {
-		nin = append(nin, u)
-	}
+func (c *claimer) readWindow(ctx context.Context, now time.Time, exclude []string) ([]rawEntry, error) {
+	nin := slices.Clone(exclude)
 	for u, until := range c.skip {
 		if until.After(now) {
 			nin = append(nin, u)
@@ -221,11 +213,16 @@ func (c *claimer) readWindow(ctx context.Context, now time.Time, exclude map[str
 	}
 	filter := windowFilter(nin, *c.filter, c.resume)
 	opts := options.Find().
-		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
+		SetSort(queueOrder).
 		SetLimit(int64(c.window)).
 		SetBatchSize(int32(c.window) + 1). // the whole window in one reply; +1 so the server closes the cursor (no getMore)
-		SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}})
-	window, err := c.find(ctx, filter, opts)
+		SetProjection(entryProjection)
+	window, err := c.find(ctx, c.windowHints, filter, opts)
+	if err != nil && !*c.filter && isTooLarge(err) {
+		// Usernames of megabytes at the head: read them one reply each,
+		// for this round only (the next finds them dead-lettered).
+		window, err = c.readBounded(ctx, filter, opts.SetBatchSize(1))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the oldest %d claimable entries: %w", c.window, err)
 	}
@@ -328,18 +325,14 @@ func malformedFilter(bound *time.Time) bson.D {
 	return filter
 }
 
-// find runs the window query, hinting the covered index: with a regex and a
-// $nin on username the planner could otherwise pick absorb's index
-// and sort in memory.
-func (c *claimer) find(ctx context.Context, filter bson.D, opts *options.FindOptionsBuilder) ([]rawEntry, error) {
-	out, err := c.readBounded(ctx, filter, opts.SetHint(c.windowHints.hint()))
-	for c.windowHints.refused(err) {
-		out, err = c.readBounded(ctx, filter, opts.SetHint(c.windowHints.hint()))
-	}
-	if err != nil && !*c.filter && isTooLarge(err) {
-		// Usernames of megabytes at the head: read them one reply each,
-		// for this round only (the next finds them dead-lettered).
-		out, err = c.readBounded(ctx, filter, opts.SetBatchSize(1))
+// find reads queue entries hinting the first index of h the server has not
+// refused (see hints). The window hints its covered index: with a regex and
+// a $nin on username the planner could otherwise pick absorb's index and
+// sort in memory.
+func (c *claimer) find(ctx context.Context, h *hints, filter bson.D, opts *options.FindOptionsBuilder) ([]rawEntry, error) {
+	out, err := c.readBounded(ctx, filter, opts.SetHint(h.hint()))
+	for h.refused(err) {
+		out, err = c.readBounded(ctx, filter, opts.SetHint(h.hint()))
 	}
 	return out, err
 }
@@ -390,6 +383,13 @@ func isTooLarge(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "too large")
 }
 
+// queueOrder is the (createdAt, _id) order the claim queries read entries
+// in; entryProjection is what they read of each (rawEntry).
+var (
+	queueOrder      = bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}
+	entryProjection = bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}
+)
+
 // windowIndex is the queue index the claim window is read from.
 var windowIndex = bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}
 
@@ -404,19 +404,6 @@ var absorbIndex = bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 
 // one is being built on a queue upgraded in place; it is dropped one
 // release later (docs/compatibility.md).
 var legacyAbsorbIndex = bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}
-
-// findHinted runs a find hinting the first index of h the server has not
-// refused (see hints).
-func findHinted(ctx context.Context, coll *mongo.Collection, filter bson.D, opts *options.FindOptionsBuilder, h *hints) (*mongo.Cursor, error) {
-	cur, err := coll.Find(ctx, filter, opts.SetHint(h.hint()))
-	for h.refused(err) {
-		cur, err = coll.Find(ctx, filter, opts.SetHint(h.hint()))
-	}
-	return cur, err
-}
-
-// isBadHint reports the server refusing a hint (servertraits.RefusesHint).
-func isBadHint(err error) bool { return servertraits.RefusesHint(err) }
 
 // scanMalformed finds entries whose username the window's filter keeps out
 // (missing, not a string, empty, longer than 256 characters), reading only
@@ -434,17 +421,11 @@ func (c *claimer) scanMalformed(ctx context.Context, now time.Time, windowFull b
 	}
 	// Hinted: nothing in this filter bounds an index scan except createdAt,
 	// so only the window's index returns the head in order without a sort.
-	cur, err := findHinted(ctx, c.queue, malformedFilter(bound), options.Find().
-		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
+	docs, err := c.find(ctx, c.windowHints, malformedFilter(bound), options.Find().
+		SetSort(queueOrder).
 		SetLimit(malformedScanLimit).
-		SetProjection(bson.D{{Key: "_id", Value: 1}}), c.windowHints)
+		SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
-		return nil, fmt.Errorf("looking for malformed entries: %w", err)
-	}
-	var docs []struct {
-		ID bson.RawValue `bson:"_id"`
-	}
-	if err := cur.All(ctx, &docs); err != nil {
 		return nil, fmt.Errorf("looking for malformed entries: %w", err)
 	}
 	bad := make([]malformed, len(docs))
@@ -465,8 +446,8 @@ func (c *claimer) remember(users []string, blocked map[string]blockedLease, now 
 			continue
 		}
 		until := b.until
-		if b.held {
-			until = minTime(until, now.Add(heldElsewhereSkip))
+		if short := now.Add(heldElsewhereSkip); b.held && short.Before(until) {
+			until = short
 		}
 		if _, known := c.skip[u]; known || len(c.skip) < maxSkipUsers {
 			c.skip[u] = until
@@ -530,19 +511,14 @@ func (c *claimer) absorb(ctx context.Context, won []lease, limit int) ([]work, [
 	// planner that picks it (it wins the trial when the users won sit at
 	// the head) walks the whole queue whenever their entries number fewer
 	// than the limit. This index reads only the users' own entries.
-	cur, err := findHinted(ctx, c.queue,
+	raw, err := c.find(ctx, c.absorbHints,
 		bson.D{{Key: "username", Value: bson.D{{Key: "$in", Value: names}}}},
 		options.Find().
-			SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
+			SetSort(queueOrder).
 			SetLimit(int64(limit)).
 			SetBatchSize(int32(limit)). // one reply unless it passes 16 MiB
-			SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}),
-		c.absorbHints)
+			SetProjection(entryProjection))
 	if err != nil {
-		return nil, nil, err
-	}
-	var raw []rawEntry
-	if err := cur.All(ctx, &raw); err != nil {
 		return nil, nil, err
 	}
 	byUser, bad := groupByUser(raw, want)
@@ -551,11 +527,4 @@ func (c *claimer) absorb(ctx context.Context, won []lease, limit int) ([]work, [
 		works[i] = work{lease: l, entries: byUser[l.User]}
 	}
 	return works, bad, nil
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
 }

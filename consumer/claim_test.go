@@ -34,7 +34,7 @@ func TestClaimingIgnoresLeftoverBaselineDocuments(t *testing.T) {
 	}
 	b.enqueue(t, "u1")
 	cons, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{})
-	res, err := cons.claimer.runOnce(ctx, 10, nil)
+	res, err := cons.claimer.round(ctx, 10, AbsorbLimit, nil)
 	if err != nil {
 		t.Fatalf("claim beside baseline documents: %v", err)
 	}
@@ -77,7 +77,7 @@ func TestStrayClaimsDocumentsDoNotBlockTheirUsers(t *testing.T) {
 		b.enqueue(t, u)
 	}
 	cons, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{})
-	res, err := cons.claimer.runOnce(ctx, 10, nil)
+	res, err := cons.claimer.round(ctx, 10, AbsorbLimit, nil)
 	if err != nil {
 		t.Fatalf("claim round beside stray claims documents: %v", err)
 	}
@@ -108,11 +108,8 @@ func TestStrayClaimsDocumentsDoNotBlockTheirUsers(t *testing.T) {
 	if _, err := b.colls.Claims.InsertOne(ctx, bson.D{{Key: "_id", Value: "held"}, {Key: "token", Value: "other"}, {Key: "leaseUntil", Value: time.Now().Add(time.Hour)}}); err != nil {
 		t.Fatal(err)
 	}
-	exclude := map[string]struct{}{"bare": {}, "textual": {}, "nulled": {}}
-	for _, u := range odd {
-		exclude[u] = struct{}{}
-	}
-	res, err = cons.claimer.runOnce(ctx, 10, exclude)
+	exclude := append([]string{"bare", "textual", "nulled"}, odd...)
+	res, err = cons.claimer.round(ctx, 10, AbsorbLimit, exclude)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +146,7 @@ func TestCountReadsOnlyPlausibleAttempts(t *testing.T) {
 		{raw(math.Inf(1)), 0, false},
 		{raw(-0.5), 0, false},
 	} {
-		if n, ok := count(c.v); n != c.n || ok != c.isOK {
+		if n, ok := (LeaseDoc{Attempts: c.v}).Count(); n != c.n || ok != c.isOK {
 			t.Errorf("count(%v) = %d, %v; want %d, %v", c.v, n, ok, c.n, c.isOK)
 		}
 	}

@@ -183,7 +183,7 @@ func TestAckFlushRetriesAfterItsBackoff(t *testing.T) {
 	clk := clocktest.NewFake(time.Now())
 	c, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{clock: clk})
 	ctx := boundedCtx(t)
-	res, err := c.claimer.runOnce(ctx, 10, nil)
+	res, err := c.claimer.round(ctx, 10, AbsorbLimit, nil)
 	if err != nil || len(res.works) != 1 {
 		t.Fatalf("claim: %v, %d users; want alice", err, len(res.works))
 	}

@@ -26,8 +26,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -225,22 +227,14 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 	c.leases = &leaseStore{coll: colls.Claims, owner: cfg.Owner, traits: c.traits}
 	byUser := new(atomic.Bool) // set by the claimer's first round, read by the acker's and the lane's deletes
 	c.claimer = &claimer{queue: colls.Queue, leases: c.leases, window: cfg.ClaimWindow, lease: cfg.LeaseDuration, serverTime: c.serverTime,
-		owner: cfg.Owner, scanEvery: cfg.PollInterval, skip: map[string]time.Time{}, byUser: byUser, traits: c.traits,
+		scanEvery: cfg.PollInterval, skip: map[string]time.Time{}, byUser: byUser, traits: c.traits,
 		windowHints: newHints(windowIndex), absorbHints: newHints(absorbIndex, legacyAbsorbIndex)}
 	c.starts = &startMarker{leases: c.leases}
 	if _, ok := c.refresher.(BatchRefresher); !ok {
 		c.cfg.BatchSize = 1
 	}
 	c.batches = &batcher{}
-	c.newSettlers(colls, byUser, deps.AfterFlush)
-	c.metrics.UsersInFlightCap.Set(float64(cfg.MaxUsersInFlight))
-	c.metrics.ConcurrencyLimit.Set(float64(c.limiter.Limit()))
-	return c
-}
-
-// newSettlers builds the acknowledging side and the dead-letter lane:
-// byUser is shared with the claimer, which sets it.
-func (c *Consumer) newSettlers(colls Collections, byUser *atomic.Bool, afterFlush func(error)) {
+	afterFlush := deps.AfterFlush
 	if afterFlush == nil {
 		afterFlush = func(error) {}
 	}
@@ -265,6 +259,9 @@ func (c *Consumer) newSettlers(colls Collections, byUser *atomic.Bool, afterFlus
 		maxAttempts: c.cfg.MaxAttempts,
 		flushes:     newCompleter(c.clock, c.metrics, c.log, c.settled, afterFlush),
 	}
+	c.metrics.UsersInFlightCap.Set(float64(cfg.MaxUsersInFlight))
+	c.metrics.ConcurrencyLimit.Set(float64(c.limiter.Limit()))
+	return c
 }
 
 // flushAll flushes everything the acker and the dead-letter lane hold,
@@ -487,10 +484,7 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 	defer cancel()
 	start := c.clock.Now()
 	c.mu.Lock()
-	exclude := make(map[string]struct{}, len(c.held))
-	for u := range c.held {
-		exclude[u] = struct{}{}
-	}
+	exclude := slices.Collect(maps.Keys(c.held))
 	absorb := AbsorbLimit - c.heldE
 	c.mu.Unlock()
 	res, err := c.claimer.round(opCtx, room, absorb, exclude)
@@ -543,7 +537,10 @@ func (c *Consumer) hold(works []work) (entries int) {
 func (c *Consumer) dispatch(ctx, workCtx context.Context, refreshes *sync.WaitGroup, works []work) {
 	var batchable []work
 	for _, w := range works {
-		if w.refreshable(c.cfg.MaxAttempts) && !w.lease.Solo {
+		// Those with no entries left, or whose holders died mid-refresh
+		// MaxAttempts times, never wait for a slot: process settles them
+		// at once.
+		if len(w.entries) > 0 && w.lease.Attempts < c.cfg.MaxAttempts && !w.lease.Solo {
 			batchable = append(batchable, w)
 		}
 	}
@@ -605,13 +602,6 @@ func (c *Consumer) process(ctx, workCtx context.Context, w work) {
 	}
 	c.dequeued(len(works))
 	c.runBatch(workCtx, works)
-}
-
-// refreshable reports a claimed user that goes to a refresh slot: it has
-// entries left, and its holders did not die mid-refresh maxAttempts times
-// (process settles the others at once).
-func (w work) refreshable(maxAttempts int) bool {
-	return len(w.entries) > 0 && w.lease.Attempts < maxAttempts
 }
 
 // runBatch refreshes the users of one batch in one refresh slot and hands
@@ -817,10 +807,7 @@ func (c *Consumer) renewLoop(ctx context.Context) {
 
 func (c *Consumer) renewOnce(ctx context.Context) error {
 	c.mu.Lock()
-	held := make([]lease, 0, len(c.held))
-	for _, l := range c.held {
-		held = append(held, l)
-	}
+	held := slices.Collect(maps.Values(c.held))
 	c.mu.Unlock()
 	if len(held) == 0 {
 		return nil

@@ -287,7 +287,7 @@ func TestUnwritableDeadLetterHoldsBackNothing(t *testing.T) {
 	// before the end of the test, however slow the server.
 	c, m := b.newConsumer(t, newRecorder(nil), consumerOpts{cfg: Config{MaxAttempts: 1}, serverTime: fixedClock{time.Now()}})
 	c.dead.letters.maxCopy = 64 << 10 // as 16 MiB would, with small documents
-	res, err := c.claimer.runOnce(ctx, 10, nil)
+	res, err := c.claimer.round(ctx, 10, AbsorbLimit, nil)
 	if err != nil || len(res.works) != 3 || len(res.malformed) != 3 {
 		t.Fatalf("claim: %v, %d users, %d malformed; want alice, bob, poison and 3 malformed", err, len(res.works), len(res.malformed))
 	}
@@ -427,7 +427,7 @@ func TestAckFlushWithDeadLettersRoundTrips(t *testing.T) {
 	b.enqueue(t, "u1", "u2", "u3")
 	c, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{})
 	c.dead.letters.traits = boundingTraits(true)
-	res, err := c.claimer.runOnce(t.Context(), 10, nil)
+	res, err := c.claimer.round(t.Context(), 10, AbsorbLimit, nil)
 	if err != nil || len(res.works) != 3 {
 		t.Fatalf("claim: %v", err)
 	}

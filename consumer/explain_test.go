@@ -154,7 +154,7 @@ func (s *hotScenario) run(t *testing.T, inspect func(r *hotRound, cmds []querypl
 	ctx := t.Context()
 	c := s.c
 	var r hotRound
-	res, err := c.claimer.round(ctx, explainRoom, AbsorbLimit, map[string]struct{}{"held": {}})
+	res, err := c.claimer.round(ctx, explainRoom, AbsorbLimit, []string{"held"})
 	if err != nil || len(res.works) != explainRoom {
 		t.Fatalf("claim round: %v, %d users won, want %d", err, len(res.works), explainRoom)
 	}
@@ -366,7 +366,7 @@ func TestTargetedAcksDeleteEveryEntryOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.claimer.byUser.Store(true)
-	res, err := c.claimer.runOnce(t.Context(), 10, nil)
+	res, err := c.claimer.round(t.Context(), 10, AbsorbLimit, nil)
 	if err != nil || len(res.works) != 4 {
 		t.Fatalf("claim: %v, %d users", err, len(res.works))
 	}
@@ -465,7 +465,7 @@ func TestWindowPlanWhenUsernameIsAnArray(t *testing.T) {
 	if _, err := s.b.colls.Queue.InsertOne(t.Context(), bson.D{{Key: "username", Value: bson.A{"a", "b"}}, {Key: "createdAt", Value: time.Now()}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.c.claimer.readWindow(t.Context(), time.Now(), map[string]struct{}{"held": {}}); err != nil {
+	if _, err := s.c.claimer.readWindow(t.Context(), time.Now(), []string{"held"}); err != nil {
 		t.Fatal(err)
 	}
 	window := one(t, s.rec.Take(), "window", isWindow)

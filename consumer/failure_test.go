@@ -141,14 +141,14 @@ func TestExpiredLeaseIsTakenOverAfterCrash(t *testing.T) {
 	lease := 60 * time.Second
 	crashed, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{cfg: Config{LeaseDuration: lease}})
 	// The crashed consumer claims and then vanishes: no refresh, no release.
-	res, err := crashed.claimer.runOnce(t.Context(), 10, nil)
+	res, err := crashed.claimer.round(t.Context(), 10, AbsorbLimit, nil)
 	if err != nil || len(res.works) != 2 {
 		t.Fatalf("claim by the doomed consumer: %v, %d users", err, len(res.works))
 	}
 
 	// Before the lease ends nobody else may take the users.
 	early, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{cfg: Config{LeaseDuration: lease}})
-	res, err = early.claimer.runOnce(t.Context(), 10, nil)
+	res, err = early.claimer.round(t.Context(), 10, AbsorbLimit, nil)
 	if err != nil || len(res.works) != 0 {
 		t.Fatalf("claim during a live lease won %d users (err %v), want 0", len(res.works), err)
 	}
@@ -179,7 +179,7 @@ func TestTakeoverChargesOnlyTheRunningUser(t *testing.T) {
 	b := setup(t)
 	b.enqueue(t, "alice", "bob")
 	crashed, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{})
-	res, err := crashed.claimer.runOnce(t.Context(), 10, nil)
+	res, err := crashed.claimer.round(t.Context(), 10, AbsorbLimit, nil)
 	if err != nil || len(res.works) != 2 {
 		t.Fatalf("claim by the doomed consumer: %v, %d users", err, len(res.works))
 	}
@@ -200,7 +200,7 @@ func TestTakeoverChargesOnlyTheRunningUser(t *testing.T) {
 	}
 	later := fixedClock{time.Now().Add(2 * time.Minute)}
 	rescuer, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{serverTime: later})
-	res, err = rescuer.claimer.runOnce(t.Context(), 10, nil)
+	res, err = rescuer.claimer.round(t.Context(), 10, AbsorbLimit, nil)
 	if err != nil || len(res.works) != 3 {
 		t.Fatalf("takeover: %v, %d users", err, len(res.works))
 	}

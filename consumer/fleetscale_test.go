@@ -63,7 +63,7 @@ func TestClaimRoundCostIsIndependentOfFleetAndBackoffs(t *testing.T) {
 		}
 		c, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{cfg: Config{ClaimWindow: 100, Owner: "measured"}})
 		b.cmds.Reset()
-		res, err := c.claimer.runOnce(t.Context(), 20, nil)
+		res, err := c.claimer.round(t.Context(), 20, AbsorbLimit, nil)
 		if err != nil || len(res.works) != 20 {
 			t.Fatalf("claim: %v, %d users won, want 20", err, len(res.works))
 		}
@@ -111,7 +111,7 @@ func TestHugeUsernamesAtTheHeadAreMalformedNotCarried(t *testing.T) {
 	}
 	b.enqueue(t, "alice", "bob")
 	c, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{})
-	res, err := c.claimer.runOnce(t.Context(), 10, nil)
+	res, err := c.claimer.round(t.Context(), 10, AbsorbLimit, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestClaimPagesPastAHeadOfBlockedUsers(t *testing.T) {
 			c, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{cfg: Config{ClaimWindow: 100}})
 			won, paged := 0, 0
 			for round := 0; round < 30 && won < 5; round++ {
-				res, err := c.claimer.runOnce(t.Context(), 10, nil)
+				res, err := c.claimer.round(t.Context(), 10, AbsorbLimit, nil)
 				if err != nil {
 					t.Fatal(err)
 				}

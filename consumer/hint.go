@@ -51,7 +51,7 @@ func (h *hints) hint() any {
 // and if so moves on to the next index: the caller runs the query again.
 // With no hint sent there is nothing to move on to.
 func (h *hints) refused(err error) bool {
-	if h.skip >= len(h.indexes) || !isBadHint(err) {
+	if h.skip >= len(h.indexes) || !servertraits.RefusesHint(err) {
 		return false
 	}
 	h.skip++

@@ -7,6 +7,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
 // The embedded server ignores hints, so what MongoDB does with a hint
@@ -71,7 +73,7 @@ func TestIsBadHintTakesEveryRefusal(t *testing.T) {
 		mongo.CommandError{Code: 2, Message: "bad hint"},
 		mongo.CommandError{Code: 27, Message: "error processing query: planner returned error :: caused by :: Hint matched multiple indexes, must hint by index name. Matched: kp: { createdAt: 1, _id: 1, username: 1 } name: 'createdAt_1__id_1_username_1' and kp: { createdAt: 1, _id: 1, username: 1 } name: 'window_fr' collation: { locale: \"fr\" }"},
 	} {
-		if !isBadHint(err) {
+		if !servertraits.RefusesHint(err) {
 			t.Errorf("%v not taken for a refused hint", err)
 		}
 	}

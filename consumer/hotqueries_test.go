@@ -29,7 +29,7 @@ func TestHotQueriesHaveThePipelinesShapes(t *testing.T) {
 	c.claimer.filter = &lengthFilter
 	c.claimer.skip["somebody-else"] = time.Now().Add(time.Hour) // a $nin, as in a busy fleet
 	b.enqueue(t, strings.Repeat("x", 300))                      // so the malformed scan has a bound
-	res, err := c.claimer.runOnce(t.Context(), 10, nil)
+	res, err := c.claimer.round(t.Context(), 10, AbsorbLimit, nil)
 	if err != nil || len(res.works) != 2 {
 		t.Fatalf("claim: %v, %d users", err, len(res.works))
 	}
@@ -42,14 +42,14 @@ func TestHotQueriesHaveThePipelinesShapes(t *testing.T) {
 	}
 	// A round paging past a blocked head, as page() sets it up.
 	c.claimer.resume = &position{createdAt: time.Now().Add(-time.Hour), id: objectIDValue(bson.NewObjectID())}
-	if _, err := c.claimer.runOnce(t.Context(), 10, nil); err != nil {
+	if _, err := c.claimer.round(t.Context(), 10, AbsorbLimit, nil); err != nil {
 		t.Fatalf("paged claim: %v", err)
 	}
 	var sent []string
 	for _, c := range cmds.All() {
 		sent = append(sent, commandShape(c.Body))
 	}
-	for _, q := range HotQueries(b.colls, 500, time.Now()) {
+	for _, q := range DoctorQueries(b.colls, 500, time.Now()) {
 		raw, err := bson.Marshal(q.Command)
 		if err != nil {
 			t.Fatal(err)

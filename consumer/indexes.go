@@ -20,7 +20,6 @@ const StaleLeaseTTL = 24 * time.Hour
 
 // Capabilities is what the server turned out to support, logged once at start.
 type Capabilities struct {
-	ChangeStreams  bool
 	TTLIndexes     bool
 	PartialIndexes bool
 }
@@ -114,7 +113,16 @@ func EnsureIndexes(ctx context.Context, colls Collections, log *slog.Logger) (Ca
 	var unreachable error
 	for _, s := range IndexSpecs(colls) {
 		name, err := createIndex(ctx, s, s.Model, log)
-		switch classifyBuild(err) {
+		outcome := classifyBuild(err)
+		if outcome == buildRefused && s.Fallback != nil {
+			caps.TTLIndexes = false
+			log.Info("index option not supported by this server; building the index without it", "collection", s.Coll.Name(), "keys", fmt.Sprint(s.Model.Keys), "err", err)
+			name, err = createIndex(ctx, s, *s.Fallback, log)
+			if outcome = classifyBuild(err); outcome != buildUnreachable {
+				outcome = buildRefused // only an unreachable server is retried; any other answer is judged by its error below
+			}
+		}
+		switch outcome {
 		case buildUnreachable:
 			if ctx.Err() != nil {
 				return caps, fmt.Errorf("creating index on %s: %w", s.Coll.Name(), ctx.Err())
@@ -129,18 +137,6 @@ func EnsureIndexes(ctx context.Context, colls Collections, log *slog.Logger) (Ca
 			log.Warn("the server aborted this index build (interrupted: killOp, dropIndexes, a maxTimeMS or a client that went away); not starting it again, queries still work, slower; build it by hand (docs/runbook.md, Building the indexes before a deploy)",
 				"collection", s.Coll.Name(), "keys", fmt.Sprint(s.Model.Keys), "serves", s.Serves, "err", err)
 			continue
-		}
-		if err != nil && s.Fallback != nil {
-			caps.TTLIndexes = false
-			log.Info("index option not supported by this server; building the index without it", "collection", s.Coll.Name(), "keys", fmt.Sprint(s.Model.Keys), "err", err)
-			name, err = createIndex(ctx, s, *s.Fallback, log)
-			if classifyBuild(err) == buildUnreachable {
-				if ctx.Err() != nil {
-					return caps, fmt.Errorf("creating index on %s: %w", s.Coll.Name(), ctx.Err())
-				}
-				unreachable = fmt.Errorf("creating index on %s: %w", s.Coll.Name(), err)
-				continue
-			}
 		}
 		if err != nil && s.Optional {
 			caps.PartialIndexes = false
@@ -235,10 +231,7 @@ func classifyBuild(err error) buildOutcome {
 			return buildInterrupted
 		}
 	}
-	if transient(err) {
-		return buildUnreachable
-	}
-	if errors.Is(err, context.Canceled) {
+	if transient(err) || errors.Is(err, context.Canceled) {
 		return buildUnreachable
 	}
 	return buildRefused

@@ -41,12 +41,6 @@ type LeaseDoc struct {
 	Solo       bson.RawValue `bson:"solo"`    // refresh alone: its last batch failed as a whole (runBatch)
 }
 
-// newLeaseDoc is the document acquire inserts for a user it claims.
-func newLeaseDoc(user, token, owner string, until, claimedAt time.Time) bson.D {
-	return bson.D{{Key: "_id", Value: user}, {Key: "token", Value: token}, {Key: "owner", Value: owner},
-		{Key: "leaseUntil", Value: until}, {Key: "attempts", Value: 0}, {Key: "claimedAt", Value: claimedAt}, {Key: "running", Value: nil}}
-}
-
 // The states of a user's lease document (State).
 const (
 	LeaseHeld       = "held"        // a token, and leaseUntil ahead
@@ -72,9 +66,6 @@ func (d LeaseDoc) State(now time.Time) string {
 	}
 	return LeaseBackingOff
 }
-
-// Count is the attempts so far (see count).
-func (d LeaseDoc) Count() (int, bool) { return count(d.Attempts) }
 
 // OwnerName is the replica that wrote the lease, "" if unknown.
 func (d LeaseDoc) OwnerName() string { s, _ := d.Owner.StringValueOK(); return s }
@@ -184,7 +175,8 @@ func (s *leaseStore) acquire(ctx context.Context, users []string, token string, 
 	until := now.Add(d)
 	docs := make([]any, len(users))
 	for i, u := range users {
-		docs[i] = newLeaseDoc(u, token, s.owner, until, now)
+		docs[i] = bson.D{{Key: "_id", Value: u}, {Key: "token", Value: token}, {Key: "owner", Value: s.owner},
+			{Key: "leaseUntil", Value: until}, {Key: "attempts", Value: 0}, {Key: "claimedAt", Value: now}, {Key: "running", Value: nil}}
 	}
 	won := make([]lease, 0, len(users))
 	_, err := s.coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
@@ -248,7 +240,10 @@ func (s *leaseStore) abandon(ctx context.Context, users []string, token string, 
 // a release that did not mark running refreshes has no running field: taken
 // without a charge.)
 func (s *leaseStore) takeOver(ctx context.Context, users []string, token string, now, until time.Time) ([]lease, error) {
-	expired, err := s.expiredAmong(ctx, users, now)
+	// Not ours among them: a token this round just inserted is not expired.
+	expired, err := s.find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "leaseUntil", Value: notAfter(now)}},
+		bson.D{{Key: "_id", Value: 1}, {Key: "token", Value: 1}, {Key: "running", Value: 1}, {Key: "attempts", Value: 1}},
+		fmt.Sprintf("reading %d expired leases", len(users)))
 	if err != nil || len(expired) == 0 {
 		return nil, err
 	}
@@ -280,14 +275,10 @@ func (s *leaseStore) takeOver(ctx context.Context, users []string, token string,
 	if _, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
 		return nil, fmt.Errorf("taking over %d expired leases: %w", len(expired), err)
 	}
-	cur, err := s.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "token", Value: token}},
-		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "attempts", Value: 1}, {Key: "solo", Value: 1}}))
+	docs, err := s.find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "token", Value: token}},
+		bson.D{{Key: "_id", Value: 1}, {Key: "attempts", Value: 1}, {Key: "solo", Value: 1}}, "reading back taken-over leases")
 	if err != nil {
-		return nil, fmt.Errorf("reading back taken-over leases: %w", err)
-	}
-	var docs []LeaseDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("reading back taken-over leases: %w", err)
+		return nil, err
 	}
 	won := make([]lease, 0, len(docs))
 	for _, d := range docs {
@@ -377,11 +368,12 @@ func (s *leaseStore) backOff(ctx context.Context, failed []retry) error {
 	return nil
 }
 
-// count reads an attempts field: a count from 0 to maxCount, or absent (0).
+// Count is the attempts so far: a count from 0 to maxCount, or absent (0).
 // ok is false for any other value: a string, a negative count (which would
 // never reach MAX_ATTEMPTS, so the user would be retried for good), a huge
 // or non-finite double (whose int conversion is meaningless).
-func count(v bson.RawValue) (n int, ok bool) {
+func (d LeaseDoc) Count() (n int, ok bool) {
+	v := d.Attempts
 	if v.Type == 0 || v.Type == bson.TypeNull {
 		return 0, true
 	}
@@ -424,18 +416,16 @@ func (d LeaseDoc) tokenSeen() any {
 	return d.Token
 }
 
-// expiredAmong reads the expired lease documents of users (not ours: a
-// token this round just inserted is not expired).
-func (s *leaseStore) expiredAmong(ctx context.Context, users []string, now time.Time) ([]LeaseDoc, error) {
-	cur, err := s.coll.Find(ctx,
-		bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "leaseUntil", Value: notAfter(now)}},
-		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "token", Value: 1}, {Key: "running", Value: 1}, {Key: "attempts", Value: 1}}))
+// find reads the lease documents filter matches; what names the read in
+// its error.
+func (s *leaseStore) find(ctx context.Context, filter, projection bson.D, what string) ([]LeaseDoc, error) {
+	cur, err := s.coll.Find(ctx, filter, options.Find().SetProjection(projection))
 	if err != nil {
-		return nil, fmt.Errorf("reading %d expired leases: %w", len(users), err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	var docs []LeaseDoc
 	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("reading %d expired leases: %w", len(users), err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return docs, nil
 }

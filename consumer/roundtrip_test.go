@@ -36,7 +36,7 @@ func TestRoundTripsPerBatchDoNotGrowWithUsers(t *testing.T) {
 
 		var got counts
 		got.lengthFilter = *c.claimer.filter
-		res, err := c.claimer.runOnce(t.Context(), 100, nil)
+		res, err := c.claimer.round(t.Context(), 100, AbsorbLimit, nil)
 		if err != nil || len(res.works) != users {
 			t.Fatalf("claim: %v, %d users, want %d", err, len(res.works), users)
 		}
@@ -141,7 +141,7 @@ func TestLargeAckIsOneCommandOfInLists(t *testing.T) {
 	}
 	b.enqueue(t, names...)
 	c, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{})
-	res, err := c.claimer.runOnce(t.Context(), 10, nil)
+	res, err := c.claimer.round(t.Context(), 10, AbsorbLimit, nil)
 	if err != nil || len(res.works) != 1 || len(res.works[0].entries) != 1500 {
 		t.Fatalf("claim: %v; want the one user with all 1500 entries absorbed", err)
 	}

@@ -29,7 +29,7 @@ func TestBulkLeaseUpdatesOfManyUsersComplete(t *testing.T) {
 	}
 	b.enqueue(t, names...)
 	c, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{cfg: Config{ClaimWindow: 1000, MaxUsersInFlight: 200}})
-	res, err := c.claimer.runOnce(t.Context(), 200, nil)
+	res, err := c.claimer.round(t.Context(), 200, AbsorbLimit, nil)
 	if err != nil || len(res.works) != len(names) {
 		t.Fatalf("claim: %v, %d users, want %d", err, len(res.works), len(names))
 	}
@@ -94,7 +94,7 @@ func TestUpdateStatementsFollowTheServer(t *testing.T) {
 			c, _ := b.newConsumer(t, newRecorder(nil), consumerOpts{})
 			traits := servertraits.Fixed(tc.info)
 			c.leases.traits = traits
-			res, err := c.claimer.runOnce(t.Context(), 10, nil)
+			res, err := c.claimer.round(t.Context(), 10, AbsorbLimit, nil)
 			if err != nil || len(res.works) != 3 {
 				t.Fatalf("claim: %v", err)
 			}

@@ -287,7 +287,7 @@ func (s *Service) newConsumer(limit consumer.Limiter, refresher consumer.Refresh
 	if s.cfg.ChangeStreams == config.ChangeStreamsOff {
 		s.log.Info("change streams off (CHANGE_STREAMS=off); waking on POLL_INTERVAL polling", "poll_interval", s.cfg.PollInterval.String())
 	} else {
-		wakeups = append(wakeups, consumer.NewChangeStreamSource(s.Colls.Queue, consumer.ChangeStreamConfig{Clock: s.clock}, s.Metrics, s.log))
+		wakeups = append(wakeups, consumer.NewChangeStreamSource(s.Colls.Queue, s.clock, s.Metrics, s.log))
 	}
 	s.Consumer = consumer.New(consumer.Config{
 		ClaimWindow:      s.cfg.ClaimWindow,

@@ -20,20 +20,14 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
-// Commander runs a database command (a *mongo.Database).
-type Commander interface {
-	RunCommand(ctx context.Context, runCommand any, opts ...options.Lister[options.RunCmdOptions]) *mongo.SingleResult
-}
-
 // Clock is the server's time as seen from here. The zero offset (before the
 // first successful sample) is the local clock. Safe for concurrent use.
 type Clock struct {
-	db    Commander
+	db    *mongo.Database
 	local clock.Clock
 
 	mu      sync.Mutex
@@ -45,7 +39,7 @@ type Clock struct {
 // New returns a clock for the server behind db. local is the clock to
 // correct, and the one Run waits on (nil: the wall clock; tests pass a
 // skewed one).
-func New(db Commander, local clock.Clock) *Clock {
+func New(db *mongo.Database, local clock.Clock) *Clock {
 	return &Clock{db: db, local: clock.Or(local)}
 }
 
