@@ -234,11 +234,20 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 		c.cfg.BatchSize = 1
 	}
 	c.batches = &batcher{}
-	afterFlush := deps.AfterFlush
+	c.dead, c.acks = c.newSettlers(colls, byUser, deps.AfterFlush)
+	c.metrics.UsersInFlightCap.Set(float64(cfg.MaxUsersInFlight))
+	c.metrics.ConcurrencyLimit.Set(float64(c.limiter.Limit()))
+	return c
+}
+
+// newSettlers builds the two ends a claimed user leaves by: the dead-letter
+// lane and the acker, each with its own flush loop. byUser is shared with
+// the claimer, which learns whether deletes must name their users.
+func (c *Consumer) newSettlers(colls Collections, byUser *atomic.Bool, afterFlush func(error)) (*deadLane, *acker) {
 	if afterFlush == nil {
 		afterFlush = func(error) {}
 	}
-	c.dead = &deadLane{
+	dead := &deadLane{
 		letters:    &deadLetterer{queue: colls.Queue, dead: colls.DeadLetter, byUser: byUser, traits: c.traits},
 		leases:     c.leases,
 		serverTime: c.serverTime,
@@ -248,10 +257,10 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 		malformed:  map[string]malformed{},
 		deadRetry:  map[string]deadRetry{},
 	}
-	c.acks = &acker{
+	acks := &acker{
 		queue:       colls.Queue,
 		leases:      c.leases,
-		dead:        c.dead,
+		dead:        dead,
 		byUser:      byUser,
 		serverTime:  c.serverTime,
 		metrics:     c.metrics,
@@ -259,9 +268,7 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 		maxAttempts: c.cfg.MaxAttempts,
 		flushes:     newCompleter(c.clock, c.metrics, c.log, c.settled, afterFlush),
 	}
-	c.metrics.UsersInFlightCap.Set(float64(cfg.MaxUsersInFlight))
-	c.metrics.ConcurrencyLimit.Set(float64(c.limiter.Limit()))
-	return c
+	return dead, acks
 }
 
 // flushAll flushes everything the acker and the dead-letter lane hold,
