@@ -1,7 +1,9 @@
 package planner
 
+import "github.com/scorerefresh/scorerefresh/metrics"
+
 // The two ceilings no drain beats, as the bench reports them next to its
-// measurements: the same arithmetic as DrainRate, from what the bench
+// measurements: the same arithmetic as metrics.DrainRate, from what the bench
 // calibrates (round trips per refresh, seconds per trip, the server's
 // queries per second).
 
@@ -9,7 +11,7 @@ package planner
 // refresh at once achieve when each refresh takes roundTrips trips of
 // secondsPerTrip: users in refresh ÷ (round trips × seconds per trip).
 func LatencyCeiling(usersInRefresh, roundTrips, secondsPerTrip float64) float64 {
-	return DrainRate(usersInRefresh, 1, roundTrips*secondsPerTrip, 1)
+	return metrics.DrainRate(usersInRefresh, 1, roundTrips*secondsPerTrip, 1)
 }
 
 // ServerCeiling is the refreshes per second a server answering qps queries

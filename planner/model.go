@@ -31,11 +31,6 @@ type Config struct {
 	ChangeStreams    bool    `json:"changeStreams"`       // arrivals wake an idle replica at once
 }
 
-// DrainRate is metrics.DrainRate, the one capacity formula, under the name
-// the bench calls it by.
-func DrainRate(slots, usersPerBatch, batchSeconds, entriesPerUser float64) float64 {
-	return metrics.DrainRate(slots, usersPerBatch, batchSeconds, entriesPerUser)
-}
 
 // RoundTrips is the cost of one refresh (of one batch when Batch > 1).
 func (c Config) RoundTrips() int { return c.Components + 2 }
