@@ -31,7 +31,6 @@ type Config struct {
 	ChangeStreams    bool    `json:"changeStreams"`       // arrivals wake an idle replica at once
 }
 
-
 // RoundTrips is the cost of one refresh (of one batch when Batch > 1).
 func (c Config) RoundTrips() int { return c.Components + 2 }
 
