@@ -90,42 +90,52 @@ func isDirTarget(out string, withSources bool) bool {
 // server's estimated count: cheap, and right enough for an ETA.
 func exportCollection(ctx context.Context, coll *mongo.Collection, path string, canonical bool, progress io.Writer) (ManifestFile, error) {
 	mf := ManifestFile{File: path, Collection: coll.Name()}
-	total, err := coll.EstimatedDocumentCount(ctx)
-	if err != nil {
-		return mf, fmt.Errorf("counting %s: %w", coll.Name(), err)
-	}
 	out, err := extjson.Create(path)
 	if err != nil {
 		return mf, err
 	}
 	defer out.Abort()
 	w := extjson.NewWriter(out, canonical)
-	p := StartProgress(progress, Meter{
-		Label: "snapshot " + coll.Name(), Unit: "documents",
-		Done: w.Docs, Total: func() int64 { return total }, Bytes: out.BytesWritten,
-	})
-	defer p.Stop()
-	// Sorting on _id walks the _id index: no in-memory sort, and _id never
-	// changes, so no document is met twice (see SnapshotConsistency).
-	cur, err := coll.Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(1000))
-	if err != nil {
-		return mf, fmt.Errorf("reading %s: %w", coll.Name(), err)
-	}
-	defer cur.Close(context.WithoutCancel(ctx))
-	for cur.Next(ctx) {
-		if err := w.Write(cur.Current); err != nil {
-			return mf, fmt.Errorf("%s: %w", path, err)
-		}
-	}
-	if err := cur.Err(); err != nil {
-		return mf, fmt.Errorf("reading %s after %d documents: %w", coll.Name(), w.Docs(), err)
-	}
-	if err := w.Flush(); err != nil {
-		return mf, fmt.Errorf("writing %s: %w", path, err)
+	if err := Export(ctx, coll, w, out.BytesWritten, path, progress); err != nil {
+		return mf, err
 	}
 	if err := out.Commit(); err != nil {
 		return mf, err
 	}
 	mf.Documents, mf.Bytes = w.Docs(), out.BytesWritten()
 	return mf, nil
+}
+
+// Export streams every document of coll to w in _id order, flushed, with a
+// progress line on progress (bytes: what w's destination has taken so
+// far). dest names the destination in errors: a file, or standard output.
+func Export(ctx context.Context, coll *mongo.Collection, w *extjson.Writer, bytes func() int64, dest string, progress io.Writer) error {
+	total, err := coll.EstimatedDocumentCount(ctx)
+	if err != nil {
+		return fmt.Errorf("counting %s: %w", coll.Name(), err)
+	}
+	p := StartProgress(progress, Meter{
+		Label: "snapshot " + coll.Name(), Unit: "documents",
+		Done: w.Docs, Total: func() int64 { return total }, Bytes: bytes,
+	})
+	defer p.Stop()
+	// Sorting on _id walks the _id index: no in-memory sort, and _id never
+	// changes, so no document is met twice (see SnapshotConsistency).
+	cur, err := coll.Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(1000))
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", coll.Name(), err)
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	for cur.Next(ctx) {
+		if err := w.Write(cur.Current); err != nil {
+			return fmt.Errorf("%s: %w", dest, err)
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return fmt.Errorf("reading %s after %d documents: %w", coll.Name(), w.Docs(), err)
+	}
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("writing %s: %w", dest, err)
+	}
+	return nil
 }

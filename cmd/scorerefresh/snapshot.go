@@ -10,9 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/scorerefresh/scorerefresh/internal/app"
 	"github.com/scorerefresh/scorerefresh/internal/cli"
@@ -98,10 +96,6 @@ func snapshotToStdout(ctx context.Context, coll *mongo.Collection, gz, canonical
 		fmt.Fprintf(stderr, "scorerefresh snapshot: %v\n", err)
 		return 1
 	}
-	total, err := coll.EstimatedDocumentCount(ctx)
-	if err != nil {
-		return fail(fmt.Errorf("counting %s: %w", coll.Name(), err))
-	}
 	cw := &countingWriter{w: stdout}
 	var dst io.Writer = cw
 	var zw *gzip.Writer
@@ -110,34 +104,14 @@ func snapshotToStdout(ctx context.Context, coll *mongo.Collection, gz, canonical
 		dst = zw
 	}
 	w := extjson.NewWriter(dst, canonical)
-	p := replay.StartProgress(stderr, replay.Meter{
-		Label: "snapshot " + coll.Name(), Unit: "documents",
-		Done: w.Docs, Total: func() int64 { return total }, Bytes: cw.n.Load,
-	})
-	defer p.Stop()
-	// Sorting on _id walks the _id index, as replay.Snapshot does.
-	cur, err := coll.Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(1000))
-	if err != nil {
-		return fail(fmt.Errorf("reading %s: %w", coll.Name(), err))
-	}
-	defer cur.Close(context.WithoutCancel(ctx))
-	for cur.Next(ctx) {
-		if err := w.Write(cur.Current); err != nil {
-			return fail(fmt.Errorf("writing %s to standard output: %w", coll.Name(), err))
-		}
-	}
-	if err := cur.Err(); err != nil {
-		return fail(fmt.Errorf("reading %s after %d documents: %w", coll.Name(), w.Docs(), err))
-	}
-	if err := w.Flush(); err != nil {
-		return fail(fmt.Errorf("writing %s to standard output: %w", coll.Name(), err))
+	if err := replay.Export(ctx, coll, w, cw.n.Load, "standard output", stderr); err != nil {
+		return fail(err)
 	}
 	if zw != nil {
 		if err := zw.Close(); err != nil {
 			return fail(fmt.Errorf("finishing the gzip stream of %s: %w", coll.Name(), err))
 		}
 	}
-	p.Stop()
 	fmt.Fprintf(stderr, "-: %d documents of %s.%s, %d bytes\n", w.Docs(), coll.Database().Name(), coll.Name(), cw.n.Load())
 	fmt.Fprintf(stderr, "consistency: %s\n", replay.SnapshotConsistency)
 	return 0
