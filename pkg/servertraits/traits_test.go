@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
@@ -44,6 +46,12 @@ func TestLearntFeaturesAreShared(t *testing.T) {
 func TestReprobeForgetsWhatAnotherServerRefused(t *testing.T) {
 	t.Parallel()
 	db := mongotest.Database(t, mongotest.Options{})
+	// FerretDB names its storage only once it has opened a database: one
+	// write first, or the first answer lacks it and the second does not
+	// (the order the parallel tests of this package happen to run in).
+	if _, err := db.Collection("score_events").InsertOne(t.Context(), bson.D{{Key: "username", Value: "ann"}}); err != nil {
+		t.Fatal(err)
+	}
 	server, err := servertraits.Ask(t.Context(), db)
 	if err != nil {
 		t.Fatal(err)
