@@ -36,8 +36,10 @@ func (s *Store) WriteBatch(ctx context.Context, results map[string]Result, refre
 // WriteBatchAfter is WriteBatch for a refresh that read prior (ReadPrior)
 // before its recompute, as WriteAfter is Write's: documents still at the
 // version prior holds are replaced and stamped past their refreshedAt, and
-// the batch costs one round trip, the read having been done. A document
-// written since (a conflict) is settled as WriteBatch settles it.
+// the batch costs one round trip, the read having been done. A user whose
+// document was written since is in retry, never skipped by its stamp: the
+// caller writes it with WriteAfter, which reports it superseded (and calls
+// OnConflict) when it was, and the error of a refused write when not.
 func (s *Store) WriteBatchAfter(ctx context.Context, prior Prior, results map[string]Result, refreshedAt time.Time) (outcomes map[string]WriteOutcome, retry []string, err error) {
 	return s.writeBatch(ctx, prior, results, refreshedAt)
 }
@@ -93,7 +95,7 @@ func (s *Store) writeChunk(ctx context.Context, prior Prior, users []string, res
 	if len(docs) == 0 {
 		return nil, nil
 	}
-	return s.bulkGuarded(ctx, docs, outcomes)
+	return s.bulkGuarded(ctx, docs, prior != nil, outcomes)
 }
 
 // readMany reads the score documents of users (projected) in one find.
@@ -131,12 +133,12 @@ func (s *Store) readMany(ctx context.Context, users []string, projection bson.D)
 // the same _id, which the unique _id refuses: a lost race is a duplicate key
 // error, reported per write, where a plain update would only lower the
 // batch's matched count without saying whose write missed.
-func (s *Store) bulkGuarded(ctx context.Context, docs []ScoreDoc, outcomes map[string]WriteOutcome) (retry []string, err error) {
+func (s *Store) bulkGuarded(ctx context.Context, docs []ScoreDoc, after bool, outcomes map[string]WriteOutcome) (retry []string, err error) {
 	// Unknown (the server did not answer) reads as MongoDB: the bulk
 	// upsert is correct anywhere, only slower on FerretDB.
 	_ = s.cfg.Traits.Probe(ctx, s.coll.Database())
 	if s.cfg.Traits.CheapUpserts() {
-		return s.bulkUpsert(ctx, docs, outcomes)
+		return s.bulkUpsert(ctx, docs, after, outcomes)
 	}
 	// FerretDB takes ~150 ms for each upsert that inserts (measured on the
 	// embedded server): new users' documents go in an insert of their own,
@@ -150,20 +152,20 @@ func (s *Store) bulkGuarded(ctx context.Context, docs []ScoreDoc, outcomes map[s
 		}
 	}
 	if len(absent) > 0 {
-		if retry, err = s.insertNew(ctx, absent, outcomes); err != nil {
+		if retry, err = s.insertNew(ctx, absent, after, outcomes); err != nil {
 			return nil, err
 		}
 	}
 	if len(present) == 0 {
 		return retry, nil
 	}
-	retryU, err := s.bulkUpsert(ctx, present, outcomes)
+	retryU, err := s.bulkUpsert(ctx, present, after, outcomes)
 	return append(retry, retryU...), err
 }
 
 // insertNew inserts the first documents of users that had none, in one
 // unordered insert; a duplicate key is a racing writer's insert: retried.
-func (s *Store) insertNew(ctx context.Context, docs []ScoreDoc, outcomes map[string]WriteOutcome) (retry []string, err error) {
+func (s *Store) insertNew(ctx context.Context, docs []ScoreDoc, after bool, outcomes map[string]WriteOutcome) (retry []string, err error) {
 	batch := make([]any, len(docs))
 	for i, d := range docs {
 		batch[i] = d
@@ -178,13 +180,13 @@ func (s *Store) insertNew(ctx context.Context, docs []ScoreDoc, outcomes map[str
 		}
 		return nil, nil
 	case errors.As(err, &bwe) && bwe.WriteConcernError == nil:
-		return s.settle(ctx, docs, outcomes)
+		return s.settle(ctx, docs, after, outcomes)
 	}
 	return nil, fmt.Errorf("inserting the first scores of %d users: %w", len(docs), err)
 }
 
 // bulkUpsert is bulkGuarded where upserts are cheap.
-func (s *Store) bulkUpsert(ctx context.Context, docs []ScoreDoc, outcomes map[string]WriteOutcome) (retry []string, err error) {
+func (s *Store) bulkUpsert(ctx context.Context, docs []ScoreDoc, after bool, outcomes map[string]WriteOutcome) (retry []string, err error) {
 	models := make([]mongo.WriteModel, len(docs))
 	for i, d := range docs {
 		// Plain equality, not $eq: a username is a string, never read
@@ -216,7 +218,7 @@ func (s *Store) bulkUpsert(ctx context.Context, docs []ScoreDoc, outcomes map[st
 		}
 		return nil, nil
 	case err == nil || errors.As(err, &bwe) && bwe.WriteConcernError == nil:
-		return s.settle(ctx, docs, outcomes)
+		return s.settle(ctx, docs, after, outcomes)
 	}
 	return nil, fmt.Errorf("writing the scores of %d users: %w", len(docs), err)
 }
@@ -236,8 +238,10 @@ func (s *Store) bulkUpsert(ctx context.Context, docs []ScoreDoc, outcomes map[st
 // Retrying would write a second time for one refresh, and with the
 // refreshedAt of both recomputes equal to the millisecond, Write would not
 // skip it. Any other document is a write to retry: a conflict if its version
-// moved, a refused or unattempted write if not.
-func (s *Store) settle(ctx context.Context, docs []ScoreDoc, outcomes map[string]WriteOutcome) (retry []string, err error) {
+// moved, a refused or unattempted write if not. After a prior read (after),
+// stamps order nothing (see Prior): every document not ours is retried, and
+// WriteAfter tells a conflict from a refusal.
+func (s *Store) settle(ctx context.Context, docs []ScoreDoc, after bool, outcomes map[string]WriteOutcome) (retry []string, err error) {
 	users := make([]string, len(docs))
 	for i, d := range docs {
 		users[i] = d.Username
@@ -252,10 +256,8 @@ func (s *Store) settle(ctx context.Context, docs []ScoreDoc, outcomes map[string
 		case found && sameDoc(cur, d):
 			outcomes[d.Username] = writtenOutcome(d.Version == 1)
 			continue
-		case found && cur.Version != d.Version-1:
-			if s.cfg.OnConflict != nil {
-				s.cfg.OnConflict()
-			}
+		case found && cur.Version != d.Version-1 && !after:
+			s.conflicted()
 			if !cur.RefreshedAt.Before(d.RefreshedAt) {
 				s.skipped(d.Username, cur.RefreshedAt, d.RefreshedAt)
 				outcomes[d.Username] = WriteSkippedNewer

@@ -2,9 +2,14 @@ package scoring
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
 // Refresher refreshes users' score documents: a full recompute from the
@@ -51,18 +56,20 @@ func (r *Refresher) Refresh(ctx context.Context, username string, startedAt time
 
 // RefreshBatch recomputes the scores of users and stores them as of
 // startedAt, the moment this refresh began (before any of its reads): the
-// scorer, then one WriteBatch for several users, so a batch costs one round
-// trip per component plus two, instead of that per user. A user alone is a
-// batch of one, written with Write. Users whose batched write lost a race
-// (or was refused) are retried one by one with Write, which backs off.
-// Losing to a newer refresh already stored is success: that document
-// reflects at least as much.
+// stored documents' versions, the scorer, then one WriteBatchAfter for
+// several users, so a batch costs one round trip per component plus two,
+// instead of that per user. A user alone is a batch of one, written with
+// WriteAfter. A user whose document another refresh wrote meanwhile
+// (ErrSuperseded) is refreshed again, read, recompute and write, after a
+// backoff, up to MaxConflictRetries times: which of two concurrent
+// refreshes began first is unknowable from their stamps (see Prior), and
+// the recompute that follows the rival's write reflects both.
 //
 // The result has an entry for every distinct user of users: nil when the
-// user's score was stored (or left alone because a newer one was), else why
-// not. A failed scorer call fails every user of the batch with the same
-// error, as does a failed batch read or write for the users it left
-// unsettled; a failed individual write fails that user only.
+// user's score was stored, else why not. A failed scorer call fails every
+// user of the batch with the same error, as does a failed batch read or
+// write for the users it left unsettled; a failed individual write fails
+// that user only.
 func (r *Refresher) RefreshBatch(ctx context.Context, users []string, startedAt time.Time) map[string]error {
 	users = uniqueUsers(users)
 	errs := make(map[string]error, len(users))
@@ -71,7 +78,28 @@ func (r *Refresher) RefreshBatch(ctx context.Context, users []string, startedAt 
 	}
 	ctx, trips := withRoundTrips(ctx)
 	defer r.report(len(users), trips)
+	for recomputes := 1; ; recomputes++ {
+		superseded := r.refresh(ctx, users, startedAt, errs)
+		if len(superseded) == 0 {
+			return errs
+		}
+		err := fmt.Errorf("gave up after %d recomputes, each superseded by another refresh's write: %w", recomputes, ErrConflict)
+		if recomputes < r.store.cfg.MaxConflictRetries {
+			err = clock.Sleep(ctx, r.store.cfg.Clock, r.store.backoff(recomputes))
+		}
+		if err != nil {
+			for _, u := range superseded {
+				errs[u] = fmt.Errorf("refreshing score of %q again: %w", u, err)
+			}
+			return errs
+		}
+		users = superseded
+	}
+}
 
+// refresh is one pass of RefreshBatch: it records each user's outcome in
+// errs, except the users it returns, whose documents were superseded.
+func (r *Refresher) refresh(ctx context.Context, users []string, startedAt time.Time, errs map[string]error) (superseded []string) {
 	// The stored documents first: a refresh supersedes what it read before
 	// its recompute, whatever the replicas' clocks say (see Prior).
 	prior, err := r.store.ReadPrior(ctx, users)
@@ -89,7 +117,7 @@ func (r *Refresher) RefreshBatch(ctx context.Context, users []string, startedAt 
 		for _, u := range users {
 			errs[u] = err
 		}
-		return errs
+		return nil
 	}
 	// Only the users the scorer scored are written; the others fail alone.
 	scored := make(map[string]Result, len(results))
@@ -103,16 +131,15 @@ func (r *Refresher) RefreshBatch(ctx context.Context, users []string, startedAt 
 			scored[u] = res
 		}
 	}
-	r.write(ctx, prior, scored, startedAt, errs)
-	return errs
+	return r.write(ctx, prior, scored, startedAt, errs)
 }
 
 // write stores the scored users' results over prior and records each one's
-// outcome in errs: several in one WriteBatchAfter, then Write for each user
-// it could not settle (mostly a race lost to a refresh running alongside,
-// which only refreshedAt can order); a user alone with WriteAfter, the
-// commands a refresh of one user always sent.
-func (r *Refresher) write(ctx context.Context, prior Prior, scored map[string]Result, startedAt time.Time, errs map[string]error) {
+// outcome in errs: several in one WriteBatchAfter, then WriteAfter for each
+// user it could not settle (mostly a race lost to a refresh running
+// alongside); a user alone with WriteAfter, the commands a refresh of one
+// user always sent. It returns the users superseded.
+func (r *Refresher) write(ctx context.Context, prior Prior, scored map[string]Result, startedAt time.Time, errs map[string]error) (superseded []string) {
 	var retry []string
 	var err error
 	if len(scored) > 1 {
@@ -121,26 +148,26 @@ func (r *Refresher) write(ctx context.Context, prior Prior, scored map[string]Re
 		for u := range outcomes {
 			errs[u] = nil
 		}
-	}
-	if len(scored) == 1 {
-		for u, res := range scored {
-			errs[u] = nil
-			if _, werr := r.store.WriteAfter(ctx, prior, u, res, startedAt); werr != nil {
-				errs[u] = fmt.Errorf("storing refreshed score: %w", werr) // names the user
-			}
-		}
+	} else {
+		retry = slices.Collect(maps.Keys(scored))
 	}
 	for _, u := range retry {
-		errs[u] = nil
-		if _, werr := r.store.Write(ctx, u, scored[u], startedAt); werr != nil {
+		_, werr := r.store.WriteAfter(ctx, prior, u, scored[u], startedAt)
+		switch {
+		case errors.Is(werr, ErrSuperseded):
+			superseded = append(superseded, u)
+		case werr != nil:
 			errs[u] = fmt.Errorf("storing refreshed score: %w", werr) // names the user
+		default:
+			errs[u] = nil
 		}
 	}
 	for u := range scored {
-		if _, settled := errs[u]; !settled {
+		if _, settled := errs[u]; !settled && !slices.Contains(superseded, u) {
 			errs[u] = fmt.Errorf("storing the refreshed scores of a batch of %d users: %w", len(scored), err)
 		}
 	}
+	return superseded
 }
 
 func (r *Refresher) report(users int, trips *atomic.Int64) {

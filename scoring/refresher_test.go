@@ -2,6 +2,7 @@ package scoring
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -46,9 +47,9 @@ func TestRefresh(t *testing.T) {
 	}
 	check("alice", ScoreDoc{Username: "alice", Score: 3, Components: map[string]float64{"activity": 3}, Version: 1, RefreshedAt: refreshStart})
 
-	// It loses, quietly.
-	if outcome, err := store.WriteAfter(ctx, slow, "alice", result(99), refreshStart.Add(-time.Second)); err != nil || outcome != WriteSkippedNewer {
-		t.Fatalf("older refresh's write = %v, %v; want WriteSkippedNewer", outcome, err)
+	// Its write loses: superseded, for its refresh to recompute.
+	if outcome, err := store.WriteAfter(ctx, slow, "alice", result(99), refreshStart.Add(-time.Second)); !errors.Is(err, ErrSuperseded) || outcome != 0 {
+		t.Fatalf("older refresh's write = %v, %v; want ErrSuperseded", outcome, err)
 	}
 	check("alice", ScoreDoc{Username: "alice", Score: 3, Components: map[string]float64{"activity": 3}, Version: 1, RefreshedAt: refreshStart})
 

@@ -20,6 +20,12 @@ import (
 // MaxConflictRetries version conflicts.
 var ErrConflict = errors.New("score document version conflict")
 
+// ErrSuperseded is wrapped by the error WriteAfter returns when the score
+// document was written since the refresh read it (ReadPrior): by a refresh
+// that ran alongside, whose start cannot be ordered against this one's (see
+// Prior). The caller recomputes over the document as it is now.
+var ErrSuperseded = errors.New("score document written by another refresh since this one read it")
+
 // ScoreDoc is a document of user_scores (docs/contract.md).
 type ScoreDoc struct {
 	Username    string             `bson:"_id"`
@@ -138,21 +144,33 @@ func (s *Store) Get(ctx context.Context, username string) (doc ScoreDoc, found b
 // which is not an error, but is counted (OnSkip) and logged. An equal
 // refreshedAt is written (version + 1).
 func (s *Store) Write(ctx context.Context, username string, res Result, refreshedAt time.Time) (WriteOutcome, error) {
-	return s.write(ctx, username, res, refreshedAt, nil)
+	return s.write(ctx, username, res, refreshedAt)
 }
 
 // WriteAfter is Write for a refresh that read prior (ReadPrior) before its
 // recompute read anything: a document still at the version prior holds was
 // written before this refresh began, so it is replaced whatever its
 // refreshedAt says, and the refreshedAt written is moved past its own (see
-// causalAfter). Only a document written since, by a refresh that ran
-// alongside this one, is judged by refreshedAt as Write judges it. The
-// first attempt costs one round trip, the read having been done.
+// causalAfter). One round trip, the read having been done. A document
+// written since, by a refresh that ran alongside this one, is left alone:
+// WriteAfter calls OnConflict and returns an error wrapping ErrSuperseded,
+// and the refresh recomputes (Refresher does).
 func (s *Store) WriteAfter(ctx context.Context, prior Prior, username string, res Result, refreshedAt time.Time) (WriteOutcome, error) {
-	return s.write(ctx, username, res, refreshedAt, prior)
+	unlock, err := s.locks.lock(ctx, username)
+	if err != nil {
+		return 0, fmt.Errorf("waiting for another write of the score of %q: %w", username, err)
+	}
+	defer unlock()
+	cur, found := prior[username]
+	outcome, err := s.writeOver(ctx, causalAfter(newScoreDoc(username, res, refreshedAt), cur, found), cur, found)
+	if errors.Is(err, errVersionMoved) {
+		s.conflicted()
+		return 0, fmt.Errorf("writing score of %q over version %d: %w", username, cur.Version, ErrSuperseded)
+	}
+	return outcome, err
 }
 
-func (s *Store) write(ctx context.Context, username string, res Result, refreshedAt time.Time, prior Prior) (WriteOutcome, error) {
+func (s *Store) write(ctx context.Context, username string, res Result, refreshedAt time.Time) (WriteOutcome, error) {
 	unlock, err := s.locks.lock(ctx, username)
 	if err != nil {
 		return 0, fmt.Errorf("waiting for another write of the score of %q: %w", username, err)
@@ -161,26 +179,23 @@ func (s *Store) write(ctx context.Context, username string, res Result, refreshe
 
 	doc := newScoreDoc(username, res, refreshedAt)
 	for conflicts := 1; ; conflicts++ {
-		var outcome WriteOutcome
-		var err error
-		if prior != nil && conflicts == 1 {
-			cur, found := prior[username]
-			outcome, err = s.writeOver(ctx, causalAfter(doc, cur, found), cur, found)
-		} else {
-			outcome, err = s.writeOnce(ctx, doc)
-		}
+		outcome, err := s.writeOnce(ctx, doc)
 		if !errors.Is(err, errVersionMoved) {
 			return outcome, err
 		}
-		if s.cfg.OnConflict != nil {
-			s.cfg.OnConflict()
-		}
+		s.conflicted()
 		if conflicts >= s.cfg.MaxConflictRetries {
 			return 0, fmt.Errorf("writing score of %q: gave up after %d version conflicts: %w", username, conflicts, ErrConflict)
 		}
 		if err := clock.Sleep(ctx, s.cfg.Clock, s.backoff(conflicts)); err != nil {
 			return 0, fmt.Errorf("backing off after a version conflict on the score of %q: %w", username, err)
 		}
+	}
+}
+
+func (s *Store) conflicted() {
+	if s.cfg.OnConflict != nil {
+		s.cfg.OnConflict()
 	}
 }
 
@@ -213,7 +228,10 @@ func newScoreDoc(username string, res Result, refreshedAt time.Time) ScoreDoc {
 // as older and its entries acknowledged without them: an event lost. A
 // document read before the recompute began was written before it, so the
 // recompute reflects everything that document does, whatever the stamps
-// say.
+// say. A document written while the recompute ran is no better ordered by
+// its stamp (after a lease takeover, two replicas refresh one user at
+// once): the refresh that meets one recomputes instead, and that recompute,
+// begun after the rival's write, reflects everything either saw.
 type Prior map[string]ScoreDoc
 
 // ReadPrior reads the version and refreshedAt of users' score documents,
