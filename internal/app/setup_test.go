@@ -23,7 +23,7 @@ func TestSetupBuildsIndexesWithoutMaxTimeMS(t *testing.T) {
 		sep = "&"
 	}
 	cfg, err := config.Parse([]string{
-		"MONGODB_URI=" + uri + sep + "timeoutMS=20000", "MONGODB_DATABASE=" + db.Name(), "METRICS_ADDR=",
+		"MONGODB_URI=" + uri + sep + "timeoutMS=20000", "MONGODB_DATABASE=" + db.Name(), "METRICS_ADDR=127.0.0.1:0",
 	})
 	if err != nil {
 		t.Fatal(err)
