@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/scorerefresh/scorerefresh/internal/cli"
 	"github.com/scorerefresh/scorerefresh/internal/plancmd"
@@ -59,11 +58,6 @@ docs/operator-commands.md.
 
 func main() {
 	os.Exit(runWith(os.Args[1:], os.Environ(), os.Stdin, os.Stdout, os.Stderr))
-}
-
-// run is runWith with nobody to answer a confirmation prompt.
-func run(args, environ []string, stdout, stderr io.Writer) int {
-	return runWith(args, environ, strings.NewReader(""), stdout, stderr)
 }
 
 func runWith(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
