@@ -180,11 +180,8 @@ func indexChecks(ctx context.Context, cfg DoctorConfig, ix *indexCache) []Check 
 // nothing to say.
 func retiredIndexCheck(ctx context.Context, old consumer.RetiredIndex, ix *indexCache) (Check, bool) {
 	coll := old.Coll.Name()
-	if !ix.exists[coll] {
-		return Check{}, false
-	}
 	keys := keyList(old.Keys)
-	indexes, err := ix.list(ctx, coll)
+	indexes, err := ix.list(ctx, coll) // none when coll does not exist
 	if err != nil {
 		return Check{}, false // indexCheck already failed on listing this collection
 	}
@@ -267,20 +264,18 @@ func sourceChecks(ctx context.Context, cfg DoctorConfig, ix *indexCache) []Check
 	var checks []Check
 	for _, comp := range cfg.Rules.Components {
 		c := Check{Name: fmt.Sprintf("source %s (%s)", comp.Collection, comp.Name)}
-		if !ix.exists[comp.Collection] {
+		indexes, err := ix.list(ctx, comp.Collection)
+		switch {
+		case !ix.exists[comp.Collection]:
 			c.Status, c.Detail = Fail, "collection does not exist: every user scores 0 on "+comp.Name
 			c.Fix = "check the collection name in the rules file (" + cfg.Rules.Source + ") and MONGODB_DATABASE"
-			checks = append(checks, c)
-			continue
-		}
-		indexes, err := ix.list(ctx, comp.Collection)
-		if err != nil {
+		case err != nil:
 			c.Status, c.Detail = Fail, err.Error()
-			checks = append(checks, c)
-			continue
-		}
-		c.Status, c.Detail, c.Fix = sourceVerdict(comp, indexes)
-		if c.Status != Fail {
+		default:
+			c.Status, c.Detail, c.Fix = sourceVerdict(comp, indexes)
+			if c.Status == Fail {
+				break
+			}
 			if locale := defaultCollation(ctx, cfg.Colls.DB, comp.Collection); locale != "" && locale != "simple" {
 				c.Status, c.Detail, c.Fix = collationVerdict(comp, indexes, locale, c.Status, c.Detail, c.Fix)
 			}
