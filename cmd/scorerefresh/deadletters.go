@@ -209,10 +209,7 @@ type progress struct {
 }
 
 func (p *progress) show(done int64, detail string) {
-	if !p.enable {
-		return
-	}
-	if done < p.total && !p.last.IsZero() && time.Since(p.last) < 2*time.Second {
+	if !p.enable || done < p.total && !p.last.IsZero() && time.Since(p.last) < 2*time.Second {
 		return
 	}
 	p.last = time.Now()

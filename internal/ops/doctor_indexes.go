@@ -30,14 +30,6 @@ type indexCache struct {
 	byColl map[string][]indexInfo
 }
 
-func newIndexCache(db *mongo.Database, names []string) *indexCache {
-	ix := &indexCache{db: db, exists: map[string]bool{}, byColl: map[string][]indexInfo{}}
-	for _, n := range names {
-		ix.exists[n] = true
-	}
-	return ix
-}
-
 func (ix *indexCache) list(ctx context.Context, coll string) ([]indexInfo, error) {
 	if got, ok := ix.byColl[coll]; ok || !ix.exists[coll] {
 		return got, nil

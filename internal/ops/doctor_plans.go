@@ -158,13 +158,9 @@ func planChecks(ctx context.Context, cfg DoctorConfig, ix *indexCache, info *ser
 	}
 	var checks []Check
 	for _, q := range consumer.DoctorQueries(cfg.Colls.consumer(), cfg.ClaimWindow, time.Now()) {
-		c := Check{Name: "plan: " + q.Name}
-		want := specs[q.Index]
-		switch {
-		case !ix.exists[q.Coll.Name()]:
-			c.Status, c.Detail = Warn, q.Coll.Name()+" does not exist yet: nothing to explain"
-		default:
-			c.Status, c.Detail, c.Fix = explainQuery(ctx, cfg, q, want, info)
+		c := Check{Name: "plan: " + q.Name, Status: Warn, Detail: q.Coll.Name() + " does not exist yet: nothing to explain"}
+		if ix.exists[q.Coll.Name()] {
+			c.Status, c.Detail, c.Fix = explainQuery(ctx, cfg, q, specs[q.Index], info)
 		}
 		checks = append(checks, c)
 	}
