@@ -30,7 +30,6 @@ summary to standard error, so a pod without a shell or tar can be read out:
 flags:
 `
 
-// runSnapshot is `scorerefresh snapshot --out FILE|DIR [--with-sources]`.
 func runSnapshot(args, environ []string, stdout, stderr io.Writer) int {
 	fs := cli.NewFlagSet("scorerefresh snapshot", snapshotHelp, stderr)
 	out := fs.String("out", "", "file for the queue alone (.gz compresses), directory for one file per collection and a manifest, or - for the queue on standard output (required)")

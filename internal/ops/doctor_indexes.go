@@ -110,12 +110,9 @@ func keyDoc(d bson.Raw) []string {
 // prints as a document with bare field names ("{ _id: 1 }"); quoted names
 // and values are read too.
 func keyString(s string) ([]string, bool) {
-	s = strings.TrimSpace(s)
-	if len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
-		return nil, false
-	}
-	body := strings.TrimSpace(s[1 : len(s)-1])
-	if body == "" {
+	body, open := strings.CutPrefix(strings.TrimSpace(s), "{")
+	body, closed := strings.CutSuffix(body, "}")
+	if !open || !closed || strings.TrimSpace(body) == "" {
 		return nil, false
 	}
 	var out []string
