@@ -276,7 +276,7 @@ func writeRedrive(w io.Writer, r ops.RedriveResult, coll string) error {
 	return err
 }
 
-// PurgeResult is `deadletters purge --json`.
+// purgeResult is `deadletters purge --json`.
 type purgeResult struct {
 	SchemaVersion int        `json:"schemaVersion"`
 	Kind          string     `json:"kind"` // "deadletters.purge"
