@@ -149,29 +149,25 @@ func ListDeadLetters(ctx context.Context, dead *mongo.Collection, f Filter, limi
 		return nil, err
 	}
 	for _, d := range docs {
-		l.DeadLetters = append(l.DeadLetters, rowOf(d))
+		r := DeadLetterRow{
+			ID: idString(d.ID), Reason: d.DeadLetter.Reason, At: d.DeadLetter.At,
+			Attempts: int(d.DeadLetter.Attempts), Error: clip(d.DeadLetter.Error, 1024), OriginalID: idString(d.DeadLetter.OriginalID),
+		}
+		if u, ok := d.Username.StringValueOK(); ok {
+			u = clip(u, 300)
+			r.Username = &u
+		} else if d.Username.Type == 0 {
+			r.UserNote = "missing"
+		} else {
+			r.UserNote = fmt.Sprintf("%s: %s", d.Username.Type, clip(d.Username.String(), 100))
+		}
+		if d.CreatedAt.Type == bson.TypeDateTime {
+			t := d.CreatedAt.Time()
+			r.CreatedAt = &t
+		}
+		l.DeadLetters = append(l.DeadLetters, r)
 	}
 	return l, nil
-}
-
-func rowOf(d storedDeadLetter) DeadLetterRow {
-	r := DeadLetterRow{
-		ID: idString(d.ID), Reason: d.DeadLetter.Reason, At: d.DeadLetter.At,
-		Attempts: int(d.DeadLetter.Attempts), Error: clip(d.DeadLetter.Error, 1024), OriginalID: idString(d.DeadLetter.OriginalID),
-	}
-	if u, ok := d.Username.StringValueOK(); ok {
-		u = clip(u, 300)
-		r.Username = &u
-	} else if d.Username.Type == 0 {
-		r.UserNote = "missing"
-	} else {
-		r.UserNote = fmt.Sprintf("%s: %s", d.Username.Type, clip(d.Username.String(), 100))
-	}
-	if d.CreatedAt.Type == bson.TypeDateTime {
-		t := d.CreatedAt.Time()
-		r.CreatedAt = &t
-	}
-	return r
 }
 
 // IDCandidates are the _id values an operator's argument may mean: an

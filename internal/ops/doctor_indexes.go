@@ -206,7 +206,12 @@ func indexCheck(ctx context.Context, spec consumer.IndexSpec, ix *indexCache) Ch
 		c.Status, c.Detail, c.Fix = Fail, err.Error(), "grant listIndexes on the database (readWrite includes it)"
 		return c
 	}
-	want := indexOptions(spec.Model)
+	var want options.IndexOptions
+	if spec.Model.Options != nil {
+		for _, set := range spec.Model.Options.List() {
+			_ = set(&want)
+		}
+	}
 	found, ok := findIndex(indexes, keys)
 	switch {
 	case !ok && spec.Optional:
@@ -221,16 +226,6 @@ func indexCheck(ctx context.Context, spec consumer.IndexSpec, ix *indexCache) Ch
 		c.Status, c.Detail = OK, found.Name+": "+spec.Serves
 	}
 	return c
-}
-
-func indexOptions(m mongo.IndexModel) options.IndexOptions {
-	var o options.IndexOptions
-	if m.Options != nil {
-		for _, set := range m.Options.List() {
-			_ = set(&o)
-		}
-	}
-	return o
 }
 
 func keysJS(keys []string) string {
