@@ -18,8 +18,6 @@ read, a manifest) that replays exactly like one scorerefresh snapshot takes.
 It connects to nothing; only SCORING_RULES is read from the environment.
 `
 
-// runBacklog is `scorerefresh backlog generate ...`: a synthetic snapshot
-// that replays exactly like a real one.
 func runBacklog(args, environ []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "generate" {
 		top := cli.NewFlagSet("scorerefresh backlog", backlogHelp+"\n\"scorerefresh backlog generate -h\" lists its flags.\n", stderr)

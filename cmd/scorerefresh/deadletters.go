@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"cmp"
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -123,20 +124,13 @@ func runDeadLettersList(args, environ []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	env, ctx, done, code := openOps(f.name, environ, 2*time.Minute, stderr)
-	if env == nil {
-		return code
-	}
-	defer done()
-	l, err := ops.ListDeadLetters(ctx, env.Colls.DeadLetter, filter, int(f.limit), 100_000)
-	if err == nil {
-		err = output(stdout, f.asJSON, l, func() error { return writeDeadLetterList(stdout, l, env.Colls.DeadLetter.Name()) })
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", f.name, err)
-		return 1
-	}
-	return 0
+	return withOps(f.name, environ, 2*time.Minute, stderr, func(ctx context.Context, env *ops.Env) int {
+		l, err := ops.ListDeadLetters(ctx, env.Colls.DeadLetter, filter, int(f.limit), 100_000)
+		if err != nil {
+			return fail(stderr, f.name, err)
+		}
+		return emit(f.name, stdout, stderr, f.asJSON, l, func() error { return writeDeadLetterList(stdout, l, env.Colls.DeadLetter.Name()) })
+	})
 }
 
 func writeDeadLetterList(w io.Writer, l *ops.DeadLetterList, coll string) error {
@@ -182,30 +176,26 @@ func runDeadLettersShow(args, environ []string, stdout, stderr io.Writer) int {
 	if args = fs.Args(); len(args) == 0 {
 		return cli.Refuse(fs, "no ID")
 	}
-	env, ctx, done, code := openOps(name, environ, 2*time.Minute, stderr)
-	if env == nil {
-		return code
-	}
-	defer done()
-	for _, arg := range args {
-		ids, err := ops.IDCandidates(arg)
-		if err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", name, err)
-			return 2
+	return withOps(name, environ, 2*time.Minute, stderr, func(ctx context.Context, env *ops.Env) int {
+		for _, arg := range args {
+			ids, err := ops.IDCandidates(arg)
+			if err != nil {
+				fmt.Fprintf(stderr, "%s: %v\n", name, err)
+				return 2
+			}
+			docs, err := ops.ShowDeadLetters(ctx, env.Colls.DeadLetter, ids)
+			if err == nil && len(docs) == 0 {
+				err = fmt.Errorf("no dead letter in %s has _id or original _id %s", env.Colls.DeadLetter.Name(), arg)
+			}
+			if err == nil {
+				err = ops.WriteExtJSON(stdout, docs)
+			}
+			if err != nil {
+				return fail(stderr, name, err)
+			}
 		}
-		docs, err := ops.ShowDeadLetters(ctx, env.Colls.DeadLetter, ids)
-		if err == nil && len(docs) == 0 {
-			err = fmt.Errorf("no dead letter in %s has _id or original _id %s", env.Colls.DeadLetter.Name(), arg)
-		}
-		if err == nil {
-			err = ops.WriteExtJSON(stdout, docs)
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", name, err)
-			return 1
-		}
-	}
-	return 0
+		return 0
+	})
 }
 
 // progress prints a line on stderr after a batch when the whole set spans
@@ -219,10 +209,7 @@ type progress struct {
 }
 
 func (p *progress) show(done int64, detail string) {
-	if !p.enable {
-		return
-	}
-	if done < p.total && !p.last.IsZero() && time.Since(p.last) < 2*time.Second {
+	if !p.enable || done < p.total && !p.last.IsZero() && time.Since(p.last) < 2*time.Second {
 		return
 	}
 	p.last = time.Now()
@@ -246,32 +233,25 @@ func runRedrive(args, environ []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	env, ctx, done, code := openOps(f.name, environ, 0, stderr)
-	if env == nil {
-		return code
-	}
-	defer done()
-	p := &progress{w: stderr, name: f.name}
-	res, err := ops.Redrive(ctx, env.Colls, ops.RedriveOptions{
-		Filter: filter, Limit: f.limit, Batch: f.batch, DryRun: f.dryRun, Force: f.force,
-		Progress: func(r ops.RedriveResult) {
-			p.total, p.enable = r.Total, r.Total > int64(f.batch)
-			p.show(r.Read, fmt.Sprintf("%d requeued, %d already queued, %d left (conflicts, refusals)", r.Requeued, r.AlreadyQueued, r.Conflicts+r.Failed))
-		},
-	})
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n(what was done is in the queue and gone from the dead letters; run the same command again to finish: it is safe)\n", f.name, err)
-		writeRedrive(stderr, res, env.Colls.DeadLetter.Name())
-		return 1
-	}
-	if err := output(stdout, f.asJSON, res, func() error { return writeRedrive(stdout, res, env.Colls.DeadLetter.Name()) }); err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", f.name, err)
-		return 1
-	}
-	if res.Conflicts+res.Failed > 0 {
+	return withOps(f.name, environ, 0, stderr, func(ctx context.Context, env *ops.Env) int {
+		p := &progress{w: stderr, name: f.name}
+		res, err := ops.Redrive(ctx, env.Colls, ops.RedriveOptions{
+			Filter: filter, Limit: f.limit, Batch: f.batch, DryRun: f.dryRun, Force: f.force,
+			Progress: func(r ops.RedriveResult) {
+				p.total, p.enable = r.Total, r.Total > int64(f.batch)
+				p.show(r.Read, fmt.Sprintf("%d requeued, %d already queued, %d left (conflicts, refusals)", r.Requeued, r.AlreadyQueued, r.Conflicts+r.Failed))
+			},
+		})
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n(what was done is in the queue and gone from the dead letters; run the same command again to finish: it is safe)\n", f.name, err)
+			writeRedrive(stderr, res, env.Colls.DeadLetter.Name())
+			return 1
+		}
+		if code := emit(f.name, stdout, stderr, f.asJSON, res, func() error { return writeRedrive(stdout, res, env.Colls.DeadLetter.Name()) }); code != 0 || res.Conflicts+res.Failed == 0 {
+			return code
+		}
 		return exitPartial
-	}
-	return 0
+	})
 }
 
 func writeRedrive(w io.Writer, r ops.RedriveResult, coll string) error {
@@ -296,7 +276,7 @@ func writeRedrive(w io.Writer, r ops.RedriveResult, coll string) error {
 	return err
 }
 
-// PurgeResult is `deadletters purge --json`.
+// purgeResult is `deadletters purge --json`.
 type purgeResult struct {
 	SchemaVersion int        `json:"schemaVersion"`
 	Kind          string     `json:"kind"` // "deadletters.purge"
@@ -319,46 +299,38 @@ func runPurge(args, environ []string, stdin io.Reader, stdout, stderr io.Writer)
 	if filter.Empty() && !f.all {
 		return cli.Refuse(f.fs, "no filter: pass --reason, --user, --since or --until, or --all to delete every dead letter")
 	}
-	env, ctx, done, code := openOps(f.name, environ, 0, stderr)
-	if env == nil {
-		return code
-	}
-	defer done()
-	res := purgeResult{SchemaVersion: ops.SchemaVersion, Kind: "deadletters.purge", DryRun: f.dryRun, Filter: filter}
-	upTo := int64(math.MaxInt64 - 1) // the prompt states the exact number it deletes
-	if f.limit > 0 {
-		upTo = f.limit
-	}
-	n, _, err := ops.CountDeadLetters(ctx, env.Colls.DeadLetter, filter, upTo)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", f.name, err)
-		return 1
-	}
-	res.Matching = min(n, upTo)
-	what := fmt.Sprintf("%d dead letters from %s.%s (%s)", res.Matching, env.Config.Database, env.Colls.DeadLetter.Name(), filter)
-	if res.Matching > 0 && !f.dryRun && !f.yes && !confirm(stdin, stderr, "Delete "+what+"? This cannot be undone. Type yes to go on: ") {
-		fmt.Fprintf(stderr, "%s: not confirmed; nothing deleted (--yes skips the question)\n", f.name)
-		return 1
-	}
-	if res.Matching > 0 && !f.dryRun {
-		p := &progress{w: stderr, name: f.name, total: res.Matching, enable: res.Matching > int64(f.batch)}
-		res.Deleted, err = ops.Purge(ctx, env.Colls.DeadLetter, filter, f.limit, f.batch, func(n int64) { p.show(n, "deleted") })
-		if err != nil {
-			fmt.Fprintf(stderr, "%s: deleted %d, then: %v\n", f.name, res.Deleted, err)
-			return 1
+	return withOps(f.name, environ, 0, stderr, func(ctx context.Context, env *ops.Env) int {
+		res := purgeResult{SchemaVersion: ops.SchemaVersion, Kind: "deadletters.purge", DryRun: f.dryRun, Filter: filter}
+		upTo := int64(math.MaxInt64 - 1) // the prompt states the exact number it deletes
+		if f.limit > 0 {
+			upTo = f.limit
 		}
-	}
-	summary := fmt.Sprintf("deleted %d of %s\n", res.Deleted, what)
-	if f.dryRun {
-		summary = fmt.Sprintf("dry run: would delete %s\n", what)
-	}
-	if output(stdout, f.asJSON, res, func() error {
-		_, err := io.WriteString(stdout, summary)
-		return err
-	}) != nil {
-		return 1
-	}
-	return 0
+		n, _, err := ops.CountDeadLetters(ctx, env.Colls.DeadLetter, filter, upTo)
+		if err != nil {
+			return fail(stderr, f.name, err)
+		}
+		res.Matching = min(n, upTo)
+		what := fmt.Sprintf("%d dead letters from %s.%s (%s)", res.Matching, env.Config.Database, env.Colls.DeadLetter.Name(), filter)
+		summary := fmt.Sprintf("dry run: would delete %s\n", what)
+		if !f.dryRun && res.Matching > 0 {
+			if !f.yes && !confirm(stdin, stderr, "Delete "+what+"? This cannot be undone. Type yes to go on: ") {
+				fmt.Fprintf(stderr, "%s: not confirmed; nothing deleted (--yes skips the question)\n", f.name)
+				return 1
+			}
+			p := &progress{w: stderr, name: f.name, total: res.Matching, enable: res.Matching > int64(f.batch)}
+			if res.Deleted, err = ops.Purge(ctx, env.Colls.DeadLetter, filter, f.limit, f.batch, func(n int64) { p.show(n, "deleted") }); err != nil {
+				fmt.Fprintf(stderr, "%s: deleted %d, then: %v\n", f.name, res.Deleted, err)
+				return 1
+			}
+		}
+		if !f.dryRun {
+			summary = fmt.Sprintf("deleted %d of %s\n", res.Deleted, what)
+		}
+		return emit(f.name, stdout, stderr, f.asJSON, res, func() error {
+			_, err := io.WriteString(stdout, summary)
+			return err
+		})
+	})
 }
 
 // confirm asks on stderr and reads one line: only "yes" goes on. No input

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"fmt"
+	"context"
 	"io"
 	"time"
 
@@ -41,23 +41,16 @@ func runDoctor(args, environ []string, stdout, stderr io.Writer) int {
 	if *replicas <= 0 {
 		return cli.Refuse(fs, "--replicas must be positive")
 	}
-	env, ctx, done, code := openOps("scorerefresh doctor", environ, *timeout, stderr)
-	if env == nil {
-		return code
-	}
-	defer done()
-	cfg := env.Config
-	r := ops.Doctor(ctx, ops.DoctorConfig{
-		Colls: env.Colls, Rules: env.Rules, Replicas: *replicas,
-		PoolSize: int(app.PoolSize(cfg)), PerReplica: app.ConnectionsPerReplica(cfg),
-		ClaimWindow: cfg.ClaimWindow, LeaseDuration: cfg.LeaseDuration,
+	return withOps("scorerefresh doctor", environ, *timeout, stderr, func(ctx context.Context, env *ops.Env) int {
+		cfg := env.Config
+		r := ops.Doctor(ctx, ops.DoctorConfig{
+			Colls: env.Colls, Rules: env.Rules, Replicas: *replicas,
+			PoolSize: int(app.PoolSize(cfg)), PerReplica: app.ConnectionsPerReplica(cfg),
+			ClaimWindow: cfg.ClaimWindow, LeaseDuration: cfg.LeaseDuration,
+		})
+		if code := emit("scorerefresh doctor", stdout, stderr, *asJSON, r, func() error { return ops.WriteDoctor(stdout, r) }); code != 0 || r.Failures == 0 {
+			return code
+		}
+		return 1
 	})
-	if err := output(stdout, *asJSON, r, func() error { return ops.WriteDoctor(stdout, r) }); err != nil {
-		fmt.Fprintf(stderr, "scorerefresh doctor: %v\n", err)
-		return 1
-	}
-	if r.Failures > 0 {
-		return 1
-	}
-	return 0
 }

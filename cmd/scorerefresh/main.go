@@ -1,24 +1,14 @@
-// Command scorerefresh is the production binary (docs/contract.md):
-//
-//	scorerefresh run        the service (the container's command)
-//	scorerefresh snapshot   writes the queue (and sources) as Extended JSON
-//	scorerefresh replay     loads a snapshot, drains it, reports (docs/replay.md)
-//	scorerefresh backlog    generates a synthetic snapshot
-//	scorerefresh status     what the queue holds now (docs/operator-commands.md)
-//	scorerefresh deadletters list|show|redrive|purge
-//	scorerefresh doctor     preflight checks against the configured MongoDB
-//	scorerefresh plan       predicts drain time, replicas and stability (docs/capacity-planning.md)
-//	scorerefresh version    prints the build's version
-//
-// Configuration comes from the environment only (docs/contract.md). This binary
-// never links the embedded MongoDB server: the demo is cmd/scorerefresh-demo.
+// Command scorerefresh is the production binary (docs/contract.md): the
+// service (`run`, the container's command) and the operator commands the
+// usage below lists. Configuration comes from the environment only. This
+// binary never links the embedded MongoDB server: the demo is
+// cmd/scorerefresh-demo.
 package main
 
 import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/scorerefresh/scorerefresh/internal/cli"
 	"github.com/scorerefresh/scorerefresh/internal/plancmd"
@@ -59,11 +49,6 @@ docs/operator-commands.md.
 
 func main() {
 	os.Exit(runWith(os.Args[1:], os.Environ(), os.Stdin, os.Stdout, os.Stderr))
-}
-
-// run is runWith with nobody to answer a confirmation prompt.
-func run(args, environ []string, stdout, stderr io.Writer) int {
-	return runWith(args, environ, strings.NewReader(""), stdout, stderr)
 }
 
 func runWith(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {

@@ -154,3 +154,8 @@ func TestBinaryDrainsQueueAndStopsCleanlyOnSIGTERM(t *testing.T) {
 		t.Errorf("ann's score = %v, want 20 (10 activities × 2 points)", score.Score)
 	}
 }
+
+// run is runWith with nobody to answer a confirmation prompt.
+func run(args, environ []string, stdout, stderr io.Writer) int {
+	return runWith(args, environ, strings.NewReader(""), stdout, stderr)
+}

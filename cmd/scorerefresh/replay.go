@@ -12,8 +12,6 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/redact"
 )
 
-// runReplay is `scorerefresh replay --in FILE|DIR [flags]` and
-// `scorerefresh replay compare A.json B.json`.
 func runReplay(args, environ []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "compare" {
 		return replaycmd.Compare("scorerefresh replay compare", args[1:], stdout, stderr)

@@ -5,16 +5,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"sync/atomic"
-	"syscall"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/scorerefresh/scorerefresh/internal/app"
 	"github.com/scorerefresh/scorerefresh/internal/cli"
-	"github.com/scorerefresh/scorerefresh/internal/config"
+	"github.com/scorerefresh/scorerefresh/internal/ops"
 	"github.com/scorerefresh/scorerefresh/pkg/extjson"
 	"github.com/scorerefresh/scorerefresh/pkg/redact"
 	"github.com/scorerefresh/scorerefresh/replay"
@@ -34,7 +30,6 @@ summary to standard error, so a pod without a shell or tar can be read out:
 flags:
 `
 
-// runSnapshot is `scorerefresh snapshot --out FILE|DIR [--with-sources]`.
 func runSnapshot(args, environ []string, stdout, stderr io.Writer) int {
 	fs := cli.NewFlagSet("scorerefresh snapshot", snapshotHelp, stderr)
 	out := fs.String("out", "", "file for the queue alone (.gz compresses), directory for one file per collection and a manifest, or - for the queue on standard output (required)")
@@ -51,40 +46,28 @@ func runSnapshot(args, environ []string, stdout, stderr io.Writer) int {
 	if toStdout && *withSources {
 		return cli.Refuse(fs, "--with-sources needs a directory for --out: standard output carries the queue alone")
 	}
-	cfg, err := config.Parse(environ)
-	if err != nil {
-		fmt.Fprintf(stderr, "scorerefresh snapshot: %v\n", err)
-		return 2
-	}
-	cfg.MetricsAddr = "" // a snapshot serves no metrics (and must not take the service's port)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	svc, err := app.New(ctx, cfg, app.Options{Version: version, Revision: revision})
-	if err != nil {
-		fmt.Fprintf(stderr, "scorerefresh snapshot: %v\n", err)
-		return 2
-	}
-	defer svc.Close(context.Background())
-	if toStdout {
-		return snapshotToStdout(ctx, svc.DB.Collection(cfg.QueueCollection), *gz, *format == "canonical", stdout, stderr)
-	}
-	sc := replay.SnapshotConfig{
-		DB: svc.DB, Queue: cfg.QueueCollection, Out: *out, Gzip: *gz, Relaxed: *format == "relaxed",
-		Origin: redact.URI(cfg.MongoURI), Progress: stderr,
-	}
-	if *withSources {
-		sc.Sources, sc.Rules = svc.Rules.Collections(), svc.Rules.Source
-	}
-	m, err := replay.Snapshot(ctx, sc)
-	if err != nil {
-		fmt.Fprintf(stderr, "scorerefresh snapshot: %v\n", err)
-		return 1
-	}
-	for _, f := range m.Files {
-		fmt.Fprintf(stdout, "%s: %d documents of %s.%s, %d bytes\n", f.File, f.Documents, cfg.Database, f.Collection, f.Bytes)
-	}
-	fmt.Fprintf(stdout, "consistency: %s\n", replay.SnapshotConsistency)
-	return 0
+	return withOps("scorerefresh snapshot", environ, 0, stderr, func(ctx context.Context, env *ops.Env) int {
+		cfg := env.Config
+		if toStdout {
+			return snapshotToStdout(ctx, env.Colls.Queue, *gz, *format == "canonical", stdout, stderr)
+		}
+		sc := replay.SnapshotConfig{
+			DB: env.Colls.DB, Queue: cfg.QueueCollection, Out: *out, Gzip: *gz, Relaxed: *format == "relaxed",
+			Origin: redact.URI(cfg.MongoURI), Progress: stderr,
+		}
+		if *withSources {
+			sc.Sources, sc.Rules = env.Rules.Collections(), env.Rules.Source
+		}
+		m, err := replay.Snapshot(ctx, sc)
+		if err != nil {
+			return fail(stderr, "scorerefresh snapshot", err)
+		}
+		for _, f := range m.Files {
+			fmt.Fprintf(stdout, "%s: %d documents of %s.%s, %d bytes\n", f.File, f.Documents, cfg.Database, f.Collection, f.Bytes)
+		}
+		fmt.Fprintf(stdout, "consistency: %s\n", replay.SnapshotConsistency)
+		return 0
+	})
 }
 
 // snapshotToStdout streams the queue as replay.Snapshot does a file (in _id
@@ -92,10 +75,6 @@ func runSnapshot(args, environ []string, stdout, stderr io.Writer) int {
 // read-only root, so kubectl exec's stdout is the only way out of the pod.
 // The summary goes to stderr, which must not mix with the data.
 func snapshotToStdout(ctx context.Context, coll *mongo.Collection, gz, canonical bool, stdout, stderr io.Writer) int {
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "scorerefresh snapshot: %v\n", err)
-		return 1
-	}
 	cw := &countingWriter{w: stdout}
 	var dst io.Writer = cw
 	var zw *gzip.Writer
@@ -105,11 +84,11 @@ func snapshotToStdout(ctx context.Context, coll *mongo.Collection, gz, canonical
 	}
 	w := extjson.NewWriter(dst, canonical)
 	if err := replay.Export(ctx, coll, w, cw.n.Load, "standard output", stderr); err != nil {
-		return fail(err)
+		return fail(stderr, "scorerefresh snapshot", err)
 	}
 	if zw != nil {
 		if err := zw.Close(); err != nil {
-			return fail(fmt.Errorf("finishing the gzip stream of %s: %w", coll.Name(), err))
+			return fail(stderr, "scorerefresh snapshot", fmt.Errorf("finishing the gzip stream of %s: %w", coll.Name(), err))
 		}
 	}
 	fmt.Fprintf(stderr, "-: %d documents of %s.%s, %d bytes\n", w.Docs(), coll.Database().Name(), coll.Name(), cw.n.Load())

@@ -53,58 +53,59 @@ func runStatus(args, environ []string, stdout, stderr io.Writer) int {
 	if o.Top <= 0 || o.Window <= 0 || o.ExactLimit <= 0 || o.LeaseLimit <= 0 || o.Sample < 0 {
 		return cli.Refuse(fs, "--top, --window, --exact-limit and --lease-limit must be positive, --sample not negative")
 	}
-	env, ctx, done, code := openOps("scorerefresh status", environ, *timeout, stderr)
-	if env == nil {
-		return code
-	}
-	defer done()
-	s, err := ops.GatherStatus(ctx, env.Colls, o)
-	if err != nil {
-		fmt.Fprintf(stderr, "scorerefresh status: %v\n", err)
-		return 1
-	}
-	if err := output(stdout, *asJSON, s, func() error { return ops.WriteStatus(stdout, s) }); err != nil {
-		fmt.Fprintf(stderr, "scorerefresh status: %v\n", err)
-		return 1
-	}
-	return 0
+	return withOps("scorerefresh status", environ, *timeout, stderr, func(ctx context.Context, env *ops.Env) int {
+		s, err := ops.GatherStatus(ctx, env.Colls, o)
+		if err != nil {
+			return fail(stderr, "scorerefresh status", err)
+		}
+		return emit("scorerefresh status", stdout, stderr, *asJSON, s, func() error { return ops.WriteStatus(stdout, s) })
+	})
 }
 
-// openOps connects an operator command exactly as `run` connects (same
-// environment, loader and client options). It returns a nil Env and the exit
-// code when it cannot; otherwise done disconnects and releases the context.
-// A zero timeout means none (the command stops on SIGINT or SIGTERM).
-func openOps(name string, environ []string, timeout time.Duration, stderr io.Writer) (*ops.Env, context.Context, func(), int) {
+// withOps connects an operator command exactly as `run` connects (same
+// environment, loader and client options) and runs f, or returns 2 when it
+// cannot. A zero timeout means none (the command stops on SIGINT or SIGTERM).
+func withOps(name string, environ []string, timeout time.Duration, stderr io.Writer, f func(context.Context, *ops.Env) int) int {
 	cfg, err := config.Parse(environ)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return nil, nil, nil, 2
+		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	cancel := context.CancelFunc(func() {})
+	defer stop()
 	if timeout > 0 {
+		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
 	}
 	env, err := ops.Open(ctx, cfg, version, revision)
 	if err != nil {
-		cancel()
-		stop()
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return nil, nil, nil, 2
+		return 2
 	}
-	return env, ctx, func() {
-		_ = env.Close(context.Background())
-		cancel()
-		stop()
-	}, 0
+	defer env.Close(context.Background())
+	return f(ctx, env)
 }
 
-// output prints v as one JSON document with asJSON, else as text prints it.
-func output(w io.Writer, asJSON bool, v any, text func() error) error {
-	if !asJSON {
-		return text()
+// fail says on stderr what stopped the command: exit code 1.
+func fail(stderr io.Writer, name string, err error) int {
+	fmt.Fprintf(stderr, "%s: %v\n", name, err)
+	return 1
+}
+
+// emit prints v as one JSON document with asJSON, else as text prints it:
+// exit code 0, or 1 when it cannot.
+func emit(name string, stdout, stderr io.Writer, asJSON bool, v any, text func() error) int {
+	var err error
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(v)
+	} else {
+		err = text()
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	if err != nil {
+		return fail(stderr, name, err)
+	}
+	return 0
 }

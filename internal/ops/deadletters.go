@@ -46,9 +46,7 @@ func (f Filter) BSON() bson.D {
 }
 
 // Empty reports whether the filter selects every dead letter.
-func (f Filter) Empty() bool {
-	return len(f.Reasons) == 0 && f.User == "" && f.Since.IsZero() && f.Until.IsZero()
-}
+func (f Filter) Empty() bool { return len(f.BSON()) == 0 }
 
 // CountDeadLetters counts the dead letters matching f, exactly up to upTo.
 func CountDeadLetters(ctx context.Context, dead *mongo.Collection, f Filter, upTo int64) (int64, bool, error) {
@@ -151,29 +149,25 @@ func ListDeadLetters(ctx context.Context, dead *mongo.Collection, f Filter, limi
 		return nil, err
 	}
 	for _, d := range docs {
-		l.DeadLetters = append(l.DeadLetters, rowOf(d))
+		r := DeadLetterRow{
+			ID: idString(d.ID), Reason: d.DeadLetter.Reason, At: d.DeadLetter.At,
+			Attempts: int(d.DeadLetter.Attempts), Error: clip(d.DeadLetter.Error, 1024), OriginalID: idString(d.DeadLetter.OriginalID),
+		}
+		if u, ok := d.Username.StringValueOK(); ok {
+			u = clip(u, 300)
+			r.Username = &u
+		} else if d.Username.Type == 0 {
+			r.UserNote = "missing"
+		} else {
+			r.UserNote = fmt.Sprintf("%s: %s", d.Username.Type, clip(d.Username.String(), 100))
+		}
+		if d.CreatedAt.Type == bson.TypeDateTime {
+			t := d.CreatedAt.Time()
+			r.CreatedAt = &t
+		}
+		l.DeadLetters = append(l.DeadLetters, r)
 	}
 	return l, nil
-}
-
-func rowOf(d storedDeadLetter) DeadLetterRow {
-	r := DeadLetterRow{
-		ID: idString(d.ID), Reason: d.DeadLetter.Reason, At: d.DeadLetter.At,
-		Attempts: int(d.DeadLetter.Attempts), Error: clip(d.DeadLetter.Error, 1024), OriginalID: idString(d.DeadLetter.OriginalID),
-	}
-	if u, ok := d.Username.StringValueOK(); ok {
-		u = clip(u, 300)
-		r.Username = &u
-	} else if d.Username.Type == 0 {
-		r.UserNote = "missing"
-	} else {
-		r.UserNote = fmt.Sprintf("%s: %s", d.Username.Type, clip(d.Username.String(), 100))
-	}
-	if d.CreatedAt.Type == bson.TypeDateTime {
-		t := d.CreatedAt.Time()
-		r.CreatedAt = &t
-	}
-	return r
 }
 
 // IDCandidates are the _id values an operator's argument may mean: an
@@ -204,13 +198,9 @@ var numeric = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?$`)
 // _id (a renamed copy), is one of ids.
 func ShowDeadLetters(ctx context.Context, dead *mongo.Collection, ids bson.A) ([]bson.Raw, error) {
 	in := bson.D{{Key: "$in", Value: ids}}
-	docs, err := findAll[bson.Raw](ctx, dead, bson.D{{Key: "$or", Value: bson.A{
+	return findAll[bson.Raw](ctx, dead, bson.D{{Key: "$or", Value: bson.A{
 		bson.D{{Key: "_id", Value: in}}, bson.D{{Key: "deadLetter.originalId", Value: in}},
 	}}}, options.Find().SetLimit(100), fmt.Sprintf("reading dead letter %v", ids))
-	if err != nil {
-		return nil, err
-	}
-	return docs, nil
 }
 
 // WriteExtJSON prints documents as indented relaxed Extended JSON, the
@@ -238,9 +228,14 @@ func Purge(ctx context.Context, dead *mongo.Collection, f Filter, limit int64, b
 		if limit > 0 {
 			n = min(n, limit-deleted)
 		}
-		ids, err := readIDs(ctx, dead, f.BSON(), n)
+		docs, err := findAll[storedDeadLetter](ctx, dead, f.BSON(), options.Find().SetLimit(n).SetBatchSize(int32(n)).SetProjection(bson.D{{Key: "_id", Value: 1}}),
+			fmt.Sprintf("reading %d dead letter ids", n))
 		if err != nil {
 			return deleted, err
+		}
+		ids := make(bson.A, len(docs))
+		for i, d := range docs {
+			ids[i] = d.ID
 		}
 		if len(ids) == 0 {
 			return deleted, nil
@@ -258,19 +253,6 @@ func Purge(ctx context.Context, dead *mongo.Collection, f Filter, limit int64, b
 		}
 	}
 	return deleted, nil
-}
-
-func readIDs(ctx context.Context, coll *mongo.Collection, filter bson.D, n int64) (bson.A, error) {
-	docs, err := findAll[storedDeadLetter](ctx, coll, filter, options.Find().SetLimit(n).SetBatchSize(int32(n)).SetProjection(bson.D{{Key: "_id", Value: 1}}),
-		fmt.Sprintf("reading %d dead letter ids", n))
-	if err != nil {
-		return nil, err
-	}
-	ids := make(bson.A, len(docs))
-	for i, d := range docs {
-		ids[i] = d.ID
-	}
-	return ids, nil
 }
 
 // deleteByID deletes coll's documents with these _ids in one command, a

@@ -85,7 +85,10 @@ func Doctor(ctx context.Context, cfg DoctorConfig) *DoctorReport {
 			Fix: "grant listCollections on the database (readWrite includes it)"})
 		return r
 	}
-	ix := newIndexCache(cfg.Colls.DB, names)
+	ix := &indexCache{db: cfg.Colls.DB, exists: map[string]bool{}, byColl: map[string][]indexInfo{}}
+	for _, n := range names {
+		ix.exists[n] = true
+	}
 	for _, checks := range [][]Check{indexChecks(ctx, cfg, ix), planChecks(ctx, cfg, ix, info), sourceChecks(ctx, cfg, ix), privilegeChecks(ctx, cfg)} {
 		for _, c := range checks {
 			r.add(c)

@@ -30,14 +30,6 @@ type indexCache struct {
 	byColl map[string][]indexInfo
 }
 
-func newIndexCache(db *mongo.Database, names []string) *indexCache {
-	ix := &indexCache{db: db, exists: map[string]bool{}, byColl: map[string][]indexInfo{}}
-	for _, n := range names {
-		ix.exists[n] = true
-	}
-	return ix
-}
-
 func (ix *indexCache) list(ctx context.Context, coll string) ([]indexInfo, error) {
 	if got, ok := ix.byColl[coll]; ok || !ix.exists[coll] {
 		return got, nil
@@ -118,12 +110,9 @@ func keyDoc(d bson.Raw) []string {
 // prints as a document with bare field names ("{ _id: 1 }"); quoted names
 // and values are read too.
 func keyString(s string) ([]string, bool) {
-	s = strings.TrimSpace(s)
-	if len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
-		return nil, false
-	}
-	body := strings.TrimSpace(s[1 : len(s)-1])
-	if body == "" {
+	body, open := strings.CutPrefix(strings.TrimSpace(s), "{")
+	body, closed := strings.CutSuffix(body, "}")
+	if !open || !closed || strings.TrimSpace(body) == "" {
 		return nil, false
 	}
 	var out []string
@@ -180,11 +169,8 @@ func indexChecks(ctx context.Context, cfg DoctorConfig, ix *indexCache) []Check 
 // nothing to say.
 func retiredIndexCheck(ctx context.Context, old consumer.RetiredIndex, ix *indexCache) (Check, bool) {
 	coll := old.Coll.Name()
-	if !ix.exists[coll] {
-		return Check{}, false
-	}
 	keys := keyList(old.Keys)
-	indexes, err := ix.list(ctx, coll)
+	indexes, err := ix.list(ctx, coll) // none when coll does not exist
 	if err != nil {
 		return Check{}, false // indexCheck already failed on listing this collection
 	}
@@ -220,7 +206,12 @@ func indexCheck(ctx context.Context, spec consumer.IndexSpec, ix *indexCache) Ch
 		c.Status, c.Detail, c.Fix = Fail, err.Error(), "grant listIndexes on the database (readWrite includes it)"
 		return c
 	}
-	want := indexOptions(spec.Model)
+	var want options.IndexOptions
+	if spec.Model.Options != nil {
+		for _, set := range spec.Model.Options.List() {
+			_ = set(&want)
+		}
+	}
 	found, ok := findIndex(indexes, keys)
 	switch {
 	case !ok && spec.Optional:
@@ -235,16 +226,6 @@ func indexCheck(ctx context.Context, spec consumer.IndexSpec, ix *indexCache) Ch
 		c.Status, c.Detail = OK, found.Name+": "+spec.Serves
 	}
 	return c
-}
-
-func indexOptions(m mongo.IndexModel) options.IndexOptions {
-	var o options.IndexOptions
-	if m.Options != nil {
-		for _, set := range m.Options.List() {
-			_ = set(&o)
-		}
-	}
-	return o
 }
 
 func keysJS(keys []string) string {
@@ -267,20 +248,18 @@ func sourceChecks(ctx context.Context, cfg DoctorConfig, ix *indexCache) []Check
 	var checks []Check
 	for _, comp := range cfg.Rules.Components {
 		c := Check{Name: fmt.Sprintf("source %s (%s)", comp.Collection, comp.Name)}
-		if !ix.exists[comp.Collection] {
+		indexes, err := ix.list(ctx, comp.Collection)
+		switch {
+		case !ix.exists[comp.Collection]:
 			c.Status, c.Detail = Fail, "collection does not exist: every user scores 0 on "+comp.Name
 			c.Fix = "check the collection name in the rules file (" + cfg.Rules.Source + ") and MONGODB_DATABASE"
-			checks = append(checks, c)
-			continue
-		}
-		indexes, err := ix.list(ctx, comp.Collection)
-		if err != nil {
+		case err != nil:
 			c.Status, c.Detail = Fail, err.Error()
-			checks = append(checks, c)
-			continue
-		}
-		c.Status, c.Detail, c.Fix = sourceVerdict(comp, indexes)
-		if c.Status != Fail {
+		default:
+			c.Status, c.Detail, c.Fix = sourceVerdict(comp, indexes)
+			if c.Status == Fail {
+				break
+			}
 			if locale := defaultCollation(ctx, cfg.Colls.DB, comp.Collection); locale != "" && locale != "simple" {
 				c.Status, c.Detail, c.Fix = collationVerdict(comp, indexes, locale, c.Status, c.Detail, c.Fix)
 			}

@@ -81,11 +81,9 @@ func (p *plan) stage(doc bson.Raw) {
 		p.collscan, p.fetches = true, true
 	case stage == "FETCH":
 		p.fetches = true
-	case stage == "IDHACK":
-		p.indexes, p.fetches = append(p.indexes, consumer.IDIndex), true
-	case stage == "CLUSTERED_IXSCAN" || stage == "EXPRESS_CLUSTERED_IXSCAN":
+	case stage == "IDHACK" || stage == "CLUSTERED_IXSCAN" || stage == "EXPRESS_CLUSTERED_IXSCAN":
 		// A clustered collection is stored in _id order and has no _id_
-		// index: these read it by _id directly, naming no index.
+		// index: its CLUSTERED_ stages read it by _id directly, naming no index.
 		p.indexes, p.fetches = append(p.indexes, consumer.IDIndex), true
 	case strings.HasPrefix(stage, "EXPRESS_"):
 		// MongoDB 8's express path (EXPRESS_IXSCAN, and EXPRESS_UPDATE and
@@ -158,13 +156,9 @@ func planChecks(ctx context.Context, cfg DoctorConfig, ix *indexCache, info *ser
 	}
 	var checks []Check
 	for _, q := range consumer.DoctorQueries(cfg.Colls.consumer(), cfg.ClaimWindow, time.Now()) {
-		c := Check{Name: "plan: " + q.Name}
-		want := specs[q.Index]
-		switch {
-		case !ix.exists[q.Coll.Name()]:
-			c.Status, c.Detail = Warn, q.Coll.Name()+" does not exist yet: nothing to explain"
-		default:
-			c.Status, c.Detail, c.Fix = explainQuery(ctx, cfg, q, want, info)
+		c := Check{Name: "plan: " + q.Name, Status: Warn, Detail: q.Coll.Name() + " does not exist yet: nothing to explain"}
+		if ix.exists[q.Coll.Name()] {
+			c.Status, c.Detail, c.Fix = explainQuery(ctx, cfg, q, specs[q.Index], info)
 		}
 		checks = append(checks, c)
 	}

@@ -51,25 +51,22 @@ func grants(privs []privilege, db string, n need) bool {
 	return false
 }
 
-// Needs returns what each group of operations requires: the service (every
+// needs returns what each group of operations requires: the service (every
 // operation of `scorerefresh run`), its change stream (optional: polling
 // replaces it), and the operator commands.
 func needs(cfg DoctorConfig) (service, stream, operator []need) {
 	c := cfg.Colls
-	for _, a := range []string{"find", "remove", "createIndex"} {
-		service = append(service, need{c.Queue.Name(), a})
+	add := func(coll string, actions ...string) {
+		for _, a := range actions {
+			service = append(service, need{coll, a})
+		}
 	}
-	for _, a := range []string{"find", "insert", "update", "remove", "createIndex"} {
-		service = append(service, need{c.Claims.Name(), a})
-	}
-	for _, a := range []string{"find", "insert", "createIndex"} {
-		service = append(service, need{c.DeadLetter.Name(), a})
-	}
-	for _, a := range []string{"find", "insert", "update"} {
-		service = append(service, need{c.Scores.Name(), a})
-	}
+	add(c.Queue.Name(), "find", "remove", "createIndex")
+	add(c.Claims.Name(), "find", "insert", "update", "remove", "createIndex")
+	add(c.DeadLetter.Name(), "find", "insert", "createIndex")
+	add(c.Scores.Name(), "find", "insert", "update")
 	for _, src := range cfg.Rules.Collections() {
-		service = append(service, need{src, "find"})
+		add(src, "find")
 	}
 	stream = []need{{c.Queue.Name(), "changeStream"}}
 	operator = []need{
@@ -78,22 +75,6 @@ func needs(cfg DoctorConfig) (service, stream, operator []need) {
 		{"cluster", "serverStatus"},
 	}
 	return service, stream, operator
-}
-
-func missing(privs []privilege, db string, ns []need) []string {
-	var out []string
-	for _, n := range ns {
-		if !grants(privs, db, n) {
-			where := db + "." + n.coll
-			if n.coll == "" {
-				where = "database " + db
-			} else if n.coll == "cluster" {
-				where = "the cluster"
-			}
-			out = append(out, n.action+" on "+where)
-		}
-	}
-	return out
 }
 
 // privilegeChecks reads the connected user's privileges (connectionStatus
@@ -117,12 +98,32 @@ func privilegeChecks(ctx context.Context, cfg DoctorConfig) []Check {
 	who := strings.Join(users, ", ")
 	db := cfg.Colls.DB.Name()
 	service, stream, operator := needs(cfg)
+	check := func(name string, ns []need, level, fix string) Check {
+		var gaps []string
+		for _, n := range ns {
+			if grants(privs, db, n) {
+				continue
+			}
+			switch n.coll {
+			case "":
+				gaps = append(gaps, n.action+" on database "+db)
+			case "cluster":
+				gaps = append(gaps, n.action+" on the cluster")
+			default:
+				gaps = append(gaps, n.action+" on "+db+"."+n.coll)
+			}
+		}
+		if len(gaps) == 0 {
+			return Check{Name: name, Status: OK, Detail: "everything needed is granted to " + who}
+		}
+		return Check{Name: name, Status: level, Detail: who + " lacks " + strings.Join(gaps, ", "), Fix: fix}
+	}
 	return []Check{
-		privilegeCheck("permissions: service", who, missing(privs, db, service), Fail,
+		check("permissions: service", service, Fail,
 			fmt.Sprintf("grant the readWrite role on %s (or a custom role with these actions)", db)),
-		privilegeCheck("permissions: change stream", who, missing(privs, db, stream), Warn,
+		check("permissions: change stream", stream, Warn,
 			"grant changeStream on the queue (readWrite includes it); without it the consumer polls"),
-		privilegeCheck("permissions: operator commands", who, missing(privs, db, operator), Warn,
+		check("permissions: operator commands", operator, Warn,
 			"redrive needs insert on the queue, purge and redrive remove on the dead letters, doctor listIndexes and listCollections, and serverStatus (clusterMonitor) for the connection check"),
 	}
 }
@@ -146,11 +147,4 @@ func parseConnectionStatus(raw bson.Raw) (users []string, privs []privilege, err
 		users = append(users, u.User+"@"+u.DB)
 	}
 	return users, status.AuthInfo.Privileges, nil
-}
-
-func privilegeCheck(name, who string, gaps []string, level, fix string) Check {
-	if len(gaps) == 0 {
-		return Check{Name: name, Status: OK, Detail: "everything needed is granted to " + who}
-	}
-	return Check{Name: name, Status: level, Detail: who + " lacks " + strings.Join(gaps, ", "), Fix: fix}
 }

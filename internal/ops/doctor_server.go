@@ -38,35 +38,27 @@ func readServerInfo(ctx context.Context, db *mongo.Database) (*serverInfo, error
 }
 
 func versionCheck(info *serverInfo) Check {
-	c := Check{Name: "server version"}
 	if info.FerretDB != "" {
-		c.Status, c.Detail = Warn, fmt.Sprintf("FerretDB, version %s (reports MongoDB %s): the embedded or development server, which lacks change streams, TTL and partial indexes and query plans", info.FerretDB, info.Version)
-		c.Fix = "fine for the demo and tests; production runs on MongoDB 6.0 or later"
-		return c
+		return Check{Name: "server version", Status: Warn,
+			Detail: fmt.Sprintf("FerretDB, version %s (reports MongoDB %s): the embedded or development server, which lacks change streams, TTL and partial indexes and query plans", info.FerretDB, info.Version),
+			Fix:    "fine for the demo and tests; production runs on MongoDB 6.0 or later"}
 	}
-	major, minor := parseVersion(info.Version)
-	if major > 6 || (major == 6 && minor >= 0) {
-		c.Status, c.Detail = OK, "MongoDB "+info.Version
-		return c
-	}
-	c.Status, c.Detail = Warn, fmt.Sprintf("MongoDB %s: older than 6.0, the oldest version this service is built and tested for", info.Version)
-	c.Fix = "upgrade the server to 6.0 or later"
-	return c
-}
-
-func parseVersion(v string) (major, minor int) {
-	parts := strings.SplitN(v, ".", 3)
-	major, _ = strconv.Atoi(parts[0])
+	parts := strings.SplitN(info.Version, ".", 3)
+	major, _ := strconv.Atoi(parts[0])
+	minor := 0
 	if len(parts) > 1 {
 		minor, _ = strconv.Atoi(parts[1])
 	}
-	return major, minor
+	if major > 6 || (major == 6 && minor >= 0) {
+		return Check{Name: "server version", Status: OK, Detail: "MongoDB " + info.Version}
+	}
+	return Check{Name: "server version", Status: Warn, Detail: fmt.Sprintf("MongoDB %s: older than 6.0, the oldest version this service is built and tested for", info.Version),
+		Fix: "upgrade the server to 6.0 or later"}
 }
 
 func topologyCheck(info *serverInfo) Check {
 	c := Check{Name: "topology"}
-	h := info.Info
-	switch {
+	switch h := info.Info; {
 	case h.Sharded:
 		c.Status, c.Detail = OK, "sharded cluster (through mongos): change streams available"
 	case h.SetName != "" && !h.WritablePrimary:
@@ -82,14 +74,12 @@ func topologyCheck(info *serverInfo) Check {
 }
 
 func changeStreamCheck(ctx context.Context, colls Collections) Check {
-	c := Check{Name: "change streams"}
 	if consumer.DetectChangeStreams(ctx, colls.Queue) {
-		c.Status, c.Detail = OK, "a change stream on "+colls.Queue.Name()+" opens: new entries wake the consumer at once"
-		return c
+		return Check{Name: "change streams", Status: OK, Detail: "a change stream on " + colls.Queue.Name() + " opens: new entries wake the consumer at once"}
 	}
-	c.Status, c.Detail = Warn, "a change stream on "+colls.Queue.Name()+" does not open: the consumer polls every POLL_INTERVAL instead (up to that much extra latency)"
-	c.Fix = "a replica set or sharded cluster, and the changeStream and find actions on the queue"
-	return c
+	return Check{Name: "change streams", Status: Warn,
+		Detail: "a change stream on " + colls.Queue.Name() + " does not open: the consumer polls every POLL_INTERVAL instead (up to that much extra latency)",
+		Fix:    "a replica set or sharded cluster, and the changeStream and find actions on the queue"}
 }
 
 // clockCheck compares this host's clock with the server's. Replicas write
@@ -101,9 +91,9 @@ func clockCheck(ctx context.Context, cfg DoctorConfig) Check {
 	server, local, rtt, err := ServerTime(ctx, cfg.Colls.DB)
 	if err != nil {
 		c.Status, c.Detail = Warn, err.Error()
-		return c
+	} else {
+		c.Status, c.Detail, c.Fix = clockVerdict(server.Sub(local), rtt, cfg.LeaseDuration)
 	}
-	c.Status, c.Detail, c.Fix = clockVerdict(server.Sub(local), rtt, cfg.LeaseDuration)
 	return c
 }
 
@@ -134,17 +124,16 @@ func connectionsCheck(ctx context.Context, cfg DoctorConfig) Check {
 	case errors.As(err, &ce) && ce.HasErrorCode(13): // Unauthorized
 		c.Status, c.Detail = Warn, fmt.Sprintf("the fleet may open %d; the server's figures are not visible to this user (serverStatus)", need)
 		c.Fix = "check the limit in the provider's console (Atlas publishes it per tier), or grant clusterMonitor to see it here"
-		return c
 	case err != nil:
 		c.Status, c.Detail = Warn, fmt.Sprintf("the fleet may open %d; serverStatus failed: %v", need, err)
-		return c
+	default:
+		current, available, ok := parseConnections(raw)
+		if !ok {
+			c.Status, c.Detail = Warn, fmt.Sprintf("the fleet may open %d; this server does not report its connections", need)
+		} else {
+			c.Status, c.Detail, c.Fix = connectionVerdict(need, cfg, current, available)
+		}
 	}
-	current, available, ok := parseConnections(raw)
-	if !ok {
-		c.Status, c.Detail = Warn, fmt.Sprintf("the fleet may open %d; this server does not report its connections", need)
-		return c
-	}
-	c.Status, c.Detail, c.Fix = connectionVerdict(need, cfg, current, available)
 	return c
 }
 

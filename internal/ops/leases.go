@@ -25,21 +25,12 @@ func heldLeases(ctx context.Context, claims *mongo.Collection, now time.Time, li
 		return LeaseStatus{}, err
 	}
 	s := LeaseStatus{Truncated: len(docs) > limit}
-	if s.Truncated {
-		docs = docs[:limit]
-	}
-	s.Owners, s.Held = groupByOwner(docs, now)
-	return s, nil
-}
-
-func groupByOwner(docs []consumer.LeaseDoc, now time.Time) ([]OwnerLeases, int) {
 	byOwner := map[string]*OwnerLeases{}
-	held := 0
-	for _, d := range docs {
+	for _, d := range docs[:min(len(docs), limit)] {
 		if _, ok := d.User(); !ok || d.State(now) != consumer.LeaseHeld {
 			continue
 		}
-		held++
+		s.Held++
 		until, _ := d.Until()
 		o := byOwner[d.OwnerName()]
 		if o == nil {
@@ -54,12 +45,12 @@ func groupByOwner(docs []consumer.LeaseDoc, now time.Time) ([]OwnerLeases, int) 
 			o.OldestClaimedAt = &at
 		}
 	}
-	owners := make([]OwnerLeases, 0, len(byOwner))
+	s.Owners = make([]OwnerLeases, 0, len(byOwner))
 	for _, o := range byOwner {
-		owners = append(owners, *o)
+		s.Owners = append(s.Owners, *o)
 	}
-	slices.SortFunc(owners, func(a, b OwnerLeases) int { return cmp.Or(cmp.Compare(b.Held, a.Held), cmp.Compare(a.Owner, b.Owner)) })
-	return owners, held
+	slices.SortFunc(s.Owners, func(a, b OwnerLeases) int { return cmp.Or(cmp.Compare(b.Held, a.Held), cmp.Compare(a.Owner, b.Owner)) })
+	return s, nil
 }
 
 // backoffs counts the users backing off (up to the exact limit) and lists
@@ -93,9 +84,9 @@ func annotateLeases(ctx context.Context, claims *mongo.Collection, users []UserE
 	if len(users) == 0 {
 		return nil
 	}
-	names := make(bson.A, len(users))
+	names, index := make(bson.A, len(users)), map[string]int{}
 	for i, u := range users {
-		names[i] = u.Username
+		names[i], index[u.Username] = u.Username, i
 	}
 	docs, err := findAll[consumer.LeaseDoc](ctx, claims, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}}},
 		options.Find().SetProjection(bson.D{{Key: "token", Value: 1}, {Key: "owner", Value: 1}, {Key: "leaseUntil", Value: 1}}),
@@ -103,22 +94,18 @@ func annotateLeases(ctx context.Context, claims *mongo.Collection, users []UserE
 	if err != nil {
 		return err
 	}
-	byUser := map[string]consumer.LeaseDoc{}
 	for _, d := range docs {
-		if u, ok := d.User(); ok {
-			byUser[u] = d
-		}
-	}
-	for i := range users {
-		d, ok := byUser[users[i].Username]
-		if !ok {
+		name, ok := d.User()
+		i, listed := index[name]
+		if !ok || !listed {
 			continue
 		}
-		if users[i].State = d.State(now); users[i].State != consumer.LeaseClaimable {
+		u := &users[i]
+		if u.State = d.State(now); u.State != consumer.LeaseClaimable {
 			until, _ := d.Until()
-			users[i].Until = &until
-			if users[i].State == consumer.LeaseHeld {
-				users[i].Owner = d.OwnerName()
+			u.Until = &until
+			if u.State == consumer.LeaseHeld {
+				u.Owner = d.OwnerName()
 			}
 		}
 	}

@@ -36,65 +36,48 @@ type Rates struct {
 	Method                string  `json:"method"`
 }
 
-type rateSample struct {
-	at          time.Time // local monotonic clock, for the elapsed time
-	depth, dead int64
-	exact       bool
-}
-
-func takeRateSample(ctx context.Context, colls Collections, limit int64) (rateSample, error) {
-	s := rateSample{at: time.Now()}
-	var exactQ, exactD bool
-	var err error
-	if s.depth, exactQ, err = depth(ctx, colls.Queue, limit); err != nil {
-		return s, err
-	}
-	if s.dead, exactD, err = depth(ctx, colls.DeadLetter, limit); err != nil {
-		return s, err
-	}
-	s.exact = exactQ && exactD
-	return s, nil
-}
-
+// sampleRates counts the queue and the dead letters twice, opts.Wait apart,
+// then the arrivals since the first count (by the server's clock, as
+// producers date entries).
 func sampleRates(ctx context.Context, colls Collections, opts StatusOptions) (*Rates, error) {
 	since, _, _, err := ServerTime(ctx, colls.DB)
 	if err != nil {
 		return nil, err
 	}
-	first, err := takeRateSample(ctx, colls, opts.ExactLimit)
-	if err != nil {
-		return nil, err
-	}
-	if err := opts.Wait(ctx); err != nil {
-		return nil, fmt.Errorf("waiting between the rate samples: %w", err)
-	}
-	second, err := takeRateSample(ctx, colls, opts.ExactLimit)
-	if err != nil {
-		return nil, err
+	var depths [2][2]int64 // [sample][queue, dead letters]
+	var at [2]time.Time    // local monotonic clock, for the elapsed time
+	r := Rates{Exact: true, Method: RatesMethod}
+	for i := range 2 {
+		if i == 1 {
+			if err := opts.Wait(ctx); err != nil {
+				return nil, fmt.Errorf("waiting between the rate samples: %w", err)
+			}
+		}
+		at[i] = time.Now()
+		for j, coll := range []*mongo.Collection{colls.Queue, colls.DeadLetter} {
+			n, exact, err := depth(ctx, coll, opts.ExactLimit)
+			if err != nil {
+				return nil, err
+			}
+			depths[i][j], r.Exact = n, r.Exact && exact
+		}
 	}
 	arrivedFilter := bson.D{{Key: "createdAt", Value: bson.D{{Key: "$gte", Value: since}}}}
 	arrived, exact, err := countUpTo(ctx, colls.Queue, arrivedFilter, opts.ExactLimit)
 	if err != nil {
 		return nil, fmt.Errorf("counting arrivals since the first sample: %w", err)
 	}
-	r := rates(first, second, arrived)
-	r.Exact = r.Exact && exact
-	return &r, nil
-}
-
-// rates derives the figures from two samples and the arrivals between them.
-func rates(first, second rateSample, arrived int64) Rates {
-	secs := second.at.Sub(first.at).Seconds()
-	r := Rates{SampleSeconds: secs, Arrived: arrived, Exact: first.exact && second.exact, Method: RatesMethod}
-	r.Removed = max(0, first.depth+arrived-second.depth)
-	r.DeadLettered = max(0, second.dead-first.dead)
+	secs := at[1].Sub(at[0]).Seconds()
+	r.SampleSeconds, r.Arrived, r.Exact = secs, arrived, r.Exact && exact
+	r.Removed = max(0, depths[0][0]+arrived-depths[1][0])
+	r.DeadLettered = max(0, depths[1][1]-depths[0][1])
 	r.Acked = max(0, r.Removed-r.DeadLettered)
 	if secs > 0 {
 		r.ArrivalsPerSecond = float64(r.Arrived) / secs
 		r.AckedPerSecond = float64(r.Acked) / secs
 		r.DeadLetteredPerSecond = float64(r.DeadLettered) / secs
 	}
-	return r
+	return &r, nil
 }
 
 // deadLetterStatus counts the dead letters, dates the oldest and newest (the

@@ -22,13 +22,11 @@ var Unredrivable = []string{"malformed", "too_large"}
 
 // RedriveOptions configure Redrive.
 type RedriveOptions struct {
-	Filter     Filter
-	Limit      int64 // dead letters at most; 0: every match
-	Batch      int   // dead letters per round trip (default 500)
-	DryRun     bool  // read and report, write nothing
-	Force      bool  // also redrive the Unredrivable reasons
-	ExactLimit int64 // the total for progress is exact up to this (default 100,000)
-	// Progress is called after each batch with the result so far.
+	Filter   Filter
+	Limit    int64 // dead letters at most; 0: every match
+	Batch    int   // dead letters per round trip (default 500)
+	DryRun   bool  // read and report, write nothing
+	Force    bool  // also redrive the Unredrivable reasons
 	Progress func(RedriveResult)
 	// AfterInsert runs between a batch's queue insert and its dead-letter
 	// delete, the window a crash leaves half done; an error stops the run
@@ -42,22 +40,20 @@ type RedriveResult struct {
 	Kind          string           `json:"kind"` // "deadletters.redrive"
 	DryRun        bool             `json:"dryRun"`
 	Filter        Filter           `json:"filter"`
-	Total         int64            `json:"total"` // matching dead letters to redrive (exact up to the threshold)
+	Total         int64            `json:"total"` // matching dead letters to redrive (exact up to 100,000)
 	Read          int64            `json:"read"`
 	Requeued      int64            `json:"requeued"`      // inserted into the queue by this run
 	AlreadyQueued int64            `json:"alreadyQueued"` // in the queue from an earlier, interrupted run
 	Removed       int64            `json:"removed"`       // dead letters deleted
 	Conflicts     int64            `json:"conflicts"`     // the queue holds a different entry under the _id: left alone
 	Failed        int64            `json:"failed"`        // the queue refused the entry: left alone
-	Problems      []string         `json:"problems"`      // the first conflicts and failures, by _id
+	Problems      []string         `json:"problems"`      // the first 20 conflicts and failures, by _id
 	Skipped       map[string]int64 `json:"skipped"`       // by reason: not redriven without --force
 	Batches       int              `json:"batches"`
 }
 
-const maxProblems = 20
-
 func (r *RedriveResult) problem(format string, args ...any) {
-	if len(r.Problems) < maxProblems {
+	if len(r.Problems) < 20 {
 		r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
 	}
 }
@@ -80,7 +76,6 @@ func (r *RedriveResult) problem(format string, args ...any) {
 // one delete command, and one read of the queue only when some _ids exist.
 func Redrive(ctx context.Context, colls Collections, opts RedriveOptions) (RedriveResult, error) {
 	opts.Batch = cmp.Or(opts.Batch, 500)
-	opts.ExactLimit = cmp.Or(opts.ExactLimit, 100_000)
 	res := RedriveResult{SchemaVersion: SchemaVersion, Kind: "deadletters.redrive", DryRun: opts.DryRun, Filter: opts.Filter, Problems: []string{}, Skipped: map[string]int64{}}
 	now, _, _, err := ServerTime(ctx, colls.DB)
 	if err != nil {
@@ -103,8 +98,11 @@ func Redrive(ctx context.Context, colls Collections, opts RedriveOptions) (Redri
 	}
 	defer cur.Close(context.WithoutCancel(ctx))
 	for {
-		batch, err := nextBatch(ctx, cur, opts.Batch)
-		if err != nil {
+		var batch []bson.Raw
+		for len(batch) < opts.Batch && cur.Next(ctx) {
+			batch = append(batch, slices.Clone(cur.Current))
+		}
+		if err := cur.Err(); err != nil {
 			return res, fmt.Errorf("reading dead letters to redrive (%s): %w", opts.Filter, err)
 		}
 		if len(batch) == 0 {
@@ -127,10 +125,11 @@ func Redrive(ctx context.Context, colls Collections, opts RedriveOptions) (Redri
 // redrives that fails again while the run goes on must not be redriven
 // again and again by it.
 func redriveFilter(ctx context.Context, dead *mongo.Collection, opts RedriveOptions, start time.Time, res *RedriveResult) (bson.D, error) {
-	filter := bson.D{{Key: "$and", Value: bson.A{opts.Filter.BSON(), bson.D{{Key: "deadLetter.at", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: start}}}}}}}}}
+	and := func(a, b bson.D) bson.D { return bson.D{{Key: "$and", Value: bson.A{a, b}}} }
+	filter := and(opts.Filter.BSON(), bson.D{{Key: "deadLetter.at", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: start}}}}}})
 	if !opts.Force {
 		for _, reason := range Unredrivable {
-			n, _, err := countUpTo(ctx, dead, bson.D{{Key: "$and", Value: bson.A{filter, bson.D{{Key: "deadLetter.reason", Value: reason}}}}}, opts.ExactLimit)
+			n, _, err := countUpTo(ctx, dead, and(filter, bson.D{{Key: "deadLetter.reason", Value: reason}}), 100_000)
 			if err != nil {
 				return nil, fmt.Errorf("counting %s dead letters: %w", reason, err)
 			}
@@ -138,9 +137,9 @@ func redriveFilter(ctx context.Context, dead *mongo.Collection, opts RedriveOpti
 				res.Skipped[reason] = n
 			}
 		}
-		filter = bson.D{{Key: "$and", Value: bson.A{filter, bson.D{{Key: "deadLetter.reason", Value: bson.D{{Key: "$nin", Value: Unredrivable}}}}}}}
+		filter = and(filter, bson.D{{Key: "deadLetter.reason", Value: bson.D{{Key: "$nin", Value: Unredrivable}}}})
 	}
-	total, _, err := countUpTo(ctx, dead, filter, opts.ExactLimit)
+	total, _, err := countUpTo(ctx, dead, filter, 100_000)
 	if err != nil {
 		return nil, fmt.Errorf("counting dead letters to redrive: %w", err)
 	}
@@ -151,23 +150,12 @@ func redriveFilter(ctx context.Context, dead *mongo.Collection, opts RedriveOpti
 	return filter, nil
 }
 
-func nextBatch(ctx context.Context, cur *mongo.Cursor, n int) ([]bson.Raw, error) {
-	var batch []bson.Raw
-	for len(batch) < n && cur.Next(ctx) {
-		batch = append(batch, slices.Clone(cur.Current))
-	}
-	return batch, cur.Err()
-}
-
-// redriveBatch inserts the batch's entries, sorts out duplicate keys and
-// deletes the dead letters whose entry is now in the queue.
+// redriveBatch inserts the batch's entries unordered, sorts out duplicate
+// keys and deletes the dead letters whose entry is now in the queue.
 func redriveBatch(ctx context.Context, colls Collections, batch []bson.Raw, now time.Time, opts RedriveOptions, res *RedriveResult) error {
-	ids := make(bson.A, len(batch))
-	for i, d := range batch {
-		ids[i] = d.Lookup("_id")
-	}
 	if opts.DryRun {
-		return dryRunBatch(ctx, colls.Queue, batch, ids, res)
+		_, err := alreadyQueued(ctx, colls.Queue, batch, true, res)
+		return err
 	}
 	docs := make([]any, len(batch))
 	for i, d := range batch {
@@ -177,12 +165,32 @@ func redriveBatch(ctx context.Context, colls Collections, batch []bson.Raw, now 
 		}
 		docs[i] = doc
 	}
-	done, dups, err := insertEntries(ctx, colls.Queue, docs, ids, res)
-	if err != nil {
-		return err
+	failed := map[int]bool{}
+	var dups []bson.Raw
+	if _, err := colls.Queue.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); err != nil {
+		var bwe mongo.BulkWriteException
+		if !errors.As(err, &bwe) || bwe.WriteConcernError != nil {
+			return fmt.Errorf("inserting %d redriven entries into the queue: %w", len(docs), err)
+		}
+		for _, we := range bwe.WriteErrors {
+			failed[we.Index] = true
+			if mongo.IsDuplicateKeyError(we) {
+				dups = append(dups, batch[we.Index])
+				continue
+			}
+			res.Failed++
+			res.problem("%s: the queue refused it: %s", idString(batch[we.Index].Lookup("_id")), we.Message)
+		}
+	}
+	var done bson.A
+	for i, d := range batch {
+		if !failed[i] {
+			done = append(done, d.Lookup("_id"))
+			res.Requeued++
+		}
 	}
 	if len(dups) > 0 {
-		ours, err := ownedByRedrive(ctx, colls.Queue, batch, dups, res)
+		ours, err := alreadyQueued(ctx, colls.Queue, dups, false, res)
 		if err != nil {
 			return err
 		}
@@ -204,65 +212,16 @@ func redriveBatch(ctx context.Context, colls Collections, batch []bson.Raw, now 
 	return nil
 }
 
-// insertEntries inserts docs unordered and returns the _ids now queued by
-// this call and the batch indexes that met a duplicate key.
-func insertEntries(ctx context.Context, queue *mongo.Collection, docs []any, ids bson.A, res *RedriveResult) (bson.A, []int, error) {
-	failed := map[int]bool{}
-	var dups []int
-	_, err := queue.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
-	if err != nil {
-		var bwe mongo.BulkWriteException
-		if !errors.As(err, &bwe) || bwe.WriteConcernError != nil {
-			return nil, nil, fmt.Errorf("inserting %d redriven entries into the queue: %w", len(docs), err)
-		}
-		for _, we := range bwe.WriteErrors {
-			failed[we.Index] = true
-			if mongo.IsDuplicateKeyError(we) {
-				dups = append(dups, we.Index)
-				continue
-			}
-			res.Failed++
-			res.problem("%s: the queue refused it: %s", idString(ids[we.Index].(bson.RawValue)), we.Message)
-		}
+// alreadyQueued reads the queue entries under the dead letters' _ids and
+// returns the _ids an earlier redrive of the same dead letters put there
+// (their redrive.deadLetteredAt is the dead letter's deadLetter.at); any
+// other entry is a conflict. A dry run counts the _ids the queue lacks as
+// would-be requeued.
+func alreadyQueued(ctx context.Context, queue *mongo.Collection, dls []bson.Raw, dry bool, res *RedriveResult) (bson.A, error) {
+	ids := make(bson.A, len(dls))
+	for i, d := range dls {
+		ids[i] = d.Lookup("_id")
 	}
-	var done bson.A
-	for i, id := range ids {
-		if !failed[i] {
-			done = append(done, id)
-			res.Requeued++
-		}
-	}
-	return done, dups, nil
-}
-
-// ownedByRedrive reads the queue entries that hold the duplicate _ids and
-// returns those an earlier redrive of the same dead letters put there.
-func ownedByRedrive(ctx context.Context, queue *mongo.Collection, batch []bson.Raw, dups []int, res *RedriveResult) (bson.A, error) {
-	ids := make(bson.A, len(dups))
-	for i, di := range dups {
-		ids[i] = batch[di].Lookup("_id")
-	}
-	stamps, err := redriveStamps(ctx, queue, ids)
-	if err != nil {
-		return nil, err
-	}
-	var ours bson.A
-	for _, di := range dups {
-		id := batch[di].Lookup("_id")
-		if sameValue(stamps[consumer.IDKey(id)], deadLetteredAt(batch[di])) {
-			ours = append(ours, id)
-			res.AlreadyQueued++
-			continue
-		}
-		res.Conflicts++
-		res.problem("%s: the queue holds a different entry under this _id; the dead letter stays (redrive it once that entry is processed)", idString(id))
-	}
-	return ours, nil
-}
-
-// redriveStamps maps each _id in the queue to its redrive.deadLetteredAt,
-// the zero value for an entry without one.
-func redriveStamps(ctx context.Context, queue *mongo.Collection, ids bson.A) (map[string]bson.RawValue, error) {
 	docs, err := findAll[bson.Raw](ctx, queue, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
 		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "redrive.deadLetteredAt", Value: 1}}), fmt.Sprintf("reading %d queue entries already there", len(ids)))
 	if err != nil {
@@ -272,29 +231,25 @@ func redriveStamps(ctx context.Context, queue *mongo.Collection, ids bson.A) (ma
 	for _, d := range docs {
 		stamps[consumer.IDKey(d.Lookup("_id"))] = d.Lookup("redrive", "deadLetteredAt")
 	}
-	return stamps, nil
-}
-
-// dryRunBatch reports what the batch would do: its _ids already in the
-// queue are either an interrupted run's (stamped) or conflicts.
-func dryRunBatch(ctx context.Context, queue *mongo.Collection, batch []bson.Raw, ids bson.A, res *RedriveResult) error {
-	stamps, err := redriveStamps(ctx, queue, ids)
-	if err != nil {
-		return err
+	conflict := "the queue holds a different entry under this _id"
+	if !dry {
+		conflict += "; the dead letter stays (redrive it once that entry is processed)"
 	}
-	for _, d := range batch {
-		id := d.Lookup("_id")
-		switch stamp, present := stamps[consumer.IDKey(id)]; {
-		case present && sameValue(stamp, deadLetteredAt(d)):
-			res.AlreadyQueued++
-		case present:
-			res.Conflicts++
-			res.problem("%s: the queue holds a different entry under this _id", idString(id))
-		default:
+	var ours bson.A
+	for i, d := range dls {
+		stamp, present := stamps[consumer.IDKey(ids[i].(bson.RawValue))]
+		switch want := deadLetteredAt(d); {
+		case dry && !present:
 			res.Requeued++
+		case present && stamp.Type == want.Type && string(stamp.Value) == string(want.Value):
+			ours = append(ours, ids[i])
+			res.AlreadyQueued++
+		default:
+			res.Conflicts++
+			res.problem("%s: %s", idString(ids[i].(bson.RawValue)), conflict)
 		}
 	}
-	return nil
+	return ours, nil
 }
 
 // Requeued is the queue entry a dead letter becomes: every original field,
@@ -353,10 +308,6 @@ func originalCreatedAt(dl bson.Raw) any {
 		}
 	}
 	return nil
-}
-
-func sameValue(a, b bson.RawValue) bool {
-	return a.Type == b.Type && string(a.Value) == string(b.Value)
 }
 
 // deadLetteredAt is the dead letter's deadLetter.at, null when missing: the

@@ -26,20 +26,6 @@ type StatusOptions struct {
 	// Wait waits between the two samples; default: sleep Sample (tests
 	// change the queue here instead).
 	Wait func(ctx context.Context) error
-	// Clock is what the default Wait sleeps on; default the wall clock.
-	Clock clock.Clock
-}
-
-func (o StatusOptions) withDefaults() StatusOptions {
-	o.Top = cmp.Or(o.Top, 10)
-	o.Window = cmp.Or(o.Window, 10_000)
-	o.ExactLimit = cmp.Or(o.ExactLimit, 100_000)
-	o.LeaseLimit = cmp.Or(o.LeaseLimit, 10_000)
-	if o.Wait == nil {
-		d, clk := o.Sample, clock.Or(o.Clock)
-		o.Wait = func(ctx context.Context) error { return clock.Sleep(ctx, clk, d) }
-	}
-	return o
 }
 
 // Status is what `status` reports; its JSON form is the `--json` output
@@ -141,7 +127,13 @@ type ReasonStatus struct {
 // GatherStatus reads everything `status` reports in a fixed number of
 // bounded round trips (16, and 10 more and the wait when opts.Sample is set).
 func GatherStatus(ctx context.Context, colls Collections, opts StatusOptions) (*Status, error) {
-	opts = opts.withDefaults()
+	opts.Top = cmp.Or(opts.Top, 10)
+	opts.Window = cmp.Or(opts.Window, 10_000)
+	opts.ExactLimit = cmp.Or(opts.ExactLimit, 100_000)
+	opts.LeaseLimit = cmp.Or(opts.LeaseLimit, 10_000)
+	if opts.Wait == nil {
+		opts.Wait = func(ctx context.Context) error { return clock.Sleep(ctx, clock.Real{}, opts.Sample) }
+	}
 	now, _, _, err := ServerTime(ctx, colls.DB)
 	if err != nil {
 		return nil, err
@@ -201,7 +193,7 @@ type windowEntry struct {
 }
 
 // topUsers reads the oldest opts.Window entries (the claim window's index,
-// in one reply) and ranks their users, then reads those users' leases.
+// in one reply), ranks their users and reads the top ones' leases.
 func topUsers(ctx context.Context, colls Collections, opts StatusOptions, depth int64, now time.Time) (TopUsers, error) {
 	window, err := findAll[windowEntry](ctx, colls.Queue, bson.D{}, options.Find().
 		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
@@ -210,18 +202,7 @@ func topUsers(ctx context.Context, colls Collections, opts StatusOptions, depth 
 	if err != nil {
 		return TopUsers{}, err
 	}
-	t := rankUsers(window, opts.Top)
-	t.WholeQueue = len(window) < opts.Window || int64(len(window)) >= depth
-	if err := annotateLeases(ctx, colls.Claims, t.Users, now); err != nil {
-		return t, err
-	}
-	return t, nil
-}
-
-// rankUsers counts each user's entries in the window, most first (oldest
-// entry first among equals), and keeps the top n.
-func rankUsers(window []windowEntry, n int) TopUsers {
-	t := TopUsers{Read: len(window)}
+	t := TopUsers{Read: len(window), WholeQueue: len(window) < opts.Window || int64(len(window)) >= depth}
 	byUser := map[string]*UserEntry{}
 	for _, e := range window {
 		name, ok := e.Username.StringValueOK()
@@ -243,13 +224,12 @@ func rankUsers(window []windowEntry, n int) TopUsers {
 	for _, u := range byUser {
 		t.Users = append(t.Users, *u)
 	}
+	// Most entries first, the oldest entry first among equals.
 	slices.SortFunc(t.Users, func(a, b UserEntry) int {
 		return cmp.Or(cmp.Compare(b.Entries, a.Entries), a.OldestCreatedAt.Compare(b.OldestCreatedAt), cmp.Compare(a.Username, b.Username))
 	})
-	if len(t.Users) > n {
-		t.Users = t.Users[:n]
-	}
-	return t
+	t.Users = t.Users[:min(len(t.Users), opts.Top)]
+	return t, annotateLeases(ctx, colls.Claims, t.Users, now)
 }
 
 // entryTime is an entry's createdAt, or its ObjectId's time without one.

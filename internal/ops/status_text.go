@@ -30,7 +30,7 @@ func writeQueue(p *printer, s *Status) {
 	if q.OldestCreatedAt == nil {
 		p.f("  oldest entry         none (empty)\n")
 	} else {
-		p.f("  oldest entry         %s (age %s)\n", stamp(*q.OldestCreatedAt), age(q.OldestAgeSeconds))
+		p.f("  oldest entry         %s (age %s)\n", stamp(*q.OldestCreatedAt), (time.Duration(q.OldestAgeSeconds) * time.Second).Round(time.Second))
 	}
 	p.f("  pending, last minute %s (still waiting, createdAt within the last minute)\n\n", count(q.PendingLastMinute, q.PendingLastMinuteExact))
 }
@@ -162,10 +162,6 @@ func stamp(t time.Time) string {
 		return "-"
 	}
 	return t.UTC().Format("2006-01-02T15:04:05Z")
-}
-
-func age(secs float64) string {
-	return (time.Duration(secs) * time.Second).Round(time.Second).String()
 }
 
 // clip shortens s for a table cell and keeps it on one line.
