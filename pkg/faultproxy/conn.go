@@ -101,7 +101,9 @@ func (p *Proxy) read(c *conn, src net.Conn, q *queue, d direction) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			q.push(chunk{at: p.deliverAt(c, d), data: bytes.Clone(buf[:n])})
-			p.signals.chunkQueued(d, n)
+			if p.onQueued != nil {
+				p.onQueued(d, n)
+			}
 		}
 		switch {
 		case err == nil:
