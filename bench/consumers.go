@@ -76,7 +76,7 @@ func (b *Bench) rulesFile(scorer string) (string, *scoring.Rules, error) {
 // the scorer, then the row's environment, which wins.
 func (b *Bench) serviceConfig(db string, row Row, scorerURL string) (config.Config, *scoring.Rules, error) {
 	environ := append(b.cfg.Environ[:len(b.cfg.Environ):len(b.cfg.Environ)],
-		"MONGODB_URI="+b.srv.uriVia(b.proxy.Addr()), "MONGODB_DATABASE="+db,
+		"MONGODB_URI="+b.srv.viaProxy(b.proxy.Addr()), "MONGODB_DATABASE="+db,
 		"METRICS_ADDR=127.0.0.1:0", "LOG_LEVEL=warn", fmt.Sprintf("REFRESH_CONCURRENCY=%d", b.cfg.Concurrency))
 	var rules *scoring.Rules
 	if scorerURL != "" {

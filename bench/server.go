@@ -48,10 +48,6 @@ func startServer(ctx context.Context, kind, pgURL, mongoURI string) (*server, er
 	case backendPostgreSQL:
 		return startOnPostgres(ctx, pgURL)
 	}
-	return startSQLite(ctx)
-}
-
-func startSQLite(ctx context.Context) (*server, error) {
 	srv, err := embedmongo.Start(ctx, embedmongo.Config{})
 	if err != nil {
 		return nil, err
@@ -90,15 +86,14 @@ func startOnPostgres(ctx context.Context, pgURL string) (*server, error) {
 	return s.withAddr()
 }
 
-// withAddr sets the proxy's target from the URI (host:port after
-// mongodb://), or closes s.
+// withAddr sets the proxy's target and the URI through it from s.URI, or
+// closes s.
 func (s *server) withAddr() (*server, error) {
-	hp, _, _ := strings.Cut(strings.TrimPrefix(s.URI, "mongodb://"), "/")
-	if _, _, err := net.SplitHostPort(hp); err != nil || !strings.HasPrefix(s.URI, "mongodb://") {
+	var err error
+	if s.Addr, s.viaProxy, err = splitMongoURI(s.URI); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("unexpected server URI %q", s.URI)
+		return nil, err
 	}
-	s.Addr = hp
 	return s, nil
 }
 
@@ -166,12 +161,4 @@ func splitMongoURI(uri string) (addr string, viaProxy func(string) string, err e
 	return hosts, func(proxy string) string {
 		return "mongodb://" + userinfo + proxy + path + "?" + strings.Join(kept, "&")
 	}, nil
-}
-
-// uriVia is the server's connection string through the proxy at addr.
-func (s *server) uriVia(addr string) string {
-	if s.viaProxy != nil {
-		return s.viaProxy(addr)
-	}
-	return "mongodb://" + addr + "/?directConnection=true"
 }
