@@ -75,7 +75,7 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 }
 
 func (c *Config) validate() error {
-	for _, s := range c.presets() {
+	for _, s := range splitList(c.Scenarios) {
 		if !slices.Contains(presetNames(), s) {
 			return fmt.Errorf("unknown scenario %q (have %s)", s, strings.Join(presetNames(), ", "))
 		}
@@ -95,8 +95,6 @@ func (c *Config) validate() error {
 	return nil
 }
 
-func (c *Config) presets() []string { return splitList(c.Scenarios) }
-
 func splitList(s string) []string {
 	return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })
 }
@@ -112,7 +110,6 @@ type Bench struct {
 	svcLog      *slog.Logger
 	cal         calibration
 	tmp         string // the run's scratch folder
-	builtScorer bool   // examples/httpscorer is built in tmp
 	runs        int    // databases created so far: each row gets a fresh, numbered one
 	runID       string // this run's prefix of them: two benches on one server must not drop each other's
 	closers     []func()
@@ -135,7 +132,7 @@ func (b *Bench) logf(format string, args ...any) { fmt.Fprintf(b.out, format+"\n
 // Run starts the server, calibrates it, runs the rows of the presets and
 // writes the report after each row, so partial results survive a failure.
 func (b *Bench) Run(ctx context.Context) (*Report, error) {
-	rows, err := selectRows(b.cfg.presets(), splitList(b.cfg.Rows), b.cfg.Short)
+	rows, err := selectRows(splitList(b.cfg.Scenarios), splitList(b.cfg.Rows), b.cfg.Short)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +140,7 @@ func (b *Bench) Run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	started := time.Now()
-	defer b.close()
+	defer func() { closeAll(b.closers) }()
 	if err := b.setUp(ctx); err != nil {
 		return nil, err
 	}
@@ -176,7 +173,7 @@ func (b *Bench) Run(ctx context.Context) (*Report, error) {
 }
 
 // setUp makes the scratch folder, opens the service's log and starts the
-// server, the proxy and the direct client; b.close undoes whatever it did.
+// server, the proxy and the direct client; b.closers undo whatever it did.
 func (b *Bench) setUp(ctx context.Context) (err error) {
 	if b.tmp, err = os.MkdirTemp("", "scorerefresh-bench-"); err != nil {
 		return err
@@ -208,8 +205,6 @@ func (b *Bench) setUp(ctx context.Context) (err error) {
 	}
 	return err
 }
-
-func (b *Bench) close() { closeAll(b.closers) }
 
 // closeAll undoes, last first.
 func closeAll(undo []func()) {

@@ -43,7 +43,7 @@ const (
 
 // rulesFS holds the scorers' rules. bench.yaml costs 14 round trips a
 // refresh (12 queries, the OCC read, the write), like the production scorer
-// this service was built for; count12.yaml as much per batch of users.
+// this service was built for.
 //
 //go:embed rules
 var rulesFS embed.FS
@@ -139,8 +139,8 @@ func (b *Bench) startConsumer(ctx context.Context, db string, row Row, rec *reco
 	return s, nil
 }
 
-// scorerefresh is one or more in-process instances of the service, each
-// with its own client, pool and registry: replicas sharing only the queue.
+// scorerefresh is in-process instances of the service, each with its own
+// client, pool and registry: replicas sharing only the queue.
 type scorerefresh struct {
 	svcs       []*app.Service
 	failing    atomic.Bool
@@ -166,9 +166,8 @@ func (s *scorerefresh) figures() (refreshes, deadLettered float64) {
 	return refreshes, deadLettered
 }
 
-// capacity is the fleet's own estimate of what it acknowledges per
-// second with every slot busy: the sum of the replicas'
-// scorerefresh_drain_capacity, as each last set it.
+// capacity is the fleet's own estimate of its acks per second with every
+// slot busy: the replicas' scorerefresh_drain_capacity summed.
 func (s *scorerefresh) capacity() (n float64) {
 	for _, svc := range s.svcs {
 		n += metrics.Read(svc.SLI.DrainCapacity)
@@ -208,8 +207,8 @@ func (f *faultyScorer) Refresh(ctx context.Context, user string, at time.Time) e
 	return f.inner.Refresh(ctx, user, at)
 }
 
-// recorder is the one command recorder of a row: every command of the
-// consumer's clients (all replicas), by command name and collection.
+// recorder counts every command of a row's consumer (all its clients), by
+// command name and collection.
 type recorder struct {
 	mu sync.Mutex
 	n  map[string]float64
@@ -240,15 +239,14 @@ type seeded struct {
 	want  map[string]float64 // expected scores, for the scorers reading user_activity
 }
 
-// seed writes the sources and the backlog and creates the indexes, before
-// the clock starts, as they exist in production.
+// seed writes the sources and the backlog and creates the indexes, as in
+// production, before the clock starts.
 func (b *Bench) seed(ctx context.Context, db *mongo.Database, row Row) (*seeded, error) {
 	cfg, _, err := b.serviceConfig(db.Name(), row, "") // for the collections' names
 	if err != nil {
 		return nil, err
 	}
-	// The same seed for every row: a preset's reference and scorerefresh
-	// rows drain identical data.
+	// The same seed for every row: a preset's rows drain identical data.
 	rnd := rand.New(rand.NewPCG(b.cfg.Seed, 11))
 	entries := backlog.Generate(row.Backlog, rnd)
 	s := &seeded{queue: db.Collection(cfg.QueueCollection)}
@@ -275,10 +273,10 @@ func (b *Bench) seed(ctx context.Context, db *mongo.Database, row Row) (*seeded,
 	return s, err
 }
 
-// seedSources writes 150 source documents for rules/bench.yaml (45% activity, 30%
-// posts, 25% reviews; 40 in a smoke run) of users of a pool of 2,000 (300).
-// They stay few on purpose: FerretDB answers every component query by
-// reading the collection (SQLite) or the user's rows (PostgreSQL).
+// seedSources writes 150 source documents (40 in a smoke run) for
+// rules/bench.yaml, of users of b.pool(). Few on purpose: FerretDB answers
+// every component query by reading the collection (SQLite) or the user's
+// rows (PostgreSQL).
 func (b *Bench) seedSources(ctx context.Context, db *mongo.Database) error {
 	n, pool := pick(size(b.cfg.Short), 150, 40), b.pool()
 	rnd := rand.New(rand.NewPCG(b.cfg.Seed, 7))
@@ -321,8 +319,7 @@ func (b *Bench) sample(ctx context.Context, queue *mongo.Collection, elapsed tim
 	s := sample{T: math.Round(elapsed.Seconds()*100) / 100, Done: done, Arrived: arrived}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	// A failed read leaves the figures at 0 for this sample: the timeline
-	// stays regular.
+	// A failed read leaves this sample's figures at 0: the timeline stays regular.
 	if st, err := queuestate.New(queue, nil).Read(sctx); err == nil {
 		s.Depth, s.OldestAge = st.Depth, st.OldestAge(time.Now()).Seconds()
 	}

@@ -81,7 +81,11 @@ var presets = []preset{
 		var rows []Row
 		for _, far := range []bool{false, true}[:pick(s, 2, 1)] {
 			for _, c := range pick(s, []string{"1", "16", "16x256", "64x256"}, []string{"1", "16x256"}) {
-				r := Row{Name: "batched-" + c, Backlog: spec, Env: batchEnv(c), Max: pick(s, 60*time.Second, 3*time.Second)}
+				// REFRESH_BATCH_SIZE[xMAX_USERS_IN_FLIGHT]
+				r := Row{Name: "batched-" + c, Backlog: spec, Env: []string{"REFRESH_BATCH_SIZE=" + c}, Max: pick(s, 60*time.Second, 3*time.Second)}
+				if n, inFlight, ok := strings.Cut(c, "x"); ok {
+					r.Env = []string{"REFRESH_BATCH_SIZE=" + n, "MAX_USERS_IN_FLIGHT=" + inFlight}
+				}
 				if far { // latency-bound, far below the server's capacity
 					r.Name, r.RTT = "batched-far-"+c, pick(s, 200*time.Millisecond, 50*time.Millisecond)
 				}
@@ -129,16 +133,6 @@ func pair(row Row, refMax time.Duration) []Row {
 // row's (0: the run's).
 func rttSpike(at, lasts, slow time.Duration) []Step {
 	return []Step{{At: at, RTT: slow}, {At: at + lasts}}
-}
-
-// batchEnv is a batched configuration, REFRESH_BATCH_SIZE[xMAX_USERS_IN_FLIGHT].
-func batchEnv(c string) []string {
-	size, inFlight, ok := strings.Cut(c, "x")
-	env := []string{"REFRESH_BATCH_SIZE=" + size}
-	if ok {
-		env = append(env, "MAX_USERS_IN_FLIGHT="+inFlight)
-	}
-	return env
 }
 
 // adaptiveRows: a server with a knee drained at fixed limits and with the

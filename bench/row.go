@@ -34,7 +34,7 @@ type Row struct {
 	Arrivals backlog.Spec `json:"arrivals"`                     // the producer's users; Entries caps what it sends (0: no cap)
 
 	For time.Duration `json:"for_ns,omitempty"` // the producer runs this long; the run lasts at least this long
-	Max time.Duration `json:"max_ns"`           // the run lasts at most this long (For = Max: exactly)
+	Max time.Duration `json:"max_ns"`           // the run lasts at most this long
 }
 
 // Step is the proxy's state from At on: the round trip, the delay added per busy
@@ -69,13 +69,10 @@ type Result struct {
 	Commands     map[string]float64 `json:"commands"` // every command of the consumer's clients, by "command collection"
 	PerEntry     float64            `json:"commands_per_entry"`
 	CommandsPer  float64            `json:"commands_per_second"`
-	// Capacity is the service's own headroom estimate at the end of the
-	// run (scorerefresh_drain_capacity summed over the replicas), to set
-	// against Rate where the run kept every slot busy.
-	Capacity float64  `json:"drain_capacity,omitempty"`
-	Verified int      `json:"verified,omitempty"` // users whose stored score was checked against the seeded sources
-	Wrong    int      `json:"wrong,omitempty"`
-	Samples  []sample `json:"samples"`
+	Capacity     float64            `json:"drain_capacity,omitempty"` // the replicas' own estimate at the end (scorerefresh.capacity)
+	Verified     int                `json:"verified,omitempty"`       // users whose stored score was checked against the seeded sources
+	Wrong        int                `json:"wrong,omitempty"`
+	Samples      []sample           `json:"samples"`
 }
 
 // sample is the queue as the bench saw it at one moment of a run.
@@ -93,9 +90,15 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 	row.Consumer = cmp.Or(row.Consumer, consumerScorerefresh)
 	row.Scorer = cmp.Or(row.Scorer, scorerRules)
 	row.Replicas, row.RTT = max(row.Replicas, 1), cmp.Or(row.RTT, b.cfg.RTT)
-	if row.RateOf != "" {
-		row.Rate, row.RateOf = row.Rate*b.estimate(row.RateOf), ""
+	// RateOf's drain rate is estimated from the calibration: scorerefresh at
+	// 90% of its lower bound, the reference one refresh at a time.
+	switch row.RateOf {
+	case consumerReference:
+		row.Rate *= b.cal.bounds(b.cfg.RTT, 1).Latency
+	case consumerScorerefresh:
+		row.Rate *= 0.9 * b.cal.Bounds.Lower
 	}
+	row.RateOf = ""
 	db := b.direct.Database(b.nextDatabase(row.Name + "_" + row.Consumer[:3]))
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -107,8 +110,7 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 		return nil, fmt.Errorf("seeding: %w", err)
 	}
 	row.Steps = slices.Clone(row.Steps)
-	for i := range row.Steps {
-		// A step's round trip defaults to the row's.
+	for i := range row.Steps { // a step's round trip defaults to the row's
 		row.Steps[i].RTT = cmp.Or(row.Steps[i].RTT, row.RTT)
 	}
 	res := &Result{Row: row, Users: seeded.users}
@@ -126,7 +128,6 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 		return nil, err
 	}
 	var arrived atomic.Int64
-	// The producer runs for For, or the whole run.
 	prodCtx, stopProducer := context.WithCancel(ctx)
 	if row.For > 0 {
 		prodCtx, stopProducer = context.WithTimeout(ctx, row.For)
@@ -147,15 +148,14 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 }
 
 // finish reads a row's figures once it is over: the consumer's counters
-// and capacity estimate, then (after its shutdown flush, which belongs to
-// the run) the commands, the rates and the scores.
+// and capacity estimate, then, after its shutdown flush (which belongs to
+// the run), the commands, the rates and the scores.
 func (b *Bench) finish(ctx context.Context, res *Result, c running, rec *recorder, seeded *seeded, db *mongo.Database, prodErr error) (*Result, error) {
 	res.Done = c.done()
 	res.Refreshes, res.DeadLettered = c.figures()
 	if svc, ok := c.(*scorerefresh); ok {
 		res.Capacity = svc.capacity()
 	}
-	// The shutdown flush belongs to the run: commands are read after it.
 	if err := c.stop(); err != nil {
 		b.logf("  (consumer stopped with: %v)", err)
 	}
@@ -209,8 +209,7 @@ func (b *Bench) watch(ctx context.Context, row Row, c running, seeded *seeded, r
 			steps = steps[1:]
 		}
 		done := c.done()
-		// Drained: everything queued and sent is done, and the producer
-		// has stopped.
+		// Everything queued and sent is done, and the producer has stopped.
 		drained := done >= float64(row.Backlog.Entries)+float64(arrived.Load()) &&
 			(row.Rate == 0 || elapsed >= row.For || row.Arrivals.Entries > 0 && arrived.Load() >= int64(row.Arrivals.Entries))
 		// A smoke row given work runs past Max (by 30 s at most) until it
@@ -240,9 +239,6 @@ func (b *Bench) setFaults(s Step, c running) {
 	b.slope.Store(int64(s.Slope))
 	b.proxy.Refuse(s.Outage)
 	b.proxy.Blackhole(s.Outage)
-	if !s.Outage {
-		b.proxy.Restore()
-	}
 	if svc, ok := c.(*scorerefresh); ok {
 		svc.failing.Store(s.Fail)
 	}
@@ -257,19 +253,8 @@ func (b *Bench) kneeDelay(busy int) (up, down time.Duration) {
 	return 0, 0
 }
 
-// estimate is the drain rate of consumer from the calibration alone:
-// scorerefresh at 90% of its lower bound, the reference one refresh at a
-// time (it has one slot).
-func (b *Bench) estimate(consumer string) float64 {
-	if consumer == consumerReference {
-		return b.cal.bounds(b.cfg.RTT, 1).Latency
-	}
-	return 0.9 * b.cal.Bounds.Lower
-}
-
-// produce enqueues entries at rate, in small batches every 50 ms, on the
-// direct connection (producers are other applications, not behind the
-// consumer's latency).
+// produce enqueues entries at row.Rate every 50 ms on the direct connection:
+// producers are other applications, not behind the consumer's latency.
 func (b *Bench) produce(ctx context.Context, queue *mongo.Collection, row Row, sent *atomic.Int64) error {
 	spec := row.Arrivals
 	if spec.Users == 0 {

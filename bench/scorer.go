@@ -17,32 +17,22 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/faultproxy"
 )
 
-// httpScorerBinary builds examples/httpscorer into the run's scratch folder, once.
-func (b *Bench) httpScorerBinary(ctx context.Context) (string, error) {
-	bin := filepath.Join(b.tmp, "httpscorer")
-	if b.builtScorer {
-		return bin, nil
-	}
-	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil || strings.TrimSpace(string(gomod)) == "" {
-		return "", fmt.Errorf("finding the module to build examples/httpscorer in: %v", err)
-	}
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./examples/httpscorer")
-	build.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./examples/httpscorer: %v: %s", err, out)
-	}
-	b.builtScorer = true
-	return bin, nil
-}
-
-// startHTTPScorer starts examples/httpscorer on db (directly: the scorer
-// sits by its database) and a proxy in front of it with round trip rtt, as
-// the database has; it returns the SCORER_URL to give the service.
+// startHTTPScorer starts examples/httpscorer (built into the run's scratch
+// folder once) on db, directly: the scorer sits by its database; and a
+// proxy in front of it with round trip rtt, as the database has. It returns
+// the SCORER_URL to give the service.
 func (b *Bench) startHTTPScorer(ctx context.Context, db string, rtt time.Duration) (scorerURL string, stop func(), err error) {
-	bin, err := b.httpScorerBinary(ctx)
-	if err != nil {
-		return "", nil, err
+	bin := filepath.Join(b.tmp, "httpscorer")
+	if _, err := os.Stat(bin); err != nil {
+		gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+		if err != nil || strings.TrimSpace(string(gomod)) == "" {
+			return "", nil, fmt.Errorf("finding the module to build examples/httpscorer in: %v", err)
+		}
+		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./examples/httpscorer")
+		build.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
+		if out, err := build.CombinedOutput(); err != nil {
+			return "", nil, fmt.Errorf("go build ./examples/httpscorer: %v: %s", err, out)
+		}
 	}
 	// Killed with the run; a scorer that fails exits, which ends the read
 	// of where it listens (it says so once it accepts requests).

@@ -48,14 +48,26 @@ func (q *queue) push(ch chunk) {
 	}
 }
 
-// head returns the oldest chunk, which stays queued until pop.
-func (q *queue) head() (chunk, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(q.chunks) == 0 {
-		return chunk{}, false
+// next waits for the oldest chunk, which stays queued until pop; false
+// means done closed first.
+func (q *queue) next(done <-chan struct{}) (chunk, bool) {
+	for {
+		q.mu.Lock()
+		queued := len(q.chunks) > 0
+		var ch chunk
+		if queued {
+			ch = q.chunks[0]
+		}
+		q.mu.Unlock()
+		if queued {
+			return ch, true
+		}
+		select {
+		case <-q.ready:
+		case <-done:
+			return chunk{}, false
+		}
 	}
-	return q.chunks[0], true
 }
 
 func (q *queue) pop() {
@@ -110,7 +122,7 @@ func (p *Proxy) read(c *conn, src net.Conn, q *queue, d direction) {
 		case errors.Is(err, io.EOF):
 			// The close travels behind the bytes, as it would on the wire.
 			p.mu.Lock()
-			base := p.baseDelay(d)
+			base := p.delay[d]
 			p.mu.Unlock()
 			q.push(chunk{at: p.clock.Now().Add(base), eof: true})
 			return
@@ -130,7 +142,7 @@ func (p *Proxy) deliverAt(c *conn, d direction) time.Time {
 		c.busy = true
 		p.busy++
 	}
-	busy, base := p.busy, p.baseDelay(d)
+	busy, base := p.busy, p.delay[d]
 	if d == down && c.busy {
 		c.busy = false
 		p.busy--
@@ -139,19 +151,11 @@ func (p *Proxy) deliverAt(c *conn, d direction) time.Time {
 	return p.clock.Now().Add(base + p.load.delay(d, busy))
 }
 
-// baseDelay is the delay set for d. The caller holds p.mu.
-func (p *Proxy) baseDelay(d direction) time.Duration {
-	if d == up {
-		return p.upDelay
-	}
-	return p.downDelay
-}
-
 // write delivers q's chunks to dst in order, each once it is due and no
 // partition holds it, until c closes.
 func (p *Proxy) write(c *conn, dst net.Conn, q *queue, d direction) {
 	for {
-		ch, ok := p.next(c, q)
+		ch, ok := q.next(c.done)
 		if !ok || !p.waitDue(c, ch.at) {
 			return
 		}
@@ -163,26 +167,8 @@ func (p *Proxy) write(c *conn, dst net.Conn, q *queue, d direction) {
 			p.closeConn(c, false)
 			return
 		}
-		if d == up {
-			p.bytesUp.Add(int64(len(ch.data)))
-		} else {
-			p.bytesDown.Add(int64(len(ch.data)))
-		}
+		p.bytes[d].Add(int64(len(ch.data)))
 		q.pop()
-	}
-}
-
-// next waits for a chunk in q; false means c closed first.
-func (p *Proxy) next(c *conn, q *queue) (chunk, bool) {
-	for {
-		if ch, ok := q.head(); ok {
-			return ch, true
-		}
-		select {
-		case <-q.ready:
-		case <-c.done:
-			return chunk{}, false
-		}
 	}
 }
 

@@ -10,13 +10,6 @@ const (
 	down                  // target to client: replies
 )
 
-func (d direction) String() string {
-	if d == up {
-		return "up"
-	}
-	return "down"
-}
-
 // loadModel is the extra delay a chunk gets for the load on the proxy.
 type loadModel struct {
 	slope time.Duration

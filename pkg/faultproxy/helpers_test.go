@@ -283,3 +283,10 @@ func (s *testSignals) chunkQueued(d direction, n int) {
 	default:
 	}
 }
+
+func (d direction) String() string {
+	if d == up {
+		return "up"
+	}
+	return "down"
+}

@@ -72,13 +72,12 @@ type Proxy struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup // every goroutine the proxy started
 
-	bytesUp, bytesDown atomic.Int64
+	bytes [2]atomic.Int64 // delivered, by direction
 
 	mu        sync.Mutex
 	closed    bool
 	conns     map[*conn]struct{}
-	upDelay   time.Duration
-	downDelay time.Duration
+	delay     [2]time.Duration // by direction
 	refusing  bool
 	blackhole bool
 	changed   chan struct{} // closed and replaced whenever blackhole changes
@@ -110,19 +109,18 @@ func start(ctx context.Context, cfg Config, onQueued func(direction, int)) (*Pro
 	}
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p := &Proxy{
-		ln:        ln,
-		target:    cfg.Target,
-		dialer:    net.Dialer{Timeout: cmp.Or(cfg.DialTimeout, DialTimeoutDefault)},
-		clock:     clock.Or(cfg.Clock),
-		load:      loadModel{slope: cfg.LoadSlope, fn: cfg.DelayFunc},
-		size:      cmp.Or(cfg.ReadSize, ReadSizeDefault),
-		onQueued:  onQueued,
-		ctx:       pctx,
-		cancel:    cancel,
-		conns:     map[*conn]struct{}{},
-		upDelay:   max(cfg.Up, 0),
-		downDelay: max(cfg.Down, 0),
-		changed:   make(chan struct{}),
+		ln:       ln,
+		target:   cfg.Target,
+		dialer:   net.Dialer{Timeout: cmp.Or(cfg.DialTimeout, DialTimeoutDefault)},
+		clock:    clock.Or(cfg.Clock),
+		load:     loadModel{slope: cfg.LoadSlope, fn: cfg.DelayFunc},
+		size:     cmp.Or(cfg.ReadSize, ReadSizeDefault),
+		onQueued: onQueued,
+		ctx:      pctx,
+		cancel:   cancel,
+		conns:    map[*conn]struct{}{},
+		delay:    [2]time.Duration{max(cfg.Up, 0), max(cfg.Down, 0)},
+		changed:  make(chan struct{}),
 	}
 	p.wg.Go(p.accept)
 	// After the accept loop has joined the WaitGroup: a ctx that has already
@@ -156,7 +154,7 @@ func (p *Proxy) Close() {
 func (p *Proxy) SetDelay(up, down time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.upDelay, p.downDelay = max(up, 0), max(down, 0)
+	p.delay = [2]time.Duration{max(up, 0), max(down, 0)}
 }
 
 // Cut resets every open connection and returns how many; one accepted while
@@ -209,8 +207,7 @@ func (p *Proxy) Stats() Stats {
 	s.Active = len(p.conns)
 	s.Busy = p.busy
 	p.mu.Unlock()
-	s.BytesUp = p.bytesUp.Load()
-	s.BytesDown = p.bytesDown.Load()
+	s.BytesUp, s.BytesDown = p.bytes[up].Load(), p.bytes[down].Load()
 	return s
 }
 
