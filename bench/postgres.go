@@ -35,8 +35,8 @@ type postgres struct {
 // /usr/lib/postgresql/*/bin) in a fresh directory under /dev/shm, on a free
 // loopback port, with durability off: a benchmark of the consumer, not of
 // the disk. PostgreSQL refuses to run as root, so as root it runs as the
-// "postgres" user.
-func startPostgres(ctx context.Context) (*postgres, error) {
+// "postgres" user. pg.stop ends the server and removes the directory.
+func startPostgres(ctx context.Context) (_ *postgres, err error) {
 	bin, err := postgresBin()
 	if err != nil {
 		return nil, err
@@ -50,6 +50,11 @@ func startPostgres(ctx context.Context) (*postgres, error) {
 		return nil, err
 	}
 	pg := &postgres{dir: dir, stop: func() { os.RemoveAll(dir) }}
+	defer func() {
+		if err != nil {
+			pg.stop()
+		}
+	}()
 	var cred *syscall.Credential // nil: this process's
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
@@ -59,7 +64,6 @@ func startPostgres(ctx context.Context) (*postgres, error) {
 			cred, err = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, os.Chown(dir, uid, gid)
 		}
 		if err != nil {
-			pg.stop()
 			return nil, fmt.Errorf("running as root, PostgreSQL runs as the postgres user: %w", err)
 		}
 	}
@@ -70,50 +74,31 @@ func startPostgres(ctx context.Context) (*postgres, error) {
 	}
 	data := filepath.Join(dir, "data")
 	if out, err := command("initdb", "-D", data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8").CombinedOutput(); err != nil {
-		pg.stop()
 		return nil, fmt.Errorf("initdb: %v: %s", err, out)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0") // a free port
 	if err != nil {
-		pg.stop()
 		return nil, err
 	}
 	addr := l.Addr().String()
 	l.Close()
 	_, port, _ := net.SplitHostPort(addr)
-	if err := pg.run(command("postgres", "-D", data, "-k", dir, "-h", "127.0.0.1", "-p", port,
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-		"-c", fmt.Sprintf("max_connections=%d", pgMaxConnections), "-c", "shared_buffers=256MB"), addr); err != nil {
+	logFile, err := os.Create(filepath.Join(dir, "postgres.log"))
+	if err != nil {
 		return nil, err
 	}
-	pg.url = fmt.Sprintf("postgres://postgres@%s/postgres?pool_max_conns=%d", addr, pgMaxConnections-100)
-	pg.version = "PostgreSQL"
-	if out, err := exec.Command(filepath.Join(bin, "postgres"), "--version").Output(); err == nil {
-		pg.version += " " + strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "postgres (PostgreSQL) "))
-	}
-	return pg, nil
-}
-
-// run starts the server, logging to the cluster's directory, and waits up
-// to 30 s for it to accept connections on addr; pg.stop then ends it and
-// removes the directory.
-func (pg *postgres) run(cmd *exec.Cmd, addr string) error {
-	logFile, err := os.Create(filepath.Join(pg.dir, "postgres.log"))
-	if err != nil {
-		pg.stop()
-		return err
-	}
+	cmd := command("postgres", "-D", data, "-k", dir, "-h", "127.0.0.1", "-p", port,
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		"-c", fmt.Sprintf("max_connections=%d", pgMaxConnections), "-c", "shared_buffers=256MB")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) } // fast shutdown
 	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
-		pg.stop()
-		return fmt.Errorf("starting postgres: %w", err)
+		return nil, fmt.Errorf("starting postgres: %w", err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	removeDir := pg.stop
 	pg.stop = func() {
 		_ = cmd.Process.Signal(syscall.SIGINT)
 		select {
@@ -123,7 +108,7 @@ func (pg *postgres) run(cmd *exec.Cmd, addr string) error {
 			<-exited
 		}
 		logFile.Close()
-		removeDir()
+		os.RemoveAll(dir)
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
@@ -131,20 +116,24 @@ func (pg *postgres) run(cmd *exec.Cmd, addr string) error {
 			// PostgreSQL accepts TCP slightly before it accepts logins;
 			// FerretDB's pool retries, so a short pause is enough.
 			time.Sleep(500 * time.Millisecond)
-			return nil
+			break
 		}
 		select {
 		case err := <-exited:
 			exited <- err
-			pg.stop()
-			return fmt.Errorf("postgres exited at start: %v", err)
+			return nil, fmt.Errorf("postgres exited at start: %v", err)
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			pg.stop()
-			return errors.New("postgres did not accept connections within 30s")
+			return nil, errors.New("postgres did not accept connections within 30s")
 		}
 	}
+	pg.url = fmt.Sprintf("postgres://postgres@%s/postgres?pool_max_conns=%d", addr, pgMaxConnections-100)
+	pg.version = "PostgreSQL"
+	if out, err := exec.Command(filepath.Join(bin, "postgres"), "--version").Output(); err == nil {
+		pg.version += " " + strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "postgres (PostgreSQL) "))
+	}
+	return pg, nil
 }
 
 func postgresBin() (string, error) {

@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,8 +36,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// What the Dockerfile's runtime stage holds; deploy/image's test compares
-// the entrypoint and user with the Dockerfile itself.
+// What the Dockerfile's runtime stage holds (the test compares the
+// entrypoint and user with the Dockerfile).
 const (
 	binaryPath = "/usr/local/bin/scorerefresh"
 	caPath     = "/etc/ssl/certs/ca-certificates.crt"
@@ -152,11 +153,9 @@ func (o *Options) defaults(ctx context.Context) error {
 	if o.Created.IsZero() {
 		// The commit's time, not now: the same commit gives the same image.
 		o.Created = time.Unix(0, 0).UTC()
-		if out, err := exec.CommandContext(ctx, "git", "-C", o.Repo, "log", "-1", "--format=%ct").Output(); err == nil {
-			var secs int64
-			if _, err := fmt.Sscan(strings.TrimSpace(string(out)), &secs); err == nil {
-				o.Created = time.Unix(secs, 0).UTC()
-			}
+		out, err := exec.CommandContext(ctx, "git", "-C", o.Repo, "log", "-1", "--format=%ct").Output()
+		if secs, perr := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64); err == nil && perr == nil {
+			o.Created = time.Unix(secs, 0).UTC()
 		}
 	}
 	return nil

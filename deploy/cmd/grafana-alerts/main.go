@@ -6,8 +6,7 @@
 //	go run ./deploy/cmd/grafana-alerts -runbook-base https://git.example.com/scorerefresh/blob/v1.2.3 -out my-alerts.yaml
 //
 // The paths default to the repository's, relative to deploy/ (where go
-// generate runs it). deploy/grafana_alerts_test.go fails when the committed
-// file is not what this writes.
+// generate runs it).
 package main
 
 import (

@@ -1,19 +1,16 @@
 // Package grafanaalerts turns Prometheus alerting rules into Grafana-managed
-// alert rules (Grafana's file provisioning, apiVersion 1), so that a team on
-// Grafana unified alerting gets the same alerts as one on Prometheus and
-// Alertmanager from one definition (deploy/prometheus/alerts.yml).
+// alert rules (file provisioning, apiVersion 1), so Grafana unified alerting
+// and Prometheus with Alertmanager run the same alerts from one definition.
 //
 // Each alert becomes a rule of two queries: A, the alert's PromQL as an
-// instant query against a Prometheus datasource, and B, a threshold on A.
-// The PromQL already holds the alert's condition (Prometheus fires for every
-// series it returns, each of them past the threshold and so above zero), so
-// B only turns each returned series into a firing instance, and an empty
+// instant query, and B, a threshold on A. The PromQL already holds the
+// condition (every series it returns is past the threshold, so above zero),
+// so B only turns each returned series into a firing instance, and an empty
 // answer is a normal state (noDataState OK), not a missing one.
 //
 // Differences forced by Grafana, and nothing else:
 //   - recording rules are not provisioned: an alert that reads one gets the
-//     recorded expression in its place, so it needs nothing evaluated by
-//     Prometheus beforehand;
+//     recorded expression in its place;
 //   - {{ $value }} in annotations becomes {{ $values.A.Value }}: in Grafana
 //     $value is a text listing every query's value;
 //   - runbook_url may get another base (Options.RunbookBase), as the
