@@ -95,9 +95,11 @@ func (b *Bench) serviceConfig(db string, row Row, scorerURL string) (config.Conf
 // running is a consumer being measured. done is the entries done so far:
 // acknowledged for scorerefresh; for the reference, entries whose user's
 // refresh completed (it acks only at the end of each 200-entry batch).
+// figures' capacity is the fleet's own estimate of its acks per second with
+// every slot busy (scorerefresh_drain_capacity summed; 0: the reference).
 type running interface {
 	done() float64
-	figures() (refreshes, deadLettered float64)
+	figures() (refreshes, deadLettered, capacity float64)
 	stop() error
 }
 
@@ -156,23 +158,15 @@ func (s *scorerefresh) done() (n float64) {
 	return n
 }
 
-func (s *scorerefresh) figures() (refreshes, deadLettered float64) {
+func (s *scorerefresh) figures() (refreshes, deadLettered, capacity float64) {
 	for _, svc := range s.svcs {
 		refreshes += metrics.Read(svc.Metrics.Refreshes.WithLabelValues(metrics.OutcomeOK))
 		for _, r := range []string{metrics.ReasonMalformed, metrics.ReasonMaxAttempts, metrics.ReasonTooLarge} {
 			deadLettered += metrics.Read(svc.Metrics.EntriesDeadLettered.WithLabelValues(r))
 		}
+		capacity += metrics.Read(svc.SLI.DrainCapacity)
 	}
-	return refreshes, deadLettered
-}
-
-// capacity is the fleet's own estimate of its acks per second with every
-// slot busy: the replicas' scorerefresh_drain_capacity summed.
-func (s *scorerefresh) capacity() (n float64) {
-	for _, svc := range s.svcs {
-		n += metrics.Read(svc.SLI.DrainCapacity)
-	}
-	return n
+	return refreshes, deadLettered, capacity
 }
 
 func (s *scorerefresh) stop() error {

@@ -65,8 +65,8 @@ func (b *Bench) startReference(ctx context.Context, cfg config.Config, rules *sc
 	return r, nil
 }
 
-func (r *reference) done() float64               { return float64(r.covered.Load()) }
-func (r *reference) figures() (float64, float64) { return float64(r.refreshes.Load()), 0 }
+func (r *reference) done() float64                        { return float64(r.covered.Load()) }
+func (r *reference) figures() (float64, float64, float64) { return float64(r.refreshes.Load()), 0, 0 }
 
 func (r *reference) stop() error {
 	r.cancel()

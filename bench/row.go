@@ -69,7 +69,7 @@ type Result struct {
 	Commands     map[string]float64 `json:"commands"` // every command of the consumer's clients, by "command collection"
 	PerEntry     float64            `json:"commands_per_entry"`
 	CommandsPer  float64            `json:"commands_per_second"`
-	Capacity     float64            `json:"drain_capacity,omitempty"` // the replicas' own estimate at the end (scorerefresh.capacity)
+	Capacity     float64            `json:"drain_capacity,omitempty"` // the consumer's own estimate at the end (running.figures)
 	Verified     int                `json:"verified,omitempty"`       // users whose stored score was checked against the seeded sources
 	Wrong        int                `json:"wrong,omitempty"`
 	Samples      []sample           `json:"samples"`
@@ -152,10 +152,7 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 // the run), the commands, the rates and the scores.
 func (b *Bench) finish(ctx context.Context, res *Result, c running, rec *recorder, seeded *seeded, db *mongo.Database, prodErr error) (*Result, error) {
 	res.Done = c.done()
-	res.Refreshes, res.DeadLettered = c.figures()
-	if svc, ok := c.(*scorerefresh); ok {
-		res.Capacity = svc.capacity()
-	}
+	res.Refreshes, res.DeadLettered, res.Capacity = c.figures()
 	if err := c.stop(); err != nil {
 		b.logf("  (consumer stopped with: %v)", err)
 	}
