@@ -115,7 +115,6 @@ type Bench struct {
 	closers     []func()
 }
 
-// New checks cfg and returns the run it describes.
 func New(cfg Config) (*Bench, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err

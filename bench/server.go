@@ -41,20 +41,27 @@ func (s *server) Close() { closeAll(s.close) }
 // startServer starts FerretDB on the backend asked for. With postgresql and
 // no URL, it starts a throwaway PostgreSQL from the binaries on this machine
 // (initdb, postgres) in memory.
-func startServer(ctx context.Context, kind, pgURL, mongoURI string) (*server, error) {
+func startServer(ctx context.Context, kind, pgURL, mongoURI string) (s *server, err error) {
 	switch kind {
 	case backendMongoDB:
 		return useMongoDB(ctx, mongoURI)
 	case backendPostgreSQL:
-		return startOnPostgres(ctx, pgURL)
+		s, err = startOnPostgres(ctx, pgURL)
+	default:
+		var srv *embedmongo.Server
+		if srv, err = embedmongo.Start(ctx, embedmongo.Config{}); err == nil {
+			s = &server{Name: "FerretDB 1.24, SQLite handler (pkg/embedmongo, in process, data in /dev/shm)", URI: srv.URI(),
+				close: []func(){func() { _ = srv.Close() }}}
+		}
 	}
-	srv, err := embedmongo.Start(ctx, embedmongo.Config{})
 	if err != nil {
 		return nil, err
 	}
-	s := &server{Name: "FerretDB 1.24, SQLite handler (pkg/embedmongo, in process, data in /dev/shm)", URI: srv.URI()}
-	s.close = append(s.close, func() { _ = srv.Close() })
-	return s.withAddr()
+	if s.Addr, s.viaProxy, err = splitMongoURI(s.URI); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
 }
 
 func startOnPostgres(ctx context.Context, pgURL string) (*server, error) {
@@ -83,17 +90,6 @@ func startOnPostgres(ctx context.Context, pgURL string) (*server, error) {
 	s.close = append(s.close, func() { cancel(); <-done })
 	s.URI = f.MongoDBURI() // blocks until the listener is bound
 	s.Name = "FerretDB 1.24, PostgreSQL handler (in process) on " + version
-	return s.withAddr()
-}
-
-// withAddr sets the proxy's target and the URI through it from s.URI, or
-// closes s.
-func (s *server) withAddr() (*server, error) {
-	var err error
-	if s.Addr, s.viaProxy, err = splitMongoURI(s.URI); err != nil {
-		s.Close()
-		return nil, err
-	}
 	return s, nil
 }
 
