@@ -16,8 +16,7 @@ import (
 )
 
 // calibration is what the server costs, measured on the direct connection
-// before the rows: the round trips of one refresh of the bench's rules, the
-// server's time per query, and the most queries per second it answers.
+// before the rows.
 type calibration struct {
 	RoundTrips float64 `json:"round_trips_per_refresh"`
 	ServerMs   float64 `json:"server_ms_per_query"`

@@ -15,14 +15,12 @@ import (
 	"time"
 )
 
-// pgMaxConnections is the throwaway cluster's max_connections. FerretDB 1.24
-// keeps one PostgreSQL connection per matching statement of an update
-// command until the command ends, and takes one more for each write: an
-// update of N documents by _id needs N+1 connections at once. The consumer
-// sends such updates for a whole group of users (start marks, batched score
-// writes), so FerretDB's default pool of 50 runs dry with
-// MAX_USERS_IN_FLIGHT in the hundreds, and a dry pool hangs every command
-// for good. FerretDB's pool gets all but 100 of them.
+// pgMaxConnections is the throwaway cluster's max_connections, all but 100
+// of them FerretDB's pool. FerretDB 1.24 holds a connection per matching
+// statement of an update until the command ends, and one more per write: an
+// update of N documents by _id needs N+1 at once. The consumer sends those for
+// whole groups of users, so the default pool of 50 runs dry with
+// MAX_USERS_IN_FLIGHT in the hundreds, and a dry pool hangs every command.
 const pgMaxConnections = 800
 
 // postgres is a throwaway PostgreSQL cluster started for one bench run.
@@ -32,10 +30,9 @@ type postgres struct {
 }
 
 // startPostgres runs initdb and postgres from PATH (or Debian's
-// /usr/lib/postgresql/*/bin) in a fresh directory under /dev/shm, on a free
-// loopback port, with durability off: a benchmark of the consumer, not of
-// the disk. PostgreSQL refuses to run as root, so as root it runs as the
-// "postgres" user. pg.stop ends the server and removes the directory.
+// /usr/lib/postgresql/*/bin) under /dev/shm on a free loopback port, durability
+// off (a benchmark of the consumer, not the disk); as root, as the "postgres"
+// user, since PostgreSQL refuses root. pg.stop ends it and removes its files.
 func startPostgres(ctx context.Context) (_ *postgres, err error) {
 	bin, err := postgresBin()
 	if err != nil {

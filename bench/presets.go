@@ -135,9 +135,8 @@ func rttSpike(at, lasts, slow time.Duration) []Step {
 	return []Step{{At: at, RTT: slow}, {At: at + lasts}}
 }
 
-// adaptiveRows: a server with a knee drained at fixed limits and with the
-// adaptive limit, through a ×10 delay spike, and by three adaptive
-// instances sharing it.
+// adaptiveRows: a server with a knee drained at fixed limits, with the
+// adaptive limit, through a ×10 delay spike, and by three adaptive instances.
 func adaptiveRows(s size) []Row {
 	spec := backlog.Spec{Shape: backlog.Distinct, Entries: pick(s, 4000, 30), Users: pick(s, 4000, 30)}
 	drain := pick(s, 30*time.Second, 2*time.Second)
@@ -169,10 +168,9 @@ func withKnee(r Row) Row {
 	return r
 }
 
-// planRows are the capacity planner's validation cases (docs/capacity-
-// planning.md): static drains of the replay shapes at two configurations,
-// arrivals at a pace, and transients on a server with a knee. The planner
-// predicts each (`scorerefresh plan`); the bench measures it.
+// planRows are the cases `scorerefresh plan` predicts and the bench measures
+// (docs/capacity-planning.md): static drains of the replay shapes at two
+// configurations, paced arrivals, and transients on a server with a knee.
 func planRows(s size) []Row {
 	c16 := []string{"REFRESH_CONCURRENCY=16", "MAX_USERS_IN_FLIGHT=64", "CLAIM_WINDOW=500"}
 	c4 := []string{"REFRESH_CONCURRENCY=4", "MAX_USERS_IN_FLIGHT=8", "CLAIM_WINDOW=100"}

@@ -20,17 +20,13 @@ import (
 // ReferenceBatch is how many of the oldest entries the replaced consumer took per poll.
 const ReferenceBatch = 200
 
-// reference is the consumer scorerefresh replaces, reproduced for comparison
-// only: every poll it takes the oldest 200 pending entries, coalesces them by
-// username, refreshes each distinct user strictly one after another with the
-// same scoring code (scoring.Refresher: same rules, same queries, same OCC
-// write), then acknowledges the batch. It sleeps PollInterval only when the
-// queue is empty.
-//
-// The original marked its 200 entries claimed with an updateMany before
-// working on them; being the only consumer here, it just reads them, which
-// saves it a round trip per poll (and FerretDB's slow updateMany): every
-// difference from the original flatters the reference.
+// reference is the consumer scorerefresh replaces, for comparison only:
+// every poll it takes the oldest 200 pending entries, coalesces them by
+// username, refreshes each distinct user one after another with the same
+// scoring.Refresher (rules, queries, OCC write), then acknowledges the batch.
+// It sleeps PollInterval only when the queue is empty. The original claimed
+// its entries with an updateMany first; the only consumer here, it just reads
+// them: every difference from the original flatters the reference.
 type reference struct {
 	queue     *mongo.Collection
 	refresher *scoring.Refresher

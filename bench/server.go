@@ -38,9 +38,8 @@ type server struct {
 
 func (s *server) Close() { closeAll(s.close) }
 
-// startServer starts FerretDB on the backend asked for. With postgresql and
-// no URL, it starts a throwaway PostgreSQL from the binaries on this machine
-// (initdb, postgres) in memory.
+// startServer starts FerretDB on the backend asked for (on postgresql with no
+// URL, over a throwaway PostgreSQL: startPostgres), or uses -mongodb-uri.
 func startServer(ctx context.Context, kind, pgURL, mongoURI string) (s *server, err error) {
 	switch kind {
 	case backendMongoDB:

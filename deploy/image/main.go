@@ -1,9 +1,8 @@
 // Command image assembles the scorerefresh container image as an OCI image
-// layout, for linux/amd64 and linux/arm64, without Docker and without
-// pulling anything: the same image the Dockerfile builds (a static binary
-// on an empty base, the CA bundle, a /data owned by the runtime user,
-// entrypoint /usr/local/bin/scorerefresh run, uid 65532), from this
-// machine's Go toolchain and CA bundle.
+// layout, for linux/amd64 and linux/arm64, without Docker or pulling
+// anything: the image the Dockerfile builds (a static binary on an empty
+// base, the CA bundle, /data owned by the runtime user, uid 65532), from
+// this machine's Go toolchain and CA bundle.
 //
 //	go -C deploy/image run . --out /tmp/scorerefresh-oci
 //	crane push /tmp/scorerefresh-oci ghcr.io/you/scorerefresh:v1.2.3

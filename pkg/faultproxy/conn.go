@@ -105,8 +105,7 @@ func (p *Proxy) serve(c *conn) {
 	p.write(c, c.client, downs, down)
 }
 
-// read queues what src sends, stamped with its delivery time, until src
-// closes or fails.
+// read queues what src sends, stamped with its delivery time, until it ends.
 func (p *Proxy) read(c *conn, src net.Conn, q *queue, d direction) {
 	buf := make([]byte, p.size)
 	for {
@@ -151,8 +150,7 @@ func (p *Proxy) deliverAt(c *conn, d direction) time.Time {
 	return p.clock.Now().Add(base + p.load.delay(d, busy))
 }
 
-// write delivers q's chunks to dst in order, each once it is due and no
-// partition holds it, until c closes.
+// write delivers q's chunks to dst in order, each once due and not held.
 func (p *Proxy) write(c *conn, dst net.Conn, q *queue, d direction) {
 	for {
 		ch, ok := q.next(c.done)
@@ -196,8 +194,7 @@ func (p *Proxy) waitDue(c *conn, at time.Time) bool {
 	}
 }
 
-// halfClose passes a sender's close on to dst; once both directions have
-// closed, the connection is done.
+// halfClose passes a sender's close on to dst; after both, c is done.
 func (p *Proxy) halfClose(c *conn, dst net.Conn) {
 	cw, ok := dst.(interface{ CloseWrite() error })
 	if !ok || cw.CloseWrite() != nil {
