@@ -225,23 +225,19 @@ func (p *Proxy) accept() {
 			}
 			continue
 		}
-		p.admit(nc)
-	}
-}
-
-func (p *Proxy) admit(nc net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.stats.Accepted++
-	switch {
-	case p.closed:
-		_ = nc.Close()
-	case p.refusing:
-		p.stats.Refused++
-		drop(nc, true)
-	default:
-		c := &conn{client: nc, done: make(chan struct{})}
-		p.conns[c] = struct{}{}
-		p.wg.Go(func() { p.serve(c) })
+		p.mu.Lock()
+		p.stats.Accepted++
+		switch {
+		case p.closed:
+			_ = nc.Close()
+		case p.refusing:
+			p.stats.Refused++
+			drop(nc, true)
+		default:
+			c := &conn{client: nc, done: make(chan struct{})}
+			p.conns[c] = struct{}{}
+			p.wg.Go(func() { p.serve(c) })
+		}
+		p.mu.Unlock()
 	}
 }
