@@ -1,11 +1,10 @@
-// Package bench measures scorerefresh, and the consumer it replaces, as one
-// runner over a table of scenarios (presets.go): each row a backlog from
-// internal/backlog, replicas, the service's environment, a scorer, fault
-// steps for the latency proxy, a producer rate and a cap. Everything runs in
-// this process, wired by internal/app as `scorerefresh run` wires it; each
-// row on a fresh database. cmd/scorerefresh-bench is its command line and
-// docs/performance.md says what it measures. A run writes report.md and
-// results.json.
+// Package bench measures scorerefresh, and the consumer it replaces, over a
+// table of scenarios (presets.go): each row a backlog from internal/backlog,
+// replicas, the service's environment, a scorer, fault steps for the latency
+// proxy, a producer rate and a cap, run in this process (wired by
+// internal/app as `scorerefresh run` wires it) on a fresh database.
+// cmd/scorerefresh-bench is its command line; docs/performance.md says what
+// it measures. A run writes report.md and results.json.
 package bench
 
 import (
@@ -21,13 +20,17 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/scorerefresh/scorerefresh/pkg/faultproxy"
+	"github.com/scorerefresh/scorerefresh/planner"
+	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
 // Config is one run: the flags (ParseArgs says what each means), and what the caller fills in.
@@ -75,7 +78,7 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 }
 
 func (c *Config) validate() error {
-	for _, s := range c.presets() {
+	for _, s := range splitList(c.Scenarios) {
 		if !slices.Contains(presetNames(), s) {
 			return fmt.Errorf("unknown scenario %q (have %s)", s, strings.Join(presetNames(), ", "))
 		}
@@ -95,8 +98,6 @@ func (c *Config) validate() error {
 	return nil
 }
 
-func (c *Config) presets() []string { return splitList(c.Scenarios) }
-
 func splitList(s string) []string {
 	return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })
 }
@@ -112,13 +113,11 @@ type Bench struct {
 	svcLog      *slog.Logger
 	cal         calibration
 	tmp         string // the run's scratch folder
-	builtScorer bool   // examples/httpscorer is built in tmp
 	runs        int    // databases created so far: each row gets a fresh, numbered one
 	runID       string // this run's prefix of them: two benches on one server must not drop each other's
 	closers     []func()
 }
 
-// New checks cfg and returns the run it describes.
 func New(cfg Config) (*Bench, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -135,7 +134,7 @@ func (b *Bench) logf(format string, args ...any) { fmt.Fprintf(b.out, format+"\n
 // Run starts the server, calibrates it, runs the rows of the presets and
 // writes the report after each row, so partial results survive a failure.
 func (b *Bench) Run(ctx context.Context) (*Report, error) {
-	rows, err := selectRows(b.cfg.presets(), splitList(b.cfg.Rows), b.cfg.Short)
+	rows, err := selectRows(splitList(b.cfg.Scenarios), splitList(b.cfg.Rows), b.cfg.Short)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +142,7 @@ func (b *Bench) Run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	started := time.Now()
-	defer b.close()
+	defer func() { closeAll(b.closers) }()
 	if err := b.setUp(ctx); err != nil {
 		return nil, err
 	}
@@ -176,7 +175,7 @@ func (b *Bench) Run(ctx context.Context) (*Report, error) {
 }
 
 // setUp makes the scratch folder, opens the service's log and starts the
-// server, the proxy and the direct client; b.close undoes whatever it did.
+// server, the proxy and the direct client; b.closers undo whatever it did.
 func (b *Bench) setUp(ctx context.Context) (err error) {
 	if b.tmp, err = os.MkdirTemp("", "scorerefresh-bench-"); err != nil {
 		return err
@@ -209,8 +208,6 @@ func (b *Bench) setUp(ctx context.Context) (err error) {
 	return err
 }
 
-func (b *Bench) close() { closeAll(b.closers) }
-
 // closeAll undoes, last first.
 func closeAll(undo []func()) {
 	for i := len(undo) - 1; i >= 0; i-- {
@@ -232,3 +229,88 @@ func machine() string {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// calibration is what the server costs, measured on the direct connection
+// before the rows.
+type calibration struct {
+	RoundTrips float64 `json:"round_trips_per_refresh"`
+	ServerMs   float64 `json:"server_ms_per_query"`
+	QPS        float64 `json:"max_queries_per_second"`
+	Bounds     bounds  `json:"bounds"` // at the run's RTT and REFRESH_CONCURRENCY
+}
+
+// bounds are the two ceilings of a drain of distinct users (refreshes per
+// second), from the planner's arithmetic.
+type bounds struct {
+	Latency float64 `json:"latency"` // every slot busy, each refresh its round trips of RTT + server time
+	Server  float64 `json:"server"`  // the server's queries per second over a refresh's round trips
+	Lower   float64 `json:"lower"`
+}
+
+func (b bounds) String() string {
+	return fmt.Sprintf("latency %.1f/s, server %.1f/s", b.Latency, b.Server)
+}
+
+// bounds at rtt with slots refreshes at once.
+func (c calibration) bounds(rtt time.Duration, slots int) bounds {
+	latency := planner.LatencyCeiling(float64(slots), c.RoundTrips, rtt.Seconds()+c.ServerMs/1000)
+	server := planner.ServerCeiling(c.QPS, c.RoundTrips)
+	return bounds{Latency: latency, Server: server, Lower: min(latency, server)}
+}
+
+func (b *Bench) calibrate(ctx context.Context) (calibration, error) {
+	sequential, level := pick(size(b.cfg.Short), 200, 10), pick(size(b.cfg.Short), 5*time.Second, 500*time.Millisecond)
+	var commands, nanos atomic.Int64
+	monitor := &event.CommandMonitor{Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
+		commands.Add(1)
+		nanos.Add(int64(e.Duration))
+	}}
+	client, err := mongo.Connect(options.Client().ApplyURI(b.srv.URI).SetMaxPoolSize(200).SetMonitor(monitor))
+	if err != nil {
+		return calibration{}, err
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database(b.nextDatabase("calibrate"))
+	defer func() { _ = db.Drop(context.Background()) }()
+	_, rules, err := b.rulesFile(scorerRules)
+	if err == nil {
+		err = b.seedSources(ctx, db)
+	}
+	if err != nil {
+		return calibration{}, err
+	}
+	refresher := scoring.NewRefresher(scoring.NewRecomputer(db, rules), scoring.NewStore(db.Collection("user_scores"), scoring.StoreConfig{}))
+	var next atomic.Int64
+	refresh := func(ctx context.Context) error {
+		return refresher.Refresh(ctx, userName(int(next.Add(1))%b.pool()), time.Now())
+	}
+	for i := range sequential + 5 {
+		if i == 5 { // the first few warm the server up
+			commands.Store(0)
+			nanos.Store(0)
+		}
+		if err = refresh(ctx); err != nil {
+			return calibration{}, err
+		}
+	}
+	c := calibration{RoundTrips: float64(commands.Load()) / float64(sequential)}
+	c.ServerMs = ms(time.Duration(nanos.Load())) / float64(max(commands.Load(), 1))
+	for _, workers := range []int{4, 16, 48} {
+		commands.Store(0)
+		wctx, cancel := context.WithTimeout(ctx, level)
+		var wg sync.WaitGroup
+		start := time.Now()
+		for range workers {
+			wg.Go(func() {
+				for wctx.Err() == nil {
+					_ = refresh(wctx)
+				}
+			})
+		}
+		wg.Wait()
+		cancel()
+		c.QPS = max(c.QPS, float64(commands.Load())/time.Since(start).Seconds())
+	}
+	c.Bounds = c.bounds(b.cfg.RTT, b.cfg.Concurrency)
+	return c, ctx.Err()
+}

@@ -1,23 +1,30 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"math"
 	"math/rand/v2"
+	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/scorerefresh/scorerefresh/consumer"
@@ -25,6 +32,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/internal/backlog"
 	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/pkg/faultproxy"
 	"github.com/scorerefresh/scorerefresh/queuestate"
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
@@ -43,7 +51,7 @@ const (
 
 // rulesFS holds the scorers' rules. bench.yaml costs 14 round trips a
 // refresh (12 queries, the OCC read, the write), like the production scorer
-// this service was built for; count12.yaml as much per batch of users.
+// this service was built for.
 //
 //go:embed rules
 var rulesFS embed.FS
@@ -76,7 +84,7 @@ func (b *Bench) rulesFile(scorer string) (string, *scoring.Rules, error) {
 // the scorer, then the row's environment, which wins.
 func (b *Bench) serviceConfig(db string, row Row, scorerURL string) (config.Config, *scoring.Rules, error) {
 	environ := append(b.cfg.Environ[:len(b.cfg.Environ):len(b.cfg.Environ)],
-		"MONGODB_URI="+b.srv.uriVia(b.proxy.Addr()), "MONGODB_DATABASE="+db,
+		"MONGODB_URI="+b.srv.viaProxy(b.proxy.Addr()), "MONGODB_DATABASE="+db,
 		"METRICS_ADDR=127.0.0.1:0", "LOG_LEVEL=warn", fmt.Sprintf("REFRESH_CONCURRENCY=%d", b.cfg.Concurrency))
 	var rules *scoring.Rules
 	if scorerURL != "" {
@@ -95,9 +103,11 @@ func (b *Bench) serviceConfig(db string, row Row, scorerURL string) (config.Conf
 // running is a consumer being measured. done is the entries done so far:
 // acknowledged for scorerefresh; for the reference, entries whose user's
 // refresh completed (it acks only at the end of each 200-entry batch).
+// figures' capacity is the fleet's own estimate of its acks per second with
+// every slot busy (scorerefresh_drain_capacity summed; 0: the reference).
 type running interface {
 	done() float64
-	figures() (refreshes, deadLettered float64)
+	figures() (refreshes, deadLettered, capacity float64)
 	stop() error
 }
 
@@ -139,8 +149,8 @@ func (b *Bench) startConsumer(ctx context.Context, db string, row Row, rec *reco
 	return s, nil
 }
 
-// scorerefresh is one or more in-process instances of the service, each
-// with its own client, pool and registry: replicas sharing only the queue.
+// scorerefresh is in-process instances of the service, each with its own
+// client, pool and registry: replicas sharing only the queue.
 type scorerefresh struct {
 	svcs       []*app.Service
 	failing    atomic.Bool
@@ -156,24 +166,15 @@ func (s *scorerefresh) done() (n float64) {
 	return n
 }
 
-func (s *scorerefresh) figures() (refreshes, deadLettered float64) {
+func (s *scorerefresh) figures() (refreshes, deadLettered, capacity float64) {
 	for _, svc := range s.svcs {
 		refreshes += metrics.Read(svc.Metrics.Refreshes.WithLabelValues(metrics.OutcomeOK))
 		for _, r := range []string{metrics.ReasonMalformed, metrics.ReasonMaxAttempts, metrics.ReasonTooLarge} {
 			deadLettered += metrics.Read(svc.Metrics.EntriesDeadLettered.WithLabelValues(r))
 		}
+		capacity += metrics.Read(svc.SLI.DrainCapacity)
 	}
-	return refreshes, deadLettered
-}
-
-// capacity is the fleet's own estimate of what it acknowledges per
-// second with every slot busy: the sum of the replicas'
-// scorerefresh_drain_capacity, as each last set it.
-func (s *scorerefresh) capacity() (n float64) {
-	for _, svc := range s.svcs {
-		n += metrics.Read(svc.SLI.DrainCapacity)
-	}
-	return n
+	return refreshes, deadLettered, capacity
 }
 
 func (s *scorerefresh) stop() error {
@@ -208,8 +209,8 @@ func (f *faultyScorer) Refresh(ctx context.Context, user string, at time.Time) e
 	return f.inner.Refresh(ctx, user, at)
 }
 
-// recorder is the one command recorder of a row: every command of the
-// consumer's clients (all replicas), by command name and collection.
+// recorder counts every command of a row's consumer (all its clients), by
+// command name and collection.
 type recorder struct {
 	mu sync.Mutex
 	n  map[string]float64
@@ -240,15 +241,14 @@ type seeded struct {
 	want  map[string]float64 // expected scores, for the scorers reading user_activity
 }
 
-// seed writes the sources and the backlog and creates the indexes, before
-// the clock starts, as they exist in production.
+// seed writes the sources and the backlog and creates the indexes, as in
+// production, before the clock starts.
 func (b *Bench) seed(ctx context.Context, db *mongo.Database, row Row) (*seeded, error) {
 	cfg, _, err := b.serviceConfig(db.Name(), row, "") // for the collections' names
 	if err != nil {
 		return nil, err
 	}
-	// The same seed for every row: a preset's reference and scorerefresh
-	// rows drain identical data.
+	// The same seed for every row: a preset's rows drain identical data.
 	rnd := rand.New(rand.NewPCG(b.cfg.Seed, 11))
 	entries := backlog.Generate(row.Backlog, rnd)
 	s := &seeded{queue: db.Collection(cfg.QueueCollection)}
@@ -275,10 +275,10 @@ func (b *Bench) seed(ctx context.Context, db *mongo.Database, row Row) (*seeded,
 	return s, err
 }
 
-// seedSources writes 150 source documents for rules/bench.yaml (45% activity, 30%
-// posts, 25% reviews; 40 in a smoke run) of users of a pool of 2,000 (300).
-// They stay few on purpose: FerretDB answers every component query by
-// reading the collection (SQLite) or the user's rows (PostgreSQL).
+// seedSources writes 150 source documents (40 in a smoke run) for
+// rules/bench.yaml, of users of b.pool(). Few on purpose: FerretDB answers
+// every component query by reading the collection (SQLite) or the user's
+// rows (PostgreSQL).
 func (b *Bench) seedSources(ctx context.Context, db *mongo.Database) error {
 	n, pool := pick(size(b.cfg.Short), 150, 40), b.pool()
 	rnd := rand.New(rand.NewPCG(b.cfg.Seed, 7))
@@ -321,8 +321,7 @@ func (b *Bench) sample(ctx context.Context, queue *mongo.Collection, elapsed tim
 	s := sample{T: math.Round(elapsed.Seconds()*100) / 100, Done: done, Arrived: arrived}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	// A failed read leaves the figures at 0 for this sample: the timeline
-	// stays regular.
+	// A failed read leaves this sample's figures at 0: the timeline stays regular.
 	if st, err := queuestate.New(queue, nil).Read(sctx); err == nil {
 		s.Depth, s.OldestAge = st.Depth, st.OldestAge(time.Now()).Seconds()
 	}
@@ -353,3 +352,169 @@ func verifyScores(ctx context.Context, db *mongo.Database, want map[string]float
 
 // pool is how many users the sources and the producers draw from.
 func (b *Bench) pool() int { return pick(size(b.cfg.Short), 2000, 300) }
+
+// startHTTPScorer starts examples/httpscorer (built into the run's scratch
+// folder once) on db, directly: the scorer sits by its database; and a
+// proxy in front of it with round trip rtt, as the database has. It returns
+// the SCORER_URL to give the service.
+func (b *Bench) startHTTPScorer(ctx context.Context, db string, rtt time.Duration) (scorerURL string, stop func(), err error) {
+	bin := filepath.Join(b.tmp, "httpscorer")
+	if _, err := os.Stat(bin); err != nil {
+		gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+		if err != nil || strings.TrimSpace(string(gomod)) == "" {
+			return "", nil, fmt.Errorf("finding the module to build examples/httpscorer in: %v", err)
+		}
+		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./examples/httpscorer")
+		build.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
+		if out, err := build.CombinedOutput(); err != nil {
+			return "", nil, fmt.Errorf("go build ./examples/httpscorer: %v: %s", err, out)
+		}
+	}
+	// Killed with the run; a scorer that fails exits, which ends the read
+	// of where it listens (it says so once it accepts requests).
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = append(os.Environ(), "MONGODB_URI="+b.srv.URI, "MONGODB_DATABASE="+db, "SCORER_TOKEN=bench", "PORT=0")
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); pw.Close(); close(exited) }()
+	kill := func() { _ = cmd.Process.Signal(syscall.SIGTERM); <-exited }
+	out := bufio.NewReader(pr)
+	line, err := out.ReadString('\n')
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	u, perr := url.Parse(strings.TrimSpace(strings.TrimPrefix(line, "listening on ")))
+	if err != nil || perr != nil || u.Host == "" {
+		kill()
+		return "", nil, fmt.Errorf("the scorer did not say where it listens (%q): %v", line, errors.Join(err, perr))
+	}
+	proxy, err := faultproxy.Start(context.Background(), faultproxy.Config{Target: u.Host})
+	if err != nil {
+		kill()
+		return "", nil, err
+	}
+	proxy.SetDelay(rtt/2, rtt/2)
+	return "http://" + proxy.Addr() + "/score", func() { proxy.Close(); kill() }, nil
+}
+
+// ReferenceBatch is how many of the oldest entries the replaced consumer took per poll.
+const ReferenceBatch = 200
+
+// reference is the consumer scorerefresh replaces, for comparison only:
+// every poll it takes the oldest 200 pending entries, coalesces them by
+// username, refreshes each distinct user one after another with the same
+// scoring.Refresher (rules, queries, OCC write), then acknowledges the batch.
+// It sleeps PollInterval only when the queue is empty. The original claimed
+// its entries with an updateMany first; the only consumer here, it just reads
+// them: every difference from the original flatters the reference.
+type reference struct {
+	queue     *mongo.Collection
+	refresher *scoring.Refresher
+	poll      time.Duration
+	log       *slog.Logger
+	client    *mongo.Client // its own, configured as scorerefresh's (app.ClientOptions)
+	cancel    context.CancelFunc
+	exited    chan struct{}
+
+	covered   atomic.Int64 // entries whose user's refresh has completed (acked at the end of the batch)
+	refreshes atomic.Int64 // successful refreshes
+}
+
+// startReference runs the reference on cfg's database with rules, its
+// commands counted by rec.
+func (b *Bench) startReference(ctx context.Context, cfg config.Config, rules *scoring.Rules, rec *recorder) (*reference, error) {
+	if rules == nil {
+		return nil, errors.New("the reference computes rules only, not an HTTP scorer")
+	}
+	cfg.RefreshConcurrency = 1
+	m := metrics.NewMongo(metrics.NewRegistry())
+	client, err := mongo.Connect(app.ClientOptions(cfg, m).SetMonitor(m.CommandMonitor(rec.monitor())))
+	if err != nil {
+		return nil, err
+	}
+	db := client.Database(cfg.Database)
+	runCtx, cancel := context.WithCancel(ctx)
+	r := &reference{queue: db.Collection(cfg.QueueCollection), poll: cfg.PollInterval, log: b.svcLog, client: client, cancel: cancel,
+		refresher: scoring.NewRefresher(scoring.NewRecomputer(db, rules), scoring.NewStore(db.Collection("user_scores"), scoring.StoreConfig{})),
+		exited:    make(chan struct{})}
+	go func() { defer close(r.exited); r.drain(runCtx) }()
+	return r, nil
+}
+
+func (r *reference) done() float64                        { return float64(r.covered.Load()) }
+func (r *reference) figures() (float64, float64, float64) { return float64(r.refreshes.Load()), 0, 0 }
+
+func (r *reference) stop() error {
+	r.cancel()
+	<-r.exited
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return r.client.Disconnect(ctx)
+}
+
+// drain polls and refreshes until ctx ends.
+func (r *reference) drain(ctx context.Context) {
+	for ctx.Err() == nil {
+		n, err := r.pollOnce(ctx)
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn("reference poll failed", "err", err)
+		}
+		if n == 0 || err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(r.poll):
+			}
+		}
+	}
+}
+
+// pollOnce processes one batch and returns how many entries it held.
+func (r *reference) pollOnce(ctx context.Context) (int, error) {
+	cur, err := r.queue.Find(ctx, bson.D{},
+		options.Find().
+			SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
+			SetLimit(ReferenceBatch).SetBatchSize(ReferenceBatch).
+			SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}}))
+	if err != nil {
+		return 0, err
+	}
+	var batch []struct {
+		ID       bson.RawValue `bson:"_id"`
+		Username string        `bson:"username"`
+	}
+	if err := cur.All(ctx, &batch); err != nil {
+		return 0, err
+	}
+	// Coalesce by username, users in order of their oldest entry.
+	var order []string
+	ids := map[string][]any{}
+	for _, e := range batch {
+		if _, seen := ids[e.Username]; !seen {
+			order = append(order, e.Username)
+		}
+		ids[e.Username] = append(ids[e.Username], e.ID)
+	}
+	var ack bson.A
+	for _, u := range order {
+		if ctx.Err() != nil {
+			return len(batch), nil
+		}
+		if err := r.refresher.Refresh(ctx, u, time.Now()); err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("reference refresh failed", "err", err)
+			}
+			continue
+		}
+		r.refreshes.Add(1)
+		r.covered.Add(int64(len(ids[u])))
+		ack = append(ack, ids[u]...)
+	}
+	if len(ack) > 0 {
+		if _, err := r.queue.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ack}}}}); err != nil {
+			return len(batch), err
+		}
+	}
+	return len(batch), nil
+}

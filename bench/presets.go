@@ -81,7 +81,11 @@ var presets = []preset{
 		var rows []Row
 		for _, far := range []bool{false, true}[:pick(s, 2, 1)] {
 			for _, c := range pick(s, []string{"1", "16", "16x256", "64x256"}, []string{"1", "16x256"}) {
-				r := Row{Name: "batched-" + c, Backlog: spec, Env: batchEnv(c), Max: pick(s, 60*time.Second, 3*time.Second)}
+				// REFRESH_BATCH_SIZE[xMAX_USERS_IN_FLIGHT]
+				r := Row{Name: "batched-" + c, Backlog: spec, Env: []string{"REFRESH_BATCH_SIZE=" + c}, Max: pick(s, 60*time.Second, 3*time.Second)}
+				if n, inFlight, ok := strings.Cut(c, "x"); ok {
+					r.Env = []string{"REFRESH_BATCH_SIZE=" + n, "MAX_USERS_IN_FLIGHT=" + inFlight}
+				}
 				if far { // latency-bound, far below the server's capacity
 					r.Name, r.RTT = "batched-far-"+c, pick(s, 200*time.Millisecond, 50*time.Millisecond)
 				}
@@ -131,19 +135,8 @@ func rttSpike(at, lasts, slow time.Duration) []Step {
 	return []Step{{At: at, RTT: slow}, {At: at + lasts}}
 }
 
-// batchEnv is a batched configuration, REFRESH_BATCH_SIZE[xMAX_USERS_IN_FLIGHT].
-func batchEnv(c string) []string {
-	size, inFlight, ok := strings.Cut(c, "x")
-	env := []string{"REFRESH_BATCH_SIZE=" + size}
-	if ok {
-		env = append(env, "MAX_USERS_IN_FLIGHT="+inFlight)
-	}
-	return env
-}
-
-// adaptiveRows: a server with a knee drained at fixed limits and with the
-// adaptive limit, through a ×10 delay spike, and by three adaptive
-// instances sharing it.
+// adaptiveRows: a server with a knee drained at fixed limits, with the
+// adaptive limit, through a ×10 delay spike, and by three adaptive instances.
 func adaptiveRows(s size) []Row {
 	spec := backlog.Spec{Shape: backlog.Distinct, Entries: pick(s, 4000, 30), Users: pick(s, 4000, 30)}
 	drain := pick(s, 30*time.Second, 2*time.Second)
@@ -175,10 +168,9 @@ func withKnee(r Row) Row {
 	return r
 }
 
-// planRows are the capacity planner's validation cases (docs/capacity-
-// planning.md): static drains of the replay shapes at two configurations,
-// arrivals at a pace, and transients on a server with a knee. The planner
-// predicts each (`scorerefresh plan`); the bench measures it.
+// planRows are the cases `scorerefresh plan` predicts and the bench measures
+// (docs/capacity-planning.md): static drains of the replay shapes at two
+// configurations, paced arrivals, and transients on a server with a knee.
 func planRows(s size) []Row {
 	c16 := []string{"REFRESH_CONCURRENCY=16", "MAX_USERS_IN_FLIGHT=64", "CLAIM_WINDOW=500"}
 	c4 := []string{"REFRESH_CONCURRENCY=4", "MAX_USERS_IN_FLIGHT=8", "CLAIM_WINDOW=100"}

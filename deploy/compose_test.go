@@ -13,8 +13,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/scorerefresh/scorerefresh/deploy/internal/assetparse"
 )
 
 type composeFile struct {
@@ -177,7 +175,7 @@ func TestManifestCompose(t *testing.T) {
 					t.Errorf("%s: service %s runs the locally built %s: set pull_policy: never, there is nothing to pull", composePath, name, s.Image)
 				}
 			default:
-				if err := assetparse.ImagePinned(s.Image); err != nil {
+				if err := ImagePinned(s.Image); err != nil {
 					t.Errorf("%s: service %s: %v", composePath, name, err)
 				}
 			}
@@ -225,7 +223,7 @@ func TestManifestCompose(t *testing.T) {
 	t.Run("mongo replica set", func(t *testing.T) {
 		t.Parallel()
 		mongo := c.Services[roles.mongo]
-		if v, ok := assetparse.LeadingVersion(assetparse.ImageTag(mongo.Image)); !ok || v[0] < 6 {
+		if v, ok := LeadingVersion(ImageTag(mongo.Image)); !ok || v[0] < 6 {
 			t.Errorf("%s: %s, want MongoDB 6.0 or later (docs/contract.md)", composePath, mongo.Image)
 		}
 		setName := ""

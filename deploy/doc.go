@@ -7,14 +7,13 @@
 // inhibition (alertmanager/), the kustomize base, its KEDA and runbook
 // components and replay Job (k8s/) and an example overlay (overlays/), the
 // compose stack (../docker-compose.yml, compose/), the Dockerfile and the
-// image builder without Docker (image/, a module of its own). The tests check that every query names only metrics the
-// service exports, that the two rule files agree, that every alert has a
-// runbook section in docs/runbook.md, and that every manifest agrees with the
-// code (environment variables, ports, probes, grace periods, rules files).
-//
-// The Grafana-managed copies of the alerts (grafana/provisioning/alerting)
-// are generated from prometheus/alerts.yml by the directive below; the
-// package is otherwise there for its tests.
+// image builder without Docker (image/, a module of its own). The tests check
+// that every query names only metrics the service exports, that the two rule
+// files agree, that every alert has a runbook section in docs/runbook.md, and
+// that every manifest agrees with the code (environment variables, ports,
+// probes, grace periods, rules files). The directive below generates the
+// Grafana-managed alerts (grafana/provisioning/alerting) from
+// prometheus/alerts.yml.
 package deploy
 
 //go:generate go run ./cmd/grafana-alerts

@@ -12,13 +12,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/scorerefresh/scorerefresh/deploy/internal/assetparse"
 )
 
-func loadDockerfile(t *testing.T) []assetparse.Stage {
+func loadDockerfile(t *testing.T) []Stage {
 	t.Helper()
-	stages, err := assetparse.ParseDockerfile(string(readAsset(t, dockerfilePath)))
+	stages, err := ParseDockerfile(string(readAsset(t, dockerfilePath)))
 	if err != nil {
 		t.Fatalf("%s: %v", dockerfilePath, err)
 	}
@@ -30,7 +28,7 @@ func loadDockerfile(t *testing.T) []assetparse.Stage {
 
 // goBuild is the `go build` command of the Dockerfile's build stage.
 type goBuild struct {
-	Stage    assetparse.Stage
+	Stage    Stage
 	Preamble []string          // NAME=value statements run before it (NAME=... && go build)
 	Env      map[string]string // assignments before `go` and ENV of the stage
 	Args     []string          // after `go build`
@@ -39,7 +37,7 @@ type goBuild struct {
 	Pkgs     []string
 }
 
-func findGoBuild(t *testing.T, stages []assetparse.Stage) goBuild {
+func findGoBuild(t *testing.T, stages []Stage) goBuild {
 	t.Helper()
 	var found []goBuild
 	for _, st := range stages {
@@ -55,7 +53,7 @@ func findGoBuild(t *testing.T, stages []assetparse.Stage) goBuild {
 			if in.Cmd != "RUN" || !strings.Contains(in.Args, "go build") {
 				continue
 			}
-			words, err := assetparse.ShellWords(in.Args)
+			words, err := ShellWords(in.Args)
 			if err != nil {
 				t.Fatalf("%s:%d: %v", dockerfilePath, in.Line, err)
 			}
@@ -118,7 +116,7 @@ func findGoBuild(t *testing.T, stages []assetparse.Stage) goBuild {
 }
 
 // dockerfileUser is the final stage's USER as numbers.
-func dockerfileUser(t *testing.T, stages []assetparse.Stage) (uid, gid int64) {
+func dockerfileUser(t *testing.T, stages []Stage) (uid, gid int64) {
 	t.Helper()
 	user := ""
 	for _, in := range stages[len(stages)-1].Lines {
@@ -171,7 +169,7 @@ func packageVars(t *testing.T, rel string) map[string]bool {
 // ldflagsVars maps the variables -X sets (main.version) to their values.
 func ldflagsVars(t *testing.T, ldflags string) map[string]string {
 	t.Helper()
-	words, err := assetparse.ShellWords(ldflags)
+	words, err := ShellWords(ldflags)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +196,7 @@ func TestManifestDockerfile(t *testing.T) {
 			switch {
 			case names[st.From], st.From == "scratch":
 			default:
-				if err := assetparse.ImagePinned(st.From); err != nil {
+				if err := ImagePinned(st.From); err != nil {
 					t.Errorf("%s: FROM %s", dockerfilePath, err)
 				}
 			}
@@ -255,17 +253,17 @@ func TestManifestDockerfile(t *testing.T) {
 		var want [3]int
 		for _, line := range strings.Split(string(readAsset(t, "go.mod")), "\n") {
 			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "go "); ok {
-				want, _ = assetparse.LeadingVersion(v)
+				want, _ = LeadingVersion(v)
 			}
 			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "toolchain go"); ok {
-				want, _ = assetparse.LeadingVersion(v)
+				want, _ = LeadingVersion(v)
 			}
 		}
 		b := findGoBuild(t, stages)
 		if !strings.HasPrefix(b.Stage.From, "golang:") {
 			t.Fatalf("%s: the build stage is FROM %s, want the official golang image", dockerfilePath, b.Stage.From)
 		}
-		got, ok := assetparse.LeadingVersion(assetparse.ImageTag(b.Stage.From))
+		got, ok := LeadingVersion(ImageTag(b.Stage.From))
 		if !ok {
 			t.Fatalf("%s: cannot read the Go version of %s", dockerfilePath, b.Stage.From)
 		}
@@ -286,7 +284,7 @@ func TestManifestDockerfile(t *testing.T) {
 			case "RUN":
 				t.Errorf("%s:%d: RUN in the runtime stage: build everything in the build stage", dockerfilePath, in.Line)
 			case "ENTRYPOINT", "CMD":
-				argv, err := assetparse.ExecForm(in)
+				argv, err := ExecForm(in)
 				if err != nil {
 					t.Fatalf("%s: %v", dockerfilePath, err)
 				}

@@ -5,15 +5,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/scorerefresh/scorerefresh/deploy/internal/assetparse"
 )
 
 // TestManifestDockerignore checks that the build context keeps what the
 // production binary compiles from and leaves out the repository's history.
 func TestManifestDockerignore(t *testing.T) {
 	t.Parallel()
-	ps := assetparse.ParseDockerignore(string(readAsset(t, dockerignorePath)))
+	ps := ParseDockerignore(string(readAsset(t, dockerignorePath)))
 	if !ps.Ignores(".git/HEAD") {
 		t.Errorf("%s: .git is sent to the build", dockerignorePath)
 	}

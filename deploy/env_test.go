@@ -3,7 +3,7 @@ package deploy
 // Neither Docker nor Kubernetes runs where this repository is developed, so the
 // Dockerfile (dockerfile_test.go), docker-compose.yml (compose_test.go) and the
 // manifests under deploy/k8s (k8s_test.go) are checked by parsing them
-// (deploy/internal/assetparse) and comparing them with the code: the
+// (assetparse_*_test.go) and comparing them with the code: the
 // environment variables and defaults of config.Config, the probe paths the
 // metrics handler serves, the ldflags variables of cmd/scorerefresh, the rules
 // parser, the exported metric names. Where kubectl or promtool is installed,
@@ -33,7 +33,6 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/scorerefresh/scorerefresh/deploy/internal/assetparse"
 	"github.com/scorerefresh/scorerefresh/internal/app"
 	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/metrics"
@@ -163,7 +162,7 @@ func checkEnv(t *testing.T, where string, vars map[string]configVar, env map[str
 	for name, value := range env {
 		if goRuntimeVars[name] {
 			if name == "GOMEMLIMIT" {
-				if _, err := assetparse.GoMemLimit(value); err != nil {
+				if _, err := GoMemLimit(value); err != nil {
 					t.Errorf("%s: GOMEMLIMIT=%q: %v", where, value, err)
 				}
 			}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/scorerefresh/scorerefresh/deploy/internal/assetparse"
 	"github.com/scorerefresh/scorerefresh/internal/app"
 	"github.com/scorerefresh/scorerefresh/internal/config"
 )
@@ -213,8 +212,8 @@ func TestMemoryRequestCoversMeasuredPeak(t *testing.T) {
 	t.Parallel()
 	peak := measuredPeakMiB(t)
 	f := loadK8sBase(t)
-	req, err1 := assetparse.Quantity(f.container.Resources.Requests["memory"])
-	lim, err2 := assetparse.Quantity(f.container.Resources.Limits["memory"])
+	req, err1 := Quantity(f.container.Resources.Requests["memory"])
+	lim, err2 := Quantity(f.container.Resources.Limits["memory"])
 	if err1 != nil || err2 != nil {
 		t.Fatalf("%s: memory request %q (%v), limit %q (%v)", f.deployment, f.container.Resources.Requests["memory"], err1, f.container.Resources.Limits["memory"], err2)
 	}
@@ -273,7 +272,7 @@ func dockerfileEntrypoint(t *testing.T) []string {
 	for _, in := range stages[len(stages)-1].Lines {
 		if in.Cmd == "ENTRYPOINT" {
 			var err error
-			if argv, err = assetparse.ExecForm(in); err != nil {
+			if argv, err = ExecForm(in); err != nil {
 				t.Fatalf("Dockerfile: %v", err)
 			}
 		}

@@ -18,8 +18,6 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/scorerefresh/scorerefresh/deploy/internal/assetparse"
 )
 
 type k8sMeta struct {
@@ -363,7 +361,7 @@ func checkPod(t *testing.T, where string, pod podSpec, configMaps map[string]map
 	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
 		t.Errorf("%s: set automountServiceAccountToken: false (the service never calls the Kubernetes API)", where)
 	}
-	if err := assetparse.ImagePinned(c.Image); err != nil {
+	if err := ImagePinned(c.Image); err != nil {
 		t.Errorf("%s: %v", where, err)
 	}
 	if len(c.Command) > 0 {
@@ -394,8 +392,8 @@ func checkPod(t *testing.T, where string, pod podSpec, configMaps map[string]map
 	}
 
 	for _, r := range []string{"cpu", "memory"} {
-		req, errReq := assetparse.Quantity(c.Resources.Requests[r])
-		lim, errLim := assetparse.Quantity(c.Resources.Limits[r])
+		req, errReq := Quantity(c.Resources.Requests[r])
+		lim, errLim := Quantity(c.Resources.Limits[r])
 		switch {
 		case errReq != nil || c.Resources.Requests[r] == "":
 			t.Errorf("%s: no valid %s request", where, r)
@@ -417,8 +415,8 @@ func checkPod(t *testing.T, where string, pod podSpec, configMaps map[string]map
 		t.Errorf("%s: MONGODB_URI is not set from a Secret (the default is localhost)", where)
 	}
 	if v, ok := env["GOMEMLIMIT"]; ok {
-		soft, err1 := assetparse.GoMemLimit(v)
-		hard, err2 := assetparse.Quantity(c.Resources.Limits["memory"])
+		soft, err1 := GoMemLimit(v)
+		hard, err2 := Quantity(c.Resources.Limits["memory"])
 		if err1 == nil && err2 == nil && (soft >= hard || soft < hard/2) {
 			t.Errorf("%s: GOMEMLIMIT=%s should be 50-95%% of the memory limit %s", where, v, c.Resources.Limits["memory"])
 		}

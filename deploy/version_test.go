@@ -19,8 +19,6 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/scorerefresh/scorerefresh/deploy/internal/assetparse"
 )
 
 const (
@@ -87,7 +85,7 @@ func TestVersionDockerfile(t *testing.T) {
 	if got := dockerBuildVersion(t, b, "v9.8.7-rc.1"); got != "v9.8.7-rc.1" {
 		t.Errorf("%s: --build-arg VERSION=v9.8.7-rc.1 gives %q: the argument must win over %s", dockerfilePath, got, versionPath)
 	}
-	if assetparse.ParseDockerignore(string(readAsset(t, dockerignorePath))).Ignores(versionPath) {
+	if ParseDockerignore(string(readAsset(t, dockerignorePath))).Ignores(versionPath) {
 		t.Errorf("%s excludes %s: the image build cannot read its version", dockerignorePath, versionPath)
 	}
 }
@@ -120,7 +118,7 @@ func TestVersionChangelog(t *testing.T) {
 	}
 	var prev [3]int
 	for i, h := range heads[1:] {
-		v, ok := assetparse.LeadingVersion(h.Version)
+		v, ok := LeadingVersion(h.Version)
 		if !ok || !releaseTagRE.MatchString("v"+h.Version) {
 			t.Errorf("%s:%d: [%s] is not a release version (MAJOR.MINOR.PATCH)", changelogPath, h.Line, h.Version)
 			continue

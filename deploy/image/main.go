@@ -1,9 +1,8 @@
 // Command image assembles the scorerefresh container image as an OCI image
-// layout, for linux/amd64 and linux/arm64, without Docker and without
-// pulling anything: the same image the Dockerfile builds (a static binary
-// on an empty base, the CA bundle, a /data owned by the runtime user,
-// entrypoint /usr/local/bin/scorerefresh run, uid 65532), from this
-// machine's Go toolchain and CA bundle.
+// layout, for linux/amd64 and linux/arm64, without Docker or pulling
+// anything: the image the Dockerfile builds (a static binary on an empty
+// base, the CA bundle, /data owned by the runtime user, uid 65532), from
+// this machine's Go toolchain and CA bundle.
 //
 //	go -C deploy/image run . --out /tmp/scorerefresh-oci
 //	crane push /tmp/scorerefresh-oci ghcr.io/you/scorerefresh:v1.2.3
@@ -24,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,8 +35,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// What the Dockerfile's runtime stage holds; deploy/image's test compares
-// the entrypoint and user with the Dockerfile itself.
+// What the Dockerfile's runtime stage holds (the test compares the
+// entrypoint and user with the Dockerfile).
 const (
 	binaryPath = "/usr/local/bin/scorerefresh"
 	caPath     = "/etc/ssl/certs/ca-certificates.crt"
@@ -152,11 +152,9 @@ func (o *Options) defaults(ctx context.Context) error {
 	if o.Created.IsZero() {
 		// The commit's time, not now: the same commit gives the same image.
 		o.Created = time.Unix(0, 0).UTC()
-		if out, err := exec.CommandContext(ctx, "git", "-C", o.Repo, "log", "-1", "--format=%ct").Output(); err == nil {
-			var secs int64
-			if _, err := fmt.Sscan(strings.TrimSpace(string(out)), &secs); err == nil {
-				o.Created = time.Unix(secs, 0).UTC()
-			}
+		out, err := exec.CommandContext(ctx, "git", "-C", o.Repo, "log", "-1", "--format=%ct").Output()
+		if secs, perr := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64); err == nil && perr == nil {
+			o.Created = time.Unix(secs, 0).UTC()
 		}
 	}
 	return nil

@@ -48,14 +48,26 @@ func (q *queue) push(ch chunk) {
 	}
 }
 
-// head returns the oldest chunk, which stays queued until pop.
-func (q *queue) head() (chunk, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(q.chunks) == 0 {
-		return chunk{}, false
+// next waits for the oldest chunk, which stays queued until pop; false
+// means done closed first.
+func (q *queue) next(done <-chan struct{}) (chunk, bool) {
+	for {
+		q.mu.Lock()
+		queued := len(q.chunks) > 0
+		var ch chunk
+		if queued {
+			ch = q.chunks[0]
+		}
+		q.mu.Unlock()
+		if queued {
+			return ch, true
+		}
+		select {
+		case <-q.ready:
+		case <-done:
+			return chunk{}, false
+		}
 	}
-	return q.chunks[0], true
 }
 
 func (q *queue) pop() {
@@ -93,22 +105,23 @@ func (p *Proxy) serve(c *conn) {
 	p.write(c, c.client, downs, down)
 }
 
-// read queues what src sends, stamped with its delivery time, until src
-// closes or fails.
+// read queues what src sends, stamped with its delivery time, until it ends.
 func (p *Proxy) read(c *conn, src net.Conn, q *queue, d direction) {
 	buf := make([]byte, p.size)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
 			q.push(chunk{at: p.deliverAt(c, d), data: bytes.Clone(buf[:n])})
-			p.signals.chunkQueued(d, n)
+			if p.onQueued != nil {
+				p.onQueued(d, n)
+			}
 		}
 		switch {
 		case err == nil:
 		case errors.Is(err, io.EOF):
 			// The close travels behind the bytes, as it would on the wire.
 			p.mu.Lock()
-			base := p.baseDelay(d)
+			base := p.delay[d]
 			p.mu.Unlock()
 			q.push(chunk{at: p.clock.Now().Add(base), eof: true})
 			return
@@ -128,7 +141,7 @@ func (p *Proxy) deliverAt(c *conn, d direction) time.Time {
 		c.busy = true
 		p.busy++
 	}
-	busy, base := p.busy, p.baseDelay(d)
+	busy, base := p.busy, p.delay[d]
 	if d == down && c.busy {
 		c.busy = false
 		p.busy--
@@ -137,19 +150,10 @@ func (p *Proxy) deliverAt(c *conn, d direction) time.Time {
 	return p.clock.Now().Add(base + p.load.delay(d, busy))
 }
 
-// baseDelay is the delay set for d. The caller holds p.mu.
-func (p *Proxy) baseDelay(d direction) time.Duration {
-	if d == up {
-		return p.upDelay
-	}
-	return p.downDelay
-}
-
-// write delivers q's chunks to dst in order, each once it is due and no
-// partition holds it, until c closes.
+// write delivers q's chunks to dst in order, each once due and not held.
 func (p *Proxy) write(c *conn, dst net.Conn, q *queue, d direction) {
 	for {
-		ch, ok := p.next(c, q)
+		ch, ok := q.next(c.done)
 		if !ok || !p.waitDue(c, ch.at) {
 			return
 		}
@@ -161,26 +165,8 @@ func (p *Proxy) write(c *conn, dst net.Conn, q *queue, d direction) {
 			p.closeConn(c, false)
 			return
 		}
-		if d == up {
-			p.bytesUp.Add(int64(len(ch.data)))
-		} else {
-			p.bytesDown.Add(int64(len(ch.data)))
-		}
+		p.bytes[d].Add(int64(len(ch.data)))
 		q.pop()
-	}
-}
-
-// next waits for a chunk in q; false means c closed first.
-func (p *Proxy) next(c *conn, q *queue) (chunk, bool) {
-	for {
-		if ch, ok := q.head(); ok {
-			return ch, true
-		}
-		select {
-		case <-q.ready:
-		case <-c.done:
-			return chunk{}, false
-		}
 	}
 }
 
@@ -208,8 +194,7 @@ func (p *Proxy) waitDue(c *conn, at time.Time) bool {
 	}
 }
 
-// halfClose passes a sender's close on to dst; once both directions have
-// closed, the connection is done.
+// halfClose passes a sender's close on to dst; after both, c is done.
 func (p *Proxy) halfClose(c *conn, dst net.Conn) {
 	cw, ok := dst.(interface{ CloseWrite() error })
 	if !ok || cw.CloseWrite() != nil {
@@ -256,4 +241,37 @@ func drop(nc net.Conn, reset bool) {
 		_ = tc.SetLinger(0)
 	}
 	_ = nc.Close()
+}
+
+// direction is the way bytes travel through the proxy.
+type direction int
+
+const (
+	up   direction = iota // client to target: requests
+	down                  // target to client: replies
+)
+
+// loadModel is the extra delay a chunk gets for the load on the proxy.
+type loadModel struct {
+	slope time.Duration
+	fn    func(busy int) (up, down time.Duration)
+}
+
+// delay returns the extra delay of a chunk travelling in d while busy
+// connections are busy (the chunk's own connection included when it is one).
+func (m loadModel) delay(d direction, busy int) time.Duration {
+	if m.fn != nil {
+		u, dn := m.fn(busy)
+		if d == up {
+			return max(u, 0)
+		}
+		return max(dn, 0)
+	}
+	// The slope lands on requests only: holding a request back is how a
+	// slower server looks from outside, and it keeps the connection busy for
+	// longer, so load feeds back on itself as it does on a real server.
+	if d == up && busy > 1 {
+		return m.slope * time.Duration(busy-1)
+	}
+	return 0
 }

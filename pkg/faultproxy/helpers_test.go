@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -32,7 +33,7 @@ func setup(t *testing.T, cfg Config) *testBundle {
 		cfg.Target = startEcho(t)
 	}
 	signals := newTestSignals()
-	p, err := start(t.Context(), cfg, signals)
+	p, err := start(t.Context(), cfg, signals.chunkQueued)
 	if err != nil {
 		t.Fatalf("starting proxy: %v", err)
 	}
@@ -262,4 +263,30 @@ func readErr(t *testing.T, nc net.Conn) error {
 		t.Fatalf("connection still open after %v", failAfter)
 	}
 	return err
+}
+
+// testSignals lets a test wait for what the proxy did instead of sleeping.
+type testSignals struct {
+	queued [2]atomic.Int64  // bytes queued for delivery so far, per direction
+	notify [2]chan struct{} // capacity 1: queued grew
+}
+
+func newTestSignals() *testSignals {
+	return &testSignals{notify: [2]chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)}}
+}
+
+// chunkQueued reports a chunk of n bytes queued in direction d.
+func (s *testSignals) chunkQueued(d direction, n int) {
+	s.queued[d].Add(int64(n))
+	select {
+	case s.notify[d] <- struct{}{}:
+	default:
+	}
+}
+
+func (d direction) String() string {
+	if d == up {
+		return "up"
+	}
+	return "down"
 }

@@ -22,42 +22,26 @@ const (
 	ReadSizeDefault    = 32 << 10
 )
 
-// acceptRetry is how long the accept loop pauses after a failure that is not
-// the listener closing (such as running out of file descriptors), so it
-// neither spins nor gives up on a proxy a test still uses.
+// acceptRetry is the accept loop's pause after a failure other than the
+// listener closing (out of file descriptors, say): neither spin nor give up.
 const acceptRetry = 10 * time.Millisecond
 
 // Config configures a proxy. Only Target is required.
 type Config struct {
-	// Target is the host:port every accepted connection is forwarded to. It is
-	// dialled once per connection; while it is down, clients are reset.
-	Target string
-	// Listen is the address to accept clients on. Defaults to "127.0.0.1:0"
-	// (a free loopback port; Addr says which).
-	Listen string
-	// Up and Down are the initial delays client→target and target→client.
-	// SetDelay changes them. Default: none.
-	Up, Down time.Duration
-	// LoadSlope models a server that slows down under concurrent load: each
-	// request chunk is held back LoadSlope longer for every other connection
-	// busy at the moment it is read. A connection is busy from when a request
-	// chunk arrives from the client until the first chunk of the reply
-	// arrives from the target. It adds to Up. Zero disables it.
+	Target   string        // host:port each accepted connection is dialled to
+	Listen   string        // where clients connect; default a free loopback port (Addr says which)
+	Up, Down time.Duration // the initial delays client→target and target→client
+	// LoadSlope holds each request chunk back LoadSlope longer for every
+	// other connection busy when it is read (see Load in the package
+	// comment), on top of Up: a server slowing down under concurrent load.
 	LoadSlope time.Duration
-	// DelayFunc, when set, replaces LoadSlope with a model of your own: it is
-	// called for every chunk with the number of busy connections (the chunk's
-	// own connection included when it is busy) and returns the extra delay of
-	// each direction, added to Up or Down. It is called from the proxy's
-	// goroutines, concurrently, and must be quick. Setting both DelayFunc and
-	// LoadSlope is an error.
-	DelayFunc func(busy int) (up, down time.Duration)
-	// Clock measures delays. Defaults to the wall clock.
-	Clock clock.Clock
-	// DialTimeout bounds each dial to Target. Defaults to 5 seconds.
-	DialTimeout time.Duration
-	// ReadSize is the most bytes read from one side at once, and so the
-	// largest chunk. Defaults to 32 KiB.
-	ReadSize int
+	// DelayFunc replaces LoadSlope (setting both is an error): called for
+	// every chunk, concurrently, with the busy connections (the chunk's own
+	// included when busy), it returns the extra delay of each direction.
+	DelayFunc   func(busy int) (up, down time.Duration)
+	Clock       clock.Clock   // measures delays; default the wall clock
+	DialTimeout time.Duration // bounds each dial to Target
+	ReadSize    int           // the most bytes read at once, and so the largest chunk
 }
 
 // Stats counts what the proxy has done since it started.
@@ -74,13 +58,13 @@ type Stats struct {
 
 // Proxy is a running proxy. Its methods are safe for concurrent use.
 type Proxy struct {
-	ln      net.Listener
-	target  string
-	dialer  net.Dialer
-	clock   clock.Clock
-	load    loadModel
-	size    int
-	signals *testSignals
+	ln       net.Listener
+	target   string
+	dialer   net.Dialer
+	clock    clock.Clock
+	load     loadModel
+	size     int
+	onQueued func(d direction, n int) // a test's hook: n bytes queued in d
 
 	ctx       context.Context // ends at Close; bounds dials
 	cancel    context.CancelFunc
@@ -88,13 +72,12 @@ type Proxy struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup // every goroutine the proxy started
 
-	bytesUp, bytesDown atomic.Int64
+	bytes [2]atomic.Int64 // delivered, by direction
 
 	mu        sync.Mutex
 	closed    bool
 	conns     map[*conn]struct{}
-	upDelay   time.Duration
-	downDelay time.Duration
+	delay     [2]time.Duration // by direction
 	refusing  bool
 	blackhole bool
 	changed   chan struct{} // closed and replaced whenever blackhole changes
@@ -103,14 +86,12 @@ type Proxy struct {
 }
 
 // Start listens on cfg.Listen and forwards every connection to cfg.Target
-// until Close, or until ctx ends (which closes the proxy just as Close does;
-// with testing.T.Context that is when the test function returns).
+// until Close or until ctx ends (with testing.T.Context: the test returns).
 func Start(ctx context.Context, cfg Config) (*Proxy, error) {
 	return start(ctx, cfg, nil)
 }
 
-// start is Start with the signals a test waits on.
-func start(ctx context.Context, cfg Config, signals *testSignals) (*Proxy, error) {
+func start(ctx context.Context, cfg Config, onQueued func(direction, int)) (*Proxy, error) {
 	if cfg.Target == "" {
 		return nil, errors.New("config: Target is required")
 	}
@@ -128,19 +109,18 @@ func start(ctx context.Context, cfg Config, signals *testSignals) (*Proxy, error
 	}
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p := &Proxy{
-		ln:        ln,
-		target:    cfg.Target,
-		dialer:    net.Dialer{Timeout: cmp.Or(cfg.DialTimeout, DialTimeoutDefault)},
-		clock:     clock.Or(cfg.Clock),
-		load:      loadModel{slope: cfg.LoadSlope, fn: cfg.DelayFunc},
-		size:      cmp.Or(cfg.ReadSize, ReadSizeDefault),
-		signals:   signals,
-		ctx:       pctx,
-		cancel:    cancel,
-		conns:     map[*conn]struct{}{},
-		upDelay:   max(cfg.Up, 0),
-		downDelay: max(cfg.Down, 0),
-		changed:   make(chan struct{}),
+		ln:       ln,
+		target:   cfg.Target,
+		dialer:   net.Dialer{Timeout: cmp.Or(cfg.DialTimeout, DialTimeoutDefault)},
+		clock:    clock.Or(cfg.Clock),
+		load:     loadModel{slope: cfg.LoadSlope, fn: cfg.DelayFunc},
+		size:     cmp.Or(cfg.ReadSize, ReadSizeDefault),
+		onQueued: onQueued,
+		ctx:      pctx,
+		cancel:   cancel,
+		conns:    map[*conn]struct{}{},
+		delay:    [2]time.Duration{max(cfg.Up, 0), max(cfg.Down, 0)},
+		changed:  make(chan struct{}),
 	}
 	p.wg.Go(p.accept)
 	// After the accept loop has joined the WaitGroup: a ctx that has already
@@ -153,8 +133,7 @@ func start(ctx context.Context, cfg Config, signals *testSignals) (*Proxy, error
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // Close stops accepting, closes every connection (dropping bytes still held)
-// and returns once every goroutine of the proxy has ended. Calling it again
-// does nothing.
+// and returns once every goroutine of the proxy has ended. It is idempotent.
 func (p *Proxy) Close() {
 	p.closeOnce.Do(func() {
 		p.detach()
@@ -171,17 +150,15 @@ func (p *Proxy) Close() {
 	p.wg.Wait()
 }
 
-// SetDelay sets the delay of chunks read from now on: up for client→target,
-// down for target→client. Negative values count as zero.
+// SetDelay sets the delays of chunks read from now on; negative is zero.
 func (p *Proxy) SetDelay(up, down time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.upDelay, p.downDelay = max(up, 0), max(down, 0)
+	p.delay = [2]time.Duration{max(up, 0), max(down, 0)}
 }
 
-// Cut resets every open connection (see the package comment) and returns how
-// many it reset. The proxy goes on accepting; a connection accepted while Cut
-// runs may survive it.
+// Cut resets every open connection and returns how many; one accepted while
+// Cut runs may survive it.
 func (p *Proxy) Cut() int {
 	p.mu.Lock()
 	open := slices.Collect(maps.Keys(p.conns))
@@ -198,16 +175,14 @@ func (p *Proxy) Cut() int {
 	return n
 }
 
-// Refuse turns refusing on or off: while on, every new connection is reset
-// as soon as it is accepted. Open connections are not touched.
+// Refuse turns refusing new connections on or off.
 func (p *Proxy) Refuse(on bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.refusing = on
 }
 
-// Blackhole turns the partition on or off: while on, bytes are held in both
-// directions on every connection; turning it off delivers them in order.
+// Blackhole turns the partition on or off.
 func (p *Proxy) Blackhole(on bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -219,8 +194,7 @@ func (p *Proxy) Blackhole(on bool) {
 	p.changed = make(chan struct{})
 }
 
-// Restore ends refusing and the partition. Delays are not faults and stay as
-// they are; SetDelay(0, 0) removes them.
+// Restore ends refusing and the partition; delays stay.
 func (p *Proxy) Restore() {
 	p.Refuse(false)
 	p.Blackhole(false)
@@ -233,12 +207,10 @@ func (p *Proxy) Stats() Stats {
 	s.Active = len(p.conns)
 	s.Busy = p.busy
 	p.mu.Unlock()
-	s.BytesUp = p.bytesUp.Load()
-	s.BytesDown = p.bytesDown.Load()
+	s.BytesUp, s.BytesDown = p.bytes[up].Load(), p.bytes[down].Load()
 	return s
 }
 
-// accept admits clients until the listener closes.
 func (p *Proxy) accept() {
 	for {
 		nc, err := p.ln.Accept()
@@ -253,47 +225,19 @@ func (p *Proxy) accept() {
 			}
 			continue
 		}
-		p.admit(nc)
-	}
-}
-
-// admit resets a client the proxy refuses and starts serving any other.
-func (p *Proxy) admit(nc net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.stats.Accepted++
-	switch {
-	case p.closed:
-		_ = nc.Close()
-	case p.refusing:
-		p.stats.Refused++
-		drop(nc, true)
-	default:
-		c := &conn{client: nc, done: make(chan struct{})}
-		p.conns[c] = struct{}{}
-		p.wg.Go(func() { p.serve(c) })
-	}
-}
-
-// testSignals lets a test wait for what the proxy did instead of sleeping.
-// It is nil outside tests.
-type testSignals struct {
-	queued [2]atomic.Int64  // bytes queued for delivery so far, per direction
-	notify [2]chan struct{} // capacity 1: queued grew
-}
-
-func newTestSignals() *testSignals {
-	return &testSignals{notify: [2]chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)}}
-}
-
-// chunkQueued reports a chunk of n bytes queued in direction d.
-func (s *testSignals) chunkQueued(d direction, n int) {
-	if s == nil {
-		return
-	}
-	s.queued[d].Add(int64(n))
-	select {
-	case s.notify[d] <- struct{}{}:
-	default:
+		p.mu.Lock()
+		p.stats.Accepted++
+		switch {
+		case p.closed:
+			_ = nc.Close()
+		case p.refusing:
+			p.stats.Refused++
+			drop(nc, true)
+		default:
+			c := &conn{client: nc, done: make(chan struct{})}
+			p.conns[c] = struct{}{}
+			p.wg.Go(func() { p.serve(c) })
+		}
+		p.mu.Unlock()
 	}
 }

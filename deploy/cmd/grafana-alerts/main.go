@@ -6,8 +6,7 @@
 //	go run ./deploy/cmd/grafana-alerts -runbook-base https://git.example.com/scorerefresh/blob/v1.2.3 -out my-alerts.yaml
 //
 // The paths default to the repository's, relative to deploy/ (where go
-// generate runs it). deploy/grafana_alerts_test.go fails when the committed
-// file is not what this writes.
+// generate runs it).
 package main
 
 import (
@@ -27,23 +26,16 @@ func main() {
 	flag.StringVar(&opts.Interval, "interval", opts.Interval, "evaluation interval of each group")
 	flag.StringVar(&opts.RunbookBase, "runbook-base", opts.RunbookBase, "replaces what precedes /docs/runbook.md# in every runbook_url (empty: this release's on GitHub)")
 	flag.Parse()
-	if err := run(*in, *out, opts); err != nil {
+	src, err := os.ReadFile(*in)
+	if err != nil {
+		err = fmt.Errorf("reading the Prometheus rules: %w", err)
+	} else if src, err = grafanaalerts.Generate(src, opts); err != nil {
+		err = fmt.Errorf("%s: %w", *in, err)
+	} else if err = os.WriteFile(*out, src, 0o644); err != nil {
+		err = fmt.Errorf("writing the Grafana rules: %w", err)
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "grafana-alerts: %v\n", err)
 		os.Exit(1)
 	}
-}
-
-func run(in, out string, opts grafanaalerts.Options) error {
-	src, err := os.ReadFile(in)
-	if err != nil {
-		return fmt.Errorf("reading the Prometheus rules: %w", err)
-	}
-	b, err := grafanaalerts.Generate(src, opts)
-	if err != nil {
-		return fmt.Errorf("%s: %w", in, err)
-	}
-	if err := os.WriteFile(out, b, 0o644); err != nil {
-		return fmt.Errorf("writing the Grafana rules: %w", err)
-	}
-	return nil
 }

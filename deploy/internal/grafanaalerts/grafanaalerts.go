@@ -1,19 +1,16 @@
 // Package grafanaalerts turns Prometheus alerting rules into Grafana-managed
-// alert rules (Grafana's file provisioning, apiVersion 1), so that a team on
-// Grafana unified alerting gets the same alerts as one on Prometheus and
-// Alertmanager from one definition (deploy/prometheus/alerts.yml).
+// alert rules (file provisioning, apiVersion 1), so Grafana unified alerting
+// and Prometheus with Alertmanager run the same alerts from one definition.
 //
 // Each alert becomes a rule of two queries: A, the alert's PromQL as an
-// instant query against a Prometheus datasource, and B, a threshold on A.
-// The PromQL already holds the alert's condition (Prometheus fires for every
-// series it returns, each of them past the threshold and so above zero), so
-// B only turns each returned series into a firing instance, and an empty
+// instant query, and B, a threshold on A. The PromQL already holds the
+// condition (every series it returns is past the threshold, so above zero),
+// so B only turns each returned series into a firing instance, and an empty
 // answer is a normal state (noDataState OK), not a missing one.
 //
 // Differences forced by Grafana, and nothing else:
 //   - recording rules are not provisioned: an alert that reads one gets the
-//     recorded expression in its place, so it needs nothing evaluated by
-//     Prometheus beforehand;
+//     recorded expression in its place;
 //   - {{ $value }} in annotations becomes {{ $values.A.Value }}: in Grafana
 //     $value is a text listing every query's value;
 //   - runbook_url may get another base (Options.RunbookBase), as the
@@ -22,6 +19,8 @@ package grafanaalerts
 
 import (
 	"bytes"
+	"cmp"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -29,13 +28,10 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Options says where the rules go and what they query.
+// Options says where the rules go and what they query (flags of
+// cmd/grafana-alerts); Source is named in the generated file's header.
 type Options struct {
-	DatasourceUID string // the Prometheus datasource's uid; a ${VAR} is expanded by Grafana from its environment
-	Folder        string // the folder the groups are filed under
-	Interval      string // how often Grafana evaluates each group
-	RunbookBase   string // replaces what precedes /docs/runbook.md# in runbook_url; empty: kept
-	Source        string // named in the generated file's header
+	DatasourceUID, Folder, Interval, RunbookBase, Source string
 }
 
 // DefaultOptions are those of the committed file: the datasource uid comes
@@ -47,8 +43,7 @@ var DefaultOptions = Options{
 	Source:        "deploy/prometheus/alerts.yml",
 }
 
-// PromRule is one rule of a Prometheus rule file.
-type PromRule struct {
+type promRule struct {
 	Alert       string            `yaml:"alert"`
 	Record      string            `yaml:"record"`
 	Expr        string            `yaml:"expr"`
@@ -57,21 +52,12 @@ type PromRule struct {
 	Annotations map[string]string `yaml:"annotations"`
 }
 
-// PromFile is a Prometheus rule file.
-type PromFile struct {
-	Groups []struct {
-		Name  string     `yaml:"name"`
-		Rules []PromRule `yaml:"rules"`
-	} `yaml:"groups"`
-}
-
 // File is Grafana's alerting provisioning file.
 type File struct {
 	APIVersion int     `yaml:"apiVersion"`
 	Groups     []Group `yaml:"groups"`
 }
 
-// Group is one rule group of a provisioning file.
 type Group struct {
 	OrgID    int    `yaml:"orgId"`
 	Name     string `yaml:"name"`
@@ -80,7 +66,6 @@ type Group struct {
 	Rules    []Rule `yaml:"rules"`
 }
 
-// Rule is one Grafana-managed alert rule.
 type Rule struct {
 	UID          string            `yaml:"uid"`
 	Title        string            `yaml:"title"`
@@ -94,37 +79,27 @@ type Rule struct {
 	IsPaused     bool              `yaml:"isPaused"`
 }
 
-// Query is one step of a rule: a datasource query or an expression.
+// Query is one step of a rule: a datasource query or an expression. The
+// time range (seconds before now: from, to) is ignored by an instant query,
+// but Grafana requires one for datasource queries.
 type Query struct {
-	RefID             string     `yaml:"refId"`
-	RelativeTimeRange *TimeRange `yaml:"relativeTimeRange,omitempty"`
-	DatasourceUID     string     `yaml:"datasourceUid"`
-	Model             Model      `yaml:"model"`
-}
-
-// TimeRange is a query's window in seconds before now. An instant query
-// ignores it, but Grafana requires one for datasource queries.
-type TimeRange struct {
-	From int `yaml:"from"`
-	To   int `yaml:"to"`
+	RefID             string         `yaml:"refId"`
+	RelativeTimeRange map[string]int `yaml:"relativeTimeRange,omitempty"`
+	DatasourceUID     string         `yaml:"datasourceUid"`
+	Model             Model          `yaml:"model"`
 }
 
 // Model is a step's model: PromQL for refId A, a threshold for B.
 type Model struct {
-	RefID      string      `yaml:"refId"`
-	Expr       string      `yaml:"expr,omitempty"`
-	Instant    bool        `yaml:"instant,omitempty"`
-	Type       string      `yaml:"type,omitempty"`
-	Expression string      `yaml:"expression,omitempty"`
-	Conditions []Condition `yaml:"conditions,omitempty"`
+	RefID      string                 `yaml:"refId"`
+	Expr       string                 `yaml:"expr,omitempty"`
+	Instant    bool                   `yaml:"instant,omitempty"`
+	Type       string                 `yaml:"type,omitempty"`
+	Expression string                 `yaml:"expression,omitempty"`
+	Conditions []map[string]Evaluator `yaml:"conditions,omitempty"` // {evaluator: ...}
 }
 
-// Condition is a threshold expression's test.
-type Condition struct {
-	Evaluator Evaluator `yaml:"evaluator"`
-}
-
-// Evaluator compares a value with params.
+// Evaluator is a threshold's test: it compares a value with Params.
 type Evaluator struct {
 	Type   string    `yaml:"type"`
 	Params []float64 `yaml:"params"`
@@ -142,7 +117,12 @@ const (
 
 // Convert builds the provisioning file from a Prometheus rule file.
 func Convert(src []byte, opts Options) (*File, error) {
-	var pf PromFile
+	var pf struct {
+		Groups []struct {
+			Name  string     `yaml:"name"`
+			Rules []promRule `yaml:"rules"`
+		} `yaml:"groups"`
+	}
 	if err := yaml.Unmarshal(src, &pf); err != nil {
 		return nil, fmt.Errorf("reading the Prometheus rules: %w", err)
 	}
@@ -182,7 +162,7 @@ func Convert(src []byte, opts Options) (*File, error) {
 	return out, nil
 }
 
-func convertRule(r PromRule, recorded map[string]string, opts Options) (Rule, error) {
+func convertRule(r promRule, recorded map[string]string, opts Options) (Rule, error) {
 	expr, err := InlineRecorded(r.Expr, recorded)
 	if err != nil {
 		return Rule{}, err
@@ -190,10 +170,6 @@ func convertRule(r PromRule, recorded map[string]string, opts Options) (Rule, er
 	uid := "scorerefresh-" + strings.ToLower(strings.TrimPrefix(r.Alert, "ScoreRefresh"))
 	if len(uid) > maxUID {
 		return Rule{}, fmt.Errorf("uid %s is longer than Grafana's %d characters", uid, maxUID)
-	}
-	forDur := r.For
-	if forDur == "" {
-		forDur = "0s"
 	}
 	ann := map[string]string{}
 	for k, v := range r.Annotations {
@@ -213,7 +189,7 @@ func convertRule(r PromRule, recorded map[string]string, opts Options) (Rule, er
 		Data: []Query{
 			{
 				RefID:             QueryRef,
-				RelativeTimeRange: &TimeRange{From: 600, To: 0},
+				RelativeTimeRange: map[string]int{"from": 600, "to": 0},
 				DatasourceUID:     opts.DatasourceUID,
 				Model:             Model{RefID: QueryRef, Expr: expr, Instant: true},
 			},
@@ -221,12 +197,12 @@ func convertRule(r PromRule, recorded map[string]string, opts Options) (Rule, er
 				RefID:         ConditionRef,
 				DatasourceUID: ExpressionDatasource,
 				Model: Model{RefID: ConditionRef, Type: "threshold", Expression: QueryRef,
-					Conditions: []Condition{{Evaluator: Evaluator{Type: "gt", Params: []float64{0}}}}},
+					Conditions: []map[string]Evaluator{{"evaluator": {Type: "gt", Params: []float64{0}}}}},
 			},
 		},
 		NoDataState:  "OK",
 		ExecErrState: "Error",
-		For:          forDur,
+		For:          cmp.Or(r.For, "0s"),
 		Annotations:  ann,
 		Labels:       r.Labels,
 	}, nil
@@ -264,8 +240,13 @@ func GrafanaTemplate(s string) string {
 	return regexp.MustCompile(`\$value\b`).ReplaceAllString(s, "$$values."+QueryRef+".Value")
 }
 
-// Render writes the file as YAML with a header naming its source.
-func Render(f *File, opts Options) ([]byte, error) {
+// Generate is Convert, then the file as YAML under a header naming its
+// source.
+func Generate(src []byte, opts Options) ([]byte, error) {
+	f, err := Convert(src, opts)
+	if err != nil {
+		return nil, err
+	}
 	var buf bytes.Buffer
 	fmt.Fprintf(&buf, "# Grafana-managed alert rules (file provisioning), generated from %s:\n", opts.Source)
 	buf.WriteString("# do not edit; run go generate ./deploy. Mount this directory at\n")
@@ -273,20 +254,8 @@ func Render(f *File, opts Options) ([]byte, error) {
 	buf.WriteString("# uid from its environment (DS_PROMETHEUS). See deploy/DEPLOYING.md, \"Alerts\".\n")
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
-	if err := enc.Encode(f); err != nil {
-		return nil, fmt.Errorf("writing the Grafana rules: %w", err)
-	}
-	if err := enc.Close(); err != nil {
+	if err := errors.Join(enc.Encode(f), enc.Close()); err != nil {
 		return nil, fmt.Errorf("writing the Grafana rules: %w", err)
 	}
 	return buf.Bytes(), nil
-}
-
-// Generate is Convert then Render.
-func Generate(src []byte, opts Options) ([]byte, error) {
-	f, err := Convert(src, opts)
-	if err != nil {
-		return nil, err
-	}
-	return Render(f, opts)
 }

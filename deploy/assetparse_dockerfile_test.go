@@ -1,4 +1,10 @@
-package assetparse
+package deploy
+
+// The parsers of assetparse_*_test.go read the deployment assets without
+// Docker or Kubernetes at hand: Dockerfiles, shell command lines,
+// .dockerignore patterns, image references, Kubernetes quantities and
+// GOMEMLIMIT. Each covers what this repository's assets use and refuses the
+// rest (heredocs, for one) rather than guess.
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package assetparse
+package deploy
 
 import (
 	"slices"
