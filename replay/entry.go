@@ -10,9 +10,10 @@ import (
 
 // BookkeepingFields are the top-level queue-entry fields a consumer (this
 // one in an older version, or another implementation) may have written into
-// an entry to claim it, count its attempts or back it off. Replay strips
-// them so every entry is pending again; the contract (docs/contract.md) says producers never
-// write them. Any field whose name starts with BookkeepingPrefix goes too.
+// an entry to claim it, count its attempts or back it off; producers never
+// write them (docs/contract.md). Replay strips them, and every field whose
+// name starts with BookkeepingPrefix (processing, processingBy, ...), so
+// every entry is pending again.
 var BookkeepingFields = []string{
 	"claimToken", "claimedBy", "claimedAt", "claimOwner",
 	"leaseUntil", "lockedUntil", "lockedBy",
@@ -20,14 +21,7 @@ var BookkeepingFields = []string{
 	"deadLetter",
 }
 
-// BookkeepingPrefix marks families of bookkeeping fields
-// (processing, processingBy, processingStartedAt, ...).
 const BookkeepingPrefix = "processing"
-
-// isBookkeeping reports whether a top-level field of an entry is a consumer's.
-func isBookkeeping(key string) bool {
-	return slices.Contains(BookkeepingFields, key) || strings.HasPrefix(key, BookkeepingPrefix)
-}
 
 // entryInfo is what the loader needs to know about a queue entry.
 type entryInfo struct {
@@ -38,19 +32,12 @@ type entryInfo struct {
 
 // inspectEntry reads the user and the enqueue time the way the consumer
 // does (docs/contract.md): createdAt, else the ObjectId's timestamp.
-func inspectEntry(raw bson.Raw) entryInfo {
-	var e entryInfo
-	if v, err := raw.LookupErr("username"); err == nil {
-		e.username, _ = v.StringValueOK()
-	}
-	if v, err := raw.LookupErr("createdAt"); err == nil && v.Type == bson.TypeDateTime {
+func inspectEntry(raw bson.Raw) (e entryInfo) {
+	e.username, _ = raw.Lookup("username").StringValueOK()
+	if v := raw.Lookup("createdAt"); v.Type == bson.TypeDateTime {
 		e.createdAt, e.explicit = v.Time(), true
-		return e
-	}
-	if v, err := raw.LookupErr("_id"); err == nil {
-		if oid, ok := v.ObjectIDOK(); ok {
-			e.createdAt = oid.Timestamp()
-		}
+	} else if oid, ok := raw.Lookup("_id").ObjectIDOK(); ok {
+		e.createdAt = oid.Timestamp()
 	}
 	return e
 }
@@ -71,15 +58,13 @@ func prepareEntry(raw bson.Raw, retimed time.Time, stripped map[string]int) (bso
 	if err := bson.Unmarshal(raw, &doc); err != nil {
 		return nil, err
 	}
-	kept := doc[:0]
-	for _, el := range doc {
-		if isBookkeeping(el.Key) {
+	doc = slices.DeleteFunc(doc, func(el bson.E) bool {
+		drop := slices.Contains(BookkeepingFields, el.Key) || strings.HasPrefix(el.Key, BookkeepingPrefix)
+		if drop {
 			stripped[el.Key]++
-			continue
 		}
-		kept = append(kept, el)
-	}
-	doc = kept
+		return drop
+	})
 	info := inspectEntry(raw)
 	if retimed.IsZero() || info.createdAt.IsZero() {
 		return doc, nil // an untimed entry is malformed: the consumer dead-letters it as it is

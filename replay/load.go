@@ -64,10 +64,10 @@ type LoadConfig struct {
 type Loader struct {
 	cfg      LoadConfig
 	plan     *Plan
-	shift    time.Duration
-	origin   time.Time // when the first queue entry is due, for paced arrival
+	shift    time.Duration // how far --shift-to-now moves times
+	origin   time.Time     // when the first queue entry is due, for paced arrival
 	inserted atomic.Int64
-	stripped map[string]int
+	stripped map[string]int // how many times each bookkeeping field was removed
 	loaded   []atomic.Int64 // documents inserted, by index in plan.Files
 }
 
@@ -100,9 +100,6 @@ func (l *Loader) Scan(ctx context.Context) (*Plan, error) {
 	return p, nil
 }
 
-// Shift returns how far --shift-to-now moves times (zero without it).
-func (l *Loader) Shift() time.Duration { return l.shift }
-
 // Inserted returns the queue entries inserted so far; safe from any goroutine.
 func (l *Loader) Inserted() int64 { return l.inserted.Load() }
 
@@ -115,9 +112,6 @@ func (l *Loader) LoadedSoFar() string {
 	}
 	return strings.Join(parts, "; ")
 }
-
-// Stripped returns how many times each bookkeeping field was removed.
-func (l *Loader) Stripped() map[string]int { return l.stripped }
 
 // LoadSources inserts every source file, all at once: producers write
 // source data before they enqueue, so it is all there before any entry.
@@ -174,23 +168,51 @@ func (l *Loader) retime(info entryInfo) (time.Time, time.Duration) {
 	return due, due.Sub(l.cfg.Clock.Now())
 }
 
-// load streams the i-th file of the plan into its collection in batches.
-// prep turns a parsed document into the one to insert and says how long to
-// wait before it.
+// load streams the i-th file of the plan into its collection in batches of
+// BatchSize. prep turns a parsed document into the one to insert and says
+// how long to wait before it: a document due later than pacingSlack first
+// sends what is batched, then sleeps.
 func (l *Loader) load(ctx context.Context, i int, prep func(bson.Raw) (any, time.Duration, error)) error {
-	f := l.plan.Files[i]
-	w := &fileWriter{l: l, f: f, coll: l.cfg.DB.Collection(f.Collection), batch: make([]any, 0, l.cfg.BatchSize), done: &l.loaded[i]}
+	f, done := l.plan.Files[i], &l.loaded[i]
+	coll, progress := l.cfg.DB.Collection(f.Collection), l.cfg.Progress
 	if f.Queue {
-		w.coll = l.cfg.DB.Collection(l.cfg.Queue)
+		coll = l.cfg.DB.Collection(l.cfg.Queue)
+		if l.cfg.QuietQueue {
+			progress = nil
+		}
 	}
-	progress := l.cfg.Progress
-	if f.Queue && l.cfg.QuietQueue {
-		progress = nil
-	}
-	p := StartProgress(progress, Meter{Label: "loading " + w.coll.Name(), Unit: "documents",
-		Done: w.done.Load, Total: func() int64 { return f.Documents }})
+	p := StartProgress(progress, Meter{Label: "loading " + coll.Name(), Unit: "documents",
+		Done: done.Load, Total: func() int64 { return f.Documents }})
 	defer p.Stop()
-	err := eachDocument(ctx, f.Path, nil, "loading", func(raw []byte, bad *extjson.Error) error {
+	batch := make([]any, 0, l.cfg.BatchSize)
+	// flush inserts the batch in one round trip and counts what went in, all
+	// of it or, of an ordered insertMany, the part before the first failure.
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		_, err := coll.InsertMany(ctx, batch)
+		n := int64(len(batch))
+		if err != nil {
+			var bwe mongo.BulkWriteException
+			n = 0
+			if errors.As(err, &bwe) && len(bwe.WriteErrors) > 0 {
+				n = int64(bwe.WriteErrors[0].Index)
+			}
+		}
+		done.Add(n)
+		if f.Queue {
+			l.inserted.Add(n)
+		}
+		batch = batch[:0]
+		if err != nil {
+			return fmt.Errorf("inserting into %s: %d of %d documents of %s are in, the rest are not: %w\n"+
+				"(a duplicate key means the collection already held them: replay into an empty database or pass --drop)",
+				coll.Name(), done.Load(), f.Documents, f.Path, err)
+		}
+		return nil
+	}
+	err := eachDocument(ctx, f.Path, nil, func(raw []byte, bad *extjson.Error) error {
 		if bad != nil {
 			return nil // counted and listed by the scan
 		}
@@ -198,75 +220,24 @@ func (l *Loader) load(ctx context.Context, i int, prep func(bson.Raw) (any, time
 		if err != nil {
 			return fmt.Errorf("%s: %w", f.Path, err)
 		}
-		return w.add(ctx, doc, wait)
+		if wait > pacingSlack {
+			if err := flush(); err != nil {
+				return err
+			}
+			if err := clock.Sleep(ctx, l.cfg.Clock, wait); err != nil {
+				return err
+			}
+		}
+		if batch = append(batch, doc); len(batch) == cap(batch) {
+			return flush()
+		}
+		return nil
 	})
 	if err == nil {
-		err = w.flush(ctx)
+		err = flush()
 	}
 	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		return fmt.Errorf("stopped after %d of %d documents of %s: %w", w.done.Load(), f.Documents, f.Path, err)
+		return fmt.Errorf("stopped after %d of %d documents of %s: %w", done.Load(), f.Documents, f.Path, err)
 	}
 	return err
-}
-
-// fileWriter inserts one file's documents in batches of the batch's
-// capacity, keeping the loader's counts of what went in.
-type fileWriter struct {
-	l     *Loader
-	f     FilePlan
-	coll  *mongo.Collection
-	batch []any
-	done  *atomic.Int64 // documents of f inserted, the loader's count
-}
-
-// add queues doc for insertion once wait has passed: documents due later
-// than pacingSlack first send what is batched, then sleep.
-func (w *fileWriter) add(ctx context.Context, doc any, wait time.Duration) error {
-	if wait > pacingSlack {
-		if err := w.flush(ctx); err != nil {
-			return err
-		}
-		if err := clock.Sleep(ctx, w.l.cfg.Clock, wait); err != nil {
-			return err
-		}
-	}
-	w.batch = append(w.batch, doc)
-	if len(w.batch) == cap(w.batch) {
-		return w.flush(ctx)
-	}
-	return nil
-}
-
-// flush inserts the batch in one round trip and counts what went in, all of
-// it or the part before a failure.
-func (w *fileWriter) flush(ctx context.Context) error {
-	if len(w.batch) == 0 {
-		return nil
-	}
-	_, err := w.coll.InsertMany(ctx, w.batch)
-	n := int64(len(w.batch))
-	if err != nil {
-		n = insertedBefore(err)
-	}
-	w.done.Add(n)
-	if w.f.Queue {
-		w.l.inserted.Add(n)
-	}
-	w.batch = w.batch[:0]
-	if err != nil {
-		return fmt.Errorf("inserting into %s: %d of %d documents of %s are in, the rest are not: %w\n"+
-			"(a duplicate key means the collection already held them: replay into an empty database or pass --drop)",
-			w.coll.Name(), w.done.Load(), w.f.Documents, w.f.Path, err)
-	}
-	return nil
-}
-
-// insertedBefore returns how many documents of an ordered insertMany went in
-// before the first failure.
-func insertedBefore(err error) int64 {
-	var bwe mongo.BulkWriteException
-	if errors.As(err, &bwe) && len(bwe.WriteErrors) > 0 {
-		return int64(bwe.WriteErrors[0].Index)
-	}
-	return 0
 }

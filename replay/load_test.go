@@ -153,7 +153,7 @@ func TestBookkeepingIsStrippedFromAMongoexportFile(t *testing.T) {
 			}
 		}
 	}
-	if got := l.Stripped(); got["claimToken"] != 1 || got["deadLetter"] != 1 || len(got) != 9 {
+	if got := l.stripped; got["claimToken"] != 1 || got["deadLetter"] != 1 || len(got) != 9 {
 		t.Errorf("stripped %v", got)
 	}
 }
@@ -175,8 +175,8 @@ func TestShiftToNowKeepsGapsAndMovesWindowedSourceTimes(t *testing.T) {
 		t.Fatal(err)
 	}
 	shift := now.Sub(t0.Add(5 * time.Minute))
-	if l.Shift() != shift {
-		t.Errorf("shift %s, want %s", l.Shift(), shift)
+	if l.shift != shift {
+		t.Errorf("shift %s, want %s", l.shift, shift)
 	}
 	var got []struct {
 		CreatedAt time.Time `bson:"createdAt"`

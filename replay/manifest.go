@@ -130,9 +130,5 @@ func ReadManifest(dir string) (*Manifest, error) {
 // the caller passed: a manifest travels with the data it describes.
 func writeManifest(dir string, m *Manifest) error {
 	m.Origin = redact.String(m.Origin)
-	b, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, ManifestName), append(b, '\n'), 0o644)
+	return writeJSON(filepath.Join(dir, ManifestName), m)
 }

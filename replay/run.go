@@ -94,7 +94,7 @@ func Replay(ctx context.Context, o Options, t Target, out, progress io.Writer) (
 	if err != nil {
 		return nil, err
 	}
-	describePlan(out, plan, l.Shift())
+	describePlan(out, plan, l.shift)
 	if o.Drop {
 		if err := dropTargets(ctx, t, plan); err != nil {
 			return nil, err
@@ -153,8 +153,8 @@ func report(out io.Writer, o Options, settings Settings, l *Loader, plan *Plan, 
 	if res.Reason == StopLoadFailed {
 		r.Error = loadFailed(l, res.Err).Error()
 	}
-	r.Input, r.Arrival, r.Speed, r.ShiftSeconds = o.In, Arrival(o.Arrival), o.Speed, l.Shift().Seconds()
-	r.Settings, r.StrippedFields = settings, l.Stripped()
+	r.Input, r.Arrival, r.Speed, r.ShiftSeconds = o.In, Arrival(o.Arrival), o.Speed, l.shift.Seconds()
+	r.Settings, r.StrippedFields = settings, l.stripped
 	dir := o.ReportDir
 	if dir == "" {
 		dir = "replay-report-" + res.Start.Format("20060102-150405")

@@ -52,7 +52,7 @@ func scan(ctx context.Context, files []InputFile, skipBad bool, progress io.Writ
 	users := map[string]struct{}{}
 	for _, f := range files {
 		fp := FilePlan{InputFile: f}
-		err := eachDocument(ctx, f.Path, progress, "checking", func(doc []byte, bad *extjson.Error) error {
+		err := eachDocument(ctx, f.Path, progress, func(doc []byte, bad *extjson.Error) error {
 			if bad != nil {
 				if !skipBad || bad.Fatal {
 					return bad
@@ -102,14 +102,14 @@ func scan(ctx context.Context, files []InputFile, skipBad bool, progress io.Writ
 
 // eachDocument calls fn for every document of the file at path, good or bad,
 // in order, with a progress line over the file's bytes.
-func eachDocument(ctx context.Context, path string, progress io.Writer, verb string, fn func(doc []byte, bad *extjson.Error) error) error {
+func eachDocument(ctx context.Context, path string, progress io.Writer, fn func(doc []byte, bad *extjson.Error) error) error {
 	in, err := extjson.Open(path)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
 	var n int64
-	p := StartProgress(progress, Meter{Label: verb + " " + path, Unit: "bytes read", Done: in.BytesRead, Total: in.Size})
+	p := StartProgress(progress, Meter{Label: "checking " + path, Unit: "bytes read", Done: in.BytesRead, Total: in.Size})
 	defer p.Stop()
 	r := extjson.NewReader(in, path)
 	for {
