@@ -17,8 +17,8 @@ import (
 	"github.com/scorerefresh/scorerefresh/queuestate"
 )
 
-// Runner is the consumer as a drain uses it: Run drains until ctx ends, then
-// shuts down gracefully (app.Service has exactly this method).
+// Runner is the consumer: Run drains until ctx ends, then shuts down
+// gracefully (as app.Service does).
 type Runner interface {
 	Run(ctx context.Context) error
 }
@@ -40,8 +40,8 @@ type DrainConfig struct {
 	Interval time.Duration     // timeline resolution; default 1s
 	Until    time.Duration     // stop after this long even if entries remain; 0: until empty
 	// Arrived counts the entries inserted so far and LoadDone delivers the
-	// load's result, when the queue is loaded while it drains (paced
-	// arrival). Both nil: the queue is complete before the drain begins.
+	// load's result when the queue loads while it drains (paced arrival);
+	// both nil: the queue is complete before the drain begins.
 	Arrived  func() int64
 	LoadDone <-chan error
 	Expected int64       // entries the drain should see through, for the progress bar
@@ -103,8 +103,8 @@ func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
 }
 
 // watch samples the timeline into res every interval until the drain stops,
-// and records why (res.Reason, res.Err, and res.End when the queue drained).
-// It reports whether the consumer returned (done was received from).
+// records why (res.Reason, res.Err, res.End when drained) and reports
+// whether the consumer returned.
 func watch(ctx context.Context, cfg DrainConfig, clk clock.Clock, s *sampler, done <-chan error, res *DrainResult, last *atomic.Pointer[planner.Sample]) (consumerDone bool) {
 	t := clk.NewTicker(cmp.Or(cfg.Interval, time.Second))
 	defer t.Stop()
@@ -134,8 +134,7 @@ func watch(ctx context.Context, cfg DrainConfig, clk clock.Clock, s *sampler, do
 				return false
 			}
 		case now := <-t.C():
-			// A failed query still yields the counters: the row stays,
-			// unmeasured, and the timeline stays regular.
+			// A failed query still yields the counters: the row stays, unmeasured.
 			smp, _ := s.runOnce(ctx, now, false)
 			res.Timeline = append(res.Timeline, smp)
 			last.Store(&smp)
@@ -162,15 +161,14 @@ func describeSample(s *planner.Sample) string {
 	return out
 }
 
-// sampler takes timeline samples. Counters come from the consumer's metrics
-// in-process; depth and oldest age are a queuestate read (three queries of
-// bounded cost). On MongoDB they cost a millisecond; on a server that scans
-// whole collections (FerretDB: half a second each at 20,000 entries) they
-// would compete with
-// the drain they measure, so a query that took more than a fifth of the
-// interval is repeated only after five times its cost, and the samples in
-// between derive the depth from the counters. A derived depth of zero is
-// always checked by a query: only a measured zero ends a drain.
+// sampler takes timeline samples: counters from the consumer's metrics
+// in-process, depth and oldest age from a queuestate read. That read costs a
+// millisecond on MongoDB, but on a server that scans whole collections
+// (FerretDB: half a second a query at 20,000 entries) it would compete with
+// the drain it measures, so it is repeated only after five times its cost,
+// and the samples in between derive the depth from the counters. A derived
+// depth of zero is always checked by a query: only a measured zero ends a
+// drain.
 type sampler struct {
 	queue    *queuestate.Reader
 	m        *metrics.Consumer

@@ -98,7 +98,7 @@ type generator struct {
 func (g *generator) queue() (ManifestFile, error) {
 	cfg := g.cfg
 	gen := backlog.New(backlog.Spec{Shape: cfg.Shape, Entries: cfg.Entries, Users: cfg.Users, Hot: backlog.FirehoseShare, Span: cfg.Span, End: cfg.End}, g.rnd)
-	f, err := writeFile(filepath.Join(cfg.Out, cfg.Queue+g.ext), cfg.Queue, cfg.Entries, cfg.Progress, func(int) (any, bool) {
+	f, err := generateFile(filepath.Join(cfg.Out, cfg.Queue+g.ext), cfg.Queue, cfg.Entries, cfg.Progress, func() (any, bool) {
 		e := gen.Next()
 		g.used[e.User] = true
 		// Jitter within the step keeps times in file order, as a snapshot
@@ -117,7 +117,7 @@ func (g *generator) sources(coll string) (ManifestFile, error) {
 	cfg := g.cfg
 	comps := componentsOf(cfg.Rules, coll)
 	user, left := -1, 0
-	return writeFile(filepath.Join(cfg.Out, coll+g.ext), coll, -1, cfg.Progress, func(int) (any, bool) {
+	return generateFile(filepath.Join(cfg.Out, coll+g.ext), coll, -1, cfg.Progress, func() (any, bool) {
 		for left == 0 {
 			if user++; user >= cfg.Users {
 				return nil, false
@@ -181,33 +181,28 @@ func objectID(rnd *rand.Rand, at time.Time) bson.ObjectID {
 	return id
 }
 
-// writeFile writes the documents next yields (until it says false) to path.
-func writeFile(path, coll string, total int, progress io.Writer, next func(i int) (any, bool)) (ManifestFile, error) {
-	mf := ManifestFile{File: filepath.Base(path), Collection: coll}
-	out, err := extjson.Create(path)
-	if err != nil {
-		return mf, err
-	}
-	defer out.Abort()
-	w := extjson.NewWriter(out, true)
-	p := StartProgress(progress, Meter{Label: "generating " + coll, Unit: "documents", Done: w.Docs, Bytes: out.BytesWritten,
-		Total: func() int64 { return int64(max(total, 0)) }})
-	defer p.Stop()
-	for i := 0; total < 0 || i < total; i++ {
-		doc, ok := next(i)
-		if !ok {
-			break
+// generateFile writes the documents next yields (until it says false) to
+// path: total of them, or an unknown number when total is negative. Its
+// progress line ends once the file is complete.
+func generateFile(path, coll string, total int, progress io.Writer, next func() (any, bool)) (ManifestFile, error) {
+	var p *Progress
+	mf, err := writeFile(path, coll, true, func(w *extjson.Writer, bytes func() int64) error {
+		p = StartProgress(progress, Meter{Label: "generating " + coll, Unit: "documents", Done: w.Docs, Bytes: bytes,
+			Total: func() int64 { return int64(max(total, 0)) }})
+		for i := 0; total < 0 || i < total; i++ {
+			doc, ok := next()
+			if !ok {
+				break
+			}
+			if err := w.Write(doc); err != nil {
+				return err
+			}
 		}
-		if err := w.Write(doc); err != nil {
-			return mf, err
-		}
+		return w.Flush()
+	})
+	if p != nil {
+		p.Stop()
 	}
-	if err := w.Flush(); err != nil {
-		return mf, err
-	}
-	if err := out.Commit(); err != nil {
-		return mf, err
-	}
-	mf.Documents, mf.Bytes = w.Docs(), out.BytesWritten()
-	return mf, nil
+	mf.File = filepath.Base(path)
+	return mf, err
 }

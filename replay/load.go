@@ -51,7 +51,6 @@ type LoadConfig struct {
 	Arrival    Arrival             // default ArrivalMax
 	Speed      float64             // ArrivalOriginal's speed-up; default 1
 	SkipBad    bool                // leave out documents that do not parse, listing them, instead of stopping
-	BatchSize  int                 // default DefaultBatchSize
 	Clock      clock.Clock         // paces arrival; default the wall clock
 	Progress   io.Writer           // progress lines; nil: none
 	// QuietQueue leaves the queue's load without a progress line of its
@@ -75,7 +74,6 @@ type Loader struct {
 func NewLoader(cfg LoadConfig) *Loader {
 	cfg.Arrival = cmp.Or(cfg.Arrival, ArrivalMax)
 	cfg.Speed = cmp.Or(cfg.Speed, 1)
-	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
 	cfg.Clock = clock.Or(cfg.Clock)
 	return &Loader{cfg: cfg, stripped: map[string]int{}}
 }
@@ -168,8 +166,7 @@ func (l *Loader) retime(info entryInfo) (time.Time, time.Duration) {
 	return due, due.Sub(l.cfg.Clock.Now())
 }
 
-// load streams the i-th file of the plan into its collection in batches of
-// BatchSize. prep turns a parsed document into the one to insert and says
+// load streams the i-th file of the plan into its collection in batches. prep turns a parsed document into the one to insert and says
 // how long to wait before it: a document due later than pacingSlack first
 // sends what is batched, then sleeps.
 func (l *Loader) load(ctx context.Context, i int, prep func(bson.Raw) (any, time.Duration, error)) error {
@@ -184,7 +181,7 @@ func (l *Loader) load(ctx context.Context, i int, prep func(bson.Raw) (any, time
 	p := StartProgress(progress, Meter{Label: "loading " + coll.Name(), Unit: "documents",
 		Done: done.Load, Total: func() int64 { return f.Documents }})
 	defer p.Stop()
-	batch := make([]any, 0, l.cfg.BatchSize)
+	batch := make([]any, 0, DefaultBatchSize)
 	// flush inserts the batch in one round trip and counts what went in, all
 	// of it or, of an ordered insertMany, the part before the first failure.
 	flush := func() error {

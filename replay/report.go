@@ -143,18 +143,26 @@ func writeJSON(path string, v any) error {
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
+// readJSON reads the file at path into v.
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
 // ReadReport reads a report.json (or the directory holding one).
 func ReadReport(path string) (*Report, error) {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		path = filepath.Join(path, ReportFile)
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
 	var r Report
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	if err := readJSON(path, &r); err != nil {
+		return nil, err
 	}
 	if r.Format != ReportFormat {
 		return nil, fmt.Errorf("%s: not a drain report (format %q, want %q)", path, r.Format, ReportFormat)

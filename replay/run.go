@@ -83,7 +83,7 @@ type Target struct {
 // Replay loads o.In into t and, with o.Drain, drains it and writes a report
 // (returned). Without o.Drain it returns a nil report once loaded.
 func Replay(ctx context.Context, o Options, t Target, out, progress io.Writer) (*Report, error) {
-	files, err := ResolveInput(o.In, t.Queue)
+	files, _, err := ResolveInput(o.In, t.Queue)
 	if err != nil {
 		return nil, err
 	}

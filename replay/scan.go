@@ -151,7 +151,7 @@ type QueueScan struct {
 // in a directory without a manifest. A document that does not parse stops
 // it, with its file and line, unless skipBad.
 func ReadQueue(ctx context.Context, in, queue string, skipBad bool, fn func(user string, createdAt time.Time)) (*QueueScan, error) {
-	files, m, err := resolveInput(in, queue)
+	files, m, err := ResolveInput(in, queue)
 	if err != nil {
 		return nil, err
 	}

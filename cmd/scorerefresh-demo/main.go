@@ -1,25 +1,11 @@
 // Command scorerefresh-demo runs the real service against an embedded
 // MongoDB-compatible server (FerretDB, SQLite, in-process), so it needs no
-// MongoDB installed:
-//
-//	go run ./cmd/scorerefresh-demo
-//
-// It seeds a backlog that mixes one firehose user with many distinct users,
-// drains it with exactly the pipeline `scorerefresh run` uses, prints a
-// progress line every second and a summary at the end, and checks every score
-// against an independent aggregate over the source data.
-//
-// With --scorer-example (node, the default, or go) the scores come from an
-// example HTTP scorer of examples/ instead of the rules, and are checked
-// against what that scorer computes.
-//
-// It also replays snapshots, with the flags of `scorerefresh replay` plus
-// --embedded (docs/replay.md):
-//
-//	go run ./cmd/scorerefresh-demo replay --embedded --in DIR --drain
-//
-// The embedded server lives only in this binary: the production binary
-// (cmd/scorerefresh) does not link it.
+// MongoDB installed. It seeds a backlog of one firehose user and many
+// distinct users, drains it with the pipeline `scorerefresh run` uses, and
+// checks every score against an independent aggregate over the source data,
+// or, with --scorer-example, against what that example HTTP scorer computes.
+// `replay` and `serve` are its other commands (docs/replay.md, README.md).
+// The production binary (cmd/scorerefresh) does not link the embedded server.
 package main
 
 import (
@@ -56,6 +42,16 @@ type demoOptions struct {
 	scorer   scorerExample // --scorer-example: drain through examples/ instead of the rules
 }
 
+// register defines the flags of the backlog and its server, which the demo
+// and serve share; dataHelp is -data's help text.
+func (o *demoOptions) register(fs *flag.FlagSet, dataHelp string) {
+	fs.IntVar(&o.entries, "entries", 3000, "queue entries to seed")
+	fs.IntVar(&o.users, "users", 300, "distinct users besides the firehose user")
+	fs.Float64Var(&o.firehose, "firehose", 0.5, "fraction of entries that belong to the one firehose user")
+	fs.Uint64Var(&o.seed, "seed", 1, "random seed of the backlog")
+	fs.StringVar(&o.dataDir, "data", "", dataHelp)
+}
+
 func run(args, environ []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "replay" {
 		return runReplay(args[1:], environ, stdout, stderr)
@@ -66,11 +62,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("scorerefresh-demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o demoOptions
-	fs.IntVar(&o.entries, "entries", 3000, "queue entries to seed")
-	fs.IntVar(&o.users, "users", 300, "distinct users besides the firehose user")
-	fs.Float64Var(&o.firehose, "firehose", 0.5, "fraction of entries that belong to the one firehose user")
-	fs.Uint64Var(&o.seed, "seed", 1, "random seed of the backlog")
-	fs.StringVar(&o.dataDir, "data", "", "keep the embedded server's SQLite files here (default: a temporary directory)")
+	o.register(fs, "keep the embedded server's SQLite files here (default: a temporary directory)")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "the service's log level (its JSON lines go to stderr)")
 	fs.StringVar(&o.cpuProf, "cpuprofile", "", "write a CPU profile of the whole run (server included) to this file")
 	fs.Var(&o.scorer, "scorer-example", "drain through an example HTTP scorer instead of the rules: node (examples/nodescorer, the default) or go (examples/httpscorer)")
@@ -115,22 +107,6 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-// withScorerExample starts the example scorer name names (none when
-// empty) on the server at uri and points cfg at it; the context it returns
-// ends if the scorer exits.
-func withScorerExample(ctx context.Context, cfg *config.Config, name scorerExample, uri string, stdout, stderr io.Writer) (context.Context, func(), error) {
-	if name == "" {
-		return ctx, func() {}, nil
-	}
-	scorer, scorerCtx, err := startScorerExample(ctx, name, uri, cfg.Database, stderr)
-	if err != nil {
-		return ctx, nil, err
-	}
-	cfg.ScorerURL, cfg.ScorerToken = scorer.url, scorer.token
-	fmt.Fprintf(stdout, "the %s example scorer at %s computes the scores\n", name, scorer.url)
-	return scorerCtx, scorer.stop, nil
 }
 
 func demo(ctx context.Context, cfg config.Config, o demoOptions, stdout, stderr io.Writer) error {

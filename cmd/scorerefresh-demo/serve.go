@@ -33,11 +33,7 @@ func runServe(args, environ []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() { fmt.Fprint(fs.Output(), serveUsage); fs.PrintDefaults() }
 	var o demoOptions
 	addr := fs.String("addr", "127.0.0.1:27017", "listen address (loopback; :0 for a free port)")
-	fs.IntVar(&o.entries, "entries", 3000, "queue entries to seed")
-	fs.IntVar(&o.users, "users", 300, "distinct users besides the firehose user")
-	fs.Float64Var(&o.firehose, "firehose", 0.5, "fraction of entries that belong to the one firehose user")
-	fs.Uint64Var(&o.seed, "seed", 1, "random seed of the backlog")
-	fs.StringVar(&o.dataDir, "data", "", "keep the SQLite files here (default: a temporary directory, removed at the end)")
+	o.register(fs, "keep the SQLite files here (default: a temporary directory, removed at the end)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			fs.SetOutput(stdout)
