@@ -166,9 +166,10 @@ func (l *Loader) retime(info entryInfo) (time.Time, time.Duration) {
 	return due, due.Sub(l.cfg.Clock.Now())
 }
 
-// load streams the i-th file of the plan into its collection in batches. prep turns a parsed document into the one to insert and says
-// how long to wait before it: a document due later than pacingSlack first
-// sends what is batched, then sleeps.
+// load streams the i-th file of the plan into its collection in batches.
+// prep turns a parsed document into the one to insert and says how long to
+// wait before it: one due later than pacingSlack first sends what is
+// batched, then sleeps.
 func (l *Loader) load(ctx context.Context, i int, prep func(bson.Raw) (any, time.Duration, error)) error {
 	f, done := l.plan.Files[i], &l.loaded[i]
 	coll, progress := l.cfg.DB.Collection(f.Collection), l.cfg.Progress

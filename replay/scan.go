@@ -141,15 +141,13 @@ type QueueScan struct {
 	Reference time.Time
 	Entries   int64 // handed to the callback
 	Malformed int64 // no username or no enqueue time: the consumer dead-letters them
-	Skipped   int64 // documents that do not parse (only with skipBad)
 }
 
-// ReadQueue streams the queue entries of a snapshot, a generated backlog or
-// a mongoexport file (anything --in of replay takes), calling fn with each
-// well-formed entry's username and enqueue time, read as the consumer reads
-// them (createdAt, else the ObjectId's time). queue names the queue's file
-// in a directory without a manifest. A document that does not parse stops
-// it, with its file and line, unless skipBad.
+// ReadQueue streams the queue entries of anything --in of replay takes,
+// calling fn with each well-formed entry's username and enqueue time, read
+// as the consumer reads them. queue names the queue's file in a directory
+// without a manifest. A document that does not parse stops it, with its file
+// and line, unless skipBad.
 func ReadQueue(ctx context.Context, in, queue string, skipBad bool, fn func(user string, createdAt time.Time)) (*QueueScan, error) {
 	files, m, err := ResolveInput(in, queue)
 	if err != nil {
@@ -166,7 +164,7 @@ func ReadQueue(ctx context.Context, in, queue string, skipBad bool, fn func(user
 		}
 	}
 	var newest time.Time
-	p, err := scan(ctx, files, skipBad, nil, func(e entryInfo) {
+	_, err = scan(ctx, files, skipBad, nil, func(e entryInfo) {
 		if e.username == "" || e.createdAt.IsZero() {
 			q.Malformed++
 			return
@@ -180,7 +178,6 @@ func ReadQueue(ctx context.Context, in, queue string, skipBad bool, fn func(user
 	if err != nil {
 		return nil, fmt.Errorf("reading the queue of %s: %w", in, err)
 	}
-	q.Skipped = p.SkippedTotal
 	if q.Reference.IsZero() {
 		q.Reference = newest
 	}
