@@ -44,9 +44,8 @@ type DrainConfig struct {
 	// both nil: the queue is complete before the drain begins.
 	Arrived  func() int64
 	LoadDone <-chan error
-	Expected int64       // entries the drain should see through, for the progress bar
-	Progress io.Writer   // progress line; nil: none
-	Clock    clock.Clock // paces the samples and Until; default the wall clock
+	Expected int64     // entries the drain should see through, for the progress bar
+	Progress io.Writer // progress line; nil: none
 }
 
 // DrainResult is what a drain measured.
@@ -62,7 +61,7 @@ type DrainResult struct {
 // arrive, or until cfg.Until or ctx ends, sampling the timeline every
 // interval; then it stops the consumer gracefully and takes a last sample.
 func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
-	clk := clock.Or(cfg.Clock)
+	var clk clock.Clock = clock.Real{}
 	res := &DrainResult{Start: clk.Now()}
 	s := newSampler(cfg.Queue, cfg.Metrics, cfg.Arrived, res.Start)
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -76,7 +75,6 @@ func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
 		Done:  func() int64 { l := last.Load(); return int64(l.Acked + l.DeadLetters) },
 		Total: func() int64 { return cfg.Expected },
 		Extra: func() string { return describeSample(last.Load()) },
-		Clock: clk,
 	})
 	defer p.Stop()
 

@@ -21,7 +21,6 @@ type Meter struct {
 	Total func() int64  // expected total (an estimate is fine); nil or 0: unknown, no bar or ETA
 	Bytes func() int64  // bytes moved so far; nil: not shown
 	Extra func() string // appended to the line; nil: nothing
-	Clock clock.Clock   // paces the redraws and times the rate; nil: the wall clock
 }
 
 // Progress redraws a bar in place on a terminal, about five times a second,
@@ -54,8 +53,7 @@ var PlainEvery = 5 * time.Second
 
 // StartProgress shows m on w until Stop. A nil w shows nothing.
 func StartProgress(w io.Writer, m Meter) *Progress {
-	m.Clock = clock.Or(m.Clock)
-	p := &Progress{w: w, m: m, tty: isTerminal(w), start: m.Clock.Now()}
+	p := &Progress{w: w, m: m, tty: isTerminal(w), start: time.Now()}
 	if w == nil {
 		return p
 	}
@@ -65,7 +63,7 @@ func StartProgress(w io.Writer, m Meter) *Progress {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
-	p.done.Go(func() { clock.Every(ctx, m.Clock, every, func(context.Context) { p.draw(false) }) })
+	p.done.Go(func() { clock.Every(ctx, clock.Real{}, every, func(context.Context) { p.draw(false) }) })
 	return p
 }
 
@@ -81,7 +79,7 @@ func (p *Progress) Stop() {
 }
 
 func (p *Progress) draw(final bool) {
-	now := p.m.Clock.Now()
+	now := time.Now()
 	p.recent = append(p.recent, progressPoint{now, p.m.Done()})
 	for len(p.recent) > 2 && now.Sub(p.recent[1].at) >= recentWindow {
 		p.recent = p.recent[1:]

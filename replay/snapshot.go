@@ -1,19 +1,18 @@
 package replay
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/pkg/extjson"
 )
 
@@ -28,22 +27,21 @@ const SnapshotConsistency = "per-collection scan in _id order, not a point in ti
 // SnapshotConfig says what to snapshot and where.
 type SnapshotConfig struct {
 	DB       *mongo.Database
-	Queue    string      // the queue collection
-	Sources  []string    // source collections to take as well; empty: the queue only
-	Out      string      // a file (the queue only) or a directory (one file per collection and a manifest)
-	Gzip     bool        // gzip the files written into a directory (a file is gzipped when its name ends in .gz)
-	Relaxed  bool        // relaxed Extended JSON (mongoexport's default); canonical otherwise, which keeps int64 apart from int32
-	Origin   string      // recorded in the manifest, e.g. the redacted URI
-	Rules    string      // recorded in the manifest
-	Progress io.Writer   // progress lines; nil: none
-	Clock    clock.Nower // dates the manifest; nil: the wall clock
+	Queue    string    // the queue collection
+	Sources  []string  // source collections to take as well; empty: the queue only
+	Out      string    // a file (the queue only) or a directory (one file per collection and a manifest)
+	Gzip     bool      // gzip the files written into a directory (a file is gzipped when its name ends in .gz)
+	Relaxed  bool      // relaxed Extended JSON (mongoexport's default); canonical otherwise, which keeps int64 apart from int32
+	Origin   string    // recorded in the manifest, e.g. the redacted URI
+	Rules    string    // recorded in the manifest
+	Progress io.Writer // progress lines; nil: none
 }
 
 // Snapshot streams the queue, then the sources, to files, one document a
 // line, in constant memory whatever their size. Into a directory it also
 // writes a manifest, last, so a directory with a manifest is complete.
 func Snapshot(ctx context.Context, cfg SnapshotConfig) (*Manifest, error) {
-	m := &Manifest{Format: ManifestFormat, CreatedAt: cmp.Or[clock.Nower](cfg.Clock, clock.Real{}).Now().UTC(), Origin: cfg.Origin, Database: cfg.DB.Name(),
+	m := &Manifest{Format: ManifestFormat, CreatedAt: time.Now().UTC(), Origin: cfg.Origin, Database: cfg.DB.Name(),
 		Rules: cfg.Rules, Consistency: SnapshotConsistency}
 	dir := isDirTarget(cfg.Out, len(cfg.Sources) > 0)
 	colls, path := []string{cfg.Queue}, func(string) string { return cfg.Out }
