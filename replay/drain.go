@@ -144,7 +144,6 @@ func watch(ctx context.Context, cfg DrainConfig, clk clock.Clock, s *sampler, do
 	}
 }
 
-// describeSample is the drain progress line's tail.
 func describeSample(s *planner.Sample) string {
 	if s.T == 0 {
 		return "starting the consumer"
@@ -196,7 +195,7 @@ func newSampler(queue *mongo.Collection, m *metrics.Consumer, arrived func() int
 	return &sampler{queue: queuestate.New(queue, nil), m: m, arrived: arrived, start: start, base: readCounters(m)}
 }
 
-// runOnce takes the sample for now. force measures the queue even when the
+// runOnce takes the sample for now; force measures the queue even when the
 // budget says to wait (the drain's final figures).
 func (s *sampler) runOnce(ctx context.Context, now time.Time, force bool) (planner.Sample, error) {
 	c := readCounters(s.m)

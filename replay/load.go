@@ -18,12 +18,10 @@ import (
 	"github.com/scorerefresh/scorerefresh/planner"
 )
 
-// Arrival is how queue entries are inserted: the planner's profiles of the
-// same names (planner.ArrivalMax, planner.ArrivalOriginal), which a plan
-// predicts and a replay measures. max inserts every entry at once, as fast
-// as batches go; original inserts each at its original enqueue time
-// relative to the first, divided by the speed, so a replay reproduces
-// producers racing the drain.
+// Arrival is how queue entries are inserted, the planner's profiles of the
+// same names: max inserts every entry at once, as fast as batches go;
+// original inserts each at its enqueue time relative to the first, divided
+// by the speed, so a replay reproduces producers racing the drain.
 type Arrival string
 
 // The arrival modes of --arrival.
@@ -32,8 +30,7 @@ const (
 	ArrivalOriginal = Arrival(planner.ArrivalOriginal)
 )
 
-// DefaultBatchSize is the documents per insertMany: one round trip per
-// thousand documents, not one per document.
+// DefaultBatchSize is the documents per insertMany (one round trip each).
 const DefaultBatchSize = 1000
 
 // pacingSlack is how early a paced entry may go in rather than sleeping for
@@ -70,7 +67,6 @@ type Loader struct {
 	loaded   []atomic.Int64 // documents inserted, by index in plan.Files
 }
 
-// NewLoader applies cfg's defaults.
 func NewLoader(cfg LoadConfig) *Loader {
 	cfg.Arrival = cmp.Or(cfg.Arrival, ArrivalMax)
 	cfg.Speed = cmp.Or(cfg.Speed, 1)
@@ -130,8 +126,8 @@ func (l *Loader) LoadSources(ctx context.Context) error {
 	return nil
 }
 
-// LoadQueue inserts the queue file into the queue collection, without the
-// consumer's bookkeeping fields, at the pace of cfg.Arrival.
+// LoadQueue inserts the queue file, without bookkeeping fields, at the pace
+// of cfg.Arrival.
 func (l *Loader) LoadQueue(ctx context.Context) error {
 	l.origin = l.cfg.Clock.Now()
 	for i, f := range l.plan.Files {

@@ -13,12 +13,10 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/redact"
 )
 
-// ManifestName is the file in a snapshot directory that says which file
-// holds which collection.
-const ManifestName = "manifest.json"
-
-// ManifestFormat identifies the manifest's layout, for future changes.
-const ManifestFormat = "scorerefresh-snapshot/1"
+const (
+	ManifestName   = "manifest.json"           // the file of a snapshot directory saying which file holds which collection
+	ManifestFormat = "scorerefresh-snapshot/1" // the manifest's layout
+)
 
 // Manifest describes a snapshot directory, written by Snapshot and Generate.
 type Manifest struct {

@@ -47,11 +47,10 @@ type progressPoint struct {
 // lag behind.
 const recentWindow = 30 * time.Second
 
-// PlainEvery is how often a progress line is printed when the output is not
-// a terminal.
+// PlainEvery is how often a line is printed when the output is not a terminal.
 var PlainEvery = 5 * time.Second
 
-// StartProgress shows m on w until Stop. A nil w shows nothing.
+// StartProgress shows m on w (nil: nothing) until Stop.
 func StartProgress(w io.Writer, m Meter) *Progress {
 	p := &Progress{w: w, m: m, tty: isTerminal(w), start: time.Now()}
 	if w == nil {

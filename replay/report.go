@@ -17,11 +17,9 @@ import (
 	"github.com/scorerefresh/scorerefresh/planner"
 )
 
-// ReportFormat identifies a drain report's JSON layout.
-const ReportFormat = "scorerefresh-drain-report/1"
-
-// The files a report directory holds.
+// The files a report directory holds, and its JSON layout.
 const (
+	ReportFormat = "scorerefresh-drain-report/1"
 	ReportFile   = "report.json"
 	TimelineFile = "timeline.csv"
 	ChartFile    = "chart.svg"

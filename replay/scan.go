@@ -11,8 +11,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/extjson"
 )
 
-// MaxListedSkips caps the skipped lines a report lists one by one; all of
-// them are counted.
+// MaxListedSkips caps the skipped lines a report lists; all are counted.
 const MaxListedSkips = 1000
 
 // SkippedLine is a document --skip-bad left out.
@@ -43,10 +42,9 @@ type Plan struct {
 	SkippedTotal  int64
 }
 
-// scan reads every file through, handing each queue entry to each (when not
-// nil). Without skipBad the first bad document is an error naming its file
-// and line; a document after which the reader cannot resynchronise is an
-// error either way.
+// scan reads every file through, handing each queue entry to each (if not
+// nil). A bad document is an error naming its file and line, without skipBad
+// or when the reader cannot resynchronise after it.
 func scan(ctx context.Context, files []InputFile, skipBad bool, progress io.Writer, each func(entryInfo)) (*Plan, error) {
 	p := &Plan{}
 	users := map[string]struct{}{}

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -130,14 +129,13 @@ func demo(ctx context.Context, cfg config.Config, o demoOptions, stdout, stderr 
 		return err
 	}
 	defer svc.Close(context.Background())
-	rnd := rand.New(rand.NewPCG(o.seed, 0))
-	b := newBacklog(o, rnd, time.Now())
+	b := newBacklog(o)
 	seedStart := time.Now()
 	if err := b.seed(ctx, svc.DB, cfg); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "seeded %d entries for %d distinct users (%.0f%% from one firehose user) and %d source documents in %s\n",
-		len(b.entries), b.distinctUsers(), o.firehose*100, len(b.activity), time.Since(seedStart).Round(time.Millisecond))
+		len(b.entries), len(b.want), o.firehose*100, len(b.activity), time.Since(seedStart).Round(time.Millisecond))
 	fmt.Fprintf(stdout, "metrics, health: http://%s/metrics /healthz /readyz\n", svc.MetricsAddr())
 	fmt.Fprintf(stdout, "draining with REFRESH_CONCURRENCY=%d MAX_USERS_IN_FLIGHT=%d CLAIM_WINDOW=%d\n",
 		cfg.RefreshConcurrency, cfg.MaxUsersInFlight, cfg.ClaimWindow)
@@ -147,7 +145,7 @@ func demo(ctx context.Context, cfg config.Config, o demoOptions, stdout, stderr 
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(runCtx) }()
 
-	p := newProgress(svc, stdout)
+	p := &progress{svc: svc, out: stdout, start: time.Now()}
 	drained, err := p.untilDrained(ctx, done)
 	cancel()
 	if runErr := <-done; runErr != nil && err == nil {
@@ -163,6 +161,6 @@ func demo(ctx context.Context, cfg config.Config, o demoOptions, stdout, stderr 
 		fmt.Fprintln(stdout, "interrupted before the queue drained")
 		return nil
 	}
-	p.summary(len(b.entries), b.distinctUsers())
+	p.summary(len(b.entries), len(b.want))
 	return verify(ctx, svc, b, o.scorer != "", stdout)
 }
