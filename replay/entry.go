@@ -23,30 +23,18 @@ var BookkeepingFields = []string{
 
 const BookkeepingPrefix = "processing"
 
-// entryInfo is what the loader needs to know about a queue entry.
-type entryInfo struct {
-	username  string    // empty when missing or not a string
-	createdAt time.Time // zero when the entry has no usable time
-	explicit  bool      // createdAt came from the field, not the ObjectId
-}
-
-// inspectEntry reads the user and the enqueue time the way the consumer
-// does (docs/contract.md): createdAt, else the ObjectId's timestamp.
-func inspectEntry(raw bson.Raw) (e entryInfo) {
-	e.username, _ = raw.Lookup("username").StringValueOK()
-	if v := raw.Lookup("createdAt"); v.Type == bson.TypeDateTime {
-		e.createdAt, e.explicit = v.Time(), true
-	} else if oid, ok := raw.Lookup("_id").ObjectIDOK(); ok {
-		e.createdAt = oid.Timestamp()
-	}
-	return e
-}
-
-// QueueEntry reads an entry's user and enqueue time as the consumer does;
-// either is zero when the entry lacks it (the consumer dead-letters it).
+// QueueEntry reads an entry's user and enqueue time as the consumer does
+// (docs/contract.md): createdAt, else the ObjectId's timestamp. Either is
+// zero when the entry lacks it (the consumer dead-letters it).
 func QueueEntry(raw bson.Raw) (user string, createdAt time.Time) {
-	e := inspectEntry(raw)
-	return e.username, e.createdAt
+	user, _ = raw.Lookup("username").StringValueOK()
+	if v := raw.Lookup("createdAt"); v.Type == bson.TypeDateTime {
+		return user, v.Time()
+	}
+	if oid, ok := raw.Lookup("_id").ObjectIDOK(); ok {
+		createdAt = oid.Timestamp()
+	}
+	return user, createdAt
 }
 
 // prepareEntry returns the entry as it is inserted: without bookkeeping
@@ -65,12 +53,11 @@ func prepareEntry(raw bson.Raw, retimed time.Time, stripped map[string]int) (bso
 		}
 		return drop
 	})
-	info := inspectEntry(raw)
-	if retimed.IsZero() || info.createdAt.IsZero() {
+	if _, created := QueueEntry(raw); retimed.IsZero() || created.IsZero() {
 		return doc, nil // an untimed entry is malformed: the consumer dead-letters it as it is
 	}
 	at := bson.NewDateTimeFromTime(retimed)
-	if !info.explicit {
+	if raw.Lookup("createdAt").Type != bson.TypeDateTime {
 		return append(doc, bson.E{Key: "createdAt", Value: at}), nil
 	}
 	for i := range doc {

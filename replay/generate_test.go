@@ -22,7 +22,8 @@ func userCounts(t *testing.T, path string) map[string]int {
 		if bad != nil {
 			t.Fatal(bad)
 		}
-		counts[inspectEntry(raw).username]++
+		user, _ := QueueEntry(raw)
+		counts[user]++
 		return nil
 	})
 	if err != nil {

@@ -135,7 +135,8 @@ func (l *Loader) LoadQueue(ctx context.Context) error {
 			continue
 		}
 		return l.load(ctx, i, func(raw bson.Raw) (any, time.Duration, error) {
-			at, wait := l.retime(inspectEntry(raw))
+			_, createdAt := QueueEntry(raw)
+			at, wait := l.retime(createdAt)
 			doc, err := prepareEntry(raw, at, l.stripped)
 			return doc, wait, err
 		})
@@ -148,14 +149,14 @@ func (l *Loader) LoadQueue(ctx context.Context) error {
 // the first entry divided by the speed; with --shift-to-now it is stamped
 // with that moment, so the queue's oldest age means time spent waiting in
 // this replay.
-func (l *Loader) retime(info entryInfo) (time.Time, time.Duration) {
+func (l *Loader) retime(createdAt time.Time) (time.Time, time.Duration) {
 	switch {
-	case info.createdAt.IsZero() || l.cfg.Arrival != ArrivalOriginal && l.shift == 0:
+	case createdAt.IsZero() || l.cfg.Arrival != ArrivalOriginal && l.shift == 0:
 		return time.Time{}, 0
 	case l.cfg.Arrival != ArrivalOriginal:
-		return info.createdAt.Add(l.shift), 0
+		return createdAt.Add(l.shift), 0
 	}
-	due := l.origin.Add(time.Duration(float64(info.createdAt.Sub(l.plan.First)) / l.cfg.Speed))
+	due := l.origin.Add(time.Duration(float64(createdAt.Sub(l.plan.First)) / l.cfg.Speed))
 	if !l.cfg.ShiftToNow {
 		return time.Time{}, due.Sub(l.cfg.Clock.Now())
 	}

@@ -45,7 +45,7 @@ type Plan struct {
 // scan reads every file through, handing each queue entry to each (if not
 // nil). A bad document is an error naming its file and line, without skipBad
 // or when the reader cannot resynchronise after it.
-func scan(ctx context.Context, files []InputFile, skipBad bool, progress io.Writer, each func(entryInfo)) (*Plan, error) {
+func scan(ctx context.Context, files []InputFile, skipBad bool, progress io.Writer, each func(user string, createdAt time.Time)) (*Plan, error) {
 	p := &Plan{}
 	users := map[string]struct{}{}
 	for _, f := range files {
@@ -66,14 +66,14 @@ func scan(ctx context.Context, files []InputFile, skipBad bool, progress io.Writ
 			if !f.Queue {
 				return nil
 			}
-			info := inspectEntry(doc)
+			user, at := QueueEntry(doc)
 			if each != nil {
-				each(info)
+				each(user, at)
 			}
-			if info.username != "" {
-				users[info.username] = struct{}{}
+			if user != "" {
+				users[user] = struct{}{}
 			}
-			switch at := info.createdAt; {
+			switch {
 			case at.IsZero():
 				p.Untimed++
 			case p.Last.IsZero() || !at.Before(p.Last):
@@ -162,16 +162,16 @@ func ReadQueue(ctx context.Context, in, queue string, skipBad bool, fn func(user
 		}
 	}
 	var newest time.Time
-	_, err = scan(ctx, files, skipBad, nil, func(e entryInfo) {
-		if e.username == "" || e.createdAt.IsZero() {
+	_, err = scan(ctx, files, skipBad, nil, func(user string, at time.Time) {
+		if user == "" || at.IsZero() {
 			q.Malformed++
 			return
 		}
 		q.Entries++
-		if e.createdAt.After(newest) {
-			newest = e.createdAt
+		if at.After(newest) {
+			newest = at
 		}
-		fn(e.username, e.createdAt)
+		fn(user, at)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reading the queue of %s: %w", in, err)
