@@ -46,9 +46,8 @@ func (e *scorerExample) Set(v string) error {
 	return nil
 }
 
-// takeScorerExampleArg reads "--scorer-example go": a bare boolean-style
-// flag leaves its value as the first argument, and the flags after it
-// unparsed.
+// takeScorerExampleArg reads "--scorer-example go": a boolean-style flag
+// leaves its value as the first argument, and the flags after it unparsed.
 func takeScorerExampleArg(fs *flag.FlagSet, e *scorerExample) error {
 	if *e != exampleNode || fs.NArg() == 0 || (fs.Arg(0) != exampleNode && fs.Arg(0) != exampleGo) {
 		return nil

@@ -1,7 +1,6 @@
 // Package backlog is the one generator of synthetic queue backlogs: the
-// bench, the demo and `backlog generate` (package replay) draw their
-// entries' users and times from it, so a shape means the same thing in all
-// three.
+// bench, the demo and `backlog generate` (package replay) draw from it, so a
+// shape means the same thing in all three.
 package backlog
 
 import (
@@ -128,12 +127,11 @@ func Picker(shape Shape, rnd *rand.Rand, users int, hot float64) func() int {
 	return uniform
 }
 
-// Activity is source data for entries in the shape the demo's rules and
-// the example scorers read: user_activity documents {username, points,
-// at}. A user's first entry writes a document, and one later entry in 20
-// another (most events re-announce data already written, which keeps the
-// collection small: the embedded server scans it whole per query). want is
-// each user's expected score, count×perDoc plus the sum of the points.
+// Activity is user_activity documents {username, points, at} for entries, as
+// the demo's rules and the example scorers read them: one for a user's first
+// entry and for one later entry in 20 (the embedded server scans the whole
+// collection per query, so it stays small). want is each user's expected
+// score, count×perDoc plus the sum of the points.
 func Activity(entries []Entry, name func(int) string, rnd *rand.Rand, perDoc float64) (docs []any, want map[string]float64) {
 	want = map[string]float64{}
 	for _, e := range entries {
