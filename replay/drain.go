@@ -12,7 +12,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
-	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/planner"
 	"github.com/scorerefresh/scorerefresh/queuestate"
 )
@@ -61,8 +60,7 @@ type DrainResult struct {
 // arrive, or until cfg.Until or ctx ends, sampling the timeline every
 // interval; then it stops the consumer gracefully and takes a last sample.
 func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
-	var clk clock.Clock = clock.Real{}
-	res := &DrainResult{Start: clk.Now()}
+	res := &DrainResult{Start: time.Now()}
 	s := newSampler(cfg.Queue, cfg.Metrics, cfg.Arrived, res.Start)
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
@@ -78,9 +76,9 @@ func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
 	})
 	defer p.Stop()
 
-	consumerDone := watch(ctx, cfg, clk, s, done, res, &last)
+	consumerDone := watch(ctx, cfg, s, done, res, &last)
 	if res.End.IsZero() {
-		res.End = clk.Now()
+		res.End = time.Now()
 	}
 	stop()
 	if !consumerDone {
@@ -92,7 +90,7 @@ func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
 	// work, with a fresh context: an interrupt must still get its report.
 	finalCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	final, err := s.runOnce(finalCtx, clk.Now(), true)
+	final, err := s.runOnce(finalCtx, time.Now(), true)
 	res.Final = final
 	if err != nil {
 		return res, fmt.Errorf("measuring the queue after the drain: %w", err)
@@ -103,14 +101,14 @@ func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
 // watch samples the timeline into res every interval until the drain stops,
 // records why (res.Reason, res.Err, res.End when drained) and reports
 // whether the consumer returned.
-func watch(ctx context.Context, cfg DrainConfig, clk clock.Clock, s *sampler, done <-chan error, res *DrainResult, last *atomic.Pointer[planner.Sample]) (consumerDone bool) {
-	t := clk.NewTicker(cmp.Or(cfg.Interval, time.Second))
+func watch(ctx context.Context, cfg DrainConfig, s *sampler, done <-chan error, res *DrainResult, last *atomic.Pointer[planner.Sample]) (consumerDone bool) {
+	t := time.NewTicker(cmp.Or(cfg.Interval, time.Second))
 	defer t.Stop()
 	var deadline <-chan time.Time
 	if cfg.Until > 0 {
-		until := clk.NewTimer(cfg.Until)
+		until := time.NewTimer(cfg.Until)
 		defer until.Stop()
-		deadline = until.C()
+		deadline = until.C
 	}
 	loadDone := cfg.LoadDone
 	loading := loadDone != nil
@@ -131,7 +129,7 @@ func watch(ctx context.Context, cfg DrainConfig, clk clock.Clock, s *sampler, do
 				res.Reason, res.Err = StopLoadFailed, err
 				return false
 			}
-		case now := <-t.C():
+		case now := <-t.C:
 			// A failed query still yields the counters: the row stays, unmeasured.
 			smp, _ := s.runOnce(ctx, now, false)
 			res.Timeline = append(res.Timeline, smp)
