@@ -106,12 +106,11 @@ func eachDocument(ctx context.Context, path string, progress io.Writer, fn func(
 		return err
 	}
 	defer in.Close()
-	var n int64
 	p := StartProgress(progress, Meter{Label: "checking " + path, Unit: "bytes read", Done: in.BytesRead, Total: in.Size})
 	defer p.Stop()
 	r := extjson.NewReader(in, path)
-	for {
-		if n++; n%1024 == 0 && ctx.Err() != nil {
+	for n := 1; ; n++ {
+		if n%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
 		doc, err := r.Next()
