@@ -12,13 +12,12 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
-	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/planner"
 	"github.com/scorerefresh/scorerefresh/queuestate"
 )
 
-// Runner is the consumer as a drain uses it: Run drains until ctx ends, then
-// shuts down gracefully (app.Service has exactly this method).
+// Runner is the consumer: Run drains until ctx ends, then shuts down
+// gracefully (as app.Service does).
 type Runner interface {
 	Run(ctx context.Context) error
 }
@@ -40,13 +39,12 @@ type DrainConfig struct {
 	Interval time.Duration     // timeline resolution; default 1s
 	Until    time.Duration     // stop after this long even if entries remain; 0: until empty
 	// Arrived counts the entries inserted so far and LoadDone delivers the
-	// load's result, when the queue is loaded while it drains (paced
-	// arrival). Both nil: the queue is complete before the drain begins.
+	// load's result when the queue loads while it drains (paced arrival);
+	// both nil: the queue is complete before the drain begins.
 	Arrived  func() int64
 	LoadDone <-chan error
-	Expected int64       // entries the drain should see through, for the progress bar
-	Progress io.Writer   // progress line; nil: none
-	Clock    clock.Clock // paces the samples and Until; default the wall clock
+	Expected int64     // entries the drain should see through, for the progress bar
+	Progress io.Writer // progress line; nil: none
 }
 
 // DrainResult is what a drain measured.
@@ -62,8 +60,7 @@ type DrainResult struct {
 // arrive, or until cfg.Until or ctx ends, sampling the timeline every
 // interval; then it stops the consumer gracefully and takes a last sample.
 func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
-	clk := clock.Or(cfg.Clock)
-	res := &DrainResult{Start: clk.Now()}
+	res := &DrainResult{Start: time.Now()}
 	s := newSampler(cfg.Queue, cfg.Metrics, cfg.Arrived, res.Start)
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
@@ -76,13 +73,12 @@ func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
 		Done:  func() int64 { l := last.Load(); return int64(l.Acked + l.DeadLetters) },
 		Total: func() int64 { return cfg.Expected },
 		Extra: func() string { return describeSample(last.Load()) },
-		Clock: clk,
 	})
 	defer p.Stop()
 
-	consumerDone := watch(ctx, cfg, clk, s, done, res, &last)
+	consumerDone := watch(ctx, cfg, s, done, res, &last)
 	if res.End.IsZero() {
-		res.End = clk.Now()
+		res.End = time.Now()
 	}
 	stop()
 	if !consumerDone {
@@ -94,7 +90,7 @@ func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
 	// work, with a fresh context: an interrupt must still get its report.
 	finalCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	final, err := s.runOnce(finalCtx, clk.Now(), true)
+	final, err := s.runOnce(finalCtx, time.Now(), true)
 	res.Final = final
 	if err != nil {
 		return res, fmt.Errorf("measuring the queue after the drain: %w", err)
@@ -103,16 +99,16 @@ func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
 }
 
 // watch samples the timeline into res every interval until the drain stops,
-// and records why (res.Reason, res.Err, and res.End when the queue drained).
-// It reports whether the consumer returned (done was received from).
-func watch(ctx context.Context, cfg DrainConfig, clk clock.Clock, s *sampler, done <-chan error, res *DrainResult, last *atomic.Pointer[planner.Sample]) (consumerDone bool) {
-	t := clk.NewTicker(cmp.Or(cfg.Interval, time.Second))
+// records why (res.Reason, res.Err, res.End when drained) and reports
+// whether the consumer returned.
+func watch(ctx context.Context, cfg DrainConfig, s *sampler, done <-chan error, res *DrainResult, last *atomic.Pointer[planner.Sample]) (consumerDone bool) {
+	t := time.NewTicker(cmp.Or(cfg.Interval, time.Second))
 	defer t.Stop()
 	var deadline <-chan time.Time
 	if cfg.Until > 0 {
-		until := clk.NewTimer(cfg.Until)
+		until := time.NewTimer(cfg.Until)
 		defer until.Stop()
-		deadline = until.C()
+		deadline = until.C
 	}
 	loadDone := cfg.LoadDone
 	loading := loadDone != nil
@@ -133,9 +129,8 @@ func watch(ctx context.Context, cfg DrainConfig, clk clock.Clock, s *sampler, do
 				res.Reason, res.Err = StopLoadFailed, err
 				return false
 			}
-		case now := <-t.C():
-			// A failed query still yields the counters: the row stays,
-			// unmeasured, and the timeline stays regular.
+		case now := <-t.C:
+			// A failed query still yields the counters: the row stays, unmeasured.
 			smp, _ := s.runOnce(ctx, now, false)
 			res.Timeline = append(res.Timeline, smp)
 			last.Store(&smp)
@@ -147,7 +142,6 @@ func watch(ctx context.Context, cfg DrainConfig, clk clock.Clock, s *sampler, do
 	}
 }
 
-// describeSample is the drain progress line's tail.
 func describeSample(s *planner.Sample) string {
 	if s.T == 0 {
 		return "starting the consumer"
@@ -162,15 +156,14 @@ func describeSample(s *planner.Sample) string {
 	return out
 }
 
-// sampler takes timeline samples. Counters come from the consumer's metrics
-// in-process; depth and oldest age are a queuestate read (three queries of
-// bounded cost). On MongoDB they cost a millisecond; on a server that scans
-// whole collections (FerretDB: half a second each at 20,000 entries) they
-// would compete with
-// the drain they measure, so a query that took more than a fifth of the
-// interval is repeated only after five times its cost, and the samples in
-// between derive the depth from the counters. A derived depth of zero is
-// always checked by a query: only a measured zero ends a drain.
+// sampler takes timeline samples: counters from the consumer's metrics
+// in-process, depth and oldest age from a queuestate read. That read costs a
+// millisecond on MongoDB, but on a server that scans whole collections
+// (FerretDB: half a second a query at 20,000 entries) it would compete with
+// the drain it measures, so it is repeated only after five times its cost,
+// and the samples in between derive the depth from the counters. A derived
+// depth of zero is always checked by a query: only a measured zero ends a
+// drain.
 type sampler struct {
 	queue    *queuestate.Reader
 	m        *metrics.Consumer
@@ -200,7 +193,7 @@ func newSampler(queue *mongo.Collection, m *metrics.Consumer, arrived func() int
 	return &sampler{queue: queuestate.New(queue, nil), m: m, arrived: arrived, start: start, base: readCounters(m)}
 }
 
-// runOnce takes the sample for now. force measures the queue even when the
+// runOnce takes the sample for now; force measures the queue even when the
 // budget says to wait (the drain's final figures).
 func (s *sampler) runOnce(ctx context.Context, now time.Time, force bool) (planner.Sample, error) {
 	c := readCounters(s.m)

@@ -10,9 +10,10 @@ import (
 
 // BookkeepingFields are the top-level queue-entry fields a consumer (this
 // one in an older version, or another implementation) may have written into
-// an entry to claim it, count its attempts or back it off. Replay strips
-// them so every entry is pending again; the contract (docs/contract.md) says producers never
-// write them. Any field whose name starts with BookkeepingPrefix goes too.
+// an entry to claim it, count its attempts or back it off; producers never
+// write them (docs/contract.md). Replay strips them, and every field whose
+// name starts with BookkeepingPrefix (processing, processingBy, ...), so
+// every entry is pending again.
 var BookkeepingFields = []string{
 	"claimToken", "claimedBy", "claimedAt", "claimOwner",
 	"leaseUntil", "lockedUntil", "lockedBy",
@@ -20,46 +21,20 @@ var BookkeepingFields = []string{
 	"deadLetter",
 }
 
-// BookkeepingPrefix marks families of bookkeeping fields
-// (processing, processingBy, processingStartedAt, ...).
 const BookkeepingPrefix = "processing"
 
-// isBookkeeping reports whether a top-level field of an entry is a consumer's.
-func isBookkeeping(key string) bool {
-	return slices.Contains(BookkeepingFields, key) || strings.HasPrefix(key, BookkeepingPrefix)
-}
-
-// entryInfo is what the loader needs to know about a queue entry.
-type entryInfo struct {
-	username  string    // empty when missing or not a string
-	createdAt time.Time // zero when the entry has no usable time
-	explicit  bool      // createdAt came from the field, not the ObjectId
-}
-
-// inspectEntry reads the user and the enqueue time the way the consumer
-// does (docs/contract.md): createdAt, else the ObjectId's timestamp.
-func inspectEntry(raw bson.Raw) entryInfo {
-	var e entryInfo
-	if v, err := raw.LookupErr("username"); err == nil {
-		e.username, _ = v.StringValueOK()
-	}
-	if v, err := raw.LookupErr("createdAt"); err == nil && v.Type == bson.TypeDateTime {
-		e.createdAt, e.explicit = v.Time(), true
-		return e
-	}
-	if v, err := raw.LookupErr("_id"); err == nil {
-		if oid, ok := v.ObjectIDOK(); ok {
-			e.createdAt = oid.Timestamp()
-		}
-	}
-	return e
-}
-
-// QueueEntry reads an entry's user and enqueue time as the consumer does;
-// either is zero when the entry lacks it (the consumer dead-letters it).
+// QueueEntry reads an entry's user and enqueue time as the consumer does
+// (docs/contract.md): createdAt, else the ObjectId's timestamp. Either is
+// zero when the entry lacks it (the consumer dead-letters it).
 func QueueEntry(raw bson.Raw) (user string, createdAt time.Time) {
-	e := inspectEntry(raw)
-	return e.username, e.createdAt
+	user, _ = raw.Lookup("username").StringValueOK()
+	if v := raw.Lookup("createdAt"); v.Type == bson.TypeDateTime {
+		return user, v.Time()
+	}
+	if oid, ok := raw.Lookup("_id").ObjectIDOK(); ok {
+		createdAt = oid.Timestamp()
+	}
+	return user, createdAt
 }
 
 // prepareEntry returns the entry as it is inserted: without bookkeeping
@@ -71,21 +46,18 @@ func prepareEntry(raw bson.Raw, retimed time.Time, stripped map[string]int) (bso
 	if err := bson.Unmarshal(raw, &doc); err != nil {
 		return nil, err
 	}
-	kept := doc[:0]
-	for _, el := range doc {
-		if isBookkeeping(el.Key) {
+	doc = slices.DeleteFunc(doc, func(el bson.E) bool {
+		drop := slices.Contains(BookkeepingFields, el.Key) || strings.HasPrefix(el.Key, BookkeepingPrefix)
+		if drop {
 			stripped[el.Key]++
-			continue
 		}
-		kept = append(kept, el)
-	}
-	doc = kept
-	info := inspectEntry(raw)
-	if retimed.IsZero() || info.createdAt.IsZero() {
+		return drop
+	})
+	if _, created := QueueEntry(raw); retimed.IsZero() || created.IsZero() {
 		return doc, nil // an untimed entry is malformed: the consumer dead-letters it as it is
 	}
 	at := bson.NewDateTimeFromTime(retimed)
-	if !info.explicit {
+	if raw.Lookup("createdAt").Type != bson.TypeDateTime {
 		return append(doc, bson.E{Key: "createdAt", Value: at}), nil
 	}
 	for i := range doc {

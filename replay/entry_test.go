@@ -137,7 +137,7 @@ func TestMongoexportFixturesInEveryModeLoadAsTheSameEntries(t *testing.T) {
 		}
 		var got []bson.D
 		stripped := map[string]int{}
-		err = eachDocument(context.Background(), path, nil, "", func(raw []byte, _ *extjson.Error) error {
+		err = eachDocument(context.Background(), path, nil, func(raw []byte, _ *extjson.Error) error {
 			d, err := prepareEntry(raw, time.Time{}, stripped)
 			got = append(got, d)
 			return err

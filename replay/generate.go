@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -39,38 +40,8 @@ type GenerateConfig struct {
 // deterministic for a seed and End, and streams: memory grows with users,
 // not entries.
 func Generate(cfg GenerateConfig) (*Manifest, error) {
-	if err := cfg.setDefaults(); err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
-		return nil, err
-	}
-	// One seeded source, drawn from in a fixed order (queue, then each
-	// collection): the same seed gives the same files.
-	g := generator{cfg: cfg, rnd: rand.New(rand.NewPCG(cfg.Seed, 0x5c0e)), used: make([]bool, cfg.Users), ext: ".json"}
-	if cfg.Gzip {
-		g.ext += ".gz"
-	}
-	m := &Manifest{Format: ManifestFormat, CreatedAt: cfg.End, Origin: cfg.Origin, Rules: cfg.Rules.Source}
-	f, err := g.queue()
-	if err != nil {
-		return nil, err
-	}
-	m.Files = append(m.Files, f)
-	for _, coll := range cfg.Rules.Collections() {
-		f, err := g.sources(coll)
-		if err != nil {
-			return nil, err
-		}
-		m.Files = append(m.Files, f)
-	}
-	return m, writeManifest(cfg.Out, m)
-}
-
-// setDefaults checks the sizes and fills in the defaults.
-func (cfg *GenerateConfig) setDefaults() error {
 	if cfg.Entries <= 0 || cfg.Users <= 0 {
-		return fmt.Errorf("entries and users must be positive (got %d and %d)", cfg.Entries, cfg.Users)
+		return nil, fmt.Errorf("entries and users must be positive (got %d and %d)", cfg.Entries, cfg.Users)
 	}
 	cfg.Span = cmp.Or(cfg.Span, 10*time.Minute)
 	cfg.DocsPerUser = cmp.Or(cfg.DocsPerUser, 2)
@@ -82,64 +53,56 @@ func (cfg *GenerateConfig) setDefaults() error {
 	if cfg.Rules == nil {
 		cfg.Rules = scoring.DefaultRules()
 	}
-	return nil
-}
-
-// generator writes one synthetic snapshot's files.
-type generator struct {
-	cfg  GenerateConfig
-	rnd  *rand.Rand
-	used []bool // users the queue names, by number
-	ext  string
-}
-
-// queue writes the queue file: cfg.Entries entries spread evenly over the
-// span up to cfg.End, users drawn by the shape.
-func (g *generator) queue() (ManifestFile, error) {
-	cfg := g.cfg
-	gen := backlog.New(backlog.Spec{Shape: cfg.Shape, Entries: cfg.Entries, Users: cfg.Users, Hot: backlog.FirehoseShare, Span: cfg.Span, End: cfg.End}, g.rnd)
-	f, err := writeFile(filepath.Join(cfg.Out, cfg.Queue+g.ext), cfg.Queue, cfg.Entries, cfg.Progress, func(int) (any, bool) {
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		return nil, err
+	}
+	// One seeded source, drawn from in a fixed order (queue, then each
+	// collection): the same seed gives the same files.
+	rnd, used, ext := rand.New(rand.NewPCG(cfg.Seed, 0x5c0e)), make([]bool, cfg.Users), ".json"
+	if cfg.Gzip {
+		ext += ".gz"
+	}
+	m := &Manifest{Format: ManifestFormat, CreatedAt: cfg.End, Origin: cfg.Origin, Rules: cfg.Rules.Source}
+	// The queue: entries spread evenly over the span up to End, users drawn
+	// by the shape.
+	gen := backlog.New(backlog.Spec{Shape: cfg.Shape, Entries: cfg.Entries, Users: cfg.Users, Hot: backlog.FirehoseShare, Span: cfg.Span, End: cfg.End}, rnd)
+	f, err := generateFile(filepath.Join(cfg.Out, cfg.Queue+ext), cfg.Queue, cfg.Entries, cfg.Progress, func() (any, bool) {
 		e := gen.Next()
-		g.used[e.User] = true
+		used[e.User] = true
 		// Jitter within the step keeps times in file order, as a snapshot
 		// taken in _id order of ObjectIds minted at enqueue time has them.
-		at := e.At.Add(time.Duration(g.rnd.Int64N(int64(max(gen.Step()/2, 1)))))
-		return bson.D{{Key: "_id", Value: objectID(g.rnd, at)}, {Key: "username", Value: userName(e.User)},
+		at := e.At.Add(time.Duration(rnd.Int64N(int64(max(gen.Step()/2, 1)))))
+		return bson.D{{Key: "_id", Value: objectID(rnd, at)}, {Key: "username", Value: userName(e.User)},
 			{Key: "createdAt", Value: bson.NewDateTimeFromTime(at)}, {Key: "kind", Value: "generated"}, {Key: "shape", Value: string(cfg.Shape)}}, true
 	})
-	f.Queue = true
-	return f, err
-}
-
-// sources writes coll's file: 1 to 2·DocsPerUser-1 documents for each user
-// the queue names, in user order.
-func (g *generator) sources(coll string) (ManifestFile, error) {
-	cfg := g.cfg
-	comps := componentsOf(cfg.Rules, coll)
-	user, left := -1, 0
-	return writeFile(filepath.Join(cfg.Out, coll+g.ext), coll, -1, cfg.Progress, func(int) (any, bool) {
-		for left == 0 {
-			if user++; user >= cfg.Users {
-				return nil, false
-			}
-			if g.used[user] {
-				left = 1 + g.rnd.IntN(2*cfg.DocsPerUser-1)
-			}
-		}
-		left--
-		return sourceDoc(g.rnd, comps, userName(user), cfg.End, objectID(g.rnd, cfg.End)), true
-	})
-}
-
-// componentsOf returns the components that read coll.
-func componentsOf(r *scoring.Rules, coll string) []scoring.Component {
-	var out []scoring.Component
-	for _, c := range r.Components {
-		if c.Collection == coll {
-			out = append(out, c)
-		}
+	if err != nil {
+		return nil, err
 	}
-	return out
+	f.Queue = true
+	m.Files = append(m.Files, f)
+	// Each collection: 1 to 2·DocsPerUser-1 documents for each user the
+	// queue names, in user order.
+	for _, coll := range cfg.Rules.Collections() {
+		comps := slices.DeleteFunc(slices.Clone(cfg.Rules.Components), func(c scoring.Component) bool { return c.Collection != coll })
+		user, left := -1, 0
+		f, err := generateFile(filepath.Join(cfg.Out, coll+ext), coll, -1, cfg.Progress, func() (any, bool) {
+			for left == 0 {
+				if user++; user >= cfg.Users {
+					return nil, false
+				}
+				if used[user] {
+					left = 1 + rnd.IntN(2*cfg.DocsPerUser-1)
+				}
+			}
+			left--
+			return sourceDoc(rnd, comps, userName(user), cfg.End, objectID(rnd, cfg.End)), true
+		})
+		if err != nil {
+			return nil, err
+		}
+		m.Files = append(m.Files, f)
+	}
+	return m, writeManifest(cfg.Out, m)
 }
 
 // sourceDoc is one document every component reading its collection counts
@@ -148,12 +111,9 @@ func componentsOf(r *scoring.Rules, coll string) []scoring.Component {
 func sourceDoc(rnd *rand.Rand, comps []scoring.Component, user string, end time.Time, id bson.ObjectID) bson.D {
 	doc := bson.D{{Key: "_id", Value: id}}
 	set := func(k string, v any) {
-		for _, e := range doc {
-			if e.Key == k {
-				return
-			}
+		if !slices.ContainsFunc(doc, func(e bson.E) bool { return e.Key == k }) {
+			doc = append(doc, bson.E{Key: k, Value: v})
 		}
-		doc = append(doc, bson.E{Key: k, Value: v})
 	}
 	for _, c := range comps {
 		set(c.UserField, user)
@@ -181,33 +141,28 @@ func objectID(rnd *rand.Rand, at time.Time) bson.ObjectID {
 	return id
 }
 
-// writeFile writes the documents next yields (until it says false) to path.
-func writeFile(path, coll string, total int, progress io.Writer, next func(i int) (any, bool)) (ManifestFile, error) {
-	mf := ManifestFile{File: filepath.Base(path), Collection: coll}
-	out, err := extjson.Create(path)
-	if err != nil {
-		return mf, err
-	}
-	defer out.Abort()
-	w := extjson.NewWriter(out, true)
-	p := StartProgress(progress, Meter{Label: "generating " + coll, Unit: "documents", Done: w.Docs, Bytes: out.BytesWritten,
-		Total: func() int64 { return int64(max(total, 0)) }})
-	defer p.Stop()
-	for i := 0; total < 0 || i < total; i++ {
-		doc, ok := next(i)
-		if !ok {
-			break
+// generateFile writes the documents next yields (until it says false) to
+// path: total of them, or an unknown number when total is negative. Its
+// progress line ends once the file is complete.
+func generateFile(path, coll string, total int, progress io.Writer, next func() (any, bool)) (ManifestFile, error) {
+	var p *Progress
+	mf, err := writeFile(path, coll, true, func(w *extjson.Writer, bytes func() int64) error {
+		p = StartProgress(progress, Meter{Label: "generating " + coll, Unit: "documents", Done: w.Docs, Bytes: bytes,
+			Total: func() int64 { return int64(max(total, 0)) }})
+		for i := 0; total < 0 || i < total; i++ {
+			doc, ok := next()
+			if !ok {
+				break
+			}
+			if err := w.Write(doc); err != nil {
+				return err
+			}
 		}
-		if err := w.Write(doc); err != nil {
-			return mf, err
-		}
+		return w.Flush()
+	})
+	if p != nil {
+		p.Stop()
 	}
-	if err := w.Flush(); err != nil {
-		return mf, err
-	}
-	if err := out.Commit(); err != nil {
-		return mf, err
-	}
-	mf.Documents, mf.Bytes = w.Docs(), out.BytesWritten()
-	return mf, nil
+	mf.File = filepath.Base(path)
+	return mf, err
 }

@@ -18,11 +18,12 @@ import (
 func userCounts(t *testing.T, path string) map[string]int {
 	t.Helper()
 	counts := map[string]int{}
-	err := eachDocument(context.Background(), path, nil, "", func(raw []byte, bad *extjson.Error) error {
+	err := eachDocument(context.Background(), path, nil, func(raw []byte, bad *extjson.Error) error {
 		if bad != nil {
 			t.Fatal(bad)
 		}
-		counts[inspectEntry(raw).username]++
+		user, _ := QueueEntry(raw)
+		counts[user]++
 		return nil
 	})
 	if err != nil {
@@ -95,7 +96,7 @@ func TestGeneratedSourcesFollowTheRules(t *testing.T) {
 	queued := userCounts(t, filepath.Join(dir, "score_events.json.gz"))
 	for _, f := range m.Files[1:] {
 		seen := map[string]bool{}
-		err := eachDocument(context.Background(), filepath.Join(dir, f.File), nil, "", func(raw []byte, _ *extjson.Error) error {
+		err := eachDocument(context.Background(), filepath.Join(dir, f.File), nil, func(raw []byte, _ *extjson.Error) error {
 			var d struct {
 				Owner   string    `bson:"owner"`
 				Author  string    `bson:"author"`

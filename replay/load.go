@@ -18,12 +18,10 @@ import (
 	"github.com/scorerefresh/scorerefresh/planner"
 )
 
-// Arrival is how queue entries are inserted: the planner's profiles of the
-// same names (planner.ArrivalMax, planner.ArrivalOriginal), which a plan
-// predicts and a replay measures. max inserts every entry at once, as fast
-// as batches go; original inserts each at its original enqueue time
-// relative to the first, divided by the speed, so a replay reproduces
-// producers racing the drain.
+// Arrival is how queue entries are inserted, the planner's profiles of the
+// same names: max inserts every entry at once, as fast as batches go;
+// original inserts each at its enqueue time relative to the first, divided
+// by the speed, so a replay reproduces producers racing the drain.
 type Arrival string
 
 // The arrival modes of --arrival.
@@ -32,8 +30,7 @@ const (
 	ArrivalOriginal = Arrival(planner.ArrivalOriginal)
 )
 
-// DefaultBatchSize is the documents per insertMany: one round trip per
-// thousand documents, not one per document.
+// DefaultBatchSize is the documents per insertMany (one round trip each).
 const DefaultBatchSize = 1000
 
 // pacingSlack is how early a paced entry may go in rather than sleeping for
@@ -51,7 +48,6 @@ type LoadConfig struct {
 	Arrival    Arrival             // default ArrivalMax
 	Speed      float64             // ArrivalOriginal's speed-up; default 1
 	SkipBad    bool                // leave out documents that do not parse, listing them, instead of stopping
-	BatchSize  int                 // default DefaultBatchSize
 	Clock      clock.Clock         // paces arrival; default the wall clock
 	Progress   io.Writer           // progress lines; nil: none
 	// QuietQueue leaves the queue's load without a progress line of its
@@ -64,18 +60,16 @@ type LoadConfig struct {
 type Loader struct {
 	cfg      LoadConfig
 	plan     *Plan
-	shift    time.Duration
-	origin   time.Time // when the first queue entry is due, for paced arrival
+	shift    time.Duration // how far --shift-to-now moves times
+	origin   time.Time     // when the first queue entry is due, for paced arrival
 	inserted atomic.Int64
-	stripped map[string]int
+	stripped map[string]int // how many times each bookkeeping field was removed
 	loaded   []atomic.Int64 // documents inserted, by index in plan.Files
 }
 
-// NewLoader applies cfg's defaults.
 func NewLoader(cfg LoadConfig) *Loader {
 	cfg.Arrival = cmp.Or(cfg.Arrival, ArrivalMax)
 	cfg.Speed = cmp.Or(cfg.Speed, 1)
-	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
 	cfg.Clock = clock.Or(cfg.Clock)
 	return &Loader{cfg: cfg, stripped: map[string]int{}}
 }
@@ -100,9 +94,6 @@ func (l *Loader) Scan(ctx context.Context) (*Plan, error) {
 	return p, nil
 }
 
-// Shift returns how far --shift-to-now moves times (zero without it).
-func (l *Loader) Shift() time.Duration { return l.shift }
-
 // Inserted returns the queue entries inserted so far; safe from any goroutine.
 func (l *Loader) Inserted() int64 { return l.inserted.Load() }
 
@@ -115,9 +106,6 @@ func (l *Loader) LoadedSoFar() string {
 	}
 	return strings.Join(parts, "; ")
 }
-
-// Stripped returns how many times each bookkeeping field was removed.
-func (l *Loader) Stripped() map[string]int { return l.stripped }
 
 // LoadSources inserts every source file, all at once: producers write
 // source data before they enqueue, so it is all there before any entry.
@@ -138,8 +126,8 @@ func (l *Loader) LoadSources(ctx context.Context) error {
 	return nil
 }
 
-// LoadQueue inserts the queue file into the queue collection, without the
-// consumer's bookkeeping fields, at the pace of cfg.Arrival.
+// LoadQueue inserts the queue file, without bookkeeping fields, at the pace
+// of cfg.Arrival.
 func (l *Loader) LoadQueue(ctx context.Context) error {
 	l.origin = l.cfg.Clock.Now()
 	for i, f := range l.plan.Files {
@@ -147,7 +135,8 @@ func (l *Loader) LoadQueue(ctx context.Context) error {
 			continue
 		}
 		return l.load(ctx, i, func(raw bson.Raw) (any, time.Duration, error) {
-			at, wait := l.retime(inspectEntry(raw))
+			_, createdAt := QueueEntry(raw)
+			at, wait := l.retime(createdAt)
 			doc, err := prepareEntry(raw, at, l.stripped)
 			return doc, wait, err
 		})
@@ -160,14 +149,14 @@ func (l *Loader) LoadQueue(ctx context.Context) error {
 // the first entry divided by the speed; with --shift-to-now it is stamped
 // with that moment, so the queue's oldest age means time spent waiting in
 // this replay.
-func (l *Loader) retime(info entryInfo) (time.Time, time.Duration) {
+func (l *Loader) retime(createdAt time.Time) (time.Time, time.Duration) {
 	switch {
-	case info.createdAt.IsZero() || l.cfg.Arrival != ArrivalOriginal && l.shift == 0:
+	case createdAt.IsZero() || l.cfg.Arrival != ArrivalOriginal && l.shift == 0:
 		return time.Time{}, 0
 	case l.cfg.Arrival != ArrivalOriginal:
-		return info.createdAt.Add(l.shift), 0
+		return createdAt.Add(l.shift), 0
 	}
-	due := l.origin.Add(time.Duration(float64(info.createdAt.Sub(l.plan.First)) / l.cfg.Speed))
+	due := l.origin.Add(time.Duration(float64(createdAt.Sub(l.plan.First)) / l.cfg.Speed))
 	if !l.cfg.ShiftToNow {
 		return time.Time{}, due.Sub(l.cfg.Clock.Now())
 	}
@@ -176,21 +165,49 @@ func (l *Loader) retime(info entryInfo) (time.Time, time.Duration) {
 
 // load streams the i-th file of the plan into its collection in batches.
 // prep turns a parsed document into the one to insert and says how long to
-// wait before it.
+// wait before it: one due later than pacingSlack first sends what is
+// batched, then sleeps.
 func (l *Loader) load(ctx context.Context, i int, prep func(bson.Raw) (any, time.Duration, error)) error {
-	f := l.plan.Files[i]
-	w := &fileWriter{l: l, f: f, coll: l.cfg.DB.Collection(f.Collection), batch: make([]any, 0, l.cfg.BatchSize), done: &l.loaded[i]}
+	f, done := l.plan.Files[i], &l.loaded[i]
+	coll, progress := l.cfg.DB.Collection(f.Collection), l.cfg.Progress
 	if f.Queue {
-		w.coll = l.cfg.DB.Collection(l.cfg.Queue)
+		coll = l.cfg.DB.Collection(l.cfg.Queue)
+		if l.cfg.QuietQueue {
+			progress = nil
+		}
 	}
-	progress := l.cfg.Progress
-	if f.Queue && l.cfg.QuietQueue {
-		progress = nil
-	}
-	p := StartProgress(progress, Meter{Label: "loading " + w.coll.Name(), Unit: "documents",
-		Done: w.done.Load, Total: func() int64 { return f.Documents }})
+	p := StartProgress(progress, Meter{Label: "loading " + coll.Name(), Unit: "documents",
+		Done: done.Load, Total: func() int64 { return f.Documents }})
 	defer p.Stop()
-	err := eachDocument(ctx, f.Path, nil, "loading", func(raw []byte, bad *extjson.Error) error {
+	batch := make([]any, 0, DefaultBatchSize)
+	// flush inserts the batch in one round trip and counts what went in, all
+	// of it or, of an ordered insertMany, the part before the first failure.
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		_, err := coll.InsertMany(ctx, batch)
+		n := int64(len(batch))
+		if err != nil {
+			var bwe mongo.BulkWriteException
+			n = 0
+			if errors.As(err, &bwe) && len(bwe.WriteErrors) > 0 {
+				n = int64(bwe.WriteErrors[0].Index)
+			}
+		}
+		done.Add(n)
+		if f.Queue {
+			l.inserted.Add(n)
+		}
+		batch = batch[:0]
+		if err != nil {
+			return fmt.Errorf("inserting into %s: %d of %d documents of %s are in, the rest are not: %w\n"+
+				"(a duplicate key means the collection already held them: replay into an empty database or pass --drop)",
+				coll.Name(), done.Load(), f.Documents, f.Path, err)
+		}
+		return nil
+	}
+	err := eachDocument(ctx, f.Path, nil, func(raw []byte, bad *extjson.Error) error {
 		if bad != nil {
 			return nil // counted and listed by the scan
 		}
@@ -198,75 +215,24 @@ func (l *Loader) load(ctx context.Context, i int, prep func(bson.Raw) (any, time
 		if err != nil {
 			return fmt.Errorf("%s: %w", f.Path, err)
 		}
-		return w.add(ctx, doc, wait)
+		if wait > pacingSlack {
+			if err := flush(); err != nil {
+				return err
+			}
+			if err := clock.Sleep(ctx, l.cfg.Clock, wait); err != nil {
+				return err
+			}
+		}
+		if batch = append(batch, doc); len(batch) == cap(batch) {
+			return flush()
+		}
+		return nil
 	})
 	if err == nil {
-		err = w.flush(ctx)
+		err = flush()
 	}
 	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		return fmt.Errorf("stopped after %d of %d documents of %s: %w", w.done.Load(), f.Documents, f.Path, err)
+		return fmt.Errorf("stopped after %d of %d documents of %s: %w", done.Load(), f.Documents, f.Path, err)
 	}
 	return err
-}
-
-// fileWriter inserts one file's documents in batches of the batch's
-// capacity, keeping the loader's counts of what went in.
-type fileWriter struct {
-	l     *Loader
-	f     FilePlan
-	coll  *mongo.Collection
-	batch []any
-	done  *atomic.Int64 // documents of f inserted, the loader's count
-}
-
-// add queues doc for insertion once wait has passed: documents due later
-// than pacingSlack first send what is batched, then sleep.
-func (w *fileWriter) add(ctx context.Context, doc any, wait time.Duration) error {
-	if wait > pacingSlack {
-		if err := w.flush(ctx); err != nil {
-			return err
-		}
-		if err := clock.Sleep(ctx, w.l.cfg.Clock, wait); err != nil {
-			return err
-		}
-	}
-	w.batch = append(w.batch, doc)
-	if len(w.batch) == cap(w.batch) {
-		return w.flush(ctx)
-	}
-	return nil
-}
-
-// flush inserts the batch in one round trip and counts what went in, all of
-// it or the part before a failure.
-func (w *fileWriter) flush(ctx context.Context) error {
-	if len(w.batch) == 0 {
-		return nil
-	}
-	_, err := w.coll.InsertMany(ctx, w.batch)
-	n := int64(len(w.batch))
-	if err != nil {
-		n = insertedBefore(err)
-	}
-	w.done.Add(n)
-	if w.f.Queue {
-		w.l.inserted.Add(n)
-	}
-	w.batch = w.batch[:0]
-	if err != nil {
-		return fmt.Errorf("inserting into %s: %d of %d documents of %s are in, the rest are not: %w\n"+
-			"(a duplicate key means the collection already held them: replay into an empty database or pass --drop)",
-			w.coll.Name(), w.done.Load(), w.f.Documents, w.f.Path, err)
-	}
-	return nil
-}
-
-// insertedBefore returns how many documents of an ordered insertMany went in
-// before the first failure.
-func insertedBefore(err error) int64 {
-	var bwe mongo.BulkWriteException
-	if errors.As(err, &bwe) && len(bwe.WriteErrors) > 0 {
-		return int64(bwe.WriteErrors[0].Index)
-	}
-	return 0
 }

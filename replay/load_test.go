@@ -47,7 +47,7 @@ func TestSnapshotThenReplayGivesTheSameDocuments(t *testing.T) {
 	if len(m.Files) != 2 || !m.Files[0].Queue || m.Files[0].File != "score_events.json.gz" || m.Files[0].Documents != int64(len(queue)) {
 		t.Fatalf("manifest %+v", m)
 	}
-	files, err := ResolveInput(dir, "events_replayed")
+	files, _, err := ResolveInput(dir, "events_replayed")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestInsertsGoInBatchesOfAThousand(t *testing.T) {
 	if _, err := Generate(GenerateConfig{Shape: ShapeDiverse, Entries: 2500, Users: 40, Out: dir, End: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	files, err := ResolveInput(dir, "score_events")
+	files, _, err := ResolveInput(dir, "score_events")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestBookkeepingIsStrippedFromAMongoexportFile(t *testing.T) {
 			}
 		}
 	}
-	if got := l.Stripped(); got["claimToken"] != 1 || got["deadLetter"] != 1 || len(got) != 9 {
+	if got := l.stripped; got["claimToken"] != 1 || got["deadLetter"] != 1 || len(got) != 9 {
 		t.Errorf("stripped %v", got)
 	}
 }
@@ -175,8 +175,8 @@ func TestShiftToNowKeepsGapsAndMovesWindowedSourceTimes(t *testing.T) {
 		t.Fatal(err)
 	}
 	shift := now.Sub(t0.Add(5 * time.Minute))
-	if l.Shift() != shift {
-		t.Errorf("shift %s, want %s", l.Shift(), shift)
+	if l.shift != shift {
+		t.Errorf("shift %s, want %s", l.shift, shift)
 	}
 	var got []struct {
 		CreatedAt time.Time `bson:"createdAt"`

@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -14,12 +13,10 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/redact"
 )
 
-// ManifestName is the file in a snapshot directory that says which file
-// holds which collection.
-const ManifestName = "manifest.json"
-
-// ManifestFormat identifies the manifest's layout, for future changes.
-const ManifestFormat = "scorerefresh-snapshot/1"
+const (
+	ManifestName   = "manifest.json"           // the file of a snapshot directory saying which file holds which collection
+	ManifestFormat = "scorerefresh-snapshot/1" // the manifest's layout
+)
 
 // Manifest describes a snapshot directory, written by Snapshot and Generate.
 type Manifest struct {
@@ -52,18 +49,12 @@ type InputFile struct {
 // mongoexport users name them.
 var inputExtensions = []string{".json", ".jsonl", ".ndjson"}
 
-// ResolveInput lists the files of --in. A file is the queue. A directory is
-// read through its manifest if it has one; otherwise each *.json, *.jsonl or
-// *.ndjson file (optionally .gz) is the collection its name says, and the
-// one named after queue is the queue.
-func ResolveInput(path, queue string) ([]InputFile, error) {
-	files, _, err := resolveInput(path, queue)
-	return files, err
-}
-
-// resolveInput is ResolveInput that also returns the manifest, nil when
-// there is none.
-func resolveInput(path, queue string) ([]InputFile, *Manifest, error) {
+// ResolveInput lists the files of --in, and the manifest that lists them
+// (nil when there is none). A file is the queue. A directory is read through
+// its manifest if it has one; otherwise each *.json, *.jsonl or *.ndjson file
+// (optionally .gz) is the collection its name says, and the one named after
+// queue is the queue.
+func ResolveInput(path, queue string) (files []InputFile, m *Manifest, err error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, nil, err
@@ -71,33 +62,25 @@ func resolveInput(path, queue string) ([]InputFile, *Manifest, error) {
 	if !st.IsDir() {
 		return []InputFile{{Path: path, Collection: queue, Queue: true}}, nil, nil
 	}
-	if m, err := ReadManifest(path); err == nil {
-		var files []InputFile
+	if m, err = ReadManifest(path); err == nil {
 		for _, f := range m.Files {
 			files = append(files, InputFile{Path: filepath.Join(path, f.File), Collection: f.Collection, Queue: f.Queue})
 		}
-		return files, m, checkOneQueue(files, path)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, err
-	}
-	ents, err := os.ReadDir(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	var files []InputFile
-	for _, e := range ents {
-		name := strings.TrimSuffix(e.Name(), ".gz")
-		ext := filepath.Ext(name)
-		if e.IsDir() || !slices.Contains(inputExtensions, ext) {
-			continue
+	} else {
+		ents, err := os.ReadDir(path)
+		if err != nil {
+			return nil, nil, err
 		}
-		coll := strings.TrimSuffix(name, ext)
-		files = append(files, InputFile{Path: filepath.Join(path, e.Name()), Collection: coll, Queue: coll == queue})
+		for _, e := range ents {
+			name := strings.TrimSuffix(e.Name(), ".gz")
+			ext := filepath.Ext(name)
+			if coll := strings.TrimSuffix(name, ext); !e.IsDir() && slices.Contains(inputExtensions, ext) {
+				files = append(files, InputFile{Path: filepath.Join(path, e.Name()), Collection: coll, Queue: coll == queue})
+			}
+		}
 	}
-	return files, nil, checkOneQueue(files, path)
-}
-
-func checkOneQueue(files []InputFile, dir string) error {
 	n := 0
 	for _, f := range files {
 		if f.Queue {
@@ -105,23 +88,20 @@ func checkOneQueue(files []InputFile, dir string) error {
 		}
 	}
 	if n != 1 {
-		return fmt.Errorf("%s: %d files hold the queue, want exactly one (a %s naming it, or a file named after QUEUE_COLLECTION such as score_events.json)", dir, n, ManifestName)
+		return files, m, fmt.Errorf("%s: %d files hold the queue, want exactly one (a %s naming it, or a file named after QUEUE_COLLECTION such as score_events.json)", path, n, ManifestName)
 	}
-	return nil
+	return files, m, nil
 }
 
 // ReadManifest reads dir's manifest.
 func ReadManifest(dir string) (*Manifest, error) {
-	b, err := os.ReadFile(filepath.Join(dir, ManifestName))
-	if err != nil {
+	path := filepath.Join(dir, ManifestName)
+	var m Manifest
+	if err := readJSON(path, &m); err != nil {
 		return nil, err
 	}
-	var m Manifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, ManifestName), err)
-	}
 	if m.Format != ManifestFormat {
-		return nil, fmt.Errorf("%s: format %q, this build reads %q", filepath.Join(dir, ManifestName), m.Format, ManifestFormat)
+		return nil, fmt.Errorf("%s: format %q, this build reads %q", path, m.Format, ManifestFormat)
 	}
 	return &m, nil
 }
@@ -130,9 +110,5 @@ func ReadManifest(dir string) (*Manifest, error) {
 // the caller passed: a manifest travels with the data it describes.
 func writeManifest(dir string, m *Manifest) error {
 	m.Origin = redact.String(m.Origin)
-	b, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, ManifestName), append(b, '\n'), 0o644)
+	return writeJSON(filepath.Join(dir, ManifestName), m)
 }

@@ -18,13 +18,13 @@ func TestResolveInput(t *testing.T) {
 		return dir
 	}
 	file := touch(t.TempDir(), "export.json")
-	got, err := ResolveInput(filepath.Join(file, "export.json"), "q")
+	got, _, err := ResolveInput(filepath.Join(file, "export.json"), "q")
 	if err != nil || len(got) != 1 || !got[0].Queue {
 		t.Errorf("a file: %+v %v", got, err)
 	}
 	// mongoexport files named after their collections.
 	dir := touch(t.TempDir(), "q.json.gz", "user_activity.jsonl", "posts.ndjson", "notes.txt")
-	got, err = ResolveInput(dir, "q")
+	got, _, err = ResolveInput(dir, "q")
 	if err != nil || len(got) != 3 {
 		t.Fatalf("a directory: %+v %v", got, err)
 	}
@@ -33,7 +33,7 @@ func TestResolveInput(t *testing.T) {
 			t.Errorf("%+v", f)
 		}
 	}
-	if _, err := ResolveInput(dir, "other_queue"); err == nil || !strings.Contains(err.Error(), "0 files hold the queue") {
+	if _, _, err := ResolveInput(dir, "other_queue"); err == nil || !strings.Contains(err.Error(), "0 files hold the queue") {
 		t.Errorf("no queue file: %v", err)
 	}
 	// A manifest says which file is the queue, whatever QUEUE_COLLECTION is.
@@ -42,7 +42,7 @@ func TestResolveInput(t *testing.T) {
 		{File: "events.json", Collection: "events", Queue: true}, {File: "user_activity.json", Collection: "user_activity"}}}); err != nil {
 		t.Fatal(err)
 	}
-	got, err = ResolveInput(snap, "score_events")
+	got, _, err = ResolveInput(snap, "score_events")
 	if err != nil || len(got) != 2 || !got[0].Queue || got[1].Collection != "user_activity" {
 		t.Errorf("with a manifest: %+v %v", got, err)
 	}

@@ -21,7 +21,6 @@ type Meter struct {
 	Total func() int64  // expected total (an estimate is fine); nil or 0: unknown, no bar or ETA
 	Bytes func() int64  // bytes moved so far; nil: not shown
 	Extra func() string // appended to the line; nil: nothing
-	Clock clock.Clock   // paces the redraws and times the rate; nil: the wall clock
 }
 
 // Progress redraws a bar in place on a terminal, about five times a second,
@@ -31,7 +30,6 @@ type Progress struct {
 	w      io.Writer
 	m      Meter
 	tty    bool
-	clock  clock.Clock
 	start  time.Time
 	once   sync.Once
 	cancel context.CancelFunc // ends the redraw loop
@@ -49,14 +47,12 @@ type progressPoint struct {
 // lag behind.
 const recentWindow = 30 * time.Second
 
-// PlainEvery is how often a progress line is printed when the output is not
-// a terminal.
+// PlainEvery is how often a line is printed when the output is not a terminal.
 var PlainEvery = 5 * time.Second
 
-// StartProgress shows m on w until Stop. A nil w shows nothing.
+// StartProgress shows m on w (nil: nothing) until Stop.
 func StartProgress(w io.Writer, m Meter) *Progress {
-	clk := clock.Or(m.Clock)
-	p := &Progress{w: w, m: m, tty: isTerminal(w), clock: clk, start: clk.Now()}
+	p := &Progress{w: w, m: m, tty: isTerminal(w), start: time.Now()}
 	if w == nil {
 		return p
 	}
@@ -66,7 +62,7 @@ func StartProgress(w io.Writer, m Meter) *Progress {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
-	p.done.Go(func() { clock.Every(ctx, clk, every, func(context.Context) { p.draw(false) }) })
+	p.done.Go(func() { clock.Every(ctx, clock.Real{}, every, func(context.Context) { p.draw(false) }) })
 	return p
 }
 
@@ -82,7 +78,7 @@ func (p *Progress) Stop() {
 }
 
 func (p *Progress) draw(final bool) {
-	now := p.clock.Now()
+	now := time.Now()
 	p.recent = append(p.recent, progressPoint{now, p.m.Done()})
 	for len(p.recent) > 2 && now.Sub(p.recent[1].at) >= recentWindow {
 		p.recent = p.recent[1:]
@@ -93,14 +89,13 @@ func (p *Progress) draw(final bool) {
 		rate = float64(last.done-first.done) / last.at.Sub(first.at).Seconds()
 	}
 	line := formatProgress(p.m, elapsed, rate, p.tty)
-	switch {
-	case p.tty && final:
-		fmt.Fprintf(p.w, "\r%s\x1b[K\n", line)
-	case p.tty:
-		fmt.Fprintf(p.w, "\r%s\x1b[K", line)
-	default:
-		fmt.Fprintln(p.w, line)
+	if p.tty {
+		line = "\r" + line + "\x1b[K"
 	}
+	if final || !p.tty {
+		line += "\n"
+	}
+	fmt.Fprint(p.w, line)
 }
 
 // formatProgress renders one line: label, bar, percentage, counts, bytes,
@@ -146,8 +141,7 @@ func formatProgress(m Meter, elapsed time.Duration, rate float64, bar bool) stri
 	return b.String()
 }
 
-// isTerminal reports whether w is a terminal (a character device), without
-// a dependency for it.
+// isTerminal reports whether w is a terminal (a character device).
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {
@@ -158,13 +152,10 @@ func isTerminal(w io.Writer) bool {
 }
 
 func byteSize(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	for i, unit := range []string{"GiB", "MiB", "KiB"} {
+		if d := int64(1) << (30 - 10*i); n >= d {
+			return fmt.Sprintf("%.1f %s", float64(n)/float64(d), unit)
+		}
 	}
 	return fmt.Sprintf("%d B", n)
 }

@@ -12,7 +12,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
-	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/planner"
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
@@ -77,24 +76,23 @@ type Target struct {
 	Metrics                           *metrics.Consumer
 	Rules                             *scoring.Rules
 	Settings                          Settings
-	Clock                             clock.Clock // paces arrival and the drain's samples; default the wall clock
 }
 
 // Replay loads o.In into t and, with o.Drain, drains it and writes a report
 // (returned). Without o.Drain it returns a nil report once loaded.
 func Replay(ctx context.Context, o Options, t Target, out, progress io.Writer) (*Report, error) {
-	files, err := ResolveInput(o.In, t.Queue)
+	files, _, err := ResolveInput(o.In, t.Queue)
 	if err != nil {
 		return nil, err
 	}
 	paced := Arrival(o.Arrival) == ArrivalOriginal
 	l := NewLoader(LoadConfig{DB: t.DB, Queue: t.Queue, Files: files, ShiftToNow: o.ShiftToNow, TimeFields: timeFields(t.Rules),
-		Arrival: Arrival(o.Arrival), Speed: o.Speed, SkipBad: o.SkipBad, Clock: t.Clock, Progress: progress, QuietQueue: paced && o.Drain})
+		Arrival: Arrival(o.Arrival), Speed: o.Speed, SkipBad: o.SkipBad, Progress: progress, QuietQueue: paced && o.Drain})
 	plan, err := l.Scan(ctx)
 	if err != nil {
 		return nil, err
 	}
-	describePlan(out, plan, l.Shift())
+	describePlan(out, plan, l.shift)
 	if o.Drop {
 		if err := dropTargets(ctx, t, plan); err != nil {
 			return nil, err
@@ -112,7 +110,7 @@ func Replay(ctx context.Context, o Options, t Target, out, progress io.Writer) (
 		return nil, nil
 	}
 	dc := DrainConfig{Queue: t.DB.Collection(t.Queue), Consumer: t.Consumer, Metrics: t.Metrics, Interval: o.SampleInterval,
-		Until: o.Until, Expected: plan.Entries, Progress: progress, Clock: t.Clock}
+		Until: o.Until, Expected: plan.Entries, Progress: progress}
 	stopLoad, err := loadQueue(ctx, l, paced, &dc)
 	if err != nil {
 		return nil, loadFailed(l, err)
@@ -153,8 +151,8 @@ func report(out io.Writer, o Options, settings Settings, l *Loader, plan *Plan, 
 	if res.Reason == StopLoadFailed {
 		r.Error = loadFailed(l, res.Err).Error()
 	}
-	r.Input, r.Arrival, r.Speed, r.ShiftSeconds = o.In, Arrival(o.Arrival), o.Speed, l.Shift().Seconds()
-	r.Settings, r.StrippedFields = settings, l.Stripped()
+	r.Input, r.Arrival, r.Speed, r.ShiftSeconds = o.In, Arrival(o.Arrival), o.Speed, l.shift.Seconds()
+	r.Settings, r.StrippedFields = settings, l.stripped
 	dir := o.ReportDir
 	if dir == "" {
 		dir = "replay-report-" + res.Start.Format("20060102-150405")

@@ -11,8 +11,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/extjson"
 )
 
-// MaxListedSkips caps the skipped lines a report lists one by one; all of
-// them are counted.
+// MaxListedSkips caps the skipped lines a report lists; all are counted.
 const MaxListedSkips = 1000
 
 // SkippedLine is a document --skip-bad left out.
@@ -43,16 +42,15 @@ type Plan struct {
 	SkippedTotal  int64
 }
 
-// scan reads every file through, handing each queue entry to each (when not
-// nil). Without skipBad the first bad document is an error naming its file
-// and line; a document after which the reader cannot resynchronise is an
-// error either way.
-func scan(ctx context.Context, files []InputFile, skipBad bool, progress io.Writer, each func(entryInfo)) (*Plan, error) {
+// scan reads every file through, handing each queue entry to each (if not
+// nil). A bad document is an error naming its file and line, without skipBad
+// or when the reader cannot resynchronise after it.
+func scan(ctx context.Context, files []InputFile, skipBad bool, progress io.Writer, each func(user string, createdAt time.Time)) (*Plan, error) {
 	p := &Plan{}
 	users := map[string]struct{}{}
 	for _, f := range files {
 		fp := FilePlan{InputFile: f}
-		err := eachDocument(ctx, f.Path, progress, "checking", func(doc []byte, bad *extjson.Error) error {
+		err := eachDocument(ctx, f.Path, progress, func(doc []byte, bad *extjson.Error) error {
 			if bad != nil {
 				if !skipBad || bad.Fatal {
 					return bad
@@ -68,14 +66,14 @@ func scan(ctx context.Context, files []InputFile, skipBad bool, progress io.Writ
 			if !f.Queue {
 				return nil
 			}
-			info := inspectEntry(doc)
+			user, at := QueueEntry(doc)
 			if each != nil {
-				each(info)
+				each(user, at)
 			}
-			if info.username != "" {
-				users[info.username] = struct{}{}
+			if user != "" {
+				users[user] = struct{}{}
 			}
-			switch at := info.createdAt; {
+			switch {
 			case at.IsZero():
 				p.Untimed++
 			case p.Last.IsZero() || !at.Before(p.Last):
@@ -102,18 +100,17 @@ func scan(ctx context.Context, files []InputFile, skipBad bool, progress io.Writ
 
 // eachDocument calls fn for every document of the file at path, good or bad,
 // in order, with a progress line over the file's bytes.
-func eachDocument(ctx context.Context, path string, progress io.Writer, verb string, fn func(doc []byte, bad *extjson.Error) error) error {
+func eachDocument(ctx context.Context, path string, progress io.Writer, fn func(doc []byte, bad *extjson.Error) error) error {
 	in, err := extjson.Open(path)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	var n int64
-	p := StartProgress(progress, Meter{Label: verb + " " + path, Unit: "bytes read", Done: in.BytesRead, Total: in.Size})
+	p := StartProgress(progress, Meter{Label: "checking " + path, Unit: "bytes read", Done: in.BytesRead, Total: in.Size})
 	defer p.Stop()
 	r := extjson.NewReader(in, path)
-	for {
-		if n++; n%1024 == 0 && ctx.Err() != nil {
+	for n := 1; ; n++ {
+		if n%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
 		doc, err := r.Next()
@@ -141,17 +138,15 @@ type QueueScan struct {
 	Reference time.Time
 	Entries   int64 // handed to the callback
 	Malformed int64 // no username or no enqueue time: the consumer dead-letters them
-	Skipped   int64 // documents that do not parse (only with skipBad)
 }
 
-// ReadQueue streams the queue entries of a snapshot, a generated backlog or
-// a mongoexport file (anything --in of replay takes), calling fn with each
-// well-formed entry's username and enqueue time, read as the consumer reads
-// them (createdAt, else the ObjectId's time). queue names the queue's file
-// in a directory without a manifest. A document that does not parse stops
-// it, with its file and line, unless skipBad.
+// ReadQueue streams the queue entries of anything --in of replay takes,
+// calling fn with each well-formed entry's username and enqueue time, read
+// as the consumer reads them. queue names the queue's file in a directory
+// without a manifest. A document that does not parse stops it, with its file
+// and line, unless skipBad.
 func ReadQueue(ctx context.Context, in, queue string, skipBad bool, fn func(user string, createdAt time.Time)) (*QueueScan, error) {
-	files, m, err := resolveInput(in, queue)
+	files, m, err := ResolveInput(in, queue)
 	if err != nil {
 		return nil, err
 	}
@@ -166,21 +161,20 @@ func ReadQueue(ctx context.Context, in, queue string, skipBad bool, fn func(user
 		}
 	}
 	var newest time.Time
-	p, err := scan(ctx, files, skipBad, nil, func(e entryInfo) {
-		if e.username == "" || e.createdAt.IsZero() {
+	_, err = scan(ctx, files, skipBad, nil, func(user string, at time.Time) {
+		if user == "" || at.IsZero() {
 			q.Malformed++
 			return
 		}
 		q.Entries++
-		if e.createdAt.After(newest) {
-			newest = e.createdAt
+		if at.After(newest) {
+			newest = at
 		}
-		fn(e.username, e.createdAt)
+		fn(user, at)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reading the queue of %s: %w", in, err)
 	}
-	q.Skipped = p.SkippedTotal
 	if q.Reference.IsZero() {
 		q.Reference = newest
 	}

@@ -7,24 +7,16 @@ import (
 	"github.com/scorerefresh/scorerefresh/internal/backlog"
 )
 
-// Shape is the distribution of users over a generated backlog (the one
-// generator, internal/backlog, draws them).
+// Shape is the distribution of users over a generated backlog, drawn by
+// internal/backlog, whose constants say what each one means.
 type Shape = backlog.Shape
 
 // The shapes of `backlog generate --shape`.
 const (
-	// ShapeFirehose: nine entries in ten belong to one user (a bulk import,
-	// a bot), the rest to users at random: coalescing does all the work.
 	ShapeFirehose = backlog.Firehose
-	// ShapeDiverse: every entry's user is drawn uniformly: the window holds
-	// as many distinct users as it can, the metastable wedge's trigger.
-	ShapeDiverse = backlog.Diverse
-	// ShapeZipf: users drawn from a Zipf law (s=1.1), as real activity
-	// is: a few hot users and a long tail.
-	ShapeZipf = backlog.Zipf
-	// ShapeMixed: 40% one firehose user, 30% Zipf, 30% uniform: the
-	// firehose and a diverse tail at once.
-	ShapeMixed = backlog.Mixed
+	ShapeDiverse  = backlog.Diverse
+	ShapeZipf     = backlog.Zipf
+	ShapeMixed    = backlog.Mixed
 )
 
 // Shapes lists every shape, for usage text and validation.

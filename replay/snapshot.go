@@ -1,19 +1,18 @@
 package replay
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/pkg/extjson"
 )
 
@@ -28,50 +27,53 @@ const SnapshotConsistency = "per-collection scan in _id order, not a point in ti
 // SnapshotConfig says what to snapshot and where.
 type SnapshotConfig struct {
 	DB       *mongo.Database
-	Queue    string      // the queue collection
-	Sources  []string    // source collections to take as well; empty: the queue only
-	Out      string      // a file (the queue only) or a directory (one file per collection and a manifest)
-	Gzip     bool        // gzip the files written into a directory (a file is gzipped when its name ends in .gz)
-	Relaxed  bool        // relaxed Extended JSON (mongoexport's default); canonical otherwise, which keeps int64 apart from int32
-	Origin   string      // recorded in the manifest, e.g. the redacted URI
-	Rules    string      // recorded in the manifest
-	Progress io.Writer   // progress lines; nil: none
-	Clock    clock.Nower // dates the manifest; nil: the wall clock
+	Queue    string    // the queue collection
+	Sources  []string  // source collections to take as well; empty: the queue only
+	Out      string    // a file (the queue only) or a directory (one file per collection and a manifest)
+	Gzip     bool      // gzip the files written into a directory (a file is gzipped when its name ends in .gz)
+	Relaxed  bool      // relaxed Extended JSON (mongoexport's default); canonical otherwise, which keeps int64 apart from int32
+	Origin   string    // recorded in the manifest, e.g. the redacted URI
+	Rules    string    // recorded in the manifest
+	Progress io.Writer // progress lines; nil: none
 }
 
 // Snapshot streams the queue, then the sources, to files, one document a
 // line, in constant memory whatever their size. Into a directory it also
 // writes a manifest, last, so a directory with a manifest is complete.
 func Snapshot(ctx context.Context, cfg SnapshotConfig) (*Manifest, error) {
-	m := &Manifest{Format: ManifestFormat, CreatedAt: cmp.Or[clock.Nower](cfg.Clock, clock.Real{}).Now().UTC(), Origin: cfg.Origin, Database: cfg.DB.Name(),
+	m := &Manifest{Format: ManifestFormat, CreatedAt: time.Now().UTC(), Origin: cfg.Origin, Database: cfg.DB.Name(),
 		Rules: cfg.Rules, Consistency: SnapshotConsistency}
-	if !isDirTarget(cfg.Out, len(cfg.Sources) > 0) {
-		f, err := exportCollection(ctx, cfg.DB.Collection(cfg.Queue), cfg.Out, !cfg.Relaxed, cfg.Progress)
-		if err != nil {
+	dir := isDirTarget(cfg.Out, len(cfg.Sources) > 0)
+	colls, path := []string{cfg.Queue}, func(string) string { return cfg.Out }
+	if dir {
+		if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 			return nil, err
 		}
-		f.Queue = true
-		m.Files = append(m.Files, f)
-		return m, nil
+		ext := ".json"
+		if cfg.Gzip {
+			ext += ".gz"
+		}
+		colls, path = append(colls, cfg.Sources...), func(name string) string { return filepath.Join(cfg.Out, name+ext) }
 	}
-	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
-		return nil, err
-	}
-	ext := ".json"
-	if cfg.Gzip {
-		ext += ".gz"
-	}
-	colls := append([]string{cfg.Queue}, cfg.Sources...)
 	for i, name := range colls {
 		if i > 0 && name == cfg.Queue {
 			continue
 		}
-		f, err := exportCollection(ctx, cfg.DB.Collection(name), filepath.Join(cfg.Out, name+ext), !cfg.Relaxed, cfg.Progress)
+		coll := cfg.DB.Collection(name)
+		f, err := writeFile(path(name), name, !cfg.Relaxed, func(w *extjson.Writer, bytes func() int64) error {
+			return Export(ctx, coll, w, bytes, path(name), cfg.Progress)
+		})
 		if err != nil {
 			return nil, err
 		}
-		f.File, f.Queue = filepath.Base(f.File), i == 0
+		f.Queue = i == 0
+		if dir {
+			f.File = filepath.Base(f.File)
+		}
 		m.Files = append(m.Files, f)
+	}
+	if !dir {
+		return m, nil
 	}
 	return m, writeManifest(cfg.Out, m)
 }
@@ -86,17 +88,17 @@ func isDirTarget(out string, withSources bool) bool {
 	return err == nil && st.IsDir()
 }
 
-// exportCollection writes one collection to path. The progress total is the
-// server's estimated count: cheap, and right enough for an ETA.
-func exportCollection(ctx context.Context, coll *mongo.Collection, path string, canonical bool, progress io.Writer) (ManifestFile, error) {
-	mf := ManifestFile{File: path, Collection: coll.Name()}
+// writeFile writes coll's file at path with fill, which flushes w, and
+// commits it only if fill succeeds.
+func writeFile(path, coll string, canonical bool, fill func(w *extjson.Writer, bytes func() int64) error) (ManifestFile, error) {
+	mf := ManifestFile{File: path, Collection: coll}
 	out, err := extjson.Create(path)
 	if err != nil {
 		return mf, err
 	}
 	defer out.Abort()
 	w := extjson.NewWriter(out, canonical)
-	if err := Export(ctx, coll, w, out.BytesWritten, path, progress); err != nil {
+	if err := fill(w, out.BytesWritten); err != nil {
 		return mf, err
 	}
 	if err := out.Commit(); err != nil {

@@ -22,9 +22,11 @@ type backlog struct {
 	want     map[string]float64 // expected score per user
 }
 
-func newBacklog(o demoOptions, rnd *rand.Rand, now time.Time) *backlog {
-	// Events arrived over the last ten minutes, oldest first; user 0 is the
-	// firehose user, the others are drawn uniformly.
+// newBacklog draws o's backlog: events that arrived over the last ten
+// minutes, oldest first; user 0 is the firehose user, the others are drawn
+// uniformly.
+func newBacklog(o demoOptions) *backlog {
+	rnd := rand.New(rand.NewPCG(o.seed, 0))
 	users, name := o.users, func(i int) string { return fmt.Sprintf("user-%04d", i) }
 	if o.firehose > 0 {
 		users, name = o.users+1, func(i int) string {
@@ -34,15 +36,14 @@ func newBacklog(o demoOptions, rnd *rand.Rand, now time.Time) *backlog {
 			return fmt.Sprintf("user-%04d", i-1)
 		}
 	}
-	entries := gen.Generate(gen.Spec{Shape: gen.Firehose, Entries: o.entries, Users: users, Hot: o.firehose, End: now}, rnd)
-	// Producers write the source data first, then enqueue the event.
+	entries := gen.Generate(gen.Spec{Shape: gen.Firehose, Entries: o.entries, Users: users, Hot: o.firehose, End: time.Now()}, rnd)
 	b := &backlog{entries: gen.QueueDocs(entries, name, "demo")}
 	b.activity, b.want = gen.Activity(entries, name, rnd, 0)
 	return b
 }
 
-func (b *backlog) distinctUsers() int { return len(b.want) }
-
+// seed inserts the backlog as producers write it: the source data first,
+// then the events.
 func (b *backlog) seed(ctx context.Context, db *mongo.Database, cfg config.Config) error {
 	for _, c := range []struct {
 		coll *mongo.Collection

@@ -1,25 +1,11 @@
 // Command scorerefresh-demo runs the real service against an embedded
 // MongoDB-compatible server (FerretDB, SQLite, in-process), so it needs no
-// MongoDB installed:
-//
-//	go run ./cmd/scorerefresh-demo
-//
-// It seeds a backlog that mixes one firehose user with many distinct users,
-// drains it with exactly the pipeline `scorerefresh run` uses, prints a
-// progress line every second and a summary at the end, and checks every score
-// against an independent aggregate over the source data.
-//
-// With --scorer-example (node, the default, or go) the scores come from an
-// example HTTP scorer of examples/ instead of the rules, and are checked
-// against what that scorer computes.
-//
-// It also replays snapshots, with the flags of `scorerefresh replay` plus
-// --embedded (docs/replay.md):
-//
-//	go run ./cmd/scorerefresh-demo replay --embedded --in DIR --drain
-//
-// The embedded server lives only in this binary: the production binary
-// (cmd/scorerefresh) does not link it.
+// MongoDB installed. It seeds a backlog of one firehose user and many
+// distinct users, drains it with the pipeline `scorerefresh run` uses, and
+// checks every score against an independent aggregate over the source data,
+// or, with --scorer-example, against what that example HTTP scorer computes.
+// `replay` and `serve` are its other commands (docs/replay.md, README.md).
+// The production binary (cmd/scorerefresh) does not link the embedded server.
 package main
 
 import (
@@ -29,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -56,6 +41,16 @@ type demoOptions struct {
 	scorer   scorerExample // --scorer-example: drain through examples/ instead of the rules
 }
 
+// register defines the flags of the backlog and its server, which the demo
+// and serve share; dataHelp is -data's help text.
+func (o *demoOptions) register(fs *flag.FlagSet, dataHelp string) {
+	fs.IntVar(&o.entries, "entries", 3000, "queue entries to seed")
+	fs.IntVar(&o.users, "users", 300, "distinct users besides the firehose user")
+	fs.Float64Var(&o.firehose, "firehose", 0.5, "fraction of entries that belong to the one firehose user")
+	fs.Uint64Var(&o.seed, "seed", 1, "random seed of the backlog")
+	fs.StringVar(&o.dataDir, "data", "", dataHelp)
+}
+
 func run(args, environ []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "replay" {
 		return runReplay(args[1:], environ, stdout, stderr)
@@ -66,11 +61,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("scorerefresh-demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o demoOptions
-	fs.IntVar(&o.entries, "entries", 3000, "queue entries to seed")
-	fs.IntVar(&o.users, "users", 300, "distinct users besides the firehose user")
-	fs.Float64Var(&o.firehose, "firehose", 0.5, "fraction of entries that belong to the one firehose user")
-	fs.Uint64Var(&o.seed, "seed", 1, "random seed of the backlog")
-	fs.StringVar(&o.dataDir, "data", "", "keep the embedded server's SQLite files here (default: a temporary directory)")
+	o.register(fs, "keep the embedded server's SQLite files here (default: a temporary directory)")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "the service's log level (its JSON lines go to stderr)")
 	fs.StringVar(&o.cpuProf, "cpuprofile", "", "write a CPU profile of the whole run (server included) to this file")
 	fs.Var(&o.scorer, "scorer-example", "drain through an example HTTP scorer instead of the rules: node (examples/nodescorer, the default) or go (examples/httpscorer)")
@@ -117,22 +108,6 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// withScorerExample starts the example scorer name names (none when
-// empty) on the server at uri and points cfg at it; the context it returns
-// ends if the scorer exits.
-func withScorerExample(ctx context.Context, cfg *config.Config, name scorerExample, uri string, stdout, stderr io.Writer) (context.Context, func(), error) {
-	if name == "" {
-		return ctx, func() {}, nil
-	}
-	scorer, scorerCtx, err := startScorerExample(ctx, name, uri, cfg.Database, stderr)
-	if err != nil {
-		return ctx, nil, err
-	}
-	cfg.ScorerURL, cfg.ScorerToken = scorer.url, scorer.token
-	fmt.Fprintf(stdout, "the %s example scorer at %s computes the scores\n", name, scorer.url)
-	return scorerCtx, scorer.stop, nil
-}
-
 func demo(ctx context.Context, cfg config.Config, o demoOptions, stdout, stderr io.Writer) error {
 	srv, err := embedmongo.Start(ctx, embedmongo.Config{Dir: o.dataDir})
 	if err != nil {
@@ -154,14 +129,13 @@ func demo(ctx context.Context, cfg config.Config, o demoOptions, stdout, stderr 
 		return err
 	}
 	defer svc.Close(context.Background())
-	rnd := rand.New(rand.NewPCG(o.seed, 0))
-	b := newBacklog(o, rnd, time.Now())
+	b := newBacklog(o)
 	seedStart := time.Now()
 	if err := b.seed(ctx, svc.DB, cfg); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "seeded %d entries for %d distinct users (%.0f%% from one firehose user) and %d source documents in %s\n",
-		len(b.entries), b.distinctUsers(), o.firehose*100, len(b.activity), time.Since(seedStart).Round(time.Millisecond))
+		len(b.entries), len(b.want), o.firehose*100, len(b.activity), time.Since(seedStart).Round(time.Millisecond))
 	fmt.Fprintf(stdout, "metrics, health: http://%s/metrics /healthz /readyz\n", svc.MetricsAddr())
 	fmt.Fprintf(stdout, "draining with REFRESH_CONCURRENCY=%d MAX_USERS_IN_FLIGHT=%d CLAIM_WINDOW=%d\n",
 		cfg.RefreshConcurrency, cfg.MaxUsersInFlight, cfg.ClaimWindow)
@@ -171,7 +145,7 @@ func demo(ctx context.Context, cfg config.Config, o demoOptions, stdout, stderr 
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(runCtx) }()
 
-	p := newProgress(svc, stdout)
+	p := &progress{svc: svc, out: stdout, start: time.Now()}
 	drained, err := p.untilDrained(ctx, done)
 	cancel()
 	if runErr := <-done; runErr != nil && err == nil {
@@ -187,6 +161,6 @@ func demo(ctx context.Context, cfg config.Config, o demoOptions, stdout, stderr 
 		fmt.Fprintln(stdout, "interrupted before the queue drained")
 		return nil
 	}
-	p.summary(len(b.entries), b.distinctUsers())
+	p.summary(len(b.entries), len(b.want))
 	return verify(ctx, svc, b, o.scorer != "", stdout)
 }

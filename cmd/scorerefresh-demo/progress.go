@@ -15,21 +15,15 @@ import (
 
 // progress prints one line a second while the queue drains.
 type progress struct {
-	svc   *app.Service
-	queue *queuestate.Reader
-	out   io.Writer
-	start time.Time
-	end   time.Time
-}
-
-func newProgress(svc *app.Service, out io.Writer) *progress {
-	return &progress{svc: svc, queue: queuestate.New(svc.Colls.Queue, nil), out: out, start: time.Now()}
+	svc        *app.Service
+	out        io.Writer
+	start, end time.Time
 }
 
 // untilDrained reports once a second until the queue is empty (true), ctx
 // ends (false) or the service stops on its own (its error).
 func (p *progress) untilDrained(ctx context.Context, done <-chan error) (bool, error) {
-	t := time.NewTicker(time.Second)
+	t, queue := time.NewTicker(time.Second), queuestate.New(p.svc.Colls.Queue, nil)
 	defer t.Stop()
 	lastAcked, lastUsers, last := 0.0, 0.0, p.start
 	for {
@@ -39,7 +33,7 @@ func (p *progress) untilDrained(ctx context.Context, done <-chan error) (bool, e
 		case err := <-done:
 			return false, errors.Join(errors.New("the service stopped before the queue drained"), err)
 		case now := <-t.C:
-			st, err := p.queue.Read(ctx)
+			st, err := queue.Read(ctx)
 			if err != nil {
 				fmt.Fprintf(p.out, "%6.1fs  (queue unreadable: %v)\n", now.Sub(p.start).Seconds(), err)
 				continue

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/scorerefresh/scorerefresh/internal/config"
 )
 
 // scorerExample is --scorer-example: which example scorer of examples/ the
@@ -44,9 +46,8 @@ func (e *scorerExample) Set(v string) error {
 	return nil
 }
 
-// takeScorerExampleArg reads "--scorer-example go": a bare boolean-style
-// flag leaves its value as the first argument, and the flags after it
-// unparsed.
+// takeScorerExampleArg reads "--scorer-example go": a boolean-style flag
+// leaves its value as the first argument, and the flags after it unparsed.
 func takeScorerExampleArg(fs *flag.FlagSet, e *scorerExample) error {
 	if *e != exampleNode || fs.NArg() == 0 || (fs.Arg(0) != exampleNode && fs.Arg(0) != exampleGo) {
 		return nil
@@ -57,22 +58,25 @@ func takeScorerExampleArg(fs *flag.FlagSet, e *scorerExample) error {
 
 // exampleScorer is a running example scorer.
 type exampleScorer struct {
-	url, token string
-	cmd        *exec.Cmd
-	tmp        string        // the Go example's build directory, removed at stop
-	done       chan struct{} // closed once it exited
+	cmd  *exec.Cmd
+	tmp  string        // the Go example's build directory, removed at stop
+	done chan struct{} // closed once it exited
 }
 
-// startScorerExample builds or installs the example scorer named, starts it
-// on a free loopback port reading database db at uri, and waits until it
-// listens. The context returned ends, with a cause, once the scorer exits:
-// a demo draining through a dead scorer would otherwise wait forever.
-func startScorerExample(ctx context.Context, which scorerExample, uri, db string, stderr io.Writer) (_ *exampleScorer, _ context.Context, err error) {
+// withScorerExample builds or installs the example scorer which names (none
+// when empty), starts it on a free loopback port reading cfg's database at
+// uri, waits until it listens and points cfg at it. The context returned
+// ends, with a cause, once the scorer exits: a demo draining through a dead
+// scorer would otherwise wait forever.
+func withScorerExample(ctx context.Context, cfg *config.Config, which scorerExample, uri string, stdout, stderr io.Writer) (_ context.Context, stop func(), err error) {
+	if which == "" {
+		return ctx, func() {}, nil
+	}
 	root, err := repoRoot()
 	if err != nil {
 		return nil, nil, err
 	}
-	s := &exampleScorer{token: rand.Text(), done: make(chan struct{})}
+	s := &exampleScorer{done: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			s.stop()
@@ -87,7 +91,8 @@ func startScorerExample(ctx context.Context, which scorerExample, uri, db string
 	if err != nil {
 		return nil, nil, err
 	}
-	s.cmd.Env = append(os.Environ(), "MONGODB_URI="+uri, "MONGODB_DATABASE="+db, "SCORER_TOKEN="+s.token, "PORT=0", "LISTEN=127.0.0.1")
+	token := rand.Text()
+	s.cmd.Env = append(os.Environ(), "MONGODB_URI="+uri, "MONGODB_DATABASE="+cfg.Database, "SCORER_TOKEN="+token, "PORT=0", "LISTEN=127.0.0.1")
 	// The first line it prints is where it listens; the rest is dropped.
 	pr, pw := io.Pipe()
 	s.cmd.Stdout, s.cmd.Stderr = pw, stderr
@@ -115,8 +120,9 @@ func startScorerExample(ctx context.Context, which scorerExample, uri, db string
 		if !ok {
 			return nil, nil, fmt.Errorf("the %s example scorer printed %q, not its address", which, line)
 		}
-		s.url = url + "/score"
-		return s, runCtx, nil
+		cfg.ScorerURL, cfg.ScorerToken = url+"/score", token
+		fmt.Fprintf(stdout, "the %s example scorer at %s computes the scores\n", which, cfg.ScorerURL)
+		return runCtx, s.stop, nil
 	case <-s.done:
 		return nil, nil, context.Cause(runCtx)
 	case <-ctx.Done():
@@ -124,7 +130,7 @@ func startScorerExample(ctx context.Context, which scorerExample, uri, db string
 	}
 }
 
-// scorerExitError ends the context of startScorerExample.
+// scorerExitError ends the context of withScorerExample.
 type scorerExitError struct {
 	which scorerExample
 	err   error // of Wait

@@ -5,10 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -33,11 +31,7 @@ func runServe(args, environ []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() { fmt.Fprint(fs.Output(), serveUsage); fs.PrintDefaults() }
 	var o demoOptions
 	addr := fs.String("addr", "127.0.0.1:27017", "listen address (loopback; :0 for a free port)")
-	fs.IntVar(&o.entries, "entries", 3000, "queue entries to seed")
-	fs.IntVar(&o.users, "users", 300, "distinct users besides the firehose user")
-	fs.Float64Var(&o.firehose, "firehose", 0.5, "fraction of entries that belong to the one firehose user")
-	fs.Uint64Var(&o.seed, "seed", 1, "random seed of the backlog")
-	fs.StringVar(&o.dataDir, "data", "", "keep the SQLite files here (default: a temporary directory, removed at the end)")
+	o.register(fs, "keep the SQLite files here (default: a temporary directory, removed at the end)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			fs.SetOutput(stdout)
@@ -77,12 +71,12 @@ func serve(ctx context.Context, cfg config.Config, o demoOptions, addr string, s
 	}
 	defer func() { _ = client.Disconnect(context.Background()) }()
 	if o.entries > 0 {
-		b := newBacklog(o, rand.New(rand.NewPCG(o.seed, 0)), time.Now())
+		b := newBacklog(o)
 		if err := b.seed(ctx, client.Database(cfg.Database), cfg); err != nil {
 			return fmt.Errorf("seeding the backlog: %w", err)
 		}
 		fmt.Fprintf(stdout, "seeded %d entries for %d distinct users and %d source documents in database %s\n",
-			len(b.entries), b.distinctUsers(), len(b.activity), cfg.Database)
+			len(b.entries), len(b.want), len(b.activity), cfg.Database)
 	}
 	fmt.Fprintf(stdout, "MONGODB_URI=%s\n", srv.URI())
 	fmt.Fprintf(stdout, "try, in another shell:\n  export MONGODB_URI=%s MONGODB_DATABASE=%s\n  go run ./cmd/scorerefresh status\n  go run ./cmd/scorerefresh doctor\n  go run ./cmd/scorerefresh run\nserving until interrupted\n", srv.URI(), cfg.Database)

@@ -14,9 +14,8 @@ import (
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
-// verify checks every user's stored score: against the sum of their seeded
-// activity (the rules), or, with example, against what the example scorers
-// compute.
+// verify checks every user's stored score against the sum of their seeded
+// activity (the rules) or, with example, what the example scorers compute.
 func verify(ctx context.Context, svc *app.Service, b *backlog, example bool, out io.Writer) error {
 	docs, err := readAll[scoring.ScoreDoc](ctx, svc.DB.Collection("user_scores"), "scores")
 	if err != nil {

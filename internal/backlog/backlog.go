@@ -1,7 +1,6 @@
 // Package backlog is the one generator of synthetic queue backlogs: the
-// bench, the demo and `backlog generate` (package replay) draw their
-// entries' users and times from it, so a shape means the same thing in all
-// three.
+// bench, the demo and `backlog generate` (package replay) draw from it, so a
+// shape means the same thing in all three.
 package backlog
 
 import (
@@ -20,11 +19,14 @@ const (
 	// Firehose: a share Spec.Hot of the entries belongs to user 0 (a bulk
 	// import, a bot), the rest to users at random: coalescing does the work.
 	Firehose Shape = "firehose"
-	// Diverse: every entry's user is drawn uniformly.
+	// Diverse: every entry's user is drawn uniformly, so the claim window
+	// holds as many distinct users as it can: the metastable wedge's trigger.
 	Diverse Shape = "diverse"
-	// Zipf: users drawn from a Zipf law (s=1.1): a few hot users, a long tail.
+	// Zipf: users drawn from a Zipf law (s=1.1), as real activity is: a few
+	// hot users, a long tail.
 	Zipf Shape = "zipf"
-	// Mixed: 40% user 0, 30% Zipf, 30% uniform.
+	// Mixed: 40% user 0, 30% Zipf, 30% uniform: a firehose and a diverse
+	// tail at once.
 	Mixed Shape = "mixed"
 	// Distinct: the users in a random order without repeats, starting over
 	// once every user had an entry: n entries of n users are n refreshes.
@@ -63,12 +65,11 @@ type Generator struct {
 
 // New returns the generator of s drawing from rnd.
 func New(s Spec, rnd *rand.Rand) *Generator {
-	span := cmp.Or(s.Span, 10*time.Minute)
 	end := s.End
 	if end.IsZero() {
 		end = time.Now()
 	}
-	step := span / time.Duration(max(s.Entries, 1))
+	step := cmp.Or(s.Span, 10*time.Minute) / time.Duration(max(s.Entries, 1))
 	return &Generator{pick: Picker(s.Shape, rnd, max(s.Users, 1), s.Hot), step: step, start: end.Add(-step * time.Duration(max(s.Entries-1, 0)))}
 }
 
@@ -77,9 +78,8 @@ func (g *Generator) Step() time.Duration { return g.step }
 
 // Next is the next entry.
 func (g *Generator) Next() Entry {
-	e := Entry{User: g.pick(), At: g.start.Add(time.Duration(g.i) * g.step)}
 	g.i++
-	return e
+	return Entry{User: g.pick(), At: g.start.Add(time.Duration(g.i-1) * g.step)}
 }
 
 // Generate is all of s's entries.
@@ -101,27 +101,25 @@ func Picker(shape Shape, rnd *rand.Rand, users int, hot float64) func() int {
 		z := rand.NewZipf(rnd, 1.1, 1, uint64(users-1))
 		zipf = func() int { return int(z.Uint64()) }
 	}
-	switch shape {
-	case Firehose:
+	// pick draws f in [0, 1): user 0 below p0, zipf's below pz, else uniform's.
+	pick := func(p0, pz float64) func() int {
 		return func() int {
-			if rnd.Float64() < hot {
+			switch f := rnd.Float64(); {
+			case f < p0:
 				return 0
+			case f < pz:
+				return zipf()
 			}
 			return uniform()
 		}
+	}
+	switch shape {
+	case Firehose:
+		return pick(hot, hot)
 	case Zipf:
 		return zipf
 	case Mixed:
-		return func() int {
-			switch f := rnd.Float64(); {
-			case f < 0.4:
-				return 0
-			case f < 0.7:
-				return zipf()
-			default:
-				return uniform()
-			}
-		}
+		return pick(0.4, 0.7)
 	case Distinct:
 		perm, i := rnd.Perm(users), -1
 		return func() int { i++; return perm[i%users] }
@@ -129,12 +127,11 @@ func Picker(shape Shape, rnd *rand.Rand, users int, hot float64) func() int {
 	return uniform
 }
 
-// Activity is source data for entries in the shape the demo's rules and
-// the example scorers read: user_activity documents {username, points,
-// at}. A user's first entry writes a document, and one later entry in 20
-// another (most events re-announce data already written, which keeps the
-// collection small: the embedded server scans it whole per query). want is
-// each user's expected score, count×perDoc plus the sum of the points.
+// Activity is user_activity documents {username, points, at} for entries, as
+// the demo's rules and the example scorers read them: one for a user's first
+// entry and for one later entry in 20 (the embedded server scans the whole
+// collection per query, so it stays small). want is each user's expected
+// score, count×perDoc plus the sum of the points.
 func Activity(entries []Entry, name func(int) string, rnd *rand.Rand, perDoc float64) (docs []any, want map[string]float64) {
 	want = map[string]float64{}
 	for _, e := range entries {

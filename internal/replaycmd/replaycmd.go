@@ -57,8 +57,7 @@ func ParseFlags(name string, args []string, stdout, stderr io.Writer) (o replay.
 // ServiceConfig is the configuration of the replay's consumer: the
 // environment's, at the replay's log level, serving metrics only where
 // --metrics-addr asks (a replay often runs next to a service that holds
-// METRICS_ADDR). ok is false when the environment is wrong, after saying why
-// on stderr.
+// METRICS_ADDR). ok is false, after saying why on stderr, when it is wrong.
 func ServiceConfig(name string, environ []string, o replay.Options, stderr io.Writer) (cfg config.Config, ok bool) {
 	cfg, err := config.Parse(append(environ, "LOG_LEVEL="+o.LogLevel))
 	if err != nil {
