@@ -82,17 +82,17 @@ func Simulate(c Config, s Server, tr Transient, entries []Entry, users int, o Si
 	}
 	m := newSim(c, s, entries, users)
 	for i := range c.Replicas {
-		m.reps = append(m.reps, &replica{id: int32(i + 1)})
-		m.at(c.PollInterval, evPoll, i)
+		r := &replica{id: int32(i + 1)}
+		m.reps = append(m.reps, r)
+		m.every(c.PollInterval, c.PollInterval, func() { m.wake(r) })
 	}
 	if tr.RTTFactor > 1 && tr.For > 0 {
-		m.at(tr.At, evRTT, 0)
-		m.at(tr.At+tr.For, evRTT, 1)
-		m.trFactor = tr.RTTFactor
+		m.at(tr.At, func() { m.rttFactor = tr.RTTFactor })
+		m.at(tr.At+tr.For, func() { m.rttFactor = 1 })
 	}
 	m.arrive()
 	m.sample()
-	m.at(o.SampleEvery, evSample, 0)
+	m.every(o.SampleEvery, o.SampleEvery, m.sample)
 	for _, r := range m.reps {
 		m.tryClaim(r)
 	}
@@ -100,40 +100,21 @@ func Simulate(c Config, s Server, tr Transient, entries []Entry, users int, o Si
 	return m.result(c.Replicas, o)
 }
 
-// The kinds of timed events.
-const (
-	evSample = iota
-	evPoll
-	evAckTimer
-	evArrivalWake
-	evRTT
-	evStop
-	evWorkDone // an op's server work past its round trips is done
-)
-
-// The kinds of round-trip work.
-const (
-	opClaim = iota
-	opRefresh
-	opFlush
-)
-
+// timed is an event at t; ties run in the order they were scheduled.
 type timed struct {
-	t    float64
-	seq  int64
-	kind int
-	arg  int // replica, or what the event carries
-	gen  int // ack timers: the arming they belong to
-	op   *op // evWorkDone: the op
+	t   float64
+	seq int64
+	do  func()
 }
 
+// op is round-trip work: a claim round, a refresh (a batch) or a flush.
 type op struct {
 	vEnd  float64
 	seq   int64
-	kind  int
+	done  func(*op)
 	rep   *replica
-	users []int32 // claim: picked; refresh: the batch
-	works []work  // flush: the outcomes
+	users []int32 // claim: picked
+	works []work  // refresh: the batch; flush: the outcomes
 	start float64
 	full  bool // claim: the window was cut at CLAIM_WINDOW
 	room  int  // claim: users it could take
@@ -159,7 +140,7 @@ type replica struct {
 	outcomes             []work
 	flushing, armed      bool
 	kickPending          bool
-	gen                  int
+	gen                  int // the ack timer's arming
 }
 
 // sim is the discrete-event simulation. Round-trip work progresses in
@@ -183,7 +164,6 @@ type sim struct {
 
 	inFlight      int
 	rttFactor     float64
-	trFactor      float64
 	ops           queue[*op]
 	timers        queue[*timed]
 	seq           int64
@@ -194,6 +174,7 @@ type sim struct {
 	lastFlush     float64
 	clearAt       float64
 	wakeScheduled bool
+	stopped       bool
 	timeline      []Sample
 }
 
@@ -214,11 +195,19 @@ func newSim(c Config, s Server, entries []Entry, users int) *sim {
 	return m
 }
 
-func (m *sim) at(t float64, kind, arg int) *timed {
+func (m *sim) at(t float64, do func()) {
 	m.seq++
-	ev := &timed{t: t, seq: m.seq, kind: kind, arg: arg}
-	heap.Push(&m.timers, ev)
-	return ev
+	heap.Push(&m.timers, &timed{t: t, seq: m.seq, do: do})
+}
+
+// every runs do at first and every dt after.
+func (m *sim) every(first, dt float64, do func()) {
+	var tick func()
+	tick = func() {
+		do()
+		m.at(m.now+dt, tick)
+	}
+	m.at(first, tick)
 }
 
 func (m *sim) latency() float64 { return m.s.Latency(float64(m.inFlight), m.rttFactor) }
@@ -226,7 +215,7 @@ func (m *sim) latency() float64 { return m.s.Latency(float64(m.inFlight), m.rttF
 // loop advances time event by event until the horizon or, when asked, the
 // queue is drained with nothing more to arrive.
 func (m *sim) loop(o SimOptions) {
-	m.at(o.Horizon, evStop, 0)
+	m.at(o.Horizon, func() { m.stopped = true })
 	for {
 		lat := m.latency()
 		tOp := math.Inf(1)
@@ -236,8 +225,8 @@ func (m *sim) loop(o SimOptions) {
 		tEv := m.timers.items[0].t
 		if tEv <= tOp {
 			m.advance(tEv, lat)
-			ev := heap.Pop(&m.timers).(*timed)
-			if ev.kind == evStop || m.handle(ev, o) {
+			heap.Pop(&m.timers).(*timed).do()
+			if m.stopped || (o.UntilDrained && m.drained()) {
 				return
 			}
 			continue
@@ -274,38 +263,6 @@ func (m *sim) drained() bool {
 	return m.arrived == len(m.e) && m.deleted == len(m.e)
 }
 
-// handle processes a timed event; it reports that the simulation is over.
-func (m *sim) handle(ev *timed, o SimOptions) bool {
-	switch ev.kind {
-	case evSample:
-		m.sample()
-		m.at(m.now+o.SampleEvery, evSample, 0)
-	case evPoll:
-		m.wake(m.reps[ev.arg])
-		m.at(m.now+m.c.PollInterval, evPoll, ev.arg)
-	case evAckTimer:
-		r := m.reps[ev.arg]
-		if r.armed && r.gen == ev.gen {
-			r.armed = false
-			m.startFlush(r)
-		}
-	case evArrivalWake:
-		m.wakeScheduled = false
-		for _, r := range m.reps {
-			m.wake(r)
-		}
-	case evWorkDone:
-		m.inFlight--
-		m.finish(ev.op)
-	case evRTT:
-		m.rttFactor = 1
-		if ev.arg == 0 {
-			m.rttFactor = m.trFactor
-		}
-	}
-	return o.UntilDrained && m.drained()
-}
-
 func (m *sim) sample() {
 	s := Sample{T: m.now, Depth: m.arrived - m.deleted, Acked: float64(m.deleted), Refreshes: float64(m.refreshes)}
 	if m.rttFactor != 1 {
@@ -331,17 +288,13 @@ func (m *sim) finish(w *op) {
 		// connection stays busy.
 		w.worked = true
 		m.inFlight++
-		m.at(m.now+w.work, evWorkDone, 0).op = w
+		m.at(m.now+w.work, func() {
+			m.inFlight--
+			m.finish(w)
+		})
 		return
 	}
-	switch w.kind {
-	case opClaim:
-		m.claimDone(w)
-	case opRefresh:
-		m.refreshDone(w)
-	case opFlush:
-		m.flushDone(w)
-	}
+	w.done(w)
 }
 
 // wantMore is the consumer's low-water mark: room for users, and fewer
@@ -378,7 +331,7 @@ func (m *sim) tryClaim(r *replica) {
 	// The window and absorb read the queue: an index read on MongoDB, a
 	// scan of every queued entry where the server has no such index.
 	scan := 2 * float64(m.arrived-m.deleted) * m.s.ScanCost
-	m.startOp(&op{kind: opClaim, rep: r, users: users, full: full, room: room, work: scan}, rt)
+	m.startOp(&op{done: m.claimDone, rep: r, users: users, full: full, room: room, work: scan}, rt)
 }
 
 // window reads the CLAIM_WINDOW oldest entries of users nobody holds and
@@ -448,7 +401,12 @@ func (m *sim) scheduleArrivalWake() {
 		return
 	}
 	m.wakeScheduled = true
-	m.at(m.e[m.arrived].Arrive, evArrivalWake, 0)
+	m.at(m.e[m.arrived].Arrive, func() {
+		m.wakeScheduled = false
+		for _, r := range m.reps {
+			m.wake(r)
+		}
+	})
 }
 
 // dispatch starts refreshes while slots are free, spreading the waiting
@@ -458,11 +416,7 @@ func (m *sim) dispatch(r *replica) {
 	for r.running < m.c.Concurrency && len(r.waiting) > 0 {
 		free := m.c.Concurrency - r.running
 		n := min(m.c.Batch, (len(r.waiting)+free-1)/free)
-		batch := make([]int32, n)
-		for i := range n {
-			batch[i] = r.waiting[i].user
-		}
-		w := &op{kind: opRefresh, rep: r, users: batch, works: append([]work(nil), r.waiting[:n]...)}
+		w := &op{done: m.refreshDone, rep: r, works: r.waiting[:n:n]}
 		r.waiting = r.waiting[n:]
 		r.running++
 		m.startOp(w, m.c.RoundTrips())
@@ -505,8 +459,13 @@ func (m *sim) kick(r *replica) {
 	default:
 		r.armed = true
 		r.gen++
-		ev := m.at(m.now+ackInterval, evAckTimer, int(r.id-1))
-		ev.gen = r.gen
+		gen := r.gen
+		m.at(m.now+ackInterval, func() {
+			if r.armed && r.gen == gen {
+				r.armed = false
+				m.startFlush(r)
+			}
+		})
 	}
 }
 
@@ -519,7 +478,7 @@ func (m *sim) startFlush(r *replica) {
 	for _, x := range r.outcomes {
 		n += len(x.entries)
 	}
-	m.startOp(&op{kind: opFlush, rep: r, works: r.outcomes, work: float64(n) * m.s.EntryCost}, consumer.AckRoundTrips)
+	m.startOp(&op{done: m.flushDone, rep: r, works: r.outcomes, work: float64(n) * m.s.EntryCost}, consumer.AckRoundTrips)
 	r.outcomes = nil
 }
 
