@@ -7,9 +7,8 @@ import (
 	"github.com/scorerefresh/scorerefresh/consumer"
 )
 
-// Sample is the queue at one moment of a drain, simulated (Simulate) or
-// measured (a replay's drain timeline): one type, so a plan and a replay
-// are read, and judged (RecoveredAt), sample for sample.
+// Sample is the queue at one moment of a drain, simulated or measured (a
+// replay's timeline): one type, so both are judged (RecoveredAt) alike.
 type Sample struct {
 	T         float64 `json:"t"` // seconds since the plan (or the drain) began
 	Depth     int     `json:"depth"`
@@ -22,11 +21,9 @@ type Sample struct {
 	Refreshes   float64 `json:"refreshes"` // successful user refreshes since the start
 	RTTFactor   float64 `json:"rttFactor,omitempty"`
 	DeadLetters float64 `json:"deadLetters,omitempty"` // entries dead-lettered since the start
-	// Measured, AckedPerSec and Arrived are a replay's: Measured says
-	// Depth and OldestAge were queried this time (otherwise Depth is
-	// derived from the counters since the last query), AckedPerSec is over
-	// the interval since the previous sample, Arrived counts the entries
-	// the replay has inserted.
+	// A replay's: Measured says Depth and OldestAge were queried this time
+	// (else Depth is derived from the counters), AckedPerSec is since the
+	// previous sample, Arrived counts the entries the replay inserted.
 	Measured    bool    `json:"measured,omitempty"`
 	AckedPerSec float64 `json:"ackedPerSecond,omitempty"`
 	Arrived     int64   `json:"arrived,omitempty"`
@@ -34,31 +31,25 @@ type Sample struct {
 
 // SimOptions bound a simulation.
 type SimOptions struct {
-	Horizon     float64 // stop here at the latest (seconds)
-	SampleEvery float64 // timeline resolution; default 1s
-	// UntilDrained stops once every entry is acknowledged; without it the
-	// simulation runs to Horizon.
-	UntilDrained bool
+	Horizon      float64 // stop here at the latest (seconds)
+	SampleEvery  float64 // timeline resolution; default 1s
+	UntilDrained bool    // stop once every entry is acknowledged
 }
 
 // Run is one simulation's outcome.
 type Run struct {
 	Replicas int      `json:"replicas"`
 	Timeline []Sample `json:"timeline,omitempty"`
-	// Drained says every entry was acknowledged within the horizon, at
-	// DrainSeconds (the last flush).
-	Drained      bool    `json:"drained"`
-	DrainSeconds float64 `json:"drainSeconds"`
-	// ClearSeconds is when every entry present at the start had been
-	// acknowledged (-1: not within the horizon).
-	ClearSeconds  float64 `json:"clearSeconds"`
-	PeakDepth     int     `json:"peakDepth"`
-	PeakOldestAge float64 `json:"peakOldestAge"`
-	PeakWait      float64 `json:"peakWait"`
-	Refreshes     int     `json:"refreshes"`
-	// MeanRefreshSeconds is a refresh's mean duration, from its slot to its
-	// last round trip (the refresh_duration histogram's mean).
-	MeanRefreshSeconds float64 `json:"meanRefreshSeconds"`
+	// Drained: every entry was acknowledged, by DrainSeconds (the last
+	// flush); ClearSeconds: every entry present at the start (-1: not).
+	Drained            bool    `json:"drained"`
+	DrainSeconds       float64 `json:"drainSeconds"`
+	ClearSeconds       float64 `json:"clearSeconds"`
+	PeakDepth          int     `json:"peakDepth"`
+	PeakOldestAge      float64 `json:"peakOldestAge"`
+	PeakWait           float64 `json:"peakWait"`
+	Refreshes          int     `json:"refreshes"`
+	MeanRefreshSeconds float64 `json:"meanRefreshSeconds"` // the refresh_duration histogram's mean
 	Acked              int     `json:"acked"`
 	Entries            int     `json:"entries"`
 	EndSeconds         float64 `json:"endSeconds"`
@@ -97,7 +88,7 @@ func Simulate(c Config, s Server, tr Transient, entries []Entry, users int, o Si
 		m.tryClaim(r)
 	}
 	m.loop(o)
-	return m.result(c.Replicas, o)
+	return m.result()
 }
 
 // timed is an event at t; ties run in the order they were scheduled.
@@ -210,14 +201,12 @@ func (m *sim) every(first, dt float64, do func()) {
 	m.at(first, tick)
 }
 
-func (m *sim) latency() float64 { return m.s.Latency(float64(m.inFlight), m.rttFactor) }
-
 // loop advances time event by event until the horizon or, when asked, the
 // queue is drained with nothing more to arrive.
 func (m *sim) loop(o SimOptions) {
 	m.at(o.Horizon, func() { m.stopped = true })
 	for {
-		lat := m.latency()
+		lat := m.s.Latency(float64(m.inFlight), m.rttFactor)
 		tOp := math.Inf(1)
 		if m.ops.Len() > 0 {
 			tOp = m.now + (m.ops.items[0].vEnd-m.v)*lat
@@ -369,15 +358,11 @@ func (m *sim) claimDone(w *op) {
 	r.waiting = append(r.waiting, works...)
 	more := len(works) > 0 && (len(works) == w.room || w.full)
 	r.backlog = more
-	if m.arrivedSince(w.start) && m.c.ChangeStreams {
+	if m.c.ChangeStreams && m.arrived > 0 && m.e[m.arrived-1].Arrive > w.start {
 		r.wakePending = true // the change stream spoke while the round ran
 	}
 	m.dispatch(r)
 	m.afterRound(r, more)
-}
-
-func (m *sim) arrivedSince(t float64) bool {
-	return m.arrived > 0 && m.e[m.arrived-1].Arrive > t
 }
 
 // afterRound is the claim loop's decision: go again, or wait.
@@ -506,8 +491,8 @@ func (m *sim) flushDone(w *op) {
 	m.roomWake(r)
 }
 
-func (m *sim) result(replicas int, o SimOptions) *Run {
-	run := &Run{Replicas: replicas, Timeline: m.timeline, Refreshes: m.refreshes, Acked: m.deleted,
+func (m *sim) result() *Run {
+	run := &Run{Replicas: len(m.reps), Timeline: m.timeline, Refreshes: m.refreshes, Acked: m.deleted,
 		Entries: len(m.e), EndSeconds: m.now, ClearSeconds: m.clearAt, DrainSeconds: -1}
 	if m.drained() {
 		run.Drained, run.DrainSeconds = true, m.lastFlush
@@ -542,10 +527,9 @@ func (q *queue[T]) Pop() any {
 	return x
 }
 
-// skipList finds the next index at or after i still in a set that only ever
-// loses members, in amortised near-constant time (union-find with path
-// halving): the simulation walks the queue's head past absorbed and
-// acknowledged entries without visiting them again.
+// skipList finds the next member at or after i of a set that only loses
+// members (union-find with path halving): the queue's head skips absorbed
+// and acknowledged entries without visiting them again.
 type skipList struct{ next []int32 }
 
 func newSkipList(n int) skipList {
@@ -565,5 +549,4 @@ func (s skipList) find(i int) int {
 	return i
 }
 
-// remove takes i out of the set.
 func (s skipList) remove(i int) { s.next[i] = int32(i + 1) }
