@@ -21,7 +21,6 @@ type Input struct {
 	MaxReplicas int     // the table covers 1…MaxReplicas
 	TargetAge   float64 // seconds the oldest entry may wait
 	Transient   Transient
-	SampleEvery float64 // timeline resolution; default 1s, coarser for long drains
 }
 
 // Validate reports every bad input at once.
@@ -129,21 +128,15 @@ func Make(in Input) (*Plan, error) {
 // simOptions runs a simulation to the end of a rate's arrivals, else until
 // drained, with a horizon well past what the bounds predict.
 func simOptions(in Input, entries []Entry, b Bounds) SimOptions {
-	o := SimOptions{SampleEvery: in.SampleEvery}
-	last := 0.0
-	if len(entries) > 0 {
-		last = entries[len(entries)-1].Arrive
-	}
-	if in.Arrival.Mode == ArrivalRate {
-		o.Horizon = in.Arrival.Duration
-	} else {
-		est := last + float64(len(entries))/math.Max(b.Lower, 1e-6)
+	o := SimOptions{Horizon: in.Arrival.Duration}
+	if in.Arrival.Mode != ArrivalRate {
+		est := float64(len(entries)) / math.Max(b.Lower, 1e-6)
+		if len(entries) > 0 {
+			est += entries[len(entries)-1].Arrive
+		}
 		o.Horizon, o.UntilDrained = math.Min(math.Max(3*est, est+300), 14*24*3600), true
 	}
-	if o.SampleEvery <= 0 {
-		// About two thousand samples at most: enough for a chart.
-		o.SampleEvery = math.Max(1, math.Ceil(o.Horizon/2000))
-	}
+	o.SampleEvery = math.Max(1, math.Ceil(o.Horizon/2000)) // enough for a chart
 	return o
 }
 
@@ -180,8 +173,7 @@ func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 		sp.Verdict = sp.Assessment.Describe()
 		return sp
 	}
-	b := FleetBounds(c, in.Server, c.Replicas)
-	o := simOptions(in, entries, b)
+	o := simOptions(in, entries, FleetBounds(c, in.Server, c.Replicas))
 	if in.Arrival.Mode != ArrivalRate {
 		// Until drained, with room for the transient's delay.
 		o.Horizon = math.Max(o.Horizon, in.Transient.End()+600)
@@ -192,7 +184,7 @@ func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 	sp.Baseline = Simulate(c, in.Server, Transient{}, entries, users, o)
 	dEntries, dUsers := in.Backlog.Schedule(in.Arrival, in.Transient)
 	sp.Disturbed = Simulate(c, in.Server, in.Transient, dEntries, dUsers, o)
-	sp.PreLevel = maxAge(sp.Disturbed.Timeline, in.Transient.At/3, in.Transient.At)
+	_, sp.PreLevel = peaks(sp.Disturbed.Timeline, in.Transient.At/3, in.Transient.At)
 	loadEnd := in.Transient.End()
 	if n := len(entries); n > 0 {
 		loadEnd = math.Max(loadEnd, entries[n-1].Arrive)
@@ -234,7 +226,7 @@ const RecoveryTolerance = 0.5
 // RecoveredAt is the first sample time from restore on whose oldest age is
 // back within RecoveryTolerance of level. With whileLoaded, only samples up
 // to loadEnd count: a queue that drains because arrivals stopped has not
-// recovered. The bench judges measured replays with the same rule.
+// recovered.
 func RecoveredAt(tl []Sample, level, restore, loadEnd float64, whileLoaded bool) (float64, bool) {
 	for _, s := range tl {
 		if s.T < restore || (whileLoaded && s.T > loadEnd) {
@@ -247,24 +239,19 @@ func RecoveredAt(tl []Sample, level, restore, loadEnd float64, whileLoaded bool)
 	return 0, false
 }
 
-func maxAge(tl []Sample, from, to float64) float64 {
-	m := 0.0
+// peaks is the highest depth and oldest age of the samples in [from, to).
+func peaks(tl []Sample, from, to float64) (depth int, age float64) {
 	for _, s := range tl {
 		if s.T >= from && s.T < to {
-			m = math.Max(m, s.OldestAge)
+			depth, age = max(depth, s.Depth), math.Max(age, s.OldestAge)
 		}
 	}
-	return m
+	return depth, age
 }
 
 func describeRecovery(sp *StabilityPlan, load, loadEnd, trStart, trEnd float64) string {
 	d := sp.Disturbed
-	peakDepth, peakAge := 0, 0.0
-	for _, s := range d.Timeline {
-		if s.T >= trStart {
-			peakDepth, peakAge = max(peakDepth, s.Depth), math.Max(peakAge, s.OldestAge)
-		}
-	}
+	peakDepth, peakAge := peaks(d.Timeline, trStart, math.Inf(1))
 	switch {
 	case load == 0 && sp.Recovered:
 		return fmt.Sprintf("no arrivals after the backlog: the transient delays the drain to %s (from %s)", Seconds(d.DrainSeconds), Seconds(sp.Baseline.DrainSeconds))
