@@ -263,10 +263,7 @@ func (o *planOptions) input(ctx context.Context, cfg config.Config, stderr io.Wr
 	if err != nil {
 		return planner.Input{}, err
 	}
-	comps := len(rules.Components)
-	if o.comps > 0 {
-		comps = o.comps
-	}
+	comps := cmp.Or(o.comps, len(rules.Components))
 	var conn *planConn
 	if o.fromQueue || o.measure {
 		if conn, err = dialPlan(ctx, cfg); err != nil {
@@ -282,48 +279,37 @@ func (o *planOptions) input(ctx context.Context, cfg config.Config, stderr io.Wr
 		EntryCost: o.entryCost.Seconds(), ScanCost: o.scanCost.Seconds()}
 	changeStreams := o.changeStreams
 	if o.measure {
-		if err := o.measured(ctx, conn, cfg, rules, users, &srv, &changeStreams, stderr); err != nil {
+		// What --measure found replaces the figures the flags left unset.
+		m, err := conn.measure(ctx, o, cfg.QueueCollection, rules, users)
+		if err != nil {
 			return planner.Input{}, err
 		}
+		fmt.Fprintln(stderr, m.describe())
+		srv.RTT = m.rtt
+		if m.costUsers > 0 {
+			srv.Cost = m.cost
+		}
+		if m.capacity > 0 {
+			srv.Capacity = m.capacity
+		}
+		if m.scanDepth > 0 {
+			srv.ScanCost = m.scan
+		}
+		if !o.set["change-streams"] {
+			changeStreams = m.changeStreams
+		}
+		if !o.set["server-kind"] && m.kind != "" {
+			o.serverKind = m.kind
+		}
 	}
-	batch := cmp.Or(o.batch, autoBatch(o.serverKind))
-	in := planner.Input{
+	return planner.Input{
 		Backlog: backlog,
 		Arrival: planner.Arrival{Mode: o.arrival, Speed: o.speed, Rate: o.rate, Duration: o.duration.Seconds(), Seed: o.seed},
 		Config: planner.Config{Components: comps, Concurrency: o.concurrency, MaxUsersInFlight: o.maxUsers, ClaimWindow: o.window,
-			Replicas: o.replicas, Batch: batch, PollInterval: o.poll.Seconds(), ChangeStreams: changeStreams},
+			Replicas: o.replicas, Batch: cmp.Or(o.batch, autoBatch(o.serverKind)), PollInterval: o.poll.Seconds(), ChangeStreams: changeStreams},
 		Server: srv, MaxReplicas: max(o.maxReplicas, o.replicas), TargetAge: o.target.Seconds(),
 		Transient: planner.Transient{At: o.trAt.Seconds(), For: o.trFor.Seconds(), RTTFactor: o.trRTT, Burst: o.burst},
-	}
-	return in, nil
-}
-
-// measured replaces the server's figures the flags left unset with what
-// --measure found: the round trip, a query's cost and the server's
-// capacity, the scan cost, change streams and the server's kind.
-func (o *planOptions) measured(ctx context.Context, conn *planConn, cfg config.Config, rules *scoring.Rules, users []string, srv *planner.Server, changeStreams *bool, stderr io.Writer) error {
-	m, err := conn.measure(ctx, o, cfg.QueueCollection, rules, users)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(stderr, m.describe())
-	srv.RTT = m.rtt
-	if m.costUsers > 0 {
-		srv.Cost = m.cost
-	}
-	if m.capacity > 0 {
-		srv.Capacity = m.capacity
-	}
-	if m.scanDepth > 0 {
-		srv.ScanCost = m.scan
-	}
-	if !o.set["change-streams"] {
-		*changeStreams = m.changeStreams
-	}
-	if !o.set["server-kind"] && m.kind != "" {
-		o.serverKind = m.kind
-	}
-	return nil
+	}, nil
 }
 
 // The servers --server-kind names.
