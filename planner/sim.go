@@ -13,9 +13,8 @@ type Sample struct {
 	T         float64 `json:"t"` // seconds since the plan (or the drain) began
 	Depth     int     `json:"depth"`
 	OldestAge float64 `json:"oldestAge"` // now − the oldest entry's enqueue time; 0 when empty, -1 when not measured
-	// Wait is how long the oldest entry has waited since the plan began:
-	// now − max(its enqueue time, 0). Replicas cannot undo the age a
-	// backlog already had; this is the part they decide. Simulated only.
+	// Wait is now − max(the oldest entry's enqueue time, 0), simulated only:
+	// replicas cannot undo the age a backlog already had, they decide this.
 	Wait        float64 `json:"wait"`
 	Acked       float64 `json:"acked"`     // entries acknowledged since the start
 	Refreshes   float64 `json:"refreshes"` // successful user refreshes since the start
@@ -64,9 +63,8 @@ func (r *Run) RefreshesPerSecond() float64 {
 	return float64(r.Refreshes) / r.EndSeconds
 }
 
-// Simulate runs the fleet of c.Replicas replicas over entries (oldest
-// first, arrivals in that order, as Backlog.Schedule lays them out), naming
-// users below users.
+// Simulate runs c.Replicas replicas over entries as Backlog.Schedule lays
+// them out, naming users below users.
 func Simulate(c Config, s Server, tr Transient, entries []Entry, users int, o SimOptions) *Run {
 	if o.SampleEvery <= 0 {
 		o.SampleEvery = 1
@@ -201,8 +199,7 @@ func (m *sim) every(first, dt float64, do func()) {
 	m.at(first, tick)
 }
 
-// loop advances time event by event until the horizon or, when asked, the
-// queue is drained with nothing more to arrive.
+// loop advances time event by event until the horizon or, when asked, drained.
 func (m *sim) loop(o SimOptions) {
 	m.at(o.Horizon, func() { m.stopped = true })
 	for {
@@ -273,8 +270,7 @@ func (m *sim) startOp(w *op, roundTrips int) {
 
 func (m *sim) finish(w *op) {
 	if w.work > 0 && !w.worked {
-		// The command is still at the server, scanning or deleting: its
-		// connection stays busy.
+		// Still at the server, scanning or deleting: its connection stays busy.
 		w.worked = true
 		m.inFlight++
 		m.at(m.now+w.work, func() {
@@ -317,8 +313,7 @@ func (m *sim) tryClaim(r *replica) {
 	for _, u := range users {
 		m.heldBy[u] = r.id
 	}
-	// The window and absorb read the queue: an index read on MongoDB, a
-	// scan of every queued entry where the server has no such index.
+	// The window and absorb read the queue (Server.ScanCost).
 	scan := 2 * float64(m.arrived-m.deleted) * m.s.ScanCost
 	m.startOp(&op{done: m.claimDone, rep: r, users: users, full: full, room: room, work: scan}, rt)
 }
@@ -379,8 +374,7 @@ func (m *sim) afterRound(r *replica, more bool) {
 	}
 }
 
-// scheduleArrivalWake makes the next arrival wake idle replicas, as a
-// change stream would.
+// scheduleArrivalWake makes the next arrival wake idle replicas (a change stream).
 func (m *sim) scheduleArrivalWake() {
 	if !m.c.ChangeStreams || m.wakeScheduled || m.arrived >= len(m.e) {
 		return
@@ -394,9 +388,8 @@ func (m *sim) scheduleArrivalWake() {
 	})
 }
 
-// dispatch starts refreshes while slots are free, spreading the waiting
-// users over them as the consumer's batcher does: each slot takes the
-// waiting divided by the free slots, rounded up, at most Batch.
+// dispatch starts refreshes while slots are free, each taking the waiting
+// users divided by the free slots, rounded up, at most Batch (as the consumer).
 func (m *sim) dispatch(r *replica) {
 	for r.running < m.c.Concurrency && len(r.waiting) > 0 {
 		free := m.c.Concurrency - r.running

@@ -38,9 +38,7 @@ type Stability struct {
 	RecoverySeconds float64 `json:"recoverySeconds,omitempty"`
 }
 
-// normalWait is how long an entry waits before its user is claimed while
-// the fleet keeps up: half a poll interval without change streams, then a
-// claim round.
+// normalWait is an entry's wait for its claim while the fleet keeps up.
 func normalWait(c Config, s Server) float64 {
 	w := float64(consumer.ClaimRoundTrips) * s.Latency(1, 1)
 	if !c.ChangeStreams {
@@ -49,9 +47,8 @@ func normalWait(c Config, s Server) float64 {
 	return w
 }
 
-// Assess classifies a load of rate entries a second with mix's users on a
-// fleet of replicas, and estimates the recovery from a backlog of
-// backlogUsers distinct users (0: none).
+// Assess classifies a load of rate entries a second with mix's users, and
+// estimates the recovery from a backlog of backlogUsers users (0: none).
 func Assess(c Config, s Server, replicas int, mix Mix, rate float64, backlogUsers int) Stability {
 	st := Stability{NormalWait: normalWait(c, s), BusyLow: -1}
 	b := FleetBounds(c, s, replicas)
@@ -160,16 +157,11 @@ type shareGroup struct {
 
 // NewMix builds the mix from each user's number of entries.
 func NewMix(counts []int) Mix {
-	total, once := 0, 0
-	byCount := map[int]int{}
+	total, byCount := 0, map[int]int{}
 	for _, n := range counts {
-		if n <= 0 {
-			continue
-		}
-		total += n
-		byCount[n]++
-		if n == 1 {
-			once++
+		if n > 0 {
+			total += n
+			byCount[n]++
 		}
 	}
 	m := Mix{Users: len(counts)}
@@ -177,7 +169,7 @@ func NewMix(counts []int) Mix {
 		m.New = 1
 		return m
 	}
-	m.New = float64(once) / float64(total)
+	m.New = float64(byCount[1]) / float64(total)
 	for n, users := range byCount {
 		m.groups = append(m.groups, shareGroup{share: (1 - m.New) * float64(n) / float64(total), users: users})
 	}

@@ -111,20 +111,13 @@ func (a Arrival) Validate() error {
 func (b *Backlog) Schedule(a Arrival, tr Transient) ([]Entry, int) {
 	out := make([]Entry, 0, len(b.Entries))
 	users := b.Users
-	switch a.Mode {
-	case ArrivalOriginal:
-		first := 0.0
-		if len(b.Entries) > 0 {
-			first = b.Entries[0].Created
+	for _, e := range b.Entries {
+		created, arrive := min(e.Created, 0), 0.0
+		if a.Mode == ArrivalOriginal {
+			created = (e.Created - b.Entries[0].Created) / a.Speed
+			arrive = created
 		}
-		for _, e := range b.Entries {
-			t := (e.Created - first) / a.Speed
-			out = append(out, Entry{User: e.User, Created: t, Arrive: t})
-		}
-	default:
-		for _, e := range b.Entries {
-			out = append(out, Entry{User: e.User, Created: min(e.Created, 0)})
-		}
+		out = append(out, Entry{User: e.User, Created: created, Arrive: arrive})
 	}
 	if a.Mode == ArrivalRate {
 		rnd := rand.New(rand.NewPCG(a.Seed, 0x91a7))
