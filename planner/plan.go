@@ -343,7 +343,11 @@ func (p *Plan) WriteText(w io.Writer) error {
 	if p.ReplicasForTarget > 0 {
 		fmt.Fprintf(&b, "replicas for an oldest age within %s: %d\n", Seconds(p.TargetAge), p.ReplicasForTarget)
 	} else {
-		fmt.Fprintf(&b, "replicas for an oldest age within %s: more than %d (%s)\n", Seconds(p.TargetAge), len(p.Rows), p.whyNoTarget())
+		why := "try a larger --max-replicas"
+		if n := len(p.Rows); n > 1 && p.Rows[n-1].Bounds.Lower < 1.05*p.Rows[n-2].Bounds.Lower {
+			why = "the last replica added less than 5%: the server, not the fleet, is the limit"
+		}
+		fmt.Fprintf(&b, "replicas for an oldest age within %s: more than %d (%s)\n", Seconds(p.TargetAge), len(p.Rows), why)
 	}
 	if q := p.Sequential; q != nil {
 		fmt.Fprintf(&b, "for comparison, a one-at-a-time consumer (%d-entry window, %.0f distinct users in it) would drain %.1f entries/s here",
@@ -353,7 +357,23 @@ func (p *Plan) WriteText(w io.Writer) error {
 		}
 		b.WriteString("\n")
 	}
-	p.writeStability(&b)
+	if sp := p.Stability; sp != nil {
+		fmt.Fprintf(&b, "\nstability at %d replica(s)", sp.Replicas)
+		if p.Load > 0 {
+			fmt.Fprintf(&b, ", load %.1f entries/s", p.Load)
+		}
+		fmt.Fprintf(&b, ":\n  %s\n", sp.Assessment.Describe())
+		if t := p.Transient; t.Active() {
+			var what []string
+			if t.RTTFactor > 1 && t.For > 0 {
+				what = append(what, fmt.Sprintf("round trips ×%g for %s", t.RTTFactor, Seconds(t.For)))
+			}
+			if t.Burst > 0 {
+				what = append(what, fmt.Sprintf("a burst of %s entries of new users", Thousands(t.Burst)))
+			}
+			fmt.Fprintf(&b, "  transient (%s at %s): %s\n", strings.Join(what, " and "), Seconds(t.At), sp.Verdict)
+		}
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -400,35 +420,6 @@ func (p *Plan) writeInputs(b *strings.Builder) {
 	}
 	fmt.Fprintf(b, "\nconfig: REFRESH_CONCURRENCY %d, MAX_USERS_IN_FLIGHT %d, CLAIM_WINDOW %d, %d replica(s) now; wake-up: %s\n",
 		c.Concurrency, c.MaxUsersInFlight, c.ClaimWindow, c.Replicas, wake)
-}
-
-func (p *Plan) whyNoTarget() string {
-	if n := len(p.Rows); n > 1 && p.Rows[n-1].Bounds.Lower < 1.05*p.Rows[n-2].Bounds.Lower {
-		return "the last replica added less than 5%: the server, not the fleet, is the limit"
-	}
-	return "try a larger --max-replicas"
-}
-
-func (p *Plan) writeStability(b *strings.Builder) {
-	sp := p.Stability
-	if sp == nil {
-		return
-	}
-	fmt.Fprintf(b, "\nstability at %d replica(s)", sp.Replicas)
-	if p.Load > 0 {
-		fmt.Fprintf(b, ", load %.1f entries/s", p.Load)
-	}
-	fmt.Fprintf(b, ":\n  %s\n", sp.Assessment.Describe())
-	if t := p.Transient; t.Active() {
-		var what []string
-		if t.RTTFactor > 1 && t.For > 0 {
-			what = append(what, fmt.Sprintf("round trips ×%g for %s", t.RTTFactor, Seconds(t.For)))
-		}
-		if t.Burst > 0 {
-			what = append(what, fmt.Sprintf("a burst of %s entries of new users", Thousands(t.Burst)))
-		}
-		fmt.Fprintf(b, "  transient (%s at %s): %s\n", strings.Join(what, " and "), Seconds(t.At), sp.Verdict)
-	}
 }
 
 // Thousands formats n with comma separators: 20,000 reads faster than

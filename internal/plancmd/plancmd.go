@@ -534,11 +534,10 @@ func (c *planConn) serverKind(ctx context.Context) string {
 // recompute without its write).
 func (c *planConn) measure(ctx context.Context, o *planOptions, queue string, rules *scoring.Rules, users []string) (measurement, error) {
 	m := measurement{server: c.server, pings: o.pings * o.measureConc, conc: o.measureConc}
-	rtt, err := c.pingMedian(ctx, o.pings, o.measureConc)
-	if err != nil {
+	var err error
+	if m.rtt, err = c.pingMedian(ctx, o.pings, o.measureConc); err != nil {
 		return m, fmt.Errorf("measuring the round trip to %s: %w", c.server, err)
 	}
-	m.rtt = rtt
 	m.changeStreams = consumer.DetectChangeStreams(ctx, c.db.Collection(queue))
 	m.kind = c.serverKind(ctx)
 	if !o.set["scan-cost"] {
@@ -568,7 +567,7 @@ func (c *planConn) measure(ctx context.Context, o *planOptions, queue string, ru
 			}
 			perCommand = append(perCommand, time.Since(start).Seconds()/float64(len(rules.Components)))
 		}
-		m.cost, m.costUsers = max(0, median(perCommand)-rtt), len(perCommand)
+		m.cost, m.costUsers = max(0, median(perCommand)-m.rtt), len(perCommand)
 	}
 	if capacityFor > 0 {
 		m.workers = o.replicas * o.concurrency
