@@ -250,17 +250,13 @@ func NiceTicks(top float64, n int) []float64 {
 	}
 	ticks := []float64{0}
 	for i := 1.0; ticks[len(ticks)-1] < top*(1-1e-9); i++ {
-		ticks = append(ticks, decimal(i*mult, exp))
+		t := i * mult * math.Pow(10, exp)
+		if exp < 0 {
+			t = i * mult / math.Pow(10, -exp) // so that 3·10^-1 is 0.3, not 0.30000000000000004
+		}
+		ticks = append(ticks, t)
 	}
 	return ticks
-}
-
-// decimal is k·10^exp, dividing for a negative exp so that 3·10^-1 is 0.3.
-func decimal(k, exp float64) float64 {
-	if exp < 0 {
-		return k / math.Pow(10, -exp)
-	}
-	return k * math.Pow(10, exp)
 }
 
 // Label prints a tick value briefly: 1500 as 1.5k, 20000 as 20k, 2500000 as
