@@ -96,21 +96,15 @@ type timed struct {
 	do  func()
 }
 
-// op is round-trip work: a claim round, a refresh (a batch) or a flush.
+// op is round-trip work (a claim round, a refresh, a flush), then work
+// seconds at the server past its round trips (Server.EntryCost,
+// Server.ScanCost); done runs when both are over.
 type op struct {
-	vEnd  float64
-	seq   int64
-	done  func(*op)
-	rep   *replica
-	users []int32 // claim: picked
-	works []work  // refresh: the batch; flush: the outcomes
-	start float64
-	full  bool // claim: the window was cut at CLAIM_WINDOW
-	room  int  // claim: users it could take
-	// work is server time the op spends past its round trips, per entry
-	// (Server.EntryCost, Server.ScanCost); worked says it is done.
+	vEnd   float64
+	seq    int64
 	work   float64
 	worked bool
+	done   func()
 }
 
 type work struct {
@@ -261,11 +255,10 @@ func (m *sim) sample() {
 	m.timeline = append(m.timeline, s)
 }
 
-func (m *sim) startOp(w *op, roundTrips int) {
+func (m *sim) startOp(roundTrips int, work float64, done func()) {
 	m.seq++
-	w.seq, w.vEnd, w.start = m.seq, m.v+float64(roundTrips), m.now
 	m.inFlight++
-	heap.Push(&m.ops, w)
+	heap.Push(&m.ops, &op{vEnd: m.v + float64(roundTrips), seq: m.seq, work: work, done: done})
 }
 
 func (m *sim) finish(w *op) {
@@ -279,7 +272,7 @@ func (m *sim) finish(w *op) {
 		})
 		return
 	}
-	w.done(w)
+	w.done()
 }
 
 // wantMore is the consumer's low-water mark: room for users, and fewer
@@ -315,7 +308,8 @@ func (m *sim) tryClaim(r *replica) {
 	}
 	// The window and absorb read the queue (Server.ScanCost).
 	scan := 2 * float64(m.arrived-m.deleted) * m.s.ScanCost
-	m.startOp(&op{done: m.claimDone, rep: r, users: users, full: full, room: room, work: scan}, rt)
+	start := m.now
+	m.startOp(rt, scan, func() { m.claimDone(r, users, full, room, start) })
 }
 
 // window reads the CLAIM_WINDOW oldest entries of users nobody holds and
@@ -338,10 +332,11 @@ func (m *sim) window(room int) (users []int32, full bool) {
 	return users, counted >= m.c.ClaimWindow
 }
 
-func (m *sim) claimDone(w *op) {
-	r := w.rep
-	works := make([]work, 0, len(w.users))
-	for _, u := range w.users {
+// claimDone takes the users a claim round started at start won; full: the
+// window was cut at CLAIM_WINDOW; room: the users it could take.
+func (m *sim) claimDone(r *replica, users []int32, full bool, room int, start float64) {
+	works := make([]work, 0, len(users))
+	for _, u := range users {
 		ents := m.userPending[u]
 		m.userPending[u] = nil
 		for _, i := range ents {
@@ -351,9 +346,9 @@ func (m *sim) claimDone(w *op) {
 	}
 	r.held += len(works)
 	r.waiting = append(r.waiting, works...)
-	more := len(works) > 0 && (len(works) == w.room || w.full)
+	more := len(works) > 0 && (len(works) == room || full)
 	r.backlog = more
-	if m.c.ChangeStreams && m.arrived > 0 && m.e[m.arrived-1].Arrive > w.start {
+	if m.c.ChangeStreams && m.arrived > 0 && m.e[m.arrived-1].Arrive > start {
 		r.wakePending = true // the change stream spoke while the round ran
 	}
 	m.dispatch(r)
@@ -394,10 +389,10 @@ func (m *sim) dispatch(r *replica) {
 	for r.running < m.c.Concurrency && len(r.waiting) > 0 {
 		free := m.c.Concurrency - r.running
 		n := min(m.c.Batch, (len(r.waiting)+free-1)/free)
-		w := &op{done: m.refreshDone, rep: r, works: r.waiting[:n:n]}
+		batch, start := r.waiting[:n:n], m.now
 		r.waiting = r.waiting[n:]
 		r.running++
-		m.startOp(w, m.c.RoundTrips())
+		m.startOp(m.c.RoundTrips(), 0, func() { m.refreshDone(r, batch, start) })
 		m.roomWake(r)
 	}
 }
@@ -410,13 +405,12 @@ func (m *sim) roomWake(r *replica) {
 	}
 }
 
-func (m *sim) refreshDone(w *op) {
-	r := w.rep
+func (m *sim) refreshDone(r *replica, batch []work, start float64) {
 	r.running--
-	m.refreshes += len(w.works)
-	m.refreshTime += m.now - w.start
+	m.refreshes += len(batch)
+	m.refreshTime += m.now - start
 	m.refreshOps++
-	for _, x := range w.works {
+	for _, x := range batch {
 		r.outcomes = append(r.outcomes, x)
 		if n := len(r.outcomes); n == 1 || n >= consumer.AckFlushBatch {
 			m.kick(r)
@@ -456,14 +450,14 @@ func (m *sim) startFlush(r *replica) {
 	for _, x := range r.outcomes {
 		n += len(x.entries)
 	}
-	m.startOp(&op{done: m.flushDone, rep: r, works: r.outcomes, work: float64(n) * m.s.EntryCost}, consumer.AckRoundTrips)
+	outcomes := r.outcomes
+	m.startOp(consumer.AckRoundTrips, float64(n)*m.s.EntryCost, func() { m.flushDone(r, outcomes) })
 	r.outcomes = nil
 }
 
-func (m *sim) flushDone(w *op) {
-	r := w.rep
+func (m *sim) flushDone(r *replica, outcomes []work) {
 	r.flushing = false
-	for _, x := range w.works {
+	for _, x := range outcomes {
 		for _, i := range x.entries {
 			m.live.remove(int(i))
 			m.deleted++
@@ -475,7 +469,7 @@ func (m *sim) flushDone(w *op) {
 		}
 		m.heldBy[x.user] = 0
 	}
-	r.held -= len(w.works)
+	r.held -= len(outcomes)
 	m.lastFlush = m.now
 	if r.kickPending {
 		r.kickPending = false
