@@ -179,8 +179,7 @@ func (o *planOptions) validate() error {
 }
 
 // Run is `plan` with its arguments (after the command name) and the
-// environment; it returns the exit code: 0 done, 1 an error, 2 bad flags or
-// configuration.
+// environment; exit code 0 done, 1 an error, 2 bad flags or configuration.
 func Run(args, environ []string, stdout, stderr io.Writer) int {
 	// The fleet's flags default to the environment's settings; the help
 	// prints the contract's defaults when the environment is wrong, so
@@ -253,8 +252,7 @@ func writePlan(p *planner.Plan, o planOptions, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// input gathers the model's inputs: the backlog, the rules, the round trip
-// and the configuration.
+// input gathers the backlog, the rules, the round trip and the configuration.
 func (o *planOptions) input(ctx context.Context, cfg config.Config, stderr io.Writer) (planner.Input, error) {
 	rules, err := scoring.DefaultRules(), error(nil)
 	if o.rules != "" {
@@ -320,11 +318,10 @@ const (
 )
 
 // autoBatch is REFRESH_BATCH_SIZE unset (consumer.BatchAuto) as the
-// consumer resolves it on each server: batches where a batch's $in is an
-// index read (MongoDB) or where a user's own query decodes the collection
-// as a batch's does (FerretDB on SQLite); one user per slot on FerretDB on
-// PostgreSQL, which answers a user's query from its storage and a batch's
-// by decoding everything. 0: not a server it knows.
+// consumer resolves it: batches where a batch's $in is an index read
+// (MongoDB) or a user's own query decodes the collection as a batch's does
+// (FerretDB on SQLite); one user per slot on FerretDB on PostgreSQL, which
+// answers a user's query from its storage. 0: not a server it knows.
 func autoBatch(kind string) int {
 	switch kind {
 	case serverMongoDB, serverSQLite:

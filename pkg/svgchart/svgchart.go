@@ -2,9 +2,8 @@
 // more panels, one above the other, sharing an x axis that starts at 0, each
 // with its own y axis from 0 and a legend; optional vertical markers cross
 // every panel. Axes carry "nice" ticks (0 and multiples of 1, 2 or 5 times a
-// power of ten, see NiceTicks). It knows nothing of what it draws.
-//
-// ExampleChart draws one.
+// power of ten, see NiceTicks). It knows nothing of what it draws (see
+// ExampleChart).
 package svgchart
 
 import (
