@@ -73,7 +73,7 @@ func Simulate(c Config, s Server, tr Transient, entries []Entry, users int, o Si
 	for i := range c.Replicas {
 		r := &replica{id: int32(i + 1)}
 		m.reps = append(m.reps, r)
-		m.every(c.PollInterval, c.PollInterval, func() { m.wake(r) })
+		m.every(c.PollInterval, func() { m.wake(r) })
 	}
 	if tr.RTTFactor > 1 && tr.For > 0 {
 		m.at(tr.At, func() { m.rttFactor = tr.RTTFactor })
@@ -81,7 +81,7 @@ func Simulate(c Config, s Server, tr Transient, entries []Entry, users int, o Si
 	}
 	m.arrive()
 	m.sample()
-	m.every(o.SampleEvery, o.SampleEvery, m.sample)
+	m.every(o.SampleEvery, m.sample)
 	for _, r := range m.reps {
 		m.tryClaim(r)
 	}
@@ -183,14 +183,14 @@ func (m *sim) at(t float64, do func()) {
 	heap.Push(&m.timers, &timed{t: t, seq: m.seq, do: do})
 }
 
-// every runs do at first and every dt after.
-func (m *sim) every(first, dt float64, do func()) {
+// every runs do every dt from now on.
+func (m *sim) every(dt float64, do func()) {
 	var tick func()
 	tick = func() {
 		do()
 		m.at(m.now+dt, tick)
 	}
-	m.at(first, tick)
+	m.at(m.now+dt, tick)
 }
 
 // loop advances time event by event until the horizon or, when asked, drained.
