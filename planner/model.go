@@ -65,17 +65,15 @@ func (c Config) SpreadBatch() int { return consumer.SpreadBatch(c.Batch, c.HeldC
 // Validate reports every bad field at once.
 func (c Config) Validate() error {
 	var errs []error
-	positive := func(name string, v int) {
-		if v <= 0 {
-			errs = append(errs, fmt.Errorf("%s must be positive (got %d)", name, v))
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"components", c.Components}, {"REFRESH_CONCURRENCY", c.Concurrency}, {"MAX_USERS_IN_FLIGHT", c.MaxUsersInFlight},
+		{"CLAIM_WINDOW", c.ClaimWindow}, {"replicas", c.Replicas}, {"batch", c.Batch}} {
+		if f.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive (got %d)", f.name, f.v))
 		}
 	}
-	positive("components", c.Components)
-	positive("REFRESH_CONCURRENCY", c.Concurrency)
-	positive("MAX_USERS_IN_FLIGHT", c.MaxUsersInFlight)
-	positive("CLAIM_WINDOW", c.ClaimWindow)
-	positive("replicas", c.Replicas)
-	positive("batch", c.Batch)
 	if c.Concurrency > c.MaxUsersInFlight && c.MaxUsersInFlight > 0 {
 		errs = append(errs, fmt.Errorf("REFRESH_CONCURRENCY %d is above MAX_USERS_IN_FLIGHT %d", c.Concurrency, c.MaxUsersInFlight))
 	}
