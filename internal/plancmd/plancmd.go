@@ -236,7 +236,10 @@ func writePlan(p *planner.Plan, o planOptions, stdout, stderr io.Writer) int {
 	if o.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		err = enc.Encode(jsonPlan(p))
+		err = enc.Encode(struct {
+			Format string `json:"format"`
+			*planner.Plan
+		}{"scorerefresh-plan/1", p})
 	} else {
 		err = p.WriteText(stdout)
 	}
@@ -359,14 +362,6 @@ func (o *planOptions) loadBacklog(ctx context.Context, cfg config.Config, conn *
 		fmt.Fprintf(stderr, "%s: %d malformed entries left out (the consumer dead-letters them)\n", scan.Path, scan.Malformed)
 	}
 	return bb.Build(scan.Reference), sample, nil
-}
-
-// jsonPlan is the plan as --json prints it.
-func jsonPlan(p *planner.Plan) any {
-	return struct {
-		Format string `json:"format"`
-		*planner.Plan
-	}{"scorerefresh-plan/1", p}
 }
 
 // planChart is the plan as stacked panels: depth and oldest age over time for
