@@ -1,3 +1,21 @@
+// Package planner predicts how scorerefresh drains a backlog: drain time, the
+// oldest entry's age over time, the highest arrival rate a fleet sustains,
+// the replica count that keeps the oldest age under a target, and whether a
+// transient (slower round trips for a while, or a burst of entries) leaves
+// the queue in a state it does not come back from. docs/capacity-planning.md
+// derives the model.
+//
+// It talks to no database. The consumer's costs (round trips per claim
+// round and flush, the flush's wait and size, the lead factor) are the
+// consumer's own constants (consumer/cost.go), its batch spreading is
+// consumer.SpreadBatch, and the capacity formula is metrics.DrainRate, the
+// one the live headroom uses.
+//
+// Two tools use that model. Simulate is a discrete-event simulation of the
+// fleet over the backlog's own entries (users and enqueue times), which gives
+// the timelines. The closed forms (FleetBounds, Mix.Demand,
+// Mix.SustainableRate, Assess) give the first-principles figures. Make runs
+// both for 1…N replicas.
 package planner
 
 import (
@@ -47,17 +65,15 @@ func (c Config) SpreadBatch() int { return consumer.SpreadBatch(c.Batch, c.HeldC
 // Validate reports every bad field at once.
 func (c Config) Validate() error {
 	var errs []error
-	positive := func(name string, v int) {
-		if v <= 0 {
-			errs = append(errs, fmt.Errorf("%s must be positive (got %d)", name, v))
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"components", c.Components}, {"REFRESH_CONCURRENCY", c.Concurrency}, {"MAX_USERS_IN_FLIGHT", c.MaxUsersInFlight},
+		{"CLAIM_WINDOW", c.ClaimWindow}, {"replicas", c.Replicas}, {"batch", c.Batch}} {
+		if f.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive (got %d)", f.name, f.v))
 		}
 	}
-	positive("components", c.Components)
-	positive("REFRESH_CONCURRENCY", c.Concurrency)
-	positive("MAX_USERS_IN_FLIGHT", c.MaxUsersInFlight)
-	positive("CLAIM_WINDOW", c.ClaimWindow)
-	positive("replicas", c.Replicas)
-	positive("batch", c.Batch)
 	if c.Concurrency > c.MaxUsersInFlight && c.MaxUsersInFlight > 0 {
 		errs = append(errs, fmt.Errorf("REFRESH_CONCURRENCY %d is above MAX_USERS_IN_FLIGHT %d", c.Concurrency, c.MaxUsersInFlight))
 	}
@@ -77,14 +93,11 @@ type Server struct {
 	// takes Slope longer per command in flight beyond Knee. Slope 0: none.
 	Knee  int     `json:"knee,omitempty"`
 	Slope float64 `json:"slopeSeconds,omitempty"`
-	// EntryCost is the server's time per queue entry an ack flush deletes:
-	// a firehose user's refresh acknowledges thousands at once, and the
-	// replica's flushes (and the users waiting on them) wait for it.
+	// EntryCost is the server's time per queue entry an ack flush deletes
+	// (a firehose user's refresh acknowledges thousands at once).
 	EntryCost float64 `json:"entryCostSeconds,omitempty"`
 	// ScanCost is the server's time per queued entry for each of a claim
-	// round's two queue reads (the window and absorb): about 0 where they
-	// are index reads (MongoDB), the decoding of every entry where the
-	// server scans the queue for them (FerretDB).
+	// round's two queue reads: about 0 on MongoDB's index, not on FerretDB.
 	ScanCost float64 `json:"scanCostSeconds,omitempty"`
 }
 
@@ -115,9 +128,8 @@ func (s Server) Latency(inFlight float64, rttFactor float64) float64 {
 	return lat
 }
 
-// Transient is a disturbance during the load: round trips take RTTFactor
-// times longer from At for For seconds, and/or Burst entries of as many new
-// users arrive at At.
+// Transient is round trips RTTFactor times longer from At for For seconds,
+// and/or Burst entries of as many new users at At.
 type Transient struct {
 	At        float64 `json:"atSeconds"`
 	For       float64 `json:"forSeconds"`
@@ -138,21 +150,14 @@ func (t Transient) End() float64 {
 
 // Bounds are the first-principles ceilings on refreshes a second for a fleet.
 type Bounds struct {
-	Replicas int `json:"replicas"`
-	// Latency is replicas × REFRESH_CONCURRENCY × batch / (round trips ×
-	// (RTT + server cost)): every slot busy, nothing else in the way.
-	Latency float64 `json:"latency"`
-	// InFlight is what MAX_USERS_IN_FLIGHT allows: users are held across
-	// the refresh, the wait for an ack flush and the next claim round.
-	InFlight float64 `json:"inFlight"`
-	// Server is the server's capacity over the round trips of a refresh
-	// (+Inf, null in JSON, without a capacity).
-	Server Limit `json:"server"`
-	// Loaded is the fleet's rate with every slot busy, the round trip
-	// taken at that load (capacity and knee included): what a deep backlog
-	// gets, and what a transient that fills the slots leaves behind.
+	Replicas int     `json:"replicas"`
+	Latency  float64 `json:"latency"`  // every slot busy at an idle server's round trip
+	InFlight float64 `json:"inFlight"` // what MAX_USERS_IN_FLIGHT allows
+	Server   Limit   `json:"server"`   // capacity over a refresh's round trips; +Inf without one
+	// Loaded is the rate with every slot busy, the round trip taken at that
+	// load: what a deep backlog, or a transient that fills the slots, gets.
 	Loaded float64 `json:"loaded"`
-	// Lower is what the fleet can do, the least of Loaded and InFlight;
+	// Lower, the least of Loaded and InFlight, is what the fleet does;
 	// Binding says what holds it there.
 	Lower   float64 `json:"lower"`
 	Binding string  `json:"binding"`
@@ -188,12 +193,9 @@ func FleetBounds(c Config, s Server, replicas int) Bounds {
 	return b
 }
 
-// Limit is a figure that may be unbounded (+Inf): a server without a
-// capacity, a rate no arrival exceeds. JSON has no infinity, so it is null
-// there.
+// Limit is a figure that may be unbounded (+Inf), null in JSON.
 type Limit float64
 
-// MarshalJSON writes +Inf as null.
 func (l Limit) MarshalJSON() ([]byte, error) {
 	if math.IsInf(float64(l), 0) || math.IsNaN(float64(l)) {
 		return []byte("null"), nil
@@ -201,7 +203,6 @@ func (l Limit) MarshalJSON() ([]byte, error) {
 	return json.Marshal(float64(l))
 }
 
-// UnmarshalJSON reads null as +Inf.
 func (l *Limit) UnmarshalJSON(b []byte) error {
 	if string(b) == "null" {
 		*l = Limit(math.Inf(1))
@@ -211,4 +212,20 @@ func (l *Limit) UnmarshalJSON(b []byte) error {
 	err := json.Unmarshal(b, &f)
 	*l = Limit(f)
 	return err
+}
+
+// LatencyCeiling and ServerCeiling are the two ceilings no drain beats, as
+// the bench reports them next to its measurements. LatencyCeiling is the
+// refreshes per second of usersInRefresh users in refresh at once, each
+// refresh roundTrips trips of secondsPerTrip.
+func LatencyCeiling(usersInRefresh, roundTrips, secondsPerTrip float64) float64 {
+	return metrics.DrainRate(usersInRefresh, 1, roundTrips*secondsPerTrip, 1)
+}
+
+// ServerCeiling is qps queries a second over roundTrips queries a refresh.
+func ServerCeiling(qps, roundTrips float64) float64 {
+	if qps <= 0 || roundTrips <= 0 {
+		return 0
+	}
+	return qps / roundTrips
 }

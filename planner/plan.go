@@ -3,7 +3,11 @@ package planner
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"strconv"
+	"strings"
+	"text/tabwriter"
 
 	"github.com/scorerefresh/scorerefresh/consumer"
 )
@@ -17,7 +21,6 @@ type Input struct {
 	MaxReplicas int     // the table covers 1…MaxReplicas
 	TargetAge   float64 // seconds the oldest entry may wait
 	Transient   Transient
-	SampleEvery float64 // timeline resolution; default 1s, coarser for long drains
 }
 
 // Validate reports every bad input at once.
@@ -45,28 +48,23 @@ func (in Input) Validate() error {
 
 // Plan is the planner's answer.
 type Plan struct {
-	Entries    int       `json:"entries"`
-	Users      int       `json:"users"`
-	SpanSecs   float64   `json:"spanSeconds"` // oldest to newest entry of the backlog
-	Arrival    Arrival   `json:"arrival"`
-	Load       float64   `json:"loadEntriesPerSecond"` // arrivals after the start (mean)
-	Config     Config    `json:"config"`
-	Server     Server    `json:"server"`
-	TargetAge  float64   `json:"targetAgeSeconds"`
-	Transient  Transient `json:"transient"`
-	RoundTrips int       `json:"roundTripsPerRefresh"`
-	// EntriesPerUser is the coalescing a static drain of the backlog gets:
-	// one refresh per distinct user.
-	EntriesPerUser float64 `json:"entriesPerUser"`
-	// WindowUsers is the mean number of distinct users among CLAIM_WINDOW
-	// consecutive entries of the backlog.
-	WindowUsers float64     `json:"windowUsers"`
-	Mix         Mix         `json:"mix"`
-	Sequential  *Sequential `json:"sequential,omitempty"`
-	Rows        []Row       `json:"replicas"`
-	// ReplicasForTarget is the fewest replicas whose oldest entry never
-	// waits longer than TargetAge in the simulation; 0 when none up to
-	// MaxReplicas does.
+	Entries        int         `json:"entries"`
+	Users          int         `json:"users"`
+	SpanSecs       float64     `json:"spanSeconds"` // oldest to newest entry of the backlog
+	Arrival        Arrival     `json:"arrival"`
+	Load           float64     `json:"loadEntriesPerSecond"` // arrivals after the start (mean)
+	Config         Config      `json:"config"`
+	Server         Server      `json:"server"`
+	TargetAge      float64     `json:"targetAgeSeconds"`
+	Transient      Transient   `json:"transient"`
+	RoundTrips     int         `json:"roundTripsPerRefresh"`
+	EntriesPerUser float64     `json:"entriesPerUser"` // a static drain's coalescing
+	WindowUsers    float64     `json:"windowUsers"`    // distinct users per CLAIM_WINDOW entries
+	Mix            Mix         `json:"mix"`
+	Sequential     *Sequential `json:"sequential,omitempty"`
+	Rows           []Row       `json:"replicas"`
+	// ReplicasForTarget is the fewest replicas whose simulated peak wait
+	// is within TargetAge; 0: none up to MaxReplicas.
 	ReplicasForTarget int            `json:"replicasForTarget"`
 	Stability         *StabilityPlan `json:"stability"`
 }
@@ -76,9 +74,8 @@ type Row struct {
 	Replicas int    `json:"replicas"`
 	Bounds   Bounds `json:"bounds"`
 	Run      *Run   `json:"simulation"`
-	// Sustainable is the highest arrival rate (entries a second, with the
-	// backlog's mix of users) whose oldest age stays within the target
-	// (+Inf, null in JSON: no rate is too high).
+	// Sustainable is the highest arrival rate, with the backlog's mix of
+	// users, whose oldest age stays within the target.
 	Sustainable Limit `json:"sustainableEntriesPerSecond"`
 	MeetsTarget bool  `json:"meetsTarget"`
 }
@@ -90,8 +87,7 @@ type StabilityPlan struct {
 	Baseline   *Run      `json:"baseline,omitempty"`  // the load without the transient
 	Disturbed  *Run      `json:"disturbed,omitempty"` // the same with it
 	// PreLevel is the oldest age before the transient (the highest over
-	// its last two thirds before it); recovery is getting back to it
-	// (RecoveredAt).
+	// the last two thirds before it): what recovery gets back to.
 	PreLevel        float64 `json:"preLevelSeconds"`
 	Recovered       bool    `json:"recovered"`
 	RecoverySeconds float64 `json:"recoverySeconds"` // after the transient ended; -1: not while the load lasted
@@ -129,25 +125,18 @@ func Make(in Input) (*Plan, error) {
 	return p, nil
 }
 
-// simOptions sizes the simulation: until drained for a finite load, with a
-// horizon well past what the bounds predict; to the end of the arrivals for
-// a rate.
+// simOptions runs a simulation to the end of a rate's arrivals, else until
+// drained, with a horizon well past what the bounds predict.
 func simOptions(in Input, entries []Entry, b Bounds) SimOptions {
-	o := SimOptions{SampleEvery: in.SampleEvery}
-	last := 0.0
-	if len(entries) > 0 {
-		last = entries[len(entries)-1].Arrive
-	}
-	if in.Arrival.Mode == ArrivalRate {
-		o.Horizon = in.Arrival.Duration
-	} else {
-		est := last + float64(len(entries))/math.Max(b.Lower, 1e-6)
+	o := SimOptions{Horizon: in.Arrival.Duration}
+	if in.Arrival.Mode != ArrivalRate {
+		est := float64(len(entries)) / math.Max(b.Lower, 1e-6)
+		if len(entries) > 0 {
+			est += entries[len(entries)-1].Arrive
+		}
 		o.Horizon, o.UntilDrained = math.Min(math.Max(3*est, est+300), 14*24*3600), true
 	}
-	if o.SampleEvery <= 0 {
-		// About two thousand samples at most: enough for a chart.
-		o.SampleEvery = math.Max(1, math.Ceil(o.Horizon/2000))
-	}
+	o.SampleEvery = math.Max(1, math.Ceil(o.Horizon/2000)) // enough for a chart
 	return o
 }
 
@@ -171,8 +160,7 @@ func loadRate(b *Backlog, a Arrival) float64 {
 	return 0
 }
 
-// stability runs the transient against the current fleet and classifies
-// the load from first principles.
+// stability classifies the load and simulates the transient at the current fleet.
 func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 	c := in.Config
 	sp := &StabilityPlan{Replicas: c.Replicas, RecoverySeconds: -1}
@@ -185,8 +173,7 @@ func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 		sp.Verdict = sp.Assessment.Describe()
 		return sp
 	}
-	b := FleetBounds(c, in.Server, c.Replicas)
-	o := simOptions(in, entries, b)
+	o := simOptions(in, entries, FleetBounds(c, in.Server, c.Replicas))
 	if in.Arrival.Mode != ArrivalRate {
 		// Until drained, with room for the transient's delay.
 		o.Horizon = math.Max(o.Horizon, in.Transient.End()+600)
@@ -197,7 +184,7 @@ func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 	sp.Baseline = Simulate(c, in.Server, Transient{}, entries, users, o)
 	dEntries, dUsers := in.Backlog.Schedule(in.Arrival, in.Transient)
 	sp.Disturbed = Simulate(c, in.Server, in.Transient, dEntries, dUsers, o)
-	sp.PreLevel = maxAge(sp.Disturbed.Timeline, in.Transient.At/3, in.Transient.At)
+	_, sp.PreLevel = peaks(sp.Disturbed.Timeline, in.Transient.At/3, in.Transient.At)
 	loadEnd := in.Transient.End()
 	if n := len(entries); n > 0 {
 		loadEnd = math.Max(loadEnd, entries[n-1].Arrive)
@@ -239,7 +226,7 @@ const RecoveryTolerance = 0.5
 // RecoveredAt is the first sample time from restore on whose oldest age is
 // back within RecoveryTolerance of level. With whileLoaded, only samples up
 // to loadEnd count: a queue that drains because arrivals stopped has not
-// recovered. The bench judges measured replays with the same rule.
+// recovered.
 func RecoveredAt(tl []Sample, level, restore, loadEnd float64, whileLoaded bool) (float64, bool) {
 	for _, s := range tl {
 		if s.T < restore || (whileLoaded && s.T > loadEnd) {
@@ -252,24 +239,19 @@ func RecoveredAt(tl []Sample, level, restore, loadEnd float64, whileLoaded bool)
 	return 0, false
 }
 
-func maxAge(tl []Sample, from, to float64) float64 {
-	m := 0.0
+// peaks is the highest depth and oldest age of the samples in [from, to).
+func peaks(tl []Sample, from, to float64) (depth int, age float64) {
 	for _, s := range tl {
 		if s.T >= from && s.T < to {
-			m = math.Max(m, s.OldestAge)
+			depth, age = max(depth, s.Depth), math.Max(age, s.OldestAge)
 		}
 	}
-	return m
+	return depth, age
 }
 
 func describeRecovery(sp *StabilityPlan, load, loadEnd, trStart, trEnd float64) string {
 	d := sp.Disturbed
-	peakDepth, peakAge := 0, 0.0
-	for _, s := range d.Timeline {
-		if s.T >= trStart {
-			peakDepth, peakAge = max(peakDepth, s.Depth), math.Max(peakAge, s.OldestAge)
-		}
-	}
+	peakDepth, peakAge := peaks(d.Timeline, trStart, math.Inf(1))
 	switch {
 	case load == 0 && sp.Recovered:
 		return fmt.Sprintf("no arrivals after the backlog: the transient delays the drain to %s (from %s)", Seconds(d.DrainSeconds), Seconds(sp.Baseline.DrainSeconds))
@@ -306,23 +288,17 @@ func windowUsers(b *Backlog, w int) float64 {
 	return float64(total) / float64(windows)
 }
 
-// SequentialWindow is the batch the consumer scorerefresh replaced read per
-// poll: the oldest 200 entries.
+// SequentialWindow is the entries the consumer scorerefresh replaced read per poll.
 const SequentialWindow = 200
 
-// Sequential is what a one-at-a-time consumer would do with the same
-// backlog, for comparison: it reads the oldest SequentialWindow entries,
-// refreshes their distinct users one after another, then deletes the
-// window. Its rate falls as the window holds more distinct users, which is
-// how it wedges: a diverse backlog slows it down, so the backlog stays
-// diverse. scorerefresh's rate does not depend on that, up to its
-// concurrency.
+// Sequential is, for comparison, a consumer that reads the oldest
+// SequentialWindow entries, refreshes their distinct users one after
+// another, then deletes the window: a diverse backlog slows it down, so the
+// backlog stays diverse (it wedges).
 type Sequential struct {
 	WindowUsers      float64 `json:"windowUsers"`      // distinct users per window, on average
 	EntriesPerSecond float64 `json:"entriesPerSecond"` // its drain rate on this backlog
-	// KeepsUp says whether it would keep up with the load (false with no
-	// load: it drains eventually).
-	KeepsUp bool `json:"keepsUp"`
+	KeepsUp          bool    `json:"keepsUp"`          // false without a load
 }
 
 func sequential(b *Backlog, c Config, s Server, load float64) *Sequential {
@@ -335,4 +311,138 @@ func sequential(b *Backlog, c Config, s Server, load float64) *Sequential {
 	q.EntriesPerSecond = min(float64(SequentialWindow), float64(len(b.Entries))) / perWindow
 	q.KeepsUp = load > 0 && q.EntriesPerSecond > load
 	return q
+}
+
+// WriteText prints the plan for a person: the inputs, a table by replica
+// count, the target, and the stability verdict.
+func (p *Plan) WriteText(w io.Writer) error {
+	var b strings.Builder
+	p.writeInputs(&b)
+	b.WriteString("\n")
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	drain := "drain"
+	if p.Arrival.Mode == ArrivalRate {
+		drain = "backlog cleared"
+	}
+	fmt.Fprintf(tw, "replicas\tbound/s\tbinding\t%s\tpeak depth\tpeak oldest age\tpeak wait\trefreshes/s\tsustainable/s\t\n", drain)
+	for _, r := range p.Rows {
+		d := r.Run.DrainSeconds
+		if p.Arrival.Mode == ArrivalRate {
+			d = r.Run.ClearSeconds
+		}
+		done := Seconds(d)
+		if d < 0 {
+			done = "> " + Seconds(r.Run.EndSeconds)
+		}
+		fmt.Fprintf(tw, "%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t\n", r.Replicas, r.Bounds.Lower, r.Bounds.Binding, done,
+			Thousands(r.Run.PeakDepth), Seconds(r.Run.PeakOldestAge), Seconds(r.Run.PeakWait), r.Run.RefreshesPerSecond(), rateText(float64(r.Sustainable)))
+	}
+	tw.Flush()
+	fmt.Fprintf(&b, "(bound: refreshes/s with every slot busy; peak wait: the longest an entry waited since the plan began;\n"+
+		" sustainable: the highest arrival rate, with this backlog's mix of users, that keeps the oldest age within %s)\n\n", Seconds(p.TargetAge))
+	if p.ReplicasForTarget > 0 {
+		fmt.Fprintf(&b, "replicas for an oldest age within %s: %d\n", Seconds(p.TargetAge), p.ReplicasForTarget)
+	} else {
+		why := "try a larger --max-replicas"
+		if n := len(p.Rows); n > 1 && p.Rows[n-1].Bounds.Lower < 1.05*p.Rows[n-2].Bounds.Lower {
+			why = "the last replica added less than 5%: the server, not the fleet, is the limit"
+		}
+		fmt.Fprintf(&b, "replicas for an oldest age within %s: more than %d (%s)\n", Seconds(p.TargetAge), len(p.Rows), why)
+	}
+	if q := p.Sequential; q != nil {
+		fmt.Fprintf(&b, "for comparison, a one-at-a-time consumer (%d-entry window, %.0f distinct users in it) would drain %.1f entries/s here",
+			SequentialWindow, q.WindowUsers, q.EntriesPerSecond)
+		if p.Load > 0 && !q.KeepsUp {
+			b.WriteString(": below the load, so it would wedge")
+		}
+		b.WriteString("\n")
+	}
+	if sp := p.Stability; sp != nil {
+		fmt.Fprintf(&b, "\nstability at %d replica(s)", sp.Replicas)
+		if p.Load > 0 {
+			fmt.Fprintf(&b, ", load %.1f entries/s", p.Load)
+		}
+		fmt.Fprintf(&b, ":\n  %s\n", sp.Assessment.Describe())
+		if t := p.Transient; t.Active() {
+			var what []string
+			if t.RTTFactor > 1 && t.For > 0 {
+				what = append(what, fmt.Sprintf("round trips ×%g for %s", t.RTTFactor, Seconds(t.For)))
+			}
+			if t.Burst > 0 {
+				what = append(what, fmt.Sprintf("a burst of %s entries of new users", Thousands(t.Burst)))
+			}
+			fmt.Fprintf(&b, "  transient (%s at %s): %s\n", strings.Join(what, " and "), Seconds(t.At), sp.Verdict)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func (p *Plan) writeInputs(b *strings.Builder) {
+	fmt.Fprintf(b, "backlog: %s entries of %s users over %s (%.1f entries per user; %.0f distinct users per %d-entry window)\n",
+		Thousands(p.Entries), Thousands(p.Users), Seconds(p.SpanSecs), p.EntriesPerUser, p.WindowUsers, p.Config.ClaimWindow)
+	a := p.Arrival
+	switch a.Mode {
+	case ArrivalMax:
+		b.WriteString("arrival: max (the backlog is in the queue at the start; nothing follows)\n")
+	case ArrivalOriginal:
+		fmt.Fprintf(b, "arrival: original ×%g (%.1f entries/s on average over %s)\n", a.Speed, p.Load, Seconds(p.SpanSecs/a.Speed))
+	case ArrivalRate:
+		fmt.Fprintf(b, "arrival: the backlog, then %.1f entries/s for %s (%.0f%% of them from users the backlog has not seen)\n",
+			a.Rate, Seconds(a.Duration), 100*p.Mix.New)
+	}
+	s := p.Server
+	fmt.Fprintf(b, "round trip: RTT %s + server %s per command", ms(s.RTT), ms(s.Cost))
+	if s.Capacity > 0 {
+		fmt.Fprintf(b, "; server capacity %.0f commands/s", s.Capacity)
+	}
+	if s.Slope > 0 {
+		fmt.Fprintf(b, "; +%s per command in flight past %d", ms(s.Slope), s.Knee)
+	}
+	if s.EntryCost > 0 {
+		fmt.Fprintf(b, "; %.0fµs per entry an ack deletes", s.EntryCost*1e6)
+	}
+	if s.ScanCost > 0 {
+		fmt.Fprintf(b, "; %.1fµs per queued entry per claim read", s.ScanCost*1e6)
+	}
+	c := p.Config
+	comps := "components"
+	if c.Components == 1 {
+		comps = "component"
+	}
+	fmt.Fprintf(b, "\nrefresh: %d %s + 2 = %d round trips", c.Components, comps, p.RoundTrips)
+	if c.Batch > 1 {
+		fmt.Fprintf(b, " per batch of up to %d users spread over the free slots (%d with every slot busy)", c.Batch, c.SpreadBatch())
+	}
+	wake := "poll every " + Seconds(c.PollInterval)
+	if c.ChangeStreams {
+		wake = "change streams"
+	}
+	fmt.Fprintf(b, "\nconfig: REFRESH_CONCURRENCY %d, MAX_USERS_IN_FLIGHT %d, CLAIM_WINDOW %d, %d replica(s) now; wake-up: %s\n",
+		c.Concurrency, c.MaxUsersInFlight, c.ClaimWindow, c.Replicas, wake)
+}
+
+// Thousands formats n with comma separators: 20,000 reads faster than
+// 20000. The replay's reports print their counts with it too.
+func Thousands[N ~int | ~int64](n N) string {
+	s := strconv.FormatInt(int64(n), 10)
+	digits, sign := strings.CutPrefix(s, "-")
+	for i := len(digits) - 3; i > 0; i -= 3 {
+		digits = digits[:i] + "," + digits[i:]
+	}
+	if sign {
+		return "-" + digits
+	}
+	return digits
+}
+
+func rateText(r float64) string {
+	if math.IsInf(r, 1) {
+		return "any"
+	}
+	return fmt.Sprintf("%.1f", r)
+}
+
+func ms(s float64) string {
+	return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.2f", s*1000), "0"), ".") + "ms"
 }

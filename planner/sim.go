@@ -7,26 +7,22 @@ import (
 	"github.com/scorerefresh/scorerefresh/consumer"
 )
 
-// Sample is the queue at one moment of a drain, simulated (Simulate) or
-// measured (a replay's drain timeline): one type, so a plan and a replay
-// are read, and judged (RecoveredAt), sample for sample.
+// Sample is the queue at one moment of a drain, simulated or measured (a
+// replay's timeline): one type, so both are judged (RecoveredAt) alike.
 type Sample struct {
 	T         float64 `json:"t"` // seconds since the plan (or the drain) began
 	Depth     int     `json:"depth"`
 	OldestAge float64 `json:"oldestAge"` // now − the oldest entry's enqueue time; 0 when empty, -1 when not measured
-	// Wait is how long the oldest entry has waited since the plan began:
-	// now − max(its enqueue time, 0). Replicas cannot undo the age a
-	// backlog already had; this is the part they decide. Simulated only.
+	// Wait is now − max(the oldest entry's enqueue time, 0), simulated only:
+	// replicas cannot undo the age a backlog already had, they decide this.
 	Wait        float64 `json:"wait"`
 	Acked       float64 `json:"acked"`     // entries acknowledged since the start
 	Refreshes   float64 `json:"refreshes"` // successful user refreshes since the start
 	RTTFactor   float64 `json:"rttFactor,omitempty"`
 	DeadLetters float64 `json:"deadLetters,omitempty"` // entries dead-lettered since the start
-	// Measured, AckedPerSec and Arrived are a replay's: Measured says
-	// Depth and OldestAge were queried this time (otherwise Depth is
-	// derived from the counters since the last query), AckedPerSec is over
-	// the interval since the previous sample, Arrived counts the entries
-	// the replay has inserted.
+	// A replay's: Measured says Depth and OldestAge were queried this time
+	// (else Depth is derived from the counters), AckedPerSec is since the
+	// previous sample, Arrived counts the entries the replay inserted.
 	Measured    bool    `json:"measured,omitempty"`
 	AckedPerSec float64 `json:"ackedPerSecond,omitempty"`
 	Arrived     int64   `json:"arrived,omitempty"`
@@ -34,31 +30,25 @@ type Sample struct {
 
 // SimOptions bound a simulation.
 type SimOptions struct {
-	Horizon     float64 // stop here at the latest (seconds)
-	SampleEvery float64 // timeline resolution; default 1s
-	// UntilDrained stops once every entry is acknowledged; without it the
-	// simulation runs to Horizon.
-	UntilDrained bool
+	Horizon      float64 // stop here at the latest (seconds)
+	SampleEvery  float64 // timeline resolution; default 1s
+	UntilDrained bool    // stop once every entry is acknowledged
 }
 
 // Run is one simulation's outcome.
 type Run struct {
 	Replicas int      `json:"replicas"`
 	Timeline []Sample `json:"timeline,omitempty"`
-	// Drained says every entry was acknowledged within the horizon, at
-	// DrainSeconds (the last flush).
-	Drained      bool    `json:"drained"`
-	DrainSeconds float64 `json:"drainSeconds"`
-	// ClearSeconds is when every entry present at the start had been
-	// acknowledged (-1: not within the horizon).
-	ClearSeconds  float64 `json:"clearSeconds"`
-	PeakDepth     int     `json:"peakDepth"`
-	PeakOldestAge float64 `json:"peakOldestAge"`
-	PeakWait      float64 `json:"peakWait"`
-	Refreshes     int     `json:"refreshes"`
-	// MeanRefreshSeconds is a refresh's mean duration, from its slot to its
-	// last round trip (the refresh_duration histogram's mean).
-	MeanRefreshSeconds float64 `json:"meanRefreshSeconds"`
+	// Drained: every entry was acknowledged, by DrainSeconds (the last
+	// flush); ClearSeconds: every entry present at the start (-1: not).
+	Drained            bool    `json:"drained"`
+	DrainSeconds       float64 `json:"drainSeconds"`
+	ClearSeconds       float64 `json:"clearSeconds"`
+	PeakDepth          int     `json:"peakDepth"`
+	PeakOldestAge      float64 `json:"peakOldestAge"`
+	PeakWait           float64 `json:"peakWait"`
+	Refreshes          int     `json:"refreshes"`
+	MeanRefreshSeconds float64 `json:"meanRefreshSeconds"` // the refresh_duration histogram's mean
 	Acked              int     `json:"acked"`
 	Entries            int     `json:"entries"`
 	EndSeconds         float64 `json:"endSeconds"`
@@ -73,74 +63,48 @@ func (r *Run) RefreshesPerSecond() float64 {
 	return float64(r.Refreshes) / r.EndSeconds
 }
 
-// Simulate runs the fleet of c.Replicas replicas over entries (oldest
-// first, arrivals in that order, as Backlog.Schedule lays them out), naming
-// users below users.
+// Simulate runs c.Replicas replicas over entries as Backlog.Schedule lays
+// them out, naming users below users.
 func Simulate(c Config, s Server, tr Transient, entries []Entry, users int, o SimOptions) *Run {
 	if o.SampleEvery <= 0 {
 		o.SampleEvery = 1
 	}
 	m := newSim(c, s, entries, users)
 	for i := range c.Replicas {
-		m.reps = append(m.reps, &replica{id: int32(i + 1)})
-		m.at(c.PollInterval, evPoll, i)
+		r := &replica{id: int32(i + 1)}
+		m.reps = append(m.reps, r)
+		m.every(c.PollInterval, func() { m.wake(r) })
 	}
 	if tr.RTTFactor > 1 && tr.For > 0 {
-		m.at(tr.At, evRTT, 0)
-		m.at(tr.At+tr.For, evRTT, 1)
-		m.trFactor = tr.RTTFactor
+		m.at(tr.At, func() { m.rttFactor = tr.RTTFactor })
+		m.at(tr.At+tr.For, func() { m.rttFactor = 1 })
 	}
 	m.arrive()
 	m.sample()
-	m.at(o.SampleEvery, evSample, 0)
+	m.every(o.SampleEvery, m.sample)
 	for _, r := range m.reps {
 		m.tryClaim(r)
 	}
 	m.loop(o)
-	return m.result(c.Replicas, o)
+	return m.result()
 }
 
-// The kinds of timed events.
-const (
-	evSample = iota
-	evPoll
-	evAckTimer
-	evArrivalWake
-	evRTT
-	evStop
-	evWorkDone // an op's server work past its round trips is done
-)
-
-// The kinds of round-trip work.
-const (
-	opClaim = iota
-	opRefresh
-	opFlush
-)
-
+// timed is an event at t; ties run in the order they were scheduled.
 type timed struct {
-	t    float64
-	seq  int64
-	kind int
-	arg  int // replica, or what the event carries
-	gen  int // ack timers: the arming they belong to
-	op   *op // evWorkDone: the op
+	t   float64
+	seq int64
+	do  func()
 }
 
+// op is round-trip work (a claim round, a refresh, a flush), then work
+// seconds at the server past its round trips (Server.EntryCost,
+// Server.ScanCost); done runs when both are over.
 type op struct {
-	vEnd  float64
-	seq   int64
-	kind  int
-	rep   *replica
-	users []int32 // claim: picked; refresh: the batch
-	works []work  // flush: the outcomes
-	start float64
-	full  bool // claim: the window was cut at CLAIM_WINDOW
-	room  int  // claim: users it could take
-	// work is server time the op spends past its round trips, per entry
-	// (Server.EntryCost, Server.ScanCost); worked says it is done.
+	vEnd   float64
+	seq    int64
 	work   float64
 	worked bool
+	done   func()
 }
 
 type work struct {
@@ -159,7 +123,7 @@ type replica struct {
 	outcomes             []work
 	flushing, armed      bool
 	kickPending          bool
-	gen                  int
+	gen                  int // the ack timer's arming
 }
 
 // sim is the discrete-event simulation. Round-trip work progresses in
@@ -183,7 +147,6 @@ type sim struct {
 
 	inFlight      int
 	rttFactor     float64
-	trFactor      float64
 	ops           queue[*op]
 	timers        queue[*timed]
 	seq           int64
@@ -194,6 +157,7 @@ type sim struct {
 	lastFlush     float64
 	clearAt       float64
 	wakeScheduled bool
+	stopped       bool
 	timeline      []Sample
 }
 
@@ -214,21 +178,26 @@ func newSim(c Config, s Server, entries []Entry, users int) *sim {
 	return m
 }
 
-func (m *sim) at(t float64, kind, arg int) *timed {
+func (m *sim) at(t float64, do func()) {
 	m.seq++
-	ev := &timed{t: t, seq: m.seq, kind: kind, arg: arg}
-	heap.Push(&m.timers, ev)
-	return ev
+	heap.Push(&m.timers, &timed{t: t, seq: m.seq, do: do})
 }
 
-func (m *sim) latency() float64 { return m.s.Latency(float64(m.inFlight), m.rttFactor) }
+// every runs do every dt from now on.
+func (m *sim) every(dt float64, do func()) {
+	var tick func()
+	tick = func() {
+		do()
+		m.at(m.now+dt, tick)
+	}
+	m.at(m.now+dt, tick)
+}
 
-// loop advances time event by event until the horizon or, when asked, the
-// queue is drained with nothing more to arrive.
+// loop advances time event by event until the horizon or, when asked, drained.
 func (m *sim) loop(o SimOptions) {
-	m.at(o.Horizon, evStop, 0)
+	m.at(o.Horizon, func() { m.stopped = true })
 	for {
-		lat := m.latency()
+		lat := m.s.Latency(float64(m.inFlight), m.rttFactor)
 		tOp := math.Inf(1)
 		if m.ops.Len() > 0 {
 			tOp = m.now + (m.ops.items[0].vEnd-m.v)*lat
@@ -236,8 +205,8 @@ func (m *sim) loop(o SimOptions) {
 		tEv := m.timers.items[0].t
 		if tEv <= tOp {
 			m.advance(tEv, lat)
-			ev := heap.Pop(&m.timers).(*timed)
-			if ev.kind == evStop || m.handle(ev, o) {
+			heap.Pop(&m.timers).(*timed).do()
+			if m.stopped || (o.UntilDrained && m.drained()) {
 				return
 			}
 			continue
@@ -274,38 +243,6 @@ func (m *sim) drained() bool {
 	return m.arrived == len(m.e) && m.deleted == len(m.e)
 }
 
-// handle processes a timed event; it reports that the simulation is over.
-func (m *sim) handle(ev *timed, o SimOptions) bool {
-	switch ev.kind {
-	case evSample:
-		m.sample()
-		m.at(m.now+o.SampleEvery, evSample, 0)
-	case evPoll:
-		m.wake(m.reps[ev.arg])
-		m.at(m.now+m.c.PollInterval, evPoll, ev.arg)
-	case evAckTimer:
-		r := m.reps[ev.arg]
-		if r.armed && r.gen == ev.gen {
-			r.armed = false
-			m.startFlush(r)
-		}
-	case evArrivalWake:
-		m.wakeScheduled = false
-		for _, r := range m.reps {
-			m.wake(r)
-		}
-	case evWorkDone:
-		m.inFlight--
-		m.finish(ev.op)
-	case evRTT:
-		m.rttFactor = 1
-		if ev.arg == 0 {
-			m.rttFactor = m.trFactor
-		}
-	}
-	return o.UntilDrained && m.drained()
-}
-
 func (m *sim) sample() {
 	s := Sample{T: m.now, Depth: m.arrived - m.deleted, Acked: float64(m.deleted), Refreshes: float64(m.refreshes)}
 	if m.rttFactor != 1 {
@@ -318,30 +255,24 @@ func (m *sim) sample() {
 	m.timeline = append(m.timeline, s)
 }
 
-func (m *sim) startOp(w *op, roundTrips int) {
+func (m *sim) startOp(roundTrips int, work float64, done func()) {
 	m.seq++
-	w.seq, w.vEnd, w.start = m.seq, m.v+float64(roundTrips), m.now
 	m.inFlight++
-	heap.Push(&m.ops, w)
+	heap.Push(&m.ops, &op{vEnd: m.v + float64(roundTrips), seq: m.seq, work: work, done: done})
 }
 
 func (m *sim) finish(w *op) {
 	if w.work > 0 && !w.worked {
-		// The command is still at the server, scanning or deleting: its
-		// connection stays busy.
+		// Still at the server, scanning or deleting: its connection stays busy.
 		w.worked = true
 		m.inFlight++
-		m.at(m.now+w.work, evWorkDone, 0).op = w
+		m.at(m.now+w.work, func() {
+			m.inFlight--
+			m.finish(w)
+		})
 		return
 	}
-	switch w.kind {
-	case opClaim:
-		m.claimDone(w)
-	case opRefresh:
-		m.refreshDone(w)
-	case opFlush:
-		m.flushDone(w)
-	}
+	w.done()
 }
 
 // wantMore is the consumer's low-water mark: room for users, and fewer
@@ -375,10 +306,10 @@ func (m *sim) tryClaim(r *replica) {
 	for _, u := range users {
 		m.heldBy[u] = r.id
 	}
-	// The window and absorb read the queue: an index read on MongoDB, a
-	// scan of every queued entry where the server has no such index.
+	// The window and absorb read the queue (Server.ScanCost).
 	scan := 2 * float64(m.arrived-m.deleted) * m.s.ScanCost
-	m.startOp(&op{kind: opClaim, rep: r, users: users, full: full, room: room, work: scan}, rt)
+	start := m.now
+	m.startOp(rt, scan, func() { m.claimDone(r, users, full, room, start) })
 }
 
 // window reads the CLAIM_WINDOW oldest entries of users nobody holds and
@@ -401,10 +332,11 @@ func (m *sim) window(room int) (users []int32, full bool) {
 	return users, counted >= m.c.ClaimWindow
 }
 
-func (m *sim) claimDone(w *op) {
-	r := w.rep
-	works := make([]work, 0, len(w.users))
-	for _, u := range w.users {
+// claimDone takes the users a claim round started at start won; full: the
+// window was cut at CLAIM_WINDOW; room: the users it could take.
+func (m *sim) claimDone(r *replica, users []int32, full bool, room int, start float64) {
+	works := make([]work, 0, len(users))
+	for _, u := range users {
 		ents := m.userPending[u]
 		m.userPending[u] = nil
 		for _, i := range ents {
@@ -414,17 +346,13 @@ func (m *sim) claimDone(w *op) {
 	}
 	r.held += len(works)
 	r.waiting = append(r.waiting, works...)
-	more := len(works) > 0 && (len(works) == w.room || w.full)
+	more := len(works) > 0 && (len(works) == room || full)
 	r.backlog = more
-	if m.arrivedSince(w.start) && m.c.ChangeStreams {
+	if m.c.ChangeStreams && m.arrived > 0 && m.e[m.arrived-1].Arrive > start {
 		r.wakePending = true // the change stream spoke while the round ran
 	}
 	m.dispatch(r)
 	m.afterRound(r, more)
-}
-
-func (m *sim) arrivedSince(t float64) bool {
-	return m.arrived > 0 && m.e[m.arrived-1].Arrive > t
 }
 
 // afterRound is the claim loop's decision: go again, or wait.
@@ -441,31 +369,30 @@ func (m *sim) afterRound(r *replica, more bool) {
 	}
 }
 
-// scheduleArrivalWake makes the next arrival wake idle replicas, as a
-// change stream would.
+// scheduleArrivalWake makes the next arrival wake idle replicas (a change stream).
 func (m *sim) scheduleArrivalWake() {
 	if !m.c.ChangeStreams || m.wakeScheduled || m.arrived >= len(m.e) {
 		return
 	}
 	m.wakeScheduled = true
-	m.at(m.e[m.arrived].Arrive, evArrivalWake, 0)
+	m.at(m.e[m.arrived].Arrive, func() {
+		m.wakeScheduled = false
+		for _, r := range m.reps {
+			m.wake(r)
+		}
+	})
 }
 
-// dispatch starts refreshes while slots are free, spreading the waiting
-// users over them as the consumer's batcher does: each slot takes the
-// waiting divided by the free slots, rounded up, at most Batch.
+// dispatch starts refreshes while slots are free, each taking the waiting
+// users divided by the free slots, rounded up, at most Batch (as the consumer).
 func (m *sim) dispatch(r *replica) {
 	for r.running < m.c.Concurrency && len(r.waiting) > 0 {
 		free := m.c.Concurrency - r.running
 		n := min(m.c.Batch, (len(r.waiting)+free-1)/free)
-		batch := make([]int32, n)
-		for i := range n {
-			batch[i] = r.waiting[i].user
-		}
-		w := &op{kind: opRefresh, rep: r, users: batch, works: append([]work(nil), r.waiting[:n]...)}
+		batch, start := r.waiting[:n:n], m.now
 		r.waiting = r.waiting[n:]
 		r.running++
-		m.startOp(w, m.c.RoundTrips())
+		m.startOp(m.c.RoundTrips(), 0, func() { m.refreshDone(r, batch, start) })
 		m.roomWake(r)
 	}
 }
@@ -478,13 +405,12 @@ func (m *sim) roomWake(r *replica) {
 	}
 }
 
-func (m *sim) refreshDone(w *op) {
-	r := w.rep
+func (m *sim) refreshDone(r *replica, batch []work, start float64) {
 	r.running--
-	m.refreshes += len(w.works)
-	m.refreshTime += m.now - w.start
+	m.refreshes += len(batch)
+	m.refreshTime += m.now - start
 	m.refreshOps++
-	for _, x := range w.works {
+	for _, x := range batch {
 		r.outcomes = append(r.outcomes, x)
 		if n := len(r.outcomes); n == 1 || n >= consumer.AckFlushBatch {
 			m.kick(r)
@@ -505,8 +431,13 @@ func (m *sim) kick(r *replica) {
 	default:
 		r.armed = true
 		r.gen++
-		ev := m.at(m.now+ackInterval, evAckTimer, int(r.id-1))
-		ev.gen = r.gen
+		gen := r.gen
+		m.at(m.now+ackInterval, func() {
+			if r.armed && r.gen == gen {
+				r.armed = false
+				m.startFlush(r)
+			}
+		})
 	}
 }
 
@@ -519,14 +450,14 @@ func (m *sim) startFlush(r *replica) {
 	for _, x := range r.outcomes {
 		n += len(x.entries)
 	}
-	m.startOp(&op{kind: opFlush, rep: r, works: r.outcomes, work: float64(n) * m.s.EntryCost}, consumer.AckRoundTrips)
+	outcomes := r.outcomes
+	m.startOp(consumer.AckRoundTrips, float64(n)*m.s.EntryCost, func() { m.flushDone(r, outcomes) })
 	r.outcomes = nil
 }
 
-func (m *sim) flushDone(w *op) {
-	r := w.rep
+func (m *sim) flushDone(r *replica, outcomes []work) {
 	r.flushing = false
-	for _, x := range w.works {
+	for _, x := range outcomes {
 		for _, i := range x.entries {
 			m.live.remove(int(i))
 			m.deleted++
@@ -538,7 +469,7 @@ func (m *sim) flushDone(w *op) {
 		}
 		m.heldBy[x.user] = 0
 	}
-	r.held -= len(w.works)
+	r.held -= len(outcomes)
 	m.lastFlush = m.now
 	if r.kickPending {
 		r.kickPending = false
@@ -547,8 +478,8 @@ func (m *sim) flushDone(w *op) {
 	m.roomWake(r)
 }
 
-func (m *sim) result(replicas int, o SimOptions) *Run {
-	run := &Run{Replicas: replicas, Timeline: m.timeline, Refreshes: m.refreshes, Acked: m.deleted,
+func (m *sim) result() *Run {
+	run := &Run{Replicas: len(m.reps), Timeline: m.timeline, Refreshes: m.refreshes, Acked: m.deleted,
 		Entries: len(m.e), EndSeconds: m.now, ClearSeconds: m.clearAt, DrainSeconds: -1}
 	if m.drained() {
 		run.Drained, run.DrainSeconds = true, m.lastFlush
@@ -583,10 +514,9 @@ func (q *queue[T]) Pop() any {
 	return x
 }
 
-// skipList finds the next index at or after i still in a set that only ever
-// loses members, in amortised near-constant time (union-find with path
-// halving): the simulation walks the queue's head past absorbed and
-// acknowledged entries without visiting them again.
+// skipList finds the next member at or after i of a set that only loses
+// members (union-find with path halving): the queue's head skips absorbed
+// and acknowledged entries without visiting them again.
 type skipList struct{ next []int32 }
 
 func newSkipList(n int) skipList {
@@ -606,5 +536,4 @@ func (s skipList) find(i int) int {
 	return i
 }
 
-// remove takes i out of the set.
 func (s skipList) remove(i int) { s.next[i] = int32(i + 1) }

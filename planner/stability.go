@@ -9,21 +9,11 @@ import (
 	"github.com/scorerefresh/scorerefresh/consumer"
 )
 
-// The stability classes.
+// The stability classes, as Describe words them.
 const (
-	// ClassNoLoad: nothing arrives after the backlog, so nothing can wedge;
-	// a transient only delays the drain.
-	ClassNoLoad = "no load"
-	// ClassStable: the fleet keeps up with slots to spare, and with every
-	// slot busy (after a transient) it still does more than the load
-	// needs, so any backlog drains.
-	ClassStable = "stable"
-	// ClassMetastable: the fleet keeps up while lightly loaded, but with
-	// every slot busy the round trips slow down so much that it does less
-	// than the load needs: a transient that fills the slots leaves the
-	// queue growing after the transient is gone. The wedge.
-	ClassMetastable = "metastable"
-	// ClassOverloaded: the fleet cannot keep up even without a transient.
+	ClassNoLoad     = "no load"
+	ClassStable     = "stable"
+	ClassMetastable = "metastable" // keeps up lightly loaded, falls behind with every slot busy: the wedge
 	ClassOverloaded = "overloaded"
 )
 
@@ -31,30 +21,24 @@ const (
 type Stability struct {
 	Class string `json:"class"`
 	// Demand is the refreshes a second the load needs, with the coalescing
-	// its normal wait gives (NormalWait).
+	// of NormalWait; Loaded is the fleet's with every slot busy.
 	Demand     float64 `json:"demandRefreshesPerSecond"`
 	NormalWait float64 `json:"normalWaitSeconds"`
-	// Loaded is the fleet's refreshes a second with every slot busy.
-	Loaded float64 `json:"loadedRefreshesPerSecond"`
-	// Margin is Loaded / Demand − 1: how much slack the fleet has once a
-	// transient has filled its slots. Negative: it falls behind.
-	Margin float64 `json:"margin"`
-	// BusyLow is the commands in flight the load keeps busy while the
-	// fleet keeps up (the low fixed point); -1 when there is none.
+	Loaded     float64 `json:"loadedRefreshesPerSecond"`
+	Margin     float64 `json:"margin"` // Loaded / Demand − 1
+	// BusyLow is the commands in flight while the fleet keeps up (the low
+	// fixed point); -1 when there is none.
 	BusyLow float64 `json:"busyLow"`
-	// SettledWait is how old entries get once the queue is backed up and
-	// coalescing has brought the demand down to Loaded (+Inf: no age is
-	// enough, the queue grows without bound; 0: no backlog forms).
+	// SettledWait is how old entries get once coalescing has brought a
+	// backed-up queue's demand down to Loaded (+Inf: none is enough).
 	SettledWait Limit `json:"settledWaitSeconds"`
-	// RecoverySeconds estimates how long the backlog's BacklogUsers users
-	// take to clear at Loaded − Demand (stable only).
+	// RecoverySeconds estimates how long BacklogUsers users take to clear
+	// at Loaded − Demand (stable only).
 	BacklogUsers    int     `json:"backlogUsers,omitempty"`
 	RecoverySeconds float64 `json:"recoverySeconds,omitempty"`
 }
 
-// normalWait is how long an entry waits before its user is claimed while
-// the fleet keeps up: half a poll interval without change streams, then a
-// claim round.
+// normalWait is an entry's wait for its claim while the fleet keeps up.
 func normalWait(c Config, s Server) float64 {
 	w := float64(consumer.ClaimRoundTrips) * s.Latency(1, 1)
 	if !c.ChangeStreams {
@@ -63,9 +47,8 @@ func normalWait(c Config, s Server) float64 {
 	return w
 }
 
-// Assess classifies a load of rate entries a second with mix's users on a
-// fleet of replicas, and estimates the recovery from a backlog of
-// backlogUsers distinct users (0: none).
+// Assess classifies a load of rate entries a second with mix's users, and
+// estimates the recovery from a backlog of backlogUsers users (0: none).
 func Assess(c Config, s Server, replicas int, mix Mix, rate float64, backlogUsers int) Stability {
 	st := Stability{NormalWait: normalWait(c, s), BusyLow: -1}
 	b := FleetBounds(c, s, replicas)
@@ -158,12 +141,9 @@ func Seconds(s float64) string {
 	return fmt.Sprintf("%dh%02dm", int(s)/3600, int(s)%3600/60)
 }
 
-// Mix is how arrivals spread over users, learnt from a backlog: user u's
-// share of the entries, plus a share of entries from users the backlog has
-// not seen. That share is the Good–Turing estimate: the fraction of the
-// entries whose user appears only once. A snapshot of a diverse flow is
-// mostly users seen once, so most future arrivals are new users, which
-// coalesce with nothing; a firehose has almost none.
+// Mix is how arrivals spread over users, learnt from a backlog: each
+// user's share of the entries, plus a share from users it has not seen,
+// estimated (Good–Turing) as the fraction of entries whose user appears once.
 type Mix struct {
 	groups []shareGroup // users with the same share, largest share first
 	New    float64      `json:"new"` // share of arrivals from unseen users
@@ -177,16 +157,11 @@ type shareGroup struct {
 
 // NewMix builds the mix from each user's number of entries.
 func NewMix(counts []int) Mix {
-	total, once := 0, 0
-	byCount := map[int]int{}
+	total, byCount := 0, map[int]int{}
 	for _, n := range counts {
-		if n <= 0 {
-			continue
-		}
-		total += n
-		byCount[n]++
-		if n == 1 {
-			once++
+		if n > 0 {
+			total += n
+			byCount[n]++
 		}
 	}
 	m := Mix{Users: len(counts)}
@@ -194,7 +169,7 @@ func NewMix(counts []int) Mix {
 		m.New = 1
 		return m
 	}
-	m.New = float64(once) / float64(total)
+	m.New = float64(byCount[1]) / float64(total)
 	for n, users := range byCount {
 		m.groups = append(m.groups, shareGroup{share: (1 - m.New) * float64(n) / float64(total), users: users})
 	}
@@ -202,12 +177,10 @@ func NewMix(counts []int) Mix {
 	return m
 }
 
-// Demand is the refreshes a second that rate entries a second need when an
-// entry waits about wait seconds before its user is claimed. A user with r
-// entries a second is refreshed once per cycle of 1/r (until its next entry)
-// plus wait (until that entry is claimed), and the refresh acknowledges
-// everything that user enqueued meanwhile: r / (1 + r·wait) refreshes a
-// second. Unseen users' entries each cost a refresh.
+// Demand is the refreshes a second rate entries a second need when an
+// entry waits wait seconds for its claim: a user with r entries a second is
+// refreshed once per 1/r + wait, r / (1 + r·wait) a second; unseen users'
+// entries each cost a refresh.
 func (m Mix) Demand(rate, wait float64) float64 {
 	d := rate * m.New
 	for _, g := range m.groups {
@@ -217,10 +190,9 @@ func (m Mix) Demand(rate, wait float64) float64 {
 	return d
 }
 
-// SustainableRate is the highest arrival rate (entries a second) whose
-// refresh demand, with entries waiting wait seconds, stays within capacity
-// (refreshes a second). +Inf means no rate is too high: the mix has no
-// unseen users and all its users are refreshed within wait anyway.
+// SustainableRate is the highest arrival rate whose demand at wait stays
+// within capacity; +Inf: none is too high (no unseen users, and all are
+// refreshed within wait anyway).
 func (m Mix) SustainableRate(capacity, wait float64) float64 {
 	if capacity <= 0 {
 		return 0
@@ -235,10 +207,8 @@ func (m Mix) SustainableRate(capacity, wait float64) float64 {
 	return lo
 }
 
-// SettledWait is the wait at which rate's demand matches capacity: how old
-// entries get before coalescing brings the demand down to what the fleet
-// does. 0 when the fleet keeps up without a queue; +Inf when no wait is
-// enough (unseen users alone need more than capacity).
+// SettledWait is the wait at which rate's demand matches capacity: 0 when
+// the fleet keeps up without a queue; +Inf when unseen users alone need more.
 func (m Mix) SettledWait(rate, capacity float64) float64 {
 	if m.Demand(rate, 0) <= capacity {
 		return 0
@@ -253,9 +223,8 @@ func (m Mix) SettledWait(rate, capacity float64) float64 {
 	return hi
 }
 
-// bisect narrows down where below turns false, below being true at 0: it
-// doubles hi from start until below(hi) is false (ok false once hi passes
-// limit), then halves [lo, hi] a hundred times.
+// bisect finds where below turns false (true at 0): it doubles hi from
+// start (ok false past limit), then halves [lo, hi] a hundred times.
 func bisect(start, limit float64, below func(float64) bool) (lo, hi float64, ok bool) {
 	hi = start
 	for below(hi) {

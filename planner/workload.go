@@ -44,8 +44,7 @@ func (bb *BacklogBuilder) Add(user string, created time.Time) {
 	bb.b.Entries = append(bb.b.Entries, Entry{User: id, Created: float64(created.UnixNano()) / 1e9})
 }
 
-// Build returns the backlog, oldest first, its ages counted from ref (the
-// moment the snapshot stands for, or now for the live queue).
+// Build returns the backlog, oldest first, its ages counted from ref.
 func (bb *BacklogBuilder) Build(ref time.Time) *Backlog {
 	r := float64(ref.UnixNano()) / 1e9
 	for i := range bb.b.Entries {
@@ -73,19 +72,15 @@ func (b *Backlog) Span() float64 {
 	return b.Entries[len(b.Entries)-1].Created - b.Entries[0].Created
 }
 
-// The arrival profiles.
+// The arrival profiles. Max: the backlog is in the queue at the start,
+// nothing follows. Original: its entries arrive at their original spacing
+// divided by Speed, each aged from its arrival (as a replay with --arrival
+// original --shift-to-now stamps them). Rate: the backlog, then Rate entries
+// a second for Duration seconds, their users drawn from the backlog's Mix.
 const (
-	// ArrivalMax: the backlog is in the queue at the start, nothing follows.
-	ArrivalMax = "max"
-	// ArrivalOriginal: the backlog's entries arrive at their original
-	// spacing divided by Speed, each aged from its arrival (as a replay
-	// with --arrival original --shift-to-now stamps them).
+	ArrivalMax      = "max"
 	ArrivalOriginal = "original"
-	// ArrivalRate: the backlog is in the queue at the start and Rate
-	// entries a second follow for Duration seconds, their users drawn from
-	// the backlog's own mix (a firehose stays a firehose; see Mix for the
-	// share of users it has not seen).
-	ArrivalRate = "rate"
+	ArrivalRate     = "rate"
 )
 
 // Arrival is how entries reach the queue.
@@ -99,21 +94,15 @@ type Arrival struct {
 
 // Validate checks the profile's fields together.
 func (a Arrival) Validate() error {
-	switch a.Mode {
-	case ArrivalMax:
-		return nil
-	case ArrivalOriginal:
-		if !(a.Speed > 0) {
-			return fmt.Errorf("arrival original: speed must be positive (got %g)", a.Speed)
-		}
-		return nil
-	case ArrivalRate:
-		if !(a.Rate > 0) || !(a.Duration > 0) {
-			return fmt.Errorf("arrival rate: rate and duration must be positive (got %g/s for %gs)", a.Rate, a.Duration)
-		}
-		return nil
+	switch {
+	case a.Mode != ArrivalMax && a.Mode != ArrivalOriginal && a.Mode != ArrivalRate:
+		return fmt.Errorf("unknown arrival %q: want %s, %s or %s", a.Mode, ArrivalMax, ArrivalOriginal, ArrivalRate)
+	case a.Mode == ArrivalOriginal && !(a.Speed > 0):
+		return fmt.Errorf("arrival original: speed must be positive (got %g)", a.Speed)
+	case a.Mode == ArrivalRate && (!(a.Rate > 0) || !(a.Duration > 0)):
+		return fmt.Errorf("arrival rate: rate and duration must be positive (got %g/s for %gs)", a.Rate, a.Duration)
 	}
-	return fmt.Errorf("unknown arrival %q: want %s, %s or %s", a.Mode, ArrivalMax, ArrivalOriginal, ArrivalRate)
+	return nil
 }
 
 // Schedule lays the backlog out in time under the profile, with the
@@ -122,20 +111,13 @@ func (a Arrival) Validate() error {
 func (b *Backlog) Schedule(a Arrival, tr Transient) ([]Entry, int) {
 	out := make([]Entry, 0, len(b.Entries))
 	users := b.Users
-	switch a.Mode {
-	case ArrivalOriginal:
-		first := 0.0
-		if len(b.Entries) > 0 {
-			first = b.Entries[0].Created
+	for _, e := range b.Entries {
+		created, arrive := min(e.Created, 0), 0.0
+		if a.Mode == ArrivalOriginal {
+			created = (e.Created - b.Entries[0].Created) / a.Speed
+			arrive = created
 		}
-		for _, e := range b.Entries {
-			t := (e.Created - first) / a.Speed
-			out = append(out, Entry{User: e.User, Created: t, Arrive: t})
-		}
-	default:
-		for _, e := range b.Entries {
-			out = append(out, Entry{User: e.User, Created: min(e.Created, 0)})
-		}
+		out = append(out, Entry{User: e.User, Created: created, Arrive: arrive})
 	}
 	if a.Mode == ArrivalRate {
 		rnd := rand.New(rand.NewPCG(a.Seed, 0x91a7))

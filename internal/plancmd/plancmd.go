@@ -10,17 +10,28 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/scorerefresh/scorerefresh/consumer"
 	"github.com/scorerefresh/scorerefresh/internal/cli"
 	"github.com/scorerefresh/scorerefresh/internal/config"
+	"github.com/scorerefresh/scorerefresh/pkg/redact"
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 	"github.com/scorerefresh/scorerefresh/pkg/svgchart"
 	"github.com/scorerefresh/scorerefresh/planner"
+	"github.com/scorerefresh/scorerefresh/replay"
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
@@ -168,8 +179,7 @@ func (o *planOptions) validate() error {
 }
 
 // Run is `plan` with its arguments (after the command name) and the
-// environment; it returns the exit code: 0 done, 1 an error, 2 bad flags or
-// configuration.
+// environment; exit code 0 done, 1 an error, 2 bad flags or configuration.
 func Run(args, environ []string, stdout, stderr io.Writer) int {
 	// The fleet's flags default to the environment's settings; the help
 	// prints the contract's defaults when the environment is wrong, so
@@ -226,13 +236,15 @@ func writePlan(p *planner.Plan, o planOptions, stdout, stderr io.Writer) int {
 	if o.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		err = enc.Encode(jsonPlan(p))
+		err = enc.Encode(struct {
+			Format string `json:"format"`
+			*planner.Plan
+		}{"scorerefresh-plan/1", p})
 	} else {
 		err = p.WriteText(stdout)
 	}
 	if err == nil && o.svg != "" {
-		err = writePlanSVG(o.svg, p)
-		if err == nil && !o.json {
+		if err = os.WriteFile(o.svg, []byte(planChart(p).SVG()), 0o666); err == nil && !o.json {
 			fmt.Fprintf(stdout, "chart: %s\n", o.svg)
 		}
 	}
@@ -243,8 +255,7 @@ func writePlan(p *planner.Plan, o planOptions, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// input gathers the model's inputs: the backlog, the rules, the round trip
-// and the configuration.
+// input gathers the backlog, the rules, the round trip and the configuration.
 func (o *planOptions) input(ctx context.Context, cfg config.Config, stderr io.Writer) (planner.Input, error) {
 	rules, err := scoring.DefaultRules(), error(nil)
 	if o.rules != "" {
@@ -253,10 +264,7 @@ func (o *planOptions) input(ctx context.Context, cfg config.Config, stderr io.Wr
 	if err != nil {
 		return planner.Input{}, err
 	}
-	comps := len(rules.Components)
-	if o.comps > 0 {
-		comps = o.comps
-	}
+	comps := cmp.Or(o.comps, len(rules.Components))
 	var conn *planConn
 	if o.fromQueue || o.measure {
 		if conn, err = dialPlan(ctx, cfg); err != nil {
@@ -272,53 +280,37 @@ func (o *planOptions) input(ctx context.Context, cfg config.Config, stderr io.Wr
 		EntryCost: o.entryCost.Seconds(), ScanCost: o.scanCost.Seconds()}
 	changeStreams := o.changeStreams
 	if o.measure {
-		if err := o.measured(ctx, conn, cfg, rules, users, &srv, &changeStreams, stderr); err != nil {
+		// What --measure found replaces the figures the flags left unset.
+		m, err := conn.measure(ctx, o, cfg.QueueCollection, rules, users)
+		if err != nil {
 			return planner.Input{}, err
 		}
+		fmt.Fprintln(stderr, m.describe())
+		srv.RTT = m.rtt
+		if m.costUsers > 0 {
+			srv.Cost = m.cost
+		}
+		if m.capacity > 0 {
+			srv.Capacity = m.capacity
+		}
+		if m.scanDepth > 0 {
+			srv.ScanCost = m.scan
+		}
+		if !o.set["change-streams"] {
+			changeStreams = m.changeStreams
+		}
+		if !o.set["server-kind"] && m.kind != "" {
+			o.serverKind = m.kind
+		}
 	}
-	batch := cmp.Or(o.batch, autoBatch(o.serverKind))
-	in := planner.Input{
+	return planner.Input{
 		Backlog: backlog,
 		Arrival: planner.Arrival{Mode: o.arrival, Speed: o.speed, Rate: o.rate, Duration: o.duration.Seconds(), Seed: o.seed},
 		Config: planner.Config{Components: comps, Concurrency: o.concurrency, MaxUsersInFlight: o.maxUsers, ClaimWindow: o.window,
-			Replicas: o.replicas, Batch: batch, PollInterval: o.poll.Seconds(), ChangeStreams: changeStreams},
+			Replicas: o.replicas, Batch: cmp.Or(o.batch, autoBatch(o.serverKind)), PollInterval: o.poll.Seconds(), ChangeStreams: changeStreams},
 		Server: srv, MaxReplicas: max(o.maxReplicas, o.replicas), TargetAge: o.target.Seconds(),
 		Transient: planner.Transient{At: o.trAt.Seconds(), For: o.trFor.Seconds(), RTTFactor: o.trRTT, Burst: o.burst},
-	}
-	return in, nil
-}
-
-// measured replaces the server's figures the flags left unset with what
-// --measure found: the round trip, a query's cost and the server's
-// capacity, the scan cost, change streams and the server's kind.
-func (o *planOptions) measured(ctx context.Context, conn *planConn, cfg config.Config, rules *scoring.Rules, users []string, srv *planner.Server, changeStreams *bool, stderr io.Writer) error {
-	want := measureCost{cost: !o.set["server-cost"] && o.comps == 0, workers: o.replicas * o.concurrency,
-		scan: !o.set["scan-cost"], window: o.window}
-	if !o.set["server-capacity"] && o.comps == 0 {
-		want.capacity = o.measureCapacity
-	}
-	m, err := conn.measure(ctx, o, cfg.QueueCollection, rules, users, want)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(stderr, m.describe())
-	srv.RTT = m.rtt
-	if !o.set["server-cost"] && m.costMeasured {
-		srv.Cost = m.cost
-	}
-	if m.capacity > 0 {
-		srv.Capacity = m.capacity
-	}
-	if !o.set["scan-cost"] && m.scanMeasured {
-		srv.ScanCost = m.scan
-	}
-	if !o.set["change-streams"] {
-		*changeStreams = m.changeStreams
-	}
-	if !o.set["server-kind"] && m.kind != "" {
-		o.serverKind = m.kind
-	}
-	return nil
+	}, nil
 }
 
 // The servers --server-kind names.
@@ -329,11 +321,10 @@ const (
 )
 
 // autoBatch is REFRESH_BATCH_SIZE unset (consumer.BatchAuto) as the
-// consumer resolves it on each server: batches where a batch's $in is an
-// index read (MongoDB) or where a user's own query decodes the collection
-// as a batch's does (FerretDB on SQLite); one user per slot on FerretDB on
-// PostgreSQL, which answers a user's query from its storage and a batch's
-// by decoding everything. 0: not a server it knows.
+// consumer resolves it: batches where a batch's $in is an index read
+// (MongoDB) or a user's own query decodes the collection as a batch's does
+// (FerretDB on SQLite); one user per slot on FerretDB on PostgreSQL, which
+// answers a user's query from its storage. 0: not a server it knows.
 func autoBatch(kind string) int {
 	switch kind {
 	case serverMongoDB, serverSQLite:
@@ -347,28 +338,30 @@ func autoBatch(kind string) int {
 // loadBacklog reads the backlog and returns it with a couple of hundred of
 // its users (the oldest first), for measuring the rules' queries.
 func (o *planOptions) loadBacklog(ctx context.Context, cfg config.Config, conn *planConn, stderr io.Writer) (*planner.Backlog, []string, error) {
+	bb := planner.NewBacklogBuilder()
 	var sample []string
 	seen := map[string]bool{}
-	keep := func(user string) {
+	add := func(user string, at time.Time) {
+		bb.Add(user, at)
 		if len(sample) < 200 && !seen[user] {
 			seen[user] = true
 			sample = append(sample, user)
 		}
 	}
 	if o.fromQueue {
-		b, err := conn.readQueue(ctx, cfg, o.maxEntries, keep, stderr)
-		return b, sample, err
+		if err := conn.readQueue(ctx, cfg, o.maxEntries, add, stderr); err != nil {
+			return nil, nil, err
+		}
+		return bb.Build(time.Now()), sample, nil // the live queue's ages count from now
 	}
-	b, err := readSnapshot(ctx, o.in, cfg.QueueCollection, keep, stderr)
-	return b, sample, err
-}
-
-// jsonPlan is the plan as --json prints it.
-func jsonPlan(p *planner.Plan) any {
-	return struct {
-		Format string `json:"format"`
-		*planner.Plan
-	}{"scorerefresh-plan/1", p}
+	scan, err := replay.ReadQueue(ctx, o.in, cfg.QueueCollection, false, add)
+	if err != nil {
+		return nil, nil, err
+	}
+	if scan.Malformed > 0 {
+		fmt.Fprintf(stderr, "%s: %d malformed entries left out (the consumer dead-letters them)\n", scan.Path, scan.Malformed)
+	}
+	return bb.Build(scan.Reference), sample, nil
 }
 
 // planChart is the plan as stacked panels: depth and oldest age over time for
@@ -376,35 +369,36 @@ func jsonPlan(p *planner.Plan) any {
 func planChart(p *planner.Plan) svgchart.Chart {
 	depth := svgchart.Panel{Title: "Queue depth (entries), by replicas"}
 	age := svgchart.Panel{Title: "Oldest entry age, by replicas", Unit: "s"}
+	depthOf := func(s planner.Sample) float64 { return float64(s.Depth) }
+	ageOf := func(s planner.Sample) float64 { return s.OldestAge }
 	for i, r := range p.Rows {
 		color := svgchart.Palette[i%len(svgchart.Palette)]
 		name := fmt.Sprintf("%d replica", r.Replicas)
 		if r.Replicas > 1 {
 			name += "s"
 		}
-		depth.Series = append(depth.Series, series(name, color, r.Run, func(s planner.Sample) float64 { return float64(s.Depth) }))
-		age.Series = append(age.Series, series(name, color, r.Run, func(s planner.Sample) float64 { return s.OldestAge }))
+		depth.Series = append(depth.Series, series(name, color, r.Run, depthOf))
+		age.Series = append(age.Series, series(name, color, r.Run, ageOf))
 	}
 	c := svgchart.Chart{Title: planTitle(p), Panels: []svgchart.Panel{depth, age},
 		XUnit:  "s",
 		Footer: "simulated time from the start of the plan (s); generated by scorerefresh plan"}
-	cfg := p.Config
+	cfg, target := p.Config, fmt.Sprintf("met from %d replica(s)", p.ReplicasForTarget)
+	if p.ReplicasForTarget == 0 {
+		target = fmt.Sprintf("not met by %d replicas", len(p.Rows))
+	}
 	c.Subtitle = []string{
 		fmt.Sprintf("RTT %.1f ms + server %.2f ms per command · %d round trips per refresh", p.Server.RTT*1000, p.Server.Cost*1000, p.RoundTrips),
 		fmt.Sprintf("REFRESH_CONCURRENCY=%d MAX_USERS_IN_FLIGHT=%d CLAIM_WINDOW=%d batch %d", cfg.Concurrency, cfg.MaxUsersInFlight, cfg.ClaimWindow, cfg.Batch),
-		fmt.Sprintf("arrival %s · load %.1f entries/s · target oldest age %s: %s", p.Arrival.Mode, p.Load, planner.Seconds(p.TargetAge), targetText(p)),
+		fmt.Sprintf("arrival %s · load %.1f entries/s · target oldest age %s: %s", p.Arrival.Mode, p.Load, planner.Seconds(p.TargetAge), target),
 	}
 	if sp := p.Stability; sp != nil && sp.Disturbed != nil {
 		name := fmt.Sprintf("Transient at %d replica(s)", sp.Replicas)
-		c.Panels = append(c.Panels,
-			svgchart.Panel{Title: name + ": queue depth", Series: []svgchart.Series{
-				series("without the transient", "#4b5563", sp.Baseline, func(s planner.Sample) float64 { return float64(s.Depth) }),
-				series("with it", "#dc2626", sp.Disturbed, func(s planner.Sample) float64 { return float64(s.Depth) }),
-			}},
-			svgchart.Panel{Title: name + ": oldest entry age", Unit: "s", Series: []svgchart.Series{
-				series("without the transient", "#4b5563", sp.Baseline, func(s planner.Sample) float64 { return s.OldestAge }),
-				series("with it", "#dc2626", sp.Disturbed, func(s planner.Sample) float64 { return s.OldestAge }),
-			}})
+		pair := func(value func(planner.Sample) float64) []svgchart.Series {
+			return []svgchart.Series{series("without the transient", "#4b5563", sp.Baseline, value), series("with it", "#dc2626", sp.Disturbed, value)}
+		}
+		c.Panels = append(c.Panels, svgchart.Panel{Title: name + ": queue depth", Series: pair(depthOf)},
+			svgchart.Panel{Title: name + ": oldest entry age", Unit: "s", Series: pair(ageOf)})
 		c.Subtitle = append(c.Subtitle, wrap("transient: "+sp.Verdict, 140)...)
 	}
 	return c
@@ -430,13 +424,6 @@ func planTitle(p *planner.Plan) string {
 	return fmt.Sprintf("Plan: %d entries of %d users — 1 replica: %s", p.Entries, p.Users, what)
 }
 
-func targetText(p *planner.Plan) string {
-	if p.ReplicasForTarget == 0 {
-		return fmt.Sprintf("not met by %d replicas", len(p.Rows))
-	}
-	return fmt.Sprintf("met from %d replica(s)", p.ReplicasForTarget)
-}
-
 // wrap breaks s into lines of at most width characters, at spaces.
 func wrap(s string, width int) []string {
 	var lines []string
@@ -449,4 +436,281 @@ func wrap(s string, width int) []string {
 		line = strings.TrimSpace(line + " " + w)
 	}
 	return append(lines, line)
+}
+
+// planConn is the plan's read-only connection to MONGODB_URI.
+type planConn struct {
+	client *mongo.Client
+	db     *mongo.Database
+	server string // redacted, for messages
+}
+
+func dialPlan(ctx context.Context, cfg config.Config) (*planConn, error) {
+	server := redact.URI(cfg.MongoURI)
+	client, err := mongo.Connect(options.Client().ApplyURI(cfg.MongoURI).SetAppName("scorerefresh plan").
+		SetMaxPoolSize(uint64(max(cfg.RefreshConcurrency, 16))).SetTimeout(time.Minute))
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", server, err)
+	}
+	c := &planConn{client: client, db: client.Database(cfg.Database), server: server}
+	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := client.Ping(pctx, nil); err != nil {
+		c.close()
+		return nil, fmt.Errorf("reaching %s: %w", server, err)
+	}
+	return c, nil
+}
+
+func (c *planConn) close() { _ = c.client.Disconnect(context.Background()) }
+
+// measurement is what --measure found.
+type measurement struct {
+	server        string
+	pings, conc   int
+	rtt           float64 // median ping, seconds
+	cost          float64 // server time per command, seconds
+	costUsers     int     // the users it was measured on; 0: not measured
+	costNote      string
+	capacity      float64 // queries a second under load; 0: not measured
+	workers       int
+	scan          float64 // server time per queued entry of a claim window read
+	scanDepth     int64   // the queue depth it was measured at; 0: not measured
+	changeStreams bool
+	kind          string // --server-kind as the server describes itself; empty: it did not say
+}
+
+func (m measurement) describe() string {
+	s := fmt.Sprintf("measured %s: round trip %.2f ms (median of %d pings, %d at once)", m.server, m.rtt*1000, m.pings, m.conc)
+	if m.costUsers > 0 {
+		s += fmt.Sprintf("; server time %.2f ms per command (the rules' queries for %d users of the backlog, less the round trip)", m.cost*1000, m.costUsers)
+	} else if m.costNote != "" {
+		s += "; server time not measured: " + m.costNote
+	}
+	if m.capacity > 0 {
+		s += fmt.Sprintf("; %.0f queries/s with %d refreshes' queries at once", m.capacity, m.workers)
+	}
+	if m.scanDepth > 0 {
+		s += fmt.Sprintf("; claim window %.2f µs per queued entry (at %d entries)", m.scan*1e6, m.scanDepth)
+	}
+	if m.kind != "" {
+		s += "; server: " + m.kind
+	}
+	return s + fmt.Sprintf("; change streams: %t", m.changeStreams)
+}
+
+// serverKind is the server as --server-kind names it, from what it says
+// of itself (servertraits, as the consumer asks); empty when it does not
+// answer.
+func (c *planConn) serverKind(ctx context.Context) string {
+	t := servertraits.New()
+	if err := t.Probe(ctx, c.db); err != nil {
+		return ""
+	}
+	if t.BackendUnknown() {
+		// FerretDB names its storage once it has opened a database, which
+		// the change-stream check before this did.
+		_, _ = t.Reprobe(ctx, c.db)
+	}
+	switch info := t.Info(); {
+	case info.FerretDB == "":
+		return serverMongoDB
+	case !t.PushesEqualityDown():
+		return serverSQLite
+	}
+	return serverPostgreSQL
+}
+
+// measure times pings and, for what the flags leave unset, the claim
+// window and the rules' queries for users of the backlog (reads only: the
+// recompute without its write).
+func (c *planConn) measure(ctx context.Context, o *planOptions, queue string, rules *scoring.Rules, users []string) (measurement, error) {
+	m := measurement{server: c.server, pings: o.pings * o.measureConc, conc: o.measureConc}
+	var err error
+	if m.rtt, err = c.pingMedian(ctx, o.pings, o.measureConc); err != nil {
+		return m, fmt.Errorf("measuring the round trip to %s: %w", c.server, err)
+	}
+	m.changeStreams = consumer.DetectChangeStreams(ctx, c.db.Collection(queue))
+	m.kind = c.serverKind(ctx)
+	if !o.set["scan-cost"] {
+		if err := c.measureScan(ctx, &m, queue, o.window); err != nil {
+			return m, err
+		}
+	}
+	wantCost, capacityFor := !o.set["server-cost"] && o.comps == 0, time.Duration(0)
+	if !o.set["server-capacity"] && o.comps == 0 {
+		capacityFor = o.measureCapacity
+	}
+	if !wantCost && capacityFor == 0 {
+		return m, nil
+	}
+	if len(users) == 0 {
+		m.costNote = "the backlog is empty"
+		return m, nil
+	}
+	rec := scoring.NewRecomputer(c.db, rules)
+	if wantCost {
+		var perCommand []float64
+		for _, u := range users[:min(5, len(users))] {
+			start := time.Now()
+			if _, err := rec.Recompute(ctx, u, start); err != nil {
+				m.costNote = fmt.Sprintf("the rules' queries failed (%v)", err)
+				return m, nil
+			}
+			perCommand = append(perCommand, time.Since(start).Seconds()/float64(len(rules.Components)))
+		}
+		m.cost, m.costUsers = max(0, median(perCommand)-m.rtt), len(perCommand)
+	}
+	if capacityFor > 0 {
+		m.workers = o.replicas * o.concurrency
+		m.capacity, err = loadServer(ctx, rec, users, len(rules.Components), m.workers, capacityFor)
+		if err != nil {
+			return m, fmt.Errorf("measuring the server's capacity: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// minScanDepth is the queue depth below which the claim window's cost says
+// nothing about its cost per entry.
+const minScanDepth = 1000
+
+// measureScan times the claim window's query (reads only) on the queue as
+// it is: the best of three, less the round trip, per queued entry.
+func (c *planConn) measureScan(ctx context.Context, m *measurement, queue string, window int) error {
+	coll := c.db.Collection(queue)
+	depth, err := coll.EstimatedDocumentCount(ctx)
+	if err != nil {
+		return fmt.Errorf("counting %s: %w", queue, err)
+	}
+	if depth < minScanDepth {
+		return nil
+	}
+	best := math.Inf(1)
+	for range 3 {
+		start := time.Now()
+		cur, err := coll.Find(ctx, bson.D{{Key: "username", Value: bson.D{{Key: "$nin", Value: bson.A{}}}}},
+			options.Find().SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).SetLimit(int64(window)).
+				SetBatchSize(int32(window)).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}))
+		if err == nil {
+			err = cur.All(ctx, &[]bson.Raw{})
+		}
+		if err != nil {
+			return fmt.Errorf("timing the claim window on %s: %w", queue, err)
+		}
+		best = math.Min(best, time.Since(start).Seconds())
+	}
+	m.scan, m.scanDepth = max(0, best-m.rtt)/float64(depth), depth
+	return nil
+}
+
+// loadServer runs the rules' queries for users, round robin, from workers
+// goroutines for d, and returns the queries answered per second.
+func loadServer(ctx context.Context, rec *scoring.Recomputer, users []string, components, workers int, d time.Duration) (float64, error) {
+	lctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var next, done atomic.Int64
+	var g errgroup.Group
+	start := time.Now()
+	for range workers {
+		g.Go(func() error {
+			for lctx.Err() == nil {
+				u := users[int(next.Add(1))%len(users)]
+				if _, err := rec.Recompute(lctx, u, time.Now()); err != nil {
+					// The end of the measurement cuts a refresh short; the
+					// driver may see its deadline a moment before ctx does.
+					if lctx.Err() == nil && !mongo.IsTimeout(err) && !errors.Is(err, context.DeadlineExceeded) {
+						return err
+					}
+					return nil
+				}
+				done.Add(1)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return 0, err
+	}
+	return float64(done.Load()*int64(components)) / time.Since(start).Seconds(), nil
+}
+
+// pingMedian is the median of n pings from each of conc goroutines, after
+// one unmeasured ping each to open the connections.
+func (c *planConn) pingMedian(ctx context.Context, n, conc int) (float64, error) {
+	admin := c.client.Database("admin")
+	ping := func() error { return admin.RunCommand(ctx, bson.D{{Key: "ping", Value: 1}}).Err() }
+	times := make([][]float64, conc)
+	var g errgroup.Group
+	for i := range conc {
+		g.Go(func() error {
+			if err := ping(); err != nil {
+				return err
+			}
+			for range n {
+				start := time.Now()
+				if err := ping(); err != nil {
+					return err
+				}
+				times[i] = append(times[i], time.Since(start).Seconds())
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return 0, err
+	}
+	return median(slices.Concat(times...)), nil
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// readQueue reads the oldest max entries of the live queue, username and
+// enqueue time only, in the claim index's order.
+func (c *planConn) readQueue(ctx context.Context, cfg config.Config, limit int, add func(string, time.Time), stderr io.Writer) error {
+	coll := c.db.Collection(cfg.QueueCollection)
+	total, err := coll.EstimatedDocumentCount(ctx)
+	if err != nil {
+		return fmt.Errorf("counting %s: %w", cfg.QueueCollection, err)
+	}
+	cur, err := coll.Find(ctx, bson.D{}, options.Find().
+		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
+		SetLimit(int64(limit)).SetBatchSize(10_000).
+		SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}))
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", cfg.QueueCollection, err)
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	read, malformed := 0, 0
+	for cur.Next(ctx) {
+		read++
+		user, at := replay.QueueEntry(cur.Current)
+		if user == "" || at.IsZero() {
+			malformed++
+			continue
+		}
+		add(user, at)
+	}
+	if err := cur.Err(); err != nil {
+		return fmt.Errorf("reading %s after %d entries: %w", cfg.QueueCollection, read, err)
+	}
+	fmt.Fprintf(stderr, "read the oldest %d of about %d entries of %s.%s", read, total, cfg.Database, cfg.QueueCollection)
+	if int64(read) < total {
+		fmt.Fprintf(stderr, " (--max-entries %d: the plan leaves the rest out)", limit)
+	}
+	if malformed > 0 {
+		fmt.Fprintf(stderr, "; %d malformed entries left out (the consumer dead-letters them)", malformed)
+	}
+	fmt.Fprintln(stderr)
+	return nil
 }

@@ -2,25 +2,8 @@
 // more panels, one above the other, sharing an x axis that starts at 0, each
 // with its own y axis from 0 and a legend; optional vertical markers cross
 // every panel. Axes carry "nice" ticks (0 and multiples of 1, 2 or 5 times a
-// power of ten, see NiceTicks). It knows nothing of what it draws.
-//
-// A chart of two series in one panel, with a marker:
-//
-//	c := svgchart.Chart{
-//		Title:    "Drain of 20,000 entries",
-//		Subtitle: []string{"REFRESH_CONCURRENCY=16"},
-//		XUnit:    "s",
-//		XLabel:   "seconds since the consumer started",
-//		Panels: []svgchart.Panel{{
-//			Title: "queue depth (entries)",
-//			Series: []svgchart.Series{
-//				{Name: "reference", Color: "#d9480f", Points: [][2]float64{{0, 20000}, {60, 0}}},
-//				{Name: "scorerefresh", Color: "#1c7ed6", Points: [][2]float64{{0, 20000}, {12, 0}}},
-//			},
-//		}},
-//		Markers: []svgchart.Marker{{Label: "trigger", X: 5}},
-//	}
-//	err := c.WriteSVG(w) // or s := c.SVG()
+// power of ten, see NiceTicks). It knows nothing of what it draws (see
+// ExampleChart).
 package svgchart
 
 import (
@@ -32,15 +15,11 @@ import (
 	"strings"
 )
 
-// Series is one line of a panel. A panel draws its series in order, later
-// ones over earlier ones, and names them in a legend.
+// Series is one line of a panel, drawn over the series before it.
 type Series struct {
-	Name, Color string // legend text; any SVG colour (Palette has ten)
-	// Fill shades the area under the line.
-	Fill bool
-	// Points are (x, y) pairs in drawing order; a gap in the data is
-	// simply a missing point.
-	Points [][2]float64
+	Name, Color string       // legend text; any SVG colour (Palette has ten)
+	Fill        bool         // shade the area under the line
+	Points      [][2]float64 // (x, y) in drawing order; a gap is a missing point
 }
 
 // Panel is one plot of a chart.
@@ -56,8 +35,7 @@ type Marker struct {
 	X     float64
 }
 
-// Chart is stacked panels under a title. The zero values of the geometry
-// fields take the defaults.
+// Chart is stacked panels under a title.
 type Chart struct {
 	Title    string
 	Subtitle []string // one line each, under the title
@@ -71,7 +49,7 @@ type Chart struct {
 	PanelHeight int // default 150
 }
 
-// Palette is the colours series can take in turn when there are many.
+// Palette is colours for series to take in turn.
 var Palette = []string{"#2563eb", "#dc2626", "#16a34a", "#9333ea", "#d97706", "#0891b2", "#db2777", "#4b5563", "#65a30d", "#7c3aed"}
 
 // Geometry, in SVG user units.
@@ -83,7 +61,7 @@ const (
 	yTickCount  = 4
 )
 
-// WriteSVG writes the chart as a self-contained SVG document.
+// WriteSVG writes c.SVG() to w.
 func (c Chart) WriteSVG(w io.Writer) error {
 	_, err := io.WriteString(w, c.SVG())
 	return err
@@ -118,8 +96,7 @@ func (c Chart) SVG() string {
 	return b.String()
 }
 
-// xAxis maps x values to the plots' width: from 0 to the largest x of any
-// series or marker, ticks within that range.
+// xAxis maps x from 0 to the largest x of any series or marker to the plots' width.
 type xAxis struct {
 	max, width float64
 	ticks      []float64
@@ -205,14 +182,15 @@ const (
 // corner (over a white backing, so lines under it do not hide the names).
 func (pl *plot) legend(p Panel) {
 	b, row := pl.b, 0.0
+	entry := func(s Series) float64 { return float64(len([]rune(s.Name)))*charWidth + 26 }
 	for _, s := range p.Series {
-		row += float64(len([]rune(s.Name)))*charWidth + 26
+		row += entry(s)
 	}
 	if marginLeft+float64(len([]rune(p.Title)))*boldCharWidth+12+row <= float64(pl.right) {
 		x := float64(pl.right)
 		for j := len(p.Series) - 1; j >= 0; j-- {
 			s := p.Series[j]
-			x -= float64(len([]rune(s.Name)))*charWidth + 26
+			x -= entry(s)
 			fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="12" height="4" fill="%s"/><text x="%.1f" y="%.1f" fill="#333">%s</text>`+"\n",
 				x, pl.top-14, esc(s.Color), x+16, pl.top-8, esc(s.Name))
 		}
@@ -271,18 +249,13 @@ func NiceTicks(top float64, n int) []float64 {
 	}
 	ticks := []float64{0}
 	for i := 1.0; ticks[len(ticks)-1] < top*(1-1e-9); i++ {
-		ticks = append(ticks, decimal(i*mult, exp))
+		t := i * mult * math.Pow(10, exp)
+		if exp < 0 {
+			t = i * mult / math.Pow(10, -exp) // so that 3·10^-1 is 0.3, not 0.30000000000000004
+		}
+		ticks = append(ticks, t)
 	}
 	return ticks
-}
-
-// decimal is k·10^exp for a whole k, computed so that 3·10^-1 is 0.3, not
-// 0.30000000000000004.
-func decimal(k, exp float64) float64 {
-	if exp < 0 {
-		return k / math.Pow(10, -exp)
-	}
-	return k * math.Pow(10, exp)
 }
 
 // Label prints a tick value briefly: 1500 as 1.5k, 20000 as 20k, 2500000 as
