@@ -38,12 +38,9 @@ type Headroom struct {
 // (deriv of max depth + sum of every replica's ack rate; see the alert
 // rules), and this gauge is a lower bound.
 //
-// Capacity is DrainRate over the batches finished within the
-// window (the last known values while idle): limit × users per batch ÷
-// mean batch time × mean entries per refresh, what this consumer would
-// acknowledge per second with every slot busy. The slots count batches,
-// so dividing the limit by one user's refresh time (a batch's whole time,
-// observed once per user) came out a batch size too low.
+// Capacity is DrainRate over the batches finished within the window (the
+// last known values while idle). The slots count batches, not users: one
+// user's refresh time is its whole batch's.
 type HeadroomEstimator struct {
 	Window                               time.Duration // default 2m
 	samples                              []HeadroomSample
@@ -84,4 +81,18 @@ func (e *HeadroomEstimator) Observe(s HeadroomSample) Headroom {
 		h.TimeToDrain = s.Depth / (h.DrainCapacity - h.ArrivalRate)
 	}
 	return h
+}
+
+// DrainRate is what refresh slots acknowledge per second with every slot
+// busy: slots × users per batch ÷ a batch's seconds × entries acknowledged
+// per user refresh (0 when any is unknown). A slot holds one batch, of one
+// user or several. The live headroom (scorerefresh_drain_capacity), the
+// planner's bounds and the bench's estimate are this one formula; it lives
+// here because the consumer, which the planner reads its costs from,
+// imports this package.
+func DrainRate(slots, usersPerBatch, batchSeconds, entriesPerUser float64) float64 {
+	if slots <= 0 || usersPerBatch <= 0 || batchSeconds <= 0 || entriesPerUser <= 0 {
+		return 0
+	}
+	return slots * usersPerBatch / batchSeconds * entriesPerUser
 }

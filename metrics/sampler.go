@@ -27,12 +27,8 @@ type SamplerConfig struct {
 // Sampler samples queue depth, oldest pending age and dead-letter depth every
 // interval, independently of the consumer's loops (a sampler that stopped
 // with them would hide the very stall it exists to show), and derives the
-// headroom gauges.
-//
-// Each sample is one queuestate read of the queue and the dead letters: four
-// round trips whatever the queue's size (estimated counts, and two finds of
-// one document for the oldest entry; queuestate says how undated entries
-// are dated, docs/query-plans.md what the finds read).
+// headroom gauges. Each sample is one queuestate read of the queue and the
+// dead letters: four round trips whatever the queue's size.
 type Sampler struct {
 	cfg      SamplerConfig
 	queue    *queuestate.Reader
@@ -40,24 +36,19 @@ type Sampler struct {
 	consumer *Consumer
 	log      *slog.Logger
 	headroom HeadroomEstimator
-	// limit stretches the deadline after samples that ran out of time, so
-	// a queue read that needs longer than Timeout (a server scanning a
-	// head of huge entries) gets through instead of piling abandoned reads
-	// on it every interval.
+	// limit stretches the deadline after samples that ran out of time, so a
+	// read needing longer than Timeout gets through instead of piling up.
 	limit deadline.Stretch
 
 	lastSummary time.Time
 	summaryBase HeadroomSample
 }
 
-// maxSampleStretch is the least a sample's deadline may stretch to. The
-// sampler runs one read at a time, every Interval (5 s by default): capped
-// at 8 × 5 s, a read needing a minute (a server scanning a head of huge
-// entries) was abandoned every 40 s and started again, and the abandoned
-// copies, which the server finishes anyway, kept it too busy for anything
-// else, the claim rounds included. A sample that takes minutes leaves the
-// gauges stale meanwhile (scorerefresh_sli_last_sample_timestamp_seconds
-// says how stale), which is the truth about such a server.
+// maxSampleStretch is the least a sample's deadline may stretch to: a read
+// needing a minute (a server scanning a head of huge entries), abandoned at
+// 8 × Interval and started again, left the server finishing abandoned copies
+// instead of claim rounds. Meanwhile the gauges go stale, and
+// scorerefresh_sli_last_sample_timestamp_seconds says so.
 const maxSampleStretch = 4 * time.Minute
 
 // NewSampler builds a sampler writing to sli; consumer supplies this

@@ -27,10 +27,9 @@ type Server struct {
 	ln  net.Listener
 }
 
-// Timeouts bound how long one client may hold a connection in each phase,
-// so that slow or stalled clients (a slow-loris sending its headers a byte
-// at a time, a scraper that stops reading) cannot pile up connections and
-// goroutines until the process runs out of them.
+// Timeouts bound how long one client may hold a connection in each phase, so
+// that slow or stalled clients (a slow-loris, a scraper that stops reading)
+// cannot pile up connections and goroutines.
 type Timeouts struct {
 	ReadHeader time.Duration // from accepting to the end of the headers
 	Read       time.Duration // from accepting to the end of the body
@@ -38,21 +37,12 @@ type Timeouts struct {
 	Idle       time.Duration // a kept-alive connection waiting for its next request
 }
 
-// DefaultTimeouts suit a Prometheus scrape (timeout 10s by default, every
-// 15s to 1m, over one kept-alive connection) and Kubernetes probes (1s
-// timeout): generous for them, short for a client that stalls.
-func DefaultTimeouts() Timeouts {
-	return Timeouts{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 30 * time.Second, Idle: 2 * time.Minute}
-}
-
-// maxHeaderBytes bounds a request's headers: these endpoints take none of
-// note, and the default (1 MiB) lets one client hold that much per connection.
-const maxHeaderBytes = 16 << 10
-
-// Listen binds addr (e.g. ":9090"; ":0" picks a free port) for a server with
-// the default timeouts.
+// Listen binds addr (e.g. ":9090"; ":0" picks a free port). The timeouts suit
+// a Prometheus scrape (10s timeout by default, every 15s to 1m, over one
+// kept-alive connection) and Kubernetes probes (1s): generous for them, short
+// for a client that stalls.
 func Listen(addr string, handler http.Handler) (*Server, error) {
-	return listen(addr, handler, DefaultTimeouts())
+	return listen(addr, handler, Timeouts{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 30 * time.Second, Idle: 2 * time.Minute})
 }
 
 func listen(addr string, handler http.Handler, to Timeouts) (*Server, error) {
@@ -66,7 +56,9 @@ func listen(addr string, handler http.Handler, to Timeouts) (*Server, error) {
 		ReadTimeout:       to.Read,
 		WriteTimeout:      to.Write,
 		IdleTimeout:       to.Idle,
-		MaxHeaderBytes:    maxHeaderBytes,
+		// These endpoints take no headers of note, and the default (1 MiB)
+		// lets one client hold that much per connection.
+		MaxHeaderBytes: 16 << 10,
 	}}, nil
 }
 

@@ -36,21 +36,15 @@ func NewSLI(reg prometheus.Registerer, clk clock.Nower) *SLI {
 		clk = clock.Real{}
 	}
 	f := promauto.With(reg)
-	g := func(name, help string) prometheus.Gauge {
-		return f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help})
-	}
 	s := &SLI{
 		clock:           clk,
-		QueueDepth:      g("queue_depth", "Documents in the queue collection at the last sample."),
-		DeadLetterDepth: g("deadletter_depth", "Documents in the dead-letter collection at the last sample."),
-		ArrivalRate:     g("arrival_rate", "Estimated entries enqueued per second over the recent window."),
-		DrainCapacity:   g("drain_capacity", "Estimated entries per second this consumer can acknowledge now."),
-		TimeToDrain:     g("time_to_drain_seconds", "Projected seconds to empty the queue at current rates (+Inf when arrivals exceed capacity)."),
-		LastSample:      g("sli_last_sample_timestamp_seconds", "Unix time of the last successful SLI sample."),
-		SampleErrors: f.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "sli_sample_errors_total",
-			Help: "SLI samples that failed (MongoDB unreachable or slow).",
-		}),
+		QueueDepth:      gauge(f, "queue_depth", "Documents in the queue collection at the last sample."),
+		DeadLetterDepth: gauge(f, "deadletter_depth", "Documents in the dead-letter collection at the last sample."),
+		ArrivalRate:     gauge(f, "arrival_rate", "Estimated entries enqueued per second over the recent window."),
+		DrainCapacity:   gauge(f, "drain_capacity", "Estimated entries per second this consumer can acknowledge now."),
+		TimeToDrain:     gauge(f, "time_to_drain_seconds", "Projected seconds to empty the queue at current rates (+Inf when arrivals exceed capacity)."),
+		LastSample:      gauge(f, "sli_last_sample_timestamp_seconds", "Unix time of the last successful SLI sample."),
+		SampleErrors:    counter(f, "sli_sample_errors_total", "SLI samples that failed (MongoDB unreachable or slow)."),
 	}
 	// The age is computed when scraped from the last oldest createdAt seen,
 	// not stored at sample time: if sampling stops (MongoDB unreachable, the

@@ -2,17 +2,9 @@
 // depth, the enqueue time of its oldest pending entry and, optionally, the
 // dead-letter collection's depth. Every read costs the same few round trips
 // whatever the queue's size, so it can run every second while the queue is in
-// trouble, which is exactly when an exact count would hurt most.
-//
-// The SLI sampler (metrics), `status`, replay's drain timeline and the demo's
-// progress line read the queue through it:
-//
-//	r := queuestate.New(queue, deadLetter) // deadLetter may be nil
-//	st, err := r.Read(ctx)                 // 3 round trips, 4 with deadLetter
-//	if err != nil { ... }
-//	fmt.Println(st.Depth, st.OldestAge(time.Now()), st.DeadLetters)
-//
-// # Depth
+// trouble, which is exactly when an exact count would hurt most. The SLI
+// sampler (metrics), `status`, replay's drain timeline and the demo's progress
+// line read the queue through it.
 //
 // Depth is estimatedDocumentCount: collection metadata, O(1). It is exact on
 // a replica set after a clean shutdown; after an unclean one it can drift
@@ -20,21 +12,13 @@
 // migrations: an error of a few entries, where an exact countDocuments would
 // scan every index key of the queue each time.
 //
-// # Oldest pending entry
-//
 // An entry is dated as the consumer dates it: by createdAt when that is a
 // date; when createdAt is missing or null, by its ObjectId _id's timestamp.
-// An entry with neither (createdAt of another type, or no createdAt and an
-// _id that is not an ObjectId) is malformed: it is no pending work (the
-// consumer dead-letters it) and is left out of the oldest age, though it
-// counts in the depth until it is moved.
-//
-// The oldest entry is two finds of one document each: the first dated entry
-// in {createdAt, _id} order, and the first undated entry with an ObjectId _id
-// in _id order. Both read the first key or two of the queue's index
-// {createdAt, _id, username} (the consumer's claim window builds it); the
-// second names it as a hint, falling back to planning freely when the index is
-// missing.
+// An entry with neither (createdAt of another type, or none and a non-ObjectId
+// _id) is malformed: no pending work (the consumer dead-letters it), left out
+// of the oldest age, counted in the depth. The oldest entry is two finds of
+// one document each, reading the first keys of the queue's index {createdAt,
+// _id, username} (the consumer builds it).
 package queuestate
 
 import (
@@ -84,11 +68,20 @@ func (s State) OldestAge(now time.Time) time.Duration {
 func (r *Reader) Read(ctx context.Context) (State, error) {
 	var st State
 	var err error
-	if st.Depth, err = r.Depth(ctx); err != nil {
+	if st.Depth, err = r.queue.EstimatedDocumentCount(ctx); err != nil {
+		return State{}, fmt.Errorf("counting queue entries: %w", err)
+	}
+	dated, err := r.oldestDated(ctx)
+	if err != nil {
 		return State{}, err
 	}
-	if st.Oldest, err = r.Oldest(ctx); err != nil {
+	undated, err := r.oldestUndated(ctx)
+	if err != nil {
 		return State{}, err
+	}
+	st.Oldest = dated
+	if dated.IsZero() || (!undated.IsZero() && undated.Before(dated)) {
+		st.Oldest = undated
 	}
 	if r.deadLetter != nil {
 		if st.DeadLetters, err = r.deadLetter.EstimatedDocumentCount(ctx); err != nil {
@@ -96,32 +89,6 @@ func (r *Reader) Read(ctx context.Context) (State, error) {
 		}
 	}
 	return st, nil
-}
-
-// Depth is the queue's estimated document count: one round trip.
-func (r *Reader) Depth(ctx context.Context) (int64, error) {
-	n, err := r.queue.EstimatedDocumentCount(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("counting queue entries: %w", err)
-	}
-	return n, nil
-}
-
-// Oldest returns the enqueue time of the oldest pending entry, zero if none:
-// two round trips.
-func (r *Reader) Oldest(ctx context.Context) (time.Time, error) {
-	dated, err := r.oldestDated(ctx)
-	if err != nil {
-		return time.Time{}, err
-	}
-	undated, err := r.oldestUndated(ctx)
-	if err != nil {
-		return time.Time{}, err
-	}
-	if dated.IsZero() || (!undated.IsZero() && undated.Before(dated)) {
-		return undated, nil
-	}
-	return dated, nil
 }
 
 // oldestDated is the createdAt of the first entry whose createdAt is a date.
@@ -151,8 +118,9 @@ func (r *Reader) oldestUndated(ctx context.Context) (time.Time, error) {
 	// the whole queue once they are gone, every read, until it replans.
 	query := bson.D{{Key: "createdAt", Value: nil}, {Key: "_id", Value: bson.D{{Key: "$type", Value: "objectId"}}}}
 	opts := options.FindOne().SetSort(bson.D{{Key: "_id", Value: 1}}).SetProjection(bson.D{{Key: "_id", Value: 1}})
+	timeIndex := bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}
 	err := r.queue.FindOne(ctx, query, opts.SetHint(servertraits.IndexName(timeIndex))).Decode(&undated)
-	if isBadHint(err) { // the index is missing (its build failed): plan freely
+	if servertraits.RefusesHint(err) { // the index is missing (its build failed): plan freely
 		err = r.queue.FindOne(ctx, query, opts.SetHint(nil)).Decode(&undated)
 	}
 	if errors.Is(err, mongo.ErrNoDocuments) {
@@ -163,10 +131,3 @@ func (r *Reader) oldestUndated(ctx context.Context) (time.Time, error) {
 	}
 	return undated.ID.Timestamp(), nil
 }
-
-// timeIndex is the queue's index on {createdAt, _id, username}, the claim
-// window's, which the consumer builds; both oldest-entry finds read it.
-var timeIndex = bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}
-
-// isBadHint reports the server refusing a hint (servertraits.RefusesHint).
-func isBadHint(err error) bool { return servertraits.RefusesHint(err) }
