@@ -61,13 +61,10 @@ const (
 )
 
 // MaxClaimWindow is the largest CLAIM_WINDOW accepted. A claim round's lease
-// read carries one name per distinct user of its window in one $in, and a
-// command is one BSON document of at most 16 MiB. An array element costs
-// its username (at most consumer.MaxUsernameBytes, 256) plus 12 bytes: a
-// type byte, its index as a key (up to 5 digits and a NUL), the string's
-// int32 length and its NUL. 16 MiB / 268 B is about 62,600 names, beyond
-// which every round fails for good; 10,000 names are at most 2.7 MB, a
-// sixfold margin for the rest of the command, and 20 times the default.
+// read carries one name per distinct user of its window in one $in, in one
+// BSON command of at most 16 MiB; an element costs its username (at most
+// consumer.MaxUsernameBytes, 256) plus 12 bytes, so about 62,600 names fail
+// every round for good. 10,000 are at most 2.7 MB: a sixfold margin.
 const MaxClaimWindow = 10_000
 
 // Defaults is the configuration of an empty environment. The pipeline's
@@ -178,43 +175,19 @@ func (p *problems) add(name, format string, args ...any) {
 	*p = append(*p, problem{name, name + fmt.Sprintf(format, args...)})
 }
 
-func (p *problems) positive(name string, v int) {
-	if v <= 0 {
-		p.add(name, "=%d: must be a positive number", v)
-	}
-}
-
-func (p *problems) positiveDur(name string, v time.Duration) {
-	if v <= 0 {
-		p.add(name, "=%s: must be a positive duration such as 30s", v)
-	}
-}
-
-func (p *problems) nonEmpty(name, v string) {
-	if strings.TrimSpace(v) == "" {
-		p.add(name, ": must not be empty")
-	}
-}
-
 func (c Config) validate() []problem {
 	var p problems
-	c.validateSizes(&p)
-	c.validateDurations(&p)
-	c.validateNames(&p)
-	c.validateScorer(&p)
-	if _, err := ParseLogLevel(c.LogLevel); err != nil {
-		p = append(p, problem{"LOG_LEVEL", err.Error()})
-	}
-	return p
-}
-
-func (c Config) validateSizes(p *problems) {
 	if c.ClaimWindow < 1 || c.ClaimWindow > MaxClaimWindow {
 		p.add("CLAIM_WINDOW", "=%d: must be between 1 and %d (a claim round sends one username per user of its window in one command, and a command is at most 16 MiB)", c.ClaimWindow, MaxClaimWindow)
 	}
-	p.positive("MAX_USERS_IN_FLIGHT", c.MaxUsersInFlight)
-	p.positive("REFRESH_CONCURRENCY", c.RefreshConcurrency)
-	p.positive("MAX_ATTEMPTS", c.MaxAttempts)
+	for _, v := range []struct {
+		name string
+		v    int
+	}{{"MAX_USERS_IN_FLIGHT", c.MaxUsersInFlight}, {"REFRESH_CONCURRENCY", c.RefreshConcurrency}, {"MAX_ATTEMPTS", c.MaxAttempts}} {
+		if v.v <= 0 {
+			p.add(v.name, "=%d: must be a positive number", v.v)
+		}
+	}
 	if c.RefreshBatchSize < 0 || c.RefreshBatchSize > scoring.MaxBatchUsers {
 		p.add("REFRESH_BATCH_SIZE", "=%d: must be 0 (by the server), 1 (no batching) or up to %d", c.RefreshBatchSize, scoring.MaxBatchUsers)
 	}
@@ -224,43 +197,26 @@ func (c Config) validateSizes(p *problems) {
 	if c.RefreshConcurrency > 0 && c.MaxUsersInFlight > 0 && c.RefreshConcurrency > c.MaxUsersInFlight {
 		p.add("REFRESH_CONCURRENCY", "=%d: must not exceed MAX_USERS_IN_FLIGHT=%d (a refresh slot with no claimed user to run is never used)", c.RefreshConcurrency, c.MaxUsersInFlight)
 	}
-}
-
-func (c Config) validateDurations(p *problems) {
-	p.positiveDur("LEASE_DURATION", c.LeaseDuration)
-	p.positiveDur("POLL_INTERVAL", c.PollInterval)
-	p.positiveDur("SLI_INTERVAL", c.SLIInterval)
-	p.positiveDur("SHUTDOWN_TIMEOUT", c.ShutdownTimeout)
-}
-
-// validateNames checks the URI and the collection names: none empty, no
-// two collections the same.
-func (c Config) validateScorer(p *problems) {
-	p.positiveDur("SCORER_TIMEOUT", c.ScorerTimeout)
-	if c.ScorerURL == "" {
-		return
+	for _, v := range []struct {
+		name string
+		v    time.Duration
+	}{{"LEASE_DURATION", c.LeaseDuration}, {"POLL_INTERVAL", c.PollInterval}, {"SLI_INTERVAL", c.SLIInterval}, {"SHUTDOWN_TIMEOUT", c.ShutdownTimeout}} {
+		if v.v <= 0 {
+			p.add(v.name, "=%s: must be a positive duration such as 30s", v.v)
+		}
 	}
-	if c.ScoringRules != "" {
-		p.add("SCORING_RULES", "=%s and SCORER_URL are both set: the scores come from rules or from an external scorer, not both", c.ScoringRules)
-		p.add("SCORER_URL", " and SCORING_RULES are both set: unset one")
-	}
-	if u, err := url.Parse(c.ScorerURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		p.add("SCORER_URL", ": must be an absolute http:// or https:// URL")
-	}
-}
-
-func (c Config) validateNames(p *problems) {
-	p.nonEmpty("MONGODB_URI", c.MongoURI)
-	p.nonEmpty("MONGODB_DATABASE", c.Database)
-	p.nonEmpty("QUEUE_COLLECTION", c.QueueCollection)
-	p.nonEmpty("SCORES_COLLECTION", c.ScoresCollection)
-	p.nonEmpty("DEADLETTER_COLLECTION", c.DeadLetterCollection)
-	p.nonEmpty("CLAIMS_COLLECTION", c.ClaimsCollection)
-	names := map[string]string{}
-	for _, n := range [][2]string{
+	// The URI and the collection names: none empty, no two collections the same.
+	colls := [][2]string{
 		{"QUEUE_COLLECTION", c.QueueCollection}, {"SCORES_COLLECTION", c.ScoresCollection},
 		{"DEADLETTER_COLLECTION", c.DeadLetterCollection}, {"CLAIMS_COLLECTION", c.ClaimsCollection},
-	} {
+	}
+	for _, n := range append([][2]string{{"MONGODB_URI", c.MongoURI}, {"MONGODB_DATABASE", c.Database}}, colls...) {
+		if strings.TrimSpace(n[1]) == "" {
+			p.add(n[0], ": must not be empty")
+		}
+	}
+	names := map[string]string{}
+	for _, n := range colls {
 		if other, dup := names[n[1]]; dup && n[1] != "" {
 			p.add(n[0], "=%q: the same collection as %s", n[1], other)
 		}
@@ -272,6 +228,20 @@ func (c Config) validateNames(p *problems) {
 	if c.MongoURI != "" && !strings.HasPrefix(c.MongoURI, "mongodb://") && !strings.HasPrefix(c.MongoURI, "mongodb+srv://") {
 		p.add("MONGODB_URI", "=%s: must start with mongodb:// or mongodb+srv://", redact.URI(c.MongoURI))
 	}
+	if c.ScorerTimeout <= 0 {
+		p.add("SCORER_TIMEOUT", "=%s: must be a positive duration such as 30s", c.ScorerTimeout)
+	}
+	if c.ScorerURL != "" && c.ScoringRules != "" {
+		p.add("SCORING_RULES", "=%s and SCORER_URL are both set: the scores come from rules or from an external scorer, not both", c.ScoringRules)
+		p.add("SCORER_URL", " and SCORING_RULES are both set: unset one")
+	}
+	if u, err := url.Parse(c.ScorerURL); c.ScorerURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		p.add("SCORER_URL", ": must be an absolute http:// or https:// URL")
+	}
+	if _, err := ParseLogLevel(c.LogLevel); err != nil {
+		p = append(p, problem{"LOG_LEVEL", err.Error()})
+	}
+	return p
 }
 
 // ParseLogLevel maps LOG_LEVEL to a slog level.
