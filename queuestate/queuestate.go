@@ -71,17 +71,8 @@ func (r *Reader) Read(ctx context.Context) (State, error) {
 	if st.Depth, err = r.queue.EstimatedDocumentCount(ctx); err != nil {
 		return State{}, fmt.Errorf("counting queue entries: %w", err)
 	}
-	dated, err := r.oldestDated(ctx)
-	if err != nil {
+	if st.Oldest, err = r.Oldest(ctx); err != nil {
 		return State{}, err
-	}
-	undated, err := r.oldestUndated(ctx)
-	if err != nil {
-		return State{}, err
-	}
-	st.Oldest = dated
-	if dated.IsZero() || (!undated.IsZero() && undated.Before(dated)) {
-		st.Oldest = undated
 	}
 	if r.deadLetter != nil {
 		if st.DeadLetters, err = r.deadLetter.EstimatedDocumentCount(ctx); err != nil {
@@ -89,6 +80,20 @@ func (r *Reader) Read(ctx context.Context) (State, error) {
 		}
 	}
 	return st, nil
+}
+
+// Oldest returns the enqueue time of the oldest pending entry, zero if none:
+// two round trips.
+func (r *Reader) Oldest(ctx context.Context) (time.Time, error) {
+	dated, err := r.oldestDated(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	undated, err := r.oldestUndated(ctx)
+	if err != nil || dated.IsZero() || (!undated.IsZero() && undated.Before(dated)) {
+		return undated, err
+	}
+	return dated, nil
 }
 
 // oldestDated is the createdAt of the first entry whose createdAt is a date.

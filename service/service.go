@@ -54,17 +54,15 @@ func Main(args []string, o Options) int {
 }
 
 // Run runs the service until SIGTERM or SIGINT and returns the exit code:
-// 0 after a clean shutdown, 2 for bad arguments or configuration (every
-// problem listed), 1 when it stopped on an error. It refuses every
-// argument but -h/--help, which prints the variables it reads and starts
-// nothing.
+// 0 after a clean shutdown, 2 for bad arguments or configuration, 1 when it
+// stopped on an error. It refuses every argument but -h/--help, which prints
+// the variables it reads and starts nothing.
 func Run(args, environ []string, stdout, stderr io.Writer, o Options) int {
 	name := o.Name
 	if name == "" {
 		name = "scorerefresh"
 	}
-	help := strings.ReplaceAll(runHelp, "PROGRAM", name)
-	fs := cli.NewFlagSet(name+" run", help, stderr)
+	fs := cli.NewFlagSet(name+" run", "", stderr)
 	fs.Usage = func() { WriteRunHelp(fs.Output(), name) }
 	if code, ok := cli.Parse(fs, args, false, stdout); !ok {
 		return code
@@ -105,8 +103,7 @@ shown is each default, never the value this environment holds.
 environment (with its default):
 `
 
-// WriteRunHelp prints the run command's usage with config.Variables: the
-// configuration package is the one list of what the service reads.
+// WriteRunHelp prints the run command's usage with config.Variables.
 func WriteRunHelp(w io.Writer, name string) {
 	var b strings.Builder
 	b.WriteString(strings.ReplaceAll(runHelp, "PROGRAM", name))

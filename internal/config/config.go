@@ -20,10 +20,9 @@ import (
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
-// Config is every variable of the contract (docs/contract.md). Its
-// defaults are Defaults(); an unset or empty variable keeps them. Each
-// field's help tag is its one line in `scorerefresh run --help`
-// (Variables), so the meaning is written here once, for operators.
+// Config is every variable of the contract (docs/contract.md); an unset or
+// empty one keeps its Defaults() value. Each help tag is the field's line in
+// `scorerefresh run --help` (Variables).
 type Config struct {
 	MongoURI             string        `env:"MONGODB_URI" help:"connection string, mongodb:// or mongodb+srv://; its secrets are never logged or printed"`
 	Database             string        `env:"MONGODB_DATABASE" help:"database of every collection below; not empty"`
@@ -68,8 +67,8 @@ const (
 const MaxClaimWindow = 10_000
 
 // Defaults is the configuration of an empty environment. The pipeline's
-// values come from the packages that give them meaning, so the service and
-// a consumer built without this package agree.
+// values come from the packages that give them meaning, so a consumer built
+// without this package agrees.
 func Defaults() Config {
 	return Config{
 		MongoURI:             "mongodb://localhost:27017",
@@ -95,11 +94,10 @@ func Defaults() Config {
 }
 
 // Parse reads the configuration from environ (as os.Environ returns it) and
-// validates it. The error lists every bad variable at once, so an operator
-// fixes a manifest in one go instead of one crash loop per mistake.
+// validates it. The error lists every bad variable at once: one crash loop
+// per mistake would not do.
 func Parse(environ []string) (Config, error) {
-	// env leaves a field alone when its variable is unset or empty (no
-	// envDefault tags), so starting from the defaults applies them.
+	// env leaves a field alone when its variable is unset or empty.
 	cfg := Defaults()
 	vars := env.ToMap(environ)
 	var problems []string
@@ -121,8 +119,8 @@ func Parse(environ []string) (Config, error) {
 		}
 	}
 	for _, p := range cfg.validate() {
-		// A variable that failed to parse holds its zero value: reporting
-		// that it is also "not positive" would only confuse.
+		// A variable that failed to parse holds its zero value: "not
+		// positive" as well would only confuse.
 		if !failed[p.name] {
 			problems = append(problems, p.msg)
 		}
@@ -167,8 +165,7 @@ func (e *Error) Error() string {
 
 type problem struct{ name, msg string }
 
-// problems collects what validate finds, each message starting with the
-// variable's name.
+// problems collects what validate finds, each message after the variable's name.
 type problems []problem
 
 func (p *problems) add(name, format string, args ...any) {
@@ -281,9 +278,9 @@ type Variable struct {
 	Help    string // what it sets and what it accepts, in one line
 }
 
-// Variables lists every variable Config reads, in its order, with the
-// default and the help tag of its field. It never reads the environment:
-// `run --help` prints it, and the environment may hold a password.
+// Variables lists every variable Config reads, in its order, with its
+// default and help. It never reads the environment: `run --help` prints it,
+// and the environment may hold a password.
 func Variables() []Variable {
 	def := reflect.ValueOf(Defaults())
 	typ := def.Type()
