@@ -1,7 +1,6 @@
-// Package metrics holds the service's Prometheus metrics (docs/contract.md), the
-// SLI sampler, the headroom estimate and the health endpoints. Everything is
-// built on a registry handed in; nothing registers on the global default, so
-// tests can build as many independent sets as they like.
+// Package metrics holds the service's Prometheus metrics (docs/contract.md),
+// the SLI sampler, the headroom estimate and the health endpoints, all on a
+// registry handed in (never the global default), so tests build many sets.
 package metrics
 
 import (
@@ -154,8 +153,7 @@ func counterVec(f promauto.Factory, name, help, label string, values ...string) 
 }
 
 // Read returns the current value of a counter or gauge, or the sample count
-// of a histogram, for in-process reports (the demo's progress line, the
-// bench) that would otherwise have to scrape themselves.
+// of a histogram, for in-process reports (the demo's progress, the bench).
 func Read(m prometheus.Metric) float64 {
 	var d dto.Metric
 	if err := m.Write(&d); err != nil {

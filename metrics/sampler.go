@@ -23,15 +23,12 @@ type SamplerConfig struct {
 	Queue, DeadLetter *mongo.Collection
 	Interval          time.Duration // SLI_INTERVAL; default DefaultSampleInterval
 	Timeout           time.Duration // deadline of one sample; default Interval
-	SummaryEvery      time.Duration // period of the info summary log line; default 1m
 	Clock             clock.Clock   // paces the samples and dates them; default the wall clock
 }
 
-// Sampler samples queue depth, oldest pending age and dead-letter depth every
-// interval, independently of the consumer's loops (a sampler that stopped
-// with them would hide the very stall it exists to show), and derives the
-// headroom gauges. Each sample is one queuestate read of the queue and the
-// dead letters: four round trips whatever the queue's size.
+// Sampler samples the queue (one queuestate read: four round trips whatever
+// its size) every interval and derives the headroom gauges, independently of
+// the consumer's loops: stopping with them would hide the stall it shows.
 type Sampler struct {
 	cfg      SamplerConfig
 	queue    *queuestate.Reader
@@ -46,10 +43,9 @@ type Sampler struct {
 }
 
 // maxSampleStretch is the least a sample's deadline may stretch to: a read
-// needing a minute (a server scanning a head of huge entries), abandoned at
-// 8 × Interval and started again, left the server finishing abandoned copies
-// instead of claim rounds. Meanwhile the gauges go stale, and
-// scorerefresh_sli_last_sample_timestamp_seconds says so.
+// needing a minute, abandoned at 8 × Interval and started again, kept the
+// server finishing abandoned copies instead of claim rounds. Meanwhile the
+// gauges go stale, as scorerefresh_sli_last_sample_timestamp_seconds says.
 const maxSampleStretch = 4 * time.Minute
 
 // NewSampler builds a sampler writing to sli; consumer supplies this
@@ -57,7 +53,6 @@ const maxSampleStretch = 4 * time.Minute
 func NewSampler(cfg SamplerConfig, sli *SLI, consumer *Consumer, log *slog.Logger) *Sampler {
 	cfg.Interval = cmp.Or(cfg.Interval, DefaultSampleInterval)
 	cfg.Timeout = cmp.Or(cfg.Timeout, cfg.Interval)
-	cfg.SummaryEvery = cmp.Or(cfg.SummaryEvery, time.Minute)
 	cfg.Clock = clock.Or(cfg.Clock)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -118,14 +113,14 @@ func (s *Sampler) RunOnce(ctx context.Context) error {
 	return nil
 }
 
-// summary logs the periodic info line operators read in the pod's logs.
+// summary logs, every minute, the info line operators read in the pod's logs.
 func (s *Sampler) summary(cur HeadroomSample, h Headroom) {
 	if s.summaryBase.At.IsZero() {
 		s.summaryBase = cur
 		return
 	}
 	dt := cur.At.Sub(s.summaryBase.At).Seconds()
-	if dt < s.cfg.SummaryEvery.Seconds() {
+	if dt < time.Minute.Seconds() {
 		return
 	}
 	base := s.summaryBase
@@ -160,8 +155,7 @@ type SLI struct {
 	oldest time.Time // createdAt of the oldest entry at the last sample; zero when empty
 }
 
-// NewSLI registers the SLI gauges on reg. clk ages the oldest entry; nil is
-// the wall clock.
+// NewSLI registers the SLI gauges on reg; clk (nil: the wall clock) ages the oldest entry.
 func NewSLI(reg prometheus.Registerer, clk clock.Nower) *SLI {
 	if clk == nil {
 		clk = clock.Real{}

@@ -43,10 +43,9 @@ type Timeouts struct {
 	Idle       time.Duration // a kept-alive connection waiting for its next request
 }
 
-// Listen binds addr (e.g. ":9090"; ":0" picks a free port). The timeouts suit
-// a Prometheus scrape (10s timeout by default, every 15s to 1m, over one
-// kept-alive connection) and Kubernetes probes (1s): generous for them, short
-// for a client that stalls.
+// Listen binds addr (":0" picks a free port). The timeouts are generous for
+// a Prometheus scrape (10s, every 15s to 1m, kept alive) and Kubernetes
+// probes (1s), short for a client that stalls.
 func Listen(addr string, handler http.Handler) (*Server, error) {
 	return listen(addr, handler, Timeouts{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 30 * time.Second, Idle: 2 * time.Minute})
 }
@@ -93,15 +92,12 @@ func (s *Server) Serve(ctx context.Context) error {
 	return err
 }
 
-// Health answers Kubernetes' probes.
-//
-// Liveness (/healthz) fails only when a watched loop has not beaten for longer
-// than its allowance: a loop that is busy still beats, a loop that is wedged
-// does not, so Kubernetes restarts a stuck pod and leaves a slow one alone.
-// MongoDB being down never fails liveness: restarting would not help.
-//
-// Readiness (/readyz) fails while any condition is false (MongoDB unreachable,
-// the claim loop failing), and comes back by itself when they recover.
+// Health answers Kubernetes' probes. Liveness (/healthz) fails only when a
+// watched loop has not beaten within its allowance: a busy loop still beats,
+// a wedged one does not, so a stuck pod is restarted and a slow one left
+// alone; MongoDB being down never fails it, restarting would not help.
+// Readiness (/readyz) fails while any condition is false (MongoDB
+// unreachable, the claim loop failing) and recovers by itself.
 type Health struct {
 	clock clock.Nower
 

@@ -2,9 +2,7 @@
 // depth, the enqueue time of its oldest pending entry and, optionally, the
 // dead-letter collection's depth. Every read costs the same few round trips
 // whatever the queue's size, so it can run every second while the queue is in
-// trouble, which is exactly when an exact count would hurt most. The SLI
-// sampler (metrics), `status`, replay's drain timeline and the demo's progress
-// line read the queue through it.
+// trouble, which is exactly when an exact count would hurt most.
 //
 // Depth is estimatedDocumentCount: collection metadata, O(1). It is exact on
 // a replica set after a clean shutdown; after an unclean one it can drift

@@ -1,10 +1,8 @@
 // Package service runs scorerefresh as `scorerefresh run` does, for a team
 // that builds its own binary around a scorer of its own: the same
-// configuration (environment variables, validated at boot), metrics,
-// health probes, change streams, shutdown, claims, coalescing, OCC writes,
-// acks, retries and dead letters; only the numbers come from the team's
-// scoring.Scorer. A program of about thirty lines is enough (see
-// examples/goscorer and docs/scorers.md):
+// configuration, metrics, probes, claims, OCC writes, retries and dead
+// letters; only the numbers come from the team's scoring.Scorer. A program
+// of about thirty lines is enough (see examples/goscorer and docs/scorers.md):
 //
 //	func main() {
 //		os.Exit(service.Main(os.Args[1:], service.Options{
@@ -39,8 +37,7 @@ import (
 // Options are what a binary brings besides the environment.
 type Options struct {
 	// Scorer builds the scorer from the service's database (reads go to
-	// the primary). Nil: the rules (SCORING_RULES) or SCORER_URL, as
-	// `scorerefresh run`.
+	// the primary). Nil: the rules or SCORER_URL, as `scorerefresh run`.
 	Scorer func(db *mongo.Database) scoring.Scorer
 	// Name is the program's name in usage and errors; default scorerefresh.
 	Name              string

@@ -1,6 +1,6 @@
 // Package app wires the service together from a parsed configuration: the
-// MongoDB client, the scorer, the consumer, metrics and health. The
-// production binary and the demo both build it, so the demo runs production's code.
+// MongoDB client, the scorer, the consumer, metrics and health. The demo
+// builds it too, so it runs production's code.
 package app
 
 import (
@@ -31,11 +31,9 @@ import (
 
 // Options are what the caller brings besides the configuration.
 type Options struct {
-	Logger   *slog.Logger         // default: discard
-	Registry *prometheus.Registry // default: metrics.NewRegistry()
-	Version  string               // for scorerefresh_build_info
+	Logger   *slog.Logger // default: discard
+	Version  string       // for scorerefresh_build_info
 	Revision string
-	Wakeups  []consumer.WakeupSource // besides the change stream on the queue, tried unless CHANGE_STREAMS=off
 	// Monitor sees every command after the metrics counted it (the bench
 	// measures bytes and documents with it).
 	Monitor *event.CommandMonitor
@@ -67,8 +65,7 @@ type Service struct {
 	Health   *metrics.Health
 	Consumer *consumer.Consumer
 	// Clock is the MongoDB server's clock as estimated from here: leases,
-	// backoffs and refreshedAt follow it, so replicas whose own clocks
-	// disagree still agree on them.
+	// backoffs and refreshedAt follow it, so replicas agree on them.
 	Clock  *serverclock.Clock
 	Traits *servertraits.Traits // what the server turned out to be, shared by the consumer and the scorer
 
@@ -90,10 +87,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Service, err 
 	}
 	// Driver errors logged by any part of the service may quote the URI.
 	log = slog.New(redact.Handler(log.Handler(), cfg.MongoURI))
-	reg := opts.Registry
-	if reg == nil {
-		reg = metrics.NewRegistry()
-	}
+	reg := metrics.NewRegistry()
 	rules, err := loadRules(cfg)
 	if err != nil {
 		return nil, err
@@ -131,7 +125,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Service, err 
 	if err != nil {
 		return nil, err
 	}
-	s.newConsumer(limit, s.newRefresher(scorer, opts.WrapRefresher), opts.Wakeups)
+	s.newConsumer(limit, s.newRefresher(scorer, opts.WrapRefresher))
 	if cfg.MetricsAddr != "" {
 		// Bound here, not in Run, so a taken port fails at boot and callers
 		// (tests, the demo) know the address before the service runs.
@@ -229,7 +223,7 @@ func (s *Service) newScorer(own func(*mongo.Database) scoring.Scorer) (scoring.S
 }
 
 // newConsumer builds the pipeline, its loops reporting to health.
-func (s *Service) newConsumer(limit consumer.Limiter, refresher consumer.Refresher, wakeups []consumer.WakeupSource) {
+func (s *Service) newConsumer(limit consumer.Limiter, refresher consumer.Refresher) {
 	// Readiness starts false: it is earned by a ping and a claim round.
 	s.Health.Set("mongodb", false, "not yet reached")
 	s.Health.Set("claiming", false, "no claim round yet")
@@ -238,6 +232,7 @@ func (s *Service) newConsumer(limit consumer.Limiter, refresher consumer.Refresh
 	if batch == 0 {
 		batch = consumer.BatchAuto // the server decides
 	}
+	var wakeups []consumer.WakeupSource
 	if s.cfg.ChangeStreams == config.ChangeStreamsOff {
 		s.log.Info("change streams off (CHANGE_STREAMS=off); waking on POLL_INTERVAL polling", "poll_interval", s.cfg.PollInterval.String())
 	} else {
@@ -275,8 +270,7 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// MetricsAddr is the address /metrics, /healthz and /readyz are served on,
-// or "" when they are not served.
+// MetricsAddr is where /metrics, /healthz and /readyz are served, or "".
 func (s *Service) MetricsAddr() string {
 	if s.server == nil {
 		return ""
@@ -315,9 +309,8 @@ func ShutdownBudget(cfg config.Config) time.Duration {
 	return consumer.ShutdownBudget(0, cfg.ShutdownTimeout) + metrics.ServerShutdownTimeout
 }
 
-// Run serves metrics and health on METRICS_ADDR (unless empty), keeps
-// readiness current and drains the queue until ctx ends, then shuts down
-// gracefully. Close disconnects afterwards.
+// Run serves metrics and health, keeps readiness current and drains the
+// queue until ctx ends, then shuts down gracefully; Close disconnects.
 func (s *Service) Run(ctx context.Context) error {
 	var bg sync.WaitGroup
 	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
@@ -327,7 +320,10 @@ func (s *Service) Run(ctx context.Context) error {
 		s.log.Info("serving metrics and health", "addr", s.server.Addr())
 		bg.Go(func() { srvErr = s.server.Serve(bgCtx) })
 	}
-	bg.Go(func() { s.pingLoop(bgCtx) })
+	bg.Go(func() {
+		s.ping(bgCtx)
+		clock.Every(bgCtx, s.clock, 5*time.Second, s.ping)
+	})
 	bg.Go(func() { s.Sampler.Run(bgCtx) })
 	if s.adaptive != nil {
 		bg.Go(func() { s.adaptive.Run(bgCtx) })
@@ -350,10 +346,9 @@ func (s *Service) Run(ctx context.Context) error {
 
 // setup creates the indexes and logs the server's capabilities once it is
 // reachable, retrying in the background: the consumer starts at once (its
-// queries are correct without indexes, only slower), and a start during an
-// outage must not leave the queue unindexed. The builds get no deadline:
-// MongoDB aborts a build whose createIndexes times out, and on a deep queue
-// every replica would start it again for good.
+// queries only get slower without indexes), and a start during an outage must
+// not leave the queue unindexed. No deadline: MongoDB aborts a build whose
+// createIndexes times out, and every replica would start it again for good.
 func (s *Service) setup(ctx context.Context) {
 	for attempt := 1; ; attempt++ {
 		caps, err := consumer.EnsureIndexes(ctx, s.Colls, s.log)
@@ -389,9 +384,8 @@ func (s *Service) setup(ctx context.Context) {
 // drift by well under a millisecond a minute.
 const clockSyncInterval = 30 * time.Second
 
-// syncClock takes the first samples of the server's clock before the
-// consumer starts, so its first leases are already on the server's time; the
-// local clock stands in until a sample succeeds.
+// syncClock samples the server's clock before the consumer starts, so its
+// first leases are on the server's time; the local clock stands in meanwhile.
 func (s *Service) syncClock(ctx context.Context) {
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -410,16 +404,13 @@ func (s *Service) syncClock(ctx context.Context) {
 	}
 }
 
-// pingLoop keeps the "mongodb" readiness condition current.
-func (s *Service) pingLoop(ctx context.Context) {
-	s.ping(ctx)
-	clock.Every(ctx, s.clock, 5*time.Second, s.ping)
-}
-
 // reprobeEvery is how often the server is asked again what it is, besides
 // after outages: a rolling upgrade changes versions without a failed ping.
 const reprobeEvery = 5 * time.Minute
 
+// ping keeps the "mongodb" readiness condition current, and asks the server
+// what it is again after an outage: the client may have reconnected to
+// another primary, where what was learnt no longer holds.
 func (s *Service) ping(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	err := s.Client.Ping(pctx, nil)
@@ -433,15 +424,10 @@ func (s *Service) ping(ctx context.Context) {
 		return
 	}
 	s.Health.Set("mongodb", true, "")
-	if s.unreachable || clock.Since(s.clock, s.probedAt) >= reprobeEvery || s.Traits.BackendUnknown() {
-		s.reprobe(ctx)
+	if !s.unreachable && clock.Since(s.clock, s.probedAt) < reprobeEvery && !s.Traits.BackendUnknown() {
+		return
 	}
-}
-
-// reprobe asks the server what it is again: after an outage the client may
-// have reconnected to another primary, where what was learnt no longer holds.
-func (s *Service) reprobe(ctx context.Context) {
-	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	pctx, cancel = context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	changed, err := s.Traits.Reprobe(pctx, s.DB)
 	if err != nil {

@@ -53,12 +53,11 @@ func WantsHelp(args []string) bool {
 	return false
 }
 
-// Parse parses args into fs and says whether the command goes on. When it
-// does not, code is the exit code: 0 after the usage on stdout for -h or
-// --help, 2 after naming what is wrong, with the usage, on stderr. operands
-// says whether the command takes operands after its flags; one that looks
-// like a flag is refused even then (the parser does not read a flag after
-// the operands as one), unless it follows "--".
+// Parse parses args into fs and says whether the command goes on; if not,
+// code is ExitHelp after the usage on stdout for -h or --help, or ExitUsage
+// after what is wrong and the usage on stderr. operands says whether the
+// command takes operands; one that looks like a flag is refused even then
+// (the parser would not read it as one), unless it follows "--".
 func Parse(fs *flag.FlagSet, args []string, operands bool, stdout io.Writer) (code int, ok bool) {
 	if WantsHelp(args) {
 		fs.SetOutput(stdout)

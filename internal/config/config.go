@@ -1,6 +1,5 @@
 // Package config reads the service's environment (docs/contract.md) once, in
-// cmd/, and hands plain values down. Packages below cmd/ never read the
-// environment themselves.
+// cmd/, and hands plain values down: packages below cmd/ never read it.
 package config
 
 import (
@@ -66,9 +65,8 @@ const (
 // every round for good. 10,000 are at most 2.7 MB: a sixfold margin.
 const MaxClaimWindow = 10_000
 
-// Defaults is the configuration of an empty environment. The pipeline's
-// values come from the packages that give them meaning, so a consumer built
-// without this package agrees.
+// Defaults is the configuration of an empty environment, the pipeline's from
+// the packages that give them meaning (a consumer built without this agrees).
 func Defaults() Config {
 	return Config{
 		MongoURI:             "mongodb://localhost:27017",
@@ -297,17 +295,14 @@ func Variables() []Variable {
 }
 
 func formatDefault(v any) string {
-	d, ok := v.(time.Duration)
-	if !ok {
-		return fmt.Sprint(v)
-	}
-	// Duration.String writes 5m0s; an operator writes 5m.
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
+	s := fmt.Sprint(v)
+	if _, ok := v.(time.Duration); ok { // Duration.String writes 5m0s; an operator writes 5m
+		if strings.HasSuffix(s, "m0s") {
+			s = strings.TrimSuffix(s, "0s")
+		}
+		if strings.HasSuffix(s, "h0m") {
+			s = strings.TrimSuffix(s, "0m")
+		}
 	}
 	return s
 }
