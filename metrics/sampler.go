@@ -48,8 +48,7 @@ type Sampler struct {
 // gauges go stale, as scorerefresh_sli_last_sample_timestamp_seconds says.
 const maxSampleStretch = 4 * time.Minute
 
-// NewSampler builds a sampler writing to sli; consumer supplies this
-// replica's counters for the headroom estimate.
+// NewSampler builds a sampler writing to sli, its headroom from consumer's counters.
 func NewSampler(cfg SamplerConfig, sli *SLI, consumer *Consumer, log *slog.Logger) *Sampler {
 	cfg.Interval = cmp.Or(cfg.Interval, DefaultSampleInterval)
 	cfg.Timeout = cmp.Or(cfg.Timeout, cfg.Interval)

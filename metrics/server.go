@@ -70,8 +70,7 @@ func listen(addr string, handler http.Handler, to Timeouts) (*Server, error) {
 // Addr is the bound address.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
-// ServerShutdownTimeout bounds Serve's shutdown once its context ends: a
-// scrape in progress gets this long to finish.
+// ServerShutdownTimeout is how long a scrape in progress gets once Serve's context ends.
 const ServerShutdownTimeout = 3 * time.Second
 
 // Serve serves until ctx ends, then shuts down within ServerShutdownTimeout.
@@ -114,13 +113,12 @@ type condition struct {
 // Heartbeat is one watched loop.
 type Heartbeat struct {
 	h       *Health
-	name    string
 	allowed time.Duration
 	last    time.Time
 }
 
-// NewHealth returns a Health with no loops and no conditions (live and ready).
-// clk measures the silences; nil is the wall clock.
+// NewHealth returns a Health with no loops and no conditions (live and
+// ready); clk (nil: the wall clock) measures the silences.
 func NewHealth(clk clock.Nower) *Health {
 	if clk == nil {
 		clk = clock.Real{}
@@ -132,7 +130,7 @@ func NewHealth(clk clock.Nower) *Health {
 func (h *Health) Watch(name string, allowed time.Duration) *Heartbeat {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	b := &Heartbeat{h: h, name: name, allowed: allowed, last: h.clock.Now()}
+	b := &Heartbeat{h: h, allowed: allowed, last: h.clock.Now()}
 	h.beats[name] = b
 	return b
 }
@@ -158,9 +156,9 @@ func (h *Health) Live() (bool, string) {
 	defer h.mu.Unlock()
 	now := h.clock.Now()
 	var stuck []string
-	for _, b := range h.beats {
+	for name, b := range h.beats {
 		if silent := now.Sub(b.last); silent > b.allowed {
-			stuck = append(stuck, fmt.Sprintf("%s: no progress for %s (allowed %s)", b.name, silent.Round(time.Second), b.allowed))
+			stuck = append(stuck, fmt.Sprintf("%s: no progress for %s (allowed %s)", name, silent.Round(time.Second), b.allowed))
 		}
 	}
 	sort.Strings(stuck)

@@ -4,11 +4,10 @@
 // whatever the queue's size, so it can run every second while the queue is in
 // trouble, which is exactly when an exact count would hurt most.
 //
-// Depth is estimatedDocumentCount: collection metadata, O(1). It is exact on
-// a replica set after a clean shutdown; after an unclean one it can drift
-// until the next validate, and on a sharded cluster it counts orphans during
-// migrations: an error of a few entries, where an exact countDocuments would
-// scan every index key of the queue each time.
+// Depth is estimatedDocumentCount: collection metadata, O(1). After an
+// unclean shutdown it can drift until the next validate, and on a sharded
+// cluster it counts orphans during migrations: an error of a few entries,
+// where countDocuments would scan every index key of the queue each time.
 //
 // An entry is dated as the consumer dates it: by createdAt when that is a
 // date; when createdAt is missing or null, by its ObjectId _id's timestamp.
@@ -45,11 +44,9 @@ func New(queue, deadLetter *mongo.Collection) *Reader {
 
 // State is one reading of the queue.
 type State struct {
-	Depth int64 // queue documents, estimated (see the package comment)
-	// Oldest is the enqueue time of the oldest pending entry; zero when the
-	// queue holds no dated entry.
-	Oldest      time.Time
-	DeadLetters int64 // dead-letter documents, estimated; 0 without a dead-letter collection
+	Depth       int64     // queue documents, estimated (see the package comment)
+	Oldest      time.Time // enqueue time of the oldest pending entry; zero when none is dated
+	DeadLetters int64     // dead-letter documents, estimated; 0 without a dead-letter collection
 }
 
 // OldestAge is how long the oldest pending entry has waited at now; 0 when
@@ -61,8 +58,7 @@ func (s State) OldestAge(now time.Time) time.Duration {
 	return max(0, now.Sub(s.Oldest))
 }
 
-// Read takes one reading: depth, oldest pending entry and, when the reader
-// has one, the dead-letter depth.
+// Read takes one reading of the queue and, with a reader of them, the dead letters.
 func (r *Reader) Read(ctx context.Context) (State, error) {
 	var st State
 	var err error

@@ -44,8 +44,7 @@ type Options struct {
 	Version, Revision string // for scorerefresh_build_info
 }
 
-// Main is Run with the process's environment and streams, for main:
-// its result is the exit code.
+// Main is Run with the process's environment and streams; it returns the exit code.
 func Main(args []string, o Options) int {
 	return Run(args, os.Environ(), os.Stdout, os.Stderr, o)
 }

@@ -34,9 +34,7 @@ type Options struct {
 	Logger   *slog.Logger // default: discard
 	Version  string       // for scorerefresh_build_info
 	Revision string
-	// Monitor sees every command after the metrics counted it (the bench
-	// measures bytes and documents with it).
-	Monitor *event.CommandMonitor
+	Monitor  *event.CommandMonitor // sees every command after the metrics (the bench measures with it)
 	// Scorer computes the scores instead of the rules or SCORER_URL (a
 	// team's own, see the service package) from the service's database.
 	Scorer        func(db *mongo.Database) scoring.Scorer
@@ -77,8 +75,7 @@ type Service struct {
 	adaptive    *adaptive.Limiter // nil unless ADAPTIVE_CONCURRENCY
 }
 
-// New loads the rules, connects to MongoDB (lazily: the loops retry an
-// unreachable server) and builds the pipeline.
+// New loads the rules, connects to MongoDB (lazily) and builds the pipeline.
 func New(ctx context.Context, cfg config.Config, opts Options) (_ *Service, err error) {
 	local := clock.Or(opts.Clock)
 	log := opts.Logger
@@ -149,8 +146,7 @@ func loadRules(cfg config.Config) (*scoring.Rules, error) {
 	return scoring.DefaultRules(), nil
 }
 
-// bootProbeTimeout bounds the wait for the server's answer at boot: the
-// service starts during an outage too.
+// bootProbeTimeout bounds the wait for the server's answer at boot.
 const bootProbeTimeout = 10 * time.Second
 
 // refuseMisreadFilters refuses rules whose filter uses a query operator the
@@ -170,8 +166,7 @@ func (s *Service) refuseMisreadFilters(ctx context.Context) error {
 	return s.Rules.RefuseOperators(s.Traits.MisreadOperators(), "FerretDB "+s.Traits.Info().FerretDB)
 }
 
-// newLimiter builds the refresh limiter: fixed at REFRESH_CONCURRENCY, or
-// adaptive below it, fed by the pool's checkout waits.
+// newLimiter builds the limiter: fixed at REFRESH_CONCURRENCY, or adaptive below it.
 func (s *Service) newLimiter() consumer.Limiter {
 	if !s.cfg.AdaptiveConcurrency {
 		return consumer.NewFixedLimiter(s.cfg.RefreshConcurrency)

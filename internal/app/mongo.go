@@ -47,8 +47,7 @@ func ClientOptions(cfg config.Config, m *metrics.Mongo) *options.ClientOptions {
 		SetMonitor(m.CommandMonitor(nil))
 }
 
-// connect builds the client (lazily: no server is contacted), the
-// collections and the server's clock.
+// connect builds the client (contacting no server), the collections and the server's clock.
 func (s *Service) connect(monitor *event.CommandMonitor, traits *servertraits.Traits) error {
 	clientOpts := ClientOptions(s.cfg, s.Mongo)
 	if monitor != nil {
@@ -86,14 +85,12 @@ func (s *Service) connect(monitor *event.CommandMonitor, traits *servertraits.Tr
 // pool: one heartbeat and one RTT-monitoring connection.
 const MonitoringConnections = 2
 
-// ConnectionsPerReplica is the most connections one replica opens to one
-// server: its pool plus the driver's monitoring.
+// ConnectionsPerReplica is the most connections one replica opens to one server.
 func ConnectionsPerReplica(cfg config.Config) int {
 	return int(PoolSize(cfg)) + MonitoringConnections
 }
 
-// warnConnectionBudget logs once at boot when this replica could open more
-// connections than MONGODB_CONNECTION_BUDGET allows.
+// warnConnectionBudget logs when a replica could exceed MONGODB_CONNECTION_BUDGET.
 func warnConnectionBudget(cfg config.Config, opts *options.ClientOptions, log *slog.Logger) {
 	need := ConnectionsPerReplica(cfg)
 	if cfg.ConnectionBudget == 0 || need <= cfg.ConnectionBudget {

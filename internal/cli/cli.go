@@ -96,8 +96,7 @@ func Parse(fs *flag.FlagSet, args []string, operands bool, stdout io.Writer) (co
 	return 0, true
 }
 
-// Refuse names what is wrong with the command line, prints the usage on
-// stderr and returns ExitUsage, for checks Parse cannot make.
+// Refuse names what is wrong, prints the usage on stderr and returns ExitUsage.
 func Refuse(fs *flag.FlagSet, format string, args ...any) int {
 	fmt.Fprintf(fs.Output(), "%s: %s\n\n", fs.Name(), fmt.Sprintf(format, args...))
 	fs.Usage()

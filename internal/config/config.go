@@ -284,25 +284,16 @@ func Variables() []Variable {
 	typ := def.Type()
 	vars := make([]Variable, 0, typ.NumField())
 	for i := range typ.NumField() {
-		f := typ.Field(i)
-		vars = append(vars, Variable{
-			Name:    strings.Split(f.Tag.Get("env"), ",")[0],
-			Default: formatDefault(def.Field(i).Interface()),
-			Help:    f.Tag.Get("help"),
-		})
+		f, value := typ.Field(i), fmt.Sprint(def.Field(i).Interface())
+		if f.Type == reflect.TypeFor[time.Duration]() { // Duration.String writes 5m0s; an operator writes 5m
+			if strings.HasSuffix(value, "m0s") {
+				value = strings.TrimSuffix(value, "0s")
+			}
+			if strings.HasSuffix(value, "h0m") {
+				value = strings.TrimSuffix(value, "0m")
+			}
+		}
+		vars = append(vars, Variable{Name: strings.Split(f.Tag.Get("env"), ",")[0], Default: value, Help: f.Tag.Get("help")})
 	}
 	return vars
-}
-
-func formatDefault(v any) string {
-	s := fmt.Sprint(v)
-	if _, ok := v.(time.Duration); ok { // Duration.String writes 5m0s; an operator writes 5m
-		if strings.HasSuffix(s, "m0s") {
-			s = strings.TrimSuffix(s, "0s")
-		}
-		if strings.HasSuffix(s, "h0m") {
-			s = strings.TrimSuffix(s, "0m")
-		}
-	}
-	return s
 }
