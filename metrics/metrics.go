@@ -40,10 +40,7 @@ const (
 // which every binary exports next to its own metrics.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }
 
@@ -87,7 +84,6 @@ func NewConsumer(reg prometheus.Registerer) *Consumer {
 			"reason", ReasonMalformed, ReasonMaxAttempts, ReasonTooLarge),
 		CoalescedEntries: histogram(f, "coalesced_entries", "Queue entries acknowledged per refresh (the coalescing factor).",
 			prometheus.ExponentialBuckets(1, 4, 10)), // 1 .. 262144
-
 		Refreshes: counterVec(f, "refreshes_total", "User refreshes (recompute + score write), by outcome.", "outcome", OutcomeOK, OutcomeError),
 		RefreshDuration: histogram(f, "refresh_duration_seconds", "Duration of one user's refresh, recompute + OCC write.",
 			prometheus.ExponentialBuckets(0.005, 2, 14)), // 5ms .. ~41s
@@ -104,7 +100,6 @@ func NewConsumer(reg prometheus.Registerer) *Consumer {
 			prometheus.ExponentialBuckets(1, 2, 9)), // 1 .. 256
 		RefreshRoundTrips: counter(f, "refresh_round_trips_total",
 			"MongoDB commands sent by refreshes (queries, score reads and writes, retries); divided by refresh_batch_users_sum, round trips per refreshed user."),
-
 		UsersInFlight:    gauge(f, "users_in_flight", "Distinct users claimed by this consumer and not yet finished."),
 		UsersInFlightCap: gauge(f, "users_in_flight_cap", "MAX_USERS_IN_FLIGHT: the cap on users_in_flight."),
 		ClaimDuration: histogram(f, "claim_duration_seconds", "Duration of one claim round (read window, claim users, absorb their entries).",
@@ -119,7 +114,6 @@ func NewConsumer(reg prometheus.Registerer) *Consumer {
 			Namespace: namespace, Name: "wakeup_source",
 			Help: "1 for the wake-up source in use: change_stream, or poll when streams are unavailable.",
 		}, []string{"source"}),
-
 		ConcurrencyLimit: gauge(f, "refresh_concurrency_limit", "Refreshes this consumer lets run at once right now."),
 		LimitChanges: counterVec(f, "concurrency_limit_changes_total",
 			"Changes of the adaptive concurrency limit, by reason (headroom, latency, overload).", "reason", "headroom", "latency", "overload"),
