@@ -31,20 +31,16 @@ import (
 
 // Options are what the caller brings besides the configuration.
 type Options struct {
-	Logger   *slog.Logger // default: discard
-	Version  string       // for scorerefresh_build_info
-	Revision string
-	Monitor  *event.CommandMonitor // sees every command after the metrics (the bench measures with it)
-	// Scorer computes the scores instead of the rules or SCORER_URL (a
-	// team's own, see the service package) from the service's database.
-	Scorer        func(db *mongo.Database) scoring.Scorer
+	Logger        *slog.Logger // default: discard
+	Version       string       // for scorerefresh_build_info
+	Revision      string
+	Monitor       *event.CommandMonitor                       // sees every command after the metrics (the bench measures with it)
+	Scorer        func(db *mongo.Database) scoring.Scorer     // a team's own instead of the rules or SCORER_URL
 	WrapRefresher func(consumer.Refresher) consumer.Refresher // wraps the scorer: the bench's faults
 	// Clock is what the service waits on and measures durations with
 	// (default: the wall clock); lease and score times follow Service.Clock.
-	Clock clock.Clock
-	// Traits is what the service takes the server to be instead of asking
-	// it: tests run MongoDB's paths on the embedded server with it.
-	Traits *servertraits.Traits
+	Clock  clock.Clock
+	Traits *servertraits.Traits // taken instead of asking the server: tests run MongoDB's paths on FerretDB
 }
 
 // Service is a wired, not yet running, scorerefresh.

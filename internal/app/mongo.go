@@ -22,8 +22,7 @@ import (
 // claim loop, ack flush, lease renewal, SLI sampler and wake-up stream.
 const PoolOverhead = 5
 
-// PoolSize returns the driver's maxPoolSize for cfg: one connection per
-// refresh slot plus the overhead, never unbounded.
+// PoolSize is the driver's maxPoolSize for cfg: one per refresh slot plus the overhead.
 func PoolSize(cfg config.Config) uint64 {
 	return uint64(cfg.RefreshConcurrency + PoolOverhead)
 }
@@ -81,8 +80,7 @@ func (s *Service) connect(monitor *event.CommandMonitor, traits *servertraits.Tr
 	return nil
 }
 
-// MonitoringConnections is what the driver opens per server besides the
-// pool: one heartbeat and one RTT-monitoring connection.
+// MonitoringConnections is what the driver opens per server besides the pool (heartbeat, RTT).
 const MonitoringConnections = 2
 
 // ConnectionsPerReplica is the most connections one replica opens to one server.

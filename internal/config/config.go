@@ -44,8 +44,7 @@ type Config struct {
 	SLIInterval          time.Duration `env:"SLI_INTERVAL" help:"queue sampling period; > 0"`
 	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT" help:"time running refreshes get on SIGTERM; > 0"`
 	LogLevel             string        `env:"LOG_LEVEL" help:"debug, info, warn or error"`
-	// The three below are beyond the contract's list, each with a default
-	// that needs no setting.
+	// Beyond the contract's list, each with a default that needs no setting:
 	ConnectionBudget int    `env:"MONGODB_CONNECTION_BUDGET" help:"connections one replica may open, for a boot warning only; 0: unstated"`
 	RefreshBatchSize int    `env:"REFRESH_BATCH_SIZE" help:"most users one refresh slot recomputes together; 0: by the server (batches where it answers $in from an index, one user per slot on FerretDB), 1 (one by one) to 64 forces it"`
 	ChangeStreams    string `env:"CHANGE_STREAMS" help:"auto (wake on inserts where the server has change streams) or off (poll only)"`
