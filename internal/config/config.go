@@ -162,41 +162,37 @@ func (e *Error) Error() string {
 
 type problem struct{ name, msg string }
 
-// problems collects what validate finds, each message after the variable's name.
-type problems []problem
-
-func (p *problems) add(name, format string, args ...any) {
-	*p = append(*p, problem{name, name + fmt.Sprintf(format, args...)})
-}
-
 func (c Config) validate() []problem {
-	var p problems
+	var p []problem
+	add := func(name, format string, args ...any) { // each message after the variable's name
+		p = append(p, problem{name, name + fmt.Sprintf(format, args...)})
+	}
 	if c.ClaimWindow < 1 || c.ClaimWindow > MaxClaimWindow {
-		p.add("CLAIM_WINDOW", "=%d: must be between 1 and %d (a claim round sends one username per user of its window in one command, and a command is at most 16 MiB)", c.ClaimWindow, MaxClaimWindow)
+		add("CLAIM_WINDOW", "=%d: must be between 1 and %d (a claim round sends one username per user of its window in one command, and a command is at most 16 MiB)", c.ClaimWindow, MaxClaimWindow)
 	}
 	for _, v := range []struct {
 		name string
 		v    int
 	}{{"MAX_USERS_IN_FLIGHT", c.MaxUsersInFlight}, {"REFRESH_CONCURRENCY", c.RefreshConcurrency}, {"MAX_ATTEMPTS", c.MaxAttempts}} {
 		if v.v <= 0 {
-			p.add(v.name, "=%d: must be a positive number", v.v)
+			add(v.name, "=%d: must be a positive number", v.v)
 		}
 	}
 	if c.RefreshBatchSize < 0 || c.RefreshBatchSize > scoring.MaxBatchUsers {
-		p.add("REFRESH_BATCH_SIZE", "=%d: must be 0 (by the server), 1 (no batching) or up to %d", c.RefreshBatchSize, scoring.MaxBatchUsers)
+		add("REFRESH_BATCH_SIZE", "=%d: must be 0 (by the server), 1 (no batching) or up to %d", c.RefreshBatchSize, scoring.MaxBatchUsers)
 	}
 	if c.ConnectionBudget < 0 {
-		p.add("MONGODB_CONNECTION_BUDGET", "=%d: must be 0 (unstated) or a positive number", c.ConnectionBudget)
+		add("MONGODB_CONNECTION_BUDGET", "=%d: must be 0 (unstated) or a positive number", c.ConnectionBudget)
 	}
 	if c.RefreshConcurrency > 0 && c.MaxUsersInFlight > 0 && c.RefreshConcurrency > c.MaxUsersInFlight {
-		p.add("REFRESH_CONCURRENCY", "=%d: must not exceed MAX_USERS_IN_FLIGHT=%d (a refresh slot with no claimed user to run is never used)", c.RefreshConcurrency, c.MaxUsersInFlight)
+		add("REFRESH_CONCURRENCY", "=%d: must not exceed MAX_USERS_IN_FLIGHT=%d (a refresh slot with no claimed user to run is never used)", c.RefreshConcurrency, c.MaxUsersInFlight)
 	}
 	for _, v := range []struct {
 		name string
 		v    time.Duration
 	}{{"LEASE_DURATION", c.LeaseDuration}, {"POLL_INTERVAL", c.PollInterval}, {"SLI_INTERVAL", c.SLIInterval}, {"SHUTDOWN_TIMEOUT", c.ShutdownTimeout}} {
 		if v.v <= 0 {
-			p.add(v.name, "=%s: must be a positive duration such as 30s", v.v)
+			add(v.name, "=%s: must be a positive duration such as 30s", v.v)
 		}
 	}
 	// The URI and the collection names: none empty, no two collections the same.
@@ -206,31 +202,31 @@ func (c Config) validate() []problem {
 	}
 	for _, n := range append([][2]string{{"MONGODB_URI", c.MongoURI}, {"MONGODB_DATABASE", c.Database}}, colls...) {
 		if strings.TrimSpace(n[1]) == "" {
-			p.add(n[0], ": must not be empty")
+			add(n[0], ": must not be empty")
 		}
 	}
 	names := map[string]string{}
 	for _, n := range colls {
 		if other, dup := names[n[1]]; dup && n[1] != "" {
-			p.add(n[0], "=%q: the same collection as %s", n[1], other)
+			add(n[0], "=%q: the same collection as %s", n[1], other)
 		}
 		names[n[1]] = n[0]
 	}
 	if c.ChangeStreams != ChangeStreamsAuto && c.ChangeStreams != ChangeStreamsOff {
-		p.add("CHANGE_STREAMS", "=%q: must be %s or %s", c.ChangeStreams, ChangeStreamsAuto, ChangeStreamsOff)
+		add("CHANGE_STREAMS", "=%q: must be %s or %s", c.ChangeStreams, ChangeStreamsAuto, ChangeStreamsOff)
 	}
 	if c.MongoURI != "" && !strings.HasPrefix(c.MongoURI, "mongodb://") && !strings.HasPrefix(c.MongoURI, "mongodb+srv://") {
-		p.add("MONGODB_URI", "=%s: must start with mongodb:// or mongodb+srv://", redact.URI(c.MongoURI))
+		add("MONGODB_URI", "=%s: must start with mongodb:// or mongodb+srv://", redact.URI(c.MongoURI))
 	}
 	if c.ScorerTimeout <= 0 {
-		p.add("SCORER_TIMEOUT", "=%s: must be a positive duration such as 30s", c.ScorerTimeout)
+		add("SCORER_TIMEOUT", "=%s: must be a positive duration such as 30s", c.ScorerTimeout)
 	}
 	if c.ScorerURL != "" && c.ScoringRules != "" {
-		p.add("SCORING_RULES", "=%s and SCORER_URL are both set: the scores come from rules or from an external scorer, not both", c.ScoringRules)
-		p.add("SCORER_URL", " and SCORING_RULES are both set: unset one")
+		add("SCORING_RULES", "=%s and SCORER_URL are both set: the scores come from rules or from an external scorer, not both", c.ScoringRules)
+		add("SCORER_URL", " and SCORING_RULES are both set: unset one")
 	}
 	if u, err := url.Parse(c.ScorerURL); c.ScorerURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
-		p.add("SCORER_URL", ": must be an absolute http:// or https:// URL")
+		add("SCORER_URL", ": must be an absolute http:// or https:// URL")
 	}
 	if _, err := ParseLogLevel(c.LogLevel); err != nil {
 		p = append(p, problem{"LOG_LEVEL", err.Error()})
