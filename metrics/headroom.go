@@ -19,31 +19,20 @@ type HeadroomSample struct {
 	Limit       float64 // current refresh concurrency limit
 }
 
-// Headroom is the estimate of whether the consumer keeps up: how fast entries
-// arrive, how fast it could remove them now, and how long the current depth
-// takes to drain at those rates. It says whether the service is in the
-// vulnerable state before the queue shows it.
+// Headroom is the estimate of whether the consumer keeps up, which says the
+// service is in the vulnerable state before the queue shows it.
 type Headroom struct {
 	ArrivalRate   float64 // entries enqueued per second over the window
 	DrainCapacity float64 // entries per second this consumer could acknowledge now
 	TimeToDrain   float64 // seconds; 0 when empty, +Inf when arrivals ≥ capacity
 }
 
-// HeadroomEstimator keeps the samples of a sliding window and derives
-// Headroom from the oldest and newest of them.
-//
-// Arrivals are Δdepth + entries removed by this consumer, over the window:
-// exact with one replica. With several, each replica sees only its own
-// removals, so the fleet-wide arrival rate is computed in PromQL instead
-// (deriv of max depth + sum of every replica's ack rate; see the alert
-// rules), and this gauge is a lower bound.
-//
-// Capacity is DrainRate over the batches finished within the
-// window (the last known values while idle): limit × users per batch ÷
-// mean batch time × mean entries per refresh, what this consumer would
-// acknowledge per second with every slot busy. The slots count batches,
-// so dividing the limit by one user's refresh time (a batch's whole time,
-// observed once per user) came out a batch size too low.
+// HeadroomEstimator derives Headroom from the oldest and newest samples of a
+// sliding window. Arrivals are Δdepth + entries removed by this consumer:
+// exact with one replica, a lower bound with several (each sees only its own
+// removals; the alert rules compute the fleet's in PromQL). Capacity is
+// DrainRate over the batches finished within the window (the last known
+// values while idle); the slots count batches, not users.
 type HeadroomEstimator struct {
 	Window                               time.Duration // default 2m
 	samples                              []HeadroomSample
@@ -84,4 +73,15 @@ func (e *HeadroomEstimator) Observe(s HeadroomSample) Headroom {
 		h.TimeToDrain = s.Depth / (h.DrainCapacity - h.ArrivalRate)
 	}
 	return h
+}
+
+// DrainRate is what refresh slots acknowledge per second with every slot
+// busy: slots × users per batch ÷ a batch's seconds × entries acknowledged
+// per user refresh (0 when any is unknown). The live headroom, the planner's
+// bounds and the bench's estimate are this one formula.
+func DrainRate(slots, usersPerBatch, batchSeconds, entriesPerUser float64) float64 {
+	if slots <= 0 || usersPerBatch <= 0 || batchSeconds <= 0 || entriesPerUser <= 0 {
+		return 0
+	}
+	return slots * usersPerBatch / batchSeconds * entriesPerUser
 }

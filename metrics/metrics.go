@@ -1,13 +1,13 @@
-// Package metrics holds the service's Prometheus metrics (docs/contract.md), the
-// SLI sampler, the headroom estimate and the health endpoints. Everything is
-// built on a registry handed in; nothing registers on the global default, so
-// tests can build as many independent sets as they like.
+// Package metrics holds the service's Prometheus metrics (docs/contract.md),
+// the SLI sampler, the headroom estimate and the health endpoints, all on a
+// registry handed in (never the global default), so tests build many sets.
 package metrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
@@ -29,14 +29,18 @@ const (
 	OutcomeError = "error"
 )
 
+// Wake-up sources: the only values of the source label.
+const (
+	WakeupPoll         = "poll"
+	WakeupChangeStream = "change_stream"
+	WakeupRoom         = "room"
+)
+
 // NewRegistry returns a registry with the Go runtime and process collectors,
 // which every binary exports next to its own metrics.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }
 
@@ -69,22 +73,55 @@ type Consumer struct {
 	RefreshRoundTrips     prometheus.Counter
 }
 
-// Wake-up sources: the only values of the source label.
-const (
-	WakeupPoll         = "poll"
-	WakeupChangeStream = "change_stream"
-	WakeupRoom         = "room"
-)
-
 // NewConsumer registers the pipeline's metrics on reg. Label values that are
 // known up front are pre-created so dashboards see zeros instead of gaps.
 func NewConsumer(reg prometheus.Registerer) *Consumer {
 	f := promauto.With(reg)
-	c := &Consumer{}
-	c.registerEntries(f)
-	c.registerRefreshes(f)
-	c.registerLoops(f)
-	c.registerLimiter(f)
+	c := &Consumer{
+		EntriesClaimed: counter(f, "entries_claimed_total", "Queue entries claimed by this consumer."),
+		EntriesAcked:   counter(f, "entries_acked_total", "Queue entries acknowledged (deleted after a refresh of their user)."),
+		EntriesDeadLettered: counterVec(f, "entries_deadlettered_total", "Queue entries moved to the dead-letter collection, by reason.",
+			"reason", ReasonMalformed, ReasonMaxAttempts, ReasonTooLarge),
+		CoalescedEntries: histogram(f, "coalesced_entries", "Queue entries acknowledged per refresh (the coalescing factor).",
+			prometheus.ExponentialBuckets(1, 4, 10)), // 1 .. 262144
+		Refreshes: counterVec(f, "refreshes_total", "User refreshes (recompute + score write), by outcome.", "outcome", OutcomeOK, OutcomeError),
+		RefreshDuration: histogram(f, "refresh_duration_seconds", "Duration of one user's refresh, recompute + OCC write.",
+			prometheus.ExponentialBuckets(0.005, 2, 14)), // 5ms .. ~41s
+		RefreshBatchSeconds: histogram(f, "refresh_batch_duration_seconds",
+			"Duration of one refresh slot's batch (1 user, or every user refreshed together), recompute + OCC writes; each of its users also observes it in refresh_duration_seconds.",
+			prometheus.ExponentialBuckets(0.005, 2, 14)),
+		ScorerRequests: counterVec(f, "scorer_requests_total", "Requests to the external scorer (SCORER_URL), by outcome.", "outcome", "ok", "error", "timeout"),
+		ScorerRequestDuration: histogram(f, "scorer_request_duration_seconds", "Duration of one request to the external scorer, the answer read and checked.",
+			prometheus.ExponentialBuckets(0.005, 2, 14)),
+		OCCConflicts: counter(f, "occ_conflicts_total", "Version conflicts on score writes (each followed by a re-read and retry)."),
+		WritesSkipped: counterVec(f, "writes_skipped_total",
+			"Score writes skipped, by reason (newer: the stored document came from a recompute that began later).", "reason", scoring.SkipNewer),
+		RefreshBatchUsers: histogram(f, "refresh_batch_users", "Users per refresh call (1 for a single-user refresh); its _sum counts refreshed users.",
+			prometheus.ExponentialBuckets(1, 2, 9)), // 1 .. 256
+		RefreshRoundTrips: counter(f, "refresh_round_trips_total",
+			"MongoDB commands sent by refreshes (queries, score reads and writes, retries); divided by refresh_batch_users_sum, round trips per refreshed user."),
+		UsersInFlight:    gauge(f, "users_in_flight", "Distinct users claimed by this consumer and not yet finished."),
+		UsersInFlightCap: gauge(f, "users_in_flight_cap", "MAX_USERS_IN_FLIGHT: the cap on users_in_flight."),
+		ClaimDuration: histogram(f, "claim_duration_seconds", "Duration of one claim round (read window, claim users, absorb their entries).",
+			prometheus.ExponentialBuckets(0.001, 2.5, 12)), // 1ms .. ~60s
+		ClaimErrors: counter(f, "claim_errors_total", "Claim rounds that failed (each retried with backoff)."),
+		AckFlushErrors: counter(f, "ack_flush_errors_total",
+			"Ack flushes or dead-letter moves that failed (the steps not done are retried with backoff; the users stay held, failed dead letters back off on their own)."),
+		LeasesLost: counter(f, "leases_lost_total", "Leases found taken over by another consumer when released (they expired during a stall)."),
+		Wakeups: counterVec(f, "wakeups_total", "Claim-loop wake-ups, by source (poll timer, change stream, a refresh slot about to idle).",
+			"source", WakeupPoll, WakeupChangeStream, WakeupRoom),
+		WakeupSource: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "wakeup_source",
+			Help: "1 for the wake-up source in use: change_stream, or poll when streams are unavailable.",
+		}, []string{"source"}),
+		ConcurrencyLimit: gauge(f, "refresh_concurrency_limit", "Refreshes this consumer lets run at once right now."),
+		LimitChanges: counterVec(f, "concurrency_limit_changes_total",
+			"Changes of the adaptive concurrency limit, by reason (headroom, latency, overload).", "reason", "headroom", "latency", "overload"),
+		LatencyBaseline: gauge(f, "refresh_latency_baseline_seconds",
+			"No-load refresh latency the adaptive limiter measures against: the lowest interval mean it measured (0 when adaptive concurrency is off)."),
+	}
+	c.WakeupSource.WithLabelValues(WakeupPoll).Set(1)
+	c.WakeupSource.WithLabelValues(WakeupChangeStream).Set(0)
 	return c
 }
 
@@ -109,61 +146,29 @@ func counterVec(f promauto.Factory, name, help, label string, values ...string) 
 	return v
 }
 
-// registerEntries: what happens to queue entries.
-func (c *Consumer) registerEntries(f promauto.Factory) {
-	c.EntriesClaimed = counter(f, "entries_claimed_total", "Queue entries claimed by this consumer.")
-	c.EntriesAcked = counter(f, "entries_acked_total", "Queue entries acknowledged (deleted after a refresh of their user).")
-	c.EntriesDeadLettered = counterVec(f, "entries_deadlettered_total", "Queue entries moved to the dead-letter collection, by reason.",
-		"reason", ReasonMalformed, ReasonMaxAttempts, ReasonTooLarge)
-	c.CoalescedEntries = histogram(f, "coalesced_entries", "Queue entries acknowledged per refresh (the coalescing factor).",
-		prometheus.ExponentialBuckets(1, 4, 10)) // 1 .. 262144
+// Read returns the current value of a counter or gauge, or the sample count
+// of a histogram, for in-process reports (the demo's progress, the bench).
+func Read(m prometheus.Metric) float64 {
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		return 0
+	}
+	switch {
+	case d.Counter != nil:
+		return d.Counter.GetValue()
+	case d.Gauge != nil:
+		return d.Gauge.GetValue()
+	case d.Histogram != nil:
+		return float64(d.Histogram.GetSampleCount())
+	}
+	return 0
 }
 
-// registerRefreshes: refreshes and the score writes they end with.
-func (c *Consumer) registerRefreshes(f promauto.Factory) {
-	c.Refreshes = counterVec(f, "refreshes_total", "User refreshes (recompute + score write), by outcome.", "outcome", OutcomeOK, OutcomeError)
-	c.RefreshDuration = histogram(f, "refresh_duration_seconds", "Duration of one user's refresh, recompute + OCC write.",
-		prometheus.ExponentialBuckets(0.005, 2, 14)) // 5ms .. ~41s
-	c.RefreshBatchSeconds = histogram(f, "refresh_batch_duration_seconds",
-		"Duration of one refresh slot's batch (1 user, or every user refreshed together), recompute + OCC writes; each of its users also observes it in refresh_duration_seconds.",
-		prometheus.ExponentialBuckets(0.005, 2, 14))
-	c.ScorerRequests = counterVec(f, "scorer_requests_total", "Requests to the external scorer (SCORER_URL), by outcome.", "outcome", "ok", "error", "timeout")
-	c.ScorerRequestDuration = histogram(f, "scorer_request_duration_seconds", "Duration of one request to the external scorer, the answer read and checked.",
-		prometheus.ExponentialBuckets(0.005, 2, 14))
-	c.OCCConflicts = counter(f, "occ_conflicts_total", "Version conflicts on score writes (each followed by a re-read and retry).")
-	c.WritesSkipped = counterVec(f, "writes_skipped_total",
-		"Score writes skipped, by reason (newer: the stored document came from a recompute that began later).", "reason", scoring.SkipNewer)
-	c.RefreshBatchUsers = histogram(f, "refresh_batch_users", "Users per refresh call (1 for a single-user refresh); its _sum counts refreshed users.",
-		prometheus.ExponentialBuckets(1, 2, 9)) // 1 .. 256
-	c.RefreshRoundTrips = counter(f, "refresh_round_trips_total",
-		"MongoDB commands sent by refreshes (queries, score reads and writes, retries); divided by refresh_batch_users_sum, round trips per refreshed user.")
-}
-
-// registerLoops: the claim loop, the ack flushes and what wakes them.
-func (c *Consumer) registerLoops(f promauto.Factory) {
-	c.UsersInFlight = gauge(f, "users_in_flight", "Distinct users claimed by this consumer and not yet finished.")
-	c.UsersInFlightCap = gauge(f, "users_in_flight_cap", "MAX_USERS_IN_FLIGHT: the cap on users_in_flight.")
-	c.ClaimDuration = histogram(f, "claim_duration_seconds", "Duration of one claim round (read window, claim users, absorb their entries).",
-		prometheus.ExponentialBuckets(0.001, 2.5, 12)) // 1ms .. ~60s
-	c.ClaimErrors = counter(f, "claim_errors_total", "Claim rounds that failed (each retried with backoff).")
-	c.AckFlushErrors = counter(f, "ack_flush_errors_total",
-		"Ack flushes or dead-letter moves that failed (the steps not done are retried with backoff; the users stay held, failed dead letters back off on their own).")
-	c.LeasesLost = counter(f, "leases_lost_total", "Leases found taken over by another consumer when released (they expired during a stall).")
-	c.Wakeups = counterVec(f, "wakeups_total", "Claim-loop wake-ups, by source (poll timer, change stream, a refresh slot about to idle).",
-		"source", WakeupPoll, WakeupChangeStream, WakeupRoom)
-	c.WakeupSource = f.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: namespace, Name: "wakeup_source",
-		Help: "1 for the wake-up source in use: change_stream, or poll when streams are unavailable.",
-	}, []string{"source"})
-	c.WakeupSource.WithLabelValues(WakeupPoll).Set(1)
-	c.WakeupSource.WithLabelValues(WakeupChangeStream).Set(0)
-}
-
-// registerLimiter: the refresh concurrency limit, fixed or adaptive.
-func (c *Consumer) registerLimiter(f promauto.Factory) {
-	c.ConcurrencyLimit = gauge(f, "refresh_concurrency_limit", "Refreshes this consumer lets run at once right now.")
-	c.LimitChanges = counterVec(f, "concurrency_limit_changes_total",
-		"Changes of the adaptive concurrency limit, by reason (headroom, latency, overload).", "reason", "headroom", "latency", "overload")
-	c.LatencyBaseline = gauge(f, "refresh_latency_baseline_seconds",
-		"No-load refresh latency the adaptive limiter measures against: the lowest interval mean it measured (0 when adaptive concurrency is off).")
+// histogramSum returns the sum of a histogram's observations.
+func histogramSum(m prometheus.Metric) float64 {
+	var d dto.Metric
+	if m.Write(&d) != nil {
+		return 0
+	}
+	return d.GetHistogram().GetSampleSum()
 }

@@ -30,27 +30,12 @@ type Mongo struct {
 func NewMongo(reg prometheus.Registerer) *Mongo {
 	f := promauto.With(reg)
 	return &Mongo{
-		PoolInUse: f.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "mongo_pool_connections_in_use",
-			Help: "Connections checked out of the driver's pool right now.",
-		}),
-		PoolOpen: f.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "mongo_pool_connections_open",
-			Help: "Connections open in the driver's pool (in use or idle).",
-		}),
-		PoolMaxSize: f.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "mongo_pool_max_size",
-			Help: "maxPoolSize the client was configured with, per server.",
-		}),
-		CheckoutWait: f.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "mongo_pool_checkout_wait_seconds",
-			Help:    "Time an operation waited to check a connection out of the pool.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10), // 100µs .. ~26s
-		}),
-		CheckoutFailures: f.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "mongo_pool_checkout_failures_total",
-			Help: "Connection checkouts that failed, by reason.",
-		}, []string{"reason"}),
+		PoolInUse:   gauge(f, "mongo_pool_connections_in_use", "Connections checked out of the driver's pool right now."),
+		PoolOpen:    gauge(f, "mongo_pool_connections_open", "Connections open in the driver's pool (in use or idle)."),
+		PoolMaxSize: gauge(f, "mongo_pool_max_size", "maxPoolSize the client was configured with, per server."),
+		CheckoutWait: histogram(f, "mongo_pool_checkout_wait_seconds", "Time an operation waited to check a connection out of the pool.",
+			prometheus.ExponentialBuckets(0.0001, 4, 10)), // 100µs .. ~26s
+		CheckoutFailures: counterVec(f, "mongo_pool_checkout_failures_total", "Connection checkouts that failed, by reason.", "reason"),
 		Commands: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "mongo_commands_total",
 			Help: "MongoDB commands (round trips) sent, by command name and outcome.",
@@ -71,19 +56,18 @@ func (m *Mongo) PoolMonitor() *event.PoolMonitor {
 			m.PoolOpen.Inc()
 		case event.ConnectionClosed:
 			m.PoolOpen.Dec()
-		case event.ConnectionCheckedOut:
-			m.PoolInUse.Inc()
-			m.CheckoutWait.Observe(e.Duration.Seconds())
-			if m.OnCheckout != nil {
-				m.OnCheckout(e.Duration, false)
-			}
 		case event.ConnectionCheckedIn:
 			m.PoolInUse.Dec()
-		case event.ConnectionCheckOutFailed:
-			m.CheckoutFailures.WithLabelValues(e.Reason).Inc()
+		case event.ConnectionCheckedOut, event.ConnectionCheckOutFailed:
+			failed := e.Type == event.ConnectionCheckOutFailed
+			if failed {
+				m.CheckoutFailures.WithLabelValues(e.Reason).Inc()
+			} else {
+				m.PoolInUse.Inc()
+			}
 			m.CheckoutWait.Observe(e.Duration.Seconds())
 			if m.OnCheckout != nil {
-				m.OnCheckout(e.Duration, true)
+				m.OnCheckout(e.Duration, failed)
 			}
 		}
 	}}
@@ -92,23 +76,24 @@ func (m *Mongo) PoolMonitor() *event.PoolMonitor {
 // CommandMonitor counts round trips; next, if not nil, sees every event too
 // (tests chain their own counter behind it).
 func (m *Mongo) CommandMonitor(next *event.CommandMonitor) *event.CommandMonitor {
+	if next == nil {
+		next = &event.CommandMonitor{}
+	}
+	count := func(name, outcome string, d time.Duration) {
+		m.Commands.WithLabelValues(name, outcome).Inc()
+		m.CommandDuration.WithLabelValues(name).Observe(d.Seconds())
+	}
 	return &event.CommandMonitor{
-		Started: func(ctx context.Context, e *event.CommandStartedEvent) {
-			if next != nil && next.Started != nil {
-				next.Started(ctx, e)
-			}
-		},
+		Started: next.Started, // the driver skips a nil one
 		Succeeded: func(ctx context.Context, e *event.CommandSucceededEvent) {
-			m.Commands.WithLabelValues(e.CommandName, "ok").Inc()
-			m.CommandDuration.WithLabelValues(e.CommandName).Observe(e.Duration.Seconds())
-			if next != nil && next.Succeeded != nil {
+			count(e.CommandName, "ok", e.Duration)
+			if next.Succeeded != nil {
 				next.Succeeded(ctx, e)
 			}
 		},
 		Failed: func(ctx context.Context, e *event.CommandFailedEvent) {
-			m.Commands.WithLabelValues(e.CommandName, "error").Inc()
-			m.CommandDuration.WithLabelValues(e.CommandName).Observe(e.Duration.Seconds())
-			if next != nil && next.Failed != nil {
+			count(e.CommandName, "error", e.Duration)
+			if next.Failed != nil {
 				next.Failed(ctx, e)
 			}
 		},

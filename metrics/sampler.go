@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
@@ -20,19 +23,12 @@ type SamplerConfig struct {
 	Queue, DeadLetter *mongo.Collection
 	Interval          time.Duration // SLI_INTERVAL; default DefaultSampleInterval
 	Timeout           time.Duration // deadline of one sample; default Interval
-	SummaryEvery      time.Duration // period of the info summary log line; default 1m
 	Clock             clock.Clock   // paces the samples and dates them; default the wall clock
 }
 
-// Sampler samples queue depth, oldest pending age and dead-letter depth every
-// interval, independently of the consumer's loops (a sampler that stopped
-// with them would hide the very stall it exists to show), and derives the
-// headroom gauges.
-//
-// Each sample is one queuestate read of the queue and the dead letters: four
-// round trips whatever the queue's size (estimated counts, and two finds of
-// one document for the oldest entry; queuestate says how undated entries
-// are dated, docs/query-plans.md what the finds read).
+// Sampler samples the queue (one queuestate read: four round trips whatever
+// its size) every interval and derives the headroom gauges, independently of
+// the consumer's loops: stopping with them would hide the stall it shows.
 type Sampler struct {
 	cfg      SamplerConfig
 	queue    *queuestate.Reader
@@ -40,32 +36,22 @@ type Sampler struct {
 	consumer *Consumer
 	log      *slog.Logger
 	headroom HeadroomEstimator
-	// limit stretches the deadline after samples that ran out of time, so
-	// a queue read that needs longer than Timeout (a server scanning a
-	// head of huge entries) gets through instead of piling abandoned reads
-	// on it every interval.
-	limit deadline.Stretch
-
-	lastSummary time.Time
-	summaryBase HeadroomSample
+	// limit stretches the deadline after samples that ran out of time, so a
+	// read needing longer than Timeout gets through instead of piling up.
+	limit       deadline.Stretch
+	summaryBase HeadroomSample // at the last summary line
 }
 
-// maxSampleStretch is the least a sample's deadline may stretch to. The
-// sampler runs one read at a time, every Interval (5 s by default): capped
-// at 8 × 5 s, a read needing a minute (a server scanning a head of huge
-// entries) was abandoned every 40 s and started again, and the abandoned
-// copies, which the server finishes anyway, kept it too busy for anything
-// else, the claim rounds included. A sample that takes minutes leaves the
-// gauges stale meanwhile (scorerefresh_sli_last_sample_timestamp_seconds
-// says how stale), which is the truth about such a server.
+// maxSampleStretch is the least a sample's deadline may stretch to: a read
+// needing a minute, abandoned at 8 × Interval and started again, kept the
+// server finishing abandoned copies instead of claim rounds. Meanwhile the
+// gauges go stale, as scorerefresh_sli_last_sample_timestamp_seconds says.
 const maxSampleStretch = 4 * time.Minute
 
-// NewSampler builds a sampler writing to sli; consumer supplies this
-// replica's counters for the headroom estimate.
+// NewSampler builds a sampler writing to sli, its headroom from consumer's counters.
 func NewSampler(cfg SamplerConfig, sli *SLI, consumer *Consumer, log *slog.Logger) *Sampler {
 	cfg.Interval = cmp.Or(cfg.Interval, DefaultSampleInterval)
 	cfg.Timeout = cmp.Or(cfg.Timeout, cfg.Interval)
-	cfg.SummaryEvery = cmp.Or(cfg.SummaryEvery, time.Minute)
 	cfg.Clock = clock.Or(cfg.Clock)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -106,20 +92,10 @@ func (s *Sampler) RunOnce(ctx context.Context) error {
 	s.sli.DeadLetterDepth.Set(float64(st.DeadLetters))
 	s.sli.LastSample.Set(float64(now.UnixNano()) / 1e9)
 
-	sample := s.counters(now, float64(st.Depth))
-	h := s.headroom.Observe(sample)
-	s.sli.ArrivalRate.Set(h.ArrivalRate)
-	s.sli.DrainCapacity.Set(h.DrainCapacity)
-	s.sli.TimeToDrain.Set(h.TimeToDrain)
-	s.summary(sample, h)
-	return nil
-}
-
-func (s *Sampler) counters(now time.Time, depth float64) HeadroomSample {
 	c := s.consumer
-	return HeadroomSample{
+	sample := HeadroomSample{
 		At:          now,
-		Depth:       depth,
+		Depth:       float64(st.Depth),
 		Removed:     Read(c.EntriesAcked) + Read(c.EntriesDeadLettered.WithLabelValues(ReasonMalformed)) + Read(c.EntriesDeadLettered.WithLabelValues(ReasonMaxAttempts)),
 		Refreshes:   Read(c.RefreshDuration),
 		Batches:     Read(c.RefreshBatchSeconds),
@@ -128,16 +104,22 @@ func (s *Sampler) counters(now time.Time, depth float64) HeadroomSample {
 		Acked:       Read(c.EntriesAcked),
 		Limit:       Read(c.ConcurrencyLimit),
 	}
+	h := s.headroom.Observe(sample)
+	s.sli.ArrivalRate.Set(h.ArrivalRate)
+	s.sli.DrainCapacity.Set(h.DrainCapacity)
+	s.sli.TimeToDrain.Set(h.TimeToDrain)
+	s.summary(sample, h)
+	return nil
 }
 
-// summary logs the periodic info line operators read in the pod's logs.
+// summary logs, every minute, the info line operators read in the pod's logs.
 func (s *Sampler) summary(cur HeadroomSample, h Headroom) {
-	if s.lastSummary.IsZero() {
-		s.lastSummary, s.summaryBase = cur.At, cur
+	if s.summaryBase.At.IsZero() {
+		s.summaryBase = cur
 		return
 	}
-	dt := cur.At.Sub(s.lastSummary).Seconds()
-	if dt < s.cfg.SummaryEvery.Seconds() {
+	dt := cur.At.Sub(s.summaryBase.At).Seconds()
+	if dt < time.Minute.Seconds() {
 		return
 	}
 	base := s.summaryBase
@@ -149,7 +131,76 @@ func (s *Sampler) summary(cur HeadroomSample, h Headroom) {
 		"arrival_per_s", round1(h.ArrivalRate),
 		"capacity_per_s", round1(h.DrainCapacity),
 		"concurrency_limit", cur.Limit)
-	s.lastSummary, s.summaryBase = cur.At, cur
+	s.summaryBase = cur
 }
 
 func round1(v float64) float64 { return math.Round(v*10) / 10 }
+
+// DefaultSampleInterval is SLI_INTERVAL's default.
+const DefaultSampleInterval = 15 * time.Second
+
+// SLI holds the sampled service-level indicators and the headroom estimate.
+type SLI struct {
+	QueueDepth      prometheus.Gauge
+	DeadLetterDepth prometheus.Gauge
+	ArrivalRate     prometheus.Gauge
+	DrainCapacity   prometheus.Gauge
+	TimeToDrain     prometheus.Gauge
+	LastSample      prometheus.Gauge
+	SampleErrors    prometheus.Counter
+
+	clock  clock.Nower
+	mu     sync.Mutex
+	oldest time.Time // createdAt of the oldest entry at the last sample; zero when empty
+}
+
+// NewSLI registers the SLI gauges on reg; clk (nil: the wall clock) ages the oldest entry.
+func NewSLI(reg prometheus.Registerer, clk clock.Nower) *SLI {
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	f := promauto.With(reg)
+	s := &SLI{
+		clock:           clk,
+		QueueDepth:      gauge(f, "queue_depth", "Documents in the queue collection at the last sample."),
+		DeadLetterDepth: gauge(f, "deadletter_depth", "Documents in the dead-letter collection at the last sample."),
+		ArrivalRate:     gauge(f, "arrival_rate", "Estimated entries enqueued per second over the recent window."),
+		DrainCapacity:   gauge(f, "drain_capacity", "Estimated entries per second this consumer can acknowledge now."),
+		TimeToDrain:     gauge(f, "time_to_drain_seconds", "Projected seconds to empty the queue at current rates (+Inf when arrivals exceed capacity)."),
+		LastSample:      gauge(f, "sli_last_sample_timestamp_seconds", "Unix time of the last successful SLI sample."),
+		SampleErrors:    counter(f, "sli_sample_errors_total", "SLI samples that failed (MongoDB unreachable or slow)."),
+	}
+	// Computed when scraped, not stored at sample time: if sampling stops,
+	// the age keeps rising instead of freezing at a reassuring value.
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "queue_oldest_age_seconds",
+		Help: "Now minus createdAt of the oldest queue entry at the last sample (0 when empty); keeps rising if sampling stops.",
+	}, s.OldestAge)
+	return s
+}
+
+// SetOldest records the oldest entry's createdAt; zero means the queue is empty.
+func (s *SLI) SetOldest(t time.Time) {
+	s.mu.Lock()
+	s.oldest = t
+	s.mu.Unlock()
+}
+
+// OldestAge is the oldest entry's age now, in seconds.
+func (s *SLI) OldestAge() float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.oldest.IsZero() {
+		return 0
+	}
+	return max(0, s.clock.Now().Sub(s.oldest).Seconds())
+}
+
+// NewBuildInfo exports scorerefresh_build_info{version, revision, goversion} = 1.
+func NewBuildInfo(reg prometheus.Registerer, version, revision, goVersion string) {
+	promauto.With(reg).NewGauge(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "build_info",
+		Help:        "Build information of the running binary; always 1.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": goVersion},
+	}).Set(1)
+}

@@ -6,10 +6,16 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sort"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
+	"github.com/scorerefresh/scorerefresh/pkg/redact"
 )
 
 // Handler serves /metrics from reg, and /healthz and /readyz from h.
@@ -27,10 +33,9 @@ type Server struct {
 	ln  net.Listener
 }
 
-// Timeouts bound how long one client may hold a connection in each phase,
-// so that slow or stalled clients (a slow-loris sending its headers a byte
-// at a time, a scraper that stops reading) cannot pile up connections and
-// goroutines until the process runs out of them.
+// Timeouts bound how long one client may hold a connection in each phase, so
+// that slow or stalled clients (a slow-loris, a scraper that stops reading)
+// cannot pile up connections and goroutines.
 type Timeouts struct {
 	ReadHeader time.Duration // from accepting to the end of the headers
 	Read       time.Duration // from accepting to the end of the body
@@ -38,21 +43,11 @@ type Timeouts struct {
 	Idle       time.Duration // a kept-alive connection waiting for its next request
 }
 
-// DefaultTimeouts suit a Prometheus scrape (timeout 10s by default, every
-// 15s to 1m, over one kept-alive connection) and Kubernetes probes (1s
-// timeout): generous for them, short for a client that stalls.
-func DefaultTimeouts() Timeouts {
-	return Timeouts{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 30 * time.Second, Idle: 2 * time.Minute}
-}
-
-// maxHeaderBytes bounds a request's headers: these endpoints take none of
-// note, and the default (1 MiB) lets one client hold that much per connection.
-const maxHeaderBytes = 16 << 10
-
-// Listen binds addr (e.g. ":9090"; ":0" picks a free port) for a server with
-// the default timeouts.
+// Listen binds addr (":0" picks a free port). The timeouts are generous for
+// a Prometheus scrape (10s, every 15s to 1m, kept alive) and Kubernetes
+// probes (1s), short for a client that stalls.
 func Listen(addr string, handler http.Handler) (*Server, error) {
-	return listen(addr, handler, DefaultTimeouts())
+	return listen(addr, handler, Timeouts{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 30 * time.Second, Idle: 2 * time.Minute})
 }
 
 func listen(addr string, handler http.Handler, to Timeouts) (*Server, error) {
@@ -66,15 +61,16 @@ func listen(addr string, handler http.Handler, to Timeouts) (*Server, error) {
 		ReadTimeout:       to.Read,
 		WriteTimeout:      to.Write,
 		IdleTimeout:       to.Idle,
-		MaxHeaderBytes:    maxHeaderBytes,
+		// These endpoints take no headers of note, and the default (1 MiB)
+		// lets one client hold that much per connection.
+		MaxHeaderBytes: 16 << 10,
 	}}, nil
 }
 
 // Addr is the bound address.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
-// ServerShutdownTimeout bounds Serve's shutdown once its context ends: a
-// scrape in progress gets this long to finish.
+// ServerShutdownTimeout is how long a scrape in progress gets once Serve's context ends.
 const ServerShutdownTimeout = 3 * time.Second
 
 // Serve serves until ctx ends, then shuts down within ServerShutdownTimeout.
@@ -93,4 +89,108 @@ func (s *Server) Serve(ctx context.Context) error {
 		err = errors.Join(err, serveErr)
 	}
 	return err
+}
+
+// Health answers Kubernetes' probes. Liveness (/healthz) fails only when a
+// watched loop has not beaten within its allowance: a busy loop still beats,
+// a wedged one does not, so a stuck pod is restarted and a slow one left
+// alone; MongoDB being down never fails it, restarting would not help.
+// Readiness (/readyz) fails while any condition is false (MongoDB
+// unreachable, the claim loop failing) and recovers by itself.
+type Health struct {
+	clock clock.Nower
+
+	mu         sync.Mutex
+	beats      map[string]*Heartbeat
+	conditions map[string]condition
+}
+
+type condition struct {
+	ok     bool
+	detail string
+}
+
+// Heartbeat is one watched loop.
+type Heartbeat struct {
+	h       *Health
+	allowed time.Duration
+	last    time.Time
+}
+
+// NewHealth returns a Health with no loops and no conditions (live and
+// ready); clk (nil: the wall clock) measures the silences.
+func NewHealth(clk clock.Nower) *Health {
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	return &Health{clock: clk, beats: map[string]*Heartbeat{}, conditions: map[string]condition{}}
+}
+
+// Watch starts watching a loop that must beat at least every allowed.
+func (h *Health) Watch(name string, allowed time.Duration) *Heartbeat {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b := &Heartbeat{h: h, allowed: allowed, last: h.clock.Now()}
+	h.beats[name] = b
+	return b
+}
+
+// Beat records that the loop made progress.
+func (b *Heartbeat) Beat() {
+	b.h.mu.Lock()
+	b.last = b.h.clock.Now()
+	b.h.mu.Unlock()
+}
+
+// Set records a readiness condition. Declare every condition at start with
+// its initial state, so readiness is false until it is known to hold.
+func (h *Health) Set(name string, ok bool, detail string) {
+	h.mu.Lock()
+	h.conditions[name] = condition{ok: ok, detail: detail}
+	h.mu.Unlock()
+}
+
+// Live reports whether every watched loop beat within its allowance.
+func (h *Health) Live() (bool, string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := h.clock.Now()
+	var stuck []string
+	for name, b := range h.beats {
+		if silent := now.Sub(b.last); silent > b.allowed {
+			stuck = append(stuck, fmt.Sprintf("%s: no progress for %s (allowed %s)", name, silent.Round(time.Second), b.allowed))
+		}
+	}
+	sort.Strings(stuck)
+	return len(stuck) == 0, strings.Join(stuck, "; ")
+}
+
+// Ready reports whether every condition holds.
+func (h *Health) Ready() (bool, string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var bad []string
+	for name, c := range h.conditions {
+		if !c.ok {
+			bad = append(bad, name+": "+c.detail)
+		}
+	}
+	sort.Strings(bad)
+	return len(bad) == 0, strings.Join(bad, "; ")
+}
+
+func probe(check func() (bool, string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		ok, detail := check()
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			// Details quote driver errors, which may quote the URI, to
+			// whoever can reach the port.
+			fmt.Fprintln(w, redact.String(detail))
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	}
 }

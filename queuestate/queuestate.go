@@ -4,37 +4,18 @@
 // whatever the queue's size, so it can run every second while the queue is in
 // trouble, which is exactly when an exact count would hurt most.
 //
-// The SLI sampler (metrics), `status`, replay's drain timeline and the demo's
-// progress line read the queue through it:
-//
-//	r := queuestate.New(queue, deadLetter) // deadLetter may be nil
-//	st, err := r.Read(ctx)                 // 3 round trips, 4 with deadLetter
-//	if err != nil { ... }
-//	fmt.Println(st.Depth, st.OldestAge(time.Now()), st.DeadLetters)
-//
-// # Depth
-//
-// Depth is estimatedDocumentCount: collection metadata, O(1). It is exact on
-// a replica set after a clean shutdown; after an unclean one it can drift
-// until the next validate, and on a sharded cluster it counts orphans during
-// migrations: an error of a few entries, where an exact countDocuments would
-// scan every index key of the queue each time.
-//
-// # Oldest pending entry
+// Depth is estimatedDocumentCount: collection metadata, O(1). After an
+// unclean shutdown it can drift until the next validate, and on a sharded
+// cluster it counts orphans during migrations: an error of a few entries,
+// where countDocuments would scan every index key of the queue each time.
 //
 // An entry is dated as the consumer dates it: by createdAt when that is a
 // date; when createdAt is missing or null, by its ObjectId _id's timestamp.
-// An entry with neither (createdAt of another type, or no createdAt and an
-// _id that is not an ObjectId) is malformed: it is no pending work (the
-// consumer dead-letters it) and is left out of the oldest age, though it
-// counts in the depth until it is moved.
-//
-// The oldest entry is two finds of one document each: the first dated entry
-// in {createdAt, _id} order, and the first undated entry with an ObjectId _id
-// in _id order. Both read the first key or two of the queue's index
-// {createdAt, _id, username} (the consumer's claim window builds it); the
-// second names it as a hint, falling back to planning freely when the index is
-// missing.
+// An entry with neither (createdAt of another type, or none and a non-ObjectId
+// _id) is malformed: no pending work (the consumer dead-letters it), left out
+// of the oldest age, counted in the depth. The oldest entry is two finds of
+// one document each, reading the first keys of the queue's index {createdAt,
+// _id, username} (the consumer builds it).
 package queuestate
 
 import (
@@ -63,11 +44,9 @@ func New(queue, deadLetter *mongo.Collection) *Reader {
 
 // State is one reading of the queue.
 type State struct {
-	Depth int64 // queue documents, estimated (see the package comment)
-	// Oldest is the enqueue time of the oldest pending entry; zero when the
-	// queue holds no dated entry.
-	Oldest      time.Time
-	DeadLetters int64 // dead-letter documents, estimated; 0 without a dead-letter collection
+	Depth       int64     // queue documents, estimated (see the package comment)
+	Oldest      time.Time // enqueue time of the oldest pending entry; zero when none is dated
+	DeadLetters int64     // dead-letter documents, estimated; 0 without a dead-letter collection
 }
 
 // OldestAge is how long the oldest pending entry has waited at now; 0 when
@@ -79,13 +58,12 @@ func (s State) OldestAge(now time.Time) time.Duration {
 	return max(0, now.Sub(s.Oldest))
 }
 
-// Read takes one reading: depth, oldest pending entry and, when the reader
-// has one, the dead-letter depth.
+// Read takes one reading of the queue and, with a reader of them, the dead letters.
 func (r *Reader) Read(ctx context.Context) (State, error) {
 	var st State
 	var err error
-	if st.Depth, err = r.Depth(ctx); err != nil {
-		return State{}, err
+	if st.Depth, err = r.queue.EstimatedDocumentCount(ctx); err != nil {
+		return State{}, fmt.Errorf("counting queue entries: %w", err)
 	}
 	if st.Oldest, err = r.Oldest(ctx); err != nil {
 		return State{}, err
@@ -98,15 +76,6 @@ func (r *Reader) Read(ctx context.Context) (State, error) {
 	return st, nil
 }
 
-// Depth is the queue's estimated document count: one round trip.
-func (r *Reader) Depth(ctx context.Context) (int64, error) {
-	n, err := r.queue.EstimatedDocumentCount(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("counting queue entries: %w", err)
-	}
-	return n, nil
-}
-
 // Oldest returns the enqueue time of the oldest pending entry, zero if none:
 // two round trips.
 func (r *Reader) Oldest(ctx context.Context) (time.Time, error) {
@@ -115,11 +84,8 @@ func (r *Reader) Oldest(ctx context.Context) (time.Time, error) {
 		return time.Time{}, err
 	}
 	undated, err := r.oldestUndated(ctx)
-	if err != nil {
-		return time.Time{}, err
-	}
-	if dated.IsZero() || (!undated.IsZero() && undated.Before(dated)) {
-		return undated, nil
+	if err != nil || dated.IsZero() || (!undated.IsZero() && undated.Before(dated)) {
+		return undated, err
 	}
 	return dated, nil
 }
@@ -151,8 +117,9 @@ func (r *Reader) oldestUndated(ctx context.Context) (time.Time, error) {
 	// the whole queue once they are gone, every read, until it replans.
 	query := bson.D{{Key: "createdAt", Value: nil}, {Key: "_id", Value: bson.D{{Key: "$type", Value: "objectId"}}}}
 	opts := options.FindOne().SetSort(bson.D{{Key: "_id", Value: 1}}).SetProjection(bson.D{{Key: "_id", Value: 1}})
+	timeIndex := bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}
 	err := r.queue.FindOne(ctx, query, opts.SetHint(servertraits.IndexName(timeIndex))).Decode(&undated)
-	if isBadHint(err) { // the index is missing (its build failed): plan freely
+	if servertraits.RefusesHint(err) { // the index is missing (its build failed): plan freely
 		err = r.queue.FindOne(ctx, query, opts.SetHint(nil)).Decode(&undated)
 	}
 	if errors.Is(err, mongo.ErrNoDocuments) {
@@ -163,10 +130,3 @@ func (r *Reader) oldestUndated(ctx context.Context) (time.Time, error) {
 	}
 	return undated.ID.Timestamp(), nil
 }
-
-// timeIndex is the queue's index on {createdAt, _id, username}, the claim
-// window's, which the consumer builds; both oldest-entry finds read it.
-var timeIndex = bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}
-
-// isBadHint reports the server refusing a hint (servertraits.RefusesHint).
-func isBadHint(err error) bool { return servertraits.RefusesHint(err) }

@@ -1,10 +1,8 @@
 // Package service runs scorerefresh as `scorerefresh run` does, for a team
 // that builds its own binary around a scorer of its own: the same
-// configuration (environment variables, validated at boot), metrics,
-// health probes, change streams, shutdown, claims, coalescing, OCC writes,
-// acks, retries and dead letters; only the numbers come from the team's
-// scoring.Scorer. A program of about thirty lines is enough (see
-// examples/goscorer and docs/scorers.md):
+// configuration, metrics, probes, claims, OCC writes, retries and dead
+// letters; only the numbers come from the team's scoring.Scorer. A program
+// of about thirty lines is enough (see examples/goscorer and docs/scorers.md):
 //
 //	func main() {
 //		os.Exit(service.Main(os.Args[1:], service.Options{
@@ -39,32 +37,28 @@ import (
 // Options are what a binary brings besides the environment.
 type Options struct {
 	// Scorer builds the scorer from the service's database (reads go to
-	// the primary). Nil: the rules (SCORING_RULES) or SCORER_URL, as
-	// `scorerefresh run`.
+	// the primary). Nil: the rules or SCORER_URL, as `scorerefresh run`.
 	Scorer func(db *mongo.Database) scoring.Scorer
 	// Name is the program's name in usage and errors; default scorerefresh.
 	Name              string
 	Version, Revision string // for scorerefresh_build_info
 }
 
-// Main is Run with the process's environment and streams, for main:
-// its result is the exit code.
+// Main is Run with the process's environment and streams; it returns the exit code.
 func Main(args []string, o Options) int {
 	return Run(args, os.Environ(), os.Stdout, os.Stderr, o)
 }
 
 // Run runs the service until SIGTERM or SIGINT and returns the exit code:
-// 0 after a clean shutdown, 2 for bad arguments or configuration (every
-// problem listed), 1 when it stopped on an error. It refuses every
-// argument but -h/--help, which prints the variables it reads and starts
-// nothing.
+// 0 after a clean shutdown, 2 for bad arguments or configuration, 1 when it
+// stopped on an error. It refuses every argument but -h/--help, which prints
+// the variables it reads and starts nothing.
 func Run(args, environ []string, stdout, stderr io.Writer, o Options) int {
 	name := o.Name
 	if name == "" {
 		name = "scorerefresh"
 	}
-	help := strings.ReplaceAll(runHelp, "PROGRAM", name)
-	fs := cli.NewFlagSet(name+" run", help, stderr)
+	fs := cli.NewFlagSet(name+" run", "", stderr)
 	fs.Usage = func() { WriteRunHelp(fs.Output(), name) }
 	if code, ok := cli.Parse(fs, args, false, stdout); !ok {
 		return code
@@ -105,8 +99,7 @@ shown is each default, never the value this environment holds.
 environment (with its default):
 `
 
-// WriteRunHelp prints the run command's usage with config.Variables: the
-// configuration package is the one list of what the service reads.
+// WriteRunHelp prints the run command's usage with config.Variables.
 func WriteRunHelp(w io.Writer, name string) {
 	var b strings.Builder
 	b.WriteString(strings.ReplaceAll(runHelp, "PROGRAM", name))

@@ -1,9 +1,6 @@
-// Command goscorer is scorerefresh with a score computed in Go: the whole
-// service (configuration, metrics, health, shutdown, claims, OCC writes,
-// dead letters) around a scorer of the team's own. A user's score is two
-// points per activity document plus the sum of their points, read from
-// user_activity (the collection the demo seeds) in one query for the whole
-// batch.
+// Command goscorer is the whole scorerefresh service around a scorer of the
+// team's own, in Go: a user's score is two points per user_activity document
+// (the collection the demo seeds) plus the sum of their points.
 package main
 
 import (

@@ -1,7 +1,6 @@
 // Package app wires the service together from a parsed configuration: the
-// MongoDB client, the scorer, the consumer, metrics and health. Both the
-// production binary and the demo build it the same way, so the demo runs the
-// very code production runs.
+// MongoDB client, the scorer, the consumer, metrics and health. The demo
+// builds it too, so it runs production's code.
 package app
 
 import (
@@ -17,8 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 
 	"github.com/scorerefresh/scorerefresh/consumer"
 	"github.com/scorerefresh/scorerefresh/consumer/adaptive"
@@ -34,29 +31,16 @@ import (
 
 // Options are what the caller brings besides the configuration.
 type Options struct {
-	Logger   *slog.Logger         // default: discard
-	Registry *prometheus.Registry // default: metrics.NewRegistry()
-	Version  string               // for scorerefresh_build_info
-	Revision string
-	Wakeups  []consumer.WakeupSource // besides the change stream on the queue, tried unless CHANGE_STREAMS=off
-	// Monitor, if set, sees every command of the client after the metrics
-	// have counted it: the bench measures bytes and documents with it.
-	Monitor *event.CommandMonitor
-	// Scorer, if set, computes the scores instead of the rules or
-	// SCORER_URL (a team's own Go scorer, see the service package); it is
-	// handed the service's database, read from the primary.
-	Scorer func(db *mongo.Database) scoring.Scorer
-	// WrapRefresher, if set, wraps the scorer: the bench injects scorer
-	// faults with it.
-	WrapRefresher func(consumer.Refresher) consumer.Refresher
+	Logger        *slog.Logger // default: discard
+	Version       string       // for scorerefresh_build_info
+	Revision      string
+	Monitor       *event.CommandMonitor                       // sees every command after the metrics (the bench measures with it)
+	Scorer        func(db *mongo.Database) scoring.Scorer     // a team's own instead of the rules or SCORER_URL
+	WrapRefresher func(consumer.Refresher) consumer.Refresher // wraps the scorer: the bench's faults
 	// Clock is what the service waits on and measures durations with
-	// (default: the wall clock). Lease and score times come from the
-	// server's clock (Service.Clock), which corrects this one.
-	Clock clock.Clock
-	// Traits, if set, is what the service takes the server to be instead
-	// of asking it (servertraits.New): tests force MongoDB's traits
-	// (servertraits.Fixed) to run MongoDB's paths on the embedded server.
-	Traits *servertraits.Traits
+	// (default: the wall clock); lease and score times follow Service.Clock.
+	Clock  clock.Clock
+	Traits *servertraits.Traits // taken instead of asking the server: tests run MongoDB's paths on FerretDB
 }
 
 // Service is a wired, not yet running, scorerefresh.
@@ -75,25 +59,20 @@ type Service struct {
 	Health   *metrics.Health
 	Consumer *consumer.Consumer
 	// Clock is the MongoDB server's clock as estimated from here: leases,
-	// backoffs and refreshedAt are judged by it, so replicas whose own
-	// clocks disagree still agree on them.
-	Clock *serverclock.Clock
-	// Traits is what the server turned out to be, learnt by the first
-	// claim round and shared by the consumer and the scorer.
-	Traits *servertraits.Traits
+	// backoffs and refreshedAt follow it, so replicas agree on them.
+	Clock  *serverclock.Clock
+	Traits *servertraits.Traits // what the server turned out to be, shared by the consumer and the scorer
 
 	clock clock.Clock // Options.Clock
-	// unreachable and probedAt belong to the ping loop (one goroutine):
-	// when to ask the server again what it is (reprobe).
+	// The ping loop's own: when to ask the server again what it is.
 	unreachable bool
 	probedAt    time.Time
 	server      *metrics.Server   // nil when METRICS_ADDR is empty
 	adaptive    *adaptive.Limiter // nil unless ADAPTIVE_CONCURRENCY
 }
 
-// New loads the rules, connects to MongoDB (lazily: an unreachable server is
-// retried by the loops, not fatal here) and builds the pipeline.
-func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error) {
+// New loads the rules, connects to MongoDB (lazily) and builds the pipeline.
+func New(ctx context.Context, cfg config.Config, opts Options) (_ *Service, err error) {
 	local := clock.Or(opts.Clock)
 	log := opts.Logger
 	if log == nil {
@@ -101,10 +80,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 	}
 	// Driver errors logged by any part of the service may quote the URI.
 	log = slog.New(redact.Handler(log.Handler(), cfg.MongoURI))
-	reg := opts.Registry
-	if reg == nil {
-		reg = metrics.NewRegistry()
-	}
+	reg := metrics.NewRegistry()
 	rules, err := loadRules(cfg)
 	if err != nil {
 		return nil, err
@@ -124,39 +100,38 @@ func New(ctx context.Context, cfg config.Config, opts Options) (*Service, error)
 	if err := s.connect(opts.Monitor, opts.Traits); err != nil {
 		return nil, err
 	}
-	// The oldest entry ages by the server's clock, as leases and
-	// refreshedAt do: a host whose clock is minutes fast must not page
-	// anyone about a queue that is fine.
+	defer func() {
+		if err != nil {
+			_ = s.Client.Disconnect(ctx)
+		}
+	}()
+	// The oldest entry ages by the server's clock, as leases do: a host
+	// whose clock is minutes fast must not page about a queue that is fine.
 	s.SLI = metrics.NewSLI(reg, s.Clock)
 	s.Sampler = metrics.NewSampler(metrics.SamplerConfig{
 		Queue: s.Colls.Queue, DeadLetter: s.Colls.DeadLetter, Interval: cfg.SLIInterval, Clock: local,
 	}, s.SLI, s.Metrics, log)
-	if err := s.refuseMisreadFilters(ctx); err != nil {
-		_ = s.Client.Disconnect(ctx)
+	if err = s.refuseMisreadFilters(ctx); err != nil {
 		return nil, err
 	}
 	scorer, err := s.newScorer(opts.Scorer)
 	if err != nil {
-		_ = s.Client.Disconnect(ctx)
 		return nil, err
 	}
-	s.newConsumer(limit, s.newRefresher(scorer, opts.WrapRefresher), opts.Wakeups)
+	s.newConsumer(limit, s.newRefresher(scorer, opts.WrapRefresher))
 	if cfg.MetricsAddr != "" {
 		// Bound here, not in Run, so a taken port fails at boot and callers
 		// (tests, the demo) know the address before the service runs.
-		srv, err := metrics.Listen(cfg.MetricsAddr, metrics.Handler(reg, s.Health))
-		if err != nil {
-			_ = s.Client.Disconnect(ctx)
+		if s.server, err = metrics.Listen(cfg.MetricsAddr, metrics.Handler(reg, s.Health)); err != nil {
 			return nil, err
 		}
-		s.server = srv
 	}
 	return s, nil
 }
 
 // loadRules is what the scores are computed from: the rules file, the
-// built-in rule, or none with an external scorer (it reads whatever it
-// reads, and the doctor has no source collections to check).
+// built-in rule, or none with an external scorer (the doctor then has no
+// source collections to check).
 func loadRules(cfg config.Config) (*scoring.Rules, error) {
 	switch {
 	case cfg.ScorerURL != "":
@@ -167,15 +142,13 @@ func loadRules(cfg config.Config) (*scoring.Rules, error) {
 	return scoring.DefaultRules(), nil
 }
 
-// bootProbeTimeout bounds the wait for the server's answer at boot: the
-// service starts during an outage, and its loops retry the server.
+// bootProbeTimeout bounds the wait for the server's answer at boot.
 const bootProbeTimeout = 10 * time.Second
 
 // refuseMisreadFilters refuses rules whose filter uses a query operator the
-// server answers wrongly (servertraits.MisreadOperators: $elemMatch on
-// FerretDB), which would count the wrong documents without a word. Only
-// rules with a filter wait for the server's answer; a server that does not
-// answer in time cannot be checked, which is logged.
+// server answers wrongly ($elemMatch on FerretDB), which would count the
+// wrong documents without a word. Only rules with a filter wait for the
+// server's answer; one that does not come in time is logged.
 func (s *Service) refuseMisreadFilters(ctx context.Context) error {
 	if !slices.ContainsFunc(s.Rules.Components, func(c scoring.Component) bool { return len(c.Filter) > 0 }) {
 		return nil
@@ -189,8 +162,7 @@ func (s *Service) refuseMisreadFilters(ctx context.Context) error {
 	return s.Rules.RefuseOperators(s.Traits.MisreadOperators(), "FerretDB "+s.Traits.Info().FerretDB)
 }
 
-// newLimiter builds the refresh limiter: fixed at REFRESH_CONCURRENCY, or
-// adaptive below it, fed by the pool's checkout waits.
+// newLimiter builds the limiter: fixed at REFRESH_CONCURRENCY, or adaptive below it.
 func (s *Service) newLimiter() consumer.Limiter {
 	if !s.cfg.AdaptiveConcurrency {
 		return consumer.NewFixedLimiter(s.cfg.RefreshConcurrency)
@@ -200,41 +172,7 @@ func (s *Service) newLimiter() consumer.Limiter {
 	return s.adaptive
 }
 
-// connect builds the client, the collections and the server's clock, and
-// with an adaptive limiter the exchange of its baseline with the fleet.
-func (s *Service) connect(monitor *event.CommandMonitor, traits *servertraits.Traits) error {
-	clientOpts := ClientOptions(s.cfg, s.Mongo)
-	if monitor != nil {
-		clientOpts.SetMonitor(s.Mongo.CommandMonitor(monitor))
-	}
-	warnConnectionBudget(s.cfg, clientOpts, s.log)
-	client, err := connect(s.cfg, clientOpts)
-	if err != nil {
-		return err
-	}
-	// Every read goes to the primary whatever the URI asks: a refresh that
-	// recomputed from a lagging secondary would acknowledge events whose
-	// source writes it never saw.
-	s.Client = client
-	s.DB = client.Database(s.cfg.Database, options.Database().SetReadPreference(readpref.Primary()))
-	if rp := clientOpts.ReadPreference; rp != nil && rp.Mode() != readpref.PrimaryMode {
-		s.log.Warn("MONGODB_URI asks for a read preference other than primary; scorerefresh reads from the primary regardless", "uri_read_preference", rp.Mode().String())
-	}
-	s.Clock = serverclock.New(s.DB, s.clock)
-	s.Traits = traits
-	if s.Traits == nil {
-		s.Traits = servertraits.New()
-	}
-	s.Colls = consumer.Collections{
-		Queue:      s.DB.Collection(s.cfg.QueueCollection),
-		Claims:     s.DB.Collection(s.cfg.ClaimsCollection),
-		DeadLetter: s.DB.Collection(s.cfg.DeadLetterCollection),
-	}
-	return nil
-}
-
-// newRefresher builds the scorer: batched recompute, guarded writes, both
-// counted in the metrics; wrap (the bench's faults), if set, wraps it.
+// newRefresher builds the refresher: batched recompute, guarded writes.
 func (s *Service) newRefresher(scorer scoring.Scorer, wrap func(consumer.Refresher) consumer.Refresher) consumer.Refresher {
 	store := scoring.NewStore(s.DB.Collection(s.cfg.ScoresCollection), scoring.StoreConfig{
 		OnConflict: s.Metrics.OCCConflicts.Inc,
@@ -249,15 +187,12 @@ func (s *Service) newRefresher(scorer scoring.Scorer, wrap func(consumer.Refresh
 			s.Metrics.RefreshRoundTrips.Add(float64(st.RoundTrips))
 		}))
 	if wrap != nil {
-		// A wrapper that is not a consumer.BatchRefresher refreshes users
-		// one by one.
-		refresher = wrap(refresher)
+		refresher = wrap(refresher) // one by one unless it is a consumer.BatchRefresher
 	}
 	return refresher
 }
 
-// newScorer is what computes the scores: the rules, or the external scorer
-// of SCORER_URL, whose requests are counted in the metrics.
+// newScorer is what computes the scores: own, the rules, or SCORER_URL's.
 func (s *Service) newScorer(own func(*mongo.Database) scoring.Scorer) (scoring.Scorer, error) {
 	if own != nil {
 		return own(s.DB), nil
@@ -279,11 +214,16 @@ func (s *Service) newScorer(own func(*mongo.Database) scoring.Scorer) (scoring.S
 }
 
 // newConsumer builds the pipeline, its loops reporting to health.
-func (s *Service) newConsumer(limit consumer.Limiter, refresher consumer.Refresher, wakeups []consumer.WakeupSource) {
+func (s *Service) newConsumer(limit consumer.Limiter, refresher consumer.Refresher) {
 	// Readiness starts false: it is earned by a ping and a claim round.
 	s.Health.Set("mongodb", false, "not yet reached")
 	s.Health.Set("claiming", false, "no claim round yet")
 	beat := s.Health.Watch("claim loop", WedgedAfter(s.cfg))
+	batch := s.cfg.RefreshBatchSize
+	if batch == 0 {
+		batch = consumer.BatchAuto // the server decides
+	}
+	var wakeups []consumer.WakeupSource
 	if s.cfg.ChangeStreams == config.ChangeStreamsOff {
 		s.log.Info("change streams off (CHANGE_STREAMS=off); waking on POLL_INTERVAL polling", "poll_interval", s.cfg.PollInterval.String())
 	} else {
@@ -296,7 +236,7 @@ func (s *Service) newConsumer(limit consumer.Limiter, refresher consumer.Refresh
 		PollInterval:     s.cfg.PollInterval,
 		MaxAttempts:      s.cfg.MaxAttempts,
 		ShutdownTimeout:  s.cfg.ShutdownTimeout,
-		BatchSize:        batchSize(s.cfg.RefreshBatchSize),
+		BatchSize:        batch,
 	}, s.Colls, consumer.Deps{
 		Refresher:  refresher,
 		Limiter:    limit,
@@ -306,9 +246,7 @@ func (s *Service) newConsumer(limit consumer.Limiter, refresher consumer.Refresh
 		ServerTime: s.Clock,
 		Wakeups:    wakeups,
 		Traits:     s.Traits,
-		AfterFlush: func(err error) {
-			s.Health.Set("acknowledging", err == nil, errText(err))
-		},
+		AfterFlush: func(err error) { s.Health.Set("acknowledging", err == nil, errText(err)) },
 		AfterClaim: func(err error) {
 			beat.Beat()
 			s.Health.Set("claiming", err == nil, errText(err))
@@ -316,16 +254,6 @@ func (s *Service) newConsumer(limit consumer.Limiter, refresher consumer.Refresh
 	})
 }
 
-// batchSize is REFRESH_BATCH_SIZE for the consumer: 0 lets the server
-// decide (consumer.BatchAuto).
-func batchSize(n int) int {
-	if n == 0 {
-		return consumer.BatchAuto
-	}
-	return n
-}
-
-// errText is err's message, "" for nil.
 func errText(err error) string {
 	if err == nil {
 		return ""
@@ -333,8 +261,7 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// MetricsAddr is the address /metrics, /healthz and /readyz are served on,
-// or "" when they are not served.
+// MetricsAddr is where /metrics, /healthz and /readyz are served, or "".
 func (s *Service) MetricsAddr() string {
 	if s.server == nil {
 		return ""
@@ -343,46 +270,38 @@ func (s *Service) MetricsAddr() string {
 }
 
 // WedgedAfter is how long the claim loop may be silent before /healthz
-// fails: a pass of the loop can take a round at its most stretched deadline
-// plus the longest retry backoff (consumer.LongestClaimPass); silence past
-// that, with two poll periods of slack, is a wedged loop, not a slow one.
-// 282 s with the defaults.
+// fails: silence past its longest pass (consumer.LongestClaimPass) and two
+// poll periods is a wedged loop, not a slow one. 282 s with the defaults.
 func WedgedAfter(cfg config.Config) time.Duration {
 	return consumer.LongestClaimPass(0) + 2*cfg.PollInterval
 }
 
 // RestartAfter is the longest a wedged replica runs before the kubelet
 // restarts it under a liveness probe of the given period and failure
-// threshold: WedgedAfter, then up to one period until the first failed
-// probe and threshold − 1 more. deploy/k8s_test.go holds the Deployment's
-// probe and the documents' figure to it (402 s with the defaults and the
-// Deployment's probe, 20 s × 6).
+// threshold: WedgedAfter, then up to one period until the first failed probe
+// and threshold − 1 more (402 s with the defaults and a 20 s × 6 probe).
 func RestartAfter(cfg config.Config, period time.Duration, failureThreshold int) time.Duration {
 	return WedgedAfter(cfg) + time.Duration(failureThreshold)*period
 }
 
 // FleetConnections is the most connections one MongoDB server sees from
-// replicas replicas of cfg while a rollout surges one more: each holds its
-// pool and the driver's monitoring connections (ConnectionsPerReplica). 161
-// for the KEDA component's 6 replicas and the defaults.
+// replicas replicas of cfg while a rollout surges one more (161 for 6
+// replicas and the defaults).
 func FleetConnections(cfg config.Config, replicas int) int {
 	return (replicas + 1) * ConnectionsPerReplica(cfg)
 }
 
 // ShutdownBudget is the longest Run can take to return once its context
 // ends (SIGTERM), whatever MongoDB does: the consumer's shutdown
-// (consumer.ShutdownBudget: the claim round in flight cancelled and cleaned
-// up, SHUTDOWN_TIMEOUT for running refreshes, the final flush), then the
-// metrics server's. A grace period shorter than this lets the kubelet kill
-// the process before the final flush released its leases, which then wait
-// out LEASE_DURATION; deploy/k8s_test.go holds the manifests to it.
+// (consumer.ShutdownBudget), then the metrics server's. A shorter grace
+// period lets the kubelet kill the process before the final flush released
+// its leases, which then wait out LEASE_DURATION.
 func ShutdownBudget(cfg config.Config) time.Duration {
 	return consumer.ShutdownBudget(0, cfg.ShutdownTimeout) + metrics.ServerShutdownTimeout
 }
 
-// Run serves metrics and health on METRICS_ADDR (unless it is empty), keeps
-// readiness up to date and drains the queue until ctx ends, then shuts down
-// gracefully. Close disconnects afterwards.
+// Run serves metrics and health, keeps readiness current and drains the
+// queue until ctx ends, then shuts down gracefully; Close disconnects.
 func (s *Service) Run(ctx context.Context) error {
 	var bg sync.WaitGroup
 	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
@@ -392,7 +311,10 @@ func (s *Service) Run(ctx context.Context) error {
 		s.log.Info("serving metrics and health", "addr", s.server.Addr())
 		bg.Go(func() { srvErr = s.server.Serve(bgCtx) })
 	}
-	bg.Go(func() { s.pingLoop(bgCtx) })
+	bg.Go(func() {
+		s.ping(bgCtx)
+		clock.Every(bgCtx, s.clock, 5*time.Second, s.ping)
+	})
 	bg.Go(func() { s.Sampler.Run(bgCtx) })
 	if s.adaptive != nil {
 		bg.Go(func() { s.adaptive.Run(bgCtx) })
@@ -414,20 +336,14 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 // setup creates the indexes and logs the server's capabilities once it is
-// reachable, retrying in the background: the consumer starts at once either
-// way (its queries are correct without indexes, only slower), and a start
-// during an outage must not leave the queue unindexed.
-//
-// The index builds get no deadline: on a deep queue one takes longer than
-// any timeout worth setting, and MongoDB aborts a build whose createIndexes
-// times out, so a deadline here meant the build was aborted and started
-// again for good, by every replica at once. Only ctx ending stops the wait.
+// reachable, retrying in the background: the consumer starts at once (its
+// queries only get slower without indexes), and a start during an outage must
+// not leave the queue unindexed. No deadline: MongoDB aborts a build whose
+// createIndexes times out, and every replica would start it again for good.
 func (s *Service) setup(ctx context.Context) {
 	for attempt := 1; ; attempt++ {
 		caps, err := consumer.EnsureIndexes(ctx, s.Colls, s.log)
 		if err == nil {
-			// The traits keep everything the service learnt the server
-			// refuses, these included.
 			if !caps.TTLIndexes {
 				s.Traits.Refused(servertraits.TTLIndexes)
 			}
@@ -455,14 +371,12 @@ func (s *Service) setup(ctx context.Context) {
 	}
 }
 
-// clockSyncInterval is how often the server's clock is sampled. Host
-// clocks drift by well under a millisecond a minute.
+// clockSyncInterval is how often the server's clock is sampled: host clocks
+// drift by well under a millisecond a minute.
 const clockSyncInterval = 30 * time.Second
 
-// syncClock takes the first samples of the server's clock before the
-// consumer starts, so its first leases are already on the server's time. An
-// unreachable server is not fatal: the local clock stands in until a sample
-// succeeds. A large offset is logged: the host's clock is wrong.
+// syncClock samples the server's clock before the consumer starts, so its
+// first leases are on the server's time; the local clock stands in meanwhile.
 func (s *Service) syncClock(ctx context.Context) {
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -481,17 +395,13 @@ func (s *Service) syncClock(ctx context.Context) {
 	}
 }
 
-// pingLoop keeps the "mongodb" readiness condition current.
-func (s *Service) pingLoop(ctx context.Context) {
-	s.ping(ctx)
-	clock.Every(ctx, s.clock, 5*time.Second, s.ping)
-}
-
 // reprobeEvery is how often the server is asked again what it is, besides
-// after every outage: a rolling upgrade changes the primary's version
-// without a failed ping.
+// after outages: a rolling upgrade changes versions without a failed ping.
 const reprobeEvery = 5 * time.Minute
 
+// ping keeps the "mongodb" readiness condition current, and asks the server
+// what it is again after an outage: the client may have reconnected to
+// another primary, where what was learnt no longer holds.
 func (s *Service) ping(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	err := s.Client.Ping(pctx, nil)
@@ -505,16 +415,10 @@ func (s *Service) ping(ctx context.Context) {
 		return
 	}
 	s.Health.Set("mongodb", true, "")
-	if s.unreachable || clock.Since(s.clock, s.probedAt) >= reprobeEvery || s.Traits.BackendUnknown() {
-		s.reprobe(ctx)
+	if !s.unreachable && clock.Since(s.clock, s.probedAt) < reprobeEvery && !s.Traits.BackendUnknown() {
+		return
 	}
-}
-
-// reprobe asks the server what it is again: after an outage the client may
-// have reconnected to another primary, of another version, where what was
-// learnt (an accumulator refused, an index option) may no longer hold.
-func (s *Service) reprobe(ctx context.Context) {
-	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	pctx, cancel = context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	changed, err := s.Traits.Reprobe(pctx, s.DB)
 	if err != nil {

@@ -5,23 +5,24 @@ import (
 	"log/slog"
 	"runtime/debug"
 
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 
+	"github.com/scorerefresh/scorerefresh/consumer"
 	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/metrics"
 	"github.com/scorerefresh/scorerefresh/pkg/redact"
+	"github.com/scorerefresh/scorerefresh/pkg/serverclock"
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
 // PoolOverhead is the connections the pipeline uses besides refreshes: the
-// claim loop, the ack flush, lease renewal, the SLI sampler and a wake-up
-// stream may each hold one at the same moment.
+// claim loop, ack flush, lease renewal, SLI sampler and wake-up stream.
 const PoolOverhead = 5
 
-// PoolSize returns the driver's maxPoolSize for cfg: one connection per
-// refresh slot plus the overhead, never unbounded. Across a fleet the server
-// sees at most replicas × PoolSize connections (plus the driver's monitoring
-// connections, two per server per client).
+// PoolSize is the driver's maxPoolSize for cfg: one per refresh slot plus the overhead.
 func PoolSize(cfg config.Config) uint64 {
 	return uint64(cfg.RefreshConcurrency + PoolOverhead)
 }
@@ -29,11 +30,9 @@ func PoolSize(cfg config.Config) uint64 {
 // ClientOptions builds the driver options from the configuration. The pool is
 // sized from the concurrency (the driver's default of 100 per replica is how a
 // fleet runs a server out of connections), and maxConnecting is raised from
-// its default of 2, which makes a burst of refreshes queue for connection
-// establishment one or two at a time. There is no client-wide Timeout: each
-// operation brings its own deadline, and the driver would send a client
-// Timeout as maxTimeMS on every command without one (index builds opt out
-// of it and of timeoutMS in the URI: consumer.EnsureIndexes).
+// its 2, at which a burst of refreshes queues for connections. No client-wide
+// Timeout: each operation brings its own deadline, and the driver would send
+// it as maxTimeMS on every command without one (index builds opt out).
 func ClientOptions(cfg config.Config, m *metrics.Mongo) *options.ClientOptions {
 	pool := PoolSize(cfg)
 	m.PoolMaxSize.Set(float64(pool))
@@ -47,32 +46,49 @@ func ClientOptions(cfg config.Config, m *metrics.Mongo) *options.ClientOptions {
 		SetMonitor(m.CommandMonitor(nil))
 }
 
-// connect builds the client (lazily: no server is contacted). The driver's
-// error quotes what it could not parse, an option value say, without saying
-// it is secret: the error is redacted against the URI before it goes
-// anywhere.
-func connect(cfg config.Config, opts *options.ClientOptions) (*mongo.Client, error) {
-	client, err := mongo.Connect(opts)
-	if err != nil {
-		return nil, redact.Error(fmt.Errorf("configuring MongoDB client for %s: %w", redact.URI(cfg.MongoURI), err), cfg.MongoURI)
+// connect builds the client (contacting no server), the collections and the server's clock.
+func (s *Service) connect(monitor *event.CommandMonitor, traits *servertraits.Traits) error {
+	clientOpts := ClientOptions(s.cfg, s.Mongo)
+	if monitor != nil {
+		clientOpts.SetMonitor(s.Mongo.CommandMonitor(monitor))
 	}
-	return client, nil
+	warnConnectionBudget(s.cfg, clientOpts, s.log)
+	client, err := mongo.Connect(clientOpts)
+	if err != nil {
+		// The driver quotes what it could not parse, an option value say,
+		// without saying it is secret.
+		return redact.Error(fmt.Errorf("configuring MongoDB client for %s: %w", redact.URI(s.cfg.MongoURI), err), s.cfg.MongoURI)
+	}
+	// Every read goes to the primary whatever the URI asks: a refresh that
+	// recomputed from a lagging secondary would acknowledge events whose
+	// source writes it never saw.
+	s.Client = client
+	s.DB = client.Database(s.cfg.Database, options.Database().SetReadPreference(readpref.Primary()))
+	if rp := clientOpts.ReadPreference; rp != nil && rp.Mode() != readpref.PrimaryMode {
+		s.log.Warn("MONGODB_URI asks for a read preference other than primary; scorerefresh reads from the primary regardless", "uri_read_preference", rp.Mode().String())
+	}
+	s.Clock = serverclock.New(s.DB, s.clock)
+	s.Traits = traits
+	if s.Traits == nil {
+		s.Traits = servertraits.New()
+	}
+	s.Colls = consumer.Collections{
+		Queue:      s.DB.Collection(s.cfg.QueueCollection),
+		Claims:     s.DB.Collection(s.cfg.ClaimsCollection),
+		DeadLetter: s.DB.Collection(s.cfg.DeadLetterCollection),
+	}
+	return nil
 }
 
-// MonitoringConnections is what the driver opens per server besides the
-// pool: one heartbeat and one RTT-monitoring connection.
+// MonitoringConnections is what the driver opens per server besides the pool (heartbeat, RTT).
 const MonitoringConnections = 2
 
-// ConnectionsPerReplica is the most connections one replica opens to one
-// server: its pool plus the driver's monitoring.
+// ConnectionsPerReplica is the most connections one replica opens to one server.
 func ConnectionsPerReplica(cfg config.Config) int {
 	return int(PoolSize(cfg)) + MonitoringConnections
 }
 
-// warnConnectionBudget logs once at boot when this replica could open more
-// connections than MONGODB_CONNECTION_BUDGET allows. A fleet of N replicas
-// needs N × ConnectionsPerReplica of the server's connection limit (per
-// member of a replica set), plus whatever else connects to it.
+// warnConnectionBudget logs when a replica could exceed MONGODB_CONNECTION_BUDGET.
 func warnConnectionBudget(cfg config.Config, opts *options.ClientOptions, log *slog.Logger) {
 	need := ConnectionsPerReplica(cfg)
 	if cfg.ConnectionBudget == 0 || need <= cfg.ConnectionBudget {

@@ -1,8 +1,8 @@
 // Package cli is the argument handling every command of the binaries
 // shares, so that each one answers -h and --help the same way and none of
-// them ever mistakes a request for help, or a stray argument, for a request
-// to go ahead: `scorerefresh run --help` used to start the service, and with
-// production's environment loaded that drains production's queue.
+// them mistakes a request for help, or a stray argument, for a request to go
+// ahead: with production's environment loaded, `run --help` going ahead
+// drains production's queue.
 package cli
 
 import (
@@ -22,9 +22,8 @@ const (
 )
 
 // NewFlagSet is a flag set named after the command ("scorerefresh status")
-// whose usage is help, then its flags' defaults when it has any. The usage
-// goes to the set's output: stderr on a mistake, stdout when asked for
-// (Parse switches it).
+// whose usage is help, then its flags' defaults; on stderr, or stdout when
+// asked for (Parse switches it).
 func NewFlagSet(name, help string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -39,10 +38,9 @@ func PrintUsage(fs *flag.FlagSet, help string) {
 	fs.PrintDefaults()
 }
 
-// WantsHelp reports whether args ask for help anywhere before a "--". The
-// whole line counts, not only its first word: an operator who appends
-// --help to a command line that would otherwise run must get the help, and
-// a flag parser stops at the first operand.
+// WantsHelp reports whether args ask for help anywhere before a "--", not
+// only in flags: --help appended to a command line that would otherwise run
+// must get the help, and a flag parser stops at the first operand.
 func WantsHelp(args []string) bool {
 	for _, a := range args {
 		switch a {
@@ -55,14 +53,11 @@ func WantsHelp(args []string) bool {
 	return false
 }
 
-// Parse parses args into fs and says whether the command goes on. When it
-// does not, code is the exit code: 0 after printing the usage on stdout for
-// -h or --help, 2 after naming what is wrong, with the usage, on stderr (an
-// undefined flag, a bad value, an operand where the command takes none).
-// operands says whether the command takes operands after its flags; an
-// operand that looks like a flag is refused even then (it is a flag put
-// after the operands, which the parser does not read as one), unless it
-// follows "--".
+// Parse parses args into fs and says whether the command goes on; if not,
+// code is ExitHelp after the usage on stdout for -h or --help, or ExitUsage
+// after what is wrong and the usage on stderr. operands says whether the
+// command takes operands; one that looks like a flag is refused even then
+// (the parser would not read it as one), unless it follows "--".
 func Parse(fs *flag.FlagSet, args []string, operands bool, stdout io.Writer) (code int, ok bool) {
 	if WantsHelp(args) {
 		fs.SetOutput(stdout)
@@ -89,28 +84,21 @@ func Parse(fs *flag.FlagSet, args []string, operands bool, stdout io.Writer) (co
 		return 0, true
 	}
 	if !operands {
-		return refuse(fs, "unexpected argument %q", rest[0])
+		return Refuse(fs, "unexpected argument %q", rest[0]), false
 	}
 	if afterDashes := len(args) > len(rest) && args[len(args)-len(rest)-1] == "--"; !afterDashes {
 		for _, a := range rest {
 			if len(a) > 1 && strings.HasPrefix(a, "-") {
-				return refuse(fs, "%q after the operands: flags go first (put -- before an operand that starts with -)", a)
+				return Refuse(fs, "%q after the operands: flags go first (put -- before an operand that starts with -)", a), false
 			}
 		}
 	}
 	return 0, true
 }
 
-// Refuse names what is wrong with the command line, prints the usage on
-// stderr and returns the usage exit code, for checks Parse cannot make
-// (a missing subcommand, a count of operands).
+// Refuse names what is wrong, prints the usage on stderr and returns ExitUsage.
 func Refuse(fs *flag.FlagSet, format string, args ...any) int {
-	code, _ := refuse(fs, format, args...)
-	return code
-}
-
-func refuse(fs *flag.FlagSet, format string, args ...any) (int, bool) {
 	fmt.Fprintf(fs.Output(), "%s: %s\n\n", fs.Name(), fmt.Sprintf(format, args...))
 	fs.Usage()
-	return ExitUsage, false
+	return ExitUsage
 }

@@ -1,6 +1,5 @@
 // Package config reads the service's environment (docs/contract.md) once, in
-// cmd/, and hands plain values down. Packages below cmd/ never read the
-// environment themselves.
+// cmd/, and hands plain values down: packages below cmd/ never read it.
 package config
 
 import (
@@ -20,10 +19,9 @@ import (
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
-// Config is every variable of the contract (docs/contract.md). Its
-// defaults are Defaults(); an unset or empty variable keeps them. Each
-// field's help tag is its one line in `scorerefresh run --help`
-// (Variables), so the meaning is written here once, for operators.
+// Config is every variable of the contract (docs/contract.md); an unset or
+// empty one keeps its Defaults() value. Each help tag is the field's line in
+// `scorerefresh run --help` (Variables).
 type Config struct {
 	MongoURI             string        `env:"MONGODB_URI" help:"connection string, mongodb:// or mongodb+srv://; its secrets are never logged or printed"`
 	Database             string        `env:"MONGODB_DATABASE" help:"database of every collection below; not empty"`
@@ -46,8 +44,7 @@ type Config struct {
 	SLIInterval          time.Duration `env:"SLI_INTERVAL" help:"queue sampling period; > 0"`
 	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT" help:"time running refreshes get on SIGTERM; > 0"`
 	LogLevel             string        `env:"LOG_LEVEL" help:"debug, info, warn or error"`
-	// The three below are beyond the contract's list, each with a default
-	// that needs no setting.
+	// Beyond the contract's list, each with a default that needs no setting:
 	ConnectionBudget int    `env:"MONGODB_CONNECTION_BUDGET" help:"connections one replica may open, for a boot warning only; 0: unstated"`
 	RefreshBatchSize int    `env:"REFRESH_BATCH_SIZE" help:"most users one refresh slot recomputes together; 0: by the server (batches where it answers $in from an index, one user per slot on FerretDB), 1 (one by one) to 64 forces it"`
 	ChangeStreams    string `env:"CHANGE_STREAMS" help:"auto (wake on inserts where the server has change streams) or off (poll only)"`
@@ -61,18 +58,14 @@ const (
 )
 
 // MaxClaimWindow is the largest CLAIM_WINDOW accepted. A claim round's lease
-// read carries one name per distinct user of its window in one $in, and a
-// command is one BSON document of at most 16 MiB. An array element costs
-// its username (at most consumer.MaxUsernameBytes, 256) plus 12 bytes: a
-// type byte, its index as a key (up to 5 digits and a NUL), the string's
-// int32 length and its NUL. 16 MiB / 268 B is about 62,600 names, beyond
-// which every round fails for good; 10,000 names are at most 2.7 MB, a
-// sixfold margin for the rest of the command, and 20 times the default.
+// read carries one name per distinct user of its window in one $in, in one
+// BSON command of at most 16 MiB; an element costs its username (at most
+// consumer.MaxUsernameBytes, 256) plus 12 bytes, so about 62,600 names fail
+// every round for good. 10,000 are at most 2.7 MB: a sixfold margin.
 const MaxClaimWindow = 10_000
 
-// Defaults is the configuration of an empty environment. The pipeline's
-// values come from the packages that give them meaning, so the service and
-// a consumer built without this package agree.
+// Defaults is the configuration of an empty environment, the pipeline's from
+// the packages that give them meaning (a consumer built without this agrees).
 func Defaults() Config {
 	return Config{
 		MongoURI:             "mongodb://localhost:27017",
@@ -98,11 +91,10 @@ func Defaults() Config {
 }
 
 // Parse reads the configuration from environ (as os.Environ returns it) and
-// validates it. The error lists every bad variable at once, so an operator
-// fixes a manifest in one go instead of one crash loop per mistake.
+// validates it. The error lists every bad variable at once: one crash loop
+// per mistake would not do.
 func Parse(environ []string) (Config, error) {
-	// env leaves a field alone when its variable is unset or empty (no
-	// envDefault tags), so starting from the defaults applies them.
+	// env leaves a field alone when its variable is unset or empty.
 	cfg := Defaults()
 	vars := env.ToMap(environ)
 	var problems []string
@@ -124,8 +116,8 @@ func Parse(environ []string) (Config, error) {
 		}
 	}
 	for _, p := range cfg.validate() {
-		// A variable that failed to parse holds its zero value: reporting
-		// that it is also "not positive" would only confuse.
+		// A variable that failed to parse holds its zero value: "not
+		// positive" as well would only confuse.
 		if !failed[p.name] {
 			problems = append(problems, p.msg)
 		}
@@ -170,108 +162,76 @@ func (e *Error) Error() string {
 
 type problem struct{ name, msg string }
 
-// problems collects what validate finds, each message starting with the
-// variable's name.
-type problems []problem
-
-func (p *problems) add(name, format string, args ...any) {
-	*p = append(*p, problem{name, name + fmt.Sprintf(format, args...)})
-}
-
-func (p *problems) positive(name string, v int) {
-	if v <= 0 {
-		p.add(name, "=%d: must be a positive number", v)
-	}
-}
-
-func (p *problems) positiveDur(name string, v time.Duration) {
-	if v <= 0 {
-		p.add(name, "=%s: must be a positive duration such as 30s", v)
-	}
-}
-
-func (p *problems) nonEmpty(name, v string) {
-	if strings.TrimSpace(v) == "" {
-		p.add(name, ": must not be empty")
-	}
-}
-
 func (c Config) validate() []problem {
-	var p problems
-	c.validateSizes(&p)
-	c.validateDurations(&p)
-	c.validateNames(&p)
-	c.validateScorer(&p)
-	if _, err := ParseLogLevel(c.LogLevel); err != nil {
-		p = append(p, problem{"LOG_LEVEL", err.Error()})
+	var p []problem
+	add := func(name, format string, args ...any) { // each message after the variable's name
+		p = append(p, problem{name, name + fmt.Sprintf(format, args...)})
 	}
-	return p
-}
-
-func (c Config) validateSizes(p *problems) {
 	if c.ClaimWindow < 1 || c.ClaimWindow > MaxClaimWindow {
-		p.add("CLAIM_WINDOW", "=%d: must be between 1 and %d (a claim round sends one username per user of its window in one command, and a command is at most 16 MiB)", c.ClaimWindow, MaxClaimWindow)
+		add("CLAIM_WINDOW", "=%d: must be between 1 and %d (a claim round sends one username per user of its window in one command, and a command is at most 16 MiB)", c.ClaimWindow, MaxClaimWindow)
 	}
-	p.positive("MAX_USERS_IN_FLIGHT", c.MaxUsersInFlight)
-	p.positive("REFRESH_CONCURRENCY", c.RefreshConcurrency)
-	p.positive("MAX_ATTEMPTS", c.MaxAttempts)
+	for _, v := range []struct {
+		name string
+		v    int
+	}{{"MAX_USERS_IN_FLIGHT", c.MaxUsersInFlight}, {"REFRESH_CONCURRENCY", c.RefreshConcurrency}, {"MAX_ATTEMPTS", c.MaxAttempts}} {
+		if v.v <= 0 {
+			add(v.name, "=%d: must be a positive number", v.v)
+		}
+	}
 	if c.RefreshBatchSize < 0 || c.RefreshBatchSize > scoring.MaxBatchUsers {
-		p.add("REFRESH_BATCH_SIZE", "=%d: must be 0 (by the server), 1 (no batching) or up to %d", c.RefreshBatchSize, scoring.MaxBatchUsers)
+		add("REFRESH_BATCH_SIZE", "=%d: must be 0 (by the server), 1 (no batching) or up to %d", c.RefreshBatchSize, scoring.MaxBatchUsers)
 	}
 	if c.ConnectionBudget < 0 {
-		p.add("MONGODB_CONNECTION_BUDGET", "=%d: must be 0 (unstated) or a positive number", c.ConnectionBudget)
+		add("MONGODB_CONNECTION_BUDGET", "=%d: must be 0 (unstated) or a positive number", c.ConnectionBudget)
 	}
 	if c.RefreshConcurrency > 0 && c.MaxUsersInFlight > 0 && c.RefreshConcurrency > c.MaxUsersInFlight {
-		p.add("REFRESH_CONCURRENCY", "=%d: must not exceed MAX_USERS_IN_FLIGHT=%d (a refresh slot with no claimed user to run is never used)", c.RefreshConcurrency, c.MaxUsersInFlight)
+		add("REFRESH_CONCURRENCY", "=%d: must not exceed MAX_USERS_IN_FLIGHT=%d (a refresh slot with no claimed user to run is never used)", c.RefreshConcurrency, c.MaxUsersInFlight)
 	}
-}
-
-func (c Config) validateDurations(p *problems) {
-	p.positiveDur("LEASE_DURATION", c.LeaseDuration)
-	p.positiveDur("POLL_INTERVAL", c.PollInterval)
-	p.positiveDur("SLI_INTERVAL", c.SLIInterval)
-	p.positiveDur("SHUTDOWN_TIMEOUT", c.ShutdownTimeout)
-}
-
-// validateNames checks the URI and the collection names: none empty, no
-// two collections the same.
-func (c Config) validateScorer(p *problems) {
-	p.positiveDur("SCORER_TIMEOUT", c.ScorerTimeout)
-	if c.ScorerURL == "" {
-		return
+	for _, v := range []struct {
+		name string
+		v    time.Duration
+	}{{"LEASE_DURATION", c.LeaseDuration}, {"POLL_INTERVAL", c.PollInterval}, {"SLI_INTERVAL", c.SLIInterval}, {"SHUTDOWN_TIMEOUT", c.ShutdownTimeout}} {
+		if v.v <= 0 {
+			add(v.name, "=%s: must be a positive duration such as 30s", v.v)
+		}
 	}
-	if c.ScoringRules != "" {
-		p.add("SCORING_RULES", "=%s and SCORER_URL are both set: the scores come from rules or from an external scorer, not both", c.ScoringRules)
-		p.add("SCORER_URL", " and SCORING_RULES are both set: unset one")
-	}
-	if u, err := url.Parse(c.ScorerURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		p.add("SCORER_URL", ": must be an absolute http:// or https:// URL")
-	}
-}
-
-func (c Config) validateNames(p *problems) {
-	p.nonEmpty("MONGODB_URI", c.MongoURI)
-	p.nonEmpty("MONGODB_DATABASE", c.Database)
-	p.nonEmpty("QUEUE_COLLECTION", c.QueueCollection)
-	p.nonEmpty("SCORES_COLLECTION", c.ScoresCollection)
-	p.nonEmpty("DEADLETTER_COLLECTION", c.DeadLetterCollection)
-	p.nonEmpty("CLAIMS_COLLECTION", c.ClaimsCollection)
-	names := map[string]string{}
-	for _, n := range [][2]string{
+	// The URI and the collection names: none empty, no two collections the same.
+	colls := [][2]string{
 		{"QUEUE_COLLECTION", c.QueueCollection}, {"SCORES_COLLECTION", c.ScoresCollection},
 		{"DEADLETTER_COLLECTION", c.DeadLetterCollection}, {"CLAIMS_COLLECTION", c.ClaimsCollection},
-	} {
+	}
+	for _, n := range append([][2]string{{"MONGODB_URI", c.MongoURI}, {"MONGODB_DATABASE", c.Database}}, colls...) {
+		if strings.TrimSpace(n[1]) == "" {
+			add(n[0], ": must not be empty")
+		}
+	}
+	names := map[string]string{}
+	for _, n := range colls {
 		if other, dup := names[n[1]]; dup && n[1] != "" {
-			p.add(n[0], "=%q: the same collection as %s", n[1], other)
+			add(n[0], "=%q: the same collection as %s", n[1], other)
 		}
 		names[n[1]] = n[0]
 	}
 	if c.ChangeStreams != ChangeStreamsAuto && c.ChangeStreams != ChangeStreamsOff {
-		p.add("CHANGE_STREAMS", "=%q: must be %s or %s", c.ChangeStreams, ChangeStreamsAuto, ChangeStreamsOff)
+		add("CHANGE_STREAMS", "=%q: must be %s or %s", c.ChangeStreams, ChangeStreamsAuto, ChangeStreamsOff)
 	}
 	if c.MongoURI != "" && !strings.HasPrefix(c.MongoURI, "mongodb://") && !strings.HasPrefix(c.MongoURI, "mongodb+srv://") {
-		p.add("MONGODB_URI", "=%s: must start with mongodb:// or mongodb+srv://", redact.URI(c.MongoURI))
+		add("MONGODB_URI", "=%s: must start with mongodb:// or mongodb+srv://", redact.URI(c.MongoURI))
 	}
+	if c.ScorerTimeout <= 0 {
+		add("SCORER_TIMEOUT", "=%s: must be a positive duration such as 30s", c.ScorerTimeout)
+	}
+	if c.ScorerURL != "" && c.ScoringRules != "" {
+		add("SCORING_RULES", "=%s and SCORER_URL are both set: the scores come from rules or from an external scorer, not both", c.ScoringRules)
+		add("SCORER_URL", " and SCORING_RULES are both set: unset one")
+	}
+	if u, err := url.Parse(c.ScorerURL); c.ScorerURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		add("SCORER_URL", ": must be an absolute http:// or https:// URL")
+	}
+	if _, err := ParseLogLevel(c.LogLevel); err != nil {
+		p = append(p, problem{"LOG_LEVEL", err.Error()})
+	}
+	return p
 }
 
 // ParseLogLevel maps LOG_LEVEL to a slog level.
@@ -311,36 +271,24 @@ type Variable struct {
 	Help    string // what it sets and what it accepts, in one line
 }
 
-// Variables lists every variable Config reads, in its order, with the
-// default and the help tag of its field. It never reads the environment:
-// `run --help` prints it, and the environment may hold a password.
+// Variables lists every variable Config reads, in its order, with its
+// default and help. It never reads the environment: `run --help` prints it,
+// and the environment may hold a password.
 func Variables() []Variable {
 	def := reflect.ValueOf(Defaults())
 	typ := def.Type()
 	vars := make([]Variable, 0, typ.NumField())
 	for i := range typ.NumField() {
-		f := typ.Field(i)
-		vars = append(vars, Variable{
-			Name:    strings.Split(f.Tag.Get("env"), ",")[0],
-			Default: formatDefault(def.Field(i).Interface()),
-			Help:    f.Tag.Get("help"),
-		})
+		f, value := typ.Field(i), fmt.Sprint(def.Field(i).Interface())
+		if f.Type == reflect.TypeFor[time.Duration]() { // Duration.String writes 5m0s; an operator writes 5m
+			if strings.HasSuffix(value, "m0s") {
+				value = strings.TrimSuffix(value, "0s")
+			}
+			if strings.HasSuffix(value, "h0m") {
+				value = strings.TrimSuffix(value, "0m")
+			}
+		}
+		vars = append(vars, Variable{Name: strings.Split(f.Tag.Get("env"), ",")[0], Default: value, Help: f.Tag.Get("help")})
 	}
 	return vars
-}
-
-func formatDefault(v any) string {
-	d, ok := v.(time.Duration)
-	if !ok {
-		return fmt.Sprint(v)
-	}
-	// Duration.String writes 5m0s; an operator writes 5m.
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }
