@@ -9,10 +9,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/event"
 )
 
-// Commands records the commands a client sends and what came back, from the
-// driver's command events, so a test counts round trips and inspects their
-// shapes without a command monitor of its own. Like Cursors, it chains to
-// another monitor.
+// Commands records, from the driver's command events, the commands a client
+// sends and their replies, so a test counts round trips and inspects shapes.
 type Commands struct {
 	// OnStarted, if set, sees each command as it starts, on the goroutine
 	// that sends it: a test may hold it there (a slow or hung server) until
@@ -36,7 +34,7 @@ type Command struct {
 // Monitor returns the command monitor to give the client; next, if not
 // nil, sees every event too (Cursors.Monitor, say).
 func (r *Commands) Monitor(next *event.CommandMonitor) *event.CommandMonitor {
-	return &event.CommandMonitor{
+	return chain(&event.CommandMonitor{
 		Started: func(ctx context.Context, e *event.CommandStartedEvent) {
 			c := Command{Name: e.CommandName, Body: slices.Clone(e.Command)}
 			c.Collection, _ = e.Command.Lookup(e.CommandName).StringValueOK()
@@ -50,19 +48,35 @@ func (r *Commands) Monitor(next *event.CommandMonitor) *event.CommandMonitor {
 			if r.OnStarted != nil {
 				r.OnStarted(ctx, c)
 			}
-			if next != nil && next.Started != nil {
+		},
+		Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
+			r.answered(e.RequestID, slices.Clone(e.Reply), false)
+		},
+		Failed: func(_ context.Context, e *event.CommandFailedEvent) { r.answered(e.RequestID, nil, true) },
+	}, next)
+}
+
+// chain returns m, followed by next's functions when next is not nil.
+func chain(m, next *event.CommandMonitor) *event.CommandMonitor {
+	if next == nil {
+		return m
+	}
+	return &event.CommandMonitor{
+		Started: func(ctx context.Context, e *event.CommandStartedEvent) {
+			m.Started(ctx, e)
+			if next.Started != nil {
 				next.Started(ctx, e)
 			}
 		},
 		Succeeded: func(ctx context.Context, e *event.CommandSucceededEvent) {
-			r.answered(e.RequestID, slices.Clone(e.Reply), false)
-			if next != nil && next.Succeeded != nil {
+			m.Succeeded(ctx, e)
+			if next.Succeeded != nil {
 				next.Succeeded(ctx, e)
 			}
 		},
 		Failed: func(ctx context.Context, e *event.CommandFailedEvent) {
-			r.answered(e.RequestID, nil, true)
-			if next != nil && next.Failed != nil {
+			m.Failed(ctx, e)
+			if next.Failed != nil {
 				next.Failed(ctx, e)
 			}
 		},

@@ -1,6 +1,7 @@
 package queryplan
 
 import (
+	"slices"
 	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -56,14 +57,16 @@ var stageChildren = []string{"queryPlan", "inputStage", "inputStages", "shards",
 func collectStages(stage bson.Raw, p *Plan) {
 	if s, ok := stage.Lookup("stage").StringValueOK(); ok {
 		p.Stages = append(p.Stages, s)
-		if name, ok := stage.Lookup("indexName").StringValueOK(); ok {
-			p.Indexes = appendNew(p.Indexes, name)
-		} else if s == "IDHACK" || strings.HasPrefix(s, "EXPRESS") {
+		name, ok := stage.Lookup("indexName").StringValueOK()
+		if !ok && (s == "IDHACK" || strings.HasPrefix(s, "EXPRESS")) {
 			// _id lookups that skip planning (MongoDB 8's express path
 			// also serves single-field unique indexes, and then names them).
-			p.Indexes = appendNew(p.Indexes, "_id_")
+			name, ok = "_id_", true
 		}
-		if mk, ok := stage.Lookup("isMultiKey").BooleanOK(); ok && mk {
+		if ok && !slices.Contains(p.Indexes, name) {
+			p.Indexes = append(p.Indexes, name)
+		}
+		if mk, _ := stage.Lookup("isMultiKey").BooleanOK(); mk {
 			p.MultiKey = true
 		}
 	}
@@ -77,28 +80,24 @@ func collectStages(stage bson.Raw, p *Plan) {
 // addTotals adds the executionStats totals in doc: the top-level ones, or,
 // where there are none (an aggregation's $cursor, each shard of a sharded
 // aggregation), every one found below.
-func addTotals(doc bson.Raw, p *Plan) bool {
-	if es, ok := doc.Lookup("executionStats").DocumentOK(); ok {
-		if keys, ok := number(es.Lookup("totalKeysExamined")); ok {
-			docs, _ := number(es.Lookup("totalDocsExamined"))
-			returned, _ := number(es.Lookup("nReturned"))
-			p.KeysExamined += keys
-			p.DocsExamined += docs
-			p.Returned += returned
-			return true
-		}
+func addTotals(doc bson.Raw, p *Plan) {
+	es, _ := doc.Lookup("executionStats").DocumentOK()
+	if keys, ok := es.Lookup("totalKeysExamined").AsInt64OK(); ok {
+		docs, _ := es.Lookup("totalDocsExamined").AsInt64OK()
+		returned, _ := es.Lookup("nReturned").AsInt64OK()
+		p.KeysExamined += keys
+		p.DocsExamined += docs
+		p.Returned += returned
+		return
 	}
-	found := false
 	elems, _ := doc.Elements()
 	for _, e := range elems {
-		if e.Key() == "command" || e.Key() == "queryPlanner" {
-			continue
-		}
-		for _, child := range children(e.Value()) {
-			found = addTotals(child, p) || found
+		if e.Key() != "command" && e.Key() != "queryPlanner" {
+			for _, child := range children(e.Value()) {
+				addTotals(child, p)
+			}
 		}
 	}
-	return found
 }
 
 // children returns v if it is a document, its document elements if it is an
@@ -107,10 +106,7 @@ func children(v bson.RawValue) []bson.Raw {
 	if d, ok := v.DocumentOK(); ok {
 		return []bson.Raw{d}
 	}
-	a, ok := v.ArrayOK()
-	if !ok {
-		return nil
-	}
+	a, _ := v.ArrayOK()
 	vals, _ := a.Values()
 	var out []bson.Raw
 	for _, x := range vals {
@@ -119,20 +115,4 @@ func children(v bson.RawValue) []bson.Raw {
 		}
 	}
 	return out
-}
-
-func number(v bson.RawValue) (int64, bool) {
-	if i, ok := v.AsInt64OK(); ok {
-		return i, true
-	}
-	return 0, false
-}
-
-func appendNew(list []string, s string) []string {
-	for _, x := range list {
-		if x == s {
-			return list
-		}
-	}
-	return append(list, s)
 }

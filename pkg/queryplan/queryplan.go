@@ -19,46 +19,26 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 )
 
 // Command is one command as the driver sent it.
-type Command struct {
-	Name       string   // find, aggregate, update, delete, insert, …
-	Collection string   // the collection it names ("" for database commands)
-	Body       bson.Raw // the whole command, write statements included
-}
+type Command = mongotest.Command
 
 // Recorder keeps the commands the driver sends. Use Monitor as the client's
 // command monitor; it is safe for concurrent use.
-type Recorder struct {
-	mu   sync.Mutex
-	cmds []Command
-}
+type Recorder struct{ cmds mongotest.Commands }
 
 // Monitor returns the command monitor that feeds r.
-func (r *Recorder) Monitor() *event.CommandMonitor {
-	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		coll, _ := e.Command.Lookup(e.CommandName).StringValueOK()
-		c := Command{Name: e.CommandName, Collection: coll, Body: slices.Clone(e.Command)}
-		r.mu.Lock()
-		r.cmds = append(r.cmds, c)
-		r.mu.Unlock()
-	}}
-}
+func (r *Recorder) Monitor() *event.CommandMonitor { return r.cmds.Monitor(nil) }
 
 // Take returns the commands recorded since the last Take.
-func (r *Recorder) Take() []Command {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := r.cmds
-	r.cmds = nil
-	return out
-}
+func (r *Recorder) Take() []Command { return r.cmds.Take() }
 
 // Plan is what explain said about one command.
 type Plan struct {
@@ -100,12 +80,11 @@ var ErrNotMongoDB = errors.New("explain reply has no MongoDB winning plan")
 // Explain runs cmd (one of Explainable's) under explain with executionStats.
 // A write is planned and executed without writing anything.
 func Explain(ctx context.Context, db *mongo.Database, cmd bson.D) (Plan, error) {
-	var reply bson.Raw
-	err := db.RunCommand(ctx, bson.D{{Key: "explain", Value: cmd}, {Key: "verbosity", Value: "executionStats"}}).Decode(&reply)
-	if err != nil {
-		return Plan{}, fmt.Errorf("explaining %s: %w", cmd, err)
+	reply, err := db.RunCommand(ctx, bson.D{{Key: "explain", Value: cmd}, {Key: "verbosity", Value: "executionStats"}}).Raw()
+	var p Plan
+	if err == nil {
+		p, err = Parse(reply)
 	}
-	p, err := Parse(reply)
 	if err != nil {
 		return Plan{}, fmt.Errorf("explaining %s: %w", cmd, err)
 	}
