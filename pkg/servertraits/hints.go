@@ -9,16 +9,14 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
-// IDIndexName names the _id index every collection has: the server builds
-// it and always names it "_id_" (IndexConstants::kIdIndexName in MongoDB's
-// source).
+// IDIndexName names the _id index every collection has
+// (IndexConstants::kIdIndexName in MongoDB's source).
 const IDIndexName = "_id_"
 
-// IndexName is the name the server gives an index built on keys without a
-// name: each key and its value joined by "_" ({createdAt: 1, _id: 1} is
-// "createdAt_1__id_1"), the _id index excepted (IDIndexName). Hints name
-// their index: a hint by key pattern is ambiguous where two indexes share
-// it (they differ by collation or partial filter), and MongoDB refuses it.
+// IndexName is the name the server gives an unnamed index on keys: each key
+// and its value joined by "_" ({createdAt: 1, _id: 1} is "createdAt_1__id_1"),
+// the _id index excepted. Hints name their index: MongoDB refuses a hint by
+// key pattern that two indexes share (differing by collation or filter).
 func IndexName(keys bson.D) string {
 	if len(keys) == 1 && keys[0].Key == "_id" && fmt.Sprint(keys[0].Value) == "1" {
 		return IDIndexName
@@ -40,8 +38,5 @@ func IndexName(keys bson.D) string {
 // FerretDB accepts any hint and ignores it.
 func RefusesHint(err error) bool {
 	var se mongo.ServerError
-	if !errors.As(err, &se) {
-		return false
-	}
-	return se.HasErrorCode(27) || se.HasErrorCodeWithMessage(2, "hint")
+	return errors.As(err, &se) && (se.HasErrorCode(27) || se.HasErrorCodeWithMessage(2, "hint"))
 }
