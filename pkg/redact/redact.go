@@ -1,9 +1,9 @@
 // Package redact hides secrets in connection strings and in any text that
 // may quote one (error messages, log values, files written for others).
 //
-// It knows nothing of a particular URI scheme or driver, so it works on
-// strings no parser accepts: without a scheme, with a broken scheme, with
-// several hosts, with unescaped or percent-encoded separators. Three rules:
+// It knows no URI scheme or driver, so it works on strings no parser
+// accepts (no scheme, a broken one, several hosts, unescaped or
+// percent-encoded separators). Three rules:
 //
 //  1. User-info: in a word holding an '@' (or its encoding %40), everything
 //     from the start of the authority up to the last '@' is replaced by
@@ -28,6 +28,7 @@ package redact
 
 import (
 	"cmp"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -36,14 +37,11 @@ import (
 // Mask replaces whatever is hidden.
 const Mask = "REDACTED"
 
-// secretWords are the name fragments that mark a value as secret.
 var secretWords = []string{"pass", "pwd", "secret", "token", "key", "cred", "signature", "private"}
 
 // URI returns the connection string s with its user-info and secret-named
 // option values hidden. The whole of s is one value: spaces do not end it.
-func URI(s string) string {
-	return redactWord(s, nil)
-}
+func URI(s string) string { return redactWord(s, nil) }
 
 // String returns text with rules 1 and 2 applied to each word (words end at
 // whitespace and quotes), and with every secret found in sources (connection
@@ -53,7 +51,7 @@ func String(text string, sources ...string) string {
 	b.Grow(len(text))
 	start := -1
 	for i, r := range text {
-		if isWordBreak(r) {
+		if strings.ContainsRune(" \t\n\r\v\f\"'`", r) {
 			if start >= 0 {
 				b.WriteString(redactWord(text[start:i], nil))
 				start = -1
@@ -109,27 +107,15 @@ func secretsOf(sources ...string) []string {
 			}
 		})
 	}
-	out := make([]string, 0, len(seen))
-	for s := range seen {
-		out = append(out, s)
-	}
+	out := slices.Collect(maps.Keys(seen))
 	slices.SortFunc(out, func(a, b string) int { return cmp.Or(len(b)-len(a), strings.Compare(a, b)) })
 	return out
-}
-
-func isWordBreak(r rune) bool {
-	switch r {
-	case ' ', '\t', '\n', '\r', '\v', '\f', '"', '\'', '`':
-		return true
-	}
-	return false
 }
 
 // redactWord applies rules 1 and 2 to one word; found, when not nil, sees
 // every hidden piece.
 func redactWord(w string, found func(string)) string {
-	w = hideUserInfo(w, found)
-	return hideSecretValues(w, found)
+	return hideSecretValues(hideUserInfo(w, found), found)
 }
 
 // hideUserInfo applies rule 1.
@@ -221,29 +207,19 @@ func hideSecretValues(w string, found func(string)) string {
 		if found != nil {
 			found(w[from:to])
 		}
-		b.WriteString(w[done:from])
-		b.WriteString(Mask)
+		b.WriteString(w[done:from] + Mask)
 		done, i = to, to-1
 	}
-	if done == 0 {
-		return w
-	}
-	b.WriteString(w[done:])
-	return b.String()
+	return b.String() + w[done:]
 }
 
 // separatorAt reports a name/value separator at lw[i]: '=' or ':', plain
 // or percent-encoded.
 func separatorAt(lw string, i int) (n int, colon bool) {
-	switch {
-	case lw[i] == '=':
-		return 1, false
-	case lw[i] == ':':
-		return 1, true
-	case strings.HasPrefix(lw[i:], "%3d"):
-		return 3, false
-	case strings.HasPrefix(lw[i:], "%3a"):
-		return 3, true
+	for _, sep := range []string{"=", ":", "%3d", "%3a"} {
+		if strings.HasPrefix(lw[i:], sep) {
+			return len(sep), sep == ":" || sep == "%3a"
+		}
 	}
 	return 0, false
 }
@@ -251,15 +227,9 @@ func separatorAt(lw string, i int) (n int, colon bool) {
 // startsElement reports whether a name after before begins an option or a
 // list element, where a NAME:value pair may stand.
 func startsElement(before string) bool {
-	if before == "" {
-		return true
-	}
-	for _, sep := range []string{"=", ",", "?", "&", ";", "%3d", "%2c"} {
-		if strings.HasSuffix(before, sep) {
-			return true
-		}
-	}
-	return false
+	return before == "" || slices.ContainsFunc([]string{"=", ",", "?", "&", ";", "%3d", "%2c"}, func(sep string) bool {
+		return strings.HasSuffix(before, sep)
+	})
 }
 
 func valueEnd(lw string, from int, colon bool) int {
@@ -290,12 +260,7 @@ func nameLen(s string) int {
 }
 
 func suggestsSecret(lowerName string) bool {
-	for _, w := range secretWords {
-		if strings.Contains(lowerName, w) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(secretWords, func(w string) bool { return strings.Contains(lowerName, w) })
 }
 
 // hideKnown replaces each secret in text. Secrets shorter than four bytes
@@ -315,26 +280,18 @@ func hideKnown(text string, secrets []string) string {
 func replaceWord(text, word string) string {
 	var b strings.Builder
 	done := 0
-	for i := 0; i+len(word) <= len(text); {
+	for i := 0; ; i++ {
 		j := strings.Index(text[i:], word)
 		if j < 0 {
-			break
+			return b.String() + text[done:]
 		}
-		j += i
-		end := j + len(word)
-		if (j == 0 || !isWordByte(text[j-1])) && (end == len(text) || !isWordByte(text[end])) {
-			b.WriteString(text[done:j])
-			b.WriteString(Mask)
-			done, i = end, end
-			continue
+		i += j
+		end := i + len(word)
+		if (i == 0 || !isWordByte(text[i-1])) && (end == len(text) || !isWordByte(text[end])) {
+			b.WriteString(text[done:i] + Mask)
+			done, i = end, end-1
 		}
-		i = j + 1
 	}
-	if done == 0 {
-		return text
-	}
-	b.WriteString(text[done:])
-	return b.String()
 }
 
 func isWordByte(c byte) bool {
