@@ -44,6 +44,11 @@ type Ticker interface {
 // Real is the wall clock (package time).
 type Real struct{}
 
+func (Real) Now() time.Time                         { return time.Now() }
+func (Real) After(d time.Duration) <-chan time.Time { return time.After(d) }
+func (Real) NewTimer(d time.Duration) Timer         { return realTimer{time.NewTimer(d)} }
+func (Real) NewTicker(d time.Duration) Ticker       { return realTicker{time.NewTicker(d)} }
+
 // Or returns c, or the wall clock when c is nil: the default of every
 // Clock field and parameter.
 func Or(c Clock) Clock {
@@ -52,18 +57,6 @@ func Or(c Clock) Clock {
 	}
 	return c
 }
-
-// Now returns time.Now().
-func (Real) Now() time.Time { return time.Now() }
-
-// After returns time.After(d).
-func (Real) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
-// NewTimer returns a time.NewTimer(d).
-func (Real) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
-
-// NewTicker returns a time.NewTicker(d).
-func (Real) NewTicker(d time.Duration) Ticker { return realTicker{time.NewTicker(d)} }
 
 type realTimer struct{ t *time.Timer }
 

@@ -10,11 +10,10 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
-// Fake is a clock.Clock whose time stands still until Advance moves it, and
-// which fires the timers and tickers that come due on the way, in order of
-// their deadlines. A test synchronises with the code under test through
-// BlockUntil (wait until it waits) rather than by sleeping. Safe for
-// concurrent use.
+// Fake is a clock.Clock whose time stands still until Advance moves it,
+// firing the timers and tickers that come due on the way, in order. A test
+// synchronises with the code under test through BlockUntil (wait until it
+// waits) rather than by sleeping. Safe for concurrent use.
 type Fake struct {
 	mu      sync.Mutex
 	now     time.Time
@@ -63,18 +62,8 @@ func (f *Fake) After(d time.Duration) <-chan time.Time { return f.NewTimer(d).C(
 func (f *Fake) NewTimer(d time.Duration) clock.Timer {
 	w := &waiter{f: f, c: make(chan time.Time, 1)}
 	f.mu.Lock()
-	w.at = f.now.Add(d)
-	if d <= 0 {
-		w.c <- f.now
-		f.mu.Unlock()
-		return fakeTimer{w}
-	}
-	f.armed = append(f.armed, d)
-	f.add(w)
-	if f.auto {
-		f.advanceTo(w.at)
-	}
-	f.mu.Unlock()
+	defer f.mu.Unlock()
+	f.arm(w, d)
 	return fakeTimer{w}
 }
 
@@ -86,10 +75,26 @@ func (f *Fake) NewTicker(d time.Duration) clock.Ticker {
 	}
 	w := &waiter{f: f, period: d, c: make(chan time.Time, 1)}
 	f.mu.Lock()
-	w.at = f.now.Add(d)
-	f.add(w)
-	f.mu.Unlock()
+	defer f.mu.Unlock()
+	f.arm(w, d)
 	return fakeTicker{w}
+}
+
+// arm starts w's wait of d (its period, for a ticker); a timer of d zero or
+// less fires at once. Called with mu held.
+func (f *Fake) arm(w *waiter, d time.Duration) {
+	w.at = f.now.Add(d)
+	if w.period == 0 && d <= 0 {
+		w.c <- f.now
+		return
+	}
+	if w.period == 0 {
+		f.armed = append(f.armed, d)
+	}
+	f.add(w)
+	if f.auto && w.period == 0 {
+		f.advanceTo(w.at)
+	}
 }
 
 // Advance moves the fake d on, firing every timer and ticker that comes due
@@ -102,7 +107,8 @@ func (f *Fake) Advance(d time.Duration) {
 	f.advanceTo(f.now.Add(d))
 }
 
-// advanceTo moves to t, firing what comes due. Called with mu held.
+// advanceTo moves to t, firing what comes due. Called with mu held, as are
+// earliest, add, remove and notify.
 func (f *Fake) advanceTo(t time.Time) {
 	for {
 		next := f.earliest()
@@ -138,11 +144,7 @@ func (f *Fake) earliest() *waiter {
 
 // Waiters is how many timers and tickers are pending (made, not stopped,
 // and for timers not yet fired).
-func (f *Fake) Waiters() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.waiters)
-}
+func (f *Fake) Waiters() int { return len(f.Pending()) }
 
 // Pending returns how long until each pending timer and ticker next fires,
 // shortest first.
@@ -203,7 +205,6 @@ func (f *Fake) WaitUntil(ctx context.Context, cond func(pending []time.Duration)
 	}
 }
 
-// add and remove change the pending set. Called with mu held.
 func (f *Fake) add(w *waiter) {
 	f.waiters = append(f.waiters, w)
 	f.notify()
@@ -240,25 +241,13 @@ func (w *waiter) stopLocked() bool {
 }
 
 func (w *waiter) reset(d time.Duration) bool {
-	f := w.f
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	w.f.mu.Lock()
+	defer w.f.mu.Unlock()
 	active := w.stopLocked()
 	if w.period > 0 {
 		w.period = d
 	}
-	w.at = f.now.Add(d)
-	if w.period == 0 && d <= 0 {
-		w.c <- f.now
-		return active
-	}
-	if w.period == 0 {
-		f.armed = append(f.armed, d)
-	}
-	f.add(w)
-	if f.auto && w.period == 0 {
-		f.advanceTo(w.at)
-	}
+	w.f.arm(w, d)
 	return active
 }
 
