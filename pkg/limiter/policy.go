@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -10,7 +11,7 @@ type PolicyConfig struct {
 	Min, Max int // Min defaults to 1, Max is required
 }
 
-// The policy's tunables, fixed: no operator set them.
+// The policy's tunables.
 const (
 	minSamples      = 5                     // latency samples an interval needs before it is judged
 	tolerance       = 1.5                   // latency up to baseline × tolerance counts as no load
@@ -19,11 +20,8 @@ const (
 	baselineWindow  = 120                   // intervals the no-load baseline is the minimum of
 	errorRatio      = 0.1                   // overload errors / samples above this cut to Min
 	maxCheckoutWait = 50 * time.Millisecond // mean wait for a pooled connection above this is a slow interval
+	maxCatchUp      = 3                     // intervals one judgement grows for: a replica judged rarely must not leap
 )
-
-// maxCatchUp bounds the intervals one judgement grows for: a replica judged
-// rarely still must not leap (4 → 9 in one step was seen with 5).
-const maxCatchUp = 3
 
 // Reasons a policy changes the limit.
 const (
@@ -37,21 +35,16 @@ const (
 // work at no load is the baseline (the minimum interval mean over a long
 // window); while latency stays within tolerance of it and demand fills
 // every slot, the limit grows by one slot per interval (additive increase);
-// when latency
-// stays above it, queueing has begun somewhere downstream and the limit
-// shrinks by a factor (multiplicative decrease). Overload signals — errors
-// and timeouts from the server, failed connection checkouts — cut straight
-// to Min, from where it grows back the same way. A slow interval must repeat
-// decreaseAfter times before anything shrinks, and growth needs saturation,
-// so noise within the tolerance band moves nothing.
-//
-// Policy is not safe for concurrent use; the caller serialises Observe* and
-// Decide (consumer/adaptive's Limiter does).
+// when latency stays above it, queueing has begun downstream and the limit
+// shrinks by a factor (multiplicative decrease). Overload signals (server
+// errors and timeouts, failed connection checkouts) cut straight to Min. A
+// slow interval must repeat decreaseAfter times before anything shrinks,
+// and growth needs saturation, so noise within the tolerance band moves
+// nothing. Not safe for concurrent use: the caller serialises its calls.
 type Policy struct {
 	cfg PolicyConfig
-	// value is the limit before rounding down. Steps smaller than one slot
-	// (× backoff down) accumulate in it, so a limit of a few slots still
-	// moves smoothly instead of jumping between integers.
+	// value is the limit before rounding down: steps smaller than one slot
+	// (× backoff) accumulate in it, so a limit of a few slots moves smoothly.
 	value float64
 
 	samples     int
@@ -87,10 +80,9 @@ func (p *Policy) ObserveLatency(d time.Duration, overload bool) {
 }
 
 // ObserveRunning records the ages of the work in flight as an interval
-// ends. When most of it (more than half) is already older than the slow
-// threshold, the interval is slow whatever has completed: a latency spike is
-// judged while the slow work is still running, not seconds later when it
-// finishes. One straggler (a heavy user) among healthy work is not.
+// ends. When more than half of it is already older than the slow threshold,
+// the interval is slow whatever has completed: a latency spike is judged
+// while the slow work still runs. One straggler among healthy work is not.
 func (p *Policy) ObserveRunning(ages []time.Duration) {
 	b := p.Baseline()
 	if b == 0 || len(ages) == 0 {
@@ -117,27 +109,23 @@ func (p *Policy) ObserveCheckout(wait time.Duration, failed bool) {
 
 // Decide closes the interval. saturated says whether demand filled every
 // slot at some point in it (growing an unsaturated limit proves nothing).
-// An interval with fewer than minSamples latencies (slow refreshes, a quiet
-// queue) is not judged: its samples carry over into the next, so a consumer
-// whose refreshes take seconds still gets decisions, just less often.
+// An interval with fewer than minSamples latencies is not judged: its
+// samples carry over into the next, so slow refreshes still get decisions.
 func (p *Policy) Decide(saturated bool) (limit int, reason string, changed bool) {
 	p.saturated = p.saturated || saturated
 	p.elapsed++
 	old := p.Limit()
+	// Two signals at least: one failed checkout (a ping timing out) or one
+	// timed-out refresh in a quiet interval is not an overloaded server.
 	overloaded := p.checkoutBad >= 2 || (p.overloads >= 2 && float64(p.overloads)/float64(p.samples) > errorRatio)
 	enough := p.samples >= minSamples
 	if !overloaded && !enough && !p.stuck {
 		return old, "", false
 	}
 	defer p.resetInterval()
-	saturated = p.saturated
-	switch {
-	// Two signals at least: one failed checkout (a ping timing out) or one
-	// timed-out refresh in a quiet interval is not an overloaded server.
-	case overloaded:
-		p.value, reason = float64(p.cfg.Min), ReasonOverload
-		p.slow = 0
-	default:
+	if overloaded {
+		p.value, reason, p.slow = float64(p.cfg.Min), ReasonOverload, 0
+	} else {
 		slow := p.stuck || (p.checkouts > 0 && p.checkoutSum/time.Duration(p.checkouts) > maxCheckoutWait)
 		if enough {
 			mean := p.latencySum / time.Duration(p.samples)
@@ -154,12 +142,10 @@ func (p *Policy) Decide(saturated bool) (limit int, reason string, changed bool)
 		} else {
 			p.slow = 0
 			// Growth is per interval elapsed, not per judgement: a replica
-			// with few slots gathers minSamples more slowly and is judged
-			// less often, and growing per judgement would let the replicas
-			// with more slots grow faster, the rich getting richer, instead
-			// of all growing alike (which is what makes AIMD fair). Capped
-			// so that one judgement after a long quiet spell is no leap.
-			if saturated && p.value < float64(p.cfg.Max) {
+			// with few slots is judged less often, and growing per judgement
+			// would let replicas with more slots grow faster, while AIMD is
+			// fair only when all grow alike.
+			if p.saturated && p.value < float64(p.cfg.Max) {
 				p.value = min(float64(p.cfg.Max), p.value+float64(min(p.elapsed, maxCatchUp)))
 				reason = ReasonHeadroom
 			}
@@ -173,16 +159,12 @@ func (p *Policy) Decide(saturated bool) (limit int, reason string, changed bool)
 }
 
 // Baseline is the no-load latency the policy measures against: the lowest
-// interval mean it judged in its window, zero before the first judged
-// interval.
+// interval mean in its window, zero before the first judged interval.
 func (p *Policy) Baseline() time.Duration {
-	var b time.Duration
-	for i, m := range p.means {
-		if i == 0 || m < b {
-			b = m
-		}
+	if len(p.means) == 0 {
+		return 0
 	}
-	return b
+	return slices.Min(p.means)
 }
 
 // Limit is the current decision: value rounded down, the epsilon keeping
@@ -191,9 +173,7 @@ func (p *Policy) Limit() int { return int(math.Floor(p.value + 1e-9)) }
 
 func (p *Policy) addMean(m time.Duration) {
 	p.means = append(p.means, m)
-	if len(p.means) > baselineWindow {
-		p.means = p.means[len(p.means)-baselineWindow:]
-	}
+	p.means = p.means[max(0, len(p.means)-baselineWindow):]
 }
 
 func (p *Policy) resetInterval() {
