@@ -21,8 +21,8 @@ type File struct {
 	size int64
 }
 
-// Open opens path for reading. A gzip file is recognised by its magic bytes,
-// whatever its name, and decompressed on the fly.
+// Open opens path for reading, decompressing a gzip file (recognised by its
+// magic bytes, whatever its name).
 func Open(path string) (*File, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -51,10 +51,9 @@ func Open(path string) (*File, error) {
 func (f *File) Size() int64 { return f.size }
 
 // BytesRead returns how much of the file on disk has been read; safe to call
-// from another goroutine (a progress bar).
+// from another goroutine (a progress bar), as are BytesWritten, Docs and Bytes.
 func (f *File) BytesRead() int64 { return f.read.Load() }
 
-// Close closes the file.
 func (f *File) Close() error {
 	var err error
 	if f.gz != nil {
@@ -63,8 +62,7 @@ func (f *File) Close() error {
 	return errors.Join(err, f.f.Close())
 }
 
-// byteCounter counts the bytes that pass through a tee, for progress;
-// safe to read from another goroutine.
+// byteCounter counts the bytes that pass through a tee.
 type byteCounter struct{ atomic.Int64 }
 
 func (c *byteCounter) Write(p []byte) (int, error) {
@@ -73,8 +71,8 @@ func (c *byteCounter) Write(p []byte) (int, error) {
 }
 
 // Output is a file being written by Create. It appears under its final name
-// only when Commit succeeds, so an interrupted export never leaves a file
-// that looks complete.
+// only once Commit succeeds: an interrupted export leaves no file that looks
+// complete.
 type Output struct {
 	io.Writer
 	f       *os.File

@@ -8,8 +8,8 @@ import (
 
 // lineTracker sits under the buffered reader and remembers where the
 // newlines it passed are, so an offset reported by json.Decoder (which reads
-// ahead) can be turned into a line number. It forgets newlines once they are
-// counted, so its memory is bounded by the decoder's read-ahead, not the file.
+// ahead) becomes a line number. It forgets newlines once counted: its memory
+// is bounded by the decoder's read-ahead.
 type lineTracker struct {
 	r       io.Reader
 	pos     int64   // bytes read from r
@@ -21,13 +21,13 @@ type lineTracker struct {
 
 func (t *lineTracker) Read(p []byte) (int, error) {
 	n, err := t.r.Read(p)
-	if !t.off {
-		b := p[:n]
-		for i := bytes.IndexByte(b, '\n'); i >= 0; {
-			t.nl = append(t.nl, t.pos+int64(len(p[:n])-len(b))+int64(i))
-			b = b[i+1:]
-			i = bytes.IndexByte(b, '\n')
+	for i := 0; !t.off; {
+		j := bytes.IndexByte(p[i:n], '\n')
+		if j < 0 {
+			break
 		}
+		t.nl = append(t.nl, t.pos+int64(i+j))
+		i += j + 1
 	}
 	t.pos += int64(n)
 	return n, err

@@ -1,15 +1,9 @@
 // Package extjson reads and writes MongoDB Extended JSON documents in the
-// layouts mongoexport writes, streaming, in constant memory:
-//
-//   - one document a line (mongoexport's default), canonical or relaxed;
-//   - one JSON array of documents (mongoexport --jsonArray), on one line or
-//     pretty-printed;
-//   - documents one after another over several lines each (mongoexport
-//     --pretty without --jsonArray).
-//
-// Every conversion goes through the driver's bson.UnmarshalExtJSON and
-// bson.MarshalExtJSON: Extended JSON is never hand-rolled here. The package
-// knows nothing about queues or scores.
+// layouts mongoexport writes, streaming, in constant memory: one document a
+// line (its default), canonical or relaxed; one JSON array of documents
+// (--jsonArray), on one line or pretty-printed; documents over several lines
+// each (--pretty). Every conversion goes through the driver's
+// bson.UnmarshalExtJSON and bson.MarshalExtJSON.
 package extjson
 
 import (
@@ -43,9 +37,8 @@ type Error struct {
 	Line    int   // line where the document starts, 1-based
 	Element int   // position of the document in the file, 1-based
 	Err     error // what the driver (or the JSON syntax) said
-	// Fatal is set when the reader cannot find the next document after this
-	// one (a JSON syntax error inside an array or a multi-line layout), so
-	// skipping it is impossible. In the line layout no error is fatal.
+	// Fatal: the reader cannot find the next document (a JSON syntax error
+	// in an array or a multi-line layout). In the line layout none is.
 	Fatal bool
 }
 
@@ -66,13 +59,11 @@ type Reader struct {
 	layout  Layout
 	started bool
 	done    bool
-	element int // documents seen so far, good or bad
-	line    int // line of the last document returned
-	// line layout
-	next int // number of the next line to read
-	// array and concatenated layouts
-	lines *lineTracker
-	dec   *json.Decoder
+	element int           // documents seen so far, good or bad
+	line    int           // line of the last document returned
+	next    int           // line layout: number of the next line to read
+	lines   *lineTracker  // array and concatenated layouts
+	dec     *json.Decoder // array and concatenated layouts
 }
 
 // NewReader reads documents from r. name appears in errors (a file name).
@@ -130,9 +121,7 @@ func (r *Reader) start() error {
 		r.lines.stop() // lines are counted as they are read
 		return nil
 	}
-	// The decoder reads from the same buffered reader, so its offsets
-	// start where the buffered reader stands now; the tracker below it
-	// converts offsets to line numbers.
+	// The decoder's offsets start where the buffered reader stands now.
 	r.lines.origin = r.lines.pos - int64(r.br.Buffered())
 	r.dec = json.NewDecoder(r.br)
 	if r.layout == LayoutArray {
@@ -198,8 +187,7 @@ func (r *Reader) nextElement() (bson.Raw, error) {
 		r.line = r.lines.lineAt(at)
 		return nil, &Error{File: r.name, Line: r.line, Element: r.element, Err: err, Fatal: true}
 	}
-	// The decoder stands just past the value: its first line is the line
-	// there, less the value's own newlines.
+	// The decoder stands just past the value, less the value's own newlines.
 	r.line = r.lines.lineAt(r.dec.InputOffset()) - bytes.Count(raw, []byte{'\n'})
 	return r.parse(raw, true)
 }

@@ -9,15 +9,14 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// Writer writes one document a line, exactly as mongoexport does (with
-// --jsonFormat=canonical when canonical is set).
-//
-// Canonical is the lossless choice: relaxed mode writes int32 and int64 alike
-// as plain numbers, so a small int64 comes back as an int32.
+// Writer writes one document a line, as mongoexport does (with
+// --jsonFormat=canonical when canonical is set: the lossless choice, as
+// relaxed mode writes int32 and int64 alike, and a small int64 comes back as
+// an int32).
 type Writer struct {
 	w         *bufio.Writer
 	canonical bool
-	docs      atomic.Int64 // read by progress bars on other goroutines
+	docs      atomic.Int64
 	bytes     atomic.Int64
 }
 
@@ -41,11 +40,10 @@ func (w *Writer) Write(doc any) error {
 	return nil
 }
 
-// Docs returns the documents written so far; safe from any goroutine.
+// Docs returns the documents written so far.
 func (w *Writer) Docs() int64 { return w.docs.Load() }
 
-// Bytes returns the uncompressed bytes written so far; safe from any goroutine.
+// Bytes returns the uncompressed bytes written so far.
 func (w *Writer) Bytes() int64 { return w.bytes.Load() }
 
-// Flush writes any buffered data to the underlying writer.
 func (w *Writer) Flush() error { return w.w.Flush() }
