@@ -15,11 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/scorerefresh/scorerefresh/pkg/embedmongo"
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
 // EnvURI names the variable that points the suite at a real MongoDB.
@@ -101,4 +103,55 @@ func Database(t testing.TB, opts Options) *mongo.Database {
 		_ = db.Drop(ctx)
 	})
 	return db
+}
+
+// RequireMongoDB skips t unless db is on a real MongoDB: tests of MongoDB's
+// own behaviour (its query planner, explain) mean nothing on FerretDB, whose
+// explain describes its SQLite or PostgreSQL plan.
+func RequireMongoDB(t testing.TB, db *mongo.Database) {
+	t.Helper()
+	RequireMongoDBURI(t)
+	info, err := servertraits.Ask(t.Context(), db)
+	if err != nil {
+		t.Fatalf("asking the test server what it is: %v", err)
+	}
+	if info.FerretDB != "" {
+		t.Skipf("needs MongoDB's query planner: %s points at FerretDB", EnvURI)
+	}
+}
+
+// RequireMongoDBURI skips t unless TEST_MONGODB_URI is set: the cheap half
+// of RequireMongoDB, for a test to call before seeding data that only a
+// real MongoDB's planner needs (seeding thousands of documents into the
+// embedded server only to skip can time out a loaded machine).
+func RequireMongoDBURI(t testing.TB) {
+	t.Helper()
+	if os.Getenv(EnvURI) == "" {
+		t.Skipf("needs MongoDB's query planner: set %s to a MongoDB 6.0+ (the embedded FerretDB's explain is its SQLite plan)", EnvURI)
+	}
+}
+
+// RecordedReply reads the server reply recorded at path (Extended JSON,
+// whose first field "_source" names where it was taken from: a page of
+// MongoDB's manual, a file of a driver's or the server's tests) and
+// returns it without that field. A fixture that names no source fails
+// the test: replies written from memory are how wrong shapes get in.
+func RecordedReply(t testing.TB, path string) bson.Raw {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc bson.D
+	if err := bson.UnmarshalExtJSON(data, false, &doc); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if len(doc) == 0 || doc[0].Key != "_source" || doc[0].Value == "" {
+		t.Fatalf("%s names no _source", path)
+	}
+	raw, err := bson.Marshal(doc[1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
 }
