@@ -26,9 +26,7 @@ type Fake struct {
 var _ clock.Clock = (*Fake)(nil)
 
 // NewFake returns a fake standing at start.
-func NewFake(start time.Time) *Fake {
-	return &Fake{now: start, changed: make(chan struct{})}
-}
+func NewFake(start time.Time) *Fake { return &Fake{now: start, changed: make(chan struct{})} }
 
 // NewAuto returns a fake that jumps forward to every timer's deadline as the
 // timer is made, so code that sleeps runs through at once while its time
@@ -98,9 +96,8 @@ func (f *Fake) arm(w *waiter, d time.Duration) {
 }
 
 // Advance moves the fake d on, firing every timer and ticker that comes due
-// on the way: each one at its deadline, earliest first, a ticker once per
-// period passed. As with package time, a tick whose channel is still full is
-// dropped.
+// on the way at its deadline, earliest first, a ticker once per period. As
+// with package time, a tick whose channel is still full is dropped.
 func (f *Fake) Advance(d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -108,11 +105,11 @@ func (f *Fake) Advance(d time.Duration) {
 }
 
 // advanceTo moves to t, firing what comes due. Called with mu held, as are
-// earliest, add, remove and notify.
+// add, remove and notify.
 func (f *Fake) advanceTo(t time.Time) {
-	for {
-		next := f.earliest()
-		if next == nil || next.at.After(t) {
+	for len(f.waiters) > 0 {
+		next := slices.MinFunc(f.waiters, func(a, b *waiter) int { return a.at.Compare(b.at) })
+		if next.at.After(t) {
 			break
 		}
 		f.now = next.at
@@ -130,16 +127,6 @@ func (f *Fake) advanceTo(t time.Time) {
 		f.now = t
 	}
 	f.notify() // time left changed: WaitUntil looks again
-}
-
-func (f *Fake) earliest() *waiter {
-	var first *waiter
-	for _, w := range f.waiters {
-		if first == nil || w.at.Before(first.at) {
-			first = w
-		}
-	}
-	return first
 }
 
 // Waiters is how many timers and tickers are pending (made, not stopped,
@@ -164,8 +151,7 @@ func (f *Fake) pendingLocked() []time.Duration {
 }
 
 // Armed returns the duration of every timer armed so far (NewTimer, After,
-// Reset) that had to wait, in order: what the code under test chose to
-// wait.
+// Reset) that had to wait, in order.
 func (f *Fake) Armed() []time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -173,22 +159,20 @@ func (f *Fake) Armed() []time.Duration {
 }
 
 // BlockUntil waits until at least n timers and tickers are pending, or ctx
-// ends (returning its error). The code under test reaching a wait is what
-// lets a test Advance without racing it.
+// ends (returning its error), so a test can Advance without racing the code.
 func (f *Fake) BlockUntil(ctx context.Context, n int) error {
 	return f.WaitUntil(ctx, func(pending []time.Duration) bool { return len(pending) >= n })
 }
 
 // BlockUntilWaiting waits until a timer or ticker is pending with exactly d
-// left, or ctx ends (returning its error): the code under test has begun the
-// wait of d the test means to drive, whatever else is waiting.
+// left, whatever else is waiting, or ctx ends (returning its error).
 func (f *Fake) BlockUntilWaiting(ctx context.Context, d time.Duration) error {
 	return f.WaitUntil(ctx, func(pending []time.Duration) bool { return slices.Contains(pending, d) })
 }
 
 // WaitUntil waits until cond holds for the pending waits (as Pending lists
-// them), checking each time they change, or until ctx ends (returning its
-// error). cond may call the fake's methods.
+// them), checked each time they change, or ctx ends (returning its error).
+// cond may call the fake's methods.
 func (f *Fake) WaitUntil(ctx context.Context, cond func(pending []time.Duration) bool) error {
 	for {
 		f.mu.Lock()
