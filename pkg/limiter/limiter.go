@@ -60,13 +60,12 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 // Release frees a slot taken by Acquire.
 func (l *Limiter) Release() {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.inFlight <= 0 {
-		l.mu.Unlock()
 		panic("limiter: Release without Acquire")
 	}
 	l.inFlight--
 	l.admitLocked()
-	l.mu.Unlock()
 }
 
 // SetLimit changes the limit (at least 1). Waiters are admitted at once if the
@@ -79,25 +78,19 @@ func (l *Limiter) SetLimit(n int) {
 }
 
 // Limit returns the current limit.
-func (l *Limiter) Limit() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.limit
-}
+func (l *Limiter) Limit() int { return l.read(func() int { return l.limit }) }
 
 // InFlight returns how many acquired slots are not yet released; it may
 // exceed Limit for a while after the limit shrank.
-func (l *Limiter) InFlight() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.inFlight
-}
+func (l *Limiter) InFlight() int { return l.read(func() int { return l.inFlight }) }
 
 // Waiting returns how many callers wait in Acquire.
-func (l *Limiter) Waiting() int {
+func (l *Limiter) Waiting() int { return l.read(l.waiters.Len) }
+
+func (l *Limiter) read(f func() int) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.waiters.Len()
+	return f()
 }
 
 func (l *Limiter) admitLocked() {

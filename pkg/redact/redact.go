@@ -67,9 +67,8 @@ func String(text string, sources ...string) string {
 	return hideKnown(b.String(), secretsOf(sources...))
 }
 
-// Error returns err with its message redacted as String redacts text. The
-// original stays reachable through errors.Is and errors.As (for sentinel and
-// type checks); only the message changes. A nil err gives nil.
+// Error returns err (nil for nil) with its message redacted as String
+// redacts text; errors.Is and errors.As still reach the original.
 func Error(err error, sources ...string) error {
 	if err == nil {
 		return nil
@@ -85,9 +84,9 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
-// secretsOf returns what rules 1 and 2 hide in the given connection strings:
-// the user-info, the password alone, and each secret value, raw and
-// percent-decoded, longest first.
+// secretsOf returns what rules 1 and 2 hide in the connection strings: the
+// user-info, the password alone, each secret value, raw and percent-decoded,
+// longest first.
 func secretsOf(sources ...string) []string {
 	seen := map[string]bool{}
 	add := func(s string) {
@@ -138,8 +137,8 @@ func hideUserInfo(w string, found func(string)) string {
 	return w[:start] + Mask + w[at:]
 }
 
-// authorityStart is where the user-info begins in head, the lower-cased part
-// of a word before its last '@'.
+// authorityStart is where the user-info begins in head, the lower-cased word
+// before its last '@'.
 func authorityStart(head string) int {
 	for _, sep := range []string{"//", "%2f%2f"} {
 		if i := strings.Index(head, sep); i >= 0 {
@@ -213,8 +212,7 @@ func hideSecretValues(w string, found func(string)) string {
 	return b.String() + w[done:]
 }
 
-// separatorAt reports a name/value separator at lw[i]: '=' or ':', plain
-// or percent-encoded.
+// separatorAt reports a name/value separator at lw[i], plain or encoded.
 func separatorAt(lw string, i int) (n int, colon bool) {
 	for _, sep := range []string{"=", ":", "%3d", "%3a"} {
 		if strings.HasPrefix(lw[i:], sep) {
@@ -248,15 +246,11 @@ func valueEnd(lw string, from int, colon bool) int {
 
 // nameLen is the length of the option name that ends s.
 func nameLen(s string) int {
-	n := 0
-	for n < len(s) {
-		c := s[len(s)-1-n]
-		if !isWordByte(c) && c != '-' && c != '.' {
-			break
-		}
-		n++
+	i := len(s)
+	for i > 0 && (isWordByte(s[i-1]) || s[i-1] == '-' || s[i-1] == '.') {
+		i--
 	}
-	return n
+	return len(s) - i
 }
 
 func suggestsSecret(lowerName string) bool {
