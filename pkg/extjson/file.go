@@ -72,9 +72,8 @@ func (c *byteCounter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Output is a file being written by Create. It appears under its final name
-// only once Commit succeeds: an interrupted export leaves no file that looks
-// complete.
+// Output is a file being written by Create, under its final name only once
+// Commit succeeds: an interrupted export leaves no file that looks complete.
 type Output struct {
 	io.Writer
 	f       *os.File
@@ -125,10 +124,9 @@ func (o *Output) Abort() {
 	os.Remove(o.f.Name())
 }
 
-// Writer writes one document a line, as mongoexport does (with
-// --jsonFormat=canonical when canonical is set: the lossless choice, as
-// relaxed mode writes int32 and int64 alike, and a small int64 comes back as
-// an int32).
+// Writer writes one document a line, as mongoexport does (canonical: as
+// --jsonFormat=canonical, the lossless choice; relaxed mode writes int32 and
+// int64 alike, so a small int64 comes back as an int32).
 type Writer struct {
 	w         *bufio.Writer
 	canonical bool

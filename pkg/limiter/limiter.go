@@ -1,10 +1,7 @@
 // Package limiter bounds how many operations run at once, with a limit that
-// can change while work is in flight. It knows nothing about what it limits.
-//
-// Growing the limit admits waiters at once. Shrinking never interrupts
-// running work: it only admits fewer until the number in flight has dropped
-// below the new limit. The in-flight count is the source of truth; the limit
-// is a target it converges to.
+// can change while work is in flight. Growing the limit admits waiters at
+// once; shrinking never interrupts running work, it only admits fewer until
+// the number in flight has dropped below the new limit.
 package limiter
 
 import (

@@ -1,8 +1,6 @@
-// Package mongotest hands integration tests a real MongoDB database: the server
-// named by TEST_MONGODB_URI when it is set, otherwise one embedded FerretDB
-// server shared by every test of the package (started on first use, over TCP).
-// Each call returns a database of its own, so tests can run in parallel and
-// never see each other's documents.
+// Package mongotest hands integration tests a database of their own, so they
+// run in parallel: on the server named by TEST_MONGODB_URI, otherwise on one
+// embedded FerretDB server shared by the test binary (started on first use).
 package mongotest
 
 import (
@@ -35,8 +33,7 @@ var (
 )
 
 // URI returns the connection string of the test server, starting the shared
-// embedded server if TEST_MONGODB_URI is not set. The embedded server lives
-// until the test binary exits.
+// embedded server (which lives until the test binary exits) if needed.
 func URI(t testing.TB) string {
 	t.Helper()
 	if uri := os.Getenv(EnvURI); uri != "" {
@@ -62,8 +59,7 @@ type Options struct {
 	Monitor *event.CommandMonitor
 }
 
-// Client connects to the test server; the client is disconnected when the
-// test ends.
+// Client connects to the test server until the test ends.
 func Client(t testing.TB, opts Options) *mongo.Client {
 	t.Helper()
 	co := options.Client().ApplyURI(URI(t)).SetTimeout(30 * time.Second)
@@ -92,8 +88,7 @@ func DatabaseName(t testing.TB) string {
 	return fmt.Sprintf("t%d_%d_%s", os.Getpid()%100000, dbSeq.Add(1), name)
 }
 
-// Database returns a fresh database on a new client; it is dropped when the
-// test ends.
+// Database returns a fresh database on a new client, dropped when the test ends.
 func Database(t testing.TB, opts Options) *mongo.Database {
 	t.Helper()
 	db := Client(t, opts).Database(DatabaseName(t))
@@ -105,9 +100,8 @@ func Database(t testing.TB, opts Options) *mongo.Database {
 	return db
 }
 
-// RequireMongoDB skips t unless db is on a real MongoDB: tests of MongoDB's
-// own behaviour (its query planner, explain) mean nothing on FerretDB, whose
-// explain describes its SQLite or PostgreSQL plan.
+// RequireMongoDB skips t unless db is on a real MongoDB: tests of its query
+// planner mean nothing on FerretDB, whose explain is its backend's plan.
 func RequireMongoDB(t testing.TB, db *mongo.Database) {
 	t.Helper()
 	RequireMongoDBURI(t)
@@ -121,9 +115,8 @@ func RequireMongoDB(t testing.TB, db *mongo.Database) {
 }
 
 // RequireMongoDBURI skips t unless TEST_MONGODB_URI is set: the cheap half
-// of RequireMongoDB, for a test to call before seeding data that only a
-// real MongoDB's planner needs (seeding thousands of documents into the
-// embedded server only to skip can time out a loaded machine).
+// of RequireMongoDB, to call before seeding data only a planner test needs
+// (seeding the embedded server only to skip can time out a loaded machine).
 func RequireMongoDBURI(t testing.TB) {
 	t.Helper()
 	if os.Getenv(EnvURI) == "" {
@@ -131,11 +124,10 @@ func RequireMongoDBURI(t testing.TB) {
 	}
 }
 
-// RecordedReply reads the server reply recorded at path (Extended JSON,
-// whose first field "_source" names where it was taken from: a page of
-// MongoDB's manual, a file of a driver's or the server's tests) and
-// returns it without that field. A fixture that names no source fails
-// the test: replies written from memory are how wrong shapes get in.
+// RecordedReply reads the server reply recorded at path (Extended JSON whose
+// first field "_source" names where it was taken from) without that field.
+// A fixture that names no source fails: replies written from memory are how
+// wrong shapes get in.
 func RecordedReply(t testing.TB, path string) bson.Raw {
 	t.Helper()
 	data, err := os.ReadFile(path)

@@ -1,17 +1,9 @@
 // Package queryplan asks MongoDB how it runs the very commands a program
-// sends, and sums up the answer.
-//
-// A Recorder, set as the driver's command monitor, keeps every command as it
-// went on the wire; Explainable turns one into the commands explain accepts
-// (driver fields stripped, a write split into one command per statement);
-// Explain runs them with executionStats and Parse reduces the reply to what
-// a plan check needs: the stages and indexes of the winning plan, whether it
-// is multikey, and the keys and documents it examined. Parse understands
-// the classic and the slot-based engine's output, aggregations (whole or with
-// a $cursor stage) and sharded clusters (per-shard plans, summed).
-//
-// FerretDB answers explain with its backend's plan (SQLite's or PostgreSQL's),
-// which has none of this: Parse reports ErrNotMongoDB for it.
+// sends: a Recorder keeps them as they went on the wire, Explainable turns
+// one into what explain accepts, Explain runs that with executionStats and
+// Parse reduces the reply to what a plan check needs. Parse reads the classic
+// and slot-based engines, aggregations (whole or with a $cursor stage) and
+// sharded clusters; FerretDB's explain (its backend's plan) is ErrNotMongoDB.
 package queryplan
 
 import (
@@ -31,8 +23,7 @@ import (
 // Command is one command as the driver sent it.
 type Command = mongotest.Command
 
-// Recorder keeps the commands the driver sends. Use Monitor as the client's
-// command monitor; it is safe for concurrent use.
+// Recorder keeps the commands the driver sends; safe for concurrent use.
 type Recorder struct{ cmds mongotest.Commands }
 
 // Monitor returns the command monitor that feeds r.

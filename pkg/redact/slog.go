@@ -5,12 +5,10 @@ import (
 	"log/slog"
 )
 
-// Handler wraps h so that every error logged through it (an attribute whose
-// value is an error) is redacted as String redacts text, with the secrets of
-// sources hidden too. Errors are where a connection string turns up
-// unannounced: a driver message quoting it, an option value it rejected.
-// Other values are left alone: a value known to hold a URI is redacted where
-// it is logged (URI, or a slog.LogValuer that calls it).
+// Handler wraps h so that every error logged through it is redacted as
+// String redacts text, with the secrets of sources hidden too: errors are
+// where a connection string turns up unannounced. Other values are left
+// alone: a value known to hold a URI is redacted where it is logged.
 func Handler(h slog.Handler, sources ...string) slog.Handler {
 	return &handler{next: h, sources: sources}
 }

@@ -16,8 +16,7 @@ const (
 	// AccumulatorMax is $group's $max accumulator, which FerretDB 1.24
 	// lacks: max components then read one sorted find per user.
 	AccumulatorMax Feature = "$max accumulator"
-	// AccumulatorMin and AccumulatorAvg: likewise (FerretDB 1.24 has only
-	// $sum and $count).
+	// AccumulatorMin and AccumulatorAvg: likewise (it has $sum and $count).
 	AccumulatorMin Feature = "$min accumulator"
 	AccumulatorAvg Feature = "$avg accumulator"
 	// TTLIndexes is createIndexes' expireAfterSeconds, which FerretDB 1.24
@@ -39,10 +38,9 @@ type learnt struct {
 	flags map[Feature]*atomic.Bool
 }
 
-// Learnt returns the flag recording that the server refused f, cleared by
-// Reprobe when the server turns out to run other software. Hot paths keep
-// the flag and read it without a lock; CompareAndSwap(false, true) tells
-// the first to learn it (the one that logs it).
+// Learnt returns the flag recording that the server refused f, which hot
+// paths keep and read without a lock; CompareAndSwap(false, true) tells the
+// first to learn it (the one that logs it).
 func (l *learnt) Learnt(f Feature) *atomic.Bool {
 	l.lmu.Lock()
 	defer l.lmu.Unlock()
