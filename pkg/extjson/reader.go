@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -104,7 +105,7 @@ func (r *Reader) Next() (bson.Raw, error) {
 func (r *Reader) start() error {
 	r.started = true
 	b, err := r.br.ReadByte()
-	for ; err == nil && isSpace(b); b, err = r.br.ReadByte() {
+	for ; err == nil && strings.IndexByte(" \t\r\n", b) >= 0; b, err = r.br.ReadByte() {
 		if b == '\n' {
 			r.next++
 		}
@@ -207,8 +208,6 @@ func (r *Reader) parse(data []byte, decoded bool) (bson.Raw, error) {
 	}
 	return doc, nil
 }
-
-func isSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\r' || b == '\n' }
 
 // lineTracker sits under the buffered reader and remembers where the
 // newlines it passed are, so an offset reported by json.Decoder (which reads

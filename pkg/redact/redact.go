@@ -49,22 +49,15 @@ func URI(s string) string { return redactWord(s, nil) }
 func String(text string, sources ...string) string {
 	var b strings.Builder
 	b.Grow(len(text))
-	start := -1
-	for i, r := range text {
-		if strings.ContainsRune(" \t\n\r\v\f\"'`", r) {
-			if start >= 0 {
-				b.WriteString(redactWord(text[start:i], nil))
-				start = -1
-			}
-			b.WriteRune(r)
-		} else if start < 0 {
-			start = i
+	for {
+		i := strings.IndexAny(text, " \t\n\r\v\f\"'`")
+		if i < 0 {
+			b.WriteString(redactWord(text, nil))
+			return hideKnown(b.String(), secretsOf(sources...))
 		}
+		b.WriteString(redactWord(text[:i], nil) + text[i:i+1])
+		text = text[i+1:]
 	}
-	if start >= 0 {
-		b.WriteString(redactWord(text[start:], nil))
-	}
-	return hideKnown(b.String(), secretsOf(sources...))
 }
 
 // Error returns err (nil for nil) with its message redacted as String
