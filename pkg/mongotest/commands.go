@@ -62,24 +62,20 @@ func chain(m, next *event.CommandMonitor) *event.CommandMonitor {
 		return m
 	}
 	return &event.CommandMonitor{
-		Started: func(ctx context.Context, e *event.CommandStartedEvent) {
-			m.Started(ctx, e)
-			if next.Started != nil {
-				next.Started(ctx, e)
-			}
-		},
-		Succeeded: func(ctx context.Context, e *event.CommandSucceededEvent) {
-			m.Succeeded(ctx, e)
-			if next.Succeeded != nil {
-				next.Succeeded(ctx, e)
-			}
-		},
-		Failed: func(ctx context.Context, e *event.CommandFailedEvent) {
-			m.Failed(ctx, e)
-			if next.Failed != nil {
-				next.Failed(ctx, e)
-			}
-		},
+		Started:   both(m.Started, next.Started),
+		Succeeded: both(m.Succeeded, next.Succeeded),
+		Failed:    both(m.Failed, next.Failed),
+	}
+}
+
+// both calls f, then g unless g is nil.
+func both[E any](f, g func(context.Context, E)) func(context.Context, E) {
+	if g == nil {
+		return f
+	}
+	return func(ctx context.Context, e E) {
+		f(ctx, e)
+		g(ctx, e)
 	}
 }
 

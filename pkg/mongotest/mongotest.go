@@ -25,12 +25,15 @@ import (
 // EnvURI names the variable that points the suite at a real MongoDB.
 const EnvURI = "TEST_MONGODB_URI"
 
-var (
-	serverOnce sync.Once
-	serverURI  string
-	serverErr  error
-	dbSeq      atomic.Int64
-)
+var dbSeq atomic.Int64
+
+var startServer = sync.OnceValues(func() (string, error) {
+	s, err := embedmongo.Start(context.Background(), embedmongo.Config{})
+	if err != nil {
+		return "", err
+	}
+	return s.URI(), nil
+})
 
 // URI returns the connection string of the test server, starting the shared
 // embedded server (which lives until the test binary exits) if needed.
@@ -39,18 +42,11 @@ func URI(t testing.TB) string {
 	if uri := os.Getenv(EnvURI); uri != "" {
 		return uri
 	}
-	serverOnce.Do(func() {
-		s, err := embedmongo.Start(context.Background(), embedmongo.Config{})
-		if err != nil {
-			serverErr = err
-			return
-		}
-		serverURI = s.URI()
-	})
-	if serverErr != nil {
-		t.Fatalf("starting embedded MongoDB: %v", serverErr)
+	uri, err := startServer()
+	if err != nil {
+		t.Fatalf("starting embedded MongoDB: %v", err)
 	}
-	return serverURI
+	return uri
 }
 
 // Options configures a client for a test.

@@ -131,8 +131,7 @@ func Explainable(c Command) ([]bson.D, error) {
 	}
 	out := make([]bson.D, 0, len(vals))
 	for _, v := range vals {
-		cmd := append(bson.D{}, base...)
-		out = append(out, append(cmd, bson.E{Key: list, Value: bson.A{v}}))
+		out = append(out, append(slices.Clone(base), bson.E{Key: list, Value: bson.A{v}}))
 	}
 	return out, nil
 }

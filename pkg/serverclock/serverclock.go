@@ -41,12 +41,7 @@ func New(db *mongo.Database, local clock.Clock) *Clock {
 }
 
 // Now is the server's current time, estimated.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	off := c.offset
-	c.mu.Unlock()
-	return c.local.Now().Add(off)
-}
+func (c *Clock) Now() time.Time { return c.local.Now().Add(c.Offset()) }
 
 // Offset is the current estimate of server − local.
 func (c *Clock) Offset() time.Duration {
