@@ -24,9 +24,8 @@ import (
 // Config configures an embedded server. The zero value is usable.
 type Config struct {
 	// Dir holds the SQLite files. Empty means a fresh temporary directory that
-	// Close removes, in memory (/dev/shm) where the machine has it: SQLite
-	// syncs every commit, and on a disk that alone makes inserts several
-	// times slower.
+	// Close removes, in memory (/dev/shm) where possible: SQLite syncs every
+	// commit, which on a disk makes inserts several times slower.
 	Dir string
 	// Addr is the TCP listen address. Defaults to "127.0.0.1:0" (a free port).
 	Addr string

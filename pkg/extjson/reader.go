@@ -81,8 +81,7 @@ func (r *Reader) Layout() Layout { return r.layout }
 func (r *Reader) Line() int { return r.line }
 
 // Next returns the next document, io.EOF after the last one, or an *Error for
-// a document that does not parse; unless that error is Fatal, the following
-// call goes on with the next document.
+// one that does not parse, after which Next goes on unless it is Fatal.
 func (r *Reader) Next() (bson.Raw, error) {
 	if r.done {
 		return nil, io.EOF
@@ -99,9 +98,8 @@ func (r *Reader) Next() (bson.Raw, error) {
 	return r.nextElement()
 }
 
-// start detects the layout. A '[' opens an array; a first line that is a
-// lone '{' is how pretty-printed documents start (mongoexport --pretty);
-// anything else is one document a line, where a bad line can be skipped.
+// start detects the layout: a '[' opens an array, a first line that is a
+// lone '{' starts pretty-printed documents, anything else is one a line.
 func (r *Reader) start() error {
 	r.started = true
 	b, err := r.br.ReadByte()
@@ -135,7 +133,7 @@ func (r *Reader) start() error {
 }
 
 // firstLine returns the first line without consuming it, or nil when it is
-// longer than the buffer (and so certainly not a lone '{').
+// longer than the buffer (so not a lone '{').
 func (r *Reader) firstLine() []byte {
 	b, err := r.br.Peek(r.br.Size())
 	if i := bytes.IndexByte(b, '\n'); i >= 0 {

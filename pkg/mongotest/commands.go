@@ -9,12 +9,11 @@ import (
 	"go.mongodb.org/mongo-driver/v2/event"
 )
 
-// Commands records, from the driver's command events, the commands a client
-// sends and their replies, so a test counts round trips and inspects shapes.
+// Commands records the commands a client sends and their replies.
 type Commands struct {
 	// OnStarted, if set, sees each command as it starts, on the goroutine
-	// that sends it: a test may hold it there (a slow or hung server) until
-	// ctx, the command's context, ends. Set it before the client is used.
+	// that sends it: a test may hold it there (a hung server) until ctx, the
+	// command's, ends. Set it before the client is used.
 	OnStarted func(ctx context.Context, c Command)
 
 	mu      sync.Mutex
@@ -110,8 +109,8 @@ func (r *Commands) Take() []Command {
 // Reset forgets the commands recorded so far.
 func (r *Commands) Reset() { r.Take() }
 
-// Count is how many of the commands recorded since the last Take or Reset
-// are named name, on collection coll ("" for any).
+// Count is how many commands recorded since the last Take or Reset are
+// named name, on collection coll ("" for any).
 func (r *Commands) Count(name, coll string) int {
 	n := 0
 	for _, c := range r.All() {

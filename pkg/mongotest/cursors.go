@@ -13,10 +13,10 @@ import (
 )
 
 // Cursors follows, from the driver's command events, every server cursor a
-// client opens, and reports those neither read to their end (a reply with
-// cursor id 0) nor killed. The embedded server keeps a SQLite connection for
-// each until the client's connection closes, MongoDB keeps it ten minutes,
-// and neither counts them for us (currentOp is empty on the embedded server).
+// client opens, and reports those neither read to their end nor killed. The
+// embedded server keeps a SQLite connection for each until the client's
+// connection closes, MongoDB keeps it ten minutes, and neither counts them
+// for us.
 type Cursors struct {
 	mu      sync.Mutex
 	started map[int64]startedCmd // by request id
@@ -88,9 +88,8 @@ func (c *Cursors) succeeded(_ context.Context, e *event.CommandSucceededEvent) {
 	}
 }
 
-// failed ends a getMore's cursor when the server answered with an error. A
-// failure where the client gave up on the reply (a context that ended, a
-// network error) leaves every cursor open: the server may never have heard.
+// failed ends a getMore's cursor when the server answered with an error; a
+// reply the client gave up on (context, network) leaves every cursor open.
 func (c *Cursors) failed(_ context.Context, e *event.CommandFailedEvent) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -118,9 +117,8 @@ func (c *Cursors) Open() []string {
 	return out
 }
 
-// describe names a command by what it read: the command, the collection
-// and the filter's or pipeline's top-level keys, so a report says which
-// query of the service left its cursor open.
+// describe names a command by its collection and the filter's or pipeline's
+// top-level keys, so a report says which query left its cursor open.
 func describe(name string, cmd bson.Raw) string {
 	coll, _ := cmd.Lookup(name).StringValueOK()
 	var shape []string

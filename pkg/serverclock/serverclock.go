@@ -81,8 +81,8 @@ func (c *Clock) Sync(ctx context.Context) (time.Duration, error) {
 	return offset, nil
 }
 
-// Run samples every interval until ctx ends. Errors are handed to onErr
-// (may be nil) and the last good offset stays in use.
+// Run samples every interval until ctx ends, handing errors to onErr (if
+// not nil); the last good offset stays in use.
 func (c *Clock) Run(ctx context.Context, interval time.Duration, onErr func(error)) {
 	clock.Every(ctx, c.local, interval, func(ctx context.Context) {
 		if _, err := c.Sync(ctx); err != nil && ctx.Err() == nil && onErr != nil {

@@ -30,13 +30,11 @@ func IndexName(keys bson.D) string {
 }
 
 // RefusesHint reports the server refusing a hint. MongoDB's planner
-// (src/mongo/db/query/query_planner.cpp) answers BadValue (2) "hint
-// provided does not correspond to an existing index" ("bad hint" in older
-// releases) when no index matches, and IndexNotFound (27) "Hint matched
-// multiple indexes, must hint by index name" when a key pattern matches
-// two. A BadValue that does not mention the hint is the query's own error
-// (a filter the server rejects), which no other hint would cure.
-// FerretDB accepts any hint and ignores it.
+// (query_planner.cpp) answers BadValue (2) "hint provided does not correspond
+// to an existing index" ("bad hint" in older releases), and IndexNotFound
+// (27) "Hint matched multiple indexes, must hint by index name". A BadValue
+// not mentioning the hint is the query's own error, which no hint would
+// cure. FerretDB ignores hints.
 func RefusesHint(err error) bool {
 	var se mongo.ServerError
 	return errors.As(err, &se) && (se.HasErrorCode(27) || se.HasErrorCodeWithMessage(2, "hint"))

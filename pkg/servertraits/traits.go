@@ -42,13 +42,12 @@ type Traits struct {
 // New returns traits not yet probed (MongoDB's behaviour until Probe succeeds).
 func New() *Traits { return &Traits{} }
 
-// Fixed returns traits known to be info, without asking a server: for tests
-// that check what the service sends to a server of that kind. Probe and
-// Reprobe leave them as they are; what the server refuses is still learnt.
+// Fixed returns traits known to be info, for tests of what the service sends
+// to a server of that kind: Probe and Reprobe leave them as they are.
 func Fixed(info Info) *Traits { return &Traits{known: true, fixed: true, info: info} }
 
-// Probe asks the server what it is, unless it has already answered. Safe
-// for concurrent use; a failure leaves the traits unknown.
+// Probe asks the server what it is, unless it has already answered; a
+// failure leaves the traits unknown.
 func (t *Traits) Probe(ctx context.Context, db *mongo.Database) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -63,12 +62,10 @@ func (t *Traits) Probe(ctx context.Context, db *mongo.Database) error {
 	return nil
 }
 
-// Reprobe asks the server again, known or not, and reports whether it
-// turned out to run other software than before (another version, FerretDB
-// instead of MongoDB, a mongos): a reconnect that reached a primary of
-// another version, or an upgrade under a running fleet. Then every feature
-// learnt refused is forgotten, so the next use tries it again. The
-// service's ping loop calls it after every outage and every few minutes.
+// Reprobe asks the server again and reports whether it turned out to run
+// other software than before (another version, FerretDB, a mongos), as
+// after a reconnect or an upgrade under a running fleet: then every feature
+// learnt refused is forgotten, so the next use tries it again.
 func (t *Traits) Reprobe(ctx context.Context, db *mongo.Database) (changed bool, err error) {
 	if t.fixed { // set only by Fixed, never changed
 		return false, nil
@@ -143,9 +140,9 @@ func Parse(buildInfo, hello bson.Raw) (Info, error) {
 	return info, nil
 }
 
-// ParseBuildInfo reads the version and, on FerretDB, its own version
-// ("unknown" where FerretDB names none). A field of another type reads as
-// absent, except ferretdbVersion, whose presence alone says FerretDB.
+// ParseBuildInfo reads the version and, on FerretDB, its own version. A field
+// of another type reads as absent, except ferretdbVersion, whose presence
+// alone says FerretDB ("unknown").
 func ParseBuildInfo(raw bson.Raw) (version, ferret string) {
 	version, _ = raw.Lookup("version").StringValueOK()
 	if v, err := raw.LookupErr("ferretdbVersion"); err == nil {
@@ -178,9 +175,8 @@ func (t *Traits) ferret() bool { return t.Info().FerretDB != "" }
 func (t *Traits) Sharded() bool { return t.Info().Sharded }
 
 // FiltersUsernamesCheaply reports a server that evaluates the claim
-// window's username regex on index keys (MongoDB). FerretDB decodes every
-// document for it; there the window reads usernames unfiltered and sorts
-// malformed ones out itself.
+// window's username regex on index keys (MongoDB). On FerretDB, which
+// decodes every document for it, the window filters usernames itself.
 func (t *Traits) FiltersUsernamesCheaply() bool { return !t.ferret() }
 
 // SingleUpdatesHoldConnections reports FerretDB 1.24: each single-document
@@ -216,8 +212,8 @@ func (t *Traits) PushesEqualityDown() bool {
 }
 
 // CheapUpserts reports a server whose upserts cost no more than updates.
-// FerretDB turns an upsert that matches nothing into a scan plus an
-// insert; batched score writes insert the first scores instead there.
+// FerretDB turns an upsert that matches nothing into a scan plus an insert:
+// batched score writes insert the first scores instead.
 func (t *Traits) CheapUpserts() bool { return !t.ferret() }
 
 // BoundsReplies reports a server that cuts a cursor's reply at 16 MiB
@@ -236,8 +232,7 @@ func (t *Traits) ExplainsPlans() bool { return !t.ferret() }
 // the service refuses rules using it at boot (see MisreadOperators).
 func (t *Traits) EvaluatesElemMatch() bool { return !t.ferret() }
 
-// MisreadOperators lists the query operators the server answers wrongly,
-// sorted: none on MongoDB.
+// MisreadOperators lists the query operators the server answers wrongly.
 func (t *Traits) MisreadOperators() []string {
 	if t.EvaluatesElemMatch() {
 		return nil

@@ -28,13 +28,11 @@ var _ clock.Clock = (*Fake)(nil)
 // NewFake returns a fake standing at start.
 func NewFake(start time.Time) *Fake { return &Fake{now: start, changed: make(chan struct{})} }
 
-// NewAuto returns a fake that jumps forward to every timer's deadline as the
-// timer is made, so code that sleeps runs through at once while its time
-// goes by as planned. For code that waits on one thing at a time.
+// NewAuto returns a fake that jumps to every timer's deadline as the timer
+// is made: code that sleeps runs through at once. For code that waits on one
+// thing at a time.
 func NewAuto(start time.Time) *Fake {
-	f := NewFake(start)
-	f.auto = true
-	return f
+	return &Fake{now: start, changed: make(chan struct{}), auto: true}
 }
 
 // waiter is a pending timer or ticker.
@@ -129,8 +127,7 @@ func (f *Fake) advanceTo(t time.Time) {
 	f.notify() // time left changed: WaitUntil looks again
 }
 
-// Waiters is how many timers and tickers are pending (made, not stopped,
-// and for timers not yet fired).
+// Waiters is how many timers and tickers are pending.
 func (f *Fake) Waiters() int { return len(f.Pending()) }
 
 // Pending returns how long until each pending timer and ticker next fires,
