@@ -30,6 +30,7 @@ import (
 	"cmp"
 	"maps"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -153,27 +154,15 @@ func authorityStart(head string) int {
 		}
 		break
 	}
-	if n := schemeLen(head[off:]); n > 0 && strings.HasPrefix(head[off+n:], "/") {
+	if n := len(scheme.FindString(head[off:])); n > 0 && strings.HasPrefix(head[off+n:], "/") {
 		off += n
 		off += len(head[off:]) - len(strings.TrimLeft(head[off:], "/"))
 	}
 	return off
 }
 
-// schemeLen is the length of a leading "scheme:" in s, or 0.
-func schemeLen(s string) int {
-	for i, r := range s {
-		switch {
-		case r >= 'a' && r <= 'z':
-		case i > 0 && (r >= '0' && r <= '9' || r == '+' || r == '.' || r == '-'):
-		case i > 0 && r == ':':
-			return i + 1
-		default:
-			return 0
-		}
-	}
-	return 0
-}
+// scheme is a leading "scheme:" (RFC 3986), lower-cased.
+var scheme = regexp.MustCompile(`^[a-z][a-z0-9+.-]*:`)
 
 // hideSecretValues applies rule 2. A value introduced by '=' runs to the
 // end of its option (the next '&' or ';'), one introduced by ':' to the end
