@@ -2,6 +2,7 @@ package extjson
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"errors"
 	"fmt"
@@ -38,7 +39,7 @@ func Open(path string) (*File, error) {
 	in := &File{f: f, size: st.Size()}
 	br := bufio.NewReader(io.TeeReader(f, &in.read))
 	in.Reader = br
-	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+	if magic, _ := br.Peek(2); bytes.Equal(magic, []byte{0x1f, 0x8b}) {
 		gz, err := gzip.NewReader(br)
 		if err != nil {
 			f.Close()
@@ -89,12 +90,11 @@ func Create(path string) (*Output, error) {
 		return nil, err
 	}
 	o := &Output{f: f, path: path}
-	var w io.Writer = io.MultiWriter(f, &o.written)
+	o.Writer = io.MultiWriter(f, &o.written)
 	if strings.HasSuffix(path, ".gz") {
-		o.gz = gzip.NewWriter(w)
-		w = o.gz
+		o.gz = gzip.NewWriter(o.Writer)
+		o.Writer = o.gz
 	}
-	o.Writer = w
 	return o, nil
 }
 

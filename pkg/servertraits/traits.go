@@ -88,15 +88,15 @@ func (t *Traits) Reprobe(ctx context.Context, db *mongo.Database) (changed bool,
 // Ask sends buildInfo and hello, which need no privilege on any database,
 // and reads what the server says about itself.
 func Ask(ctx context.Context, db *mongo.Database) (Info, error) {
-	build, err := db.RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Raw()
-	if err != nil {
-		return Info{}, fmt.Errorf("asking the server what it is (buildInfo): %w", err)
+	var replies [2]bson.Raw
+	for i, cmd := range []string{"buildInfo", "hello"} {
+		raw, err := db.RunCommand(ctx, bson.D{{Key: cmd, Value: 1}}).Raw()
+		if err != nil {
+			return Info{}, fmt.Errorf("asking the server what it is (%s): %w", cmd, err)
+		}
+		replies[i] = raw
 	}
-	hello, err := db.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
-	if err != nil {
-		return Info{}, fmt.Errorf("asking the server what it is (hello): %w", err)
-	}
-	info, err := Parse(build, hello)
+	info, err := Parse(replies[0], replies[1])
 	if err == nil && info.FerretDB != "" {
 		// FerretDB names its storage only in its startup warnings
 		// ("Powered by FerretDB v1.24.2 and SQLite 3.46.0.").
