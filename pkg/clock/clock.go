@@ -55,17 +55,14 @@ func Or(c Clock) Clock {
 	return c
 }
 
-type realTimer struct{ t *time.Timer }
+// realTimer and realTicker wrap package time's, their C field as a method.
+type realTimer struct{ *time.Timer }
 
-func (t realTimer) C() <-chan time.Time        { return t.t.C }
-func (t realTimer) Stop() bool                 { return t.t.Stop() }
-func (t realTimer) Reset(d time.Duration) bool { return t.t.Reset(d) }
+func (t realTimer) C() <-chan time.Time { return t.Timer.C }
 
-type realTicker struct{ t *time.Ticker }
+type realTicker struct{ *time.Ticker }
 
-func (t realTicker) C() <-chan time.Time   { return t.t.C }
-func (t realTicker) Stop()                 { t.t.Stop() }
-func (t realTicker) Reset(d time.Duration) { t.t.Reset(d) }
+func (t realTicker) C() <-chan time.Time { return t.Ticker.C }
 
 // Since is clk.Now().Sub(t).
 func Since(clk Nower, t time.Time) time.Duration { return clk.Now().Sub(t) }

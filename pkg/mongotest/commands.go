@@ -112,13 +112,9 @@ func (r *Commands) Reset() { r.Take() }
 // Count is how many commands recorded since the last Take or Reset are
 // named name, on collection coll ("" for any).
 func (r *Commands) Count(name, coll string) int {
-	n := 0
-	for _, c := range r.All() {
-		if c.Name == name && (coll == "" || c.Collection == coll) {
-			n++
-		}
-	}
-	return n
+	return len(slices.DeleteFunc(r.All(), func(c Command) bool {
+		return c.Name != name || coll != "" && c.Collection != coll
+	}))
 }
 
 // ByName counts cmds by command name.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"sync"
@@ -109,12 +110,7 @@ func (c *Cursors) failed(_ context.Context, e *event.CommandFailedEvent) {
 func (c *Cursors) Open() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]string, 0, len(c.open))
-	for _, w := range c.open {
-		out = append(out, w)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Values(c.open))
 }
 
 // describe names a command by its collection and the filter's or pipeline's
