@@ -14,11 +14,10 @@ import (
 // maxDepth bounds the documents built; readers bound their own walks.
 const maxDepth = 12
 
-// Doc returns data itself when it is a valid BSON document (so seeds taken
-// from real replies are read as they are), and otherwise a document built
-// from data: each byte picks how many fields a document has, which of keys
-// each is named, its type, and its value (strings come from strs or from
-// data itself).
+// Doc returns data itself when it is a valid BSON document (seeds taken from
+// real replies), and otherwise a document built from data: each byte picks
+// how many fields a document has, which of keys each is named, its type and
+// its value (strings come from strs or from data itself).
 func Doc(data []byte, keys, strs []string) bson.Raw {
 	if bson.Raw(data).Validate() == nil {
 		return bson.Raw(data)

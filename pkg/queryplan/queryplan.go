@@ -23,14 +23,11 @@ import (
 // Command is one command as the driver sent it.
 type Command = mongotest.Command
 
-// Recorder keeps the commands the driver sends; safe for concurrent use.
-type Recorder struct{ cmds mongotest.Commands }
+// Recorder keeps the commands the driver sends, until Take returns them.
+type Recorder struct{ mongotest.Commands }
 
 // Monitor returns the command monitor that feeds r.
-func (r *Recorder) Monitor() *event.CommandMonitor { return r.cmds.Monitor(nil) }
-
-// Take returns the commands recorded since the last Take.
-func (r *Recorder) Take() []Command { return r.cmds.Take() }
+func (r *Recorder) Monitor() *event.CommandMonitor { return r.Commands.Monitor(nil) }
 
 // Plan is what explain said about one command.
 type Plan struct {
