@@ -32,25 +32,18 @@ const (
 // refuse while it answers the per-user one: the scorer then asks per user.
 func BatchedShape(op string) Feature { return Feature("batched " + op) }
 
-// learnt is what the server refused, one flag per feature.
-type learnt struct {
-	lmu   sync.Mutex
-	flags map[Feature]*atomic.Bool
-}
+// learnt is what the server refused: Feature → *atomic.Bool.
+type learnt struct{ flags sync.Map }
 
 // Learnt returns the flag recording that the server refused f, which hot
 // paths keep and read without a lock; CompareAndSwap(false, true) tells the
 // first to learn it (the one that logs it).
 func (l *learnt) Learnt(f Feature) *atomic.Bool {
-	l.lmu.Lock()
-	defer l.lmu.Unlock()
-	if l.flags[f] == nil {
-		if l.flags == nil {
-			l.flags = map[Feature]*atomic.Bool{}
-		}
-		l.flags[f] = new(atomic.Bool)
+	b, ok := l.flags.Load(f)
+	if !ok {
+		b, _ = l.flags.LoadOrStore(f, new(atomic.Bool))
 	}
-	return l.flags[f]
+	return b.(*atomic.Bool)
 }
 
 // Lacks reports whether the server has refused f.
@@ -62,23 +55,21 @@ func (l *learnt) Refused(f Feature) (first bool) { return l.Learnt(f).CompareAnd
 
 // Lacking lists the features the server has refused, sorted.
 func (l *learnt) Lacking() []Feature {
-	l.lmu.Lock()
-	defer l.lmu.Unlock()
 	var out []Feature
-	for f, b := range l.flags {
-		if b.Load() {
-			out = append(out, f)
+	l.flags.Range(func(f, b any) bool {
+		if b.(*atomic.Bool).Load() {
+			out = append(out, f.(Feature))
 		}
-	}
+		return true
+	})
 	slices.Sort(out)
 	return out
 }
 
 // forget clears every flag in place: their holders see the change.
 func (l *learnt) forget() {
-	l.lmu.Lock()
-	defer l.lmu.Unlock()
-	for _, b := range l.flags {
-		b.Store(false)
-	}
+	l.flags.Range(func(_, b any) bool {
+		b.(*atomic.Bool).Store(false)
+		return true
+	})
 }
