@@ -11,6 +11,7 @@
 package embedmongo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -60,12 +61,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resolving data directory %s: %w", dir, err)
 	}
-	addr := cfg.Addr
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
 	f, err := ferretdb.New(&ferretdb.Config{
-		Listener:  ferretdb.ListenerConfig{TCP: addr},
+		Listener:  ferretdb.ListenerConfig{TCP: cmp.Or(cfg.Addr, "127.0.0.1:0")},
 		Handler:   "sqlite",
 		SQLiteURL: "file:" + abs + "/",
 		// FerretDB logs every connection at info level, which would drown

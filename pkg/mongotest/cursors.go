@@ -134,10 +134,9 @@ func describe(name string, cmd bson.Raw) string {
 		p, _ := cmd.Lookup("pipeline").ArrayOK()
 		vals, _ := p.Values()
 		for _, v := range vals {
-			if st, ok := v.DocumentOK(); ok {
-				if els, _ := st.Elements(); len(els) > 0 {
-					shape = append(shape, els[0].Key())
-				}
+			st, _ := v.DocumentOK()
+			if els, _ := st.Elements(); len(els) > 0 {
+				shape = append(shape, els[0].Key())
 			}
 		}
 	}

@@ -58,11 +58,7 @@ type Options struct {
 // Client connects to the test server until the test ends.
 func Client(t testing.TB, opts Options) *mongo.Client {
 	t.Helper()
-	co := options.Client().ApplyURI(URI(t)).SetTimeout(30 * time.Second)
-	if opts.Monitor != nil {
-		co.SetMonitor(opts.Monitor)
-	}
-	c, err := mongo.Connect(co)
+	c, err := mongo.Connect(options.Client().ApplyURI(URI(t)).SetTimeout(30 * time.Second).SetMonitor(opts.Monitor))
 	if err != nil {
 		t.Fatalf("connecting to test MongoDB: %v", err)
 	}
@@ -78,10 +74,7 @@ func Client(t testing.TB, opts Options) *mongo.Client {
 // short enough for MongoDB's 64-byte limit.
 func DatabaseName(t testing.TB) string {
 	name := strings.NewReplacer("/", "_", " ", "_", ".", "_").Replace(t.Name())
-	if len(name) > 40 {
-		name = name[:40]
-	}
-	return fmt.Sprintf("t%d_%d_%s", os.Getpid()%100000, dbSeq.Add(1), name)
+	return fmt.Sprintf("t%d_%d_%s", os.Getpid()%100000, dbSeq.Add(1), name[:min(len(name), 40)])
 }
 
 // Database returns a fresh database on a new client, dropped when the test ends.
