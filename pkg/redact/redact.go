@@ -1,29 +1,23 @@
 // Package redact hides secrets in connection strings and in any text that
-// may quote one (error messages, log values, files written for others).
-//
-// It knows no URI scheme or driver, so it works on strings no parser
-// accepts (no scheme, a broken one, several hosts, unescaped or
+// may quote one. It knows no URI scheme or driver, so it works on strings no
+// parser accepts (no scheme, a broken one, several hosts, unescaped or
 // percent-encoded separators). Three rules:
 //
-//  1. User-info: in a word holding an '@' (or its encoding %40), everything
-//     from the start of the authority up to the last '@' is replaced by
-//     REDACTED. The authority starts after the first "//" (or %2F%2F), else
-//     after a leading "scheme:/", else after a leading "NAME=", else at the
-//     start of the word. The username goes too: in a malformed string nothing
-//     tells a username from a password.
+//  1. User-info: in a word holding an '@' (or %40), everything from the start
+//     of the authority up to the last '@' is replaced by REDACTED. The
+//     authority starts after the first "//" (or %2F%2F), else after a leading
+//     "scheme:/", else after a leading "NAME=", else at the start of the
+//     word. The username goes too: nothing tells it from a password.
 //  2. Secret-named values: a value introduced by NAME= or NAME: (the latter
 //     only at the start of an option or of a comma-separated element, as in
-//     authMechanismProperties=AWS_SESSION_TOKEN:x) is replaced by REDACTED
-//     when NAME suggests a secret (it contains pass, pwd, secret, token, key,
-//     cred, signature or private, in any case).
-//  3. Known secrets: the secrets rules 1 and 2 find in the connection strings
-//     handed to String or Error are hidden wherever they appear, raw or
-//     percent-decoded, so a driver message that quotes a bare option value
-//     ("invalid option value ...") loses it too.
+//     authMechanismProperties=AWS_SESSION_TOKEN:x) is replaced when NAME
+//     contains pass, pwd, secret, token, key, cred, signature or private.
+//  3. Known secrets: what rules 1 and 2 find in the connection strings handed
+//     to String or Error is hidden wherever it appears, raw or
+//     percent-decoded, as in a driver message quoting a bare option value.
 //
-// Redaction errs towards hiding too much: an e-mail address in free text
-// loses its local part, a file path with an '@' its start. Applying it twice
-// changes nothing more.
+// Redaction errs towards hiding too much (an e-mail address loses its local
+// part); applying it twice changes nothing more.
 package redact
 
 import (
