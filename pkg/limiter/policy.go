@@ -129,15 +129,14 @@ func (p *Policy) Decide(saturated bool) (limit int, reason string, changed bool)
 		slow := p.stuck || (p.checkouts > 0 && p.checkoutSum/time.Duration(p.checkouts) > maxCheckoutWait)
 		if enough {
 			mean := p.latencySum / time.Duration(p.samples)
-			p.addMean(mean)
+			p.means = append(p.means, mean)
+			p.means = p.means[max(0, len(p.means)-baselineWindow):]
 			slow = slow || float64(mean) > float64(p.Baseline())*tolerance
 		}
 		if slow {
 			p.slow++
 			if p.slow >= decreaseAfter {
-				p.value = max(float64(p.cfg.Min), p.value*backoff)
-				reason = ReasonLatency
-				p.slow = 0
+				p.value, reason, p.slow = max(float64(p.cfg.Min), p.value*backoff), ReasonLatency, 0
 			}
 		} else {
 			p.slow = 0
@@ -146,8 +145,7 @@ func (p *Policy) Decide(saturated bool) (limit int, reason string, changed bool)
 			// would let replicas with more slots grow faster, while AIMD is
 			// fair only when all grow alike.
 			if p.saturated && p.value < float64(p.cfg.Max) {
-				p.value = min(float64(p.cfg.Max), p.value+float64(min(p.elapsed, maxCatchUp)))
-				reason = ReasonHeadroom
+				p.value, reason = min(float64(p.cfg.Max), p.value+float64(min(p.elapsed, maxCatchUp))), ReasonHeadroom
 			}
 		}
 	}
@@ -170,11 +168,6 @@ func (p *Policy) Baseline() time.Duration {
 // Limit is the current decision: value rounded down, the epsilon keeping
 // three thirds from flooring to one less.
 func (p *Policy) Limit() int { return int(math.Floor(p.value + 1e-9)) }
-
-func (p *Policy) addMean(m time.Duration) {
-	p.means = append(p.means, m)
-	p.means = p.means[max(0, len(p.means)-baselineWindow):]
-}
 
 func (p *Policy) resetInterval() {
 	p.saturated, p.stuck, p.elapsed = false, false, 0
