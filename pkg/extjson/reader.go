@@ -29,10 +29,6 @@ const (
 	LayoutConcatenated               // documents back to back, each over several lines
 )
 
-func (l Layout) String() string {
-	return [...]string{"lines", "array", "concatenated"}[l]
-}
-
 // Error is a document that could not be read: its file, line and position.
 type Error struct {
 	File    string
@@ -73,12 +69,6 @@ func NewReader(r io.Reader, name string) *Reader {
 	lt := &lineTracker{r: r}
 	return &Reader{name: name, br: bufio.NewReaderSize(lt, 64<<10), lines: lt, next: 1}
 }
-
-// Layout returns the layout detected by the first call to Next.
-func (r *Reader) Layout() Layout { return r.layout }
-
-// Line returns the line where the document last returned (or rejected) starts.
-func (r *Reader) Line() int { return r.line }
 
 // Next returns the next document, io.EOF after the last one, or an *Error for
 // one that does not parse, after which Next goes on unless it is Fatal.

@@ -127,9 +127,6 @@ func (f *Fake) advanceTo(t time.Time) {
 	f.notify() // time left changed: WaitUntil looks again
 }
 
-// Waiters is how many timers and tickers are pending.
-func (f *Fake) Waiters() int { return len(f.Pending()) }
-
 // Pending returns how long until each pending timer and ticker next fires,
 // shortest first.
 func (f *Fake) Pending() []time.Duration {
