@@ -32,11 +32,13 @@ import (
 // Mask replaces whatever is hidden.
 const Mask = "REDACTED"
 
+func ignore(string) {}
+
 var secretWords = []string{"pass", "pwd", "secret", "token", "key", "cred", "signature", "private"}
 
 // URI returns the connection string s with its user-info and secret-named
 // option values hidden. The whole of s is one value: spaces do not end it.
-func URI(s string) string { return redactWord(s, nil) }
+func URI(s string) string { return redactWord(s, ignore) }
 
 // String returns text with rules 1 and 2 applied to each word (words end at
 // whitespace and quotes), and with every secret found in sources (connection
@@ -47,10 +49,10 @@ func String(text string, sources ...string) string {
 	for {
 		i := strings.IndexAny(text, " \t\n\r\v\f\"'`")
 		if i < 0 {
-			b.WriteString(redactWord(text, nil))
+			b.WriteString(redactWord(text, ignore))
 			return hideKnown(b.String(), secretsOf(sources...))
 		}
-		b.WriteString(redactWord(text[:i], nil) + text[i:i+1])
+		b.WriteString(redactWord(text[:i], ignore) + text[i:i+1])
 		text = text[i+1:]
 	}
 }
@@ -99,8 +101,7 @@ func secretsOf(sources ...string) []string {
 	return out
 }
 
-// redactWord applies rules 1 and 2 to one word; found, when not nil, sees
-// every hidden piece.
+// redactWord applies rules 1 and 2 to one word; found sees every hidden piece.
 func redactWord(w string, found func(string)) string {
 	return hideSecretValues(hideUserInfo(w, found), found)
 }
@@ -119,9 +120,7 @@ func hideUserInfo(w string, found func(string)) string {
 	if start >= at || w[start:at] == Mask {
 		return w
 	}
-	if found != nil {
-		found(w[start:at])
-	}
+	found(w[start:at])
 	return w[:start] + Mask + w[at:]
 }
 
@@ -179,9 +178,7 @@ func hideSecretValues(w string, found func(string)) string {
 		if to == from || w[from:to] == Mask {
 			continue
 		}
-		if found != nil {
-			found(w[from:to])
-		}
+		found(w[from:to])
 		b.WriteString(w[done:from] + Mask)
 		done, i = to, to-1
 	}
