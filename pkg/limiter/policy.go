@@ -47,18 +47,18 @@ type Policy struct {
 	// (× backoff) accumulate in it, so a limit of a few slots moves smoothly.
 	value float64
 
-	samples     int
-	latencySum  time.Duration
-	overloads   int
-	checkouts   int
-	checkoutSum time.Duration
-	checkoutBad int
+	means []time.Duration // interval means, newest last, for the baseline
+	slow  int             // consecutive slow intervals
+	cur   interval        // what was seen since the last judgement
+}
 
-	means     []time.Duration // interval means, newest last, for the baseline
-	stuck     bool            // most work in flight is past the slow threshold
-	elapsed   int             // intervals since the last judgement, this one included
-	slow      int             // consecutive slow intervals
-	saturated bool            // demand filled every slot since the last judgement
+type interval struct {
+	samples, overloads, checkouts, checkoutBad int
+	latencySum, checkoutSum                    time.Duration
+
+	stuck     bool // most work in flight is past the slow threshold
+	elapsed   int  // intervals since the last judgement, this one included
+	saturated bool // demand filled every slot
 }
 
 // NewPolicy starts at initial (clamped to the bounds).
@@ -72,10 +72,10 @@ func NewPolicy(cfg PolicyConfig, initial int) *Policy {
 // ObserveLatency records one unit of work's latency; overload reports that it
 // failed because the server was unreachable, timing out or overloaded.
 func (p *Policy) ObserveLatency(d time.Duration, overload bool) {
-	p.samples++
-	p.latencySum += d
+	p.cur.samples++
+	p.cur.latencySum += d
 	if overload {
-		p.overloads++
+		p.cur.overloads++
 	}
 }
 
@@ -94,16 +94,16 @@ func (p *Policy) ObserveRunning(ages []time.Duration) {
 			past++
 		}
 	}
-	p.stuck = p.stuck || 2*past > len(ages)
+	p.cur.stuck = p.cur.stuck || 2*past > len(ages)
 }
 
 // ObserveCheckout records a wait for a pooled connection; failed means the
 // checkout gave up (the pool was exhausted).
 func (p *Policy) ObserveCheckout(wait time.Duration, failed bool) {
-	p.checkouts++
-	p.checkoutSum += wait
+	p.cur.checkouts++
+	p.cur.checkoutSum += wait
 	if failed {
-		p.checkoutBad++
+		p.cur.checkoutBad++
 	}
 }
 
@@ -112,23 +112,23 @@ func (p *Policy) ObserveCheckout(wait time.Duration, failed bool) {
 // An interval with fewer than minSamples latencies is not judged: its
 // samples carry over into the next, so slow refreshes still get decisions.
 func (p *Policy) Decide(saturated bool) (limit int, reason string, changed bool) {
-	p.saturated = p.saturated || saturated
-	p.elapsed++
+	p.cur.saturated = p.cur.saturated || saturated
+	p.cur.elapsed++
 	old := p.Limit()
 	// Two signals at least: one failed checkout (a ping timing out) or one
 	// timed-out refresh in a quiet interval is not an overloaded server.
-	overloaded := p.checkoutBad >= 2 || (p.overloads >= 2 && float64(p.overloads)/float64(p.samples) > errorRatio)
-	enough := p.samples >= minSamples
-	if !overloaded && !enough && !p.stuck {
+	overloaded := p.cur.checkoutBad >= 2 || (p.cur.overloads >= 2 && float64(p.cur.overloads)/float64(p.cur.samples) > errorRatio)
+	enough := p.cur.samples >= minSamples
+	if !overloaded && !enough && !p.cur.stuck {
 		return old, "", false
 	}
-	defer p.resetInterval()
+	defer func() { p.cur = interval{} }()
 	if overloaded {
 		p.value, reason, p.slow = float64(p.cfg.Min), ReasonOverload, 0
 	} else {
-		slow := p.stuck || (p.checkouts > 0 && p.checkoutSum/time.Duration(p.checkouts) > maxCheckoutWait)
+		slow := p.cur.stuck || (p.cur.checkouts > 0 && p.cur.checkoutSum/time.Duration(p.cur.checkouts) > maxCheckoutWait)
 		if enough {
-			mean := p.latencySum / time.Duration(p.samples)
+			mean := p.cur.latencySum / time.Duration(p.cur.samples)
 			p.means = append(p.means, mean)
 			p.means = p.means[max(0, len(p.means)-baselineWindow):]
 			slow = slow || float64(mean) > float64(p.Baseline())*tolerance
@@ -144,8 +144,8 @@ func (p *Policy) Decide(saturated bool) (limit int, reason string, changed bool)
 			// with few slots is judged less often, and growing per judgement
 			// would let replicas with more slots grow faster, while AIMD is
 			// fair only when all grow alike.
-			if p.saturated && p.value < float64(p.cfg.Max) {
-				p.value, reason = min(float64(p.cfg.Max), p.value+float64(min(p.elapsed, maxCatchUp))), ReasonHeadroom
+			if p.cur.saturated && p.value < float64(p.cfg.Max) {
+				p.value, reason = min(float64(p.cfg.Max), p.value+float64(min(p.cur.elapsed, maxCatchUp))), ReasonHeadroom
 			}
 		}
 	}
@@ -168,9 +168,3 @@ func (p *Policy) Baseline() time.Duration {
 // Limit is the current decision: value rounded down, the epsilon keeping
 // three thirds from flooring to one less.
 func (p *Policy) Limit() int { return int(math.Floor(p.value + 1e-9)) }
-
-func (p *Policy) resetInterval() {
-	p.saturated, p.stuck, p.elapsed = false, false, 0
-	p.samples, p.latencySum, p.overloads = 0, 0, 0
-	p.checkouts, p.checkoutSum, p.checkoutBad = 0, 0, 0
-}
