@@ -55,13 +55,7 @@ func (f *Fake) After(d time.Duration) <-chan time.Time { return f.NewTimer(d).C(
 
 // NewTimer returns a timer that fires once the fake has moved d on; at once
 // if d is zero or less, as with package time.
-func (f *Fake) NewTimer(d time.Duration) clock.Timer {
-	w := &waiter{f: f, c: make(chan time.Time, 1)}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.arm(w, d)
-	return fakeTimer{w}
-}
+func (f *Fake) NewTimer(d time.Duration) clock.Timer { return fakeTimer{f.start(0, d)} }
 
 // NewTicker returns a ticker that fires every d the fake moves on. It panics
 // on a d of zero or less, as time.NewTicker does.
@@ -69,11 +63,16 @@ func (f *Fake) NewTicker(d time.Duration) clock.Ticker {
 	if d <= 0 {
 		panic("clocktest: non-positive interval for NewTicker")
 	}
-	w := &waiter{f: f, period: d, c: make(chan time.Time, 1)}
+	return fakeTicker{f.start(d, d)}
+}
+
+// start returns a new waiter of period (0: a timer), armed for d.
+func (f *Fake) start(period, d time.Duration) *waiter {
+	w := &waiter{f: f, period: period, c: make(chan time.Time, 1)}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.arm(w, d)
-	return fakeTicker{w}
+	return w
 }
 
 // arm starts w's wait of d (its period, for a ticker); a timer of d zero or
@@ -229,19 +228,19 @@ func (w *waiter) reset(d time.Duration) bool {
 	return active
 }
 
-type fakeTimer struct{ w *waiter }
+func (w *waiter) C() <-chan time.Time { return w.c }
 
-func (t fakeTimer) C() <-chan time.Time        { return t.w.c }
-func (t fakeTimer) Stop() bool                 { return t.w.stop() }
-func (t fakeTimer) Reset(d time.Duration) bool { return t.w.reset(d) }
+type fakeTimer struct{ *waiter }
 
-type fakeTicker struct{ w *waiter }
+func (t fakeTimer) Stop() bool                 { return t.stop() }
+func (t fakeTimer) Reset(d time.Duration) bool { return t.reset(d) }
 
-func (t fakeTicker) C() <-chan time.Time { return t.w.c }
-func (t fakeTicker) Stop()               { t.w.stop() }
+type fakeTicker struct{ *waiter }
+
+func (t fakeTicker) Stop() { t.stop() }
 func (t fakeTicker) Reset(d time.Duration) {
 	if d <= 0 {
 		panic("clocktest: non-positive interval for Ticker.Reset")
 	}
-	t.w.reset(d)
+	t.reset(d)
 }
