@@ -55,11 +55,10 @@ func (t *Traits) Probe(ctx context.Context, db *mongo.Database) error {
 		return nil
 	}
 	info, err := Ask(ctx, db)
-	if err != nil {
-		return err
+	if err == nil {
+		t.info, t.known = info, true
 	}
-	t.info, t.known = info, true
-	return nil
+	return err
 }
 
 // Reprobe asks the server again and reports whether it turned out to run
