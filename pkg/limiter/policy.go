@@ -30,17 +30,15 @@ const (
 	ReasonOverload = "overload" // errors, timeouts or pool exhaustion: straight to Min
 )
 
-// Policy decides the limit once per interval from what the interval saw, in
-// the manner of TCP Vegas and Netflix's concurrency-limits: the latency of
-// work at no load is the baseline (the minimum interval mean over a long
-// window); while latency stays within tolerance of it and demand fills
-// every slot, the limit grows by one slot per interval (additive increase);
-// when latency stays above it, queueing has begun downstream and the limit
-// shrinks by a factor (multiplicative decrease). Overload signals (server
-// errors and timeouts, failed connection checkouts) cut straight to Min. A
-// slow interval must repeat decreaseAfter times before anything shrinks,
-// and growth needs saturation, so noise within the tolerance band moves
-// nothing. Not safe for concurrent use: the caller serialises its calls.
+// Policy decides the limit once per interval, in the manner of TCP Vegas:
+// the baseline is the latency at no load (the minimum interval mean over a
+// long window); while latency stays within tolerance of it and demand fills
+// every slot, the limit grows by one slot per interval; when latency stays
+// above it, queueing has begun downstream and the limit shrinks by a factor.
+// Overload signals (server errors and timeouts, failed checkouts) cut
+// straight to Min. Shrinking needs decreaseAfter slow intervals and growth
+// needs saturation, so noise within the tolerance band moves nothing. Not
+// safe for concurrent use.
 type Policy struct {
 	cfg PolicyConfig
 	// value is the limit before rounding down: steps smaller than one slot
