@@ -32,7 +32,6 @@ type Timer interface {
 	Reset(d time.Duration) bool
 }
 
-// Ticker is a time.Ticker behind an interface.
 type Ticker interface {
 	C() <-chan time.Time
 	Stop()
@@ -64,7 +63,6 @@ type realTicker struct{ *time.Ticker }
 
 func (t realTicker) C() <-chan time.Time { return t.Ticker.C }
 
-// Since is clk.Now().Sub(t).
 func Since(clk Nower, t time.Time) time.Duration { return clk.Now().Sub(t) }
 
 // Sleep waits d on clk, or until ctx ends, when it returns ctx's error. A

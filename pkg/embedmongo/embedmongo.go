@@ -32,7 +32,6 @@ type Config struct {
 	Addr string
 }
 
-// Server is a running embedded server.
 type Server struct {
 	uri     string
 	cancel  context.CancelFunc

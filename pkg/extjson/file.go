@@ -154,7 +154,6 @@ func (w *Writer) Write(doc any) error {
 	return nil
 }
 
-// Docs returns the documents written so far.
 func (w *Writer) Docs() int64 { return w.docs.Load() }
 
 // Bytes returns the uncompressed bytes written so far.

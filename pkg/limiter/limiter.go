@@ -54,7 +54,6 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 	}
 }
 
-// Release frees a slot taken by Acquire.
 func (l *Limiter) Release() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -74,14 +73,12 @@ func (l *Limiter) SetLimit(n int) {
 	l.mu.Unlock()
 }
 
-// Limit returns the current limit.
 func (l *Limiter) Limit() int { return l.read(func() int { return l.limit }) }
 
 // InFlight returns how many acquired slots are not yet released; it may
 // exceed Limit for a while after the limit shrank.
 func (l *Limiter) InFlight() int { return l.read(func() int { return l.inFlight }) }
 
-// Waiting returns how many callers wait in Acquire.
 func (l *Limiter) Waiting() int { return l.read(l.waiters.Len) }
 
 func (l *Limiter) read(f func() int) int {

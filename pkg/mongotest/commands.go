@@ -106,7 +106,6 @@ func (r *Commands) Take() []Command {
 	return out
 }
 
-// Reset forgets the commands recorded so far.
 func (r *Commands) Reset() { r.Take() }
 
 // Count is how many commands recorded since the last Take or Reset are
@@ -117,7 +116,6 @@ func (r *Commands) Count(name, coll string) int {
 	}))
 }
 
-// ByName counts cmds by command name.
 func ByName(cmds []Command) map[string]int {
 	n := map[string]int{}
 	for _, c := range cmds {

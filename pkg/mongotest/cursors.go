@@ -30,7 +30,6 @@ type startedCmd struct {
 	kill       []int64 // killCursors' cursors
 }
 
-// NewCursors returns an empty tracker.
 func NewCursors() *Cursors {
 	return &Cursors{started: map[int64]startedCmd{}, open: map[int64]string{}}
 }

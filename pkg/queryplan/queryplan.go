@@ -26,7 +26,6 @@ type Command = mongotest.Command
 // Recorder keeps the commands the driver sends, until Take returns them.
 type Recorder struct{ mongotest.Commands }
 
-// Monitor returns the command monitor that feeds r.
 func (r *Recorder) Monitor() *event.CommandMonitor { return r.Commands.Monitor(nil) }
 
 // Plan is what explain said about one command.
@@ -39,7 +38,6 @@ type Plan struct {
 	Returned     int64    // documents returned (for a write: matched)
 }
 
-// Has reports whether the winning plan has stage.
 func (p Plan) Has(stage string) bool { return slices.Contains(p.Stages, stage) }
 
 // Uses reports whether the winning plan reads index (by name).
@@ -49,7 +47,6 @@ func (p Plan) Uses(index string) bool { return slices.Contains(p.Indexes, index)
 // first result. (SORT_MERGE, which merges sorted index scans, is not one.)
 func (p Plan) BlockingSort() bool { return p.Has("SORT") }
 
-// CollScan reports a plan that reads the whole collection.
 func (p Plan) CollScan() bool { return p.Has("COLLSCAN") }
 
 // Covered reports a plan answered from index keys alone: no document read.

@@ -46,7 +46,6 @@ func (l *learnt) Learnt(f Feature) *atomic.Bool {
 	return b.(*atomic.Bool)
 }
 
-// Lacks reports whether the server has refused f.
 func (l *learnt) Lacks(f Feature) bool { return l.Learnt(f).Load() }
 
 // Refused records that the server refused f and reports whether this is

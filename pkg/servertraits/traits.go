@@ -153,7 +153,6 @@ func ParseBuildInfo(raw bson.Raw) (version, ferret string) {
 	return version, ferret
 }
 
-// Known reports whether the server has answered.
 func (t *Traits) Known() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()

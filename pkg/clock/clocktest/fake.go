@@ -43,14 +43,12 @@ type waiter struct {
 	c      chan time.Time
 }
 
-// Now returns the fake's time.
 func (f *Fake) Now() time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.now
 }
 
-// After returns a timer's channel.
 func (f *Fake) After(d time.Duration) <-chan time.Time { return f.NewTimer(d).C() }
 
 // NewTimer returns a timer that fires once the fake has moved d on; at once
