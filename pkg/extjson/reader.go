@@ -227,8 +227,8 @@ func (t *lineTracker) Read(p []byte) (int, error) {
 // stop ends tracking (the line layout counts lines itself).
 func (t *lineTracker) stop() { t.off, t.nl = true, nil }
 
-// lineAt returns the 1-based line of the byte at the decoder's offset off.
-// Calls must come with offsets that never decrease.
+// lineAt returns the 1-based line of the byte at the decoder's offset off,
+// which must never decrease from call to call.
 func (t *lineTracker) lineAt(off int64) int {
 	i, _ := slices.BinarySearch(t.nl, t.origin+off) // the newlines before off
 	t.counted += i

@@ -77,8 +77,8 @@ func Explain(ctx context.Context, db *mongo.Database, cmd bson.D) (Plan, error) 
 	return p, nil
 }
 
-// ErrNotExplainable is Explainable's answer for commands explain does not
-// take (insert, getMore, …): they have no plan.
+// ErrNotExplainable is Explainable's answer for commands with no plan
+// (insert, getMore, …).
 var ErrNotExplainable = errors.New("command has no query plan")
 
 // kept lists, per command, the fields explain accepts; the driver's own
@@ -141,8 +141,7 @@ func Parse(reply bson.Raw) (Plan, error) {
 }
 
 // notPlan are the parts of an explain reply that are not the winning plan:
-// the alternatives the planner rejected, the slot-based engine's internal
-// program, and echoes of the command.
+// rejected plans, the slot-based engine's program, echoes of the command.
 var notPlan = map[string]bool{
 	"rejectedPlans": true, "slotBasedPlan": true, "allPlansExecution": true,
 	"command": true, "originalCommand": true, "parsedQuery": true, "serverInfo": true,
@@ -150,8 +149,7 @@ var notPlan = map[string]bool{
 }
 
 // findWinning collects every winningPlan in doc: one per shard on a sharded
-// cluster, one under $cursor in an aggregation that the query engine runs
-// only in part.
+// cluster, one under $cursor in an aggregation the query engine runs in part.
 func findWinning(doc bson.Raw, p *Plan) bool {
 	found := false
 	elems, _ := doc.Elements()
@@ -223,8 +221,7 @@ func addTotals(doc bson.Raw, p *Plan) {
 	}
 }
 
-// children returns v if it is a document, its document elements if it is an
-// array, nothing otherwise.
+// children returns v if it is a document, or its document elements.
 func children(v bson.RawValue) []bson.Raw {
 	if d, ok := v.DocumentOK(); ok {
 		return []bson.Raw{d}

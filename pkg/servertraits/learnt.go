@@ -27,9 +27,8 @@ const (
 	PartialIndexes Feature = "partial indexes"
 )
 
-// BatchedShape names the batched query of a scoring op (sum, count,
-// distinct: one aggregation over a batch of users), which a server may
-// refuse while it answers the per-user one: the scorer then asks per user.
+// BatchedShape names the batched query of a scoring op (one aggregation over
+// a batch of users), which a server may refuse while it answers per user.
 func BatchedShape(op string) Feature { return Feature("batched " + op) }
 
 // learnt is what the server refused: Feature → *atomic.Bool.
