@@ -1,9 +1,7 @@
-// Package embedmongo runs an in-process MongoDB-compatible server (FerretDB
-// 1.24 with its SQLite handler) on a loopback TCP port, so the demo and the
-// test suite need no MongoDB installed; clients use the real wire protocol
-// and driver. The production binary (cmd/scorerefresh) does not import it:
-// FerretDB and SQLite add tens of megabytes and a second database engine that
-// production must never fall back to by accident.
+// Package embedmongo runs an in-process FerretDB 1.24 (SQLite handler) on a
+// loopback TCP port, so the demo and the tests need no MongoDB installed.
+// cmd/scorerefresh does not import it: FerretDB and SQLite add tens of
+// megabytes and a database engine production must never fall back to.
 //
 // Know its costs before measuring against it: the SQLite handler pushes down
 // only a filter that is exactly {_id: <string or ObjectId>}; every other

@@ -14,10 +14,8 @@ import (
 )
 
 // Cursors follows, from the driver's command events, every server cursor a
-// client opens, and reports those neither read to their end nor killed. The
-// embedded server keeps a SQLite connection for each until the client's
-// connection closes, MongoDB keeps it ten minutes, and neither counts them
-// for us.
+// client opens, and reports those neither read to their end nor killed (the
+// embedded server keeps a SQLite connection for each, MongoDB ten minutes).
 type Cursors struct {
 	mu      sync.Mutex
 	started map[int64]startedCmd // by request id

@@ -11,9 +11,8 @@ import (
 )
 
 // Fake is a clock.Clock whose time stands still until Advance moves it,
-// firing the timers and tickers that come due on the way, in order. A test
-// synchronises with the code under test through BlockUntil (wait until it
-// waits) rather than by sleeping. Safe for concurrent use.
+// firing the timers and tickers that come due on the way, in order. Tests
+// wait for the code to wait (BlockUntil) instead of sleeping.
 type Fake struct {
 	mu      sync.Mutex
 	now     time.Time
