@@ -1,8 +1,7 @@
-// Package bsonfuzz turns fuzz input into BSON documents, for fuzz tests of
-// code that reads server replies. Random bytes are almost never a valid
-// document, so a fuzzer feeding them to a reader directly only exercises
-// the reader's first length check; Doc instead builds a valid document
-// whose shape the bytes choose, with field names the reader looks for.
+// Package bsonfuzz turns fuzz input into BSON documents for fuzz tests of
+// code that reads server replies: random bytes are almost never a valid
+// document, so Doc builds one whose shape the bytes choose, with field names
+// the reader looks for.
 package bsonfuzz
 
 import (
@@ -15,11 +14,10 @@ import (
 // maxDepth bounds the documents built; readers bound their own walks.
 const maxDepth = 12
 
-// Doc returns data itself when it is a valid BSON document (so seeds taken
-// from real replies are read as they are), and otherwise a document built
-// from data: each byte picks how many fields a document has, which of keys
-// each is named, its type, and its value (strings come from strs or from
-// data itself).
+// Doc returns data itself when it is a valid BSON document (seeds taken from
+// real replies), and otherwise a document built from data: each byte picks
+// how many fields a document has, which of keys each is named, its type and
+// its value (strings come from strs or from data itself).
 func Doc(data []byte, keys, strs []string) bson.Raw {
 	if bson.Raw(data).Validate() == nil {
 		return bson.Raw(data)
@@ -67,21 +65,18 @@ func (b *builder) element(key string, depth int) []byte {
 		return bsoncore.AppendDoubleElement(nil, key, float64(int8(b.next()))/2)
 	case 4:
 		return bsoncore.AppendBooleanElement(nil, key, b.next()%2 == 0)
-	case 5:
-		return bsoncore.AppendNullElement(nil, key)
 	case 6:
 		return bsoncore.AppendDateTimeElement(nil, key, int64(b.next())*1e9)
 	case 7, 8:
 		if depth < maxDepth {
 			return bsoncore.AppendDocumentElement(nil, key, b.doc(depth+1))
 		}
-		return bsoncore.AppendNullElement(nil, key)
-	default:
+	case 9:
 		if depth < maxDepth {
 			return bsoncore.AppendArrayElement(nil, key, b.array(depth+1))
 		}
-		return bsoncore.AppendNullElement(nil, key)
 	}
+	return bsoncore.AppendNullElement(nil, key) // 5, and nesting past maxDepth
 }
 
 // array builds an array of documents and scalars (an array is a document

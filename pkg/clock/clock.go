@@ -1,6 +1,5 @@
 // Package clock is the time source of everything that waits or measures a
-// duration, injected so tests move time with a fake (package clocktest)
-// instead of sleeping.
+// duration, injected so tests move time with clocktest's fake.
 package clock
 
 import (
@@ -8,9 +7,8 @@ import (
 	"time"
 )
 
-// Nower reads the time. It is all a caller needs when the time it wants is
-// not this host's: a lease expiry or a refreshedAt follows the database
-// server's clock (package serverclock), which is a Nower but not a Clock.
+// Nower reads the time: all a caller needs when the time it wants is the
+// database server's (package serverclock, a Nower but not a Clock).
 type Nower interface {
 	Now() time.Time
 }
@@ -34,7 +32,6 @@ type Timer interface {
 	Reset(d time.Duration) bool
 }
 
-// Ticker is a time.Ticker behind an interface.
 type Ticker interface {
 	C() <-chan time.Time
 	Stop()
@@ -44,8 +41,12 @@ type Ticker interface {
 // Real is the wall clock (package time).
 type Real struct{}
 
-// Or returns c, or the wall clock when c is nil: the default of every
-// Clock field and parameter.
+func (Real) Now() time.Time                         { return time.Now() }
+func (Real) After(d time.Duration) <-chan time.Time { return time.After(d) }
+func (Real) NewTimer(d time.Duration) Timer         { return realTimer{time.NewTimer(d)} }
+func (Real) NewTicker(d time.Duration) Ticker       { return realTicker{time.NewTicker(d)} }
+
+// Or returns c, or the wall clock when c is nil.
 func Or(c Clock) Clock {
 	if c == nil {
 		return Real{}
@@ -53,31 +54,15 @@ func Or(c Clock) Clock {
 	return c
 }
 
-// Now returns time.Now().
-func (Real) Now() time.Time { return time.Now() }
+// realTimer and realTicker wrap package time's, their C field as a method.
+type realTimer struct{ *time.Timer }
 
-// After returns time.After(d).
-func (Real) After(d time.Duration) <-chan time.Time { return time.After(d) }
+func (t realTimer) C() <-chan time.Time { return t.Timer.C }
 
-// NewTimer returns a time.NewTimer(d).
-func (Real) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+type realTicker struct{ *time.Ticker }
 
-// NewTicker returns a time.NewTicker(d).
-func (Real) NewTicker(d time.Duration) Ticker { return realTicker{time.NewTicker(d)} }
+func (t realTicker) C() <-chan time.Time { return t.Ticker.C }
 
-type realTimer struct{ t *time.Timer }
-
-func (t realTimer) C() <-chan time.Time        { return t.t.C }
-func (t realTimer) Stop() bool                 { return t.t.Stop() }
-func (t realTimer) Reset(d time.Duration) bool { return t.t.Reset(d) }
-
-type realTicker struct{ t *time.Ticker }
-
-func (t realTicker) C() <-chan time.Time   { return t.t.C }
-func (t realTicker) Stop()                 { t.t.Stop() }
-func (t realTicker) Reset(d time.Duration) { t.t.Reset(d) }
-
-// Since is clk.Now().Sub(t).
 func Since(clk Nower, t time.Time) time.Duration { return clk.Now().Sub(t) }
 
 // Sleep waits d on clk, or until ctx ends, when it returns ctx's error. A
@@ -96,11 +81,9 @@ func Sleep(ctx context.Context, clk Clock, d time.Duration) error {
 	}
 }
 
-// Every calls fn each time interval passes on clk, until ctx ends; the first
-// call comes after one interval (call fn before Every for one at once). A
-// call that overruns the interval delays the next instead of queuing up
-// ticks, as a time.Ticker does. fn gets ctx; Every returns once ctx has
-// ended and no call is running.
+// Every calls fn(ctx) each time interval passes on clk, the first after one
+// interval, until ctx ends and no call is running. A call that overruns the
+// interval delays the next, as with a time.Ticker.
 func Every(ctx context.Context, clk Clock, interval time.Duration, fn func(ctx context.Context)) {
 	t := clk.NewTicker(interval)
 	defer t.Stop()

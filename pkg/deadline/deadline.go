@@ -2,13 +2,11 @@
 // the operation keeps running out of time, and returns to its base once it
 // succeeds.
 //
-// A read abandoned at its client-side deadline is not always stopped on the
-// server: the Go driver sends no maxTimeMS with find or aggregate, so the
-// server finishes the work nobody waits for. Retrying the same read with the
-// same deadline then piles a second copy on a server still busy with the
-// first, and an operation that needs a little longer than its deadline never
-// succeeds. Doubling the deadline after each timeout in a row gets through in
-// a few tries, abandoning at most one read per doubling.
+// The Go driver sends no maxTimeMS with find or aggregate, so the server
+// finishes a read abandoned at its client-side deadline. Retrying with the
+// same deadline piles a second copy on a server still busy with the first,
+// and an operation that needs a little longer never succeeds. Doubling the
+// deadline after each timeout in a row gets through in a few tries.
 package deadline
 
 import (
@@ -19,8 +17,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
-// Stretch is the deadline of one repeated operation. The zero value is not
-// usable: Base must be set. Not safe for concurrent use; each loop owns one.
+// Stretch is the deadline of one repeated operation; Base must be set. Not
+// safe for concurrent use: each loop owns one.
 type Stretch struct {
 	Base time.Duration // the deadline while the operation succeeds in time
 	Max  time.Duration // the longest it stretches to; Base when smaller
@@ -29,8 +27,7 @@ type Stretch struct {
 }
 
 // Next is the deadline for the next try: Base doubled once per timeout in a
-// row, at most Max.
-// Not a retry delay: it is how long a try may run, so it has no jitter.
+// row, at most Max. It is how long a try may run, not a delay: no jitter.
 func (s *Stretch) Next() time.Duration {
 	d := s.Base
 	for range s.timeouts {

@@ -1,22 +1,18 @@
-// Package embedmongo runs an in-process MongoDB-compatible server (FerretDB 1.24
-// with its SQLite handler) on a loopback TCP port, so the demo and the test suite
-// need no MongoDB installed. The clients talk to it over the real wire protocol
-// with the real driver; nothing about it is mocked.
+// Package embedmongo runs an in-process FerretDB 1.24 (SQLite handler) on a
+// loopback TCP port, so the demo and the tests need no MongoDB installed.
+// cmd/scorerefresh does not import it: FerretDB and SQLite add tens of
+// megabytes and a database engine production must never fall back to.
 //
-// It is deliberately not imported by the production binary (cmd/scorerefresh):
-// FerretDB and SQLite add tens of megabytes and a second database engine that
-// production must never fall back to by accident.
-//
-// Know its costs before measuring anything against it: the SQLite handler pushes
-// down only a filter that is exactly {_id: <string or ObjectId>}; every other
+// Know its costs before measuring against it: the SQLite handler pushes down
+// only a filter that is exactly {_id: <string or ObjectId>}; every other
 // query decodes the whole collection in Go (about 35 µs per stored document).
 package embedmongo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -27,18 +23,13 @@ import (
 // Config configures an embedded server. The zero value is usable.
 type Config struct {
 	// Dir holds the SQLite files. Empty means a fresh temporary directory that
-	// Close removes, in memory (/dev/shm) where the machine has it: SQLite
-	// syncs every commit, and on a disk that alone makes inserts several
-	// times slower.
+	// Close removes, in memory (/dev/shm) where possible: SQLite syncs every
+	// commit, which on a disk makes inserts several times slower.
 	Dir string
 	// Addr is the TCP listen address. Defaults to "127.0.0.1:0" (a free port).
 	Addr string
-	// Logger receives FerretDB's own logs. Nil discards them: FerretDB logs every
-	// connection at info level, which drowns the service's own lines.
-	Logger *slog.Logger
 }
 
-// Server is a running embedded server.
 type Server struct {
 	uri     string
 	cancel  context.CancelFunc
@@ -51,7 +42,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{done: make(chan error, 1)}
 	dir := cfg.Dir
 	if dir == "" {
-		d, err := os.MkdirTemp(tempRoot(), "embedmongo-*")
+		d, err := os.MkdirTemp("/dev/shm", "embedmongo-*")
+		if err != nil { // no /dev/shm, or not writable
+			d, err = os.MkdirTemp("", "embedmongo-*")
+		}
 		if err != nil {
 			return nil, fmt.Errorf("creating data directory: %w", err)
 		}
@@ -64,22 +58,16 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resolving data directory %s: %w", dir, err)
 	}
-	addr := cfg.Addr
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
 	f, err := ferretdb.New(&ferretdb.Config{
-		Listener:  ferretdb.ListenerConfig{TCP: addr},
+		Listener:  ferretdb.ListenerConfig{TCP: cmp.Or(cfg.Addr, "127.0.0.1:0")},
 		Handler:   "sqlite",
 		SQLiteURL: "file:" + abs + "/",
-		Logger:    logger,
+		// FerretDB logs every connection at info level, which would drown
+		// the service's own lines.
+		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
-		s.removeTemp()
+		os.RemoveAll(s.tempDir)
 		return nil, fmt.Errorf("starting embedded FerretDB: %w", err)
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -98,23 +86,5 @@ func (s *Server) URI() string { return s.uri }
 func (s *Server) Close() error {
 	s.cancel()
 	err := <-s.done
-	return errors.Join(err, s.removeTemp())
-}
-
-func (s *Server) removeTemp() error {
-	if s.tempDir == "" {
-		return nil
-	}
-	return os.RemoveAll(s.tempDir)
-}
-
-func tempRoot() string {
-	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-		if f, err := os.CreateTemp("/dev/shm", "embedmongo-probe-*"); err == nil {
-			f.Close()
-			os.Remove(f.Name())
-			return "/dev/shm"
-		}
-	}
-	return os.TempDir()
+	return errors.Join(err, os.RemoveAll(s.tempDir)) // "" removes nothing
 }

@@ -270,3 +270,15 @@ func TestEmptyInputs(t *testing.T) {
 		}
 	}
 }
+
+// Layout, Line and Layout's names serve only these tests.
+
+// Layout returns the layout detected by the first call to Next.
+func (r *Reader) Layout() Layout { return r.layout }
+
+// Line returns the line where the document last returned (or rejected) starts.
+func (r *Reader) Line() int { return r.line }
+
+func (l Layout) String() string {
+	return [...]string{"lines", "array", "concatenated"}[l]
+}

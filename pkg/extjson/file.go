@@ -2,6 +2,7 @@ package extjson
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // File is an input file opened by Open, decompressed if it is gzip.
@@ -21,8 +24,8 @@ type File struct {
 	size int64
 }
 
-// Open opens path for reading. A gzip file is recognised by its magic bytes,
-// whatever its name, and decompressed on the fly.
+// Open opens path for reading, decompressing a gzip file (recognised by its
+// magic bytes, whatever its name).
 func Open(path string) (*File, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -36,7 +39,7 @@ func Open(path string) (*File, error) {
 	in := &File{f: f, size: st.Size()}
 	br := bufio.NewReader(io.TeeReader(f, &in.read))
 	in.Reader = br
-	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+	if magic, _ := br.Peek(2); bytes.Equal(magic, []byte{0x1f, 0x8b}) {
 		gz, err := gzip.NewReader(br)
 		if err != nil {
 			f.Close()
@@ -51,10 +54,9 @@ func Open(path string) (*File, error) {
 func (f *File) Size() int64 { return f.size }
 
 // BytesRead returns how much of the file on disk has been read; safe to call
-// from another goroutine (a progress bar).
+// from another goroutine (a progress bar), as are BytesWritten, Docs and Bytes.
 func (f *File) BytesRead() int64 { return f.read.Load() }
 
-// Close closes the file.
 func (f *File) Close() error {
 	var err error
 	if f.gz != nil {
@@ -63,8 +65,7 @@ func (f *File) Close() error {
 	return errors.Join(err, f.f.Close())
 }
 
-// byteCounter counts the bytes that pass through a tee, for progress;
-// safe to read from another goroutine.
+// byteCounter counts the bytes that pass through a tee.
 type byteCounter struct{ atomic.Int64 }
 
 func (c *byteCounter) Write(p []byte) (int, error) {
@@ -72,9 +73,8 @@ func (c *byteCounter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Output is a file being written by Create. It appears under its final name
-// only when Commit succeeds, so an interrupted export never leaves a file
-// that looks complete.
+// Output is a file being written by Create, under its final name only once
+// Commit succeeds: an interrupted export leaves no file that looks complete.
 type Output struct {
 	io.Writer
 	f       *os.File
@@ -90,12 +90,11 @@ func Create(path string) (*Output, error) {
 		return nil, err
 	}
 	o := &Output{f: f, path: path}
-	var w io.Writer = io.MultiWriter(f, &o.written)
+	o.Writer = io.MultiWriter(f, &o.written)
 	if strings.HasSuffix(path, ".gz") {
-		o.gz = gzip.NewWriter(w)
-		w = o.gz
+		o.gz = gzip.NewWriter(o.Writer)
+		o.Writer = o.gz
 	}
-	o.Writer = w
 	return o, nil
 }
 
@@ -124,3 +123,40 @@ func (o *Output) Abort() {
 	o.f.Close()
 	os.Remove(o.f.Name())
 }
+
+// Writer writes one document a line, as mongoexport does (canonical: as
+// --jsonFormat=canonical, the lossless choice; relaxed mode writes int32 and
+// int64 alike, so a small int64 comes back as an int32).
+type Writer struct {
+	w         *bufio.Writer
+	canonical bool
+	docs      atomic.Int64
+	bytes     atomic.Int64
+}
+
+// NewWriter writes to w; call Flush when done.
+func NewWriter(w io.Writer, canonical bool) *Writer {
+	return &Writer{w: bufio.NewWriterSize(w, 64<<10), canonical: canonical}
+}
+
+// Write appends one document (a bson.Raw, bson.D, map or struct).
+func (w *Writer) Write(doc any) error {
+	b, err := bson.MarshalExtJSON(doc, w.canonical, false)
+	if err != nil {
+		return fmt.Errorf("encoding document %d as Extended JSON: %w", w.docs.Load()+1, err)
+	}
+	b = append(b, '\n')
+	if _, err := w.w.Write(b); err != nil {
+		return err
+	}
+	w.docs.Add(1)
+	w.bytes.Add(int64(len(b)))
+	return nil
+}
+
+func (w *Writer) Docs() int64 { return w.docs.Load() }
+
+// Bytes returns the uncompressed bytes written so far.
+func (w *Writer) Bytes() int64 { return w.bytes.Load() }
+
+func (w *Writer) Flush() error { return w.w.Flush() }

@@ -1,15 +1,9 @@
 // Package extjson reads and writes MongoDB Extended JSON documents in the
-// layouts mongoexport writes, streaming, in constant memory:
-//
-//   - one document a line (mongoexport's default), canonical or relaxed;
-//   - one JSON array of documents (mongoexport --jsonArray), on one line or
-//     pretty-printed;
-//   - documents one after another over several lines each (mongoexport
-//     --pretty without --jsonArray).
-//
-// Every conversion goes through the driver's bson.UnmarshalExtJSON and
-// bson.MarshalExtJSON: Extended JSON is never hand-rolled here. The package
-// knows nothing about queues or scores.
+// layouts mongoexport writes, streaming, in constant memory: one document a
+// line (its default), canonical or relaxed; one JSON array of documents
+// (--jsonArray), on one line or pretty-printed; documents over several lines
+// each (--pretty). Every conversion goes through the driver's
+// bson.UnmarshalExtJSON and bson.MarshalExtJSON.
 package extjson
 
 import (
@@ -19,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -33,19 +29,14 @@ const (
 	LayoutConcatenated               // documents back to back, each over several lines
 )
 
-func (l Layout) String() string {
-	return [...]string{"lines", "array", "concatenated"}[l]
-}
-
 // Error is a document that could not be read: its file, line and position.
 type Error struct {
 	File    string
 	Line    int   // line where the document starts, 1-based
 	Element int   // position of the document in the file, 1-based
 	Err     error // what the driver (or the JSON syntax) said
-	// Fatal is set when the reader cannot find the next document after this
-	// one (a JSON syntax error inside an array or a multi-line layout), so
-	// skipping it is impossible. In the line layout no error is fatal.
+	// Fatal: the reader cannot find the next document (a JSON syntax error
+	// in an array or a multi-line layout). In the line layout none is.
 	Fatal bool
 }
 
@@ -66,13 +57,11 @@ type Reader struct {
 	layout  Layout
 	started bool
 	done    bool
-	element int // documents seen so far, good or bad
-	line    int // line of the last document returned
-	// line layout
-	next int // number of the next line to read
-	// array and concatenated layouts
-	lines *lineTracker
-	dec   *json.Decoder
+	element int           // documents seen so far, good or bad
+	line    int           // line of the last document returned
+	next    int           // line layout: number of the next line to read
+	lines   *lineTracker  // array and concatenated layouts
+	dec     *json.Decoder // array and concatenated layouts
 }
 
 // NewReader reads documents from r. name appears in errors (a file name).
@@ -81,15 +70,8 @@ func NewReader(r io.Reader, name string) *Reader {
 	return &Reader{name: name, br: bufio.NewReaderSize(lt, 64<<10), lines: lt, next: 1}
 }
 
-// Layout returns the layout detected by the first call to Next.
-func (r *Reader) Layout() Layout { return r.layout }
-
-// Line returns the line where the document last returned (or rejected) starts.
-func (r *Reader) Line() int { return r.line }
-
 // Next returns the next document, io.EOF after the last one, or an *Error for
-// a document that does not parse; unless that error is Fatal, the following
-// call goes on with the next document.
+// one that does not parse, after which Next goes on unless it is Fatal.
 func (r *Reader) Next() (bson.Raw, error) {
 	if r.done {
 		return nil, io.EOF
@@ -106,13 +88,12 @@ func (r *Reader) Next() (bson.Raw, error) {
 	return r.nextElement()
 }
 
-// start detects the layout. A '[' opens an array; a first line that is a
-// lone '{' is how pretty-printed documents start (mongoexport --pretty);
-// anything else is one document a line, where a bad line can be skipped.
+// start detects the layout: a '[' opens an array, a first line that is a
+// lone '{' starts pretty-printed documents, anything else is one a line.
 func (r *Reader) start() error {
 	r.started = true
 	b, err := r.br.ReadByte()
-	for ; err == nil && isSpace(b); b, err = r.br.ReadByte() {
+	for ; err == nil && strings.IndexByte(" \t\r\n", b) >= 0; b, err = r.br.ReadByte() {
 		if b == '\n' {
 			r.next++
 		}
@@ -130,9 +111,7 @@ func (r *Reader) start() error {
 		r.lines.stop() // lines are counted as they are read
 		return nil
 	}
-	// The decoder reads from the same buffered reader, so its offsets
-	// start where the buffered reader stands now; the tracker below it
-	// converts offsets to line numbers.
+	// The decoder's offsets start where the buffered reader stands now.
 	r.lines.origin = r.lines.pos - int64(r.br.Buffered())
 	r.dec = json.NewDecoder(r.br)
 	if r.layout == LayoutArray {
@@ -144,7 +123,7 @@ func (r *Reader) start() error {
 }
 
 // firstLine returns the first line without consuming it, or nil when it is
-// longer than the buffer (and so certainly not a lone '{').
+// longer than the buffer (so not a lone '{').
 func (r *Reader) firstLine() []byte {
 	b, err := r.br.Peek(r.br.Size())
 	if i := bytes.IndexByte(b, '\n'); i >= 0 {
@@ -198,8 +177,7 @@ func (r *Reader) nextElement() (bson.Raw, error) {
 		r.line = r.lines.lineAt(at)
 		return nil, &Error{File: r.name, Line: r.line, Element: r.element, Err: err, Fatal: true}
 	}
-	// The decoder stands just past the value: its first line is the line
-	// there, less the value's own newlines.
+	// The decoder stands just past the value, less the value's own newlines.
 	r.line = r.lines.lineAt(r.dec.InputOffset()) - bytes.Count(raw, []byte{'\n'})
 	return r.parse(raw, true)
 }
@@ -219,4 +197,41 @@ func (r *Reader) parse(data []byte, decoded bool) (bson.Raw, error) {
 	return doc, nil
 }
 
-func isSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\r' || b == '\n' }
+// lineTracker sits under the buffered reader and remembers where the
+// newlines it passed are, so an offset reported by json.Decoder (which reads
+// ahead) becomes a line number. It forgets newlines once counted: its memory
+// is bounded by the decoder's read-ahead.
+type lineTracker struct {
+	r       io.Reader
+	pos     int64   // bytes read from r
+	origin  int64   // pos at which the decoder's offset 0 lies
+	nl      []int64 // offsets of newlines not yet counted
+	counted int     // newlines already counted
+	off     bool
+}
+
+func (t *lineTracker) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	for i := 0; !t.off; {
+		j := bytes.IndexByte(p[i:n], '\n')
+		if j < 0 {
+			break
+		}
+		t.nl = append(t.nl, t.pos+int64(i+j))
+		i += j + 1
+	}
+	t.pos += int64(n)
+	return n, err
+}
+
+// stop ends tracking (the line layout counts lines itself).
+func (t *lineTracker) stop() { t.off, t.nl = true, nil }
+
+// lineAt returns the 1-based line of the byte at the decoder's offset off,
+// which must never decrease from call to call.
+func (t *lineTracker) lineAt(off int64) int {
+	i, _ := slices.BinarySearch(t.nl, t.origin+off) // the newlines before off
+	t.counted += i
+	t.nl = t.nl[i:]
+	return t.counted + 1
+}

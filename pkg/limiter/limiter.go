@@ -1,10 +1,7 @@
 // Package limiter bounds how many operations run at once, with a limit that
-// can change while work is in flight. It knows nothing about what it limits.
-//
-// Growing the limit admits waiters at once. Shrinking never interrupts
-// running work: it only admits fewer until the number in flight has dropped
-// below the new limit. The in-flight count is the source of truth; the limit
-// is a target it converges to.
+// can change while work is in flight. Growing the limit admits waiters at
+// once; shrinking never interrupts running work, it only admits fewer until
+// the number in flight has dropped below the new limit.
 package limiter
 
 import (
@@ -57,16 +54,14 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 	}
 }
 
-// Release frees a slot taken by Acquire.
 func (l *Limiter) Release() {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.inFlight <= 0 {
-		l.mu.Unlock()
 		panic("limiter: Release without Acquire")
 	}
 	l.inFlight--
 	l.admitLocked()
-	l.mu.Unlock()
 }
 
 // SetLimit changes the limit (at least 1). Waiters are admitted at once if the
@@ -78,26 +73,18 @@ func (l *Limiter) SetLimit(n int) {
 	l.mu.Unlock()
 }
 
-// Limit returns the current limit.
-func (l *Limiter) Limit() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.limit
-}
+func (l *Limiter) Limit() int { return l.read(func() int { return l.limit }) }
 
 // InFlight returns how many acquired slots are not yet released; it may
 // exceed Limit for a while after the limit shrank.
-func (l *Limiter) InFlight() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.inFlight
-}
+func (l *Limiter) InFlight() int { return l.read(func() int { return l.inFlight }) }
 
-// Waiting returns how many callers wait in Acquire.
-func (l *Limiter) Waiting() int {
+func (l *Limiter) Waiting() int { return l.read(l.waiters.Len) }
+
+func (l *Limiter) read(f func() int) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.waiters.Len()
+	return f()
 }
 
 func (l *Limiter) admitLocked() {

@@ -9,14 +9,11 @@ import (
 	"go.mongodb.org/mongo-driver/v2/event"
 )
 
-// Commands records the commands a client sends and what came back, from the
-// driver's command events, so a test counts round trips and inspects their
-// shapes without a command monitor of its own. Like Cursors, it chains to
-// another monitor.
+// Commands records the commands a client sends and their replies.
 type Commands struct {
 	// OnStarted, if set, sees each command as it starts, on the goroutine
-	// that sends it: a test may hold it there (a slow or hung server) until
-	// ctx, the command's context, ends. Set it before the client is used.
+	// that sends it: a test may hold it there (a hung server) until ctx, the
+	// command's, ends. Set it before the client is used.
 	OnStarted func(ctx context.Context, c Command)
 
 	mu      sync.Mutex
@@ -36,7 +33,7 @@ type Command struct {
 // Monitor returns the command monitor to give the client; next, if not
 // nil, sees every event too (Cursors.Monitor, say).
 func (r *Commands) Monitor(next *event.CommandMonitor) *event.CommandMonitor {
-	return &event.CommandMonitor{
+	return chain(&event.CommandMonitor{
 		Started: func(ctx context.Context, e *event.CommandStartedEvent) {
 			c := Command{Name: e.CommandName, Body: slices.Clone(e.Command)}
 			c.Collection, _ = e.Command.Lookup(e.CommandName).StringValueOK()
@@ -50,22 +47,34 @@ func (r *Commands) Monitor(next *event.CommandMonitor) *event.CommandMonitor {
 			if r.OnStarted != nil {
 				r.OnStarted(ctx, c)
 			}
-			if next != nil && next.Started != nil {
-				next.Started(ctx, e)
-			}
 		},
-		Succeeded: func(ctx context.Context, e *event.CommandSucceededEvent) {
+		Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
 			r.answered(e.RequestID, slices.Clone(e.Reply), false)
-			if next != nil && next.Succeeded != nil {
-				next.Succeeded(ctx, e)
-			}
 		},
-		Failed: func(ctx context.Context, e *event.CommandFailedEvent) {
-			r.answered(e.RequestID, nil, true)
-			if next != nil && next.Failed != nil {
-				next.Failed(ctx, e)
-			}
-		},
+		Failed: func(_ context.Context, e *event.CommandFailedEvent) { r.answered(e.RequestID, nil, true) },
+	}, next)
+}
+
+// chain returns m, followed by next's functions when next is not nil.
+func chain(m, next *event.CommandMonitor) *event.CommandMonitor {
+	if next == nil {
+		return m
+	}
+	return &event.CommandMonitor{
+		Started:   both(m.Started, next.Started),
+		Succeeded: both(m.Succeeded, next.Succeeded),
+		Failed:    both(m.Failed, next.Failed),
+	}
+}
+
+// both calls f, then g unless g is nil.
+func both[E any](f, g func(context.Context, E)) func(context.Context, E) {
+	if g == nil {
+		return f
+	}
+	return func(ctx context.Context, e E) {
+		f(ctx, e)
+		g(ctx, e)
 	}
 }
 
@@ -97,22 +106,16 @@ func (r *Commands) Take() []Command {
 	return out
 }
 
-// Reset forgets the commands recorded so far.
 func (r *Commands) Reset() { r.Take() }
 
-// Count is how many of the commands recorded since the last Take or Reset
-// are named name, on collection coll ("" for any).
+// Count is how many commands recorded since the last Take or Reset are
+// named name, on collection coll ("" for any).
 func (r *Commands) Count(name, coll string) int {
-	n := 0
-	for _, c := range r.All() {
-		if c.Name == name && (coll == "" || c.Collection == coll) {
-			n++
-		}
-	}
-	return n
+	return len(slices.DeleteFunc(r.All(), func(c Command) bool {
+		return c.Name != name || coll != "" && c.Collection != coll
+	}))
 }
 
-// ByName counts cmds by command name.
 func ByName(cmds []Command) map[string]int {
 	n := map[string]int{}
 	for _, c := range cmds {

@@ -1,8 +1,6 @@
-// Package mongotest hands integration tests a real MongoDB database: the server
-// named by TEST_MONGODB_URI when it is set, otherwise one embedded FerretDB
-// server shared by every test of the package (started on first use, over TCP).
-// Each call returns a database of its own, so tests can run in parallel and
-// never see each other's documents.
+// Package mongotest hands integration tests a database of their own, so they
+// run in parallel: on the server named by TEST_MONGODB_URI, otherwise on one
+// embedded FerretDB server shared by the test binary (started on first use).
 package mongotest
 
 import (
@@ -15,43 +13,40 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/scorerefresh/scorerefresh/pkg/embedmongo"
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
 // EnvURI names the variable that points the suite at a real MongoDB.
 const EnvURI = "TEST_MONGODB_URI"
 
-var (
-	serverOnce sync.Once
-	serverURI  string
-	serverErr  error
-	dbSeq      atomic.Int64
-)
+var dbSeq atomic.Int64
+
+var startServer = sync.OnceValues(func() (string, error) {
+	s, err := embedmongo.Start(context.Background(), embedmongo.Config{})
+	if err != nil {
+		return "", err
+	}
+	return s.URI(), nil
+})
 
 // URI returns the connection string of the test server, starting the shared
-// embedded server if TEST_MONGODB_URI is not set. The embedded server lives
-// until the test binary exits.
+// embedded server (which lives until the test binary exits) if needed.
 func URI(t testing.TB) string {
 	t.Helper()
 	if uri := os.Getenv(EnvURI); uri != "" {
 		return uri
 	}
-	serverOnce.Do(func() {
-		s, err := embedmongo.Start(context.Background(), embedmongo.Config{})
-		if err != nil {
-			serverErr = err
-			return
-		}
-		serverURI = s.URI()
-	})
-	if serverErr != nil {
-		t.Fatalf("starting embedded MongoDB: %v", serverErr)
+	uri, err := startServer()
+	if err != nil {
+		t.Fatalf("starting embedded MongoDB: %v", err)
 	}
-	return serverURI
+	return uri
 }
 
 // Options configures a client for a test.
@@ -60,15 +55,10 @@ type Options struct {
 	Monitor *event.CommandMonitor
 }
 
-// Client connects to the test server; the client is disconnected when the
-// test ends.
+// Client connects to the test server until the test ends.
 func Client(t testing.TB, opts Options) *mongo.Client {
 	t.Helper()
-	co := options.Client().ApplyURI(URI(t)).SetTimeout(30 * time.Second)
-	if opts.Monitor != nil {
-		co.SetMonitor(opts.Monitor)
-	}
-	c, err := mongo.Connect(co)
+	c, err := mongo.Connect(options.Client().ApplyURI(URI(t)).SetTimeout(30 * time.Second).SetMonitor(opts.Monitor))
 	if err != nil {
 		t.Fatalf("connecting to test MongoDB: %v", err)
 	}
@@ -84,14 +74,10 @@ func Client(t testing.TB, opts Options) *mongo.Client {
 // short enough for MongoDB's 64-byte limit.
 func DatabaseName(t testing.TB) string {
 	name := strings.NewReplacer("/", "_", " ", "_", ".", "_").Replace(t.Name())
-	if len(name) > 40 {
-		name = name[:40]
-	}
-	return fmt.Sprintf("t%d_%d_%s", os.Getpid()%100000, dbSeq.Add(1), name)
+	return fmt.Sprintf("t%d_%d_%s", os.Getpid()%100000, dbSeq.Add(1), name[:min(len(name), 40)])
 }
 
-// Database returns a fresh database on a new client; it is dropped when the
-// test ends.
+// Database returns a fresh database on a new client, dropped when the test ends.
 func Database(t testing.TB, opts Options) *mongo.Database {
 	t.Helper()
 	db := Client(t, opts).Database(DatabaseName(t))
@@ -101,4 +87,52 @@ func Database(t testing.TB, opts Options) *mongo.Database {
 		_ = db.Drop(ctx)
 	})
 	return db
+}
+
+// RequireMongoDB skips t unless db is on a real MongoDB: tests of its query
+// planner mean nothing on FerretDB, whose explain is its backend's plan.
+func RequireMongoDB(t testing.TB, db *mongo.Database) {
+	t.Helper()
+	RequireMongoDBURI(t)
+	info, err := servertraits.Ask(t.Context(), db)
+	if err != nil {
+		t.Fatalf("asking the test server what it is: %v", err)
+	}
+	if info.FerretDB != "" {
+		t.Skipf("needs MongoDB's query planner: %s points at FerretDB", EnvURI)
+	}
+}
+
+// RequireMongoDBURI skips t unless TEST_MONGODB_URI is set: the cheap half
+// of RequireMongoDB, to call before seeding data only a planner test needs
+// (seeding the embedded server only to skip can time out a loaded machine).
+func RequireMongoDBURI(t testing.TB) {
+	t.Helper()
+	if os.Getenv(EnvURI) == "" {
+		t.Skipf("needs MongoDB's query planner: set %s to a MongoDB 6.0+ (the embedded FerretDB's explain is its SQLite plan)", EnvURI)
+	}
+}
+
+// RecordedReply reads the server reply recorded at path (Extended JSON whose
+// first field "_source" names where it was taken from) without that field.
+// A fixture that names no source fails: replies written from memory are how
+// wrong shapes get in.
+func RecordedReply(t testing.TB, path string) bson.Raw {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc bson.D
+	if err := bson.UnmarshalExtJSON(data, false, &doc); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if len(doc) == 0 || doc[0].Key != "_source" || doc[0].Value == "" {
+		t.Fatalf("%s names no _source", path)
+	}
+	raw, err := bson.Marshal(doc[1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
 }

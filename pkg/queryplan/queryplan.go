@@ -1,17 +1,9 @@
 // Package queryplan asks MongoDB how it runs the very commands a program
-// sends, and sums up the answer.
-//
-// A Recorder, set as the driver's command monitor, keeps every command as it
-// went on the wire; Explainable turns one into the commands explain accepts
-// (driver fields stripped, a write split into one command per statement);
-// Explain runs them with executionStats and Parse reduces the reply to what
-// a plan check needs: the stages and indexes of the winning plan, whether it
-// is multikey, and the keys and documents it examined. Parse understands
-// the classic and the slot-based engine's output, aggregations (whole or with
-// a $cursor stage) and sharded clusters (per-shard plans, summed).
-//
-// FerretDB answers explain with its backend's plan (SQLite's or PostgreSQL's),
-// which has none of this: Parse reports ErrNotMongoDB for it.
+// sends: a Recorder keeps them as they went on the wire, Explainable turns
+// one into what explain accepts, Explain runs that with executionStats and
+// Parse reduces the reply to what a plan check needs. Parse reads the classic
+// and slot-based engines, aggregations (whole or with a $cursor stage) and
+// sharded clusters; FerretDB's explain (its backend's plan) is ErrNotMongoDB.
 package queryplan
 
 import (
@@ -19,46 +11,22 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
+	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 )
 
 // Command is one command as the driver sent it.
-type Command struct {
-	Name       string   // find, aggregate, update, delete, insert, …
-	Collection string   // the collection it names ("" for database commands)
-	Body       bson.Raw // the whole command, write statements included
-}
+type Command = mongotest.Command
 
-// Recorder keeps the commands the driver sends. Use Monitor as the client's
-// command monitor; it is safe for concurrent use.
-type Recorder struct {
-	mu   sync.Mutex
-	cmds []Command
-}
+// Recorder keeps the commands the driver sends, until Take returns them.
+type Recorder struct{ mongotest.Commands }
 
-// Monitor returns the command monitor that feeds r.
-func (r *Recorder) Monitor() *event.CommandMonitor {
-	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		coll, _ := e.Command.Lookup(e.CommandName).StringValueOK()
-		c := Command{Name: e.CommandName, Collection: coll, Body: slices.Clone(e.Command)}
-		r.mu.Lock()
-		r.cmds = append(r.cmds, c)
-		r.mu.Unlock()
-	}}
-}
-
-// Take returns the commands recorded since the last Take.
-func (r *Recorder) Take() []Command {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := r.cmds
-	r.cmds = nil
-	return out
-}
+func (r *Recorder) Monitor() *event.CommandMonitor { return r.Commands.Monitor(nil) }
 
 // Plan is what explain said about one command.
 type Plan struct {
@@ -70,7 +38,6 @@ type Plan struct {
 	Returned     int64    // documents returned (for a write: matched)
 }
 
-// Has reports whether the winning plan has stage.
 func (p Plan) Has(stage string) bool { return slices.Contains(p.Stages, stage) }
 
 // Uses reports whether the winning plan reads index (by name).
@@ -80,7 +47,6 @@ func (p Plan) Uses(index string) bool { return slices.Contains(p.Indexes, index)
 // first result. (SORT_MERGE, which merges sorted index scans, is not one.)
 func (p Plan) BlockingSort() bool { return p.Has("SORT") }
 
-// CollScan reports a plan that reads the whole collection.
 func (p Plan) CollScan() bool { return p.Has("COLLSCAN") }
 
 // Covered reports a plan answered from index keys alone: no document read.
@@ -100,14 +66,173 @@ var ErrNotMongoDB = errors.New("explain reply has no MongoDB winning plan")
 // Explain runs cmd (one of Explainable's) under explain with executionStats.
 // A write is planned and executed without writing anything.
 func Explain(ctx context.Context, db *mongo.Database, cmd bson.D) (Plan, error) {
-	var reply bson.Raw
-	err := db.RunCommand(ctx, bson.D{{Key: "explain", Value: cmd}, {Key: "verbosity", Value: "executionStats"}}).Decode(&reply)
-	if err != nil {
-		return Plan{}, fmt.Errorf("explaining %s: %w", cmd, err)
+	reply, err := db.RunCommand(ctx, bson.D{{Key: "explain", Value: cmd}, {Key: "verbosity", Value: "executionStats"}}).Raw()
+	var p Plan
+	if err == nil {
+		p, err = Parse(reply)
 	}
-	p, err := Parse(reply)
 	if err != nil {
 		return Plan{}, fmt.Errorf("explaining %s: %w", cmd, err)
 	}
 	return p, nil
+}
+
+// ErrNotExplainable is Explainable's answer for commands with no plan
+// (insert, getMore, …).
+var ErrNotExplainable = errors.New("command has no query plan")
+
+// kept lists, per command, the fields explain accepts; the driver's own
+// ($db, lsid, $clusterTime, readConcern, writeConcern, …) are dropped.
+var kept = map[string][]string{
+	"find": {"find", "filter", "sort", "projection", "hint", "skip", "limit", "batchSize",
+		"singleBatch", "collation", "min", "max", "let", "allowDiskUse", "returnKey", "showRecordId"},
+	"aggregate":     {"aggregate", "pipeline", "cursor", "hint", "collation", "let", "allowDiskUse"},
+	"count":         {"count", "query", "limit", "skip", "hint", "collation"},
+	"distinct":      {"distinct", "key", "query", "hint", "collation"},
+	"findAndModify": {"findAndModify", "query", "sort", "update", "remove", "new", "fields", "upsert", "hint", "collation", "arrayFilters"},
+	"update":        {"update", "let"},
+	"delete":        {"delete", "let"},
+}
+
+// statements names the array of statements of the write commands: explain
+// takes exactly one statement per command.
+var statements = map[string]string{"update": "updates", "delete": "deletes"}
+
+// Explainable returns what to explain for c: c itself without the driver's
+// fields, or, for a write, one command per statement.
+func Explainable(c Command) ([]bson.D, error) {
+	fields, ok := kept[c.Name]
+	if !ok {
+		return nil, fmt.Errorf("%s: %w", c.Name, ErrNotExplainable)
+	}
+	base := bson.D{}
+	for _, f := range fields {
+		if v, err := c.Body.LookupErr(f); err == nil {
+			base = append(base, bson.E{Key: f, Value: v})
+		}
+	}
+	list, isWrite := statements[c.Name]
+	if !isWrite {
+		return []bson.D{base}, nil
+	}
+	arr, ok := c.Body.Lookup(list).ArrayOK()
+	if !ok {
+		return nil, fmt.Errorf("%s command without %s", c.Name, list)
+	}
+	vals, err := arr.Values()
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", list, err)
+	}
+	out := make([]bson.D, 0, len(vals))
+	for _, v := range vals {
+		out = append(out, append(slices.Clone(base), bson.E{Key: list, Value: bson.A{v}}))
+	}
+	return out, nil
+}
+
+// Parse sums up an explain reply (verbosity executionStats).
+func Parse(reply bson.Raw) (Plan, error) {
+	var p Plan
+	if !findWinning(reply, &p) {
+		return Plan{}, ErrNotMongoDB
+	}
+	addTotals(reply, &p)
+	return p, nil
+}
+
+// notPlan are the parts of an explain reply that are not the winning plan:
+// rejected plans, the slot-based engine's program, echoes of the command.
+var notPlan = map[string]bool{
+	"rejectedPlans": true, "slotBasedPlan": true, "allPlansExecution": true,
+	"command": true, "originalCommand": true, "parsedQuery": true, "serverInfo": true,
+	"executionStats": true,
+}
+
+// findWinning collects every winningPlan in doc: one per shard on a sharded
+// cluster, one under $cursor in an aggregation the query engine runs in part.
+func findWinning(doc bson.Raw, p *Plan) bool {
+	found := false
+	elems, _ := doc.Elements()
+	for _, e := range elems {
+		if notPlan[e.Key()] {
+			continue
+		}
+		if e.Key() == "winningPlan" {
+			if d, ok := e.Value().DocumentOK(); ok {
+				collectStages(d, p)
+				found = true
+			}
+			continue
+		}
+		for _, child := range children(e.Value()) {
+			found = findWinning(child, p) || found
+		}
+	}
+	return found
+}
+
+// stageChildren are the fields through which a plan stage holds others.
+var stageChildren = []string{"queryPlan", "inputStage", "inputStages", "shards", "winningPlan",
+	"thenStage", "elseStage", "outerStage", "innerStage"}
+
+func collectStages(stage bson.Raw, p *Plan) {
+	if s, ok := stage.Lookup("stage").StringValueOK(); ok {
+		p.Stages = append(p.Stages, s)
+		name, ok := stage.Lookup("indexName").StringValueOK()
+		if !ok && (s == "IDHACK" || strings.HasPrefix(s, "EXPRESS")) {
+			// _id lookups that skip planning (MongoDB 8's express path
+			// also serves single-field unique indexes, and then names them).
+			name, ok = "_id_", true
+		}
+		if ok && !slices.Contains(p.Indexes, name) {
+			p.Indexes = append(p.Indexes, name)
+		}
+		if mk, _ := stage.Lookup("isMultiKey").BooleanOK(); mk {
+			p.MultiKey = true
+		}
+	}
+	for _, key := range stageChildren {
+		for _, child := range children(stage.Lookup(key)) {
+			collectStages(child, p)
+		}
+	}
+}
+
+// addTotals adds the executionStats totals in doc: the top-level ones, or,
+// where there are none (an aggregation's $cursor, each shard of a sharded
+// aggregation), every one found below.
+func addTotals(doc bson.Raw, p *Plan) {
+	es, _ := doc.Lookup("executionStats").DocumentOK()
+	if keys, ok := es.Lookup("totalKeysExamined").AsInt64OK(); ok {
+		docs, _ := es.Lookup("totalDocsExamined").AsInt64OK()
+		returned, _ := es.Lookup("nReturned").AsInt64OK()
+		p.KeysExamined += keys
+		p.DocsExamined += docs
+		p.Returned += returned
+		return
+	}
+	elems, _ := doc.Elements()
+	for _, e := range elems {
+		if e.Key() != "command" && e.Key() != "queryPlanner" {
+			for _, child := range children(e.Value()) {
+				addTotals(child, p)
+			}
+		}
+	}
+}
+
+// children returns v if it is a document, or its document elements.
+func children(v bson.RawValue) []bson.Raw {
+	if d, ok := v.DocumentOK(); ok {
+		return []bson.Raw{d}
+	}
+	a, _ := v.ArrayOK()
+	vals, _ := a.Values()
+	var out []bson.Raw
+	for _, x := range vals {
+		if d, ok := x.DocumentOK(); ok {
+			out = append(out, d)
+		}
+	}
+	return out
 }

@@ -1,34 +1,30 @@
 // Package redact hides secrets in connection strings and in any text that
-// may quote one (error messages, log values, files written for others).
+// may quote one. It knows no URI scheme or driver, so it works on strings no
+// parser accepts (no scheme, a broken one, several hosts, unescaped or
+// percent-encoded separators). Three rules:
 //
-// It knows nothing of a particular URI scheme or driver, so it works on
-// strings no parser accepts: without a scheme, with a broken scheme, with
-// several hosts, with unescaped or percent-encoded separators. Three rules:
-//
-//  1. User-info: in a word holding an '@' (or its encoding %40), everything
-//     from the start of the authority up to the last '@' is replaced by
-//     REDACTED. The authority starts after the first "//" (or %2F%2F), else
-//     after a leading "scheme:/", else after a leading "NAME=", else at the
-//     start of the word. The username goes too: in a malformed string nothing
-//     tells a username from a password.
+//  1. User-info: in a word holding an '@' (or %40), everything from the start
+//     of the authority up to the last '@' is replaced by REDACTED. The
+//     authority starts after the first "//" (or %2F%2F), else after a leading
+//     "scheme:/", else after a leading "NAME=", else at the start of the
+//     word. The username goes too: nothing tells it from a password.
 //  2. Secret-named values: a value introduced by NAME= or NAME: (the latter
 //     only at the start of an option or of a comma-separated element, as in
-//     authMechanismProperties=AWS_SESSION_TOKEN:x) is replaced by REDACTED
-//     when NAME suggests a secret (it contains pass, pwd, secret, token, key,
-//     cred, signature or private, in any case).
-//  3. Known secrets: the secrets rules 1 and 2 find in the connection strings
-//     handed to String or Error are hidden wherever they appear, raw or
-//     percent-decoded, so a driver message that quotes a bare option value
-//     ("invalid option value ...") loses it too.
+//     authMechanismProperties=AWS_SESSION_TOKEN:x) is replaced when NAME
+//     contains pass, pwd, secret, token, key, cred, signature or private.
+//  3. Known secrets: what rules 1 and 2 find in the connection strings handed
+//     to String or Error is hidden wherever it appears, raw or
+//     percent-decoded, as in a driver message quoting a bare option value.
 //
-// Redaction errs towards hiding too much: an e-mail address in free text
-// loses its local part, a file path with an '@' its start. Applying it twice
-// changes nothing more.
+// Redaction errs towards hiding too much (an e-mail address loses its local
+// part); applying it twice changes nothing more.
 package redact
 
 import (
 	"cmp"
+	"maps"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -36,14 +32,13 @@ import (
 // Mask replaces whatever is hidden.
 const Mask = "REDACTED"
 
-// secretWords are the name fragments that mark a value as secret.
+func ignore(string) {}
+
 var secretWords = []string{"pass", "pwd", "secret", "token", "key", "cred", "signature", "private"}
 
 // URI returns the connection string s with its user-info and secret-named
 // option values hidden. The whole of s is one value: spaces do not end it.
-func URI(s string) string {
-	return redactWord(s, nil)
-}
+func URI(s string) string { return redactWord(s, ignore) }
 
 // String returns text with rules 1 and 2 applied to each word (words end at
 // whitespace and quotes), and with every secret found in sources (connection
@@ -51,27 +46,19 @@ func URI(s string) string {
 func String(text string, sources ...string) string {
 	var b strings.Builder
 	b.Grow(len(text))
-	start := -1
-	for i, r := range text {
-		if isWordBreak(r) {
-			if start >= 0 {
-				b.WriteString(redactWord(text[start:i], nil))
-				start = -1
-			}
-			b.WriteRune(r)
-		} else if start < 0 {
-			start = i
+	for {
+		i := strings.IndexAny(text, " \t\n\r\v\f\"'`")
+		if i < 0 {
+			b.WriteString(redactWord(text, ignore))
+			return hideKnown(b.String(), secretsOf(sources...))
 		}
+		b.WriteString(redactWord(text[:i], ignore) + text[i:i+1])
+		text = text[i+1:]
 	}
-	if start >= 0 {
-		b.WriteString(redactWord(text[start:], nil))
-	}
-	return hideKnown(b.String(), secretsOf(sources...))
 }
 
-// Error returns err with its message redacted as String redacts text. The
-// original stays reachable through errors.Is and errors.As (for sentinel and
-// type checks); only the message changes. A nil err gives nil.
+// Error returns err (nil for nil) with its message redacted as String
+// redacts text; errors.Is and errors.As still reach the original.
 func Error(err error, sources ...string) error {
 	if err == nil {
 		return nil
@@ -87,9 +74,9 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
-// secretsOf returns what rules 1 and 2 hide in the given connection strings:
-// the user-info, the password alone, and each secret value, raw and
-// percent-decoded, longest first.
+// secretsOf returns what rules 1 and 2 hide in the connection strings: the
+// user-info, the password alone, each secret value, raw and percent-decoded,
+// longest first.
 func secretsOf(sources ...string) []string {
 	seen := map[string]bool{}
 	add := func(s string) {
@@ -109,27 +96,14 @@ func secretsOf(sources ...string) []string {
 			}
 		})
 	}
-	out := make([]string, 0, len(seen))
-	for s := range seen {
-		out = append(out, s)
-	}
+	out := slices.Collect(maps.Keys(seen))
 	slices.SortFunc(out, func(a, b string) int { return cmp.Or(len(b)-len(a), strings.Compare(a, b)) })
 	return out
 }
 
-func isWordBreak(r rune) bool {
-	switch r {
-	case ' ', '\t', '\n', '\r', '\v', '\f', '"', '\'', '`':
-		return true
-	}
-	return false
-}
-
-// redactWord applies rules 1 and 2 to one word; found, when not nil, sees
-// every hidden piece.
+// redactWord applies rules 1 and 2 to one word; found sees every hidden piece.
 func redactWord(w string, found func(string)) string {
-	w = hideUserInfo(w, found)
-	return hideSecretValues(w, found)
+	return hideSecretValues(hideUserInfo(w, found), found)
 }
 
 // hideUserInfo applies rule 1.
@@ -146,14 +120,12 @@ func hideUserInfo(w string, found func(string)) string {
 	if start >= at || w[start:at] == Mask {
 		return w
 	}
-	if found != nil {
-		found(w[start:at])
-	}
+	found(w[start:at])
 	return w[:start] + Mask + w[at:]
 }
 
-// authorityStart is where the user-info begins in head, the lower-cased part
-// of a word before its last '@'.
+// authorityStart is where the user-info begins in head, the lower-cased word
+// before its last '@'.
 func authorityStart(head string) int {
 	for _, sep := range []string{"//", "%2f%2f"} {
 		if i := strings.Index(head, sep); i >= 0 {
@@ -175,27 +147,15 @@ func authorityStart(head string) int {
 		}
 		break
 	}
-	if n := schemeLen(head[off:]); n > 0 && strings.HasPrefix(head[off+n:], "/") {
+	if n := len(scheme.FindString(head[off:])); n > 0 && strings.HasPrefix(head[off+n:], "/") {
 		off += n
 		off += len(head[off:]) - len(strings.TrimLeft(head[off:], "/"))
 	}
 	return off
 }
 
-// schemeLen is the length of a leading "scheme:" in s, or 0.
-func schemeLen(s string) int {
-	for i, r := range s {
-		switch {
-		case r >= 'a' && r <= 'z':
-		case i > 0 && (r >= '0' && r <= '9' || r == '+' || r == '.' || r == '-'):
-		case i > 0 && r == ':':
-			return i + 1
-		default:
-			return 0
-		}
-	}
-	return 0
-}
+// scheme is a leading "scheme:" (RFC 3986), lower-cased.
+var scheme = regexp.MustCompile(`^[a-z][a-z0-9+.-]*:`)
 
 // hideSecretValues applies rule 2. A value introduced by '=' runs to the
 // end of its option (the next '&' or ';'), one introduced by ':' to the end
@@ -218,32 +178,19 @@ func hideSecretValues(w string, found func(string)) string {
 		if to == from || w[from:to] == Mask {
 			continue
 		}
-		if found != nil {
-			found(w[from:to])
-		}
-		b.WriteString(w[done:from])
-		b.WriteString(Mask)
+		found(w[from:to])
+		b.WriteString(w[done:from] + Mask)
 		done, i = to, to-1
 	}
-	if done == 0 {
-		return w
-	}
-	b.WriteString(w[done:])
-	return b.String()
+	return b.String() + w[done:]
 }
 
-// separatorAt reports a name/value separator at lw[i]: '=' or ':', plain
-// or percent-encoded.
+// separatorAt reports a name/value separator at lw[i], plain or encoded.
 func separatorAt(lw string, i int) (n int, colon bool) {
-	switch {
-	case lw[i] == '=':
-		return 1, false
-	case lw[i] == ':':
-		return 1, true
-	case strings.HasPrefix(lw[i:], "%3d"):
-		return 3, false
-	case strings.HasPrefix(lw[i:], "%3a"):
-		return 3, true
+	for _, sep := range []string{"=", ":", "%3d", "%3a"} {
+		if strings.HasPrefix(lw[i:], sep) {
+			return len(sep), sep == ":" || sep == "%3a"
+		}
 	}
 	return 0, false
 }
@@ -251,15 +198,9 @@ func separatorAt(lw string, i int) (n int, colon bool) {
 // startsElement reports whether a name after before begins an option or a
 // list element, where a NAME:value pair may stand.
 func startsElement(before string) bool {
-	if before == "" {
-		return true
-	}
-	for _, sep := range []string{"=", ",", "?", "&", ";", "%3d", "%2c"} {
-		if strings.HasSuffix(before, sep) {
-			return true
-		}
-	}
-	return false
+	return before == "" || slices.ContainsFunc([]string{"=", ",", "?", "&", ";", "%3d", "%2c"}, func(sep string) bool {
+		return strings.HasSuffix(before, sep)
+	})
 }
 
 func valueEnd(lw string, from int, colon bool) int {
@@ -278,24 +219,15 @@ func valueEnd(lw string, from int, colon bool) int {
 
 // nameLen is the length of the option name that ends s.
 func nameLen(s string) int {
-	n := 0
-	for n < len(s) {
-		c := s[len(s)-1-n]
-		if !isWordByte(c) && c != '-' && c != '.' {
-			break
-		}
-		n++
+	i := len(s)
+	for i > 0 && (isWordByte(s[i-1]) || s[i-1] == '-' || s[i-1] == '.') {
+		i--
 	}
-	return n
+	return len(s) - i
 }
 
 func suggestsSecret(lowerName string) bool {
-	for _, w := range secretWords {
-		if strings.Contains(lowerName, w) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(secretWords, func(w string) bool { return strings.Contains(lowerName, w) })
 }
 
 // hideKnown replaces each secret in text. Secrets shorter than four bytes
@@ -315,26 +247,18 @@ func hideKnown(text string, secrets []string) string {
 func replaceWord(text, word string) string {
 	var b strings.Builder
 	done := 0
-	for i := 0; i+len(word) <= len(text); {
+	for i := 0; ; i++ {
 		j := strings.Index(text[i:], word)
 		if j < 0 {
-			break
+			return b.String() + text[done:]
 		}
-		j += i
-		end := j + len(word)
-		if (j == 0 || !isWordByte(text[j-1])) && (end == len(text) || !isWordByte(text[end])) {
-			b.WriteString(text[done:j])
-			b.WriteString(Mask)
-			done, i = end, end
-			continue
+		i += j
+		end := i + len(word)
+		if (i == 0 || !isWordByte(text[i-1])) && (end == len(text) || !isWordByte(text[end])) {
+			b.WriteString(text[done:i] + Mask)
+			done, i = end, end-1
 		}
-		i = j + 1
 	}
-	if done == 0 {
-		return text
-	}
-	b.WriteString(text[done:])
-	return b.String()
 }
 
 func isWordByte(c byte) bool {

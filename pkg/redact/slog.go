@@ -5,12 +5,10 @@ import (
 	"log/slog"
 )
 
-// Handler wraps h so that every error logged through it (an attribute whose
-// value is an error) is redacted as String redacts text, with the secrets of
-// sources hidden too. Errors are where a connection string turns up
-// unannounced: a driver message quoting it, an option value it rejected.
-// Other values are left alone: a value known to hold a URI is redacted where
-// it is logged (URI, or a slog.LogValuer that calls it).
+// Handler wraps h so that every error logged through it is redacted as
+// String redacts text, with the secrets of sources hidden too: errors are
+// where a connection string turns up unannounced. Other values are left
+// alone: a value known to hold a URI is redacted where it is logged.
 func Handler(h slog.Handler, sources ...string) slog.Handler {
 	return &handler{next: h, sources: sources}
 }
@@ -32,11 +30,15 @@ func (h *handler) Handle(ctx context.Context, r slog.Record) error {
 }
 
 func (h *handler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	red := make([]slog.Attr, len(attrs))
-	for i, a := range attrs {
-		red[i] = h.attr(a)
+	return &handler{next: h.next.WithAttrs(h.attrs(attrs)), sources: h.sources}
+}
+
+func (h *handler) attrs(as []slog.Attr) []slog.Attr {
+	out := make([]slog.Attr, len(as))
+	for i, a := range as {
+		out[i] = h.attr(a)
 	}
-	return &handler{next: h.next.WithAttrs(red), sources: h.sources}
+	return out
 }
 
 func (h *handler) WithGroup(name string) slog.Handler {
@@ -47,12 +49,7 @@ func (h *handler) attr(a slog.Attr) slog.Attr {
 	v := a.Value.Resolve()
 	switch v.Kind() {
 	case slog.KindGroup:
-		group := v.Group()
-		red := make([]any, len(group))
-		for i, g := range group {
-			red[i] = h.attr(g)
-		}
-		return slog.Group(a.Key, red...)
+		return slog.Attr{Key: a.Key, Value: slog.GroupValue(h.attrs(v.Group())...)}
 	case slog.KindAny:
 		if err, ok := v.Any().(error); ok {
 			return slog.Any(a.Key, Error(err, h.sources...))

@@ -1,15 +1,13 @@
 // Package serverclock estimates a MongoDB server's clock from this process.
 //
 // Replicas that decide "is this lease expired?" or "is this write newer?" with
-// their own clocks disagree as much as their clocks do: one whose clock runs
-// ten minutes fast sees every other replica's lease as expired and stamps its
-// writes ten minutes into the future. Reading the server's clock on every
-// decision would cost a round trip each; instead the offset between the local
-// clock and the server's is sampled now and then (the hello command's
-// localTime, corrected by half the round trip, keeping the sample with the
-// shortest round trip, NTP's rule) and applied to the local monotonic clock.
-// The error is at most half the best round trip plus the drift between two
-// samples: milliseconds, against the minutes a misconfigured host can be off.
+// their own clocks disagree as much as their clocks do: one ten minutes fast
+// sees every other replica's lease as expired and stamps its writes ten
+// minutes ahead. Instead of a round trip per decision, the offset to the
+// server's clock is sampled now and then (hello's localTime, corrected by
+// half the round trip, keeping the sample with the shortest round trip, as
+// NTP does) and applied to the local monotonic clock. The error is at most
+// half the best round trip plus the drift between samples: milliseconds.
 package serverclock
 
 import (
@@ -37,19 +35,13 @@ type Clock struct {
 }
 
 // New returns a clock for the server behind db. local is the clock to
-// correct, and the one Run waits on (nil: the wall clock; tests pass a
-// skewed one).
+// correct, and the one Run waits on (nil: the wall clock).
 func New(db *mongo.Database, local clock.Clock) *Clock {
 	return &Clock{db: db, local: clock.Or(local)}
 }
 
 // Now is the server's current time, estimated.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	off := c.offset
-	c.mu.Unlock()
-	return c.local.Now().Add(off)
-}
+func (c *Clock) Now() time.Time { return c.local.Now().Add(c.Offset()) }
 
 // Offset is the current estimate of server − local.
 func (c *Clock) Offset() time.Duration {
@@ -59,13 +51,12 @@ func (c *Clock) Offset() time.Duration {
 }
 
 // sampleMaxAge is how long a sample with a short round trip is preferred to
-// a fresher one with a longer round trip: long enough to ride out a slow
-// minute, short enough that clock drift (ppm) stays far below a millisecond.
+// a fresher one: long enough to ride out a slow minute, short enough that
+// clock drift (ppm) stays far below a millisecond.
 const sampleMaxAge = 10 * time.Minute
 
-// Sync takes one sample and adopts it when its round trip is the shortest
-// seen within sampleMaxAge (a congested round trip says less about when the
-// server read its clock). It returns the sample's offset.
+// Sync takes one sample, adopts it when its round trip is the shortest seen
+// within sampleMaxAge, and returns its offset.
 func (c *Clock) Sync(ctx context.Context) (time.Duration, error) {
 	sent := c.local.Now()
 	var reply struct {
@@ -90,8 +81,8 @@ func (c *Clock) Sync(ctx context.Context) (time.Duration, error) {
 	return offset, nil
 }
 
-// Run samples every interval until ctx ends. Errors are handed to onErr
-// (may be nil) and the last good offset stays in use.
+// Run samples every interval until ctx ends, handing errors to onErr (if
+// not nil); the last good offset stays in use.
 func (c *Clock) Run(ctx context.Context, interval time.Duration, onErr func(error)) {
 	clock.Every(ctx, c.local, interval, func(ctx context.Context) {
 		if _, err := c.Sync(ctx); err != nil && ctx.Err() == nil && onErr != nil {

@@ -7,90 +7,67 @@ import (
 )
 
 // Feature names something a server may refuse as not implemented although
-// its version promises it: the service tries it, and once the server has
-// refused it, records it here and takes the way round from then on. These
-// are learnt, not probed, because no reply to buildInfo or hello lists
-// them, and a server that gains one after an upgrade is asked again (see
-// Reprobe).
+// its version promises it: once refused, the service records it here and
+// takes the way round. These are learnt, not probed: no reply to buildInfo
+// or hello lists them.
 type Feature string
 
 const (
 	// AccumulatorMax is $group's $max accumulator, which FerretDB 1.24
 	// lacks: max components then read one sorted find per user.
 	AccumulatorMax Feature = "$max accumulator"
-	// AccumulatorMin and AccumulatorAvg: likewise $min and $avg (FerretDB
-	// 1.24 has only $sum and $count).
+	// AccumulatorMin and AccumulatorAvg: likewise (it has $sum and $count).
 	AccumulatorMin Feature = "$min accumulator"
 	AccumulatorAvg Feature = "$avg accumulator"
-	// TTLIndexes is createIndexes' expireAfterSeconds (FerretDB 1.24
-	// refuses it): consumer.EnsureIndexes then builds those indexes
-	// without it, and the server expires nothing.
+	// TTLIndexes is createIndexes' expireAfterSeconds, which FerretDB 1.24
+	// refuses: consumer.EnsureIndexes then builds those indexes without it.
 	TTLIndexes Feature = "TTL indexes"
-	// PartialIndexes is createIndexes' partialFilterExpression (FerretDB
-	// 1.24 refuses it): consumer.EnsureIndexes then skips the optional
-	// partial indexes.
+	// PartialIndexes is createIndexes' partialFilterExpression, which
+	// FerretDB 1.24 refuses: consumer.EnsureIndexes skips those indexes.
 	PartialIndexes Feature = "partial indexes"
 )
 
-// BatchedShape names the batched query of a scoring op (sum, count,
-// distinct: one aggregation over a batch of users), which a server may
-// refuse while it answers the per-user query: the scorer then queries the
-// op's components one user at a time.
+// BatchedShape names the batched query of a scoring op (one aggregation over
+// a batch of users), which a server may refuse while it answers per user.
 func BatchedShape(op string) Feature { return Feature("batched " + op) }
 
-// learnt is what the server refused, one flag per feature, shared by every
-// caller that asks about the same feature on the same Traits.
-type learnt struct {
-	lmu   sync.Mutex
-	flags map[Feature]*atomic.Bool
-}
+// learnt is what the server refused: Feature → *atomic.Bool.
+type learnt struct{ flags sync.Map }
 
-// Learnt returns the flag recording that the server refused f: set by the
-// code that met the refusal, read on every use, cleared by Reprobe when
-// the server turns out to run other software. Hot paths keep the flag and
-// read it without a lock; CompareAndSwap(false, true) tells the first to
-// learn it (the one that logs it).
+// Learnt returns the flag recording that the server refused f, which hot
+// paths keep and read without a lock; CompareAndSwap(false, true) tells the
+// first to learn it (the one that logs it).
 func (l *learnt) Learnt(f Feature) *atomic.Bool {
-	l.lmu.Lock()
-	defer l.lmu.Unlock()
-	if l.flags == nil {
-		l.flags = map[Feature]*atomic.Bool{}
+	b, ok := l.flags.Load(f)
+	if !ok {
+		b, _ = l.flags.LoadOrStore(f, new(atomic.Bool))
 	}
-	b := l.flags[f]
-	if b == nil {
-		b = new(atomic.Bool)
-		l.flags[f] = b
-	}
-	return b
+	return b.(*atomic.Bool)
 }
 
-// Lacks reports whether the server has refused f (false until it has:
-// MongoDB's behaviour).
 func (l *learnt) Lacks(f Feature) bool { return l.Learnt(f).Load() }
 
 // Refused records that the server refused f and reports whether this is
-// the first time (since the last Reprobe that found other software).
+// the first time since the last Reprobe that found other software.
 func (l *learnt) Refused(f Feature) (first bool) { return l.Learnt(f).CompareAndSwap(false, true) }
 
 // Lacking lists the features the server has refused, sorted.
 func (l *learnt) Lacking() []Feature {
-	l.lmu.Lock()
-	defer l.lmu.Unlock()
 	var out []Feature
-	for f, b := range l.flags {
-		if b.Load() {
-			out = append(out, f)
+	l.flags.Range(func(f, b any) bool {
+		if b.(*atomic.Bool).Load() {
+			out = append(out, f.(Feature))
 		}
-	}
+		return true
+	})
 	slices.Sort(out)
 	return out
 }
 
 // forget clears every flag in place: their holders see the change.
 func (l *learnt) forget() {
-	l.lmu.Lock()
-	defer l.lmu.Unlock()
-	for _, b := range l.flags {
-		b.Store(false)
-	}
+	l.flags.Range(func(_, b any) bool {
+		b.(*atomic.Bool).Store(false)
+		return true
+	})
 }

@@ -74,7 +74,6 @@ func FuzzParseReplies(f *testing.F) {
 		if raw.Validate() != nil {
 			return
 		}
-		_, _ = servertraits.ParseHello(raw)
 		servertraits.ParseBuildInfo(raw)
 		_, _ = servertraits.Parse(raw, raw)
 	})

@@ -1,13 +1,9 @@
 // Package servertraits is the one place that knows which server the service
-// talks to: MongoDB (a replica set, a sharded cluster through mongos) or
-// FerretDB, whose 1.24 release the embedded server runs. The server is asked
-// once (buildInfo and hello); every workaround for what a server lacks is a
-// named method here, so a reader sees at once which code runs where, and
-// code elsewhere never tests "is this FerretDB" itself.
-//
-// Until the server has answered, every method reports MongoDB's behaviour:
-// production is MongoDB, and a probe that failed is tried again by the next
-// caller of Probe.
+// talks to: MongoDB (a replica set, or a sharded cluster through mongos) or
+// FerretDB 1.24, which the embedded server runs. Every workaround for what a
+// server lacks is a named method here; code elsewhere never tests "is this
+// FerretDB" itself. Until the server has answered (buildInfo and hello),
+// every method reports MongoDB's behaviour: production is MongoDB.
 package servertraits
 
 import (
@@ -24,27 +20,17 @@ import (
 type Info struct {
 	Version  string // buildInfo's version (FerretDB reports the MongoDB version it emulates)
 	FerretDB string // FerretDB's own version ("unknown" where it names none); empty on MongoDB
-	// Backend is FerretDB's storage, as its startup warnings name it
-	// ("SQLite", "PostgreSQL"); empty on MongoDB or where it did not say.
-	Backend string
-	Sharded bool // a mongos (hello's msg is "isdbgrid")
+	Backend  string // FerretDB's storage ("SQLite", "PostgreSQL") from its startup warnings
+	Sharded  bool   // a mongos (hello's msg is "isdbgrid")
 	// A replica set's name, its primary and whether the member answering is
-	// it (hello): the doctor's topology check. Empty on a standalone server
-	// and through a mongos.
+	// it (hello), for the doctor; empty on a standalone server and a mongos.
 	SetName         string
 	Primary         string
 	WritablePrimary bool
 }
 
-// sameServer reports whether i and o describe the same server software:
-// what was learnt about one holds for the other.
-func (i Info) sameServer(o Info) bool {
-	return i.Version == o.Version && i.FerretDB == o.FerretDB && i.Sharded == o.Sharded
-}
-
 // Traits holds what the server said, once it has, and what it turned out
-// to lack when asked (see Feature). The zero value is not usable; use New
-// or Fixed.
+// to lack (see Feature). Use New or Fixed.
 type Traits struct {
 	mu    sync.Mutex
 	known bool
@@ -56,13 +42,12 @@ type Traits struct {
 // New returns traits not yet probed (MongoDB's behaviour until Probe succeeds).
 func New() *Traits { return &Traits{} }
 
-// Fixed returns traits known to be info, without asking a server: for tests
-// that check what the service sends to a server of that kind. Probe and
-// Reprobe leave them as they are; what the server refuses is still learnt.
+// Fixed returns traits known to be info, for tests of what the service sends
+// to a server of that kind: Probe and Reprobe leave them as they are.
 func Fixed(info Info) *Traits { return &Traits{known: true, fixed: true, info: info} }
 
-// Probe asks the server what it is, unless it has already answered. Safe
-// for concurrent use; a failure leaves the traits unknown.
+// Probe asks the server what it is, unless it has already answered; a
+// failure leaves the traits unknown.
 func (t *Traits) Probe(ctx context.Context, db *mongo.Database) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -70,67 +55,50 @@ func (t *Traits) Probe(ctx context.Context, db *mongo.Database) error {
 		return nil
 	}
 	info, err := Ask(ctx, db)
-	if err != nil {
-		return err
+	if err == nil {
+		t.info, t.known = info, true
 	}
-	t.info, t.known = info, true
-	return nil
+	return err
 }
 
-// Reprobe asks the server again, known or not, and reports whether it
-// turned out to run other software than before (another version, FerretDB
-// instead of MongoDB, a mongos): a reconnect that reached a primary of
-// another version, or an upgrade under a running fleet. Then every
-// feature learnt refused is forgotten, so the next use tries the server's
-// own answer again. The service's ping loop calls it after every outage
-// and every few minutes (internal/app).
+// Reprobe asks the server again and reports whether it turned out to run
+// other software than before (another version, FerretDB, a mongos), as
+// after a reconnect or an upgrade under a running fleet: then every feature
+// learnt refused is forgotten, so the next use tries it again.
 func (t *Traits) Reprobe(ctx context.Context, db *mongo.Database) (changed bool, err error) {
-	if t.fixedTraits() {
+	if t.fixed { // set only by Fixed, never changed
 		return false, nil
 	}
 	info, err := Ask(ctx, db)
 	if err != nil {
 		return false, err
 	}
-	return t.update(info), nil
-}
-
-func (t *Traits) fixedTraits() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.fixed
-}
-
-// update records info as what the server said, forgetting what was learnt
-// when the software changed; it reports that change.
-func (t *Traits) update(info Info) (changed bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	changed = t.known && !t.info.sameServer(info)
+	o := t.info
+	changed = t.known && (o.Version != info.Version || o.FerretDB != info.FerretDB || o.Sharded != info.Sharded)
 	t.info, t.known = info, true
 	if changed {
 		t.forget()
 	}
-	return changed
+	return changed, nil
 }
 
-// Ask sends buildInfo and hello and reads what the server says about
-// itself. Both commands say nothing about the data and need no privilege
-// on it, on any database.
+// Ask sends buildInfo and hello, which need no privilege on any database,
+// and reads what the server says about itself.
 func Ask(ctx context.Context, db *mongo.Database) (Info, error) {
-	build, err := db.RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Raw()
-	if err != nil {
-		return Info{}, fmt.Errorf("asking the server what it is (buildInfo): %w", err)
+	var replies [2]bson.Raw
+	for i, cmd := range []string{"buildInfo", "hello"} {
+		raw, err := db.RunCommand(ctx, bson.D{{Key: cmd, Value: 1}}).Raw()
+		if err != nil {
+			return Info{}, fmt.Errorf("asking the server what it is (%s): %w", cmd, err)
+		}
+		replies[i] = raw
 	}
-	hello, err := db.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
-	if err != nil {
-		return Info{}, fmt.Errorf("asking the server what it is (hello): %w", err)
-	}
-	info, err := Parse(build, hello)
+	info, err := Parse(replies[0], replies[1])
 	if err == nil && info.FerretDB != "" {
 		// FerretDB names its storage only in its startup warnings
-		// ("Powered by FerretDB v1.24.2 and SQLite 3.46.0."); a server
-		// that does not answer leaves it unknown.
+		// ("Powered by FerretDB v1.24.2 and SQLite 3.46.0.").
 		var log struct {
 			Lines []string `bson:"log"`
 		}
@@ -154,38 +122,26 @@ func ParseBackend(lines []string) string {
 	return ""
 }
 
-// Parse reads the replies to buildInfo and hello.
+// Parse reads the replies to buildInfo and hello. A hello field of another
+// type is an error, not a panic.
 func Parse(buildInfo, hello bson.Raw) (Info, error) {
-	h, err := ParseHello(hello)
-	if err != nil {
-		return Info{}, err
+	var h struct {
+		SetName           string `bson:"setName"`
+		Msg               string `bson:"msg"`
+		IsWritablePrimary bool   `bson:"isWritablePrimary"`
+		Primary           string `bson:"primary"`
+	}
+	if err := bson.Unmarshal(hello, &h); err != nil {
+		return Info{}, fmt.Errorf("reading hello: %w", err)
 	}
 	info := Info{Sharded: h.Msg == "isdbgrid", SetName: h.SetName, Primary: h.Primary, WritablePrimary: h.IsWritablePrimary}
 	info.Version, info.FerretDB = ParseBuildInfo(buildInfo)
 	return info, nil
 }
 
-// Hello is the part of hello's reply the traits read.
-type Hello struct {
-	SetName           string `bson:"setName"`
-	Msg               string `bson:"msg"`
-	IsWritablePrimary bool   `bson:"isWritablePrimary"`
-	Primary           string `bson:"primary"`
-}
-
-// ParseHello reads hello's topology fields; one of another type is an
-// error, not a panic.
-func ParseHello(raw bson.Raw) (Hello, error) {
-	var h Hello
-	if err := bson.Unmarshal(raw, &h); err != nil {
-		return Hello{}, fmt.Errorf("reading hello: %w", err)
-	}
-	return h, nil
-}
-
-// ParseBuildInfo reads the version and, on FerretDB, its own version
-// ("unknown" where FerretDB names none). A field of another type reads as
-// absent, except ferretdbVersion, whose presence alone says FerretDB.
+// ParseBuildInfo reads the version and, on FerretDB, its own version. A field
+// of another type reads as absent, except ferretdbVersion, whose presence
+// alone says FerretDB ("unknown").
 func ParseBuildInfo(raw bson.Raw) (version, ferret string) {
 	version, _ = raw.Lookup("version").StringValueOK()
 	if v, err := raw.LookupErr("ferretdbVersion"); err == nil {
@@ -197,7 +153,6 @@ func ParseBuildInfo(raw bson.Raw) (version, ferret string) {
 	return version, ferret
 }
 
-// Known reports whether the server has answered.
 func (t *Traits) Known() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -218,74 +173,64 @@ func (t *Traits) ferret() bool { return t.Info().FerretDB != "" }
 func (t *Traits) Sharded() bool { return t.Info().Sharded }
 
 // FiltersUsernamesCheaply reports a server that evaluates the claim
-// window's username regex on index keys (MongoDB). FerretDB decodes every
-// document for it; there the window reads usernames unfiltered and sorts
-// malformed ones out itself.
+// window's username regex on index keys (MongoDB). On FerretDB, which
+// decodes every document for it, the window filters usernames itself.
 func (t *Traits) FiltersUsernamesCheaply() bool { return !t.ferret() }
 
 // SingleUpdatesHoldConnections reports FerretDB 1.24: each single-document
-// (multi: false) statement of an update command keeps its query open, and
-// with it one of the SQLite backend's 100 connections, until the whole
-// command returns (the handler defers every statement's close to the end,
-// and its limit of one never reads the query to its end), while each
+// (multi: false) statement of an update command keeps its query, and one of
+// the SQLite backend's 100 connections, open until the whole command
+// returns (its limit of one never reads the query to its end), while each
 // matched document needs one more connection for its write. A command of
-// 100 such statements deadlocks the server by itself; a fleet's concurrent
-// commands of a few dozen statements each do the same together, and every
-// later command then waits for a connection for good. Statements with
-// multi: true read their query to its end, which frees the connection
-// before the next statement starts. See UpdateByID.
+// 100 such statements deadlocks the server; so do a fleet's concurrent
+// commands of a few dozen each. Statements with multi: true read their
+// query to its end and free the connection at once. See UpdateByID.
 func (t *Traits) SingleUpdatesHoldConnections() bool { return t.ferret() }
 
 // PushesInDown reports a server that answers {field: {$in: [...]}} from an
-// index (MongoDB). FerretDB pushes only plain equality down to its storage:
-// an $in over a batch of users decodes the whole collection in Go, which
-// is why per-user queries are faster there wherever latency is not what
-// binds (see the consumer's batch size).
+// index (MongoDB). On FerretDB an $in over a batch of users decodes the
+// whole collection in Go, so per-user queries are faster there wherever
+// latency is not what binds (see the consumer's batch size).
 func (t *Traits) PushesInDown() bool { return !t.ferret() }
 
-// BackendUnknown reports a FerretDB that has not yet named its storage:
-// it names it only once it has opened a database, so it is asked again.
+// BackendUnknown reports a FerretDB that has not yet named its storage,
+// which it does only once it has opened a database: ask again.
 func (t *Traits) BackendUnknown() bool {
 	info := t.Info()
 	return t.Known() && info.FerretDB != "" && info.Backend == ""
 }
 
 // PushesEqualityDown reports a server that answers {field: value} from its
-// storage rather than by decoding every document: MongoDB (from an index)
-// and FerretDB on PostgreSQL. FerretDB on SQLite pushes only {_id: x}
-// down, so a per-user query there decodes the whole collection as a
-// batch's $in does, once per user instead of once per batch.
+// storage rather than by decoding every document: MongoDB and FerretDB on
+// PostgreSQL. FerretDB on SQLite pushes only {_id: x} down, so a per-user
+// query there decodes the whole collection, once per user.
 func (t *Traits) PushesEqualityDown() bool {
 	info := t.Info()
 	return info.FerretDB == "" || info.Backend != "SQLite"
 }
 
 // CheapUpserts reports a server whose upserts cost no more than updates.
-// FerretDB turns an upsert that matches nothing into a scan plus an
-// insert; batched score writes insert the first scores instead there.
+// FerretDB turns an upsert that matches nothing into a scan plus an insert:
+// batched score writes insert the first scores instead.
 func (t *Traits) CheapUpserts() bool { return !t.ferret() }
 
-// BoundsReplies reports a server that cuts a cursor's reply at 16 MiB by
-// itself (MongoDB). FerretDB 1.24 builds a reply of whatever the batch
-// holds and fails past the wire limit, so documents of unknown size are
-// read one reply each there.
+// BoundsReplies reports a server that cuts a cursor's reply at 16 MiB
+// (MongoDB). FerretDB 1.24 fails past the wire limit instead, so documents
+// of unknown size are read one reply each there.
 func (t *Traits) BoundsReplies() bool { return !t.ferret() }
 
 // ExplainsPlans reports a server whose explain shows the plan it chose
-// (MongoDB). FerretDB's shows none the doctor can read: its plan checks
-// only say so there.
+// (MongoDB); FerretDB's shows none the doctor can read.
 func (t *Traits) ExplainsPlans() bool { return !t.ferret() }
 
 // EvaluatesElemMatch reports a server that evaluates $elemMatch as
 // documented (MongoDB). FerretDB 1.24 lets different elements satisfy each
 // of several conditions, matches nothing with conditions on fields of
-// document elements, and refuses it over $and, $or, $nor, $ne or $not: a
-// rules filter using it would count the wrong documents there, so the
-// service refuses such rules at boot (see MisreadOperators).
+// document elements, and refuses it over $and, $or, $nor, $ne or $not, so
+// the service refuses rules using it at boot (see MisreadOperators).
 func (t *Traits) EvaluatesElemMatch() bool { return !t.ferret() }
 
-// MisreadOperators lists the query operators the server answers wrongly,
-// sorted: none on MongoDB.
+// MisreadOperators lists the query operators the server answers wrongly.
 func (t *Traits) MisreadOperators() []string {
 	if t.EvaluatesElemMatch() {
 		return nil
@@ -294,22 +239,16 @@ func (t *Traits) MisreadOperators() []string {
 }
 
 // UpdateByID returns the write model for one statement of a bulk update
-// whose filter pins _id, so it matches at most one document: updateOne on
-// MongoDB (retryable), and on a server where single-document statements
-// hold a connection each (SingleUpdatesHoldConnections) updateMany, which
-// with _id pinned matches the same document and frees its connection at
-// once.
+// whose filter pins _id: updateOne on MongoDB (retryable), and updateMany,
+// which matches the same document and frees its connection at once, where
+// SingleUpdatesHoldConnections.
 func (t *Traits) UpdateByID(filter, update any, upsert bool) mongo.WriteModel {
-	if t.SingleUpdatesHoldConnections() {
-		m := mongo.NewUpdateManyModel().SetFilter(filter).SetUpdate(update)
-		if upsert {
-			m.SetUpsert(true)
-		}
-		return m
-	}
-	m := mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(update)
+	var up *bool // unset unless upserting: the statement carries no upsert field
 	if upsert {
-		m.SetUpsert(true)
+		up = &upsert
 	}
-	return m
+	if t.SingleUpdatesHoldConnections() {
+		return &mongo.UpdateManyModel{Filter: filter, Update: update, Upsert: up}
+	}
+	return &mongo.UpdateOneModel{Filter: filter, Update: update, Upsert: up}
 }

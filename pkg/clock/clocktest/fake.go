@@ -10,11 +10,9 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
-// Fake is a clock.Clock whose time stands still until Advance moves it, and
-// which fires the timers and tickers that come due on the way, in order of
-// their deadlines. A test synchronises with the code under test through
-// BlockUntil (wait until it waits) rather than by sleeping. Safe for
-// concurrent use.
+// Fake is a clock.Clock whose time stands still until Advance moves it,
+// firing the timers and tickers that come due on the way, in order. Tests
+// wait for the code to wait (BlockUntil) instead of sleeping.
 type Fake struct {
 	mu      sync.Mutex
 	now     time.Time
@@ -27,17 +25,13 @@ type Fake struct {
 var _ clock.Clock = (*Fake)(nil)
 
 // NewFake returns a fake standing at start.
-func NewFake(start time.Time) *Fake {
-	return &Fake{now: start, changed: make(chan struct{})}
-}
+func NewFake(start time.Time) *Fake { return &Fake{now: start, changed: make(chan struct{})} }
 
-// NewAuto returns a fake that jumps forward to every timer's deadline as the
-// timer is made, so code that sleeps runs through at once while its time
-// goes by as planned. For code that waits on one thing at a time.
+// NewAuto returns a fake that jumps to every timer's deadline as the timer
+// is made: code that sleeps runs through at once. For code that waits on one
+// thing at a time.
 func NewAuto(start time.Time) *Fake {
-	f := NewFake(start)
-	f.auto = true
-	return f
+	return &Fake{now: start, changed: make(chan struct{}), auto: true}
 }
 
 // waiter is a pending timer or ticker.
@@ -48,35 +42,17 @@ type waiter struct {
 	c      chan time.Time
 }
 
-// Now returns the fake's time.
 func (f *Fake) Now() time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.now
 }
 
-// After returns a timer's channel.
 func (f *Fake) After(d time.Duration) <-chan time.Time { return f.NewTimer(d).C() }
 
 // NewTimer returns a timer that fires once the fake has moved d on; at once
 // if d is zero or less, as with package time.
-func (f *Fake) NewTimer(d time.Duration) clock.Timer {
-	w := &waiter{f: f, c: make(chan time.Time, 1)}
-	f.mu.Lock()
-	w.at = f.now.Add(d)
-	if d <= 0 {
-		w.c <- f.now
-		f.mu.Unlock()
-		return fakeTimer{w}
-	}
-	f.armed = append(f.armed, d)
-	f.add(w)
-	if f.auto {
-		f.advanceTo(w.at)
-	}
-	f.mu.Unlock()
-	return fakeTimer{w}
-}
+func (f *Fake) NewTimer(d time.Duration) clock.Timer { return fakeTimer{f.start(0, d)} }
 
 // NewTicker returns a ticker that fires every d the fake moves on. It panics
 // on a d of zero or less, as time.NewTicker does.
@@ -84,29 +60,50 @@ func (f *Fake) NewTicker(d time.Duration) clock.Ticker {
 	if d <= 0 {
 		panic("clocktest: non-positive interval for NewTicker")
 	}
-	w := &waiter{f: f, period: d, c: make(chan time.Time, 1)}
+	return fakeTicker{f.start(d, d)}
+}
+
+// start returns a new waiter of period (0: a timer), armed for d.
+func (f *Fake) start(period, d time.Duration) *waiter {
+	w := &waiter{f: f, period: period, c: make(chan time.Time, 1)}
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.arm(w, d)
+	return w
+}
+
+// arm starts w's wait of d (its period, for a ticker); a timer of d zero or
+// less fires at once. Called with mu held.
+func (f *Fake) arm(w *waiter, d time.Duration) {
 	w.at = f.now.Add(d)
+	if w.period == 0 && d <= 0 {
+		w.c <- f.now
+		return
+	}
+	if w.period == 0 {
+		f.armed = append(f.armed, d)
+	}
 	f.add(w)
-	f.mu.Unlock()
-	return fakeTicker{w}
+	if f.auto && w.period == 0 {
+		f.advanceTo(w.at)
+	}
 }
 
 // Advance moves the fake d on, firing every timer and ticker that comes due
-// on the way: each one at its deadline, earliest first, a ticker once per
-// period passed. As with package time, a tick whose channel is still full is
-// dropped.
+// on the way at its deadline, earliest first, a ticker once per period. As
+// with package time, a tick whose channel is still full is dropped.
 func (f *Fake) Advance(d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.advanceTo(f.now.Add(d))
 }
 
-// advanceTo moves to t, firing what comes due. Called with mu held.
+// advanceTo moves to t, firing what comes due. Called with mu held, as are
+// add, remove and notify.
 func (f *Fake) advanceTo(t time.Time) {
-	for {
-		next := f.earliest()
-		if next == nil || next.at.After(t) {
+	for len(f.waiters) > 0 {
+		next := slices.MinFunc(f.waiters, func(a, b *waiter) int { return a.at.Compare(b.at) })
+		if next.at.After(t) {
 			break
 		}
 		f.now = next.at
@@ -124,24 +121,6 @@ func (f *Fake) advanceTo(t time.Time) {
 		f.now = t
 	}
 	f.notify() // time left changed: WaitUntil looks again
-}
-
-func (f *Fake) earliest() *waiter {
-	var first *waiter
-	for _, w := range f.waiters {
-		if first == nil || w.at.Before(first.at) {
-			first = w
-		}
-	}
-	return first
-}
-
-// Waiters is how many timers and tickers are pending (made, not stopped,
-// and for timers not yet fired).
-func (f *Fake) Waiters() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.waiters)
 }
 
 // Pending returns how long until each pending timer and ticker next fires,
@@ -162,8 +141,7 @@ func (f *Fake) pendingLocked() []time.Duration {
 }
 
 // Armed returns the duration of every timer armed so far (NewTimer, After,
-// Reset) that had to wait, in order: what the code under test chose to
-// wait.
+// Reset) that had to wait, in order.
 func (f *Fake) Armed() []time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -171,22 +149,20 @@ func (f *Fake) Armed() []time.Duration {
 }
 
 // BlockUntil waits until at least n timers and tickers are pending, or ctx
-// ends (returning its error). The code under test reaching a wait is what
-// lets a test Advance without racing it.
+// ends (returning its error), so a test can Advance without racing the code.
 func (f *Fake) BlockUntil(ctx context.Context, n int) error {
 	return f.WaitUntil(ctx, func(pending []time.Duration) bool { return len(pending) >= n })
 }
 
 // BlockUntilWaiting waits until a timer or ticker is pending with exactly d
-// left, or ctx ends (returning its error): the code under test has begun the
-// wait of d the test means to drive, whatever else is waiting.
+// left, whatever else is waiting, or ctx ends (returning its error).
 func (f *Fake) BlockUntilWaiting(ctx context.Context, d time.Duration) error {
 	return f.WaitUntil(ctx, func(pending []time.Duration) bool { return slices.Contains(pending, d) })
 }
 
 // WaitUntil waits until cond holds for the pending waits (as Pending lists
-// them), checking each time they change, or until ctx ends (returning its
-// error). cond may call the fake's methods.
+// them), checked each time they change, or ctx ends (returning its error).
+// cond may call the fake's methods.
 func (f *Fake) WaitUntil(ctx context.Context, cond func(pending []time.Duration) bool) error {
 	for {
 		f.mu.Lock()
@@ -203,7 +179,6 @@ func (f *Fake) WaitUntil(ctx context.Context, cond func(pending []time.Duration)
 	}
 }
 
-// add and remove change the pending set. Called with mu held.
 func (f *Fake) add(w *waiter) {
 	f.waiters = append(f.waiters, w)
 	f.notify()
@@ -240,41 +215,29 @@ func (w *waiter) stopLocked() bool {
 }
 
 func (w *waiter) reset(d time.Duration) bool {
-	f := w.f
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	w.f.mu.Lock()
+	defer w.f.mu.Unlock()
 	active := w.stopLocked()
 	if w.period > 0 {
 		w.period = d
 	}
-	w.at = f.now.Add(d)
-	if w.period == 0 && d <= 0 {
-		w.c <- f.now
-		return active
-	}
-	if w.period == 0 {
-		f.armed = append(f.armed, d)
-	}
-	f.add(w)
-	if f.auto && w.period == 0 {
-		f.advanceTo(w.at)
-	}
+	w.f.arm(w, d)
 	return active
 }
 
-type fakeTimer struct{ w *waiter }
+func (w *waiter) C() <-chan time.Time { return w.c }
 
-func (t fakeTimer) C() <-chan time.Time        { return t.w.c }
-func (t fakeTimer) Stop() bool                 { return t.w.stop() }
-func (t fakeTimer) Reset(d time.Duration) bool { return t.w.reset(d) }
+type fakeTimer struct{ *waiter }
 
-type fakeTicker struct{ w *waiter }
+func (t fakeTimer) Stop() bool                 { return t.stop() }
+func (t fakeTimer) Reset(d time.Duration) bool { return t.reset(d) }
 
-func (t fakeTicker) C() <-chan time.Time { return t.w.c }
-func (t fakeTicker) Stop()               { t.w.stop() }
+type fakeTicker struct{ *waiter }
+
+func (t fakeTicker) Stop() { t.stop() }
 func (t fakeTicker) Reset(d time.Duration) {
 	if d <= 0 {
 		panic("clocktest: non-positive interval for Ticker.Reset")
 	}
-	t.w.reset(d)
+	t.reset(d)
 }

@@ -236,3 +236,6 @@ func TestZeroTimerFiresAtOnce(t *testing.T) {
 		t.Errorf("%d waiters, armed %v; want none pending and only the 1s wait armed", f.Waiters(), f.Armed())
 	}
 }
+
+// Waiters is how many timers and tickers are pending.
+func (f *Fake) Waiters() int { return len(f.Pending()) }
