@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,27 +20,15 @@ import (
 
 // outcome is how one claimed user ended.
 type outcome struct {
-	work work
-	// err is the refresh's error; nil means the refresh succeeded and the
-	// entries are acknowledged.
-	err error
-	// release means the refresh never ran (shutdown, or no entries left):
-	// hand the user back untouched, no attempt counted.
-	release bool
-	// transient means err came from MongoDB being unreachable, slow or
-	// electing: back off, but count no attempt (see transient.go).
-	transient bool
-	// solo means the user's batch failed as a whole: its next refresh runs
-	// in a batch of its own, so only the user that breaks a batch is
-	// charged for it (see runBatch).
-	solo bool
+	work      work
+	err       error // nil: refreshed, acknowledge the entries
+	release   bool  // never refreshed (shutdown, no entries left): hand back, no attempt counted
+	transient bool  // back off, but count no attempt (see transient.go)
+	solo      bool  // its batch failed as a whole: refresh alone next time (settleBatchFailure)
 }
 
-// acker settles finished users in batches, river's BatchCompleter idea: a
-// flush happens AckFlushInterval after the first outcome of a batch, or at
-// once when AckFlushBatch users are waiting. One flush costs a fixed number
-// of round trips whatever its size (AckRoundTrips, and one more for
-// backoffs):
+// acker settles finished users in batches (completer). One flush costs a
+// fixed number of round trips whatever its size:
 //
 //	ack               1 delete command for every acknowledged entry: one
 //	                  statement per _id up to maxIDStatements, as a plain
@@ -49,20 +38,15 @@ type outcome struct {
 //	release leases    1 deleteMany of acked and released users
 //	back off          1 bulk update of failed users, only if any
 //
-// Every step is safe to repeat (deletes are idempotent, lease writes are
-// fenced by the claim token), so a failed flush retries the steps not yet
-// done, with backoff, until they succeed: nothing is dropped, and the users
-// stay held (and their leases renewed) until then. A failing step does not
-// hold up the others.
-//
-// Users out of attempts go to the dead-letter lane (deadLane), which runs
-// on its own goroutine, so moving them, however slow, never delays an
-// acknowledgement.
+// Every step is safe to repeat (deletes are idempotent, lease writes
+// fenced), so a failed flush retries the steps not done until they succeed;
+// the users stay held (and renewed) until then. A failing step does not
+// hold up the others. Users out of attempts go to the dead-letter lane.
 type acker struct {
 	queue       *mongo.Collection
 	leases      *leaseStore
 	dead        *deadLane
-	serverTime  clock.Nower // backoffs are dated on the server's clock
+	serverTime  clock.Nower
 	metrics     *metrics.Consumer
 	log         *slog.Logger
 	maxAttempts int
@@ -95,8 +79,8 @@ func (a *acker) pending() int {
 	return len(a.outcomes) + a.flushes.carried()
 }
 
-// flushAll flushes everything pending, retrying with backoff until it
-// succeeds or ctx ends.
+// flushAll flushes everything pending, retrying until it succeeds or ctx
+// ends.
 func (a *acker) flushAll(ctx context.Context) error {
 	return a.flushes.flushAll(ctx, func() (flushRun, func()) {
 		a.mu.Lock()
@@ -115,8 +99,7 @@ func (a *acker) flushAll(ctx context.Context) error {
 	})
 }
 
-// ackFlush is one batch of the acker's on its way to MongoDB; each step
-// remembers that it is done so a retry does not repeat it.
+// ackFlush is one batch on its way; a retry skips the steps done.
 type ackFlush struct {
 	a                            *acker
 	acked, releases, settled     []lease
@@ -155,9 +138,8 @@ func (a *acker) newFlush(batch []outcome) *ackFlush {
 
 func (f *ackFlush) settledLeases() []lease { return f.settled }
 
-// run does every step not yet done: the leases of acknowledged users are
-// released once their entries are deleted; one failing step does not stop
-// the others.
+// run does every step not yet done; acknowledged users' leases are
+// released once their entries are deleted.
 func (f *ackFlush) run(ctx context.Context) error {
 	a := f.a
 	var errs []error
@@ -165,7 +147,7 @@ func (f *ackFlush) run(ctx context.Context) error {
 		errs, f.ackDone = appendErr(errs, f.ack(ctx))
 	}
 	if !f.releaseDone && f.ackDone {
-		held := append(append([]lease{}, f.acked...), f.releases...)
+		held := slices.Concat(f.acked, f.releases)
 		errs, f.releaseDone = appendErr(errs, releaseHeld(ctx, a.leases, held, &f.releaseTried, a.metrics, a.log))
 	}
 	if !f.backed {
@@ -182,8 +164,7 @@ func appendErr(errs []error, err error) ([]error, bool) {
 	return errs, true
 }
 
-// ack deletes the acknowledged entries in one delete command (the driver
-// splits it only past maxWriteBatchSize); see deleteStatements for its shape.
+// ack deletes the acknowledged entries in one command (deleteStatements).
 func (f *ackFlush) ack(ctx context.Context) error {
 	c := f.a
 	if len(f.ackIDs) == 0 {
@@ -193,8 +174,7 @@ func (f *ackFlush) ack(ctx context.Context) error {
 	if c.byUser.Load() {
 		users = f.ackUsers
 	}
-	models := deleteStatements(f.ackIDs, users...)
-	res, err := c.queue.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	res, err := c.queue.BulkWrite(ctx, deleteStatements(f.ackIDs, users...), options.BulkWrite().SetOrdered(false))
 	if err != nil {
 		return fmt.Errorf("acknowledging %d entries of %d users: %w", len(f.ackIDs), len(f.acked), err)
 	}
@@ -206,25 +186,17 @@ func (f *ackFlush) ack(ctx context.Context) error {
 	return nil
 }
 
-// deleteStatements delete queue entries by _id (an ack, a batch of dead
-// letters) in one command. Up to
-// maxIDStatements entries, one statement per _id: on MongoDB that is an
-// index lookup each, like $in, and servers that push only plain _id
-// equality down to storage (FerretDB) would otherwise read the whole queue
-// for a flush of three entries, many times a second. Past that (a firehose
-// user's backlog absorbed by one refresh), $in lists: one statement per
-// 50,000 ids costs MongoDB less per entry than thousands of statements, and
-// FerretDB one queue scan instead of thousands of queries.
+// deleteStatements delete queue entries by _id in one command. Up to
+// maxIDStatements, one statement per _id: an index lookup each on MongoDB,
+// and the only filter FerretDB pushes down to storage (an $in would read its
+// whole queue for a flush of three entries). Past that (a firehose user's
+// backlog), $in lists of up to 50,000 ids: cheaper per entry on MongoDB, and
+// one scan instead of thousands of queries on FerretDB.
 //
-// users, when given (through a mongos only), holds each entry's username,
-// "" where it is unknown (a malformed entry): each statement then names its
-// user too, so on a queue sharded on a key that starts with username it goes
-// to the one shard that holds the entry instead of to every shard. It still
-// matches the one entry: the username is the one read from it. The _id index
-// is hinted, as the username's index would read all of that user's entries.
-// Without users the statements are plain _id lookups: MongoDB's
-// planner-free _id path, and the only filter FerretDB pushes down to its
-// storage (docs/query-plans.md measures both forms there).
+// users, given through a mongos only, holds each entry's username ("" for a
+// malformed entry): each statement names its user too, so on a queue sharded
+// on username it goes to one shard, hinting the _id index (the username's
+// would read all that user's entries). docs/query-plans.md measures both.
 func deleteStatements(ids bson.A, users ...string) []mongo.WriteModel {
 	if len(ids) > maxIDStatements {
 		return deleteInLists(ids, users)
@@ -243,9 +215,8 @@ func deleteStatements(ids bson.A, users ...string) []mongo.WriteModel {
 }
 
 // deleteInLists is deleteStatements past maxIDStatements: $in lists of at
-// most maxInIDs ids and about maxInBytes of them (an _id may be any value,
-// and a thousand 20 KB ones would make one list past the 16 MiB a statement
-// may hold, refused on every retry), one user's each when users are given.
+// most maxInIDs ids and about maxInBytes (an _id may be any value, and a
+// list past 16 MiB is refused on every retry), one user's each with users.
 func deleteInLists(ids bson.A, users []string) []mongo.WriteModel {
 	byUser := map[string]bson.A{}
 	var order []string
@@ -278,12 +249,13 @@ func userAt(users []string, i int) string {
 	return ""
 }
 
-// maxIDStatements is the most entries deleted with one statement per _id.
-const maxIDStatements = 1000
+const (
+	maxIDStatements = 1000   // most entries deleted with one statement per _id
+	maxInIDs        = 50_000 // ids in one $in: ~1 MB of 20-byte ids, far below 16 MiB
+)
 
 // releaseHeld deletes leases. Fewer deleted than held means leases were
-// taken over, but only on the first try: a retry after an error may find its
-// own earlier delete already done.
+// taken over, on the first try only (a retry may find its own delete done).
 func releaseHeld(ctx context.Context, leases *leaseStore, held []lease, tried *bool, m *metrics.Consumer, log *slog.Logger) error {
 	first := !*tried
 	*tried = true
@@ -299,14 +271,14 @@ func releaseHeld(ctx context.Context, leases *leaseStore, held []lease, tried *b
 	return nil
 }
 
-// completer is the batching the acker and the dead-letter lane share: a flush
-// waits AckFlushInterval for company after its first item, or goes at once
-// with AckFlushBatch waiting; a failed one is retried with backoff until it
-// succeeds, and one cut short by shutdown is kept for the next flushAll (the
-// final one). Every flush's commands are issued under its methods, which is
-// how the bench attributes them to the ack stage (bench/cmdstats.go).
+// completer is the batching the acker and the dead-letter lane share
+// (river's BatchCompleter): a flush waits AckFlushInterval for company after
+// its first item, or goes at once with AckFlushBatch waiting; a failed one
+// is retried with backoff, and one cut short by shutdown is kept for the
+// final flushAll. The bench attributes commands issued under its methods to
+// the ack stage (bench/cmdstats.go).
 type completer struct {
-	clock      clock.Clock // what flushes wait on
+	clock      clock.Clock
 	interval   time.Duration
 	batchSize  int
 	metrics    *metrics.Consumer
@@ -316,7 +288,7 @@ type completer struct {
 	kick       signal
 
 	mu    sync.Mutex
-	carry flushRun // a flush cut short by shutdown, finished by the next flushAll
+	carry flushRun // cut short by shutdown, finished by the next flushAll
 }
 
 // flushRun is one batch on its way to MongoDB.
@@ -330,8 +302,7 @@ func newCompleter(clk clock.Clock, m *metrics.Consumer, log *slog.Logger, onSett
 		onSettled: onSettled, afterFlush: afterFlush, kick: newSignal()}
 }
 
-// added notes that n items now wait: the first starts the wait for company,
-// a full batch goes at once.
+// added notes that n items wait: the first starts the wait, a full batch goes.
 func (f *completer) added(n int) {
 	if n == 1 || n >= f.batchSize {
 		f.kick.notify()
@@ -348,8 +319,7 @@ func (f *completer) run(ctx context.Context, pending func() int, flushAll func(c
 			return
 		case <-f.kick:
 			if pending() < f.batchSize {
-				// Wait a little so the users finishing around now share a
-				// flush; a full batch goes at once.
+				// Wait for the users finishing around now.
 				timer.Reset(f.interval)
 				select {
 				case <-ctx.Done():
@@ -376,7 +346,7 @@ func (f *completer) carried() int {
 
 // flushAll finishes a flush kept from shutdown, then settles the one next
 // takes (nil: nothing pending); if the kept one fails, handBack returns
-// next's items to the pending ones.
+// next's items.
 func (f *completer) flushAll(ctx context.Context, next func() (r flushRun, handBack func())) error {
 	f.mu.Lock()
 	carried := f.carry
@@ -384,8 +354,7 @@ func (f *completer) flushAll(ctx context.Context, next func() (r flushRun, handB
 	f.mu.Unlock()
 	r, handBack := next()
 	if carried != nil {
-		// Finished with its steps' state, so nothing done is redone (or
-		// miscounted as a lost lease).
+		// With its steps' state: nothing done is redone (or miscounted).
 		if err := f.settle(ctx, carried); err != nil {
 			handBack()
 			return err
@@ -408,8 +377,7 @@ func (f *completer) settle(ctx context.Context, r flushRun) error {
 			return nil
 		}
 		if ctx.Err() == nil {
-			// (A flush cut short by shutdown is not a failure: the final
-			// flush finishes it.)
+			// (One cut short by shutdown is not a failure.)
 			f.metrics.AckFlushErrors.Inc()
 			f.afterFlush(err)
 			f.log.Error("flushing finished users failed; will retry", "op", "ack flush", "users", len(r.settledLeases()), "attempt", attempt, "err", err)
@@ -424,13 +392,8 @@ func (f *completer) settle(ctx context.Context, r flushRun) error {
 	}
 }
 
-// maxInIDs bounds one $in list: 50,000 ids of ~20 bytes stay far below the
-// 16 MiB a statement may hold.
-const maxInIDs = 50_000
-
-// truncate is s cut to at most n bytes, on a character boundary, marked
-// when cut: a lease's lastError is stored, and a cut through a character
-// would store invalid UTF-8.
+// truncate cuts s to n bytes on a character boundary (lastError is stored,
+// and must be valid UTF-8), marked when cut.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
