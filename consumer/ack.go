@@ -30,11 +30,7 @@ type outcome struct {
 // acker settles finished users in batches (completer). One flush costs a
 // fixed number of round trips whatever its size:
 //
-//	ack               1 delete command for every acknowledged entry: one
-//	                  statement per _id up to maxIDStatements, as a plain
-//	                  _id is the only filter FerretDB pushes down to storage
-//	                  (an $in deleteMany would scan its whole queue); $in
-//	                  lists past that (deleteStatements)
+//	ack               1 delete command for every acknowledged entry (deleteStatements)
 //	release leases    1 deleteMany of acked and released users
 //	back off          1 bulk update of failed users, only if any
 //
