@@ -39,19 +39,32 @@ type outcome struct {
 // the users stay held (and renewed) until then. A failing step does not
 // hold up the others. Users out of attempts go to the dead-letter lane.
 type acker struct {
+	settler
 	queue       *mongo.Collection
-	leases      *leaseStore
 	dead        *deadLane
-	serverTime  clock.Nower
-	metrics     *metrics.Consumer
-	log         *slog.Logger
 	maxAttempts int
-	retryDelay  Backoff      // backoff of a failed user before its next refresh
 	byUser      *atomic.Bool // name each entry's user in its delete (deleteStatements)
-	flushes     *completer
+}
+
+// settler is what the acker and the dead-letter lane share.
+type settler struct {
+	leases     *leaseStore
+	serverTime clock.Nower
+	metrics    *metrics.Consumer
+	log        *slog.Logger
+	retryDelay Backoff // a failed user's backoff
+	flushes    *completer
 
 	mu       sync.Mutex
 	outcomes []outcome
+}
+
+func (s *settler) add(o outcome) {
+	s.mu.Lock()
+	s.outcomes = append(s.outcomes, o)
+	n := len(s.outcomes)
+	s.mu.Unlock()
+	s.flushes.added(n)
 }
 
 func (a *acker) add(o outcome) {
@@ -59,11 +72,7 @@ func (a *acker) add(o outcome) {
 		a.dead.add(o) // out of attempts: its entries are dead-lettered
 		return
 	}
-	a.mu.Lock()
-	a.outcomes = append(a.outcomes, o)
-	n := len(a.outcomes)
-	a.mu.Unlock()
-	a.flushes.added(n)
+	a.settler.add(o)
 }
 
 // run flushes until ctx ends; call flushAll after it for the final flush.
@@ -144,7 +153,7 @@ func (f *ackFlush) run(ctx context.Context) error {
 	}
 	if !f.releaseDone && f.ackDone {
 		held := slices.Concat(f.acked, f.releases)
-		errs, f.releaseDone = appendErr(errs, releaseHeld(ctx, a.leases, held, &f.releaseTried, a.metrics, a.log))
+		errs, f.releaseDone = appendErr(errs, a.releaseHeld(ctx, held, &f.releaseTried))
 	}
 	if !f.backed {
 		errs, f.backed = appendErr(errs, a.leases.backOff(ctx, f.retries))
@@ -252,16 +261,16 @@ const (
 
 // releaseHeld deletes leases. Fewer deleted than held means leases were
 // taken over, on the first try only (a retry may find its own delete done).
-func releaseHeld(ctx context.Context, leases *leaseStore, held []lease, tried *bool, m *metrics.Consumer, log *slog.Logger) error {
+func (s *settler) releaseHeld(ctx context.Context, held []lease, tried *bool) error {
 	first := !*tried
 	*tried = true
-	n, err := leases.release(ctx, held)
+	n, err := s.leases.release(ctx, held)
 	if err != nil {
 		return err
 	}
 	if n < len(held) && first {
-		m.LeasesLost.Add(float64(len(held) - n))
-		log.Warn("leases were taken over while held (expired during a stall); those users may be refreshed twice, which is harmless",
+		s.metrics.LeasesLost.Add(float64(len(held) - n))
+		s.log.Warn("leases were taken over while held (expired during a stall); those users may be refreshed twice, which is harmless",
 			"op", "ack flush", "released", n, "held", len(held))
 	}
 	return nil

@@ -215,27 +215,17 @@ func (c *Consumer) newSettlers(colls Collections, byUser *atomic.Bool, afterFlus
 	if afterFlush == nil {
 		afterFlush = func(error) {}
 	}
+	base := func(afterFlush func(error)) settler {
+		return settler{leases: c.leases, serverTime: c.serverTime, metrics: c.metrics, log: c.log,
+			flushes: newCompleter(c.clock, c.metrics, c.log, c.settled, afterFlush)}
+	}
 	dead := &deadLane{
-		letters:    &deadLetterer{queue: colls.Queue, dead: colls.DeadLetter, byUser: byUser, traits: c.traits},
-		leases:     c.leases,
-		serverTime: c.serverTime,
-		metrics:    c.metrics,
-		log:        c.log,
-		flushes:    newCompleter(c.clock, c.metrics, c.log, c.settled, func(error) {}),
-		malformed:  map[string]malformed{},
-		deadRetry:  map[string]deadRetry{},
+		settler:   base(func(error) {}),
+		letters:   &deadLetterer{queue: colls.Queue, dead: colls.DeadLetter, byUser: byUser, traits: c.traits},
+		malformed: map[string]malformed{},
+		deadRetry: map[string]deadRetry{},
 	}
-	acks := &acker{
-		queue:       colls.Queue,
-		leases:      c.leases,
-		dead:        dead,
-		byUser:      byUser,
-		serverTime:  c.serverTime,
-		metrics:     c.metrics,
-		log:         c.log,
-		maxAttempts: c.cfg.MaxAttempts,
-		flushes:     newCompleter(c.clock, c.metrics, c.log, c.settled, afterFlush),
-	}
+	acks := &acker{settler: base(afterFlush), queue: colls.Queue, dead: dead, byUser: byUser, maxAttempts: c.cfg.MaxAttempts}
 	return dead, acks
 }
 
@@ -756,4 +746,55 @@ func (c *Consumer) renewOnce(ctx context.Context) error {
 	// when its release finds it gone.
 	c.log.Debug("leases renewed", "held", len(held), "renewed", n)
 	return nil
+}
+
+// failureWindow tells a user's own failure from a failure of everything: a
+// refresh failing while most around it do (a source down, the server slowed
+// to a crawl) says nothing about that user, and charging it would
+// dead-letter a healthy backlog. Outcomes are counted in two buckets of span
+// each; failure is widespread while the last span to 2·span holds at least
+// minSample refreshes, more than half failed.
+type failureWindow struct {
+	span      time.Duration
+	minSample int
+
+	mu        sync.Mutex
+	start     time.Time // start of the current bucket
+	cur, prev bucket
+}
+
+type bucket struct{ ok, failed int }
+
+func newFailureWindow(span time.Duration, minSample int) *failureWindow {
+	return &failureWindow{span: span, minSample: minSample}
+}
+
+// record counts one finished refresh.
+func (w *failureWindow) record(now time.Time, failed bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.roll(now)
+	if failed {
+		w.cur.failed++
+	} else {
+		w.cur.ok++
+	}
+}
+
+// widespread reports whether most recent refreshes failed.
+func (w *failureWindow) widespread(now time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.roll(now)
+	ok, failed := w.cur.ok+w.prev.ok, w.cur.failed+w.prev.failed
+	return ok+failed >= w.minSample && failed*2 > ok+failed
+}
+
+func (w *failureWindow) roll(now time.Time) {
+	switch d := now.Sub(w.start); {
+	case w.start.IsZero() || d >= 2*w.span || d < 0:
+		w.start, w.cur, w.prev = now, bucket{}, bucket{}
+	case d >= w.span:
+		w.start, w.prev, w.cur = w.start.Add(w.span), w.cur, bucket{}
+	}
 }

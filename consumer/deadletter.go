@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -18,7 +16,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
-	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
@@ -58,26 +55,10 @@ const (
 // its own (deadFlush.deadLetters). Its flushes do not report to readiness
 // (which is about acknowledgements); failures are logged and counted.
 type deadLane struct {
-	letters    *deadLetterer
-	leases     *leaseStore
-	serverTime clock.Nower
-	metrics    *metrics.Consumer
-	log        *slog.Logger
-	retryDelay Backoff // backoff of a user whose dead letter failed
-	flushes    *completer
-
-	mu        sync.Mutex
-	outcomes  []outcome
+	settler   // mu also guards:
+	letters   *deadLetterer
 	malformed map[string]malformed // by IDKey: a bad entry seen by several rounds is moved once
 	deadRetry map[string]deadRetry // by IDKey: malformed entries whose dead letter failed
-}
-
-func (d *deadLane) add(o outcome) {
-	d.mu.Lock()
-	d.outcomes = append(d.outcomes, o)
-	n := len(d.outcomes)
-	d.mu.Unlock()
-	d.flushes.added(n)
 }
 
 func (d *deadLane) addMalformed(ms []malformed) {
@@ -162,7 +143,7 @@ func (f *deadFlush) run(ctx context.Context) error {
 		errs, _ = appendErr(errs, f.deadLetters(ctx))
 	}
 	if !f.exhaustedDone && f.deadDone {
-		errs, f.exhaustedDone = appendErr(errs, releaseHeld(ctx, d.leases, f.exhausted, &f.exhaustedTried, d.metrics, d.log))
+		errs, f.exhaustedDone = appendErr(errs, d.releaseHeld(ctx, f.exhausted, &f.exhaustedTried))
 	}
 	if !f.backOffDone {
 		errs, f.backOffDone = appendErr(errs, d.leases.backOff(ctx, f.retries))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -124,30 +125,21 @@ func (s *leaseStore) blockedAmong(ctx context.Context, users []string, now time.
 	if len(users) == 0 {
 		return nil, nil
 	}
-	cur, err := s.coll.Find(ctx, blockedFilter(users, now),
-		options.Find().SetProjection(blockedProjection).
-			SetBatchSize(int32(len(users))+1). // +1: a batch filled exactly leaves the cursor open
-			// Hinted: the leaseUntil index, which wins the trial while few
-			// leases are live, reads every live lease of the fleet.
-			SetHint(indexName(idIndex)))
+	docs, err := s.find(ctx, blockedFilter(users, now), options.Find().SetProjection(blockedProjection).
+		SetBatchSize(int32(len(users))+1). // +1: a batch filled exactly leaves the cursor open
+		// Hinted: the leaseUntil index, which wins the trial while few
+		// leases are live, reads every live lease of the fleet.
+		SetHint(indexName(idIndex)), fmt.Sprintf("reading the leases of %d users in the window", len(users)))
 	if err != nil {
-		return nil, fmt.Errorf("reading the leases of %d users in the window: %w", len(users), err)
+		return nil, err
 	}
-	defer cur.Close(ctx)
 	blocked := make(map[string]blockedLease, len(users))
-	for cur.Next(ctx) {
-		var d LeaseDoc
-		if err := cur.Decode(&d); err != nil {
-			continue // not a lease this release understands; never fatal
-		}
+	for _, d := range docs {
 		user, ok := d.User()
 		if state := d.State(now); ok && state != LeaseClaimable {
 			until, _ := d.Until()
 			blocked[user] = blockedLease{until: until, held: state == LeaseHeld}
 		}
-	}
-	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("reading the leases of %d users in the window: %w", len(users), err)
 	}
 	return blocked, nil
 }
@@ -225,7 +217,7 @@ func (s *leaseStore) abandon(ctx context.Context, users []string, token string, 
 func (s *leaseStore) takeOver(ctx context.Context, users []string, token string, now, until time.Time) ([]lease, error) {
 	// Not ours among them: a token this round just inserted is not expired.
 	expired, err := s.find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "leaseUntil", Value: notAfter(now)}},
-		bson.D{{Key: "_id", Value: 1}, {Key: "token", Value: 1}, {Key: "running", Value: 1}, {Key: "attempts", Value: 1}},
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "token", Value: 1}, {Key: "running", Value: 1}, {Key: "attempts", Value: 1}}),
 		fmt.Sprintf("reading %d expired leases", len(users)))
 	if err != nil || len(expired) == 0 {
 		return nil, err
@@ -257,7 +249,7 @@ func (s *leaseStore) takeOver(ctx context.Context, users []string, token string,
 		return nil, fmt.Errorf("taking over %d expired leases: %w", len(expired), err)
 	}
 	docs, err := s.find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "token", Value: token}},
-		bson.D{{Key: "_id", Value: 1}, {Key: "attempts", Value: 1}, {Key: "solo", Value: 1}}, "reading back taken-over leases")
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "attempts", Value: 1}, {Key: "solo", Value: 1}}), "reading back taken-over leases")
 	if err != nil {
 		return nil, err
 	}
@@ -347,22 +339,11 @@ func (s *leaseStore) backOff(ctx context.Context, failed []retry) error {
 // for anything else: a string, a negative count (never reaching
 // MAX_ATTEMPTS), a huge or non-finite double.
 func (d LeaseDoc) Count() (n int, ok bool) {
-	v := d.Attempts
-	if v.Type == 0 || v.Type == bson.TypeNull {
+	if d.Attempts.Type == 0 || d.Attempts.Type == bson.TypeNull {
 		return 0, true
 	}
-	var f float64 // every number, exactly for any plausible count
-	switch v.Type {
-	case bson.TypeInt32:
-		f = float64(v.Int32())
-	case bson.TypeInt64:
-		f = float64(v.Int64())
-	case bson.TypeDouble:
-		f = v.Double()
-	default:
-		return 0, false
-	}
-	if !(f >= 0 && f <= maxCount) { // also NaN
+	f, ok := d.Attempts.AsFloat64OK()      // int32, int64, double: exact for any plausible count
+	if !ok || !(f >= 0 && f <= maxCount) { // also NaN
 		return 0, false
 	}
 	return int(f), true
@@ -389,8 +370,8 @@ func (d LeaseDoc) tokenSeen() any {
 }
 
 // find reads lease documents; what names the read in its error.
-func (s *leaseStore) find(ctx context.Context, filter, projection bson.D, what string) ([]LeaseDoc, error) {
-	cur, err := s.coll.Find(ctx, filter, options.Find().SetProjection(projection))
+func (s *leaseStore) find(ctx context.Context, filter bson.D, opts *options.FindOptionsBuilder, what string) ([]LeaseDoc, error) {
+	cur, err := s.coll.Find(ctx, filter, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
@@ -434,4 +415,50 @@ func fenceFilter(held []lease) bson.D {
 // blocked by $gt, its insert a duplicate, never taken over).
 func notAfter(t time.Time) bson.D {
 	return bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: t}}}}
+}
+
+// startMarker marks lease documents running before their refreshes begin,
+// in one round trip for the users starting together (group commit: whoever
+// finds no write in flight writes for everyone waiting). The mark lets a
+// takeover after a crash charge those users and nobody else.
+type startMarker struct {
+	leases *leaseStore
+
+	mu      sync.Mutex
+	pending []lease
+	waiters []chan struct{}
+	writing bool
+}
+
+// mark returns once the leases are marked or the attempt failed (the
+// refresh goes ahead: a crash in it would only not be charged).
+func (m *startMarker) mark(ctx context.Context, ls ...lease) error {
+	done := make(chan struct{})
+	m.mu.Lock()
+	m.pending = append(m.pending, ls...)
+	m.waiters = append(m.waiters, done)
+	if m.writing {
+		m.mu.Unlock()
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	m.writing = true
+	var err error
+	for len(m.pending) > 0 {
+		batch, waiters := m.pending, m.waiters
+		m.pending, m.waiters = nil, nil
+		m.mu.Unlock()
+		err = m.leases.markRunning(ctx, batch)
+		for _, w := range waiters {
+			close(w)
+		}
+		m.mu.Lock()
+	}
+	m.writing = false
+	m.mu.Unlock()
+	return err
 }
