@@ -305,9 +305,11 @@ func (c *claimer) readBounded(ctx context.Context, filter bson.D, opts *options.
 		if err := cur.Decode(&r); err != nil {
 			return nil, err
 		}
-		// Decoded values alias a copy of the document: clip before keeping.
+		// Decoded values alias a copy of the document: clip before keeping,
+		// to a length parseEntry still rejects (and reports).
 		if r.Username.Type == bson.TypeString && len(r.Username.Value) > MaxUsernameBytes+5 {
-			r.Username = clippedString(r.Username)
+			t, data, _ := bson.MarshalValue(r.Username.StringValue()[:MaxUsernameBytes+1])
+			r.Username = bson.RawValue{Type: t, Value: data}
 		}
 		out = append(out, r)
 	}

@@ -98,15 +98,14 @@ type malformed struct {
 // parseEntry applies the contract's (docs/contract.md) rules. Anything it rejects is
 // dead-lettered, never retried: no refresh can make it valid.
 func parseEntry(r rawEntry) (Entry, *malformed) {
-	id := rawValueToAny(r.ID)
-	bad := func(format string, args ...any) (Entry, *malformed) {
-		return Entry{}, &malformed{ID: id, Detail: fmt.Sprintf(format, args...)}
-	}
 	if r.ID.Type == 0 {
-		return bad("entry has no _id")
+		return Entry{}, &malformed{Detail: "entry has no _id"}
 	}
-	var e Entry
-	e.ID = id
+	// The RawValue encodes back to the identical BSON: filters on it match.
+	e := Entry{ID: r.ID}
+	bad := func(format string, args ...any) (Entry, *malformed) {
+		return Entry{}, &malformed{ID: r.ID, Detail: fmt.Sprintf(format, args...)}
+	}
 	switch r.Username.Type {
 	case 0:
 		return bad("username is missing")
@@ -136,22 +135,4 @@ func parseEntry(r rawEntry) (Entry, *malformed) {
 		return bad("createdAt is a %s, not a date", r.CreatedAt.Type)
 	}
 	return e, nil
-}
-
-// rawValueToAny turns an _id into a value the driver encodes back to the
-// identical BSON, so filters on it match the stored document.
-func rawValueToAny(v bson.RawValue) any {
-	if v.Type == 0 {
-		return nil
-	}
-	return v
-}
-
-// clippedString keeps the first MaxUsernameBytes+1 bytes of a BSON string
-// value: still too long, so parseEntry rejects it with the right reason, and
-// no longer megabytes. (The reported length is the clipped one.)
-func clippedString(v bson.RawValue) bson.RawValue {
-	s := v.StringValue()[:MaxUsernameBytes+1]
-	t, data, _ := bson.MarshalValue(s)
-	return bson.RawValue{Type: t, Value: data}
 }
