@@ -68,21 +68,15 @@ const validUsername = `^[\s\S]{1,256}\z`
 // round, whatever the number of users, replicas or backoffs:
 //
 //  1. read the oldest CLAIM_WINDOW entries with a plausible username, minus
-//     the users this replica holds or knows are blocked (index
-//     {createdAt, _id, username}, covered);
-//  2. read the live leases of the users in that window only (by _id);
-//  3. pick up to `room` claimable users, spread across replicas, and claim
-//     them (one insert, plus two round trips only when some of them had a
-//     lease document);
-//  4. absorb: read every pending entry of the users won (index {username,
-//     createdAt, _id}, covered), so one refresh acknowledges a firehose
-//     user's whole backlog;
-//  5. at most once per PollInterval, find malformed entries at the head
-//     (their usernames are never read, see validUsername).
+//     the users held or known blocked (windowIndex, covered);
+//  2. read the live leases of the window's users only (by _id);
+//  3. pick up to `room` claimable users, spread across replicas, and lease
+//     them (one insert, two more round trips only for takeovers);
+//  4. absorb every pending entry of the users won (absorbIndex, covered);
+//  5. at most once per PollInterval, find malformed entries at the head.
 //
-// Entries are claimed at step 4, after the lease: the refresh begins after
-// every entry it acknowledges was read. A claimer is used by the claim loop
-// alone: nothing in it is locked.
+// Entries are claimed after the lease: the refresh begins after every entry
+// it acknowledges was read. Used by the claim loop alone: nothing is locked.
 type claimer struct {
 	queue      *mongo.Collection
 	leases     *leaseStore
@@ -106,7 +100,7 @@ type claimer struct {
 	filter *bool
 }
 
-// position is a place in the queue's (createdAt, _id) order.
+// position is a place in queueOrder.
 type position struct {
 	createdAt time.Time
 	id        bson.RawValue
@@ -206,9 +200,8 @@ func (c *claimer) readWindow(ctx context.Context, now time.Time, exclude []strin
 }
 
 // windowFilter is the claim window's filter: usernames of plausible length
-// (where the server filters them cheaply), minus nin, from resume on.
-//
-// It is an $or of ranges of createdAt, the window index's leading field,
+// (where the server filters them cheaply), minus nin, from resume on. It is
+// an $or of ranges of createdAt, the window index's leading field,
 // each carrying the username conditions. MongoDB's planner assigns
 // predicates to an index only when one fills its first field
 // (plan_enumerator.cpp); otherwise a hinted index is scanned whole under a

@@ -19,7 +19,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
-// deadLetter is one queue entry to move out of the queue, and why.
+// deadLetter is one entry to move out of the queue, and why.
 type deadLetter struct {
 	ID       any
 	User     string // the entry's username; "" for a malformed entry
@@ -134,8 +134,8 @@ func (d *deadLane) newFlush(batch []outcome, bad map[string]malformed) *deadFlus
 
 func (f *deadFlush) settledLeases() []lease { return f.settled }
 
-// run does every step not yet done: an exhausted user's lease is released
-// only once its entries are dead-lettered.
+// run does every step not yet done; an exhausted user's lease is released
+// once its entries are dead-lettered.
 func (f *deadFlush) run(ctx context.Context) error {
 	d := f.d
 	var errs []error
@@ -219,8 +219,7 @@ var deadLetterBackoff = Backoff{Base: time.Second, Max: 5 * time.Minute}
 
 const maxDeadRetries = 10_000
 
-// noteDeadLetters records how a move of batch went for its malformed
-// entries: the failed ones back off, the others are forgotten.
+// noteDeadLetters backs off batch's failed malformed entries, forgets the rest.
 func (c *deadLane) noteDeadLetters(batch, failed []deadLetter) {
 	bad := make(map[string]bool, len(failed))
 	for _, b := range failed {
@@ -656,10 +655,9 @@ func withDeadLetter(elems []bson.RawElement, verdict DeadLetterInfo) (bson.Raw, 
 }
 
 // reducedDeadLetter is what is kept of an entry too large to store whole:
-// its _id and createdAt, the first KiB of each top-level string field (up to
-// 1 MiB in all), and in deadLetter its reason too_large, the reason it was
-// dead-lettered for (originalReason), its size in bytes (originalSize) and
-// how many string fields did not fit (omittedStrings).
+// _id, createdAt, the first KiB of each top-level string (1 MiB in all), and
+// in deadLetter reason too_large, originalReason, originalSize and how many
+// strings did not fit (omittedStrings).
 func reducedDeadLetter(elems []bson.RawElement, b deadLetter, verdict DeadLetterInfo, size int) (bson.Raw, error) {
 	doc := bson.D{}
 	kept, omitted := 0, 0
@@ -691,8 +689,7 @@ func reducedDeadLetter(elems []bson.RawElement, b deadLetter, verdict DeadLetter
 	return raw, nil
 }
 
-// prefix returns at most n bytes of s, cut on a character boundary when s is
-// valid UTF-8.
+// prefix is at most n bytes of s, cut on a character boundary if s is UTF-8.
 func prefix(s string, n int) string {
 	if len(s) <= n {
 		return s
