@@ -496,17 +496,15 @@ func (c *Consumer) dispatch(ctx, workCtx context.Context, refreshes *sync.WaitGr
 // Waiting ends with ctx (shutdown releases a refresh not started); the
 // refresh runs on workCtx. Every outcome goes to the acker.
 func (c *Consumer) process(ctx, workCtx context.Context, w work) {
-	if len(w.entries) == 0 {
-		// Acknowledged by someone else between window and absorb.
+	if len(w.entries) == 0 || w.lease.Attempts >= c.cfg.MaxAttempts {
+		o := outcome{work: w, release: true} // acknowledged by someone else between window and absorb
+		if len(w.entries) > 0 {
+			// Its holders kept dying mid-refresh: it would likely kill this
+			// consumer too.
+			o = outcome{work: w, err: fmt.Errorf("%d consumers lost their lease on this user mid-refresh (crashed or hung); not refreshing it again", w.lease.Attempts)}
+		}
 		c.dequeued(1)
-		c.acks.add(outcome{work: w, release: true})
-		return
-	}
-	if w.lease.Attempts >= c.cfg.MaxAttempts {
-		// Its holders kept dying mid-refresh: it would likely kill this
-		// consumer too.
-		c.dequeued(1)
-		c.acks.add(outcome{work: w, err: fmt.Errorf("%d consumers lost their lease on this user mid-refresh (crashed or hung); not refreshing it again", w.lease.Attempts)})
+		c.acks.add(o)
 		return
 	}
 	var works []work
@@ -560,11 +558,7 @@ func (c *Consumer) runBatch(workCtx context.Context, works []work) {
 	errs := c.refreshBatch(workCtx, works)
 	c.batches.done()
 	c.limiter.Release()
-	anyTransient := false
-	for _, err := range errs {
-		anyTransient = anyTransient || transient(err)
-	}
-	finished(anyTransient, workCtx.Err() != nil)
+	finished(slices.ContainsFunc(errs, transient), workCtx.Err() != nil)
 	if batchWide(errs) && workCtx.Err() == nil {
 		c.settleBatchFailure(works, errs)
 		return
@@ -578,15 +572,7 @@ func (c *Consumer) runBatch(workCtx context.Context, works []work) {
 // for MongoDB being unreachable: a shared query, write or deadline fails
 // every member alike, whichever caused it.
 func batchWide(errs []error) bool {
-	if len(errs) < 2 {
-		return false
-	}
-	for _, err := range errs {
-		if err == nil || transient(err) {
-			return false
-		}
-	}
-	return true
+	return len(errs) >= 2 && !slices.ContainsFunc(errs, func(err error) bool { return err == nil || transient(err) })
 }
 
 // settleBatchFailure hands on a batch that failed as a whole, charging

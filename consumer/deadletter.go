@@ -703,14 +703,12 @@ func prefix(s string, n int) string {
 
 // IDKey makes any _id usable as a map key by its BSON type and bytes.
 func IDKey(v any) string {
-	switch x := v.(type) {
-	case bson.RawValue:
+	if x, ok := v.(bson.RawValue); ok {
 		return string(rune(x.Type)) + string(x.Value)
-	default:
-		t, data, err := bson.MarshalValue(v)
-		if err != nil {
-			return fmt.Sprint(v)
-		}
-		return string(rune(t)) + string(data)
 	}
+	t, data, err := bson.MarshalValue(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(rune(t)) + string(data)
 }

@@ -113,32 +113,26 @@ func EnsureIndexes(ctx context.Context, colls Collections, log *slog.Logger) (Ca
 				outcome = buildRefused // only an unreachable server is retried; any other answer is judged by its error below
 			}
 		}
-		switch outcome {
-		case buildUnreachable:
+		switch {
+		case outcome == buildUnreachable:
 			if ctx.Err() != nil {
 				return caps, fmt.Errorf("creating index on %s: %w", s.Coll.Name(), ctx.Err())
 			}
 			unreachable = fmt.Errorf("creating index on %s: %w", s.Coll.Name(), err)
-			continue
-		case buildRunning:
+		case outcome == buildRunning:
 			log.Info("index build already running on the server; not starting another, the queries use the index once it is built",
 				"collection", s.Coll.Name(), "keys", fmt.Sprint(s.Model.Keys), "err", err)
-			continue
-		case buildInterrupted:
+		case outcome == buildInterrupted:
 			log.Warn("the server aborted this index build (interrupted: killOp, dropIndexes, a maxTimeMS or a client that went away); not starting it again, queries still work, slower; build it by hand (docs/runbook.md, Building the indexes before a deploy)",
 				"collection", s.Coll.Name(), "keys", fmt.Sprint(s.Model.Keys), "serves", s.Serves, "err", err)
-			continue
-		}
-		if err != nil && s.Optional {
+		case err != nil && s.Optional:
 			caps.PartialIndexes = false
 			log.Info("optional index not supported by this server; skipped", "collection", s.Coll.Name(), "keys", fmt.Sprint(s.Model.Keys), "serves", s.Serves, "err", err)
-			continue
-		}
-		if err != nil {
+		case err != nil:
 			log.Warn("index not created; queries still work, slower", "collection", s.Coll.Name(), "keys", fmt.Sprint(s.Model.Keys), "serves", s.Serves, "err", err)
-			continue
+		default:
+			log.Debug("index ready", "collection", s.Coll.Name(), "index", name)
 		}
-		log.Debug("index ready", "collection", s.Coll.Name(), "index", name)
 	}
 	return caps, unreachable
 }
