@@ -368,8 +368,14 @@ func (c *Consumer) awaitWork(ctx context.Context, poll clock.Ticker, lastRound t
 }
 
 const (
-	maxClaimStretch = 8                // a stretched round deadline: at most 8 × OpTimeout
-	claimRetryMax   = 30 * time.Second // longest wait after a failed round
+	maxClaimStretch = 8                     // a stretched round deadline: at most 8 × OpTimeout
+	claimRetryMax   = 30 * time.Second      // longest wait after a failed round
+	maxPagesPerWake = 8                     // rounds paging past a blocked head before waiting again
+	wakeGap         = 50 * time.Millisecond // least time between a round and a woken one
+	// claimCleanup bounds a failed or cancelled round deleting the leases it
+	// wrote (leaseStore.abandon, the release after a failed absorb).
+	claimCleanup = 10 * time.Second
+	streamClose  = 3 * time.Second // closing a change stream once ctx ends
 )
 
 // LongestClaimPass is the longest one claim-loop pass can take with the
@@ -379,14 +385,6 @@ const (
 func LongestClaimPass(opTimeout time.Duration) time.Duration {
 	return maxClaimStretch*cmp.Or(opTimeout, DefaultOpTimeout) + claimCleanup + claimRetryMax
 }
-
-// claimCleanup bounds a failed or cancelled round deleting the leases it
-// wrote (leaseStore.abandon, the release after a failed absorb);
-// streamClose bounds closing a change stream once ctx ends.
-const (
-	claimCleanup = 10 * time.Second
-	streamClose  = 3 * time.Second
-)
 
 // ShutdownBudget is the longest Run takes from the end of its context to its
 // return with the given timeouts (0: the defaults) when MongoDB answers
@@ -401,15 +399,9 @@ func ShutdownBudget(opTimeout, shutdownTimeout time.Duration) time.Duration {
 // PollInterval, after the k-th contended round in a row: full jitter (not a
 // Backoff), so replicas stop colliding.
 func (c *Consumer) contentionDelay() time.Duration {
-	ceiling := wakeGap << min(c.contention-1, 10)
-	ceiling = min(ceiling, c.cfg.PollInterval)
+	ceiling := min(wakeGap<<min(c.contention-1, 10), c.cfg.PollInterval)
 	return time.Duration(c.claimRnd.Int64N(int64(ceiling) + 1))
 }
-
-const (
-	maxPagesPerWake = 8                     // rounds paging past a blocked head before waiting again
-	wakeGap         = 50 * time.Millisecond // least time between a round and a woken one
-)
 
 // claimPass is what one claim-loop pass did: ran, a round ran (there was
 // room); more, more claimable work may wait; paged, the next round reads
