@@ -285,7 +285,6 @@ func (s *settler) releaseHeld(ctx context.Context, held []lease, tried *bool) er
 type completer struct {
 	clock      clock.Clock
 	interval   time.Duration
-	batchSize  int
 	metrics    *metrics.Consumer
 	log        *slog.Logger
 	onSettled  func(users []lease) // the users are no longer held
@@ -303,13 +302,13 @@ type flushRun interface {
 }
 
 func newCompleter(clk clock.Clock, m *metrics.Consumer, log *slog.Logger, onSettled func([]lease), afterFlush func(error)) *completer {
-	return &completer{clock: clk, interval: AckFlushInterval, batchSize: AckFlushBatch, metrics: m, log: log,
+	return &completer{clock: clk, interval: AckFlushInterval, metrics: m, log: log,
 		onSettled: onSettled, afterFlush: afterFlush, kick: newSignal()}
 }
 
 // added notes that n items wait: the first starts the wait, a full batch goes.
 func (f *completer) added(n int) {
-	if n == 1 || n >= f.batchSize {
+	if n == 1 || n >= AckFlushBatch {
 		f.kick.notify()
 	}
 }
@@ -323,7 +322,7 @@ func (f *completer) run(ctx context.Context, pending func() int, flushAll func(c
 		case <-ctx.Done():
 			return
 		case <-f.kick:
-			if pending() < f.batchSize {
+			if pending() < AckFlushBatch {
 				// Wait for the users finishing around now.
 				timer.Reset(f.interval)
 				select {
