@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -65,10 +66,7 @@ func NewChangeStreamSource(queue *mongo.Collection, clk clock.Clock, m *metrics.
 }
 
 func newChangeStreamSource(watch watchFunc, clk clock.Clock, m *metrics.Consumer, log *slog.Logger) *ChangeStreamSource {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &ChangeStreamSource{clock: clock.Or(clk), watch: watch, metrics: m, log: log}
+	return &ChangeStreamSource{clock: clock.Or(clk), watch: watch, metrics: m, log: cmp.Or(log, slog.New(slog.DiscardHandler))}
 }
 
 // Run watches until ctx ends.

@@ -42,14 +42,11 @@ type Limiter struct {
 func New(max int, interval time.Duration, cfg limiter.PolicyConfig, m *metrics.Consumer, log *slog.Logger, clk clock.Clock) *Limiter {
 	cfg.Max = max
 	start := cmp.Or(max/4, 1)
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	a := &Limiter{
 		Limiter:  limiter.New(start),
 		interval: cmp.Or(interval, time.Second),
 		metrics:  m,
-		log:      log,
+		log:      cmp.Or(log, slog.New(slog.DiscardHandler)),
 		policy:   limiter.NewPolicy(cfg, start),
 		clock:    clock.Or(clk),
 		running:  map[uint64]time.Time{},
