@@ -313,7 +313,6 @@ func (f *completer) added(n int) {
 	}
 }
 
-// run calls flushAll whenever items wait, until ctx ends.
 func (f *completer) run(ctx context.Context, pending func() int, flushAll func(context.Context) error) {
 	timer := f.clock.NewTimer(time.Hour)
 	timer.Stop()

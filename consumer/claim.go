@@ -167,7 +167,6 @@ func (c *claimer) leaseFor(ctx context.Context) time.Duration {
 	return c.lease
 }
 
-// readWindow reads the oldest entries of users that may be claimable.
 func (c *claimer) readWindow(ctx context.Context, now time.Time, exclude []string) ([]rawEntry, error) {
 	nin := slices.Clone(exclude)
 	for u, until := range c.skip {

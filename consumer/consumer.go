@@ -354,7 +354,6 @@ func (c *Consumer) claimFailed(ctx context.Context, limit *deadline.Stretch, fai
 	_ = clock.Sleep(ctx, c.clock, delay)
 }
 
-// awaitWork waits for the poll, a wake-up or shutdown.
 func (c *Consumer) awaitWork(ctx context.Context, poll clock.Ticker, lastRound time.Time) {
 	select {
 	case <-ctx.Done():
@@ -408,7 +407,6 @@ func (c *Consumer) contentionDelay() time.Duration {
 // past this window.
 type claimPass struct{ ran, more, paged bool }
 
-// claimOnce runs one claim round and dispatches what it won.
 func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitGroup, timeout time.Duration) (claimPass, error) {
 	room := c.room()
 	if room <= 0 || !c.wantMore() {
@@ -531,7 +529,6 @@ func (c *Consumer) process(ctx, workCtx context.Context, w work) {
 	c.runBatch(workCtx, works)
 }
 
-// runBatch refreshes one batch in one slot and hands on each outcome.
 func (c *Consumer) runBatch(workCtx context.Context, works []work) {
 	finished := func(bool, bool) {}
 	if o, ok := c.limiter.(refreshObserver); ok {
@@ -582,7 +579,6 @@ func (c *Consumer) settleBatchFailure(works []work, errs []error) {
 	}
 }
 
-// settleRefresh counts one user's refresh outcome and hands it on.
 func (c *Consumer) settleRefresh(workCtx context.Context, w work, err error) {
 	if err != nil && workCtx.Err() != nil {
 		// Cancelled by shutdown, not the user's fault: no attempt counted.
@@ -747,7 +743,6 @@ func newFailureWindow(span time.Duration, minSample int) *failureWindow {
 	return &failureWindow{span: span, minSample: minSample}
 }
 
-// record counts one finished refresh.
 func (w *failureWindow) record(now time.Time, failed bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -759,7 +754,6 @@ func (w *failureWindow) record(now time.Time, failed bool) {
 	}
 }
 
-// widespread reports whether most recent refreshes failed.
 func (w *failureWindow) widespread(now time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -78,7 +78,6 @@ func (d *deadLane) addMalformed(ms []malformed) {
 	d.flushes.kick.notify()
 }
 
-// run flushes until ctx ends; call flushAll after it for the final flush.
 func (d *deadLane) run(ctx context.Context) { d.flushes.run(ctx, d.pending, d.flushAll) }
 
 func (d *deadLane) pending() int {

@@ -141,7 +141,6 @@ func EnsureIndexes(ctx context.Context, colls Collections, log *slog.Logger) (Ca
 // says a build is running.
 const slowBuildNotice = 30 * time.Second
 
-// createIndex sends one createIndexes and waits for its answer.
 func createIndex(ctx context.Context, s IndexSpec, model mongo.IndexModel, log *slog.Logger) (string, error) {
 	buildCtx, cancel := untimed(ctx)
 	defer cancel()
