@@ -146,27 +146,27 @@ func (f *ackFlush) settledLeases() []lease { return f.settled }
 // run does every step not yet done; acknowledged users' leases are
 // released once their entries are deleted.
 func (f *ackFlush) run(ctx context.Context) error {
-	a := f.a
 	var errs []error
-	if !f.ackDone {
-		errs, f.ackDone = appendErr(errs, f.ack(ctx))
+	step(&errs, &f.ackDone, func() error { return f.ack(ctx) })
+	if f.ackDone {
+		step(&errs, &f.releaseDone, func() error {
+			return f.a.releaseHeld(ctx, slices.Concat(f.acked, f.releases), &f.releaseTried)
+		})
 	}
-	if !f.releaseDone && f.ackDone {
-		held := slices.Concat(f.acked, f.releases)
-		errs, f.releaseDone = appendErr(errs, a.releaseHeld(ctx, held, &f.releaseTried))
-	}
-	if !f.backed {
-		errs, f.backed = appendErr(errs, a.leases.backOff(ctx, f.retries))
-	}
+	step(&errs, &f.backed, func() error { return f.a.leases.backOff(ctx, f.retries) })
 	return errors.Join(errs...)
 }
 
-// appendErr adds err to errs, and reports whether the step went through.
-func appendErr(errs []error, err error) ([]error, bool) {
-	if err != nil {
-		return append(errs, err), false
+// step runs fn unless done, and notes it done or adds its error to errs.
+func step(errs *[]error, done *bool, fn func() error) {
+	if *done {
+		return
 	}
-	return errs, true
+	if err := fn(); err != nil {
+		*errs = append(*errs, err)
+	} else {
+		*done = true
+	}
 }
 
 // ack deletes the acknowledged entries in one command (deleteStatements).

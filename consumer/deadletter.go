@@ -136,17 +136,12 @@ func (f *deadFlush) settledLeases() []lease { return f.settled }
 // run does every step not yet done; an exhausted user's lease is released
 // once its entries are dead-lettered.
 func (f *deadFlush) run(ctx context.Context) error {
-	d := f.d
 	var errs []error
-	if !f.deadDone {
-		errs, _ = appendErr(errs, f.deadLetters(ctx))
+	step(&errs, &f.deadDone, func() error { return f.deadLetters(ctx) })
+	if f.deadDone {
+		step(&errs, &f.exhaustedDone, func() error { return f.d.releaseHeld(ctx, f.exhausted, &f.exhaustedTried) })
 	}
-	if !f.exhaustedDone && f.deadDone {
-		errs, f.exhaustedDone = appendErr(errs, d.releaseHeld(ctx, f.exhausted, &f.exhaustedTried))
-	}
-	if !f.backOffDone {
-		errs, f.backOffDone = appendErr(errs, d.leases.backOff(ctx, f.retries))
-	}
+	step(&errs, &f.backOffDone, func() error { return f.d.leases.backOff(ctx, f.retries) })
 	return errors.Join(errs...)
 }
 
