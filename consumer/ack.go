@@ -84,8 +84,7 @@ func (a *acker) pending() int {
 	return len(a.outcomes) + a.flushes.carried()
 }
 
-// flushAll flushes everything pending, retrying until it succeeds or ctx
-// ends.
+// flushAll flushes everything pending, retrying until done or ctx ends.
 func (a *acker) flushAll(ctx context.Context) error {
 	return a.flushes.flushAll(ctx, func() (flushRun, func()) {
 		a.mu.Lock()

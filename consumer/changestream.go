@@ -34,12 +34,11 @@ type watchFunc func(ctx context.Context, resumeAfter bson.Raw) (changeStream, er
 
 // ChangeStreamSource wakes the claim loop the moment a producer inserts into
 // the queue, not up to POLL_INTERVAL later. It watches inserts projected to
-// their resume token (no documents cross the wire), resumes after a
-// transient error, and opens a fresh stream after an invalidation (the queue
-// dropped or renamed). Without change streams (standalone mongod, FerretDB)
-// or while the stream keeps failing, it says so once, reports polling as
-// the active source and tries again streamRetryAfter later. The poll stays
-// on either way.
+// their resume token (no documents cross the wire), resumes after a transient
+// error, and opens a fresh stream after an invalidation (the queue dropped or
+// renamed). Without change streams (standalone mongod, FerretDB) or while the
+// stream keeps failing, it says so once, reports polling as the active source
+// and tries again streamRetryAfter later. The poll stays on either way.
 type ChangeStreamSource struct {
 	clock   clock.Clock // what retries wait on
 	watch   watchFunc

@@ -199,16 +199,16 @@ func (c *claimer) readWindow(ctx context.Context, now time.Time, exclude []strin
 }
 
 // windowFilter is the claim window's filter: usernames of plausible length
-// (where the server filters them cheaply), minus nin, from resume on. It is
-// an $or of ranges of createdAt, the window index's leading field,
-// each carrying the username conditions. MongoDB's planner assigns
-// predicates to an index only when one fills its first field
-// (plan_enumerator.cpp); otherwise a hinted index is scanned whole under a
-// FETCH holding the filter (planner_access.cpp, scanWholeIndex), checking
-// username on a document per key. With a createdAt range per branch, each
-// branch checks username on the keys and the branches merge in sort order.
-// The username conditions go into every branch: only some releases move
-// outside predicates (and a $nin) into an $or's branches.
+// (where the server filters them cheaply), minus nin, from resume on. It is an
+// $or of ranges of createdAt, the window index's leading field, each carrying
+// the username conditions. MongoDB's planner assigns predicates to an index
+// only when one fills its first field (plan_enumerator.cpp); otherwise a
+// hinted index is scanned whole under a FETCH holding the filter
+// (planner_access.cpp, scanWholeIndex), checking username on a document per
+// key. With a createdAt range per branch, each branch checks username on the
+// keys and the branches merge in sort order. The username conditions go into
+// every branch: only some releases move outside predicates (and a $nin) into
+// an $or's branches.
 func windowFilter(nin []string, lengthFilter bool, resume *position) bson.D {
 	var userCond bson.D
 	if lengthFilter {

@@ -482,12 +482,11 @@ func (m *mover) keepDistinct(ctx context.Context, dups []pendingCopy) error {
 	})
 }
 
-// read hands fn every document of coll whose _id is in ids. A server that
-// cuts replies at 16 MiB (MongoDB) gets an $in per 50,000 ids through a
-// cursor. One that fills a reply by count (FerretDB) could send one past
-// the 48 MB the driver accepts, dropping the connection and the pool: there
-// each document is read alone, by _id (the only filter FerretDB answers
-// without a scan).
+// read hands fn every document of coll whose _id is in ids. A server that cuts
+// replies at 16 MiB (MongoDB) gets an $in per 50,000 ids through a cursor. One
+// that fills a reply by count (FerretDB) could send one past the 48 MB the
+// driver accepts, dropping the connection and the pool: there each document is
+// read alone, by _id (the only filter FerretDB answers without a scan).
 func (d *deadLetterer) read(ctx context.Context, coll *mongo.Collection, ids bson.A, fn func(context.Context, bson.Raw) error) error {
 	if !d.repliesBounded(ctx) {
 		for _, id := range ids {

@@ -1,9 +1,9 @@
 // Package adaptive is the refresh concurrency limiter behind
 // ADAPTIVE_CONCURRENCY=true. Each replica judges latency against its own
 // baseline (sharing baselines across the fleet gained 1.03× the best fixed
-// limit, bench/results/adaptive). The decisions are pkg/limiter's Policy;
-// this package feeds it from the pipeline and the driver, applies them and
-// reports them in the metrics.
+// limit, bench/results/adaptive). The decisions are pkg/limiter's Policy; this
+// package feeds it from the pipeline and the driver, applies them and reports
+// them in the metrics.
 package adaptive
 
 import (
