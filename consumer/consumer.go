@@ -115,9 +115,7 @@ type Deps struct {
 	Limiter   Limiter           // default: a FixedLimiter of DefaultRefreshConcurrency
 	Metrics   *metrics.Consumer // required
 	Logger    *slog.Logger      // default: discard
-	// Clock is what the consumer waits on and measures durations with;
-	// default: the wall clock.
-	Clock clock.Clock
+	Clock     clock.Clock       // what it waits on and times with; default: the wall clock
 	// ServerTime dates leases and backoffs, which other replicas read: the
 	// MongoDB server's clock (serverclock). Default: Clock.
 	ServerTime clock.Nower
@@ -209,8 +207,8 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 	return c
 }
 
-// newSettlers builds the dead-letter lane and the acker. byUser is shared
-// with the claimer, which learns whether deletes must name their users.
+// newSettlers builds the dead-letter lane and the acker; byUser is the
+// claimer's answer to whether deletes must name their users.
 func (c *Consumer) newSettlers(colls Collections, byUser *atomic.Bool, afterFlush func(error)) (*deadLane, *acker) {
 	if afterFlush == nil {
 		afterFlush = func(error) {}
@@ -229,8 +227,7 @@ func (c *Consumer) newSettlers(colls Collections, byUser *atomic.Bool, afterFlus
 	return dead, acks
 }
 
-// flushAll flushes what the acker, then the dead-letter lane, hold,
-// retrying until it succeeds or ctx ends.
+// flushAll flushes the acker's, then the lane's, until done or ctx ends.
 func (c *Consumer) flushAll(ctx context.Context) error {
 	return errors.Join(c.acks.flushAll(ctx), c.dead.flushAll(ctx))
 }
