@@ -195,12 +195,11 @@ func (f *ackFlush) ack(ctx context.Context) error {
 // and the only filter FerretDB pushes down to storage (an $in would read its
 // whole queue for a flush of three entries). Past that (a firehose user's
 // backlog), $in lists of up to 50,000 ids: cheaper per entry on MongoDB, and
-// one scan instead of thousands of queries on FerretDB.
-//
-// users, given through a mongos only, holds each entry's username ("" for a
-// malformed entry): each statement names its user too, so on a queue sharded
-// on username it goes to one shard, hinting the _id index (the username's
-// would read all that user's entries). docs/query-plans.md measures both.
+// one scan instead of thousands of queries on FerretDB. users, given through
+// a mongos only, holds each entry's username ("" if malformed): each
+// statement names its user too, so on a queue sharded on username it goes
+// to one shard, hinting the _id index (the username's would read all that
+// user's entries). docs/query-plans.md measures both.
 func deleteStatements(ids bson.A, users ...string) []mongo.WriteModel {
 	if len(ids) > maxIDStatements {
 		return deleteInLists(ids, users)

@@ -90,15 +90,13 @@ func RetiredIndexes(colls Collections) []RetiredIndex {
 
 // EnsureIndexes creates the indexes the pipeline's queries need and reports
 // which optional index features the server has. It is idempotent and never
-// fatal: every query stays correct without an index, only slower.
-//
-// The error is non-nil only when the server could not be reached or ctx
-// ended: call again later, or an outage at start leaves the queue unindexed
-// for good. A build already running or aborted is no such error (starting
-// it again at once would keep the index from ever existing).
-//
-// Each createIndexes waits for its build however long it takes (untimed):
-// run EnsureIndexes beside the consumer, with no deadline on ctx.
+// fatal: every query stays correct without an index, only slower. The error
+// is non-nil only when the server could not be reached or ctx ended: call
+// again later, or an outage at start leaves the queue unindexed for good (a
+// build running or aborted is no such error: starting it again at once
+// would keep the index from ever existing). Each createIndexes waits for its
+// build however long it takes (untimed): run it beside the consumer, with no
+// deadline on ctx.
 func EnsureIndexes(ctx context.Context, colls Collections, log *slog.Logger) (Capabilities, error) {
 	caps := Capabilities{TTLIndexes: true, PartialIndexes: true}
 	var unreachable error
