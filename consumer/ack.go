@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,59 +20,51 @@ import (
 
 // outcome is how one claimed user ended.
 type outcome struct {
-	work work
-	// err is the refresh's error; nil means the refresh succeeded and the
-	// entries are acknowledged.
-	err error
-	// release means the refresh never ran (shutdown, or no entries left):
-	// hand the user back untouched, no attempt counted.
-	release bool
-	// transient means err came from MongoDB being unreachable, slow or
-	// electing: back off, but count no attempt (see transient.go).
-	transient bool
-	// solo means the user's batch failed as a whole: its next refresh runs
-	// in a batch of its own, so only the user that breaks a batch is
-	// charged for it (see runBatch).
-	solo bool
+	work      work
+	err       error // nil: refreshed, acknowledge the entries
+	release   bool  // never refreshed (shutdown, no entries left): hand back, no attempt counted
+	transient bool  // back off, but count no attempt (see transient.go)
+	solo      bool  // its batch failed as a whole: refresh alone next time (settleBatchFailure)
 }
 
-// acker settles finished users in batches, river's BatchCompleter idea: a
-// flush happens AckFlushInterval after the first outcome of a batch, or at
-// once when AckFlushBatch users are waiting. One flush costs a fixed number
-// of round trips whatever its size (AckRoundTrips, and one more for
-// backoffs):
+// acker settles finished users in batches (completer). One flush costs a
+// fixed number of round trips whatever its size:
 //
-//	ack               1 delete command for every acknowledged entry: one
-//	                  statement per _id up to maxIDStatements, as a plain
-//	                  _id is the only filter FerretDB pushes down to storage
-//	                  (an $in deleteMany would scan its whole queue); $in
-//	                  lists past that (deleteStatements)
+//	ack               1 delete command for every acknowledged entry (deleteStatements)
 //	release leases    1 deleteMany of acked and released users
 //	back off          1 bulk update of failed users, only if any
 //
-// Every step is safe to repeat (deletes are idempotent, lease writes are
-// fenced by the claim token), so a failed flush retries the steps not yet
-// done, with backoff, until they succeed: nothing is dropped, and the users
-// stay held (and their leases renewed) until then. A failing step does not
-// hold up the others.
-//
-// Users out of attempts go to the dead-letter lane (deadLane), which runs
-// on its own goroutine, so moving them, however slow, never delays an
-// acknowledgement.
+// Every step is safe to repeat (deletes are idempotent, lease writes
+// fenced), so a failed flush retries the steps not done until they succeed;
+// the users stay held (and renewed) until then. A failing step does not
+// hold up the others. Users out of attempts go to the dead-letter lane.
 type acker struct {
+	settler
 	queue       *mongo.Collection
-	leases      *leaseStore
 	dead        *deadLane
-	serverTime  clock.Nower // backoffs are dated on the server's clock
-	metrics     *metrics.Consumer
-	log         *slog.Logger
 	maxAttempts int
-	retryDelay  Backoff      // backoff of a failed user before its next refresh
 	byUser      *atomic.Bool // name each entry's user in its delete (deleteStatements)
-	flushes     *completer
+}
+
+// settler is what the acker and the dead-letter lane share.
+type settler struct {
+	leases     *leaseStore
+	serverTime clock.Nower
+	metrics    *metrics.Consumer
+	log        *slog.Logger
+	retryDelay Backoff // a failed user's backoff
+	flushes    *completer
 
 	mu       sync.Mutex
 	outcomes []outcome
+}
+
+func (s *settler) add(o outcome) {
+	s.mu.Lock()
+	s.outcomes = append(s.outcomes, o)
+	n := len(s.outcomes)
+	s.mu.Unlock()
+	s.flushes.added(n)
 }
 
 func (a *acker) add(o outcome) {
@@ -79,11 +72,7 @@ func (a *acker) add(o outcome) {
 		a.dead.add(o) // out of attempts: its entries are dead-lettered
 		return
 	}
-	a.mu.Lock()
-	a.outcomes = append(a.outcomes, o)
-	n := len(a.outcomes)
-	a.mu.Unlock()
-	a.flushes.added(n)
+	a.settler.add(o)
 }
 
 // run flushes until ctx ends; call flushAll after it for the final flush.
@@ -95,8 +84,7 @@ func (a *acker) pending() int {
 	return len(a.outcomes) + a.flushes.carried()
 }
 
-// flushAll flushes everything pending, retrying with backoff until it
-// succeeds or ctx ends.
+// flushAll flushes everything pending, retrying until done or ctx ends.
 func (a *acker) flushAll(ctx context.Context) error {
 	return a.flushes.flushAll(ctx, func() (flushRun, func()) {
 		a.mu.Lock()
@@ -115,8 +103,7 @@ func (a *acker) flushAll(ctx context.Context) error {
 	})
 }
 
-// ackFlush is one batch of the acker's on its way to MongoDB; each step
-// remembers that it is done so a retry does not repeat it.
+// ackFlush is one batch on its way; a retry skips the steps done.
 type ackFlush struct {
 	a                            *acker
 	acked, releases, settled     []lease
@@ -155,35 +142,33 @@ func (a *acker) newFlush(batch []outcome) *ackFlush {
 
 func (f *ackFlush) settledLeases() []lease { return f.settled }
 
-// run does every step not yet done: the leases of acknowledged users are
-// released once their entries are deleted; one failing step does not stop
-// the others.
+// run does every step not yet done; acknowledged users' leases are
+// released once their entries are deleted.
 func (f *ackFlush) run(ctx context.Context) error {
-	a := f.a
 	var errs []error
-	if !f.ackDone {
-		errs, f.ackDone = appendErr(errs, f.ack(ctx))
+	step(&errs, &f.ackDone, func() error { return f.ack(ctx) })
+	if f.ackDone {
+		step(&errs, &f.releaseDone, func() error {
+			return f.a.releaseHeld(ctx, slices.Concat(f.acked, f.releases), &f.releaseTried)
+		})
 	}
-	if !f.releaseDone && f.ackDone {
-		held := append(append([]lease{}, f.acked...), f.releases...)
-		errs, f.releaseDone = appendErr(errs, releaseHeld(ctx, a.leases, held, &f.releaseTried, a.metrics, a.log))
-	}
-	if !f.backed {
-		errs, f.backed = appendErr(errs, a.leases.backOff(ctx, f.retries))
-	}
+	step(&errs, &f.backed, func() error { return f.a.leases.backOff(ctx, f.retries) })
 	return errors.Join(errs...)
 }
 
-// appendErr adds err to errs, and reports whether the step went through.
-func appendErr(errs []error, err error) ([]error, bool) {
-	if err != nil {
-		return append(errs, err), false
+// step runs fn unless done, and notes it done or adds its error to errs.
+func step(errs *[]error, done *bool, fn func() error) {
+	if *done {
+		return
 	}
-	return errs, true
+	if err := fn(); err != nil {
+		*errs = append(*errs, err)
+	} else {
+		*done = true
+	}
 }
 
-// ack deletes the acknowledged entries in one delete command (the driver
-// splits it only past maxWriteBatchSize); see deleteStatements for its shape.
+// ack deletes the acknowledged entries in one command (deleteStatements).
 func (f *ackFlush) ack(ctx context.Context) error {
 	c := f.a
 	if len(f.ackIDs) == 0 {
@@ -193,8 +178,7 @@ func (f *ackFlush) ack(ctx context.Context) error {
 	if c.byUser.Load() {
 		users = f.ackUsers
 	}
-	models := deleteStatements(f.ackIDs, users...)
-	res, err := c.queue.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	res, err := c.queue.BulkWrite(ctx, deleteStatements(f.ackIDs, users...), options.BulkWrite().SetOrdered(false))
 	if err != nil {
 		return fmt.Errorf("acknowledging %d entries of %d users: %w", len(f.ackIDs), len(f.acked), err)
 	}
@@ -206,25 +190,16 @@ func (f *ackFlush) ack(ctx context.Context) error {
 	return nil
 }
 
-// deleteStatements delete queue entries by _id (an ack, a batch of dead
-// letters) in one command. Up to
-// maxIDStatements entries, one statement per _id: on MongoDB that is an
-// index lookup each, like $in, and servers that push only plain _id
-// equality down to storage (FerretDB) would otherwise read the whole queue
-// for a flush of three entries, many times a second. Past that (a firehose
-// user's backlog absorbed by one refresh), $in lists: one statement per
-// 50,000 ids costs MongoDB less per entry than thousands of statements, and
-// FerretDB one queue scan instead of thousands of queries.
-//
-// users, when given (through a mongos only), holds each entry's username,
-// "" where it is unknown (a malformed entry): each statement then names its
-// user too, so on a queue sharded on a key that starts with username it goes
-// to the one shard that holds the entry instead of to every shard. It still
-// matches the one entry: the username is the one read from it. The _id index
-// is hinted, as the username's index would read all of that user's entries.
-// Without users the statements are plain _id lookups: MongoDB's
-// planner-free _id path, and the only filter FerretDB pushes down to its
-// storage (docs/query-plans.md measures both forms there).
+// deleteStatements delete queue entries by _id in one command. Up to
+// maxIDStatements, one statement per _id: an index lookup each on MongoDB,
+// and the only filter FerretDB pushes down to storage (an $in would read its
+// whole queue for a flush of three entries). Past that (a firehose user's
+// backlog), $in lists of up to 50,000 ids: cheaper per entry on MongoDB, and
+// one scan instead of thousands of queries on FerretDB. users, given through
+// a mongos only, holds each entry's username ("" if malformed): each
+// statement names its user too, so on a queue sharded on username it goes
+// to one shard, hinting the _id index (the username's would read all that
+// user's entries). docs/query-plans.md measures both.
 func deleteStatements(ids bson.A, users ...string) []mongo.WriteModel {
 	if len(ids) > maxIDStatements {
 		return deleteInLists(ids, users)
@@ -243,9 +218,8 @@ func deleteStatements(ids bson.A, users ...string) []mongo.WriteModel {
 }
 
 // deleteInLists is deleteStatements past maxIDStatements: $in lists of at
-// most maxInIDs ids and about maxInBytes of them (an _id may be any value,
-// and a thousand 20 KB ones would make one list past the 16 MiB a statement
-// may hold, refused on every retry), one user's each when users are given.
+// most maxInIDs ids and about maxInBytes (an _id may be any value, and a
+// list past 16 MiB is refused on every retry), one user's each with users.
 func deleteInLists(ids bson.A, users []string) []mongo.WriteModel {
 	byUser := map[string]bson.A{}
 	var order []string
@@ -278,37 +252,37 @@ func userAt(users []string, i int) string {
 	return ""
 }
 
-// maxIDStatements is the most entries deleted with one statement per _id.
-const maxIDStatements = 1000
+const (
+	maxIDStatements = 1000   // most entries deleted with one statement per _id
+	maxInIDs        = 50_000 // ids in one $in: ~1 MB of 20-byte ids, far below 16 MiB
+)
 
 // releaseHeld deletes leases. Fewer deleted than held means leases were
-// taken over, but only on the first try: a retry after an error may find its
-// own earlier delete already done.
-func releaseHeld(ctx context.Context, leases *leaseStore, held []lease, tried *bool, m *metrics.Consumer, log *slog.Logger) error {
+// taken over, on the first try only (a retry may find its own delete done).
+func (s *settler) releaseHeld(ctx context.Context, held []lease, tried *bool) error {
 	first := !*tried
 	*tried = true
-	n, err := leases.release(ctx, held)
+	n, err := s.leases.release(ctx, held)
 	if err != nil {
 		return err
 	}
 	if n < len(held) && first {
-		m.LeasesLost.Add(float64(len(held) - n))
-		log.Warn("leases were taken over while held (expired during a stall); those users may be refreshed twice, which is harmless",
+		s.metrics.LeasesLost.Add(float64(len(held) - n))
+		s.log.Warn("leases were taken over while held (expired during a stall); those users may be refreshed twice, which is harmless",
 			"op", "ack flush", "released", n, "held", len(held))
 	}
 	return nil
 }
 
-// completer is the batching the acker and the dead-letter lane share: a flush
-// waits AckFlushInterval for company after its first item, or goes at once
-// with AckFlushBatch waiting; a failed one is retried with backoff until it
-// succeeds, and one cut short by shutdown is kept for the next flushAll (the
-// final one). Every flush's commands are issued under its methods, which is
-// how the bench attributes them to the ack stage (bench/cmdstats.go).
+// completer is the batching the acker and the dead-letter lane share
+// (river's BatchCompleter): a flush waits AckFlushInterval for company after
+// its first item, or goes at once with AckFlushBatch waiting; a failed one
+// is retried with backoff, and one cut short by shutdown is kept for the
+// final flushAll. The bench attributes commands issued under its methods to
+// the ack stage (bench/cmdstats.go).
 type completer struct {
-	clock      clock.Clock // what flushes wait on
+	clock      clock.Clock
 	interval   time.Duration
-	batchSize  int
 	metrics    *metrics.Consumer
 	log        *slog.Logger
 	onSettled  func(users []lease) // the users are no longer held
@@ -316,7 +290,7 @@ type completer struct {
 	kick       signal
 
 	mu    sync.Mutex
-	carry flushRun // a flush cut short by shutdown, finished by the next flushAll
+	carry flushRun // cut short by shutdown, finished by the next flushAll
 }
 
 // flushRun is one batch on its way to MongoDB.
@@ -326,19 +300,17 @@ type flushRun interface {
 }
 
 func newCompleter(clk clock.Clock, m *metrics.Consumer, log *slog.Logger, onSettled func([]lease), afterFlush func(error)) *completer {
-	return &completer{clock: clk, interval: AckFlushInterval, batchSize: AckFlushBatch, metrics: m, log: log,
+	return &completer{clock: clk, interval: AckFlushInterval, metrics: m, log: log,
 		onSettled: onSettled, afterFlush: afterFlush, kick: newSignal()}
 }
 
-// added notes that n items now wait: the first starts the wait for company,
-// a full batch goes at once.
+// added notes that n items wait: the first starts the wait, a full batch goes.
 func (f *completer) added(n int) {
-	if n == 1 || n >= f.batchSize {
+	if n == 1 || n >= AckFlushBatch {
 		f.kick.notify()
 	}
 }
 
-// run calls flushAll whenever items wait, until ctx ends.
 func (f *completer) run(ctx context.Context, pending func() int, flushAll func(context.Context) error) {
 	timer := f.clock.NewTimer(time.Hour)
 	timer.Stop()
@@ -347,9 +319,8 @@ func (f *completer) run(ctx context.Context, pending func() int, flushAll func(c
 		case <-ctx.Done():
 			return
 		case <-f.kick:
-			if pending() < f.batchSize {
-				// Wait a little so the users finishing around now share a
-				// flush; a full batch goes at once.
+			if pending() < AckFlushBatch {
+				// Wait for the users finishing around now.
 				timer.Reset(f.interval)
 				select {
 				case <-ctx.Done():
@@ -376,7 +347,7 @@ func (f *completer) carried() int {
 
 // flushAll finishes a flush kept from shutdown, then settles the one next
 // takes (nil: nothing pending); if the kept one fails, handBack returns
-// next's items to the pending ones.
+// next's items.
 func (f *completer) flushAll(ctx context.Context, next func() (r flushRun, handBack func())) error {
 	f.mu.Lock()
 	carried := f.carry
@@ -384,8 +355,7 @@ func (f *completer) flushAll(ctx context.Context, next func() (r flushRun, handB
 	f.mu.Unlock()
 	r, handBack := next()
 	if carried != nil {
-		// Finished with its steps' state, so nothing done is redone (or
-		// miscounted as a lost lease).
+		// With its steps' state: nothing done is redone (or miscounted).
 		if err := f.settle(ctx, carried); err != nil {
 			handBack()
 			return err
@@ -408,8 +378,7 @@ func (f *completer) settle(ctx context.Context, r flushRun) error {
 			return nil
 		}
 		if ctx.Err() == nil {
-			// (A flush cut short by shutdown is not a failure: the final
-			// flush finishes it.)
+			// (One cut short by shutdown is not a failure.)
 			f.metrics.AckFlushErrors.Inc()
 			f.afterFlush(err)
 			f.log.Error("flushing finished users failed; will retry", "op", "ack flush", "users", len(r.settledLeases()), "attempt", attempt, "err", err)
@@ -424,13 +393,8 @@ func (f *completer) settle(ctx context.Context, r flushRun) error {
 	}
 }
 
-// maxInIDs bounds one $in list: 50,000 ids of ~20 bytes stay far below the
-// 16 MiB a statement may hold.
-const maxInIDs = 50_000
-
-// truncate is s cut to at most n bytes, on a character boundary, marked
-// when cut: a lease's lastError is stored, and a cut through a character
-// would store invalid UTF-8.
+// truncate cuts s to n bytes on a character boundary (lastError is stored,
+// and must be valid UTF-8), marked when cut.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -15,12 +16,8 @@ import (
 )
 
 const (
-	// streamRetryAfter is how long after falling back to polling the
-	// stream is tried again.
-	streamRetryAfter = 5 * time.Minute
-	// maxStreamFailures is the consecutive stream errors before falling
-	// back.
-	maxStreamFailures = 5
+	streamRetryAfter  = 5 * time.Minute // after falling back to polling, try the stream again
+	maxStreamFailures = 5               // consecutive stream errors before falling back
 )
 
 // changeStream is the part of *mongo.ChangeStream the source uses.
@@ -36,15 +33,12 @@ type changeStream interface {
 type watchFunc func(ctx context.Context, resumeAfter bson.Raw) (changeStream, error)
 
 // ChangeStreamSource wakes the claim loop the moment a producer inserts into
-// the queue, instead of up to POLL_INTERVAL later. It watches inserts only and
-// projects each event down to its resume token: no documents cross the wire.
-// It keeps the resume token and resumes after a transient error, and drops
-// it when the stream was invalidated (the queue collection was dropped or
-// renamed): a fresh stream watches the queue as it now is. When the
-// server has no change streams (a standalone mongod, FerretDB) or the stream
-// keeps failing, it says so in one log line, reports polling as the active
-// source, and tries again streamRetryAfter later. It is only ever a hint: the
-// consumer's poll stays on either way.
+// the queue, not up to POLL_INTERVAL later. It watches inserts projected to
+// their resume token (no documents cross the wire), resumes after a transient
+// error, and opens a fresh stream after an invalidation (the queue dropped or
+// renamed). Without change streams (standalone mongod, FerretDB) or while the
+// stream keeps failing, it says so once, reports polling as the active source
+// and tries again streamRetryAfter later. The poll stays on either way.
 type ChangeStreamSource struct {
 	clock   clock.Clock // what retries wait on
 	watch   watchFunc
@@ -53,7 +47,7 @@ type ChangeStreamSource struct {
 	active  string // metrics.WakeupChangeStream or metrics.WakeupPoll; "" before the first attempt
 }
 
-// NewChangeStreamSource watches inserts into queue; its retries wait on clk
+// NewChangeStreamSource watches inserts into queue; retries wait on clk
 // (nil: the wall clock).
 func NewChangeStreamSource(queue *mongo.Collection, clk clock.Clock, m *metrics.Consumer, log *slog.Logger) *ChangeStreamSource {
 	pipeline := mongo.Pipeline{
@@ -71,10 +65,7 @@ func NewChangeStreamSource(queue *mongo.Collection, clk clock.Clock, m *metrics.
 }
 
 func newChangeStreamSource(watch watchFunc, clk clock.Clock, m *metrics.Consumer, log *slog.Logger) *ChangeStreamSource {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &ChangeStreamSource{clock: clock.Or(clk), watch: watch, metrics: m, log: log}
+	return &ChangeStreamSource{clock: clock.Or(clk), watch: watch, metrics: m, log: cmp.Or(log, slog.New(slog.DiscardHandler))}
 }
 
 // Run watches until ctx ends.
@@ -98,15 +89,13 @@ func (s *ChangeStreamSource) Run(ctx context.Context, wake func()) error {
 			}
 			continue
 		case invalidated:
-			// A fresh stream, not startAfter: the driver does not hand us
-			// the invalidate event's token when $match filtered the event
-			// out, and the stream is only a hint, so the inserts between
-			// the invalidation and the fresh stream are the poll's.
+			// A fresh stream, not startAfter: the driver gives no token of
+			// an invalidate event $match filtered out; the poll covers the
+			// gap.
 			s.log.Info("change stream invalidated (the queue collection was dropped or renamed); opening a fresh one", "op", "change stream", "err", err)
 			token = nil
 		case tokenUnusable(err):
-			// The oplog rolled past our token, or the server refuses it:
-			// start from now. Polling has been covering the gap all along.
+			// Start from now; polling has covered the gap.
 			token = nil
 		}
 		if failures++; failures >= maxStreamFailures {
@@ -125,8 +114,8 @@ func (s *ChangeStreamSource) Run(ctx context.Context, wake func()) error {
 	return nil
 }
 
-// drain follows an open stream until it ends and closes it. It returns the
-// token to resume from, whether the stream was invalidated, and its error.
+// drain follows an open stream until it ends and closes it, returning the
+// token to resume from, whether it was invalidated, and its error.
 func (s *ChangeStreamSource) drain(ctx context.Context, stream changeStream, token bson.Raw, failures *int, wake func()) (bson.Raw, bool, error) {
 	s.use(metrics.WakeupChangeStream, nil)
 	token, invalidated := s.follow(ctx, stream, token, failures, wake)
@@ -134,23 +123,19 @@ func (s *ChangeStreamSource) drain(ctx context.Context, stream changeStream, tok
 	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), streamClose)
 	_ = stream.Close(closeCtx)
 	cancel()
-	// The server ends a change stream without an error only when it
-	// invalidates it (a drop or rename of the queue, or a drop of its
-	// database), and our $match keeps the invalidate event itself from us:
-	// the driver's token is then the last insert's, and resuming from it
-	// meets the same invalidation again, for good.
+	// The server ends a stream without an error only when it invalidates
+	// it, and our $match hides the invalidate event: resuming from the last
+	// insert's token would meet the invalidation again, for good.
 	invalidated = invalidated || err == nil
-	// Anything that might have arrived while the stream was down is caught
-	// by resuming, or by the next poll.
-	if ctx.Err() == nil {
+	if ctx.Err() == nil { // for what arrived while it was down
 		wake()
 	}
 	return token, invalidated, err
 }
 
-// follow wakes the claim loop for each event of stream until it ends, and
-// returns the resume token to go on from and whether the stream delivered
-// an invalidate event (a pipeline that lets it through).
+// follow wakes the claim loop for each event until the stream ends, and
+// returns the token to go on from and whether it delivered an invalidate
+// event.
 func (s *ChangeStreamSource) follow(ctx context.Context, stream changeStream, token bson.Raw, failures *int, wake func()) (bson.Raw, bool) {
 	for stream.Next(ctx) {
 		var ev struct {
@@ -167,8 +152,7 @@ func (s *ChangeStreamSource) follow(ctx context.Context, stream changeStream, to
 	return token, false
 }
 
-// use records which source is active, logging only on a change: one line when
-// falling back, one when the stream is back, never a line per retry.
+// use records which source is active, logging only a change.
 func (s *ChangeStreamSource) use(source string, why error) {
 	if s.active == source {
 		return
@@ -196,14 +180,33 @@ func unsupported(err error) bool {
 	return errors.As(err, &se) && (se.HasErrorCode(40573) || se.HasErrorCode(238) || se.HasErrorCode(115))
 }
 
-// tokenUnusable reports a resume token the server will never resume from,
-// so that keeping it would fail the same way on every try (codes from
-// MongoDB's src/mongo/base/error_codes.yml): ChangeStreamHistoryLost 286
-// (the oplog rolled past it), InvalidResumeToken 260 (among others, a
-// resumeAfter from an invalidate event's token), ChangeStreamFatalError 280,
-// and anything labelled NonResumableChangeStreamError.
+// tokenUnusable reports a resume token the server will never resume from:
+// ChangeStreamHistoryLost 286 (the oplog rolled past it), InvalidResumeToken
+// 260, ChangeStreamFatalError 280, or NonResumableChangeStreamError.
 func tokenUnusable(err error) bool {
 	var se mongo.ServerError
 	return errors.As(err, &se) && (se.HasErrorLabel("NonResumableChangeStreamError") ||
 		se.HasErrorCode(286) || se.HasErrorCode(260) || se.HasErrorCode(280))
+}
+
+// WakeupSource tells the claim loop that work may have arrived, sooner than
+// the next poll. A source is only a hint: the poll at POLL_INTERVAL always
+// stays on as the safety net, so a source that misses an event (or dies)
+// delays work by at most one poll period and never loses it.
+type WakeupSource interface {
+	// Run calls wake whenever work may have arrived, until ctx ends.
+	Run(ctx context.Context, wake func()) error
+}
+
+// signal is a wake-up that coalesces: any number of sends before the
+// receiver looks count as one.
+type signal chan struct{}
+
+func newSignal() signal { return make(signal, 1) }
+
+func (s signal) notify() {
+	select {
+	case s <- struct{}{}:
+	default:
+	}
 }

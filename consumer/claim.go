@@ -19,14 +19,11 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
-// AbsorbLimit caps the entries this process holds for the users it claimed,
-// across claim rounds, so a firehose user with millions of pending entries
-// costs bounded memory. The oldest are absorbed first; the rest wait for the
-// user's next refresh.
+// AbsorbLimit caps the entries held for claimed users across rounds, so a
+// firehose user costs bounded memory; the rest wait for its next refresh.
 const AbsorbLimit = 100_000
 
-// work is one user's refresh: the lease that entitles this consumer to it and
-// the entries that refresh will acknowledge.
+// work is one user's refresh: its lease and the entries it acknowledges.
 type work struct {
 	lease   lease
 	entries []Entry
@@ -34,76 +31,52 @@ type work struct {
 
 // claimResult is what one claim round produced.
 type claimResult struct {
-	works     []work
-	malformed []malformed
-	// windowFull means the window was cut at CLAIM_WINDOW, so more claimable
-	// users may be waiting behind it: claim again as soon as there is room.
-	windowFull bool
-	// paged means the window held nobody claimable and the next round reads
-	// the entries behind it instead of the head again.
-	paged bool
-	// picked and won count the users the round tried to lease and the
-	// leases it got: the rest went to other replicas racing for the same
-	// users (see contended).
+	works      []work
+	malformed  []malformed
+	windowFull bool // cut at CLAIM_WINDOW: more claimable users may wait behind it
+	paged      bool // nobody claimable: the next round reads behind this window
+	// picked and won: users the round tried to lease, and leases it got.
 	picked, won int
 }
 
-// contended says that most of a round's picks went to other replicas: the
-// fleet claims faster than the queue's head feeds it, and every replica
-// paying full rounds to lose them is the cost that grows with the fleet.
+// contended says most of a round's picks went to other replicas: the fleet
+// claims faster than the head feeds it. Rounds of fewer than 4 picks, where
+// one lost race is half of them, never count.
 func (r *claimResult) contended() bool {
-	return r.picked >= minContendedPicks && 2*r.won < r.picked
+	return r.picked >= 4 && 2*r.won < r.picked
 }
 
-// minContendedPicks keeps rounds of a few picks, where one lost race is
-// half of them, from counting as contended.
-const minContendedPicks = 4
-
-// Claim-round bounds. Each caps a list the round sends or keeps, so a
-// round's commands and memory are bounded whatever the fleet size (N), the
-// users each replica holds (H) or the users backing off (B).
+// Claim-round bounds, so a round's commands and memory do not grow with the
+// fleet, the users held or the users backing off.
 const (
-	// maxSkipUsers caps the users a replica remembers as blocked (held by
-	// another replica, or backing off) and leaves out of its window: at
-	// most 1,000 names of at most 256 bytes, 256 KiB, usually ~20 KiB.
+	// maxSkipUsers caps the users remembered as blocked and left out of the
+	// window: at most 1,000 names of at most 256 bytes.
 	maxSkipUsers = 1000
-	// heldElsewhereSkip is how long a user seen held by another replica is
-	// left out of the window. Short: the holder usually releases it within
-	// a refresh, and a remembered user is one this replica will not claim.
-	heldElsewhereSkip = 2 * time.Second
-	// malformedScanLimit caps the malformed entries one scan returns.
-	malformedScanLimit = 64
+	// heldElsewhereSkip is how long a user held by another replica is left
+	// out: short, as its holder usually releases it within a refresh.
+	heldElsewhereSkip  = 2 * time.Second
+	malformedScanLimit = 64 // malformed entries one scan returns
 )
 
-// validUsername matches the usernames a claim window may carry: strings of
-// 1 to 256 characters. It filters on the server, so a producer's 8 MiB
-// username never crosses the wire in a window (a 256-character string is at
-// most 1 KiB; the exact 256-byte rule is parseEntry's). \z, not $: PCRE's $
-// also matches before a trailing newline.
+// validUsername matches the usernames a window may carry, 1 to 256
+// characters, on the server: a producer's 8 MiB username never crosses the
+// wire (the exact 256-byte rule is parseEntry's). \z, not $: PCRE's $ also
+// matches before a trailing newline.
 const validUsername = `^[\s\S]{1,256}\z`
 
 // claimer takes work from the queue in a fixed number of round trips per
 // round, whatever the number of users, replicas or backoffs:
 //
 //  1. read the oldest CLAIM_WINDOW entries with a plausible username, minus
-//     the users this replica holds or knows are blocked (index
-//     {createdAt, _id, username}, covered);
-//  2. read the live leases of the users in that window only (by _id);
-//  3. pick up to `room` claimable users, spread across replicas, and claim
-//     them (one insert, plus two round trips only when some of them had a
-//     lease document);
-//  4. absorb: read every pending entry of the users won (index {username,
-//     createdAt, _id}, covered), so one refresh acknowledges a firehose
-//     user's whole backlog;
-//  5. at most once per PollInterval, find malformed entries at the head
-//     (their usernames are never read, see validUsername).
+//     the users held or known blocked (windowIndex, covered);
+//  2. read the live leases of the window's users only (by _id);
+//  3. pick up to `room` claimable users, spread across replicas, and lease
+//     them (one insert, two more round trips only for takeovers);
+//  4. absorb every pending entry of the users won (absorbIndex, covered);
+//  5. at most once per PollInterval, find malformed entries at the head.
 //
-// Entries are claimed at step 4, after the lease: the refresh that follows
-// begins after every entry it will acknowledge was read, and entries arriving
-// later are not in the batch.
-//
-// A claimer is used by one goroutine (the claim loop): its memory of blocked
-// users and of the page it reads is not locked.
+// Entries are claimed after the lease: the refresh begins after every entry
+// it acknowledges was read. Used by the claim loop alone: nothing is locked.
 type claimer struct {
 	queue      *mongo.Collection
 	leases     *leaseStore
@@ -115,31 +88,27 @@ type claimer struct {
 	skip     map[string]time.Time // users known blocked, until when
 	resume   *position            // read the window from here, not the head
 	lastScan time.Time
-	// windowHints are the window's and the malformed scan's index;
-	// absorbHints absorb's, then the one it used before 0.3.0 (see hints).
+	// windowHints serve the window and the malformed scan; absorbHints
+	// absorb, then its pre-0.3.0 index.
 	windowHints, absorbHints *hints
-	// byUser is set once the server turns out to be a mongos: deletes of
-	// queue entries then name each entry's user (deleteStatements).
-	byUser *atomic.Bool
-	traits *servertraits.Traits
-	// filter says whether usernames are length-filtered on the server
-	// (validUsername); nil until the server has been asked. FerretDB
-	// compiles a regex once per document it tests (~0.5 ms for this one),
-	// so there the window carries every username and they are bounded
-	// while reading instead (readBounded).
+	byUser                   *atomic.Bool // set on a mongos: deletes name each entry's user (deleteStatements)
+	traits                   *servertraits.Traits
+	// filter: usernames are length-filtered on the server (validUsername);
+	// nil until asked. FerretDB compiles a regex per document (~0.5 ms), so
+	// there the window carries every username, bounded while reading
+	// (readBounded).
 	filter *bool
 }
 
-// position is a place in the queue's (createdAt, _id) order.
+// position is a place in queueOrder.
 type position struct {
 	createdAt time.Time
 	id        bson.RawValue
 }
 
 // round claims up to room users and absorbs at most absorbLimit entries.
-// exclude holds the users this consumer is already working on, whatever the
-// database says about their leases (one that expired during an outage must
-// not be won a second time by its holder).
+// exclude holds the users this consumer works on, whatever their leases say
+// (one that expired during an outage must not be won twice by its holder).
 func (c *claimer) round(ctx context.Context, room, absorbLimit int, exclude []string) (*claimResult, error) {
 	if err := c.detect(ctx); err != nil {
 		return nil, err
@@ -175,10 +144,9 @@ func (c *claimer) round(ctx context.Context, room, absorbLimit int, exclude []st
 	}
 	works, bad, err := c.absorb(ctx, won, absorbLimit)
 	if err != nil {
-		// Without the entries there is nothing to refresh: hand the users
-		// back now rather than make everyone wait out the lease. If this
-		// fails too, the leases simply expire.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		// Nothing to refresh: hand the users back rather than make
+		// everyone wait out the lease (if this fails, they expire).
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimCleanup)
 		_, _ = c.leases.release(rctx, won)
 		cancel()
 		return res, fmt.Errorf("absorbing entries of %d claimed users: %w", len(won), err)
@@ -188,12 +156,10 @@ func (c *claimer) round(ctx context.Context, room, absorbLimit int, exclude []st
 	return res, nil
 }
 
-// leaseFor is how long the leases a round writes last: LeaseDuration, or,
-// when the round may run longer than that (a deadline stretched after
-// rounds that timed out), its remaining time plus a third of a lease.
-// Leases are renewed only once the round has returned; one that expired
-// during a slow absorb would be taken over by another replica, and both
-// would refresh the user.
+// leaseFor is how long a round's leases last: LeaseDuration, or, when the
+// round's stretched deadline is further, its remaining time plus a third of
+// a lease. Renewal starts after the round; a lease expiring in a slow absorb
+// would be taken over, and both replicas would refresh the user.
 func (c *claimer) leaseFor(ctx context.Context) time.Duration {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) > c.lease {
 		return time.Until(dl) + c.lease/3
@@ -201,7 +167,6 @@ func (c *claimer) leaseFor(ctx context.Context) time.Duration {
 	return c.lease
 }
 
-// readWindow reads the oldest entries of users that may be claimable.
 func (c *claimer) readWindow(ctx context.Context, now time.Time, exclude []string) ([]rawEntry, error) {
 	nin := slices.Clone(exclude)
 	for u, until := range c.skip {
@@ -215,43 +180,35 @@ func (c *claimer) readWindow(ctx context.Context, now time.Time, exclude []strin
 	opts := options.Find().
 		SetSort(queueOrder).
 		SetLimit(int64(c.window)).
-		SetBatchSize(int32(c.window) + 1). // the whole window in one reply; +1 so the server closes the cursor (no getMore)
+		SetBatchSize(int32(c.window) + 1). // one reply; +1 so the server closes the cursor
 		SetProjection(entryProjection)
 	window, err := c.find(ctx, c.windowHints, filter, opts)
 	if err != nil && !*c.filter && isTooLarge(err) {
-		// Usernames of megabytes at the head: read them one reply each,
-		// for this round only (the next finds them dead-lettered).
+		// Usernames of megabytes at the head: one reply each, this round.
 		window, err = c.readBounded(ctx, filter, opts.SetBatchSize(1))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the oldest %d claimable entries: %w", c.window, err)
 	}
 	if c.resume != nil {
-		// Only the last page's own entry can come back here (the filter
-		// keeps _ids of other BSON types at its time, and those are kept:
-		// read again, which is harmless).
+		// Only the page's own last entry comes back here (other _id types
+		// at its time are re-read, harmlessly).
 		window = slices.DeleteFunc(window, func(r rawEntry) bool { return !c.resume.before(r) })
 	}
 	return window, nil
 }
 
 // windowFilter is the claim window's filter: usernames of plausible length
-// (where the server filters them cheaply), minus nin, from resume on.
-//
-// It is an $or of ranges of createdAt, the window index's leading field,
-// each carrying the username conditions. MongoDB's planner assigns
-// predicates to an index only when one of them fills the index's first
-// field (plan_enumerator.cpp, enumerateOneIndex); with none, a hinted
-// index is scanned whole ("Hinted index could not provide a bounded scan,
-// reverting to whole index scan", query_planner.cpp) under a FETCH that
-// holds the whole filter (planner_access.cpp, scanWholeIndex), so
-// username, the index's third field, was checked on a document per key.
-// With a range of createdAt in every branch, each branch scans its range
-// and checks the username conditions on the keys, and the branches are
-// merged in the sort's order. The username conditions are written into
-// every branch rather than once beside the $or: the planner moves outside
-// predicates into an $or's branches only in some releases, and a $nin
-// only in recent ones; one left outside is checked on documents.
+// (where the server filters them cheaply), minus nin, from resume on. It is an
+// $or of ranges of createdAt, the window index's leading field, each carrying
+// the username conditions. MongoDB's planner assigns predicates to an index
+// only when one fills its first field (plan_enumerator.cpp); otherwise a
+// hinted index is scanned whole under a FETCH holding the filter
+// (planner_access.cpp, scanWholeIndex), checking username on a document per
+// key. With a createdAt range per branch, each branch checks username on the
+// keys and the branches merge in sort order. The username conditions go into
+// every branch: only some releases move outside predicates (and a $nin) into
+// an $or's branches.
 func windowFilter(nin []string, lengthFilter bool, resume *position) bson.D {
 	var userCond bson.D
 	if lengthFilter {
@@ -264,14 +221,11 @@ func windowFilter(nin []string, lengthFilter bool, resume *position) bson.D {
 	if resume == nil {
 		branches = everyCreatedAt()
 	} else {
-		// Behind (t, id) in the index's order, as two ranges of it: later
-		// times, and the same time with a later _id. (Entries without a
-		// date, or with one of another type, are not behind a page: the
-		// page starts after a date.) $not $lte rather than $gt keeps _ids
-		// of other BSON types, which the client-side check sorts out.
-		// Without the tie-break, more than a window of entries stamped with
-		// one time (a producer that dates a batch once) were read again by
-		// every page, for good.
+		// Behind (t, id) in index order: later times, and the same time
+		// with a later _id, so a window of entries stamped with one time is
+		// not re-read by every page. $not $lte rather than $gt keeps _ids of
+		// other BSON types (position.before sorts them out). Undated entries
+		// sort first: never behind a page.
 		branches = []bson.D{
 			{{Key: "createdAt", Value: bson.D{{Key: "$gt", Value: resume.createdAt}}}},
 			{{Key: "createdAt", Value: resume.createdAt}, {Key: "_id", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$lte", Value: resume.id}}}}}},
@@ -287,25 +241,18 @@ func windowFilter(nin []string, lengthFilter bool, resume *position) bson.D {
 	return bson.D{{Key: "$or", Value: or}}
 }
 
-// nonDateTypes are the $type aliases of every createdAt a producer may
-// write that is neither a date nor null, except arrays (matched by their
-// elements, and an empty one by everyCreatedAt's null branch: $type
-// "array" bounds nothing). "number" takes in int, long, double and
-// decimal. The deprecated types (undefined, symbol, DBPointer, JavaScript)
-// and MinKey/MaxKey are left out: the embedded server refuses their
-// aliases, and no driver encodes a time as one of them.
+// nonDateTypes are the $type aliases of every createdAt that is neither a
+// date nor null, except arrays (matched by their elements, an empty one by
+// the null branch). Deprecated types and MinKey/MaxKey are left out: the
+// embedded server refuses their aliases, and no driver writes a time so.
 var nonDateTypes = bson.A{"number", "string", "object", "binData", "objectId", "bool", "timestamp", "regex"}
 
-// everyCreatedAt is every value of createdAt, as ranges of the window's
-// index (its leading field), in three branches: every date, which the
-// index answers alone; no date at all (missing, null, or an empty array:
-// all keyed null or undefined), which the contract allows for entries with
-// an ObjectId _id; and the other types a hostile producer may write, which
-// the window still reads so that they are dead-lettered. The last two are
-// checked on the document (MongoDB cannot tell missing from null on a key,
-// nor a type's values from an array's), which costs a read only for the
-// entries they hold. The bounds are written as dates: the embedded
-// server's decoder refuses MinKey and MaxKey.
+// everyCreatedAt is every createdAt as ranges of the window's index: every
+// date (the index answers alone); no date (missing, null, an empty array),
+// which the contract allows with an ObjectId _id; other types a hostile
+// producer may write, read so they are dead-lettered. The last two are
+// checked on documents, costing a read only for their entries. Bounds are
+// dates: the embedded server refuses MinKey and MaxKey.
 func everyCreatedAt() []bson.D {
 	return []bson.D{
 		{{Key: "createdAt", Value: bson.D{{Key: "$gte", Value: bson.DateTime(math.MinInt64)}, {Key: "$lte", Value: bson.DateTime(math.MaxInt64)}}}},
@@ -326,9 +273,8 @@ func malformedFilter(bound *time.Time) bson.D {
 }
 
 // find reads queue entries hinting the first index of h the server has not
-// refused (see hints). The window hints its covered index: with a regex and
-// a $nin on username the planner could otherwise pick absorb's index and
-// sort in memory.
+// refused. (Unhinted, the window's regex and $nin could get absorb's index
+// and an in-memory sort.)
 func (c *claimer) find(ctx context.Context, h *hints, filter bson.D, opts *options.FindOptionsBuilder) ([]rawEntry, error) {
 	out, err := c.readBounded(ctx, filter, opts.SetHint(h.hint()))
 	for h.refused(err) {
@@ -337,9 +283,8 @@ func (c *claimer) find(ctx context.Context, h *hints, filter bson.D, opts *optio
 	return out, err
 }
 
-// readBounded reads a window keeping at most MaxUsernameBytes+1 of each
-// username: the entry is malformed either way, and a producer's 8 MiB
-// username must not be held for the whole round, nor for each entry.
+// readBounded reads entries keeping at most MaxUsernameBytes+1 bytes of a
+// username: an 8 MiB one is malformed either way, and must not be held.
 func (c *claimer) readBounded(ctx context.Context, filter bson.D, opts *options.FindOptionsBuilder) ([]rawEntry, error) {
 	cur, err := c.queue.Find(ctx, filter, opts)
 	if err != nil {
@@ -352,19 +297,19 @@ func (c *claimer) readBounded(ctx context.Context, filter bson.D, opts *options.
 		if err := cur.Decode(&r); err != nil {
 			return nil, err
 		}
-		// Decode copies the document; its values alias that copy, so
-		// clip the username before keeping the entry.
+		// Decoded values alias a copy of the document: clip before keeping,
+		// to a length parseEntry still rejects (and reports).
 		if r.Username.Type == bson.TypeString && len(r.Username.Value) > MaxUsernameBytes+5 {
-			r.Username = clippedString(r.Username)
+			t, data, _ := bson.MarshalValue(r.Username.StringValue()[:MaxUsernameBytes+1])
+			r.Username = bson.RawValue{Type: t, Value: data}
 		}
 		out = append(out, r)
 	}
 	return out, cur.Err()
 }
 
-// detect asks the server once what it is (see servertraits): whether it
-// length-filters usernames cheaply (see claimer.filter) and whether it is a
-// mongos. A server that does not answer is asked again next round.
+// detect asks the server once (again next round if it does not answer)
+// whether it length-filters usernames cheaply and is a mongos.
 func (c *claimer) detect(ctx context.Context) error {
 	if c.filter != nil {
 		return nil
@@ -383,33 +328,24 @@ func isTooLarge(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "too large")
 }
 
-// queueOrder is the (createdAt, _id) order the claim queries read entries
-// in; entryProjection is what they read of each (rawEntry).
+// The claim queries' order and projection (rawEntry), and their indexes.
 var (
 	queueOrder      = bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}
 	entryProjection = bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}
+	windowIndex     = bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}
+	// absorbIndex: with _id in it each user's keys are in absorb's order,
+	// so MongoDB merges the users' scans, stops at the limit, reads no
+	// document.
+	absorbIndex = bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}
+	// legacyAbsorbIndex is absorb's index before 0.3.0 (0.2.0 hints it):
+	// built no more, a fallback while the new one builds on a queue
+	// upgraded in place (docs/compatibility.md).
+	legacyAbsorbIndex = bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}
 )
 
-// windowIndex is the queue index the claim window is read from.
-var windowIndex = bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}
-
-// absorbIndex is the queue index absorb reads the users' entries from.
-// With _id in it, each user's keys are in absorb's sort order: MongoDB
-// merges the users' scans instead of sorting, stops at the limit, and
-// reads no document (the projection is in the index).
-var absorbIndex = bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}
-
-// legacyAbsorbIndex is absorb's index before 0.3.0, which 0.2.0 still
-// hints. It is built no more, but absorb falls back to it while the new
-// one is being built on a queue upgraded in place; it is dropped one
-// release later (docs/compatibility.md).
-var legacyAbsorbIndex = bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}
-
-// scanMalformed finds entries whose username the window's filter keeps out
-// (missing, not a string, empty, longer than 256 characters), reading only
-// their _id and createdAt. It runs at most once per scanEvery; with a full
-// window it looks no further back than the window's end, so its cost is
-// bounded by the head of the queue, not its depth.
+// scanMalformed finds entries whose username the window's filter keeps out,
+// reading only their _id, at most once per scanEvery and, after a full
+// window, no further than its end: its cost follows the head, not the depth.
 func (c *claimer) scanMalformed(ctx context.Context, now time.Time, windowFull bool, last *position) ([]malformed, error) {
 	if !*c.filter || now.Sub(c.lastScan) < c.scanEvery {
 		return nil, nil // without the filter, the window carries them
@@ -419,8 +355,8 @@ func (c *claimer) scanMalformed(ctx context.Context, now time.Time, windowFull b
 	if windowFull && last != nil {
 		bound = &last.createdAt
 	}
-	// Hinted: nothing in this filter bounds an index scan except createdAt,
-	// so only the window's index returns the head in order without a sort.
+	// Hinted: only createdAt bounds a scan, so only the window's index
+	// returns the head in order without a sort.
 	docs, err := c.find(ctx, c.windowHints, malformedFilter(bound), options.Find().
 		SetSort(queueOrder).
 		SetLimit(malformedScanLimit).
@@ -435,8 +371,8 @@ func (c *claimer) scanMalformed(ctx context.Context, now time.Time, windowFull b
 	return bad, nil
 }
 
-// remember notes the blocked users of the window, so the next rounds leave
-// them out of it, and returns the claimable ones in window order.
+// remember notes the window's blocked users for the next rounds to leave
+// out, and returns the claimable ones in window order.
 func (c *claimer) remember(users []string, blocked map[string]blockedLease, now time.Time) []string {
 	candidates := make([]string, 0, len(users))
 	for _, u := range users {
@@ -457,26 +393,22 @@ func (c *claimer) remember(users []string, blocked map[string]blockedLease, now 
 }
 
 // page decides where the next window starts: behind this one when it was
-// full of users nobody may claim (a backlog of held or backing-off users
-// longer than the skip list), otherwise at the head, so the oldest entry is
-// always the next one claimed.
+// full of users nobody may claim (more than the skip list holds), otherwise
+// at the head, so the oldest entry is always claimed next.
 func (c *claimer) page(res *claimResult, nothingClaimable bool, last *position) {
-	if nothingClaimable && res.windowFull && last != nil {
-		c.resume = last
-		res.paged = true
-		return
-	}
+	res.paged = nothingClaimable && res.windowFull && last != nil
 	c.resume = nil
+	if res.paged {
+		c.resume = last
+	}
 }
 
-// spread picks up to room of the candidates (in window order, oldest first).
-// Every replica reads the same head, so picking its first users would make
-// them all race for the same leases and most inserts lose. Instead the
-// oldest half of the picks is taken in order (so no user waits behind the
-// hash for long: the oldest entry is always among the next picks) and the
-// other half, from the next 1.5·room candidates, by the smallest hash of
-// (replica, user): replicas pick partly different users, and what is
-// claimed stays within the oldest 2·room claimable users.
+// spread picks up to room of the candidates (oldest first). Every replica
+// reads the same head, so taking the first would make all race for the
+// same leases. The oldest half is taken in order (the oldest entry is
+// always among the next picks), the other half from the next 1.5·room
+// candidates by the smallest hash of (replica, user): replicas pick partly
+// different users, within the oldest 2·room.
 func spread(candidates []string, room int, owner string) []string {
 	if room <= 0 {
 		return nil
@@ -507,10 +439,9 @@ func (c *claimer) absorb(ctx context.Context, won []lease, limit int) ([]work, [
 		want[l.User] = struct{}{}
 	}
 	limit = max(limit, len(won)) // at least one entry per user won
-	// Hinted: the window's index also returns entries in this order, and a
-	// planner that picks it (it wins the trial when the users won sit at
-	// the head) walks the whole queue whenever their entries number fewer
-	// than the limit. This index reads only the users' own entries.
+	// Hinted: the window's index, which wins the trial when the users sit
+	// at the head, walks the whole queue when their entries number fewer
+	// than the limit.
 	raw, err := c.find(ctx, c.absorbHints,
 		bson.D{{Key: "username", Value: bson.D{{Key: "$in", Value: names}}}},
 		options.Find().
@@ -528,3 +459,50 @@ func (c *claimer) absorb(ctx context.Context, won []lease, limit int) ([]work, [
 	}
 	return works, bad, nil
 }
+
+// hintRetry is how long a query goes without a refused index before asking
+// for it again (an index still building at start is used once ready).
+const hintRetry = 5 * time.Minute
+
+// hints are the indexes one query hints, in order of preference, by name
+// (indexName): MongoDB refuses a key pattern that two indexes match (an
+// operator's with another collation or partial filter). A hint naming no
+// index (missing, failed, still building) is refused too: the query then
+// hints the next, and none after the last, so a missing index costs speed,
+// never the query. Used by the claimer alone.
+type hints struct {
+	indexes []bson.D
+	skip    int // leading indexes refused; len(indexes): hint none
+	retryAt time.Time
+	now     func() time.Time
+}
+
+func newHints(indexes ...bson.D) *hints {
+	return &hints{indexes: indexes, now: time.Now}
+}
+
+// hint is the preferred index's name for SetHint, nil when all were refused.
+func (h *hints) hint() any {
+	if h.skip > 0 && !h.now().Before(h.retryAt) {
+		h.skip = 0
+	}
+	if h.skip < len(h.indexes) {
+		return indexName(h.indexes[h.skip])
+	}
+	return nil
+}
+
+// refused reports whether err refuses the hint just sent, and moves on to
+// the next index: the caller runs the query again.
+func (h *hints) refused(err error) bool {
+	if h.skip >= len(h.indexes) || !servertraits.RefusesHint(err) {
+		return false
+	}
+	h.skip++
+	h.retryAt = h.now().Add(hintRetry)
+	return true
+}
+
+// indexName is the server's name for the index on keys (EnsureIndexes
+// names none, so deployed queues have exactly these).
+func indexName(keys bson.D) string { return servertraits.IndexName(keys) }

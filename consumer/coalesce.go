@@ -2,6 +2,9 @@ package consumer
 
 import (
 	"bytes"
+	"fmt"
+	"time"
+	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -65,4 +68,71 @@ func groupByUser(raw []rawEntry, want map[string]struct{}) (byUser map[string][]
 		byUser[e.Username] = append(byUser[e.Username], e)
 	}
 	return byUser, bad
+}
+
+// MaxUsernameBytes is the longest username the contract (docs/contract.md) accepts.
+const MaxUsernameBytes = 256
+
+// Entry is a queue entry as the pipeline needs it: which user, since when.
+// Producers' other fields stay in MongoDB and are read back only to dead-letter.
+type Entry struct {
+	ID        any // the raw _id value, whatever type the producer chose
+	Username  string
+	CreatedAt time.Time
+}
+
+// rawEntry is the projection the claim queries read.
+type rawEntry struct {
+	ID        bson.RawValue `bson:"_id"`
+	Username  bson.RawValue `bson:"username"`
+	CreatedAt bson.RawValue `bson:"createdAt"`
+}
+
+// malformed is an entry that can never be processed, with the reason an
+// operator will read in the dead letter.
+type malformed struct {
+	ID     any
+	Detail string
+}
+
+// parseEntry applies the contract's (docs/contract.md) rules. Anything it rejects is
+// dead-lettered, never retried: no refresh can make it valid.
+func parseEntry(r rawEntry) (Entry, *malformed) {
+	if r.ID.Type == 0 {
+		return Entry{}, &malformed{Detail: "entry has no _id"}
+	}
+	// The RawValue encodes back to the identical BSON: filters on it match.
+	e := Entry{ID: r.ID}
+	bad := func(format string, args ...any) (Entry, *malformed) {
+		return Entry{}, &malformed{ID: r.ID, Detail: fmt.Sprintf(format, args...)}
+	}
+	switch r.Username.Type {
+	case 0:
+		return bad("username is missing")
+	case bson.TypeString:
+		e.Username = r.Username.StringValue()
+	default:
+		return bad("username is a %s, not a string", r.Username.Type)
+	}
+	switch {
+	case e.Username == "":
+		return bad("username is empty")
+	case len(e.Username) > MaxUsernameBytes:
+		return bad("username is %d bytes, more than %d", len(e.Username), MaxUsernameBytes)
+	case !utf8.ValidString(e.Username):
+		return bad("username is not valid UTF-8")
+	}
+	switch r.CreatedAt.Type {
+	case bson.TypeDateTime:
+		e.CreatedAt = r.CreatedAt.Time()
+	case 0, bson.TypeNull:
+		oid, ok := r.ID.ObjectIDOK()
+		if !ok {
+			return bad("createdAt is missing and _id is not an ObjectId")
+		}
+		e.CreatedAt = oid.Timestamp()
+	default:
+		return bad("createdAt is a %s, not a date", r.CreatedAt.Type)
+	}
+	return e, nil
 }

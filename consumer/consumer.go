@@ -42,9 +42,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
-// The pipeline's defaults that the service's configuration shares
-// (docs/contract.md): internal/config starts from them, so each is written
-// once.
+// The pipeline's defaults, shared with internal/config (docs/contract.md).
 const (
 	DefaultClaimWindow        = 500
 	DefaultMaxUsersInFlight   = 64
@@ -53,15 +51,11 @@ const (
 	DefaultPollInterval       = time.Second
 	DefaultMaxAttempts        = 5
 	DefaultShutdownTimeout    = 25 * time.Second
-	// DefaultBatchSize is the most users a refresh slot recomputes
-	// together under BatchAuto where the server answers a batch's $in
-	// from an index.
-	DefaultBatchSize = 16
-	DefaultOpTimeout = 30 * time.Second
+	DefaultBatchSize          = 16 // users per slot under BatchAuto where the server answers $in from an index
+	DefaultOpTimeout          = 30 * time.Second
 )
 
-// Config tunes the pipeline. Zero values take the defaults named on each
-// field (the Default constants above where the service shares them).
+// Config tunes the pipeline. Zero values take the defaults named on each field.
 type Config struct {
 	ClaimWindow      int           // entries one claim round reads; default DefaultClaimWindow
 	MaxUsersInFlight int           // users held at once; default DefaultMaxUsersInFlight
@@ -77,17 +71,13 @@ type Config struct {
 }
 
 // BatchAuto as Config.BatchSize batches up to DefaultBatchSize users where
-// the server answers {user: {$in: batch}} from an index (MongoDB), and
-// refreshes one user per slot where such a query decodes the whole
-// collection while a user's own does not (servertraits.PushesInDown,
-// PushesEqualityDown: FerretDB on PostgreSQL), which makes a batch slower
-// than its users' queries one by one wherever latency binds. Where both
-// decode everything (FerretDB on SQLite, the embedded server), a batch
-// scans once for all its users and wins.
+// the server answers {user: {$in: batch}} from an index (MongoDB), or where
+// a user's own query scans too (FerretDB on SQLite: one scan for the batch
+// wins). Where only the $in scans (FerretDB on PostgreSQL) a batch is slower
+// than its users one by one, so each slot refreshes one user.
 const BatchAuto = -1
 
-// DefaultOwner names this process on leases: hostname:pid (the pod name in
-// Kubernetes).
+// DefaultOwner names this process on leases: hostname:pid.
 func DefaultOwner() string {
 	host, _ := os.Hostname()
 	return fmt.Sprintf("%s:%d", host, os.Getpid())
@@ -109,8 +99,7 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// refreshObserver is a Limiter that learns from refreshes, running and
-// finished (consumer/adaptive's Limiter).
+// refreshObserver is a Limiter that learns from refreshes (adaptive.Limiter).
 type refreshObserver interface {
 	RefreshStarted() (finished func(overload, cancelled bool))
 }
@@ -126,25 +115,16 @@ type Deps struct {
 	Limiter   Limiter           // default: a FixedLimiter of DefaultRefreshConcurrency
 	Metrics   *metrics.Consumer // required
 	Logger    *slog.Logger      // default: discard
-	// Clock is what the consumer waits on (poll, lease renewal, ack retry
-	// delays, the shutdown timeout) and measures durations with; default:
-	// the wall clock.
-	Clock clock.Clock
-	// ServerTime is the time written on and compared with leases and
-	// backoffs, which other replicas read: the MongoDB server's clock
-	// (serverclock). Default: Clock.
+	Clock     clock.Clock       // what it waits on and times with; default: the wall clock
+	// ServerTime dates leases and backoffs, which other replicas read: the
+	// MongoDB server's clock (serverclock). Default: Clock.
 	ServerTime clock.Nower
-	Wakeups    []WakeupSource // hints that work arrived; polling stays on regardless
-	// Traits is what the server turned out to be, shared with the scorer
-	// and learnt by the first claim round; default: traits of its own.
-	Traits *servertraits.Traits
-	// AfterClaim, if set, is called after every pass of the claim loop with
-	// the round's error (nil when it succeeded or had no room): the liveness
-	// watchdog's heartbeat and the readiness signal.
+	Wakeups    []WakeupSource       // hints that work arrived; polling stays on regardless
+	Traits     *servertraits.Traits // shared with the scorer; default: traits of its own
+	// AfterClaim, if set, gets every claim-loop pass's error (nil: success
+	// or no room): the liveness watchdog's heartbeat and readiness.
 	AfterClaim func(err error)
-	// AfterFlush, if set, is called after every ack flush attempt with its
-	// error (nil once a flush went through): the readiness signal of the
-	// acknowledging side.
+	// AfterFlush, if set, gets every ack flush attempt's error: readiness.
 	AfterFlush func(err error)
 }
 
@@ -172,8 +152,7 @@ type Consumer struct {
 
 	wake signal // work may have arrived, or room was made
 
-	// Claim loop only: contended rounds in a row, and the randomness that
-	// spreads the replicas' backoffs after them (contentionDelay).
+	// Claim loop only: contended rounds in a row (contentionDelay).
 	contention int
 	claimRnd   *rand.Rand
 
@@ -182,10 +161,10 @@ type Consumer struct {
 	heldN  map[string]int   // entries absorbed per held user
 	heldE  int              // Σ heldN: bounded by AbsorbLimit across claim rounds
 	queued int              // held users waiting for a refresh slot
-	// backlog says the last claim round stopped for lack of room, not of
-	// work: only then is a freed slot worth a claim round of its own. With
-	// the queue caught up, new work announces itself (change stream, poll)
-	// and a claim per settled user would cost a round per refresh.
+	// backlog: the last claim round stopped for lack of room, not of work;
+	// only then is a freed slot worth a round of its own (caught up, new
+	// work announces itself, and a claim per settled user costs a round
+	// per refresh).
 	backlog bool
 }
 
@@ -195,34 +174,22 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 	c := &Consumer{
 		cfg:        cfg,
 		refresher:  deps.Refresher,
-		limiter:    deps.Limiter,
+		limiter:    cmp.Or[Limiter](deps.Limiter, NewFixedLimiter(DefaultRefreshConcurrency)),
 		metrics:    deps.Metrics,
-		log:        deps.Logger,
+		log:        cmp.Or(deps.Logger, slog.New(slog.DiscardHandler)),
 		clock:      clock.Or(deps.Clock),
-		serverTime: deps.ServerTime,
 		wakeups:    deps.Wakeups,
 		afterClaim: deps.AfterClaim,
+		traits:     cmp.Or(deps.Traits, servertraits.New()),
 		wake:       newSignal(),
 		claimRnd:   rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		held:       map[string]lease{},
 		heldN:      map[string]int{},
 		failures:   newFailureWindow(widespreadSpan, widespreadMinSample),
 	}
-	if c.limiter == nil {
-		c.limiter = NewFixedLimiter(DefaultRefreshConcurrency)
-	}
-	if c.log == nil {
-		c.log = slog.New(slog.DiscardHandler)
-	}
-	if c.serverTime == nil {
-		c.serverTime = c.clock
-	}
+	c.serverTime = cmp.Or[clock.Nower](deps.ServerTime, c.clock)
 	if c.afterClaim == nil {
 		c.afterClaim = func(error) {}
-	}
-	c.traits = deps.Traits
-	if c.traits == nil {
-		c.traits = servertraits.New()
 	}
 	c.leases = &leaseStore{coll: colls.Claims, owner: cfg.Owner, traits: c.traits}
 	byUser := new(atomic.Bool) // set by the claimer's first round, read by the acker's and the lane's deletes
@@ -240,39 +207,27 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 	return c
 }
 
-// newSettlers builds the two ends a claimed user leaves by: the dead-letter
-// lane and the acker, each with its own flush loop. byUser is shared with
-// the claimer, which learns whether deletes must name their users.
+// newSettlers builds the dead-letter lane and the acker; byUser is the
+// claimer's answer to whether deletes must name their users.
 func (c *Consumer) newSettlers(colls Collections, byUser *atomic.Bool, afterFlush func(error)) (*deadLane, *acker) {
 	if afterFlush == nil {
 		afterFlush = func(error) {}
 	}
+	base := func(afterFlush func(error)) settler {
+		return settler{leases: c.leases, serverTime: c.serverTime, metrics: c.metrics, log: c.log,
+			flushes: newCompleter(c.clock, c.metrics, c.log, c.settled, afterFlush)}
+	}
 	dead := &deadLane{
-		letters:    &deadLetterer{queue: colls.Queue, dead: colls.DeadLetter, byUser: byUser, traits: c.traits},
-		leases:     c.leases,
-		serverTime: c.serverTime,
-		metrics:    c.metrics,
-		log:        c.log,
-		flushes:    newCompleter(c.clock, c.metrics, c.log, c.settled, func(error) {}),
-		malformed:  map[string]malformed{},
-		deadRetry:  map[string]deadRetry{},
+		settler:   base(func(error) {}),
+		letters:   &deadLetterer{queue: colls.Queue, dead: colls.DeadLetter, byUser: byUser, traits: c.traits},
+		malformed: map[string]malformed{},
+		deadRetry: map[string]deadRetry{},
 	}
-	acks := &acker{
-		queue:       colls.Queue,
-		leases:      c.leases,
-		dead:        dead,
-		byUser:      byUser,
-		serverTime:  c.serverTime,
-		metrics:     c.metrics,
-		log:         c.log,
-		maxAttempts: c.cfg.MaxAttempts,
-		flushes:     newCompleter(c.clock, c.metrics, c.log, c.settled, afterFlush),
-	}
+	acks := &acker{settler: base(afterFlush), queue: colls.Queue, dead: dead, byUser: byUser, maxAttempts: c.cfg.MaxAttempts}
 	return dead, acks
 }
 
-// flushAll flushes everything the acker and the dead-letter lane hold,
-// acknowledgements first, retrying until it succeeds or ctx ends.
+// flushAll flushes the acker's, then the lane's, until done or ctx ends.
 func (c *Consumer) flushAll(ctx context.Context) error {
 	return errors.Join(c.acks.flushAll(ctx), c.dead.flushAll(ctx))
 }
@@ -281,13 +236,11 @@ func (c *Consumer) flushAll(ctx context.Context) error {
 func (c *Consumer) Wake() { c.wake.notify() }
 
 // Run drains the queue until ctx ends, then shuts down gracefully: no new
-// claims, running refreshes get ShutdownTimeout to finish, everything else is
-// released in one round trip. It returns nil after a clean shutdown; MongoDB
-// errors while running are logged and retried, never returned.
+// claims, running refreshes get ShutdownTimeout, everything else is released
+// in one round trip. It returns nil after a clean shutdown; MongoDB errors
+// while running are logged and retried, never returned.
 func (c *Consumer) Run(ctx context.Context) error {
-	// Refreshes, the acker and the dead-letter lane run on a context that
-	// outlives ctx, so a SIGTERM stops fetching at once while work in flight
-	// can finish.
+	// Work in flight runs on a context that outlives ctx (SIGTERM).
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 
@@ -344,9 +297,9 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 	defer poll.Stop()
 	failures, pages := 0, 0
 	var lastRound time.Time
-	// A round that runs out of time gets a longer deadline next time (see
-	// package deadline): a head of huge entries on a server that scans
-	// them, or a server slowed for minutes, can need more than OpTimeout.
+	// A round that runs out of time gets a longer deadline next time: a
+	// head of huge entries, or a server slowed for minutes, can need more
+	// than OpTimeout.
 	limit := deadline.Stretch{Base: c.cfg.OpTimeout, Max: maxClaimStretch * c.cfg.OpTimeout}
 	for ctx.Err() == nil {
 		lastRound = c.clock.Now()
@@ -362,15 +315,11 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 		}
 		failures = 0
 		if pass.ran {
-			// A pass without room tried nothing: it says nothing about the
-			// deadline or the contention.
-			limit.Observe(nil)
+			limit.Observe(nil) // (a pass without room says nothing)
 			if c.contention > 0 {
-				// Most of the round's picks went to other replicas: step
-				// back a random while, longer each contended round in a
-				// row, so the losers stop paying full rounds for nothing
-				// while the winners drain (binary exponential backoff, as
-				// on a shared medium).
+				// Other replicas won most picks: back off at random,
+				// longer each contended round in a row, so the losers
+				// stop paying full rounds for nothing.
 				_ = clock.Sleep(ctx, c.clock, c.contentionDelay())
 			}
 		}
@@ -381,8 +330,7 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 		if pass.more && c.wantMore() {
 			continue
 		}
-		// Paging ends with the wait: the next round reads the head again,
-		// so the oldest entry stays next in line once its user is free.
+		// Paging ends with the wait: the next round reads the head again.
 		pages = 0
 		c.claimer.resume = nil
 		c.awaitWork(ctx, poll, lastRound)
@@ -403,90 +351,67 @@ func (c *Consumer) claimFailed(ctx context.Context, limit *deadline.Stretch, fai
 	_ = clock.Sleep(ctx, c.clock, delay)
 }
 
-// awaitWork waits for the poll, a wake-up or shutdown.
 func (c *Consumer) awaitWork(ctx context.Context, poll clock.Ticker, lastRound time.Time) {
 	select {
 	case <-ctx.Done():
 	case <-poll.C():
 		c.metrics.Wakeups.WithLabelValues(metrics.WakeupPoll).Inc()
 	case <-c.wake:
-		// Every insert wakes every replica (change streams): at most one
-		// woken round per wakeGap, so a busy producer costs a fleet
-		// ~1/wakeGap rounds a second per replica, not one per insert.
+		// Every insert wakes every replica: at most one woken round per
+		// wakeGap, not one per insert.
 		_ = clock.Sleep(ctx, c.clock, wakeGap-clock.Since(c.clock, lastRound))
 	}
 }
 
-// maxClaimStretch bounds how far a claim round's deadline stretches after
-// rounds that ran out of time: 8 × OpTimeout, 4 minutes by default.
-const maxClaimStretch = 8
+const (
+	maxClaimStretch = 8                     // a stretched round deadline: at most 8 × OpTimeout
+	claimRetryMax   = 30 * time.Second      // longest wait after a failed round
+	maxPagesPerWake = 8                     // rounds paging past a blocked head before waiting again
+	wakeGap         = 50 * time.Millisecond // least time between a round and a woken one
+	// claimCleanup bounds a failed or cancelled round deleting the leases it
+	// wrote (leaseStore.abandon, the release after a failed absorb).
+	claimCleanup = 10 * time.Second
+	streamClose  = 3 * time.Second // closing a change stream once ctx ends
+)
 
-// claimRetryMax is the longest wait after a failed claim round.
-const claimRetryMax = 30 * time.Second
-
-// LongestClaimPass is the longest one pass of the claim loop can take with
-// the given OpTimeout (0: the default): a round at its most stretched
-// deadline, then the longest wait after it failed. A watchdog fed by
-// Deps.AfterClaim must allow at least this, or it takes a long round for a
-// wedged loop.
+// LongestClaimPass is the longest one claim-loop pass can take with the
+// given OpTimeout (0: the default): a round at its most stretched deadline,
+// then the longest wait after it failed. A watchdog fed by Deps.AfterClaim
+// must allow at least this.
 func LongestClaimPass(opTimeout time.Duration) time.Duration {
 	return maxClaimStretch*cmp.Or(opTimeout, DefaultOpTimeout) + claimCleanup + claimRetryMax
 }
 
-// claimCleanup bounds what a failed round does after its deadline or its
-// cancellation at shutdown: deleting the leases it had written
-// (leaseStore.abandon, or the release after a failed absorb).
-const claimCleanup = 10 * time.Second
-
-// streamClose bounds closing a change stream once ctx ends (the wake-up
-// source's own deadline): Run waits for its wake-up sources.
-const streamClose = 3 * time.Second
-
-// ShutdownBudget is the longest Run can take from the end of its context to
-// its return with the given OpTimeout and ShutdownTimeout (0: the defaults),
-// when MongoDB answers nothing: the claim round in flight is cancelled and
-// cleans up (claimCleanup, during which the change streams close), running
-// refreshes get shutdownTimeout, and the final flush that acknowledges and
-// releases everything gets one OpTimeout. A process killed sooner leaves
-// its unreleased leases to expire after LEASE_DURATION.
+// ShutdownBudget is the longest Run takes from the end of its context to its
+// return with the given timeouts (0: the defaults) when MongoDB answers
+// nothing: the cancelled round's cleanup (the change streams close
+// meanwhile), shutdownTimeout for running refreshes, one OpTimeout for the
+// final flush. A process killed sooner leaves its leases to expire.
 func ShutdownBudget(opTimeout, shutdownTimeout time.Duration) time.Duration {
 	return max(claimCleanup, streamClose) + cmp.Or(shutdownTimeout, DefaultShutdownTimeout) + cmp.Or(opTimeout, DefaultOpTimeout)
 }
 
 // contentionDelay is a random wait in [0, wakeGap·2^(k−1)], at most
-// PollInterval, after the k-th contended round in a row.
-// Not a Backoff: a pause between rounds that succeeded, full jitter so replicas stop colliding.
+// PollInterval, after the k-th contended round in a row: full jitter (not a
+// Backoff), so replicas stop colliding.
 func (c *Consumer) contentionDelay() time.Duration {
-	ceiling := wakeGap << min(c.contention-1, 10)
-	ceiling = min(ceiling, c.cfg.PollInterval)
+	ceiling := min(wakeGap<<min(c.contention-1, 10), c.cfg.PollInterval)
 	return time.Duration(c.claimRnd.Int64N(int64(ceiling) + 1))
 }
 
-// maxPagesPerWake bounds the rounds that read past a head full of blocked
-// users before the loop waits for a wake-up or the poll again.
-const maxPagesPerWake = 8
-
-// wakeGap is the least time between a claim round and one woken by a
-// change-stream or room wake-up.
-const wakeGap = 50 * time.Millisecond
-
-// claimPass is what one pass of the claim loop did: ran, whether a round
-// ran at all (there was room); more, that the queue may hold more claimable
-// work right now; paged, that the next round reads past this window.
+// claimPass is what one claim-loop pass did: ran, a round ran (there was
+// room); more, more claimable work may wait; paged, the next round reads
+// past this window.
 type claimPass struct{ ran, more, paged bool }
 
-// claimOnce runs one claim round and dispatches what it won.
 func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitGroup, timeout time.Duration) (claimPass, error) {
 	room := c.room()
 	if room <= 0 || !c.wantMore() {
 		return claimPass{}, nil
 	}
-	// Shutdown cancels a round in flight: whatever it won now would only be
-	// released unrefreshed (a refresh waiting for a slot ends with ctx), and
-	// a round runs up to OpTimeout, or minutes once its deadline stretched,
-	// which would outlast the pod's grace period. A round cut short cleans
-	// up after itself within claimCleanup: acquire abandons the leases
-	// written under its token, a failed absorb releases the users it won.
+	// Shutdown cancels a round in flight (what it won would only be
+	// released, and a stretched round outlasts the grace period); it cleans
+	// up within claimCleanup.
 	opCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := c.clock.Now()
@@ -512,9 +437,8 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 		c.log.Debug("claim batch", "users", len(res.works), "entries", entries, "malformed", len(res.malformed), "room", room, "duration", clock.Since(c.clock, start))
 	}
 	c.dispatch(ctx, workCtx, refreshes, res.works)
-	// Go again at once only if this round made progress: a full window of
-	// malformed entries (waiting for their dead-letter flush) or of users
-	// other replicas just won would otherwise spin the loop.
+	// Again at once only after progress: a full window of malformed entries
+	// or of users other replicas won would otherwise spin the loop.
 	more := len(res.works) > 0 && (res.windowFull || len(res.works) == room)
 	c.mu.Lock()
 	c.backlog = more
@@ -538,15 +462,12 @@ func (c *Consumer) hold(works []work) (entries int) {
 	return entries
 }
 
-// dispatch hands the users a round won to refresh slots: those that will
-// wait for one join the batcher's line all at once, before any of their
-// goroutines can take a share (see batcher.add).
+// dispatch hands the users a round won to refresh slots; those that wait
+// for one join the batcher's line at once (batcher.add).
 func (c *Consumer) dispatch(ctx, workCtx context.Context, refreshes *sync.WaitGroup, works []work) {
 	var batchable []work
 	for _, w := range works {
-		// Those with no entries left, or whose holders died mid-refresh
-		// MaxAttempts times, never wait for a slot: process settles them
-		// at once.
+		// process settles the others at once, without a slot.
 		if len(w.entries) > 0 && w.lease.Attempts < c.cfg.MaxAttempts && !w.lease.Solo {
 			batchable = append(batchable, w)
 		}
@@ -557,33 +478,27 @@ func (c *Consumer) dispatch(ctx, workCtx context.Context, refreshes *sync.WaitGr
 	}
 }
 
-// process waits for a refresh slot on behalf of one claimed user and, once
-// it has one, runs the batch it takes from the users waiting (see
-// batch.go), which need not hold that user. The outcome of every user goes
-// to the acker. Waiting for a slot ends with ctx (shutdown: a refresh
-// that has not started is released, not started); the refresh itself runs
-// on workCtx.
+// process waits for a refresh slot on behalf of one claimed user, then runs
+// the batch it takes from the users waiting (which need not hold that user).
+// Waiting ends with ctx (shutdown releases a refresh not started); the
+// refresh runs on workCtx. Every outcome goes to the acker.
 func (c *Consumer) process(ctx, workCtx context.Context, w work) {
-	if len(w.entries) == 0 {
-		// Acknowledged by someone else between window and absorb.
+	if len(w.entries) == 0 || w.lease.Attempts >= c.cfg.MaxAttempts {
+		o := outcome{work: w, release: true} // acknowledged by someone else between window and absorb
+		if len(w.entries) > 0 {
+			// Its holders kept dying mid-refresh: it would likely kill this
+			// consumer too.
+			o = outcome{work: w, err: fmt.Errorf("%d consumers lost their lease on this user mid-refresh (crashed or hung); not refreshing it again", w.lease.Attempts)}
+		}
 		c.dequeued(1)
-		c.acks.add(outcome{work: w, release: true})
-		return
-	}
-	if w.lease.Attempts >= c.cfg.MaxAttempts {
-		// Its holders kept dying mid-refresh (each takeover of a lease
-		// whose refresh was running counts an attempt): refreshing it
-		// again would likely kill this consumer too.
-		c.dequeued(1)
-		c.acks.add(outcome{work: w, err: fmt.Errorf("%d consumers lost their lease on this user mid-refresh (crashed or hung); not refreshing it again", w.lease.Attempts)})
+		c.acks.add(o)
 		return
 	}
 	var works []work
 	err := c.limiter.Acquire(ctx)
 	switch {
 	case err != nil || ctx.Err() != nil:
-		// A free slot may be granted even after ctx ended; shutdown still
-		// means no new refresh starts.
+		// A slot granted after ctx ended starts nothing either.
 		if err == nil {
 			c.limiter.Release()
 		}
@@ -598,7 +513,7 @@ func (c *Consumer) process(ctx, workCtx context.Context, w work) {
 		return
 	case w.lease.Solo:
 		// Its last batch failed as a whole: alone, it is charged only if
-		// it is the one that breaks batches.
+		// it breaks batches.
 		works = c.batches.hold(w)
 	default:
 		works = c.batches.take(c.limiter.Limit(), c.batchSize())
@@ -611,8 +526,6 @@ func (c *Consumer) process(ctx, workCtx context.Context, w work) {
 	c.runBatch(workCtx, works)
 }
 
-// runBatch refreshes the users of one batch in one refresh slot and hands
-// each outcome to the acker.
 func (c *Consumer) runBatch(workCtx context.Context, works []work) {
 	finished := func(bool, bool) {}
 	if o, ok := c.limiter.(refreshObserver); ok {
@@ -631,11 +544,7 @@ func (c *Consumer) runBatch(workCtx context.Context, works []work) {
 	errs := c.refreshBatch(workCtx, works)
 	c.batches.done()
 	c.limiter.Release()
-	anyTransient := false
-	for _, err := range errs {
-		anyTransient = anyTransient || transient(err)
-	}
-	finished(anyTransient, workCtx.Err() != nil)
+	finished(slices.ContainsFunc(errs, transient), workCtx.Err() != nil)
 	if batchWide(errs) && workCtx.Err() == nil {
 		c.settleBatchFailure(works, errs)
 		return
@@ -645,29 +554,18 @@ func (c *Consumer) runBatch(workCtx context.Context, works []work) {
 	}
 }
 
-// batchWide reports a batch of several users that failed as a whole: every
-// user failed, and not because MongoDB was unreachable. One shared query,
-// the score read or the bulk write failing, or the batch's shared deadline,
-// fails every member alike, whichever of them caused it.
+// batchWide reports a batch of several users that failed as a whole, not
+// for MongoDB being unreachable: a shared query, write or deadline fails
+// every member alike, whichever caused it.
 func batchWide(errs []error) bool {
-	if len(errs) < 2 {
-		return false
-	}
-	for _, err := range errs {
-		if err == nil || transient(err) {
-			return false
-		}
-	}
-	return true
+	return len(errs) >= 2 && !slices.ContainsFunc(errs, func(err error) bool { return err == nil || transient(err) })
 }
 
-// settleBatchFailure hands on a batch that failed as a whole without
-// charging anyone: the error says nothing about which member caused it.
-// Each member backs off and refreshes alone next time (lease.Solo), where
-// only a user whose own refresh fails is charged. Retrying them alone at
-// once would multiply the load at the moment the server may be struggling;
-// the backoff spreads it. The batch counts as one failed refresh towards
-// failureWindow, so one bad batch does not make failures look widespread.
+// settleBatchFailure hands on a batch that failed as a whole, charging
+// nobody: each member backs off (retrying all alone at once would multiply
+// the load on a struggling server) and refreshes alone next time
+// (lease.Solo), charged only for its own failure. The batch counts as one
+// failure in failureWindow, so one bad batch does not look widespread.
 func (c *Consumer) settleBatchFailure(works []work, errs []error) {
 	c.failures.record(c.serverTime.Now(), true)
 	c.metrics.Refreshes.WithLabelValues(metrics.OutcomeError).Add(float64(len(works)))
@@ -678,7 +576,6 @@ func (c *Consumer) settleBatchFailure(works []work, errs []error) {
 	}
 }
 
-// settleRefresh counts one user's refresh outcome and hands it on.
 func (c *Consumer) settleRefresh(workCtx context.Context, w work, err error) {
 	if err != nil && workCtx.Err() != nil {
 		// Cancelled by shutdown, not the user's fault: no attempt counted.
@@ -701,16 +598,15 @@ func (c *Consumer) settleRefresh(workCtx context.Context, w work, err error) {
 	c.acks.add(outcome{work: w, err: err, transient: uncharged})
 }
 
-// A refresh failure is not charged to its user while more than half of the
-// refreshes of the last 10–20 s failed too, out of at least 8 (failureWindow).
+// A failure is not charged while more than half of the last 10–20 s of
+// refreshes failed too, out of at least 8 (failureWindow).
 const (
 	widespreadSpan      = 10 * time.Second
 	widespreadMinSample = 8
 )
 
-// dequeued notes that a claimed user stopped waiting for a refresh slot
-// (it started, or will never start). When the waiting line gets shorter than
-// the refresh slots, refreshers are about to go idle: claim more now.
+// dequeued notes claimed users that stopped waiting for a slot (started, or
+// never will): a line shorter than the slots means claim more now.
 func (c *Consumer) dequeued(n int) {
 	c.mu.Lock()
 	c.queued -= n
@@ -746,9 +642,9 @@ func (c *Consumer) settled(users []lease) {
 }
 
 // room is how many more users one claim round may take: up to
-// MAX_USERS_IN_FLIGHT held, and never more than LeadFactor × the current
-// refresh limit, so a limit cut by the adaptive policy does not leave dozens
-// of leases waiting behind one slot while other replicas have room.
+// MAX_USERS_IN_FLIGHT held, never more than LeadFactor × the refresh limit
+// (a limit cut by the adaptive policy must not leave dozens of leases
+// waiting behind one slot while other replicas have room).
 func (c *Consumer) room() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -759,28 +655,23 @@ func (c *Consumer) room() int {
 }
 
 // roomFloor is the least room a room wake-up waits for: an eighth of the
-// users this consumer may hold. With batches, slots() is far above
-// MAX_USERS_IN_FLIGHT and wantMore's low-water mark never binds, so each ack
-// flush that settled a user or two woke a full claim round (two queue
-// reads, a lease read and an insert) to claim those one or two; across a
-// fleet those rounds were most of the claim path's cost. Waiting for an
-// eighth costs at most that share of the users in flight.
+// users this consumer may hold. With batches wantMore's low-water mark
+// never binds, and a full claim round per flush that settled a user or two
+// was most of a fleet's claim cost.
 func (c *Consumer) roomFloor() int {
 	return max(1, min(c.cfg.MaxUsersInFlight, LeadFactor*c.slots())/8)
 }
 
-// slots is how many users can be refreshing at once: a slot per batch in
-// flight, up to BatchSize users each.
+// slots is how many users can be refreshing at once.
 func (c *Consumer) slots() int { return c.limiter.Limit() * c.batchSize() }
 
-// batchSize is the most users one slot refreshes together (Config.BatchSize,
-// BatchAuto resolved by the server's traits: MongoDB's until it answered).
+// batchSize is Config.BatchSize, BatchAuto resolved by the server's traits
+// (MongoDB's until it answered).
 func (c *Consumer) batchSize() int {
 	if c.cfg.BatchSize != BatchAuto {
 		return c.cfg.BatchSize
 	}
 	if c.traits.PushesInDown() || !c.traits.PushesEqualityDown() {
-		// Batches cost one scan where a user's query costs one too.
 		return DefaultBatchSize
 	}
 	c.perUser.Do(func() {
@@ -789,21 +680,18 @@ func (c *Consumer) batchSize() int {
 	return 1
 }
 
-// wantMore says whether a claim round is worth its cost now: there is room
-// for users, and fewer are waiting for a slot than there are slots. Claiming
-// on every settled user instead would run a full claim round (two queue
-// reads) per refresh; claiming only at this low-water mark keeps every slot
-// busy with about one round per REFRESH_CONCURRENCY refreshes, and never
-// holds leases on much more work than is about to start.
+// wantMore says whether a claim round is worth its cost now: there is room,
+// and fewer users wait than there are slots. This low-water mark keeps every
+// slot busy at about one round per REFRESH_CONCURRENCY refreshes, never
+// leasing much more work than is about to start.
 func (c *Consumer) wantMore() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.held) < min(c.cfg.MaxUsersInFlight, LeadFactor*c.slots()) && c.queued < c.slots()
 }
 
-// renewLoop extends every held lease a third of the way into its life, in one
-// round trip, so a lease expires only if this process stops renewing for two
-// whole periods.
+// renewLoop extends every held lease, in one round trip, a third of the way
+// into its life: it expires only after two missed renewals.
 func (c *Consumer) renewLoop(ctx context.Context) {
 	clock.Every(ctx, c.clock, c.cfg.LeaseDuration/3, func(ctx context.Context) {
 		if err := c.renewOnce(ctx); err != nil && ctx.Err() == nil {
@@ -825,9 +713,57 @@ func (c *Consumer) renewOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Fewer matches than leases is normal: users settled while the renewal
-	// was in flight. A lease really lost shows up when its release finds it
-	// gone (leaseStore.release).
+	// Fewer matches is normal (users settled meanwhile); a lost lease shows
+	// when its release finds it gone.
 	c.log.Debug("leases renewed", "held", len(held), "renewed", n)
 	return nil
+}
+
+// failureWindow tells a user's own failure from a failure of everything: a
+// refresh failing while most around it do (a source down, the server slowed
+// to a crawl) says nothing about that user, and charging it would
+// dead-letter a healthy backlog. Outcomes are counted in two buckets of span
+// each; failure is widespread while the last span to 2·span holds at least
+// minSample refreshes, more than half failed.
+type failureWindow struct {
+	span      time.Duration
+	minSample int
+
+	mu        sync.Mutex
+	start     time.Time // start of the current bucket
+	cur, prev bucket
+}
+
+type bucket struct{ ok, failed int }
+
+func newFailureWindow(span time.Duration, minSample int) *failureWindow {
+	return &failureWindow{span: span, minSample: minSample}
+}
+
+func (w *failureWindow) record(now time.Time, failed bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.roll(now)
+	if failed {
+		w.cur.failed++
+	} else {
+		w.cur.ok++
+	}
+}
+
+func (w *failureWindow) widespread(now time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.roll(now)
+	ok, failed := w.cur.ok+w.prev.ok, w.cur.failed+w.prev.failed
+	return ok+failed >= w.minSample && failed*2 > ok+failed
+}
+
+func (w *failureWindow) roll(now time.Time) {
+	switch d := now.Sub(w.start); {
+	case w.start.IsZero() || d >= 2*w.span || d < 0:
+		w.start, w.cur, w.prev = now, bucket{}, bucket{}
+	case d >= w.span:
+		w.start, w.prev, w.cur = w.start.Add(w.span), w.cur, bucket{}
+	}
 }

@@ -5,8 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"sync"
+	"maps"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -17,11 +16,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
-	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
-// deadLetter is one queue entry to move out of the queue, and why.
+// deadLetter is one entry to move out of the queue, and why.
 type deadLetter struct {
 	ID       any
 	User     string // the entry's username; "" for a malformed entry
@@ -30,61 +28,37 @@ type deadLetter struct {
 	Attempts int
 }
 
-// Size bounds. A producer may enqueue anything up to the server's limits, so
-// no command or reply of the dead-letter step may depend on the entries'
-// sizes: MongoDB refuses a document over 16 MiB and a message over 48 MB,
-// and the driver drops a connection whose reply passes 48 MB.
+// Size bounds: entries may be as large as the server allows, so no command
+// or reply may grow with them (MongoDB refuses a document over 16 MiB and a
+// message over 48 MB; the driver drops a connection whose reply passes 48 MB).
 const (
-	// maxDeadLetterBytes is the largest dead letter stored whole. The
-	// margin under 16 MiB leaves room for deadLetter.originalId when a
-	// reused _id forces a second copy (keepDistinct).
+	// maxDeadLetterBytes is the largest copy stored whole, leaving room for
+	// deadLetter.originalId (keepDistinct).
 	maxDeadLetterBytes = 16<<20 - 64<<10
-	// insertBatchBytes bounds the dead letters of one insert command.
-	insertBatchBytes = 16 << 20
-	// maxInBytes bounds the _ids of one $in read.
-	maxInBytes = 4 << 20
-	// keptStringBytes is how much of each string field a reduced dead letter
-	// keeps, and maxReducedBytes how much in all.
+	insertBatchBytes   = 16 << 20 // copies in one insert command
+	maxInBytes         = 4 << 20  // _ids in one $in
+	// A reduced copy keeps this much of each string field, and of all.
 	keptStringBytes = 1 << 10
 	maxReducedBytes = 1 << 20
 )
 
-// deadLane is the dead-letter lane: the users out of attempts (the acker
-// hands them on) and the malformed entries claim rounds find, moved in
-// batches of their own, on a goroutine of their own, so moving them, however
-// slow, never delays an acknowledgement. One flush:
+// deadLane moves the users out of attempts (from the acker) and the
+// malformed entries claim rounds find, in batches on its own goroutine, so
+// moving them never delays an acknowledgement. One flush:
 //
 //	dead letters      3 (read originals, insert copies, delete), only if any
 //	                  (a read per entry on FerretDB, see deadLetterer.read)
 //	release leases    1 deleteMany of the dead-lettered users
 //	back off          1 bulk update of users whose dead letter failed, only if any
 //
-// Each flush tries its dead letters once, and an entry that fails is
-// postponed on its own (see deadFlush.deadLetters): one that cannot be
-// written never holds back another. Its flushes do not report to readiness,
-// which says whether acknowledgements go through; its failures are logged
-// and counted.
+// Each flush tries its dead letters once; one that fails is postponed on
+// its own (deadFlush.deadLetters). Its flushes do not report to readiness
+// (which is about acknowledgements); failures are logged and counted.
 type deadLane struct {
-	letters    *deadLetterer
-	leases     *leaseStore
-	serverTime clock.Nower // dead letters and backoffs are dated on the server's clock
-	metrics    *metrics.Consumer
-	log        *slog.Logger
-	retryDelay Backoff // backoff of a user whose dead letter failed
-	flushes    *completer
-
-	mu        sync.Mutex
-	outcomes  []outcome
-	malformed map[string]malformed // by _id: the same bad entry seen by several claim rounds is moved once
-	deadRetry map[string]deadRetry // by _id: malformed entries whose dead letter failed, not retried before then
-}
-
-func (d *deadLane) add(o outcome) {
-	d.mu.Lock()
-	d.outcomes = append(d.outcomes, o)
-	n := len(d.outcomes)
-	d.mu.Unlock()
-	d.flushes.added(n)
+	settler   // mu also guards:
+	letters   *deadLetterer
+	malformed map[string]malformed // by IDKey: a bad entry seen by several rounds is moved once
+	deadRetry map[string]deadRetry // by IDKey: malformed entries whose dead letter failed
 }
 
 func (d *deadLane) addMalformed(ms []malformed) {
@@ -96,7 +70,7 @@ func (d *deadLane) addMalformed(ms []malformed) {
 	for _, m := range ms {
 		k := IDKey(m.ID)
 		if r, ok := d.deadRetry[k]; ok && now.Before(r.notBefore) {
-			continue // its dead letter failed recently: it waits its turn in the queue
+			continue // its dead letter failed recently: it waits its turn
 		}
 		d.malformed[k] = m
 	}
@@ -104,7 +78,6 @@ func (d *deadLane) addMalformed(ms []malformed) {
 	d.flushes.kick.notify()
 }
 
-// run flushes until ctx ends; call flushAll after it for the final flush.
 func (d *deadLane) run(ctx context.Context) { d.flushes.run(ctx, d.pending, d.flushAll) }
 
 func (d *deadLane) pending() int {
@@ -113,8 +86,6 @@ func (d *deadLane) pending() int {
 	return len(d.outcomes) + len(d.malformed) + d.flushes.carried()
 }
 
-// flushAll moves everything pending, retrying with backoff until it
-// succeeds or ctx ends.
 func (d *deadLane) flushAll(ctx context.Context) error {
 	return d.flushes.flushAll(ctx, func() (flushRun, func()) {
 		d.mu.Lock()
@@ -125,9 +96,7 @@ func (d *deadLane) flushAll(ctx context.Context) error {
 			d.mu.Lock()
 			defer d.mu.Unlock()
 			d.outcomes = append(batch, d.outcomes...)
-			for k, m := range bad {
-				d.malformed[k] = m
-			}
+			maps.Copy(d.malformed, bad)
 		}
 		if len(batch) == 0 && len(bad) == 0 {
 			return nil, handBack
@@ -136,8 +105,7 @@ func (d *deadLane) flushAll(ctx context.Context) error {
 	})
 }
 
-// deadFlush is one batch of the lane's on its way to MongoDB; each step
-// remembers that it is done so a retry does not repeat it.
+// deadFlush is one batch on its way; a retry skips the steps done.
 type deadFlush struct {
 	d                                    *deadLane
 	exhausted, settled                   []lease
@@ -165,29 +133,22 @@ func (d *deadLane) newFlush(batch []outcome, bad map[string]malformed) *deadFlus
 
 func (f *deadFlush) settledLeases() []lease { return f.settled }
 
-// run does every step not yet done: an exhausted user's lease is released
-// only once its entries are dead-lettered.
+// run does every step not yet done; an exhausted user's lease is released
+// once its entries are dead-lettered.
 func (f *deadFlush) run(ctx context.Context) error {
-	d := f.d
 	var errs []error
-	if !f.deadDone {
-		errs, _ = appendErr(errs, f.deadLetters(ctx))
+	step(&errs, &f.deadDone, func() error { return f.deadLetters(ctx) })
+	if f.deadDone {
+		step(&errs, &f.exhaustedDone, func() error { return f.d.releaseHeld(ctx, f.exhausted, &f.exhaustedTried) })
 	}
-	if !f.exhaustedDone && f.deadDone {
-		errs, f.exhaustedDone = appendErr(errs, releaseHeld(ctx, d.leases, f.exhausted, &f.exhaustedTried, d.metrics, d.log))
-	}
-	if !f.backOffDone {
-		errs, f.backOffDone = appendErr(errs, d.leases.backOff(ctx, f.retries))
-	}
+	step(&errs, &f.backOffDone, func() error { return f.d.leases.backOff(ctx, f.retries) })
 	return errors.Join(errs...)
 }
 
 // deadLetters moves this flush's dead letters, once. An entry that fails is
-// postponed on its own rather than retried with the flush, so a dead letter
-// that cannot be written holds back neither the others nor any
-// acknowledgement: its failure is counted and logged, not returned. Only a
-// move cut short by shutdown returns an error, leaving the unfinished
-// entries to the final flush.
+// postponed on its own, counted and logged, not returned: it holds back
+// nothing. Only a move cut short by shutdown returns an error, leaving the
+// unfinished entries to the final flush.
 func (f *deadFlush) deadLetters(ctx context.Context) error {
 	c := f.d
 	counts, failed, err := c.letters.move(ctx, f.dead, c.serverTime.Now())
@@ -209,10 +170,9 @@ func (f *deadFlush) deadLetters(ctx context.Context) error {
 	return nil
 }
 
-// postponeDeadLetters gives up on failed dead letters for now. The entries
-// stay in the queue, so nothing is lost: a malformed one comes back with the
-// first claim round that sees it after its backoff (noteDeadLetters), and an
-// exhausted user with an entry left backs off and is dead-lettered again
+// postponeDeadLetters gives up on failed dead letters for now; the entries
+// stay queued. A malformed one returns with a claim round after its backoff
+// (noteDeadLetters); an exhausted user backs off and is dead-lettered again
 // after it, without another refresh.
 func (f *deadFlush) postponeDeadLetters(failed []deadLetter) {
 	c := f.d
@@ -241,22 +201,19 @@ func (f *deadFlush) postponeDeadLetters(failed []deadLetter) {
 }
 
 // deadRetry is when a malformed entry whose dead letter failed may be tried
-// again.
+// again, spaced by deadLetterBackoff so it costs neither a round trip nor a
+// log line per flush. Past maxDeadRetries remembered, one more is retried
+// whenever a round sees it.
 type deadRetry struct {
 	failures  int
 	notBefore time.Time
 }
 
-// deadLetterBackoff spaces the tries of a malformed entry whose dead letter
-// keeps failing, so it costs neither a round trip nor a log line per flush.
 var deadLetterBackoff = Backoff{Base: time.Second, Max: 5 * time.Minute}
 
-// maxDeadRetries bounds the malformed entries remembered as failing; past it
-// one more is simply retried when a claim round sees it again.
 const maxDeadRetries = 10_000
 
-// noteDeadLetters records how a move of batch went for its malformed
-// entries: the failed ones back off, the others are forgotten.
+// noteDeadLetters backs off batch's failed malformed entries, forgets the rest.
 func (c *deadLane) noteDeadLetters(batch, failed []deadLetter) {
 	bad := make(map[string]bool, len(failed))
 	for _, b := range failed {
@@ -282,30 +239,22 @@ func (c *deadLane) noteDeadLetters(batch, failed []deadLetter) {
 
 // deadLetterer moves entries to the dead-letter collection: read the
 // originals, insert copies with a deadLetter subdocument, delete the
-// originals. For a batch of ordinary entries that is three round trips
-// whatever its size (see read for the one exception). The copy keeps the
-// original _id, so running a batch twice (after a crash or an unknown
-// outcome) inserts nothing twice and loses nothing: an original is deleted
-// only once its copy is stored.
-//
-// Every entry succeeds or fails on its own: one that cannot be read or
-// written is reported back (move's failed) while the rest of its batch goes
-// through. The deadLetterer is used by one goroutine at a time (the
-// dead-letter lane's).
+// originals, three round trips a batch (see read for the exception). The
+// copy keeps the original _id, so a batch run twice inserts nothing twice,
+// and an original is deleted only once its copy is stored. Every entry
+// succeeds or fails on its own. Used by the lane's goroutine alone.
 type deadLetterer struct {
 	queue  *mongo.Collection
 	dead   *mongo.Collection
-	byUser *atomic.Bool         // name each entry's user in its delete (deleteStatements)
-	traits *servertraits.Traits // whether the server bounds replies (repliesBounded)
-	// maxCopy is the largest copy stored whole; 0 means maxDeadLetterBytes
-	// (tests lower it to exercise the reduced form with small documents).
+	byUser *atomic.Bool // name each entry's user in its delete (deleteStatements)
+	traits *servertraits.Traits
+	// maxCopy is the largest copy stored whole; 0: maxDeadLetterBytes.
 	maxCopy int
 }
 
-// move dead-letters batch. It returns how many entries this call stored, per
-// reason (too_large for those stored reduced; entries already moved or
-// acknowledged by someone else are not counted), and the entries it could
-// not move, which are still in the queue; err says why those failed.
+// move dead-letters batch. It returns the entries this call stored per
+// reason (too_large: stored reduced; those moved or acknowledged by someone
+// else are not counted), and those it could not move, still queued, with why.
 func (d *deadLetterer) move(ctx context.Context, batch []deadLetter, now time.Time) (counts map[string]int, failed []deadLetter, err error) {
 	if len(batch) == 0 {
 		return nil, nil, nil
@@ -333,17 +282,17 @@ func (d *deadLetterer) move(ctx context.Context, batch []deadLetter, now time.Ti
 		}
 	}
 	if len(m.done) > 0 {
-		var users []string
-		if d.byUser != nil && d.byUser.Load() {
-			users = make([]string, len(m.doneLetters))
-			for i, b := range m.doneLetters {
-				users[i] = b.User
-			}
+		ids, users := make(bson.A, len(m.done)), make([]string, len(m.done))
+		for i, b := range m.done {
+			ids[i], users[i] = b.ID, b.User
 		}
-		if _, err := d.queue.BulkWrite(ctx, deleteStatements(m.done, users...), options.BulkWrite().SetOrdered(false)); err != nil {
+		if d.byUser == nil || !d.byUser.Load() {
+			users = nil
+		}
+		if _, err := d.queue.BulkWrite(ctx, deleteStatements(ids, users...), options.BulkWrite().SetOrdered(false)); err != nil {
 			// Their copies are stored: a retry finds them and only deletes.
 			err = fmt.Errorf("deleting %d dead-lettered entries from the queue: %w", len(m.done), err)
-			for _, b := range m.doneLetters {
+			for _, b := range m.done {
 				m.fail(b, err)
 			}
 		}
@@ -354,17 +303,15 @@ func (d *deadLetterer) move(ctx context.Context, batch []deadLetter, now time.Ti
 	return m.counts, nil, nil
 }
 
-// mover is one move call's progress: entries wanted and not yet read, copies
-// waiting for their insert, entries done and failed.
+// mover is one move call's progress.
 type mover struct {
 	d            *deadLetterer
 	now          time.Time
-	want         map[string]deadLetter // by idKey, until read
+	want         map[string]deadLetter // by IDKey, until read
 	pending      []pendingCopy
 	pendingBytes int
 	counts       map[string]int
-	done         bson.A // _ids whose copy is stored: delete them from the queue
-	doneLetters  []deadLetter
+	done         []deadLetter // copy stored: delete from the queue
 	failed       []deadLetter
 	errs         []error
 }
@@ -376,8 +323,7 @@ type pendingCopy struct {
 	reason string // the metric label: b.Reason, or too_large for a reduced copy
 }
 
-// maxErrs bounds the distinct errors a move reports (a batch failing for one
-// cause would otherwise repeat it per entry).
+// maxErrs bounds the errors a move reports (one cause repeats per entry).
 const maxErrs = 3
 
 func (m *mover) fail(b deadLetter, err error) {
@@ -391,13 +337,11 @@ func (m *mover) stored(p pendingCopy, inserted bool) {
 	if inserted {
 		m.counts[p.reason]++
 	}
-	m.done = append(m.done, p.b.ID)
-	m.doneLetters = append(m.doneLetters, p.b)
+	m.done = append(m.done, p.b)
 }
 
-// add builds the dead letter of one original just read, inserting the copies
-// gathered so far first when this one would take them past insertBatchBytes.
-// orig is only valid during the call.
+// add builds the copy of one original just read (valid during the call
+// only), first inserting those gathered if it would pass insertBatchBytes.
 func (m *mover) add(ctx context.Context, orig bson.Raw) error {
 	k := IDKey(orig.Lookup("_id"))
 	b, ok := m.want[k]
@@ -422,8 +366,7 @@ func (m *mover) add(ctx context.Context, orig bson.Raw) error {
 }
 
 // insert stores the pending copies in one command. It returns an error only
-// when MongoDB itself is failing (the rest of the batch would fail too);
-// a copy that fails on its own is recorded as failed.
+// when MongoDB itself is failing; a copy failing on its own is recorded.
 func (m *mover) insert(ctx context.Context) error {
 	batch := m.pending
 	m.pending, m.pendingBytes = nil, 0
@@ -477,8 +420,7 @@ func (m *mover) insertCopies(ctx context.Context, batch []pendingCopy, onDup fun
 		}
 		return nil
 	}
-	// The command failed as a whole for a reason that may be one copy's:
-	// retry each alone, so that copy fails by itself.
+	// Failed as a whole, maybe for one copy: retry each alone.
 	for _, p := range batch {
 		if err := m.insertCopies(ctx, []pendingCopy{p}, onDup); err != nil {
 			return err
@@ -487,12 +429,11 @@ func (m *mover) insertCopies(ctx context.Context, batch []pendingCopy, onDup fun
 	return nil
 }
 
-// keepDistinct sorts out duplicate keys on the dead-letter insert. Usually
-// the copy is there because an earlier run of this batch inserted it (moved).
-// But a producer may reuse an _id, or an operator may re-enqueue a dead letter
-// unchanged by _id: then the stored dead letter is a different document, and
-// this one is inserted under a fresh _id with deadLetter.originalId, rather
-// than deleted from the queue with no copy anywhere.
+// keepDistinct sorts out duplicate keys on the insert. Usually an earlier
+// run of this batch stored the copy. But a producer may reuse an _id, or an
+// operator re-enqueue a dead letter by _id: then the stored one differs, and
+// this one goes under a fresh _id with deadLetter.originalId rather than
+// leaving the queue with no copy anywhere.
 func (m *mover) keepDistinct(ctx context.Context, dups []pendingCopy) error {
 	byKey := make(map[string]pendingCopy, len(dups))
 	ids := make(bson.A, len(dups))
@@ -541,15 +482,11 @@ func (m *mover) keepDistinct(ctx context.Context, dups []pendingCopy) error {
 	})
 }
 
-// read hands fn every document of coll whose _id is in ids (those that no
-// longer exist are skipped). A server that cuts each reply at 16 MiB
-// (MongoDB) gets one $in query per 50,000 ids, read through a cursor: the
-// ordinary batch is one round trip, a batch of huge documents takes as many
-// replies as its bytes need. A server that fills a reply by count alone
-// (FerretDB) could send one far past the 48 MB the driver accepts, which
-// drops the connection and clears the pool, batch after batch: there each
-// document is read alone, by _id (which is also the only filter FerretDB
-// answers without scanning the collection).
+// read hands fn every document of coll whose _id is in ids. A server that cuts
+// replies at 16 MiB (MongoDB) gets an $in per 50,000 ids through a cursor. One
+// that fills a reply by count (FerretDB) could send one past the 48 MB the
+// driver accepts, dropping the connection and the pool: there each document is
+// read alone, by _id (the only filter FerretDB answers without a scan).
 func (d *deadLetterer) read(ctx context.Context, coll *mongo.Collection, ids bson.A, fn func(context.Context, bson.Raw) error) error {
 	if !d.repliesBounded(ctx) {
 		for _, id := range ids {
@@ -575,8 +512,7 @@ func (d *deadLetterer) read(ctx context.Context, coll *mongo.Collection, ids bso
 }
 
 func (d *deadLetterer) scan(ctx context.Context, coll *mongo.Collection, ids bson.A, fn func(context.Context, bson.Raw) error) error {
-	// One more than the ids, so a reply holding them all also closes the
-	// cursor instead of leaving a getMore to find nothing.
+	// One more than the ids: a reply holding all closes the cursor.
 	cur, err := coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
 		options.Find().SetBatchSize(int32(len(ids)+1)))
 	if err != nil {
@@ -591,20 +527,13 @@ func (d *deadLetterer) scan(ctx context.Context, coll *mongo.Collection, ids bso
 	return cur.Err()
 }
 
-// repliesBounded asks the server once whether it bounds a reply's size by
-// itself. FerretDB names itself in buildInfo (ferretdbVersion) and fills a
-// reply with as many documents as the batch size asks for; MongoDB and
-// servers like it stop a reply at 16 MiB. Until the answer is known (the
-// command failed), reads take the safe path.
+// repliesBounded asks the server once whether it stops a reply at 16 MiB
+// (MongoDB) or fills it by count (FerretDB); unknown takes the safe path.
 func (d *deadLetterer) repliesBounded(ctx context.Context) bool {
-	if d.traits.Probe(ctx, d.queue.Database()) != nil {
-		return false // one reply per document is safe on any server
-	}
-	return d.traits.BoundsReplies()
+	return d.traits.Probe(ctx, d.queue.Database()) == nil && d.traits.BoundsReplies()
 }
 
-// idChunks splits ids into lists of at most n ids and about maxBytes of
-// BSON (a single larger id makes a list of its own).
+// idChunks splits ids into lists of at most n ids and about maxBytes.
 func idChunks(ids bson.A, n, maxBytes int) []bson.A {
 	var out []bson.A
 	start, size := 0, 0
@@ -623,9 +552,8 @@ func idChunks(ids bson.A, n, maxBytes int) []bson.A {
 	return append(out, ids[start:])
 }
 
-// same reports whether a stored dead letter holds exactly the fields of the
-// copy this run would store, ignoring the deadLetter subdocument (whose date
-// and error differ from run to run).
+// same reports whether a stored dead letter holds exactly the fields of
+// this copy, but for the deadLetter subdocument (dated per run).
 func same(stored, want bson.Raw) bool {
 	strip := func(r bson.Raw) []byte {
 		elems, _ := r.Elements()
@@ -663,35 +591,36 @@ func renamedDeadLetter(doc bson.Raw) (bson.Raw, error) {
 }
 
 // DeadLetterInfo is the deadLetter subdocument of a stored dead letter: why
-// and when its entry left the queue. The consumer writes it; the operator
-// commands read it.
+// and when its entry left the queue (read by the operator commands).
 type DeadLetterInfo struct {
 	Reason   string    `bson:"reason"`
 	At       time.Time `bson:"at"`
 	Attempts int32     `bson:"attempts"`
 	Error    string    `bson:"error"`
 	// Only a reduced copy (reason too_large) has these.
-	OriginalReason string `bson:"originalReason,omitempty"`
-	OriginalSize   int64  `bson:"originalSize,omitempty"`
-	OmittedStrings int32  `bson:"omittedStrings,omitempty"`
-	// OriginalID is the entry's _id when its copy is stored under a fresh
-	// one (see keepDistinct).
-	OriginalID bson.RawValue `bson:"originalId,omitempty"`
+	OriginalReason string        `bson:"originalReason,omitempty"`
+	OriginalSize   int64         `bson:"originalSize,omitempty"`
+	OmittedStrings int32         `bson:"omittedStrings,omitempty"`
+	OriginalID     bson.RawValue `bson:"originalId,omitempty"` // when stored under a fresh _id (keepDistinct)
 }
 
 // deadLetterDoc builds the copy of orig to store: the original whole with a
-// deadLetter subdocument, or, when that would be larger than limit, the
-// reduced form (see reducedDeadLetter) with reason too_large.
+// deadLetter subdocument, or, past limit, the reduced form with reason
+// too_large.
 func deadLetterDoc(orig bson.Raw, b deadLetter, now time.Time, limit int) (bson.Raw, string, error) {
+	elems, err := orig.Elements()
+	if err != nil {
+		return nil, "", fmt.Errorf("reading entry to dead-letter: %w", err)
+	}
 	verdict := DeadLetterInfo{Reason: b.Reason, At: now, Attempts: int32(b.Attempts), Error: prefix(b.Detail, keptStringBytes)}
-	doc, err := withDeadLetter(orig, verdict)
+	doc, err := withDeadLetter(elems, verdict)
 	if err != nil {
 		return nil, "", err
 	}
 	if len(doc) <= limit {
 		return doc, b.Reason, nil
 	}
-	doc, err = reducedDeadLetter(orig, b, verdict, len(orig))
+	doc, err = reducedDeadLetter(elems, b, verdict, len(orig))
 	if err != nil {
 		return nil, "", err
 	}
@@ -701,13 +630,9 @@ func deadLetterDoc(orig bson.Raw, b deadLetter, now time.Time, limit int) (bson.
 	return doc, metrics.ReasonTooLarge, nil
 }
 
-// withDeadLetter appends {deadLetter: verdict} to the original document,
-// every original field kept byte for byte (copied, never decoded).
-func withDeadLetter(orig bson.Raw, verdict DeadLetterInfo) (bson.Raw, error) {
-	elems, err := orig.Elements()
-	if err != nil {
-		return nil, fmt.Errorf("reading entry to dead-letter: %w", err)
-	}
+// withDeadLetter appends {deadLetter: verdict} to the original's fields,
+// kept byte for byte (copied, never decoded).
+func withDeadLetter(elems []bson.RawElement, verdict DeadLetterInfo) (bson.Raw, error) {
 	sub, err := bson.Marshal(verdict)
 	if err != nil {
 		return nil, fmt.Errorf("encoding dead letter: %w", err)
@@ -723,15 +648,10 @@ func withDeadLetter(orig bson.Raw, verdict DeadLetterInfo) (bson.Raw, error) {
 }
 
 // reducedDeadLetter is what is kept of an entry too large to store whole:
-// its _id and createdAt, the first KiB of each top-level string field (up to
-// 1 MiB in all), and in deadLetter its reason too_large, the reason it was
-// dead-lettered for (originalReason), its size in bytes (originalSize) and
-// how many string fields did not fit (omittedStrings).
-func reducedDeadLetter(orig bson.Raw, b deadLetter, verdict DeadLetterInfo, size int) (bson.Raw, error) {
-	elems, err := orig.Elements()
-	if err != nil {
-		return nil, fmt.Errorf("reading entry to dead-letter: %w", err)
-	}
+// _id, createdAt, the first KiB of each top-level string (1 MiB in all), and
+// in deadLetter reason too_large, originalReason, originalSize and how many
+// strings did not fit (omittedStrings).
+func reducedDeadLetter(elems []bson.RawElement, b deadLetter, verdict DeadLetterInfo, size int) (bson.Raw, error) {
 	doc := bson.D{}
 	kept, omitted := 0, 0
 	for _, e := range elems {
@@ -762,8 +682,7 @@ func reducedDeadLetter(orig bson.Raw, b deadLetter, verdict DeadLetterInfo, size
 	return raw, nil
 }
 
-// prefix returns at most n bytes of s, cut on a character boundary when s is
-// valid UTF-8.
+// prefix is at most n bytes of s, cut on a character boundary if s is UTF-8.
 func prefix(s string, n int) string {
 	if len(s) <= n {
 		return s
@@ -777,14 +696,12 @@ func prefix(s string, n int) string {
 
 // IDKey makes any _id usable as a map key by its BSON type and bytes.
 func IDKey(v any) string {
-	switch x := v.(type) {
-	case bson.RawValue:
+	if x, ok := v.(bson.RawValue); ok {
 		return string(rune(x.Type)) + string(x.Value)
-	default:
-		t, data, err := bson.MarshalValue(v)
-		if err != nil {
-			return fmt.Sprint(v)
-		}
-		return string(rune(t)) + string(data)
 	}
+	t, data, err := bson.MarshalValue(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(rune(t)) + string(data)
 }

@@ -7,15 +7,15 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// StaleLeaseTTL is how long after its leaseUntil a lease document is removed
-// by MongoDB's TTL monitor where the server has TTL indexes. Only documents
-// nobody will look at again get that old: a backoff whose user's entries were
-// all acknowledged by another replica.
+// StaleLeaseTTL is how long after its leaseUntil the TTL monitor removes a
+// lease document: only a backoff whose entries another replica acknowledged
+// gets that old.
 const StaleLeaseTTL = 24 * time.Hour
 
 // Capabilities is what the server turned out to support, logged once at start.
@@ -24,10 +24,9 @@ type Capabilities struct {
 	PartialIndexes bool
 }
 
-// IndexSpec is one index the pipeline relies on, with the query it serves.
-// Fallback, if set, is what to build when the server rejects Model (an
-// optional feature such as TTL); Optional indexes are skipped instead.
-// `scorerefresh doctor` checks a server against this same list.
+// IndexSpec is one index the pipeline relies on, with the query it serves
+// (`scorerefresh doctor` checks this list). Fallback is built when the
+// server rejects Model (TTL); Optional indexes are skipped instead.
 type IndexSpec struct {
 	Name     string // stable identifier, one of the Index* constants
 	Coll     *mongo.Collection
@@ -70,12 +69,10 @@ func IndexSpecs(colls Collections) []IndexSpec {
 	}
 }
 
-// RetiredIndex is an index an earlier release built and this one no longer
-// builds: it uses ReplacedBy instead, and the retired one only as a
-// fallback while ReplacedBy is missing. The service never drops it (the
-// release before may still run, and use it, during a rollout or after a
-// rollback); `scorerefresh doctor` names it so an operator drops it once
-// that release is gone and its replacement is built.
+// RetiredIndex is an index an earlier release built and this one uses only
+// as a fallback while ReplacedBy is missing. The service never drops it (the
+// release before may still run during a rollout); `scorerefresh doctor`
+// names it for an operator to drop once that release is gone.
 type RetiredIndex struct {
 	Coll       *mongo.Collection
 	Keys       bson.D
@@ -84,8 +81,7 @@ type RetiredIndex struct {
 	Serves     string // what it served
 }
 
-// RetiredIndexes lists the indexes earlier releases built that this one
-// does not build.
+// RetiredIndexes lists the indexes earlier releases built and this one does not.
 func RetiredIndexes(colls Collections) []RetiredIndex {
 	return []RetiredIndex{
 		{Coll: colls.Queue, Keys: legacyAbsorbIndex, ReplacedBy: absorbIndex, LastUsedBy: "0.2.0", Serves: "absorb"},
@@ -94,20 +90,13 @@ func RetiredIndexes(colls Collections) []RetiredIndex {
 
 // EnsureIndexes creates the indexes the pipeline's queries need and reports
 // which optional index features the server has. It is idempotent and never
-// fatal: an index the server cannot build is skipped with one log line,
-// because every query stays correct without it, only slower.
-//
-// The error is non-nil only when the server could not be reached, or ctx
-// ended: the caller should call again later (index builds are idempotent),
-// since a start during an outage must not leave the queue unindexed for
-// good. An answer saying a build is already running, or that the server
-// aborted it, is not such an error: starting the build again at once is
-// what keeps the index from ever existing.
-//
-// Each createIndexes waits for its build however long it takes (see
-// untimed): on a deep queue that is minutes to hours, so the caller should
-// run EnsureIndexes beside the consumer, not before it, and give ctx no
-// deadline. Cancelling ctx stops the wait.
+// fatal: every query stays correct without an index, only slower. The error
+// is non-nil only when the server could not be reached or ctx ended: call
+// again later, or an outage at start leaves the queue unindexed for good (a
+// build running or aborted is no such error: starting it again at once
+// would keep the index from ever existing). Each createIndexes waits for its
+// build however long it takes (untimed): run it beside the consumer, with no
+// deadline on ctx.
 func EnsureIndexes(ctx context.Context, colls Collections, log *slog.Logger) (Capabilities, error) {
 	caps := Capabilities{TTLIndexes: true, PartialIndexes: true}
 	var unreachable error
@@ -122,42 +111,34 @@ func EnsureIndexes(ctx context.Context, colls Collections, log *slog.Logger) (Ca
 				outcome = buildRefused // only an unreachable server is retried; any other answer is judged by its error below
 			}
 		}
-		switch outcome {
-		case buildUnreachable:
+		switch {
+		case outcome == buildUnreachable:
 			if ctx.Err() != nil {
 				return caps, fmt.Errorf("creating index on %s: %w", s.Coll.Name(), ctx.Err())
 			}
 			unreachable = fmt.Errorf("creating index on %s: %w", s.Coll.Name(), err)
-			continue
-		case buildRunning:
+		case outcome == buildRunning:
 			log.Info("index build already running on the server; not starting another, the queries use the index once it is built",
 				"collection", s.Coll.Name(), "keys", fmt.Sprint(s.Model.Keys), "err", err)
-			continue
-		case buildInterrupted:
+		case outcome == buildInterrupted:
 			log.Warn("the server aborted this index build (interrupted: killOp, dropIndexes, a maxTimeMS or a client that went away); not starting it again, queries still work, slower; build it by hand (docs/runbook.md, Building the indexes before a deploy)",
 				"collection", s.Coll.Name(), "keys", fmt.Sprint(s.Model.Keys), "serves", s.Serves, "err", err)
-			continue
-		}
-		if err != nil && s.Optional {
+		case err != nil && s.Optional:
 			caps.PartialIndexes = false
 			log.Info("optional index not supported by this server; skipped", "collection", s.Coll.Name(), "keys", fmt.Sprint(s.Model.Keys), "serves", s.Serves, "err", err)
-			continue
-		}
-		if err != nil {
+		case err != nil:
 			log.Warn("index not created; queries still work, slower", "collection", s.Coll.Name(), "keys", fmt.Sprint(s.Model.Keys), "serves", s.Serves, "err", err)
-			continue
+		default:
+			log.Debug("index ready", "collection", s.Coll.Name(), "index", name)
 		}
-		log.Debug("index ready", "collection", s.Coll.Name(), "index", name)
 	}
 	return caps, unreachable
 }
 
-// slowBuildNotice is how long a createIndexes may wait before the service
-// says, once per index, that a build is running and how to avoid the wait.
+// slowBuildNotice is how long a createIndexes waits before one log line
+// says a build is running.
 const slowBuildNotice = 30 * time.Second
 
-// createIndex sends one createIndexes and waits for its answer, saying so
-// in one log line if the build takes long.
 func createIndex(ctx context.Context, s IndexSpec, model mongo.IndexModel, log *slog.Logger) (string, error) {
 	buildCtx, cancel := untimed(ctx)
 	defer cancel()
@@ -169,21 +150,15 @@ func createIndex(ctx context.Context, s IndexSpec, model mongo.IndexModel, log *
 	return s.Coll.Indexes().CreateOne(buildCtx, model)
 }
 
-// indexBuildDeadline is the deadline each createIndexes is sent with,
-// whatever the caller's or the client's timeout. The driver sends a
-// context's remaining time as maxTimeMS, and a client Timeout (timeoutMS in
-// MONGODB_URI) becomes such a deadline when the context has none; but it
-// leaves maxTimeMS out when the remaining time is beyond the server's limit
-// of 2^31-1 ms (about 24.9 days). A createIndexes that runs out of maxTimeMS
-// while waiting for its build makes MongoDB abort the build ("Index build:
-// aborted due to interruption"), so a deadline shorter than the build
-// means the index never exists. A year is far past both.
+// indexBuildDeadline is each createIndexes' deadline, whatever the caller's
+// or the client's (timeoutMS). The driver sends a deadline as maxTimeMS,
+// except one past the server's limit of 2^31-1 ms (~24.9 days), and a
+// createIndexes out of maxTimeMS aborts its build: the index would never
+// exist. A year is past both.
 const indexBuildDeadline = 365 * 24 * time.Hour
 
-// untimed returns the context of one index build: cancelled when parent is
-// (cancellation still stops the wait: the driver closes the connection),
-// but with none of parent's deadline and none the driver would send as
-// maxTimeMS.
+// untimed returns the context of one index build: cancelled with parent (the
+// driver closes the connection), with no deadline sent as maxTimeMS.
 func untimed(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(parent), time.Now().Add(indexBuildDeadline))
 	stop := context.AfterFunc(parent, cancel)
@@ -211,12 +186,10 @@ const (
 )
 
 // classifyBuild sorts a createIndexes answer. An interrupted or aborted
-// build is not "unreachable": the server answered, and someone (an
-// operator's killOp or dropIndexes, a maxTimeMS) stopped it; starting it
-// again at once would only repeat that. InterruptedAtShutdown and
-// InterruptedDueToReplStateChange stay transient: after a stepdown the
-// build goes on in the background, and a createIndexes sent again to the
-// new primary waits for it rather than starting another.
+// build is not "unreachable": someone stopped it (killOp, dropIndexes,
+// maxTimeMS), and starting it again would repeat that. InterruptedAtShutdown
+// and InterruptedDueToReplStateChange stay transient: after a stepdown the
+// build goes on, and a createIndexes sent again waits for it.
 func classifyBuild(err error) buildOutcome {
 	if err == nil {
 		return buildDone
@@ -237,8 +210,7 @@ func classifyBuild(err error) buildOutcome {
 	return buildRefused
 }
 
-// DetectChangeStreams reports whether the server can watch the queue, by
-// opening a stream and closing it at once.
+// DetectChangeStreams reports whether the server can watch the queue.
 func DetectChangeStreams(ctx context.Context, queue *mongo.Collection) bool {
 	stream, err := queue.Watch(ctx, mongo.Pipeline{})
 	if err != nil {
@@ -246,4 +218,78 @@ func DetectChangeStreams(ctx context.Context, queue *mongo.Collection) bool {
 	}
 	_ = stream.Close(ctx)
 	return true
+}
+
+// HotQuery is a query the pipeline runs every claim round or flush, as the
+// command MongoDB's explain takes, with the index meant to serve it.
+// `scorerefresh doctor` explains them; hotqueries_test.go checks their
+// shapes are the ones the pipeline sends.
+type HotQuery struct {
+	Name    string
+	Coll    *mongo.Collection
+	Command bson.D // a find or delete command, without $db
+	Index   string // the IndexSpec name meant to serve it, or IDIndex
+}
+
+// DoctorQuery is a HotQuery with the hints the pipeline sends, so the
+// doctor judges the plan production runs, and whether it is meant covered.
+type DoctorQuery struct {
+	HotQuery // Command carries no hint: add Hints[i] to it
+	// Hints are the indexes hinted, in fallback order (see hints); after the
+	// last it runs unhinted. Nil: never hinted.
+	Hints   []bson.D
+	Covered bool // docs/query-plans.md promises the index alone answers it
+}
+
+// IDIndex names the _id index every collection has.
+const IDIndex = servertraits.IDIndexName
+
+// Names of the HotQueries.
+const (
+	QueryClaimWindow = "claim window"
+	QueryWindowPaged = "claim window, paging past a blocked head"
+	QueryAbsorb      = "absorb"
+	QueryAck         = "ack delete by _id"
+	QueryLeaseRead   = "lease read of the window's users"
+	QueryMalformed   = "malformed-entry scan"
+)
+
+// DoctorQueries returns the hot queries as they run on MongoDB (usernames
+// length-filtered on the server), with placeholders (a username no producer
+// writes, a fresh ObjectId) for the pipeline's values, and the hints it sends
+// (New's newHints lists, blockedAmong's idIndex; the ack is never hinted).
+func DoctorQueries(colls Collections, claimWindow int, now time.Time) []DoctorQuery {
+	probe := bson.A{"\x00scorerefresh-doctor"}
+	head := func(filter, projection bson.D, limit int) bson.D {
+		return bson.D{{Key: "find", Value: colls.Queue.Name()}, {Key: "filter", Value: filter},
+			{Key: "sort", Value: queueOrder}, {Key: "projection", Value: projection}, {Key: "limit", Value: int64(limit)}}
+	}
+	paged := &position{createdAt: now, id: objectIDValue(bson.NewObjectID())}
+	return []DoctorQuery{
+		{HotQuery: HotQuery{Name: QueryClaimWindow, Coll: colls.Queue, Index: IndexClaimWindow,
+			Command: head(windowFilter([]string{"\x00scorerefresh-doctor"}, true, nil), entryProjection, claimWindow),
+		}, Hints: []bson.D{windowIndex}, Covered: true},
+		{HotQuery: HotQuery{Name: QueryWindowPaged, Coll: colls.Queue, Index: IndexClaimWindow,
+			Command: head(windowFilter([]string{"\x00scorerefresh-doctor"}, true, paged), entryProjection, claimWindow),
+		}, Hints: []bson.D{windowIndex}, Covered: true},
+		{HotQuery: HotQuery{Name: QueryMalformed, Coll: colls.Queue, Index: IndexClaimWindow,
+			Command: head(malformedFilter(&now), bson.D{{Key: "_id", Value: 1}}, malformedScanLimit),
+		}, Hints: []bson.D{windowIndex}},
+		{HotQuery: HotQuery{Name: QueryAbsorb, Coll: colls.Queue, Index: IndexAbsorb,
+			Command: head(bson.D{{Key: "username", Value: bson.D{{Key: "$in", Value: probe}}}}, entryProjection, AbsorbLimit),
+		}, Hints: []bson.D{absorbIndex, legacyAbsorbIndex}, Covered: true},
+		{HotQuery: HotQuery{Name: QueryAck, Coll: colls.Queue, Index: IDIndex, Command: bson.D{
+			{Key: "delete", Value: colls.Queue.Name()},
+			{Key: "deletes", Value: bson.A{bson.D{{Key: "q", Value: bson.D{{Key: "_id", Value: bson.NewObjectID()}}}, {Key: "limit", Value: int32(1)}}}},
+		}}},
+		{HotQuery: HotQuery{Name: QueryLeaseRead, Coll: colls.Claims, Index: IDIndex, Command: bson.D{
+			{Key: "find", Value: colls.Claims.Name()},
+			{Key: "filter", Value: blockedFilter(probe, now)},
+			{Key: "projection", Value: blockedProjection},
+		}}, Hints: []bson.D{idIndex}},
+	}
+}
+
+func objectIDValue(id bson.ObjectID) bson.RawValue {
+	return bson.RawValue{Type: bson.TypeObjectID, Value: id[:]}
 }

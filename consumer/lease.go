@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -21,14 +22,12 @@ import (
 //
 // A user is claimable when it has no lease document or its leaseUntil has
 // passed (State). A failed refresh keeps the document with token null and
-// leaseUntil at the end of the backoff, so "held" and "backing off" are one
-// condition and one index. Queue entries themselves are never modified:
-// claiming per user costs one write per user instead of one per entry (and
-// FerretDB's updateMany is pathologically slow over many documents).
+// leaseUntil at the end of the backoff: "held" and "backing off" are one
+// condition and one index. Queue entries are never modified (one write per
+// user, not per entry; FerretDB's updateMany is pathologically slow).
 //
-// Every field is read raw: the collection may hold documents this release
-// did not write (hand-written ones, an older release's), and one of them
-// must fail neither a claim round nor a status for every other user.
+// Every field is read raw: a document this release did not write must fail
+// neither a claim round nor a status for every other user.
 type LeaseDoc struct {
 	ID         bson.RawValue `bson:"_id"`
 	Token      bson.RawValue `bson:"token"`
@@ -48,8 +47,7 @@ const (
 	LeaseClaimable  = "claimable"   // leaseUntil passed, missing or not a date
 )
 
-// User is the username the document leases; false for a document whose
-// _id is not a string, which leases nobody.
+// User is the username leased; false when _id is not a string.
 func (d LeaseDoc) User() (string, bool) { return d.ID.StringValueOK() }
 
 // Until is leaseUntil; false when it is missing or not a date.
@@ -76,32 +74,29 @@ func (d LeaseDoc) LastErrorText() string { s, _ := d.LastError.StringValueOK(); 
 // ClaimedAtTime is when the lease was won; zero if unknown.
 func (d LeaseDoc) ClaimedAtTime() time.Time { t, _ := d.ClaimedAt.TimeOK(); return t }
 
-// HeldFilter matches the live, held leases; BackingOffFilter the users
-// backing off. Both read the leaseUntil index.
+// HeldFilter matches the live, held leases (on the leaseUntil index).
 func HeldFilter(now time.Time) bson.D {
 	return bson.D{live(now), {Key: "token", Value: bson.D{{Key: "$ne", Value: nil}}}}
 }
 
-// BackingOffFilter: see HeldFilter.
+// BackingOffFilter matches the users backing off (on the leaseUntil index).
 func BackingOffFilter(now time.Time) bson.D { return bson.D{live(now), {Key: "token", Value: nil}} }
 
 func live(now time.Time) bson.E {
 	return bson.E{Key: "leaseUntil", Value: bson.D{{Key: "$gt", Value: now}}}
 }
 
-// blockedFilter matches the documents of users that nobody may claim at
-// now (blockedAmong; the doctor explains it as QueryLeaseRead).
+// blockedFilter matches the documents of users nobody may claim at now, and
+// blockedProjection is what blockedAmong reads of them (QueryLeaseRead).
 func blockedFilter(users any, now time.Time) bson.D {
 	return bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, live(now)}
 }
 
-// blockedProjection is what blockedAmong reads of each document.
 var blockedProjection = bson.D{{Key: "_id", Value: 1}, {Key: "leaseUntil", Value: 1}, {Key: "token", Value: 1}}
 
 // lease is a user this consumer holds, fenced by the token of the claim that
-// won it: every later write on the lease document matches {_id, token}, so a
-// consumer whose lease expired and was taken over cannot touch the new
-// holder's document.
+// won it: every later write matches {_id, token}, so a consumer whose lease
+// was taken over cannot touch the new holder's document.
 type lease struct {
 	User     string
 	Token    string
@@ -109,65 +104,51 @@ type lease struct {
 	Solo     bool // refresh in a batch of its own (leaseDoc.Solo)
 }
 
-// leaseStore is the claims collection, reached only through these calls.
+// leaseStore is the claims collection.
 type leaseStore struct {
 	coll   *mongo.Collection
 	owner  string
 	traits *servertraits.Traits
 }
 
-// blockedLease is what a claim round needs to know of a user it may not
-// claim: until when, and whether a replica holds it (or it is backing off).
+// blockedLease is until when a user may not be claimed, and whether it is
+// held (or backing off).
 type blockedLease struct {
 	until time.Time
 	held  bool
 }
 
-// blockedAmong returns which of users nobody may claim now: held by a live
-// lease (including this consumer's own) or backing off. It reads only those
-// users' documents, by _id, so its cost follows the claim window, not the
-// number of leases and backoffs in the fleet. Documents that are not leases
-// (another _id type) never match a username and are never decoded.
+// blockedAmong returns which of users nobody may claim now: held (by anyone)
+// or backing off. It reads only their documents, by _id, so its cost follows
+// the window, not the fleet's leases.
 func (s *leaseStore) blockedAmong(ctx context.Context, users []string, now time.Time) (map[string]blockedLease, error) {
 	if len(users) == 0 {
 		return nil, nil
 	}
-	cur, err := s.coll.Find(ctx, blockedFilter(users, now),
-		options.Find().SetProjection(blockedProjection).
-			SetBatchSize(int32(len(users))+1). // +1: a batch filled exactly leaves the cursor open (a getMore)
-			// Hinted: the leaseUntil index also matches, and a planner that
-			// picks it (it wins the trial while few leases are live) reads
-			// every live lease and backoff of the fleet, round after round.
-			SetHint(indexName(idIndex)))
+	docs, err := s.find(ctx, blockedFilter(users, now), options.Find().SetProjection(blockedProjection).
+		SetBatchSize(int32(len(users))+1). // +1: a batch filled exactly leaves the cursor open
+		// Hinted: the leaseUntil index, which wins the trial while few
+		// leases are live, reads every live lease of the fleet.
+		SetHint(indexName(idIndex)), fmt.Sprintf("reading the leases of %d users in the window", len(users)))
 	if err != nil {
-		return nil, fmt.Errorf("reading the leases of %d users in the window: %w", len(users), err)
+		return nil, err
 	}
-	defer cur.Close(ctx)
 	blocked := make(map[string]blockedLease, len(users))
-	for cur.Next(ctx) {
-		var d LeaseDoc
-		if err := cur.Decode(&d); err != nil {
-			continue // not a lease this release understands; never fatal
-		}
+	for _, d := range docs {
 		user, ok := d.User()
 		if state := d.State(now); ok && state != LeaseClaimable {
 			until, _ := d.Until()
 			blocked[user] = blockedLease{until: until, held: state == LeaseHeld}
 		}
 	}
-	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("reading the leases of %d users in the window: %w", len(users), err)
-	}
 	return blocked, nil
 }
 
-// acquire claims users for token: an insert per user in one round trip (a
-// duplicate key means a lease document exists), then, only for those, one
-// round trip that takes over expired leases and one that reads back what was
-// won. The token is new for every round, so a round is never retried: when
-// the insert's outcome is unknown (a network error mid-command), the leases
-// it may have written under this token are deleted at once rather than left
-// for everyone to wait out.
+// acquire claims users for token: one insert per user in one round trip (a
+// duplicate key means a lease document exists), then, for those only, the
+// takeover. The token is new every round, so a round is never retried: when
+// the insert's outcome is unknown, the leases it may have written are
+// deleted at once rather than left to expire.
 func (s *leaseStore) acquire(ctx context.Context, users []string, token string, now time.Time, d time.Duration) ([]lease, error) {
 	if len(users) == 0 {
 		return nil, nil
@@ -206,9 +187,7 @@ func (s *leaseStore) acquire(ctx context.Context, users []string, token string, 
 	}
 	taken, err := s.takeOver(ctx, contested, token, now, until)
 	if err != nil {
-		// The leases inserted above, and any taken over before the error,
-		// are under this token: without this nobody would renew or
-		// release them until they expire.
+		// Nobody would renew or release this token's leases.
 		return nil, s.abandon(ctx, users, token, err)
 	}
 	return append(won, taken...), nil
@@ -221,7 +200,7 @@ func (s *leaseStore) abandon(ctx context.Context, users []string, token string, 
 	for i, u := range users {
 		held[i] = lease{User: u, Token: token}
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimCleanup)
 	defer cancel()
 	if _, err := s.release(rctx, held); err != nil {
 		return errors.Join(cause, fmt.Errorf("deleting this round's leases after the failure (they expire instead): %w", err))
@@ -229,20 +208,16 @@ func (s *leaseStore) abandon(ctx context.Context, users []string, token string, 
 	return cause
 }
 
-// takeOver wins expired leases, in three round trips whatever their number
-// (read them, take them fenced by the token read, read back what was won;
-// takeovers are the rare path). A lease that expired while its refresh was
-// running (the holder crashed or hung in it) counts as a failed attempt, so
-// an entry that kills every consumer that touches it ends in the dead letters
-// instead of cycling forever. The holder's other users were only waiting:
-// they are taken as is, like a lease whose backoff ended, so one poison
-// user's crash loop does not dead-letter its neighbours. (A lease written by
-// a release that did not mark running refreshes has no running field: taken
-// without a charge.)
+// takeOver wins expired leases in three round trips (read them, take them
+// fenced by the token read, read back what was won). A lease that expired
+// while its refresh was running counts as a failed attempt, so an entry
+// that kills every consumer ends in the dead letters instead of cycling.
+// The holder's other users were only waiting: taken without a charge, so
+// one poison user does not dead-letter its neighbours.
 func (s *leaseStore) takeOver(ctx context.Context, users []string, token string, now, until time.Time) ([]lease, error) {
 	// Not ours among them: a token this round just inserted is not expired.
 	expired, err := s.find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "leaseUntil", Value: notAfter(now)}},
-		bson.D{{Key: "_id", Value: 1}, {Key: "token", Value: 1}, {Key: "running", Value: 1}, {Key: "attempts", Value: 1}},
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "token", Value: 1}, {Key: "running", Value: 1}, {Key: "attempts", Value: 1}}),
 		fmt.Sprintf("reading %d expired leases", len(users)))
 	if err != nil || len(expired) == 0 {
 		return nil, err
@@ -250,8 +225,7 @@ func (s *leaseStore) takeOver(ctx context.Context, users []string, token string,
 	set := bson.D{{Key: "token", Value: token}, {Key: "owner", Value: s.owner}, {Key: "leaseUntil", Value: until}, {Key: "claimedAt", Value: now}, {Key: "running", Value: nil}}
 	models := make([]mongo.WriteModel, 0, len(expired))
 	for _, e := range expired {
-		// Fenced by the token seen: if anyone took the lease since the
-		// read, this statement matches nothing and the user is not won.
+		// Fenced by the token seen: a lease taken since matches nothing.
 		set := slices.Clone(set)
 		charge := 0
 		if e.wasRunning() {
@@ -261,9 +235,8 @@ func (s *leaseStore) takeOver(ctx context.Context, users []string, token string,
 		update := bson.D{{Key: "$set", Value: set}}
 		switch _, ok := e.Count(); {
 		case !ok:
-			// Not a number (a stray or hand-written document): $inc
-			// would fail here, and in every backoff after it, for good.
-			// The count starts again instead.
+			// Not a number: $inc would fail here and in every backoff
+			// after it, so the count starts again.
 			update = bson.D{{Key: "$set", Value: append(set, bson.E{Key: "attempts", Value: charge})}}
 		case charge > 0:
 			update = append(update, bson.E{Key: "$inc", Value: bson.D{{Key: "attempts", Value: charge}}})
@@ -276,7 +249,7 @@ func (s *leaseStore) takeOver(ctx context.Context, users []string, token string,
 		return nil, fmt.Errorf("taking over %d expired leases: %w", len(expired), err)
 	}
 	docs, err := s.find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "token", Value: token}},
-		bson.D{{Key: "_id", Value: 1}, {Key: "attempts", Value: 1}, {Key: "solo", Value: 1}}, "reading back taken-over leases")
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "attempts", Value: 1}, {Key: "solo", Value: 1}}), "reading back taken-over leases")
 	if err != nil {
 		return nil, err
 	}
@@ -291,9 +264,8 @@ func (s *leaseStore) takeOver(ctx context.Context, users []string, token string,
 	return won, nil
 }
 
-// renew extends every lease in one round trip. It reports how many were still
-// ours; the rest expired and were taken over, which costs only a duplicate
-// refresh (acks are idempotent and the token fences the lease documents).
+// renew extends every lease in one round trip and reports how many were
+// still ours (a lease taken over costs only a duplicate refresh).
 func (s *leaseStore) renew(ctx context.Context, held []lease, until time.Time) (int, error) {
 	if len(held) == 0 {
 		return 0, nil
@@ -305,15 +277,13 @@ func (s *leaseStore) renew(ctx context.Context, held []lease, until time.Time) (
 	return int(res.MatchedCount), nil
 }
 
-// markRunning records that these users' refreshes are starting, in one
-// round trip, so a takeover after a crash charges an attempt to them and to
-// no other user the crashed replica held (takeOver).
+// markRunning records that these refreshes are starting, in one round trip,
+// so a takeover after a crash charges them and no other user (takeOver).
 func (s *leaseStore) markRunning(ctx context.Context, held []lease) error {
 	if len(held) == 0 {
 		return nil
 	}
-	// One statement per _id: servers that push only plain _id equality
-	// down to storage (FerretDB) would scan the claims for an $in.
+	// One statement per _id: FerretDB would scan the claims for an $in.
 	models := make([]mongo.WriteModel, len(held))
 	for i, l := range held {
 		models[i] = s.traits.UpdateByID(
@@ -326,11 +296,8 @@ func (s *leaseStore) markRunning(ctx context.Context, held []lease) error {
 	return nil
 }
 
-// release deletes leases (after an ack, a dead letter, or at shutdown) in one
-// round trip.
-// It returns how many were still this consumer's: fewer than len(held)
-// means leases expired and were taken over (or the call is a retry of a
-// release that had already succeeded).
+// release deletes leases in one round trip and returns how many were still
+// ours (fewer: taken over, or a retry of a release that succeeded).
 func (s *leaseStore) release(ctx context.Context, held []lease) (int, error) {
 	if len(held) == 0 {
 		return 0, nil
@@ -342,8 +309,8 @@ func (s *leaseStore) release(ctx context.Context, held []lease) (int, error) {
 	return int(res.DeletedCount), nil
 }
 
-// backOff keeps each user blocked until its own retry time, with attempts+1
-// for failures that count, in one round trip.
+// backOff blocks each user until its retry time, attempts+1 for failures
+// that count, in one round trip.
 func (s *leaseStore) backOff(ctx context.Context, failed []retry) error {
 	if len(failed) == 0 {
 		return nil
@@ -368,47 +335,33 @@ func (s *leaseStore) backOff(ctx context.Context, failed []retry) error {
 	return nil
 }
 
-// Count is the attempts so far: a count from 0 to maxCount, or absent (0).
-// ok is false for any other value: a string, a negative count (which would
-// never reach MAX_ATTEMPTS, so the user would be retried for good), a huge
-// or non-finite double (whose int conversion is meaningless).
+// Count is the attempts so far: 0 to maxCount, or absent (0). ok is false
+// for anything else: a string, a negative count (never reaching
+// MAX_ATTEMPTS), a huge or non-finite double.
 func (d LeaseDoc) Count() (n int, ok bool) {
-	v := d.Attempts
-	if v.Type == 0 || v.Type == bson.TypeNull {
+	if d.Attempts.Type == 0 || d.Attempts.Type == bson.TypeNull {
 		return 0, true
 	}
-	var f float64 // every number, exactly for any plausible count
-	switch v.Type {
-	case bson.TypeInt32:
-		f = float64(v.Int32())
-	case bson.TypeInt64:
-		f = float64(v.Int64())
-	case bson.TypeDouble:
-		f = v.Double()
-	default:
-		return 0, false
-	}
-	if !(f >= 0 && f <= maxCount) { // also NaN
+	f, ok := d.Attempts.AsFloat64OK()      // int32, int64, double: exact for any plausible count
+	if !ok || !(f >= 0 && f <= maxCount) { // also NaN
 		return 0, false
 	}
 	return int(f), true
 }
 
-// maxCount bounds a plausible attempts count, far above any MAX_ATTEMPTS.
-const maxCount = 1 << 30
+const maxCount = 1 << 30 // far above any MAX_ATTEMPTS
 
 // wasRunning says the holder died (or hung) in this user's refresh: the
-// running mark carries the token of the holder that wrote it, so a mark left
-// by an earlier holder (a release that does not know the field keeps it when
-// it takes a lease over) is not mistaken for the current one's.
+// mark carries its writer's token, so an earlier holder's mark (kept by a
+// release that does not know the field) is not taken for this one's.
 func (d LeaseDoc) wasRunning() bool {
 	t, ok := d.Token.StringValueOK()
 	r, _ := d.Running.StringValueOK()
 	return ok && t != "" && r == t
 }
 
-// tokenSeen is the token a takeover fences on: the one read, or null for a
-// document without one ({token: null} matches a missing field too).
+// tokenSeen is the token a takeover fences on: the one read, or null
+// (which matches a missing field too).
 func (d LeaseDoc) tokenSeen() any {
 	if d.Token.Type == 0 {
 		return nil
@@ -416,10 +369,9 @@ func (d LeaseDoc) tokenSeen() any {
 	return d.Token
 }
 
-// find reads the lease documents filter matches; what names the read in
-// its error.
-func (s *leaseStore) find(ctx context.Context, filter, projection bson.D, what string) ([]LeaseDoc, error) {
-	cur, err := s.coll.Find(ctx, filter, options.Find().SetProjection(projection))
+// find reads lease documents; what names the read in its error.
+func (s *leaseStore) find(ctx context.Context, filter bson.D, opts *options.FindOptionsBuilder, what string) ([]LeaseDoc, error) {
+	cur, err := s.coll.Find(ctx, filter, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
@@ -435,16 +387,15 @@ type retry struct {
 	lease        lease
 	notBefore    time.Time
 	err          string
-	countAttempt bool // false for transient failures (MongoDB down), which never dead-letter
-	solo         bool // set the lease document's solo flag (outcome.solo); never cleared, the document goes with the user's next success
+	countAttempt bool // false for transient failures, which never dead-letter
+	solo         bool // set the document's solo flag; it goes with the user's next success
 }
 
 // idIndex is the index every collection has, on _id.
 var idIndex = bson.D{{Key: "_id", Value: 1}}
 
-// fenceFilter matches exactly the given leases. Tokens are unique per claim
-// round and a user is won at most once per round, so matching the user set and
-// the token set together can only match documents this consumer holds.
+// fenceFilter matches exactly the given leases: tokens are unique per round
+// and a user is won at most once per round.
 func fenceFilter(held []lease) bson.D {
 	users := make([]string, len(held))
 	tokens := make([]string, 0, 4)
@@ -459,11 +410,55 @@ func fenceFilter(held []lease) bson.D {
 	return bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "token", Value: bson.D{{Key: "$in", Value: tokens}}}}
 }
 
-// notAfter matches a leaseUntil that is not after t: an expired lease, and
-// also a claims document whose leaseUntil is missing, null or not a date (a
-// stray or hand-written one). {$lte: t} would match neither, so such a
-// document would block its user for good: never blocking (blockedAmong asks
-// $gt), its insert a duplicate, yet never taken over.
+// notAfter matches a leaseUntil not after t, or missing, null or not a
+// date: with {$lte: t} such a document would block its user for good (not
+// blocked by $gt, its insert a duplicate, never taken over).
 func notAfter(t time.Time) bson.D {
 	return bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: t}}}}
+}
+
+// startMarker marks lease documents running before their refreshes begin,
+// in one round trip for the users starting together (group commit: whoever
+// finds no write in flight writes for everyone waiting). The mark lets a
+// takeover after a crash charge those users and nobody else.
+type startMarker struct {
+	leases *leaseStore
+
+	mu      sync.Mutex
+	pending []lease
+	waiters []chan struct{}
+	writing bool
+}
+
+// mark returns once the leases are marked or the attempt failed (the
+// refresh goes ahead: a crash in it would only not be charged).
+func (m *startMarker) mark(ctx context.Context, ls ...lease) error {
+	done := make(chan struct{})
+	m.mu.Lock()
+	m.pending = append(m.pending, ls...)
+	m.waiters = append(m.waiters, done)
+	if m.writing {
+		m.mu.Unlock()
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	m.writing = true
+	var err error
+	for len(m.pending) > 0 {
+		batch, waiters := m.pending, m.waiters
+		m.pending, m.waiters = nil, nil
+		m.mu.Unlock()
+		err = m.leases.markRunning(ctx, batch)
+		for _, w := range waiters {
+			close(w)
+		}
+		m.mu.Lock()
+	}
+	m.writing = false
+	m.mu.Unlock()
+	return err
 }

@@ -1,13 +1,9 @@
 // Package adaptive is the refresh concurrency limiter behind
 // ADAPTIVE_CONCURRENCY=true. Each replica judges latency against its own
-// baseline: the fleet exchange of baselines that 0.2.0 ran
-// through the claims collection gained 1.03× the best fixed limit
-// (bench/results/adaptive), too little for foreign documents beside the
-// leases, and was removed. The decisions themselves
-// (when to grow, when to cut) are pkg/limiter's Policy; this package feeds
-// it from the pipeline and the driver, applies what it decides and reports
-// it in the metrics. It satisfies consumer.Limiter, and the consumer tells
-// it when refreshes start and finish.
+// baseline (sharing baselines across the fleet gained 1.03× the best fixed
+// limit, bench/results/adaptive). The decisions are pkg/limiter's Policy; this
+// package feeds it from the pipeline and the driver, applies them and reports
+// them in the metrics.
 package adaptive
 
 import (
@@ -22,11 +18,10 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/limiter"
 )
 
-// Limiter is the consumer.Limiter behind ADAPTIVE_CONCURRENCY=true: a
-// resizable limit moved between 1 and REFRESH_CONCURRENCY by a
-// limiter.Policy fed with every refresh's latency and outcome, the age of
-// refreshes still running and every connection checkout's wait. Running refreshes are never interrupted by a
-// smaller limit; it only admits fewer.
+// Limiter is a consumer.Limiter moved between 1 and REFRESH_CONCURRENCY by
+// a limiter.Policy fed with every refresh's latency and outcome, the age of
+// those running and every connection checkout's wait. A smaller limit only
+// admits fewer; running refreshes go on.
 type Limiter struct {
 	*limiter.Limiter
 	interval time.Duration
@@ -41,21 +36,17 @@ type Limiter struct {
 	nextID    uint64
 }
 
-// New starts at max/4 (at least 1), a cautious guess that
-// grows within seconds when there is headroom. interval is how often the
-// limit is reconsidered; default 1s. clk times refreshes and paces the
-// decisions; nil is the wall clock.
+// New starts at max/4 (at least 1), which grows within seconds given
+// headroom. interval is how often the limit is reconsidered (default 1s);
+// clk times refreshes and decisions (nil: the wall clock).
 func New(max int, interval time.Duration, cfg limiter.PolicyConfig, m *metrics.Consumer, log *slog.Logger, clk clock.Clock) *Limiter {
 	cfg.Max = max
 	start := cmp.Or(max/4, 1)
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	a := &Limiter{
 		Limiter:  limiter.New(start),
 		interval: cmp.Or(interval, time.Second),
 		metrics:  m,
-		log:      log,
+		log:      cmp.Or(log, slog.New(slog.DiscardHandler)),
 		policy:   limiter.NewPolicy(cfg, start),
 		clock:    clock.Or(clk),
 		running:  map[uint64]time.Time{},
@@ -78,9 +69,8 @@ func (a *Limiter) Acquire(ctx context.Context) error {
 }
 
 // RefreshStarted notes a refresh starting; the returned func reports its end:
-// overload for a transient MongoDB failure (unreachable, timing out,
-// electing), cancelled for one cut short by shutdown (its latency means
-// nothing).
+// overload for a transient MongoDB failure, cancelled for one cut short by
+// shutdown (its latency means nothing).
 func (a *Limiter) RefreshStarted() (finished func(overload, cancelled bool)) {
 	a.mu.Lock()
 	id := a.nextID
@@ -119,8 +109,7 @@ func (a *Limiter) decide() {
 		ages = append(ages, now.Sub(start))
 	}
 	a.policy.ObserveRunning(ages)
-	// Waiters mean demand exceeds the limit even if no Acquire saw the
-	// slots full this interval (they were full all along).
+	// Waiters mean the slots were full all along.
 	saturated := a.saturated || a.Waiting() > 0
 	a.saturated = false
 	limit, reason, changed := a.policy.Decide(saturated)
