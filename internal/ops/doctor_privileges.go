@@ -56,17 +56,22 @@ func grants(privs []privilege, db string, n need) bool {
 // replaces it), and the operator commands.
 func needs(cfg DoctorConfig) (service, stream, operator []need) {
 	c := cfg.Colls
-	add := func(coll string, actions ...string) {
-		for _, a := range actions {
-			service = append(service, need{coll, a})
-		}
+	// Literal need{collection, action} forms: deploy's tests read them
+	// from this source to check the role docs/adopting.md creates.
+	for _, a := range []string{"find", "remove", "createIndex"} {
+		service = append(service, need{c.Queue.Name(), a})
 	}
-	add(c.Queue.Name(), "find", "remove", "createIndex")
-	add(c.Claims.Name(), "find", "insert", "update", "remove", "createIndex")
-	add(c.DeadLetter.Name(), "find", "insert", "createIndex")
-	add(c.Scores.Name(), "find", "insert", "update")
+	for _, a := range []string{"find", "insert", "update", "remove", "createIndex"} {
+		service = append(service, need{c.Claims.Name(), a})
+	}
+	for _, a := range []string{"find", "insert", "createIndex"} {
+		service = append(service, need{c.DeadLetter.Name(), a})
+	}
+	for _, a := range []string{"find", "insert", "update"} {
+		service = append(service, need{c.Scores.Name(), a})
+	}
 	for _, src := range cfg.Rules.Collections() {
-		add(src, "find")
+		service = append(service, need{src, "find"})
 	}
 	stream = []need{{c.Queue.Name(), "changeStream"}}
 	operator = []need{
