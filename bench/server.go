@@ -201,17 +201,9 @@ func startPostgres(ctx context.Context) (_ *postgres, err error) {
 			pg.stop()
 		}
 	}()
-	var cred *syscall.Credential // nil: this process's
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err == nil {
-			uid, _ := strconv.Atoi(u.Uid)
-			gid, _ := strconv.Atoi(u.Gid)
-			cred, err = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, os.Chown(dir, uid, gid)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("running as root, PostgreSQL runs as the postgres user: %w", err)
-		}
+	cred, err := postgresUser(dir)
+	if err != nil {
+		return nil, err
 	}
 	command := func(name string, args ...string) *exec.Cmd {
 		cmd := exec.CommandContext(ctx, filepath.Join(bin, name), args...)
@@ -229,13 +221,48 @@ func startPostgres(ctx context.Context) (_ *postgres, err error) {
 	addr := l.Addr().String()
 	l.Close()
 	_, port, _ := net.SplitHostPort(addr)
-	logFile, err := os.Create(filepath.Join(dir, "postgres.log"))
+	exited, err := pg.serve(command("postgres", "-D", data, "-k", dir, "-h", "127.0.0.1", "-p", port,
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		"-c", fmt.Sprintf("max_connections=%d", pgMaxConnections), "-c", "shared_buffers=256MB"))
 	if err != nil {
 		return nil, err
 	}
-	cmd := command("postgres", "-D", data, "-k", dir, "-h", "127.0.0.1", "-p", port,
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-		"-c", fmt.Sprintf("max_connections=%d", pgMaxConnections), "-c", "shared_buffers=256MB")
+	if err := waitAccepting(addr, exited); err != nil {
+		return nil, err
+	}
+	pg.url = fmt.Sprintf("postgres://postgres@%s/postgres?pool_max_conns=%d", addr, pgMaxConnections-100)
+	pg.version = "PostgreSQL"
+	if out, err := exec.Command(filepath.Join(bin, "postgres"), "--version").Output(); err == nil {
+		pg.version += " " + strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "postgres (PostgreSQL) "))
+	}
+	return pg, nil
+}
+
+// postgresUser is who PostgreSQL runs as: this process (nil), or the
+// "postgres" user, owning dir, when this process is root.
+func postgresUser(dir string) (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err == nil {
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err = os.Chown(dir, uid, gid); err == nil {
+			return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+		}
+	}
+	return nil, fmt.Errorf("running as root, PostgreSQL runs as the postgres user: %w", err)
+}
+
+// serve starts the postgres server cmd, its log in pg.dir, and makes
+// pg.stop end it (a fast shutdown) before removing the files. exited
+// receives the server's exit.
+func (pg *postgres) serve(cmd *exec.Cmd) (exited chan error, err error) {
+	logFile, err := os.Create(filepath.Join(pg.dir, "postgres.log"))
+	if err != nil {
+		return nil, err
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) } // fast shutdown
 	cmd.WaitDelay = 10 * time.Second
@@ -243,7 +270,7 @@ func startPostgres(ctx context.Context) (_ *postgres, err error) {
 		logFile.Close()
 		return nil, fmt.Errorf("starting postgres: %w", err)
 	}
-	exited := make(chan error, 1)
+	exited = make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	pg.stop = func() {
 		_ = cmd.Process.Signal(syscall.SIGINT)
@@ -254,32 +281,32 @@ func startPostgres(ctx context.Context) (_ *postgres, err error) {
 			<-exited
 		}
 		logFile.Close()
-		os.RemoveAll(dir)
+		os.RemoveAll(pg.dir)
 	}
+	return exited, nil
+}
+
+// waitAccepting waits up to 30 s for addr to accept connections, failing
+// early if the server exits (its exit is put back for pg.stop).
+func waitAccepting(addr string, exited chan error) error {
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 			c.Close()
 			// PostgreSQL accepts TCP slightly before it accepts logins;
 			// FerretDB's pool retries, so a short pause is enough.
 			time.Sleep(500 * time.Millisecond)
-			break
+			return nil
 		}
 		select {
 		case err := <-exited:
 			exited <- err
-			return nil, fmt.Errorf("postgres exited at start: %v", err)
+			return fmt.Errorf("postgres exited at start: %v", err)
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return nil, errors.New("postgres did not accept connections within 30s")
+			return errors.New("postgres did not accept connections within 30s")
 		}
 	}
-	pg.url = fmt.Sprintf("postgres://postgres@%s/postgres?pool_max_conns=%d", addr, pgMaxConnections-100)
-	pg.version = "PostgreSQL"
-	if out, err := exec.Command(filepath.Join(bin, "postgres"), "--version").Output(); err == nil {
-		pg.version += " " + strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "postgres (PostgreSQL) "))
-	}
-	return pg, nil
 }
 
 func postgresBin() (string, error) {

@@ -357,12 +357,19 @@ func (p *Plan) WriteText(w io.Writer) error {
 		}
 		b.WriteString("\n")
 	}
+	p.writeStability(&b)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeStability writes the stability section, if the plan has one.
+func (p *Plan) writeStability(b *strings.Builder) {
 	if sp := p.Stability; sp != nil {
-		fmt.Fprintf(&b, "\nstability at %d replica(s)", sp.Replicas)
+		fmt.Fprintf(b, "\nstability at %d replica(s)", sp.Replicas)
 		if p.Load > 0 {
-			fmt.Fprintf(&b, ", load %.1f entries/s", p.Load)
+			fmt.Fprintf(b, ", load %.1f entries/s", p.Load)
 		}
-		fmt.Fprintf(&b, ":\n  %s\n", sp.Assessment.Describe())
+		fmt.Fprintf(b, ":\n  %s\n", sp.Assessment.Describe())
 		if t := p.Transient; t.Active() {
 			var what []string
 			if t.RTTFactor > 1 && t.For > 0 {
@@ -371,11 +378,9 @@ func (p *Plan) WriteText(w io.Writer) error {
 			if t.Burst > 0 {
 				what = append(what, fmt.Sprintf("a burst of %s entries of new users", Thousands(t.Burst)))
 			}
-			fmt.Fprintf(&b, "  transient (%s at %s): %s\n", strings.Join(what, " and "), Seconds(t.At), sp.Verdict)
+			fmt.Fprintf(b, "  transient (%s at %s): %s\n", strings.Join(what, " and "), Seconds(t.At), sp.Verdict)
 		}
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
 }
 
 func (p *Plan) writeInputs(b *strings.Builder) {

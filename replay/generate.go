@@ -43,16 +43,7 @@ func Generate(cfg GenerateConfig) (*Manifest, error) {
 	if cfg.Entries <= 0 || cfg.Users <= 0 {
 		return nil, fmt.Errorf("entries and users must be positive (got %d and %d)", cfg.Entries, cfg.Users)
 	}
-	cfg.Span = cmp.Or(cfg.Span, 10*time.Minute)
-	cfg.DocsPerUser = cmp.Or(cfg.DocsPerUser, 2)
-	cfg.Queue = cmp.Or(cfg.Queue, "score_events")
-	if cfg.End.IsZero() {
-		cfg.End = time.Now()
-	}
-	cfg.End = cfg.End.UTC().Truncate(time.Millisecond)
-	if cfg.Rules == nil {
-		cfg.Rules = scoring.DefaultRules()
-	}
+	cfg = cfg.withDefaults()
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return nil, err
 	}
@@ -103,6 +94,21 @@ func Generate(cfg GenerateConfig) (*Manifest, error) {
 		m.Files = append(m.Files, f)
 	}
 	return m, writeManifest(cfg.Out, m)
+}
+
+// withDefaults fills what cfg leaves unset.
+func (cfg GenerateConfig) withDefaults() GenerateConfig {
+	cfg.Span = cmp.Or(cfg.Span, 10*time.Minute)
+	cfg.DocsPerUser = cmp.Or(cfg.DocsPerUser, 2)
+	cfg.Queue = cmp.Or(cfg.Queue, "score_events")
+	if cfg.End.IsZero() {
+		cfg.End = time.Now()
+	}
+	cfg.End = cfg.End.UTC().Truncate(time.Millisecond)
+	if cfg.Rules == nil {
+		cfg.Rules = scoring.DefaultRules()
+	}
+	return cfg
 }
 
 // sourceDoc is one document every component reading its collection counts

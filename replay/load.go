@@ -180,21 +180,12 @@ func (l *Loader) load(ctx context.Context, i int, prep func(bson.Raw) (any, time
 		Done: done.Load, Total: func() int64 { return f.Documents }})
 	defer p.Stop()
 	batch := make([]any, 0, DefaultBatchSize)
-	// flush inserts the batch in one round trip and counts what went in, all
-	// of it or, of an ordered insertMany, the part before the first failure.
+	// flush inserts the batch in one round trip and counts what went in.
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
 		}
-		_, err := coll.InsertMany(ctx, batch)
-		n := int64(len(batch))
-		if err != nil {
-			var bwe mongo.BulkWriteException
-			n = 0
-			if errors.As(err, &bwe) && len(bwe.WriteErrors) > 0 {
-				n = int64(bwe.WriteErrors[0].Index)
-			}
-		}
+		n, err := insertCounted(ctx, coll, batch)
 		done.Add(n)
 		if f.Queue {
 			l.inserted.Add(n)
@@ -235,4 +226,18 @@ func (l *Loader) load(ctx context.Context, i int, prep func(bson.Raw) (any, time
 		return fmt.Errorf("stopped after %d of %d documents of %s: %w", done.Load(), f.Documents, f.Path, err)
 	}
 	return err
+}
+
+// insertCounted inserts docs in one ordered insertMany and says how many
+// went in: all of them or, on a failure, the part before the first one.
+func insertCounted(ctx context.Context, coll *mongo.Collection, docs []any) (int64, error) {
+	_, err := coll.InsertMany(ctx, docs)
+	if err == nil {
+		return int64(len(docs)), nil
+	}
+	var bwe mongo.BulkWriteException
+	if errors.As(err, &bwe) && len(bwe.WriteErrors) > 0 {
+		return int64(bwe.WriteErrors[0].Index), err
+	}
+	return 0, err
 }

@@ -25,12 +25,7 @@ import (
 // 7").
 func TestALaterRefreshWinsWhateverTheReplicasClocks(t *testing.T) {
 	t.Parallel()
-	rules, err := ParseRules("rules.yaml", []byte(`components:
-  - {name: points, collection: user_activity, userField: username, op: sum, field: points, weight: 1}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rules := pointsRules(t)
 	for _, batched := range []bool{false, true} {
 		name := map[bool]string{false: "one user", true: "a batch"}[batched]
 		t.Run(name, func(t *testing.T) {
@@ -97,12 +92,7 @@ func TestALaterRefreshWinsWhateverTheReplicasClocks(t *testing.T) {
 // begins after B's write and reflects everything either saw.
 func TestARefreshRacedByAnotherReplicaRecomputes(t *testing.T) {
 	t.Parallel()
-	rules, err := ParseRules("rules.yaml", []byte(`components:
-  - {name: points, collection: user_activity, userField: username, op: sum, field: points, weight: 1}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rules := pointsRules(t)
 	for _, batched := range []bool{false, true} {
 		name := map[bool]string{false: "one user", true: "a batch"}[batched]
 		t.Run(name, func(t *testing.T) {
@@ -174,4 +164,16 @@ func TestARefreshSupersededEveryTimeGivesUp(t *testing.T) {
 	if doc := b.mustGet(t, "w"); doc.Version != 4 || doc.Score != 1 {
 		t.Errorf("stored %+v, want the seed's score moved by the rival's three writes only (version 4)", doc)
 	}
+}
+
+// pointsRules scores a user as the sum of their activity's points.
+func pointsRules(t *testing.T) *Rules {
+	t.Helper()
+	rules, err := ParseRules("rules.yaml", []byte(`components:
+  - {name: points, collection: user_activity, userField: username, op: sum, field: points, weight: 1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rules
 }

@@ -99,14 +99,7 @@ func withScorerExample(ctx context.Context, cfg *config.Config, which scorerExam
 	if err := s.cmd.Start(); err != nil {
 		return nil, nil, fmt.Errorf("starting the %s example scorer: %w", which, err)
 	}
-	listening := make(chan string, 1)
-	go func() {
-		out := bufio.NewReader(pr)
-		if line, err := out.ReadString('\n'); err == nil {
-			listening <- strings.TrimSpace(line)
-		}
-		_, _ = io.Copy(io.Discard, out)
-	}()
+	listening := firstLine(pr)
 	runCtx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		err := s.cmd.Wait()
@@ -128,6 +121,20 @@ func withScorerExample(ctx context.Context, cfg *config.Config, which scorerExam
 	case <-ctx.Done():
 		return nil, nil, ctx.Err()
 	}
+}
+
+// firstLine sends the first line r yields and discards the rest, so the
+// writer never blocks.
+func firstLine(r io.Reader) <-chan string {
+	line := make(chan string, 1)
+	go func() {
+		out := bufio.NewReader(r)
+		if l, err := out.ReadString('\n'); err == nil {
+			line <- strings.TrimSpace(l)
+		}
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	return line
 }
 
 // scorerExitError ends the context of withScorerExample.

@@ -195,23 +195,7 @@ func (c Config) validate() []problem {
 			add(v.name, "=%s: must be a positive duration such as 30s", v.v)
 		}
 	}
-	// The URI and the collection names: none empty, no two collections the same.
-	colls := [][2]string{
-		{"QUEUE_COLLECTION", c.QueueCollection}, {"SCORES_COLLECTION", c.ScoresCollection},
-		{"DEADLETTER_COLLECTION", c.DeadLetterCollection}, {"CLAIMS_COLLECTION", c.ClaimsCollection},
-	}
-	for _, n := range append([][2]string{{"MONGODB_URI", c.MongoURI}, {"MONGODB_DATABASE", c.Database}}, colls...) {
-		if strings.TrimSpace(n[1]) == "" {
-			add(n[0], ": must not be empty")
-		}
-	}
-	names := map[string]string{}
-	for _, n := range colls {
-		if other, dup := names[n[1]]; dup && n[1] != "" {
-			add(n[0], "=%q: the same collection as %s", n[1], other)
-		}
-		names[n[1]] = n[0]
-	}
+	c.validateNames(add)
 	if c.ChangeStreams != ChangeStreamsAuto && c.ChangeStreams != ChangeStreamsOff {
 		add("CHANGE_STREAMS", "=%q: must be %s or %s", c.ChangeStreams, ChangeStreamsAuto, ChangeStreamsOff)
 	}
@@ -232,6 +216,27 @@ func (c Config) validate() []problem {
 		p = append(p, problem{"LOG_LEVEL", err.Error()})
 	}
 	return p
+}
+
+// validateNames checks the URI and the collection names: none empty, no two
+// collections the same.
+func (c Config) validateNames(add func(name, format string, args ...any)) {
+	colls := [][2]string{
+		{"QUEUE_COLLECTION", c.QueueCollection}, {"SCORES_COLLECTION", c.ScoresCollection},
+		{"DEADLETTER_COLLECTION", c.DeadLetterCollection}, {"CLAIMS_COLLECTION", c.ClaimsCollection},
+	}
+	for _, n := range append([][2]string{{"MONGODB_URI", c.MongoURI}, {"MONGODB_DATABASE", c.Database}}, colls...) {
+		if strings.TrimSpace(n[1]) == "" {
+			add(n[0], ": must not be empty")
+		}
+	}
+	names := map[string]string{}
+	for _, n := range colls {
+		if other, dup := names[n[1]]; dup && n[1] != "" {
+			add(n[0], "=%q: the same collection as %s", n[1], other)
+		}
+		names[n[1]] = n[0]
+	}
 }
 
 // ParseLogLevel maps LOG_LEVEL to a slog level.
