@@ -68,14 +68,16 @@ type dlFlags struct {
 	fs                  *flag.FlagSet
 	reasons             []string
 	user, since, until  string
-	limit               int64
-	batch               int
+	limit, minLimit     int64
+	batch, minBatch     int
 	asJSON, dryRun, yes bool
 	force, all          bool
 }
 
-func newDLFlags(sub string, stderr io.Writer, defaultLimit int64) *dlFlags {
-	f := &dlFlags{name: "scorerefresh deadletters " + sub}
+// newDLFlags defines the filter, --limit and --json; with a batch size (the
+// verbs that work in batches), --batch and --dry-run too.
+func newDLFlags(sub string, stderr io.Writer, limit int64, batch int, dryRunHelp string) *dlFlags {
+	f := &dlFlags{name: "scorerefresh deadletters " + sub, minLimit: min(limit, 1), minBatch: min(batch, 1)}
 	f.fs = cli.NewFlagSet(f.name, deadLettersHelp+"\nflags of "+sub+":\n", stderr)
 	f.fs.Func("reason", "only this deadLetter.reason (malformed, max_attempts, too_large); repeat or separate with commas", func(s string) error {
 		for _, r := range strings.Split(s, ",") {
@@ -89,18 +91,22 @@ func newDLFlags(sub string, stderr io.Writer, defaultLimit int64) *dlFlags {
 	f.fs.StringVar(&f.since, "since", "", "only dead-lettered at or after: RFC 3339, a date, or a duration ago (24h)")
 	f.fs.StringVar(&f.until, "until", "", "only dead-lettered before: RFC 3339, a date, or a duration ago")
 	limitHelp := "dead letters at most (0: all)"
-	if defaultLimit > 0 { // list: a listing always has a length
+	if limit > 0 { // list: a listing always has a length
 		limitHelp = "dead letters listed at most, newest first (at least 1)"
 	}
-	f.fs.Int64Var(&f.limit, "limit", defaultLimit, limitHelp)
+	f.fs.Int64Var(&f.limit, "limit", limit, limitHelp)
 	f.fs.BoolVar(&f.asJSON, "json", false, "print one JSON document (schemaVersion 1)")
+	if batch > 0 {
+		f.fs.IntVar(&f.batch, "batch", batch, "dead letters per batch (one round trip each)")
+		f.fs.BoolVar(&f.dryRun, "dry-run", false, dryRunHelp)
+	}
 	return f
 }
 
 // parse reads args into the flags. When ok is false the command stops with
 // exit code code: 0 after the help (on stdout), 2 after saying on stderr
-// what is wrong. minBatch is 1 for the verbs that work in batches.
-func (f *dlFlags) parse(args []string, minLimit, minBatch int, stdout io.Writer) (filter ops.Filter, code int, ok bool) {
+// what is wrong.
+func (f *dlFlags) parse(args []string, stdout io.Writer) (filter ops.Filter, code int, ok bool) {
 	if code, ok := cli.Parse(f.fs, args, false, stdout); !ok {
 		return ops.Filter{}, code, false
 	}
@@ -110,17 +116,17 @@ func (f *dlFlags) parse(args []string, minLimit, minBatch int, stdout io.Writer)
 	switch {
 	case err1 != nil || err2 != nil:
 		return ops.Filter{}, cli.Refuse(f.fs, "--since/--until %v", cmp.Or(err1, err2)), false
-	case f.limit < int64(minLimit):
-		return ops.Filter{}, cli.Refuse(f.fs, "--limit must be at least %d", minLimit), false
-	case f.batch < minBatch:
-		return ops.Filter{}, cli.Refuse(f.fs, "--batch must be at least %d", minBatch), false
+	case f.limit < f.minLimit:
+		return ops.Filter{}, cli.Refuse(f.fs, "--limit must be at least %d", f.minLimit), false
+	case f.batch < f.minBatch:
+		return ops.Filter{}, cli.Refuse(f.fs, "--batch must be at least %d", f.minBatch), false
 	}
 	return ops.Filter{Reasons: f.reasons, User: f.user, Since: since, Until: until}, 0, true
 }
 
 func runDeadLettersList(args, environ []string, stdout, stderr io.Writer) int {
-	f := newDLFlags("list", stderr, 50)
-	filter, code, ok := f.parse(args, 1, 0, stdout)
+	f := newDLFlags("list", stderr, 50, 0, "")
+	filter, code, ok := f.parse(args, stdout)
 	if !ok {
 		return code
 	}
@@ -198,26 +204,22 @@ func runDeadLettersShow(args, environ []string, stdout, stderr io.Writer) int {
 	})
 }
 
-// progress prints a line on stderr after a batch when the whole set spans
-// several batches: the first, then at most one every two seconds, and the last.
-type progress struct {
-	w      io.Writer
-	name   string
-	total  int64
-	last   time.Time
-	enable bool
-}
-
-func (p *progress) show(done int64, detail string) {
-	if !p.enable || done < p.total && !p.last.IsZero() && time.Since(p.last) < 2*time.Second {
-		return
+// progress returns what prints a line on stderr after a batch when the
+// whole set spans several batches: the first, then at most one every two
+// seconds, and the last.
+func progress(w io.Writer, name string) func(done, total int64, several bool, detail string) {
+	var last time.Time
+	return func(done, total int64, several bool, detail string) {
+		if !several || done < total && !last.IsZero() && time.Since(last) < 2*time.Second {
+			return
+		}
+		last = time.Now()
+		pct := 100.0
+		if total > 0 {
+			pct = min(100, 100*float64(done)/float64(total))
+		}
+		fmt.Fprintf(w, "%s: %d/%d (%.0f%%) %s\n", name, done, total, pct, detail)
 	}
-	p.last = time.Now()
-	pct := 100.0
-	if p.total > 0 {
-		pct = min(100, 100*float64(done)/float64(p.total))
-	}
-	fmt.Fprintf(p.w, "%s: %d/%d (%.0f%%) %s\n", p.name, done, p.total, pct, detail)
 }
 
 // exitPartial is redrive's exit code when it had to leave dead letters
@@ -225,21 +227,18 @@ func (p *progress) show(done int64, detail string) {
 const exitPartial = 3
 
 func runRedrive(args, environ []string, stdout, stderr io.Writer) int {
-	f := newDLFlags("redrive", stderr, 0)
-	f.fs.IntVar(&f.batch, "batch", 500, "dead letters per batch (one round trip each)")
-	f.fs.BoolVar(&f.dryRun, "dry-run", false, "report what would be redriven; write nothing")
+	f := newDLFlags("redrive", stderr, 0, 500, "report what would be redriven; write nothing")
 	f.fs.BoolVar(&f.force, "force", false, "also redrive dead letters whose reason is malformed or too_large, unchanged (fix the data first, or they come straight back)")
-	filter, code, ok := f.parse(args, 0, 1, stdout)
+	filter, code, ok := f.parse(args, stdout)
 	if !ok {
 		return code
 	}
 	return withOps(f.name, environ, 0, stderr, func(ctx context.Context, env *ops.Env) int {
-		p := &progress{w: stderr, name: f.name}
+		show := progress(stderr, f.name)
 		res, err := ops.Redrive(ctx, env.Colls, ops.RedriveOptions{
 			Filter: filter, Limit: f.limit, Batch: f.batch, DryRun: f.dryRun, Force: f.force,
 			Progress: func(r ops.RedriveResult) {
-				p.total, p.enable = r.Total, r.Total > int64(f.batch)
-				p.show(r.Read, fmt.Sprintf("%d requeued, %d already queued, %d left (conflicts, refusals)", r.Requeued, r.AlreadyQueued, r.Conflicts+r.Failed))
+				show(r.Read, r.Total, r.Total > int64(f.batch), fmt.Sprintf("%d requeued, %d already queued, %d left (conflicts, refusals)", r.Requeued, r.AlreadyQueued, r.Conflicts+r.Failed))
 			},
 		})
 		if err != nil {
@@ -287,12 +286,10 @@ type purgeResult struct {
 }
 
 func runPurge(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	f := newDLFlags("purge", stderr, 0)
-	f.fs.IntVar(&f.batch, "batch", 1000, "dead letters per batch (one round trip each)")
-	f.fs.BoolVar(&f.dryRun, "dry-run", false, "count what would be deleted; delete nothing")
+	f := newDLFlags("purge", stderr, 0, 1000, "count what would be deleted; delete nothing")
 	f.fs.BoolVar(&f.yes, "yes", false, "do not ask for confirmation")
 	f.fs.BoolVar(&f.all, "all", false, "allow a purge without any filter (every dead letter)")
-	filter, code, ok := f.parse(args, 0, 1, stdout)
+	filter, code, ok := f.parse(args, stdout)
 	if !ok {
 		return code
 	}
@@ -317,8 +314,8 @@ func runPurge(args, environ []string, stdin io.Reader, stdout, stderr io.Writer)
 				fmt.Fprintf(stderr, "%s: not confirmed; nothing deleted (--yes skips the question)\n", f.name)
 				return 1
 			}
-			p := &progress{w: stderr, name: f.name, total: res.Matching, enable: res.Matching > int64(f.batch)}
-			if res.Deleted, err = ops.Purge(ctx, env.Colls.DeadLetter, filter, f.limit, f.batch, func(n int64) { p.show(n, "deleted") }); err != nil {
+			show := progress(stderr, f.name)
+			if res.Deleted, err = ops.Purge(ctx, env.Colls.DeadLetter, filter, f.limit, f.batch, func(n int64) { show(n, res.Matching, res.Matching > int64(f.batch), "deleted") }); err != nil {
 				fmt.Fprintf(stderr, "%s: deleted %d, then: %v\n", f.name, res.Deleted, err)
 				return 1
 			}

@@ -1,10 +1,13 @@
 package ops
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -269,4 +272,309 @@ func deleteByID(ctx context.Context, coll *mongo.Collection, ids bson.A) (int64,
 		return 0, err
 	}
 	return res.DeletedCount, err
+}
+
+// Unredrivable are the dead-letter reasons redrive skips unless forced: a
+// malformed entry comes straight back as malformed, and a too_large one is
+// only a reduced copy of the original (the first KiB of each string).
+var Unredrivable = []string{"malformed", "too_large"}
+
+// RedriveOptions configure Redrive.
+type RedriveOptions struct {
+	Filter   Filter
+	Limit    int64 // dead letters at most; 0: every match
+	Batch    int   // dead letters per round trip (default 500)
+	DryRun   bool  // read and report, write nothing
+	Force    bool  // also redrive the Unredrivable reasons
+	Progress func(RedriveResult)
+	// AfterInsert runs between a batch's queue insert and its dead-letter
+	// delete, the window a crash leaves half done; an error stops the run
+	// there. For tests.
+	AfterInsert func(batch int) error
+}
+
+// RedriveResult is what a redrive did (or, dry, would do).
+type RedriveResult struct {
+	SchemaVersion int              `json:"schemaVersion"`
+	Kind          string           `json:"kind"` // "deadletters.redrive"
+	DryRun        bool             `json:"dryRun"`
+	Filter        Filter           `json:"filter"`
+	Total         int64            `json:"total"` // matching dead letters to redrive (exact up to 100,000)
+	Read          int64            `json:"read"`
+	Requeued      int64            `json:"requeued"`      // inserted into the queue by this run
+	AlreadyQueued int64            `json:"alreadyQueued"` // in the queue from an earlier, interrupted run
+	Removed       int64            `json:"removed"`       // dead letters deleted
+	Conflicts     int64            `json:"conflicts"`     // the queue holds a different entry under the _id: left alone
+	Failed        int64            `json:"failed"`        // the queue refused the entry: left alone
+	Problems      []string         `json:"problems"`      // the first 20 conflicts and failures, by _id
+	Skipped       map[string]int64 `json:"skipped"`       // by reason: not redriven without --force
+	Batches       int              `json:"batches"`
+}
+
+func (r *RedriveResult) problem(format string, args ...any) {
+	if len(r.Problems) < 20 {
+		r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
+	}
+}
+
+// Redrive puts dead letters back in the queue: each under its own _id (the
+// original's, or a renamed copy's fresh one), with a fresh createdAt, a
+// `redrive` stamp recording the original createdAt, when and why, and
+// without its deadLetter subdocument; then deletes it from the dead letters.
+//
+// Crash-safe and idempotent without transactions: the insert comes before the
+// delete, so a run killed between them leaves the entry in both places, and
+// the next run's insert meets a duplicate key, finds its own stamp on the
+// queue entry (same deadLetter.at) and only deletes the dead letter. Nothing
+// is lost and nothing is queued twice. A queue entry under the same _id
+// without that stamp is someone else's: the dead letter stays, reported.
+// (Were the half-done entry consumed before the re-run, the re-run queues it
+// once more: one extra refresh, which is harmless.)
+//
+// Each batch costs one read (the cursor's next batch), one insert command,
+// one delete command, and one read of the queue only when some _ids exist.
+func Redrive(ctx context.Context, colls Collections, opts RedriveOptions) (RedriveResult, error) {
+	opts.Batch = cmp.Or(opts.Batch, 500)
+	res := RedriveResult{SchemaVersion: SchemaVersion, Kind: "deadletters.redrive", DryRun: opts.DryRun, Filter: opts.Filter, Problems: []string{}, Skipped: map[string]int64{}}
+	now, _, _, err := ServerTime(ctx, colls.DB)
+	if err != nil {
+		return res, err
+	}
+	filter, err := redriveFilter(ctx, colls.DeadLetter, opts, now, &res)
+	if err != nil {
+		return res, err
+	}
+	find := options.Find().SetSort(bson.D{{Key: "deadLetter.at", Value: 1}}).SetBatchSize(int32(opts.Batch))
+	if opts.Limit > 0 {
+		find.SetLimit(opts.Limit)
+	}
+	if opts.DryRun {
+		find.SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "deadLetter.at", Value: 1}})
+	}
+	cur, err := colls.DeadLetter.Find(ctx, filter, find)
+	if err != nil {
+		return res, fmt.Errorf("reading dead letters to redrive (%s): %w", opts.Filter, err)
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	for {
+		var batch []bson.Raw
+		for len(batch) < opts.Batch && cur.Next(ctx) {
+			batch = append(batch, slices.Clone(cur.Current))
+		}
+		if err := cur.Err(); err != nil {
+			return res, fmt.Errorf("reading dead letters to redrive (%s): %w", opts.Filter, err)
+		}
+		if len(batch) == 0 {
+			return res, nil
+		}
+		res.Batches++
+		res.Read += int64(len(batch))
+		if err := redriveBatch(ctx, colls, batch, now, opts, &res); err != nil {
+			return res, err
+		}
+		if opts.Progress != nil {
+			opts.Progress(res)
+		}
+	}
+}
+
+// redriveFilter is the operator's filter less the unredrivable reasons
+// (unless forced), whose matches it counts as skipped; it also sets the
+// total. Only dead letters older than the run are taken: an entry this run
+// redrives that fails again while the run goes on must not be redriven
+// again and again by it.
+func redriveFilter(ctx context.Context, dead *mongo.Collection, opts RedriveOptions, start time.Time, res *RedriveResult) (bson.D, error) {
+	and := func(a, b bson.D) bson.D { return bson.D{{Key: "$and", Value: bson.A{a, b}}} }
+	filter := and(opts.Filter.BSON(), bson.D{{Key: "deadLetter.at", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: start}}}}}})
+	if !opts.Force {
+		for _, reason := range Unredrivable {
+			n, _, err := countUpTo(ctx, dead, and(filter, bson.D{{Key: "deadLetter.reason", Value: reason}}), 100_000)
+			if err != nil {
+				return nil, fmt.Errorf("counting %s dead letters: %w", reason, err)
+			}
+			if n > 0 {
+				res.Skipped[reason] = n
+			}
+		}
+		filter = and(filter, bson.D{{Key: "deadLetter.reason", Value: bson.D{{Key: "$nin", Value: Unredrivable}}}})
+	}
+	total, _, err := countUpTo(ctx, dead, filter, 100_000)
+	if err != nil {
+		return nil, fmt.Errorf("counting dead letters to redrive: %w", err)
+	}
+	if opts.Limit > 0 {
+		total = min(total, opts.Limit)
+	}
+	res.Total = total
+	return filter, nil
+}
+
+// redriveBatch inserts the batch's entries unordered, sorts out duplicate
+// keys and deletes the dead letters whose entry is now in the queue.
+func redriveBatch(ctx context.Context, colls Collections, batch []bson.Raw, now time.Time, opts RedriveOptions, res *RedriveResult) error {
+	if opts.DryRun {
+		_, err := alreadyQueued(ctx, colls.Queue, batch, true, res)
+		return err
+	}
+	docs := make([]any, len(batch))
+	for i, d := range batch {
+		doc, err := Requeued(d, now)
+		if err != nil {
+			return err
+		}
+		docs[i] = doc
+	}
+	failed := map[int]bool{}
+	var dups []bson.Raw
+	if _, err := colls.Queue.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); err != nil {
+		var bwe mongo.BulkWriteException
+		if !errors.As(err, &bwe) || bwe.WriteConcernError != nil {
+			return fmt.Errorf("inserting %d redriven entries into the queue: %w", len(docs), err)
+		}
+		for _, we := range bwe.WriteErrors {
+			failed[we.Index] = true
+			if mongo.IsDuplicateKeyError(we) {
+				dups = append(dups, batch[we.Index])
+				continue
+			}
+			res.Failed++
+			res.problem("%s: the queue refused it: %s", idString(batch[we.Index].Lookup("_id")), we.Message)
+		}
+	}
+	var done bson.A
+	for i, d := range batch {
+		if !failed[i] {
+			done = append(done, d.Lookup("_id"))
+			res.Requeued++
+		}
+	}
+	if len(dups) > 0 {
+		ours, err := alreadyQueued(ctx, colls.Queue, dups, false, res)
+		if err != nil {
+			return err
+		}
+		done = append(done, ours...)
+	}
+	if opts.AfterInsert != nil {
+		if err := opts.AfterInsert(res.Batches); err != nil {
+			return err
+		}
+	}
+	if len(done) == 0 {
+		return nil
+	}
+	removed, err := deleteByID(ctx, colls.DeadLetter, done)
+	res.Removed += removed
+	if err != nil {
+		return fmt.Errorf("deleting %d redriven dead letters: %w", len(done), err)
+	}
+	return nil
+}
+
+// alreadyQueued reads the queue entries under the dead letters' _ids and
+// returns the _ids an earlier redrive of the same dead letters put there
+// (their redrive.deadLetteredAt is the dead letter's deadLetter.at); any
+// other entry is a conflict. A dry run counts the _ids the queue lacks as
+// would-be requeued.
+func alreadyQueued(ctx context.Context, queue *mongo.Collection, dls []bson.Raw, dry bool, res *RedriveResult) (bson.A, error) {
+	ids := make(bson.A, len(dls))
+	for i, d := range dls {
+		ids[i] = d.Lookup("_id")
+	}
+	docs, err := findAll[bson.Raw](ctx, queue, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "redrive.deadLetteredAt", Value: 1}}), fmt.Sprintf("reading %d queue entries already there", len(ids)))
+	if err != nil {
+		return nil, err
+	}
+	stamps := map[string]bson.RawValue{}
+	for _, d := range docs {
+		stamps[consumer.IDKey(d.Lookup("_id"))] = d.Lookup("redrive", "deadLetteredAt")
+	}
+	conflict := "the queue holds a different entry under this _id"
+	if !dry {
+		conflict += "; the dead letter stays (redrive it once that entry is processed)"
+	}
+	var ours bson.A
+	for i, d := range dls {
+		stamp, present := stamps[consumer.IDKey(ids[i].(bson.RawValue))]
+		switch want := deadLetteredAt(d); {
+		case dry && !present:
+			res.Requeued++
+		case present && stamp.Type == want.Type && string(stamp.Value) == string(want.Value):
+			ours = append(ours, ids[i])
+			res.AlreadyQueued++
+		default:
+			res.Conflicts++
+			res.problem("%s: %s", idString(ids[i].(bson.RawValue)), conflict)
+		}
+	}
+	return ours, nil
+}
+
+// Requeued is the queue entry a dead letter becomes: every original field,
+// createdAt set to now, deadLetter removed, and
+//
+//	redrive: {originalCreatedAt, at, reason, deadLetteredAt, attempts, originalId?}
+//
+// originalCreatedAt survives repeated redrives (the first one's is kept);
+// without a createdAt it is the original ObjectId's time, else null.
+func Requeued(dl bson.Raw, now time.Time) (bson.Raw, error) {
+	elems, err := dl.Elements()
+	if err != nil {
+		return nil, fmt.Errorf("reading dead letter: %w", err)
+	}
+	doc := bson.D{}
+	for _, e := range elems {
+		switch e.Key() {
+		case "deadLetter", "redrive", "createdAt":
+			continue
+		}
+		doc = append(doc, bson.E{Key: e.Key(), Value: e.Value()})
+	}
+	stamp := bson.D{
+		{Key: "originalCreatedAt", Value: originalCreatedAt(dl)},
+		{Key: "at", Value: now},
+		{Key: "reason", Value: dl.Lookup("deadLetter", "reason")},
+		{Key: "deadLetteredAt", Value: deadLetteredAt(dl)},
+		{Key: "attempts", Value: dl.Lookup("deadLetter", "attempts")},
+	}
+	if orig, err := dl.LookupErr("deadLetter", "originalId"); err == nil {
+		stamp = append(stamp, bson.E{Key: "originalId", Value: orig})
+	}
+	for i := range stamp {
+		if v, ok := stamp[i].Value.(bson.RawValue); ok && v.Type == 0 {
+			stamp[i].Value = nil // a field the dead letter lacks: null, not an invalid value
+		}
+	}
+	doc = append(doc, bson.E{Key: "createdAt", Value: now}, bson.E{Key: "redrive", Value: stamp})
+	raw, err := bson.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("encoding redriven entry %s: %w", idString(dl.Lookup("_id")), err)
+	}
+	return raw, nil
+}
+
+func originalCreatedAt(dl bson.Raw) any {
+	if v, err := dl.LookupErr("redrive", "originalCreatedAt"); err == nil && v.Type != bson.TypeNull {
+		return v
+	}
+	if v, err := dl.LookupErr("createdAt"); err == nil && v.Type != bson.TypeNull {
+		return v // a non-date createdAt is kept as it was: it is evidence
+	}
+	for _, id := range []bson.RawValue{dl.Lookup("deadLetter", "originalId"), dl.Lookup("_id")} {
+		if oid, ok := id.ObjectIDOK(); ok {
+			return oid.Timestamp()
+		}
+	}
+	return nil
+}
+
+// deadLetteredAt is the dead letter's deadLetter.at, null when missing: the
+// value its redrive stamp records and a re-run compares.
+func deadLetteredAt(dl bson.Raw) bson.RawValue {
+	v := dl.Lookup("deadLetter", "at")
+	if v.Type == 0 {
+		return bson.RawValue{Type: bson.TypeNull}
+	}
+	return v
 }

@@ -2,12 +2,20 @@ package ops
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/scorerefresh/scorerefresh/consumer"
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
@@ -112,4 +120,641 @@ func WriteDoctor(w io.Writer, r *DoctorReport) error {
 	p.flush(tw)
 	p.f("\n%d ok, %d warnings, %d failures\n", r.OK, r.Warnings, r.Failures)
 	return p.err
+}
+
+// serverInfo is what hello and buildInfo say, read as the service reads
+// them, with ping's round trip, read once for several checks.
+type serverInfo struct {
+	rtt time.Duration
+	servertraits.Info
+}
+
+func readServerInfo(ctx context.Context, db *mongo.Database) (*serverInfo, error) {
+	start := time.Now()
+	if err := db.Client().Ping(ctx, nil); err != nil {
+		return nil, fmt.Errorf("ping: %w", err)
+	}
+	info := &serverInfo{rtt: time.Since(start)}
+	var err error
+	info.Info, err = servertraits.Ask(ctx, db.Client().Database("admin"))
+	return info, err
+}
+
+func versionCheck(info *serverInfo) Check {
+	if info.FerretDB != "" {
+		return Check{Name: "server version", Status: Warn,
+			Detail: fmt.Sprintf("FerretDB, version %s (reports MongoDB %s): the embedded or development server, which lacks change streams, TTL and partial indexes and query plans", info.FerretDB, info.Version),
+			Fix:    "fine for the demo and tests; production runs on MongoDB 6.0 or later"}
+	}
+	if major, _ := strconv.Atoi(strings.SplitN(info.Version, ".", 2)[0]); major >= 6 {
+		return Check{Name: "server version", Status: OK, Detail: "MongoDB " + info.Version}
+	}
+	return Check{Name: "server version", Status: Warn, Detail: fmt.Sprintf("MongoDB %s: older than 6.0, the oldest version this service is built and tested for", info.Version),
+		Fix: "upgrade the server to 6.0 or later"}
+}
+
+func topologyCheck(info *serverInfo) Check {
+	c := Check{Name: "topology"}
+	switch h := info.Info; {
+	case h.Sharded:
+		c.Status, c.Detail = OK, "sharded cluster (through mongos): change streams available"
+	case h.SetName != "" && !h.WritablePrimary:
+		c.Status, c.Detail = Fail, fmt.Sprintf("replica set %s, but connected to a member that is not the primary (primary: %s): writes fail", h.SetName, h.Primary)
+		c.Fix = "let MONGODB_URI name the replica set (replicaSet=…, or mongodb+srv://) instead of one member with directConnection=true"
+	case h.SetName != "":
+		c.Status, c.Detail = OK, fmt.Sprintf("replica set %s, primary %s: change streams available", h.SetName, h.Primary)
+	default:
+		c.Status, c.Detail = Warn, "standalone server: no change streams (the consumer polls every POLL_INTERVAL) and no retryable writes"
+		c.Fix = "run MongoDB as a replica set (a single-node set will do) or use Atlas"
+	}
+	return c
+}
+
+func changeStreamCheck(ctx context.Context, colls Collections) Check {
+	if consumer.DetectChangeStreams(ctx, colls.Queue) {
+		return Check{Name: "change streams", Status: OK, Detail: "a change stream on " + colls.Queue.Name() + " opens: new entries wake the consumer at once"}
+	}
+	return Check{Name: "change streams", Status: Warn,
+		Detail: "a change stream on " + colls.Queue.Name() + " does not open: the consumer polls every POLL_INTERVAL instead (up to that much extra latency)",
+		Fix:    "a replica set or sharded cluster, and the changeStream and find actions on the queue"}
+}
+
+// clockCheck compares this host's clock with the server's. Replicas write
+// lease expiries by their own clocks and compare them with the same clocks,
+// so hosts whose clocks disagree by a good part of LEASE_DURATION take live
+// leases over early (a duplicate refresh) or hold backoffs long.
+func clockCheck(ctx context.Context, cfg DoctorConfig) Check {
+	c := Check{Name: "clock"}
+	server, local, rtt, err := ServerTime(ctx, cfg.Colls.DB)
+	if err != nil {
+		c.Status, c.Detail = Warn, err.Error()
+	} else {
+		c.Status, c.Detail, c.Fix = clockVerdict(server.Sub(local), rtt, cfg.LeaseDuration)
+	}
+	return c
+}
+
+func clockVerdict(skew, rtt, lease time.Duration) (status, detail, fix string) {
+	// hello.localTime has millisecond precision and was read somewhere in the
+	// round trip: that much of the difference is measurement.
+	slack := rtt/2 + time.Millisecond
+	off := max(0, skew.Abs()-slack)
+	detail = fmt.Sprintf("this host's clock is %s %s the server's (±%s)", skew.Abs().Round(time.Millisecond), map[bool]string{true: "behind", false: "ahead of"}[skew > 0], slack.Round(time.Millisecond))
+	switch {
+	case off < 2*time.Second:
+		return OK, detail, ""
+	case off < lease/2:
+		return Warn, detail + fmt.Sprintf("; replicas use their own clocks for leases (LEASE_DURATION %s)", lease), "synchronise the clocks (NTP: chrony or systemd-timesyncd) on the replicas' hosts"
+	}
+	return Fail, detail + fmt.Sprintf(": at least half of LEASE_DURATION (%s), so live leases may be taken over early and backoffs held too long", lease),
+		"synchronise the clocks (NTP: chrony or systemd-timesyncd) on the replicas' hosts before deploying"
+}
+
+// connectionsCheck compares what the fleet may open with what the server
+// reports (serverStatus.connections), where it is visible.
+func connectionsCheck(ctx context.Context, cfg DoctorConfig) Check {
+	c := Check{Name: "connections"}
+	need := (cfg.Replicas + 1) * cfg.PerReplica
+	raw, err := cfg.Colls.DB.Client().Database("admin").RunCommand(ctx, bson.D{{Key: "serverStatus", Value: 1}}).Raw()
+	var ce mongo.CommandError
+	switch {
+	case errors.As(err, &ce) && ce.HasErrorCode(13): // Unauthorized
+		c.Status, c.Detail = Warn, fmt.Sprintf("the fleet may open %d; the server's figures are not visible to this user (serverStatus)", need)
+		c.Fix = "check the limit in the provider's console (Atlas publishes it per tier), or grant clusterMonitor to see it here"
+	case err != nil:
+		c.Status, c.Detail = Warn, fmt.Sprintf("the fleet may open %d; serverStatus failed: %v", need, err)
+	default:
+		current, available, ok := parseConnections(raw)
+		if !ok {
+			c.Status, c.Detail = Warn, fmt.Sprintf("the fleet may open %d; this server does not report its connections", need)
+		} else {
+			c.Status, c.Detail, c.Fix = connectionVerdict(need, cfg, current, available)
+		}
+	}
+	return c
+}
+
+// parseConnections reads serverStatus.connections: ok is false when either
+// figure is missing or not a number.
+func parseConnections(raw bson.Raw) (current, available int64, ok bool) {
+	conns, isDoc := raw.Lookup("connections").DocumentOK()
+	if !isDoc {
+		return 0, 0, false
+	}
+	current, okC := conns.Lookup("current").AsInt64OK()
+	available, okA := conns.Lookup("available").AsInt64OK()
+	return current, available, okC && okA
+}
+
+func connectionVerdict(need int, cfg DoctorConfig, current, available int64) (status, detail, fix string) {
+	limit := current + available
+	detail = fmt.Sprintf("the fleet may open %d: (%d replicas + 1 during a rollout) × (pool %d + 2 monitoring); the server allows %d (%d in use, %d free)",
+		need, cfg.Replicas, cfg.PoolSize, limit, current, available)
+	fix = "lower REFRESH_CONCURRENCY or the replica count, or raise the server's connection limit (a larger tier)"
+	switch {
+	case int64(need) > limit:
+		return Fail, detail, fix
+	case int64(need) > available:
+		return Warn, detail + "; more than are free now (if the fleet already runs, its connections are among those in use)", fix
+	}
+	return OK, detail, ""
+}
+
+// indexInfo is one existing index as listIndexes describes it.
+type indexInfo struct {
+	Name      string
+	Keys      []string // "field:1", "field:-1", "field:hashed", in order
+	TTL       bool
+	Collation string // the index's collation locale; "" when it has none (binary)
+}
+
+// indexCache lists each collection's indexes once.
+type indexCache struct {
+	db     *mongo.Database
+	exists map[string]bool
+	byColl map[string][]indexInfo
+}
+
+func (ix *indexCache) list(ctx context.Context, coll string) ([]indexInfo, error) {
+	if got, ok := ix.byColl[coll]; ok || !ix.exists[coll] {
+		return got, nil
+	}
+	cur, err := ix.db.Collection(coll).Indexes().List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing the indexes of %s: %w", coll, err)
+	}
+	var docs []bson.Raw
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("listing the indexes of %s: %w", coll, err)
+	}
+	var out []indexInfo
+	for _, d := range docs {
+		info := indexInfo{Keys: keyList(d.Lookup("key"))}
+		info.Name, _ = d.Lookup("name").StringValueOK()
+		_, ttlErr := d.LookupErr("expireAfterSeconds")
+		info.TTL = ttlErr == nil
+		info.Collation, _ = d.Lookup("collation", "locale").StringValueOK()
+		out = append(out, info)
+	}
+	ix.byColl[coll] = out
+	return out, nil
+}
+
+// keyList normalises a key pattern: 1, 1.0 and 1L are all "1". Anything
+// but a key pattern document gives nil.
+func keyList(v any) []string {
+	switch k := v.(type) {
+	case bson.RawValue:
+		keys, _ := keyPattern(k)
+		return keys
+	case bson.D:
+		raw, err := bson.Marshal(k)
+		if err != nil {
+			return nil
+		}
+		return keyDoc(raw)
+	}
+	return nil
+}
+
+// keyPattern reads a key pattern as listIndexes and the classic and
+// slot-based plans give it (a document), or as MongoDB 8's express stages
+// give it (a string such as "{ a: 1, b: -1 }"). ok is false for anything
+// else.
+func keyPattern(v bson.RawValue) (keys []string, ok bool) {
+	if d, isDoc := v.DocumentOK(); isDoc {
+		keys = keyDoc(d)
+		return keys, len(keys) > 0
+	}
+	if s, isString := v.StringValueOK(); isString {
+		return keyString(s)
+	}
+	return nil, false
+}
+
+func keyDoc(d bson.Raw) []string {
+	elems, err := d.Elements()
+	if err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(elems))
+	for _, e := range elems {
+		v := e.Value()
+		dir := v.String()
+		if f, ok := v.AsFloat64OK(); ok {
+			dir = direction(f)
+		} else if s, ok := v.StringValueOK(); ok {
+			dir = s
+		}
+		out = append(out, e.Key()+":"+dir)
+	}
+	return out
+}
+
+// keyString parses the express stages' key pattern, which the server
+// prints as a document with bare field names ("{ _id: 1 }"); quoted names
+// and values are read too.
+func keyString(s string) ([]string, bool) {
+	body, open := strings.CutPrefix(strings.TrimSpace(s), "{")
+	body, closed := strings.CutSuffix(body, "}")
+	if !open || !closed || strings.TrimSpace(body) == "" {
+		return nil, false
+	}
+	var out []string
+	for _, part := range strings.Split(body, ",") {
+		i := strings.LastIndex(part, ":")
+		if i < 0 {
+			return nil, false
+		}
+		name := strings.Trim(strings.TrimSpace(part[:i]), `"'`)
+		dir := strings.Trim(strings.TrimSpace(part[i+1:]), `"'`)
+		if name == "" || dir == "" {
+			return nil, false
+		}
+		if f, err := strconv.ParseFloat(dir, 64); err == nil {
+			dir = direction(f)
+		}
+		out = append(out, name+":"+dir)
+	}
+	return out, true
+}
+
+func direction(f float64) string {
+	if f > 0 {
+		return "1"
+	}
+	return "-1"
+}
+
+func findIndex(indexes []indexInfo, keys []string) (indexInfo, bool) {
+	for _, i := range indexes {
+		if slices.Equal(i.Keys, keys) {
+			return i, true
+		}
+	}
+	return indexInfo{}, false
+}
+
+// indexChecks checks every index the service builds (consumer.IndexSpecs).
+func indexChecks(ctx context.Context, cfg DoctorConfig, ix *indexCache) []Check {
+	var checks []Check
+	for _, spec := range consumer.IndexSpecs(cfg.Colls.consumer()) {
+		checks = append(checks, indexCheck(ctx, spec, ix))
+	}
+	for _, old := range consumer.RetiredIndexes(cfg.Colls.consumer()) {
+		if c, ok := retiredIndexCheck(ctx, old, ix); ok {
+			checks = append(checks, c)
+		}
+	}
+	return checks
+}
+
+// retiredIndexCheck warns of an index an earlier release built and this one
+// does not use: it costs every insert an index update. Absent, there is
+// nothing to say.
+func retiredIndexCheck(ctx context.Context, old consumer.RetiredIndex, ix *indexCache) (Check, bool) {
+	coll := old.Coll.Name()
+	keys := keyList(old.Keys)
+	indexes, err := ix.list(ctx, coll) // none when coll does not exist
+	if err != nil {
+		return Check{}, false // indexCheck already failed on listing this collection
+	}
+	found, ok := findIndex(indexes, keys)
+	if !ok {
+		return Check{}, false
+	}
+	c := Check{Name: "index " + coll + " {" + strings.Join(keys, ", ") + "}", Status: Warn}
+	newKeys := "{" + strings.Join(keyList(old.ReplacedBy), ", ") + "}"
+	if _, built := findIndex(indexes, keyList(old.ReplacedBy)); !built {
+		// The replacement's own check fails; until it is built, this one
+		// is what the query falls back to.
+		c.Detail = fmt.Sprintf("%s, left from %s, is what %s falls back to while %s is missing: do not drop it yet", found.Name, old.LastUsedBy, old.Serves, newKeys)
+		c.Fix = "build " + newKeys + " first (see its check)"
+		return c, true
+	}
+	c.Detail = fmt.Sprintf("%s is left from %s: this release's %s uses %s; every insert still updates both", found.Name, old.LastUsedBy, old.Serves, newKeys)
+	c.Fix = fmt.Sprintf("once no %s replica runs and no rollback to it is planned, in mongosh: db.getCollection(%q).dropIndex(%q)", old.LastUsedBy, coll, found.Name)
+	return c, true
+}
+
+func indexCheck(ctx context.Context, spec consumer.IndexSpec, ix *indexCache) Check {
+	coll := spec.Coll.Name()
+	keys := keyList(spec.Model.Keys)
+	c := Check{Name: "index " + coll + " {" + strings.Join(keys, ", ") + "}"}
+	if !ix.exists[coll] {
+		c.Status, c.Detail = Warn, coll+" does not exist yet"
+		c.Fix = "`scorerefresh run` creates the collection's indexes when it starts"
+		return c
+	}
+	indexes, err := ix.list(ctx, coll)
+	if err != nil {
+		c.Status, c.Detail, c.Fix = Fail, err.Error(), "grant listIndexes on the database (readWrite includes it)"
+		return c
+	}
+	var want options.IndexOptions
+	if spec.Model.Options != nil {
+		for _, set := range spec.Model.Options.List() {
+			_ = set(&want)
+		}
+	}
+	found, ok := findIndex(indexes, keys)
+	switch {
+	case !ok && spec.Optional:
+		c.Status, c.Detail = Warn, "missing, optional (servers without partial indexes cannot build it); it serves: "+spec.Serves
+	case !ok:
+		c.Status, c.Detail = Fail, "missing: "+spec.Serves+" scans the collection"
+		c.Fix = fmt.Sprintf("start `scorerefresh run` (it builds its indexes; its log says why one failed), or in mongosh: db.getCollection(%q).createIndex(%s)", coll, keysJS(keys))
+	case want.ExpireAfterSeconds != nil && !found.TTL:
+		c.Status, c.Detail = Warn, found.Name+" present without its TTL: stale lease documents are never removed (harmless, they are ignored)"
+		c.Fix = "on MongoDB: drop the index and let `scorerefresh run` rebuild it with the TTL"
+	default:
+		c.Status, c.Detail = OK, found.Name+": "+spec.Serves
+	}
+	return c
+}
+
+func keysJS(keys []string) string {
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		name, dir, _ := strings.Cut(k, ":")
+		if dir != "1" && dir != "-1" {
+			dir = fmt.Sprintf("%q", dir)
+		}
+		parts[i] = fmt.Sprintf("%q: %s", name, dir)
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+// sourceChecks checks each scoring rule's source collection: present, and
+// indexed on its userField, then the fields its filter pins to one value,
+// then its timeField when the rule has a window (Component.IndexKeys), since
+// every refresh queries it by user with that filter.
+func sourceChecks(ctx context.Context, cfg DoctorConfig, ix *indexCache) []Check {
+	var checks []Check
+	for _, comp := range cfg.Rules.Components {
+		c := Check{Name: fmt.Sprintf("source %s (%s)", comp.Collection, comp.Name)}
+		indexes, err := ix.list(ctx, comp.Collection)
+		switch {
+		case !ix.exists[comp.Collection]:
+			c.Status, c.Detail = Fail, "collection does not exist: every user scores 0 on "+comp.Name
+			c.Fix = "check the collection name in the rules file (" + cfg.Rules.Source + ") and MONGODB_DATABASE"
+		case err != nil:
+			c.Status, c.Detail = Fail, err.Error()
+		default:
+			c.Status, c.Detail, c.Fix = sourceVerdict(comp, indexes)
+			if c.Status == Fail {
+				break
+			}
+			if locale := defaultCollation(ctx, cfg.Colls.DB, comp.Collection); locale != "" && locale != "simple" {
+				c.Status, c.Detail, c.Fix = collationVerdict(comp, indexes, locale, c.Status, c.Detail, c.Fix)
+			}
+		}
+		checks = append(checks, c)
+	}
+	return checks
+}
+
+// defaultCollation is coll's default collation locale, "" when it has none
+// (or the server does not say: FerretDB has no collations).
+func defaultCollation(ctx context.Context, db *mongo.Database, coll string) string {
+	specs, err := db.ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: coll}})
+	if err != nil || len(specs) == 0 {
+		return ""
+	}
+	locale, _ := specs[0].Options.Lookup("collation", "locale").StringValueOK()
+	return locale
+}
+
+// collationVerdict amends a source's verdict where the collection's default
+// collation is not simple: the service compares usernames exactly, so its
+// queries there carry the simple collation, and an index serves them only
+// if it was built with the simple collation too (an index built without
+// one takes the collection's default).
+func collationVerdict(comp scoring.Component, indexes []indexInfo, locale, status, detail, fix string) (string, string, string) {
+	want := comp.IndexKeys()
+	for _, ix := range indexes {
+		if len(ix.Keys) > 0 && strings.HasPrefix(ix.Keys[0], want[0]+":") && ix.Collation == "simple" {
+			return status, detail + fmt.Sprintf("; %s has the simple collation the queries use (the collection's default is %s)", ix.Name, locale), fix
+		}
+	}
+	return Warn, fmt.Sprintf("the collection's default collation is %s: the service's queries of it use the simple collation (usernames compared exactly), and no index on %s has it, so none serves them", locale, comp.UserField),
+		fmt.Sprintf("in mongosh: db.getCollection(%q).createIndex(%s, {collation: {locale: \"simple\"}})", comp.Collection, keysJS(appendDir(want)))
+}
+
+func sourceVerdict(comp scoring.Component, indexes []indexInfo) (status, detail, fix string) {
+	want := comp.IndexKeys()
+	best, bestName := 0, ""
+	for _, ix := range indexes {
+		n := 0
+		for n < len(want) && n < len(ix.Keys) && strings.HasPrefix(ix.Keys[n], want[n]+":") {
+			n++
+		}
+		if n > best {
+			best, bestName = n, ix.Name
+		}
+	}
+	fix = fmt.Sprintf("in mongosh: db.getCollection(%q).createIndex(%s)", comp.Collection, keysJS(appendDir(want)))
+	switch {
+	case best == len(want):
+		return OK, fmt.Sprintf("%s serves {%s}", bestName, strings.Join(want, ", ")), ""
+	case best >= 1:
+		return Warn, fmt.Sprintf("%s serves {%s} but not {%s}: each refresh reads more of a user's documents than it counts", bestName, strings.Join(want[:best], ", "), strings.Join(want[best:], ", ")), fix
+	}
+	return Fail, fmt.Sprintf("no index starts with %s: every refresh scans the collection", comp.UserField), fix
+}
+
+func appendDir(fields []string) []string {
+	out := make([]string, len(fields))
+	for i, f := range fields {
+		out[i] = f + ":1"
+	}
+	return out
+}
+
+// plan is what an explain's winning plan says about index use.
+type plan struct {
+	recognized bool       // the reply has a MongoDB query plan at all
+	collscan   bool       // some stage scans the collection
+	fetches    bool       // some stage reads documents, not only index keys
+	stages     []string   // every stage of the winning plan, outermost first; every shard's
+	indexes    []string   // index names used ("_id_" for the _id fast paths)
+	keys       [][]string // key patterns of the indexes read, as keyList writes them
+}
+
+// planChildren hold the stages a stage reads from: classic (inputStage,
+// inputStages), the slot-based engine's queryPlan (MongoDB 7+), a sharded
+// cluster's shards[].winningPlan, the branching stages. Nothing else
+// (rejectedPlans, slotBasedPlan, filters that hold a "stage") is the winning plan.
+var planChildren = []string{"queryPlan", "inputStage", "inputStages", "shards", "winningPlan",
+	"thenStage", "elseStage", "outerStage", "innerStage"}
+
+// readPlan walks queryPlanner.winningPlan with accessors that report a type
+// mismatch instead of panicking: MongoDB 8 made keyPattern a string in
+// express stages.
+func readPlan(explain bson.Raw) plan {
+	var p plan
+	for _, d := range childDocs(explain.Lookup("queryPlanner", "winningPlan")) {
+		p.walk(d, 0)
+	}
+	return p
+}
+
+func (p *plan) walk(doc bson.Raw, depth int) {
+	if depth > 64 { // a real plan is a few stages deep
+		return
+	}
+	p.stage(doc)
+	for _, key := range planChildren {
+		for _, child := range childDocs(doc.Lookup(key)) {
+			p.walk(child, depth+1)
+		}
+	}
+}
+
+func (p *plan) stage(doc bson.Raw) {
+	stage, ok := doc.Lookup("stage").StringValueOK()
+	if !ok {
+		return
+	}
+	p.recognized = true
+	p.stages = append(p.stages, stage)
+	name, named := doc.Lookup("indexName").StringValueOK()
+	switch {
+	case stage == "COLLSCAN":
+		p.collscan, p.fetches = true, true
+	case stage == "FETCH":
+		p.fetches = true
+	case stage == "IDHACK" || stage == "CLUSTERED_IXSCAN" || stage == "EXPRESS_CLUSTERED_IXSCAN":
+		// A clustered collection is stored in _id order and has no _id_
+		// index: its CLUSTERED_ stages read it by _id directly, naming no index.
+		p.indexes, p.fetches = append(p.indexes, consumer.IDIndex), true
+	case strings.HasPrefix(stage, "EXPRESS_"):
+		// MongoDB 8's express path (EXPRESS_IXSCAN, and EXPRESS_UPDATE and
+		// EXPRESS_DELETE for writes) serves point queries from an index it
+		// names in indexName, with keyPattern as a string. It reads the
+		// document unless it says the projection is covered.
+		if covered, _ := doc.Lookup("projectionCovered").BooleanOK(); !covered {
+			p.fetches = true
+		}
+		if !named {
+			p.indexes = append(p.indexes, consumer.IDIndex)
+		}
+	}
+	if named {
+		p.indexes = append(p.indexes, name)
+	}
+	if keys, ok := keyPattern(doc.Lookup("keyPattern")); ok {
+		p.keys = append(p.keys, keys)
+	}
+}
+
+func (p plan) uses(name string, keys []string) bool {
+	if name == consumer.IDIndex && slices.Contains(p.indexes, consumer.IDIndex) {
+		return true
+	}
+	return slices.ContainsFunc(p.keys, func(k []string) bool { return slices.Equal(k, keys) })
+}
+
+func (p plan) covered() bool {
+	return p.recognized && !p.fetches && (len(p.indexes) > 0 || len(p.keys) > 0)
+}
+
+// childDocs returns v if it is a document, its documents if it is an array.
+func childDocs(v bson.RawValue) []bson.Raw {
+	if d, ok := v.DocumentOK(); ok {
+		return []bson.Raw{d}
+	}
+	a, _ := v.ArrayOK()
+	vals, _ := a.Values()
+	var out []bson.Raw
+	for _, x := range vals {
+		if d, ok := x.DocumentOK(); ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// planChecks explains (queryPlanner: runs nothing) each hot query
+// (consumer.DoctorQueries) with the hint production sends and checks the
+// winning plan reads the index meant for it, covered where it is meant to be.
+func planChecks(ctx context.Context, cfg DoctorConfig, ix *indexCache, info *serverInfo) []Check {
+	specs := map[string][]string{consumer.IDIndex: {"_id:1"}}
+	for _, s := range consumer.IndexSpecs(cfg.Colls.consumer()) {
+		specs[s.Name] = keyList(s.Model.Keys)
+	}
+	var checks []Check
+	for _, q := range consumer.DoctorQueries(cfg.Colls.consumer(), cfg.ClaimWindow, time.Now()) {
+		c := Check{Name: "plan: " + q.Name, Status: Warn, Detail: q.Coll.Name() + " does not exist yet: nothing to explain"}
+		if ix.exists[q.Coll.Name()] {
+			c.Status, c.Detail, c.Fix = explainQuery(ctx, cfg, q, specs[q.Index], info)
+		}
+		checks = append(checks, c)
+	}
+	return checks
+}
+
+// explainQuery explains q with each of its hints in turn, as the pipeline
+// falls back through them when the server refuses one (an index missing or
+// still being built), and unhinted after the last.
+func explainQuery(ctx context.Context, cfg DoctorConfig, q consumer.DoctorQuery, want []string, info *serverInfo) (status, detail, fix string) {
+	var refused []string
+	for i := 0; ; i++ {
+		cmd, hint := q.Command, "no hint"
+		if i < len(q.Hints) {
+			hint = "{" + strings.Join(keyList(q.Hints[i]), ", ") + "}"
+			cmd = append(slices.Clone(cmd), bson.E{Key: "hint", Value: servertraits.IndexName(q.Hints[i])}) // by name, as the pipeline hints
+		}
+		raw, err := cfg.Colls.DB.RunCommand(ctx, bson.D{{Key: "explain", Value: cmd}, {Key: "verbosity", Value: "queryPlanner"}}).Raw()
+		if i < len(q.Hints) && servertraits.RefusesHint(err) { // the error on which the pipeline moves to its next hint
+			refused = append(refused, hint)
+			continue
+		}
+		if err != nil {
+			return Warn, "the server cannot explain it: " + err.Error(), ""
+		}
+		status, detail, fix = planVerdict(readPlan(raw), q, want, info.FerretDB != "")
+		if len(refused) == 0 {
+			return status, detail, fix
+		}
+		detail = fmt.Sprintf("the server refuses the hint %s (no such index, or its build is running), so the service hints %s instead: %s",
+			strings.Join(refused, ", then "), hint, detail)
+		if status == OK {
+			status, fix = Warn, "build the missing index (see the index checks above), then run the doctor again"
+		}
+		return status, detail, fix
+	}
+}
+
+func planVerdict(p plan, q consumer.DoctorQuery, want []string, ferret bool) (status, detail, fix string) {
+	wantDesc := "{" + strings.Join(want, ", ") + "}"
+	stages := " (" + strings.Join(p.stages, " ← ") + ")"
+	switch {
+	case !p.recognized && ferret:
+		return Warn, "FerretDB's explain shows no index plan; intended: " + wantDesc, ""
+	case !p.recognized:
+		return Warn, "the explain output has no plan this check recognises; intended: " + wantDesc, ""
+	case p.collscan:
+		// Checked before the index: on a sharded cluster one shard may
+		// scan while the others use the index.
+		return Fail, "scans the collection instead of using " + wantDesc + stages,
+			"create the index (see the index checks above), then run the doctor again"
+	case p.uses(q.Index, want) && q.Covered && !p.covered():
+		return Warn, "uses " + wantDesc + " but reads documents" + stages + ", where the index alone should answer it: an array username makes the index multikey",
+			"see \"When a producer writes an array username\" in docs/query-plans.md: rebuild the index in a quiet period"
+	case p.uses(q.Index, want) && q.Covered:
+		return OK, "uses " + wantDesc + ", covered" + stages, ""
+	case p.uses(q.Index, want):
+		return OK, "uses " + wantDesc + stages, ""
+	case len(p.indexes) == 0 && len(p.keys) == 0:
+		return Warn, "the plan reads no index (an empty collection?); intended: " + wantDesc, ""
+	}
+	chosen := p.indexes
+	if len(chosen) == 0 {
+		for _, k := range p.keys {
+			chosen = append(chosen, "{"+strings.Join(k, ", ")+"}")
+		}
+	}
+	return Warn, fmt.Sprintf("the planner chose %s over %s; on an empty or small collection it may, check again once there is data", strings.Join(chosen, ", "), wantDesc),
+		"if it persists with data, compare with `explain(\"executionStats\")` in mongosh"
 }

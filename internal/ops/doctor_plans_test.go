@@ -249,7 +249,6 @@ func FuzzReadPlan(f *testing.F) {
 				planVerdict(p, q, []string{"a:1"}, false)
 			}
 		}
-		_ = p.describe()
 		keyList(bson.RawValue{Type: bson.TypeEmbeddedDocument, Value: doc})
 		for _, v := range []string{"keyPattern", "key"} {
 			keyList(doc.Lookup(v))

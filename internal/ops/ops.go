@@ -1,13 +1,9 @@
-// Package ops is the logic of the operator commands of the production binary:
-// `scorerefresh status`, `scorerefresh deadletters …` and `scorerefresh
-// doctor`. The command files in cmd/scorerefresh only parse flags and print;
-// everything that talks to MongoDB is here, in small functions tested against
-// the embedded server.
-//
-// Every read is bounded whatever the queue's depth (see docs/operator-commands.md):
-// counts are exact only up to a threshold and estimated past it, figures that
-// need documents read a window of at most N of them and say so, and writes
-// go in batches of one round trip each.
+// Package ops is what the operator commands of the production binary
+// (status, deadletters, doctor) ask of MongoDB; cmd/scorerefresh parses
+// their flags. Every read is bounded whatever the queue's depth
+// (docs/operator-commands.md): counts are exact only up to a threshold and
+// estimated past it, figures that need documents read a window of at most N
+// of them and say so, and writes go in batches of one round trip each.
 package ops
 
 import (
@@ -74,7 +70,6 @@ func Open(ctx context.Context, cfg config.Config, version, revision string) (*En
 	return &Env{Config: cfg, Colls: NewCollections(svc.DB, cfg), Rules: svc.Rules, svc: svc}, nil
 }
 
-// Close disconnects.
 func (e *Env) Close(ctx context.Context) error { return e.svc.Close(ctx) }
 
 // ServerTime is the database server's clock (hello.localTime), the one
@@ -114,14 +109,12 @@ func depth(ctx context.Context, coll *mongo.Collection, limit int64) (n int64, e
 	if est > limit {
 		return est, false, nil
 	}
+	// Not exact, n is limit+1, more than est.
 	n, exact, err = countUpTo(ctx, coll, bson.D{}, limit)
 	if err != nil {
 		return 0, false, fmt.Errorf("counting %s: %w", coll.Name(), err)
 	}
-	if !exact {
-		return max(est, n), false, nil
-	}
-	return n, true, nil
+	return n, exact, nil
 }
 
 // idString renders any _id for a human or a JSON field: an ObjectId as its

@@ -3,9 +3,14 @@ package ops
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"slices"
+	"strings"
+	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -241,4 +246,401 @@ func entryTime(e windowEntry) (time.Time, bool) {
 		return oid.Timestamp(), true
 	}
 	return time.Time{}, false
+}
+
+// WriteStatus prints s for a human.
+func WriteStatus(w io.Writer, s *Status) error {
+	p := &printer{w: w}
+	p.f("scorerefresh status: database %s, %s (server clock)\n\n", s.Database, stamp(s.At))
+	writeQueue(p, s)
+	writeTopUsers(p, s)
+	writeLeases(p, s)
+	writeDeadLetters(p, s)
+	writeRates(p, s.Rates)
+	return p.err
+}
+
+func writeQueue(p *printer, s *Status) {
+	q := s.Queue
+	p.f("queue %s\n", q.Collection)
+	p.f("  depth                %s\n", count(q.Depth, q.DepthExact))
+	if q.OldestCreatedAt == nil {
+		p.f("  oldest entry         none (empty)\n")
+	} else {
+		p.f("  oldest entry         %s (age %s)\n", stamp(*q.OldestCreatedAt), (time.Duration(q.OldestAgeSeconds) * time.Second).Round(time.Second))
+	}
+	p.f("  pending, last minute %s (still waiting, createdAt within the last minute)\n\n", count(q.PendingLastMinute, q.PendingLastMinuteExact))
+}
+
+func writeTopUsers(p *printer, s *Status) {
+	t := s.TopUsers
+	scope := "the whole queue"
+	if !t.WholeQueue {
+		scope = "a window: the queue holds more; --window reads more"
+	}
+	p.f("top users among the oldest %d entries (%s)\n", t.Read, scope)
+	tw := p.table()
+	fmt.Fprintf(tw, "  USER\tENTRIES\tOLDEST\tSTATE\n")
+	for _, u := range t.Users {
+		state := u.State
+		switch {
+		case u.State == consumer.LeaseHeld:
+			state = fmt.Sprintf("held by %s until %s", u.Owner, stamp(*u.Until))
+		case u.Until != nil:
+			state = fmt.Sprintf("backing off until %s", stamp(*u.Until))
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\n", clip(u.Username, 40), u.Entries, stamp(u.OldestCreatedAt), state)
+	}
+	p.flush(tw)
+	if t.Malformed > 0 {
+		p.f("  %d entries in the window have no usable username (the consumer dead-letters them as malformed)\n", t.Malformed)
+	}
+	p.f("\n")
+}
+
+func writeLeases(p *printer, s *Status) {
+	l := s.Leases
+	more := ""
+	if l.Truncated {
+		more = " (at least: only the first --lease-limit were read)"
+	}
+	p.f("leases held: %d%s\n", l.Held, more)
+	if len(l.Owners) > 0 {
+		tw := p.table()
+		fmt.Fprintf(tw, "  OWNER (REPLICA)\tHELD\tOLDEST CLAIM\tNEXT EXPIRY\n")
+		for _, o := range l.Owners {
+			oldest := "-"
+			if o.OldestClaimedAt != nil {
+				oldest = stamp(*o.OldestClaimedAt)
+			}
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\n", o.Owner, o.Held, oldest, stamp(o.NextExpiry))
+		}
+		p.flush(tw)
+	}
+	b := s.Backoffs
+	p.f("users backing off: %s\n", count(b.Count, b.CountExact))
+	if len(b.Users) > 0 {
+		tw := p.table()
+		fmt.Fprintf(tw, "  USER\tNEXT ATTEMPT\tATTEMPTS\tLAST ERROR\n")
+		for _, u := range b.Users {
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\n", clip(u.Username, 40), stamp(u.NextAttemptAt), u.Attempts, clip(u.LastError, 80))
+		}
+		p.flush(tw)
+	}
+	p.f("\n")
+}
+
+func writeDeadLetters(p *printer, s *Status) {
+	d := s.DeadLetters
+	p.f("dead letters %s: %s", d.Collection, count(d.Count, d.CountExact))
+	if d.OldestAt != nil {
+		p.f(", oldest %s, newest %s", stamp(*d.OldestAt), stamp(*d.NewestAt))
+	}
+	p.f("\n")
+	if len(d.ByReason) > 0 {
+		scope := "all of them"
+		if !d.WholeSet {
+			scope = fmt.Sprintf("the newest %d only", d.Read)
+		}
+		p.f("  by reason (%s):\n", scope)
+		tw := p.table()
+		fmt.Fprintf(tw, "  REASON\tCOUNT\tOLDEST\tNEWEST\n")
+		for _, r := range d.ByReason {
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\n", r.Reason, r.Count, stamp(r.OldestAt), stamp(r.NewestAt))
+		}
+		p.flush(tw)
+	}
+	p.f("\n")
+}
+
+func writeRates(p *printer, r *Rates) {
+	if r == nil {
+		p.f("rates: not sampled (--sample 0)\n")
+		return
+	}
+	p.f("rates over %.1fs (lower bounds: entries enqueued and acknowledged between the two samples are in neither):\n", r.SampleSeconds)
+	p.f("  arrivals       %7.1f/s (%d)\n", r.ArrivalsPerSecond, r.Arrived)
+	p.f("  acknowledged   %7.1f/s (%d, removals %d minus dead letters)\n", r.AckedPerSecond, r.Acked, r.Removed)
+	p.f("  dead-lettered  %7.1f/s (%d)\n", r.DeadLetteredPerSecond, r.DeadLettered)
+	if !r.Exact {
+		p.f("  (from estimated counts: the collections are past --exact-limit)\n")
+	}
+}
+
+// printer keeps the first write error, so the callers stay readable.
+type printer struct {
+	w   io.Writer
+	err error
+}
+
+func (p *printer) f(format string, args ...any) {
+	if p.err == nil {
+		_, p.err = fmt.Fprintf(p.w, format, args...)
+	}
+}
+
+func (p *printer) table() *tabwriter.Writer { return tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0) }
+
+func (p *printer) flush(tw *tabwriter.Writer) {
+	if err := tw.Flush(); err != nil && p.err == nil {
+		p.err = err
+	}
+}
+
+func count(n int64, exact bool) string {
+	if exact {
+		return fmt.Sprintf("%d", n)
+	}
+	return fmt.Sprintf("~%d (estimated)", n)
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02T15:04:05Z")
+}
+
+// clip shortens s for a table cell and keeps it on one line.
+func clip(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// heldLeases reads up to limit live, held leases (the leaseUntil index) and
+// groups them per owner.
+func heldLeases(ctx context.Context, claims *mongo.Collection, now time.Time, limit int) (LeaseStatus, error) {
+	docs, err := findAll[consumer.LeaseDoc](ctx, claims, consumer.HeldFilter(now),
+		options.Find().SetLimit(int64(limit)+1).SetBatchSize(int32(min(limit+1, 100_000))).
+			SetProjection(bson.D{{Key: "token", Value: 1}, {Key: "owner", Value: 1}, {Key: "leaseUntil", Value: 1}, {Key: "claimedAt", Value: 1}}),
+		"reading held leases")
+	if err != nil {
+		return LeaseStatus{}, err
+	}
+	s := LeaseStatus{Truncated: len(docs) > limit}
+	byOwner := map[string]*OwnerLeases{}
+	for _, d := range docs[:min(len(docs), limit)] {
+		if _, ok := d.User(); !ok || d.State(now) != consumer.LeaseHeld {
+			continue
+		}
+		s.Held++
+		until, _ := d.Until()
+		o := byOwner[d.OwnerName()]
+		if o == nil {
+			o = &OwnerLeases{Owner: d.OwnerName(), NextExpiry: until}
+			byOwner[d.OwnerName()] = o
+		}
+		o.Held++
+		if until.Before(o.NextExpiry) {
+			o.NextExpiry = until
+		}
+		if at := d.ClaimedAtTime(); !at.IsZero() && (o.OldestClaimedAt == nil || at.Before(*o.OldestClaimedAt)) {
+			o.OldestClaimedAt = &at
+		}
+	}
+	s.Owners = make([]OwnerLeases, 0, len(byOwner))
+	for _, o := range byOwner {
+		s.Owners = append(s.Owners, *o)
+	}
+	slices.SortFunc(s.Owners, func(a, b OwnerLeases) int { return cmp.Or(cmp.Compare(b.Held, a.Held), cmp.Compare(a.Owner, b.Owner)) })
+	return s, nil
+}
+
+// backoffs counts the users backing off (up to the exact limit) and lists
+// the opts.Top whose next attempt comes first.
+func backoffs(ctx context.Context, claims *mongo.Collection, now time.Time, opts StatusOptions) (BackoffStatus, error) {
+	filter := consumer.BackingOffFilter(now)
+	var s BackoffStatus
+	var err error
+	if s.Count, s.CountExact, err = countUpTo(ctx, claims, filter, opts.ExactLimit); err != nil {
+		return s, fmt.Errorf("counting users backing off: %w", err)
+	}
+	docs, err := findAll[consumer.LeaseDoc](ctx, claims, filter, options.Find().SetSort(bson.D{{Key: "leaseUntil", Value: 1}}).SetLimit(int64(opts.Top)).
+		SetProjection(bson.D{{Key: "token", Value: 1}, {Key: "leaseUntil", Value: 1}, {Key: "attempts", Value: 1}, {Key: "lastError", Value: 1}}), "reading users backing off")
+	if err != nil {
+		return s, err
+	}
+	s.Users = []Backoff{}
+	for _, d := range docs {
+		if u, ok := d.User(); ok && d.State(now) == consumer.LeaseBackingOff {
+			until, _ := d.Until()
+			attempts, _ := d.Count()
+			s.Users = append(s.Users, Backoff{Username: u, NextAttemptAt: until, Attempts: attempts, LastError: d.LastErrorText()})
+		}
+	}
+	return s, nil
+}
+
+// annotateLeases fills in the lease state of the listed users, in one round
+// trip by _id.
+func annotateLeases(ctx context.Context, claims *mongo.Collection, users []UserEntry, now time.Time) error {
+	if len(users) == 0 {
+		return nil
+	}
+	names, index := make(bson.A, len(users)), map[string]int{}
+	for i, u := range users {
+		names[i], index[u.Username] = u.Username, i
+	}
+	docs, err := findAll[consumer.LeaseDoc](ctx, claims, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}}},
+		options.Find().SetProjection(bson.D{{Key: "token", Value: 1}, {Key: "owner", Value: 1}, {Key: "leaseUntil", Value: 1}}),
+		"reading the top users' leases")
+	if err != nil {
+		return err
+	}
+	for _, d := range docs {
+		name, ok := d.User()
+		i, listed := index[name]
+		if !ok || !listed {
+			continue
+		}
+		u := &users[i]
+		if u.State = d.State(now); u.State != consumer.LeaseClaimable {
+			until, _ := d.Until()
+			u.Until = &until
+			if u.State == consumer.LeaseHeld {
+				u.Owner = d.OwnerName()
+			}
+		}
+	}
+	return nil
+}
+
+// RatesMethod says how Rates are derived, in the report itself.
+const RatesMethod = "two samples Sample apart: arrived = entries with createdAt at or after the first sample still pending at the second; " +
+	"removed = depth1 + arrived - depth2; deadLettered = growth of the dead letters; acked = removed - deadLettered. " +
+	"Entries that arrive and are acknowledged between the samples are in neither arrived nor acked, so both are lower bounds; " +
+	"entries without createdAt, or dated by a producer clock behind the server's, are not counted as arrivals"
+
+// Rates are arrivals against acknowledgements, from two samples of the
+// collections (no Prometheus needed). The queue itself cannot tell an
+// acknowledgement from a dead letter or a purge, so acks are what is left
+// of the removals once the dead letters' growth is taken out.
+type Rates struct {
+	SampleSeconds         float64 `json:"sampleSeconds"`
+	Arrived               int64   `json:"arrived"`
+	Removed               int64   `json:"removed"`
+	DeadLettered          int64   `json:"deadLettered"`
+	Acked                 int64   `json:"acked"`
+	ArrivalsPerSecond     float64 `json:"arrivalsPerSecond"`
+	AckedPerSecond        float64 `json:"ackedPerSecond"`
+	DeadLetteredPerSecond float64 `json:"deadLetteredPerSecond"`
+	Exact                 bool    `json:"exact"` // every count behind them was exact, not estimated
+	Method                string  `json:"method"`
+}
+
+// sampleRates counts the queue and the dead letters twice, opts.Wait apart,
+// then the arrivals since the first count (by the server's clock, as
+// producers date entries).
+func sampleRates(ctx context.Context, colls Collections, opts StatusOptions) (*Rates, error) {
+	since, _, _, err := ServerTime(ctx, colls.DB)
+	if err != nil {
+		return nil, err
+	}
+	var depths [2][2]int64 // [sample][queue, dead letters]
+	var at [2]time.Time    // local monotonic clock, for the elapsed time
+	r := Rates{Exact: true, Method: RatesMethod}
+	for i := range 2 {
+		if i == 1 {
+			if err := opts.Wait(ctx); err != nil {
+				return nil, fmt.Errorf("waiting between the rate samples: %w", err)
+			}
+		}
+		at[i] = time.Now()
+		for j, coll := range []*mongo.Collection{colls.Queue, colls.DeadLetter} {
+			n, exact, err := depth(ctx, coll, opts.ExactLimit)
+			if err != nil {
+				return nil, err
+			}
+			depths[i][j], r.Exact = n, r.Exact && exact
+		}
+	}
+	arrivedFilter := bson.D{{Key: "createdAt", Value: bson.D{{Key: "$gte", Value: since}}}}
+	arrived, exact, err := countUpTo(ctx, colls.Queue, arrivedFilter, opts.ExactLimit)
+	if err != nil {
+		return nil, fmt.Errorf("counting arrivals since the first sample: %w", err)
+	}
+	secs := at[1].Sub(at[0]).Seconds()
+	r.SampleSeconds, r.Arrived, r.Exact = secs, arrived, r.Exact && exact
+	r.Removed = max(0, depths[0][0]+arrived-depths[1][0])
+	r.DeadLettered = max(0, depths[1][1]-depths[0][1])
+	r.Acked = max(0, r.Removed-r.DeadLettered)
+	if secs > 0 {
+		r.ArrivalsPerSecond = float64(r.Arrived) / secs
+		r.AckedPerSecond = float64(r.Acked) / secs
+		r.DeadLetteredPerSecond = float64(r.DeadLettered) / secs
+	}
+	return &r, nil
+}
+
+// deadLetterStatus counts the dead letters, dates the oldest and newest (the
+// deadLetter.at index, one document each) and groups the newest opts.Window
+// by reason.
+func deadLetterStatus(ctx context.Context, dead *mongo.Collection, opts StatusOptions) (DeadLetterStatus, error) {
+	s := DeadLetterStatus{Collection: dead.Name()}
+	var err error
+	if s.Count, s.CountExact, err = depth(ctx, dead, opts.ExactLimit); err != nil {
+		return s, err
+	}
+	if s.OldestAt, err = deadLetterEdge(ctx, dead, 1); err != nil {
+		return s, err
+	}
+	if s.NewestAt, err = deadLetterEdge(ctx, dead, -1); err != nil {
+		return s, err
+	}
+	docs, err := findAll[storedDeadLetter](ctx, dead, bson.D{}, options.Find().SetSort(bson.D{{Key: "deadLetter.at", Value: -1}}).
+		SetLimit(int64(opts.Window)).SetBatchSize(int32(opts.Window)).
+		SetProjection(bson.D{{Key: "deadLetter.reason", Value: 1}, {Key: "deadLetter.at", Value: 1}}), fmt.Sprintf("reading the newest %d dead letters", opts.Window))
+	if err != nil {
+		return s, err
+	}
+	s.Read = len(docs)
+	s.WholeSet = len(docs) < opts.Window || int64(len(docs)) >= s.Count
+	s.ByReason = groupByReason(docs)
+	return s, nil
+}
+
+func deadLetterEdge(ctx context.Context, dead *mongo.Collection, dir int) (*time.Time, error) {
+	var d storedDeadLetter
+	err := dead.FindOne(ctx, bson.D{{Key: "deadLetter.at", Value: bson.D{{Key: "$type", Value: "date"}}}},
+		options.FindOne().SetSort(bson.D{{Key: "deadLetter.at", Value: dir}}).SetProjection(bson.D{{Key: "deadLetter.at", Value: 1}})).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the %s dead letter: %w", map[int]string{1: "oldest", -1: "newest"}[dir], err)
+	}
+	return &d.DeadLetter.At, nil
+}
+
+func groupByReason(docs []storedDeadLetter) []ReasonStatus {
+	by := map[string]*ReasonStatus{}
+	for _, d := range docs {
+		reason := cmp.Or(d.DeadLetter.Reason, "(none)")
+		r := by[reason]
+		if r == nil {
+			r = &ReasonStatus{Reason: reason, OldestAt: d.DeadLetter.At, NewestAt: d.DeadLetter.At}
+			by[reason] = r
+		}
+		r.Count++
+		if d.DeadLetter.At.Before(r.OldestAt) {
+			r.OldestAt = d.DeadLetter.At
+		}
+		if d.DeadLetter.At.After(r.NewestAt) {
+			r.NewestAt = d.DeadLetter.At
+		}
+	}
+	out := make([]ReasonStatus, 0, len(by))
+	for _, r := range by {
+		out = append(out, *r)
+	}
+	slices.SortFunc(out, func(a, b ReasonStatus) int {
+		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Reason, b.Reason))
+	})
+	return out
 }
