@@ -46,15 +46,17 @@ type DoctorReport struct {
 	Failures      int       `json:"failures"`
 }
 
-func (r *DoctorReport) add(c Check) {
-	r.Checks = append(r.Checks, c)
-	switch c.Status {
-	case OK:
-		r.OK++
-	case Warn:
-		r.Warnings++
-	default:
-		r.Failures++
+func (r *DoctorReport) add(checks ...Check) {
+	for _, c := range checks {
+		r.Checks = append(r.Checks, c)
+		switch c.Status {
+		case OK:
+			r.OK++
+		case Warn:
+			r.Warnings++
+		default:
+			r.Failures++
+		}
 	}
 }
 
@@ -82,11 +84,7 @@ func Doctor(ctx context.Context, cfg DoctorConfig) *DoctorReport {
 		return r
 	}
 	r.add(Check{Name: "reachable", Status: OK, Detail: fmt.Sprintf("ping answered in %.1f ms", float64(info.rtt.Microseconds())/1000)})
-	r.add(versionCheck(info))
-	r.add(topologyCheck(info))
-	r.add(changeStreamCheck(ctx, cfg.Colls))
-	r.add(clockCheck(ctx, cfg))
-	r.add(connectionsCheck(ctx, cfg))
+	r.add(versionCheck(info), topologyCheck(info), changeStreamCheck(ctx, cfg.Colls), clockCheck(ctx, cfg), connectionsCheck(ctx, cfg))
 	names, err := cfg.Colls.DB.ListCollectionNames(ctx, bson.D{})
 	if err != nil {
 		r.add(Check{Name: "collections", Status: Fail, Detail: fmt.Sprintf("listing the collections of %s: %v", cfg.Colls.DB.Name(), err),
@@ -97,29 +95,23 @@ func Doctor(ctx context.Context, cfg DoctorConfig) *DoctorReport {
 	for _, n := range names {
 		ix.exists[n] = true
 	}
-	for _, checks := range [][]Check{indexChecks(ctx, cfg, ix), planChecks(ctx, cfg, ix, info), sourceChecks(ctx, cfg, ix), privilegeChecks(ctx, cfg)} {
-		for _, c := range checks {
-			r.add(c)
-		}
-	}
+	r.add(slices.Concat(indexChecks(ctx, cfg, ix), planChecks(ctx, cfg, ix, info), sourceChecks(ctx, cfg, ix), privilegeChecks(ctx, cfg))...)
 	return r
 }
 
 // WriteDoctor prints the report as a table, each fix under its check.
 func WriteDoctor(w io.Writer, r *DoctorReport) error {
-	p := &printer{w: w}
+	p := newPrinter(w)
 	p.f("scorerefresh doctor: database %s\n\n", r.Database)
-	tw := p.table()
-	fmt.Fprintf(tw, "STATUS\tCHECK\tDETAIL\n")
+	p.f("STATUS\tCHECK\tDETAIL\n")
 	for _, c := range r.Checks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Status, c.Name, c.Detail)
+		p.f("%s\t%s\t%s\n", c.Status, c.Name, c.Detail)
 		if c.Fix != "" && c.Status != OK {
-			fmt.Fprintf(tw, "\t\tfix: %s\n", c.Fix)
+			p.f("\t\tfix: %s\n", c.Fix)
 		}
 	}
-	p.flush(tw)
 	p.f("\n%d ok, %d warnings, %d failures\n", r.OK, r.Warnings, r.Failures)
-	return p.err
+	return p.flush()
 }
 
 // serverInfo is what hello and buildInfo say, read as the service reads
@@ -184,13 +176,12 @@ func changeStreamCheck(ctx context.Context, colls Collections) Check {
 // so hosts whose clocks disagree by a good part of LEASE_DURATION take live
 // leases over early (a duplicate refresh) or hold backoffs long.
 func clockCheck(ctx context.Context, cfg DoctorConfig) Check {
-	c := Check{Name: "clock"}
 	server, local, rtt, err := ServerTime(ctx, cfg.Colls.DB)
 	if err != nil {
-		c.Status, c.Detail = Warn, err.Error()
-	} else {
-		c.Status, c.Detail, c.Fix = clockVerdict(server.Sub(local), rtt, cfg.LeaseDuration)
+		return Check{Name: "clock", Status: Warn, Detail: err.Error()}
 	}
+	c := Check{Name: "clock"}
+	c.Status, c.Detail, c.Fix = clockVerdict(server.Sub(local), rtt, cfg.LeaseDuration)
 	return c
 }
 
@@ -216,6 +207,7 @@ func connectionsCheck(ctx context.Context, cfg DoctorConfig) Check {
 	c := Check{Name: "connections"}
 	need := (cfg.Replicas + 1) * cfg.PerReplica
 	raw, err := cfg.Colls.DB.Client().Database("admin").RunCommand(ctx, bson.D{{Key: "serverStatus", Value: 1}}).Raw()
+	current, available, ok := parseConnections(raw)
 	var ce mongo.CommandError
 	switch {
 	case errors.As(err, &ce) && ce.HasErrorCode(13): // Unauthorized
@@ -223,13 +215,10 @@ func connectionsCheck(ctx context.Context, cfg DoctorConfig) Check {
 		c.Fix = "check the limit in the provider's console (Atlas publishes it per tier), or grant clusterMonitor to see it here"
 	case err != nil:
 		c.Status, c.Detail = Warn, fmt.Sprintf("the fleet may open %d; serverStatus failed: %v", need, err)
+	case !ok:
+		c.Status, c.Detail = Warn, fmt.Sprintf("the fleet may open %d; this server does not report its connections", need)
 	default:
-		current, available, ok := parseConnections(raw)
-		if !ok {
-			c.Status, c.Detail = Warn, fmt.Sprintf("the fleet may open %d; this server does not report its connections", need)
-		} else {
-			c.Status, c.Detail, c.Fix = connectionVerdict(need, cfg, current, available)
-		}
+		c.Status, c.Detail, c.Fix = connectionVerdict(need, cfg, current, available)
 	}
 	return c
 }
@@ -279,22 +268,20 @@ func (ix *indexCache) list(ctx context.Context, coll string) ([]indexInfo, error
 	if got, ok := ix.byColl[coll]; ok || !ix.exists[coll] {
 		return got, nil
 	}
-	cur, err := ix.db.Collection(coll).Indexes().List(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("listing the indexes of %s: %w", coll, err)
-	}
 	var docs []bson.Raw
-	if err := cur.All(ctx, &docs); err != nil {
+	cur, err := ix.db.Collection(coll).Indexes().List(ctx)
+	if err == nil {
+		err = cur.All(ctx, &docs)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("listing the indexes of %s: %w", coll, err)
 	}
 	var out []indexInfo
 	for _, d := range docs {
-		info := indexInfo{Keys: keyList(d.Lookup("key"))}
-		info.Name, _ = d.Lookup("name").StringValueOK()
+		name, _ := d.Lookup("name").StringValueOK()
+		locale, _ := d.Lookup("collation", "locale").StringValueOK()
 		_, ttlErr := d.LookupErr("expireAfterSeconds")
-		info.TTL = ttlErr == nil
-		info.Collation, _ = d.Lookup("collation", "locale").StringValueOK()
-		out = append(out, info)
+		out = append(out, indexInfo{Name: name, Keys: keyList(d.Lookup("key")), TTL: ttlErr == nil, Collation: locale})
 	}
 	ix.byColl[coll] = out
 	return out, nil

@@ -69,7 +69,6 @@ type TopUsers struct {
 	Users      []UserEntry `json:"users"`
 }
 
-// UserEntry is one user's entries in the window and its lease state.
 type UserEntry struct {
 	Username        string     `json:"username"`
 	Entries         int        `json:"entries"`
@@ -86,7 +85,6 @@ type LeaseStatus struct {
 	Owners    []OwnerLeases `json:"owners"`
 }
 
-// OwnerLeases is one replica's leases.
 type OwnerLeases struct {
 	Owner           string     `json:"owner"`
 	Held            int        `json:"held"`
@@ -101,7 +99,6 @@ type BackoffStatus struct {
 	Users      []Backoff `json:"users"` // the Top soonest to retry
 }
 
-// Backoff is one user backing off.
 type Backoff struct {
 	Username      string    `json:"username"`
 	NextAttemptAt time.Time `json:"nextAttemptAt"`
@@ -121,7 +118,6 @@ type DeadLetterStatus struct {
 	ByReason   []ReasonStatus `json:"byReason"`
 }
 
-// ReasonStatus is one dead-letter reason.
 type ReasonStatus struct {
 	Reason   string    `json:"reason"`
 	Count    int       `json:"count"`
@@ -144,20 +140,10 @@ func GatherStatus(ctx context.Context, colls Collections, opts StatusOptions) (*
 		return nil, err
 	}
 	s := &Status{SchemaVersion: SchemaVersion, Kind: "status", At: now, Database: colls.DB.Name()}
-	if s.Queue, err = queueStatus(ctx, colls.Queue, now, opts); err != nil {
-		return nil, err
-	}
-	if s.TopUsers, err = topUsers(ctx, colls, opts, s.Queue.Depth, now); err != nil {
-		return nil, err
-	}
-	if s.Leases, err = heldLeases(ctx, colls.Claims, now, opts.LeaseLimit); err != nil {
-		return nil, err
-	}
-	if s.Backoffs, err = backoffs(ctx, colls.Claims, now, opts); err != nil {
-		return nil, err
-	}
-	if s.DeadLetters, err = deadLetterStatus(ctx, colls.DeadLetter, opts); err != nil {
-		return nil, err
+	for _, read := range []func(context.Context, Collections, time.Time, StatusOptions, *Status) error{queueStatus, topUsers, heldLeases, backoffs, deadLetterStatus} {
+		if err := read(ctx, colls, now, opts, s); err != nil {
+			return nil, err
+		}
 	}
 	if opts.Sample > 0 {
 		if s.Rates, err = sampleRates(ctx, colls, opts); err != nil {
@@ -167,26 +153,27 @@ func GatherStatus(ctx context.Context, colls Collections, opts StatusOptions) (*
 	return s, nil
 }
 
-func queueStatus(ctx context.Context, queue *mongo.Collection, now time.Time, opts StatusOptions) (QueueStatus, error) {
-	q := QueueStatus{Collection: queue.Name()}
+func queueStatus(ctx context.Context, colls Collections, now time.Time, opts StatusOptions, s *Status) error {
+	q := &s.Queue
+	q.Collection = colls.Queue.Name()
 	var err error
-	if q.Depth, q.DepthExact, err = depth(ctx, queue, opts.ExactLimit); err != nil {
-		return q, err
+	if q.Depth, q.DepthExact, err = depth(ctx, colls.Queue, opts.ExactLimit); err != nil {
+		return err
 	}
 	// Dated as the service's SLI sampler dates it, at the same bounded cost.
-	oldest, err := queuestate.New(queue, nil).Oldest(ctx)
+	oldest, err := queuestate.New(colls.Queue, nil).Oldest(ctx)
 	if err != nil {
-		return q, err
+		return err
 	}
 	if !oldest.IsZero() {
 		q.OldestCreatedAt = &oldest
 		q.OldestAgeSeconds = max(0, now.Sub(oldest).Seconds())
 	}
 	recent := bson.D{{Key: "createdAt", Value: bson.D{{Key: "$gte", Value: now.Add(-time.Minute)}}}}
-	if q.PendingLastMinute, q.PendingLastMinuteExact, err = countUpTo(ctx, queue, recent, opts.ExactLimit); err != nil {
-		return q, fmt.Errorf("counting entries of the last minute: %w", err)
+	if q.PendingLastMinute, q.PendingLastMinuteExact, err = countUpTo(ctx, colls.Queue, recent, opts.ExactLimit); err != nil {
+		return fmt.Errorf("counting entries of the last minute: %w", err)
 	}
-	return q, nil
+	return nil
 }
 
 // windowEntry is the projection the windowed reads take of a queue entry:
@@ -199,15 +186,16 @@ type windowEntry struct {
 
 // topUsers reads the oldest opts.Window entries (the claim window's index,
 // in one reply), ranks their users and reads the top ones' leases.
-func topUsers(ctx context.Context, colls Collections, opts StatusOptions, depth int64, now time.Time) (TopUsers, error) {
+func topUsers(ctx context.Context, colls Collections, now time.Time, opts StatusOptions, s *Status) error {
 	window, err := findAll[windowEntry](ctx, colls.Queue, bson.D{}, options.Find().
 		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
 		SetLimit(int64(opts.Window)).SetBatchSize(int32(opts.Window)).
 		SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}), fmt.Sprintf("reading the oldest %d entries", opts.Window))
 	if err != nil {
-		return TopUsers{}, err
+		return err
 	}
-	t := TopUsers{Read: len(window), WholeQueue: len(window) < opts.Window || int64(len(window)) >= depth}
+	t := &s.TopUsers
+	t.Read, t.WholeQueue = len(window), len(window) < opts.Window || int64(len(window)) >= s.Queue.Depth
 	byUser := map[string]*UserEntry{}
 	for _, e := range window {
 		name, ok := e.Username.StringValueOK()
@@ -234,7 +222,7 @@ func topUsers(ctx context.Context, colls Collections, opts StatusOptions, depth 
 		return cmp.Or(cmp.Compare(b.Entries, a.Entries), a.OldestCreatedAt.Compare(b.OldestCreatedAt), cmp.Compare(a.Username, b.Username))
 	})
 	t.Users = t.Users[:min(len(t.Users), opts.Top)]
-	return t, annotateLeases(ctx, colls.Claims, t.Users, now)
+	return annotateLeases(ctx, colls.Claims, t.Users, now)
 }
 
 // entryTime is an entry's createdAt, or its ObjectId's time without one.
@@ -250,14 +238,14 @@ func entryTime(e windowEntry) (time.Time, bool) {
 
 // WriteStatus prints s for a human.
 func WriteStatus(w io.Writer, s *Status) error {
-	p := &printer{w: w}
+	p := newPrinter(w)
 	p.f("scorerefresh status: database %s, %s (server clock)\n\n", s.Database, stamp(s.At))
 	writeQueue(p, s)
 	writeTopUsers(p, s)
 	writeLeases(p, s)
 	writeDeadLetters(p, s)
 	writeRates(p, s.Rates)
-	return p.err
+	return p.flush()
 }
 
 func writeQueue(p *printer, s *Status) {
@@ -279,8 +267,7 @@ func writeTopUsers(p *printer, s *Status) {
 		scope = "a window: the queue holds more; --window reads more"
 	}
 	p.f("top users among the oldest %d entries (%s)\n", t.Read, scope)
-	tw := p.table()
-	fmt.Fprintf(tw, "  USER\tENTRIES\tOLDEST\tSTATE\n")
+	p.f("  USER\tENTRIES\tOLDEST\tSTATE\n")
 	for _, u := range t.Users {
 		state := u.State
 		switch {
@@ -289,9 +276,8 @@ func writeTopUsers(p *printer, s *Status) {
 		case u.Until != nil:
 			state = fmt.Sprintf("backing off until %s", stamp(*u.Until))
 		}
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\n", clip(u.Username, 40), u.Entries, stamp(u.OldestCreatedAt), state)
+		p.f("  %s\t%d\t%s\t%s\n", clip(u.Username, 40), u.Entries, stamp(u.OldestCreatedAt), state)
 	}
-	p.flush(tw)
 	if t.Malformed > 0 {
 		p.f("  %d entries in the window have no usable username (the consumer dead-letters them as malformed)\n", t.Malformed)
 	}
@@ -306,26 +292,22 @@ func writeLeases(p *printer, s *Status) {
 	}
 	p.f("leases held: %d%s\n", l.Held, more)
 	if len(l.Owners) > 0 {
-		tw := p.table()
-		fmt.Fprintf(tw, "  OWNER (REPLICA)\tHELD\tOLDEST CLAIM\tNEXT EXPIRY\n")
+		p.f("  OWNER (REPLICA)\tHELD\tOLDEST CLAIM\tNEXT EXPIRY\n")
 		for _, o := range l.Owners {
 			oldest := "-"
 			if o.OldestClaimedAt != nil {
 				oldest = stamp(*o.OldestClaimedAt)
 			}
-			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\n", o.Owner, o.Held, oldest, stamp(o.NextExpiry))
+			p.f("  %s\t%d\t%s\t%s\n", o.Owner, o.Held, oldest, stamp(o.NextExpiry))
 		}
-		p.flush(tw)
 	}
 	b := s.Backoffs
 	p.f("users backing off: %s\n", count(b.Count, b.CountExact))
 	if len(b.Users) > 0 {
-		tw := p.table()
-		fmt.Fprintf(tw, "  USER\tNEXT ATTEMPT\tATTEMPTS\tLAST ERROR\n")
+		p.f("  USER\tNEXT ATTEMPT\tATTEMPTS\tLAST ERROR\n")
 		for _, u := range b.Users {
-			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\n", clip(u.Username, 40), stamp(u.NextAttemptAt), u.Attempts, clip(u.LastError, 80))
+			p.f("  %s\t%s\t%d\t%s\n", clip(u.Username, 40), stamp(u.NextAttemptAt), u.Attempts, clip(u.LastError, 80))
 		}
-		p.flush(tw)
 	}
 	p.f("\n")
 }
@@ -343,12 +325,10 @@ func writeDeadLetters(p *printer, s *Status) {
 			scope = fmt.Sprintf("the newest %d only", d.Read)
 		}
 		p.f("  by reason (%s):\n", scope)
-		tw := p.table()
-		fmt.Fprintf(tw, "  REASON\tCOUNT\tOLDEST\tNEWEST\n")
+		p.f("  REASON\tCOUNT\tOLDEST\tNEWEST\n")
 		for _, r := range d.ByReason {
-			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\n", r.Reason, r.Count, stamp(r.OldestAt), stamp(r.NewestAt))
+			p.f("  %s\t%d\t%s\t%s\n", r.Reason, r.Count, stamp(r.OldestAt), stamp(r.NewestAt))
 		}
-		p.flush(tw)
 	}
 	p.f("\n")
 }
@@ -367,11 +347,14 @@ func writeRates(p *printer, r *Rates) {
 	}
 }
 
-// printer keeps the first write error, so the callers stay readable.
+// printer keeps the first write error, so the callers stay readable. Its
+// tab-separated lines are aligned as columns; a line without a tab ends a table.
 type printer struct {
-	w   io.Writer
+	w   *tabwriter.Writer
 	err error
 }
+
+func newPrinter(w io.Writer) *printer { return &printer{w: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)} }
 
 func (p *printer) f(format string, args ...any) {
 	if p.err == nil {
@@ -379,12 +362,11 @@ func (p *printer) f(format string, args ...any) {
 	}
 }
 
-func (p *printer) table() *tabwriter.Writer { return tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0) }
-
-func (p *printer) flush(tw *tabwriter.Writer) {
-	if err := tw.Flush(); err != nil && p.err == nil {
+func (p *printer) flush() error {
+	if err := p.w.Flush(); p.err == nil {
 		p.err = err
 	}
+	return p.err
 }
 
 func count(n int64, exact bool) string {
@@ -413,17 +395,19 @@ func clip(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// heldLeases reads up to limit live, held leases (the leaseUntil index) and
-// groups them per owner.
-func heldLeases(ctx context.Context, claims *mongo.Collection, now time.Time, limit int) (LeaseStatus, error) {
-	docs, err := findAll[consumer.LeaseDoc](ctx, claims, consumer.HeldFilter(now),
+// heldLeases reads up to opts.LeaseLimit live, held leases (the leaseUntil
+// index) and groups them per owner.
+func heldLeases(ctx context.Context, colls Collections, now time.Time, opts StatusOptions, st *Status) error {
+	limit := opts.LeaseLimit
+	docs, err := findAll[consumer.LeaseDoc](ctx, colls.Claims, consumer.HeldFilter(now),
 		options.Find().SetLimit(int64(limit)+1).SetBatchSize(int32(min(limit+1, 100_000))).
 			SetProjection(bson.D{{Key: "token", Value: 1}, {Key: "owner", Value: 1}, {Key: "leaseUntil", Value: 1}, {Key: "claimedAt", Value: 1}}),
 		"reading held leases")
 	if err != nil {
-		return LeaseStatus{}, err
+		return err
 	}
-	s := LeaseStatus{Truncated: len(docs) > limit}
+	s := &st.Leases
+	s.Truncated = len(docs) > limit
 	byOwner := map[string]*OwnerLeases{}
 	for _, d := range docs[:min(len(docs), limit)] {
 		if _, ok := d.User(); !ok || d.State(now) != consumer.LeaseHeld {
@@ -449,22 +433,21 @@ func heldLeases(ctx context.Context, claims *mongo.Collection, now time.Time, li
 		s.Owners = append(s.Owners, *o)
 	}
 	slices.SortFunc(s.Owners, func(a, b OwnerLeases) int { return cmp.Or(cmp.Compare(b.Held, a.Held), cmp.Compare(a.Owner, b.Owner)) })
-	return s, nil
+	return nil
 }
 
 // backoffs counts the users backing off (up to the exact limit) and lists
 // the opts.Top whose next attempt comes first.
-func backoffs(ctx context.Context, claims *mongo.Collection, now time.Time, opts StatusOptions) (BackoffStatus, error) {
-	filter := consumer.BackingOffFilter(now)
-	var s BackoffStatus
+func backoffs(ctx context.Context, colls Collections, now time.Time, opts StatusOptions, st *Status) error {
+	filter, s := consumer.BackingOffFilter(now), &st.Backoffs
 	var err error
-	if s.Count, s.CountExact, err = countUpTo(ctx, claims, filter, opts.ExactLimit); err != nil {
-		return s, fmt.Errorf("counting users backing off: %w", err)
+	if s.Count, s.CountExact, err = countUpTo(ctx, colls.Claims, filter, opts.ExactLimit); err != nil {
+		return fmt.Errorf("counting users backing off: %w", err)
 	}
-	docs, err := findAll[consumer.LeaseDoc](ctx, claims, filter, options.Find().SetSort(bson.D{{Key: "leaseUntil", Value: 1}}).SetLimit(int64(opts.Top)).
+	docs, err := findAll[consumer.LeaseDoc](ctx, colls.Claims, filter, options.Find().SetSort(bson.D{{Key: "leaseUntil", Value: 1}}).SetLimit(int64(opts.Top)).
 		SetProjection(bson.D{{Key: "token", Value: 1}, {Key: "leaseUntil", Value: 1}, {Key: "attempts", Value: 1}, {Key: "lastError", Value: 1}}), "reading users backing off")
 	if err != nil {
-		return s, err
+		return err
 	}
 	s.Users = []Backoff{}
 	for _, d := range docs {
@@ -474,7 +457,7 @@ func backoffs(ctx context.Context, claims *mongo.Collection, now time.Time, opts
 			s.Users = append(s.Users, Backoff{Username: u, NextAttemptAt: until, Attempts: attempts, LastError: d.LastErrorText()})
 		}
 	}
-	return s, nil
+	return nil
 }
 
 // annotateLeases fills in the lease state of the listed users, in one round
@@ -581,28 +564,29 @@ func sampleRates(ctx context.Context, colls Collections, opts StatusOptions) (*R
 // deadLetterStatus counts the dead letters, dates the oldest and newest (the
 // deadLetter.at index, one document each) and groups the newest opts.Window
 // by reason.
-func deadLetterStatus(ctx context.Context, dead *mongo.Collection, opts StatusOptions) (DeadLetterStatus, error) {
-	s := DeadLetterStatus{Collection: dead.Name()}
+func deadLetterStatus(ctx context.Context, colls Collections, _ time.Time, opts StatusOptions, st *Status) error {
+	dead, s := colls.DeadLetter, &st.DeadLetters
+	s.Collection = dead.Name()
 	var err error
 	if s.Count, s.CountExact, err = depth(ctx, dead, opts.ExactLimit); err != nil {
-		return s, err
+		return err
 	}
 	if s.OldestAt, err = deadLetterEdge(ctx, dead, 1); err != nil {
-		return s, err
+		return err
 	}
 	if s.NewestAt, err = deadLetterEdge(ctx, dead, -1); err != nil {
-		return s, err
+		return err
 	}
 	docs, err := findAll[storedDeadLetter](ctx, dead, bson.D{}, options.Find().SetSort(bson.D{{Key: "deadLetter.at", Value: -1}}).
 		SetLimit(int64(opts.Window)).SetBatchSize(int32(opts.Window)).
 		SetProjection(bson.D{{Key: "deadLetter.reason", Value: 1}, {Key: "deadLetter.at", Value: 1}}), fmt.Sprintf("reading the newest %d dead letters", opts.Window))
 	if err != nil {
-		return s, err
+		return err
 	}
 	s.Read = len(docs)
 	s.WholeSet = len(docs) < opts.Window || int64(len(docs)) >= s.Count
 	s.ByReason = groupByReason(docs)
-	return s, nil
+	return nil
 }
 
 func deadLetterEdge(ctx context.Context, dead *mongo.Collection, dir int) (*time.Time, error) {
