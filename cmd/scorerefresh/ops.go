@@ -213,10 +213,10 @@ func runDeadLettersShow(args, environ []string, stdout, stderr io.Writer) int {
 // progress returns what prints a line on stderr after a batch when the
 // whole set spans several batches: the first, then at most one every two
 // seconds, and the last.
-func progress(w io.Writer, name string) func(done, total int64, several bool, detail string) {
+func progress(w io.Writer, name string, batch int) func(done, total int64, detail string) {
 	var last time.Time
-	return func(done, total int64, several bool, detail string) {
-		if !several || done < total && !last.IsZero() && time.Since(last) < 2*time.Second {
+	return func(done, total int64, detail string) {
+		if total <= int64(batch) || done < total && !last.IsZero() && time.Since(last) < 2*time.Second {
 			return
 		}
 		last = time.Now()
@@ -240,11 +240,11 @@ func runRedrive(args, environ []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	return withOps(f.name, environ, 0, stderr, func(ctx context.Context, env *ops.Env) int {
-		show := progress(stderr, f.name)
+		show := progress(stderr, f.name, f.batch)
 		res, err := ops.Redrive(ctx, env.Colls, ops.RedriveOptions{
 			Filter: filter, Limit: f.limit, Batch: f.batch, DryRun: f.dryRun, Force: f.force,
 			Progress: func(r ops.RedriveResult) {
-				show(r.Read, r.Total, r.Total > int64(f.batch), fmt.Sprintf("%d requeued, %d already queued, %d left (conflicts, refusals)", r.Requeued, r.AlreadyQueued, r.Conflicts+r.Failed))
+				show(r.Read, r.Total, fmt.Sprintf("%d requeued, %d already queued, %d left (conflicts, refusals)", r.Requeued, r.AlreadyQueued, r.Conflicts+r.Failed))
 			},
 		})
 		if err != nil {
@@ -299,15 +299,12 @@ func runPurge(args, environ []string, stdin io.Reader, stdout, stderr io.Writer)
 	if !ok {
 		return code
 	}
-	if filter.Empty() && !f.all {
+	if len(filter.BSON()) == 0 && !f.all {
 		return cli.Refuse(f.fs, "no filter: pass --reason, --user, --since or --until, or --all to delete every dead letter")
 	}
 	return withOps(f.name, environ, 0, stderr, func(ctx context.Context, env *ops.Env) int {
 		res := purgeResult{SchemaVersion: ops.SchemaVersion, Kind: "deadletters.purge", DryRun: f.dryRun, Filter: filter}
-		upTo := int64(math.MaxInt64 - 1) // the prompt states the exact number it deletes
-		if f.limit > 0 {
-			upTo = f.limit
-		}
+		upTo := cmp.Or(f.limit, math.MaxInt64-1) // the prompt states the exact number it deletes
 		n, _, err := ops.CountDeadLetters(ctx, env.Colls.DeadLetter, filter, upTo)
 		if err != nil {
 			return fail(stderr, f.name, err)
@@ -320,8 +317,8 @@ func runPurge(args, environ []string, stdin io.Reader, stdout, stderr io.Writer)
 				fmt.Fprintf(stderr, "%s: not confirmed; nothing deleted (--yes skips the question)\n", f.name)
 				return 1
 			}
-			show := progress(stderr, f.name)
-			if res.Deleted, err = ops.Purge(ctx, env.Colls.DeadLetter, filter, f.limit, f.batch, func(n int64) { show(n, res.Matching, res.Matching > int64(f.batch), "deleted") }); err != nil {
+			show := progress(stderr, f.name, f.batch)
+			if res.Deleted, err = ops.Purge(ctx, env.Colls.DeadLetter, filter, f.limit, f.batch, func(n int64) { show(n, res.Matching, "deleted") }); err != nil {
 				fmt.Fprintf(stderr, "%s: deleted %d, then: %v\n", f.name, res.Deleted, err)
 				return 1
 			}
@@ -395,11 +392,6 @@ func runStatus(args, environ []string, stdout, stderr io.Writer) int {
 // environment, loader and client options) and runs f, or returns 2 when it
 // cannot. A zero timeout means none (the command stops on SIGINT or SIGTERM).
 func withOps(name string, environ []string, timeout time.Duration, stderr io.Writer, f func(context.Context, *ops.Env) int) int {
-	cfg, err := config.Parse(environ)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return 2
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if timeout > 0 {
@@ -407,7 +399,11 @@ func withOps(name string, environ []string, timeout time.Duration, stderr io.Wri
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	env, err := ops.Open(ctx, cfg, version, revision)
+	var env *ops.Env
+	cfg, err := config.Parse(environ)
+	if err == nil {
+		env, err = ops.Open(ctx, cfg, version, revision)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2

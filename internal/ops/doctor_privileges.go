@@ -58,17 +58,11 @@ func needs(cfg DoctorConfig) (service, stream, operator []need) {
 	c := cfg.Colls
 	// Literal need{collection, action} forms: deploy's tests read them
 	// from this source to check the role docs/adopting.md creates.
-	for _, a := range []string{"find", "remove", "createIndex"} {
-		service = append(service, need{c.Queue.Name(), a})
-	}
-	for _, a := range []string{"find", "insert", "update", "remove", "createIndex"} {
-		service = append(service, need{c.Claims.Name(), a})
-	}
-	for _, a := range []string{"find", "insert", "createIndex"} {
-		service = append(service, need{c.DeadLetter.Name(), a})
-	}
-	for _, a := range []string{"find", "insert", "update"} {
-		service = append(service, need{c.Scores.Name(), a})
+	service = []need{
+		{c.Queue.Name(), "find"}, {c.Queue.Name(), "remove"}, {c.Queue.Name(), "createIndex"},
+		{c.Claims.Name(), "find"}, {c.Claims.Name(), "insert"}, {c.Claims.Name(), "update"}, {c.Claims.Name(), "remove"},
+		{c.Claims.Name(), "createIndex"}, {c.DeadLetter.Name(), "find"}, {c.DeadLetter.Name(), "insert"}, {c.DeadLetter.Name(), "createIndex"},
+		{c.Scores.Name(), "find"}, {c.Scores.Name(), "insert"}, {c.Scores.Name(), "update"},
 	}
 	for _, src := range cfg.Rules.Collections() {
 		service = append(service, need{src, "find"})

@@ -140,12 +140,12 @@ func idString(v bson.RawValue) string {
 // findAll reads every document of coll that filter matches; what says which
 // read failed, in its error.
 func findAll[T any](ctx context.Context, coll *mongo.Collection, filter any, opts *options.FindOptionsBuilder, what string) ([]T, error) {
-	cur, err := coll.Find(ctx, filter, opts)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
 	var docs []T
-	if err := cur.All(ctx, &docs); err != nil {
+	cur, err := coll.Find(ctx, filter, opts)
+	if err == nil {
+		err = cur.All(ctx, &docs)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return docs, nil
@@ -160,28 +160,40 @@ type Filter struct {
 }
 
 func (f Filter) BSON() bson.D {
-	q := bson.D{}
+	q, _ := f.query()
+	return q
+}
+
+// String describes the filter for a prompt or a summary line.
+func (f Filter) String() string {
+	_, words := f.query()
+	return cmp.Or(strings.Join(words, ", "), "all dead letters")
+}
+
+// query is the filter as a query document and in words.
+func (f Filter) query() (bson.D, []string) {
+	q, at, words := bson.D{}, bson.D{}, []string{}
 	if len(f.Reasons) > 0 {
 		q = append(q, bson.E{Key: "deadLetter.reason", Value: bson.D{{Key: "$in", Value: f.Reasons}}})
+		words = append(words, "reason "+strings.Join(f.Reasons, " or "))
 	}
 	if f.User != "" {
 		q = append(q, bson.E{Key: "username", Value: f.User})
+		words = append(words, fmt.Sprintf("user %q", f.User))
 	}
-	at := bson.D{}
 	if !f.Since.IsZero() {
 		at = append(at, bson.E{Key: "$gte", Value: f.Since})
+		words = append(words, "dead-lettered since "+stamp(f.Since))
 	}
 	if !f.Until.IsZero() {
 		at = append(at, bson.E{Key: "$lt", Value: f.Until})
+		words = append(words, "dead-lettered before "+stamp(f.Until))
 	}
 	if len(at) > 0 {
 		q = append(q, bson.E{Key: "deadLetter.at", Value: at})
 	}
-	return q
+	return q, words
 }
-
-// Empty reports whether the filter selects every dead letter.
-func (f Filter) Empty() bool { return len(f.BSON()) == 0 }
 
 // CountDeadLetters counts the dead letters matching f, exactly up to upTo.
 func CountDeadLetters(ctx context.Context, dead *mongo.Collection, f Filter, upTo int64) (int64, bool, error) {
@@ -190,24 +202,6 @@ func CountDeadLetters(ctx context.Context, dead *mongo.Collection, f Filter, upT
 		return 0, false, fmt.Errorf("counting dead letters (%s): %w", f, err)
 	}
 	return n, exact, nil
-}
-
-// String describes the filter for a prompt or a summary line.
-func (f Filter) String() string {
-	var parts []string
-	if len(f.Reasons) > 0 {
-		parts = append(parts, "reason "+strings.Join(f.Reasons, " or "))
-	}
-	if f.User != "" {
-		parts = append(parts, fmt.Sprintf("user %q", f.User))
-	}
-	if !f.Since.IsZero() {
-		parts = append(parts, "dead-lettered since "+stamp(f.Since))
-	}
-	if !f.Until.IsZero() {
-		parts = append(parts, "dead-lettered before "+stamp(f.Until))
-	}
-	return cmp.Or(strings.Join(parts, ", "), "all dead letters")
 }
 
 // ParseTime reads a --since or --until value: an RFC 3339 time

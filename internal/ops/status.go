@@ -125,6 +125,9 @@ type ReasonStatus struct {
 	NewestAt time.Time `json:"newestAt"`
 }
 
+// statusRead reads one part of s.
+type statusRead func(ctx context.Context, colls Collections, now time.Time, opts StatusOptions, s *Status) error
+
 // GatherStatus reads everything `status` reports in a fixed number of
 // bounded round trips (16, and 10 more and the wait when opts.Sample is set).
 func GatherStatus(ctx context.Context, colls Collections, opts StatusOptions) (*Status, error) {
@@ -140,13 +143,8 @@ func GatherStatus(ctx context.Context, colls Collections, opts StatusOptions) (*
 		return nil, err
 	}
 	s := &Status{SchemaVersion: SchemaVersion, Kind: "status", At: now, Database: colls.DB.Name()}
-	for _, read := range []func(context.Context, Collections, time.Time, StatusOptions, *Status) error{queueStatus, topUsers, heldLeases, backoffs, deadLetterStatus} {
+	for _, read := range []statusRead{queueStatus, topUsers, heldLeases, backoffs, deadLetterStatus, sampleRates} {
 		if err := read(ctx, colls, now, opts, s); err != nil {
-			return nil, err
-		}
-	}
-	if opts.Sample > 0 {
-		if s.Rates, err = sampleRates(ctx, colls, opts); err != nil {
 			return nil, err
 		}
 	}
@@ -517,13 +515,16 @@ type Rates struct {
 	Method                string  `json:"method"`
 }
 
-// sampleRates counts the queue and the dead letters twice, opts.Wait apart,
-// then the arrivals since the first count (by the server's clock, as
-// producers date entries).
-func sampleRates(ctx context.Context, colls Collections, opts StatusOptions) (*Rates, error) {
+// sampleRates counts the queue and the dead letters twice, opts.Wait apart
+// (unless opts.Sample is 0), then the arrivals since the first count (by the
+// server's clock, as producers date entries).
+func sampleRates(ctx context.Context, colls Collections, _ time.Time, opts StatusOptions, s *Status) error {
+	if opts.Sample <= 0 {
+		return nil
+	}
 	since, _, _, err := ServerTime(ctx, colls.DB)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var depths [2][2]int64 // [sample][queue, dead letters]
 	var at [2]time.Time    // local monotonic clock, for the elapsed time
@@ -531,14 +532,14 @@ func sampleRates(ctx context.Context, colls Collections, opts StatusOptions) (*R
 	for i := range 2 {
 		if i == 1 {
 			if err := opts.Wait(ctx); err != nil {
-				return nil, fmt.Errorf("waiting between the rate samples: %w", err)
+				return fmt.Errorf("waiting between the rate samples: %w", err)
 			}
 		}
 		at[i] = time.Now()
 		for j, coll := range []*mongo.Collection{colls.Queue, colls.DeadLetter} {
 			n, exact, err := depth(ctx, coll, opts.ExactLimit)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			depths[i][j], r.Exact = n, r.Exact && exact
 		}
@@ -546,7 +547,7 @@ func sampleRates(ctx context.Context, colls Collections, opts StatusOptions) (*R
 	arrivedFilter := bson.D{{Key: "createdAt", Value: bson.D{{Key: "$gte", Value: since}}}}
 	arrived, exact, err := countUpTo(ctx, colls.Queue, arrivedFilter, opts.ExactLimit)
 	if err != nil {
-		return nil, fmt.Errorf("counting arrivals since the first sample: %w", err)
+		return fmt.Errorf("counting arrivals since the first sample: %w", err)
 	}
 	secs := at[1].Sub(at[0]).Seconds()
 	r.SampleSeconds, r.Arrived, r.Exact = secs, arrived, r.Exact && exact
@@ -558,7 +559,8 @@ func sampleRates(ctx context.Context, colls Collections, opts StatusOptions) (*R
 		r.AckedPerSecond = float64(r.Acked) / secs
 		r.DeadLetteredPerSecond = float64(r.DeadLettered) / secs
 	}
-	return &r, nil
+	s.Rates = &r
+	return nil
 }
 
 // deadLetterStatus counts the dead letters, dates the oldest and newest (the
