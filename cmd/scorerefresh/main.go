@@ -52,37 +52,42 @@ func main() {
 }
 
 func runWith(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
-	}
-	switch args[0] {
-	case "run":
+	return dispatch("scorerefresh: unknown command", usage, args, stdout, stderr, map[string]func([]string) int{
 		// service.Run refuses every argument: a mistyped flag or a request
 		// for help must never start the service, since whoever types it may
 		// have production's environment loaded.
-		return service.Run(args[1:], environ, stdout, stderr, service.Options{Version: version, Revision: revision})
-	case "snapshot":
-		return runSnapshot(args[1:], environ, stdout, stderr)
-	case "replay":
-		return runReplay(args[1:], environ, stdout, stderr)
-	case "backlog":
-		return runBacklog(args[1:], environ, stdout, stderr)
-	case "status":
-		return runStatus(args[1:], environ, stdout, stderr)
-	case "deadletters":
-		return runDeadLetters(args[1:], environ, stdin, stdout, stderr)
-	case "doctor":
-		return runDoctor(args[1:], environ, stdout, stderr)
-	case "plan":
-		return plancmd.Run(args[1:], environ, stdout, stderr)
-	case "version", "--version":
-		return runVersion(args[1:], stdout, stderr)
+		"run": func(a []string) int {
+			return service.Run(a, environ, stdout, stderr, service.Options{Version: version, Revision: revision})
+		},
+		"snapshot":    func(a []string) int { return runSnapshot(a, environ, stdout, stderr) },
+		"replay":      func(a []string) int { return runReplay(a, environ, stdout, stderr) },
+		"backlog":     func(a []string) int { return runBacklog(a, environ, stdout, stderr) },
+		"status":      func(a []string) int { return runStatus(a, environ, stdout, stderr) },
+		"deadletters": func(a []string) int { return runDeadLetters(a, environ, stdin, stdout, stderr) },
+		"doctor":      func(a []string) int { return runDoctor(a, environ, stdout, stderr) },
+		"plan":        func(a []string) int { return plancmd.Run(a, environ, stdout, stderr) },
+		"version":     func(a []string) int { return runVersion(a, stdout, stderr) },
+		"--version":   func(a []string) int { return runVersion(a, stdout, stderr) },
+	})
+}
+
+// dispatch runs the command args[0] names with the rest of args. Without
+// one it prints help on stderr and exits 2, as after naming an unknown one;
+// help, -h and --help print it on stdout.
+func dispatch(unknown, help string, args []string, stdout, stderr io.Writer, commands map[string]func([]string) int) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, help)
+		return 2
+	}
+	if run, ok := commands[args[0]]; ok {
+		return run(args[1:])
+	}
+	switch args[0] {
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, help)
 		return 0
 	}
-	fmt.Fprintf(stderr, "scorerefresh: unknown command %q\n\n%s", args[0], usage)
+	fmt.Fprintf(stderr, "%s %q\n\n%s", unknown, args[0], help)
 	return 2
 }
 

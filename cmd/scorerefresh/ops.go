@@ -47,25 +47,12 @@ compared with deadLetter.at. They read the same environment as
 `
 
 func runDeadLetters(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, deadLettersHelp)
-		return 2
-	}
-	switch args[0] {
-	case "list":
-		return runDeadLettersList(args[1:], environ, stdout, stderr)
-	case "show":
-		return runDeadLettersShow(args[1:], environ, stdout, stderr)
-	case "redrive":
-		return runRedrive(args[1:], environ, stdout, stderr)
-	case "purge":
-		return runPurge(args[1:], environ, stdin, stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, deadLettersHelp)
-		return 0
-	}
-	fmt.Fprintf(stderr, "scorerefresh deadletters: unknown subcommand %q\n\n%s", args[0], deadLettersHelp)
-	return 2
+	return dispatch("scorerefresh deadletters: unknown subcommand", deadLettersHelp, args, stdout, stderr, map[string]func([]string) int{
+		"list":    func(a []string) int { return runDeadLettersList(a, environ, stdout, stderr) },
+		"show":    func(a []string) int { return runDeadLettersShow(a, environ, stdout, stderr) },
+		"redrive": func(a []string) int { return runRedrive(a, environ, stdout, stderr) },
+		"purge":   func(a []string) int { return runPurge(a, environ, stdin, stdout, stderr) },
+	})
 }
 
 // dlFlags are the flags the subcommands share.
@@ -109,9 +96,8 @@ func newDLFlags(sub string, stderr io.Writer, limit int64, batch int, dryRunHelp
 	return f
 }
 
-// parse reads args into the flags. When ok is false the command stops with
-// exit code code: 0 after the help (on stdout), 2 after saying on stderr
-// what is wrong.
+// parse reads args; when ok is false the command exits with code: 0 after
+// the help (on stdout), 2 after saying on stderr what is wrong.
 func (f *dlFlags) parse(args []string, stdout io.Writer) (filter ops.Filter, code int, ok bool) {
 	if code, ok := cli.Parse(f.fs, args, false, stdout); !ok {
 		return ops.Filter{}, code, false
@@ -210,9 +196,8 @@ func runDeadLettersShow(args, environ []string, stdout, stderr io.Writer) int {
 	})
 }
 
-// progress returns what prints a line on stderr after a batch when the
-// whole set spans several batches: the first, then at most one every two
-// seconds, and the last.
+// progress prints a line after a batch when the whole set spans several
+// batches: the first, then at most one every two seconds, and the last.
 func progress(w io.Writer, name string, batch int) func(done, total int64, detail string) {
 	var last time.Time
 	return func(done, total int64, detail string) {

@@ -71,10 +71,10 @@ type DoctorConfig struct {
 	LeaseDuration time.Duration
 }
 
-// Doctor runs every check against the configured server. It never changes
-// anything: its probes are reads, explains and a change stream opened and
-// closed at once. Checks the server cannot answer (the embedded FerretDB
-// has no explain plans, privileges or connection figures) are warnings.
+// Doctor runs every check against the configured server, changing nothing:
+// reads, explains and a change stream opened and closed at once. What the
+// server cannot answer (FerretDB has no plans, privileges or connection
+// figures) is a warning.
 func Doctor(ctx context.Context, cfg DoctorConfig) *DoctorReport {
 	r := &DoctorReport{SchemaVersion: SchemaVersion, Kind: "doctor", At: time.Now(), Database: cfg.Colls.DB.Name()}
 	info, err := readServerInfo(ctx, cfg.Colls.DB)
@@ -171,10 +171,10 @@ func changeStreamCheck(ctx context.Context, colls Collections) Check {
 		Fix:    "a replica set or sharded cluster, and the changeStream and find actions on the queue"}
 }
 
-// clockCheck compares this host's clock with the server's. Replicas write
-// lease expiries by their own clocks and compare them with the same clocks,
-// so hosts whose clocks disagree by a good part of LEASE_DURATION take live
-// leases over early (a duplicate refresh) or hold backoffs long.
+// clockCheck compares this host's clock with the server's. Replicas date and
+// judge lease expiries by their own clocks: clocks a good part of
+// LEASE_DURATION apart take live leases early (a duplicate refresh) or hold
+// backoffs long.
 func clockCheck(ctx context.Context, cfg DoctorConfig) Check {
 	server, local, rtt, err := ServerTime(ctx, cfg.Colls.DB)
 	if err != nil {
@@ -295,10 +295,7 @@ func keyList(v any) []string {
 		keys, _ := keyPattern(k)
 		return keys
 	case bson.D:
-		raw, err := bson.Marshal(k)
-		if err != nil {
-			return nil
-		}
+		raw, _ := bson.Marshal(k) // nil on an error: no keys
 		return keyDoc(raw)
 	}
 	return nil
@@ -306,8 +303,7 @@ func keyList(v any) []string {
 
 // keyPattern reads a key pattern as listIndexes and the classic and
 // slot-based plans give it (a document), or as MongoDB 8's express stages
-// give it (a string such as "{ a: 1, b: -1 }"). ok is false for anything
-// else.
+// give it (a string such as "{ a: 1, b: -1 }"); ok is false for anything else.
 func keyPattern(v bson.RawValue) (keys []string, ok bool) {
 	if d, isDoc := v.DocumentOK(); isDoc {
 		keys = keyDoc(d)
@@ -397,8 +393,7 @@ func indexChecks(ctx context.Context, cfg DoctorConfig, ix *indexCache) []Check 
 }
 
 // retiredIndexCheck warns of an index an earlier release built and this one
-// does not use: it costs every insert an index update. Absent, there is
-// nothing to say.
+// does not use: it costs every insert an index update. Absent, it says nothing.
 func retiredIndexCheck(ctx context.Context, old consumer.RetiredIndex, ix *indexCache) (Check, bool) {
 	coll := old.Coll.Name()
 	keys := keyList(old.Keys)
@@ -473,9 +468,8 @@ func keysJS(keys []string) string {
 }
 
 // sourceChecks checks each scoring rule's source collection: present, and
-// indexed on its userField, then the fields its filter pins to one value,
-// then its timeField when the rule has a window (Component.IndexKeys), since
-// every refresh queries it by user with that filter.
+// indexed as every refresh queries it (Component.IndexKeys: userField, the
+// fields its filter pins to one value, then timeField with a window).
 func sourceChecks(ctx context.Context, cfg DoctorConfig, ix *indexCache) []Check {
 	var checks []Check
 	for _, comp := range cfg.Rules.Components {
@@ -513,10 +507,9 @@ func defaultCollation(ctx context.Context, db *mongo.Database, coll string) stri
 }
 
 // collationVerdict amends a source's verdict where the collection's default
-// collation is not simple: the service compares usernames exactly, so its
-// queries there carry the simple collation, and an index serves them only
-// if it was built with the simple collation too (an index built without
-// one takes the collection's default).
+// collation is not simple: the service's queries carry the simple collation
+// (usernames compared exactly), which only an index built with the simple
+// collation serves (one built without takes the collection's default).
 func collationVerdict(comp scoring.Component, indexes []indexInfo, locale, status, detail, fix string) (string, string, string) {
 	want := comp.IndexKeys()
 	for _, ix := range indexes {

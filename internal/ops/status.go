@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -28,8 +29,7 @@ type StatusOptions struct {
 	ExactLimit int64         // counts are exact up to this, estimated past it (default 100,000)
 	LeaseLimit int           // live leases read at most (default 10,000)
 	Sample     time.Duration // gap between the two samples of the rates; 0 skips them
-	// Wait waits between the two samples; default: sleep Sample (tests
-	// change the queue here instead).
+	// Wait waits between the two samples (default: sleep Sample); tests change the queue there.
 	Wait func(ctx context.Context) error
 }
 
@@ -194,7 +194,7 @@ func topUsers(ctx context.Context, colls Collections, now time.Time, opts Status
 	}
 	t := &s.TopUsers
 	t.Read, t.WholeQueue = len(window), len(window) < opts.Window || int64(len(window)) >= s.Queue.Depth
-	byUser := map[string]*UserEntry{}
+	byUser := map[string]UserEntry{}
 	for _, e := range window {
 		name, ok := e.Username.StringValueOK()
 		if !ok || name == "" {
@@ -202,21 +202,18 @@ func topUsers(ctx context.Context, colls Collections, now time.Time, opts Status
 			continue
 		}
 		created, ok := entryTime(e)
-		u := byUser[name]
-		if u == nil {
-			u = &UserEntry{Username: name, OldestCreatedAt: created, State: consumer.LeaseClaimable}
-			byUser[name] = u
+		u, seen := byUser[name]
+		if !seen {
+			u = UserEntry{Username: name, OldestCreatedAt: created, State: consumer.LeaseClaimable}
 		}
 		u.Entries++
 		if ok && (u.OldestCreatedAt.IsZero() || created.Before(u.OldestCreatedAt)) {
 			u.OldestCreatedAt = created
 		}
-	}
-	for _, u := range byUser {
-		t.Users = append(t.Users, *u)
+		byUser[name] = u
 	}
 	// Most entries first, the oldest entry first among equals.
-	slices.SortFunc(t.Users, func(a, b UserEntry) int {
+	t.Users = slices.SortedFunc(maps.Values(byUser), func(a, b UserEntry) int {
 		return cmp.Or(cmp.Compare(b.Entries, a.Entries), a.OldestCreatedAt.Compare(b.OldestCreatedAt), cmp.Compare(a.Username, b.Username))
 	})
 	t.Users = t.Users[:min(len(t.Users), opts.Top)]
@@ -406,17 +403,16 @@ func heldLeases(ctx context.Context, colls Collections, now time.Time, opts Stat
 	}
 	s := &st.Leases
 	s.Truncated = len(docs) > limit
-	byOwner := map[string]*OwnerLeases{}
+	byOwner := map[string]OwnerLeases{}
 	for _, d := range docs[:min(len(docs), limit)] {
 		if _, ok := d.User(); !ok || d.State(now) != consumer.LeaseHeld {
 			continue
 		}
 		s.Held++
 		until, _ := d.Until()
-		o := byOwner[d.OwnerName()]
-		if o == nil {
-			o = &OwnerLeases{Owner: d.OwnerName(), NextExpiry: until}
-			byOwner[d.OwnerName()] = o
+		o, seen := byOwner[d.OwnerName()]
+		if !seen {
+			o = OwnerLeases{Owner: d.OwnerName(), NextExpiry: until}
 		}
 		o.Held++
 		if until.Before(o.NextExpiry) {
@@ -425,11 +421,9 @@ func heldLeases(ctx context.Context, colls Collections, now time.Time, opts Stat
 		if at := d.ClaimedAtTime(); !at.IsZero() && (o.OldestClaimedAt == nil || at.Before(*o.OldestClaimedAt)) {
 			o.OldestClaimedAt = &at
 		}
+		byOwner[d.OwnerName()] = o
 	}
-	s.Owners = make([]OwnerLeases, 0, len(byOwner))
-	for _, o := range byOwner {
-		s.Owners = append(s.Owners, *o)
-	}
+	s.Owners = slices.AppendSeq(make([]OwnerLeases, 0, len(byOwner)), maps.Values(byOwner))
 	slices.SortFunc(s.Owners, func(a, b OwnerLeases) int { return cmp.Or(cmp.Compare(b.Held, a.Held), cmp.Compare(a.Owner, b.Owner)) })
 	return nil
 }
@@ -499,9 +493,8 @@ const RatesMethod = "two samples Sample apart: arrived = entries with createdAt 
 	"entries without createdAt, or dated by a producer clock behind the server's, are not counted as arrivals"
 
 // Rates are arrivals against acknowledgements, from two samples of the
-// collections (no Prometheus needed). The queue itself cannot tell an
-// acknowledgement from a dead letter or a purge, so acks are what is left
-// of the removals once the dead letters' growth is taken out.
+// collections. The queue cannot tell an acknowledgement from a dead letter or
+// a purge: acks are the removals less the dead letters' growth.
 type Rates struct {
 	SampleSeconds         float64 `json:"sampleSeconds"`
 	Arrived               int64   `json:"arrived"`
@@ -564,8 +557,7 @@ func sampleRates(ctx context.Context, colls Collections, _ time.Time, opts Statu
 }
 
 // deadLetterStatus counts the dead letters, dates the oldest and newest (the
-// deadLetter.at index, one document each) and groups the newest opts.Window
-// by reason.
+// deadLetter.at index) and groups the newest opts.Window by reason.
 func deadLetterStatus(ctx context.Context, colls Collections, _ time.Time, opts StatusOptions, st *Status) error {
 	dead, s := colls.DeadLetter, &st.DeadLetters
 	s.Collection = dead.Name()
@@ -605,13 +597,12 @@ func deadLetterEdge(ctx context.Context, dead *mongo.Collection, dir int) (*time
 }
 
 func groupByReason(docs []storedDeadLetter) []ReasonStatus {
-	by := map[string]*ReasonStatus{}
+	by := map[string]ReasonStatus{}
 	for _, d := range docs {
 		reason := cmp.Or(d.DeadLetter.Reason, "(none)")
-		r := by[reason]
-		if r == nil {
-			r = &ReasonStatus{Reason: reason, OldestAt: d.DeadLetter.At, NewestAt: d.DeadLetter.At}
-			by[reason] = r
+		r, seen := by[reason]
+		if !seen {
+			r = ReasonStatus{Reason: reason, OldestAt: d.DeadLetter.At, NewestAt: d.DeadLetter.At}
 		}
 		r.Count++
 		if d.DeadLetter.At.Before(r.OldestAt) {
@@ -620,11 +611,9 @@ func groupByReason(docs []storedDeadLetter) []ReasonStatus {
 		if d.DeadLetter.At.After(r.NewestAt) {
 			r.NewestAt = d.DeadLetter.At
 		}
+		by[reason] = r
 	}
-	out := make([]ReasonStatus, 0, len(by))
-	for _, r := range by {
-		out = append(out, *r)
-	}
+	out := slices.AppendSeq(make([]ReasonStatus, 0, len(by)), maps.Values(by))
 	slices.SortFunc(out, func(a, b ReasonStatus) int {
 		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Reason, b.Reason))
 	})
