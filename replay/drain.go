@@ -169,19 +169,18 @@ type sampler struct {
 	m        *metrics.Consumer
 	arrived  func() int64
 	start    time.Time
-	base     counters
+	base     planner.Sample // the counters when the drain began
 	prev     planner.Sample
 	measured planner.Sample // the last measured sample
 	nextScan time.Time
 }
 
-type counters struct{ acked, refreshes, deadLetters float64 }
-
-func readCounters(m *metrics.Consumer) counters {
-	return counters{
-		acked:     metrics.Read(m.EntriesAcked),
-		refreshes: metrics.Read(m.Refreshes.WithLabelValues(metrics.OutcomeOK)),
-		deadLetters: metrics.Read(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonMalformed)) +
+// counters reads the consumer's counters into a sample's totals.
+func counters(m *metrics.Consumer) planner.Sample {
+	return planner.Sample{
+		Acked:     metrics.Read(m.EntriesAcked),
+		Refreshes: metrics.Read(m.Refreshes.WithLabelValues(metrics.OutcomeOK)),
+		DeadLetters: metrics.Read(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonMalformed)) +
 			metrics.Read(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonMaxAttempts)),
 	}
 }
@@ -190,21 +189,15 @@ func newSampler(queue *mongo.Collection, m *metrics.Consumer, arrived func() int
 	if arrived == nil {
 		arrived = func() int64 { return 0 }
 	}
-	return &sampler{queue: queuestate.New(queue, nil), m: m, arrived: arrived, start: start, base: readCounters(m)}
+	return &sampler{queue: queuestate.New(queue, nil), m: m, arrived: arrived, start: start, base: counters(m)}
 }
 
 // runOnce takes the sample for now; force measures the queue even when the
 // budget says to wait (the drain's final figures).
 func (s *sampler) runOnce(ctx context.Context, now time.Time, force bool) (planner.Sample, error) {
-	c := readCounters(s.m)
-	smp := planner.Sample{
-		T:           now.Sub(s.start).Seconds(),
-		OldestAge:   -1,
-		Acked:       c.acked - s.base.acked,
-		Refreshes:   c.refreshes - s.base.refreshes,
-		DeadLetters: c.deadLetters - s.base.deadLetters,
-		Arrived:     s.arrived(),
-	}
+	c := counters(s.m)
+	smp := planner.Sample{T: now.Sub(s.start).Seconds(), OldestAge: -1, Arrived: s.arrived(),
+		Acked: c.Acked - s.base.Acked, Refreshes: c.Refreshes - s.base.Refreshes, DeadLetters: c.DeadLetters - s.base.DeadLetters}
 	if dt := smp.T - s.prev.T; dt > 0 {
 		smp.AckedPerSec = (smp.Acked - s.prev.Acked) / dt
 	}

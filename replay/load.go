@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -18,13 +19,12 @@ import (
 	"github.com/scorerefresh/scorerefresh/planner"
 )
 
-// Arrival is how queue entries are inserted, the planner's profiles of the
-// same names: max inserts every entry at once, as fast as batches go;
-// original inserts each at its enqueue time relative to the first, divided
-// by the speed, so a replay reproduces producers racing the drain.
+// Arrival is how queue entries are inserted (--arrival), the planner's
+// profiles of the same names: max inserts every entry at once; original
+// inserts each at its enqueue time relative to the first, divided by the
+// speed, so a replay reproduces producers racing the drain.
 type Arrival string
 
-// The arrival modes of --arrival.
 const (
 	ArrivalMax      = Arrival(planner.ArrivalMax)
 	ArrivalOriginal = Arrival(planner.ArrivalOriginal)
@@ -50,9 +50,7 @@ type LoadConfig struct {
 	SkipBad    bool                // leave out documents that do not parse, listing them, instead of stopping
 	Clock      clock.Clock         // paces arrival; default the wall clock
 	Progress   io.Writer           // progress lines; nil: none
-	// QuietQueue leaves the queue's load without a progress line of its
-	// own: a drain running alongside reports its arrivals.
-	QuietQueue bool
+	QuietQueue bool                // no progress line for the queue's load: a drain alongside reports arrivals
 }
 
 // Loader loads one replay's files: Scan first, then LoadSources, then
@@ -108,16 +106,29 @@ func (l *Loader) LoadedSoFar() string {
 }
 
 // LoadSources inserts every source file, all at once: producers write
-// source data before they enqueue, so it is all there before any entry.
+// source data before they enqueue, so it is all there before any entry. The
+// date fields of cfg.TimeFields move with the queue, so that windowed
+// components (docs/contract.md) count what they counted at snapshot time.
 func (l *Loader) LoadSources(ctx context.Context) error {
 	for i, f := range l.plan.Files {
+		fields := l.cfg.TimeFields[f.Collection]
 		if f.Queue {
 			continue
 		}
-		fields := l.cfg.TimeFields[f.Collection]
 		err := l.load(ctx, i, func(raw bson.Raw) (any, time.Duration, error) {
-			doc, err := shiftFields(raw, fields, l.shift)
-			return doc, 0, err
+			if l.shift == 0 || len(fields) == 0 {
+				return raw, 0, nil
+			}
+			var doc bson.D
+			if err := bson.Unmarshal(raw, &doc); err != nil {
+				return nil, 0, err
+			}
+			for i, el := range doc {
+				if dt, ok := el.Value.(bson.DateTime); ok && slices.Contains(fields, el.Key) {
+					doc[i].Value = bson.NewDateTimeFromTime(dt.Time().Add(l.shift))
+				}
+			}
+			return doc, 0, nil
 		})
 		if err != nil {
 			return err
@@ -131,15 +142,14 @@ func (l *Loader) LoadSources(ctx context.Context) error {
 func (l *Loader) LoadQueue(ctx context.Context) error {
 	l.origin = l.cfg.Clock.Now()
 	for i, f := range l.plan.Files {
-		if !f.Queue {
-			continue
+		if f.Queue {
+			return l.load(ctx, i, func(raw bson.Raw) (any, time.Duration, error) {
+				_, createdAt := QueueEntry(raw)
+				at, wait := l.retime(createdAt)
+				doc, err := prepareEntry(raw, at, l.stripped)
+				return doc, wait, err
+			})
 		}
-		return l.load(ctx, i, func(raw bson.Raw) (any, time.Duration, error) {
-			_, createdAt := QueueEntry(raw)
-			at, wait := l.retime(createdAt)
-			doc, err := prepareEntry(raw, at, l.stripped)
-			return doc, wait, err
-		})
 	}
 	return nil
 }
@@ -157,10 +167,11 @@ func (l *Loader) retime(createdAt time.Time) (time.Time, time.Duration) {
 		return createdAt.Add(l.shift), 0
 	}
 	due := l.origin.Add(time.Duration(float64(createdAt.Sub(l.plan.First)) / l.cfg.Speed))
+	wait := due.Sub(l.cfg.Clock.Now())
 	if !l.cfg.ShiftToNow {
-		return time.Time{}, due.Sub(l.cfg.Clock.Now())
+		due = time.Time{}
 	}
-	return due, due.Sub(l.cfg.Clock.Now())
+	return due, wait
 }
 
 // load streams the i-th file of the plan into its collection in batches.
@@ -180,7 +191,6 @@ func (l *Loader) load(ctx context.Context, i int, prep func(bson.Raw) (any, time
 		Done: done.Load, Total: func() int64 { return f.Documents }})
 	defer p.Stop()
 	batch := make([]any, 0, DefaultBatchSize)
-	// flush inserts the batch in one round trip and counts what went in.
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil

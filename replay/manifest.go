@@ -1,8 +1,10 @@
 package replay
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -10,6 +12,11 @@ import (
 	"strings"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/scorerefresh/scorerefresh/pkg/extjson"
 	"github.com/scorerefresh/scorerefresh/pkg/redact"
 )
 
@@ -111,4 +118,130 @@ func ReadManifest(dir string) (*Manifest, error) {
 func writeManifest(dir string, m *Manifest) error {
 	m.Origin = redact.String(m.Origin)
 	return writeJSON(filepath.Join(dir, ManifestName), m)
+}
+
+// SnapshotConsistency is what a snapshot guarantees with writers running,
+// recorded in its manifest and in docs/replay.md.
+const SnapshotConsistency = "per-collection scan in _id order, not a point in time: " +
+	"queue entries are only inserted and deleted (the consumer's bookkeeping lives in the claims collection), " +
+	"so every entry present for the whole scan is written exactly once, and an entry enqueued or acknowledged " +
+	"during the scan may or may not be; the queue is read before the sources, and producers write sources " +
+	"before they enqueue, so every change a snapshotted entry announces is in the sources"
+
+// SnapshotConfig says what to snapshot and where.
+type SnapshotConfig struct {
+	DB       *mongo.Database
+	Queue    string    // the queue collection
+	Sources  []string  // source collections to take as well; empty: the queue only
+	Out      string    // a file (the queue only) or a directory (one file per collection and a manifest)
+	Gzip     bool      // gzip the files written into a directory (a file is gzipped when its name ends in .gz)
+	Relaxed  bool      // relaxed Extended JSON (mongoexport's default); canonical otherwise, which keeps int64 apart from int32
+	Origin   string    // recorded in the manifest, e.g. the redacted URI
+	Rules    string    // recorded in the manifest
+	Progress io.Writer // progress lines; nil: none
+}
+
+// Snapshot streams the queue, then the sources, to files, one document a
+// line, in constant memory whatever their size. Into a directory it also
+// writes a manifest, last, so a directory with a manifest is complete.
+func Snapshot(ctx context.Context, cfg SnapshotConfig) (*Manifest, error) {
+	m := &Manifest{Format: ManifestFormat, CreatedAt: time.Now().UTC(), Origin: cfg.Origin, Database: cfg.DB.Name(),
+		Rules: cfg.Rules, Consistency: SnapshotConsistency}
+	dir := isDirTarget(cfg.Out, len(cfg.Sources) > 0)
+	colls, path := []string{cfg.Queue}, func(string) string { return cfg.Out }
+	if dir {
+		if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+			return nil, err
+		}
+		ext := ".json"
+		if cfg.Gzip {
+			ext += ".gz"
+		}
+		colls, path = append(colls, cfg.Sources...), func(name string) string { return filepath.Join(cfg.Out, name+ext) }
+	}
+	for i, name := range colls {
+		if i > 0 && name == cfg.Queue {
+			continue
+		}
+		coll := cfg.DB.Collection(name)
+		f, err := writeFile(path(name), name, !cfg.Relaxed, func(w *extjson.Writer, bytes func() int64) error {
+			return Export(ctx, coll, w, bytes, path(name), cfg.Progress)
+		})
+		if err != nil {
+			return nil, err
+		}
+		f.Queue = i == 0
+		if dir {
+			f.File = filepath.Base(f.File)
+		}
+		m.Files = append(m.Files, f)
+	}
+	if !dir {
+		return m, nil
+	}
+	return m, writeManifest(cfg.Out, m)
+}
+
+// isDirTarget tells a directory --out from a file one: sources need a
+// directory; otherwise an existing directory or a trailing slash says so.
+func isDirTarget(out string, withSources bool) bool {
+	if withSources || strings.HasSuffix(out, "/") || strings.HasSuffix(out, string(filepath.Separator)) {
+		return true
+	}
+	st, err := os.Stat(out)
+	return err == nil && st.IsDir()
+}
+
+// writeFile writes coll's file at path with fill, which flushes w, and
+// commits it only if fill succeeds.
+func writeFile(path, coll string, canonical bool, fill func(w *extjson.Writer, bytes func() int64) error) (ManifestFile, error) {
+	mf := ManifestFile{File: path, Collection: coll}
+	out, err := extjson.Create(path)
+	if err != nil {
+		return mf, err
+	}
+	defer out.Abort()
+	w := extjson.NewWriter(out, canonical)
+	if err := fill(w, out.BytesWritten); err != nil {
+		return mf, err
+	}
+	if err := out.Commit(); err != nil {
+		return mf, err
+	}
+	mf.Documents, mf.Bytes = w.Docs(), out.BytesWritten()
+	return mf, nil
+}
+
+// Export streams every document of coll to w in _id order, flushed, with a
+// progress line on progress (bytes: what w's destination has taken so
+// far). dest names the destination in errors: a file, or standard output.
+func Export(ctx context.Context, coll *mongo.Collection, w *extjson.Writer, bytes func() int64, dest string, progress io.Writer) error {
+	total, err := coll.EstimatedDocumentCount(ctx)
+	if err != nil {
+		return fmt.Errorf("counting %s: %w", coll.Name(), err)
+	}
+	p := StartProgress(progress, Meter{
+		Label: "snapshot " + coll.Name(), Unit: "documents",
+		Done: w.Docs, Total: func() int64 { return total }, Bytes: bytes,
+	})
+	defer p.Stop()
+	// Sorting on _id walks the _id index: no in-memory sort, and _id never
+	// changes, so no document is met twice (see SnapshotConsistency).
+	cur, err := coll.Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(1000))
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", coll.Name(), err)
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	for cur.Next(ctx) {
+		if err := w.Write(cur.Current); err != nil {
+			return fmt.Errorf("%s: %w", dest, err)
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return fmt.Errorf("reading %s after %d documents: %w", coll.Name(), w.Docs(), err)
+	}
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("writing %s: %w", dest, err)
+	}
+	return nil
 }

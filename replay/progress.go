@@ -24,7 +24,7 @@ type Meter struct {
 }
 
 // Progress redraws a bar in place on a terminal, about five times a second,
-// and prints a plain line every PlainEvery otherwise (a log file or CI),
+// and prints a plain line every five seconds otherwise (a log file or CI),
 // where carriage returns would make a mess.
 type Progress struct {
 	w      io.Writer
@@ -34,7 +34,7 @@ type Progress struct {
 	once   sync.Once
 	cancel context.CancelFunc // ends the redraw loop
 	done   sync.WaitGroup
-	recent []progressPoint // the last rateWindow of (time, done), for the rate and ETA
+	recent []progressPoint // the last recentWindow of (time, done), for the rate and ETA
 }
 
 type progressPoint struct {
@@ -47,16 +47,17 @@ type progressPoint struct {
 // lag behind.
 const recentWindow = 30 * time.Second
 
-// PlainEvery is how often a line is printed when the output is not a terminal.
-var PlainEvery = 5 * time.Second
-
 // StartProgress shows m on w (nil: nothing) until Stop.
 func StartProgress(w io.Writer, m Meter) *Progress {
-	p := &Progress{w: w, m: m, tty: isTerminal(w), start: time.Now()}
+	p := &Progress{w: w, m: m, start: time.Now()}
 	if w == nil {
 		return p
 	}
-	every := PlainEvery
+	every := 5 * time.Second
+	if f, ok := w.(*os.File); ok {
+		st, err := f.Stat()
+		p.tty = err == nil && st.Mode()&os.ModeCharDevice != 0
+	}
 	if p.tty {
 		every = 200 * time.Millisecond
 	}
@@ -84,8 +85,9 @@ func (p *Progress) draw(final bool) {
 		p.recent = p.recent[1:]
 	}
 	elapsed := now.Sub(p.start)
-	rate := float64(p.recent[len(p.recent)-1].done) / elapsed.Seconds()
-	if first, last := p.recent[0], p.recent[len(p.recent)-1]; !final && last.at.Sub(first.at) >= 5*time.Second {
+	first, last := p.recent[0], p.recent[len(p.recent)-1]
+	rate := float64(last.done) / elapsed.Seconds()
+	if !final && last.at.Sub(first.at) >= 5*time.Second {
 		rate = float64(last.done-first.done) / last.at.Sub(first.at).Seconds()
 	}
 	line := formatProgress(p.m, elapsed, rate, p.tty)
@@ -101,8 +103,7 @@ func (p *Progress) draw(final bool) {
 // formatProgress renders one line: label, bar, percentage, counts, bytes,
 // rate (per second), ETA at that rate, elapsed time and the extra text.
 func formatProgress(m Meter, elapsed time.Duration, rate float64, bar bool) string {
-	done := m.Done()
-	var total int64
+	done, total := m.Done(), int64(0)
 	if m.Total != nil {
 		total = m.Total()
 	}
@@ -111,9 +112,8 @@ func formatProgress(m Meter, elapsed time.Duration, rate float64, bar bool) stri
 	if total > 0 {
 		frac := min(float64(done)/float64(total), 1)
 		if bar {
-			const width = 24
-			n := int(frac * width)
-			b.WriteString(" [" + strings.Repeat("=", n) + strings.Repeat(" ", width-n) + "]")
+			n := int(frac * 24)
+			b.WriteString(" [" + strings.Repeat("=", n) + strings.Repeat(" ", 24-n) + "]")
 		}
 		fmt.Fprintf(&b, " %3.0f%% %s/%s", frac*100, planner.Thousands(done), planner.Thousands(total))
 	} else {
@@ -139,16 +139,6 @@ func formatProgress(m Meter, elapsed time.Duration, rate float64, bar bool) stri
 		}
 	}
 	return b.String()
-}
-
-// isTerminal reports whether w is a terminal (a character device).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 func byteSize(n int64) string {

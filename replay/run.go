@@ -1,3 +1,13 @@
+// Package replay takes and replays backlog snapshots, to answer "would this
+// backlog wedge us, and how long would it take to drain?" before and after a
+// change, and to reproduce an incident in staging (docs/contract.md).
+//
+// Snapshot and Generate write Extended JSON files (what mongoexport writes)
+// and a manifest. A Loader validates the files, then inserts them, at once or
+// at their original arrival times sped up, on an injected Clock. Drain runs
+// the real consumer until the queue is empty, sampling it every second; a
+// Report is the summary (JSON), the timeline (CSV) and a chart (SVG). Replay
+// wires a replay together for both binaries.
 package replay
 
 import (

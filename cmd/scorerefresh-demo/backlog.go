@@ -3,13 +3,18 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"math"
 	"math/rand/v2"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/scorerefresh/scorerefresh/internal/app"
 	gen "github.com/scorerefresh/scorerefresh/internal/backlog"
 	"github.com/scorerefresh/scorerefresh/internal/config"
+	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
 const firehoseUser = "firehose"
@@ -59,4 +64,88 @@ func (b *backlog) seed(ctx context.Context, db *mongo.Database, cfg config.Confi
 		}
 	}
 	return nil
+}
+
+// verify checks every user's stored score against the sum of their seeded
+// activity (the rules) or, with example, what the example scorers compute.
+func verify(ctx context.Context, svc *app.Service, b *backlog, example bool, out io.Writer) error {
+	docs, err := readAll[scoring.ScoreDoc](ctx, svc.DB.Collection("user_scores"), "scores")
+	if err != nil {
+		return err
+	}
+	got := map[string]scoring.ScoreDoc{}
+	for _, d := range docs {
+		got[d.Username] = d
+	}
+	check := func(user string) string {
+		if d, ok := got[user]; !ok || math.Abs(d.Score-b.want[user]) > 1e-9 {
+			return fmt.Sprintf("scored %v, want %v", d.Score, b.want[user])
+		}
+		return ""
+	}
+	done := "the sum of their seeded activity"
+	if example {
+		if check, err = exampleCheck(ctx, svc, got); err != nil {
+			return err
+		}
+		done = "the example scorer's (2 per activity document plus its points)"
+	}
+	wrong := 0
+	for user := range b.want {
+		if problem := check(user); problem != "" {
+			if wrong < 5 {
+				fmt.Fprintf(out, "  WRONG: %s %s\n", user, problem)
+			}
+			wrong++
+		}
+	}
+	if wrong > 0 {
+		return fmt.Errorf("%d of %d scores are wrong", wrong, len(b.want))
+	}
+	fmt.Fprintf(out, "verified: all %d scores equal %s\n", len(b.want), done)
+	return nil
+}
+
+// exampleCheck compares a user's stored score with what the example scorers
+// compute from the source data the score was read at: two points per
+// activity document at or before refreshedAt plus their points.
+func exampleCheck(ctx context.Context, svc *app.Service, got map[string]scoring.ScoreDoc) (func(string) string, error) {
+	type activityDoc struct {
+		User   string        `bson:"username"`
+		Points bson.RawValue `bson:"points"`
+		At     time.Time     `bson:"at"`
+	}
+	activity, err := readAll[activityDoc](ctx, svc.DB.Collection("user_activity"), "user_activity")
+	if err != nil {
+		return nil, err
+	}
+	events, points := map[string]float64{}, map[string]float64{}
+	for _, a := range activity {
+		if d, ok := got[a.User]; ok && !a.At.After(d.RefreshedAt) {
+			p, _ := a.Points.AsFloat64OK()
+			events[a.User]++
+			points[a.User] += p
+		}
+	}
+	return func(user string) string {
+		d, ok := got[user]
+		want := 2*events[user] + points[user]
+		if !ok || math.Abs(d.Score-want) > 1e-9 || d.Components["events"] != events[user] || math.Abs(d.Components["points"]-points[user]) > 1e-9 {
+			return fmt.Sprintf("scored %v %v, want %v (events %v, points %v)", d.Score, d.Components, want, events[user], points[user])
+		}
+		return ""
+	}, nil
+}
+
+// readAll reads every document of coll, what naming it in the error.
+func readAll[T any](ctx context.Context, coll *mongo.Collection, what string) ([]T, error) {
+	var docs []T
+	cur, err := coll.Find(ctx, bson.D{})
+	if err == nil {
+		err = cur.All(ctx, &docs)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s to verify: %w", what, err)
+	}
+	return docs, nil
 }

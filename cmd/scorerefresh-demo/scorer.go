@@ -104,7 +104,7 @@ func withScorerExample(ctx context.Context, cfg *config.Config, which scorerExam
 	go func() {
 		err := s.cmd.Wait()
 		pw.Close()
-		cancel(&scorerExitError{which, err})
+		cancel(scorerExitError{fmt.Errorf("the %s example scorer exited (%v); its log is above", which, err)})
 		close(s.done)
 	}()
 	select {
@@ -138,20 +138,12 @@ func firstLine(r io.Reader) <-chan string {
 }
 
 // scorerExitError ends the context of withScorerExample.
-type scorerExitError struct {
-	which scorerExample
-	err   error // of Wait
-}
-
-func (e *scorerExitError) Error() string {
-	return fmt.Sprintf("the %s example scorer exited (%v); its log is above", e.which, e.err)
-}
+type scorerExitError struct{ error }
 
 // scorerExited is why the drain of ctx stopped if the example scorer exited
 // under it, nil otherwise (an interrupt, or no example scorer).
 func scorerExited(ctx context.Context) error {
-	var exited *scorerExitError
-	if errors.As(context.Cause(ctx), &exited) {
+	if exited, ok := context.Cause(ctx).(scorerExitError); ok {
 		return exited
 	}
 	return nil
