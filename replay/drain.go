@@ -39,8 +39,7 @@ type DrainConfig struct {
 	Interval time.Duration     // timeline resolution; default 1s
 	Until    time.Duration     // stop after this long even if entries remain; 0: until empty
 	// Arrived counts the entries inserted so far and LoadDone delivers the
-	// load's result when the queue loads while it drains (paced arrival);
-	// both nil: the queue is complete before the drain begins.
+	// load's result when the queue loads during the drain (paced arrival).
 	Arrived  func() int64
 	LoadDone <-chan error
 	Expected int64     // entries the drain should see through, for the progress bar
@@ -106,12 +105,9 @@ func watch(ctx context.Context, cfg DrainConfig, s *sampler, done <-chan error, 
 	defer t.Stop()
 	var deadline <-chan time.Time
 	if cfg.Until > 0 {
-		until := time.NewTimer(cfg.Until)
-		defer until.Stop()
-		deadline = until.C
+		deadline = time.After(cfg.Until)
 	}
-	loadDone := cfg.LoadDone
-	loading := loadDone != nil
+	loadDone, loading := cfg.LoadDone, cfg.LoadDone != nil
 	for {
 		select {
 		case <-ctx.Done():
@@ -159,11 +155,9 @@ func describeSample(s *planner.Sample) string {
 // sampler takes timeline samples: counters from the consumer's metrics
 // in-process, depth and oldest age from a queuestate read. That read costs a
 // millisecond on MongoDB, but on a server that scans whole collections
-// (FerretDB: half a second a query at 20,000 entries) it would compete with
-// the drain it measures, so it is repeated only after five times its cost,
-// and the samples in between derive the depth from the counters. A derived
-// depth of zero is always checked by a query: only a measured zero ends a
-// drain.
+// (FerretDB: half a second at 20,000 entries) it would slow the drain it
+// measures, so it is repeated only after five times its cost, the samples in
+// between deriving the depth from the counters; a derived zero is checked.
 type sampler struct {
 	queue    *queuestate.Reader
 	m        *metrics.Consumer

@@ -92,7 +92,7 @@ func (l *Loader) Scan(ctx context.Context) (*Plan, error) {
 	return p, nil
 }
 
-// Inserted returns the queue entries inserted so far; safe from any goroutine.
+// Inserted is the queue entries inserted so far; safe from any goroutine.
 func (l *Loader) Inserted() int64 { return l.inserted.Load() }
 
 // LoadedSoFar describes what is in the database, file by file, so a load
@@ -156,9 +156,8 @@ func (l *Loader) LoadQueue(ctx context.Context) error {
 
 // retime returns the new createdAt of an entry (zero: unchanged) and how
 // long until it is due. Paced, an entry is due at its original offset from
-// the first entry divided by the speed; with --shift-to-now it is stamped
-// with that moment, so the queue's oldest age means time spent waiting in
-// this replay.
+// the first divided by the speed; with --shift-to-now it is stamped with that
+// moment, so the queue's oldest age is time spent waiting in this replay.
 func (l *Loader) retime(createdAt time.Time) (time.Time, time.Duration) {
 	switch {
 	case createdAt.IsZero() || l.cfg.Arrival != ArrivalOriginal && l.shift == 0:
@@ -175,9 +174,8 @@ func (l *Loader) retime(createdAt time.Time) (time.Time, time.Duration) {
 }
 
 // load streams the i-th file of the plan into its collection in batches.
-// prep turns a parsed document into the one to insert and says how long to
-// wait before it: one due later than pacingSlack first sends what is
-// batched, then sleeps.
+// prep turns a parsed document into the one to insert and how long to wait
+// before it: one due later than pacingSlack flushes the batch, then sleeps.
 func (l *Loader) load(ctx context.Context, i int, prep func(bson.Raw) (any, time.Duration, error)) error {
 	f, done := l.plan.Files[i], &l.loaded[i]
 	coll, progress := l.cfg.DB.Collection(f.Collection), l.cfg.Progress

@@ -52,15 +52,13 @@ type InputFile struct {
 	Queue      bool
 }
 
-// inputExtensions are the file names a directory replay picks up, as
-// mongoexport users name them.
+// inputExtensions are the files a directory without a manifest holds.
 var inputExtensions = []string{".json", ".jsonl", ".ndjson"}
 
 // ResolveInput lists the files of --in, and the manifest that lists them
 // (nil when there is none). A file is the queue. A directory is read through
-// its manifest if it has one; otherwise each *.json, *.jsonl or *.ndjson file
-// (optionally .gz) is the collection its name says, and the one named after
-// queue is the queue.
+// its manifest, else each input file (optionally .gz) is the collection its
+// name says, and the one named after queue is the queue.
 func ResolveInput(path, queue string) (files []InputFile, m *Manifest, err error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -100,7 +98,6 @@ func ResolveInput(path, queue string) (files []InputFile, m *Manifest, err error
 	return files, m, nil
 }
 
-// ReadManifest reads dir's manifest.
 func ReadManifest(dir string) (*Manifest, error) {
 	path := filepath.Join(dir, ManifestName)
 	var m Manifest
@@ -213,8 +210,8 @@ func writeFile(path, coll string, canonical bool, fill func(w *extjson.Writer, b
 }
 
 // Export streams every document of coll to w in _id order, flushed, with a
-// progress line on progress (bytes: what w's destination has taken so
-// far). dest names the destination in errors: a file, or standard output.
+// progress line (bytes: what w's destination has taken so far). dest names
+// the destination in errors: a file, or standard output.
 func Export(ctx context.Context, coll *mongo.Collection, w *extjson.Writer, bytes func() int64, dest string, progress io.Writer) error {
 	total, err := coll.EstimatedDocumentCount(ctx)
 	if err != nil {

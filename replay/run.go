@@ -28,22 +28,12 @@ import (
 
 // Options are the flags of `replay`; both binaries register the same set.
 type Options struct {
-	In             string
-	ShiftToNow     bool
-	Arrival        string
-	Speed          float64
-	Drain          bool
-	Until          time.Duration
-	SkipBad        bool
-	Drop           bool
-	ReportDir      string
-	Embedded       bool
-	SampleInterval time.Duration
-	LogLevel       string
-	MetricsAddr    string
+	In, Arrival, ReportDir, LogLevel, MetricsAddr string
+	ShiftToNow, Drain, SkipBad, Drop, Embedded    bool
+	Speed                                         float64
+	Until, SampleInterval                         time.Duration
 }
 
-// Register defines the flags on fs.
 func (o *Options) Register(fs *flag.FlagSet) {
 	fs.StringVar(&o.In, "in", "", "snapshot file or directory, or a mongoexport file (required)")
 	fs.BoolVar(&o.ShiftToNow, "shift-to-now", false, "move every createdAt so the newest entry is now, keeping the gaps (and the rules' windowed time fields of source documents with them)")
@@ -60,7 +50,6 @@ func (o *Options) Register(fs *flag.FlagSet) {
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", "", "serve the consumer's /metrics here while draining (default: not served)")
 }
 
-// Validate checks the flags' values together.
 func (o *Options) Validate() error {
 	var errs []error
 	if o.In == "" {

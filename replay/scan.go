@@ -47,8 +47,8 @@ type Plan struct {
 }
 
 // scan reads every file through, handing each queue entry to each (if not
-// nil). A bad document is an error naming its file and line, without skipBad
-// or when the reader cannot resynchronise after it.
+// nil). A bad document is an error naming its file and line, unless skipBad
+// and the reader can resynchronise after it.
 func scan(ctx context.Context, files []InputFile, skipBad bool, progress io.Writer, each func(user string, createdAt time.Time)) (*Plan, error) {
 	p := &Plan{}
 	users := map[string]struct{}{}
@@ -144,11 +144,10 @@ type QueueScan struct {
 	Malformed int64 // no username or no enqueue time: the consumer dead-letters them
 }
 
-// ReadQueue streams the queue entries of anything --in of replay takes,
-// calling fn with each well-formed entry's username and enqueue time, read
-// as the consumer reads them. queue names the queue's file in a directory
-// without a manifest. A document that does not parse stops it, with its file
-// and line, unless skipBad.
+// ReadQueue streams the queue entries of anything replay's --in takes,
+// calling fn with each well-formed entry's username and enqueue time, read as
+// the consumer reads them; queue is as for ResolveInput. A document that does
+// not parse stops it, with its file and line, unless skipBad.
 func ReadQueue(ctx context.Context, in, queue string, skipBad bool, fn func(user string, createdAt time.Time)) (*QueueScan, error) {
 	files, m, err := ResolveInput(in, queue)
 	if err != nil {
@@ -185,12 +184,11 @@ func ReadQueue(ctx context.Context, in, queue string, skipBad bool, fn func(user
 	return q, nil
 }
 
-// BookkeepingFields are the top-level queue-entry fields a consumer (this
-// one in an older version, or another implementation) may have written into
-// an entry to claim it, count its attempts or back it off; producers never
-// write them (docs/contract.md). Replay strips them, and every field whose
-// name starts with BookkeepingPrefix (processing, processingBy, ...), so
-// every entry is pending again.
+// BookkeepingFields are the top-level queue-entry fields a consumer (an
+// older version, another implementation) may have written to claim an entry,
+// count its attempts or back it off; producers never write them
+// (docs/contract.md). Replay strips them, and every field whose name starts
+// with BookkeepingPrefix, so every entry is pending again.
 var BookkeepingFields = []string{
 	"claimToken", "claimedBy", "claimedAt", "claimOwner",
 	"leaseUntil", "lockedUntil", "lockedBy",

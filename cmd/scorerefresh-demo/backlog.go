@@ -50,16 +50,11 @@ func newBacklog(o demoOptions) *backlog {
 // seed inserts the backlog as producers write it: the source data first,
 // then the events.
 func (b *backlog) seed(ctx context.Context, db *mongo.Database, cfg config.Config) error {
-	for _, c := range []struct {
-		coll *mongo.Collection
-		docs []any
-	}{
-		{db.Collection("user_activity"), b.activity},
-		{db.Collection(cfg.QueueCollection), b.entries},
-	} {
-		for i := 0; i < len(c.docs); i += 1000 {
-			if _, err := c.coll.InsertMany(ctx, c.docs[i:min(i+1000, len(c.docs))]); err != nil {
-				return fmt.Errorf("seeding %s: %w", c.coll.Name(), err)
+	colls := []*mongo.Collection{db.Collection("user_activity"), db.Collection(cfg.QueueCollection)}
+	for c, docs := range [][]any{b.activity, b.entries} {
+		for i := 0; i < len(docs); i += 1000 {
+			if _, err := colls[c].InsertMany(ctx, docs[i:min(i+1000, len(docs))]); err != nil {
+				return fmt.Errorf("seeding %s: %w", colls[c].Name(), err)
 			}
 		}
 	}

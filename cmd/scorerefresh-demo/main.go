@@ -38,8 +38,6 @@ type demoOptions struct {
 	firehose float64
 	seed     uint64
 	dataDir  string
-	logLevel string
-	cpuProf  string
 	scorer   scorerExample // --scorer-example: drain through examples/ instead of the rules
 }
 
@@ -64,17 +62,14 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var o demoOptions
 	o.register(fs, "keep the embedded server's SQLite files here (default: a temporary directory)")
-	fs.StringVar(&o.logLevel, "log-level", "warn", "the service's log level (its JSON lines go to stderr)")
-	fs.StringVar(&o.cpuProf, "cpuprofile", "", "write a CPU profile of the whole run (server included) to this file")
+	logLevel := fs.String("log-level", "warn", "the service's log level (its JSON lines go to stderr)")
+	cpuProf := fs.String("cpuprofile", "", "write a CPU profile of the whole run (server included) to this file")
 	fs.Var(&o.scorer, "scorer-example", "drain through an example HTTP scorer instead of the rules: node (examples/nodescorer, the default) or go (examples/httpscorer)")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); err != nil || takeScorerExampleArg(fs, &o.scorer) != nil {
 		return 2
 	}
-	if err := takeScorerExampleArg(fs, &o.scorer); err != nil {
-		return 2
-	}
-	if o.cpuProf != "" {
-		f, err := os.Create(o.cpuProf)
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
 		if err == nil {
 			defer f.Close()
 			err = pprof.StartCPUProfile(f)
@@ -92,7 +87,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	// The rest of the service's configuration comes from the environment as
 	// in production (REFRESH_CONCURRENCY=4 go run ./cmd/scorerefresh-demo),
 	// except where the demo must decide: its own server, a free metrics port.
-	environ = append(environ, "METRICS_ADDR=127.0.0.1:0", "LOG_LEVEL="+o.logLevel, "POLL_INTERVAL=200ms")
+	environ = append(environ, "METRICS_ADDR=127.0.0.1:0", "LOG_LEVEL="+*logLevel, "POLL_INTERVAL=200ms")
 	cfg, err := config.Parse(environ)
 	if err == nil && o.scorer != "" && (cfg.ScoringRules != "" || cfg.ScorerURL != "") {
 		err = errors.New("--scorer-example brings its own scorer: unset SCORING_RULES and SCORER_URL")

@@ -33,19 +33,17 @@ const (
 	Distinct Shape = "distinct"
 )
 
-// FirehoseShare is the hot user's share of `backlog generate --shape
-// firehose`.
+// FirehoseShare is the hot user's share of `backlog generate --shape firehose`.
 const FirehoseShare = 0.9
 
 // Spec is a backlog: how many entries, over how many users, in what shape,
 // enqueued evenly over Span up to End (the newest entry's time).
 type Spec struct {
-	Shape   Shape
-	Entries int
-	Users   int
-	Hot     float64       // Firehose only: user 0's share of the entries
-	Span    time.Duration // default 10 minutes
-	End     time.Time     // default now
+	Shape          Shape
+	Entries, Users int
+	Hot            float64       // Firehose only: user 0's share of the entries
+	Span           time.Duration // default 10 minutes
+	End            time.Time     // default now
 }
 
 // Entry is one generated queue entry: its user's number and enqueue time.

@@ -60,7 +60,7 @@ type Reader struct {
 	br      *bufio.Reader
 	layout  Layout
 	started bool
-	done    bool
+	done    bool          // after io.EOF or a Fatal error
 	element int           // documents seen so far, good or bad
 	line    int           // line of the last document returned
 	next    int           // line layout: number of the next line to read
@@ -92,26 +92,20 @@ func (r *Reader) Next() (bson.Raw, error) {
 	return r.nextElement()
 }
 
-// start detects the layout: a '[' opens an array, a first line that is a
-// lone '{' starts pretty-printed documents, anything else is one a line.
+// start detects the layout from the first bytes that are not blank: a '['
+// opens an array, a first line that is a lone '{' starts pretty-printed
+// documents, anything else is one a line.
 func (r *Reader) start() error {
 	r.started = true
-	b, err := r.br.ReadByte()
-	for ; err == nil && strings.IndexByte(" \t\r\n", b) >= 0; b, err = r.br.ReadByte() {
-		if b == '\n' {
-			r.next++
-		}
-	}
-	if err != nil {
-		return err // io.EOF for an input of blanks, as for an empty one
-	}
-	r.br.UnreadByte()
-	if b == '[' {
+	b, err := r.br.Peek(r.br.Size())
+	b = bytes.TrimLeft(b, " \t\r\n")
+	line, _, found := bytes.Cut(b, []byte{'\n'}) // not found in a full buffer: too long for a lone '{'
+	switch {
+	case len(b) > 0 && b[0] == '[':
 		r.layout = LayoutArray
-	} else if string(r.firstLine()) == "{" {
+	case (found || err != nil) && string(bytes.TrimSpace(line)) == "{":
 		r.layout = LayoutConcatenated
-	}
-	if r.layout == LayoutLines {
+	default:
 		r.lines.stop() // lines are counted as they are read
 		return nil
 	}
@@ -120,22 +114,10 @@ func (r *Reader) start() error {
 	r.dec = json.NewDecoder(r.br)
 	if r.layout == LayoutArray {
 		if _, err := r.dec.Token(); err != nil {
-			return &Error{File: r.name, Line: r.next, Element: 1, Err: err, Fatal: true}
+			return &Error{File: r.name, Line: r.lines.lineAt(r.dec.InputOffset()), Element: 1, Err: err, Fatal: true}
 		}
 	}
 	return nil
-}
-
-// firstLine returns the first line without consuming it, or nil when it is
-// longer than the buffer (so not a lone '{').
-func (r *Reader) firstLine() []byte {
-	b, err := r.br.Peek(r.br.Size())
-	if i := bytes.IndexByte(b, '\n'); i >= 0 {
-		b = b[:i]
-	} else if err == nil {
-		return nil
-	}
-	return bytes.TrimSpace(b) // err != nil: the file is one line
 }
 
 func (r *Reader) nextLine() (bson.Raw, error) {
@@ -275,11 +257,10 @@ func Open(path string) (*File, error) {
 	return in, nil
 }
 
-// Size returns the file's size on disk.
 func (f *File) Size() int64 { return f.size }
 
 // BytesRead returns how much of the file on disk has been read; safe to call
-// from another goroutine (a progress bar), as are BytesWritten, Docs and Bytes.
+// from another goroutine (a progress bar), as are BytesWritten and Docs.
 func (f *File) BytesRead() int64 { return f.read.Load() }
 
 func (f *File) Close() error {
@@ -290,7 +271,6 @@ func (f *File) Close() error {
 	return errors.Join(err, f.f.Close())
 }
 
-// byteCounter counts the bytes that pass through a tee.
 type byteCounter struct{ atomic.Int64 }
 
 func (c *byteCounter) Write(p []byte) (int, error) {
@@ -323,7 +303,7 @@ func Create(path string) (*Output, error) {
 	return o, nil
 }
 
-// BytesWritten returns the bytes written to disk so far (compressed).
+// BytesWritten is the bytes written to disk so far (compressed).
 func (o *Output) BytesWritten() int64 { return o.written.Load() }
 
 // Commit finishes the file and gives it its final name.
@@ -356,7 +336,7 @@ type Writer struct {
 	w         *bufio.Writer
 	canonical bool
 	docs      atomic.Int64
-	bytes     atomic.Int64
+	bytes     atomic.Int64 // uncompressed
 }
 
 // NewWriter writes to w; call Flush when done.
@@ -380,8 +360,5 @@ func (w *Writer) Write(doc any) error {
 }
 
 func (w *Writer) Docs() int64 { return w.docs.Load() }
-
-// Bytes returns the uncompressed bytes written so far.
-func (w *Writer) Bytes() int64 { return w.bytes.Load() }
 
 func (w *Writer) Flush() error { return w.w.Flush() }
