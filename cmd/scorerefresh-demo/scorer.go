@@ -65,9 +65,8 @@ type exampleScorer struct {
 
 // withScorerExample builds or installs the example scorer which names (none
 // when empty), starts it on a free loopback port reading cfg's database at
-// uri, waits until it listens and points cfg at it. The context returned
-// ends, with a cause, once the scorer exits: a demo draining through a dead
-// scorer would otherwise wait forever.
+// uri, and points cfg at it once it listens. The context returned ends once
+// the scorer exits: a demo draining through a dead scorer would wait forever.
 func withScorerExample(ctx context.Context, cfg *config.Config, which scorerExample, uri string, stdout, stderr io.Writer) (_ context.Context, stop func(), err error) {
 	if which == "" {
 		return ctx, func() {}, nil
