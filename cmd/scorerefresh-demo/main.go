@@ -35,12 +35,11 @@ func main() {
 }
 
 type demoOptions struct {
-	entries  int
-	users    int
-	firehose float64
-	seed     uint64
-	dataDir  string
-	scorer   scorerExample // --scorer-example: drain through examples/ instead of the rules
+	entries, users int
+	firehose       float64
+	seed           uint64
+	dataDir        string
+	scorer         scorerExample // --scorer-example: drain through examples/ instead of the rules
 }
 
 // register defines the flags of the backlog and its server, which the demo
