@@ -6,12 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/planner"
 	"github.com/scorerefresh/scorerefresh/queuestate"
 )
@@ -39,8 +43,7 @@ type DrainConfig struct {
 	Interval time.Duration     // timeline resolution; default 1s
 	Until    time.Duration     // stop after this long even if entries remain; 0: until empty
 	// Arrived counts the entries inserted so far and LoadDone delivers the
-	// load's result when the queue loads while it drains (paced arrival);
-	// both nil: the queue is complete before the drain begins.
+	// load's result when the queue loads during the drain (paced arrival).
 	Arrived  func() int64
 	LoadDone <-chan error
 	Expected int64     // entries the drain should see through, for the progress bar
@@ -106,12 +109,9 @@ func watch(ctx context.Context, cfg DrainConfig, s *sampler, done <-chan error, 
 	defer t.Stop()
 	var deadline <-chan time.Time
 	if cfg.Until > 0 {
-		until := time.NewTimer(cfg.Until)
-		defer until.Stop()
-		deadline = until.C
+		deadline = time.After(cfg.Until)
 	}
-	loadDone := cfg.LoadDone
-	loading := loadDone != nil
+	loadDone, loading := cfg.LoadDone, cfg.LoadDone != nil
 	for {
 		select {
 		case <-ctx.Done():
@@ -159,29 +159,26 @@ func describeSample(s *planner.Sample) string {
 // sampler takes timeline samples: counters from the consumer's metrics
 // in-process, depth and oldest age from a queuestate read. That read costs a
 // millisecond on MongoDB, but on a server that scans whole collections
-// (FerretDB: half a second a query at 20,000 entries) it would compete with
-// the drain it measures, so it is repeated only after five times its cost,
-// and the samples in between derive the depth from the counters. A derived
-// depth of zero is always checked by a query: only a measured zero ends a
-// drain.
+// (FerretDB: half a second at 20,000 entries) it would slow the drain it
+// measures, so it is repeated only after five times its cost, the samples in
+// between deriving the depth from the counters; a derived zero is checked.
 type sampler struct {
 	queue    *queuestate.Reader
 	m        *metrics.Consumer
 	arrived  func() int64
 	start    time.Time
-	base     counters
+	base     planner.Sample // the counters when the drain began
 	prev     planner.Sample
 	measured planner.Sample // the last measured sample
 	nextScan time.Time
 }
 
-type counters struct{ acked, refreshes, deadLetters float64 }
-
-func readCounters(m *metrics.Consumer) counters {
-	return counters{
-		acked:     metrics.Read(m.EntriesAcked),
-		refreshes: metrics.Read(m.Refreshes.WithLabelValues(metrics.OutcomeOK)),
-		deadLetters: metrics.Read(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonMalformed)) +
+// counters reads the consumer's counters into a sample's totals.
+func counters(m *metrics.Consumer) planner.Sample {
+	return planner.Sample{
+		Acked:     metrics.Read(m.EntriesAcked),
+		Refreshes: metrics.Read(m.Refreshes.WithLabelValues(metrics.OutcomeOK)),
+		DeadLetters: metrics.Read(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonMalformed)) +
 			metrics.Read(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonMaxAttempts)),
 	}
 }
@@ -190,21 +187,15 @@ func newSampler(queue *mongo.Collection, m *metrics.Consumer, arrived func() int
 	if arrived == nil {
 		arrived = func() int64 { return 0 }
 	}
-	return &sampler{queue: queuestate.New(queue, nil), m: m, arrived: arrived, start: start, base: readCounters(m)}
+	return &sampler{queue: queuestate.New(queue, nil), m: m, arrived: arrived, start: start, base: counters(m)}
 }
 
 // runOnce takes the sample for now; force measures the queue even when the
 // budget says to wait (the drain's final figures).
 func (s *sampler) runOnce(ctx context.Context, now time.Time, force bool) (planner.Sample, error) {
-	c := readCounters(s.m)
-	smp := planner.Sample{
-		T:           now.Sub(s.start).Seconds(),
-		OldestAge:   -1,
-		Acked:       c.acked - s.base.acked,
-		Refreshes:   c.refreshes - s.base.refreshes,
-		DeadLetters: c.deadLetters - s.base.deadLetters,
-		Arrived:     s.arrived(),
-	}
+	c := counters(s.m)
+	smp := planner.Sample{T: now.Sub(s.start).Seconds(), OldestAge: -1, Arrived: s.arrived(),
+		Acked: c.Acked - s.base.Acked, Refreshes: c.Refreshes - s.base.Refreshes, DeadLetters: c.DeadLetters - s.base.DeadLetters}
 	if dt := smp.T - s.prev.T; dt > 0 {
 		smp.AckedPerSec = (smp.Acked - s.prev.Acked) / dt
 	}
@@ -225,4 +216,141 @@ func (s *sampler) runOnce(ctx context.Context, now time.Time, force bool) (plann
 	smp.Depth, smp.OldestAge, smp.Measured = int(st.Depth), st.OldestAge(now).Seconds(), true
 	s.prev, s.measured = smp, smp
 	return smp, nil
+}
+
+// Meter is what one progress line shows. Only Label and Done are required.
+type Meter struct {
+	Label string
+	Unit  string        // what Done counts, e.g. "entries"
+	Done  func() int64  // work done so far
+	Total func() int64  // expected total (an estimate is fine); nil or 0: unknown, no bar or ETA
+	Bytes func() int64  // bytes moved so far; nil: not shown
+	Extra func() string // appended to the line; nil: nothing
+}
+
+// Progress redraws a bar in place on a terminal, about five times a second,
+// and prints a plain line every five seconds otherwise (a log file or CI),
+// where carriage returns would make a mess.
+type Progress struct {
+	w      io.Writer
+	m      Meter
+	tty    bool
+	start  time.Time
+	once   sync.Once
+	cancel context.CancelFunc // ends the redraw loop
+	done   sync.WaitGroup
+	recent []progressPoint // the last recentWindow of (time, done), for the rate and ETA
+}
+
+type progressPoint struct {
+	at   time.Time
+	done int64
+}
+
+// recentWindow is how far back the rate looks: a drain's pace changes as
+// the backlog's shape does, and an ETA from the whole run's average would
+// lag behind.
+const recentWindow = 30 * time.Second
+
+// StartProgress shows m on w (nil: nothing) until Stop.
+func StartProgress(w io.Writer, m Meter) *Progress {
+	p := &Progress{w: w, m: m, start: time.Now()}
+	if w == nil {
+		return p
+	}
+	every := 5 * time.Second
+	if f, ok := w.(*os.File); ok {
+		st, err := f.Stat()
+		p.tty = err == nil && st.Mode()&os.ModeCharDevice != 0
+	}
+	if p.tty {
+		every = 200 * time.Millisecond
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	p.done.Go(func() { clock.Every(ctx, clock.Real{}, every, func(context.Context) { p.draw(false) }) })
+	return p
+}
+
+// Stop prints the final line; calling it again does nothing.
+func (p *Progress) Stop() {
+	p.once.Do(func() {
+		if p.w != nil {
+			p.cancel()
+			p.done.Wait()
+			p.draw(true)
+		}
+	})
+}
+
+func (p *Progress) draw(final bool) {
+	now := time.Now()
+	p.recent = append(p.recent, progressPoint{now, p.m.Done()})
+	for len(p.recent) > 2 && now.Sub(p.recent[1].at) >= recentWindow {
+		p.recent = p.recent[1:]
+	}
+	elapsed := now.Sub(p.start)
+	first, last := p.recent[0], p.recent[len(p.recent)-1]
+	rate := float64(last.done) / elapsed.Seconds()
+	if !final && last.at.Sub(first.at) >= 5*time.Second {
+		rate = float64(last.done-first.done) / last.at.Sub(first.at).Seconds()
+	}
+	line := formatProgress(p.m, elapsed, rate, p.tty)
+	if p.tty {
+		line = "\r" + line + "\x1b[K"
+	}
+	if final || !p.tty {
+		line += "\n"
+	}
+	fmt.Fprint(p.w, line)
+}
+
+// formatProgress renders one line: label, bar, percentage, counts, bytes,
+// rate (per second), ETA at that rate, elapsed time and the extra text.
+func formatProgress(m Meter, elapsed time.Duration, rate float64, bar bool) string {
+	done, total := m.Done(), int64(0)
+	if m.Total != nil {
+		total = m.Total()
+	}
+	var b strings.Builder
+	b.WriteString(m.Label)
+	if total > 0 {
+		frac := min(float64(done)/float64(total), 1)
+		if bar {
+			n := int(frac * 24)
+			b.WriteString(" [" + strings.Repeat("=", n) + strings.Repeat(" ", 24-n) + "]")
+		}
+		fmt.Fprintf(&b, " %3.0f%% %s/%s", frac*100, planner.Thousands(done), planner.Thousands(total))
+	} else {
+		fmt.Fprintf(&b, " %s", planner.Thousands(done))
+	}
+	if m.Unit != "" {
+		b.WriteString(" " + m.Unit)
+	}
+	if m.Bytes != nil {
+		b.WriteString("  " + byteSize(m.Bytes()))
+	}
+	if elapsed > 0 {
+		fmt.Fprintf(&b, "  %s/s", planner.Thousands(int64(rate+0.5)))
+		if total > done && rate > 0 {
+			eta := time.Duration(float64(total-done) / rate * float64(time.Second))
+			b.WriteString("  ETA " + eta.Round(time.Second).String())
+		}
+	}
+	fmt.Fprintf(&b, "  %s", elapsed.Round(100*time.Millisecond))
+	if m.Extra != nil {
+		if s := m.Extra(); s != "" {
+			b.WriteString("  " + s)
+		}
+	}
+	return b.String()
+}
+
+func byteSize(n int64) string {
+	for i, unit := range []string{"GiB", "MiB", "KiB"} {
+		if d := int64(1) << (30 - 10*i); n >= d {
+			return fmt.Sprintf("%.1f %s", float64(n)/float64(d), unit)
+		}
+	}
+	return fmt.Sprintf("%d B", n)
 }

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"bytes"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
@@ -40,8 +41,8 @@ type Settings struct {
 	Version             string `json:"version,omitempty"`
 }
 
-// Report is the drain report's JSON summary. The timeline goes to its own
-// CSV file and the chart.
+// Report is the drain report's JSON summary; the timeline goes to the CSV
+// file and the chart.
 type Report struct {
 	Format       string    `json:"format"`
 	Input        string    `json:"input"`
@@ -117,22 +118,17 @@ func (r *Report) WriteFiles(dir string) error {
 		return err
 	}
 	for name, write := range map[string]func(io.Writer) error{TimelineFile: r.WriteCSV, ChartFile: r.WriteSVG} {
-		f, err := os.Create(filepath.Join(dir, name))
-		if err != nil {
-			return err
-		}
-		if err := write(f); err != nil {
-			f.Close()
+		var b bytes.Buffer
+		if err := write(&b); err != nil {
 			return fmt.Errorf("writing %s: %w", name, err)
 		}
-		if err := f.Close(); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, name), b.Bytes(), 0o666); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// writeJSON writes v, indented, to the file at path.
 func writeJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
@@ -141,7 +137,6 @@ func writeJSON(path string, v any) error {
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
-// readJSON reads the file at path into v.
 func readJSON(path string, v any) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -256,8 +251,8 @@ func Compare(w io.Writer, a, b *Report, nameA, nameB string) error {
 	for _, s := range settings {
 		nameWidth = max(nameWidth, utf8.RuneCountInString(s.name))
 	}
-	// Names to the left, figures to the right, as a person reads a table;
-	// one block of columns for both parts, so the separator has cells.
+	// Names to the left, figures to the right; one block of columns for
+	// both parts, so the separator has cells.
 	tw := tabwriter.NewWriter(w, 0, 0, 0, ' ', tabwriter.AlignRight)
 	row := func(name, va, vb, note string) {
 		if note != "" {
@@ -324,12 +319,10 @@ func (r *Report) WriteSVG(w io.Writer) error {
 	}.WriteSVG(w)
 }
 
-// rateWindow is the moving average the throughput panel draws: the
-// consumer acknowledges in flushes, so per-second rates are spikes that hide
-// the trend (the CSV keeps them raw).
+// rateWindow is the moving average the rate panels draw: the consumer
+// acknowledges in flushes, so per-second rates are spikes (the CSV keeps them).
 const rateWindow = 5.0
 
-// panels turns the timeline into the stacked plots.
 func (r *Report) panels() []svgchart.Panel {
 	depth := svgchart.Series{Name: "queue depth", Color: "#2563eb", Fill: true}
 	age := svgchart.Series{Name: "oldest entry age", Color: "#dc2626", Fill: true}

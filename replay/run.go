@@ -1,3 +1,13 @@
+// Package replay takes and replays backlog snapshots, to answer "would this
+// backlog wedge us, and how long would it take to drain?" before and after a
+// change, and to reproduce an incident in staging (docs/contract.md).
+//
+// Snapshot and Generate write Extended JSON files (what mongoexport writes)
+// and a manifest. A Loader validates the files, then inserts them, at once or
+// at their original arrival times sped up, on an injected Clock. Drain runs
+// the real consumer until the queue is empty, sampling it every second; a
+// Report is the summary (JSON), the timeline (CSV) and a chart (SVG). Replay
+// wires a replay together for both binaries.
 package replay
 
 import (
@@ -18,22 +28,12 @@ import (
 
 // Options are the flags of `replay`; both binaries register the same set.
 type Options struct {
-	In             string
-	ShiftToNow     bool
-	Arrival        string
-	Speed          float64
-	Drain          bool
-	Until          time.Duration
-	SkipBad        bool
-	Drop           bool
-	ReportDir      string
-	Embedded       bool
-	SampleInterval time.Duration
-	LogLevel       string
-	MetricsAddr    string
+	In, Arrival, ReportDir, LogLevel, MetricsAddr string
+	ShiftToNow, Drain, SkipBad, Drop, Embedded    bool
+	Speed                                         float64
+	Until, SampleInterval                         time.Duration
 }
 
-// Register defines the flags on fs.
 func (o *Options) Register(fs *flag.FlagSet) {
 	fs.StringVar(&o.In, "in", "", "snapshot file or directory, or a mongoexport file (required)")
 	fs.BoolVar(&o.ShiftToNow, "shift-to-now", false, "move every createdAt so the newest entry is now, keeping the gaps (and the rules' windowed time fields of source documents with them)")
@@ -50,7 +50,6 @@ func (o *Options) Register(fs *flag.FlagSet) {
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", "", "serve the consumer's /metrics here while draining (default: not served)")
 }
 
-// Validate checks the flags' values together.
 func (o *Options) Validate() error {
 	var errs []error
 	if o.In == "" {

@@ -2,14 +2,22 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"math"
 	"math/rand/v2"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/scorerefresh/scorerefresh/internal/app"
 	gen "github.com/scorerefresh/scorerefresh/internal/backlog"
 	"github.com/scorerefresh/scorerefresh/internal/config"
+	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/queuestate"
+	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
 const firehoseUser = "firehose"
@@ -22,9 +30,8 @@ type backlog struct {
 	want     map[string]float64 // expected score per user
 }
 
-// newBacklog draws o's backlog: events that arrived over the last ten
-// minutes, oldest first; user 0 is the firehose user, the others are drawn
-// uniformly.
+// newBacklog draws o's backlog: events of the last ten minutes, oldest
+// first; user 0 is the firehose user, the others are drawn uniformly.
 func newBacklog(o demoOptions) *backlog {
 	rnd := rand.New(rand.NewPCG(o.seed, 0))
 	users, name := o.users, func(i int) string { return fmt.Sprintf("user-%04d", i) }
@@ -45,18 +52,174 @@ func newBacklog(o demoOptions) *backlog {
 // seed inserts the backlog as producers write it: the source data first,
 // then the events.
 func (b *backlog) seed(ctx context.Context, db *mongo.Database, cfg config.Config) error {
-	for _, c := range []struct {
-		coll *mongo.Collection
-		docs []any
-	}{
-		{db.Collection("user_activity"), b.activity},
-		{db.Collection(cfg.QueueCollection), b.entries},
-	} {
-		for i := 0; i < len(c.docs); i += 1000 {
-			if _, err := c.coll.InsertMany(ctx, c.docs[i:min(i+1000, len(c.docs))]); err != nil {
-				return fmt.Errorf("seeding %s: %w", c.coll.Name(), err)
+	colls := []*mongo.Collection{db.Collection("user_activity"), db.Collection(cfg.QueueCollection)}
+	for c, docs := range [][]any{b.activity, b.entries} {
+		for i := 0; i < len(docs); i += 1000 {
+			if _, err := colls[c].InsertMany(ctx, docs[i:min(i+1000, len(docs))]); err != nil {
+				return fmt.Errorf("seeding %s: %w", colls[c].Name(), err)
 			}
 		}
 	}
 	return nil
+}
+
+// verify checks every user's stored score against the sum of their seeded
+// activity (the rules) or, with example, what the example scorers compute.
+func verify(ctx context.Context, svc *app.Service, b *backlog, example bool, out io.Writer) error {
+	docs, err := readAll[scoring.ScoreDoc](ctx, svc.DB.Collection("user_scores"), "scores")
+	if err != nil {
+		return err
+	}
+	got := map[string]scoring.ScoreDoc{}
+	for _, d := range docs {
+		got[d.Username] = d
+	}
+	check := func(user string) string {
+		if d, ok := got[user]; !ok || math.Abs(d.Score-b.want[user]) > 1e-9 {
+			return fmt.Sprintf("scored %v, want %v", d.Score, b.want[user])
+		}
+		return ""
+	}
+	done := "the sum of their seeded activity"
+	if example {
+		if check, err = exampleCheck(ctx, svc, got); err != nil {
+			return err
+		}
+		done = "the example scorer's (2 per activity document plus its points)"
+	}
+	wrong := 0
+	for user := range b.want {
+		if problem := check(user); problem != "" {
+			if wrong < 5 {
+				fmt.Fprintf(out, "  WRONG: %s %s\n", user, problem)
+			}
+			wrong++
+		}
+	}
+	if wrong > 0 {
+		return fmt.Errorf("%d of %d scores are wrong", wrong, len(b.want))
+	}
+	fmt.Fprintf(out, "verified: all %d scores equal %s\n", len(b.want), done)
+	return nil
+}
+
+// exampleCheck compares a user's stored score with what the example scorers
+// compute from the source data the score was read at: two points per
+// activity document at or before refreshedAt plus their points.
+func exampleCheck(ctx context.Context, svc *app.Service, got map[string]scoring.ScoreDoc) (func(string) string, error) {
+	type activityDoc struct {
+		User   string        `bson:"username"`
+		Points bson.RawValue `bson:"points"`
+		At     time.Time     `bson:"at"`
+	}
+	activity, err := readAll[activityDoc](ctx, svc.DB.Collection("user_activity"), "user_activity")
+	if err != nil {
+		return nil, err
+	}
+	events, points := map[string]float64{}, map[string]float64{}
+	for _, a := range activity {
+		if d, ok := got[a.User]; ok && !a.At.After(d.RefreshedAt) {
+			p, _ := a.Points.AsFloat64OK()
+			events[a.User]++
+			points[a.User] += p
+		}
+	}
+	return func(user string) string {
+		d, ok := got[user]
+		want := 2*events[user] + points[user]
+		if !ok || math.Abs(d.Score-want) > 1e-9 || d.Components["events"] != events[user] || math.Abs(d.Components["points"]-points[user]) > 1e-9 {
+			return fmt.Sprintf("scored %v %v, want %v (events %v, points %v)", d.Score, d.Components, want, events[user], points[user])
+		}
+		return ""
+	}, nil
+}
+
+// readAll reads every document of coll, what naming it in the error.
+func readAll[T any](ctx context.Context, coll *mongo.Collection, what string) ([]T, error) {
+	var docs []T
+	cur, err := coll.Find(ctx, bson.D{})
+	if err == nil {
+		err = cur.All(ctx, &docs)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s to verify: %w", what, err)
+	}
+	return docs, nil
+}
+
+// progress prints one line a second while the queue drains.
+type progress struct {
+	svc        *app.Service
+	out        io.Writer
+	start, end time.Time
+}
+
+// untilDrained reports once a second until the queue is empty (true), ctx
+// ends (false) or the service stops on its own (its error).
+func (p *progress) untilDrained(ctx context.Context, done <-chan error) (bool, error) {
+	t, queue := time.NewTicker(time.Second), queuestate.New(p.svc.Colls.Queue, nil)
+	defer t.Stop()
+	lastAcked, lastUsers, last := 0.0, 0.0, p.start
+	for {
+		select {
+		case <-ctx.Done():
+			return false, nil
+		case err := <-done:
+			return false, errors.Join(errors.New("the service stopped before the queue drained"), err)
+		case now := <-t.C:
+			st, err := queue.Read(ctx)
+			if err != nil {
+				fmt.Fprintf(p.out, "%6.1fs  (queue unreadable: %v)\n", now.Sub(p.start).Seconds(), err)
+				continue
+			}
+			acked := metrics.Read(p.svc.Metrics.EntriesAcked)
+			users := metrics.Read(p.svc.Metrics.Refreshes.WithLabelValues(metrics.OutcomeOK))
+			dt := now.Sub(last).Seconds()
+			fmt.Fprintf(p.out, "%6.1fs  depth %6d  oldest %7.1fs  %8.1f entries/s  %6.1f users/s  in flight %3.0f\n",
+				now.Sub(p.start).Seconds(), st.Depth, st.OldestAge(now).Seconds(), (acked-lastAcked)/dt, (users-lastUsers)/dt,
+				metrics.Read(p.svc.Metrics.UsersInFlight))
+			lastAcked, lastUsers, last = acked, users, now
+			if st.Depth == 0 {
+				p.end = now
+				return true, nil
+			}
+		}
+	}
+}
+
+func (p *progress) summary(entries, users int) {
+	m := p.svc.Metrics
+	secs := p.end.Sub(p.start).Seconds()
+	acked := metrics.Read(m.EntriesAcked)
+	refreshes := metrics.Read(m.Refreshes.WithLabelValues(metrics.OutcomeOK))
+	fmt.Fprintf(p.out, "\ndrained %d entries of %d users in %.1fs: %.0f entries/s, %.1f users/s\n",
+		entries, users, secs, acked/secs, refreshes/secs)
+	fmt.Fprintf(p.out, "refreshes %.0f ok, %.0f failed; coalescing factor %.1f entries per refresh; OCC conflicts %.0f; dead letters %.0f\n",
+		refreshes, metrics.Read(m.Refreshes.WithLabelValues(metrics.OutcomeError)), acked/math.Max(refreshes, 1),
+		metrics.Read(m.OCCConflicts),
+		metrics.Read(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonMalformed))+metrics.Read(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonMaxAttempts))+
+			metrics.Read(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonTooLarge)))
+	p.commands(acked)
+	fmt.Fprintln(p.out, "(the progress line's counters are approximate: a line shows the entries acknowledged in that second, in flushes of up to 100 users)")
+}
+
+// commands prints the MongoDB round trips by command, per acknowledged entry.
+func (p *progress) commands(acked float64) {
+	mfs, err := p.svc.Registry.Gather()
+	if err != nil {
+		return
+	}
+	fmt.Fprint(p.out, "MongoDB commands (count, total server+network time):")
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "scorerefresh_mongo_command_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			h := m.GetHistogram()
+			total += float64(h.GetSampleCount())
+			fmt.Fprintf(p.out, " %s %d/%.1fs", m.GetLabel()[0].GetValue(), h.GetSampleCount(), h.GetSampleSum())
+		}
+	}
+	fmt.Fprintf(p.out, "; %.2f per entry\n", total/math.Max(acked, 1))
 }

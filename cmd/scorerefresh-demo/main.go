@@ -1,11 +1,10 @@
 // Command scorerefresh-demo runs the real service against an embedded
-// MongoDB-compatible server (FerretDB, SQLite, in-process), so it needs no
-// MongoDB installed. It seeds a backlog of one firehose user and many
-// distinct users, drains it with the pipeline `scorerefresh run` uses, and
-// checks every score against an independent aggregate over the source data,
-// or, with --scorer-example, against what that example HTTP scorer computes.
-// `replay` and `serve` are its other commands (docs/replay.md, README.md).
-// The production binary (cmd/scorerefresh) does not link the embedded server.
+// MongoDB-compatible server (FerretDB, SQLite, in-process), which the
+// production binary does not link. It seeds a backlog of one firehose user
+// and many distinct users, drains it with the pipeline `scorerefresh run`
+// uses, and checks every score against the seeded data, or, with
+// --scorer-example, what that example HTTP scorer computes. `replay` and
+// `serve` are its other commands (docs/replay.md, README.md).
 package main
 
 import (
@@ -21,9 +20,14 @@ import (
 	"syscall"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
 	"github.com/scorerefresh/scorerefresh/internal/app"
 	"github.com/scorerefresh/scorerefresh/internal/config"
+	"github.com/scorerefresh/scorerefresh/internal/replaycmd"
 	"github.com/scorerefresh/scorerefresh/pkg/embedmongo"
+	"github.com/scorerefresh/scorerefresh/pkg/redact"
 )
 
 func main() {
@@ -31,14 +35,11 @@ func main() {
 }
 
 type demoOptions struct {
-	entries  int
-	users    int
-	firehose float64
-	seed     uint64
-	dataDir  string
-	logLevel string
-	cpuProf  string
-	scorer   scorerExample // --scorer-example: drain through examples/ instead of the rules
+	entries, users int
+	firehose       float64
+	seed           uint64
+	dataDir        string
+	scorer         scorerExample // --scorer-example: drain through examples/ instead of the rules
 }
 
 // register defines the flags of the backlog and its server, which the demo
@@ -62,17 +63,14 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var o demoOptions
 	o.register(fs, "keep the embedded server's SQLite files here (default: a temporary directory)")
-	fs.StringVar(&o.logLevel, "log-level", "warn", "the service's log level (its JSON lines go to stderr)")
-	fs.StringVar(&o.cpuProf, "cpuprofile", "", "write a CPU profile of the whole run (server included) to this file")
+	logLevel := fs.String("log-level", "warn", "the service's log level (its JSON lines go to stderr)")
+	cpuProf := fs.String("cpuprofile", "", "write a CPU profile of the whole run (server included) to this file")
 	fs.Var(&o.scorer, "scorer-example", "drain through an example HTTP scorer instead of the rules: node (examples/nodescorer, the default) or go (examples/httpscorer)")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); err != nil || takeScorerExampleArg(fs, &o.scorer) != nil {
 		return 2
 	}
-	if err := takeScorerExampleArg(fs, &o.scorer); err != nil {
-		return 2
-	}
-	if o.cpuProf != "" {
-		f, err := os.Create(o.cpuProf)
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
 		if err == nil {
 			defer f.Close()
 			err = pprof.StartCPUProfile(f)
@@ -90,7 +88,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	// The rest of the service's configuration comes from the environment as
 	// in production (REFRESH_CONCURRENCY=4 go run ./cmd/scorerefresh-demo),
 	// except where the demo must decide: its own server, a free metrics port.
-	environ = append(environ, "METRICS_ADDR=127.0.0.1:0", "LOG_LEVEL="+o.logLevel, "POLL_INTERVAL=200ms")
+	environ = append(environ, "METRICS_ADDR=127.0.0.1:0", "LOG_LEVEL="+*logLevel, "POLL_INTERVAL=200ms")
 	cfg, err := config.Parse(environ)
 	if err == nil && o.scorer != "" && (cfg.ScoringRules != "" || cfg.ScorerURL != "") {
 		err = errors.New("--scorer-example brings its own scorer: unset SCORING_RULES and SCORER_URL")
@@ -163,4 +161,108 @@ func demo(ctx context.Context, cfg config.Config, o demoOptions, stdout, stderr 
 	}
 	p.summary(len(b.entries), len(b.want))
 	return verify(ctx, svc, b, o.scorer != "", stdout)
+}
+
+// runReplay is `scorerefresh-demo replay`: the production binary's replay
+// plus the flag it cannot offer, --embedded (a fresh embedded server).
+func runReplay(args, environ []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "compare" {
+		return replaycmd.Compare("scorerefresh-demo replay compare", args[1:], stdout, stderr)
+	}
+	const name = "scorerefresh-demo replay"
+	o, code, ok := replaycmd.ParseFlags(name, args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	server := ""
+	if o.Embedded {
+		srv, err := embedmongo.Start(ctx, embedmongo.Config{})
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+			return 1
+		}
+		defer srv.Close()
+		environ = append(environ, "MONGODB_URI="+srv.URI())
+		server = "embedded FerretDB (SQLite)"
+		fmt.Fprintf(stdout, "embedded MongoDB-compatible server (FerretDB, SQLite) at %s\n", srv.URI())
+	}
+	cfg, ok := replaycmd.ServiceConfig(name, environ, o, stderr)
+	if !ok {
+		return 2
+	}
+	if server == "" {
+		server = redact.URI(cfg.MongoURI)
+	}
+	return replaycmd.Run(ctx, replaycmd.Build{Name: name, Version: "demo"}, o, cfg, server, stdout, stderr)
+}
+
+const serveUsage = `usage: scorerefresh-demo serve [-addr HOST:PORT] [-entries N] [-users N] [-firehose F] [-seed N] [-data DIR]
+
+Starts the embedded MongoDB-compatible server (FerretDB, SQLite), seeds the
+demo's backlog and source documents, prints the MONGODB_URI to use, and
+keeps serving until interrupted: the scorerefresh binary's commands (run,
+status, doctor, deadletters, snapshot) then have a server to talk to on a
+machine without MongoDB.
+`
+
+// runServe is `scorerefresh-demo serve`.
+func runServe(args, environ []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("scorerefresh-demo serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), serveUsage); fs.PrintDefaults() }
+	var o demoOptions
+	addr := fs.String("addr", "127.0.0.1:27017", "listen address (loopback; :0 for a free port)")
+	o.register(fs, "keep the SQLite files here (default: a temporary directory, removed at the end)")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 || o.entries < 0 || o.users <= 0 || o.firehose < 0 || o.firehose > 1 {
+		fmt.Fprintf(stderr, "scorerefresh-demo serve: takes no arguments; -entries ≥ 0, -users > 0, -firehose within [0, 1]\n\n%s", serveUsage)
+		return 2
+	}
+	cfg, err := config.Parse(environ)
+	if err != nil {
+		fmt.Fprintf(stderr, "scorerefresh-demo serve: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := serve(ctx, cfg, o, *addr, stdout); err != nil {
+		fmt.Fprintf(stderr, "scorerefresh-demo serve: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// serve runs the embedded server with the demo's data until ctx ends.
+func serve(ctx context.Context, cfg config.Config, o demoOptions, addr string, stdout io.Writer) error {
+	srv, err := embedmongo.Start(ctx, embedmongo.Config{Dir: o.dataDir, Addr: addr})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	client, err := mongo.Connect(options.Client().ApplyURI(srv.URI()))
+	if err != nil {
+		return fmt.Errorf("connecting to the embedded server: %w", err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	if o.entries > 0 {
+		b := newBacklog(o)
+		if err := b.seed(ctx, client.Database(cfg.Database), cfg); err != nil {
+			return fmt.Errorf("seeding the backlog: %w", err)
+		}
+		fmt.Fprintf(stdout, "seeded %d entries for %d distinct users and %d source documents in database %s\n",
+			len(b.entries), len(b.want), len(b.activity), cfg.Database)
+	}
+	fmt.Fprintf(stdout, "MONGODB_URI=%s\n", srv.URI())
+	fmt.Fprintf(stdout, "try, in another shell:\n  export MONGODB_URI=%s MONGODB_DATABASE=%s\n  go run ./cmd/scorerefresh status\n  go run ./cmd/scorerefresh doctor\n  go run ./cmd/scorerefresh run\nserving until interrupted\n", srv.URI(), cfg.Database)
+	<-ctx.Done()
+	return nil
 }

@@ -65,9 +65,8 @@ type exampleScorer struct {
 
 // withScorerExample builds or installs the example scorer which names (none
 // when empty), starts it on a free loopback port reading cfg's database at
-// uri, waits until it listens and points cfg at it. The context returned
-// ends, with a cause, once the scorer exits: a demo draining through a dead
-// scorer would otherwise wait forever.
+// uri, and points cfg at it once it listens. The context returned ends once
+// the scorer exits: a demo draining through a dead scorer would wait forever.
 func withScorerExample(ctx context.Context, cfg *config.Config, which scorerExample, uri string, stdout, stderr io.Writer) (_ context.Context, stop func(), err error) {
 	if which == "" {
 		return ctx, func() {}, nil
@@ -104,7 +103,7 @@ func withScorerExample(ctx context.Context, cfg *config.Config, which scorerExam
 	go func() {
 		err := s.cmd.Wait()
 		pw.Close()
-		cancel(&scorerExitError{which, err})
+		cancel(scorerExitError{fmt.Errorf("the %s example scorer exited (%v); its log is above", which, err)})
 		close(s.done)
 	}()
 	select {
@@ -138,20 +137,12 @@ func firstLine(r io.Reader) <-chan string {
 }
 
 // scorerExitError ends the context of withScorerExample.
-type scorerExitError struct {
-	which scorerExample
-	err   error // of Wait
-}
-
-func (e *scorerExitError) Error() string {
-	return fmt.Sprintf("the %s example scorer exited (%v); its log is above", e.which, e.err)
-}
+type scorerExitError struct{ error }
 
 // scorerExited is why the drain of ctx stopped if the example scorer exited
 // under it, nil otherwise (an interrupt, or no example scorer).
 func scorerExited(ctx context.Context) error {
-	var exited *scorerExitError
-	if errors.As(context.Cause(ctx), &exited) {
+	if exited, ok := context.Cause(ctx).(scorerExitError); ok {
 		return exited
 	}
 	return nil

@@ -33,19 +33,17 @@ const (
 	Distinct Shape = "distinct"
 )
 
-// FirehoseShare is the hot user's share of `backlog generate --shape
-// firehose`.
+// FirehoseShare is the hot user's share of `backlog generate --shape firehose`.
 const FirehoseShare = 0.9
 
 // Spec is a backlog: how many entries, over how many users, in what shape,
 // enqueued evenly over Span up to End (the newest entry's time).
 type Spec struct {
-	Shape   Shape
-	Entries int
-	Users   int
-	Hot     float64       // Firehose only: user 0's share of the entries
-	Span    time.Duration // default 10 minutes
-	End     time.Time     // default now
+	Shape          Shape
+	Entries, Users int
+	Hot            float64       // Firehose only: user 0's share of the entries
+	Span           time.Duration // default 10 minutes
+	End            time.Time     // default now
 }
 
 // Entry is one generated queue entry: its user's number and enqueue time.
@@ -63,7 +61,6 @@ type Generator struct {
 	i     int
 }
 
-// New returns the generator of s drawing from rnd.
 func New(s Spec, rnd *rand.Rand) *Generator {
 	end := s.End
 	if end.IsZero() {
@@ -76,13 +73,11 @@ func New(s Spec, rnd *rand.Rand) *Generator {
 // Step is the time between two entries.
 func (g *Generator) Step() time.Duration { return g.step }
 
-// Next is the next entry.
 func (g *Generator) Next() Entry {
 	g.i++
 	return Entry{User: g.pick(), At: g.start.Add(time.Duration(g.i-1) * g.step)}
 }
 
-// Generate is all of s's entries.
 func Generate(s Spec, rnd *rand.Rand) []Entry {
 	g := New(s, rnd)
 	out := make([]Entry, s.Entries)
@@ -129,9 +124,8 @@ func Picker(shape Shape, rnd *rand.Rand, users int, hot float64) func() int {
 
 // Activity is user_activity documents {username, points, at} for entries, as
 // the demo's rules and the example scorers read them: one for a user's first
-// entry and for one later entry in 20 (the embedded server scans the whole
-// collection per query, so it stays small). want is each user's expected
-// score, count×perDoc plus the sum of the points.
+// entry and one later entry in 20 (the embedded server scans the collection
+// per query). want is each user's expected score, count×perDoc + the points.
 func Activity(entries []Entry, name func(int) string, rnd *rand.Rand, perDoc float64) (docs []any, want map[string]float64) {
 	want = map[string]float64{}
 	for _, e := range entries {

@@ -22,9 +22,8 @@ const ExitNotDrained = 3
 
 // Build names the binary running the replay, for messages and the report.
 type Build struct {
-	Name     string // e.g. "scorerefresh replay"
-	Version  string
-	Revision string
+	Name              string // e.g. "scorerefresh replay"
+	Version, Revision string
 }
 
 const help = `usage: %[1]s --in FILE|DIR [--drain] [flags]

@@ -271,7 +271,10 @@ func TestEmptyInputs(t *testing.T) {
 	}
 }
 
-// Layout, Line and Layout's names serve only these tests.
+// Layout, Line, Layout's names and Writer.Bytes serve only these tests.
+
+// Bytes returns the uncompressed bytes written so far.
+func (w *Writer) Bytes() int64 { return w.bytes.Load() }
 
 // Layout returns the layout detected by the first call to Next.
 func (r *Reader) Layout() Layout { return r.layout }

@@ -9,12 +9,16 @@ package extjson
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -56,7 +60,7 @@ type Reader struct {
 	br      *bufio.Reader
 	layout  Layout
 	started bool
-	done    bool
+	done    bool          // after io.EOF or a Fatal error
 	element int           // documents seen so far, good or bad
 	line    int           // line of the last document returned
 	next    int           // line layout: number of the next line to read
@@ -88,26 +92,20 @@ func (r *Reader) Next() (bson.Raw, error) {
 	return r.nextElement()
 }
 
-// start detects the layout: a '[' opens an array, a first line that is a
-// lone '{' starts pretty-printed documents, anything else is one a line.
+// start detects the layout from the first bytes that are not blank: a '['
+// opens an array, a first line that is a lone '{' starts pretty-printed
+// documents, anything else is one a line.
 func (r *Reader) start() error {
 	r.started = true
-	b, err := r.br.ReadByte()
-	for ; err == nil && strings.IndexByte(" \t\r\n", b) >= 0; b, err = r.br.ReadByte() {
-		if b == '\n' {
-			r.next++
-		}
-	}
-	if err != nil {
-		return err // io.EOF for an input of blanks, as for an empty one
-	}
-	r.br.UnreadByte()
-	if b == '[' {
+	b, err := r.br.Peek(r.br.Size())
+	b = bytes.TrimLeft(b, " \t\r\n")
+	line, _, found := bytes.Cut(b, []byte{'\n'}) // not found in a full buffer: too long for a lone '{'
+	switch {
+	case len(b) > 0 && b[0] == '[':
 		r.layout = LayoutArray
-	} else if string(r.firstLine()) == "{" {
+	case (found || err != nil) && string(bytes.TrimSpace(line)) == "{":
 		r.layout = LayoutConcatenated
-	}
-	if r.layout == LayoutLines {
+	default:
 		r.lines.stop() // lines are counted as they are read
 		return nil
 	}
@@ -116,22 +114,10 @@ func (r *Reader) start() error {
 	r.dec = json.NewDecoder(r.br)
 	if r.layout == LayoutArray {
 		if _, err := r.dec.Token(); err != nil {
-			return &Error{File: r.name, Line: r.next, Element: 1, Err: err, Fatal: true}
+			return &Error{File: r.name, Line: r.lines.lineAt(r.dec.InputOffset()), Element: 1, Err: err, Fatal: true}
 		}
 	}
 	return nil
-}
-
-// firstLine returns the first line without consuming it, or nil when it is
-// longer than the buffer (so not a lone '{').
-func (r *Reader) firstLine() []byte {
-	b, err := r.br.Peek(r.br.Size())
-	if i := bytes.IndexByte(b, '\n'); i >= 0 {
-		b = b[:i]
-	} else if err == nil {
-		return nil
-	}
-	return bytes.TrimSpace(b) // err != nil: the file is one line
 }
 
 func (r *Reader) nextLine() (bson.Raw, error) {
@@ -235,3 +221,144 @@ func (t *lineTracker) lineAt(off int64) int {
 	t.nl = t.nl[i:]
 	return t.counted + 1
 }
+
+// File is an input file opened by Open, decompressed if it is gzip.
+type File struct {
+	io.Reader
+	f    *os.File
+	gz   *gzip.Reader
+	read byteCounter // bytes read from disk (compressed), for progress
+	size int64
+}
+
+// Open opens path for reading, decompressing a gzip file (recognised by its
+// magic bytes, whatever its name).
+func Open(path string) (*File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	in := &File{f: f, size: st.Size()}
+	br := bufio.NewReader(io.TeeReader(f, &in.read))
+	in.Reader = br
+	if magic, _ := br.Peek(2); bytes.Equal(magic, []byte{0x1f, 0x8b}) {
+		gz, err := gzip.NewReader(br)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		in.gz, in.Reader = gz, gz
+	}
+	return in, nil
+}
+
+func (f *File) Size() int64 { return f.size }
+
+// BytesRead returns how much of the file on disk has been read; safe to call
+// from another goroutine (a progress bar), as are BytesWritten and Docs.
+func (f *File) BytesRead() int64 { return f.read.Load() }
+
+func (f *File) Close() error {
+	var err error
+	if f.gz != nil {
+		err = f.gz.Close()
+	}
+	return errors.Join(err, f.f.Close())
+}
+
+type byteCounter struct{ atomic.Int64 }
+
+func (c *byteCounter) Write(p []byte) (int, error) {
+	c.Add(int64(len(p)))
+	return len(p), nil
+}
+
+// Output is a file being written by Create, under its final name only once
+// Commit succeeds: an interrupted export leaves no file that looks complete.
+type Output struct {
+	io.Writer
+	f       *os.File
+	gz      *gzip.Writer
+	path    string
+	written byteCounter
+}
+
+// Create starts writing path, gzip-compressed when the name ends in ".gz".
+func Create(path string) (*Output, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".partial-*")
+	if err != nil {
+		return nil, err
+	}
+	o := &Output{f: f, path: path}
+	o.Writer = io.MultiWriter(f, &o.written)
+	if strings.HasSuffix(path, ".gz") {
+		o.gz = gzip.NewWriter(o.Writer)
+		o.Writer = o.gz
+	}
+	return o, nil
+}
+
+// BytesWritten is the bytes written to disk so far (compressed).
+func (o *Output) BytesWritten() int64 { return o.written.Load() }
+
+// Commit finishes the file and gives it its final name.
+func (o *Output) Commit() error {
+	var err error
+	if o.gz != nil {
+		err = o.gz.Close()
+	}
+	err = errors.Join(err, o.f.Sync(), o.f.Close())
+	if err != nil {
+		os.Remove(o.f.Name())
+		return fmt.Errorf("writing %s: %w", o.path, err)
+	}
+	if err := os.Chmod(o.f.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(o.f.Name(), o.path)
+}
+
+// Abort discards the file; a no-op after Commit.
+func (o *Output) Abort() {
+	o.f.Close()
+	os.Remove(o.f.Name())
+}
+
+// Writer writes one document a line, as mongoexport does (canonical: as
+// --jsonFormat=canonical, the lossless choice; relaxed mode writes int32 and
+// int64 alike, so a small int64 comes back as an int32).
+type Writer struct {
+	w         *bufio.Writer
+	canonical bool
+	docs      atomic.Int64
+	bytes     atomic.Int64 // uncompressed
+}
+
+// NewWriter writes to w; call Flush when done.
+func NewWriter(w io.Writer, canonical bool) *Writer {
+	return &Writer{w: bufio.NewWriterSize(w, 64<<10), canonical: canonical}
+}
+
+// Write appends one document (a bson.Raw, bson.D, map or struct).
+func (w *Writer) Write(doc any) error {
+	b, err := bson.MarshalExtJSON(doc, w.canonical, false)
+	if err != nil {
+		return fmt.Errorf("encoding document %d as Extended JSON: %w", w.docs.Load()+1, err)
+	}
+	b = append(b, '\n')
+	if _, err := w.w.Write(b); err != nil {
+		return err
+	}
+	w.docs.Add(1)
+	w.bytes.Add(int64(len(b)))
+	return nil
+}
+
+func (w *Writer) Docs() int64 { return w.docs.Load() }
+
+func (w *Writer) Flush() error { return w.w.Flush() }
