@@ -81,25 +81,20 @@ func (a *acker) run(ctx context.Context) { a.flushes.run(ctx, a.pending, a.flush
 func (a *acker) pending() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return len(a.outcomes) + a.flushes.carried()
+	return len(a.outcomes)
 }
 
 // flushAll flushes everything pending, retrying until done or ctx ends.
 func (a *acker) flushAll(ctx context.Context) error {
-	return a.flushes.flushAll(ctx, func() (flushRun, func()) {
+	return a.flushes.flushAll(ctx, func() flushRun {
 		a.mu.Lock()
 		batch := a.outcomes
 		a.outcomes = nil
 		a.mu.Unlock()
-		handBack := func() {
-			a.mu.Lock()
-			a.outcomes = append(batch, a.outcomes...)
-			a.mu.Unlock()
-		}
 		if len(batch) == 0 {
-			return nil, handBack
+			return nil
 		}
-		return a.newFlush(batch), handBack
+		return a.newFlush(batch)
 	})
 }
 
@@ -201,6 +196,7 @@ func (f *ackFlush) ack(ctx context.Context) error {
 // to one shard, hinting the _id index (the username's would read all that
 // user's entries). docs/query-plans.md measures both.
 func deleteStatements(ids bson.A, users ...string) []mongo.WriteModel {
+	users = append(users, make([]string, len(ids)-len(users))...) // "": no user named
 	if len(ids) > maxIDStatements {
 		return deleteInLists(ids, users)
 	}
@@ -208,7 +204,7 @@ func deleteStatements(ids bson.A, users ...string) []mongo.WriteModel {
 	for i, id := range ids {
 		filter := bson.D{{Key: "_id", Value: id}}
 		m := mongo.NewDeleteOneModel()
-		if u := userAt(users, i); u != "" {
+		if u := users[i]; u != "" {
 			filter = append(filter, bson.E{Key: "username", Value: u})
 			m.SetHint(indexName(idIndex))
 		}
@@ -224,7 +220,7 @@ func deleteInLists(ids bson.A, users []string) []mongo.WriteModel {
 	byUser := map[string]bson.A{}
 	var order []string
 	for i, id := range ids {
-		u := userAt(users, i)
+		u := users[i]
 		if _, ok := byUser[u]; !ok {
 			order = append(order, u)
 		}
@@ -243,13 +239,6 @@ func deleteInLists(ids bson.A, users []string) []mongo.WriteModel {
 		}
 	}
 	return models
-}
-
-func userAt(users []string, i int) string {
-	if i < len(users) {
-		return users[i]
-	}
-	return ""
 }
 
 const (
@@ -300,6 +289,9 @@ type flushRun interface {
 }
 
 func newCompleter(clk clock.Clock, m *metrics.Consumer, log *slog.Logger, onSettled func([]lease), afterFlush func(error)) *completer {
+	if afterFlush == nil {
+		afterFlush = func(error) {}
+	}
 	return &completer{clock: clk, interval: AckFlushInterval, metrics: m, log: log,
 		onSettled: onSettled, afterFlush: afterFlush, kick: newSignal()}
 }
@@ -335,36 +327,23 @@ func (f *completer) run(ctx context.Context, pending func() int, flushAll func(c
 	}
 }
 
-// carried is how many users the flush kept from shutdown holds.
-func (f *completer) carried() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.carry == nil {
-		return 0
-	}
-	return len(f.carry.settledLeases())
-}
-
-// flushAll finishes a flush kept from shutdown, then settles the one next
-// takes (nil: nothing pending); if the kept one fails, handBack returns
-// next's items.
-func (f *completer) flushAll(ctx context.Context, next func() (r flushRun, handBack func())) error {
+// flushAll finishes a flush kept from shutdown, with its steps' state
+// (nothing done is redone or miscounted), then settles the one next takes
+// (nil: nothing pending).
+func (f *completer) flushAll(ctx context.Context, next func() flushRun) error {
 	f.mu.Lock()
 	carried := f.carry
 	f.carry = nil
 	f.mu.Unlock()
-	r, handBack := next()
 	if carried != nil {
-		// With its steps' state: nothing done is redone (or miscounted).
 		if err := f.settle(ctx, carried); err != nil {
-			handBack()
 			return err
 		}
 	}
-	if r == nil {
-		return nil
+	if r := next(); r != nil {
+		return f.settle(ctx, r)
 	}
-	return f.settle(ctx, r)
+	return nil
 }
 
 // settle runs r until it succeeds or ctx ends; then r is kept for the next

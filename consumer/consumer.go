@@ -77,12 +77,6 @@ type Config struct {
 // than its users one by one, so each slot refreshes one user.
 const BatchAuto = -1
 
-// DefaultOwner names this process on leases: hostname:pid.
-func DefaultOwner() string {
-	host, _ := os.Hostname()
-	return fmt.Sprintf("%s:%d", host, os.Getpid())
-}
-
 func (c Config) withDefaults() Config {
 	c.ClaimWindow = cmp.Or(c.ClaimWindow, DefaultClaimWindow)
 	c.MaxUsersInFlight = cmp.Or(c.MaxUsersInFlight, DefaultMaxUsersInFlight)
@@ -95,7 +89,10 @@ func (c Config) withDefaults() Config {
 	if c.BatchSize != BatchAuto {
 		c.BatchSize = max(c.BatchSize, 1)
 	}
-	c.Owner = cmp.Or(c.Owner, DefaultOwner())
+	if c.Owner == "" {
+		host, _ := os.Hostname()
+		c.Owner = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
 	return c
 }
 
@@ -131,7 +128,7 @@ type Deps struct {
 // Consumer is one replica's pipeline. Several may share a queue.
 type Consumer struct {
 	cfg        Config
-	refresher  Refresher
+	refresher  BatchRefresher // a Refresher that is not one is run alone
 	limiter    Limiter
 	metrics    *metrics.Consumer
 	log        *slog.Logger
@@ -173,7 +170,6 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 	cfg = cfg.withDefaults()
 	c := &Consumer{
 		cfg:        cfg,
-		refresher:  deps.Refresher,
 		limiter:    cmp.Or[Limiter](deps.Limiter, NewFixedLimiter(DefaultRefreshConcurrency)),
 		metrics:    deps.Metrics,
 		log:        cmp.Or(deps.Logger, slog.New(slog.DiscardHandler)),
@@ -188,43 +184,31 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 		failures:   newFailureWindow(widespreadSpan, widespreadMinSample),
 	}
 	c.serverTime = cmp.Or[clock.Nower](deps.ServerTime, c.clock)
-	if c.afterClaim == nil {
-		c.afterClaim = func(error) {}
-	}
 	c.leases = &leaseStore{coll: colls.Claims, owner: cfg.Owner, traits: c.traits}
 	byUser := new(atomic.Bool) // set by the claimer's first round, read by the acker's and the lane's deletes
 	c.claimer = &claimer{queue: colls.Queue, leases: c.leases, window: cfg.ClaimWindow, lease: cfg.LeaseDuration, serverTime: c.serverTime,
 		scanEvery: cfg.PollInterval, skip: map[string]time.Time{}, byUser: byUser, traits: c.traits,
 		windowHints: newHints(windowIndex), absorbHints: newHints(absorbIndex, legacyAbsorbIndex)}
 	c.starts = &startMarker{leases: c.leases}
-	if _, ok := c.refresher.(BatchRefresher); !ok {
-		c.cfg.BatchSize = 1
+	var ok bool
+	if c.refresher, ok = deps.Refresher.(BatchRefresher); !ok {
+		c.refresher, c.cfg.BatchSize = alone{deps.Refresher}, 1
 	}
 	c.batches = &batcher{}
-	c.dead, c.acks = c.newSettlers(colls, byUser, deps.AfterFlush)
-	c.metrics.UsersInFlightCap.Set(float64(cfg.MaxUsersInFlight))
-	c.metrics.ConcurrencyLimit.Set(float64(c.limiter.Limit()))
-	return c
-}
-
-// newSettlers builds the dead-letter lane and the acker; byUser is the
-// claimer's answer to whether deletes must name their users.
-func (c *Consumer) newSettlers(colls Collections, byUser *atomic.Bool, afterFlush func(error)) (*deadLane, *acker) {
-	if afterFlush == nil {
-		afterFlush = func(error) {}
-	}
 	base := func(afterFlush func(error)) settler {
 		return settler{leases: c.leases, serverTime: c.serverTime, metrics: c.metrics, log: c.log,
 			flushes: newCompleter(c.clock, c.metrics, c.log, c.settled, afterFlush)}
 	}
-	dead := &deadLane{
-		settler:   base(func(error) {}),
+	c.dead = &deadLane{
+		settler:   base(nil), // (readiness is about acknowledgements)
 		letters:   &deadLetterer{queue: colls.Queue, dead: colls.DeadLetter, byUser: byUser, traits: c.traits},
 		malformed: map[string]malformed{},
 		deadRetry: map[string]deadRetry{},
 	}
-	acks := &acker{settler: base(afterFlush), queue: colls.Queue, dead: dead, byUser: byUser, maxAttempts: c.cfg.MaxAttempts}
-	return dead, acks
+	c.acks = &acker{settler: base(deps.AfterFlush), queue: colls.Queue, dead: c.dead, byUser: byUser, maxAttempts: cfg.MaxAttempts}
+	c.metrics.UsersInFlightCap.Set(float64(cfg.MaxUsersInFlight))
+	c.metrics.ConcurrencyLimit.Set(float64(c.limiter.Limit()))
+	return c
 }
 
 // flushAll flushes the acker's, then the lane's, until done or ctx ends.
@@ -305,7 +289,7 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 		lastRound = c.clock.Now()
 		timeout := limit.Next()
 		pass, err := c.claimOnce(ctx, workCtx, refreshes, timeout)
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && c.afterClaim != nil {
 			c.afterClaim(err)
 		}
 		if err != nil && ctx.Err() == nil {
@@ -641,26 +625,26 @@ func (c *Consumer) settled(users []lease) {
 	c.roomWake()
 }
 
-// room is how many more users one claim round may take: up to
-// MAX_USERS_IN_FLIGHT held, never more than LeadFactor × the refresh limit
-// (a limit cut by the adaptive policy must not leave dozens of leases
-// waiting behind one slot while other replicas have room).
+// maxHeld is how many users this consumer may hold: MAX_USERS_IN_FLIGHT,
+// never more than LeadFactor × the refresh slots (a limit cut by the
+// adaptive policy must not leave dozens of leases waiting behind one slot
+// while other replicas have room).
+func (c *Consumer) maxHeld() int { return min(c.cfg.MaxUsersInFlight, LeadFactor*c.slots()) }
+
+// room is how many more users one claim round may take.
 func (c *Consumer) room() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.heldE >= AbsorbLimit {
 		return 0 // enough entries in memory: settle some first
 	}
-	return min(c.cfg.MaxUsersInFlight, LeadFactor*c.slots()) - len(c.held)
+	return c.maxHeld() - len(c.held)
 }
 
-// roomFloor is the least room a room wake-up waits for: an eighth of the
-// users this consumer may hold. With batches wantMore's low-water mark
-// never binds, and a full claim round per flush that settled a user or two
-// was most of a fleet's claim cost.
-func (c *Consumer) roomFloor() int {
-	return max(1, min(c.cfg.MaxUsersInFlight, LeadFactor*c.slots())/8)
-}
+// roomFloor is the least room a room wake-up waits for: an eighth of
+// maxHeld. With batches wantMore's low-water mark never binds, and a claim
+// round per flush settling a user or two would be most of the claim cost.
+func (c *Consumer) roomFloor() int { return max(1, c.maxHeld()/8) }
 
 // slots is how many users can be refreshing at once.
 func (c *Consumer) slots() int { return c.limiter.Limit() * c.batchSize() }
@@ -687,7 +671,7 @@ func (c *Consumer) batchSize() int {
 func (c *Consumer) wantMore() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.held) < min(c.cfg.MaxUsersInFlight, LeadFactor*c.slots()) && c.queued < c.slots()
+	return len(c.held) < c.maxHeld() && c.queued < c.slots()
 }
 
 // renewLoop extends every held lease, in one round trip, a third of the way

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -83,25 +82,19 @@ func (d *deadLane) run(ctx context.Context) { d.flushes.run(ctx, d.pending, d.fl
 func (d *deadLane) pending() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return len(d.outcomes) + len(d.malformed) + d.flushes.carried()
+	return len(d.outcomes) + len(d.malformed)
 }
 
 func (d *deadLane) flushAll(ctx context.Context) error {
-	return d.flushes.flushAll(ctx, func() (flushRun, func()) {
+	return d.flushes.flushAll(ctx, func() flushRun {
 		d.mu.Lock()
 		batch, bad := d.outcomes, d.malformed
 		d.outcomes, d.malformed = nil, map[string]malformed{}
 		d.mu.Unlock()
-		handBack := func() {
-			d.mu.Lock()
-			defer d.mu.Unlock()
-			d.outcomes = append(batch, d.outcomes...)
-			maps.Copy(d.malformed, bad)
-		}
 		if len(batch) == 0 && len(bad) == 0 {
-			return nil, handBack
+			return nil
 		}
-		return d.newFlush(batch, bad), handBack
+		return d.newFlush(batch, bad)
 	})
 }
 

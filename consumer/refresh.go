@@ -7,10 +7,9 @@ import (
 	"runtime/debug"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"golang.org/x/sync/semaphore"
-
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
+	"github.com/scorerefresh/scorerefresh/pkg/deadline"
+	"github.com/scorerefresh/scorerefresh/pkg/limiter"
 )
 
 // Refresher recomputes and stores one user's score (scoring.Refresher).
@@ -29,24 +28,10 @@ type Limiter interface {
 }
 
 // FixedLimiter is a Limiter of constant size, FIFO among waiters.
-type FixedLimiter struct {
-	sem *semaphore.Weighted
-	n   int
-}
+type FixedLimiter = limiter.Limiter
 
 // NewFixedLimiter returns a limiter admitting n refreshes at once.
-func NewFixedLimiter(n int) *FixedLimiter {
-	return &FixedLimiter{sem: semaphore.NewWeighted(int64(n)), n: n}
-}
-
-// Acquire waits for a slot.
-func (l *FixedLimiter) Acquire(ctx context.Context) error { return l.sem.Acquire(ctx, 1) }
-
-// Release frees a slot.
-func (l *FixedLimiter) Release() { l.sem.Release(1) }
-
-// Limit is the constant size.
-func (l *FixedLimiter) Limit() int { return l.n }
+func NewFixedLimiter(n int) *FixedLimiter { return limiter.New(n) }
 
 // ownDeadline reports whether err is the refresh running out of its own
 // time rather than MongoDB failing. The driver gives up on a command it
@@ -60,7 +45,7 @@ func ownDeadline(ctx context.Context, err error, timeout time.Duration) bool {
 		return true
 	}
 	dl, ok := ctx.Deadline()
-	return ok && time.Until(dl) < timeout/10 && (mongo.IsTimeout(err) || errors.Is(err, context.DeadlineExceeded))
+	return ok && time.Until(dl) < timeout/10 && deadline.TimedOut(err)
 }
 
 // errRefreshTimeout marks a refresh that outlived RefreshTimeout; it counts
@@ -103,11 +88,7 @@ func (c *Consumer) refreshBatch(ctx context.Context, works []work) (errs []error
 		}
 		c.metrics.RefreshBatchSeconds.Observe(d)
 	}()
-	refresher, ok := c.refresher.(BatchRefresher)
-	if !ok {
-		refresher = alone{c.refresher}
-	}
-	byUser := refresher.RefreshBatch(ctx, users, start)
+	byUser := c.refresher.RefreshBatch(ctx, users, start)
 	errs = make([]error, len(users))
 	for i, u := range users {
 		err, ok := byUser[u]
