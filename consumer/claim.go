@@ -31,12 +31,11 @@ type work struct {
 
 // claimResult is what one claim round produced.
 type claimResult struct {
-	works      []work
-	malformed  []malformed
-	windowFull bool // cut at CLAIM_WINDOW: more claimable users may wait behind it
-	paged      bool // nobody claimable: the next round reads behind this window
-	// picked and won: users the round tried to lease, and leases it got.
-	picked, won int
+	works       []work
+	malformed   []malformed
+	windowFull  bool // cut at CLAIM_WINDOW: more claimable users may wait behind it
+	paged       bool // nobody claimable: the next round reads behind this window
+	picked, won int  // users the round tried to lease, and leases it got
 }
 
 // contended says most of a round's picks went to other replicas: the fleet
@@ -49,9 +48,7 @@ func (r *claimResult) contended() bool {
 // Claim-round bounds, so a round's commands and memory do not grow with the
 // fleet, the users held or the users backing off.
 const (
-	// maxSkipUsers caps the users remembered as blocked and left out of the
-	// window: at most 1,000 names of at most 256 bytes.
-	maxSkipUsers = 1000
+	maxSkipUsers = 1000 // users remembered as blocked and left out of the window
 	// heldElsewhereSkip is how long a user held by another replica is left
 	// out: short, as its holder usually releases it within a refresh.
 	heldElsewhereSkip  = 2 * time.Second
@@ -85,12 +82,10 @@ type claimer struct {
 	serverTime clock.Nower   // lease times are the server's
 	scanEvery  time.Duration // malformed-entry scans at most this often
 
-	skip     map[string]time.Time // users known blocked, until when
-	resume   *position            // read the window from here, not the head
-	lastScan time.Time
-	// windowHints serve the window and the malformed scan; absorbHints
-	// absorb, then its pre-0.3.0 index.
-	windowHints, absorbHints *hints
+	skip                     map[string]time.Time // users known blocked, until when
+	resume                   *position            // read the window from here, not the head
+	lastScan                 time.Time
+	windowHints, absorbHints *hints       // the window's and malformed scan's; absorb's
 	byUser                   *atomic.Bool // set on a mongos: deletes name each entry's user (deleteStatements)
 	traits                   *servertraits.Traits
 	// filter: usernames are length-filtered on the server (validUsername);
@@ -131,7 +126,14 @@ func (c *claimer) round(ctx context.Context, room, absorbLimit int, exclude []st
 		return res, err
 	}
 	candidates := c.remember(users, blocked, now)
-	c.page(res, len(candidates) == 0, last)
+	// The next window starts behind this one only when it was full of users
+	// nobody may claim (more than the skip list holds): otherwise at the
+	// head, so the oldest entry is always claimed next.
+	res.paged = len(candidates) == 0 && res.windowFull && last != nil
+	c.resume = nil
+	if res.paged {
+		c.resume = last
+	}
 	picks := spread(candidates, room, c.leases.owner)
 	if len(picks) == 0 {
 		return res, nil
@@ -183,7 +185,7 @@ func (c *claimer) readWindow(ctx context.Context, now time.Time, exclude []strin
 		SetBatchSize(int32(c.window) + 1). // one reply; +1 so the server closes the cursor
 		SetProjection(entryProjection)
 	window, err := c.find(ctx, c.windowHints, filter, opts)
-	if err != nil && !*c.filter && isTooLarge(err) {
+	if err != nil && !*c.filter && strings.Contains(err.Error(), "too large") {
 		// Usernames of megabytes at the head: one reply each, this round.
 		window, err = c.readBounded(ctx, filter, opts.SetBatchSize(1))
 	}
@@ -323,11 +325,6 @@ func (c *claimer) detect(ctx context.Context) error {
 	return nil
 }
 
-// isTooLarge reports a reply over the wire protocol's size limit.
-func isTooLarge(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "too large")
-}
-
 // The claim queries' order and projection (rawEntry), and their indexes.
 var (
 	queueOrder      = bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}
@@ -390,17 +387,6 @@ func (c *claimer) remember(users []string, blocked map[string]blockedLease, now 
 		}
 	}
 	return candidates
-}
-
-// page decides where the next window starts: behind this one when it was
-// full of users nobody may claim (more than the skip list holds), otherwise
-// at the head, so the oldest entry is always claimed next.
-func (c *claimer) page(res *claimResult, nothingClaimable bool, last *position) {
-	res.paged = nothingClaimable && res.windowFull && last != nil
-	c.resume = nil
-	if res.paged {
-		c.resume = last
-	}
 }
 
 // spread picks up to room of the candidates (oldest first). Every replica
@@ -481,7 +467,7 @@ func newHints(indexes ...bson.D) *hints {
 	return &hints{indexes: indexes, now: time.Now}
 }
 
-// hint is the preferred index's name for SetHint, nil when all were refused.
+// hint is the preferred index's name, nil when all were refused.
 func (h *hints) hint() any {
 	if h.skip > 0 && !h.now().Before(h.retryAt) {
 		h.skip = 0

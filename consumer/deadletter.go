@@ -31,14 +31,11 @@ type deadLetter struct {
 // or reply may grow with them (MongoDB refuses a document over 16 MiB and a
 // message over 48 MB; the driver drops a connection whose reply passes 48 MB).
 const (
-	// maxDeadLetterBytes is the largest copy stored whole, leaving room for
-	// deadLetter.originalId (keepDistinct).
-	maxDeadLetterBytes = 16<<20 - 64<<10
-	insertBatchBytes   = 16 << 20 // copies in one insert command
-	maxInBytes         = 4 << 20  // _ids in one $in
-	// A reduced copy keeps this much of each string field, and of all.
-	keptStringBytes = 1 << 10
-	maxReducedBytes = 1 << 20
+	maxDeadLetterBytes = 16<<20 - 64<<10 // largest copy stored whole: room for deadLetter.originalId
+	insertBatchBytes   = 16 << 20        // copies in one insert command
+	maxInBytes         = 4 << 20         // _ids in one $in
+	keptStringBytes    = 1 << 10         // a reduced copy keeps this much of each string field,
+	maxReducedBytes    = 1 << 20         // and this much of all
 )
 
 // deadLane moves the users out of attempts (from the acker) and the
@@ -51,8 +48,7 @@ const (
 //	back off          1 bulk update of users whose dead letter failed, only if any
 //
 // Each flush tries its dead letters once; one that fails is postponed on
-// its own (deadFlush.deadLetters). Its flushes do not report to readiness
-// (which is about acknowledgements); failures are logged and counted.
+// its own (deadFlush.deadLetters).
 type deadLane struct {
 	settler   // mu also guards:
 	letters   *deadLetterer
@@ -126,8 +122,8 @@ func (d *deadLane) newFlush(batch []outcome, bad map[string]malformed) *deadFlus
 
 func (f *deadFlush) settledLeases() []lease { return f.settled }
 
-// run does every step not yet done; an exhausted user's lease is released
-// once its entries are dead-lettered.
+// run does every step not yet done; exhausted users' leases go once their
+// entries are dead-lettered.
 func (f *deadFlush) run(ctx context.Context) error {
 	var errs []error
 	step(&errs, &f.deadDone, func() error { return f.deadLetters(ctx) })
@@ -194,9 +190,8 @@ func (f *deadFlush) postponeDeadLetters(failed []deadLetter) {
 }
 
 // deadRetry is when a malformed entry whose dead letter failed may be tried
-// again, spaced by deadLetterBackoff so it costs neither a round trip nor a
-// log line per flush. Past maxDeadRetries remembered, one more is retried
-// whenever a round sees it.
+// again (deadLetterBackoff), so it costs neither a round trip nor a log line
+// per flush. Past maxDeadRetries remembered, others retry whenever seen.
 type deadRetry struct {
 	failures  int
 	notBefore time.Time
@@ -237,12 +232,11 @@ func (c *deadLane) noteDeadLetters(batch, failed []deadLetter) {
 // and an original is deleted only once its copy is stored. Every entry
 // succeeds or fails on its own. Used by the lane's goroutine alone.
 type deadLetterer struct {
-	queue  *mongo.Collection
-	dead   *mongo.Collection
-	byUser *atomic.Bool // name each entry's user in its delete (deleteStatements)
-	traits *servertraits.Traits
-	// maxCopy is the largest copy stored whole; 0: maxDeadLetterBytes.
-	maxCopy int
+	queue   *mongo.Collection
+	dead    *mongo.Collection
+	byUser  *atomic.Bool // name each entry's user in its delete (deleteStatements)
+	traits  *servertraits.Traits
+	maxCopy int // the largest copy stored whole; 0: maxDeadLetterBytes
 }
 
 // move dead-letters batch. It returns the entries this call stored per
@@ -326,6 +320,18 @@ func (m *mover) fail(b deadLetter, err error) {
 	}
 }
 
+// failAll fails every copy of batch, and returns err only when MongoDB
+// itself is failing (the move stops).
+func (m *mover) failAll(ctx context.Context, batch []pendingCopy, doing string, err error) error {
+	for _, p := range batch {
+		m.fail(p.b, fmt.Errorf("%s: %w", doing, err))
+	}
+	if ctx.Err() != nil || transient(err) {
+		return err
+	}
+	return nil
+}
+
 func (m *mover) stored(p pendingCopy, inserted bool) {
 	if inserted {
 		m.counts[p.reason]++
@@ -405,13 +411,7 @@ func (m *mover) insertCopies(ctx context.Context, batch []pendingCopy, onDup fun
 		return nil
 	}
 	if ctx.Err() != nil || transient(err) || len(batch) == 1 {
-		for _, p := range batch {
-			m.fail(p.b, fmt.Errorf("inserting %d dead letters: %w", len(batch), err))
-		}
-		if ctx.Err() != nil || transient(err) {
-			return err
-		}
-		return nil
+		return m.failAll(ctx, batch, fmt.Sprintf("inserting %d dead letters", len(batch)), err)
 	}
 	// Failed as a whole, maybe for one copy: retry each alone.
 	for _, p := range batch {
@@ -443,13 +443,7 @@ func (m *mover) keepDistinct(ctx context.Context, dups []pendingCopy) error {
 		return nil
 	})
 	if err != nil {
-		for _, p := range dups {
-			m.fail(p.b, fmt.Errorf("reading existing dead letters: %w", err))
-		}
-		if ctx.Err() != nil || transient(err) {
-			return err
-		}
-		return nil
+		return m.failAll(ctx, dups, "reading existing dead letters", err)
 	}
 	var renamed []pendingCopy
 	for _, p := range dups {
@@ -481,7 +475,8 @@ func (m *mover) keepDistinct(ctx context.Context, dups []pendingCopy) error {
 // driver accepts, dropping the connection and the pool: there each document is
 // read alone, by _id (the only filter FerretDB answers without a scan).
 func (d *deadLetterer) read(ctx context.Context, coll *mongo.Collection, ids bson.A, fn func(context.Context, bson.Raw) error) error {
-	if !d.repliesBounded(ctx) {
+	// Whether the server stops a reply at 16 MiB; unknown takes the safe path.
+	if d.traits.Probe(ctx, d.queue.Database()) != nil || !d.traits.BoundsReplies() {
 		for _, id := range ids {
 			raw, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
 			if errors.Is(err, mongo.ErrNoDocuments) {
@@ -520,22 +515,13 @@ func (d *deadLetterer) scan(ctx context.Context, coll *mongo.Collection, ids bso
 	return cur.Err()
 }
 
-// repliesBounded asks the server once whether it stops a reply at 16 MiB
-// (MongoDB) or fills it by count (FerretDB); unknown takes the safe path.
-func (d *deadLetterer) repliesBounded(ctx context.Context) bool {
-	return d.traits.Probe(ctx, d.queue.Database()) == nil && d.traits.BoundsReplies()
-}
-
 // idChunks splits ids into lists of at most n ids and about maxBytes.
 func idChunks(ids bson.A, n, maxBytes int) []bson.A {
 	var out []bson.A
 	start, size := 0, 0
 	for i, id := range ids {
-		_, data, err := bson.MarshalValue(id)
+		_, data, _ := bson.MarshalValue(id) // (an error: the query reports it)
 		sz := len(data)
-		if err != nil {
-			sz = 0 // the query reports it
-		}
 		if i > start && (i-start >= n || size+sz > maxBytes) {
 			out = append(out, ids[start:i])
 			start, size = i, 0
