@@ -15,9 +15,9 @@
 //	     ▼
 //	room for more users ─► claim again
 //
-// Leases are renewed for everything held in one round trip per period
-// (renewLoop), and at shutdown claiming stops at once while running refreshes
-// get SHUTDOWN_TIMEOUT to finish; everything else is released.
+// Every held lease is renewed in one round trip per period (renewLoop); at
+// shutdown claiming stops, running refreshes get SHUTDOWN_TIMEOUT, the rest
+// is released.
 package consumer
 
 import (
@@ -55,7 +55,7 @@ const (
 	DefaultOpTimeout          = 30 * time.Second
 )
 
-// Config tunes the pipeline. Zero values take the defaults named on each field.
+// Config tunes the pipeline. Zero values take the defaults.
 type Config struct {
 	ClaimWindow      int           // entries one claim round reads; default DefaultClaimWindow
 	MaxUsersInFlight int           // users held at once; default DefaultMaxUsersInFlight
@@ -118,11 +118,10 @@ type Deps struct {
 	ServerTime clock.Nower
 	Wakeups    []WakeupSource       // hints that work arrived; polling stays on regardless
 	Traits     *servertraits.Traits // shared with the scorer; default: traits of its own
-	// AfterClaim, if set, gets every claim-loop pass's error (nil: success
-	// or no room): the liveness watchdog's heartbeat and readiness.
+	// AfterClaim gets every claim-loop pass's error (nil: success or no
+	// room): the liveness watchdog's heartbeat and readiness.
 	AfterClaim func(err error)
-	// AfterFlush, if set, gets every ack flush attempt's error: readiness.
-	AfterFlush func(err error)
+	AfterFlush func(err error) // every ack flush attempt's error: readiness
 }
 
 // Consumer is one replica's pipeline. Several may share a queue.
@@ -149,8 +148,7 @@ type Consumer struct {
 
 	wake signal // work may have arrived, or room was made
 
-	// Claim loop only: contended rounds in a row (contentionDelay).
-	contention int
+	contention int // claim loop only: contended rounds in a row (contentionDelay)
 	claimRnd   *rand.Rand
 
 	mu     sync.Mutex
@@ -160,8 +158,7 @@ type Consumer struct {
 	queued int              // held users waiting for a refresh slot
 	// backlog: the last claim round stopped for lack of room, not of work;
 	// only then is a freed slot worth a round of its own (caught up, new
-	// work announces itself, and a claim per settled user costs a round
-	// per refresh).
+	// work announces itself).
 	backlog bool
 }
 
@@ -281,9 +278,8 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 	defer poll.Stop()
 	failures, pages := 0, 0
 	var lastRound time.Time
-	// A round that runs out of time gets a longer deadline next time: a
-	// head of huge entries, or a server slowed for minutes, can need more
-	// than OpTimeout.
+	// A head of huge entries, or a server slowed for minutes, can need more
+	// than OpTimeout: a round that runs out of time gets longer next time.
 	limit := deadline.Stretch{Base: c.cfg.OpTimeout, Max: maxClaimStretch * c.cfg.OpTimeout}
 	for ctx.Err() == nil {
 		lastRound = c.clock.Now()
@@ -301,9 +297,8 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 		if pass.ran {
 			limit.Observe(nil) // (a pass without room says nothing)
 			if c.contention > 0 {
-				// Other replicas won most picks: back off at random,
-				// longer each contended round in a row, so the losers
-				// stop paying full rounds for nothing.
+				// Other replicas won most picks: the losers back off
+				// rather than pay full rounds for nothing.
 				_ = clock.Sleep(ctx, c.clock, c.contentionDelay())
 			}
 		}
@@ -321,8 +316,7 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 	}
 }
 
-// claimFailed counts and logs the failures-th failed claim round in a row
-// and waits before the next (until shutdown, which the loop checks).
+// claimFailed counts and logs the failures-th failed round in a row, and waits.
 func (c *Consumer) claimFailed(ctx context.Context, limit *deadline.Stretch, failures int, timeout time.Duration, err error) {
 	c.metrics.ClaimErrors.Inc()
 	delay := Backoff{Base: 200 * time.Millisecond, Max: claimRetryMax}.Delay(failures)
@@ -348,7 +342,7 @@ func (c *Consumer) awaitWork(ctx context.Context, poll clock.Ticker, lastRound t
 }
 
 const (
-	maxClaimStretch = 8                     // a stretched round deadline: at most 8 × OpTimeout
+	maxClaimStretch = 8                     // a round's deadline stretches to at most 8 × OpTimeout
 	claimRetryMax   = 30 * time.Second      // longest wait after a failed round
 	maxPagesPerWake = 8                     // rounds paging past a blocked head before waiting again
 	wakeGap         = 50 * time.Millisecond // least time between a round and a woken one
@@ -358,10 +352,10 @@ const (
 	streamClose  = 3 * time.Second // closing a change stream once ctx ends
 )
 
-// LongestClaimPass is the longest one claim-loop pass can take with the
-// given OpTimeout (0: the default): a round at its most stretched deadline,
-// then the longest wait after it failed. A watchdog fed by Deps.AfterClaim
-// must allow at least this.
+// LongestClaimPass is the longest one claim-loop pass takes with the given
+// OpTimeout (0: the default): a round at its most stretched deadline, its
+// cleanup, the longest wait after it. A watchdog fed by Deps.AfterClaim must
+// allow at least this.
 func LongestClaimPass(opTimeout time.Duration) time.Duration {
 	return maxClaimStretch*cmp.Or(opTimeout, DefaultOpTimeout) + claimCleanup + claimRetryMax
 }
@@ -384,8 +378,7 @@ func (c *Consumer) contentionDelay() time.Duration {
 }
 
 // claimPass is what one claim-loop pass did: ran, a round ran (there was
-// room); more, more claimable work may wait; paged, the next round reads
-// past this window.
+// room); more, more work may wait; paged, the next round reads past this window.
 type claimPass struct{ ran, more, paged bool }
 
 func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitGroup, timeout time.Duration) (claimPass, error) {
@@ -394,8 +387,7 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 		return claimPass{}, nil
 	}
 	// Shutdown cancels a round in flight (what it won would only be
-	// released, and a stretched round outlasts the grace period); it cleans
-	// up within claimCleanup.
+	// released); it cleans up within claimCleanup.
 	opCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := c.clock.Now()
@@ -450,8 +442,7 @@ func (c *Consumer) hold(works []work) (entries int) {
 // for one join the batcher's line at once (batcher.add).
 func (c *Consumer) dispatch(ctx, workCtx context.Context, refreshes *sync.WaitGroup, works []work) {
 	var batchable []work
-	for _, w := range works {
-		// process settles the others at once, without a slot.
+	for _, w := range works { // (process settles the others at once, without a slot)
 		if len(w.entries) > 0 && w.lease.Attempts < c.cfg.MaxAttempts && !w.lease.Solo {
 			batchable = append(batchable, w)
 		}
@@ -469,9 +460,7 @@ func (c *Consumer) dispatch(ctx, workCtx context.Context, refreshes *sync.WaitGr
 func (c *Consumer) process(ctx, workCtx context.Context, w work) {
 	if len(w.entries) == 0 || w.lease.Attempts >= c.cfg.MaxAttempts {
 		o := outcome{work: w, release: true} // acknowledged by someone else between window and absorb
-		if len(w.entries) > 0 {
-			// Its holders kept dying mid-refresh: it would likely kill this
-			// consumer too.
+		if len(w.entries) > 0 {              // its holders kept dying mid-refresh: it would likely kill this one too
 			o = outcome{work: w, err: fmt.Errorf("%d consumers lost their lease on this user mid-refresh (crashed or hung); not refreshing it again", w.lease.Attempts)}
 		}
 		c.dequeued(1)
