@@ -35,9 +35,9 @@ type outcome struct {
 //	back off          1 bulk update of failed users, only if any
 //
 // Every step is safe to repeat (deletes are idempotent, lease writes
-// fenced), so a failed flush retries the steps not done until they succeed;
-// the users stay held (and renewed) until then. A failing step does not
-// hold up the others. Users out of attempts go to the dead-letter lane.
+// fenced): a failed flush retries the steps not done, its users held (and
+// renewed) meanwhile; a failing step does not hold up the others. Users out
+// of attempts go to the dead-letter lane.
 type acker struct {
 	settler
 	queue       *mongo.Collection
@@ -137,8 +137,8 @@ func (a *acker) newFlush(batch []outcome) *ackFlush {
 
 func (f *ackFlush) settledLeases() []lease { return f.settled }
 
-// run does every step not yet done; acknowledged users' leases are
-// released once their entries are deleted.
+// run does every step not yet done; acknowledged users' leases go once
+// their entries are deleted.
 func (f *ackFlush) run(ctx context.Context) error {
 	var errs []error
 	step(&errs, &f.ackDone, func() error { return f.ack(ctx) })
@@ -189,12 +189,12 @@ func (f *ackFlush) ack(ctx context.Context) error {
 // maxIDStatements, one statement per _id: an index lookup each on MongoDB,
 // and the only filter FerretDB pushes down to storage (an $in would read its
 // whole queue for a flush of three entries). Past that (a firehose user's
-// backlog), $in lists of up to 50,000 ids: cheaper per entry on MongoDB, and
-// one scan instead of thousands of queries on FerretDB. users, given through
-// a mongos only, holds each entry's username ("" if malformed): each
-// statement names its user too, so on a queue sharded on username it goes
-// to one shard, hinting the _id index (the username's would read all that
-// user's entries). docs/query-plans.md measures both.
+// backlog), $in lists: cheaper per entry on MongoDB, and one scan instead of
+// thousands of queries on FerretDB. users, given through a mongos only, are
+// the entries' usernames ("" if malformed): a statement naming its user goes
+// to one shard of a queue sharded on username, hinting the _id index (the
+// username's would read all that user's entries). docs/query-plans.md
+// measures both.
 func deleteStatements(ids bson.A, users ...string) []mongo.WriteModel {
 	users = append(users, make([]string, len(ids)-len(users))...) // "": no user named
 	if len(ids) > maxIDStatements {
@@ -215,7 +215,7 @@ func deleteStatements(ids bson.A, users ...string) []mongo.WriteModel {
 
 // deleteInLists is deleteStatements past maxIDStatements: $in lists of at
 // most maxInIDs ids and about maxInBytes (an _id may be any value, and a
-// list past 16 MiB is refused on every retry), one user's each with users.
+// list past 16 MiB is refused on every retry), one user's each.
 func deleteInLists(ids bson.A, users []string) []mongo.WriteModel {
 	byUser := map[string]bson.A{}
 	var order []string
@@ -311,8 +311,7 @@ func (f *completer) run(ctx context.Context, pending func() int, flushAll func(c
 		case <-ctx.Done():
 			return
 		case <-f.kick:
-			if pending() < AckFlushBatch {
-				// Wait for the users finishing around now.
+			if pending() < AckFlushBatch { // wait for the users finishing around now
 				timer.Reset(f.interval)
 				select {
 				case <-ctx.Done():
@@ -346,8 +345,8 @@ func (f *completer) flushAll(ctx context.Context, next func() flushRun) error {
 	return nil
 }
 
-// settle runs r until it succeeds or ctx ends; then r is kept for the next
-// flushAll.
+// settle runs r until it succeeds, or until ctx ends: then r is kept for the
+// next flushAll.
 func (f *completer) settle(ctx context.Context, r flushRun) error {
 	for attempt := 1; ; attempt++ {
 		err := r.run(ctx)
@@ -356,8 +355,7 @@ func (f *completer) settle(ctx context.Context, r flushRun) error {
 			f.afterFlush(nil)
 			return nil
 		}
-		if ctx.Err() == nil {
-			// (One cut short by shutdown is not a failure.)
+		if ctx.Err() == nil { // (one cut short by shutdown is not a failure)
 			f.metrics.AckFlushErrors.Inc()
 			f.afterFlush(err)
 			f.log.Error("flushing finished users failed; will retry", "op", "ack flush", "users", len(r.settledLeases()), "attempt", attempt, "err", err)
