@@ -38,9 +38,8 @@ type claimResult struct {
 	picked, won int  // users the round tried to lease, and leases it got
 }
 
-// contended says most of a round's picks went to other replicas: the fleet
-// claims faster than the head feeds it. Rounds of fewer than 4 picks, where
-// one lost race is half of them, never count.
+// contended says most of a round's picks went to other replicas. Rounds of
+// fewer than 4 picks, where one lost race is half of them, never count.
 func (r *claimResult) contended() bool {
 	return r.picked >= 4 && 2*r.won < r.picked
 }
@@ -48,11 +47,9 @@ func (r *claimResult) contended() bool {
 // Claim-round bounds, so a round's commands and memory do not grow with the
 // fleet, the users held or the users backing off.
 const (
-	maxSkipUsers = 1000 // users remembered as blocked and left out of the window
-	// heldElsewhereSkip is how long a user held by another replica is left
-	// out: short, as its holder usually releases it within a refresh.
-	heldElsewhereSkip  = 2 * time.Second
-	malformedScanLimit = 64 // malformed entries one scan returns
+	maxSkipUsers       = 1000            // users remembered as blocked and left out of the window
+	heldElsewhereSkip  = 2 * time.Second // short: its holder usually releases it within a refresh
+	malformedScanLimit = 64              // malformed entries one scan returns
 )
 
 // validUsername matches the usernames a window may carry, 1 to 256
@@ -72,8 +69,8 @@ const validUsername = `^[\s\S]{1,256}\z`
 //  4. absorb every pending entry of the users won (absorbIndex, covered);
 //  5. at most once per PollInterval, find malformed entries at the head.
 //
-// Entries are claimed after the lease: the refresh begins after every entry
-// it acknowledges was read. Used by the claim loop alone: nothing is locked.
+// Entries are read after the lease: the refresh begins after every entry it
+// acknowledges was read. Used by the claim loop alone: nothing is locked.
 type claimer struct {
 	queue      *mongo.Collection
 	leases     *leaseStore
@@ -89,9 +86,8 @@ type claimer struct {
 	byUser                   *atomic.Bool // set on a mongos: deletes name each entry's user (deleteStatements)
 	traits                   *servertraits.Traits
 	// filter: usernames are length-filtered on the server (validUsername);
-	// nil until asked. FerretDB compiles a regex per document (~0.5 ms), so
-	// there the window carries every username, bounded while reading
-	// (readBounded).
+	// nil until asked. FerretDB compiles a regex per document (~0.5 ms):
+	// there the window carries every username, clipped by readBounded.
 	filter *bool
 }
 
@@ -146,8 +142,7 @@ func (c *claimer) round(ctx context.Context, room, absorbLimit int, exclude []st
 	}
 	works, bad, err := c.absorb(ctx, won, absorbLimit)
 	if err != nil {
-		// Nothing to refresh: hand the users back rather than make
-		// everyone wait out the lease (if this fails, they expire).
+		// Hand the users back rather than make everyone wait out the lease.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimCleanup)
 		_, _ = c.leases.release(rctx, won)
 		cancel()
@@ -193,8 +188,7 @@ func (c *claimer) readWindow(ctx context.Context, now time.Time, exclude []strin
 		return nil, fmt.Errorf("reading the oldest %d claimable entries: %w", c.window, err)
 	}
 	if c.resume != nil {
-		// Only the page's own last entry comes back here (other _id types
-		// at its time are re-read, harmlessly).
+		// Drop the page's last entry (other _id types at its time are re-read, harmlessly).
 		window = slices.DeleteFunc(window, func(r rawEntry) bool { return !c.resume.before(r) })
 	}
 	return window, nil
@@ -275,8 +269,8 @@ func malformedFilter(bound *time.Time) bson.D {
 }
 
 // find reads queue entries hinting the first index of h the server has not
-// refused. (Unhinted, the window's regex and $nin could get absorb's index
-// and an in-memory sort.)
+// refused (unhinted, the window's regex and $nin could get absorb's index and
+// an in-memory sort).
 func (c *claimer) find(ctx context.Context, h *hints, filter bson.D, opts *options.FindOptionsBuilder) ([]rawEntry, error) {
 	out, err := c.readBounded(ctx, filter, opts.SetHint(h.hint()))
 	for h.refused(err) {
@@ -299,8 +293,8 @@ func (c *claimer) readBounded(ctx context.Context, filter bson.D, opts *options.
 		if err := cur.Decode(&r); err != nil {
 			return nil, err
 		}
-		// Decoded values alias a copy of the document: clip before keeping,
-		// to a length parseEntry still rejects (and reports).
+		// Clip (decoded values alias a copy of the document) to a length
+		// parseEntry still rejects.
 		if r.Username.Type == bson.TypeString && len(r.Username.Value) > MaxUsernameBytes+5 {
 			t, data, _ := bson.MarshalValue(r.Username.StringValue()[:MaxUsernameBytes+1])
 			r.Username = bson.RawValue{Type: t, Value: data}
@@ -334,9 +328,8 @@ var (
 	// so MongoDB merges the users' scans, stops at the limit, reads no
 	// document.
 	absorbIndex = bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}
-	// legacyAbsorbIndex is absorb's index before 0.3.0 (0.2.0 hints it):
-	// built no more, a fallback while the new one builds on a queue
-	// upgraded in place (docs/compatibility.md).
+	// legacyAbsorbIndex is 0.2.0's: a fallback while the new one builds on
+	// a queue upgraded in place (docs/compatibility.md).
 	legacyAbsorbIndex = bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}
 )
 
@@ -352,8 +345,7 @@ func (c *claimer) scanMalformed(ctx context.Context, now time.Time, windowFull b
 	if windowFull && last != nil {
 		bound = &last.createdAt
 	}
-	// Hinted: only createdAt bounds a scan, so only the window's index
-	// returns the head in order without a sort.
+	// Hinted: only the window's index returns the head in order unsorted.
 	docs, err := c.find(ctx, c.windowHints, malformedFilter(bound), options.Find().
 		SetSort(queueOrder).
 		SetLimit(malformedScanLimit).
@@ -390,11 +382,10 @@ func (c *claimer) remember(users []string, blocked map[string]blockedLease, now 
 }
 
 // spread picks up to room of the candidates (oldest first). Every replica
-// reads the same head, so taking the first would make all race for the
-// same leases. The oldest half is taken in order (the oldest entry is
-// always among the next picks), the other half from the next 1.5·room
-// candidates by the smallest hash of (replica, user): replicas pick partly
-// different users, within the oldest 2·room.
+// reads the same head: taking the first would make all race for the same
+// leases. The oldest half is taken in order (the oldest entry is always
+// among the next picks), the other half from the next 1.5·room candidates by
+// the smallest hash of (replica, user).
 func spread(candidates []string, room int, owner string) []string {
 	if room <= 0 {
 		return nil
@@ -425,9 +416,8 @@ func (c *claimer) absorb(ctx context.Context, won []lease, limit int) ([]work, [
 		want[l.User] = struct{}{}
 	}
 	limit = max(limit, len(won)) // at least one entry per user won
-	// Hinted: the window's index, which wins the trial when the users sit
-	// at the head, walks the whole queue when their entries number fewer
-	// than the limit.
+	// Hinted: the window's index, which wins the trial when the users sit at
+	// the head, walks the whole queue when they have fewer entries than limit.
 	raw, err := c.find(ctx, c.absorbHints,
 		bson.D{{Key: "username", Value: bson.D{{Key: "$in", Value: names}}}},
 		options.Find().
@@ -455,7 +445,7 @@ const hintRetry = 5 * time.Minute
 // operator's with another collation or partial filter). A hint naming no
 // index (missing, failed, still building) is refused too: the query then
 // hints the next, and none after the last, so a missing index costs speed,
-// never the query. Used by the claimer alone.
+// never the query.
 type hints struct {
 	indexes []bson.D
 	skip    int // leading indexes refused; len(indexes): hint none
