@@ -259,8 +259,7 @@ func (d *deadLetterer) move(ctx context.Context, batch []deadLetter, now time.Ti
 	if readErr == nil {
 		readErr = m.insert(ctx)
 	}
-	if readErr != nil {
-		// What was not read, or not written, is still in the queue.
+	if readErr != nil { // what was not read, or not written, is still in the queue
 		for _, p := range m.pending {
 			m.fail(p.b, readErr)
 		}
@@ -424,9 +423,8 @@ func (m *mover) insertCopies(ctx context.Context, batch []pendingCopy, onDup fun
 
 // keepDistinct sorts out duplicate keys on the insert. Usually an earlier
 // run of this batch stored the copy. But a producer may reuse an _id, or an
-// operator re-enqueue a dead letter by _id: then the stored one differs, and
-// this one goes under a fresh _id with deadLetter.originalId rather than
-// leaving the queue with no copy anywhere.
+// operator re-enqueue a dead letter by _id: a copy differing from the stored
+// one goes under a fresh _id with deadLetter.originalId.
 func (m *mover) keepDistinct(ctx context.Context, dups []pendingCopy) error {
 	byKey := make(map[string]pendingCopy, len(dups))
 	ids := make(bson.A, len(dups))
@@ -479,13 +477,10 @@ func (d *deadLetterer) read(ctx context.Context, coll *mongo.Collection, ids bso
 	if d.traits.Probe(ctx, d.queue.Database()) != nil || !d.traits.BoundsReplies() {
 		for _, id := range ids {
 			raw, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
-			if errors.Is(err, mongo.ErrNoDocuments) {
-				continue
+			if err == nil {
+				err = fn(ctx, raw)
 			}
-			if err != nil {
-				return err
-			}
-			if err := fn(ctx, raw); err != nil {
+			if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
 				return err
 			}
 		}
@@ -584,8 +579,7 @@ type DeadLetterInfo struct {
 }
 
 // deadLetterDoc builds the copy of orig to store: the original whole with a
-// deadLetter subdocument, or, past limit, the reduced form with reason
-// too_large.
+// deadLetter subdocument, or, past limit, reduced with reason too_large.
 func deadLetterDoc(orig bson.Raw, b deadLetter, now time.Time, limit int) (bson.Raw, string, error) {
 	elems, err := orig.Elements()
 	if err != nil {
