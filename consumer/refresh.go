@@ -34,12 +34,10 @@ type FixedLimiter = limiter.Limiter
 func NewFixedLimiter(n int) *FixedLimiter { return limiter.New(n) }
 
 // ownDeadline reports whether err is the refresh running out of its own
-// time rather than MongoDB failing. The driver gives up on a command it
-// cannot finish before the context's deadline, with a timeout error, while
-// ctx itself has not expired yet: a timeout in the last tenth of the
-// refresh's time counts as its own deadline too. (Otherwise a user whose
-// refresh is always too slow looks like a server problem, is never charged
-// and never dead-lettered.)
+// time rather than MongoDB failing, or a user whose refresh is always too
+// slow would never be charged. The driver gives up on a command it cannot
+// finish before the context's deadline while ctx has not expired yet: a
+// timeout in the last tenth of the refresh's time counts too.
 func ownDeadline(ctx context.Context, err error, timeout time.Duration) bool {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return true
@@ -53,12 +51,10 @@ func ownDeadline(ctx context.Context, err error, timeout time.Duration) bool {
 var errRefreshTimeout = errors.New("refresh timed out")
 
 // refreshBatch refreshes the users of works in one refresh slot and returns
-// each user's outcome: a user alone is a batch of one, and a Refresher that
-// is not a BatchRefresher only ever gets those (see New). The batch shares
-// one deadline and one start: windows are measured from it, and every entry
-// of every user was claimed before it. A panic in the scorer is the batch's
-// failure, not the process's: it is recovered here with its stack in the
-// error so the dead letter says where it came from.
+// each user's outcome. The batch shares one deadline and one start: windows
+// are measured from it, and every entry of every user was claimed before it.
+// A panic in the scorer is the batch's failure, not the process's: its stack
+// goes in the error, so the dead letter says where it came from.
 func (c *Consumer) refreshBatch(ctx context.Context, works []work) (errs []error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RefreshTimeout)
 	defer cancel()
@@ -96,9 +92,7 @@ func (c *Consumer) refreshBatch(ctx context.Context, works []work) (errs []error
 		case !ok:
 			errs[i] = errors.New("the batch refresh returned no outcome for this user")
 		case err == nil:
-		case ownDeadline(ctx, err, c.cfg.RefreshTimeout):
-			// The refresh's own deadline fired: it is too slow, which
-			// retrying will not fix. Not a MongoDB outage.
+		case ownDeadline(ctx, err, c.cfg.RefreshTimeout): // too slow, which retrying will not fix
 			errs[i] = fmt.Errorf("%w after %s%s: %v", errRefreshTimeout, c.cfg.RefreshTimeout, batch, err)
 		default:
 			errs[i] = fmt.Errorf("refreshing user: %w", err)
