@@ -27,7 +27,7 @@ type outcome struct {
 	solo      bool  // its batch failed as a whole: refresh alone next time (settleBatchFailure)
 }
 
-// acker settles finished users in batches (completer). One flush costs a
+// acker settles finished users in batches (settler). One flush costs a
 // fixed number of round trips whatever its size:
 //
 //	ack               1 delete command for every acknowledged entry (deleteStatements)
@@ -46,17 +46,32 @@ type acker struct {
 	byUser      *atomic.Bool // name each entry's user in its delete (deleteStatements)
 }
 
-// settler is what the acker and the dead-letter lane share.
+// settler is the batching the acker and the dead-letter lane share (river's
+// BatchCompleter): a flush waits AckFlushInterval for company after its
+// first item, or goes at once with AckFlushBatch waiting; a failed one is
+// retried with backoff, and one cut short by shutdown is kept for the final
+// flushAll.
 type settler struct {
 	leases     *leaseStore
+	clock      clock.Clock
 	serverTime clock.Nower
 	metrics    *metrics.Consumer
 	log        *slog.Logger
-	retryDelay Backoff // a failed user's backoff
-	flushes    *completer
+	retryDelay Backoff             // a failed user's backoff
+	interval   time.Duration       // AckFlushInterval
+	onSettled  func(users []lease) // the users are no longer held
+	afterFlush func(err error)     // each flush attempt's outcome (readiness)
+	kick       signal
 
 	mu       sync.Mutex
 	outcomes []outcome
+	carry    flushRun // cut short by shutdown, finished by the next flush
+}
+
+// flushRun is one batch on its way to MongoDB.
+type flushRun interface {
+	run(ctx context.Context) error
+	settledLeases() []lease
 }
 
 func (s *settler) add(o outcome) {
@@ -64,7 +79,9 @@ func (s *settler) add(o outcome) {
 	s.outcomes = append(s.outcomes, o)
 	n := len(s.outcomes)
 	s.mu.Unlock()
-	s.flushes.added(n)
+	if n == 1 || n >= AckFlushBatch { // the first starts the wait, a full batch goes
+		s.kick.notify()
+	}
 }
 
 func (a *acker) add(o outcome) {
@@ -76,7 +93,7 @@ func (a *acker) add(o outcome) {
 }
 
 // run flushes until ctx ends; call flushAll after it for the final flush.
-func (a *acker) run(ctx context.Context) { a.flushes.run(ctx, a.pending, a.flushAll) }
+func (a *acker) run(ctx context.Context) { a.loop(ctx, a.pending, a.flushAll) }
 
 func (a *acker) pending() int {
 	a.mu.Lock()
@@ -86,7 +103,7 @@ func (a *acker) pending() int {
 
 // flushAll flushes everything pending, retrying until done or ctx ends.
 func (a *acker) flushAll(ctx context.Context) error {
-	return a.flushes.flushAll(ctx, func() flushRun {
+	return a.flush(ctx, func() flushRun {
 		a.mu.Lock()
 		batch := a.outcomes
 		a.outcomes = nil
@@ -263,61 +280,22 @@ func (s *settler) releaseHeld(ctx context.Context, held []lease, tried *bool) er
 	return nil
 }
 
-// completer is the batching the acker and the dead-letter lane share
-// (river's BatchCompleter): a flush waits AckFlushInterval for company after
-// its first item, or goes at once with AckFlushBatch waiting; a failed one
-// is retried with backoff, and one cut short by shutdown is kept for the
-// final flushAll. The bench attributes commands issued under its methods to
-// the ack stage (bench/cmdstats.go).
-type completer struct {
-	clock      clock.Clock
-	interval   time.Duration
-	metrics    *metrics.Consumer
-	log        *slog.Logger
-	onSettled  func(users []lease) // the users are no longer held
-	afterFlush func(err error)     // each flush attempt's outcome (readiness)
-	kick       signal
-
-	mu    sync.Mutex
-	carry flushRun // cut short by shutdown, finished by the next flushAll
-}
-
-// flushRun is one batch on its way to MongoDB.
-type flushRun interface {
-	run(ctx context.Context) error
-	settledLeases() []lease
-}
-
-func newCompleter(clk clock.Clock, m *metrics.Consumer, log *slog.Logger, onSettled func([]lease), afterFlush func(error)) *completer {
-	if afterFlush == nil {
-		afterFlush = func(error) {}
-	}
-	return &completer{clock: clk, interval: AckFlushInterval, metrics: m, log: log,
-		onSettled: onSettled, afterFlush: afterFlush, kick: newSignal()}
-}
-
-// added notes that n items wait: the first starts the wait, a full batch goes.
-func (f *completer) added(n int) {
-	if n == 1 || n >= AckFlushBatch {
-		f.kick.notify()
-	}
-}
-
-func (f *completer) run(ctx context.Context, pending func() int, flushAll func(context.Context) error) {
-	timer := f.clock.NewTimer(time.Hour)
+// loop flushes until ctx ends.
+func (s *settler) loop(ctx context.Context, pending func() int, flushAll func(context.Context) error) {
+	timer := s.clock.NewTimer(time.Hour)
 	timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-f.kick:
+		case <-s.kick:
 			if pending() < AckFlushBatch { // wait for the users finishing around now
-				timer.Reset(f.interval)
+				timer.Reset(s.interval)
 				select {
 				case <-ctx.Done():
 					return
 				case <-timer.C():
-				case <-f.kick:
+				case <-s.kick:
 					timer.Stop()
 				}
 			}
@@ -326,45 +304,45 @@ func (f *completer) run(ctx context.Context, pending func() int, flushAll func(c
 	}
 }
 
-// flushAll finishes a flush kept from shutdown, with its steps' state
-// (nothing done is redone or miscounted), then settles the one next takes
-// (nil: nothing pending).
-func (f *completer) flushAll(ctx context.Context, next func() flushRun) error {
-	f.mu.Lock()
-	carried := f.carry
-	f.carry = nil
-	f.mu.Unlock()
+// flush finishes a flush kept from shutdown, with its steps' state (nothing
+// done is redone or miscounted), then settles the one next takes (nil:
+// nothing pending).
+func (s *settler) flush(ctx context.Context, next func() flushRun) error {
+	s.mu.Lock()
+	carried := s.carry
+	s.carry = nil
+	s.mu.Unlock()
 	if carried != nil {
-		if err := f.settle(ctx, carried); err != nil {
+		if err := s.settle(ctx, carried); err != nil {
 			return err
 		}
 	}
 	if r := next(); r != nil {
-		return f.settle(ctx, r)
+		return s.settle(ctx, r)
 	}
 	return nil
 }
 
 // settle runs r until it succeeds, or until ctx ends: then r is kept for the
 // next flushAll.
-func (f *completer) settle(ctx context.Context, r flushRun) error {
+func (s *settler) settle(ctx context.Context, r flushRun) error {
 	for attempt := 1; ; attempt++ {
 		err := r.run(ctx)
 		if err == nil {
-			f.onSettled(r.settledLeases())
-			f.afterFlush(nil)
+			s.onSettled(r.settledLeases())
+			s.afterFlush(nil)
 			return nil
 		}
 		if ctx.Err() == nil { // (one cut short by shutdown is not a failure)
-			f.metrics.AckFlushErrors.Inc()
-			f.afterFlush(err)
-			f.log.Error("flushing finished users failed; will retry", "op", "ack flush", "users", len(r.settledLeases()), "attempt", attempt, "err", err)
+			s.metrics.AckFlushErrors.Inc()
+			s.afterFlush(err)
+			s.log.Error("flushing finished users failed; will retry", "op", "ack flush", "users", len(r.settledLeases()), "attempt", attempt, "err", err)
 		}
 		delay := Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}.Delay(attempt)
-		if clock.Sleep(ctx, f.clock, delay) != nil {
-			f.mu.Lock()
-			f.carry = r
-			f.mu.Unlock()
+		if clock.Sleep(ctx, s.clock, delay) != nil {
+			s.mu.Lock()
+			s.carry = r
+			s.mu.Unlock()
 			return errors.Join(err, ctx.Err())
 		}
 	}

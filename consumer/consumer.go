@@ -193,8 +193,11 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 	}
 	c.batches = &batcher{}
 	base := func(afterFlush func(error)) settler {
-		return settler{leases: c.leases, serverTime: c.serverTime, metrics: c.metrics, log: c.log,
-			flushes: newCompleter(c.clock, c.metrics, c.log, c.settled, afterFlush)}
+		if afterFlush == nil {
+			afterFlush = func(error) {}
+		}
+		return settler{leases: c.leases, clock: c.clock, serverTime: c.serverTime, metrics: c.metrics, log: c.log,
+			interval: AckFlushInterval, onSettled: c.settled, afterFlush: afterFlush, kick: newSignal()}
 	}
 	c.dead = &deadLane{
 		settler:   base(nil), // (readiness is about acknowledgements)

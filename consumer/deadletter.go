@@ -70,10 +70,10 @@ func (d *deadLane) addMalformed(ms []malformed) {
 		d.malformed[k] = m
 	}
 	d.mu.Unlock()
-	d.flushes.kick.notify()
+	d.kick.notify()
 }
 
-func (d *deadLane) run(ctx context.Context) { d.flushes.run(ctx, d.pending, d.flushAll) }
+func (d *deadLane) run(ctx context.Context) { d.loop(ctx, d.pending, d.flushAll) }
 
 func (d *deadLane) pending() int {
 	d.mu.Lock()
@@ -82,7 +82,7 @@ func (d *deadLane) pending() int {
 }
 
 func (d *deadLane) flushAll(ctx context.Context) error {
-	return d.flushes.flushAll(ctx, func() flushRun {
+	return d.flush(ctx, func() flushRun {
 		d.mu.Lock()
 		batch, bad := d.outcomes, d.malformed
 		d.outcomes, d.malformed = nil, map[string]malformed{}
