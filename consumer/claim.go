@@ -362,16 +362,16 @@ func (c *claimer) scanMalformed(ctx context.Context, now time.Time, windowFull b
 
 // remember notes the window's blocked users for the next rounds to leave
 // out, and returns the claimable ones in window order.
-func (c *claimer) remember(users []string, blocked map[string]blockedLease, now time.Time) []string {
+func (c *claimer) remember(users []string, blocked map[string]LeaseDoc, now time.Time) []string {
 	candidates := make([]string, 0, len(users))
 	for _, u := range users {
-		b, ok := blocked[u]
+		d, ok := blocked[u]
 		if !ok {
 			candidates = append(candidates, u)
 			continue
 		}
-		until := b.until
-		if short := now.Add(heldElsewhereSkip); b.held && short.Before(until) {
+		until, _ := d.Until()
+		if short := now.Add(heldElsewhereSkip); d.State(now) == LeaseHeld && short.Before(until) {
 			until = short
 		}
 		if _, known := c.skip[u]; known || len(c.skip) < maxSkipUsers {

@@ -110,17 +110,10 @@ type leaseStore struct {
 	traits *servertraits.Traits
 }
 
-// blockedLease is until when a user may not be claimed, and whether it is
-// held (or backing off).
-type blockedLease struct {
-	until time.Time
-	held  bool
-}
-
 // blockedAmong returns which of users nobody may claim now: held (by anyone)
 // or backing off. It reads only their documents, by _id, so its cost follows
 // the window, not the fleet's leases.
-func (s *leaseStore) blockedAmong(ctx context.Context, users []string, now time.Time) (map[string]blockedLease, error) {
+func (s *leaseStore) blockedAmong(ctx context.Context, users []string, now time.Time) (map[string]LeaseDoc, error) {
 	if len(users) == 0 {
 		return nil, nil
 	}
@@ -132,12 +125,10 @@ func (s *leaseStore) blockedAmong(ctx context.Context, users []string, now time.
 	if err != nil {
 		return nil, err
 	}
-	blocked := make(map[string]blockedLease, len(users))
+	blocked := make(map[string]LeaseDoc, len(users))
 	for _, d := range docs {
-		user, ok := d.User()
-		if state := d.State(now); ok && state != LeaseClaimable {
-			until, _ := d.Until()
-			blocked[user] = blockedLease{until: until, held: state == LeaseHeld}
+		if user, ok := d.User(); ok && d.State(now) != LeaseClaimable {
+			blocked[user] = d
 		}
 	}
 	return blocked, nil
