@@ -141,7 +141,6 @@ type Consumer struct {
 	leases   *leaseStore
 	acks     *acker
 	dead     *deadLane
-	starts   *startMarker
 	batches  *batcher
 	perUser  sync.Once // logs BatchAuto's choice of one user per slot
 	failures *failureWindow
@@ -186,7 +185,6 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 	c.claimer = &claimer{queue: colls.Queue, leases: c.leases, window: cfg.ClaimWindow, lease: cfg.LeaseDuration, serverTime: c.serverTime,
 		scanEvery: cfg.PollInterval, skip: map[string]time.Time{}, byUser: byUser, traits: c.traits,
 		windowHints: newHints(windowIndex), absorbHints: newHints(absorbIndex, legacyAbsorbIndex)}
-	c.starts = &startMarker{leases: c.leases}
 	var ok bool
 	if c.refresher, ok = deps.Refresher.(BatchRefresher); !ok {
 		c.refresher, c.cfg.BatchSize = alone{deps.Refresher}, 1
@@ -512,7 +510,7 @@ func (c *Consumer) runBatch(workCtx context.Context, works []work) {
 		leases[i] = w.lease
 	}
 	markCtx, cancelMark := context.WithTimeout(workCtx, c.cfg.OpTimeout)
-	err := c.starts.mark(markCtx, leases...)
+	err := c.leases.mark(markCtx, leases...)
 	cancelMark()
 	if err != nil {
 		c.log.Debug("marking refreshes as running failed; a crash in them would not be charged", "op", "mark running", "users", len(leases), "err", err)

@@ -108,6 +108,11 @@ type leaseStore struct {
 	coll   *mongo.Collection
 	owner  string
 	traits *servertraits.Traits
+
+	mu      sync.Mutex // guards mark's group commit:
+	pending []lease
+	waiters []chan struct{}
+	writing bool
 }
 
 // blockedAmong returns which of users nobody may claim now: held (by anyone)
@@ -410,22 +415,12 @@ func notAfter(t time.Time) bson.D {
 	return bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: t}}}}
 }
 
-// startMarker marks lease documents running before their refreshes begin,
-// in one round trip for the users starting together (group commit: whoever
-// finds no write in flight writes for everyone waiting). The mark lets a
-// takeover after a crash charge those users and nobody else.
-type startMarker struct {
-	leases *leaseStore
-
-	mu      sync.Mutex
-	pending []lease
-	waiters []chan struct{}
-	writing bool
-}
-
-// mark returns once the leases are marked or the attempt failed (the
-// refresh goes ahead: a crash in it would only not be charged).
-func (m *startMarker) mark(ctx context.Context, ls ...lease) error {
+// mark marks lease documents running before their refreshes begin, in one
+// round trip for the users starting together (group commit: whoever finds no
+// write in flight writes for everyone waiting), so a takeover after a crash
+// charges those users and nobody else. It returns once the leases are marked
+// or the attempt failed (the refresh goes ahead, a crash in it uncharged).
+func (m *leaseStore) mark(ctx context.Context, ls ...lease) error {
 	done := make(chan struct{})
 	m.mu.Lock()
 	m.pending = append(m.pending, ls...)
@@ -445,7 +440,7 @@ func (m *startMarker) mark(ctx context.Context, ls ...lease) error {
 		batch, waiters := m.pending, m.waiters
 		m.pending, m.waiters = nil, nil
 		m.mu.Unlock()
-		err = m.leases.markRunning(ctx, batch)
+		err = m.markRunning(ctx, batch)
 		for _, w := range waiters {
 			close(w)
 		}
