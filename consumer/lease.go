@@ -420,13 +420,13 @@ func notAfter(t time.Time) bson.D {
 // write in flight writes for everyone waiting), so a takeover after a crash
 // charges those users and nobody else. It returns once the leases are marked
 // or the attempt failed (the refresh goes ahead, a crash in it uncharged).
-func (m *leaseStore) mark(ctx context.Context, ls ...lease) error {
+func (s *leaseStore) mark(ctx context.Context, ls ...lease) error {
 	done := make(chan struct{})
-	m.mu.Lock()
-	m.pending = append(m.pending, ls...)
-	m.waiters = append(m.waiters, done)
-	if m.writing {
-		m.mu.Unlock()
+	s.mu.Lock()
+	s.pending = append(s.pending, ls...)
+	s.waiters = append(s.waiters, done)
+	if s.writing {
+		s.mu.Unlock()
 		select {
 		case <-done:
 			return nil
@@ -434,19 +434,19 @@ func (m *leaseStore) mark(ctx context.Context, ls ...lease) error {
 			return ctx.Err()
 		}
 	}
-	m.writing = true
+	s.writing = true
 	var err error
-	for len(m.pending) > 0 {
-		batch, waiters := m.pending, m.waiters
-		m.pending, m.waiters = nil, nil
-		m.mu.Unlock()
-		err = m.markRunning(ctx, batch)
+	for len(s.pending) > 0 {
+		batch, waiters := s.pending, s.waiters
+		s.pending, s.waiters = nil, nil
+		s.mu.Unlock()
+		err = s.markRunning(ctx, batch)
 		for _, w := range waiters {
 			close(w)
 		}
-		m.mu.Lock()
+		s.mu.Lock()
 	}
-	m.writing = false
-	m.mu.Unlock()
+	s.writing = false
+	s.mu.Unlock()
 	return err
 }
