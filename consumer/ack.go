@@ -27,7 +27,7 @@ type outcome struct {
 	solo      bool  // its batch failed as a whole: refresh alone next time (settleBatchFailure)
 }
 
-// acker settles finished users in batches (completer). One flush costs a
+// acker settles finished users in batches (settler). One flush costs a
 // fixed number of round trips whatever its size:
 //
 //	ack               1 delete command for every acknowledged entry (deleteStatements)
@@ -35,9 +35,9 @@ type outcome struct {
 //	back off          1 bulk update of failed users, only if any
 //
 // Every step is safe to repeat (deletes are idempotent, lease writes
-// fenced), so a failed flush retries the steps not done until they succeed;
-// the users stay held (and renewed) until then. A failing step does not
-// hold up the others. Users out of attempts go to the dead-letter lane.
+// fenced): a failed flush retries the steps not done, its users held (and
+// renewed) meanwhile; a failing step does not hold up the others. Users out
+// of attempts go to the dead-letter lane.
 type acker struct {
 	settler
 	queue       *mongo.Collection
@@ -46,17 +46,32 @@ type acker struct {
 	byUser      *atomic.Bool // name each entry's user in its delete (deleteStatements)
 }
 
-// settler is what the acker and the dead-letter lane share.
+// settler is the batching the acker and the dead-letter lane share (river's
+// BatchCompleter): a flush waits AckFlushInterval for company after its
+// first item, or goes at once with AckFlushBatch waiting; a failed one is
+// retried with backoff, and one cut short by shutdown is kept for the final
+// flushAll.
 type settler struct {
 	leases     *leaseStore
+	clock      clock.Clock
 	serverTime clock.Nower
 	metrics    *metrics.Consumer
 	log        *slog.Logger
-	retryDelay Backoff // a failed user's backoff
-	flushes    *completer
+	retryDelay Backoff             // a failed user's backoff
+	interval   time.Duration       // AckFlushInterval
+	onSettled  func(users []lease) // the users are no longer held
+	afterFlush func(err error)     // each flush attempt's outcome (readiness)
+	kick       signal
 
 	mu       sync.Mutex
 	outcomes []outcome
+	carry    flushRun // cut short by shutdown, finished by the next flush
+}
+
+// flushRun is one batch on its way to MongoDB.
+type flushRun interface {
+	run(ctx context.Context) error
+	settledLeases() []lease
 }
 
 func (s *settler) add(o outcome) {
@@ -64,7 +79,9 @@ func (s *settler) add(o outcome) {
 	s.outcomes = append(s.outcomes, o)
 	n := len(s.outcomes)
 	s.mu.Unlock()
-	s.flushes.added(n)
+	if n == 1 || n >= AckFlushBatch { // the first starts the wait, a full batch goes
+		s.kick.notify()
+	}
 }
 
 func (a *acker) add(o outcome) {
@@ -76,30 +93,25 @@ func (a *acker) add(o outcome) {
 }
 
 // run flushes until ctx ends; call flushAll after it for the final flush.
-func (a *acker) run(ctx context.Context) { a.flushes.run(ctx, a.pending, a.flushAll) }
+func (a *acker) run(ctx context.Context) { a.loop(ctx, a.pending, a.flushAll) }
 
 func (a *acker) pending() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return len(a.outcomes) + a.flushes.carried()
+	return len(a.outcomes)
 }
 
 // flushAll flushes everything pending, retrying until done or ctx ends.
 func (a *acker) flushAll(ctx context.Context) error {
-	return a.flushes.flushAll(ctx, func() (flushRun, func()) {
+	return a.flush(ctx, func() flushRun {
 		a.mu.Lock()
 		batch := a.outcomes
 		a.outcomes = nil
 		a.mu.Unlock()
-		handBack := func() {
-			a.mu.Lock()
-			a.outcomes = append(batch, a.outcomes...)
-			a.mu.Unlock()
-		}
 		if len(batch) == 0 {
-			return nil, handBack
+			return nil
 		}
-		return a.newFlush(batch), handBack
+		return a.newFlush(batch)
 	})
 }
 
@@ -142,8 +154,8 @@ func (a *acker) newFlush(batch []outcome) *ackFlush {
 
 func (f *ackFlush) settledLeases() []lease { return f.settled }
 
-// run does every step not yet done; acknowledged users' leases are
-// released once their entries are deleted.
+// run does every step not yet done; acknowledged users' leases go once
+// their entries are deleted.
 func (f *ackFlush) run(ctx context.Context) error {
 	var errs []error
 	step(&errs, &f.ackDone, func() error { return f.ack(ctx) })
@@ -194,13 +206,14 @@ func (f *ackFlush) ack(ctx context.Context) error {
 // maxIDStatements, one statement per _id: an index lookup each on MongoDB,
 // and the only filter FerretDB pushes down to storage (an $in would read its
 // whole queue for a flush of three entries). Past that (a firehose user's
-// backlog), $in lists of up to 50,000 ids: cheaper per entry on MongoDB, and
-// one scan instead of thousands of queries on FerretDB. users, given through
-// a mongos only, holds each entry's username ("" if malformed): each
-// statement names its user too, so on a queue sharded on username it goes
-// to one shard, hinting the _id index (the username's would read all that
-// user's entries). docs/query-plans.md measures both.
+// backlog), $in lists: cheaper per entry on MongoDB, and one scan instead of
+// thousands of queries on FerretDB. users, given through a mongos only, are
+// the entries' usernames ("" if malformed): a statement naming its user goes
+// to one shard of a queue sharded on username, hinting the _id index (the
+// username's would read all that user's entries). docs/query-plans.md
+// measures both.
 func deleteStatements(ids bson.A, users ...string) []mongo.WriteModel {
+	users = append(users, make([]string, len(ids)-len(users))...) // "": no user named
 	if len(ids) > maxIDStatements {
 		return deleteInLists(ids, users)
 	}
@@ -208,7 +221,7 @@ func deleteStatements(ids bson.A, users ...string) []mongo.WriteModel {
 	for i, id := range ids {
 		filter := bson.D{{Key: "_id", Value: id}}
 		m := mongo.NewDeleteOneModel()
-		if u := userAt(users, i); u != "" {
+		if u := users[i]; u != "" {
 			filter = append(filter, bson.E{Key: "username", Value: u})
 			m.SetHint(indexName(idIndex))
 		}
@@ -219,12 +232,12 @@ func deleteStatements(ids bson.A, users ...string) []mongo.WriteModel {
 
 // deleteInLists is deleteStatements past maxIDStatements: $in lists of at
 // most maxInIDs ids and about maxInBytes (an _id may be any value, and a
-// list past 16 MiB is refused on every retry), one user's each with users.
+// list past 16 MiB is refused on every retry), one user's each.
 func deleteInLists(ids bson.A, users []string) []mongo.WriteModel {
 	byUser := map[string]bson.A{}
 	var order []string
 	for i, id := range ids {
-		u := userAt(users, i)
+		u := users[i]
 		if _, ok := byUser[u]; !ok {
 			order = append(order, u)
 		}
@@ -243,13 +256,6 @@ func deleteInLists(ids bson.A, users []string) []mongo.WriteModel {
 		}
 	}
 	return models
-}
-
-func userAt(users []string, i int) string {
-	if i < len(users) {
-		return users[i]
-	}
-	return ""
 }
 
 const (
@@ -274,59 +280,22 @@ func (s *settler) releaseHeld(ctx context.Context, held []lease, tried *bool) er
 	return nil
 }
 
-// completer is the batching the acker and the dead-letter lane share
-// (river's BatchCompleter): a flush waits AckFlushInterval for company after
-// its first item, or goes at once with AckFlushBatch waiting; a failed one
-// is retried with backoff, and one cut short by shutdown is kept for the
-// final flushAll. The bench attributes commands issued under its methods to
-// the ack stage (bench/cmdstats.go).
-type completer struct {
-	clock      clock.Clock
-	interval   time.Duration
-	metrics    *metrics.Consumer
-	log        *slog.Logger
-	onSettled  func(users []lease) // the users are no longer held
-	afterFlush func(err error)     // each flush attempt's outcome (readiness)
-	kick       signal
-
-	mu    sync.Mutex
-	carry flushRun // cut short by shutdown, finished by the next flushAll
-}
-
-// flushRun is one batch on its way to MongoDB.
-type flushRun interface {
-	run(ctx context.Context) error
-	settledLeases() []lease
-}
-
-func newCompleter(clk clock.Clock, m *metrics.Consumer, log *slog.Logger, onSettled func([]lease), afterFlush func(error)) *completer {
-	return &completer{clock: clk, interval: AckFlushInterval, metrics: m, log: log,
-		onSettled: onSettled, afterFlush: afterFlush, kick: newSignal()}
-}
-
-// added notes that n items wait: the first starts the wait, a full batch goes.
-func (f *completer) added(n int) {
-	if n == 1 || n >= AckFlushBatch {
-		f.kick.notify()
-	}
-}
-
-func (f *completer) run(ctx context.Context, pending func() int, flushAll func(context.Context) error) {
-	timer := f.clock.NewTimer(time.Hour)
+// loop flushes until ctx ends.
+func (s *settler) loop(ctx context.Context, pending func() int, flushAll func(context.Context) error) {
+	timer := s.clock.NewTimer(time.Hour)
 	timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-f.kick:
-			if pending() < AckFlushBatch {
-				// Wait for the users finishing around now.
-				timer.Reset(f.interval)
+		case <-s.kick:
+			if pending() < AckFlushBatch { // wait for the users finishing around now
+				timer.Reset(s.interval)
 				select {
 				case <-ctx.Done():
 					return
 				case <-timer.C():
-				case <-f.kick:
+				case <-s.kick:
 					timer.Stop()
 				}
 			}
@@ -335,59 +304,45 @@ func (f *completer) run(ctx context.Context, pending func() int, flushAll func(c
 	}
 }
 
-// carried is how many users the flush kept from shutdown holds.
-func (f *completer) carried() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.carry == nil {
-		return 0
-	}
-	return len(f.carry.settledLeases())
-}
-
-// flushAll finishes a flush kept from shutdown, then settles the one next
-// takes (nil: nothing pending); if the kept one fails, handBack returns
-// next's items.
-func (f *completer) flushAll(ctx context.Context, next func() (r flushRun, handBack func())) error {
-	f.mu.Lock()
-	carried := f.carry
-	f.carry = nil
-	f.mu.Unlock()
-	r, handBack := next()
+// flush finishes a flush kept from shutdown, with its steps' state (nothing
+// done is redone or miscounted), then settles the one next takes (nil:
+// nothing pending).
+func (s *settler) flush(ctx context.Context, next func() flushRun) error {
+	s.mu.Lock()
+	carried := s.carry
+	s.carry = nil
+	s.mu.Unlock()
 	if carried != nil {
-		// With its steps' state: nothing done is redone (or miscounted).
-		if err := f.settle(ctx, carried); err != nil {
-			handBack()
+		if err := s.settle(ctx, carried); err != nil {
 			return err
 		}
 	}
-	if r == nil {
-		return nil
+	if r := next(); r != nil {
+		return s.settle(ctx, r)
 	}
-	return f.settle(ctx, r)
+	return nil
 }
 
-// settle runs r until it succeeds or ctx ends; then r is kept for the next
-// flushAll.
-func (f *completer) settle(ctx context.Context, r flushRun) error {
+// settle runs r until it succeeds, or until ctx ends: then r is kept for the
+// next flushAll.
+func (s *settler) settle(ctx context.Context, r flushRun) error {
 	for attempt := 1; ; attempt++ {
 		err := r.run(ctx)
 		if err == nil {
-			f.onSettled(r.settledLeases())
-			f.afterFlush(nil)
+			s.onSettled(r.settledLeases())
+			s.afterFlush(nil)
 			return nil
 		}
-		if ctx.Err() == nil {
-			// (One cut short by shutdown is not a failure.)
-			f.metrics.AckFlushErrors.Inc()
-			f.afterFlush(err)
-			f.log.Error("flushing finished users failed; will retry", "op", "ack flush", "users", len(r.settledLeases()), "attempt", attempt, "err", err)
+		if ctx.Err() == nil { // (one cut short by shutdown is not a failure)
+			s.metrics.AckFlushErrors.Inc()
+			s.afterFlush(err)
+			s.log.Error("flushing finished users failed; will retry", "op", "ack flush", "users", len(r.settledLeases()), "attempt", attempt, "err", err)
 		}
 		delay := Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}.Delay(attempt)
-		if clock.Sleep(ctx, f.clock, delay) != nil {
-			f.mu.Lock()
-			f.carry = r
-			f.mu.Unlock()
+		if clock.Sleep(ctx, s.clock, delay) != nil {
+			s.mu.Lock()
+			s.carry = r
+			s.mu.Unlock()
 			return errors.Join(err, ctx.Err())
 		}
 	}

@@ -15,8 +15,7 @@ type BatchRefresher interface {
 	RefreshBatch(ctx context.Context, users []string, startedAt time.Time) map[string]error
 }
 
-// alone is a Refresher that is not a BatchRefresher as one: New sets its
-// batches to one user, so each is the Refresher's own call.
+// alone is a Refresher as a BatchRefresher: New sets its batches to one user.
 type alone struct{ Refresher }
 
 func (a alone) RefreshBatch(ctx context.Context, users []string, startedAt time.Time) map[string]error {
@@ -32,24 +31,19 @@ func (a alone) RefreshBatch(ctx context.Context, users []string, startedAt time.
 // one that gets it takes its share of the users waiting: the waiting
 // divided by the free slots, rounded up, at most max. Spreading beats
 // filling wherever latency binds: 64 waiting users on 16 free slots run as
-// 16 batches of 4, each as quick as a batch of one, where filling batches
-// of 16 first ran 4 of them and left 12 slots idle. A batch grows past its
-// share only while every slot is busy (one free slot takes everyone
-// waiting, up to max), which is when fewer, larger queries pay.
-//
-// The users waiting never outnumber the goroutines waiting for a slot (each
-// goroutine that gets one takes at least one user, if any is left), so no
-// user is left behind.
+// 16 batches of 4, each as quick as a batch of one, where batches of 16
+// would leave 12 slots idle. A batch grows past its share only while every
+// slot is busy, which is when fewer, larger queries pay. The users waiting
+// never outnumber the goroutines waiting for a slot, so none is left behind.
 type batcher struct {
 	mu      sync.Mutex
 	waiting []work
 	running int // batches holding a slot
 }
 
-// SpreadBatch is the batch size slots spread over when a consumer holds
-// as many users as it may (maxUsersInFlight): an even share of them per
-// slot, at most maxBatch. With the defaults (64 users, 16 slots) that is 4.
-// Capacity models use it: a batch runs that many users, not maxBatch.
+// SpreadBatch is the batch size when a consumer holds as many users as it
+// may: an even share of them per slot, at most maxBatch (4 with the
+// defaults). Capacity models use it: a batch runs that many, not maxBatch.
 func SpreadBatch(maxBatch, maxUsersInFlight, slots int) int {
 	if slots < 1 {
 		return max(1, maxBatch)
@@ -57,9 +51,8 @@ func SpreadBatch(maxBatch, maxUsersInFlight, slots int) int {
 	return max(1, min(maxBatch, (maxUsersInFlight+slots-1)/slots))
 }
 
-// add queues works for a slot. A claim round adds all its users at once,
-// before any of their goroutines can take a share, so the first slot does
-// not run its batch with only the first user.
+// add queues works for a slot. A claim round adds all its users before any
+// of their goroutines can take a share: the first slot does not run alone.
 func (g *batcher) add(works ...work) {
 	g.mu.Lock()
 	g.waiting = append(g.waiting, works...)
@@ -67,17 +60,15 @@ func (g *batcher) add(works ...work) {
 }
 
 // take is called by a goroutine that holds one of limit slots: it returns
-// its batch, at most maxBatch users, or nothing when the others took them all
-// (the caller then gives its slot back). A non-empty batch holds its slot
-// until done.
+// its batch, at most maxBatch users, or nothing when the others took them
+// all (the caller gives its slot back). A batch holds its slot until done.
 func (g *batcher) take(limit, maxBatch int) []work {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if len(g.waiting) == 0 {
 		return nil
 	}
-	// This slot is among the free ones; at least one, as the limit may
-	// just have been lowered under the batches running.
+	// This slot is among the free ones, however low the limit was just set.
 	free := max(1, limit-g.running)
 	n := min(maxBatch, (len(g.waiting)+free-1)/free)
 	out := slices.Clone(g.waiting[:n])
@@ -86,8 +77,7 @@ func (g *batcher) take(limit, maxBatch int) []work {
 	return out
 }
 
-// hold notes a batch of w alone holding a slot (a user whose last batch
-// failed as a whole refreshes alone) and returns it.
+// hold notes w holding a slot alone (its last batch failed as a whole).
 func (g *batcher) hold(w work) []work {
 	g.mu.Lock()
 	g.running++

@@ -29,9 +29,6 @@ type changeStream interface {
 	Close(ctx context.Context) error
 }
 
-// watchFunc opens a stream of queue inserts, resuming after token if set.
-type watchFunc func(ctx context.Context, resumeAfter bson.Raw) (changeStream, error)
-
 // ChangeStreamSource wakes the claim loop the moment a producer inserts into
 // the queue, not up to POLL_INTERVAL later. It watches inserts projected to
 // their resume token (no documents cross the wire), resumes after a transient
@@ -40,8 +37,8 @@ type watchFunc func(ctx context.Context, resumeAfter bson.Raw) (changeStream, er
 // stream keeps failing, it says so once, reports polling as the active source
 // and tries again streamRetryAfter later. The poll stays on either way.
 type ChangeStreamSource struct {
-	clock   clock.Clock // what retries wait on
-	watch   watchFunc
+	clock   clock.Clock                                                           // what retries wait on
+	watch   func(ctx context.Context, resumeAfter bson.Raw) (changeStream, error) // inserts, after the token if set
 	metrics *metrics.Consumer
 	log     *slog.Logger
 	active  string // metrics.WakeupChangeStream or metrics.WakeupPoll; "" before the first attempt
@@ -64,7 +61,7 @@ func NewChangeStreamSource(queue *mongo.Collection, clk clock.Clock, m *metrics.
 	return newChangeStreamSource(watch, clk, m, log)
 }
 
-func newChangeStreamSource(watch watchFunc, clk clock.Clock, m *metrics.Consumer, log *slog.Logger) *ChangeStreamSource {
+func newChangeStreamSource(watch func(context.Context, bson.Raw) (changeStream, error), clk clock.Clock, m *metrics.Consumer, log *slog.Logger) *ChangeStreamSource {
 	return &ChangeStreamSource{clock: clock.Or(clk), watch: watch, metrics: m, log: cmp.Or(log, slog.New(slog.DiscardHandler))}
 }
 
@@ -84,7 +81,7 @@ func (s *ChangeStreamSource) Run(ctx context.Context, wake func()) error {
 		case unsupported(err):
 			s.use(metrics.WakeupPoll, err)
 			token = nil
-			if !s.sleep(ctx, streamRetryAfter) {
+			if clock.Sleep(ctx, s.clock, streamRetryAfter) != nil {
 				return nil
 			}
 			continue
@@ -101,24 +98,38 @@ func (s *ChangeStreamSource) Run(ctx context.Context, wake func()) error {
 		if failures++; failures >= maxStreamFailures {
 			s.use(metrics.WakeupPoll, err)
 			failures = 0
-			if !s.sleep(ctx, streamRetryAfter) {
+			if clock.Sleep(ctx, s.clock, streamRetryAfter) != nil {
 				return nil
 			}
 			continue
 		}
 		s.log.Debug("change stream interrupted; resuming", "op", "change stream", "attempt", failures, "err", err)
-		if !s.sleep(ctx, Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}.Delay(failures)) {
+		if clock.Sleep(ctx, s.clock, Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}.Delay(failures)) != nil {
 			return nil
 		}
 	}
 	return nil
 }
 
-// drain follows an open stream until it ends and closes it, returning the
-// token to resume from, whether it was invalidated, and its error.
+// drain wakes the claim loop for each event of an open stream until it ends,
+// closes it, and returns the token to resume from, whether it was
+// invalidated, and its error.
 func (s *ChangeStreamSource) drain(ctx context.Context, stream changeStream, token bson.Raw, failures *int, wake func()) (bson.Raw, bool, error) {
 	s.use(metrics.WakeupChangeStream, nil)
-	token, invalidated := s.follow(ctx, stream, token, failures, wake)
+	invalidated := false
+	for stream.Next(ctx) {
+		var ev struct {
+			OperationType string `bson:"operationType"`
+		}
+		if stream.Decode(&ev) == nil && ev.OperationType == "invalidate" {
+			token, invalidated = nil, true
+			break
+		}
+		token = stream.ResumeToken()
+		*failures = 0
+		s.metrics.Wakeups.WithLabelValues(metrics.WakeupChangeStream).Inc()
+		wake()
+	}
 	err := stream.Err()
 	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), streamClose)
 	_ = stream.Close(closeCtx)
@@ -131,25 +142,6 @@ func (s *ChangeStreamSource) drain(ctx context.Context, stream changeStream, tok
 		wake()
 	}
 	return token, invalidated, err
-}
-
-// follow wakes the claim loop for each event until the stream ends, and
-// returns the token to go on from and whether it delivered an invalidate
-// event.
-func (s *ChangeStreamSource) follow(ctx context.Context, stream changeStream, token bson.Raw, failures *int, wake func()) (bson.Raw, bool) {
-	for stream.Next(ctx) {
-		var ev struct {
-			OperationType string `bson:"operationType"`
-		}
-		if stream.Decode(&ev) == nil && ev.OperationType == "invalidate" {
-			return nil, true
-		}
-		token = stream.ResumeToken()
-		*failures = 0
-		s.metrics.Wakeups.WithLabelValues(metrics.WakeupChangeStream).Inc()
-		wake()
-	}
-	return token, false
 }
 
 // use records which source is active, logging only a change.
@@ -169,10 +161,6 @@ func (s *ChangeStreamSource) use(source string, why error) {
 	s.metrics.WakeupSource.WithLabelValues(other).Set(0)
 }
 
-func (s *ChangeStreamSource) sleep(ctx context.Context, d time.Duration) bool {
-	return clock.Sleep(ctx, s.clock, d) == nil
-}
-
 // unsupported reports a server without change streams: standalone mongod
 // (40573), FerretDB and others (NotImplemented 238, CommandNotSupported 115).
 func unsupported(err error) bool {
@@ -190,9 +178,8 @@ func tokenUnusable(err error) bool {
 }
 
 // WakeupSource tells the claim loop that work may have arrived, sooner than
-// the next poll. A source is only a hint: the poll at POLL_INTERVAL always
-// stays on as the safety net, so a source that misses an event (or dies)
-// delays work by at most one poll period and never loses it.
+// the next poll. Only a hint: the poll stays on, so a source that misses an
+// event (or dies) delays work by at most one poll period.
 type WakeupSource interface {
 	// Run calls wake whenever work may have arrived, until ctx ends.
 	Run(ctx context.Context, wake func()) error

@@ -31,17 +31,15 @@ type work struct {
 
 // claimResult is what one claim round produced.
 type claimResult struct {
-	works      []work
-	malformed  []malformed
-	windowFull bool // cut at CLAIM_WINDOW: more claimable users may wait behind it
-	paged      bool // nobody claimable: the next round reads behind this window
-	// picked and won: users the round tried to lease, and leases it got.
-	picked, won int
+	works       []work
+	malformed   []malformed
+	windowFull  bool // cut at CLAIM_WINDOW: more claimable users may wait behind it
+	paged       bool // nobody claimable: the next round reads behind this window
+	picked, won int  // users the round tried to lease, and leases it got
 }
 
-// contended says most of a round's picks went to other replicas: the fleet
-// claims faster than the head feeds it. Rounds of fewer than 4 picks, where
-// one lost race is half of them, never count.
+// contended says most of a round's picks went to other replicas. Rounds of
+// fewer than 4 picks, where one lost race is half of them, never count.
 func (r *claimResult) contended() bool {
 	return r.picked >= 4 && 2*r.won < r.picked
 }
@@ -49,13 +47,9 @@ func (r *claimResult) contended() bool {
 // Claim-round bounds, so a round's commands and memory do not grow with the
 // fleet, the users held or the users backing off.
 const (
-	// maxSkipUsers caps the users remembered as blocked and left out of the
-	// window: at most 1,000 names of at most 256 bytes.
-	maxSkipUsers = 1000
-	// heldElsewhereSkip is how long a user held by another replica is left
-	// out: short, as its holder usually releases it within a refresh.
-	heldElsewhereSkip  = 2 * time.Second
-	malformedScanLimit = 64 // malformed entries one scan returns
+	maxSkipUsers       = 1000            // users remembered as blocked and left out of the window
+	heldElsewhereSkip  = 2 * time.Second // short: its holder usually releases it within a refresh
+	malformedScanLimit = 64              // malformed entries one scan returns
 )
 
 // validUsername matches the usernames a window may carry, 1 to 256
@@ -75,8 +69,8 @@ const validUsername = `^[\s\S]{1,256}\z`
 //  4. absorb every pending entry of the users won (absorbIndex, covered);
 //  5. at most once per PollInterval, find malformed entries at the head.
 //
-// Entries are claimed after the lease: the refresh begins after every entry
-// it acknowledges was read. Used by the claim loop alone: nothing is locked.
+// Entries are read after the lease: the refresh begins after every entry it
+// acknowledges was read. Used by the claim loop alone: nothing is locked.
 type claimer struct {
 	queue      *mongo.Collection
 	leases     *leaseStore
@@ -85,18 +79,15 @@ type claimer struct {
 	serverTime clock.Nower   // lease times are the server's
 	scanEvery  time.Duration // malformed-entry scans at most this often
 
-	skip     map[string]time.Time // users known blocked, until when
-	resume   *position            // read the window from here, not the head
-	lastScan time.Time
-	// windowHints serve the window and the malformed scan; absorbHints
-	// absorb, then its pre-0.3.0 index.
-	windowHints, absorbHints *hints
+	skip                     map[string]time.Time // users known blocked, until when
+	resume                   *position            // read the window from here, not the head
+	lastScan                 time.Time
+	windowHints, absorbHints *hints       // the window's and malformed scan's; absorb's
 	byUser                   *atomic.Bool // set on a mongos: deletes name each entry's user (deleteStatements)
 	traits                   *servertraits.Traits
 	// filter: usernames are length-filtered on the server (validUsername);
-	// nil until asked. FerretDB compiles a regex per document (~0.5 ms), so
-	// there the window carries every username, bounded while reading
-	// (readBounded).
+	// nil until asked. FerretDB compiles a regex per document (~0.5 ms):
+	// there the window carries every username, clipped by readBounded.
 	filter *bool
 }
 
@@ -131,7 +122,14 @@ func (c *claimer) round(ctx context.Context, room, absorbLimit int, exclude []st
 		return res, err
 	}
 	candidates := c.remember(users, blocked, now)
-	c.page(res, len(candidates) == 0, last)
+	// The next window starts behind this one only when it was full of users
+	// nobody may claim (more than the skip list holds): otherwise at the
+	// head, so the oldest entry is always claimed next.
+	res.paged = len(candidates) == 0 && res.windowFull && last != nil
+	c.resume = nil
+	if res.paged {
+		c.resume = last
+	}
 	picks := spread(candidates, room, c.leases.owner)
 	if len(picks) == 0 {
 		return res, nil
@@ -144,8 +142,7 @@ func (c *claimer) round(ctx context.Context, room, absorbLimit int, exclude []st
 	}
 	works, bad, err := c.absorb(ctx, won, absorbLimit)
 	if err != nil {
-		// Nothing to refresh: hand the users back rather than make
-		// everyone wait out the lease (if this fails, they expire).
+		// Hand the users back rather than make everyone wait out the lease.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimCleanup)
 		_, _ = c.leases.release(rctx, won)
 		cancel()
@@ -183,7 +180,7 @@ func (c *claimer) readWindow(ctx context.Context, now time.Time, exclude []strin
 		SetBatchSize(int32(c.window) + 1). // one reply; +1 so the server closes the cursor
 		SetProjection(entryProjection)
 	window, err := c.find(ctx, c.windowHints, filter, opts)
-	if err != nil && !*c.filter && isTooLarge(err) {
+	if err != nil && !*c.filter && strings.Contains(err.Error(), "too large") {
 		// Usernames of megabytes at the head: one reply each, this round.
 		window, err = c.readBounded(ctx, filter, opts.SetBatchSize(1))
 	}
@@ -191,8 +188,7 @@ func (c *claimer) readWindow(ctx context.Context, now time.Time, exclude []strin
 		return nil, fmt.Errorf("reading the oldest %d claimable entries: %w", c.window, err)
 	}
 	if c.resume != nil {
-		// Only the page's own last entry comes back here (other _id types
-		// at its time are re-read, harmlessly).
+		// Drop the page's last entry (other _id types at its time are re-read, harmlessly).
 		window = slices.DeleteFunc(window, func(r rawEntry) bool { return !c.resume.before(r) })
 	}
 	return window, nil
@@ -273,8 +269,8 @@ func malformedFilter(bound *time.Time) bson.D {
 }
 
 // find reads queue entries hinting the first index of h the server has not
-// refused. (Unhinted, the window's regex and $nin could get absorb's index
-// and an in-memory sort.)
+// refused (unhinted, the window's regex and $nin could get absorb's index and
+// an in-memory sort).
 func (c *claimer) find(ctx context.Context, h *hints, filter bson.D, opts *options.FindOptionsBuilder) ([]rawEntry, error) {
 	out, err := c.readBounded(ctx, filter, opts.SetHint(h.hint()))
 	for h.refused(err) {
@@ -297,8 +293,8 @@ func (c *claimer) readBounded(ctx context.Context, filter bson.D, opts *options.
 		if err := cur.Decode(&r); err != nil {
 			return nil, err
 		}
-		// Decoded values alias a copy of the document: clip before keeping,
-		// to a length parseEntry still rejects (and reports).
+		// Clip (decoded values alias a copy of the document) to a length
+		// parseEntry still rejects.
 		if r.Username.Type == bson.TypeString && len(r.Username.Value) > MaxUsernameBytes+5 {
 			t, data, _ := bson.MarshalValue(r.Username.StringValue()[:MaxUsernameBytes+1])
 			r.Username = bson.RawValue{Type: t, Value: data}
@@ -323,11 +319,6 @@ func (c *claimer) detect(ctx context.Context) error {
 	return nil
 }
 
-// isTooLarge reports a reply over the wire protocol's size limit.
-func isTooLarge(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "too large")
-}
-
 // The claim queries' order and projection (rawEntry), and their indexes.
 var (
 	queueOrder      = bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}
@@ -337,9 +328,8 @@ var (
 	// so MongoDB merges the users' scans, stops at the limit, reads no
 	// document.
 	absorbIndex = bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}
-	// legacyAbsorbIndex is absorb's index before 0.3.0 (0.2.0 hints it):
-	// built no more, a fallback while the new one builds on a queue
-	// upgraded in place (docs/compatibility.md).
+	// legacyAbsorbIndex is 0.2.0's: a fallback while the new one builds on
+	// a queue upgraded in place (docs/compatibility.md).
 	legacyAbsorbIndex = bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}
 )
 
@@ -355,8 +345,7 @@ func (c *claimer) scanMalformed(ctx context.Context, now time.Time, windowFull b
 	if windowFull && last != nil {
 		bound = &last.createdAt
 	}
-	// Hinted: only createdAt bounds a scan, so only the window's index
-	// returns the head in order without a sort.
+	// Hinted: only the window's index returns the head in order unsorted.
 	docs, err := c.find(ctx, c.windowHints, malformedFilter(bound), options.Find().
 		SetSort(queueOrder).
 		SetLimit(malformedScanLimit).
@@ -373,16 +362,16 @@ func (c *claimer) scanMalformed(ctx context.Context, now time.Time, windowFull b
 
 // remember notes the window's blocked users for the next rounds to leave
 // out, and returns the claimable ones in window order.
-func (c *claimer) remember(users []string, blocked map[string]blockedLease, now time.Time) []string {
+func (c *claimer) remember(users []string, blocked map[string]LeaseDoc, now time.Time) []string {
 	candidates := make([]string, 0, len(users))
 	for _, u := range users {
-		b, ok := blocked[u]
+		d, ok := blocked[u]
 		if !ok {
 			candidates = append(candidates, u)
 			continue
 		}
-		until := b.until
-		if short := now.Add(heldElsewhereSkip); b.held && short.Before(until) {
+		until, _ := d.Until()
+		if short := now.Add(heldElsewhereSkip); d.State(now) == LeaseHeld && short.Before(until) {
 			until = short
 		}
 		if _, known := c.skip[u]; known || len(c.skip) < maxSkipUsers {
@@ -392,23 +381,11 @@ func (c *claimer) remember(users []string, blocked map[string]blockedLease, now 
 	return candidates
 }
 
-// page decides where the next window starts: behind this one when it was
-// full of users nobody may claim (more than the skip list holds), otherwise
-// at the head, so the oldest entry is always claimed next.
-func (c *claimer) page(res *claimResult, nothingClaimable bool, last *position) {
-	res.paged = nothingClaimable && res.windowFull && last != nil
-	c.resume = nil
-	if res.paged {
-		c.resume = last
-	}
-}
-
 // spread picks up to room of the candidates (oldest first). Every replica
-// reads the same head, so taking the first would make all race for the
-// same leases. The oldest half is taken in order (the oldest entry is
-// always among the next picks), the other half from the next 1.5·room
-// candidates by the smallest hash of (replica, user): replicas pick partly
-// different users, within the oldest 2·room.
+// reads the same head: taking the first would make all race for the same
+// leases. The oldest half is taken in order (the oldest entry is always
+// among the next picks), the other half from the next 1.5·room candidates by
+// the smallest hash of (replica, user).
 func spread(candidates []string, room int, owner string) []string {
 	if room <= 0 {
 		return nil
@@ -439,9 +416,8 @@ func (c *claimer) absorb(ctx context.Context, won []lease, limit int) ([]work, [
 		want[l.User] = struct{}{}
 	}
 	limit = max(limit, len(won)) // at least one entry per user won
-	// Hinted: the window's index, which wins the trial when the users sit
-	// at the head, walks the whole queue when their entries number fewer
-	// than the limit.
+	// Hinted: the window's index, which wins the trial when the users sit at
+	// the head, walks the whole queue when they have fewer entries than limit.
 	raw, err := c.find(ctx, c.absorbHints,
 		bson.D{{Key: "username", Value: bson.D{{Key: "$in", Value: names}}}},
 		options.Find().
@@ -469,7 +445,7 @@ const hintRetry = 5 * time.Minute
 // operator's with another collation or partial filter). A hint naming no
 // index (missing, failed, still building) is refused too: the query then
 // hints the next, and none after the last, so a missing index costs speed,
-// never the query. Used by the claimer alone.
+// never the query.
 type hints struct {
 	indexes []bson.D
 	skip    int // leading indexes refused; len(indexes): hint none
@@ -481,7 +457,7 @@ func newHints(indexes ...bson.D) *hints {
 	return &hints{indexes: indexes, now: time.Now}
 }
 
-// hint is the preferred index's name for SetHint, nil when all were refused.
+// hint is the preferred index's name, nil when all were refused.
 func (h *hints) hint() any {
 	if h.skip > 0 && !h.now().Before(h.retryAt) {
 		h.skip = 0

@@ -190,7 +190,7 @@ func TestAckFlushRetriesAfterItsBackoff(t *testing.T) {
 	// Acknowledging deletes from the queue; the server refuses this name.
 	c.acks.queue = b.db.Collection("score$events")
 	attempts := make(chan error, 10)
-	c.acks.flushes.afterFlush = func(err error) { attempts <- err }
+	c.acks.afterFlush = func(err error) { attempts <- err }
 	c.acks.add(outcome{work: res.works[0]})
 	flushCtx, stopFlush := context.WithCancel(ctx)
 	flushed := make(chan error, 1)

@@ -10,9 +10,9 @@ import (
 )
 
 // distinctUsers lists the users of the window in order of their oldest
-// entry, each once: a window of 500 entries with 20 users costs 20 refreshes,
-// not 500. It also returns the malformed entries and the window's last
-// position (nil for an empty window or one ending in an undated entry).
+// entry, each once (500 entries of 20 users cost 20 refreshes), the
+// malformed entries, and the window's last position (nil for an empty window
+// or one ending in an undated entry).
 func distinctUsers(window []rawEntry) (users []string, bad []malformed, last *position) {
 	seen := make(map[string]struct{}, len(window))
 	for _, r := range window {
@@ -33,9 +33,9 @@ func distinctUsers(window []rawEntry) (users []string, bad []malformed, last *po
 	return users, bad, last
 }
 
-// before reports whether r comes after p in (createdAt, _id) order. Entries
-// with the same createdAt are ordered by _id as MongoDB orders them only
-// when both _ids are of one type; others are re-read, which is harmless.
+// before reports whether r comes after p in (createdAt, _id) order. At one
+// createdAt, _ids are ordered as MongoDB orders them only when both are
+// ObjectIds; others are re-read, which is harmless.
 func (p *position) before(r rawEntry) bool {
 	if r.CreatedAt.Type != bson.TypeDateTime {
 		return true
@@ -52,8 +52,8 @@ func (p *position) before(r rawEntry) bool {
 	return !bytes.Equal(p.id.Value, r.ID.Value)
 }
 
-// groupByUser coalesces absorbed entries into one batch per user. Entries of
-// users not in want (which the query should never return) are ignored.
+// groupByUser coalesces absorbed entries into one batch per user, ignoring
+// users not in want (which the query should never return).
 func groupByUser(raw []rawEntry, want map[string]struct{}) (byUser map[string][]Entry, bad []malformed) {
 	byUser = make(map[string][]Entry, len(want))
 	for _, r := range raw {
@@ -74,7 +74,7 @@ func groupByUser(raw []rawEntry, want map[string]struct{}) (byUser map[string][]
 const MaxUsernameBytes = 256
 
 // Entry is a queue entry as the pipeline needs it: which user, since when.
-// Producers' other fields stay in MongoDB and are read back only to dead-letter.
+// Producers' other fields are read back only to dead-letter.
 type Entry struct {
 	ID        any // the raw _id value, whatever type the producer chose
 	Username  string
@@ -88,15 +88,14 @@ type rawEntry struct {
 	CreatedAt bson.RawValue `bson:"createdAt"`
 }
 
-// malformed is an entry that can never be processed, with the reason an
-// operator will read in the dead letter.
+// malformed is an entry that can never be processed, and why (for the dead letter).
 type malformed struct {
 	ID     any
 	Detail string
 }
 
-// parseEntry applies the contract's (docs/contract.md) rules. Anything it rejects is
-// dead-lettered, never retried: no refresh can make it valid.
+// parseEntry applies the contract's (docs/contract.md) rules. What it
+// rejects is dead-lettered, never retried: no refresh can make it valid.
 func parseEntry(r rawEntry) (Entry, *malformed) {
 	if r.ID.Type == 0 {
 		return Entry{}, &malformed{Detail: "entry has no _id"}

@@ -15,9 +15,9 @@
 //	     ▼
 //	room for more users ─► claim again
 //
-// Leases are renewed for everything held in one round trip per period
-// (renewLoop), and at shutdown claiming stops at once while running refreshes
-// get SHUTDOWN_TIMEOUT to finish; everything else is released.
+// Every held lease is renewed in one round trip per period (renewLoop); at
+// shutdown claiming stops, running refreshes get SHUTDOWN_TIMEOUT, the rest
+// is released.
 package consumer
 
 import (
@@ -55,7 +55,7 @@ const (
 	DefaultOpTimeout          = 30 * time.Second
 )
 
-// Config tunes the pipeline. Zero values take the defaults named on each field.
+// Config tunes the pipeline. Zero values take the defaults.
 type Config struct {
 	ClaimWindow      int           // entries one claim round reads; default DefaultClaimWindow
 	MaxUsersInFlight int           // users held at once; default DefaultMaxUsersInFlight
@@ -77,12 +77,6 @@ type Config struct {
 // than its users one by one, so each slot refreshes one user.
 const BatchAuto = -1
 
-// DefaultOwner names this process on leases: hostname:pid.
-func DefaultOwner() string {
-	host, _ := os.Hostname()
-	return fmt.Sprintf("%s:%d", host, os.Getpid())
-}
-
 func (c Config) withDefaults() Config {
 	c.ClaimWindow = cmp.Or(c.ClaimWindow, DefaultClaimWindow)
 	c.MaxUsersInFlight = cmp.Or(c.MaxUsersInFlight, DefaultMaxUsersInFlight)
@@ -95,7 +89,10 @@ func (c Config) withDefaults() Config {
 	if c.BatchSize != BatchAuto {
 		c.BatchSize = max(c.BatchSize, 1)
 	}
-	c.Owner = cmp.Or(c.Owner, DefaultOwner())
+	if c.Owner == "" {
+		host, _ := os.Hostname()
+		c.Owner = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
 	return c
 }
 
@@ -121,17 +118,16 @@ type Deps struct {
 	ServerTime clock.Nower
 	Wakeups    []WakeupSource       // hints that work arrived; polling stays on regardless
 	Traits     *servertraits.Traits // shared with the scorer; default: traits of its own
-	// AfterClaim, if set, gets every claim-loop pass's error (nil: success
-	// or no room): the liveness watchdog's heartbeat and readiness.
+	// AfterClaim gets every claim-loop pass's error (nil: success or no
+	// room): the liveness watchdog's heartbeat and readiness.
 	AfterClaim func(err error)
-	// AfterFlush, if set, gets every ack flush attempt's error: readiness.
-	AfterFlush func(err error)
+	AfterFlush func(err error) // every ack flush attempt's error: readiness
 }
 
 // Consumer is one replica's pipeline. Several may share a queue.
 type Consumer struct {
 	cfg        Config
-	refresher  Refresher
+	refresher  BatchRefresher // a Refresher that is not one is run alone
 	limiter    Limiter
 	metrics    *metrics.Consumer
 	log        *slog.Logger
@@ -145,15 +141,13 @@ type Consumer struct {
 	leases   *leaseStore
 	acks     *acker
 	dead     *deadLane
-	starts   *startMarker
 	batches  *batcher
 	perUser  sync.Once // logs BatchAuto's choice of one user per slot
 	failures *failureWindow
 
 	wake signal // work may have arrived, or room was made
 
-	// Claim loop only: contended rounds in a row (contentionDelay).
-	contention int
+	contention int // claim loop only: contended rounds in a row (contentionDelay)
 	claimRnd   *rand.Rand
 
 	mu     sync.Mutex
@@ -163,8 +157,7 @@ type Consumer struct {
 	queued int              // held users waiting for a refresh slot
 	// backlog: the last claim round stopped for lack of room, not of work;
 	// only then is a freed slot worth a round of its own (caught up, new
-	// work announces itself, and a claim per settled user costs a round
-	// per refresh).
+	// work announces itself).
 	backlog bool
 }
 
@@ -173,7 +166,6 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 	cfg = cfg.withDefaults()
 	c := &Consumer{
 		cfg:        cfg,
-		refresher:  deps.Refresher,
 		limiter:    cmp.Or[Limiter](deps.Limiter, NewFixedLimiter(DefaultRefreshConcurrency)),
 		metrics:    deps.Metrics,
 		log:        cmp.Or(deps.Logger, slog.New(slog.DiscardHandler)),
@@ -188,43 +180,33 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 		failures:   newFailureWindow(widespreadSpan, widespreadMinSample),
 	}
 	c.serverTime = cmp.Or[clock.Nower](deps.ServerTime, c.clock)
-	if c.afterClaim == nil {
-		c.afterClaim = func(error) {}
-	}
 	c.leases = &leaseStore{coll: colls.Claims, owner: cfg.Owner, traits: c.traits}
 	byUser := new(atomic.Bool) // set by the claimer's first round, read by the acker's and the lane's deletes
 	c.claimer = &claimer{queue: colls.Queue, leases: c.leases, window: cfg.ClaimWindow, lease: cfg.LeaseDuration, serverTime: c.serverTime,
 		scanEvery: cfg.PollInterval, skip: map[string]time.Time{}, byUser: byUser, traits: c.traits,
 		windowHints: newHints(windowIndex), absorbHints: newHints(absorbIndex, legacyAbsorbIndex)}
-	c.starts = &startMarker{leases: c.leases}
-	if _, ok := c.refresher.(BatchRefresher); !ok {
-		c.cfg.BatchSize = 1
+	var ok bool
+	if c.refresher, ok = deps.Refresher.(BatchRefresher); !ok {
+		c.refresher, c.cfg.BatchSize = alone{deps.Refresher}, 1
 	}
 	c.batches = &batcher{}
-	c.dead, c.acks = c.newSettlers(colls, byUser, deps.AfterFlush)
-	c.metrics.UsersInFlightCap.Set(float64(cfg.MaxUsersInFlight))
-	c.metrics.ConcurrencyLimit.Set(float64(c.limiter.Limit()))
-	return c
-}
-
-// newSettlers builds the dead-letter lane and the acker; byUser is the
-// claimer's answer to whether deletes must name their users.
-func (c *Consumer) newSettlers(colls Collections, byUser *atomic.Bool, afterFlush func(error)) (*deadLane, *acker) {
-	if afterFlush == nil {
-		afterFlush = func(error) {}
-	}
 	base := func(afterFlush func(error)) settler {
-		return settler{leases: c.leases, serverTime: c.serverTime, metrics: c.metrics, log: c.log,
-			flushes: newCompleter(c.clock, c.metrics, c.log, c.settled, afterFlush)}
+		if afterFlush == nil {
+			afterFlush = func(error) {}
+		}
+		return settler{leases: c.leases, clock: c.clock, serverTime: c.serverTime, metrics: c.metrics, log: c.log,
+			interval: AckFlushInterval, onSettled: c.settled, afterFlush: afterFlush, kick: newSignal()}
 	}
-	dead := &deadLane{
-		settler:   base(func(error) {}),
+	c.dead = &deadLane{
+		settler:   base(nil), // (readiness is about acknowledgements)
 		letters:   &deadLetterer{queue: colls.Queue, dead: colls.DeadLetter, byUser: byUser, traits: c.traits},
 		malformed: map[string]malformed{},
 		deadRetry: map[string]deadRetry{},
 	}
-	acks := &acker{settler: base(afterFlush), queue: colls.Queue, dead: dead, byUser: byUser, maxAttempts: c.cfg.MaxAttempts}
-	return dead, acks
+	c.acks = &acker{settler: base(deps.AfterFlush), queue: colls.Queue, dead: c.dead, byUser: byUser, maxAttempts: cfg.MaxAttempts}
+	c.metrics.UsersInFlightCap.Set(float64(cfg.MaxUsersInFlight))
+	c.metrics.ConcurrencyLimit.Set(float64(c.limiter.Limit()))
+	return c
 }
 
 // flushAll flushes the acker's, then the lane's, until done or ctx ends.
@@ -297,15 +279,14 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 	defer poll.Stop()
 	failures, pages := 0, 0
 	var lastRound time.Time
-	// A round that runs out of time gets a longer deadline next time: a
-	// head of huge entries, or a server slowed for minutes, can need more
-	// than OpTimeout.
+	// A head of huge entries, or a server slowed for minutes, can need more
+	// than OpTimeout: a round that runs out of time gets longer next time.
 	limit := deadline.Stretch{Base: c.cfg.OpTimeout, Max: maxClaimStretch * c.cfg.OpTimeout}
 	for ctx.Err() == nil {
 		lastRound = c.clock.Now()
 		timeout := limit.Next()
 		pass, err := c.claimOnce(ctx, workCtx, refreshes, timeout)
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && c.afterClaim != nil {
 			c.afterClaim(err)
 		}
 		if err != nil && ctx.Err() == nil {
@@ -317,9 +298,8 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 		if pass.ran {
 			limit.Observe(nil) // (a pass without room says nothing)
 			if c.contention > 0 {
-				// Other replicas won most picks: back off at random,
-				// longer each contended round in a row, so the losers
-				// stop paying full rounds for nothing.
+				// Other replicas won most picks: the losers back off
+				// rather than pay full rounds for nothing.
 				_ = clock.Sleep(ctx, c.clock, c.contentionDelay())
 			}
 		}
@@ -337,8 +317,7 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 	}
 }
 
-// claimFailed counts and logs the failures-th failed claim round in a row
-// and waits before the next (until shutdown, which the loop checks).
+// claimFailed counts and logs the failures-th failed round in a row, and waits.
 func (c *Consumer) claimFailed(ctx context.Context, limit *deadline.Stretch, failures int, timeout time.Duration, err error) {
 	c.metrics.ClaimErrors.Inc()
 	delay := Backoff{Base: 200 * time.Millisecond, Max: claimRetryMax}.Delay(failures)
@@ -364,7 +343,7 @@ func (c *Consumer) awaitWork(ctx context.Context, poll clock.Ticker, lastRound t
 }
 
 const (
-	maxClaimStretch = 8                     // a stretched round deadline: at most 8 × OpTimeout
+	maxClaimStretch = 8                     // a round's deadline stretches to at most 8 × OpTimeout
 	claimRetryMax   = 30 * time.Second      // longest wait after a failed round
 	maxPagesPerWake = 8                     // rounds paging past a blocked head before waiting again
 	wakeGap         = 50 * time.Millisecond // least time between a round and a woken one
@@ -374,10 +353,10 @@ const (
 	streamClose  = 3 * time.Second // closing a change stream once ctx ends
 )
 
-// LongestClaimPass is the longest one claim-loop pass can take with the
-// given OpTimeout (0: the default): a round at its most stretched deadline,
-// then the longest wait after it failed. A watchdog fed by Deps.AfterClaim
-// must allow at least this.
+// LongestClaimPass is the longest one claim-loop pass takes with the given
+// OpTimeout (0: the default): a round at its most stretched deadline, its
+// cleanup, the longest wait after it. A watchdog fed by Deps.AfterClaim must
+// allow at least this.
 func LongestClaimPass(opTimeout time.Duration) time.Duration {
 	return maxClaimStretch*cmp.Or(opTimeout, DefaultOpTimeout) + claimCleanup + claimRetryMax
 }
@@ -400,8 +379,7 @@ func (c *Consumer) contentionDelay() time.Duration {
 }
 
 // claimPass is what one claim-loop pass did: ran, a round ran (there was
-// room); more, more claimable work may wait; paged, the next round reads
-// past this window.
+// room); more, more work may wait; paged, the next round reads past this window.
 type claimPass struct{ ran, more, paged bool }
 
 func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitGroup, timeout time.Duration) (claimPass, error) {
@@ -410,8 +388,7 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 		return claimPass{}, nil
 	}
 	// Shutdown cancels a round in flight (what it won would only be
-	// released, and a stretched round outlasts the grace period); it cleans
-	// up within claimCleanup.
+	// released); it cleans up within claimCleanup.
 	opCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := c.clock.Now()
@@ -466,8 +443,7 @@ func (c *Consumer) hold(works []work) (entries int) {
 // for one join the batcher's line at once (batcher.add).
 func (c *Consumer) dispatch(ctx, workCtx context.Context, refreshes *sync.WaitGroup, works []work) {
 	var batchable []work
-	for _, w := range works {
-		// process settles the others at once, without a slot.
+	for _, w := range works { // (process settles the others at once, without a slot)
 		if len(w.entries) > 0 && w.lease.Attempts < c.cfg.MaxAttempts && !w.lease.Solo {
 			batchable = append(batchable, w)
 		}
@@ -485,9 +461,7 @@ func (c *Consumer) dispatch(ctx, workCtx context.Context, refreshes *sync.WaitGr
 func (c *Consumer) process(ctx, workCtx context.Context, w work) {
 	if len(w.entries) == 0 || w.lease.Attempts >= c.cfg.MaxAttempts {
 		o := outcome{work: w, release: true} // acknowledged by someone else between window and absorb
-		if len(w.entries) > 0 {
-			// Its holders kept dying mid-refresh: it would likely kill this
-			// consumer too.
+		if len(w.entries) > 0 {              // its holders kept dying mid-refresh: it would likely kill this one too
 			o = outcome{work: w, err: fmt.Errorf("%d consumers lost their lease on this user mid-refresh (crashed or hung); not refreshing it again", w.lease.Attempts)}
 		}
 		c.dequeued(1)
@@ -536,7 +510,7 @@ func (c *Consumer) runBatch(workCtx context.Context, works []work) {
 		leases[i] = w.lease
 	}
 	markCtx, cancelMark := context.WithTimeout(workCtx, c.cfg.OpTimeout)
-	err := c.starts.mark(markCtx, leases...)
+	err := c.leases.mark(markCtx, leases...)
 	cancelMark()
 	if err != nil {
 		c.log.Debug("marking refreshes as running failed; a crash in them would not be charged", "op", "mark running", "users", len(leases), "err", err)
@@ -641,26 +615,26 @@ func (c *Consumer) settled(users []lease) {
 	c.roomWake()
 }
 
-// room is how many more users one claim round may take: up to
-// MAX_USERS_IN_FLIGHT held, never more than LeadFactor × the refresh limit
-// (a limit cut by the adaptive policy must not leave dozens of leases
-// waiting behind one slot while other replicas have room).
+// maxHeld is how many users this consumer may hold: MAX_USERS_IN_FLIGHT,
+// never more than LeadFactor × the refresh slots (a limit cut by the
+// adaptive policy must not leave dozens of leases waiting behind one slot
+// while other replicas have room).
+func (c *Consumer) maxHeld() int { return min(c.cfg.MaxUsersInFlight, LeadFactor*c.slots()) }
+
+// room is how many more users one claim round may take.
 func (c *Consumer) room() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.heldE >= AbsorbLimit {
 		return 0 // enough entries in memory: settle some first
 	}
-	return min(c.cfg.MaxUsersInFlight, LeadFactor*c.slots()) - len(c.held)
+	return c.maxHeld() - len(c.held)
 }
 
-// roomFloor is the least room a room wake-up waits for: an eighth of the
-// users this consumer may hold. With batches wantMore's low-water mark
-// never binds, and a full claim round per flush that settled a user or two
-// was most of a fleet's claim cost.
-func (c *Consumer) roomFloor() int {
-	return max(1, min(c.cfg.MaxUsersInFlight, LeadFactor*c.slots())/8)
-}
+// roomFloor is the least room a room wake-up waits for: an eighth of
+// maxHeld. With batches wantMore's low-water mark never binds, and a claim
+// round per flush settling a user or two would be most of the claim cost.
+func (c *Consumer) roomFloor() int { return max(1, c.maxHeld()/8) }
 
 // slots is how many users can be refreshing at once.
 func (c *Consumer) slots() int { return c.limiter.Limit() * c.batchSize() }
@@ -687,7 +661,7 @@ func (c *Consumer) batchSize() int {
 func (c *Consumer) wantMore() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.held) < min(c.cfg.MaxUsersInFlight, LeadFactor*c.slots()) && c.queued < c.slots()
+	return len(c.held) < c.maxHeld() && c.queued < c.slots()
 }
 
 // renewLoop extends every held lease, in one round trip, a third of the way

@@ -75,7 +75,7 @@ func (b *testBundle) newConsumer(t *testing.T, r Refresher, o consumerOpts) (*Co
 // speedUpSettling makes tests wait less for their flushes and retries than
 // production does: 5 ms for company, and retries after 1–5 ms.
 func (c *Consumer) speedUpSettling() {
-	c.acks.flushes.interval, c.dead.flushes.interval = 5*time.Millisecond, 5*time.Millisecond
+	c.acks.interval, c.dead.interval = 5*time.Millisecond, 5*time.Millisecond
 	c.acks.retryDelay = Backoff{Base: time.Millisecond, Max: 5 * time.Millisecond}
 	c.dead.retryDelay = c.acks.retryDelay
 }

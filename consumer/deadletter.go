@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -32,14 +31,11 @@ type deadLetter struct {
 // or reply may grow with them (MongoDB refuses a document over 16 MiB and a
 // message over 48 MB; the driver drops a connection whose reply passes 48 MB).
 const (
-	// maxDeadLetterBytes is the largest copy stored whole, leaving room for
-	// deadLetter.originalId (keepDistinct).
-	maxDeadLetterBytes = 16<<20 - 64<<10
-	insertBatchBytes   = 16 << 20 // copies in one insert command
-	maxInBytes         = 4 << 20  // _ids in one $in
-	// A reduced copy keeps this much of each string field, and of all.
-	keptStringBytes = 1 << 10
-	maxReducedBytes = 1 << 20
+	maxDeadLetterBytes = 16<<20 - 64<<10 // largest copy stored whole: room for deadLetter.originalId
+	insertBatchBytes   = 16 << 20        // copies in one insert command
+	maxInBytes         = 4 << 20         // _ids in one $in
+	keptStringBytes    = 1 << 10         // a reduced copy keeps this much of each string field,
+	maxReducedBytes    = 1 << 20         // and this much of all
 )
 
 // deadLane moves the users out of attempts (from the acker) and the
@@ -52,8 +48,7 @@ const (
 //	back off          1 bulk update of users whose dead letter failed, only if any
 //
 // Each flush tries its dead letters once; one that fails is postponed on
-// its own (deadFlush.deadLetters). Its flushes do not report to readiness
-// (which is about acknowledgements); failures are logged and counted.
+// its own (deadFlush.deadLetters).
 type deadLane struct {
 	settler   // mu also guards:
 	letters   *deadLetterer
@@ -75,33 +70,27 @@ func (d *deadLane) addMalformed(ms []malformed) {
 		d.malformed[k] = m
 	}
 	d.mu.Unlock()
-	d.flushes.kick.notify()
+	d.kick.notify()
 }
 
-func (d *deadLane) run(ctx context.Context) { d.flushes.run(ctx, d.pending, d.flushAll) }
+func (d *deadLane) run(ctx context.Context) { d.loop(ctx, d.pending, d.flushAll) }
 
 func (d *deadLane) pending() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return len(d.outcomes) + len(d.malformed) + d.flushes.carried()
+	return len(d.outcomes) + len(d.malformed)
 }
 
 func (d *deadLane) flushAll(ctx context.Context) error {
-	return d.flushes.flushAll(ctx, func() (flushRun, func()) {
+	return d.flush(ctx, func() flushRun {
 		d.mu.Lock()
 		batch, bad := d.outcomes, d.malformed
 		d.outcomes, d.malformed = nil, map[string]malformed{}
 		d.mu.Unlock()
-		handBack := func() {
-			d.mu.Lock()
-			defer d.mu.Unlock()
-			d.outcomes = append(batch, d.outcomes...)
-			maps.Copy(d.malformed, bad)
-		}
 		if len(batch) == 0 && len(bad) == 0 {
-			return nil, handBack
+			return nil
 		}
-		return d.newFlush(batch, bad), handBack
+		return d.newFlush(batch, bad)
 	})
 }
 
@@ -133,8 +122,8 @@ func (d *deadLane) newFlush(batch []outcome, bad map[string]malformed) *deadFlus
 
 func (f *deadFlush) settledLeases() []lease { return f.settled }
 
-// run does every step not yet done; an exhausted user's lease is released
-// once its entries are dead-lettered.
+// run does every step not yet done; exhausted users' leases go once their
+// entries are dead-lettered.
 func (f *deadFlush) run(ctx context.Context) error {
 	var errs []error
 	step(&errs, &f.deadDone, func() error { return f.deadLetters(ctx) })
@@ -201,9 +190,8 @@ func (f *deadFlush) postponeDeadLetters(failed []deadLetter) {
 }
 
 // deadRetry is when a malformed entry whose dead letter failed may be tried
-// again, spaced by deadLetterBackoff so it costs neither a round trip nor a
-// log line per flush. Past maxDeadRetries remembered, one more is retried
-// whenever a round sees it.
+// again (deadLetterBackoff), so it costs neither a round trip nor a log line
+// per flush. Past maxDeadRetries remembered, others retry whenever seen.
 type deadRetry struct {
 	failures  int
 	notBefore time.Time
@@ -244,12 +232,11 @@ func (c *deadLane) noteDeadLetters(batch, failed []deadLetter) {
 // and an original is deleted only once its copy is stored. Every entry
 // succeeds or fails on its own. Used by the lane's goroutine alone.
 type deadLetterer struct {
-	queue  *mongo.Collection
-	dead   *mongo.Collection
-	byUser *atomic.Bool // name each entry's user in its delete (deleteStatements)
-	traits *servertraits.Traits
-	// maxCopy is the largest copy stored whole; 0: maxDeadLetterBytes.
-	maxCopy int
+	queue   *mongo.Collection
+	dead    *mongo.Collection
+	byUser  *atomic.Bool // name each entry's user in its delete (deleteStatements)
+	traits  *servertraits.Traits
+	maxCopy int // the largest copy stored whole; 0: maxDeadLetterBytes
 }
 
 // move dead-letters batch. It returns the entries this call stored per
@@ -272,8 +259,7 @@ func (d *deadLetterer) move(ctx context.Context, batch []deadLetter, now time.Ti
 	if readErr == nil {
 		readErr = m.insert(ctx)
 	}
-	if readErr != nil {
-		// What was not read, or not written, is still in the queue.
+	if readErr != nil { // what was not read, or not written, is still in the queue
 		for _, p := range m.pending {
 			m.fail(p.b, readErr)
 		}
@@ -331,6 +317,18 @@ func (m *mover) fail(b deadLetter, err error) {
 	if len(m.errs) < maxErrs {
 		m.errs = append(m.errs, fmt.Errorf("entry %v: %w", prefix(fmt.Sprint(b.ID), 64), err))
 	}
+}
+
+// failAll fails every copy of batch, and returns err only when MongoDB
+// itself is failing (the move stops).
+func (m *mover) failAll(ctx context.Context, batch []pendingCopy, doing string, err error) error {
+	for _, p := range batch {
+		m.fail(p.b, fmt.Errorf("%s: %w", doing, err))
+	}
+	if ctx.Err() != nil || transient(err) {
+		return err
+	}
+	return nil
 }
 
 func (m *mover) stored(p pendingCopy, inserted bool) {
@@ -412,13 +410,7 @@ func (m *mover) insertCopies(ctx context.Context, batch []pendingCopy, onDup fun
 		return nil
 	}
 	if ctx.Err() != nil || transient(err) || len(batch) == 1 {
-		for _, p := range batch {
-			m.fail(p.b, fmt.Errorf("inserting %d dead letters: %w", len(batch), err))
-		}
-		if ctx.Err() != nil || transient(err) {
-			return err
-		}
-		return nil
+		return m.failAll(ctx, batch, fmt.Sprintf("inserting %d dead letters", len(batch)), err)
 	}
 	// Failed as a whole, maybe for one copy: retry each alone.
 	for _, p := range batch {
@@ -431,9 +423,8 @@ func (m *mover) insertCopies(ctx context.Context, batch []pendingCopy, onDup fun
 
 // keepDistinct sorts out duplicate keys on the insert. Usually an earlier
 // run of this batch stored the copy. But a producer may reuse an _id, or an
-// operator re-enqueue a dead letter by _id: then the stored one differs, and
-// this one goes under a fresh _id with deadLetter.originalId rather than
-// leaving the queue with no copy anywhere.
+// operator re-enqueue a dead letter by _id: a copy differing from the stored
+// one goes under a fresh _id with deadLetter.originalId.
 func (m *mover) keepDistinct(ctx context.Context, dups []pendingCopy) error {
 	byKey := make(map[string]pendingCopy, len(dups))
 	ids := make(bson.A, len(dups))
@@ -450,13 +441,7 @@ func (m *mover) keepDistinct(ctx context.Context, dups []pendingCopy) error {
 		return nil
 	})
 	if err != nil {
-		for _, p := range dups {
-			m.fail(p.b, fmt.Errorf("reading existing dead letters: %w", err))
-		}
-		if ctx.Err() != nil || transient(err) {
-			return err
-		}
-		return nil
+		return m.failAll(ctx, dups, "reading existing dead letters", err)
 	}
 	var renamed []pendingCopy
 	for _, p := range dups {
@@ -488,16 +473,14 @@ func (m *mover) keepDistinct(ctx context.Context, dups []pendingCopy) error {
 // driver accepts, dropping the connection and the pool: there each document is
 // read alone, by _id (the only filter FerretDB answers without a scan).
 func (d *deadLetterer) read(ctx context.Context, coll *mongo.Collection, ids bson.A, fn func(context.Context, bson.Raw) error) error {
-	if !d.repliesBounded(ctx) {
+	// Whether the server stops a reply at 16 MiB; unknown takes the safe path.
+	if d.traits.Probe(ctx, d.queue.Database()) != nil || !d.traits.BoundsReplies() {
 		for _, id := range ids {
 			raw, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
-			if errors.Is(err, mongo.ErrNoDocuments) {
-				continue
+			if err == nil {
+				err = fn(ctx, raw)
 			}
-			if err != nil {
-				return err
-			}
-			if err := fn(ctx, raw); err != nil {
+			if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
 				return err
 			}
 		}
@@ -527,22 +510,13 @@ func (d *deadLetterer) scan(ctx context.Context, coll *mongo.Collection, ids bso
 	return cur.Err()
 }
 
-// repliesBounded asks the server once whether it stops a reply at 16 MiB
-// (MongoDB) or fills it by count (FerretDB); unknown takes the safe path.
-func (d *deadLetterer) repliesBounded(ctx context.Context) bool {
-	return d.traits.Probe(ctx, d.queue.Database()) == nil && d.traits.BoundsReplies()
-}
-
 // idChunks splits ids into lists of at most n ids and about maxBytes.
 func idChunks(ids bson.A, n, maxBytes int) []bson.A {
 	var out []bson.A
 	start, size := 0, 0
 	for i, id := range ids {
-		_, data, err := bson.MarshalValue(id)
+		_, data, _ := bson.MarshalValue(id) // (an error: the query reports it)
 		sz := len(data)
-		if err != nil {
-			sz = 0 // the query reports it
-		}
 		if i > start && (i-start >= n || size+sz > maxBytes) {
 			out = append(out, ids[start:i])
 			start, size = i, 0
@@ -605,8 +579,7 @@ type DeadLetterInfo struct {
 }
 
 // deadLetterDoc builds the copy of orig to store: the original whole with a
-// deadLetter subdocument, or, past limit, the reduced form with reason
-// too_large.
+// deadLetter subdocument, or, past limit, reduced with reason too_large.
 func deadLetterDoc(orig bson.Raw, b deadLetter, now time.Time, limit int) (bson.Raw, string, error) {
 	elems, err := orig.Elements()
 	if err != nil {

@@ -294,8 +294,8 @@ func TestUnwritableDeadLetterHoldsBackNothing(t *testing.T) {
 	var mu sync.Mutex
 	var attempts []error
 	var settled []string
-	c.acks.flushes.afterFlush = func(err error) { mu.Lock(); attempts = append(attempts, err); mu.Unlock() }
-	onSettled := c.acks.flushes.onSettled
+	c.acks.afterFlush = func(err error) { mu.Lock(); attempts = append(attempts, err); mu.Unlock() }
+	onSettled := c.acks.onSettled
 	record := func(ls []lease) {
 		mu.Lock()
 		for _, l := range ls {
@@ -304,7 +304,7 @@ func TestUnwritableDeadLetterHoldsBackNothing(t *testing.T) {
 		mu.Unlock()
 		onSettled(ls)
 	}
-	c.acks.flushes.onSettled, c.dead.flushes.onSettled = record, record
+	c.acks.onSettled, c.dead.onSettled = record, record
 	for _, w := range res.works {
 		c.held[w.lease.User] = w.lease
 		o := outcome{work: w}

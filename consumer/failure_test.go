@@ -185,7 +185,7 @@ func TestTakeoverChargesOnlyTheRunningUser(t *testing.T) {
 	}
 	for _, w := range res.works {
 		if w.lease.User == "alice" {
-			if err := crashed.starts.mark(t.Context(), w.lease); err != nil {
+			if err := crashed.leases.mark(t.Context(), w.lease); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -27,7 +27,7 @@ func TestTwoConsumersShareAQueueWhileProducersWrite(t *testing.T) {
 		{Name: "posts", Collection: "posts", UserField: "author", Op: scoring.OpCount, Weight: 5, TimeField: "at"},
 	}}
 	scores := b.db.Collection("user_scores")
-	newScorer := func(m *metrics.Consumer) Refresher {
+	newScorer := func(m *metrics.Consumer) BatchRefresher {
 		store := scoring.NewStore(scores, scoring.StoreConfig{OnConflict: m.OCCConflicts.Inc})
 		return scoring.NewRefresher(scoring.NewRecomputer(b.db, rules), store)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
@@ -19,10 +20,7 @@ import (
 const StaleLeaseTTL = 24 * time.Hour
 
 // Capabilities is what the server turned out to support, logged once at start.
-type Capabilities struct {
-	TTLIndexes     bool
-	PartialIndexes bool
-}
+type Capabilities struct{ TTLIndexes, PartialIndexes bool }
 
 // IndexSpec is one index the pipeline relies on, with the query it serves
 // (`scorerefresh doctor` checks this list). Fallback is built when the
@@ -93,9 +91,9 @@ func RetiredIndexes(colls Collections) []RetiredIndex {
 // fatal: every query stays correct without an index, only slower. The error
 // is non-nil only when the server could not be reached or ctx ended: call
 // again later, or an outage at start leaves the queue unindexed for good (a
-// build running or aborted is no such error: starting it again at once
-// would keep the index from ever existing). Each createIndexes waits for its
-// build however long it takes (untimed): run it beside the consumer, with no
+// build running or aborted is no such error: starting it again at once would
+// keep the index from ever existing). Each createIndexes waits for its build
+// however long it takes (untimed): run it beside the consumer, with no
 // deadline on ctx.
 func EnsureIndexes(ctx context.Context, colls Collections, log *slog.Logger) (Capabilities, error) {
 	caps := Capabilities{TTLIndexes: true, PartialIndexes: true}
@@ -135,9 +133,7 @@ func EnsureIndexes(ctx context.Context, colls Collections, log *slog.Logger) (Ca
 	return caps, unreachable
 }
 
-// slowBuildNotice is how long a createIndexes waits before one log line
-// says a build is running.
-const slowBuildNotice = 30 * time.Second
+const slowBuildNotice = 30 * time.Second // a createIndexes this long says its build is running
 
 func createIndex(ctx context.Context, s IndexSpec, model mongo.IndexModel, log *slog.Logger) (string, error) {
 	buildCtx, cancel := untimed(ctx)
@@ -153,8 +149,7 @@ func createIndex(ctx context.Context, s IndexSpec, model mongo.IndexModel, log *
 // indexBuildDeadline is each createIndexes' deadline, whatever the caller's
 // or the client's (timeoutMS). The driver sends a deadline as maxTimeMS,
 // except one past the server's limit of 2^31-1 ms (~24.9 days), and a
-// createIndexes out of maxTimeMS aborts its build: the index would never
-// exist. A year is past both.
+// createIndexes out of maxTimeMS aborts its build: a year is past both.
 const indexBuildDeadline = 365 * 24 * time.Hour
 
 // untimed returns the context of one index build: cancelled with parent (the
@@ -176,20 +171,12 @@ const (
 	buildRefused                  // the server will not build it (an option it lacks, a conflicting index)
 )
 
-// Codes from MongoDB's src/mongo/base/error_codes.yml.
-const (
-	codeMaxTimeMSExpired            = 50
-	codeIndexBuildAborted           = 276
-	codeClientDisconnect            = 279
-	codeIndexBuildAlreadyInProgress = 285
-	codeInterrupted                 = 11601
-)
-
 // classifyBuild sorts a createIndexes answer. An interrupted or aborted
 // build is not "unreachable": someone stopped it (killOp, dropIndexes,
 // maxTimeMS), and starting it again would repeat that. InterruptedAtShutdown
 // and InterruptedDueToReplStateChange stay transient: after a stepdown the
-// build goes on, and a createIndexes sent again waits for it.
+// build goes on, and a createIndexes sent again waits for it. Codes are from
+// MongoDB's src/mongo/base/error_codes.yml.
 func classifyBuild(err error) buildOutcome {
 	if err == nil {
 		return buildDone
@@ -197,10 +184,10 @@ func classifyBuild(err error) buildOutcome {
 	var se mongo.ServerError
 	if errors.As(err, &se) {
 		switch {
-		case se.HasErrorCode(codeIndexBuildAlreadyInProgress):
+		case se.HasErrorCode(285): // IndexBuildAlreadyInProgress
 			return buildRunning
-		case se.HasErrorCode(codeIndexBuildAborted), se.HasErrorCode(codeInterrupted),
-			se.HasErrorCode(codeClientDisconnect), se.HasErrorCode(codeMaxTimeMSExpired):
+		// IndexBuildAborted, Interrupted, ClientDisconnect, MaxTimeMSExpired
+		case slices.ContainsFunc([]int{276, 11601, 279, 50}, se.HasErrorCode):
 			return buildInterrupted
 		}
 	}
@@ -221,9 +208,8 @@ func DetectChangeStreams(ctx context.Context, queue *mongo.Collection) bool {
 }
 
 // HotQuery is a query the pipeline runs every claim round or flush, as the
-// command MongoDB's explain takes, with the index meant to serve it.
-// `scorerefresh doctor` explains them; hotqueries_test.go checks their
-// shapes are the ones the pipeline sends.
+// command MongoDB's explain takes, with the index meant to serve it
+// (`scorerefresh doctor` explains them; hotqueries_test.go checks the shapes).
 type HotQuery struct {
 	Name    string
 	Coll    *mongo.Collection
@@ -234,11 +220,9 @@ type HotQuery struct {
 // DoctorQuery is a HotQuery with the hints the pipeline sends, so the
 // doctor judges the plan production runs, and whether it is meant covered.
 type DoctorQuery struct {
-	HotQuery // Command carries no hint: add Hints[i] to it
-	// Hints are the indexes hinted, in fallback order (see hints); after the
-	// last it runs unhinted. Nil: never hinted.
-	Hints   []bson.D
-	Covered bool // docs/query-plans.md promises the index alone answers it
+	HotQuery          // Command carries no hint: add Hints[i] to it
+	Hints    []bson.D // the indexes hinted in fallback order (see hints), then none; nil: never hinted
+	Covered  bool     // docs/query-plans.md promises the index alone answers it
 }
 
 // IDIndex names the _id index every collection has.
@@ -256,8 +240,7 @@ const (
 
 // DoctorQueries returns the hot queries as they run on MongoDB (usernames
 // length-filtered on the server), with placeholders (a username no producer
-// writes, a fresh ObjectId) for the pipeline's values, and the hints it sends
-// (New's newHints lists, blockedAmong's idIndex; the ack is never hinted).
+// writes, a fresh ObjectId) for the pipeline's values, and the hints it sends.
 func DoctorQueries(colls Collections, claimWindow int, now time.Time) []DoctorQuery {
 	probe := bson.A{"\x00scorerefresh-doctor"}
 	head := func(filter, projection bson.D, limit int) bson.D {

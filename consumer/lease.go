@@ -24,9 +24,8 @@ import (
 // passed (State). A failed refresh keeps the document with token null and
 // leaseUntil at the end of the backoff: "held" and "backing off" are one
 // condition and one index. Queue entries are never modified (one write per
-// user, not per entry; FerretDB's updateMany is pathologically slow).
-//
-// Every field is read raw: a document this release did not write must fail
+// user, not per entry; FerretDB's updateMany is pathologically slow). Every
+// field is read raw: a document this release did not write must fail
 // neither a claim round nor a status for every other user.
 type LeaseDoc struct {
 	ID         bson.RawValue `bson:"_id"`
@@ -86,8 +85,8 @@ func live(now time.Time) bson.E {
 	return bson.E{Key: "leaseUntil", Value: bson.D{{Key: "$gt", Value: now}}}
 }
 
-// blockedFilter matches the documents of users nobody may claim at now, and
-// blockedProjection is what blockedAmong reads of them (QueryLeaseRead).
+// blockedFilter matches the documents of users nobody may claim at now;
+// blockedAmong reads blockedProjection of them (QueryLeaseRead).
 func blockedFilter(users any, now time.Time) bson.D {
 	return bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, live(now)}
 }
@@ -109,36 +108,32 @@ type leaseStore struct {
 	coll   *mongo.Collection
 	owner  string
 	traits *servertraits.Traits
-}
 
-// blockedLease is until when a user may not be claimed, and whether it is
-// held (or backing off).
-type blockedLease struct {
-	until time.Time
-	held  bool
+	mu      sync.Mutex // guards mark's group commit:
+	pending []lease
+	waiters []chan struct{}
+	writing bool
 }
 
 // blockedAmong returns which of users nobody may claim now: held (by anyone)
 // or backing off. It reads only their documents, by _id, so its cost follows
 // the window, not the fleet's leases.
-func (s *leaseStore) blockedAmong(ctx context.Context, users []string, now time.Time) (map[string]blockedLease, error) {
+func (s *leaseStore) blockedAmong(ctx context.Context, users []string, now time.Time) (map[string]LeaseDoc, error) {
 	if len(users) == 0 {
 		return nil, nil
 	}
+	// Hinted: the leaseUntil index, which wins the trial while few leases
+	// are live, reads every live lease of the fleet. +1: a batch filled
+	// exactly leaves the cursor open.
 	docs, err := s.find(ctx, blockedFilter(users, now), options.Find().SetProjection(blockedProjection).
-		SetBatchSize(int32(len(users))+1). // +1: a batch filled exactly leaves the cursor open
-		// Hinted: the leaseUntil index, which wins the trial while few
-		// leases are live, reads every live lease of the fleet.
-		SetHint(indexName(idIndex)), fmt.Sprintf("reading the leases of %d users in the window", len(users)))
+		SetBatchSize(int32(len(users))+1).SetHint(indexName(idIndex)), fmt.Sprintf("reading the leases of %d users in the window", len(users)))
 	if err != nil {
 		return nil, err
 	}
-	blocked := make(map[string]blockedLease, len(users))
+	blocked := make(map[string]LeaseDoc, len(users))
 	for _, d := range docs {
-		user, ok := d.User()
-		if state := d.State(now); ok && state != LeaseClaimable {
-			until, _ := d.Until()
-			blocked[user] = blockedLease{until: until, held: state == LeaseHeld}
+		if user, ok := d.User(); ok && d.State(now) != LeaseClaimable {
+			blocked[user] = d
 		}
 	}
 	return blocked, nil
@@ -159,7 +154,6 @@ func (s *leaseStore) acquire(ctx context.Context, users []string, token string, 
 		docs[i] = bson.D{{Key: "_id", Value: u}, {Key: "token", Value: token}, {Key: "owner", Value: s.owner},
 			{Key: "leaseUntil", Value: until}, {Key: "attempts", Value: 0}, {Key: "claimedAt", Value: now}, {Key: "running", Value: nil}}
 	}
-	won := make([]lease, 0, len(users))
 	_, err := s.coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
 	dup := map[int]bool{}
 	if err != nil {
@@ -175,6 +169,7 @@ func (s *leaseStore) acquire(ctx context.Context, users []string, token string, 
 		}
 	}
 	var contested []string
+	won := make([]lease, 0, len(users))
 	for i, u := range users {
 		if dup[i] {
 			contested = append(contested, u)
@@ -245,8 +240,8 @@ func (s *leaseStore) takeOver(ctx context.Context, users []string, token string,
 			bson.D{{Key: "_id", Value: e.ID}, {Key: "token", Value: e.tokenSeen()}, {Key: "leaseUntil", Value: notAfter(now)}},
 			update, false))
 	}
-	if _, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
-		return nil, fmt.Errorf("taking over %d expired leases: %w", len(expired), err)
+	if err := s.bulk(ctx, models, "taking over %d expired leases"); err != nil {
+		return nil, err
 	}
 	docs, err := s.find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "token", Value: token}},
 		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "attempts", Value: 1}, {Key: "solo", Value: 1}}), "reading back taken-over leases")
@@ -286,12 +281,20 @@ func (s *leaseStore) markRunning(ctx context.Context, held []lease) error {
 	// One statement per _id: FerretDB would scan the claims for an $in.
 	models := make([]mongo.WriteModel, len(held))
 	for i, l := range held {
-		models[i] = s.traits.UpdateByID(
-			bson.D{{Key: "_id", Value: l.User}, {Key: "token", Value: l.Token}},
-			bson.D{{Key: "$set", Value: bson.D{{Key: "running", Value: l.Token}}}}, false)
+		models[i] = s.fenced(l, bson.D{{Key: "$set", Value: bson.D{{Key: "running", Value: l.Token}}}})
 	}
+	return s.bulk(ctx, models, "marking %d refreshes as running")
+}
+
+// fenced updates l's document if it is still l's.
+func (s *leaseStore) fenced(l lease, update bson.D) mongo.WriteModel {
+	return s.traits.UpdateByID(bson.D{{Key: "_id", Value: l.User}, {Key: "token", Value: l.Token}}, update, false)
+}
+
+// bulk runs models unordered in one round trip; what names them, by count.
+func (s *leaseStore) bulk(ctx context.Context, models []mongo.WriteModel, what string) error {
 	if _, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
-		return fmt.Errorf("marking %d refreshes as running: %w", len(held), err)
+		return fmt.Errorf(what+": %w", len(models), err)
 	}
 	return nil
 }
@@ -325,14 +328,9 @@ func (s *leaseStore) backOff(ctx context.Context, failed []retry) error {
 		if f.solo {
 			set = append(set, bson.E{Key: "solo", Value: true})
 		}
-		models[i] = s.traits.UpdateByID(
-			bson.D{{Key: "_id", Value: f.lease.User}, {Key: "token", Value: f.lease.Token}},
-			bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "attempts", Value: inc}}}}, false)
+		models[i] = s.fenced(f.lease, bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "attempts", Value: inc}}}})
 	}
-	if _, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
-		return fmt.Errorf("backing off %d failed users: %w", len(failed), err)
-	}
-	return nil
+	return s.bulk(ctx, models, "backing off %d failed users")
 }
 
 // Count is the attempts so far: 0 to maxCount, or absent (0). ok is false
@@ -417,28 +415,18 @@ func notAfter(t time.Time) bson.D {
 	return bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: t}}}}
 }
 
-// startMarker marks lease documents running before their refreshes begin,
-// in one round trip for the users starting together (group commit: whoever
-// finds no write in flight writes for everyone waiting). The mark lets a
-// takeover after a crash charge those users and nobody else.
-type startMarker struct {
-	leases *leaseStore
-
-	mu      sync.Mutex
-	pending []lease
-	waiters []chan struct{}
-	writing bool
-}
-
-// mark returns once the leases are marked or the attempt failed (the
-// refresh goes ahead: a crash in it would only not be charged).
-func (m *startMarker) mark(ctx context.Context, ls ...lease) error {
+// mark marks lease documents running before their refreshes begin, in one
+// round trip for the users starting together (group commit: whoever finds no
+// write in flight writes for everyone waiting), so a takeover after a crash
+// charges those users and nobody else. It returns once the leases are marked
+// or the attempt failed (the refresh goes ahead, a crash in it uncharged).
+func (s *leaseStore) mark(ctx context.Context, ls ...lease) error {
 	done := make(chan struct{})
-	m.mu.Lock()
-	m.pending = append(m.pending, ls...)
-	m.waiters = append(m.waiters, done)
-	if m.writing {
-		m.mu.Unlock()
+	s.mu.Lock()
+	s.pending = append(s.pending, ls...)
+	s.waiters = append(s.waiters, done)
+	if s.writing {
+		s.mu.Unlock()
 		select {
 		case <-done:
 			return nil
@@ -446,19 +434,19 @@ func (m *startMarker) mark(ctx context.Context, ls ...lease) error {
 			return ctx.Err()
 		}
 	}
-	m.writing = true
+	s.writing = true
 	var err error
-	for len(m.pending) > 0 {
-		batch, waiters := m.pending, m.waiters
-		m.pending, m.waiters = nil, nil
-		m.mu.Unlock()
-		err = m.leases.markRunning(ctx, batch)
+	for len(s.pending) > 0 {
+		batch, waiters := s.pending, s.waiters
+		s.pending, s.waiters = nil, nil
+		s.mu.Unlock()
+		err = s.markRunning(ctx, batch)
 		for _, w := range waiters {
 			close(w)
 		}
-		m.mu.Lock()
+		s.mu.Lock()
 	}
-	m.writing = false
-	m.mu.Unlock()
+	s.writing = false
+	s.mu.Unlock()
 	return err
 }

@@ -7,10 +7,9 @@ import (
 	"runtime/debug"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"golang.org/x/sync/semaphore"
-
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
+	"github.com/scorerefresh/scorerefresh/pkg/deadline"
+	"github.com/scorerefresh/scorerefresh/pkg/limiter"
 )
 
 // Refresher recomputes and stores one user's score (scoring.Refresher).
@@ -29,38 +28,22 @@ type Limiter interface {
 }
 
 // FixedLimiter is a Limiter of constant size, FIFO among waiters.
-type FixedLimiter struct {
-	sem *semaphore.Weighted
-	n   int
-}
+type FixedLimiter = limiter.Limiter
 
 // NewFixedLimiter returns a limiter admitting n refreshes at once.
-func NewFixedLimiter(n int) *FixedLimiter {
-	return &FixedLimiter{sem: semaphore.NewWeighted(int64(n)), n: n}
-}
-
-// Acquire waits for a slot.
-func (l *FixedLimiter) Acquire(ctx context.Context) error { return l.sem.Acquire(ctx, 1) }
-
-// Release frees a slot.
-func (l *FixedLimiter) Release() { l.sem.Release(1) }
-
-// Limit is the constant size.
-func (l *FixedLimiter) Limit() int { return l.n }
+func NewFixedLimiter(n int) *FixedLimiter { return limiter.New(n) }
 
 // ownDeadline reports whether err is the refresh running out of its own
-// time rather than MongoDB failing. The driver gives up on a command it
-// cannot finish before the context's deadline, with a timeout error, while
-// ctx itself has not expired yet: a timeout in the last tenth of the
-// refresh's time counts as its own deadline too. (Otherwise a user whose
-// refresh is always too slow looks like a server problem, is never charged
-// and never dead-lettered.)
+// time rather than MongoDB failing, or a user whose refresh is always too
+// slow would never be charged. The driver gives up on a command it cannot
+// finish before the context's deadline while ctx has not expired yet: a
+// timeout in the last tenth of the refresh's time counts too.
 func ownDeadline(ctx context.Context, err error, timeout time.Duration) bool {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return true
 	}
 	dl, ok := ctx.Deadline()
-	return ok && time.Until(dl) < timeout/10 && (mongo.IsTimeout(err) || errors.Is(err, context.DeadlineExceeded))
+	return ok && time.Until(dl) < timeout/10 && deadline.TimedOut(err)
 }
 
 // errRefreshTimeout marks a refresh that outlived RefreshTimeout; it counts
@@ -68,12 +51,10 @@ func ownDeadline(ctx context.Context, err error, timeout time.Duration) bool {
 var errRefreshTimeout = errors.New("refresh timed out")
 
 // refreshBatch refreshes the users of works in one refresh slot and returns
-// each user's outcome: a user alone is a batch of one, and a Refresher that
-// is not a BatchRefresher only ever gets those (see New). The batch shares
-// one deadline and one start: windows are measured from it, and every entry
-// of every user was claimed before it. A panic in the scorer is the batch's
-// failure, not the process's: it is recovered here with its stack in the
-// error so the dead letter says where it came from.
+// each user's outcome. The batch shares one deadline and one start: windows
+// are measured from it, and every entry of every user was claimed before it.
+// A panic in the scorer is the batch's failure, not the process's: its stack
+// goes in the error, so the dead letter says where it came from.
 func (c *Consumer) refreshBatch(ctx context.Context, works []work) (errs []error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RefreshTimeout)
 	defer cancel()
@@ -103,11 +84,7 @@ func (c *Consumer) refreshBatch(ctx context.Context, works []work) (errs []error
 		}
 		c.metrics.RefreshBatchSeconds.Observe(d)
 	}()
-	refresher, ok := c.refresher.(BatchRefresher)
-	if !ok {
-		refresher = alone{c.refresher}
-	}
-	byUser := refresher.RefreshBatch(ctx, users, start)
+	byUser := c.refresher.RefreshBatch(ctx, users, start)
 	errs = make([]error, len(users))
 	for i, u := range users {
 		err, ok := byUser[u]
@@ -115,9 +92,7 @@ func (c *Consumer) refreshBatch(ctx context.Context, works []work) (errs []error
 		case !ok:
 			errs[i] = errors.New("the batch refresh returned no outcome for this user")
 		case err == nil:
-		case ownDeadline(ctx, err, c.cfg.RefreshTimeout):
-			// The refresh's own deadline fired: it is too slow, which
-			// retrying will not fix. Not a MongoDB outage.
+		case ownDeadline(ctx, err, c.cfg.RefreshTimeout): // too slow, which retrying will not fix
 			errs[i] = fmt.Errorf("%w after %s%s: %v", errRefreshTimeout, c.cfg.RefreshTimeout, batch, err)
 		default:
 			errs[i] = fmt.Errorf("refreshing user: %w", err)

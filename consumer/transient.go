@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -55,18 +56,10 @@ type Backoff struct {
 
 // Delay returns the wait before retry number attempt (1 = first retry).
 func (b Backoff) Delay(attempt int) time.Duration {
-	base, max := b.Base, b.Max
-	if base <= 0 {
-		base = time.Second
-	}
-	if max <= 0 {
-		max = 5 * time.Minute
-	}
-	d := base
-	for i := 1; i < attempt && d < max; i++ {
+	d, ceiling := cmp.Or(max(b.Base, 0), time.Second), cmp.Or(max(b.Max, 0), 5*time.Minute)
+	for i := 1; i < attempt && d < ceiling; i++ {
 		d *= 2
 	}
-	d = min(d, max)
-	half := d / 2
+	half := min(d, ceiling) / 2
 	return half + rand.N(half+1)
 }

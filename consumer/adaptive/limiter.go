@@ -1,9 +1,8 @@
 // Package adaptive is the refresh concurrency limiter behind
 // ADAPTIVE_CONCURRENCY=true. Each replica judges latency against its own
 // baseline (sharing baselines across the fleet gained 1.03× the best fixed
-// limit, bench/results/adaptive). The decisions are pkg/limiter's Policy; this
-// package feeds it from the pipeline and the driver, applies them and reports
-// them in the metrics.
+// limit, bench/results/adaptive). It feeds pkg/limiter's Policy from the
+// pipeline and the driver, applies its decisions and reports them.
 package adaptive
 
 import (
@@ -20,8 +19,7 @@ import (
 
 // Limiter is a consumer.Limiter moved between 1 and REFRESH_CONCURRENCY by
 // a limiter.Policy fed with every refresh's latency and outcome, the age of
-// those running and every connection checkout's wait. A smaller limit only
-// admits fewer; running refreshes go on.
+// those running and every connection checkout's wait.
 type Limiter struct {
 	*limiter.Limiter
 	interval time.Duration

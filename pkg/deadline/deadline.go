@@ -40,8 +40,8 @@ func (s *Stretch) Next() time.Duration {
 }
 
 // Observe records a try's outcome and reports whether it ran out of time
-// (so the next deadline is longer). Other errors leave the deadline as it
-// is: they say nothing about how long the operation needs.
+// (so the next deadline is longer). Other errors say nothing about how long
+// the operation needs: they leave the deadline as it is.
 func (s *Stretch) Observe(err error) (timedOut bool) {
 	switch {
 	case err == nil:

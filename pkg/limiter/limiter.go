@@ -12,16 +12,13 @@ import (
 
 // Limiter is a resizable concurrency limit with FIFO admission.
 type Limiter struct {
-	mu       sync.Mutex
-	limit    int
-	inFlight int
-	waiters  list.List // of chan struct{}, oldest first
+	mu              sync.Mutex
+	limit, inFlight int
+	waiters         list.List // of chan struct{}, oldest first
 }
 
 // New returns a limiter admitting limit operations at once (at least 1).
-func New(limit int) *Limiter {
-	return &Limiter{limit: max(limit, 1)}
-}
+func New(limit int) *Limiter { return &Limiter{limit: max(limit, 1)} }
 
 // Acquire waits for a slot or for ctx to end. A caller that gets nil must call
 // Release exactly once.
@@ -64,8 +61,7 @@ func (l *Limiter) Release() {
 	l.admitLocked()
 }
 
-// SetLimit changes the limit (at least 1). Waiters are admitted at once if the
-// limit grew; running work is never touched if it shrank.
+// SetLimit changes the limit (at least 1).
 func (l *Limiter) SetLimit(n int) {
 	l.mu.Lock()
 	l.limit = max(n, 1)

@@ -7,9 +7,7 @@ import (
 )
 
 // PolicyConfig bounds the adaptive policy's limit.
-type PolicyConfig struct {
-	Min, Max int // Min defaults to 1, Max is required
-}
+type PolicyConfig struct{ Min, Max int } // Min defaults to 1, Max is required
 
 // The policy's tunables.
 const (
@@ -36,9 +34,8 @@ const (
 // every slot, the limit grows by one slot per interval; when latency stays
 // above it, queueing has begun downstream and the limit shrinks by a factor.
 // Overload signals (server errors and timeouts, failed checkouts) cut
-// straight to Min. Shrinking needs decreaseAfter slow intervals and growth
-// needs saturation, so noise within the tolerance band moves nothing. Not
-// safe for concurrent use.
+// straight to Min. Noise within the tolerance band moves nothing. Not safe
+// for concurrent use.
 type Policy struct {
 	cfg PolicyConfig
 	// value is the limit before rounding down: steps smaller than one slot
@@ -78,9 +75,9 @@ func (p *Policy) ObserveLatency(d time.Duration, overload bool) {
 }
 
 // ObserveRunning records the ages of the work in flight as an interval
-// ends. When more than half of it is already older than the slow threshold,
-// the interval is slow whatever has completed: a latency spike is judged
-// while the slow work still runs. One straggler among healthy work is not.
+// ends. When more than half of it is older than the slow threshold, the
+// interval is slow whatever has completed: a latency spike is judged while
+// the slow work still runs. One straggler among healthy work is not.
 func (p *Policy) ObserveRunning(ages []time.Duration) {
 	b := p.Baseline()
 	if b == 0 || len(ages) == 0 {
