@@ -1,27 +1,18 @@
-// Package planner predicts how scorerefresh drains a backlog: drain time, the
-// oldest entry's age over time, the highest arrival rate a fleet sustains,
-// the replica count that keeps the oldest age under a target, and whether a
-// transient (slower round trips for a while, or a burst of entries) leaves
-// the queue in a state it does not come back from. docs/capacity-planning.md
-// derives the model.
-//
-// It talks to no database. The consumer's costs (round trips per claim
-// round and flush, the flush's wait and size, the lead factor) are the
-// consumer's own constants (consumer/cost.go), its batch spreading is
-// consumer.SpreadBatch, and the capacity formula is metrics.DrainRate, the
-// one the live headroom uses.
-//
-// Two tools use that model. Simulate is a discrete-event simulation of the
-// fleet over the backlog's own entries (users and enqueue times), which gives
-// the timelines. The closed forms (FleetBounds, Mix.Demand,
-// Mix.SustainableRate, Assess) give the first-principles figures. Make runs
-// both for 1…N replicas.
+// Package planner predicts how scorerefresh drains a backlog (drain time,
+// the oldest age over time, the arrival rate a fleet sustains, the replicas
+// a target age needs) and whether a transient (slower round trips, a burst)
+// leaves the queue in a state it does not come back from; the model is
+// derived in docs/capacity-planning.md. It talks to no database: the
+// consumer's costs are its own constants (consumer/cost.go), its batch
+// spreading consumer.SpreadBatch, the capacity formula metrics.DrainRate
+// (the live headroom's). Simulate, a discrete-event simulation over the
+// backlog's own entries, gives the timelines; the closed forms (FleetBounds,
+// Mix.Demand, Mix.SustainableRate, Assess) the first-principles figures.
+// Make runs both for 1…N replicas.
 package planner
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
 	"math"
 	"time"
 
@@ -62,27 +53,6 @@ func (c Config) HeldCap() int { return min(c.MaxUsersInFlight, consumer.LeadFact
 // spread over the slots, at most Batch (consumer.SpreadBatch).
 func (c Config) SpreadBatch() int { return consumer.SpreadBatch(c.Batch, c.HeldCap(), c.Concurrency) }
 
-// Validate reports every bad field at once.
-func (c Config) Validate() error {
-	var errs []error
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"components", c.Components}, {"REFRESH_CONCURRENCY", c.Concurrency}, {"MAX_USERS_IN_FLIGHT", c.MaxUsersInFlight},
-		{"CLAIM_WINDOW", c.ClaimWindow}, {"replicas", c.Replicas}, {"batch", c.Batch}} {
-		if f.v <= 0 {
-			errs = append(errs, fmt.Errorf("%s must be positive (got %d)", f.name, f.v))
-		}
-	}
-	if c.Concurrency > c.MaxUsersInFlight && c.MaxUsersInFlight > 0 {
-		errs = append(errs, fmt.Errorf("REFRESH_CONCURRENCY %d is above MAX_USERS_IN_FLIGHT %d", c.Concurrency, c.MaxUsersInFlight))
-	}
-	if c.PollInterval <= 0 {
-		errs = append(errs, fmt.Errorf("poll interval must be positive (got %gs)", c.PollInterval))
-	}
-	return errors.Join(errs...)
-}
-
 // Server is how long a round trip takes.
 type Server struct {
 	RTT  float64 `json:"rttSeconds"`  // network round trip
@@ -99,18 +69,6 @@ type Server struct {
 	// ScanCost is the server's time per queued entry for each of a claim
 	// round's two queue reads: about 0 on MongoDB's index, not on FerretDB.
 	ScanCost float64 `json:"scanCostSeconds,omitempty"`
-}
-
-// Validate reports every bad field at once.
-func (s Server) Validate() error {
-	var errs []error
-	if !(s.RTT >= 0) || !(s.Cost >= 0) || !(s.Capacity >= 0) || !(s.Slope >= 0) || s.Knee < 0 || !(s.EntryCost >= 0) || !(s.ScanCost >= 0) {
-		errs = append(errs, errors.New("RTT, server cost, capacity, knee, slope, entry and scan costs must not be negative"))
-	}
-	if s.RTT+s.Cost <= 0 {
-		errs = append(errs, errors.New("a round trip must take some time: give an RTT or a server cost"))
-	}
-	return errors.Join(errs...)
 }
 
 // Latency is one command's round trip with inFlight commands in flight

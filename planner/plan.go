@@ -25,24 +25,35 @@ type Input struct {
 
 // Validate reports every bad input at once.
 func (in Input) Validate() error {
-	errs := []error{in.Config.Validate(), in.Server.Validate(), in.Arrival.Validate()}
-	if in.Backlog == nil {
-		errs = append(errs, errors.New("no backlog"))
+	var errs []error
+	check := func(bad bool, format string, args ...any) {
+		if bad {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
 	}
-	if in.MaxReplicas < 1 {
-		errs = append(errs, fmt.Errorf("max replicas must be at least 1 (got %d)", in.MaxReplicas))
+	c, s, a, t := in.Config, in.Server, in.Arrival, in.Transient
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"components", c.Components}, {"REFRESH_CONCURRENCY", c.Concurrency}, {"MAX_USERS_IN_FLIGHT", c.MaxUsersInFlight},
+		{"CLAIM_WINDOW", c.ClaimWindow}, {"replicas", c.Replicas}, {"batch", c.Batch}} {
+		check(f.v <= 0, "%s must be positive (got %d)", f.name, f.v)
 	}
-	if !(in.TargetAge > 0) {
-		errs = append(errs, fmt.Errorf("target age must be positive (got %gs)", in.TargetAge))
-	}
-	t := in.Transient
-	if t.At < 0 || t.For < 0 || t.Burst < 0 || (t.RTTFactor != 0 && t.RTTFactor < 1) {
-		errs = append(errs, errors.New("transient: time, duration and burst must not be negative, and the RTT factor at least 1"))
-	}
-	if t.Active() && in.Arrival.Mode == ArrivalRate && t.End() >= in.Arrival.Duration {
-		errs = append(errs, fmt.Errorf("transient: it must end (at %s) before the arrivals do (%s), or there is no load left to judge the recovery under",
-			Seconds(t.End()), Seconds(in.Arrival.Duration)))
-	}
+	check(c.Concurrency > c.MaxUsersInFlight && c.MaxUsersInFlight > 0, "REFRESH_CONCURRENCY %d is above MAX_USERS_IN_FLIGHT %d", c.Concurrency, c.MaxUsersInFlight)
+	check(c.PollInterval <= 0, "poll interval must be positive (got %gs)", c.PollInterval)
+	check(!(s.RTT >= 0) || !(s.Cost >= 0) || !(s.Capacity >= 0) || !(s.Slope >= 0) || s.Knee < 0 || !(s.EntryCost >= 0) || !(s.ScanCost >= 0),
+		"RTT, server cost, capacity, knee, slope, entry and scan costs must not be negative")
+	check(s.RTT+s.Cost <= 0, "a round trip must take some time: give an RTT or a server cost")
+	check(a.Mode != ArrivalMax && a.Mode != ArrivalOriginal && a.Mode != ArrivalRate, "unknown arrival %q: want %s, %s or %s", a.Mode, ArrivalMax, ArrivalOriginal, ArrivalRate)
+	check(a.Mode == ArrivalOriginal && !(a.Speed > 0), "arrival original: speed must be positive (got %g)", a.Speed)
+	check(a.Mode == ArrivalRate && (!(a.Rate > 0) || !(a.Duration > 0)), "arrival rate: rate and duration must be positive (got %g/s for %gs)", a.Rate, a.Duration)
+	check(in.Backlog == nil, "no backlog")
+	check(in.MaxReplicas < 1, "max replicas must be at least 1 (got %d)", in.MaxReplicas)
+	check(!(in.TargetAge > 0), "target age must be positive (got %gs)", in.TargetAge)
+	check(t.At < 0 || t.For < 0 || t.Burst < 0 || (t.RTTFactor != 0 && t.RTTFactor < 1),
+		"transient: time, duration and burst must not be negative, and the RTT factor at least 1")
+	check(t.Active() && a.Mode == ArrivalRate && t.End() >= a.Duration,
+		"transient: it must end (at %s) before the arrivals do (%s), or there is no load left to judge the recovery under", Seconds(t.End()), Seconds(a.Duration))
 	return errors.Join(errs...)
 }
 

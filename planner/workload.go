@@ -2,7 +2,6 @@ package planner
 
 import (
 	"cmp"
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -90,19 +89,6 @@ type Arrival struct {
 	Rate     float64 `json:"rate,omitempty"`
 	Duration float64 `json:"durationSeconds,omitempty"`
 	Seed     uint64  `json:"seed,omitempty"`
-}
-
-// Validate checks the profile's fields together.
-func (a Arrival) Validate() error {
-	switch {
-	case a.Mode != ArrivalMax && a.Mode != ArrivalOriginal && a.Mode != ArrivalRate:
-		return fmt.Errorf("unknown arrival %q: want %s, %s or %s", a.Mode, ArrivalMax, ArrivalOriginal, ArrivalRate)
-	case a.Mode == ArrivalOriginal && !(a.Speed > 0):
-		return fmt.Errorf("arrival original: speed must be positive (got %g)", a.Speed)
-	case a.Mode == ArrivalRate && (!(a.Rate > 0) || !(a.Duration > 0)):
-		return fmt.Errorf("arrival rate: rate and duration must be positive (got %g/s for %gs)", a.Rate, a.Duration)
-	}
-	return nil
 }
 
 // Schedule lays the backlog out in time under the profile, with the
