@@ -161,17 +161,6 @@ func (l Limit) MarshalJSON() ([]byte, error) {
 	return json.Marshal(float64(l))
 }
 
-func (l *Limit) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		*l = Limit(math.Inf(1))
-		return nil
-	}
-	var f float64
-	err := json.Unmarshal(b, &f)
-	*l = Limit(f)
-	return err
-}
-
 // LatencyCeiling and ServerCeiling are the two ceilings no drain beats, as
 // the bench reports them next to its measurements. LatencyCeiling is the
 // refreshes per second of usersInRefresh users in refresh at once, each

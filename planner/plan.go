@@ -125,7 +125,9 @@ func Make(in Input) (*Plan, error) {
 		c.Replicas = n
 		row := Row{Replicas: n, Bounds: FleetBounds(c, in.Server, n)}
 		row.Run = Simulate(c, in.Server, Transient{}, entries, users, simOptions(in, entries, row.Bounds))
-		row.Sustainable = Limit(p.Mix.SustainableRate(row.Bounds.Lower, targetWait(c, in.Server, in.TargetAge)))
+		// An entry may wait for its claim what the target age leaves after busy.
+		wait := math.Max(in.TargetAge-busy(c, in.Server), in.TargetAge/10)
+		row.Sustainable = Limit(p.Mix.SustainableRate(row.Bounds.Lower, wait))
 		row.MeetsTarget = row.Run.PeakWait <= in.TargetAge && (row.Run.Drained || in.Arrival.Mode == ArrivalRate)
 		if row.MeetsTarget && p.ReplicasForTarget == 0 {
 			p.ReplicasForTarget = n
@@ -151,12 +153,10 @@ func simOptions(in Input, entries []Entry, b Bounds) SimOptions {
 	return o
 }
 
-// targetWait is the part of the target age an entry may spend waiting for
-// its claim: the rest goes to the refresh, the ack and the claim round.
-func targetWait(c Config, s Server, target float64) float64 {
-	lat := s.Latency(1, 1)
-	busy := float64(c.RoundTrips()+consumer.ClaimRoundTrips+consumer.AckRoundTrips)*lat + ackInterval
-	return math.Max(target-busy, target/10)
+// busy is an entry's time from its claim round to its ack while the fleet
+// keeps up: the round, the refresh, the ack flush's wait and round trips.
+func busy(c Config, s Server) float64 {
+	return float64(c.RoundTrips()+consumer.ClaimRoundTrips+consumer.AckRoundTrips)*s.Latency(1, 1) + ackInterval
 }
 
 func loadRate(b *Backlog, a Arrival) float64 {
@@ -219,14 +219,12 @@ func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 }
 
 // lightAge is about the oldest age of a queue the fleet keeps up with: the
-// wait for a claim, a refresh, the ack flush.
+// poll the oldest entry waits out without change streams, then busy.
 func lightAge(c Config, s Server) float64 {
-	lat := s.Latency(1, 1)
-	age := normalWait(c, s) + float64(c.RoundTrips()+consumer.AckRoundTrips)*lat + ackInterval
 	if !c.ChangeStreams {
-		age += c.PollInterval / 2 // normalWait counts half of it: the oldest entry waits the whole
+		return c.PollInterval + busy(c, s)
 	}
-	return age
+	return busy(c, s)
 }
 
 // RecoveryTolerance is how close to its pre-transient level the oldest age

@@ -18,6 +18,7 @@ type Entry struct {
 // Backlog is a queue's entries, oldest first, with users numbered from 0.
 type Backlog struct {
 	Users   int
+	Names   []string // by number: the order BacklogBuilder.Add first saw them
 	Entries []Entry
 }
 
@@ -38,6 +39,7 @@ func (bb *BacklogBuilder) Add(user string, created time.Time) {
 	if !ok {
 		id = int32(len(bb.users))
 		bb.users[user] = id
+		bb.b.Names = append(bb.b.Names, user)
 	}
 	// Seconds since the epoch until Build knows the reference.
 	bb.b.Entries = append(bb.b.Entries, Entry{User: id, Created: float64(created.UnixNano()) / 1e9})
