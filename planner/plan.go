@@ -444,14 +444,10 @@ func (p *Plan) writeInputs(b *strings.Builder) {
 // 20000. The replay's reports print their counts with it too.
 func Thousands[N ~int | ~int64](n N) string {
 	s := strconv.FormatInt(int64(n), 10)
-	digits, sign := strings.CutPrefix(s, "-")
-	for i := len(digits) - 3; i > 0; i -= 3 {
-		digits = digits[:i] + "," + digits[i:]
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
 	}
-	if sign {
-		return "-" + digits
-	}
-	return digits
+	return s
 }
 
 func rateText(r float64) string {

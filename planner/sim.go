@@ -468,9 +468,7 @@ func (m *sim) result() *Run {
 		run.PeakOldestAge = math.Max(run.PeakOldestAge, s.OldestAge)
 		run.PeakWait = math.Max(run.PeakWait, s.Wait)
 	}
-	if len(m.timeline) > 0 {
-		run.End = m.timeline[len(m.timeline)-1]
-	}
+	run.End = m.timeline[len(m.timeline)-1] // Simulate samples the start
 	return run
 }
 

@@ -253,7 +253,6 @@ func (o *planOptions) input(ctx context.Context, cfg config.Config, stderr io.Wr
 	if err != nil {
 		return planner.Input{}, err
 	}
-	comps := cmp.Or(o.comps, len(rules.Components))
 	var conn *planConn
 	if o.fromQueue || o.measure {
 		if conn, err = dialPlan(ctx, cfg); err != nil {
@@ -261,9 +260,21 @@ func (o *planOptions) input(ctx context.Context, cfg config.Config, stderr io.Wr
 		}
 		defer conn.close()
 	}
-	backlog, err := o.loadBacklog(ctx, cfg, conn, stderr)
-	if err != nil {
-		return planner.Input{}, err
+	bb, backlog := planner.NewBacklogBuilder(), (*planner.Backlog)(nil)
+	if o.fromQueue {
+		if err := conn.readQueue(ctx, cfg, o.maxEntries, bb.Add, stderr); err != nil {
+			return planner.Input{}, err
+		}
+		backlog = bb.Build(time.Now()) // the live queue's ages count from now
+	} else {
+		scan, err := replay.ReadQueue(ctx, o.in, cfg.QueueCollection, false, bb.Add)
+		if err != nil {
+			return planner.Input{}, err
+		}
+		if scan.Malformed > 0 {
+			fmt.Fprintf(stderr, "%s: %d malformed entries left out (the consumer dead-letters them)\n", scan.Path, scan.Malformed)
+		}
+		backlog = bb.Build(scan.Reference)
 	}
 	users := backlog.Names[:min(200, len(backlog.Names))] // to time the rules' queries on, the first seen first
 	srv := planner.Server{RTT: o.rtt.Seconds(), Cost: o.serverCost.Seconds(), Capacity: o.capacity, Knee: o.knee, Slope: o.slope.Seconds(),
@@ -278,7 +289,7 @@ func (o *planOptions) input(ctx context.Context, cfg config.Config, stderr io.Wr
 	return planner.Input{
 		Backlog: backlog,
 		Arrival: planner.Arrival{Mode: o.arrival, Speed: o.speed, Rate: o.rate, Duration: o.duration.Seconds(), Seed: o.seed},
-		Config: planner.Config{Components: comps, Concurrency: o.concurrency, MaxUsersInFlight: o.maxUsers, ClaimWindow: o.window,
+		Config: planner.Config{Components: cmp.Or(o.comps, len(rules.Components)), Concurrency: o.concurrency, MaxUsersInFlight: o.maxUsers, ClaimWindow: o.window,
 			Replicas: o.replicas, Batch: cmp.Or(o.batch, autoBatch(o.serverKind)), PollInterval: o.poll.Seconds(), ChangeStreams: o.changeStreams},
 		Server: srv, MaxReplicas: max(o.maxReplicas, o.replicas), TargetAge: o.target.Seconds(),
 		Transient: planner.Transient{At: o.trAt.Seconds(), For: o.trFor.Seconds(), RTTFactor: o.trRTT, Burst: o.burst},
@@ -305,25 +316,6 @@ func autoBatch(kind string) int {
 		return 1
 	}
 	return 0
-}
-
-// loadBacklog reads the backlog.
-func (o *planOptions) loadBacklog(ctx context.Context, cfg config.Config, conn *planConn, stderr io.Writer) (*planner.Backlog, error) {
-	bb := planner.NewBacklogBuilder()
-	if o.fromQueue {
-		if err := conn.readQueue(ctx, cfg, o.maxEntries, bb.Add, stderr); err != nil {
-			return nil, err
-		}
-		return bb.Build(time.Now()), nil // the live queue's ages count from now
-	}
-	scan, err := replay.ReadQueue(ctx, o.in, cfg.QueueCollection, false, bb.Add)
-	if err != nil {
-		return nil, err
-	}
-	if scan.Malformed > 0 {
-		fmt.Fprintf(stderr, "%s: %d malformed entries left out (the consumer dead-letters them)\n", scan.Path, scan.Malformed)
-	}
-	return bb.Build(scan.Reference), nil
 }
 
 // planChart is the plan as stacked panels: depth and oldest age over time for
