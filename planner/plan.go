@@ -129,8 +129,8 @@ func Make(in Input) (*Plan, error) {
 		c.Replicas = n
 		row := Row{Replicas: n, Bounds: FleetBounds(c, in.Server, n)}
 		row.Run = Simulate(c, in.Server, Transient{}, entries, users, simOptions(in, entries, row.Bounds))
-		// An entry may wait for its claim what the target age leaves after busy.
-		wait := math.Max(in.TargetAge-busy(c, in.Server), in.TargetAge/10)
+		// An entry may wait for its claim what the target age leaves after busyTime.
+		wait := math.Max(in.TargetAge-busyTime(c, in.Server), in.TargetAge/10)
 		row.Sustainable = Limit(p.Mix.SustainableRate(row.Bounds.Lower, wait))
 		row.MeetsTarget = row.Run.PeakWait <= in.TargetAge && (row.Run.Drained || in.Arrival.Mode == ArrivalRate)
 		if row.MeetsTarget && p.ReplicasForTarget == 0 {
@@ -157,9 +157,9 @@ func simOptions(in Input, entries []Entry, b Bounds) SimOptions {
 	return o
 }
 
-// busy is an entry's time from its claim round to its ack while the fleet
+// busyTime is an entry's time from its claim round to its ack while the fleet
 // keeps up: the round, the refresh, the ack flush's wait and round trips.
-func busy(c Config, s Server) float64 {
+func busyTime(c Config, s Server) float64 {
 	return float64(c.RoundTrips()+consumer.ClaimRoundTrips+consumer.AckRoundTrips)*s.Latency(1, 1) + ackInterval
 }
 
@@ -223,12 +223,12 @@ func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 }
 
 // lightAge is about the oldest age of a queue the fleet keeps up with: the
-// poll the oldest entry waits out without change streams, then busy.
+// poll the oldest entry waits out without change streams, then busyTime.
 func lightAge(c Config, s Server) float64 {
 	if !c.ChangeStreams {
-		return c.PollInterval + busy(c, s)
+		return c.PollInterval + busyTime(c, s)
 	}
-	return busy(c, s)
+	return busyTime(c, s)
 }
 
 // RecoveryTolerance is how close to its pre-transient level the oldest age
@@ -476,21 +476,20 @@ type Backlog struct {
 	Entries []Entry
 }
 
-// BacklogBuilder collects entries from a snapshot or the queue.
+// BacklogBuilder collects entries from a snapshot or the queue; the zero
+// value is empty.
 type BacklogBuilder struct {
 	users map[string]int32
 	b     Backlog
-}
-
-// NewBacklogBuilder starts an empty backlog.
-func NewBacklogBuilder() *BacklogBuilder {
-	return &BacklogBuilder{users: map[string]int32{}}
 }
 
 // Add records an entry of user enqueued at created.
 func (bb *BacklogBuilder) Add(user string, created time.Time) {
 	id, ok := bb.users[user]
 	if !ok {
+		if bb.users == nil {
+			bb.users = map[string]int32{}
+		}
 		id = int32(len(bb.users))
 		bb.users[user] = id
 		bb.b.Names = append(bb.b.Names, user)
@@ -567,9 +566,8 @@ func (b *Backlog) Schedule(a Arrival, tr Transient) ([]Entry, int) {
 		n := int(a.Rate * a.Duration)
 		for k := 1; k <= n; k++ {
 			t := float64(k) / a.Rate
-			var u int32
+			u := int32(users) // a user the backlog has not seen (see Mix)
 			if rnd.Float64() < unseen {
-				u = int32(users) // a user the backlog has not seen (see Mix)
 				users++
 			} else {
 				u = b.Entries[rnd.IntN(len(b.Entries))].User

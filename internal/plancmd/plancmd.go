@@ -260,7 +260,8 @@ func (o *planOptions) input(ctx context.Context, cfg config.Config, stderr io.Wr
 		}
 		defer conn.close()
 	}
-	bb, backlog := planner.NewBacklogBuilder(), (*planner.Backlog)(nil)
+	var bb planner.BacklogBuilder
+	var backlog *planner.Backlog
 	if o.fromQueue {
 		if err := conn.readQueue(ctx, cfg, o.maxEntries, bb.Add, stderr); err != nil {
 			return planner.Input{}, err
