@@ -69,16 +69,13 @@ func Simulate(c Config, s Server, tr Transient, entries []Entry, users int, o Si
 	if o.SampleEvery <= 0 {
 		o.SampleEvery = 1
 	}
-	m := &sim{c: c, s: s, e: entries, rttFactor: 1, clearAt: -1,
+	m := &sim{c: c, s: s, e: entries, rttFactor: 1,
 		pending: newSkipList(len(entries)), live: newSkipList(len(entries)),
 		userPending: make([][]int32, users), heldBy: make([]int32, users), mark: make([]int32, users)}
 	for _, e := range entries {
 		if e.Arrive <= 0 {
-			m.initialLeft++
+			m.initialLeft, m.clearAt = m.initialLeft+1, -1 // until flushDone sees them all acknowledged
 		}
-	}
-	if m.initialLeft == 0 {
-		m.clearAt = 0
 	}
 	for i := range c.Replicas {
 		r := &replica{id: int32(i + 1)}
