@@ -164,10 +164,9 @@ func (l Limit) MarshalJSON() ([]byte, error) {
 	return json.Marshal(float64(l))
 }
 
-// LatencyCeiling and ServerCeiling are the two ceilings no drain beats, as
-// the bench reports them next to its measurements. LatencyCeiling is the
-// refreshes per second of usersInRefresh users in refresh at once, each
-// refresh roundTrips trips of secondsPerTrip.
+// LatencyCeiling and ServerCeiling are the ceilings no drain beats, as the
+// bench reports them: LatencyCeiling is the refreshes a second of
+// usersInRefresh users in refresh at once, each roundTrips trips of secondsPerTrip.
 func LatencyCeiling(usersInRefresh, roundTrips, secondsPerTrip float64) float64 {
 	return metrics.DrainRate(usersInRefresh, 1, roundTrips*secondsPerTrip, 1)
 }

@@ -237,9 +237,8 @@ func lightAge(c Config, s Server) float64 {
 const RecoveryTolerance = 0.5
 
 // RecoveredAt is the first sample time from restore on whose oldest age is
-// back within RecoveryTolerance of level. With whileLoaded, only samples up
-// to loadEnd count: a queue that drains because arrivals stopped has not
-// recovered.
+// back within RecoveryTolerance of level; with whileLoaded, up to loadEnd
+// only: a queue that drains because arrivals stopped has not recovered.
 func RecoveredAt(tl []Sample, level, restore, loadEnd float64, whileLoaded bool) (float64, bool) {
 	for _, s := range tl {
 		if s.T < restore || (whileLoaded && s.T > loadEnd) {
@@ -282,8 +281,7 @@ func describeRecovery(sp *StabilityPlan, load, loadEnd, trStart, trEnd float64) 
 		Seconds(at.T-trEnd), Seconds(at.OldestAge), Seconds(sp.PreLevel), at.Depth)
 }
 
-// windowUsers is the mean number of distinct users in consecutive windows
-// of w entries.
+// windowUsers is the mean count of distinct users in consecutive windows of w entries.
 func windowUsers(b *Backlog, w int) float64 {
 	if len(b.Entries) == 0 || w <= 0 {
 		return 0
@@ -305,9 +303,8 @@ func windowUsers(b *Backlog, w int) float64 {
 const SequentialWindow = 200
 
 // Sequential is, for comparison, a consumer that reads the oldest
-// SequentialWindow entries, refreshes their distinct users one after
-// another, then deletes the window: a diverse backlog slows it down, so the
-// backlog stays diverse (it wedges).
+// SequentialWindow entries, refreshes their users one after another, then
+// deletes the window: a diverse backlog slows it and so stays diverse (it wedges).
 type Sequential struct {
 	WindowUsers      float64 `json:"windowUsers"`      // distinct users per window, on average
 	EntriesPerSecond float64 `json:"entriesPerSecond"` // its drain rate on this backlog
@@ -326,8 +323,7 @@ func sequential(b *Backlog, c Config, s Server, load float64) *Sequential {
 	return q
 }
 
-// WriteText prints the plan for a person: the inputs, a table by replica
-// count, the target, and the stability verdict.
+// WriteText prints the plan for a person: inputs, table, target, stability.
 func (p *Plan) WriteText(w io.Writer) error {
 	var b strings.Builder
 	p.writeInputs(&b)
@@ -440,8 +436,7 @@ func (p *Plan) writeInputs(b *strings.Builder) {
 		c.Concurrency, c.MaxUsersInFlight, c.ClaimWindow, c.Replicas, wake)
 }
 
-// Thousands formats n with comma separators: 20,000 reads faster than
-// 20000. The replay's reports print their counts with it too.
+// Thousands formats n with comma separators: 20,000 reads faster than 20000.
 func Thousands[N ~int | ~int64](n N) string {
 	s := strconv.FormatInt(int64(n), 10)
 	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
@@ -461,8 +456,7 @@ func ms(s float64) string {
 	return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.2f", s*1000), "0"), ".") + "ms"
 }
 
-// Entry is one queue entry as the model sees it. Times are seconds from the
-// start of the plan.
+// Entry is one queue entry as the model sees it, in seconds from the plan's start.
 type Entry struct {
 	User    int32   `json:"user"`
 	Created float64 `json:"created"` // enqueue time; negative: it was waiting already
@@ -476,8 +470,7 @@ type Backlog struct {
 	Entries []Entry
 }
 
-// BacklogBuilder collects entries from a snapshot or the queue; the zero
-// value is empty.
+// BacklogBuilder collects entries from a snapshot or the queue (zero: empty).
 type BacklogBuilder struct {
 	users map[string]int32
 	b     Backlog
@@ -547,8 +540,7 @@ type Arrival struct {
 }
 
 // Schedule lays the backlog out in time under the profile, with the
-// transient's burst, oldest first. It returns the entries and the number of
-// users they name.
+// transient's burst, oldest first, and counts the users they name.
 func (b *Backlog) Schedule(a Arrival, tr Transient) ([]Entry, int) {
 	out := make([]Entry, 0, len(b.Entries))
 	users := b.Users

@@ -44,7 +44,6 @@ type Chart struct {
 	XLabel   string // centred under the last panel
 	Footer   string // small print at the bottom left (provenance)
 
-	Width       int // default 960
 	PanelHeight int // default 150
 }
 
@@ -53,6 +52,7 @@ var Palette = []string{"#2563eb", "#dc2626", "#16a34a", "#9333ea", "#d97706", "#
 
 // Geometry, in SVG user units.
 const (
+	width       = 960
 	marginLeft  = 78
 	marginRight = 24
 	panelGap    = 46
@@ -68,7 +68,7 @@ func (c Chart) WriteSVG(w io.Writer) error {
 
 // SVG returns the chart as a self-contained SVG document.
 func (c Chart) SVG() string {
-	width, panelH := cmp.Or(c.Width, 960), cmp.Or(c.PanelHeight, 150)
+	panelH := cmp.Or(c.PanelHeight, 150)
 	top0 := 63 + 15*len(c.Subtitle)
 	height := top0 + len(c.Panels)*(panelH+panelGap) + 10
 	if c.XLabel != "" {
@@ -92,12 +92,8 @@ func (c Chart) SVG() string {
 	if !(xMax > 0) || math.IsInf(xMax, 0) {
 		xMax = 1
 	}
-	pl := plot{b: &b, height: float64(panelH), right: width - marginRight, xMax: xMax, xWidth: float64(width - marginLeft - marginRight)}
-	for _, t := range NiceTicks(xMax, xTickCount) {
-		if t <= xMax*(1+1e-9) {
-			pl.xTicks = append(pl.xTicks, t)
-		}
-	}
+	pl := plot{b: &b, height: float64(panelH), right: width - marginRight, xMax: xMax, xWidth: float64(width - marginLeft - marginRight),
+		xTicks: slices.DeleteFunc(NiceTicks(xMax, xTickCount), func(t float64) bool { return t > xMax*(1+1e-9) })}
 	for i, p := range c.Panels {
 		pl.top = float64(top0 + i*(panelH+panelGap))
 		pl.draw(p, c.Markers, c.XUnit)
