@@ -402,8 +402,7 @@ func (m *sim) kick(r *replica) {
 		r.armed = false
 		m.startFlush(r)
 	default:
-		r.armed = true
-		r.gen++
+		r.armed, r.gen = true, r.gen+1
 		gen := r.gen
 		m.at(m.now+ackInterval, func() {
 			if r.armed && r.gen == gen {

@@ -412,8 +412,7 @@ func dialPlan(ctx context.Context, cfg config.Config) (*planConn, error) {
 
 func (c *planConn) close() { _ = c.client.Disconnect(context.Background()) }
 
-// measurement is what --measure found, besides the figures it put in the
-// plan's planner.Server.
+// measurement is what --measure found besides the plan's planner.Server figures.
 type measurement struct {
 	server        string
 	pings, conc   int
@@ -444,9 +443,8 @@ func (m measurement) describe(srv planner.Server) string {
 	return s + fmt.Sprintf("; change streams: %t", m.changeStreams)
 }
 
-// serverKind is the server as --server-kind names it, from what it says
-// of itself (servertraits, as the consumer asks); empty when it does not
-// answer.
+// serverKind is the server as --server-kind names it, from what it says of
+// itself (servertraits, as the consumer asks); empty when it does not answer.
 func (c *planConn) serverKind(ctx context.Context) string {
 	t := servertraits.New()
 	if err := t.Probe(ctx, c.db); err != nil {
@@ -466,10 +464,9 @@ func (c *planConn) serverKind(ctx context.Context) string {
 	return serverPostgreSQL
 }
 
-// measure times pings and, for what the flags leave unset, the claim
+// measure times pings and, for the figures the flags leave unset, the claim
 // window and the rules' queries for users of the backlog (reads only: the
-// recompute without its write). What it finds replaces, in srv and o, the
-// figures the flags left unset.
+// recompute without its write); what it finds goes into srv and o.
 func (c *planConn) measure(ctx context.Context, o *planOptions, queue string, rules *scoring.Rules, users []string, srv *planner.Server) (measurement, error) {
 	m := measurement{server: c.server, pings: o.pings * o.measureConc, conc: o.measureConc}
 	var err error
