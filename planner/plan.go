@@ -211,7 +211,13 @@ func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 		sp.Recovered, sp.RecoverySeconds = true, sp.Disturbed.DrainSeconds-in.Transient.End()
 	}
 	sp.Verdict = describeRecovery(sp, p.Load, loadEnd, in.Transient.At, in.Transient.End())
-	if light := lightAge(c, in.Server); sp.PreLevel > 2*light+1 {
+	// A fleet keeping up holds the oldest age at about busyTime, and a poll
+	// without change streams.
+	light := busyTime(c, in.Server)
+	if !c.ChangeStreams {
+		light += c.PollInterval
+	}
+	if sp.PreLevel > 2*light+1 {
 		sp.Verdict = fmt.Sprintf("the queue is already backed up before the transient (oldest age %s where a fleet keeping up holds about %s): ",
 			Seconds(sp.PreLevel), Seconds(light)) + sp.Verdict
 	}
@@ -220,15 +226,6 @@ func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 			" the verdict compares against a queue still draining; a --transient-at after the backlog is cleared judges the steady state)", Seconds(in.Transient.At))
 	}
 	return sp
-}
-
-// lightAge is about the oldest age of a queue the fleet keeps up with: the
-// poll the oldest entry waits out without change streams, then busyTime.
-func lightAge(c Config, s Server) float64 {
-	if !c.ChangeStreams {
-		return c.PollInterval + busyTime(c, s)
-	}
-	return busyTime(c, s)
 }
 
 // RecoveryTolerance is how close to its pre-transient level the oldest age
@@ -339,12 +336,15 @@ func (p *Plan) WriteText(w io.Writer) error {
 		if p.Arrival.Mode == ArrivalRate {
 			d = r.Run.ClearSeconds
 		}
-		done := Seconds(d)
+		done, sustainable := Seconds(d), "any"
 		if d < 0 {
 			done = "> " + Seconds(r.Run.EndSeconds)
 		}
+		if !math.IsInf(float64(r.Sustainable), 1) {
+			sustainable = fmt.Sprintf("%.1f", r.Sustainable)
+		}
 		fmt.Fprintf(tw, "%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t\n", r.Replicas, r.Bounds.Lower, r.Bounds.Binding, done,
-			Thousands(r.Run.PeakDepth), Seconds(r.Run.PeakOldestAge), Seconds(r.Run.PeakWait), r.Run.RefreshesPerSecond(), rateText(float64(r.Sustainable)))
+			Thousands(r.Run.PeakDepth), Seconds(r.Run.PeakOldestAge), Seconds(r.Run.PeakWait), r.Run.RefreshesPerSecond(), sustainable)
 	}
 	tw.Flush()
 	fmt.Fprintf(&b, "(bound: refreshes/s with every slot busy; peak wait: the longest an entry waited since the plan began;\n"+
@@ -443,13 +443,6 @@ func Thousands[N ~int | ~int64](n N) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s
-}
-
-func rateText(r float64) string {
-	if math.IsInf(r, 1) {
-		return "any"
-	}
-	return fmt.Sprintf("%.1f", r)
 }
 
 func ms(s float64) string {

@@ -285,7 +285,7 @@ func (o *planOptions) input(ctx context.Context, cfg config.Config, stderr io.Wr
 		if err != nil {
 			return planner.Input{}, err
 		}
-		fmt.Fprintln(stderr, m.describe(srv))
+		fmt.Fprintln(stderr, m.describe(conn.server, o, srv))
 	}
 	return planner.Input{
 		Backlog: backlog,
@@ -414,8 +414,6 @@ func (c *planConn) close() { _ = c.client.Disconnect(context.Background()) }
 
 // measurement is what --measure found besides the plan's planner.Server figures.
 type measurement struct {
-	server        string
-	pings, conc   int
 	costUsers     int // the users the server's time was measured on; 0: not measured
 	costNote      string
 	workers       int   // loading the server to find its capacity; 0: not measured
@@ -424,8 +422,8 @@ type measurement struct {
 	changeStreams bool
 }
 
-func (m measurement) describe(srv planner.Server) string {
-	s := fmt.Sprintf("measured %s: round trip %.2f ms (median of %d pings, %d at once)", m.server, srv.RTT*1000, m.pings, m.conc)
+func (m measurement) describe(server string, o *planOptions, srv planner.Server) string {
+	s := fmt.Sprintf("measured %s: round trip %.2f ms (median of %d pings, %d at once)", server, srv.RTT*1000, o.pings*o.measureConc, o.measureConc)
 	if m.costUsers > 0 {
 		s += fmt.Sprintf("; server time %.2f ms per command (the rules' queries for %d users of the backlog, less the round trip)", srv.Cost*1000, m.costUsers)
 	} else if m.costNote != "" {
@@ -468,7 +466,7 @@ func (c *planConn) serverKind(ctx context.Context) string {
 // window and the rules' queries for users of the backlog (reads only: the
 // recompute without its write); what it finds goes into srv and o.
 func (c *planConn) measure(ctx context.Context, o *planOptions, queue string, rules *scoring.Rules, users []string, srv *planner.Server) (measurement, error) {
-	m := measurement{server: c.server, pings: o.pings * o.measureConc, conc: o.measureConc}
+	var m measurement
 	var err error
 	if srv.RTT, err = c.pingMedian(ctx, o.pings, o.measureConc); err != nil {
 		return m, fmt.Errorf("measuring the round trip to %s: %w", c.server, err)
