@@ -416,9 +416,9 @@ func (c *planConn) close() { _ = c.client.Disconnect(context.Background()) }
 type measurement struct {
 	costUsers     int // the users the server's time was measured on; 0: not measured
 	costNote      string
-	workers       int   // loading the server to find its capacity; 0: not measured
-	scanDepth     int64 // the queue depth the claim window was timed at; 0: not measured
-	kind          string
+	workers       int    // loading the server to find its capacity; 0: not measured
+	scanDepth     int64  // the queue depth the claim window was timed at; 0: not measured
+	kind          string // --server-kind as the server describes itself; empty: it did not say
 	changeStreams bool
 }
 
