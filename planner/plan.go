@@ -336,7 +336,10 @@ func (p *Plan) WriteText(w io.Writer) error {
 		if p.Arrival.Mode == ArrivalRate {
 			d = r.Run.ClearSeconds
 		}
-		done, sustainable := Seconds(d), "any"
+		done, sustainable, perSecond := Seconds(d), "any", 0.0
+		if r.Run.EndSeconds > 0 {
+			perSecond = float64(r.Run.Refreshes) / r.Run.EndSeconds
+		}
 		if d < 0 {
 			done = "> " + Seconds(r.Run.EndSeconds)
 		}
@@ -344,7 +347,7 @@ func (p *Plan) WriteText(w io.Writer) error {
 			sustainable = fmt.Sprintf("%.1f", r.Sustainable)
 		}
 		fmt.Fprintf(tw, "%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t\n", r.Replicas, r.Bounds.Lower, r.Bounds.Binding, done,
-			Thousands(r.Run.PeakDepth), Seconds(r.Run.PeakOldestAge), Seconds(r.Run.PeakWait), r.Run.RefreshesPerSecond(), sustainable)
+			Thousands(r.Run.PeakDepth), Seconds(r.Run.PeakOldestAge), Seconds(r.Run.PeakWait), perSecond, sustainable)
 	}
 	tw.Flush()
 	fmt.Fprintf(&b, "(bound: refreshes/s with every slot busy; peak wait: the longest an entry waited since the plan began;\n"+

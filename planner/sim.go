@@ -55,14 +55,6 @@ type Run struct {
 	End                Sample  `json:"end"`
 }
 
-// RefreshesPerSecond over the run.
-func (r *Run) RefreshesPerSecond() float64 {
-	if r.EndSeconds <= 0 {
-		return 0
-	}
-	return float64(r.Refreshes) / r.EndSeconds
-}
-
 // Simulate runs c.Replicas replicas over entries as Backlog.Schedule lays
 // them out, naming users below users.
 func Simulate(c Config, s Server, tr Transient, entries []Entry, users int, o SimOptions) *Run {
