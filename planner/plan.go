@@ -121,7 +121,14 @@ func Make(in Input) (*Plan, error) {
 	if b.Users > 0 {
 		p.EntriesPerUser = float64(len(b.Entries)) / float64(b.Users)
 	}
-	p.Load = loadRate(b, in.Arrival)
+	switch in.Arrival.Mode { // the mean arrival rate after the start
+	case ArrivalRate:
+		p.Load = in.Arrival.Rate
+	case ArrivalOriginal:
+		if p.SpanSecs > 0 {
+			p.Load = float64(len(b.Entries)) / (p.SpanSecs / in.Arrival.Speed)
+		}
+	}
 	p.Sequential = sequential(b, in.Config, in.Server, p.Load)
 	entries, users := b.Schedule(in.Arrival, Transient{})
 	for n := 1; n <= in.MaxReplicas; n++ {
@@ -161,18 +168,6 @@ func simOptions(in Input, entries []Entry, b Bounds) SimOptions {
 // keeps up: the round, the refresh, the ack flush's wait and round trips.
 func busyTime(c Config, s Server) float64 {
 	return float64(c.RoundTrips()+consumer.ClaimRoundTrips+consumer.AckRoundTrips)*s.Latency(1, 1) + ackInterval
-}
-
-func loadRate(b *Backlog, a Arrival) float64 {
-	switch a.Mode {
-	case ArrivalRate:
-		return a.Rate
-	case ArrivalOriginal:
-		if span := b.Span(); span > 0 {
-			return float64(len(b.Entries)) / (span / a.Speed)
-		}
-	}
-	return 0
 }
 
 // stability classifies the load and simulates the transient at the current fleet.
