@@ -85,7 +85,20 @@ func Simulate(c Config, s Server, tr Transient, entries []Entry, users int, o Si
 		m.tryClaim(r)
 	}
 	m.loop(o)
-	return m.result()
+	run := &Run{Replicas: len(m.reps), Timeline: m.timeline, Refreshes: m.refreshes, Acked: m.deleted,
+		Entries: len(m.e), EndSeconds: m.now, ClearSeconds: m.clearAt, DrainSeconds: -1, End: m.timeline[len(m.timeline)-1]}
+	if m.drained() {
+		run.Drained, run.DrainSeconds = true, m.lastFlush
+	}
+	if m.refreshOps > 0 {
+		run.MeanRefreshSeconds = m.refreshTime / float64(m.refreshOps)
+	}
+	for _, s := range m.timeline {
+		run.PeakDepth = max(run.PeakDepth, s.Depth)
+		run.PeakOldestAge = math.Max(run.PeakOldestAge, s.OldestAge)
+		run.PeakWait = math.Max(run.PeakWait, s.Wait)
+	}
+	return run
 }
 
 // event is do at t: a time, or for round-trip work (a claim round, a
@@ -330,22 +343,16 @@ func (m *sim) afterRound(r *replica, more bool) {
 		m.tryClaim(r)
 	default:
 		r.idle = true
-		m.scheduleArrivalWake()
-	}
-}
-
-// scheduleArrivalWake makes the next arrival wake idle replicas (a change stream).
-func (m *sim) scheduleArrivalWake() {
-	if !m.c.ChangeStreams || m.wakeScheduled || m.arrived >= len(m.e) {
-		return
-	}
-	m.wakeScheduled = true
-	m.at(m.e[m.arrived].Arrive, func() {
-		m.wakeScheduled = false
-		for _, r := range m.reps {
-			m.wake(r)
+		if m.c.ChangeStreams && !m.wakeScheduled && m.arrived < len(m.e) {
+			m.wakeScheduled = true // the next arrival wakes idle replicas (a change stream)
+			m.at(m.e[m.arrived].Arrive, func() {
+				m.wakeScheduled = false
+				for _, r := range m.reps {
+					m.wake(r)
+				}
+			})
 		}
-	})
+	}
 }
 
 // dispatch starts refreshes while slots are free, each taking the waiting
@@ -440,24 +447,6 @@ func (m *sim) flushDone(r *replica, outcomes []work) {
 		m.kick(r)
 	}
 	m.roomWake(r)
-}
-
-func (m *sim) result() *Run {
-	run := &Run{Replicas: len(m.reps), Timeline: m.timeline, Refreshes: m.refreshes, Acked: m.deleted,
-		Entries: len(m.e), EndSeconds: m.now, ClearSeconds: m.clearAt, DrainSeconds: -1}
-	if m.drained() {
-		run.Drained, run.DrainSeconds = true, m.lastFlush
-	}
-	if m.refreshOps > 0 {
-		run.MeanRefreshSeconds = m.refreshTime / float64(m.refreshOps)
-	}
-	for _, s := range m.timeline {
-		run.PeakDepth = max(run.PeakDepth, s.Depth)
-		run.PeakOldestAge = math.Max(run.PeakOldestAge, s.OldestAge)
-		run.PeakWait = math.Max(run.PeakWait, s.Wait)
-	}
-	run.End = m.timeline[len(m.timeline)-1] // Simulate samples the start
-	return run
 }
 
 // events is a min-heap by time, ties in push order.
