@@ -10,7 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/signal"
 	"slices"
@@ -532,7 +531,7 @@ func (c *planConn) measureScan(ctx context.Context, m *measurement, srv *planner
 	if depth < minScanDepth {
 		return nil
 	}
-	best := math.Inf(1)
+	var times []float64
 	for range 3 {
 		start := time.Now()
 		cur, err := coll.Find(ctx, bson.D{{Key: "username", Value: bson.D{{Key: "$nin", Value: bson.A{}}}}},
@@ -544,9 +543,9 @@ func (c *planConn) measureScan(ctx context.Context, m *measurement, srv *planner
 		if err != nil {
 			return fmt.Errorf("timing the claim window on %s: %w", queue, err)
 		}
-		best = math.Min(best, time.Since(start).Seconds())
+		times = append(times, time.Since(start).Seconds())
 	}
-	srv.ScanCost, m.scanDepth = max(0, best-srv.RTT)/float64(depth), depth
+	srv.ScanCost, m.scanDepth = max(0, slices.Min(times)-srv.RTT)/float64(depth), depth
 	return nil
 }
 
