@@ -1,28 +1,22 @@
-// Package planner predicts how scorerefresh drains a backlog: drain time, the
-// oldest entry's age over time, the highest arrival rate a fleet sustains,
-// the replica count that keeps the oldest age under a target, and whether a
-// transient (slower round trips for a while, or a burst of entries) leaves
-// the queue in a state it does not come back from. docs/capacity-planning.md
-// derives the model.
-//
-// It talks to no database. The consumer's costs (round trips per claim
-// round and flush, the flush's wait and size, the lead factor) are the
-// consumer's own constants (consumer/cost.go), its batch spreading is
-// consumer.SpreadBatch, and the capacity formula is metrics.DrainRate, the
-// one the live headroom uses.
-//
-// Two tools use that model. Simulate is a discrete-event simulation of the
-// fleet over the backlog's own entries (users and enqueue times), which gives
-// the timelines. The closed forms (FleetBounds, Mix.Demand,
-// Mix.SustainableRate, Assess) give the first-principles figures. Make runs
-// both for 1…N replicas.
+// Package planner predicts how scorerefresh drains a backlog (drain time,
+// the oldest age over time, the arrival rate a fleet sustains, the replicas
+// a target age needs) and whether a transient (slower round trips, a burst)
+// leaves the queue in a state it does not come back from; the model is
+// derived in docs/capacity-planning.md. It talks to no database: the
+// consumer's costs are its own constants (consumer/cost.go), its batch
+// spreading consumer.SpreadBatch, the capacity formula metrics.DrainRate
+// (the live headroom's). Simulate, a discrete-event simulation over the
+// backlog's own entries, gives the timelines; the closed forms (FleetBounds,
+// Mix.Demand, Mix.SustainableRate, Assess) the first-principles figures.
+// Make runs both for 1…N replicas.
 package planner
 
 import (
+	"cmp"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/scorerefresh/scorerefresh/consumer"
@@ -62,27 +56,6 @@ func (c Config) HeldCap() int { return min(c.MaxUsersInFlight, consumer.LeadFact
 // spread over the slots, at most Batch (consumer.SpreadBatch).
 func (c Config) SpreadBatch() int { return consumer.SpreadBatch(c.Batch, c.HeldCap(), c.Concurrency) }
 
-// Validate reports every bad field at once.
-func (c Config) Validate() error {
-	var errs []error
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"components", c.Components}, {"REFRESH_CONCURRENCY", c.Concurrency}, {"MAX_USERS_IN_FLIGHT", c.MaxUsersInFlight},
-		{"CLAIM_WINDOW", c.ClaimWindow}, {"replicas", c.Replicas}, {"batch", c.Batch}} {
-		if f.v <= 0 {
-			errs = append(errs, fmt.Errorf("%s must be positive (got %d)", f.name, f.v))
-		}
-	}
-	if c.Concurrency > c.MaxUsersInFlight && c.MaxUsersInFlight > 0 {
-		errs = append(errs, fmt.Errorf("REFRESH_CONCURRENCY %d is above MAX_USERS_IN_FLIGHT %d", c.Concurrency, c.MaxUsersInFlight))
-	}
-	if c.PollInterval <= 0 {
-		errs = append(errs, fmt.Errorf("poll interval must be positive (got %gs)", c.PollInterval))
-	}
-	return errors.Join(errs...)
-}
-
 // Server is how long a round trip takes.
 type Server struct {
 	RTT  float64 `json:"rttSeconds"`  // network round trip
@@ -99,18 +72,6 @@ type Server struct {
 	// ScanCost is the server's time per queued entry for each of a claim
 	// round's two queue reads: about 0 on MongoDB's index, not on FerretDB.
 	ScanCost float64 `json:"scanCostSeconds,omitempty"`
-}
-
-// Validate reports every bad field at once.
-func (s Server) Validate() error {
-	var errs []error
-	if !(s.RTT >= 0) || !(s.Cost >= 0) || !(s.Capacity >= 0) || !(s.Slope >= 0) || s.Knee < 0 || !(s.EntryCost >= 0) || !(s.ScanCost >= 0) {
-		errs = append(errs, errors.New("RTT, server cost, capacity, knee, slope, entry and scan costs must not be negative"))
-	}
-	if s.RTT+s.Cost <= 0 {
-		errs = append(errs, errors.New("a round trip must take some time: give an RTT or a server cost"))
-	}
-	return errors.Join(errs...)
 }
 
 // Latency is one command's round trip with inFlight commands in flight
@@ -203,21 +164,9 @@ func (l Limit) MarshalJSON() ([]byte, error) {
 	return json.Marshal(float64(l))
 }
 
-func (l *Limit) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		*l = Limit(math.Inf(1))
-		return nil
-	}
-	var f float64
-	err := json.Unmarshal(b, &f)
-	*l = Limit(f)
-	return err
-}
-
-// LatencyCeiling and ServerCeiling are the two ceilings no drain beats, as
-// the bench reports them next to its measurements. LatencyCeiling is the
-// refreshes per second of usersInRefresh users in refresh at once, each
-// refresh roundTrips trips of secondsPerTrip.
+// LatencyCeiling and ServerCeiling are the ceilings no drain beats, as the
+// bench reports them: LatencyCeiling is the refreshes a second of
+// usersInRefresh users in refresh at once, each roundTrips trips of secondsPerTrip.
 func LatencyCeiling(usersInRefresh, roundTrips, secondsPerTrip float64) float64 {
 	return metrics.DrainRate(usersInRefresh, 1, roundTrips*secondsPerTrip, 1)
 }
@@ -228,4 +177,232 @@ func ServerCeiling(qps, roundTrips float64) float64 {
 		return 0
 	}
 	return qps / roundTrips
+}
+
+// The stability classes, as Describe words them.
+const (
+	ClassNoLoad     = "no load"
+	ClassStable     = "stable"
+	ClassMetastable = "metastable" // keeps up lightly loaded, falls behind with every slot busy: the wedge
+	ClassOverloaded = "overloaded"
+)
+
+// Stability is the first-principles verdict for a load.
+type Stability struct {
+	Class string `json:"class"`
+	// Demand is the refreshes a second the load needs, with the coalescing
+	// of NormalWait; Loaded is the fleet's with every slot busy.
+	Demand     float64 `json:"demandRefreshesPerSecond"`
+	NormalWait float64 `json:"normalWaitSeconds"` // for its claim, while the fleet keeps up
+	Loaded     float64 `json:"loadedRefreshesPerSecond"`
+	Margin     float64 `json:"margin"` // Loaded / Demand − 1
+	// BusyLow is the commands in flight while the fleet keeps up (the low
+	// fixed point); -1 when there is none.
+	BusyLow float64 `json:"busyLow"`
+	// SettledWait is how old entries get once coalescing has brought a
+	// backed-up queue's demand down to Loaded (+Inf: none is enough).
+	SettledWait Limit `json:"settledWaitSeconds"`
+	// RecoverySeconds estimates how long BacklogUsers users take to clear
+	// at Loaded − Demand (stable only).
+	BacklogUsers    int     `json:"backlogUsers,omitempty"`
+	RecoverySeconds float64 `json:"recoverySeconds,omitempty"`
+}
+
+// Assess classifies a load of rate entries a second with mix's users, and
+// estimates the recovery from a backlog of backlogUsers users (0: none).
+func Assess(c Config, s Server, replicas int, mix Mix, rate float64, backlogUsers int) Stability {
+	st := Stability{NormalWait: float64(consumer.ClaimRoundTrips) * s.Latency(1, 1), BusyLow: -1}
+	if !c.ChangeStreams {
+		st.NormalWait += c.PollInterval / 2
+	}
+	b := FleetBounds(c, s, replicas)
+	st.Loaded = math.Min(b.Loaded, b.InFlight)
+	if rate <= 0 {
+		st.Class = ClassNoLoad
+		return st
+	}
+	st.Demand = mix.Demand(rate, st.NormalWait)
+	st.Margin = st.Loaded/st.Demand - 1
+	st.SettledWait = Limit(mix.SettledWait(rate, st.Loaded))
+	busy, ok := lowFixedPoint(c, s, replicas, st.Demand)
+	switch {
+	case !ok:
+		st.Class = ClassOverloaded
+	case st.Loaded >= st.Demand:
+		st.Class, st.BusyLow = ClassStable, busy
+		if backlogUsers > 0 {
+			st.BacklogUsers, st.RecoverySeconds = backlogUsers, float64(backlogUsers)/(st.Loaded-st.Demand)
+		}
+	default:
+		st.Class, st.BusyLow = ClassMetastable, busy
+	}
+	return st
+}
+
+// lowFixedPoint finds the commands in flight that a demand of d refreshes a
+// second keeps busy when the fleet keeps up: by Little's law d × round
+// trips × latency(n) users are in refresh, one per slot while they fit
+// (batches spread over free slots stay single), then batches grow on
+// every slot. Iterating from an idle server climbs to the lowest fixed
+// point; if the users pass what full batches hold, the fleet cannot keep up.
+func lowFixedPoint(c Config, s Server, replicas int, d float64) (float64, bool) {
+	rt := float64(c.RoundTrips())
+	slots := float64(replicas * c.Concurrency)
+	n := 0.0
+	for range 10_000 {
+		users := d * rt * s.Latency(math.Max(n, 1), 1)
+		if users > slots*float64(c.SpreadBatch()) {
+			return users, false
+		}
+		next := math.Min(users, slots)
+		if math.Abs(next-n) < 1e-9 {
+			return next, true
+		}
+		n = next
+	}
+	return n, true
+}
+
+// Describe is the verdict in a sentence.
+func (st Stability) Describe() string {
+	switch st.Class {
+	case ClassNoLoad:
+		return "no arrivals after the backlog: nothing to wedge; a transient only delays the drain"
+	case ClassStable:
+		s := fmt.Sprintf("stable: %.1f refreshes/s with every slot busy against a demand of %.1f/s (headroom %+.0f%%); any backlog drains",
+			st.Loaded, st.Demand, 100*st.Margin)
+		if st.RecoverySeconds > 0 {
+			s += fmt.Sprintf(" (this one's %d users in about %s)", st.BacklogUsers, Seconds(st.RecoverySeconds))
+		}
+		return s
+	case ClassMetastable:
+		return fmt.Sprintf("METASTABLE: keeps up while lightly loaded (%.1f commands in flight), but with every slot busy it does %.1f refreshes/s against a demand of %.1f/s (headroom %+.0f%%): a transient that fills the slots leaves the queue %s",
+			st.BusyLow, st.Loaded, st.Demand, 100*st.Margin, settled(float64(st.SettledWait)))
+	}
+	return fmt.Sprintf("OVERLOADED: the load needs %.1f refreshes/s, more than the fleet does (%.1f/s with every slot busy, headroom %+.0f%%): the queue %s even without a transient",
+		st.Demand, st.Loaded, 100*st.Margin, settled(float64(st.SettledWait)))
+}
+
+func settled(wait float64) string {
+	if math.IsInf(wait, 1) || wait > 7*24*3600 {
+		return "growing without bound"
+	}
+	return fmt.Sprintf("backed up until entries are about %s old (coalescing then brings the demand down to what the fleet does)", Seconds(wait))
+}
+
+// Seconds prints a duration in seconds for people: 42.0s, 12m30s, 3h05m.
+func Seconds(s float64) string {
+	switch {
+	case math.IsInf(s, 1):
+		return "∞"
+	case s < 0:
+		return "-"
+	case s < 100:
+		return fmt.Sprintf("%.1fs", s)
+	case s < 3600:
+		return fmt.Sprintf("%dm%02ds", int(s)/60, int(s)%60)
+	}
+	return fmt.Sprintf("%dh%02dm", int(s)/3600, int(s)%3600/60)
+}
+
+// Mix is how arrivals spread over users, learnt from a backlog: each
+// user's share of the entries, plus a share from users it has not seen,
+// estimated (Good–Turing) as the fraction of entries whose user appears once.
+type Mix struct {
+	groups []shareGroup // users with the same share, largest share first
+	New    float64      `json:"new"` // share of arrivals from unseen users
+	Users  int          `json:"users"`
+}
+
+type shareGroup struct {
+	share float64 // of all arrivals, per user
+	users int
+}
+
+// NewMix builds the mix from each user's number of entries.
+func NewMix(counts []int) Mix {
+	total, byCount := 0, map[int]int{}
+	for _, n := range counts {
+		if n > 0 {
+			total += n
+			byCount[n]++
+		}
+	}
+	m := Mix{Users: len(counts)}
+	if total == 0 {
+		m.New = 1
+		return m
+	}
+	m.New = float64(byCount[1]) / float64(total)
+	for n, users := range byCount {
+		m.groups = append(m.groups, shareGroup{share: (1 - m.New) * float64(n) / float64(total), users: users})
+	}
+	slices.SortFunc(m.groups, func(a, b shareGroup) int { return cmp.Compare(b.share, a.share) })
+	return m
+}
+
+// Demand is the refreshes a second rate entries a second need when an
+// entry waits wait seconds for its claim: a user with r entries a second is
+// refreshed once per 1/r + wait, r / (1 + r·wait) a second; unseen users'
+// entries each cost a refresh.
+func (m Mix) Demand(rate, wait float64) float64 {
+	d := rate * m.New
+	for _, g := range m.groups {
+		r := rate * g.share
+		d += float64(g.users) * r / (1 + r*wait)
+	}
+	return d
+}
+
+// SustainableRate is the highest arrival rate whose demand at wait stays
+// within capacity; +Inf: none is too high (no unseen users, and all are
+// refreshed within wait anyway).
+func (m Mix) SustainableRate(capacity, wait float64) float64 {
+	if capacity <= 0 {
+		return 0
+	}
+	if m.New == 0 && float64(m.Users)/math.Max(wait, 1e-9) <= capacity {
+		return math.Inf(1)
+	}
+	lo, _, ok := bisect(capacity, 1e12, func(r float64) bool { return m.Demand(r, wait) <= capacity })
+	if !ok {
+		return math.Inf(1)
+	}
+	return lo
+}
+
+// SettledWait is the wait at which rate's demand matches capacity: 0 when
+// the fleet keeps up without a queue; +Inf when unseen users alone need more.
+func (m Mix) SettledWait(rate, capacity float64) float64 {
+	if m.Demand(rate, 0) <= capacity {
+		return 0
+	}
+	if rate*m.New >= capacity {
+		return math.Inf(1)
+	}
+	_, hi, ok := bisect(1, 1e9, func(w float64) bool { return m.Demand(rate, w) > capacity })
+	if !ok {
+		return math.Inf(1)
+	}
+	return hi
+}
+
+// bisect finds where below turns false (true at 0): it doubles hi from
+// start (ok false past limit), then halves [lo, hi] a hundred times.
+func bisect(start, limit float64, below func(float64) bool) (lo, hi float64, ok bool) {
+	hi = start
+	for below(hi) {
+		lo, hi = hi, hi*2
+		if hi > limit {
+			return 0, 0, false
+		}
+	}
+	for range 100 {
+		if mid := (lo + hi) / 2; below(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo, hi, true
 }

@@ -1,13 +1,17 @@
 package planner
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/scorerefresh/scorerefresh/consumer"
 )
@@ -25,24 +29,35 @@ type Input struct {
 
 // Validate reports every bad input at once.
 func (in Input) Validate() error {
-	errs := []error{in.Config.Validate(), in.Server.Validate(), in.Arrival.Validate()}
-	if in.Backlog == nil {
-		errs = append(errs, errors.New("no backlog"))
+	var errs []error
+	check := func(bad bool, format string, args ...any) {
+		if bad {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
 	}
-	if in.MaxReplicas < 1 {
-		errs = append(errs, fmt.Errorf("max replicas must be at least 1 (got %d)", in.MaxReplicas))
+	c, s, a, t := in.Config, in.Server, in.Arrival, in.Transient
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"components", c.Components}, {"REFRESH_CONCURRENCY", c.Concurrency}, {"MAX_USERS_IN_FLIGHT", c.MaxUsersInFlight},
+		{"CLAIM_WINDOW", c.ClaimWindow}, {"replicas", c.Replicas}, {"batch", c.Batch}} {
+		check(f.v <= 0, "%s must be positive (got %d)", f.name, f.v)
 	}
-	if !(in.TargetAge > 0) {
-		errs = append(errs, fmt.Errorf("target age must be positive (got %gs)", in.TargetAge))
-	}
-	t := in.Transient
-	if t.At < 0 || t.For < 0 || t.Burst < 0 || (t.RTTFactor != 0 && t.RTTFactor < 1) {
-		errs = append(errs, errors.New("transient: time, duration and burst must not be negative, and the RTT factor at least 1"))
-	}
-	if t.Active() && in.Arrival.Mode == ArrivalRate && t.End() >= in.Arrival.Duration {
-		errs = append(errs, fmt.Errorf("transient: it must end (at %s) before the arrivals do (%s), or there is no load left to judge the recovery under",
-			Seconds(t.End()), Seconds(in.Arrival.Duration)))
-	}
+	check(c.Concurrency > c.MaxUsersInFlight && c.MaxUsersInFlight > 0, "REFRESH_CONCURRENCY %d is above MAX_USERS_IN_FLIGHT %d", c.Concurrency, c.MaxUsersInFlight)
+	check(c.PollInterval <= 0, "poll interval must be positive (got %gs)", c.PollInterval)
+	check(!(s.RTT >= 0) || !(s.Cost >= 0) || !(s.Capacity >= 0) || !(s.Slope >= 0) || s.Knee < 0 || !(s.EntryCost >= 0) || !(s.ScanCost >= 0),
+		"RTT, server cost, capacity, knee, slope, entry and scan costs must not be negative")
+	check(s.RTT+s.Cost <= 0, "a round trip must take some time: give an RTT or a server cost")
+	check(a.Mode != ArrivalMax && a.Mode != ArrivalOriginal && a.Mode != ArrivalRate, "unknown arrival %q: want %s, %s or %s", a.Mode, ArrivalMax, ArrivalOriginal, ArrivalRate)
+	check(a.Mode == ArrivalOriginal && !(a.Speed > 0), "arrival original: speed must be positive (got %g)", a.Speed)
+	check(a.Mode == ArrivalRate && (!(a.Rate > 0) || !(a.Duration > 0)), "arrival rate: rate and duration must be positive (got %g/s for %gs)", a.Rate, a.Duration)
+	check(in.Backlog == nil, "no backlog")
+	check(in.MaxReplicas < 1, "max replicas must be at least 1 (got %d)", in.MaxReplicas)
+	check(!(in.TargetAge > 0), "target age must be positive (got %gs)", in.TargetAge)
+	check(t.At < 0 || t.For < 0 || t.Burst < 0 || (t.RTTFactor != 0 && t.RTTFactor < 1),
+		"transient: time, duration and burst must not be negative, and the RTT factor at least 1")
+	check(t.Active() && a.Mode == ArrivalRate && t.End() >= a.Duration,
+		"transient: it must end (at %s) before the arrivals do (%s), or there is no load left to judge the recovery under", Seconds(t.End()), Seconds(a.Duration))
 	return errors.Join(errs...)
 }
 
@@ -106,7 +121,14 @@ func Make(in Input) (*Plan, error) {
 	if b.Users > 0 {
 		p.EntriesPerUser = float64(len(b.Entries)) / float64(b.Users)
 	}
-	p.Load = loadRate(b, in.Arrival)
+	switch in.Arrival.Mode { // the mean arrival rate after the start
+	case ArrivalRate:
+		p.Load = in.Arrival.Rate
+	case ArrivalOriginal:
+		if p.SpanSecs > 0 {
+			p.Load = float64(len(b.Entries)) / (p.SpanSecs / in.Arrival.Speed)
+		}
+	}
 	p.Sequential = sequential(b, in.Config, in.Server, p.Load)
 	entries, users := b.Schedule(in.Arrival, Transient{})
 	for n := 1; n <= in.MaxReplicas; n++ {
@@ -114,7 +136,9 @@ func Make(in Input) (*Plan, error) {
 		c.Replicas = n
 		row := Row{Replicas: n, Bounds: FleetBounds(c, in.Server, n)}
 		row.Run = Simulate(c, in.Server, Transient{}, entries, users, simOptions(in, entries, row.Bounds))
-		row.Sustainable = Limit(p.Mix.SustainableRate(row.Bounds.Lower, targetWait(c, in.Server, in.TargetAge)))
+		// An entry may wait for its claim what the target age leaves after busyTime.
+		wait := math.Max(in.TargetAge-busyTime(c, in.Server), in.TargetAge/10)
+		row.Sustainable = Limit(p.Mix.SustainableRate(row.Bounds.Lower, wait))
 		row.MeetsTarget = row.Run.PeakWait <= in.TargetAge && (row.Run.Drained || in.Arrival.Mode == ArrivalRate)
 		if row.MeetsTarget && p.ReplicasForTarget == 0 {
 			p.ReplicasForTarget = n
@@ -140,24 +164,10 @@ func simOptions(in Input, entries []Entry, b Bounds) SimOptions {
 	return o
 }
 
-// targetWait is the part of the target age an entry may spend waiting for
-// its claim: the rest goes to the refresh, the ack and the claim round.
-func targetWait(c Config, s Server, target float64) float64 {
-	lat := s.Latency(1, 1)
-	busy := float64(c.RoundTrips()+consumer.ClaimRoundTrips+consumer.AckRoundTrips)*lat + ackInterval
-	return math.Max(target-busy, target/10)
-}
-
-func loadRate(b *Backlog, a Arrival) float64 {
-	switch a.Mode {
-	case ArrivalRate:
-		return a.Rate
-	case ArrivalOriginal:
-		if span := b.Span(); span > 0 {
-			return float64(len(b.Entries)) / (span / a.Speed)
-		}
-	}
-	return 0
+// busyTime is an entry's time from its claim round to its ack while the fleet
+// keeps up: the round, the refresh, the ack flush's wait and round trips.
+func busyTime(c Config, s Server) float64 {
+	return float64(c.RoundTrips()+consumer.ClaimRoundTrips+consumer.AckRoundTrips)*s.Latency(1, 1) + ackInterval
 }
 
 // stability classifies the load and simulates the transient at the current fleet.
@@ -196,7 +206,13 @@ func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 		sp.Recovered, sp.RecoverySeconds = true, sp.Disturbed.DrainSeconds-in.Transient.End()
 	}
 	sp.Verdict = describeRecovery(sp, p.Load, loadEnd, in.Transient.At, in.Transient.End())
-	if light := lightAge(c, in.Server); sp.PreLevel > 2*light+1 {
+	// A fleet keeping up holds the oldest age at about busyTime, and a poll
+	// without change streams.
+	light := busyTime(c, in.Server)
+	if !c.ChangeStreams {
+		light += c.PollInterval
+	}
+	if sp.PreLevel > 2*light+1 {
 		sp.Verdict = fmt.Sprintf("the queue is already backed up before the transient (oldest age %s where a fleet keeping up holds about %s): ",
 			Seconds(sp.PreLevel), Seconds(light)) + sp.Verdict
 	}
@@ -207,26 +223,14 @@ func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 	return sp
 }
 
-// lightAge is about the oldest age of a queue the fleet keeps up with: the
-// wait for a claim, a refresh, the ack flush.
-func lightAge(c Config, s Server) float64 {
-	lat := s.Latency(1, 1)
-	age := normalWait(c, s) + float64(c.RoundTrips()+consumer.AckRoundTrips)*lat + ackInterval
-	if !c.ChangeStreams {
-		age += c.PollInterval / 2 // normalWait counts half of it: the oldest entry waits the whole
-	}
-	return age
-}
-
 // RecoveryTolerance is how close to its pre-transient level the oldest age
 // must come back to count as recovered: the age of an idle queue swings by
 // up to a poll interval, and the level is that swing's top.
 const RecoveryTolerance = 0.5
 
 // RecoveredAt is the first sample time from restore on whose oldest age is
-// back within RecoveryTolerance of level. With whileLoaded, only samples up
-// to loadEnd count: a queue that drains because arrivals stopped has not
-// recovered.
+// back within RecoveryTolerance of level; with whileLoaded, up to loadEnd
+// only: a queue that drains because arrivals stopped has not recovered.
 func RecoveredAt(tl []Sample, level, restore, loadEnd float64, whileLoaded bool) (float64, bool) {
 	for _, s := range tl {
 		if s.T < restore || (whileLoaded && s.T > loadEnd) {
@@ -269,8 +273,7 @@ func describeRecovery(sp *StabilityPlan, load, loadEnd, trStart, trEnd float64) 
 		Seconds(at.T-trEnd), Seconds(at.OldestAge), Seconds(sp.PreLevel), at.Depth)
 }
 
-// windowUsers is the mean number of distinct users in consecutive windows
-// of w entries.
+// windowUsers is the mean count of distinct users in consecutive windows of w entries.
 func windowUsers(b *Backlog, w int) float64 {
 	if len(b.Entries) == 0 || w <= 0 {
 		return 0
@@ -292,9 +295,8 @@ func windowUsers(b *Backlog, w int) float64 {
 const SequentialWindow = 200
 
 // Sequential is, for comparison, a consumer that reads the oldest
-// SequentialWindow entries, refreshes their distinct users one after
-// another, then deletes the window: a diverse backlog slows it down, so the
-// backlog stays diverse (it wedges).
+// SequentialWindow entries, refreshes their users one after another, then
+// deletes the window: a diverse backlog slows it and so stays diverse (it wedges).
 type Sequential struct {
 	WindowUsers      float64 `json:"windowUsers"`      // distinct users per window, on average
 	EntriesPerSecond float64 `json:"entriesPerSecond"` // its drain rate on this backlog
@@ -313,8 +315,7 @@ func sequential(b *Backlog, c Config, s Server, load float64) *Sequential {
 	return q
 }
 
-// WriteText prints the plan for a person: the inputs, a table by replica
-// count, the target, and the stability verdict.
+// WriteText prints the plan for a person: inputs, table, target, stability.
 func (p *Plan) WriteText(w io.Writer) error {
 	var b strings.Builder
 	p.writeInputs(&b)
@@ -330,12 +331,18 @@ func (p *Plan) WriteText(w io.Writer) error {
 		if p.Arrival.Mode == ArrivalRate {
 			d = r.Run.ClearSeconds
 		}
-		done := Seconds(d)
+		done, sustainable, perSecond := Seconds(d), "any", 0.0
+		if r.Run.EndSeconds > 0 {
+			perSecond = float64(r.Run.Refreshes) / r.Run.EndSeconds
+		}
 		if d < 0 {
 			done = "> " + Seconds(r.Run.EndSeconds)
 		}
+		if !math.IsInf(float64(r.Sustainable), 1) {
+			sustainable = fmt.Sprintf("%.1f", r.Sustainable)
+		}
 		fmt.Fprintf(tw, "%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t\n", r.Replicas, r.Bounds.Lower, r.Bounds.Binding, done,
-			Thousands(r.Run.PeakDepth), Seconds(r.Run.PeakOldestAge), Seconds(r.Run.PeakWait), r.Run.RefreshesPerSecond(), rateText(float64(r.Sustainable)))
+			Thousands(r.Run.PeakDepth), Seconds(r.Run.PeakOldestAge), Seconds(r.Run.PeakWait), perSecond, sustainable)
 	}
 	tw.Flush()
 	fmt.Fprintf(&b, "(bound: refreshes/s with every slot busy; peak wait: the longest an entry waited since the plan began;\n"+
@@ -427,27 +434,134 @@ func (p *Plan) writeInputs(b *strings.Builder) {
 		c.Concurrency, c.MaxUsersInFlight, c.ClaimWindow, c.Replicas, wake)
 }
 
-// Thousands formats n with comma separators: 20,000 reads faster than
-// 20000. The replay's reports print their counts with it too.
+// Thousands formats n with comma separators: 20,000 reads faster than 20000.
 func Thousands[N ~int | ~int64](n N) string {
 	s := strconv.FormatInt(int64(n), 10)
-	digits, sign := strings.CutPrefix(s, "-")
-	for i := len(digits) - 3; i > 0; i -= 3 {
-		digits = digits[:i] + "," + digits[i:]
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
 	}
-	if sign {
-		return "-" + digits
-	}
-	return digits
-}
-
-func rateText(r float64) string {
-	if math.IsInf(r, 1) {
-		return "any"
-	}
-	return fmt.Sprintf("%.1f", r)
+	return s
 }
 
 func ms(s float64) string {
 	return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.2f", s*1000), "0"), ".") + "ms"
+}
+
+// Entry is one queue entry as the model sees it, in seconds from the plan's start.
+type Entry struct {
+	User    int32   `json:"user"`
+	Created float64 `json:"created"` // enqueue time; negative: it was waiting already
+	Arrive  float64 `json:"arrive"`  // when it is in the queue (0 for a backlog)
+}
+
+// Backlog is a queue's entries, oldest first, with users numbered from 0.
+type Backlog struct {
+	Users   int
+	Names   []string // by number: the order BacklogBuilder.Add first saw them
+	Entries []Entry
+}
+
+// BacklogBuilder collects entries from a snapshot or the queue (zero: empty).
+type BacklogBuilder struct {
+	users map[string]int32
+	b     Backlog
+}
+
+// Add records an entry of user enqueued at created.
+func (bb *BacklogBuilder) Add(user string, created time.Time) {
+	id, ok := bb.users[user]
+	if !ok {
+		if bb.users == nil {
+			bb.users = map[string]int32{}
+		}
+		id = int32(len(bb.users))
+		bb.users[user] = id
+		bb.b.Names = append(bb.b.Names, user)
+	}
+	// Seconds since the epoch until Build knows the reference.
+	bb.b.Entries = append(bb.b.Entries, Entry{User: id, Created: float64(created.UnixNano()) / 1e9})
+}
+
+// Build returns the backlog, oldest first, its ages counted from ref.
+func (bb *BacklogBuilder) Build(ref time.Time) *Backlog {
+	r := float64(ref.UnixNano()) / 1e9
+	for i := range bb.b.Entries {
+		bb.b.Entries[i].Created -= r
+	}
+	slices.SortStableFunc(bb.b.Entries, func(x, y Entry) int { return cmp.Compare(x.Created, y.Created) })
+	bb.b.Users = len(bb.users)
+	return &bb.b
+}
+
+// Counts returns each user's number of entries.
+func (b *Backlog) Counts() []int {
+	n := make([]int, b.Users)
+	for _, e := range b.Entries {
+		n[e.User]++
+	}
+	return n
+}
+
+// Span is the time between the oldest and the newest entry.
+func (b *Backlog) Span() float64 {
+	if len(b.Entries) == 0 {
+		return 0
+	}
+	return b.Entries[len(b.Entries)-1].Created - b.Entries[0].Created
+}
+
+// The arrival profiles. Max: the backlog is in the queue at the start,
+// nothing follows. Original: its entries arrive at their original spacing
+// divided by Speed, each aged from its arrival (as a replay with --arrival
+// original --shift-to-now stamps them). Rate: the backlog, then Rate entries
+// a second for Duration seconds, their users drawn from the backlog's Mix.
+const (
+	ArrivalMax      = "max"
+	ArrivalOriginal = "original"
+	ArrivalRate     = "rate"
+)
+
+// Arrival is how entries reach the queue.
+type Arrival struct {
+	Mode     string  `json:"mode"`
+	Speed    float64 `json:"speed,omitempty"`
+	Rate     float64 `json:"rate,omitempty"`
+	Duration float64 `json:"durationSeconds,omitempty"`
+	Seed     uint64  `json:"seed,omitempty"`
+}
+
+// Schedule lays the backlog out in time under the profile, with the
+// transient's burst, oldest first, and counts the users they name.
+func (b *Backlog) Schedule(a Arrival, tr Transient) ([]Entry, int) {
+	out := make([]Entry, 0, len(b.Entries))
+	users := b.Users
+	for _, e := range b.Entries {
+		created, arrive := min(e.Created, 0), 0.0
+		if a.Mode == ArrivalOriginal {
+			created = (e.Created - b.Entries[0].Created) / a.Speed
+			arrive = created
+		}
+		out = append(out, Entry{User: e.User, Created: created, Arrive: arrive})
+	}
+	if a.Mode == ArrivalRate {
+		rnd := rand.New(rand.NewPCG(a.Seed, 0x91a7))
+		unseen := NewMix(b.Counts()).New
+		n := int(a.Rate * a.Duration)
+		for k := 1; k <= n; k++ {
+			t := float64(k) / a.Rate
+			u := int32(users) // a user the backlog has not seen (see Mix)
+			if rnd.Float64() < unseen {
+				users++
+			} else {
+				u = b.Entries[rnd.IntN(len(b.Entries))].User
+			}
+			out = append(out, Entry{User: u, Created: t, Arrive: t})
+		}
+	}
+	for range tr.Burst {
+		out = append(out, Entry{User: int32(users), Created: tr.At, Arrive: tr.At})
+		users++
+	}
+	slices.SortStableFunc(out, func(x, y Entry) int { return cmp.Compare(x.Created, y.Created) })
+	return out, users
 }

@@ -55,21 +55,20 @@ type Run struct {
 	End                Sample  `json:"end"`
 }
 
-// RefreshesPerSecond over the run.
-func (r *Run) RefreshesPerSecond() float64 {
-	if r.EndSeconds <= 0 {
-		return 0
-	}
-	return float64(r.Refreshes) / r.EndSeconds
-}
-
 // Simulate runs c.Replicas replicas over entries as Backlog.Schedule lays
 // them out, naming users below users.
 func Simulate(c Config, s Server, tr Transient, entries []Entry, users int, o SimOptions) *Run {
 	if o.SampleEvery <= 0 {
 		o.SampleEvery = 1
 	}
-	m := newSim(c, s, entries, users)
+	m := &sim{c: c, s: s, e: entries, rttFactor: 1,
+		pending: newSkipList(len(entries)), live: newSkipList(len(entries)),
+		userPending: make([][]int32, users), heldBy: make([]int32, users), mark: make([]int32, users)}
+	for _, e := range entries {
+		if e.Arrive <= 0 {
+			m.initialLeft, m.clearAt = m.initialLeft+1, -1 // until flushDone sees them all acknowledged
+		}
+	}
 	for i := range c.Replicas {
 		r := &replica{id: int32(i + 1)}
 		m.reps = append(m.reps, r)
@@ -86,25 +85,29 @@ func Simulate(c Config, s Server, tr Transient, entries []Entry, users int, o Si
 		m.tryClaim(r)
 	}
 	m.loop(o)
-	return m.result()
+	run := &Run{Replicas: len(m.reps), Timeline: m.timeline, Refreshes: m.refreshes, Acked: m.deleted,
+		Entries: len(m.e), EndSeconds: m.now, ClearSeconds: m.clearAt, DrainSeconds: -1, End: m.timeline[len(m.timeline)-1]}
+	if m.drained() {
+		run.Drained, run.DrainSeconds = true, m.lastFlush
+	}
+	if m.refreshOps > 0 {
+		run.MeanRefreshSeconds = m.refreshTime / float64(m.refreshOps)
+	}
+	for _, s := range m.timeline {
+		run.PeakDepth = max(run.PeakDepth, s.Depth)
+		run.PeakOldestAge = math.Max(run.PeakOldestAge, s.OldestAge)
+		run.PeakWait = math.Max(run.PeakWait, s.Wait)
+	}
+	return run
 }
 
-// timed is an event at t; ties run in the order they were scheduled.
-type timed struct {
+// event is do at t: a time, or for round-trip work (a claim round, a
+// refresh, a flush) the virtual round trip it ends at. Ties run in the
+// order they were scheduled.
+type event struct {
 	t   float64
 	seq int64
 	do  func()
-}
-
-// op is round-trip work (a claim round, a refresh, a flush), then work
-// seconds at the server past its round trips (Server.EntryCost,
-// Server.ScanCost); done runs when both are over.
-type op struct {
-	vEnd   float64
-	seq    int64
-	work   float64
-	worked bool
-	done   func()
 }
 
 type work struct {
@@ -147,8 +150,7 @@ type sim struct {
 
 	inFlight      int
 	rttFactor     float64
-	ops           queue[*op]
-	timers        queue[*timed]
+	ops, timers   events
 	seq           int64
 	reps          []*replica
 	refreshes     int
@@ -161,27 +163,12 @@ type sim struct {
 	timeline      []Sample
 }
 
-func newSim(c Config, s Server, entries []Entry, users int) *sim {
-	m := &sim{c: c, s: s, e: entries, rttFactor: 1, clearAt: -1,
-		ops:     queue[*op]{before: func(a, b *op) bool { return a.vEnd < b.vEnd || (a.vEnd == b.vEnd && a.seq < b.seq) }},
-		timers:  queue[*timed]{before: func(a, b *timed) bool { return a.t < b.t || (a.t == b.t && a.seq < b.seq) }},
-		pending: newSkipList(len(entries)), live: newSkipList(len(entries)),
-		userPending: make([][]int32, users), heldBy: make([]int32, users), mark: make([]int32, users)}
-	for _, e := range entries {
-		if e.Arrive <= 0 {
-			m.initialLeft++
-		}
-	}
-	if m.initialLeft == 0 {
-		m.clearAt = 0
-	}
-	return m
+func (m *sim) push(q *events, t float64, do func()) {
+	m.seq++
+	heap.Push(q, &event{t: t, seq: m.seq, do: do})
 }
 
-func (m *sim) at(t float64, do func()) {
-	m.seq++
-	heap.Push(&m.timers, &timed{t: t, seq: m.seq, do: do})
-}
+func (m *sim) at(t float64, do func()) { m.push(&m.timers, t, do) }
 
 // every runs do every dt from now on.
 func (m *sim) every(dt float64, do func()) {
@@ -199,22 +186,21 @@ func (m *sim) loop(o SimOptions) {
 	for {
 		lat := m.s.Latency(float64(m.inFlight), m.rttFactor)
 		tOp := math.Inf(1)
-		if m.ops.Len() > 0 {
-			tOp = m.now + (m.ops.items[0].vEnd-m.v)*lat
+		if len(m.ops) > 0 {
+			tOp = m.now + (m.ops[0].t-m.v)*lat
 		}
-		tEv := m.timers.items[0].t
+		tEv := m.timers[0].t
 		if tEv <= tOp {
 			m.advance(tEv, lat)
-			heap.Pop(&m.timers).(*timed).do()
+			heap.Pop(&m.timers).(*event).do()
 			if m.stopped || (o.UntilDrained && m.drained()) {
 				return
 			}
 			continue
 		}
 		m.advance(tOp, lat)
-		w := heap.Pop(&m.ops).(*op)
 		m.inFlight--
-		m.finish(w)
+		heap.Pop(&m.ops).(*event).do()
 		if o.UntilDrained && m.drained() {
 			m.sample()
 			return
@@ -255,24 +241,21 @@ func (m *sim) sample() {
 	m.timeline = append(m.timeline, s)
 }
 
+// startOp starts round-trip work, then work seconds at the server past its
+// round trips (Server.EntryCost, Server.ScanCost); done runs when both are over.
 func (m *sim) startOp(roundTrips int, work float64, done func()) {
-	m.seq++
 	m.inFlight++
-	heap.Push(&m.ops, &op{vEnd: m.v + float64(roundTrips), seq: m.seq, work: work, done: done})
-}
-
-func (m *sim) finish(w *op) {
-	if w.work > 0 && !w.worked {
-		// Still at the server, scanning or deleting: its connection stays busy.
-		w.worked = true
-		m.inFlight++
-		m.at(m.now+w.work, func() {
-			m.inFlight--
-			m.finish(w)
-		})
-		return
+	if then := done; work > 0 {
+		done = func() {
+			// Still at the server, scanning or deleting: its connection stays busy.
+			m.inFlight++
+			m.at(m.now+work, func() {
+				m.inFlight--
+				then()
+			})
+		}
 	}
-	w.done()
+	m.push(&m.ops, m.v+float64(roundTrips), done)
 }
 
 // wantMore is the consumer's low-water mark: room for users, and fewer
@@ -293,12 +276,11 @@ func (m *sim) wake(r *replica) {
 
 // tryClaim starts a claim round when there is room and a reason.
 func (m *sim) tryClaim(r *replica) {
-	room := m.c.HeldCap() - r.held
-	if room <= 0 || !m.wantMore(r) {
+	if !m.wantMore(r) {
 		m.afterRound(r, false)
 		return
 	}
-	users, full := m.window(room)
+	users, more := m.window(m.c.HeldCap() - r.held)
 	rt := consumer.ClaimRoundTrips
 	if len(users) == 0 {
 		rt = consumer.EmptyClaimRoundTrips
@@ -309,13 +291,13 @@ func (m *sim) tryClaim(r *replica) {
 	// The window and absorb read the queue (Server.ScanCost).
 	scan := 2 * float64(m.arrived-m.deleted) * m.s.ScanCost
 	start := m.now
-	m.startOp(rt, scan, func() { m.claimDone(r, users, full, room, start) })
+	m.startOp(rt, scan, func() { m.claimDone(r, users, more, start) })
 }
 
 // window reads the CLAIM_WINDOW oldest entries of users nobody holds and
-// picks up to room distinct users from it, in order of their oldest entry.
-// full says the window was cut at CLAIM_WINDOW: more may wait behind it.
-func (m *sim) window(room int) (users []int32, full bool) {
+// picks up to room distinct users from it, in order of their oldest entry;
+// more: it took room users, or the window was cut at CLAIM_WINDOW.
+func (m *sim) window(room int) (users []int32, more bool) {
 	m.stamp++
 	counted := 0
 	for i := m.pending.find(0); i < m.arrived && counted < m.c.ClaimWindow; i = m.pending.find(i + 1) {
@@ -329,24 +311,20 @@ func (m *sim) window(room int) (users []int32, full bool) {
 			users = append(users, u)
 		}
 	}
-	return users, counted >= m.c.ClaimWindow
+	return users, len(users) > 0 && (len(users) == room || counted >= m.c.ClaimWindow)
 }
 
-// claimDone takes the users a claim round started at start won; full: the
-// window was cut at CLAIM_WINDOW; room: the users it could take.
-func (m *sim) claimDone(r *replica, users []int32, full bool, room int, start float64) {
-	works := make([]work, 0, len(users))
+// claimDone takes the users a claim round started at start won.
+func (m *sim) claimDone(r *replica, users []int32, more bool, start float64) {
 	for _, u := range users {
 		ents := m.userPending[u]
 		m.userPending[u] = nil
 		for _, i := range ents {
 			m.pending.remove(int(i))
 		}
-		works = append(works, work{user: u, entries: ents})
+		r.waiting = append(r.waiting, work{user: u, entries: ents})
 	}
-	r.held += len(works)
-	r.waiting = append(r.waiting, works...)
-	more := len(works) > 0 && (len(works) == room || full)
+	r.held += len(users)
 	r.backlog = more
 	if m.c.ChangeStreams && m.arrived > 0 && m.e[m.arrived-1].Arrive > start {
 		r.wakePending = true // the change stream spoke while the round ran
@@ -365,22 +343,16 @@ func (m *sim) afterRound(r *replica, more bool) {
 		m.tryClaim(r)
 	default:
 		r.idle = true
-		m.scheduleArrivalWake()
-	}
-}
-
-// scheduleArrivalWake makes the next arrival wake idle replicas (a change stream).
-func (m *sim) scheduleArrivalWake() {
-	if !m.c.ChangeStreams || m.wakeScheduled || m.arrived >= len(m.e) {
-		return
-	}
-	m.wakeScheduled = true
-	m.at(m.e[m.arrived].Arrive, func() {
-		m.wakeScheduled = false
-		for _, r := range m.reps {
-			m.wake(r)
+		if m.c.ChangeStreams && !m.wakeScheduled && m.arrived < len(m.e) {
+			m.wakeScheduled = true // the next arrival wakes idle replicas (a change stream)
+			m.at(m.e[m.arrived].Arrive, func() {
+				m.wakeScheduled = false
+				for _, r := range m.reps {
+					m.wake(r)
+				}
+			})
 		}
-	})
+	}
 }
 
 // dispatch starts refreshes while slots are free, each taking the waiting
@@ -429,8 +401,7 @@ func (m *sim) kick(r *replica) {
 		r.armed = false
 		m.startFlush(r)
 	default:
-		r.armed = true
-		r.gen++
+		r.armed, r.gen = true, r.gen+1
 		gen := r.gen
 		m.at(m.now+ackInterval, func() {
 			if r.armed && r.gen == gen {
@@ -478,39 +449,18 @@ func (m *sim) flushDone(r *replica, outcomes []work) {
 	m.roomWake(r)
 }
 
-func (m *sim) result() *Run {
-	run := &Run{Replicas: len(m.reps), Timeline: m.timeline, Refreshes: m.refreshes, Acked: m.deleted,
-		Entries: len(m.e), EndSeconds: m.now, ClearSeconds: m.clearAt, DrainSeconds: -1}
-	if m.drained() {
-		run.Drained, run.DrainSeconds = true, m.lastFlush
-	}
-	if m.refreshOps > 0 {
-		run.MeanRefreshSeconds = m.refreshTime / float64(m.refreshOps)
-	}
-	for _, s := range m.timeline {
-		run.PeakDepth = max(run.PeakDepth, s.Depth)
-		run.PeakOldestAge = math.Max(run.PeakOldestAge, s.OldestAge)
-		run.PeakWait = math.Max(run.PeakWait, s.Wait)
-	}
-	if len(m.timeline) > 0 {
-		run.End = m.timeline[len(m.timeline)-1]
-	}
-	return run
-}
+// events is a min-heap by time, ties in push order.
+type events []*event
 
-// queue is a min-heap by before, ties in push order (each item's seq).
-type queue[T any] struct {
-	items  []T
-	before func(a, b T) bool
+func (q events) Len() int { return len(q) }
+func (q events) Less(i, j int) bool {
+	return q[i].t < q[j].t || (q[i].t == q[j].t && q[i].seq < q[j].seq)
 }
-
-func (q *queue[T]) Len() int           { return len(q.items) }
-func (q *queue[T]) Less(i, j int) bool { return q.before(q.items[i], q.items[j]) }
-func (q *queue[T]) Swap(i, j int)      { q.items[i], q.items[j] = q.items[j], q.items[i] }
-func (q *queue[T]) Push(x any)         { q.items = append(q.items, x.(T)) }
-func (q *queue[T]) Pop() any {
-	x := q.items[len(q.items)-1]
-	q.items = q.items[:len(q.items)-1]
+func (q events) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *events) Push(x any)   { *q = append(*q, x.(*event)) }
+func (q *events) Pop() any {
+	x := (*q)[len(*q)-1]
+	*q = (*q)[:len(*q)-1]
 	return x
 }
 

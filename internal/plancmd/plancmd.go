@@ -10,7 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/signal"
 	"slices"
@@ -148,42 +147,31 @@ func (o *planOptions) register(fs *flag.FlagSet, cfg config.Config) {
 // validate checks the flags together; every problem at once.
 func (o *planOptions) validate() error {
 	var errs []error
-	if (o.in == "") == !o.fromQueue {
-		errs = append(errs, errors.New("give the backlog: --in FILE|DIR or --from-queue (one of them)"))
+	check := func(bad bool, format string, args ...any) {
+		if bad {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
 	}
-	switch {
-	case o.measure && o.rtt > 0:
-		errs = append(errs, errors.New("--rtt and --measure exclude each other"))
-	case !o.measure && o.rtt <= 0 && o.serverCost <= 0:
-		errs = append(errs, errors.New("give the round trip: --rtt D or --measure"))
-	}
-	if o.pings < 1 || o.measureConc < 1 || o.maxEntries < 1 || o.comps < 0 || o.measureCapacity < 0 {
-		errs = append(errs, errors.New("--pings, --measure-concurrency and --max-entries must be positive and --components not negative"))
-	}
-	if o.rtt < 0 || o.serverCost < 0 || o.entryCost < 0 || o.scanCost < 0 || o.slope < 0 || o.knee < 0 || o.capacity < 0 || o.burst < 0 || o.trAt < 0 || o.trFor < 0 {
-		errs = append(errs, errors.New("times, capacities, knee and burst must not be negative"))
-	}
-	if o.measureCapacity > 0 && (o.slope > 0 || o.capacity > 0) {
-		errs = append(errs, errors.New("--measure-capacity finds the server's behaviour under load, which --rtt-slope or --server-capacity give: use one or the other"))
-	}
-	if autoBatch(o.serverKind) == 0 {
-		errs = append(errs, fmt.Errorf("--server-kind %q: want %s, %s or %s", o.serverKind, serverMongoDB, serverSQLite, serverPostgreSQL))
-	}
-	if o.batch < 0 {
-		errs = append(errs, fmt.Errorf("--batch %d: 0 (the service's default) or more", o.batch))
-	}
-	if o.trRTT != 0 && o.trRTT < 1 {
-		errs = append(errs, fmt.Errorf("--transient-rtt %g: a factor of at least 1", o.trRTT))
-	}
+	check((o.in == "") == !o.fromQueue, "give the backlog: --in FILE|DIR or --from-queue (one of them)")
+	check(o.measure && o.rtt > 0, "--rtt and --measure exclude each other")
+	check(!o.measure && o.rtt <= 0 && o.serverCost <= 0, "give the round trip: --rtt D or --measure")
+	check(o.pings < 1 || o.measureConc < 1 || o.maxEntries < 1 || o.comps < 0 || o.measureCapacity < 0,
+		"--pings, --measure-concurrency and --max-entries must be positive and --components not negative")
+	check(min(o.rtt, o.serverCost, o.entryCost, o.scanCost, o.slope, o.trAt, o.trFor) < 0 || min(o.knee, o.burst) < 0 || o.capacity < 0,
+		"times, capacities, knee and burst must not be negative")
+	check(o.measureCapacity > 0 && (o.slope > 0 || o.capacity > 0),
+		"--measure-capacity finds the server's behaviour under load, which --rtt-slope or --server-capacity give: use one or the other")
+	check(autoBatch(o.serverKind) == 0, "--server-kind %q: want %s, %s or %s", o.serverKind, serverMongoDB, serverSQLite, serverPostgreSQL)
+	check(o.batch < 0, "--batch %d: 0 (the service's default) or more", o.batch)
+	check(o.trRTT != 0 && o.trRTT < 1, "--transient-rtt %g: a factor of at least 1", o.trRTT)
 	return errors.Join(errs...)
 }
 
 // Run is `plan` with its arguments (after the command name) and the
 // environment; exit code 0 done, 1 an error, 2 bad flags or configuration.
 func Run(args, environ []string, stdout, stderr io.Writer) int {
-	// The fleet's flags default to the environment's settings; the help
-	// prints the contract's defaults when the environment is wrong, so
-	// that --help always answers.
+	// The fleet's flags default to the environment's settings; with the
+	// environment wrong, --help answers with the contract's defaults.
 	cfg, cfgErr := config.Parse(environ)
 	if cfgErr != nil && cli.WantsHelp(args) {
 		cfg = config.Defaults()
@@ -264,7 +252,6 @@ func (o *planOptions) input(ctx context.Context, cfg config.Config, stderr io.Wr
 	if err != nil {
 		return planner.Input{}, err
 	}
-	comps := cmp.Or(o.comps, len(rules.Components))
 	var conn *planConn
 	if o.fromQueue || o.measure {
 		if conn, err = dialPlan(ctx, cfg); err != nil {
@@ -272,42 +259,38 @@ func (o *planOptions) input(ctx context.Context, cfg config.Config, stderr io.Wr
 		}
 		defer conn.close()
 	}
-	backlog, users, err := o.loadBacklog(ctx, cfg, conn, stderr)
-	if err != nil {
-		return planner.Input{}, err
-	}
-	srv := planner.Server{RTT: o.rtt.Seconds(), Cost: o.serverCost.Seconds(), Capacity: o.capacity, Knee: o.knee, Slope: o.slope.Seconds(),
-		EntryCost: o.entryCost.Seconds(), ScanCost: o.scanCost.Seconds()}
-	changeStreams := o.changeStreams
-	if o.measure {
-		// What --measure found replaces the figures the flags left unset.
-		m, err := conn.measure(ctx, o, cfg.QueueCollection, rules, users)
+	var bb planner.BacklogBuilder
+	var backlog *planner.Backlog
+	if o.fromQueue {
+		if err := conn.readQueue(ctx, cfg, o.maxEntries, bb.Add, stderr); err != nil {
+			return planner.Input{}, err
+		}
+		backlog = bb.Build(time.Now()) // the live queue's ages count from now
+	} else {
+		scan, err := replay.ReadQueue(ctx, o.in, cfg.QueueCollection, false, bb.Add)
 		if err != nil {
 			return planner.Input{}, err
 		}
-		fmt.Fprintln(stderr, m.describe())
-		srv.RTT = m.rtt
-		if m.costUsers > 0 {
-			srv.Cost = m.cost
+		if scan.Malformed > 0 {
+			fmt.Fprintf(stderr, "%s: %d malformed entries left out (the consumer dead-letters them)\n", scan.Path, scan.Malformed)
 		}
-		if m.capacity > 0 {
-			srv.Capacity = m.capacity
+		backlog = bb.Build(scan.Reference)
+	}
+	users := backlog.Names[:min(200, len(backlog.Names))] // to time the rules' queries on, the first seen first
+	srv := planner.Server{RTT: o.rtt.Seconds(), Cost: o.serverCost.Seconds(), Capacity: o.capacity, Knee: o.knee, Slope: o.slope.Seconds(),
+		EntryCost: o.entryCost.Seconds(), ScanCost: o.scanCost.Seconds()}
+	if o.measure {
+		m, err := conn.measure(ctx, o, cfg.QueueCollection, rules, users, &srv)
+		if err != nil {
+			return planner.Input{}, err
 		}
-		if m.scanDepth > 0 {
-			srv.ScanCost = m.scan
-		}
-		if !o.set["change-streams"] {
-			changeStreams = m.changeStreams
-		}
-		if !o.set["server-kind"] && m.kind != "" {
-			o.serverKind = m.kind
-		}
+		fmt.Fprintln(stderr, m.describe(conn.server, o, srv))
 	}
 	return planner.Input{
 		Backlog: backlog,
 		Arrival: planner.Arrival{Mode: o.arrival, Speed: o.speed, Rate: o.rate, Duration: o.duration.Seconds(), Seed: o.seed},
-		Config: planner.Config{Components: comps, Concurrency: o.concurrency, MaxUsersInFlight: o.maxUsers, ClaimWindow: o.window,
-			Replicas: o.replicas, Batch: cmp.Or(o.batch, autoBatch(o.serverKind)), PollInterval: o.poll.Seconds(), ChangeStreams: changeStreams},
+		Config: planner.Config{Components: cmp.Or(o.comps, len(rules.Components)), Concurrency: o.concurrency, MaxUsersInFlight: o.maxUsers, ClaimWindow: o.window,
+			Replicas: o.replicas, Batch: cmp.Or(o.batch, autoBatch(o.serverKind)), PollInterval: o.poll.Seconds(), ChangeStreams: o.changeStreams},
 		Server: srv, MaxReplicas: max(o.maxReplicas, o.replicas), TargetAge: o.target.Seconds(),
 		Transient: planner.Transient{At: o.trAt.Seconds(), For: o.trFor.Seconds(), RTTFactor: o.trRTT, Burst: o.burst},
 	}, nil
@@ -335,53 +318,28 @@ func autoBatch(kind string) int {
 	return 0
 }
 
-// loadBacklog reads the backlog and returns it with a couple of hundred of
-// its users (the oldest first), for measuring the rules' queries.
-func (o *planOptions) loadBacklog(ctx context.Context, cfg config.Config, conn *planConn, stderr io.Writer) (*planner.Backlog, []string, error) {
-	bb := planner.NewBacklogBuilder()
-	var sample []string
-	seen := map[string]bool{}
-	add := func(user string, at time.Time) {
-		bb.Add(user, at)
-		if len(sample) < 200 && !seen[user] {
-			seen[user] = true
-			sample = append(sample, user)
-		}
-	}
-	if o.fromQueue {
-		if err := conn.readQueue(ctx, cfg, o.maxEntries, add, stderr); err != nil {
-			return nil, nil, err
-		}
-		return bb.Build(time.Now()), sample, nil // the live queue's ages count from now
-	}
-	scan, err := replay.ReadQueue(ctx, o.in, cfg.QueueCollection, false, add)
-	if err != nil {
-		return nil, nil, err
-	}
-	if scan.Malformed > 0 {
-		fmt.Fprintf(stderr, "%s: %d malformed entries left out (the consumer dead-letters them)\n", scan.Path, scan.Malformed)
-	}
-	return bb.Build(scan.Reference), sample, nil
-}
-
 // planChart is the plan as stacked panels: depth and oldest age over time for
 // each fleet size, then the transient against the same load without it.
 func planChart(p *planner.Plan) svgchart.Chart {
 	depth := svgchart.Panel{Title: "Queue depth (entries), by replicas"}
 	age := svgchart.Panel{Title: "Oldest entry age, by replicas", Unit: "s"}
-	depthOf := func(s planner.Sample) float64 { return float64(s.Depth) }
-	ageOf := func(s planner.Sample) float64 { return s.OldestAge }
 	for i, r := range p.Rows {
-		color := svgchart.Palette[i%len(svgchart.Palette)]
 		name := fmt.Sprintf("%d replica", r.Replicas)
 		if r.Replicas > 1 {
 			name += "s"
 		}
-		depth.Series = append(depth.Series, series(name, color, r.Run, depthOf))
-		age.Series = append(age.Series, series(name, color, r.Run, ageOf))
+		d, a := series(name, svgchart.Palette[i%len(svgchart.Palette)], r.Run)
+		depth.Series, age.Series = append(depth.Series, d), append(age.Series, a)
 	}
-	c := svgchart.Chart{Title: planTitle(p), Panels: []svgchart.Panel{depth, age},
-		XUnit:  "s",
+	r := p.Rows[0].Run
+	what := fmt.Sprintf("drain %s, peak oldest age %s", planner.Seconds(r.DrainSeconds), planner.Seconds(r.PeakOldestAge))
+	if p.Arrival.Mode == planner.ArrivalRate {
+		what = fmt.Sprintf("backlog cleared in %s", planner.Seconds(r.ClearSeconds))
+	} else if !r.Drained {
+		what = fmt.Sprintf("not drained after %s", planner.Seconds(r.EndSeconds))
+	}
+	c := svgchart.Chart{Title: fmt.Sprintf("Plan: %d entries of %d users — 1 replica: %s", p.Entries, p.Users, what),
+		Panels: []svgchart.Panel{depth, age}, XUnit: "s",
 		Footer: "simulated time from the start of the plan (s); generated by scorerefresh plan"}
 	cfg, target := p.Config, fmt.Sprintf("met from %d replica(s)", p.ReplicasForTarget)
 	if p.ReplicasForTarget == 0 {
@@ -394,34 +352,23 @@ func planChart(p *planner.Plan) svgchart.Chart {
 	}
 	if sp := p.Stability; sp != nil && sp.Disturbed != nil {
 		name := fmt.Sprintf("Transient at %d replica(s)", sp.Replicas)
-		pair := func(value func(planner.Sample) float64) []svgchart.Series {
-			return []svgchart.Series{series("without the transient", "#4b5563", sp.Baseline, value), series("with it", "#dc2626", sp.Disturbed, value)}
-		}
-		c.Panels = append(c.Panels, svgchart.Panel{Title: name + ": queue depth", Series: pair(depthOf)},
-			svgchart.Panel{Title: name + ": oldest entry age", Unit: "s", Series: pair(ageOf)})
+		bd, ba := series("without the transient", "#4b5563", sp.Baseline)
+		dd, da := series("with it", "#dc2626", sp.Disturbed)
+		c.Panels = append(c.Panels, svgchart.Panel{Title: name + ": queue depth", Series: []svgchart.Series{bd, dd}},
+			svgchart.Panel{Title: name + ": oldest entry age", Unit: "s", Series: []svgchart.Series{ba, da}})
 		c.Subtitle = append(c.Subtitle, wrap("transient: "+sp.Verdict, 140)...)
 	}
 	return c
 }
 
-func series(name, color string, run *planner.Run, value func(planner.Sample) float64) svgchart.Series {
-	s := svgchart.Series{Name: name, Color: color}
+// series is run's depth and oldest age over time.
+func series(name, color string, run *planner.Run) (depth, age svgchart.Series) {
+	depth, age = svgchart.Series{Name: name, Color: color}, svgchart.Series{Name: name, Color: color}
 	for _, x := range run.Timeline {
-		s.Points = append(s.Points, [2]float64{x.T, value(x)})
+		depth.Points = append(depth.Points, [2]float64{x.T, float64(x.Depth)})
+		age.Points = append(age.Points, [2]float64{x.T, x.OldestAge})
 	}
-	return s
-}
-
-func planTitle(p *planner.Plan) string {
-	r := p.Rows[0].Run
-	what := fmt.Sprintf("drain %s, peak oldest age %s", planner.Seconds(r.DrainSeconds), planner.Seconds(r.PeakOldestAge))
-	if p.Arrival.Mode == planner.ArrivalRate {
-		what = fmt.Sprintf("backlog cleared in %s", planner.Seconds(r.ClearSeconds))
-	}
-	if !r.Drained && p.Arrival.Mode != planner.ArrivalRate {
-		what = fmt.Sprintf("not drained after %s", planner.Seconds(r.EndSeconds))
-	}
-	return fmt.Sprintf("Plan: %d entries of %d users — 1 replica: %s", p.Entries, p.Users, what)
+	return depth, age
 }
 
 // wrap breaks s into lines of at most width characters, at spaces.
@@ -464,34 +411,28 @@ func dialPlan(ctx context.Context, cfg config.Config) (*planConn, error) {
 
 func (c *planConn) close() { _ = c.client.Disconnect(context.Background()) }
 
-// measurement is what --measure found.
+// measurement is what --measure found besides the plan's planner.Server figures.
 type measurement struct {
-	server        string
-	pings, conc   int
-	rtt           float64 // median ping, seconds
-	cost          float64 // server time per command, seconds
-	costUsers     int     // the users it was measured on; 0: not measured
+	costUsers     int // the users the server's time was measured on; 0: not measured
 	costNote      string
-	capacity      float64 // queries a second under load; 0: not measured
-	workers       int
-	scan          float64 // server time per queued entry of a claim window read
-	scanDepth     int64   // the queue depth it was measured at; 0: not measured
-	changeStreams bool
+	workers       int    // loading the server to find its capacity; 0: not measured
+	scanDepth     int64  // the queue depth the claim window was timed at; 0: not measured
 	kind          string // --server-kind as the server describes itself; empty: it did not say
+	changeStreams bool
 }
 
-func (m measurement) describe() string {
-	s := fmt.Sprintf("measured %s: round trip %.2f ms (median of %d pings, %d at once)", m.server, m.rtt*1000, m.pings, m.conc)
+func (m measurement) describe(server string, o *planOptions, srv planner.Server) string {
+	s := fmt.Sprintf("measured %s: round trip %.2f ms (median of %d pings, %d at once)", server, srv.RTT*1000, o.pings*o.measureConc, o.measureConc)
 	if m.costUsers > 0 {
-		s += fmt.Sprintf("; server time %.2f ms per command (the rules' queries for %d users of the backlog, less the round trip)", m.cost*1000, m.costUsers)
+		s += fmt.Sprintf("; server time %.2f ms per command (the rules' queries for %d users of the backlog, less the round trip)", srv.Cost*1000, m.costUsers)
 	} else if m.costNote != "" {
 		s += "; server time not measured: " + m.costNote
 	}
-	if m.capacity > 0 {
-		s += fmt.Sprintf("; %.0f queries/s with %d refreshes' queries at once", m.capacity, m.workers)
+	if m.workers > 0 && srv.Capacity > 0 {
+		s += fmt.Sprintf("; %.0f queries/s with %d refreshes' queries at once", srv.Capacity, m.workers)
 	}
 	if m.scanDepth > 0 {
-		s += fmt.Sprintf("; claim window %.2f µs per queued entry (at %d entries)", m.scan*1e6, m.scanDepth)
+		s += fmt.Sprintf("; claim window %.2f µs per queued entry (at %d entries)", srv.ScanCost*1e6, m.scanDepth)
 	}
 	if m.kind != "" {
 		s += "; server: " + m.kind
@@ -499,9 +440,8 @@ func (m measurement) describe() string {
 	return s + fmt.Sprintf("; change streams: %t", m.changeStreams)
 }
 
-// serverKind is the server as --server-kind names it, from what it says
-// of itself (servertraits, as the consumer asks); empty when it does not
-// answer.
+// serverKind is the server as --server-kind names it, from what it says of
+// itself (servertraits, as the consumer asks); empty when it does not answer.
 func (c *planConn) serverKind(ctx context.Context) string {
 	t := servertraits.New()
 	if err := t.Probe(ctx, c.db); err != nil {
@@ -521,19 +461,25 @@ func (c *planConn) serverKind(ctx context.Context) string {
 	return serverPostgreSQL
 }
 
-// measure times pings and, for what the flags leave unset, the claim
+// measure times pings and, for the figures the flags leave unset, the claim
 // window and the rules' queries for users of the backlog (reads only: the
-// recompute without its write).
-func (c *planConn) measure(ctx context.Context, o *planOptions, queue string, rules *scoring.Rules, users []string) (measurement, error) {
-	m := measurement{server: c.server, pings: o.pings * o.measureConc, conc: o.measureConc}
+// recompute without its write); what it finds goes into srv and o.
+func (c *planConn) measure(ctx context.Context, o *planOptions, queue string, rules *scoring.Rules, users []string, srv *planner.Server) (measurement, error) {
+	var m measurement
 	var err error
-	if m.rtt, err = c.pingMedian(ctx, o.pings, o.measureConc); err != nil {
+	if srv.RTT, err = c.pingMedian(ctx, o.pings, o.measureConc); err != nil {
 		return m, fmt.Errorf("measuring the round trip to %s: %w", c.server, err)
 	}
 	m.changeStreams = consumer.DetectChangeStreams(ctx, c.db.Collection(queue))
 	m.kind = c.serverKind(ctx)
+	if !o.set["change-streams"] {
+		o.changeStreams = m.changeStreams
+	}
+	if !o.set["server-kind"] && m.kind != "" {
+		o.serverKind = m.kind
+	}
 	if !o.set["scan-cost"] {
-		if err := c.measureScan(ctx, &m, queue, o.window); err != nil {
+		if err := c.measureScan(ctx, &m, srv, queue, o.window); err != nil {
 			return m, err
 		}
 	}
@@ -559,12 +505,11 @@ func (c *planConn) measure(ctx context.Context, o *planOptions, queue string, ru
 			}
 			perCommand = append(perCommand, time.Since(start).Seconds()/float64(len(rules.Components)))
 		}
-		m.cost, m.costUsers = max(0, median(perCommand)-m.rtt), len(perCommand)
+		srv.Cost, m.costUsers = max(0, median(perCommand)-srv.RTT), len(perCommand)
 	}
 	if capacityFor > 0 {
 		m.workers = o.replicas * o.concurrency
-		m.capacity, err = loadServer(ctx, rec, users, len(rules.Components), m.workers, capacityFor)
-		if err != nil {
+		if srv.Capacity, err = loadServer(ctx, rec, users, len(rules.Components), m.workers, capacityFor); err != nil {
 			return m, fmt.Errorf("measuring the server's capacity: %w", err)
 		}
 	}
@@ -577,7 +522,7 @@ const minScanDepth = 1000
 
 // measureScan times the claim window's query (reads only) on the queue as
 // it is: the best of three, less the round trip, per queued entry.
-func (c *planConn) measureScan(ctx context.Context, m *measurement, queue string, window int) error {
+func (c *planConn) measureScan(ctx context.Context, m *measurement, srv *planner.Server, queue string, window int) error {
 	coll := c.db.Collection(queue)
 	depth, err := coll.EstimatedDocumentCount(ctx)
 	if err != nil {
@@ -586,7 +531,7 @@ func (c *planConn) measureScan(ctx context.Context, m *measurement, queue string
 	if depth < minScanDepth {
 		return nil
 	}
-	best := math.Inf(1)
+	var times []float64
 	for range 3 {
 		start := time.Now()
 		cur, err := coll.Find(ctx, bson.D{{Key: "username", Value: bson.D{{Key: "$nin", Value: bson.A{}}}}},
@@ -598,9 +543,9 @@ func (c *planConn) measureScan(ctx context.Context, m *measurement, queue string
 		if err != nil {
 			return fmt.Errorf("timing the claim window on %s: %w", queue, err)
 		}
-		best = math.Min(best, time.Since(start).Seconds())
+		times = append(times, time.Since(start).Seconds())
 	}
-	m.scan, m.scanDepth = max(0, best-m.rtt)/float64(depth), depth
+	srv.ScanCost, m.scanDepth = max(0, slices.Min(times)-srv.RTT)/float64(depth), depth
 	return nil
 }
 
@@ -644,15 +589,14 @@ func (c *planConn) pingMedian(ctx context.Context, n, conc int) (float64, error)
 	var g errgroup.Group
 	for i := range conc {
 		g.Go(func() error {
-			if err := ping(); err != nil {
-				return err
-			}
-			for range n {
+			for j := range n + 1 {
 				start := time.Now()
 				if err := ping(); err != nil {
 					return err
 				}
-				times[i] = append(times[i], time.Since(start).Seconds())
+				if j > 0 {
+					times[i] = append(times[i], time.Since(start).Seconds())
+				}
 			}
 			return nil
 		})
@@ -667,12 +611,8 @@ func median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return 0
 	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	s := slices.Sorted(slices.Values(xs))
+	return (s[(len(s)-1)/2] + s[len(s)/2]) / 2
 }
 
 // readQueue reads the oldest max entries of the live queue, username and

@@ -1,9 +1,7 @@
-// Package svgchart draws stacked line charts as self-contained SVG: one or
-// more panels, one above the other, sharing an x axis that starts at 0, each
-// with its own y axis from 0 and a legend; optional vertical markers cross
-// every panel. Axes carry "nice" ticks (0 and multiples of 1, 2 or 5 times a
-// power of ten, see NiceTicks). It knows nothing of what it draws (see
-// ExampleChart).
+// Package svgchart draws stacked line charts as self-contained SVG: panels
+// one above the other sharing an x axis from 0, each with its own y axis
+// from 0 and a legend, optional vertical markers across them all, and "nice"
+// ticks (NiceTicks). It knows nothing of what it draws (see ExampleChart).
 package svgchart
 
 import (
@@ -12,6 +10,7 @@ import (
 	"html"
 	"io"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -45,7 +44,6 @@ type Chart struct {
 	XLabel   string // centred under the last panel
 	Footer   string // small print at the bottom left (provenance)
 
-	Width       int // default 960
 	PanelHeight int // default 150
 }
 
@@ -54,6 +52,7 @@ var Palette = []string{"#2563eb", "#dc2626", "#16a34a", "#9333ea", "#d97706", "#
 
 // Geometry, in SVG user units.
 const (
+	width       = 960
 	marginLeft  = 78
 	marginRight = 24
 	panelGap    = 46
@@ -69,7 +68,7 @@ func (c Chart) WriteSVG(w io.Writer) error {
 
 // SVG returns the chart as a self-contained SVG document.
 func (c Chart) SVG() string {
-	width, panelH := cmp.Or(c.Width, 960), cmp.Or(c.PanelHeight, 150)
+	panelH := cmp.Or(c.PanelHeight, 150)
 	top0 := 63 + 15*len(c.Subtitle)
 	height := top0 + len(c.Panels)*(panelH+panelGap) + 10
 	if c.XLabel != "" {
@@ -83,34 +82,9 @@ func (c Chart) SVG() string {
 	for i, line := range c.Subtitle {
 		fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#555">%s</text>`+"\n", marginLeft, 46+15*i, esc(line))
 	}
-	ax := newXAxis(c, width)
-	for i, p := range c.Panels {
-		pl := plot{b: &b, x: ax, top: float64(top0 + i*(panelH+panelGap)), height: float64(panelH), right: width - marginRight}
-		pl.draw(p, c.Markers)
-	}
-	if c.XLabel != "" {
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle" fill="#444">%s</text>`+"\n", marginLeft+ax.width/2, height-22, esc(c.XLabel))
-	}
-	fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#888" font-size="11">%s</text>`+"\n", marginLeft, height-6, esc(c.Footer))
-	b.WriteString("</svg>\n")
-	return b.String()
-}
-
-// xAxis maps x from 0 to the largest x of any series or marker to the plots' width.
-type xAxis struct {
-	max, width float64
-	ticks      []float64
-	unit       string
-}
-
-func newXAxis(c Chart, width int) xAxis {
 	xMax := 0.0
 	for _, p := range c.Panels {
-		for _, s := range p.Series {
-			for _, pt := range s.Points {
-				xMax = math.Max(xMax, pt[0])
-			}
-		}
+		xMax = math.Max(xMax, most(p.Series, 0))
 	}
 	for _, m := range c.Markers {
 		xMax = math.Max(xMax, m.X)
@@ -118,36 +92,47 @@ func newXAxis(c Chart, width int) xAxis {
 	if !(xMax > 0) || math.IsInf(xMax, 0) {
 		xMax = 1
 	}
-	ax := xAxis{max: xMax, width: float64(width - marginLeft - marginRight), unit: c.XUnit}
-	for _, t := range NiceTicks(xMax, xTickCount) {
-		if t <= xMax*(1+1e-9) {
-			ax.ticks = append(ax.ticks, t)
+	pl := plot{b: &b, height: float64(panelH), right: width - marginRight, xMax: xMax, xWidth: float64(width - marginLeft - marginRight),
+		xTicks: slices.DeleteFunc(NiceTicks(xMax, xTickCount), func(t float64) bool { return t > xMax*(1+1e-9) })}
+	for i, p := range c.Panels {
+		pl.top = float64(top0 + i*(panelH+panelGap))
+		pl.draw(p, c.Markers, c.XUnit)
+	}
+	if c.XLabel != "" {
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle" fill="#444">%s</text>`+"\n", marginLeft+pl.xWidth/2, height-22, esc(c.XLabel))
+	}
+	fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#888" font-size="11">%s</text>`+"\n", marginLeft, height-6, esc(c.Footer))
+	b.WriteString("</svg>\n")
+	return b.String()
+}
+
+// most is the largest coordinate i of the series' points, at least 0.
+func most(series []Series, i int) float64 {
+	v := 0.0
+	for _, s := range series {
+		for _, pt := range s.Points {
+			v = math.Max(v, pt[i])
 		}
 	}
-	return ax
+	return v
 }
 
-func (a xAxis) at(v float64) float64 { return marginLeft + v/a.max*a.width }
-
-// plot draws one panel whose top edge is at top.
+// plot draws one panel whose top edge is at top; x maps 0…xMax, the largest
+// x of any series or marker, onto the plots' width.
 type plot struct {
-	b           *strings.Builder
-	x           xAxis
-	top, height float64
-	right       int
-	yTop        float64 // the y axis's highest tick
+	b                 *strings.Builder
+	top, height, yTop float64 // yTop: the y axis's highest tick
+	right             int
+	xMax, xWidth      float64
+	xTicks            []float64
 }
+
+func (pl *plot) x(v float64) float64 { return marginLeft + v/pl.xMax*pl.xWidth }
 
 func (pl *plot) y(v float64) float64 { return pl.top + pl.height - v/pl.yTop*pl.height }
 
-func (pl *plot) draw(p Panel, markers []Marker) {
-	yMax := 0.0
-	for _, s := range p.Series {
-		for _, pt := range s.Points {
-			yMax = math.Max(yMax, pt[1])
-		}
-	}
-	yTicks := NiceTicks(yMax, yTickCount)
+func (pl *plot) draw(p Panel, markers []Marker, xUnit string) {
+	yTicks := NiceTicks(most(p.Series, 1), yTickCount)
 	pl.yTop = yTicks[len(yTicks)-1]
 	b := pl.b
 	fmt.Fprintf(b, `<text x="%d" y="%.1f" font-weight="600" fill="#222">%s</text>`+"\n", marginLeft, pl.top-8, esc(p.Title))
@@ -156,17 +141,30 @@ func (pl *plot) draw(p Panel, markers []Marker) {
 		fmt.Fprintf(b, `<text x="%d" y="%.1f" text-anchor="end" fill="#666">%s</text>`+"\n", marginLeft-6, pl.y(v)+4, esc(Label(v)+p.Unit))
 	}
 	bottom := pl.top + pl.height
-	for _, t := range pl.x.ticks {
-		fmt.Fprintf(b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#f0f0f0"/>`, pl.x.at(t), pl.x.at(t), pl.top, bottom)
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="#666">%s</text>`+"\n", pl.x.at(t), bottom+15, esc(Label(t)+pl.x.unit))
+	for _, t := range pl.xTicks {
+		fmt.Fprintf(b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#f0f0f0"/>`, pl.x(t), pl.x(t), pl.top, bottom)
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="#666">%s</text>`+"\n", pl.x(t), bottom+15, esc(Label(t)+xUnit))
 	}
-	fmt.Fprintf(b, `<rect x="%d" y="%.1f" width="%.1f" height="%.0f" fill="none" stroke="#bbb"/>`+"\n", marginLeft, pl.top, pl.x.width, pl.height)
+	fmt.Fprintf(b, `<rect x="%d" y="%.1f" width="%.1f" height="%.0f" fill="none" stroke="#bbb"/>`+"\n", marginLeft, pl.top, pl.xWidth, pl.height)
 	for _, m := range markers {
-		fmt.Fprintf(b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#888" stroke-dasharray="4 3"/>`, pl.x.at(m.X), pl.x.at(m.X), pl.top, bottom)
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" fill="#666">%s</text>`+"\n", pl.x.at(m.X)+3, pl.top+12, esc(m.Label))
+		fmt.Fprintf(b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#888" stroke-dasharray="4 3"/>`, pl.x(m.X), pl.x(m.X), pl.top, bottom)
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" fill="#666">%s</text>`+"\n", pl.x(m.X)+3, pl.top+12, esc(m.Label))
 	}
-	for _, s := range p.Series {
-		pl.series(s)
+	for _, s := range p.Series { // a line, and the area under it with Fill
+		if len(s.Points) == 0 {
+			continue
+		}
+		var pts strings.Builder
+		for _, p := range s.Points {
+			fmt.Fprintf(&pts, "%.1f,%.1f ", pl.x(p[0]), pl.y(p[1]))
+		}
+		if s.Fill {
+			first, last := s.Points[0], s.Points[len(s.Points)-1]
+			fmt.Fprintf(b, `<polygon points="%.1f,%.1f %s%.1f,%.1f" fill="%s" fill-opacity="0.18"/>`+"\n",
+				pl.x(first[0]), bottom, pts.String(), pl.x(last[0]), bottom, esc(s.Color))
+		}
+		fmt.Fprintf(b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="1.8" stroke-linejoin="round"/>`+"\n",
+			strings.TrimSpace(pts.String()), esc(s.Color))
 	}
 	pl.legend(p)
 }
@@ -181,53 +179,31 @@ const (
 // that row would run into the title, in a column inside the panel's top right
 // corner (over a white backing, so lines under it do not hide the names).
 func (pl *plot) legend(p Panel) {
-	b, row := pl.b, 0.0
+	// A swatch and a name; the name's text baseline at y.
+	name := func(x, y float64, s Series) {
+		fmt.Fprintf(pl.b, `<rect x="%.1f" y="%.1f" width="12" height="4" fill="%s"/><text x="%.1f" y="%.1f" fill="#333">%s</text>`+"\n",
+			x, y-6, esc(s.Color), x+16, y, esc(s.Name))
+	}
+	row, widest := 0.0, 0
 	entry := func(s Series) float64 { return float64(len([]rune(s.Name)))*charWidth + 26 }
 	for _, s := range p.Series {
-		row += entry(s)
+		row, widest = row+entry(s), max(widest, len([]rune(s.Name)))
 	}
 	if marginLeft+float64(len([]rune(p.Title)))*boldCharWidth+12+row <= float64(pl.right) {
 		x := float64(pl.right)
-		for j := len(p.Series) - 1; j >= 0; j-- {
-			s := p.Series[j]
+		for _, s := range slices.Backward(p.Series) {
 			x -= entry(s)
-			fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="12" height="4" fill="%s"/><text x="%.1f" y="%.1f" fill="#333">%s</text>`+"\n",
-				x, pl.top-14, esc(s.Color), x+16, pl.top-8, esc(s.Name))
+			name(x, pl.top-8, s)
 		}
 		return
 	}
-	widest := 0
-	for _, s := range p.Series {
-		widest = max(widest, len([]rune(s.Name)))
-	}
 	w := float64(widest)*charWidth + 30
 	x := float64(pl.right) - w - 6
-	fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%d" fill="#ffffff" fill-opacity="0.85" stroke="#ddd"/>`+"\n",
+	fmt.Fprintf(pl.b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%d" fill="#ffffff" fill-opacity="0.85" stroke="#ddd"/>`+"\n",
 		x, pl.top+4, w, 16*len(p.Series)+6)
 	for j, s := range p.Series {
-		y := pl.top + 20 + float64(16*j)
-		fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="12" height="4" fill="%s"/><text x="%.1f" y="%.1f" fill="#333">%s</text>`+"\n",
-			x+6, y-6, esc(s.Color), x+22, y, esc(s.Name))
+		name(x+6, pl.top+20+float64(16*j), s)
 	}
-}
-
-// series draws one line, and the area under it when s.Fill is set.
-func (pl *plot) series(s Series) {
-	if len(s.Points) == 0 {
-		return
-	}
-	var pts strings.Builder
-	for _, p := range s.Points {
-		fmt.Fprintf(&pts, "%.1f,%.1f ", pl.x.at(p[0]), pl.y(p[1]))
-	}
-	if s.Fill {
-		first, last := s.Points[0], s.Points[len(s.Points)-1]
-		base := pl.top + pl.height
-		fmt.Fprintf(pl.b, `<polygon points="%.1f,%.1f %s%.1f,%.1f" fill="%s" fill-opacity="0.18"/>`+"\n",
-			pl.x.at(first[0]), base, pts.String(), pl.x.at(last[0]), base, esc(s.Color))
-	}
-	fmt.Fprintf(pl.b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="1.8" stroke-linejoin="round"/>`+"\n",
-		strings.TrimSpace(pts.String()), esc(s.Color))
 }
 
 // NiceTicks returns 0 and the multiples of a step up to the first at or above
