@@ -208,12 +208,40 @@ func checkScores(t *testing.T, db *mongo.Database, want map[string]float64) {
 	for _, d := range docs {
 		got[d.ID] = d.Score
 	}
+	held := heldPoints(t, db)
 	for u, w := range want {
 		if got[u] != w {
-			t.Errorf("%s: score %v, want %v", u, got[u], w)
+			// What the server holds tells the service's fault (a score
+			// other than its sources) from the server's (sources other
+			// than what the producer was told it wrote).
+			t.Errorf("%s: score %v, want %v; the server holds %d activity documents of %v points for it", u, got[u], w, int(held[u].docs), held[u].points)
 		}
 	}
 	if len(got) != len(want) {
 		t.Errorf("%d score documents, want %d", len(got), len(want))
 	}
+}
+
+// heldPoints is each user's activity as the server holds it at the end.
+func heldPoints(t *testing.T, db *mongo.Database) map[string]struct{ docs, points float64 } {
+	t.Helper()
+	cur, err := db.Collection("user_activity").Find(t.Context(), bson.D{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs []struct {
+		Username string  `bson:"username"`
+		Points   float64 `bson:"points"`
+	}
+	if err := cur.All(t.Context(), &docs); err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]struct{ docs, points float64 }{}
+	for _, d := range docs {
+		h := held[d.Username]
+		h.docs++
+		h.points += d.Points
+		held[d.Username] = h
+	}
+	return held
 }
