@@ -85,7 +85,6 @@ func Defaults() Config {
 		ShutdownTimeout:      consumer.DefaultShutdownTimeout,
 		LogLevel:             "info",
 		ScorerTimeout:        scoring.DefaultScorerTimeout,
-		RefreshBatchSize:     0, // by the server: consumer.BatchAuto
 		ChangeStreams:        ChangeStreamsAuto,
 	}
 }
