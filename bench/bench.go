@@ -105,7 +105,6 @@ func splitList(s string) []string {
 // Bench is one run: New checks its Config, Run runs it.
 type Bench struct {
 	cfg         Config
-	out         io.Writer
 	srv         *server
 	proxy       *faultproxy.Proxy
 	knee, slope atomic.Int64  // the proxy's delay past a knee of busy connections (kneeDelay), set by a row's steps
@@ -122,14 +121,14 @@ func New(cfg Config) (*Bench, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	out := cfg.Log
-	if out == nil {
-		out = io.Discard
-	}
-	return &Bench{cfg: cfg, out: out, runID: fmt.Sprintf("%06x", rand.Uint32()>>8)}, nil
+	return &Bench{cfg: cfg, runID: fmt.Sprintf("%06x", rand.Uint32()>>8)}, nil
 }
 
-func (b *Bench) logf(format string, args ...any) { fmt.Fprintf(b.out, format+"\n", args...) }
+func (b *Bench) logf(format string, args ...any) {
+	if b.cfg.Log != nil {
+		fmt.Fprintf(b.cfg.Log, format+"\n", args...)
+	}
+}
 
 // Run starts the server, calibrates it, runs the rows of the presets and
 // writes the report after each row, so partial results survive a failure.
