@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -146,9 +147,7 @@ func splitMongoURI(uri string) (addr string, viaProxy func(string) string, err e
 		}
 	}
 	path, query, _ := strings.Cut(tail, "?")
-	if path == "" {
-		path = "/"
-	}
+	path = cmp.Or(path, "/")
 	var kept []string
 	for _, kv := range strings.Split(query, "&") {
 		// The proxy is one host reached directly: options naming a
