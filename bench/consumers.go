@@ -32,6 +32,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/internal/backlog"
 	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/pkg/faultproxy"
 	"github.com/scorerefresh/scorerefresh/queuestate"
 	"github.com/scorerefresh/scorerefresh/scoring"
@@ -450,10 +451,7 @@ func (r *reference) drain(ctx context.Context) {
 			r.log.Warn("reference poll failed", "err", err)
 		}
 		if n == 0 || err != nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(r.poll):
-			}
+			_ = clock.Sleep(ctx, clock.Real{}, r.poll)
 		}
 	}
 }
