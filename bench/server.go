@@ -99,8 +99,8 @@ func startOnPostgres(ctx context.Context, pgURL string) (*server, error) {
 	return s, nil
 }
 
-// useMongoDB runs the scenarios against a server of one's own. It is not
-// started or stopped here; each run's database is dropped at the run's end.
+// useMongoDB runs the scenarios against a server of one's own, not started
+// or stopped here.
 func useMongoDB(ctx context.Context, uri string) (*server, error) {
 	addr, via, err := splitMongoURI(uri)
 	if err != nil {
@@ -164,11 +164,10 @@ func splitMongoURI(uri string) (addr string, viaProxy func(string) string, err e
 }
 
 // pgMaxConnections is the throwaway cluster's max_connections, all but 100
-// of them FerretDB's pool. FerretDB 1.24 holds a connection per matching
-// statement of an update until the command ends, and one more per write: an
-// update of N documents by _id needs N+1 at once. The consumer sends those for
-// whole groups of users, so the default pool of 50 runs dry with
-// MAX_USERS_IN_FLIGHT in the hundreds, and a dry pool hangs every command.
+// of them FerretDB's pool. FerretDB 1.24 holds N+1 connections for an update
+// of N documents by _id until the command ends; the consumer sends those for
+// whole groups of users, so the default pool of 50 runs dry (which hangs
+// every command) with MAX_USERS_IN_FLIGHT in the hundreds.
 const pgMaxConnections = 800
 
 // postgres is a throwaway PostgreSQL cluster started for one bench run.
@@ -255,8 +254,7 @@ func postgresUser(dir string) (*syscall.Credential, error) {
 }
 
 // serve starts the postgres server cmd, its log in pg.dir, and makes
-// pg.stop end it (a fast shutdown) before removing the files. exited
-// receives the server's exit.
+// pg.stop end it (a fast shutdown) and remove the files.
 func (pg *postgres) serve(cmd *exec.Cmd) (exited chan error, err error) {
 	logFile, err := os.Create(filepath.Join(pg.dir, "postgres.log"))
 	if err != nil {

@@ -131,9 +131,8 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Service, err 
 	return s, nil
 }
 
-// loadRules is what the scores are computed from: the rules file, the
-// built-in rule, or none with an external scorer (the doctor then has no
-// source collections to check).
+// loadRules: the rules file, the built-in rules, or none with an external
+// scorer (the doctor then has no source collections to check).
 func loadRules(cfg config.Config) (*scoring.Rules, error) {
 	switch {
 	case cfg.ScorerURL != "":
@@ -144,10 +143,9 @@ func loadRules(cfg config.Config) (*scoring.Rules, error) {
 	return scoring.DefaultRules(), nil
 }
 
-// refuseMisreadFilters refuses rules whose filter uses a query operator the
-// server answers wrongly ($elemMatch on FerretDB), which would count the
-// wrong documents without a word. Only rules with a filter wait for the
-// server's answer; one that does not come in time is logged.
+// refuseMisreadFilters refuses rules whose filter uses an operator the server
+// answers wrongly ($elemMatch on FerretDB): it would count the wrong documents
+// silently. Only rules with a filter wait (10 s at most) for the server.
 func (s *Service) refuseMisreadFilters(ctx context.Context) error {
 	if !slices.ContainsFunc(s.Rules.Components, func(c scoring.Component) bool { return len(c.Filter) > 0 }) {
 		return nil
@@ -296,7 +294,7 @@ func ShutdownBudget(cfg config.Config) time.Duration {
 }
 
 // Run serves metrics and health, keeps readiness current and drains the
-// queue until ctx ends, then shuts down gracefully; Close disconnects.
+// queue until ctx ends, then shuts down gracefully.
 func (s *Service) Run(ctx context.Context) error {
 	var bg sync.WaitGroup
 	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
