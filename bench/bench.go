@@ -141,7 +141,11 @@ func (b *Bench) Run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	started := time.Now()
-	defer func() { closeAll(b.closers) }()
+	defer func() {
+		for _, undo := range slices.Backward(b.closers) {
+			undo()
+		}
+	}()
 	if err := b.setUp(ctx); err != nil {
 		return nil, err
 	}
@@ -192,10 +196,9 @@ func (b *Bench) setUp(ctx context.Context) (err error) {
 		}
 	})
 	b.svcLog = slog.New(slog.NewJSONHandler(logFile, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if b.srv, err = startServer(ctx, b.cfg.Backend, b.cfg.PostgreSQL, b.cfg.MongoDB); err != nil {
+	if b.srv, err = b.startServer(ctx); err != nil {
 		return err
 	}
-	b.closers = append(b.closers, b.srv.Close)
 	if b.proxy, err = faultproxy.Start(context.Background(), faultproxy.Config{Target: b.srv.Addr, DelayFunc: b.kneeDelay}); err != nil {
 		return err
 	}
@@ -205,13 +208,6 @@ func (b *Bench) setUp(ctx context.Context) (err error) {
 		b.closers = append(b.closers, func() { _ = b.direct.Disconnect(context.Background()) })
 	}
 	return err
-}
-
-// closeAll undoes, last first.
-func closeAll(undo []func()) {
-	for i := len(undo) - 1; i >= 0; i-- {
-		undo[i]()
-	}
 }
 
 // nextDatabase names the next row's fresh database.
