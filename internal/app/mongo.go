@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"fmt"
 
 	"go.mongodb.org/mongo-driver/v2/event"
@@ -70,10 +71,7 @@ func (s *Service) connect(monitor *event.CommandMonitor, traits *servertraits.Tr
 		s.log.Warn("MONGODB_URI asks for a read preference other than primary; scorerefresh reads from the primary regardless", "uri_read_preference", rp.Mode().String())
 	}
 	s.Clock = serverclock.New(s.DB, s.clock)
-	s.Traits = traits
-	if s.Traits == nil {
-		s.Traits = servertraits.New()
-	}
+	s.Traits = cmp.Or(traits, servertraits.New())
 	s.Colls = consumer.Collections{
 		Queue:      s.DB.Collection(s.cfg.QueueCollection),
 		Claims:     s.DB.Collection(s.cfg.ClaimsCollection),
