@@ -105,7 +105,6 @@ func splitList(s string) []string {
 // Bench is one run: New checks its Config, Run runs it.
 type Bench struct {
 	cfg         Config
-	out         io.Writer
 	srv         *server
 	proxy       *faultproxy.Proxy
 	knee, slope atomic.Int64  // the proxy's delay past a knee of busy connections (kneeDelay), set by a row's steps
@@ -122,14 +121,14 @@ func New(cfg Config) (*Bench, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	out := cfg.Log
-	if out == nil {
-		out = io.Discard
-	}
-	return &Bench{cfg: cfg, out: out, runID: fmt.Sprintf("%06x", rand.Uint32()>>8)}, nil
+	return &Bench{cfg: cfg, runID: fmt.Sprintf("%06x", rand.Uint32()>>8)}, nil
 }
 
-func (b *Bench) logf(format string, args ...any) { fmt.Fprintf(b.out, format+"\n", args...) }
+func (b *Bench) logf(format string, args ...any) {
+	if b.cfg.Log != nil {
+		fmt.Fprintf(b.cfg.Log, format+"\n", args...)
+	}
+}
 
 // Run starts the server, calibrates it, runs the rows of the presets and
 // writes the report after each row, so partial results survive a failure.
@@ -142,7 +141,11 @@ func (b *Bench) Run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	started := time.Now()
-	defer func() { closeAll(b.closers) }()
+	defer func() {
+		for _, undo := range slices.Backward(b.closers) {
+			undo()
+		}
+	}()
 	if err := b.setUp(ctx); err != nil {
 		return nil, err
 	}
@@ -193,10 +196,9 @@ func (b *Bench) setUp(ctx context.Context) (err error) {
 		}
 	})
 	b.svcLog = slog.New(slog.NewJSONHandler(logFile, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if b.srv, err = startServer(ctx, b.cfg.Backend, b.cfg.PostgreSQL, b.cfg.MongoDB); err != nil {
+	if b.srv, err = b.startServer(ctx); err != nil {
 		return err
 	}
-	b.closers = append(b.closers, b.srv.Close)
 	if b.proxy, err = faultproxy.Start(context.Background(), faultproxy.Config{Target: b.srv.Addr, DelayFunc: b.kneeDelay}); err != nil {
 		return err
 	}
@@ -206,13 +208,6 @@ func (b *Bench) setUp(ctx context.Context) (err error) {
 		b.closers = append(b.closers, func() { _ = b.direct.Disconnect(context.Background()) })
 	}
 	return err
-}
-
-// closeAll undoes, last first.
-func closeAll(undo []func()) {
-	for i := len(undo) - 1; i >= 0; i-- {
-		undo[i]()
-	}
 }
 
 // nextDatabase names the next row's fresh database.

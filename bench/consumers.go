@@ -32,6 +32,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/internal/backlog"
 	"github.com/scorerefresh/scorerefresh/internal/config"
 	"github.com/scorerefresh/scorerefresh/metrics"
+	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/pkg/faultproxy"
 	"github.com/scorerefresh/scorerefresh/queuestate"
 	"github.com/scorerefresh/scorerefresh/scoring"
@@ -49,9 +50,8 @@ const (
 	scorerCount12  = "count12"  // rules/count12.yaml: 14 round trips per refresh, and per batch, on any server
 )
 
-// rulesFS holds the scorers' rules. bench.yaml costs 14 round trips a
-// refresh (12 queries, the OCC read, the write), like the production scorer
-// this service was built for.
+// rulesFS holds the scorers' rules; bench.yaml's 14 round trips (12 queries,
+// the OCC read, the write) are the production scorer's this was built for.
 //
 //go:embed rules
 var rulesFS embed.FS
@@ -100,11 +100,9 @@ func (b *Bench) serviceConfig(db string, row Row, scorerURL string) (config.Conf
 	return cfg, rules, err
 }
 
-// running is a consumer being measured. done is the entries done so far:
-// acknowledged for scorerefresh; for the reference, entries whose user's
-// refresh completed (it acks only at the end of each 200-entry batch).
-// figures' capacity is the fleet's own estimate of its acks per second with
-// every slot busy (scorerefresh_drain_capacity summed; 0: the reference).
+// running is a consumer being measured. done is the entries acknowledged
+// (the reference: whose user's refresh completed; it acks per batch);
+// capacity is scorerefresh_drain_capacity summed (0: the reference).
 type running interface {
 	done() float64
 	figures() (refreshes, deadLettered, capacity float64)
@@ -316,12 +314,12 @@ func insertAll(ctx context.Context, coll *mongo.Collection, docs []any) error {
 	return nil
 }
 
-// sample reads the queue's depth and oldest age on the direct connection.
+// sample reads the queue's depth and oldest age on the direct connection;
+// a failed read leaves them at 0: the timeline stays regular.
 func (b *Bench) sample(ctx context.Context, queue *mongo.Collection, elapsed time.Duration, done float64, arrived int64) sample {
 	s := sample{T: math.Round(elapsed.Seconds()*100) / 100, Done: done, Arrived: arrived}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	// A failed read leaves this sample's figures at 0: the timeline stays regular.
 	if st, err := queuestate.New(queue, nil).Read(sctx); err == nil {
 		s.Depth, s.OldestAge = st.Depth, st.OldestAge(time.Now()).Seconds()
 	}
@@ -353,21 +351,16 @@ func verifyScores(ctx context.Context, db *mongo.Database, want map[string]float
 // pool is how many users the sources and the producers draw from.
 func (b *Bench) pool() int { return pick(size(b.cfg.Short), 2000, 300) }
 
-// startHTTPScorer starts examples/httpscorer (built into the run's scratch
-// folder once) on db, directly: the scorer sits by its database; and a
-// proxy in front of it with round trip rtt, as the database has. It returns
-// the SCORER_URL to give the service.
+// startHTTPScorer starts examples/httpscorer (built once into the scratch
+// folder) on db directly, as a scorer sits by its database, behind a proxy of
+// round trip rtt, and returns the SCORER_URL to give the service.
 func (b *Bench) startHTTPScorer(ctx context.Context, db string, rtt time.Duration) (scorerURL string, stop func(), err error) {
 	bin := filepath.Join(b.tmp, "httpscorer")
 	if _, err := os.Stat(bin); err != nil {
-		gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-		if err != nil || strings.TrimSpace(string(gomod)) == "" {
-			return "", nil, fmt.Errorf("finding the module to build examples/httpscorer in: %v", err)
-		}
-		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./examples/httpscorer")
-		build.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
-		if out, err := build.CombinedOutput(); err != nil {
-			return "", nil, fmt.Errorf("go build ./examples/httpscorer: %v: %s", err, out)
+		// By import path: from anywhere in the module, as the tests run.
+		const pkg = "github.com/scorerefresh/scorerefresh/examples/httpscorer"
+		if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			return "", nil, fmt.Errorf("go build %s: %v: %s", pkg, err, out)
 		}
 	}
 	// Killed with the run; a scorer that fails exits, which ends the read
@@ -402,13 +395,12 @@ func (b *Bench) startHTTPScorer(ctx context.Context, db string, rtt time.Duratio
 // ReferenceBatch is how many of the oldest entries the replaced consumer took per poll.
 const ReferenceBatch = 200
 
-// reference is the consumer scorerefresh replaces, for comparison only:
-// every poll it takes the oldest 200 pending entries, coalesces them by
-// username, refreshes each distinct user one after another with the same
-// scoring.Refresher (rules, queries, OCC write), then acknowledges the batch.
-// It sleeps PollInterval only when the queue is empty. The original claimed
-// its entries with an updateMany first; the only consumer here, it just reads
-// them: every difference from the original flatters the reference.
+// reference is the consumer scorerefresh replaces, for comparison: each poll
+// takes the oldest ReferenceBatch entries, coalesces them by username,
+// refreshes each user in turn with the same scoring.Refresher, then acks the
+// batch, sleeping PollInterval only when the queue is empty. The original
+// claimed its entries with an updateMany first: every difference from it
+// flatters the reference.
 type reference struct {
 	queue     *mongo.Collection
 	refresher *scoring.Refresher
@@ -417,13 +409,11 @@ type reference struct {
 	client    *mongo.Client // its own, configured as scorerefresh's (app.ClientOptions)
 	cancel    context.CancelFunc
 	exited    chan struct{}
-
-	covered   atomic.Int64 // entries whose user's refresh has completed (acked at the end of the batch)
-	refreshes atomic.Int64 // successful refreshes
+	covered   atomic.Int64 // entries whose user's refresh has completed
+	refreshes atomic.Int64
 }
 
-// startReference runs the reference on cfg's database with rules, its
-// commands counted by rec.
+// startReference runs the reference on cfg's database, counted by rec.
 func (b *Bench) startReference(ctx context.Context, cfg config.Config, rules *scoring.Rules, rec *recorder) (*reference, error) {
 	if rules == nil {
 		return nil, errors.New("the reference computes rules only, not an HTTP scorer")
@@ -454,7 +444,6 @@ func (r *reference) stop() error {
 	return r.client.Disconnect(ctx)
 }
 
-// drain polls and refreshes until ctx ends.
 func (r *reference) drain(ctx context.Context) {
 	for ctx.Err() == nil {
 		n, err := r.pollOnce(ctx)
@@ -462,10 +451,7 @@ func (r *reference) drain(ctx context.Context) {
 			r.log.Warn("reference poll failed", "err", err)
 		}
 		if n == 0 || err != nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(r.poll):
-			}
+			_ = clock.Sleep(ctx, clock.Real{}, r.poll)
 		}
 	}
 }

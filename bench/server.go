@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,38 +40,31 @@ type server struct {
 	// viaProxy is the connection string through a proxy at the given
 	// address: the server's own credentials and options, one host.
 	viaProxy func(proxyAddr string) string
-	close    []func()
 }
 
-func (s *server) Close() { closeAll(s.close) }
-
 // startServer starts FerretDB on the backend asked for (on postgresql with no
-// URL, over a throwaway PostgreSQL: startPostgres), or uses -mongodb-uri.
-func startServer(ctx context.Context, kind, pgURL, mongoURI string) (s *server, err error) {
-	switch kind {
+// URL, over a throwaway PostgreSQL: startPostgres), or uses -mongodb-uri;
+// b.closers stop what it started.
+func (b *Bench) startServer(ctx context.Context) (s *server, err error) {
+	switch b.cfg.Backend {
 	case backendMongoDB:
-		return useMongoDB(ctx, mongoURI)
+		return useMongoDB(ctx, b.cfg.MongoDB)
 	case backendPostgreSQL:
-		s, err = startOnPostgres(ctx, pgURL)
+		s, err = b.startOnPostgres(ctx, b.cfg.PostgreSQL)
 	default:
 		var srv *embedmongo.Server
 		if srv, err = embedmongo.Start(ctx, embedmongo.Config{}); err == nil {
-			s = &server{Name: "FerretDB 1.24, SQLite handler (pkg/embedmongo, in process, data in /dev/shm)", URI: srv.URI(),
-				close: []func(){func() { _ = srv.Close() }}}
+			b.closers = append(b.closers, func() { _ = srv.Close() })
+			s = &server{Name: "FerretDB 1.24, SQLite handler (pkg/embedmongo, in process, data in /dev/shm)", URI: srv.URI()}
 		}
 	}
-	if err != nil {
-		return nil, err
+	if err == nil {
+		s.Addr, s.viaProxy, err = splitMongoURI(s.URI)
 	}
-	if s.Addr, s.viaProxy, err = splitMongoURI(s.URI); err != nil {
-		s.Close()
-		return nil, err
-	}
-	return s, nil
+	return s, err
 }
 
-func startOnPostgres(ctx context.Context, pgURL string) (*server, error) {
-	s := &server{}
+func (b *Bench) startOnPostgres(ctx context.Context, pgURL string) (*server, error) {
 	version := "PostgreSQL at " + pgURL
 	if u, err := url.Parse(pgURL); err == nil {
 		version = "PostgreSQL at " + u.Redacted()
@@ -80,26 +74,24 @@ func startOnPostgres(ctx context.Context, pgURL string) (*server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.close = append(s.close, pg.stop)
+		b.closers = append(b.closers, pg.stop)
 		pgURL, version = pg.url, pg.version+" (throwaway cluster in "+pg.dir+", fsync off)"
 	}
 	f, err := ferretdb.New(&ferretdb.Config{Listener: ferretdb.ListenerConfig{TCP: "127.0.0.1:0"}, Handler: "postgresql",
 		PostgreSQLURL: pgURL, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		s.Close()
 		return nil, fmt.Errorf("starting FerretDB on PostgreSQL: %w", err)
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan error, 1)
 	go func() { done <- f.Run(runCtx) }()
-	s.close = append(s.close, func() { cancel(); <-done })
-	s.URI = f.MongoDBURI() // blocks until the listener is bound
-	s.Name = "FerretDB 1.24, PostgreSQL handler (in process) on " + version
-	return s, nil
+	b.closers = append(b.closers, func() { cancel(); <-done })
+	// MongoDBURI blocks until the listener is bound.
+	return &server{URI: f.MongoDBURI(), Name: "FerretDB 1.24, PostgreSQL handler (in process) on " + version}, nil
 }
 
-// useMongoDB runs the scenarios against a server of one's own. It is not
-// started or stopped here; each run's database is dropped at the run's end.
+// useMongoDB runs the scenarios against a server of one's own, not started
+// or stopped here.
 func useMongoDB(ctx context.Context, uri string) (*server, error) {
 	addr, via, err := splitMongoURI(uri)
 	if err != nil {
@@ -146,9 +138,7 @@ func splitMongoURI(uri string) (addr string, viaProxy func(string) string, err e
 		}
 	}
 	path, query, _ := strings.Cut(tail, "?")
-	if path == "" {
-		path = "/"
-	}
+	path = cmp.Or(path, "/")
 	var kept []string
 	for _, kv := range strings.Split(query, "&") {
 		// The proxy is one host reached directly: options naming a
@@ -165,11 +155,10 @@ func splitMongoURI(uri string) (addr string, viaProxy func(string) string, err e
 }
 
 // pgMaxConnections is the throwaway cluster's max_connections, all but 100
-// of them FerretDB's pool. FerretDB 1.24 holds a connection per matching
-// statement of an update until the command ends, and one more per write: an
-// update of N documents by _id needs N+1 at once. The consumer sends those for
-// whole groups of users, so the default pool of 50 runs dry with
-// MAX_USERS_IN_FLIGHT in the hundreds, and a dry pool hangs every command.
+// of them FerretDB's pool. FerretDB 1.24 holds N+1 connections for an update
+// of N documents by _id until the command ends; the consumer sends those for
+// whole groups of users, so the default pool of 50 runs dry (which hangs
+// every command) with MAX_USERS_IN_FLIGHT in the hundreds.
 const pgMaxConnections = 800
 
 // postgres is a throwaway PostgreSQL cluster started for one bench run.
@@ -256,8 +245,7 @@ func postgresUser(dir string) (*syscall.Credential, error) {
 }
 
 // serve starts the postgres server cmd, its log in pg.dir, and makes
-// pg.stop end it (a fast shutdown) before removing the files. exited
-// receives the server's exit.
+// pg.stop end it (a fast shutdown) and remove the files.
 func (pg *postgres) serve(cmd *exec.Cmd) (exited chan error, err error) {
 	logFile, err := os.Create(filepath.Join(pg.dir, "postgres.log"))
 	if err != nil {

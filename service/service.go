@@ -16,6 +16,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -54,10 +55,7 @@ func Main(args []string, o Options) int {
 // stopped on an error. It refuses every argument but -h/--help, which prints
 // the variables it reads and starts nothing.
 func Run(args, environ []string, stdout, stderr io.Writer, o Options) int {
-	name := o.Name
-	if name == "" {
-		name = "scorerefresh"
-	}
+	name := cmp.Or(o.Name, "scorerefresh")
 	fs := cli.NewFlagSet(name+" run", "", stderr)
 	fs.Usage = func() { WriteRunHelp(fs.Output(), name) }
 	if code, ok := cli.Parse(fs, args, false, stdout); !ok {
@@ -101,10 +99,8 @@ environment (with its default):
 
 // WriteRunHelp prints the run command's usage with config.Variables.
 func WriteRunHelp(w io.Writer, name string) {
-	var b strings.Builder
-	b.WriteString(strings.ReplaceAll(runHelp, "PROGRAM", name))
+	_, _ = io.WriteString(w, strings.ReplaceAll(runHelp, "PROGRAM", name))
 	for _, v := range config.Variables() {
-		fmt.Fprintf(&b, "  %s=%s\n      %s\n", v.Name, v.Default, v.Help)
+		fmt.Fprintf(w, "  %s=%s\n      %s\n", v.Name, v.Default, v.Help)
 	}
-	_, _ = io.WriteString(w, b.String())
 }

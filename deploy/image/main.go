@@ -15,6 +15,7 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -133,9 +134,7 @@ func (o *Options) defaults(ctx context.Context) error {
 	if len(o.Platforms) == 0 {
 		return errors.New("no platform")
 	}
-	if o.CABundle == "" {
-		o.CABundle = caPath
-	}
+	o.CABundle = cmp.Or(o.CABundle, caPath)
 	if o.Version == "" {
 		v, err := os.ReadFile(filepath.Join(o.Repo, "VERSION"))
 		if err != nil {

@@ -4,10 +4,12 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync"
@@ -74,18 +76,18 @@ type Service struct {
 // New loads the rules, connects to MongoDB (lazily) and builds the pipeline.
 func New(ctx context.Context, cfg config.Config, opts Options) (_ *Service, err error) {
 	local := clock.Or(opts.Clock)
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	// Driver errors logged by any part of the service may quote the URI.
-	log = slog.New(redact.Handler(log.Handler(), cfg.MongoURI))
+	log := slog.New(redact.Handler(cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)).Handler(), cfg.MongoURI))
 	reg := metrics.NewRegistry()
 	rules, err := loadRules(cfg)
 	if err != nil {
 		return nil, err
 	}
-	metrics.NewBuildInfo(reg, opts.Version, opts.Revision, goVersion())
+	goVersion := "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		goVersion = bi.GoVersion
+	}
+	metrics.NewBuildInfo(reg, opts.Version, opts.Revision, goVersion)
 	s := &Service{
 		cfg:      cfg,
 		log:      log,
@@ -129,9 +131,8 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Service, err 
 	return s, nil
 }
 
-// loadRules is what the scores are computed from: the rules file, the
-// built-in rule, or none with an external scorer (the doctor then has no
-// source collections to check).
+// loadRules: the rules file, the built-in rules, or none with an external
+// scorer (the doctor then has no source collections to check).
 func loadRules(cfg config.Config) (*scoring.Rules, error) {
 	switch {
 	case cfg.ScorerURL != "":
@@ -142,18 +143,14 @@ func loadRules(cfg config.Config) (*scoring.Rules, error) {
 	return scoring.DefaultRules(), nil
 }
 
-// bootProbeTimeout bounds the wait for the server's answer at boot.
-const bootProbeTimeout = 10 * time.Second
-
-// refuseMisreadFilters refuses rules whose filter uses a query operator the
-// server answers wrongly ($elemMatch on FerretDB), which would count the
-// wrong documents without a word. Only rules with a filter wait for the
-// server's answer; one that does not come in time is logged.
+// refuseMisreadFilters refuses rules whose filter uses an operator the server
+// answers wrongly ($elemMatch on FerretDB): it would count the wrong documents
+// silently. Only rules with a filter wait (10 s at most) for the server.
 func (s *Service) refuseMisreadFilters(ctx context.Context) error {
 	if !slices.ContainsFunc(s.Rules.Components, func(c scoring.Component) bool { return len(c.Filter) > 0 }) {
 		return nil
 	}
-	pctx, cancel := context.WithTimeout(ctx, bootProbeTimeout)
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := s.Traits.Probe(pctx, s.DB); err != nil {
 		s.log.Warn("cannot ask the server what it is; the rules' filters are not checked against what it answers wrongly", "err", err)
@@ -219,10 +216,6 @@ func (s *Service) newConsumer(limit consumer.Limiter, refresher consumer.Refresh
 	s.Health.Set("mongodb", false, "not yet reached")
 	s.Health.Set("claiming", false, "no claim round yet")
 	beat := s.Health.Watch("claim loop", WedgedAfter(s.cfg))
-	batch := s.cfg.RefreshBatchSize
-	if batch == 0 {
-		batch = consumer.BatchAuto // the server decides
-	}
 	var wakeups []consumer.WakeupSource
 	if s.cfg.ChangeStreams == config.ChangeStreamsOff {
 		s.log.Info("change streams off (CHANGE_STREAMS=off); waking on POLL_INTERVAL polling", "poll_interval", s.cfg.PollInterval.String())
@@ -236,7 +229,7 @@ func (s *Service) newConsumer(limit consumer.Limiter, refresher consumer.Refresh
 		PollInterval:     s.cfg.PollInterval,
 		MaxAttempts:      s.cfg.MaxAttempts,
 		ShutdownTimeout:  s.cfg.ShutdownTimeout,
-		BatchSize:        batch,
+		BatchSize:        cmp.Or(s.cfg.RefreshBatchSize, consumer.BatchAuto), // 0: the server decides
 	}, s.Colls, consumer.Deps{
 		Refresher:  refresher,
 		Limiter:    limit,
@@ -301,7 +294,7 @@ func ShutdownBudget(cfg config.Config) time.Duration {
 }
 
 // Run serves metrics and health, keeps readiness current and drains the
-// queue until ctx ends, then shuts down gracefully; Close disconnects.
+// queue until ctx ends, then shuts down gracefully.
 func (s *Service) Run(ctx context.Context) error {
 	var bg sync.WaitGroup
 	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
@@ -323,7 +316,8 @@ func (s *Service) Run(ctx context.Context) error {
 	bg.Go(func() { s.setup(bgCtx) })
 	s.syncClock(ctx)
 	bg.Go(func() {
-		s.Clock.Run(bgCtx, clockSyncInterval, func(err error) {
+		// Every 30 s: host clocks drift by well under a millisecond a minute.
+		s.Clock.Run(bgCtx, 30*time.Second, func(err error) {
 			s.log.Warn("reading the server's clock failed; keeping the last offset", "op", "clock sync", "err", err)
 		})
 	})
@@ -371,10 +365,6 @@ func (s *Service) setup(ctx context.Context) {
 	}
 }
 
-// clockSyncInterval is how often the server's clock is sampled: host clocks
-// drift by well under a millisecond a minute.
-const clockSyncInterval = 30 * time.Second
-
 // syncClock samples the server's clock before the consumer starts, so its
 // first leases are on the server's time; the local clock stands in meanwhile.
 func (s *Service) syncClock(ctx context.Context) {
@@ -395,13 +385,10 @@ func (s *Service) syncClock(ctx context.Context) {
 	}
 }
 
-// reprobeEvery is how often the server is asked again what it is, besides
-// after outages: a rolling upgrade changes versions without a failed ping.
-const reprobeEvery = 5 * time.Minute
-
 // ping keeps the "mongodb" readiness condition current, and asks the server
-// what it is again after an outage: the client may have reconnected to
-// another primary, where what was learnt no longer holds.
+// what it is again after an outage (the client may have reconnected to
+// another primary, where what was learnt no longer holds) and every 5
+// minutes (a rolling upgrade changes versions without a failed ping).
 func (s *Service) ping(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	err := s.Client.Ping(pctx, nil)
@@ -415,7 +402,7 @@ func (s *Service) ping(ctx context.Context) {
 		return
 	}
 	s.Health.Set("mongodb", true, "")
-	if !s.unreachable && clock.Since(s.clock, s.probedAt) < reprobeEvery && !s.Traits.BackendUnknown() {
+	if !s.unreachable && clock.Since(s.clock, s.probedAt) < 5*time.Minute && !s.Traits.BackendUnknown() {
 		return
 	}
 	pctx, cancel = context.WithTimeout(ctx, 3*time.Second)

@@ -1,9 +1,8 @@
 package app
 
 import (
+	"cmp"
 	"fmt"
-	"log/slog"
-	"runtime/debug"
 
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -52,7 +51,11 @@ func (s *Service) connect(monitor *event.CommandMonitor, traits *servertraits.Tr
 	if monitor != nil {
 		clientOpts.SetMonitor(s.Mongo.CommandMonitor(monitor))
 	}
-	warnConnectionBudget(s.cfg, clientOpts, s.log)
+	if need := ConnectionsPerReplica(s.cfg); s.cfg.ConnectionBudget != 0 && need > s.cfg.ConnectionBudget {
+		s.log.Warn("this replica may open more MongoDB connections than MONGODB_CONNECTION_BUDGET; lower REFRESH_CONCURRENCY or raise the budget",
+			"budget", s.cfg.ConnectionBudget, "max_per_server", need, "pool", PoolSize(s.cfg), "monitoring", MonitoringConnections,
+			"hosts", len(clientOpts.Hosts), "refresh_concurrency", s.cfg.RefreshConcurrency)
+	}
 	client, err := mongo.Connect(clientOpts)
 	if err != nil {
 		// The driver quotes what it could not parse, an option value say,
@@ -68,10 +71,7 @@ func (s *Service) connect(monitor *event.CommandMonitor, traits *servertraits.Tr
 		s.log.Warn("MONGODB_URI asks for a read preference other than primary; scorerefresh reads from the primary regardless", "uri_read_preference", rp.Mode().String())
 	}
 	s.Clock = serverclock.New(s.DB, s.clock)
-	s.Traits = traits
-	if s.Traits == nil {
-		s.Traits = servertraits.New()
-	}
+	s.Traits = cmp.Or(traits, servertraits.New())
 	s.Colls = consumer.Collections{
 		Queue:      s.DB.Collection(s.cfg.QueueCollection),
 		Claims:     s.DB.Collection(s.cfg.ClaimsCollection),
@@ -86,22 +86,4 @@ const MonitoringConnections = 2
 // ConnectionsPerReplica is the most connections one replica opens to one server.
 func ConnectionsPerReplica(cfg config.Config) int {
 	return int(PoolSize(cfg)) + MonitoringConnections
-}
-
-// warnConnectionBudget logs when a replica could exceed MONGODB_CONNECTION_BUDGET.
-func warnConnectionBudget(cfg config.Config, opts *options.ClientOptions, log *slog.Logger) {
-	need := ConnectionsPerReplica(cfg)
-	if cfg.ConnectionBudget == 0 || need <= cfg.ConnectionBudget {
-		return
-	}
-	log.Warn("this replica may open more MongoDB connections than MONGODB_CONNECTION_BUDGET; lower REFRESH_CONCURRENCY or raise the budget",
-		"budget", cfg.ConnectionBudget, "max_per_server", need, "pool", PoolSize(cfg), "monitoring", MonitoringConnections,
-		"hosts", len(opts.Hosts), "refresh_concurrency", cfg.RefreshConcurrency)
-}
-
-func goVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		return bi.GoVersion
-	}
-	return "unknown"
 }

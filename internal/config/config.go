@@ -85,7 +85,6 @@ func Defaults() Config {
 		ShutdownTimeout:      consumer.DefaultShutdownTimeout,
 		LogLevel:             "info",
 		ScorerTimeout:        scoring.DefaultScorerTimeout,
-		RefreshBatchSize:     0, // by the server: consumer.BatchAuto
 		ChangeStreams:        ChangeStreamsAuto,
 	}
 }
@@ -164,54 +163,40 @@ type problem struct{ name, msg string }
 
 func (c Config) validate() []problem {
 	var p []problem
-	add := func(name, format string, args ...any) { // each message after the variable's name
-		p = append(p, problem{name, name + fmt.Sprintf(format, args...)})
+	add := func(bad bool, name, format string, args ...any) { // each message after the variable's name
+		if bad {
+			p = append(p, problem{name, name + fmt.Sprintf(format, args...)})
+		}
 	}
-	if c.ClaimWindow < 1 || c.ClaimWindow > MaxClaimWindow {
-		add("CLAIM_WINDOW", "=%d: must be between 1 and %d (a claim round sends one username per user of its window in one command, and a command is at most 16 MiB)", c.ClaimWindow, MaxClaimWindow)
-	}
+	add(c.ClaimWindow < 1 || c.ClaimWindow > MaxClaimWindow, "CLAIM_WINDOW",
+		"=%d: must be between 1 and %d (a claim round sends one username per user of its window in one command, and a command is at most 16 MiB)", c.ClaimWindow, MaxClaimWindow)
 	for _, v := range []struct {
 		name string
 		v    int
 	}{{"MAX_USERS_IN_FLIGHT", c.MaxUsersInFlight}, {"REFRESH_CONCURRENCY", c.RefreshConcurrency}, {"MAX_ATTEMPTS", c.MaxAttempts}} {
-		if v.v <= 0 {
-			add(v.name, "=%d: must be a positive number", v.v)
-		}
+		add(v.v <= 0, v.name, "=%d: must be a positive number", v.v)
 	}
-	if c.RefreshBatchSize < 0 || c.RefreshBatchSize > scoring.MaxBatchUsers {
-		add("REFRESH_BATCH_SIZE", "=%d: must be 0 (by the server), 1 (no batching) or up to %d", c.RefreshBatchSize, scoring.MaxBatchUsers)
-	}
-	if c.ConnectionBudget < 0 {
-		add("MONGODB_CONNECTION_BUDGET", "=%d: must be 0 (unstated) or a positive number", c.ConnectionBudget)
-	}
-	if c.RefreshConcurrency > 0 && c.MaxUsersInFlight > 0 && c.RefreshConcurrency > c.MaxUsersInFlight {
-		add("REFRESH_CONCURRENCY", "=%d: must not exceed MAX_USERS_IN_FLIGHT=%d (a refresh slot with no claimed user to run is never used)", c.RefreshConcurrency, c.MaxUsersInFlight)
-	}
+	add(c.RefreshBatchSize < 0 || c.RefreshBatchSize > scoring.MaxBatchUsers, "REFRESH_BATCH_SIZE",
+		"=%d: must be 0 (by the server), 1 (no batching) or up to %d", c.RefreshBatchSize, scoring.MaxBatchUsers)
+	add(c.ConnectionBudget < 0, "MONGODB_CONNECTION_BUDGET", "=%d: must be 0 (unstated) or a positive number", c.ConnectionBudget)
+	add(c.RefreshConcurrency > 0 && c.MaxUsersInFlight > 0 && c.RefreshConcurrency > c.MaxUsersInFlight, "REFRESH_CONCURRENCY",
+		"=%d: must not exceed MAX_USERS_IN_FLIGHT=%d (a refresh slot with no claimed user to run is never used)", c.RefreshConcurrency, c.MaxUsersInFlight)
 	for _, v := range []struct {
 		name string
 		v    time.Duration
 	}{{"LEASE_DURATION", c.LeaseDuration}, {"POLL_INTERVAL", c.PollInterval}, {"SLI_INTERVAL", c.SLIInterval}, {"SHUTDOWN_TIMEOUT", c.ShutdownTimeout}} {
-		if v.v <= 0 {
-			add(v.name, "=%s: must be a positive duration such as 30s", v.v)
-		}
+		add(v.v <= 0, v.name, "=%s: must be a positive duration such as 30s", v.v)
 	}
 	c.validateNames(add)
-	if c.ChangeStreams != ChangeStreamsAuto && c.ChangeStreams != ChangeStreamsOff {
-		add("CHANGE_STREAMS", "=%q: must be %s or %s", c.ChangeStreams, ChangeStreamsAuto, ChangeStreamsOff)
-	}
-	if c.MongoURI != "" && !strings.HasPrefix(c.MongoURI, "mongodb://") && !strings.HasPrefix(c.MongoURI, "mongodb+srv://") {
-		add("MONGODB_URI", "=%s: must start with mongodb:// or mongodb+srv://", redact.URI(c.MongoURI))
-	}
-	if c.ScorerTimeout <= 0 {
-		add("SCORER_TIMEOUT", "=%s: must be a positive duration such as 30s", c.ScorerTimeout)
-	}
-	if c.ScorerURL != "" && c.ScoringRules != "" {
-		add("SCORING_RULES", "=%s and SCORER_URL are both set: the scores come from rules or from an external scorer, not both", c.ScoringRules)
-		add("SCORER_URL", " and SCORING_RULES are both set: unset one")
-	}
-	if u, err := url.Parse(c.ScorerURL); c.ScorerURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
-		add("SCORER_URL", ": must be an absolute http:// or https:// URL")
-	}
+	add(c.ChangeStreams != ChangeStreamsAuto && c.ChangeStreams != ChangeStreamsOff, "CHANGE_STREAMS", "=%q: must be %s or %s", c.ChangeStreams, ChangeStreamsAuto, ChangeStreamsOff)
+	add(c.MongoURI != "" && !strings.HasPrefix(c.MongoURI, "mongodb://") && !strings.HasPrefix(c.MongoURI, "mongodb+srv://"), "MONGODB_URI",
+		"=%s: must start with mongodb:// or mongodb+srv://", redact.URI(c.MongoURI))
+	add(c.ScorerTimeout <= 0, "SCORER_TIMEOUT", "=%s: must be a positive duration such as 30s", c.ScorerTimeout)
+	both := c.ScorerURL != "" && c.ScoringRules != ""
+	add(both, "SCORING_RULES", "=%s and SCORER_URL are both set: the scores come from rules or from an external scorer, not both", c.ScoringRules)
+	add(both, "SCORER_URL", " and SCORING_RULES are both set: unset one")
+	u, err := url.Parse(c.ScorerURL)
+	add(c.ScorerURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == ""), "SCORER_URL", ": must be an absolute http:// or https:// URL")
 	if _, err := ParseLogLevel(c.LogLevel); err != nil {
 		p = append(p, problem{"LOG_LEVEL", err.Error()})
 	}
@@ -220,21 +205,18 @@ func (c Config) validate() []problem {
 
 // validateNames checks the URI and the collection names: none empty, no two
 // collections the same.
-func (c Config) validateNames(add func(name, format string, args ...any)) {
+func (c Config) validateNames(add func(bad bool, name, format string, args ...any)) {
 	colls := [][2]string{
 		{"QUEUE_COLLECTION", c.QueueCollection}, {"SCORES_COLLECTION", c.ScoresCollection},
 		{"DEADLETTER_COLLECTION", c.DeadLetterCollection}, {"CLAIMS_COLLECTION", c.ClaimsCollection},
 	}
 	for _, n := range append([][2]string{{"MONGODB_URI", c.MongoURI}, {"MONGODB_DATABASE", c.Database}}, colls...) {
-		if strings.TrimSpace(n[1]) == "" {
-			add(n[0], ": must not be empty")
-		}
+		add(strings.TrimSpace(n[1]) == "", n[0], ": must not be empty")
 	}
 	names := map[string]string{}
 	for _, n := range colls {
-		if other, dup := names[n[1]]; dup && n[1] != "" {
-			add(n[0], "=%q: the same collection as %s", n[1], other)
-		}
+		other, dup := names[n[1]]
+		add(dup && n[1] != "", n[0], "=%q: the same collection as %s", n[1], other)
 		names[n[1]] = n[0]
 	}
 }

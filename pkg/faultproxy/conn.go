@@ -53,15 +53,12 @@ func (q *queue) push(ch chunk) {
 func (q *queue) next(done <-chan struct{}) (chunk, bool) {
 	for {
 		q.mu.Lock()
-		queued := len(q.chunks) > 0
-		var ch chunk
-		if queued {
-			ch = q.chunks[0]
-		}
-		q.mu.Unlock()
-		if queued {
+		if len(q.chunks) > 0 {
+			ch := q.chunks[0]
+			q.mu.Unlock()
 			return ch, true
 		}
+		q.mu.Unlock()
 		select {
 		case <-q.ready:
 		case <-done:

@@ -15,16 +15,8 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
-// Defaults for Config.
-const (
-	ListenDefault      = "127.0.0.1:0"
-	DialTimeoutDefault = 5 * time.Second
-	ReadSizeDefault    = 32 << 10
-)
-
-// acceptRetry is the accept loop's pause after a failure other than the
-// listener closing (out of file descriptors, say): neither spin nor give up.
-const acceptRetry = 10 * time.Millisecond
+// ReadSizeDefault is Config.ReadSize's default.
+const ReadSizeDefault = 32 << 10
 
 // Config configures a proxy. Only Target is required.
 type Config struct {
@@ -40,7 +32,7 @@ type Config struct {
 	// included when busy), it returns the extra delay of each direction.
 	DelayFunc   func(busy int) (up, down time.Duration)
 	Clock       clock.Clock   // measures delays; default the wall clock
-	DialTimeout time.Duration // bounds each dial to Target
+	DialTimeout time.Duration // bounds each dial to Target; default 5 s
 	ReadSize    int           // the most bytes read at once, and so the largest chunk
 }
 
@@ -101,7 +93,7 @@ func start(ctx context.Context, cfg Config, onQueued func(direction, int)) (*Pro
 	if cfg.ReadSize < 0 {
 		return nil, fmt.Errorf("config: ReadSize %d is negative", cfg.ReadSize)
 	}
-	listen := cmp.Or(cfg.Listen, ListenDefault)
+	listen := cmp.Or(cfg.Listen, "127.0.0.1:0")
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", listen)
 	if err != nil {
@@ -111,7 +103,7 @@ func start(ctx context.Context, cfg Config, onQueued func(direction, int)) (*Pro
 	p := &Proxy{
 		ln:       ln,
 		target:   cfg.Target,
-		dialer:   net.Dialer{Timeout: cmp.Or(cfg.DialTimeout, DialTimeoutDefault)},
+		dialer:   net.Dialer{Timeout: cmp.Or(cfg.DialTimeout, 5*time.Second)},
 		clock:    clock.Or(cfg.Clock),
 		load:     loadModel{slope: cfg.LoadSlope, fn: cfg.DelayFunc},
 		size:     cmp.Or(cfg.ReadSize, ReadSizeDefault),
@@ -215,13 +207,9 @@ func (p *Proxy) accept() {
 	for {
 		nc, err := p.ln.Accept()
 		if err != nil {
-			if p.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+			// Out of file descriptors, say: neither spin nor give up.
+			if errors.Is(err, net.ErrClosed) || clock.Sleep(p.ctx, clock.Real{}, 10*time.Millisecond) != nil {
 				return
-			}
-			select {
-			case <-p.ctx.Done():
-				return
-			case <-time.After(acceptRetry):
 			}
 			continue
 		}

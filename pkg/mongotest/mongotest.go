@@ -62,11 +62,7 @@ func Client(t testing.TB, opts Options) *mongo.Client {
 	if err != nil {
 		t.Fatalf("connecting to test MongoDB: %v", err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = c.Disconnect(ctx)
-	})
+	cleanup(t, c.Disconnect)
 	return c
 }
 
@@ -81,12 +77,17 @@ func DatabaseName(t testing.TB) string {
 func Database(t testing.TB, opts Options) *mongo.Database {
 	t.Helper()
 	db := Client(t, opts).Database(DatabaseName(t))
+	cleanup(t, db.Drop)
+	return db
+}
+
+// cleanup runs f when the test ends, with 10 s to do it.
+func cleanup(t testing.TB, f func(context.Context) error) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = db.Drop(ctx)
+		_ = f(ctx)
 	})
-	return db
 }
 
 // RequireMongoDB skips t unless db is on a real MongoDB: tests of its query

@@ -79,9 +79,8 @@ type Rule struct {
 	IsPaused     bool              `yaml:"isPaused"`
 }
 
-// Query is one step of a rule: a datasource query or an expression. The
-// time range (seconds before now: from, to) is ignored by an instant query,
-// but Grafana requires one for datasource queries.
+// Query is one step of a rule, A or B. Grafana requires a time range
+// (seconds before now) of datasource queries, though an instant one ignores it.
 type Query struct {
 	RefID             string         `yaml:"refId"`
 	RelativeTimeRange map[string]int `yaml:"relativeTimeRange,omitempty"`
@@ -99,20 +98,14 @@ type Model struct {
 	Conditions []map[string]Evaluator `yaml:"conditions,omitempty"` // {evaluator: ...}
 }
 
-// Evaluator is a threshold's test: it compares a value with Params.
 type Evaluator struct {
 	Type   string    `yaml:"type"`
 	Params []float64 `yaml:"params"`
 }
 
 const (
-	// QueryRef and ConditionRef are the refIds of a rule's two steps.
-	QueryRef     = "A"
-	ConditionRef = "B"
-	// ExpressionDatasource is Grafana's uid for server-side expressions.
-	ExpressionDatasource = "__expr__"
-	runbookPath          = "/docs/runbook.md#"
-	maxUID               = 40 // Grafana's limit
+	runbookPath = "/docs/runbook.md#"
+	maxUID      = 40 // Grafana's limit
 )
 
 // Convert builds the provisioning file from a Prometheus rule file.
@@ -185,20 +178,13 @@ func convertRule(r promRule, recorded map[string]string, opts Options) (Rule, er
 	return Rule{
 		UID:       uid,
 		Title:     r.Alert,
-		Condition: ConditionRef,
+		Condition: "B",
 		Data: []Query{
-			{
-				RefID:             QueryRef,
-				RelativeTimeRange: map[string]int{"from": 600, "to": 0},
-				DatasourceUID:     opts.DatasourceUID,
-				Model:             Model{RefID: QueryRef, Expr: expr, Instant: true},
-			},
-			{
-				RefID:         ConditionRef,
-				DatasourceUID: ExpressionDatasource,
-				Model: Model{RefID: ConditionRef, Type: "threshold", Expression: QueryRef,
-					Conditions: []map[string]Evaluator{{"evaluator": {Type: "gt", Params: []float64{0}}}}},
-			},
+			{RefID: "A", RelativeTimeRange: map[string]int{"from": 600, "to": 0}, DatasourceUID: opts.DatasourceUID,
+				Model: Model{RefID: "A", Expr: expr, Instant: true}},
+			// __expr__ is Grafana's uid for server-side expressions.
+			{RefID: "B", DatasourceUID: "__expr__", Model: Model{RefID: "B", Type: "threshold", Expression: "A",
+				Conditions: []map[string]Evaluator{{"evaluator": {Type: "gt", Params: []float64{0}}}}}},
 		},
 		NoDataState:  "OK",
 		ExecErrState: "Error",
@@ -237,7 +223,7 @@ var identRE = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
 // GrafanaTemplate rewrites a Prometheus annotation template for Grafana:
 // $value becomes the value of query A.
 func GrafanaTemplate(s string) string {
-	return regexp.MustCompile(`\$value\b`).ReplaceAllString(s, "$$values."+QueryRef+".Value")
+	return regexp.MustCompile(`\$value\b`).ReplaceAllString(s, "$$values.A.Value")
 }
 
 // Generate is Convert, then the file as YAML under a header naming its

@@ -83,7 +83,8 @@ func (f *Fake) arm(w *waiter, d time.Duration) {
 	if w.period == 0 {
 		f.armed = append(f.armed, d)
 	}
-	f.add(w)
+	f.waiters = append(f.waiters, w)
+	f.notify()
 	if f.auto && w.period == 0 {
 		f.advanceTo(w.at)
 	}
@@ -99,7 +100,7 @@ func (f *Fake) Advance(d time.Duration) {
 }
 
 // advanceTo moves to t, firing what comes due. Called with mu held, as are
-// add, remove and notify.
+// arm, remove and notify.
 func (f *Fake) advanceTo(t time.Time) {
 	for len(f.waiters) > 0 {
 		next := slices.MinFunc(f.waiters, func(a, b *waiter) int { return a.at.Compare(b.at) })
@@ -179,11 +180,6 @@ func (f *Fake) WaitUntil(ctx context.Context, cond func(pending []time.Duration)
 	}
 }
 
-func (f *Fake) add(w *waiter) {
-	f.waiters = append(f.waiters, w)
-	f.notify()
-}
-
 func (f *Fake) remove(w *waiter) bool {
 	i := slices.Index(f.waiters, w)
 	if i < 0 {
@@ -199,13 +195,7 @@ func (f *Fake) notify() {
 	f.changed = make(chan struct{})
 }
 
-// stop removes w and empties its channel, as Stop does since Go 1.23.
-func (w *waiter) stop() bool {
-	w.f.mu.Lock()
-	defer w.f.mu.Unlock()
-	return w.stopLocked()
-}
-
+// stopLocked removes w and empties its channel, as Stop does since Go 1.23.
 func (w *waiter) stopLocked() bool {
 	select {
 	case <-w.c:
@@ -214,30 +204,33 @@ func (w *waiter) stopLocked() bool {
 	return w.f.remove(w)
 }
 
-func (w *waiter) reset(d time.Duration) bool {
-	w.f.mu.Lock()
-	defer w.f.mu.Unlock()
-	active := w.stopLocked()
-	if w.period > 0 {
-		w.period = d
-	}
-	w.f.arm(w, d)
-	return active
-}
-
 func (w *waiter) C() <-chan time.Time { return w.c }
 
 type fakeTimer struct{ *waiter }
 
-func (t fakeTimer) Stop() bool                 { return t.stop() }
-func (t fakeTimer) Reset(d time.Duration) bool { return t.reset(d) }
+func (t fakeTimer) Stop() bool {
+	t.f.mu.Lock()
+	defer t.f.mu.Unlock()
+	return t.stopLocked()
+}
+
+func (t fakeTimer) Reset(d time.Duration) bool {
+	t.f.mu.Lock()
+	defer t.f.mu.Unlock()
+	active := t.stopLocked()
+	if t.period > 0 {
+		t.period = d
+	}
+	t.f.arm(t.waiter, d)
+	return active
+}
 
 type fakeTicker struct{ *waiter }
 
-func (t fakeTicker) Stop() { t.stop() }
+func (t fakeTicker) Stop() { fakeTimer(t).Stop() }
 func (t fakeTicker) Reset(d time.Duration) {
 	if d <= 0 {
 		panic("clocktest: non-positive interval for Ticker.Reset")
 	}
-	t.reset(d)
+	fakeTimer(t).Reset(d)
 }
