@@ -59,7 +59,7 @@ func TestFleetDrainsAndClosesEveryCursor(t *testing.T) {
 			// The backlog first, so the replicas hold MAX_USERS_IN_FLIGHT
 			// users each at once, as in a drain of a real backlog.
 			want := seed(t, db, tc.seeded, tc.users)
-			trackers := make([]*mongotest.Cursors, tc.replicas)
+			trackers := make([]*cursors, tc.replicas)
 			var stops []func() error
 			var logs syncBuffer
 			t.Cleanup(func() {
@@ -68,7 +68,7 @@ func TestFleetDrainsAndClosesEveryCursor(t *testing.T) {
 				}
 			})
 			for i := range tc.replicas {
-				trackers[i] = mongotest.NewCursors()
+				trackers[i] = newCursors()
 				log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})).With("replica", i)
 				svc := newService(t, cfg, Options{Monitor: trackers[i].Monitor(nil), Logger: log})
 				stops = append(stops, run(t, svc))

@@ -33,7 +33,7 @@ type Command struct {
 // Monitor returns the command monitor to give the client; next, if not
 // nil, sees every event too (Cursors.Monitor, say).
 func (r *Commands) Monitor(next *event.CommandMonitor) *event.CommandMonitor {
-	return chain(&event.CommandMonitor{
+	return Chain(&event.CommandMonitor{
 		Started: func(ctx context.Context, e *event.CommandStartedEvent) {
 			c := Command{Name: e.CommandName, Body: slices.Clone(e.Command)}
 			c.Collection, _ = e.Command.Lookup(e.CommandName).StringValueOK()
@@ -55,8 +55,8 @@ func (r *Commands) Monitor(next *event.CommandMonitor) *event.CommandMonitor {
 	}, next)
 }
 
-// chain returns m, followed by next's functions when next is not nil.
-func chain(m, next *event.CommandMonitor) *event.CommandMonitor {
+// Chain returns m, followed by next's functions when next is not nil.
+func Chain(m, next *event.CommandMonitor) *event.CommandMonitor {
 	if next == nil {
 		return m
 	}

@@ -1,4 +1,4 @@
-package mongotest
+package app
 
 import (
 	"context"
@@ -9,14 +9,15 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
 )
 
-// Cursors follows, from the driver's command events, every server cursor a
+// cursors follows, from the driver's command events, every server cursor a
 // client opens, and reports those neither read to their end nor killed (the
 // embedded server keeps a SQLite connection for each, MongoDB ten minutes).
-type Cursors struct {
+type cursors struct {
 	mu      sync.Mutex
 	started map[int64]startedCmd // by request id
 	open    map[int64]string     // cursor id → what opened it
@@ -28,8 +29,8 @@ type startedCmd struct {
 	kill       []int64 // killCursors' cursors
 }
 
-func NewCursors() *Cursors {
-	return &Cursors{started: map[int64]startedCmd{}, open: map[int64]string{}}
+func newCursors() *cursors {
+	return &cursors{started: map[int64]startedCmd{}, open: map[int64]string{}}
 }
 
 // cursorCommands return a cursor the client must read to its end or kill.
@@ -37,11 +38,11 @@ var cursorCommands = map[string]bool{"find": true, "aggregate": true, "getMore":
 
 // Monitor returns the command monitor to give the client; next, if not
 // nil, sees every event too.
-func (c *Cursors) Monitor(next *event.CommandMonitor) *event.CommandMonitor {
-	return chain(&event.CommandMonitor{Started: c.started1, Succeeded: c.succeeded, Failed: c.failed}, next)
+func (c *cursors) Monitor(next *event.CommandMonitor) *event.CommandMonitor {
+	return mongotest.Chain(&event.CommandMonitor{Started: c.started1, Succeeded: c.succeeded, Failed: c.failed}, next)
 }
 
-func (c *Cursors) started1(_ context.Context, e *event.CommandStartedEvent) {
+func (c *cursors) started1(_ context.Context, e *event.CommandStartedEvent) {
 	if !cursorCommands[e.CommandName] && e.CommandName != "killCursors" {
 		return
 	}
@@ -63,7 +64,7 @@ func (c *Cursors) started1(_ context.Context, e *event.CommandStartedEvent) {
 	c.mu.Unlock()
 }
 
-func (c *Cursors) succeeded(_ context.Context, e *event.CommandSucceededEvent) {
+func (c *cursors) succeeded(_ context.Context, e *event.CommandSucceededEvent) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s, ok := c.started[e.RequestID]
@@ -88,7 +89,7 @@ func (c *Cursors) succeeded(_ context.Context, e *event.CommandSucceededEvent) {
 
 // failed ends a getMore's cursor when the server answered with an error; a
 // reply the client gave up on (context, network) leaves every cursor open.
-func (c *Cursors) failed(_ context.Context, e *event.CommandFailedEvent) {
+func (c *cursors) failed(_ context.Context, e *event.CommandFailedEvent) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s, ok := c.started[e.RequestID]
@@ -104,7 +105,7 @@ func (c *Cursors) failed(_ context.Context, e *event.CommandFailedEvent) {
 }
 
 // Open returns what opened each cursor still open, sorted.
-func (c *Cursors) Open() []string {
+func (c *cursors) Open() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Sorted(maps.Values(c.open))
