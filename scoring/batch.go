@@ -58,13 +58,8 @@ func batchChunks(users []string) [][]string {
 	return chunkUsers(uniqueUsers(users), MaxBatchUsers, maxBatchNameBytes)
 }
 
-// sortedChunks returns the keys of m sorted, then chunked: the order in which
-// the Store takes user locks (see WriteBatch).
-func sortedChunks[V any](m map[string]V) [][]string {
-	users := make([]string, 0, len(m))
-	for u := range m {
-		users = append(users, u)
-	}
-	slices.Sort(users)
-	return chunkUsers(users, MaxBatchUsers, maxBatchNameBytes)
+// sortedChunks returns users sorted, without repeats, then chunked: the
+// order in which the Store takes user locks (see lockAll).
+func sortedChunks(users []string) [][]string {
+	return chunkUsers(slices.Compact(slices.Sorted(slices.Values(users))), MaxBatchUsers, maxBatchNameBytes)
 }
