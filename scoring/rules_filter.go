@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,15 +12,12 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// A component's filter is written in YAML (or JSON, which is YAML) with
-// relaxed Extended JSON for the values YAML has no word for ({$date: ...},
-// {$oid: ...}, {$numberDecimal: ...}). The YAML is turned into JSON and read
-// by the driver's bson.UnmarshalExtJSON, the reader pkg/extjson uses too, so
-// every Extended JSON form the driver knows is a value here ($date, $oid,
-// $numberInt, $numberLong, $numberDouble, $numberDecimal, $binary, $uuid,
-// $regularExpression, $timestamp, $minKey, $maxKey, $code, $symbol, ...):
-// once read, such a value is a typed BSON value, and every "$" key still
-// left in the document is an operator, checked against the list below.
+// A component's filter is YAML (or JSON) with relaxed Extended JSON for the
+// values YAML has no word for ({$date: ...}, {$oid: ...}, ...). The YAML is
+// turned into JSON and read by the driver's bson.UnmarshalExtJSON, as
+// pkg/extjson reads, so every Extended JSON form the driver knows is a typed
+// BSON value here, and every "$" key still left is an operator, checked
+// against the lists below.
 
 // fieldOperators apply to a field: {field: {$op: ...}}.
 var fieldOperators = []string{"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin",
@@ -131,16 +127,10 @@ func writeScalar(buf *bytes.Buffer, n *yaml.Node) error {
 		if err := n.Decode(&f); err != nil {
 			return err
 		}
-		s := strconv.FormatFloat(f, 'g', -1, 64)
-		switch {
-		case math.IsInf(f, 1):
-			s = "Infinity"
-		case math.IsInf(f, -1):
-			s = "-Infinity"
-		case math.IsNaN(f):
-			s = "NaN"
-		}
-		fmt.Fprintf(buf, `{"$numberDouble":%q}`, s)
+		// Extended JSON spells FormatFloat's "+Inf" and "-Inf" "Infinity"
+		// and "-Infinity" (and NaN alike).
+		s := strings.Replace(strconv.FormatFloat(f, 'g', -1, 64), "Inf", "Infinity", 1)
+		fmt.Fprintf(buf, `{"$numberDouble":%q}`, strings.TrimPrefix(s, "+"))
 	case "!!timestamp":
 		// Read as a date, 2025-01-31 would be midnight UTC; read as a
 		// string it would match no date field. Neither guess is safe.
@@ -158,14 +148,9 @@ func writeString(buf *bytes.Buffer, s string) {
 	buf.Write(b)
 }
 
-// checkFilter reports every operator of f that is not a query operator and
-// every condition on the user field: the filter narrows a user's documents,
-// it never picks the user.
-func (cp *componentParser) checkFilter(f bson.D, userField string) {
-	fc := filterChecker{cp: cp, userField: userField}
-	fc.query(f, "", false)
-}
-
+// filterChecker reports every operator of a filter that is not a query
+// operator and every condition on the user field: the filter narrows a
+// user's documents, it never picks the user.
 type filterChecker struct {
 	cp        *componentParser
 	userField string
@@ -230,20 +215,20 @@ func (fc filterChecker) query(q bson.D, where string, inElem bool) {
 				fc.problem(at, "refused field %s: it is the component's userField (%s), which the refresh matches to the user itself", e.Key, fc.userField)
 				continue
 			}
-			fc.condition(e.Value, at)
+			if d, ok := opDoc(e.Value); ok {
+				fc.operators(d, at)
+			} else {
+				fc.literal(e.Value, at) // compared for equality
+			}
 		}
 	}
 }
 
-// condition checks the value of {field: value}: an operator document, or a
-// literal compared for equality.
-func (fc filterChecker) condition(v any, where string) {
+// opDoc returns v as an operator document: one whose first key is an
+// operator (a field's conditions, not a document compared whole).
+func opDoc(v any) (bson.D, bool) {
 	d, ok := v.(bson.D)
-	if !ok || len(d) == 0 || !strings.HasPrefix(d[0].Key, "$") {
-		fc.literal(v, where)
-		return
-	}
-	fc.operators(d, where)
+	return d, ok && len(d) > 0 && strings.HasPrefix(d[0].Key, "$")
 }
 
 // operators checks {$op: ..., $op2: ...}, the conditions on one field.
@@ -277,10 +262,10 @@ func (fc filterChecker) operator(e bson.E, at string, hasRegex bool) {
 			fc.literal(x, fmt.Sprintf("%s.%d", at, i))
 		}
 	case "$not":
-		x, isDoc := e.Value.(bson.D)
+		x, isOps := opDoc(e.Value)
 		_, isRegex := e.Value.(bson.Regex)
 		switch {
-		case isDoc && len(x) > 0 && strings.HasPrefix(x[0].Key, "$"):
+		case isOps:
 			fc.operators(x, at)
 		case !isRegex:
 			fc.problem(at, "$not needs operators, e.g. {$not: {$gt: 5}}, or a regular expression")
@@ -371,18 +356,10 @@ func join(where, key string) string {
 	return where + "." + key
 }
 
-// validFilterPath is validFieldPath, also refusing "$" inside the path
+// validFilterPath is validFieldPath, also refusing parts starting with "$"
 // (positional operators have no meaning in a query).
 func validFilterPath(path string) bool {
-	if !validFieldPath(path) {
-		return false
-	}
-	for part := range strings.SplitSeq(path, ".") {
-		if strings.HasPrefix(part, "$") {
-			return false
-		}
-	}
-	return true
+	return validFieldPath(path) && !strings.Contains(path, ".$")
 }
 
 // pathsOverlap reports whether a condition on one path constrains the other:
@@ -414,14 +391,12 @@ func filterEqualityFields(f bson.D) []string {
 		case bson.Regex:
 			continue
 		case bson.D:
-			if len(v) > 0 && strings.HasPrefix(v[0].Key, "$") {
-				eq := slices.ContainsFunc(v, func(o bson.E) bool {
-					_, re := o.Value.(bson.Regex)
-					return o.Key == "$eq" && !re
-				})
-				if !eq {
-					continue
-				}
+			eq := slices.ContainsFunc(v, func(o bson.E) bool {
+				_, re := o.Value.(bson.Regex)
+				return o.Key == "$eq" && !re
+			})
+			if _, ops := opDoc(v); ops && !eq {
+				continue
 			}
 		}
 		if !slices.Contains(out, e.Key) {

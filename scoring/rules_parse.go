@@ -211,7 +211,7 @@ func (cp *componentParser) validate(c *Component) {
 		}
 	}
 	if cp.filterOK && c.Filter != nil {
-		cp.checkFilter(c.Filter, c.UserField)
+		filterChecker{cp: cp, userField: c.UserField}.query(c.Filter, "", false)
 	}
 }
 
