@@ -14,19 +14,14 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// WriteBatch stores results, computed by a recompute that began at
-// refreshedAt, under the same optimistic concurrency as Write, in two round
-// trips: one find reads every user's version and refreshedAt, one unordered
-// bulk write sends a guarded write per user.
-//
-// outcomes has an entry for each user written or skipped (newer, as in
-// Write). retry lists the users whose write did not happen: lost races
-// (OnConflict is called for each) and writes the server refused; the caller
-// retries each with Write, which backs off and reports a refusal's error.
-// Unless err is set every user is in exactly one of the two; with it, the
-// users in neither were not written, or not known to be. Each chunk of
-// MaxBatchUsers costs its own two round trips, plus one find when any of its
-// writes was lost or refused (see settle).
+// WriteBatch is Write for results, in two round trips per chunk of
+// MaxBatchUsers (one more when a write was lost or refused, see settle): one
+// find reads every version, one unordered bulk write guards each write.
+// outcomes holds each user written or skipped (newer, as in Write); retry
+// the users whose write did not happen, lost races (OnConflict is called for
+// each) or refusals, for the caller to retry with Write. Unless err is set
+// every user is in exactly one; with it, those in neither were not written,
+// or not known to be.
 func (s *Store) WriteBatch(ctx context.Context, results map[string]Result, refreshedAt time.Time) (outcomes map[string]WriteOutcome, retry []string, err error) {
 	return s.writeBatch(ctx, nil, results, refreshedAt)
 }
@@ -193,14 +188,12 @@ func (s *Store) bulkWrite(ctx context.Context, docs []ScoreDoc, insert, after bo
 // counts nothing. A document holding exactly what we sent, at the version we
 // set, is ours (or an identical write's, which leaves the same document).
 //
-// A document whose version moved since the read is a conflict; when it holds
-// a recompute that began no earlier than ours it is settled as skipped: as
-// fresh as ours, and ours may be under it, which the document cannot tell;
-// a retry would write twice for one refresh, and with equal refreshedAts
-// Write would not skip it. Any other document is retried (a conflict, or a
-// refused or unattempted write). After a prior read (after), stamps order
-// nothing (see Prior): every document not ours is retried, and WriteAfter
-// tells a conflict from a refusal.
+// A document whose version moved is a conflict, settled as skipped when it
+// holds a recompute that began no earlier than ours: as fresh as ours, which
+// may be under it, and a retry would write twice for one refresh (Write does
+// not skip an equal refreshedAt). Any other document is retried. After a
+// prior read (after), stamps order nothing (see Prior): every document not
+// ours is retried, and WriteAfter tells a conflict from a refusal.
 func (s *Store) settle(ctx context.Context, docs []ScoreDoc, after bool, outcomes map[string]WriteOutcome) (retry []string, err error) {
 	users := make([]string, len(docs))
 	for i, d := range docs {

@@ -75,16 +75,12 @@ func (r *Recomputer) Recompute(ctx context.Context, username string, startedAt t
 
 // RecomputeBatch computes the scores of users as of startedAt, the moment
 // the refresh began, with one query per component: per-user ($eq) for a user
-// alone, one aggregation per component ($in) for several, computing exactly
-// what each user's own would (see componentValues). The result has an entry
-// for every user, repeats removed; a user without source documents gets 0 for
-// every component. Each chunk of MaxBatchUsers costs its own round trips.
-//
-// A server without the $max, $min or $avg accumulator costs one extra round
-// trip, once per Recomputer; avg components then cost two queries. The first
-// query of each source collection is preceded, once, by a listCollections
-// that learns its default collation. A failing query fails the whole batch,
-// naming the component.
+// alone, batched ($in) for several, computing exactly what each user's own
+// would (see componentValues), per chunk of MaxBatchUsers. Every user, repeats
+// removed, gets an entry (0 for each component without documents). Once per
+// Recomputer, a missing accumulator costs one refused query (avg then costs
+// two) and each collection's first query a listCollections for its default
+// collation. A failing query fails the whole batch, naming the component.
 func (r *Recomputer) RecomputeBatch(ctx context.Context, users []string, startedAt time.Time) (map[string]Result, error) {
 	out := make(map[string]Result, len(users))
 	for _, chunk := range batchChunks(users) {
@@ -114,17 +110,12 @@ func (r *Recomputer) RecomputeBatch(ctx context.Context, users []string, started
 }
 
 // userMatch is the $match of c's query for users: $eq for a user alone, $in
-// for several, the window, the filter.
-//
-// The usernames go in only as the operand of $eq or elements of $in, which
-// are literal values: a name such as "$gt" or `{"$ne": null}` is compared as
-// the string it is and never read as an operator. The window has a lower
-// bound only: a producer whose clock runs slightly ahead of ours stamps
-// documents after startedAt, and an upper bound would hide exactly those from
-// the refresh their event asked for. The filter goes in whole as an element
-// of $and, never merged key by key: it then cannot change the user or window
-// conditions (which may be on the same fields), and c.Filter, shared by every
-// query, is never modified.
+// for several (literal operands: a name such as "$gt" is never read as an
+// operator), the window, the filter. The window has a lower bound only: a
+// producer whose clock runs ahead of ours stamps documents after startedAt,
+// which an upper bound would hide from the refresh their event asked for.
+// The filter goes in whole under $and: it cannot change the user or window
+// conditions (maybe on the same fields), and c.Filter, shared, is not modified.
 func userMatch(c Component, users []string, startedAt time.Time) bson.D {
 	op, v := "$in", any(users)
 	if len(users) == 1 {

@@ -6,15 +6,13 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
-// Refresher refreshes users' score documents: a full recompute from the
-// source collections, then an OCC write, a batch of users at a time (a user
-// alone is a batch of one).
+// Refresher refreshes users' score documents: a recompute, then an OCC
+// write, a batch of users at a time (a user alone is a batch of one).
 type Refresher struct {
 	scorer  Scorer
 	store   *Store
@@ -56,20 +54,16 @@ func (r *Refresher) Refresh(ctx context.Context, username string, startedAt time
 
 // RefreshBatch recomputes the scores of users and stores them as of
 // startedAt, the moment this refresh began (before any of its reads): the
-// stored documents' versions, the scorer, then one WriteBatchAfter for
-// several users, so a batch costs one round trip per component plus two,
-// instead of that per user. A user alone is a batch of one, written with
-// WriteAfter. A user whose document another refresh wrote meanwhile
-// (ErrSuperseded) is refreshed again, read, recompute and write, after a
-// backoff, up to MaxConflictRetries times: which of two concurrent
-// refreshes began first is unknowable from their stamps (see Prior), and
-// the recompute that follows the rival's write reflects both.
+// stored versions (ReadPrior), the scorer, then WriteBatchAfter (WriteAfter
+// for a user alone), so a batch costs one round trip per component plus two.
+// A user whose document another refresh wrote meanwhile (ErrSuperseded) is
+// refreshed again after a backoff, up to MaxConflictRetries times: which of
+// two concurrent refreshes began first is unknowable from their stamps (see
+// Prior), and the recompute that follows the rival's write reflects both.
 //
-// The result has an entry for every distinct user of users: nil when the
-// user's score was stored, else why not. A failed scorer call fails every
-// user of the batch with the same error, as does a failed batch read or
-// write for the users it left unsettled; a failed individual write fails
-// that user only.
+// The result has an entry per distinct user: nil when its score was stored,
+// else why not. A failed scorer call, batch read or batch write fails every
+// user it left unsettled with the same error; a failed write, its user only.
 func (r *Refresher) RefreshBatch(ctx context.Context, users []string, startedAt time.Time) map[string]error {
 	users = uniqueUsers(users)
 	errs := make(map[string]error, len(users))
@@ -77,7 +71,11 @@ func (r *Refresher) RefreshBatch(ctx context.Context, users []string, startedAt 
 		return errs
 	}
 	ctx, trips := withRoundTrips(ctx)
-	defer r.report(len(users), trips)
+	defer func(n int) { // the users asked for, not those refreshed again
+		if r.observe != nil {
+			r.observe(RefreshStats{Users: n, RoundTrips: int(trips.Load())})
+		}
+	}(len(users))
 	for recomputes := 1; ; recomputes++ {
 		superseded := r.refresh(ctx, users, startedAt, errs)
 		if len(superseded) == 0 {
@@ -101,7 +99,7 @@ func (r *Refresher) RefreshBatch(ctx context.Context, users []string, startedAt 
 // errs, except the users it returns, whose documents were superseded.
 func (r *Refresher) refresh(ctx context.Context, users []string, startedAt time.Time, errs map[string]error) (superseded []string) {
 	// The stored documents first: a refresh supersedes what it read before
-	// its recompute, whatever the replicas' clocks say (see Prior).
+	// its recompute (see Prior).
 	prior, err := r.store.ReadPrior(ctx, users)
 	var results map[string]Result
 	var failed map[string]error
@@ -136,9 +134,8 @@ func (r *Refresher) refresh(ctx context.Context, users []string, startedAt time.
 
 // write stores the scored users' results over prior and records each one's
 // outcome in errs: several in one WriteBatchAfter, then WriteAfter for each
-// user it could not settle (mostly a race lost to a refresh running
-// alongside); a user alone with WriteAfter, the commands a refresh of one
-// user always sent. It returns the users superseded.
+// user it could not settle (mostly a race lost to a refresh alongside); a
+// user alone with WriteAfter. It returns the users superseded.
 func (r *Refresher) write(ctx context.Context, prior Prior, scored map[string]Result, startedAt time.Time, errs map[string]error) (superseded []string) {
 	var retry []string
 	var err error
@@ -168,10 +165,4 @@ func (r *Refresher) write(ctx context.Context, prior Prior, scored map[string]Re
 		}
 	}
 	return superseded
-}
-
-func (r *Refresher) report(users int, trips *atomic.Int64) {
-	if r.observe != nil {
-		r.observe(RefreshStats{Users: users, RoundTrips: int(trips.Load())})
-	}
 }

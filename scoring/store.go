@@ -126,15 +126,13 @@ func (s *Store) Get(ctx context.Context, username string) (doc ScoreDoc, found b
 
 // Write stores res as username's score, computed by a recompute that began at
 // refreshedAt, under optimistic concurrency (docs/contract.md): it reads the
-// document, then inserts version 1 if there is none or updates the version it
-// read to version + 1. A racing insert (duplicate key) or update (no match on
-// the version read) is a conflict: Write calls OnConflict, waits a jittered,
-// exponentially growing backoff and starts again from the read. After
-// MaxConflictRetries conflicts it returns an error wrapping ErrConflict.
-//
+// document, then inserts version 1 or updates the version it read to version
+// + 1. A racing insert or update is a conflict: Write calls OnConflict, waits
+// a jittered, exponentially growing backoff and starts again from the read;
+// after MaxConflictRetries conflicts it returns an error wrapping ErrConflict.
 // A stored document from a recompute that began after refreshedAt is left
-// alone (WriteSkippedNewer: not an error, but counted with OnSkip and
-// logged); an equal refreshedAt is written.
+// alone (WriteSkippedNewer, counted with OnSkip and logged); an equal
+// refreshedAt is written.
 func (s *Store) Write(ctx context.Context, username string, res Result, refreshedAt time.Time) (WriteOutcome, error) {
 	unlock, err := s.locks.lock(ctx, username)
 	if err != nil {
@@ -201,18 +199,14 @@ func newScoreDoc(username string, res Result, refreshedAt time.Time) ScoreDoc {
 }
 
 // Prior holds the score documents (version and refreshedAt) of a refresh's
-// users as they were before its recompute read anything, by username; a
-// user without a document is absent.
-//
-// refreshedAt alone cannot order two refreshes: each replica stamps its own
-// with its estimate of the server's clock, and estimates may disagree by more
-// than the time between a user's refresh on one replica and its next on
-// another. The later refresh, which read the newest documents, would be
-// skipped as older and its entries acknowledged: an event lost. A document
-// read before the recompute began was written before it, so the recompute
-// reflects everything that document does. A document written while it ran
-// is no better ordered by its stamp (two replicas refreshing one user after
-// a lease takeover): the refresh that meets one recomputes instead.
+// users as they were before its recompute read anything; a user without a
+// document is absent. refreshedAt alone cannot order two refreshes: replicas
+// stamp them by their own estimates of the server's clock, which may differ
+// by more than the time between a user's refresh on one and its next on
+// another, and the later refresh would be skipped as older: an event lost. A
+// document read before the recompute was written before it, so the recompute
+// reflects it; one written while it ran (a lease takeover) is no better
+// ordered by its stamp: the refresh that meets one recomputes instead.
 type Prior map[string]ScoreDoc
 
 // ReadPrior reads the version and refreshedAt of users' score documents,

@@ -23,7 +23,7 @@ type Info struct {
 	Backend  string // FerretDB's storage ("SQLite", "PostgreSQL") from its startup warnings
 	Sharded  bool   // a mongos (hello's msg is "isdbgrid")
 	// A replica set's name, its primary and whether the member answering is
-	// it (hello), for the doctor; empty on a standalone server and a mongos.
+	// it (hello), for the doctor; empty on a standalone and a mongos.
 	SetName         string
 	Primary         string
 	WritablePrimary bool
@@ -46,8 +46,8 @@ func New() *Traits { return &Traits{} }
 // to a server of that kind: Probe and Reprobe leave them as they are.
 func Fixed(info Info) *Traits { return &Traits{known: true, fixed: true, info: info} }
 
-// Probe asks the server what it is, unless it has already answered; a
-// failure leaves the traits unknown.
+// Probe asks the server what it is unless it has answered; a failure leaves
+// the traits unknown.
 func (t *Traits) Probe(ctx context.Context, db *mongo.Database) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -122,7 +122,7 @@ func ParseBackend(lines []string) string {
 	return ""
 }
 
-// Parse reads the replies to buildInfo and hello. A hello field of another
+// Parse reads the replies to buildInfo and hello; a hello field of another
 // type is an error, not a panic.
 func Parse(buildInfo, hello bson.Raw) (Info, error) {
 	var h struct {
@@ -172,25 +172,23 @@ func (t *Traits) ferret() bool { return t.Info().FerretDB != "" }
 // (the shard key) go to one shard instead of every shard.
 func (t *Traits) Sharded() bool { return t.Info().Sharded }
 
-// FiltersUsernamesCheaply reports a server that evaluates the claim
-// window's username regex on index keys (MongoDB). On FerretDB, which
-// decodes every document for it, the window filters usernames itself.
+// FiltersUsernamesCheaply reports a server that evaluates the claim window's
+// username regex on index keys (MongoDB). FerretDB decodes every document
+// for it, so there the window filters usernames itself.
 func (t *Traits) FiltersUsernamesCheaply() bool { return !t.ferret() }
 
-// SingleUpdatesHoldConnections reports FerretDB 1.24: each single-document
-// (multi: false) statement of an update command keeps its query, and one of
-// the SQLite backend's 100 connections, open until the whole command
-// returns (its limit of one never reads the query to its end), while each
-// matched document needs one more connection for its write. A command of
-// 100 such statements deadlocks the server; so do a fleet's concurrent
-// commands of a few dozen each. Statements with multi: true read their
-// query to its end and free the connection at once. See UpdateByID.
+// SingleUpdatesHoldConnections reports FerretDB 1.24: each multi: false
+// statement of an update command holds one of the SQLite backend's 100
+// connections until the whole command returns, and each matched document
+// needs one more for its write: 100 such statements in a command deadlock
+// the server, as do a fleet's concurrent commands of a few dozen each.
+// multi: true statements free it at once (see UpdateByID).
 func (t *Traits) SingleUpdatesHoldConnections() bool { return t.ferret() }
 
 // PushesInDown reports a server that answers {field: {$in: [...]}} from an
-// index (MongoDB). On FerretDB an $in over a batch of users decodes the
-// whole collection in Go, so per-user queries are faster there wherever
-// latency is not what binds (see the consumer's batch size).
+// index (MongoDB). On FerretDB an $in over a batch of users decodes the whole
+// collection in Go, so per-user queries are faster there wherever latency is
+// not what binds (see the consumer's batch size).
 func (t *Traits) PushesInDown() bool { return !t.ferret() }
 
 // BackendUnknown reports a FerretDB that has not yet named its storage,
@@ -226,8 +224,8 @@ func (t *Traits) ExplainsPlans() bool { return !t.ferret() }
 // EvaluatesElemMatch reports a server that evaluates $elemMatch as
 // documented (MongoDB). FerretDB 1.24 lets different elements satisfy each
 // of several conditions, matches nothing with conditions on fields of
-// document elements, and refuses it over $and, $or, $nor, $ne or $not, so
-// the service refuses rules using it at boot (see MisreadOperators).
+// document elements, and refuses it over $and, $or, $nor, $ne or $not: the
+// service refuses rules using it at boot (MisreadOperators).
 func (t *Traits) EvaluatesElemMatch() bool { return !t.ferret() }
 
 // MisreadOperators lists the query operators the server answers wrongly.
