@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
@@ -165,4 +166,49 @@ func (r *Refresher) write(ctx context.Context, prior Prior, scored map[string]Re
 		}
 	}
 	return superseded
+}
+
+// Scorer computes users' scores: the part of a refresh a team may bring of
+// its own; the service keeps everything around it (claims, concurrency, the
+// OCC store, retries, dead letters, metrics). The rules (Recomputer) are one
+// Scorer, an external one over HTTP (HTTPScorer) another.
+//
+// Score is called with at most REFRESH_BATCH_SIZE distinct users, at most
+// REFRESH_CONCURRENCY calls at once, and asOf the moment the refresh began
+// by the server's clock: it must read data at least as fresh. Every user
+// comes back in exactly one of results or failed; a user in failed failed
+// alone (charged, backed off, dead-lettered after MAX_ATTEMPTS with the
+// error's text). A non-nil err fails the whole call: nobody is charged and
+// every user is retried (a user alone whose calls keep failing while others'
+// succeed is charged then).
+type Scorer interface {
+	Score(ctx context.Context, users []string, asOf time.Time) (results map[string]Result, failed map[string]error, err error)
+}
+
+// Score is the rules' Scorer: RecomputeBatch.
+func (r *Recomputer) Score(ctx context.Context, users []string, asOf time.Time) (map[string]Result, map[string]error, error) {
+	results, err := r.RecomputeBatch(ctx, users, asOf)
+	return results, nil, err // for a user alone, the caller names the user
+}
+
+// roundTripsKey carries a refresh's round-trip tally in its context: the
+// commands are sent several layers down, all of which take the context, and
+// a Recomputer or Store shared by concurrent refreshes has no other per-call
+// place to keep it.
+type roundTripsKey struct{}
+
+// withRoundTrips returns a context whose commands are tallied in the counter.
+func withRoundTrips(ctx context.Context) (context.Context, *atomic.Int64) {
+	n := new(atomic.Int64)
+	return context.WithValue(ctx, roundTripsKey{}, n), n
+}
+
+// noteRoundTrip records one command about to be sent, if ctx is tallied. One
+// driver call is one command: every query here gets its whole answer in the
+// first reply (one document, or a batchSize above the most it can hold); the
+// getMore of an answer beyond 16 MiB is not counted.
+func noteRoundTrip(ctx context.Context) {
+	if n, ok := ctx.Value(roundTripsKey{}).(*atomic.Int64); ok {
+		n.Add(1)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -319,4 +320,77 @@ func (s *Store) backoff(n int) time.Duration {
 		}
 	}
 	return rand.N(ceiling + 1)
+}
+
+// userLocks serialises the writes of one user within a process: it saves the
+// round trips of conflicts between them (OCC guards against other
+// processes), and keeps writes correct on FerretDB 1.24, whose updateOne is
+// no atomic compare-and-set (a find, then a replace by _id): two concurrent
+// updates guarded by the same version can both match.
+type userLocks struct {
+	mu   sync.Mutex
+	held map[string]*userLock
+}
+
+type userLock struct {
+	slot    chan struct{} // holds a token while the lock is held
+	waiters int           // holders and waiters; the entry goes at 0
+}
+
+// lock blocks until username's lock is free or ctx is done; on success the
+// caller must call unlock.
+func (l *userLocks) lock(ctx context.Context, username string) (unlock func(), err error) {
+	l.mu.Lock()
+	if l.held == nil {
+		l.held = map[string]*userLock{}
+	}
+	ul := l.held[username]
+	if ul == nil {
+		ul = &userLock{slot: make(chan struct{}, 1)}
+		l.held[username] = ul
+	}
+	ul.waiters++
+	l.mu.Unlock()
+
+	select {
+	case ul.slot <- struct{}{}:
+		return func() {
+			<-ul.slot
+			l.release(username, ul)
+		}, nil
+	case <-ctx.Done():
+		l.release(username, ul)
+		return nil, ctx.Err()
+	}
+}
+
+func (l *userLocks) release(username string, ul *userLock) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ul.waiters--
+	if ul.waiters == 0 {
+		delete(l.held, username)
+	}
+}
+
+// lockAll takes the locks of users, which must be sorted and free of repeats,
+// in that order; on failure it releases those it took. The fixed order rules
+// out deadlock: a holder waits only for a lock later in the order than all it
+// holds, so no cycle of waiting can form.
+func (l *userLocks) lockAll(ctx context.Context, users []string) (unlock func(), err error) {
+	unlocks := make([]func(), 0, len(users))
+	unlock = func() {
+		for _, u := range unlocks {
+			u()
+		}
+	}
+	for _, u := range users {
+		un, err := l.lock(ctx, u)
+		if err != nil {
+			unlock()
+			return nil, err
+		}
+		unlocks = append(unlocks, un)
+	}
+	return unlock, nil
 }

@@ -8,9 +8,12 @@ package servertraits
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -249,4 +252,120 @@ func (t *Traits) UpdateByID(filter, update any, upsert bool) mongo.WriteModel {
 		return &mongo.UpdateManyModel{Filter: filter, Update: update, Upsert: up}
 	}
 	return &mongo.UpdateOneModel{Filter: filter, Update: update, Upsert: up}
+}
+
+// IDIndexName names the _id index every collection has
+// (IndexConstants::kIdIndexName in MongoDB's source).
+const IDIndexName = "_id_"
+
+// IndexName is the name the server gives an unnamed index on keys: each key
+// and its value joined by "_" ({createdAt: 1, _id: 1} is "createdAt_1__id_1"),
+// the _id index excepted. Hints name their index: MongoDB refuses a hint by
+// key pattern that two indexes share (differing by collation or filter).
+func IndexName(keys bson.D) string {
+	if len(keys) == 1 && keys[0].Key == "_id" && fmt.Sprint(keys[0].Value) == "1" {
+		return IDIndexName
+	}
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s_%v", k.Key, k.Value)
+	}
+	return strings.Join(parts, "_")
+}
+
+// RefusesHint reports the server refusing a hint. MongoDB's planner
+// (query_planner.cpp) answers BadValue (2) "hint provided does not correspond
+// to an existing index" ("bad hint" in older releases), and IndexNotFound
+// (27) "Hint matched multiple indexes, must hint by index name". A BadValue
+// not mentioning the hint is the query's own error, which no hint would
+// cure. FerretDB ignores hints.
+func RefusesHint(err error) bool {
+	var se mongo.ServerError
+	return errors.As(err, &se) && (se.HasErrorCode(27) || se.HasErrorCodeWithMessage(2, "hint"))
+}
+
+// sqliteOverload are the messages FerretDB 1.24's SQLite backend passes on
+// as an InternalError (code 1) when it is overloaded, not when the command
+// is wrong: the single writer's lock not granted within its busy timeout
+// ("database is locked", SQLITE_BUSY and extended codes such as 517), and a
+// query cut short when its maxTimeMS ran out ("interrupted (9)",
+// SQLITE_INTERRUPT, which FerretDB does not convert to MaxTimeMSExpired on
+// every path). Recorded from the embedded server under load.
+var sqliteOverload = []string{"database is locked", "interrupted (9)"}
+
+// Overloaded reports an error that says the embedded server was too busy to
+// answer, which is "not now", as a MongoDB timeout is: retried, and never
+// charged to the work that met it. Neither message can come from MongoDB.
+func Overloaded(err error) bool {
+	var se mongo.ServerError
+	// With the code: a write error of a bulk write carries its own.
+	return errors.As(err, &se) && slices.ContainsFunc(sqliteOverload, func(m string) bool {
+		return se.HasErrorCodeWithMessage(1, m)
+	})
+}
+
+// Feature names something a server may refuse as not implemented although
+// its version promises it: once refused, the service records it here and
+// takes the way round. These are learnt, not probed: no reply to buildInfo
+// or hello lists them.
+type Feature string
+
+const (
+	// AccumulatorMax is $group's $max accumulator, which FerretDB 1.24
+	// lacks: max components then read one sorted find per user.
+	AccumulatorMax Feature = "$max accumulator"
+	// AccumulatorMin and AccumulatorAvg: likewise (it has $sum and $count).
+	AccumulatorMin Feature = "$min accumulator"
+	AccumulatorAvg Feature = "$avg accumulator"
+	// TTLIndexes is createIndexes' expireAfterSeconds, which FerretDB 1.24
+	// refuses: consumer.EnsureIndexes then builds those indexes without it.
+	TTLIndexes Feature = "TTL indexes"
+	// PartialIndexes is createIndexes' partialFilterExpression, which
+	// FerretDB 1.24 refuses: consumer.EnsureIndexes skips those indexes.
+	PartialIndexes Feature = "partial indexes"
+)
+
+// BatchedShape names the batched query of a scoring op (one aggregation over
+// a batch of users), which a server may refuse while it answers per user.
+func BatchedShape(op string) Feature { return Feature("batched " + op) }
+
+// learnt is what the server refused: Feature → *atomic.Bool.
+type learnt struct{ flags sync.Map }
+
+// Learnt returns the flag recording that the server refused f, which hot
+// paths keep and read without a lock; CompareAndSwap(false, true) tells the
+// first to learn it (the one that logs it).
+func (l *learnt) Learnt(f Feature) *atomic.Bool {
+	b, ok := l.flags.Load(f)
+	if !ok {
+		b, _ = l.flags.LoadOrStore(f, new(atomic.Bool))
+	}
+	return b.(*atomic.Bool)
+}
+
+func (l *learnt) Lacks(f Feature) bool { return l.Learnt(f).Load() }
+
+// Refused records that the server refused f and reports whether this is
+// the first time since the last Reprobe that found other software.
+func (l *learnt) Refused(f Feature) (first bool) { return l.Learnt(f).CompareAndSwap(false, true) }
+
+// Lacking lists the features the server has refused, sorted.
+func (l *learnt) Lacking() []Feature {
+	var out []Feature
+	l.flags.Range(func(f, b any) bool {
+		if b.(*atomic.Bool).Load() {
+			out = append(out, f.(Feature))
+		}
+		return true
+	})
+	slices.Sort(out)
+	return out
+}
+
+// forget clears every flag in place: their holders see the change.
+func (l *learnt) forget() {
+	l.flags.Range(func(_, b any) bool {
+		b.(*atomic.Bool).Store(false)
+		return true
+	})
 }
