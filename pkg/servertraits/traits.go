@@ -39,7 +39,7 @@ type Traits struct {
 	known bool
 	fixed bool // Fixed: never asked, never changed by a probe
 	info  Info
-	learnt
+	flags sync.Map // what the server refused: Feature → *atomic.Bool
 }
 
 // New returns traits not yet probed (MongoDB's behaviour until Probe succeeds).
@@ -64,10 +64,9 @@ func (t *Traits) Probe(ctx context.Context, db *mongo.Database) error {
 	return err
 }
 
-// Reprobe asks the server again and reports whether it turned out to run
-// other software than before (another version, FerretDB, a mongos), as
-// after a reconnect or an upgrade under a running fleet: then every feature
-// learnt refused is forgotten, so the next use tries it again.
+// Reprobe asks the server again and reports whether it runs other software
+// than before (another version, FerretDB, a mongos; after a reconnect or an
+// upgrade): then every feature learnt refused is forgotten, to be tried again.
 func (t *Traits) Reprobe(ctx context.Context, db *mongo.Database) (changed bool, err error) {
 	if t.fixed { // set only by Fixed, never changed
 		return false, nil
@@ -189,9 +188,8 @@ func (t *Traits) FiltersUsernamesCheaply() bool { return !t.ferret() }
 func (t *Traits) SingleUpdatesHoldConnections() bool { return t.ferret() }
 
 // PushesInDown reports a server that answers {field: {$in: [...]}} from an
-// index (MongoDB). On FerretDB an $in over a batch of users decodes the whole
-// collection in Go, so per-user queries are faster there wherever latency is
-// not what binds (see the consumer's batch size).
+// index (MongoDB). FerretDB decodes the whole collection for it, so per-user
+// queries are faster there unless latency binds (the consumer's batch size).
 func (t *Traits) PushesInDown() bool { return !t.ferret() }
 
 // BackendUnknown reports a FerretDB that has not yet named its storage,
@@ -202,9 +200,8 @@ func (t *Traits) BackendUnknown() bool {
 }
 
 // PushesEqualityDown reports a server that answers {field: value} from its
-// storage rather than by decoding every document: MongoDB and FerretDB on
-// PostgreSQL. FerretDB on SQLite pushes only {_id: x} down, so a per-user
-// query there decodes the whole collection, once per user.
+// storage (MongoDB, FerretDB on PostgreSQL). FerretDB on SQLite pushes only
+// {_id: x} down: a per-user query decodes the whole collection.
 func (t *Traits) PushesEqualityDown() bool {
 	info := t.Info()
 	return info.FerretDB == "" || info.Backend != "SQLite"
@@ -226,9 +223,8 @@ func (t *Traits) ExplainsPlans() bool { return !t.ferret() }
 
 // EvaluatesElemMatch reports a server that evaluates $elemMatch as
 // documented (MongoDB). FerretDB 1.24 lets different elements satisfy each
-// of several conditions, matches nothing with conditions on fields of
-// document elements, and refuses it over $and, $or, $nor, $ne or $not: the
-// service refuses rules using it at boot (MisreadOperators).
+// condition, matches nothing on fields of document elements, and refuses it
+// over $and, $or, $nor, $ne or $not (see MisreadOperators).
 func (t *Traits) EvaluatesElemMatch() bool { return !t.ferret() }
 
 // MisreadOperators lists the query operators the server answers wrongly.
@@ -258,10 +254,10 @@ func (t *Traits) UpdateByID(filter, update any, upsert bool) mongo.WriteModel {
 // (IndexConstants::kIdIndexName in MongoDB's source).
 const IDIndexName = "_id_"
 
-// IndexName is the name the server gives an unnamed index on keys: each key
-// and its value joined by "_" ({createdAt: 1, _id: 1} is "createdAt_1__id_1"),
-// the _id index excepted. Hints name their index: MongoDB refuses a hint by
-// key pattern that two indexes share (differing by collation or filter).
+// IndexName is the name the server gives an unnamed index on keys, each key
+// and value joined by "_" ("createdAt_1__id_1"), the _id index excepted.
+// Hints name their index: MongoDB refuses a hint by a key pattern that two
+// indexes share (differing by collation or filter).
 func IndexName(keys bson.D) string {
 	if len(keys) == 1 && keys[0].Key == "_id" && fmt.Sprint(keys[0].Value) == "1" {
 		return IDIndexName
@@ -273,29 +269,26 @@ func IndexName(keys bson.D) string {
 	return strings.Join(parts, "_")
 }
 
-// RefusesHint reports the server refusing a hint. MongoDB's planner
-// (query_planner.cpp) answers BadValue (2) "hint provided does not correspond
-// to an existing index" ("bad hint" in older releases), and IndexNotFound
-// (27) "Hint matched multiple indexes, must hint by index name". A BadValue
-// not mentioning the hint is the query's own error, which no hint would
-// cure. FerretDB ignores hints.
+// RefusesHint reports the server refusing a hint: MongoDB's planner answers
+// BadValue (2) "hint provided does not correspond to an existing index"
+// ("bad hint" in older releases) and IndexNotFound (27) "Hint matched
+// multiple indexes"; a BadValue not mentioning the hint is the query's own
+// error. FerretDB ignores hints.
 func RefusesHint(err error) bool {
 	var se mongo.ServerError
 	return errors.As(err, &se) && (se.HasErrorCode(27) || se.HasErrorCodeWithMessage(2, "hint"))
 }
 
 // sqliteOverload are the messages FerretDB 1.24's SQLite backend passes on
-// as an InternalError (code 1) when it is overloaded, not when the command
-// is wrong: the single writer's lock not granted within its busy timeout
-// ("database is locked", SQLITE_BUSY and extended codes such as 517), and a
-// query cut short when its maxTimeMS ran out ("interrupted (9)",
-// SQLITE_INTERRUPT, which FerretDB does not convert to MaxTimeMSExpired on
-// every path). Recorded from the embedded server under load.
+// as an InternalError (code 1) when overloaded, recorded under load: the
+// writer's lock not granted within its busy timeout (SQLITE_BUSY), and a
+// query cut short by its maxTimeMS (SQLITE_INTERRUPT, not always converted
+// to MaxTimeMSExpired).
 var sqliteOverload = []string{"database is locked", "interrupted (9)"}
 
-// Overloaded reports an error that says the embedded server was too busy to
-// answer, which is "not now", as a MongoDB timeout is: retried, and never
-// charged to the work that met it. Neither message can come from MongoDB.
+// Overloaded reports an error saying the embedded server was too busy to
+// answer: "not now", as a MongoDB timeout is, retried and never charged.
+// Neither message can come from MongoDB.
 func Overloaded(err error) bool {
 	var se mongo.ServerError
 	// With the code: a write error of a bulk write carries its own.
@@ -305,9 +298,8 @@ func Overloaded(err error) bool {
 }
 
 // Feature names something a server may refuse as not implemented although
-// its version promises it: once refused, the service records it here and
-// takes the way round. These are learnt, not probed: no reply to buildInfo
-// or hello lists them.
+// its version promises it; once refused, the service takes the way round.
+// Learnt, not probed: no reply to buildInfo or hello lists them.
 type Feature string
 
 const (
@@ -329,30 +321,26 @@ const (
 // a batch of users), which a server may refuse while it answers per user.
 func BatchedShape(op string) Feature { return Feature("batched " + op) }
 
-// learnt is what the server refused: Feature → *atomic.Bool.
-type learnt struct{ flags sync.Map }
-
-// Learnt returns the flag recording that the server refused f, which hot
-// paths keep and read without a lock; CompareAndSwap(false, true) tells the
-// first to learn it (the one that logs it).
-func (l *learnt) Learnt(f Feature) *atomic.Bool {
-	b, ok := l.flags.Load(f)
+// Learnt returns the flag recording that the server refused f, read without
+// a lock; CompareAndSwap(false, true) tells the first to learn it.
+func (t *Traits) Learnt(f Feature) *atomic.Bool {
+	b, ok := t.flags.Load(f)
 	if !ok {
-		b, _ = l.flags.LoadOrStore(f, new(atomic.Bool))
+		b, _ = t.flags.LoadOrStore(f, new(atomic.Bool))
 	}
 	return b.(*atomic.Bool)
 }
 
-func (l *learnt) Lacks(f Feature) bool { return l.Learnt(f).Load() }
+func (t *Traits) Lacks(f Feature) bool { return t.Learnt(f).Load() }
 
 // Refused records that the server refused f and reports whether this is
 // the first time since the last Reprobe that found other software.
-func (l *learnt) Refused(f Feature) (first bool) { return l.Learnt(f).CompareAndSwap(false, true) }
+func (t *Traits) Refused(f Feature) (first bool) { return t.Learnt(f).CompareAndSwap(false, true) }
 
 // Lacking lists the features the server has refused, sorted.
-func (l *learnt) Lacking() []Feature {
+func (t *Traits) Lacking() []Feature {
 	var out []Feature
-	l.flags.Range(func(f, b any) bool {
+	t.flags.Range(func(f, b any) bool {
 		if b.(*atomic.Bool).Load() {
 			out = append(out, f.(Feature))
 		}
@@ -363,8 +351,8 @@ func (l *learnt) Lacking() []Feature {
 }
 
 // forget clears every flag in place: their holders see the change.
-func (l *learnt) forget() {
-	l.flags.Range(func(_, b any) bool {
+func (t *Traits) forget() {
+	t.flags.Range(func(_, b any) bool {
 		b.(*atomic.Bool).Store(false)
 		return true
 	})
