@@ -14,18 +14,12 @@ type Op string
 
 // The operations the contract (docs/contract.md) defines.
 const (
-	// OpSum sums Field; missing and non-numeric values count as 0.
-	OpSum Op = "sum"
-	// OpCount counts the matching documents.
-	OpCount Op = "count"
-	// OpMax takes the largest numeric value of Field; 0 when there is none.
-	OpMax Op = "max"
-	// OpDistinct counts the distinct non-null values of Field.
-	OpDistinct Op = "distinct"
-	// OpMin takes the smallest numeric value of Field; 0 when there is none.
-	OpMin Op = "min"
-	// OpAvg takes the mean of the numeric values of Field; 0 when there is none.
-	OpAvg Op = "avg"
+	OpSum      Op = "sum"      // sums Field; missing and non-numeric values count as 0
+	OpCount    Op = "count"    // counts the matching documents
+	OpMax      Op = "max"      // the largest numeric value of Field; 0 when there is none
+	OpDistinct Op = "distinct" // counts the distinct non-null values of Field
+	OpMin      Op = "min"      // the smallest numeric value of Field; 0 when there is none
+	OpAvg      Op = "avg"      // the mean of the numeric values of Field; 0 when there is none
 )
 
 // opNames lists the ops in the order error messages name them.

@@ -1,11 +1,9 @@
 package scoring
 
 import (
-	"bytes"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -36,12 +34,16 @@ func (cp *componentParser) parseFilter(n *yaml.Node) (f bson.D, ok bool) {
 		cp.problem("filter must be a mapping (a MongoDB query document), got %s", kindName(n))
 		return nil, false
 	}
-	var buf bytes.Buffer
-	if err := writeJSON(&buf, n, 0); err != nil {
+	v, err := yamlValue(n, 0)
+	var js []byte
+	if err == nil {
+		js, err = bson.MarshalExtJSON(v, false, false)
+	}
+	if err != nil {
 		cp.problem("filter: %v", err)
 		return nil, false
 	}
-	if err := bson.UnmarshalExtJSON(buf.Bytes(), false, &f); err != nil {
+	if err := bson.UnmarshalExtJSON(js, false, &f); err != nil {
 		cp.problem("filter is not a valid query document (%v); dates are written {$date: \"2025-01-31T00:00:00Z\"}", err)
 		return nil, false
 	}
@@ -55,97 +57,70 @@ func resolveAlias(n *yaml.Node) *yaml.Node {
 	return n
 }
 
-// writeJSON writes n as JSON, keeping the order of mapping keys (it matters
-// for an embedded document compared whole) and writing each scalar as the
-// BSON type YAML gives it.
-func writeJSON(buf *bytes.Buffer, n *yaml.Node, depth int) error {
+// yamlValue is n as the value whose Extended JSON parseFilter reads: mapping
+// keys in their order (it matters for an embedded document compared whole),
+// each scalar the BSON type YAML gives it (5 an integer, 5.0 a double).
+func yamlValue(n *yaml.Node, depth int) (any, error) {
 	if depth > 100 {
-		return fmt.Errorf("nested too deeply")
+		return nil, errors.New("nested too deeply")
 	}
 	n = resolveAlias(n)
 	switch n.Kind {
 	case yaml.MappingNode:
-		buf.WriteByte('{')
+		d := bson.D{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := resolveAlias(n.Content[i])
 			if k.Kind != yaml.ScalarNode || k.ShortTag() == "!!merge" {
-				return fmt.Errorf("key %q: want a plain field name or operator (no merge keys or complex keys)", k.Value)
+				return nil, fmt.Errorf("key %q: want a plain field name or operator (no merge keys or complex keys)", k.Value)
 			}
-			if i > 0 {
-				buf.WriteByte(',')
+			v, err := yamlValue(n.Content[i+1], depth+1)
+			if err != nil {
+				return nil, err
 			}
-			writeString(buf, k.Value)
-			buf.WriteByte(':')
-			if err := writeJSON(buf, n.Content[i+1], depth+1); err != nil {
-				return err
-			}
+			d = append(d, bson.E{Key: k.Value, Value: v})
 		}
-		buf.WriteByte('}')
+		return d, nil
 	case yaml.SequenceNode:
-		buf.WriteByte('[')
-		for i, e := range n.Content {
-			if i > 0 {
-				buf.WriteByte(',')
+		a := bson.A{}
+		for _, e := range n.Content {
+			v, err := yamlValue(e, depth+1)
+			if err != nil {
+				return nil, err
 			}
-			if err := writeJSON(buf, e, depth+1); err != nil {
-				return err
-			}
+			a = append(a, v)
 		}
-		buf.WriteByte(']')
+		return a, nil
 	case yaml.ScalarNode:
-		return writeScalar(buf, n)
-	default:
-		return fmt.Errorf("unexpected %s", kindName(n))
+		return yamlScalar(n)
 	}
-	return nil
+	return nil, fmt.Errorf("unexpected %s", kindName(n))
 }
 
-// writeScalar writes each scalar so that its BSON type is the one YAML read:
-// 5 is an int32, 5.0 a double (written as $numberDouble, since JSON would
-// read 2.0 back as an integer).
-func writeScalar(buf *bytes.Buffer, n *yaml.Node) error {
+func yamlScalar(n *yaml.Node) (any, error) {
 	switch n.ShortTag() {
 	case "!!null":
-		buf.WriteString("null")
-	case "!!bool":
-		var b bool
-		if err := n.Decode(&b); err != nil {
-			return err
-		}
-		buf.WriteString(strconv.FormatBool(b))
+		return nil, nil
 	case "!!int":
+		// An int64, written as a plain JSON integer: read back as an int32,
+		// or an int64 beyond, and what the wrappers that take numbers
+		// ($timestamp, $minKey) want.
 		var i int64
 		if err := n.Decode(&i); err != nil {
-			return fmt.Errorf("%s: not a 64-bit integer; use {$numberDecimal: %q}", n.Value, n.Value)
+			return nil, fmt.Errorf("%s: not a 64-bit integer; use {$numberDecimal: %q}", n.Value, n.Value)
 		}
-		// A plain JSON integer: Extended JSON reads it as an int32, or an
-		// int64 beyond, and the wrappers that take numbers ($timestamp,
-		// $minKey) want it plain.
-		buf.WriteString(strconv.FormatInt(i, 10))
-	case "!!float":
-		var f float64
-		if err := n.Decode(&f); err != nil {
-			return err
-		}
-		// Extended JSON spells FormatFloat's "+Inf" and "-Inf" "Infinity"
-		// and "-Infinity" (and NaN alike).
-		s := strings.Replace(strconv.FormatFloat(f, 'g', -1, 64), "Inf", "Infinity", 1)
-		fmt.Fprintf(buf, `{"$numberDouble":%q}`, strings.TrimPrefix(s, "+"))
+		return i, nil
+	case "!!str":
+		return n.Value, nil
+	case "!!bool", "!!float":
+		var v any // bool or float64
+		err := n.Decode(&v)
+		return v, err
 	case "!!timestamp":
 		// Read as a date, 2025-01-31 would be midnight UTC; read as a
 		// string it would match no date field. Neither guess is safe.
-		return fmt.Errorf("unquoted date %s: write {$date: \"%sT00:00:00Z\"} for a date, or quote it for a string", n.Value, n.Value)
-	case "!!str":
-		writeString(buf, n.Value)
-	default:
-		return fmt.Errorf("%s: unsupported YAML type %s", n.Value, n.ShortTag())
+		return nil, fmt.Errorf("unquoted date %s: write {$date: \"%sT00:00:00Z\"} for a date, or quote it for a string", n.Value, n.Value)
 	}
-	return nil
-}
-
-func writeString(buf *bytes.Buffer, s string) {
-	b, _ := json.Marshal(s) // a string always marshals
-	buf.Write(b)
+	return nil, fmt.Errorf("%s: unsupported YAML type %s", n.Value, n.ShortTag())
 }
 
 // filterChecker reports every operator of a filter that is not a query

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -258,15 +259,7 @@ func (cp *componentParser) window(v *yaml.Node) time.Duration {
 // validFieldPath reports whether path can be used as a field in a query and
 // as "$path" in an aggregation expression.
 func validFieldPath(path string) bool {
-	if strings.HasPrefix(path, "$") || strings.ContainsRune(path, 0) {
-		return false
-	}
-	for part := range strings.SplitSeq(path, ".") {
-		if part == "" {
-			return false
-		}
-	}
-	return true
+	return !strings.HasPrefix(path, "$") && !strings.ContainsRune(path, 0) && !slices.Contains(strings.Split(path, "."), "")
 }
 
 // suggestKey returns the known component key closest to a misspelt one, or ""
@@ -304,17 +297,10 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
+// kindName names n's kind for error messages.
 func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.ScalarNode:
+	if n.Kind == yaml.ScalarNode {
 		return "a scalar " + n.Value
-	case yaml.AliasNode:
-		return "an alias"
-	default:
-		return "nothing"
 	}
+	return cmp.Or(map[yaml.Kind]string{yaml.SequenceNode: "a list", yaml.MappingNode: "a mapping", yaml.AliasNode: "an alias"}[n.Kind], "nothing")
 }
