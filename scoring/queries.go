@@ -192,31 +192,27 @@ func pipeline(c Component, op Op, f bson.D, batched bool) (mongo.Pipeline, strin
 // (none means 0), or a batch's {_id: user, v: value}. alone lists the users
 // of a batch that a document with an array in the user field names.
 func run(ctx context.Context, src source, p mongo.Pipeline, key string, users []string, values map[string]float64) (alone []string, err error) {
-	if len(users) == 1 {
-		cur, err := src.aggregate(ctx, p, 0)
-		if err != nil {
-			return nil, fmt.Errorf("running aggregation: %w", err)
-		}
-		defer cur.Close(ctx)
-		if !cur.Next(ctx) {
-			values[users[0]] = 0
-			if err := cur.Err(); err != nil {
-				return nil, fmt.Errorf("reading aggregation result: %w", err)
-			}
-			return nil, nil
-		}
-		values[users[0]], err = numberAt(cur.Current, key)
-		return nil, err
+	batched, what := len(users) > 1, "aggregation"
+	var batchSize int32 // the driver's default for one result
+	if batched {
+		// One more than the groups expected, so the first reply holds them
+		// all and the server closes the cursor: no getMore.
+		batchSize, what = int32(len(users)+1), "batched aggregation"
 	}
-	// One more than the groups expected, so the first reply holds them all and
-	// the server closes the cursor: no getMore.
-	cur, err := src.aggregate(ctx, p, int32(len(users)+1))
+	cur, err := src.aggregate(ctx, p, batchSize)
 	if err != nil {
-		return nil, fmt.Errorf("running batched aggregation: %w", err)
+		return nil, fmt.Errorf("running %s: %w", what, err)
 	}
 	defer cur.Close(ctx)
+	if !batched {
+		values[users[0]] = 0 // no result
+	}
 	named := map[string]bool{}
 	for cur.Next(ctx) {
+		if !batched {
+			values[users[0]], err = numberAt(cur.Current, key)
+			return nil, err
+		}
 		if u, ok := cur.Current.Lookup("_id").StringValueOK(); ok {
 			if values[u], err = numberAt(cur.Current, key); err != nil {
 				return nil, err
@@ -224,12 +220,11 @@ func run(ctx context.Context, src source, p mongo.Pipeline, key string, users []
 			continue
 		}
 		// The user field held an array: $group keyed the documents by the
-		// whole array, which a per-user $eq would have matched element by
-		// element.
+		// whole array, which a per-user $eq matches element by element.
 		namesIn(cur.Current.Lookup("_id"), named)
 	}
 	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("reading batched aggregation result: %w", err)
+		return nil, fmt.Errorf("reading %s result: %w", what, err)
 	}
 	for _, u := range users {
 		if named[u] {
@@ -266,17 +261,14 @@ func numericOnly(f bson.D, field string) bson.D {
 	return withCond(f, field, "$not", bson.D{{Key: "$type", Value: "array"}})
 }
 
-// extremeBySort is a max or min component's value for one user (f) on
-// servers without the $max or $min accumulator: the first document sorted by
-// field, descending for max; 0 when there is none.
+// extremeBySort is a max or min component's value for one user (f) without
+// the accumulator: the first document sorted by field; 0 when there is none.
 func extremeBySort(ctx context.Context, src source, op Op, field string, f bson.D) (float64, error) {
 	dir := 1
 	if op == OpMax {
 		dir = -1
 	}
-	opts := options.FindOne().
-		SetSort(bson.D{{Key: field, Value: dir}}).
-		SetProjection(bson.D{{Key: field, Value: 1}, {Key: "_id", Value: 0}})
+	opts := options.FindOne().SetSort(bson.D{{Key: field, Value: dir}}).SetProjection(bson.D{{Key: field, Value: 1}, {Key: "_id", Value: 0}})
 	if src.collation != nil {
 		opts.SetCollation(src.collation)
 	}
@@ -319,9 +311,8 @@ func (r *Recomputer) learnLacksAccumulator(op Op, err error) {
 	r.log.Info(fmt.Sprintf("server lacks the $%s $group accumulator; %s components use %s", op, op, how), "err", err)
 }
 
-// unbatched is the flag set once the server has refused op's batched shape.
-// max and min use their accumulator's flag instead: their batched shape
-// needs it.
+// unbatched is the flag set once the server has refused op's batched shape;
+// for max and min, their accumulator's, which that shape needs.
 func (r *Recomputer) unbatched(op Op) *atomic.Bool {
 	if op == OpMax || op == OpMin {
 		return r.lacksAccumulator(op)
@@ -330,8 +321,7 @@ func (r *Recomputer) unbatched(op Op) *atomic.Bool {
 }
 
 // learnUnbatched records that the server refused c's batched shape, logging
-// it the first time. For avg, the first refusal is of $avg, which has a
-// batched fallback.
+// it the first time; for avg, the first refusal is of $avg (see batchValues).
 func (r *Recomputer) learnUnbatched(c Component, err error) {
 	if c.Op == OpMax || c.Op == OpMin || (c.Op == OpAvg && !r.lacksAccumulator(OpAvg).Load()) {
 		r.learnLacksAccumulator(c.Op, err)
@@ -359,14 +349,8 @@ func numberAt(doc bson.Raw, path ...string) (float64, error) {
 // isNotImplemented reports whether err is the server saying it lacks a
 // feature (code 238 NotImplemented, or FerretDB's "... is not implemented yet").
 func isNotImplemented(err error) bool {
-	if err == nil {
-		return false
-	}
 	var se mongo.ServerError
-	if errors.As(err, &se) && se.HasErrorCode(238) {
-		return true
-	}
-	return strings.Contains(strings.ToLower(err.Error()), "not implemented")
+	return err != nil && (errors.As(err, &se) && se.HasErrorCode(238) || strings.Contains(strings.ToLower(err.Error()), "not implemented"))
 }
 
 // number converts the BSON numeric types (int32, int64, double, decimal128)
