@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,15 +28,14 @@ type Recomputer struct {
 	db    *mongo.Database
 	rules *Rules
 	log   *slog.Logger
-	// traits records what the server refused as not implemented, shared with
-	// the rest of the service: an accumulator (lacksAccumulator), so the
-	// failed attempt costs one round trip per process rather than one per
-	// refresh, or an op's batched shape (unbatched).
+	// traits records what the server refused as not implemented (see
+	// lacksAccumulator, unbatched), so that a refusal costs one round trip
+	// per process rather than one per refresh.
 	traits *servertraits.Traits
 
 	// learnCollation tells whether a source collection's default collation
 	// is other than simple; a field so that tests can answer for a server
-	// that has such collections (the embedded one has none).
+	// with such collections (the embedded one has none).
 	learnCollation func(ctx context.Context, coll string) (nonSimple bool, err error)
 	// collations caches learnCollation's answer per collection name (bool).
 	collations sync.Map
@@ -151,12 +151,11 @@ func (r *Recomputer) source(ctx context.Context, name string) (source, error) {
 	return src, nil
 }
 
-// listCollation asks the server (listCollections on the name) whether coll
-// has a default collation other than simple. A collection that does not
-// exist yet has none. Where the user may not list collections (MongoDB
-// with a custom role lacking listCollections), the queries carry the simple
-// collation anyway: MongoDB accepts it whatever the default, and FerretDB,
-// the one server that refuses the option, does not refuse listCollections.
+// listCollation asks the server (listCollections) whether coll, if it exists,
+// has a default collation other than simple. Where the user may not list
+// collections (a custom MongoDB role), the queries carry the simple collation
+// anyway: MongoDB accepts it whatever the default, and FerretDB, the one
+// server that refuses the option, never refuses listCollections.
 func (r *Recomputer) listCollation(ctx context.Context, coll string) (bool, error) {
 	noteRoundTrip(ctx)
 	specs, err := r.db.ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: coll}})
@@ -169,12 +168,10 @@ func (r *Recomputer) listCollation(ctx context.Context, coll string) (bool, erro
 	if err != nil {
 		return false, err
 	}
-	for _, s := range specs {
-		if loc, ok := s.Options.Lookup("collation", "locale").StringValueOK(); ok && loc != "simple" {
-			return true, nil
-		}
-	}
-	return false, nil
+	return slices.ContainsFunc(specs, func(s mongo.CollectionSpecification) bool {
+		loc, ok := s.Options.Lookup("collation", "locale").StringValueOK()
+		return ok && loc != "simple"
+	}), nil
 }
 
 // withCond adds {field: {op: v}} to f, merging with the operators already on

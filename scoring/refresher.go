@@ -23,9 +23,8 @@ type Refresher struct {
 // RefreshStats describes one Refresh or RefreshBatch call, for metrics.
 type RefreshStats struct {
 	Users int // distinct users the call refreshed: 1 for Refresh
-	// RoundTrips counts the MongoDB commands the call sent: component
-	// queries (batched and per-user), score reads and writes, conflict
-	// retries, including those of failed calls.
+	// RoundTrips counts the MongoDB commands the call sent (queries, score
+	// reads and writes, retries), including those of failed calls.
 	RoundTrips int
 }
 
@@ -71,7 +70,8 @@ func (r *Refresher) RefreshBatch(ctx context.Context, users []string, startedAt 
 	if len(users) == 0 {
 		return errs
 	}
-	ctx, trips := withRoundTrips(ctx)
+	trips := new(atomic.Int64) // the round trips of the calls below (noteRoundTrip)
+	ctx = context.WithValue(ctx, roundTripsKey{}, trips)
 	defer func(n int) { // the users asked for, not those refreshed again
 		if r.observe != nil {
 			r.observe(RefreshStats{Users: n, RoundTrips: int(trips.Load())})
@@ -196,12 +196,6 @@ func (r *Recomputer) Score(ctx context.Context, users []string, asOf time.Time) 
 // a Recomputer or Store shared by concurrent refreshes has no other per-call
 // place to keep it.
 type roundTripsKey struct{}
-
-// withRoundTrips returns a context whose commands are tallied in the counter.
-func withRoundTrips(ctx context.Context) (context.Context, *atomic.Int64) {
-	n := new(atomic.Int64)
-	return context.WithValue(ctx, roundTripsKey{}, n), n
-}
 
 // noteRoundTrip records one command about to be sent, if ctx is tallied. One
 // driver call is one command: every query here gets its whole answer in the
