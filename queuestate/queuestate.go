@@ -72,21 +72,10 @@ func (r *Reader) Read(ctx context.Context) (State, error) {
 	return st, nil
 }
 
-// Oldest returns the enqueue time of the oldest pending entry (zero if none).
+// Oldest returns the enqueue time of the oldest pending entry (zero if
+// none): the first entry whose createdAt is a date, or the oldest undated
+// one if older.
 func (r *Reader) Oldest(ctx context.Context) (time.Time, error) {
-	dated, err := r.oldestDated(ctx)
-	if err != nil {
-		return time.Time{}, err
-	}
-	undated, err := r.oldestUndated(ctx)
-	if err != nil || dated.IsZero() || (!undated.IsZero() && undated.Before(dated)) {
-		return undated, err
-	}
-	return dated, nil
-}
-
-// oldestDated is the createdAt of the first entry whose createdAt is a date.
-func (r *Reader) oldestDated(ctx context.Context) (time.Time, error) {
 	var dated struct {
 		CreatedAt time.Time `bson:"createdAt"`
 	}
@@ -96,6 +85,10 @@ func (r *Reader) oldestDated(ctx context.Context) (time.Time, error) {
 			SetProjection(bson.D{{Key: "createdAt", Value: 1}})).Decode(&dated)
 	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
 		return time.Time{}, fmt.Errorf("reading the oldest entry: %w", err)
+	}
+	undated, err := r.oldestUndated(ctx)
+	if err != nil || dated.CreatedAt.IsZero() || (!undated.IsZero() && undated.Before(dated.CreatedAt)) {
+		return undated, err
 	}
 	return dated.CreatedAt, nil
 }

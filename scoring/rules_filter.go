@@ -287,10 +287,7 @@ func (r *Rules) RefuseOperators(ops []string, server string) error {
 			}
 		}
 	}
-	if len(p.problems) > 0 {
-		return p.err()
-	}
-	return nil
+	return p.err()
 }
 
 // usesOperator reports whether op is a key anywhere in v.

@@ -46,8 +46,8 @@ func ParseRules(source string, data []byte) (*Rules, error) {
 		return nil, p.err()
 	}
 	comps := p.parseRoot(&root)
-	if len(p.problems) > 0 {
-		return nil, p.err()
+	if err := p.err(); err != nil {
+		return nil, err
 	}
 	return &Rules{Source: source, Components: comps}, nil
 }
@@ -63,7 +63,11 @@ func (p *rulesParser) problem(format string, args ...any) {
 	p.problems = append(p.problems, p.source+": "+fmt.Sprintf(format, args...))
 }
 
+// err is the *RulesError listing the problems found, nil when none was.
 func (p *rulesParser) err() error {
+	if len(p.problems) == 0 {
+		return nil
+	}
 	return &RulesError{Source: p.source, Problems: p.problems}
 }
 
