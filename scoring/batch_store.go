@@ -84,11 +84,11 @@ func (s *Store) writeChunk(ctx context.Context, prior Prior, users []string, res
 	return s.bulkGuarded(ctx, docs, prior != nil, outcomes)
 }
 
-// readMany reads the score documents of users (projected) in one find.
+// readMany reads the score documents of users (projected) in one find: a
+// batch size of one more than can match, so the first reply holds them all
+// and the server closes the cursor.
 func (s *Store) readMany(ctx context.Context, users []string, projection bson.D) (map[string]ScoreDoc, error) {
 	noteRoundTrip(ctx)
-	// One more than can match, so the first reply holds them all and the
-	// server closes the cursor: no getMore.
 	opts := options.Find().SetBatchSize(int32(len(users) + 1))
 	if projection != nil {
 		opts.SetProjection(projection)
@@ -108,15 +108,13 @@ func (s *Store) readMany(ctx context.Context, users []string, projection bson.D)
 	return byUser, nil
 }
 
-// bulkGuarded writes each of docs over the version before its own.
-//
-// Every write is an update with upsert, guarded by {_id, version: read}; an
-// absent document reads as version 0, so its upsert inserts version 1. All
-// writes being updates, the driver sends one update command (it splits an
-// unordered bulk write by kind). A guard that no longer matches makes the
-// upsert insert a second document with the same _id, which the unique _id
-// refuses: a lost race is a duplicate key error, reported per write, where a
-// plain update would only lower the matched count without saying whose.
+// bulkGuarded writes each of docs over the version before its own: an update
+// with upsert guarded by {_id, version: read} (an absent document reads as
+// version 0, so its upsert inserts version 1), all in one update command. A
+// guard that no longer matches makes the upsert insert a second document with
+// the same _id, which the unique _id refuses: a lost race is a duplicate key
+// error, reported per write, where a plain update would only lower the
+// matched count without saying whose.
 func (s *Store) bulkGuarded(ctx context.Context, docs []ScoreDoc, after bool, outcomes map[string]WriteOutcome) (retry []string, err error) {
 	// Unknown (the server did not answer) reads as MongoDB: the bulk
 	// upsert is correct anywhere, only slower on FerretDB.
@@ -181,14 +179,11 @@ func (s *Store) bulkWrite(ctx context.Context, docs []ScoreDoc, insert, after bo
 }
 
 // settle finds out, by reading the documents back, which of docs were
-// written after a bulk write that reported lost or refused writes.
-//
-// The per-write errors are not trusted for this: FerretDB 1.24 stops an
-// unordered update at its first error, reports it at the wrong index and
-// counts nothing. A document holding exactly what we sent, at the version we
-// set, is ours (or an identical write's, which leaves the same document).
-//
-// A document whose version moved is a conflict, settled as skipped when it
+// written after a bulk write that reported lost or refused writes (not from
+// its per-write errors: FerretDB 1.24 stops an unordered update at its first
+// error, reports it at the wrong index and counts nothing). A document
+// holding exactly what we sent, at our version, is ours (or an identical
+// write's, which leaves the same document). A document whose version moved is a conflict, settled as skipped when it
 // holds a recompute that began no earlier than ours: as fresh as ours, which
 // may be under it, and a retry would write twice for one refresh (Write does
 // not skip an equal refreshedAt). Any other document is retried. After a

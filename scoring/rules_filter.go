@@ -228,14 +228,11 @@ func (fc filterChecker) operators(d bson.D, where string) {
 func (fc filterChecker) operator(e bson.E, at string, hasRegex bool) {
 	switch e.Key {
 	case "$in", "$nin", "$all":
-		arr, ok := e.Value.(bson.A)
-		if !ok {
+		if _, ok := e.Value.(bson.A); !ok {
 			fc.problem(at, "%s needs a list", e.Key)
 			return
 		}
-		for i, x := range arr {
-			fc.literal(x, fmt.Sprintf("%s.%d", at, i))
-		}
+		fc.literal(e.Value, at) // each element at at.i
 	case "$not":
 		x, isOps := opDoc(e.Value)
 		_, isRegex := e.Value.(bson.Regex)
@@ -344,34 +341,24 @@ func pathsOverlap(a, b string) bool {
 // (a literal other than a regular expression, or $eq), at its top level or
 // in a top-level $and: an index serves them as it serves the user field.
 func filterEqualityFields(f bson.D) []string {
+	isEq := func(o bson.E) bool {
+		_, re := o.Value.(bson.Regex)
+		return o.Key == "$eq" && !re
+	}
 	var out []string
 	for _, e := range f {
-		if e.Key == "$and" {
-			if arr, ok := e.Value.(bson.A); ok {
-				for _, sub := range arr {
-					if d, ok := sub.(bson.D); ok {
-						out = append(out, filterEqualityFields(d)...)
-					}
+		_, re := e.Value.(bson.Regex)
+		d, ops := opDoc(e.Value)
+		switch {
+		case e.Key == "$and":
+			arr, _ := e.Value.(bson.A)
+			for _, sub := range arr {
+				if d, ok := sub.(bson.D); ok {
+					out = append(out, filterEqualityFields(d)...)
 				}
 			}
-			continue
-		}
-		if strings.HasPrefix(e.Key, "$") {
-			continue
-		}
-		switch v := e.Value.(type) {
-		case bson.Regex:
-			continue
-		case bson.D:
-			eq := slices.ContainsFunc(v, func(o bson.E) bool {
-				_, re := o.Value.(bson.Regex)
-				return o.Key == "$eq" && !re
-			})
-			if _, ops := opDoc(v); ops && !eq {
-				continue
-			}
-		}
-		if !slices.Contains(out, e.Key) {
+		case strings.HasPrefix(e.Key, "$"), re, ops && !slices.ContainsFunc(d, isEq), slices.Contains(out, e.Key):
+		default:
 			out = append(out, e.Key)
 		}
 	}

@@ -62,8 +62,7 @@ const (
 	DefaultBackoffMax         = 500 * time.Millisecond
 )
 
-// WriteOutcome says what Write did; the zero value means no write happened
-// (Write returned an error).
+// WriteOutcome says what Write did; 0: no write (Write returned an error).
 type WriteOutcome int
 
 // The outcomes of a successful Write.
@@ -81,10 +80,9 @@ func (o WriteOutcome) String() string {
 	return fmt.Sprintf("WriteOutcome(%d)", int(o))
 }
 
-// Store reads and writes score documents. It is safe for concurrent use.
-// Share one per process: it also serialises the writes of each user within
-// the process (see userLocks), which saves conflicts everywhere and is what
-// keeps writes correct on FerretDB.
+// Store reads and writes score documents; it is safe for concurrent use.
+// Share one per process: it serialises each user's writes in the process
+// (userLocks), which saves conflicts and keeps writes correct on FerretDB.
 type Store struct {
 	coll  *mongo.Collection
 	cfg   StoreConfig
@@ -183,8 +181,7 @@ func (s *Store) conflicted() {
 	}
 }
 
-// newScoreDoc is the document storing res as username's score, without its
-// version.
+// newScoreDoc is the document storing res as username's score, unversioned.
 func newScoreDoc(username string, res Result, refreshedAt time.Time) ScoreDoc {
 	doc := ScoreDoc{
 		Username:   username,
@@ -210,9 +207,9 @@ func newScoreDoc(username string, res Result, refreshedAt time.Time) ScoreDoc {
 // ordered by its stamp: the refresh that meets one recomputes instead.
 type Prior map[string]ScoreDoc
 
-// ReadPrior reads the version and refreshedAt of users' score documents,
-// before their recompute: one round trip per chunk WriteBatch writes (a find
-// by _id for one user, which every server answers from the _id index).
+// ReadPrior reads the version and refreshedAt of users' score documents
+// before their recompute: one find per chunk WriteBatch writes (by _id for
+// one user, which every server answers from the _id index).
 func (s *Store) ReadPrior(ctx context.Context, users []string) (Prior, error) {
 	if len(users) == 1 {
 		noteRoundTrip(ctx)
@@ -233,10 +230,10 @@ func (s *Store) ReadPrior(ctx context.Context, users []string) (Prior, error) {
 	return prior, nil
 }
 
-// causalAfter returns doc stamped after cur, a document read into a Prior
-// before doc's recompute began: one millisecond past cur's refreshedAt when
-// doc's is not already later, so every write's refreshedAt stays newer than
-// the one it replaces, which later writers' comparisons rely on.
+// causalAfter returns doc stamped after cur, read into a Prior before doc's
+// recompute began: 1ms past cur's refreshedAt unless already later, so every
+// write's refreshedAt stays newer than the one it replaces (later writers
+// compare them).
 func causalAfter(doc, cur ScoreDoc, found bool) ScoreDoc {
 	if found && !cur.RefreshedAt.Before(doc.RefreshedAt) {
 		doc.RefreshedAt = cur.RefreshedAt.Add(time.Millisecond)
@@ -254,8 +251,7 @@ func (s *Store) skipped(username string, stored, ours time.Time) {
 		"user", username, "reason", SkipNewer, "storedRefreshedAt", stored, "refreshedAt", ours)
 }
 
-// errVersionMoved reports that another writer got in between our read and our
-// write.
+// errVersionMoved reports another writer between our read and our write.
 var errVersionMoved = errors.New("version moved")
 
 func (s *Store) writeOnce(ctx context.Context, doc ScoreDoc) (WriteOutcome, error) {
@@ -271,8 +267,7 @@ func (s *Store) writeOnce(ctx context.Context, doc ScoreDoc) (WriteOutcome, erro
 	return s.writeOver(ctx, doc, cur, found)
 }
 
-// writeOver writes doc over cur (absent unless found), guarded by cur's
-// version.
+// writeOver writes doc over cur (absent unless found), guarded by its version.
 func (s *Store) writeOver(ctx context.Context, doc ScoreDoc, cur ScoreDoc, found bool) (WriteOutcome, error) {
 	noteRoundTrip(ctx)
 	if !found {
@@ -337,8 +332,7 @@ type userLock struct {
 	waiters int           // holders and waiters; the entry goes at 0
 }
 
-// lock blocks until username's lock is free or ctx is done; on success the
-// caller must call unlock.
+// lock blocks until username's lock is free or ctx is done.
 func (l *userLocks) lock(ctx context.Context, username string) (unlock func(), err error) {
 	l.mu.Lock()
 	if l.held == nil {
