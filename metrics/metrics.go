@@ -77,8 +77,8 @@ type Consumer struct {
 	RefreshRoundTrips     prometheus.Counter
 }
 
-// NewConsumer registers the pipeline's metrics on reg. Label values that are
-// known up front are pre-created so dashboards see zeros instead of gaps.
+// NewConsumer registers the pipeline's metrics on reg; known label values are
+// pre-created so dashboards see zeros instead of gaps.
 func NewConsumer(reg prometheus.Registerer) *Consumer {
 	f := promauto.With(reg)
 	c := &Consumer{
@@ -178,8 +178,7 @@ func histogramSum(m prometheus.Metric) float64 {
 }
 
 // Mongo reports the driver's connection pool and round trips. The command
-// label holds the command name (find, insert, delete, update, aggregate, ...):
-// a small fixed set, never a collection or a value.
+// label is the command name (find, update, ...): a small fixed set.
 type Mongo struct {
 	PoolInUse        prometheus.Gauge
 	PoolOpen         prometheus.Gauge

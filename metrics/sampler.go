@@ -43,9 +43,9 @@ type Sampler struct {
 }
 
 // maxSampleStretch is the least a sample's deadline may stretch to: a read
-// needing a minute, abandoned at 8 × Interval and started again, kept the
-// server finishing abandoned copies instead of claim rounds. Meanwhile the
-// gauges go stale, as scorerefresh_sli_last_sample_timestamp_seconds says.
+// needing a minute, abandoned at 8 × Interval and restarted, kept the server
+// finishing abandoned copies instead of claim rounds (the gauges meanwhile go
+// stale, as scorerefresh_sli_last_sample_timestamp_seconds says).
 const maxSampleStretch = 4 * time.Minute
 
 // NewSampler builds a sampler writing to sli, its headroom from consumer's counters.
@@ -61,7 +61,7 @@ func NewSampler(cfg SamplerConfig, sli *SLI, consumer *Consumer, log *slog.Logge
 }
 
 // Run samples until ctx ends. A failed sample is counted and logged; the
-// gauges keep their last values (and the oldest age keeps rising).
+// gauges keep their last values (the oldest age keeps rising).
 func (s *Sampler) Run(ctx context.Context) {
 	s.sample(ctx)
 	clock.Every(ctx, s.cfg.Clock, s.cfg.Interval, s.sample)
@@ -205,8 +205,8 @@ func NewBuildInfo(reg prometheus.Registerer, version, revision, goVersion string
 	}).Set(1)
 }
 
-// HeadroomSample is what one SLI sample knows: the queue as sampled, and this
-// consumer's cumulative counters at that moment.
+// HeadroomSample is the queue as one SLI sample saw it, and this consumer's
+// cumulative counters then.
 type HeadroomSample struct {
 	At          time.Time
 	Depth       float64 // queue documents
@@ -219,8 +219,7 @@ type HeadroomSample struct {
 	Limit       float64 // current refresh concurrency limit
 }
 
-// Headroom is the estimate of whether the consumer keeps up, which says the
-// service is in the vulnerable state before the queue shows it.
+// Headroom estimates whether the consumer keeps up, before the queue shows it.
 type Headroom struct {
 	ArrivalRate   float64 // entries enqueued per second over the window
 	DrainCapacity float64 // entries per second this consumer could acknowledge now
@@ -228,11 +227,10 @@ type Headroom struct {
 }
 
 // HeadroomEstimator derives Headroom from the oldest and newest samples of a
-// sliding window. Arrivals are Δdepth + entries removed by this consumer:
-// exact with one replica, a lower bound with several (each sees only its own
-// removals; the alert rules compute the fleet's in PromQL). Capacity is
-// DrainRate over the batches finished within the window (the last known
-// values while idle); the slots count batches, not users.
+// sliding window. Arrivals are Δdepth + entries this consumer removed: exact
+// with one replica, a lower bound with several (the alert rules compute the
+// fleet's in PromQL). Capacity is DrainRate over the batches finished in the
+// window (the last known values while idle): slots count batches, not users.
 type HeadroomEstimator struct {
 	Window                               time.Duration // default 2m
 	samples                              []HeadroomSample
@@ -275,10 +273,10 @@ func (e *HeadroomEstimator) Observe(s HeadroomSample) Headroom {
 	return h
 }
 
-// DrainRate is what refresh slots acknowledge per second with every slot
-// busy: slots × users per batch ÷ a batch's seconds × entries acknowledged
-// per user refresh (0 when any is unknown). The live headroom, the planner's
-// bounds and the bench's estimate are this one formula.
+// DrainRate is what refresh slots acknowledge per second, every slot busy:
+// slots × users per batch ÷ a batch's seconds × entries acknowledged per user
+// refresh (0 when any is unknown): the one formula of the live headroom, the
+// planner's bounds and the bench's estimate.
 func DrainRate(slots, usersPerBatch, batchSeconds, entriesPerUser float64) float64 {
 	if slots <= 0 || usersPerBatch <= 0 || batchSeconds <= 0 || entriesPerUser <= 0 {
 		return 0
