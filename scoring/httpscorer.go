@@ -19,12 +19,10 @@ import (
 // a longer one fails the request, read no further.
 const MaxScorerResponse = 16 << 20
 
-// DefaultScorerTimeout is one request's deadline unless configured
-// (SCORER_TIMEOUT).
+// DefaultScorerTimeout is one request's deadline unless SCORER_TIMEOUT says.
 const DefaultScorerTimeout = 10 * time.Second
 
-// Outcomes of one request to an external scorer (the outcome label of
-// scorerefresh_scorer_requests_total).
+// Outcomes of one request (the label of scorerefresh_scorer_requests_total).
 const (
 	ScorerOK      = "ok"
 	ScorerError   = "error"
@@ -39,19 +37,17 @@ type HTTPScorerConfig struct {
 	Token string
 	// Timeout is one request's deadline, whole (SCORER_TIMEOUT); default 10s.
 	Timeout time.Duration
-	// Conns is how many keep-alive connections are kept for reuse: one per
-	// refresh slot (REFRESH_CONCURRENCY); default 16.
+	// Conns is how many keep-alive connections are kept: one per refresh
+	// slot (REFRESH_CONCURRENCY); default 16.
 	Conns int
-	// Observe, if set, is called once per request with its outcome and
-	// duration (metrics).
+	// Observe, if set, gets each request's outcome and duration (metrics).
 	Observe func(outcome string, seconds float64)
 }
 
-// HTTPScorer asks an external service for scores: one POST per batch,
-// {"users": [...], "asOf": "..."}, answered by
-// {"scores": {user: {"score": n, "components": {...}}}, "errors": {user: "why"}}
-// (docs/scorers.md). Whatever the scorer answers, nothing of it reaches
-// the score documents unless it has exactly that shape.
+// HTTPScorer asks an external service for scores (docs/scorers.md): one POST
+// per batch, {"users": [...], "asOf": "..."}, answered by {"scores": {user:
+// {"score": n, "components": {...}}}, "errors": {user: "why"}}; nothing of
+// an answer of another shape reaches the score documents.
 type HTTPScorer struct {
 	cfg    HTTPScorerConfig
 	where  string // the URL without credentials, for errors

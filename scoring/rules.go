@@ -36,8 +36,7 @@ const (
 const BuiltInSource = "built-in"
 
 // Component is one term of a score: Op over the documents of Collection whose
-// UserField equals the username and that match Filter, optionally limited to
-// a time window.
+// UserField is the username and that match Filter, within Window if any.
 type Component struct {
 	Name       string        // key in the score document's components
 	Collection string        // source collection
@@ -48,8 +47,8 @@ type Component struct {
 	Window     time.Duration // only documents this recent count; 0 means no window
 	TimeField  string        // date field the window applies to; defaults to "at"
 	// Filter is a query document a source document must match too (nil:
-	// none). The parser has checked it holds query operators only and no
-	// condition on UserField. Shared by every query: never modified.
+	// none), of query operators only and without a condition on UserField
+	// (the parser checked). Shared by every query: never modified.
 	Filter bson.D
 }
 

@@ -1,9 +1,8 @@
 // Package servertraits is the one place that knows which server the service
-// talks to: MongoDB (a replica set, or a sharded cluster through mongos) or
-// FerretDB 1.24, which the embedded server runs. Every workaround for what a
-// server lacks is a named method here; code elsewhere never tests "is this
-// FerretDB" itself. Until the server has answered (buildInfo and hello),
-// every method reports MongoDB's behaviour: production is MongoDB.
+// talks to: MongoDB (a replica set, or sharded through mongos) or FerretDB
+// 1.24, the embedded server. Every workaround for what a server lacks is a
+// named method here; code elsewhere never asks "is this FerretDB". Until the
+// server has answered, every method reports MongoDB's behaviour.
 package servertraits
 
 import (
@@ -32,8 +31,8 @@ type Info struct {
 	WritablePrimary bool
 }
 
-// Traits holds what the server said, once it has, and what it turned out
-// to lack (see Feature). Use New or Fixed.
+// Traits holds what the server said and what it turned out to lack (see
+// Feature). Use New or Fixed.
 type Traits struct {
 	mu    sync.Mutex
 	known bool
@@ -45,8 +44,8 @@ type Traits struct {
 // New returns traits not yet probed (MongoDB's behaviour until Probe succeeds).
 func New() *Traits { return &Traits{} }
 
-// Fixed returns traits known to be info, for tests of what the service sends
-// to a server of that kind: Probe and Reprobe leave them as they are.
+// Fixed returns traits known to be info, which Probe and Reprobe leave as
+// they are: for tests of what the service sends to a server of that kind.
 func Fixed(info Info) *Traits { return &Traits{known: true, fixed: true, info: info} }
 
 // Probe asks the server what it is unless it has answered; a failure leaves
@@ -86,8 +85,7 @@ func (t *Traits) Reprobe(ctx context.Context, db *mongo.Database) (changed bool,
 	return changed, nil
 }
 
-// Ask sends buildInfo and hello, which need no privilege on any database,
-// and reads what the server says about itself.
+// Ask sends buildInfo and hello (no privilege needed) and reads the replies.
 func Ask(ctx context.Context, db *mongo.Database) (Info, error) {
 	var replies [2]bson.Raw
 	for i, cmd := range []string{"buildInfo", "hello"} {
@@ -141,9 +139,8 @@ func Parse(buildInfo, hello bson.Raw) (Info, error) {
 	return info, nil
 }
 
-// ParseBuildInfo reads the version and, on FerretDB, its own version. A field
-// of another type reads as absent, except ferretdbVersion, whose presence
-// alone says FerretDB ("unknown").
+// ParseBuildInfo reads the version and, on FerretDB, its own; a field of
+// another type reads as absent, but ferretdbVersion's presence says FerretDB.
 func ParseBuildInfo(raw bson.Raw) (version, ferret string) {
 	version, _ = raw.Lookup("version").StringValueOK()
 	if v, err := raw.LookupErr("ferretdbVersion"); err == nil {
@@ -213,8 +210,8 @@ func (t *Traits) PushesEqualityDown() bool {
 func (t *Traits) CheapUpserts() bool { return !t.ferret() }
 
 // BoundsReplies reports a server that cuts a cursor's reply at 16 MiB
-// (MongoDB). FerretDB 1.24 fails past the wire limit instead, so documents
-// of unknown size are read one reply each there.
+// (MongoDB). FerretDB 1.24 fails past it: documents of unknown size are read
+// one reply each there.
 func (t *Traits) BoundsReplies() bool { return !t.ferret() }
 
 // ExplainsPlans reports a server whose explain shows the plan it chose
