@@ -33,9 +33,8 @@ type Recomputer struct {
 	// per process rather than one per refresh.
 	traits *servertraits.Traits
 
-	// learnCollation tells whether a source collection's default collation
-	// is other than simple; a field so that tests can answer for a server
-	// with such collections (the embedded one has none).
+	// learnCollation tells whether a collection's default collation is not
+	// simple; a field so tests can answer as a server with such collections.
 	learnCollation func(ctx context.Context, coll string) (nonSimple bool, err error)
 	// collations caches learnCollation's answer per collection name (bool).
 	collations sync.Map

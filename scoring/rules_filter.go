@@ -101,9 +101,8 @@ func yamlScalar(n *yaml.Node) (any, error) {
 	case "!!null":
 		return nil, nil
 	case "!!int":
-		// An int64, written as a plain JSON integer: read back as an int32,
-		// or an int64 beyond, and what the wrappers that take numbers
-		// ($timestamp, $minKey) want.
+		// A plain JSON integer once written: an int32 read back (an int64
+		// beyond), as the wrappers taking numbers ($timestamp, $minKey) want.
 		var i int64
 		if err := n.Decode(&i); err != nil {
 			return nil, fmt.Errorf("%s: not a 64-bit integer; use {$numberDecimal: %q}", n.Value, n.Value)

@@ -299,18 +299,15 @@ func Overloaded(err error) bool {
 // Learnt, not probed: no reply to buildInfo or hello lists them.
 type Feature string
 
+// The features FerretDB 1.24 refuses: $group's $max, $min and $avg
+// accumulators (it has $sum and $count; scoring takes the way round), and
+// createIndexes' expireAfterSeconds and partialFilterExpression
+// (consumer.EnsureIndexes builds TTL indexes without it, skips partial ones).
 const (
-	// AccumulatorMax is $group's $max accumulator, which FerretDB 1.24
-	// lacks: max components then read one sorted find per user.
 	AccumulatorMax Feature = "$max accumulator"
-	// AccumulatorMin and AccumulatorAvg: likewise (it has $sum and $count).
 	AccumulatorMin Feature = "$min accumulator"
 	AccumulatorAvg Feature = "$avg accumulator"
-	// TTLIndexes is createIndexes' expireAfterSeconds, which FerretDB 1.24
-	// refuses: consumer.EnsureIndexes then builds those indexes without it.
-	TTLIndexes Feature = "TTL indexes"
-	// PartialIndexes is createIndexes' partialFilterExpression, which
-	// FerretDB 1.24 refuses: consumer.EnsureIndexes skips those indexes.
+	TTLIndexes     Feature = "TTL indexes"
 	PartialIndexes Feature = "partial indexes"
 )
 
