@@ -23,7 +23,7 @@ import (
 // every user is in exactly one; with it, those in neither were not written,
 // or not known to be.
 func (s *Store) WriteBatch(ctx context.Context, results map[string]Result, refreshedAt time.Time) (outcomes map[string]WriteOutcome, retry []string, err error) {
-	return s.writeBatch(ctx, nil, results, refreshedAt)
+	return s.WriteBatchAfter(ctx, nil, results, refreshedAt) // nil: read in each chunk
 }
 
 // WriteBatchAfter is WriteBatch for a refresh that read prior (ReadPrior),
@@ -32,10 +32,6 @@ func (s *Store) WriteBatch(ctx context.Context, results map[string]Result, refre
 // whose document was written since is in retry, never skipped by its stamp:
 // the caller's WriteAfter then reports it superseded, or a refusal's error.
 func (s *Store) WriteBatchAfter(ctx context.Context, prior Prior, results map[string]Result, refreshedAt time.Time) (outcomes map[string]WriteOutcome, retry []string, err error) {
-	return s.writeBatch(ctx, prior, results, refreshedAt)
-}
-
-func (s *Store) writeBatch(ctx context.Context, prior Prior, results map[string]Result, refreshedAt time.Time) (outcomes map[string]WriteOutcome, retry []string, err error) {
 	outcomes = make(map[string]WriteOutcome, len(results))
 	for _, chunk := range sortedChunks(slices.Collect(maps.Keys(results))) {
 		r, err := s.writeChunk(ctx, prior, chunk, results, refreshedAt, outcomes)
