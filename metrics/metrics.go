@@ -1,6 +1,6 @@
 // Package metrics holds the service's Prometheus metrics (docs/contract.md),
-// the SLI sampler, the headroom estimate and the health endpoints, all on a
-// registry handed in (never the global default), so tests build many sets.
+// the SLI sampler, the headroom estimate and the health endpoints, on a
+// registry handed in (never the global one), so tests build many sets.
 package metrics
 
 import (
@@ -22,8 +22,8 @@ const namespace = "scorerefresh"
 const (
 	ReasonMalformed   = "malformed"
 	ReasonMaxAttempts = "max_attempts"
-	// ReasonTooLarge: an entry too large to store whole with its deadLetter
-	// subdocument, kept in reduced form (whatever made it a dead letter).
+	// ReasonTooLarge: too large to store whole with its deadLetter
+	// subdocument, kept reduced (whatever made it a dead letter).
 	ReasonTooLarge = "too_large"
 )
 

@@ -72,9 +72,8 @@ func (r *Reader) Read(ctx context.Context) (State, error) {
 	return st, nil
 }
 
-// Oldest returns the enqueue time of the oldest pending entry (zero if
-// none): the first entry whose createdAt is a date, or the oldest undated
-// one if older.
+// Oldest returns the enqueue time of the oldest pending entry, dated or
+// undated (zero if none).
 func (r *Reader) Oldest(ctx context.Context) (time.Time, error) {
 	var dated struct {
 		CreatedAt time.Time `bson:"createdAt"`
@@ -100,9 +99,9 @@ func (r *Reader) oldestUndated(ctx context.Context) (time.Time, error) {
 	var undated struct {
 		ID bson.ObjectID `bson:"_id"`
 	}
-	// Hinted: the _id index returns this order too, and a planner that picks
-	// it (it can win the trial while undated entries sit at the head) reads
-	// the whole queue once they are gone, every read, until it replans.
+	// Hinted: a planner picking the _id index (which can win the trial while
+	// undated entries sit at the head) reads the whole queue once they are
+	// gone, every read, until it replans.
 	query := bson.D{{Key: "createdAt", Value: nil}, {Key: "_id", Value: bson.D{{Key: "$type", Value: "objectId"}}}}
 	opts := options.FindOne().SetSort(bson.D{{Key: "_id", Value: 1}}).SetProjection(bson.D{{Key: "_id", Value: 1}})
 	timeIndex := bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}

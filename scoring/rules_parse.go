@@ -16,8 +16,7 @@ import (
 type RulesError struct {
 	Source string
 	// Problems each name the source, the component (1-based index and name)
-	// and the problem, e.g.
-	// `rules.yaml: component 2 ("posts"): unknown op "mean" (want sum, count, max, min, avg or distinct)`.
+	// and the problem: `rules.yaml: component 2 ("posts"): unknown op "mean" (want ...)`.
 	Problems []string
 }
 
