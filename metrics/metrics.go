@@ -157,15 +157,8 @@ func Read(m prometheus.Metric) float64 {
 	if err := m.Write(&d); err != nil {
 		return 0
 	}
-	switch {
-	case d.Counter != nil:
-		return d.Counter.GetValue()
-	case d.Gauge != nil:
-		return d.Gauge.GetValue()
-	case d.Histogram != nil:
-		return float64(d.Histogram.GetSampleCount())
-	}
-	return 0
+	// One of the three is set; the getters of the others read 0.
+	return d.GetCounter().GetValue() + d.GetGauge().GetValue() + float64(d.GetHistogram().GetSampleCount())
 }
 
 // histogramSum returns the sum of a histogram's observations.
