@@ -1,13 +1,17 @@
 // Package metrics holds the service's Prometheus metrics (docs/contract.md),
-// the SLI sampler, the headroom estimate and the health endpoints, all on a
-// registry handed in (never the global default), so tests build many sets.
+// the SLI sampler, the headroom estimate and the health endpoints, on a
+// registry handed in (never the global one), so tests build many sets.
 package metrics
 
 import (
+	"context"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	dto "github.com/prometheus/client_model/go"
+	"go.mongodb.org/mongo-driver/v2/event"
 
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
@@ -18,8 +22,8 @@ const namespace = "scorerefresh"
 const (
 	ReasonMalformed   = "malformed"
 	ReasonMaxAttempts = "max_attempts"
-	// ReasonTooLarge: an entry too large to store whole with its deadLetter
-	// subdocument, kept in reduced form (whatever made it a dead letter).
+	// ReasonTooLarge: too large to store whole with its deadLetter
+	// subdocument, kept reduced (whatever made it a dead letter).
 	ReasonTooLarge = "too_large"
 )
 
@@ -73,8 +77,8 @@ type Consumer struct {
 	RefreshRoundTrips     prometheus.Counter
 }
 
-// NewConsumer registers the pipeline's metrics on reg. Label values that are
-// known up front are pre-created so dashboards see zeros instead of gaps.
+// NewConsumer registers the pipeline's metrics on reg; known label values are
+// pre-created so dashboards see zeros instead of gaps.
 func NewConsumer(reg prometheus.Registerer) *Consumer {
 	f := promauto.With(reg)
 	c := &Consumer{
@@ -153,15 +157,8 @@ func Read(m prometheus.Metric) float64 {
 	if err := m.Write(&d); err != nil {
 		return 0
 	}
-	switch {
-	case d.Counter != nil:
-		return d.Counter.GetValue()
-	case d.Gauge != nil:
-		return d.Gauge.GetValue()
-	case d.Histogram != nil:
-		return float64(d.Histogram.GetSampleCount())
-	}
-	return 0
+	// One of the three is set; the getters of the others read 0.
+	return d.GetCounter().GetValue() + d.GetGauge().GetValue() + float64(d.GetHistogram().GetSampleCount())
 }
 
 // histogramSum returns the sum of a histogram's observations.
@@ -171,4 +168,94 @@ func histogramSum(m prometheus.Metric) float64 {
 		return 0
 	}
 	return d.GetHistogram().GetSampleSum()
+}
+
+// Mongo reports the driver's connection pool and round trips. The command
+// label is the command name (find, update, ...): a small fixed set.
+type Mongo struct {
+	PoolInUse        prometheus.Gauge
+	PoolOpen         prometheus.Gauge
+	PoolMaxSize      prometheus.Gauge
+	CheckoutWait     prometheus.Histogram
+	CheckoutFailures *prometheus.CounterVec // reason: timeout | connectionError | poolClosed
+	Commands         *prometheus.CounterVec // command, outcome: ok | error
+	CommandDuration  *prometheus.HistogramVec
+
+	// OnCheckout, if set before the client connects, sees every checkout's
+	// wait and whether it failed (the adaptive limiter listens here).
+	OnCheckout func(wait time.Duration, failed bool)
+}
+
+// NewMongo registers the MongoDB client metrics on reg.
+func NewMongo(reg prometheus.Registerer) *Mongo {
+	f := promauto.With(reg)
+	return &Mongo{
+		PoolInUse:   gauge(f, "mongo_pool_connections_in_use", "Connections checked out of the driver's pool right now."),
+		PoolOpen:    gauge(f, "mongo_pool_connections_open", "Connections open in the driver's pool (in use or idle)."),
+		PoolMaxSize: gauge(f, "mongo_pool_max_size", "maxPoolSize the client was configured with, per server."),
+		CheckoutWait: histogram(f, "mongo_pool_checkout_wait_seconds", "Time an operation waited to check a connection out of the pool.",
+			prometheus.ExponentialBuckets(0.0001, 4, 10)), // 100µs .. ~26s
+		CheckoutFailures: counterVec(f, "mongo_pool_checkout_failures_total", "Connection checkouts that failed, by reason.", "reason"),
+		Commands: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "mongo_commands_total",
+			Help: "MongoDB commands (round trips) sent, by command name and outcome.",
+		}, []string{"command", "outcome"}),
+		CommandDuration: f.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "mongo_command_duration_seconds",
+			Help:    "Round-trip time of MongoDB commands, by command name.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 3, 11), // 0.5ms .. ~30s
+		}, []string{"command"}),
+	}
+}
+
+// PoolMonitor feeds the pool metrics; hand it to options.Client().SetPoolMonitor.
+func (m *Mongo) PoolMonitor() *event.PoolMonitor {
+	return &event.PoolMonitor{Event: func(e *event.PoolEvent) {
+		switch e.Type {
+		case event.ConnectionCreated:
+			m.PoolOpen.Inc()
+		case event.ConnectionClosed:
+			m.PoolOpen.Dec()
+		case event.ConnectionCheckedIn:
+			m.PoolInUse.Dec()
+		case event.ConnectionCheckedOut, event.ConnectionCheckOutFailed:
+			failed := e.Type == event.ConnectionCheckOutFailed
+			if failed {
+				m.CheckoutFailures.WithLabelValues(e.Reason).Inc()
+			} else {
+				m.PoolInUse.Inc()
+			}
+			m.CheckoutWait.Observe(e.Duration.Seconds())
+			if m.OnCheckout != nil {
+				m.OnCheckout(e.Duration, failed)
+			}
+		}
+	}}
+}
+
+// CommandMonitor counts round trips; next, if not nil, sees every event too
+// (tests chain their own counter behind it).
+func (m *Mongo) CommandMonitor(next *event.CommandMonitor) *event.CommandMonitor {
+	if next == nil {
+		next = &event.CommandMonitor{}
+	}
+	count := func(name, outcome string, d time.Duration) {
+		m.Commands.WithLabelValues(name, outcome).Inc()
+		m.CommandDuration.WithLabelValues(name).Observe(d.Seconds())
+	}
+	return &event.CommandMonitor{
+		Started: next.Started, // the driver skips a nil one
+		Succeeded: func(ctx context.Context, e *event.CommandSucceededEvent) {
+			count(e.CommandName, "ok", e.Duration)
+			if next.Succeeded != nil {
+				next.Succeeded(ctx, e)
+			}
+		},
+		Failed: func(ctx context.Context, e *event.CommandFailedEvent) {
+			count(e.CommandName, "error", e.Duration)
+			if next.Failed != nil {
+				next.Failed(ctx, e)
+			}
+		},
+	}
 }

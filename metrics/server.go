@@ -34,8 +34,7 @@ type Server struct {
 }
 
 // Timeouts bound how long one client may hold a connection in each phase, so
-// that slow or stalled clients (a slow-loris, a scraper that stops reading)
-// cannot pile up connections and goroutines.
+// stalled clients (a slow-loris, a scraper that stops reading) cannot pile up.
 type Timeouts struct {
 	ReadHeader time.Duration // from accepting to the end of the headers
 	Read       time.Duration // from accepting to the end of the body
@@ -93,9 +92,8 @@ func (s *Server) Serve(ctx context.Context) error {
 
 // Health answers Kubernetes' probes. Liveness (/healthz) fails only when a
 // watched loop has not beaten within its allowance: a busy loop still beats,
-// a wedged one does not, so a stuck pod is restarted and a slow one left
-// alone; MongoDB being down never fails it, restarting would not help.
-// Readiness (/readyz) fails while any condition is false (MongoDB
+// a wedged one does not; MongoDB being down never fails it (a restart would
+// not help). Readiness (/readyz) fails while any condition is false (MongoDB
 // unreachable, the claim loop failing) and recovers by itself.
 type Health struct {
 	clock clock.Nower
@@ -118,7 +116,7 @@ type Heartbeat struct {
 }
 
 // NewHealth returns a Health with no loops and no conditions (live and
-// ready); clk (nil: the wall clock) measures the silences.
+// ready); clk (nil: the wall clock) measures silences.
 func NewHealth(clk clock.Nower) *Health {
 	if clk == nil {
 		clk = clock.Real{}

@@ -1,21 +1,17 @@
 // Package queuestate reads how much work the score-event queue holds: its
 // depth, the enqueue time of its oldest pending entry and, optionally, the
-// dead-letter collection's depth. Every read costs the same few round trips
-// whatever the queue's size, so it can run every second while the queue is in
-// trouble, which is exactly when an exact count would hurt most.
+// dead-letter collection's depth, in the same few round trips whatever the
+// queue's size: it can run every second while the queue is in trouble.
 //
-// Depth is estimatedDocumentCount: collection metadata, O(1). After an
-// unclean shutdown it can drift until the next validate, and on a sharded
-// cluster it counts orphans during migrations: an error of a few entries,
-// where countDocuments would scan every index key of the queue each time.
+// Depth is estimatedDocumentCount, collection metadata: it can drift after
+// an unclean shutdown and counts orphans during a sharded migration, an error
+// of a few entries, where countDocuments would scan the whole index each time.
 //
 // An entry is dated as the consumer dates it: by createdAt when that is a
-// date; when createdAt is missing or null, by its ObjectId _id's timestamp.
-// An entry with neither (createdAt of another type, or none and a non-ObjectId
-// _id) is malformed: no pending work (the consumer dead-letters it), left out
-// of the oldest age, counted in the depth. The oldest entry is two finds of
-// one document each, reading the first keys of the queue's index {createdAt,
-// _id, username} (the consumer builds it).
+// date, by its ObjectId _id's timestamp when createdAt is missing or null.
+// One with neither is malformed (the consumer dead-letters it): counted in
+// the depth, left out of the oldest age. The oldest entry is two one-document
+// finds on the first keys of the queue's index {createdAt, _id, username}.
 package queuestate
 
 import (
@@ -76,22 +72,9 @@ func (r *Reader) Read(ctx context.Context) (State, error) {
 	return st, nil
 }
 
-// Oldest returns the enqueue time of the oldest pending entry, zero if none:
-// two round trips.
+// Oldest returns the enqueue time of the oldest pending entry, dated or
+// undated (zero if none).
 func (r *Reader) Oldest(ctx context.Context) (time.Time, error) {
-	dated, err := r.oldestDated(ctx)
-	if err != nil {
-		return time.Time{}, err
-	}
-	undated, err := r.oldestUndated(ctx)
-	if err != nil || dated.IsZero() || (!undated.IsZero() && undated.Before(dated)) {
-		return undated, err
-	}
-	return dated, nil
-}
-
-// oldestDated is the createdAt of the first entry whose createdAt is a date.
-func (r *Reader) oldestDated(ctx context.Context) (time.Time, error) {
 	var dated struct {
 		CreatedAt time.Time `bson:"createdAt"`
 	}
@@ -101,6 +84,10 @@ func (r *Reader) oldestDated(ctx context.Context) (time.Time, error) {
 			SetProjection(bson.D{{Key: "createdAt", Value: 1}})).Decode(&dated)
 	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
 		return time.Time{}, fmt.Errorf("reading the oldest entry: %w", err)
+	}
+	undated, err := r.oldestUndated(ctx)
+	if err != nil || dated.CreatedAt.IsZero() || (!undated.IsZero() && undated.Before(dated.CreatedAt)) {
+		return undated, err
 	}
 	return dated.CreatedAt, nil
 }
@@ -112,9 +99,9 @@ func (r *Reader) oldestUndated(ctx context.Context) (time.Time, error) {
 	var undated struct {
 		ID bson.ObjectID `bson:"_id"`
 	}
-	// Hinted: the _id index returns this order too, and a planner that picks
-	// it (it can win the trial while undated entries sit at the head) reads
-	// the whole queue once they are gone, every read, until it replans.
+	// Hinted: a planner picking the _id index (which can win the trial while
+	// undated entries sit at the head) reads the whole queue once they are
+	// gone, every read, until it replans.
 	query := bson.D{{Key: "createdAt", Value: nil}, {Key: "_id", Value: bson.D{{Key: "$type", Value: "objectId"}}}}
 	opts := options.FindOne().SetSort(bson.D{{Key: "_id", Value: 1}}).SetProjection(bson.D{{Key: "_id", Value: 1}})
 	timeIndex := bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}

@@ -2,17 +2,15 @@ package scoring
 
 import "slices"
 
-// Limits on one batch. A batch above either is split into chunks, each
-// costing its own round trips.
+// Limits on one batch; a larger batch is split into chunks of their own.
 const (
 	// MaxBatchUsers bounds the users in one batched command: the work, and
 	// so the latency, that every user of the batch waits for.
 	MaxBatchUsers = 64
-	// maxBatchNameBytes bounds the usernames one batched command carries. A
-	// command holds them at most twice (an $in list, or the filters and
-	// documents of a bulk write) next to small per-user values, so a chunk
-	// stays far below the 16 MiB command limit however long the names are:
-	// 64 names of the queue's 256-byte maximum are 16 KiB.
+	// maxBatchNameBytes bounds the usernames one batched command carries
+	// (at most twice: an $in list, or a bulk write's filters and documents),
+	// so a chunk stays far below the 16 MiB command limit however long the
+	// names (64 of the queue's 256-byte maximum are 16 KiB).
 	maxBatchNameBytes = 1 << 20
 	// batchNameOverhead approximates the BSON framing around one name
 	// (type byte, array index key, length, terminator).
@@ -58,13 +56,8 @@ func batchChunks(users []string) [][]string {
 	return chunkUsers(uniqueUsers(users), MaxBatchUsers, maxBatchNameBytes)
 }
 
-// sortedChunks returns the keys of m sorted, then chunked: the order in which
-// the Store takes user locks (see WriteBatch).
-func sortedChunks[V any](m map[string]V) [][]string {
-	users := make([]string, 0, len(m))
-	for u := range m {
-		users = append(users, u)
-	}
-	slices.Sort(users)
-	return chunkUsers(users, MaxBatchUsers, maxBatchNameBytes)
+// sortedChunks returns users sorted, without repeats, then chunked: the
+// order in which the Store takes user locks (see lockAll).
+func sortedChunks(users []string) [][]string {
+	return chunkUsers(slices.Compact(slices.Sorted(slices.Values(users))), MaxBatchUsers, maxBatchNameBytes)
 }

@@ -161,7 +161,7 @@ func TestRefreshBatchRoundTrips(t *testing.T) {
 				got := log.take()
 				if len(got) != want {
 					t.Errorf("round %d: sent %d commands %v, want %d (%d components, %d users, lacking $max %v, $min %v, $avg %v)", round, len(got), got, want, len(tc.comps), len(users),
-						rec.noMaxAccumulator.Load(), rec.noMinAccumulator.Load(), rec.noAvgAccumulator.Load())
+						rec.lacksAccumulator(OpMax).Load(), rec.lacksAccumulator(OpMin).Load(), rec.lacksAccumulator(OpAvg).Load())
 				}
 				for _, name := range got {
 					if !slices.Contains([]string{"aggregate", "find", "update", "insert", "listCollections"}, name) {
@@ -436,7 +436,7 @@ func TestRecomputeBatchMatchesRecompute(t *testing.T) {
 			t.Fatalf("%s: RecomputeBatch: %v", strategy, err)
 		}
 		// Only u1 and u2 (and max and min by sorted find) go one by one.
-		serverLacks = batch.noMaxAccumulator.Load() && batch.noMinAccumulator.Load() && batch.noAvgAccumulator.Load()
+		serverLacks = batch.lacksAccumulator(OpMax).Load() && batch.lacksAccumulator(OpMin).Load() && batch.lacksAccumulator(OpAvg).Load()
 		most := len(rules.Collections()) // the collations, learnt
 		for _, c := range rules.Components {
 			most += 3 // batched, then u1 and u2 alone
@@ -555,7 +555,7 @@ func TestRecomputeBatchUnbatchedOp(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := NewRecomputer(db, rules)
-	rec.unbatched[OpDistinct].Store(true)
+	rec.unbatched(OpDistinct).Store(true)
 	log.take()
 	got, err := rec.RecomputeBatch(context.Background(), users, refreshStart)
 	if err != nil {
@@ -620,7 +620,7 @@ func TestQueriesCarryTheSimpleCollation(t *testing.T) {
 	for _, nonSimple := range []bool{true, false} {
 		for _, bySort := range []bool{false, true} {
 			rec := newRec(nonSimple)
-			rec.noMaxAccumulator.Store(bySort)
+			rec.lacksAccumulator(OpMax).Store(bySort)
 			take()
 			_, errOne := rec.Recompute(context.Background(), "bob", refreshStart)
 			_, errBatch := rec.RecomputeBatch(context.Background(), []string{"Bob", "bob"}, refreshStart)

@@ -15,16 +15,14 @@ import (
 	"time"
 )
 
-// MaxScorerResponse is the largest body an external scorer may answer
-// with; a longer one fails the request, read no further.
+// MaxScorerResponse is the largest body an external scorer may answer with;
+// a longer one fails the request, read no further.
 const MaxScorerResponse = 16 << 20
 
-// DefaultScorerTimeout is one request's deadline unless configured
-// (SCORER_TIMEOUT).
+// DefaultScorerTimeout is one request's deadline unless SCORER_TIMEOUT says.
 const DefaultScorerTimeout = 10 * time.Second
 
-// Outcomes of one request to an external scorer (the outcome label of
-// scorerefresh_scorer_requests_total).
+// Outcomes of one request (the label of scorerefresh_scorer_requests_total).
 const (
 	ScorerOK      = "ok"
 	ScorerError   = "error"
@@ -39,30 +37,26 @@ type HTTPScorerConfig struct {
 	Token string
 	// Timeout is one request's deadline, whole (SCORER_TIMEOUT); default 10s.
 	Timeout time.Duration
-	// Conns is how many keep-alive connections are kept for reuse: one per
-	// refresh slot (REFRESH_CONCURRENCY); default 16.
+	// Conns is how many keep-alive connections are kept: one per refresh
+	// slot (REFRESH_CONCURRENCY); default 16.
 	Conns int
-	// Observe, if set, is called once per request with its outcome and
-	// duration (metrics).
+	// Observe, if set, gets each request's outcome and duration (metrics).
 	Observe func(outcome string, seconds float64)
 }
 
-// HTTPScorer asks an external service for scores: one POST per batch,
-// {"users": [...], "asOf": "..."}, answered by
-// {"scores": {user: {"score": n, "components": {...}}}, "errors": {user: "why"}}
-// (docs/scorers.md). Whatever the scorer answers, nothing of it reaches
-// the score documents unless it has exactly that shape.
+// HTTPScorer asks an external service for scores (docs/scorers.md): one POST
+// per batch, {"users": [...], "asOf": "..."}, answered by {"scores": {user:
+// {"score": n, "components": {...}}}, "errors": {user: "why"}}; nothing of
+// an answer of another shape reaches the score documents.
 type HTTPScorer struct {
 	cfg    HTTPScorerConfig
 	where  string // the URL without credentials, for errors
 	client *http.Client
 }
 
-// NewHTTPScorer returns a scorer posting to cfg.URL, with a client of its
-// own: every phase of a request is bounded (dial, TLS handshake, response
-// headers, the whole request), and its keep-alive pool is sized to the
-// refresh slots so that a busy service does not open a connection per
-// request.
+// NewHTTPScorer returns a scorer posting to cfg.URL with a client of its own:
+// every phase of a request is bounded, and its keep-alive pool is sized to
+// the refresh slots so a busy service does not open a connection per request.
 func NewHTTPScorer(cfg HTTPScorerConfig) (*HTTPScorer, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -88,21 +82,6 @@ func NewHTTPScorer(cfg HTTPScorerConfig) (*HTTPScorer, error) {
 	return &HTTPScorer{cfg: cfg, where: u.Redacted(), client: &http.Client{Transport: transport, Timeout: cfg.Timeout}}, nil
 }
 
-type scorerRequest struct {
-	Users []string `json:"users"`
-	AsOf  string   `json:"asOf"`
-}
-
-type scorerResponse struct {
-	Scores map[string]json.RawMessage `json:"scores"`
-	Errors map[string]string          `json:"errors"`
-}
-
-type scorerScore struct {
-	Score      *float64           `json:"score"`
-	Components map[string]float64 `json:"components"`
-}
-
 // Score implements Scorer.
 func (s *HTTPScorer) Score(ctx context.Context, users []string, asOf time.Time) (map[string]Result, map[string]error, error) {
 	start := time.Now()
@@ -119,17 +98,18 @@ func (s *HTTPScorer) Score(ctx context.Context, users []string, asOf time.Time) 
 	}
 	if err != nil {
 		// %v, not %w: a scorer's timeout or refused connection must not
-		// read as MongoDB being unreachable, which is never charged. A
-		// scorer failing is a failed batch (nobody charged, each user
-		// then alone), and a user whose own request fails while the
-		// scorer answers others is charged.
+		// read as MongoDB being unreachable, which is never charged (see
+		// Scorer for who is).
 		return nil, nil, fmt.Errorf("asking the scorer at %s for %d users: %v", s.where, len(users), err)
 	}
 	return results, failed, nil
 }
 
 func (s *HTTPScorer) score(ctx context.Context, users []string, asOf time.Time) (map[string]Result, map[string]error, error) {
-	body, err := json.Marshal(scorerRequest{Users: users, AsOf: asOf.UTC().Format("2006-01-02T15:04:05.000Z07:00")})
+	body, err := json.Marshal(struct {
+		Users []string `json:"users"`
+		AsOf  string   `json:"asOf"`
+	}{users, asOf.UTC().Format("2006-01-02T15:04:05.000Z07:00")})
 	if err != nil {
 		return nil, nil, fmt.Errorf("encoding the request: %w", err)
 	}
@@ -164,7 +144,10 @@ func (s *HTTPScorer) score(ctx context.Context, users []string, asOf time.Time) 
 // scores and errors, each score a finite number, components (optional) an
 // object of finite numbers. Unknown top-level keys are ignored.
 func decodeScores(raw []byte, users []string) (map[string]Result, map[string]error, error) {
-	var r scorerResponse
+	var r struct {
+		Scores map[string]json.RawMessage `json:"scores"`
+		Errors map[string]string          `json:"errors"`
+	}
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return nil, nil, fmt.Errorf("the answer is not the scores object: %v", err)
 	}
@@ -181,7 +164,10 @@ func decodeScores(raw []byte, users []string) (map[string]Result, map[string]err
 		case !scored:
 			return nil, nil, fmt.Errorf("user %q is in neither scores nor errors", u)
 		default:
-			var sc scorerScore
+			var sc struct {
+				Score      *float64           `json:"score"`
+				Components map[string]float64 `json:"components"`
+			}
 			if err := json.Unmarshal(scoreRaw, &sc); err != nil {
 				return nil, nil, fmt.Errorf("the score of user %q is not {\"score\": number, \"components\": {...}}: %v", u, err)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
 // Each query here answers one component, for one user or for a batch, with a
@@ -18,10 +21,9 @@ import (
 // closed by the server and no getMore or killCursors follows: one round trip.
 
 // source is a source collection as the queries address it: with the simple
-// collation where the collection's default collation is another one, so that
-// usernames and filter strings compare exactly (binary) whatever the
-// collection's default, as user_scores' _id does; without any collation
-// option otherwise (FerretDB refuses it).
+// collation where the collection's default is another, so that usernames and
+// filter strings compare exactly (binary), as user_scores' _id does; without
+// any collation option otherwise (FerretDB refuses it).
 type source struct {
 	coll      *mongo.Collection
 	collation *options.Collation // nil: the collection's default is simple
@@ -43,14 +45,11 @@ func (s source) aggregate(ctx context.Context, pipeline mongo.Pipeline, batchSiz
 
 // componentValues returns c's value for each of users that has documents. A
 // user alone gets the per-user query; several get the batched one, except
-// the users a document with an array in the user field names (a per-user
-// $eq matches such a document for each name it holds, where the batch's
-// $group keys it by the whole array), and every user once the server has
-// refused the batched shape: those get the per-user query each. The server
-// refusing a shape is learnt once per Recomputer, at the cost of one refused
-// command, and logged once: FerretDB 1.24 lacks the $max and $min
-// accumulators (a sorted find per user then) and $avg (a $sum and a count,
-// batched alike, then).
+// the users a document with an array in the user field names (a per-user $eq
+// matches it for each name it holds, where $group keys it by the whole
+// array), and all of them once the server has refused the batched shape
+// (learnt once per Recomputer, at the cost of one refused command, and
+// logged once): those get the per-user query each.
 func (r *Recomputer) componentValues(ctx context.Context, c Component, users []string, startedAt time.Time) (map[string]float64, error) {
 	src, err := r.source(ctx, c.Collection)
 	if err != nil {
@@ -77,11 +76,11 @@ func (r *Recomputer) componentValues(ctx context.Context, c Component, users []s
 }
 
 // batchValues sets values from c's batched query over users and returns the
-// users to query alone. A refusal of the batched shape is tried once more
-// (for avg, the first refusal is of $avg, which has a batched fallback).
+// users to query alone. A refusal is tried once more: for avg, the first is
+// of $avg, which has a batched fallback.
 func (r *Recomputer) batchValues(ctx context.Context, src source, c Component, users []string, startedAt time.Time, values map[string]float64) ([]string, error) {
 	for range 2 {
-		if r.batchUnsupported(c.Op) {
+		if r.unbatched(c.Op).Load() {
 			break
 		}
 		alone, err := r.query(ctx, src, c, users, startedAt, values)
@@ -94,7 +93,7 @@ func (r *Recomputer) batchValues(ctx context.Context, src source, c Component, u
 }
 
 // userValue is c's value for u alone: its accumulator while the server has
-// it, the way round from then on.
+// it, the way round (a sorted find for max and min) from then on.
 func (r *Recomputer) userValue(ctx context.Context, src source, c Component, u string, startedAt time.Time) (float64, error) {
 	lacks := r.lacksAccumulator(c.Op) // nil for the ops every server has
 	values := map[string]float64{}
@@ -112,12 +111,11 @@ func (r *Recomputer) userValue(ctx context.Context, src source, c Component, u s
 }
 
 // query runs c's query for users, one aggregation (two for avg without
-// $avg), into values. alone lists the users of a batch to query alone
-// because a document with an array in the user field names them.
+// $avg), into values; alone is run's.
 func (r *Recomputer) query(ctx context.Context, src source, c Component, users []string, startedAt time.Time, values map[string]float64) (alone []string, err error) {
 	f := userMatch(c, users, startedAt)
 	batched := len(users) > 1
-	if c.Op == OpAvg && r.noAvgAccumulator.Load() {
+	if c.Op == OpAvg && r.lacksAccumulator(OpAvg).Load() {
 		// A $sum and a count as two aggregations (two accumulators in one
 		// $group come back wrong on FerretDB 1.24), divided here.
 		f = numericOnly(f, c.Field)
@@ -132,7 +130,10 @@ func (r *Recomputer) query(ctx context.Context, src source, c Component, users [
 			return nil, fmt.Errorf("counting %s values for the mean: %w", c.Field, err)
 		}
 		for u, n := range counts {
-			values[u] = mean(sums[u], n)
+			values[u] = 0 // no values
+			if n > 0 {
+				values[u] = sums[u] / n
+			}
 		}
 		return alone, nil
 	}
@@ -144,10 +145,9 @@ func (r *Recomputer) query(ctx context.Context, src source, c Component, users [
 }
 
 // pipeline is op's aggregation over the documents matching f, and the key of
-// the value in its results: one result for one user's f, {_id: user, v} per
-// user of a batch's f (grouped by the user field). One accumulator per
-// $group on purpose: FerretDB 1.24 answered a second accumulator in the same
-// stage ({n: {$sum: 1}}) with a wrong 0.
+// the value in its results: one result for one user, {_id: user, v} per user
+// of a batch. One accumulator per $group on purpose: FerretDB 1.24 answered a
+// second one in the same stage ({n: {$sum: 1}}) with a wrong 0.
 func pipeline(c Component, op Op, f bson.D, batched bool) (mongo.Pipeline, string) {
 	var user any // one user: a single group
 	if batched {
@@ -168,14 +168,13 @@ func pipeline(c Component, op Op, f bson.D, batched bool) (mongo.Pipeline, strin
 		// $sum skips missing and non-numeric values, which is the contract's "count as 0".
 		return mongo.Pipeline{match(f), group(bson.D{{Key: "$sum", Value: "$" + c.Field}})}, "v"
 	case OpMax, OpMin, OpAvg:
-		return mongo.Pipeline{match(numericOnly(f, c.Field)), group(bson.D{{Key: accumulatorOf(op), Value: "$" + c.Field}})}, "v"
+		return mongo.Pipeline{match(numericOnly(f, c.Field)), group(bson.D{{Key: "$" + string(op), Value: "$" + c.Field}})}, "v"
 	case OpDistinct:
-		// Values equal as numbers (1, int64 1, 1.0) are one value, as in
-		// $group; an array counts as one value; $ne: null excludes both null
-		// and missing fields. A batch groups by (user, value), then counts
-		// each user's groups, using only $sum, which every server has:
-		// $addToSet + $size would hold each user's values in one array, and
-		// FerretDB 1.24 lacks $addToSet.
+		// Values equal as numbers (1, int64 1, 1.0) are one, as in $group, an
+		// array is one value, $ne: null excludes null and missing. A batch
+		// groups by (user, value), then counts each user's groups with $sum:
+		// $addToSet would hold a user's values in one array (and FerretDB
+		// 1.24 lacks it).
 		f = withCond(f, c.Field, "$ne", nil)
 		if !batched {
 			return mongo.Pipeline{match(f), {{Key: "$group", Value: bson.D{{Key: "_id", Value: "$" + c.Field}}}}, count}, "n"
@@ -190,37 +189,30 @@ func pipeline(c Component, op Op, f bson.D, batched bool) (mongo.Pipeline, strin
 }
 
 // run runs a pipeline of pipeline's into values: one user's single result
-// (none means 0), or a batch's {_id: user, v: value}.
+// (none means 0), or a batch's {_id: user, v: value}. alone lists the users
+// of a batch that a document with an array in the user field names.
 func run(ctx context.Context, src source, p mongo.Pipeline, key string, users []string, values map[string]float64) (alone []string, err error) {
-	if len(users) == 1 {
-		cur, err := src.aggregate(ctx, p, 0)
-		if err != nil {
-			return nil, fmt.Errorf("running aggregation: %w", err)
-		}
-		defer cur.Close(ctx)
-		if !cur.Next(ctx) {
-			values[users[0]] = 0
-			if err := cur.Err(); err != nil {
-				return nil, fmt.Errorf("reading aggregation result: %w", err)
-			}
-			return nil, nil
-		}
-		values[users[0]], err = numberAt(cur.Current, key)
-		return nil, err
+	batched, what := len(users) > 1, "aggregation"
+	var batchSize int32 // the driver's default for one result
+	if batched {
+		// One more than the groups expected, so the first reply holds them
+		// all and the server closes the cursor: no getMore.
+		batchSize, what = int32(len(users)+1), "batched aggregation"
 	}
-	// One more than the groups expected, so the first reply holds them all and
-	// the server closes the cursor: no getMore.
-	cur, err := src.aggregate(ctx, p, int32(len(users)+1))
+	cur, err := src.aggregate(ctx, p, batchSize)
 	if err != nil {
-		return nil, fmt.Errorf("running batched aggregation: %w", err)
+		return nil, fmt.Errorf("running %s: %w", what, err)
 	}
 	defer cur.Close(ctx)
-	inBatch := make(map[string]bool, len(users))
-	for _, u := range users {
-		inBatch[u] = true
+	if !batched {
+		values[users[0]] = 0 // no result
 	}
 	named := map[string]bool{}
 	for cur.Next(ctx) {
+		if !batched {
+			values[users[0]], err = numberAt(cur.Current, key)
+			return nil, err
+		}
 		if u, ok := cur.Current.Lookup("_id").StringValueOK(); ok {
 			if values[u], err = numberAt(cur.Current, key); err != nil {
 				return nil, err
@@ -228,12 +220,11 @@ func run(ctx context.Context, src source, p mongo.Pipeline, key string, users []
 			continue
 		}
 		// The user field held an array: $group keyed the documents by the
-		// whole array, which a per-user $eq would have matched element by
-		// element.
-		namesIn(cur.Current.Lookup("_id"), inBatch, named)
+		// whole array, which a per-user $eq matches element by element.
+		namesIn(cur.Current.Lookup("_id"), named)
 	}
 	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("reading batched aggregation result: %w", err)
+		return nil, fmt.Errorf("reading %s result: %w", what, err)
 	}
 	for _, u := range users {
 		if named[u] {
@@ -243,9 +234,9 @@ func run(ctx context.Context, src source, p mongo.Pipeline, key string, users []
 	return alone, nil
 }
 
-// namesIn adds to into the strings of inBatch that the array v holds, at any
-// depth (a dotted user field through arrays of documents yields nested arrays).
-func namesIn(v bson.RawValue, inBatch, into map[string]bool) {
+// namesIn adds to into the strings that the array v holds, at any depth (a
+// dotted user field through arrays of documents yields nested arrays).
+func namesIn(v bson.RawValue, into map[string]bool) {
 	arr, ok := v.ArrayOK()
 	if !ok {
 		return
@@ -255,41 +246,29 @@ func namesIn(v bson.RawValue, inBatch, into map[string]bool) {
 		return // the server sent it, so it is well formed
 	}
 	for _, e := range vals {
-		if s, ok := e.StringValueOK(); ok && inBatch[s] {
+		if s, ok := e.StringValueOK(); ok {
 			into[s] = true
 		}
-		namesIn(e, inBatch, into)
+		namesIn(e, into)
 	}
 }
 
-// mean is sum/n, 0 for no values.
-func mean(sum, n float64) float64 {
-	if n == 0 {
-		return 0
-	}
-	return sum / n
-}
-
-// numericOnly limits f to documents whose field holds a number.
+// numericOnly limits f to documents whose field holds a number: else a
+// string would win a max, as strings sort above numbers. {$type: "number"}
+// also matches an array holding a number, hence the $not.
 func numericOnly(f bson.D, field string) bson.D {
-	// Without this a string would win a max, as strings sort above numbers.
-	// {$type: "number"} also matches an array holding a number; arrays are not
-	// numbers (and would sort above them), hence the $not.
 	f = withCond(f, field, "$type", "number")
 	return withCond(f, field, "$not", bson.D{{Key: "$type", Value: "array"}})
 }
 
-// extremeBySort is a max or min component's value for one user (f) on
-// servers without the $max or $min accumulator: the first document sorted by
-// field, descending for max; 0 when there is none.
+// extremeBySort is a max or min component's value for one user (f) without
+// the accumulator: the first document sorted by field; 0 when there is none.
 func extremeBySort(ctx context.Context, src source, op Op, field string, f bson.D) (float64, error) {
 	dir := 1
 	if op == OpMax {
 		dir = -1
 	}
-	opts := options.FindOne().
-		SetSort(bson.D{{Key: field, Value: dir}}).
-		SetProjection(bson.D{{Key: field, Value: 1}, {Key: "_id", Value: 0}})
+	opts := options.FindOne().SetSort(bson.D{{Key: field, Value: dir}}).SetProjection(bson.D{{Key: field, Value: 1}, {Key: "_id", Value: 0}})
 	if src.collation != nil {
 		opts.SetCollation(src.collation)
 	}
@@ -304,19 +283,17 @@ func extremeBySort(ctx context.Context, src source, op Op, field string, f bson.
 	return numberAt(doc, strings.Split(field, ".")...)
 }
 
-// accumulatorOf is the $group accumulator that computes op for a user.
-func accumulatorOf(op Op) string { return "$" + string(op) }
+// accumulators are the features of the ops whose $group accumulator a
+// server may lack (FerretDB 1.24 lacks all three).
+var accumulators = map[Op]servertraits.Feature{
+	OpMax: servertraits.AccumulatorMax, OpMin: servertraits.AccumulatorMin, OpAvg: servertraits.AccumulatorAvg,
+}
 
 // lacksAccumulator is the flag set once the server has refused op's
-// accumulator.
+// accumulator; nil for the ops every server has.
 func (r *Recomputer) lacksAccumulator(op Op) *atomic.Bool {
-	switch op {
-	case OpMax:
-		return r.noMaxAccumulator
-	case OpMin:
-		return r.noMinAccumulator
-	case OpAvg:
-		return r.noAvgAccumulator
+	if f, ok := accumulators[op]; ok {
+		return r.traits.Learnt(f)
 	}
 	return nil
 }
@@ -331,27 +308,26 @@ func (r *Recomputer) learnLacksAccumulator(op Op, err error) {
 	if op == OpAvg {
 		how = "a $sum and a count, as two queries"
 	}
-	r.log.Info(fmt.Sprintf("server lacks the %s $group accumulator; %s components use %s", accumulatorOf(op), op, how),
-		"err", err)
+	r.log.Info(fmt.Sprintf("server lacks the $%s $group accumulator; %s components use %s", op, op, how), "err", err)
 }
 
-func (r *Recomputer) batchUnsupported(op Op) bool {
+// unbatched is the flag set once the server has refused op's batched shape;
+// for max and min, their accumulator's, which that shape needs.
+func (r *Recomputer) unbatched(op Op) *atomic.Bool {
 	if op == OpMax || op == OpMin {
-		return r.lacksAccumulator(op).Load()
+		return r.lacksAccumulator(op)
 	}
-	f := r.unbatched[op]
-	return f != nil && f.Load()
+	return r.traits.Learnt(servertraits.BatchedShape(string(op)))
 }
 
 // learnUnbatched records that the server refused c's batched shape, logging
-// it the first time. For avg, the first refusal is of $avg, which has a
-// batched fallback.
+// it the first time; for avg, the first refusal is of $avg (see batchValues).
 func (r *Recomputer) learnUnbatched(c Component, err error) {
-	if c.Op == OpMax || c.Op == OpMin || (c.Op == OpAvg && !r.noAvgAccumulator.Load()) {
+	if c.Op == OpMax || c.Op == OpMin || (c.Op == OpAvg && !r.lacksAccumulator(OpAvg).Load()) {
 		r.learnLacksAccumulator(c.Op, err)
 		return
 	}
-	if f := r.unbatched[c.Op]; f != nil && f.CompareAndSwap(false, true) {
+	if r.unbatched(c.Op).CompareAndSwap(false, true) {
 		r.log.Info("server lacks what the batched query needs; these components use one query per user",
 			"op", string(c.Op), "err", err)
 	}
@@ -373,12 +349,28 @@ func numberAt(doc bson.Raw, path ...string) (float64, error) {
 // isNotImplemented reports whether err is the server saying it lacks a
 // feature (code 238 NotImplemented, or FerretDB's "... is not implemented yet").
 func isNotImplemented(err error) bool {
-	if err == nil {
-		return false
-	}
 	var se mongo.ServerError
-	if errors.As(err, &se) && se.HasErrorCode(238) {
-		return true
+	return err != nil && (errors.As(err, &se) && se.HasErrorCode(238) || strings.Contains(strings.ToLower(err.Error()), "not implemented"))
+}
+
+// number converts the BSON numeric types (int32, int64, double, decimal128)
+// to float64; ok is false for anything else.
+func number(v bson.RawValue) (n float64, ok bool) {
+	switch v.Type {
+	case bson.TypeInt32:
+		return float64(v.Int32()), true
+	case bson.TypeInt64:
+		return float64(v.Int64()), true
+	case bson.TypeDouble:
+		return v.Double(), true
+	case bson.TypeDecimal128:
+		// String gives e.g. "2.5", "1.5E+3", "NaN" or "-Infinity", all of which
+		// ParseFloat reads; beyond float64's range it saturates to ±Inf.
+		f, err := strconv.ParseFloat(v.Decimal128().String(), 64)
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
+			return 0, false
+		}
+		return f, true
 	}
-	return strings.Contains(strings.ToLower(err.Error()), "not implemented")
+	return 0, false
 }

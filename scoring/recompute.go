@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -23,34 +23,18 @@ type Result struct {
 
 // Recomputer computes scores from the source collections. It is safe for
 // concurrent use; share one per process so what it learns about the server
-// (see max) is learnt once.
+// is learnt once.
 type Recomputer struct {
 	db    *mongo.Database
 	rules *Rules
 	log   *slog.Logger
-	// traits holds what the server refused (servertraits.Feature), shared
-	// with the rest of the service; the two fields below are its flags.
+	// traits records what the server refused as not implemented (see
+	// lacksAccumulator, unbatched), so that a refusal costs one round trip
+	// per process rather than one per refresh.
 	traits *servertraits.Traits
-	// noMaxAccumulator is set once the server has answered that it lacks the
-	// $group accumulator $max (FerretDB 1.24 does): from then on max components
-	// use a sorted find, so the failed attempt costs one round trip per process
-	// rather than one per refresh (servertraits.AccumulatorMax).
-	noMaxAccumulator *atomic.Bool
-	// noMinAccumulator is noMaxAccumulator for $min (AccumulatorMin).
-	noMinAccumulator *atomic.Bool
-	// noAvgAccumulator is set once the server has answered that it lacks
-	// $avg (FerretDB 1.24 does): avg components then take a $sum and a count
-	// as two queries, batched alike (AccumulatorAvg).
-	noAvgAccumulator *atomic.Bool
-	// unbatched is set, per op, once the server has refused the batched shape
-	// of that op as not implemented (see RecomputeBatch). max and min use
-	// their accumulator's flag instead: their batched shape needs it
-	// (servertraits.BatchedShape).
-	unbatched map[Op]*atomic.Bool
 
-	// learnCollation tells whether a source collection's default collation
-	// is other than simple; a field so that tests can answer for a server
-	// that has such collections (the embedded one has none).
+	// learnCollation tells whether a collection's default collation is not
+	// simple; a field so tests can answer as a server with such collections.
 	learnCollation func(ctx context.Context, coll string) (nonSimple bool, err error)
 	// collations caches learnCollation's answer per collection name (bool).
 	collations sync.Map
@@ -74,16 +58,10 @@ func WithRecomputerTraits(t *servertraits.Traits) RecomputerOption {
 // NewRecomputer returns a Recomputer reading the source collections of rules
 // from db.
 func NewRecomputer(db *mongo.Database, rules *Rules, opts ...RecomputerOption) *Recomputer {
-	r := &Recomputer{db: db, rules: rules, log: slog.New(slog.DiscardHandler), traits: servertraits.New(), unbatched: map[Op]*atomic.Bool{}}
+	r := &Recomputer{db: db, rules: rules, log: slog.New(slog.DiscardHandler), traits: servertraits.New()}
 	r.learnCollation = r.listCollation
 	for _, o := range opts {
 		o(r)
-	}
-	r.noMaxAccumulator = r.traits.Learnt(servertraits.AccumulatorMax)
-	r.noMinAccumulator = r.traits.Learnt(servertraits.AccumulatorMin)
-	r.noAvgAccumulator = r.traits.Learnt(servertraits.AccumulatorAvg)
-	for _, op := range []Op{OpSum, OpCount, OpDistinct, OpAvg} {
-		r.unbatched[op] = r.traits.Learnt(servertraits.BatchedShape(string(op)))
 	}
 	return r
 }
@@ -95,19 +73,13 @@ func (r *Recomputer) Recompute(ctx context.Context, username string, startedAt t
 }
 
 // RecomputeBatch computes the scores of users as of startedAt, the moment
-// the refresh began, with one query per component: a user alone gets the
-// per-user queries ($eq), several users one aggregation per component for
-// the whole batch ($in), exactly as each user's own would compute (see
-// componentValues). The result has an entry for every user, repeats removed;
-// a user with no source documents gets 0 for every component. A batch above
-// MaxBatchUsers users is split into chunks of their own round trips.
-//
-// On a server without the $max, $min or $avg accumulator the first such
-// component a Recomputer meets costs one extra round trip, once; avg
-// components then cost two queries. The first query of each source
-// collection is preceded, once per Recomputer, by a listCollections that
-// learns its default collation. Any failing query fails the whole batch:
-// the error says which component.
+// the refresh began, with one query per component: per-user ($eq) for a user
+// alone, batched ($in) for several, computing exactly what each user's own
+// would (see componentValues), per chunk of MaxBatchUsers. Every user, repeats
+// removed, gets an entry (0 for each component without documents). Once per
+// Recomputer, a missing accumulator costs one refused query (avg then costs
+// two) and each collection's first query a listCollections for its default
+// collation. A failing query fails the whole batch, naming the component.
 func (r *Recomputer) RecomputeBatch(ctx context.Context, users []string, startedAt time.Time) (map[string]Result, error) {
 	out := make(map[string]Result, len(users))
 	for _, chunk := range batchChunks(users) {
@@ -136,28 +108,24 @@ func (r *Recomputer) RecomputeBatch(ctx context.Context, users []string, started
 	return out, nil
 }
 
-// userMatch is the $match of c's query for users: $eq for a user alone,
-// $in for several.
-//
-// The usernames go in only as the operand of $eq or elements of $in, which
-// are literal values: a name such as "$gt" or `{"$ne": null}` is compared as
-// the string it is and never read as an operator.
+// userMatch is the $match of c's query for users: $eq for a user alone, $in
+// for several (literal operands: a name such as "$gt" is never read as an
+// operator), the window, the filter. The window has a lower bound only: a
+// producer whose clock runs ahead of ours stamps documents after startedAt,
+// which an upper bound would hide from the refresh their event asked for.
+// The filter goes in whole under $and: it cannot change the user or window
+// conditions (maybe on the same fields), and c.Filter, shared, is not modified.
 func userMatch(c Component, users []string, startedAt time.Time) bson.D {
+	op, v := "$in", any(users)
 	if len(users) == 1 {
-		return sourceMatch(c, withCond(nil, c.UserField, "$eq", users[0]), startedAt)
+		op, v = "$eq", users[0]
 	}
-	return sourceMatch(c, withCond(nil, c.UserField, "$in", users), startedAt)
-}
-
-// sourceMatch is the $match of c's query, per user or batched alike: the
-// user condition f, the window, and the component's filter.
-//
-// The filter goes in whole as an element of $and, never merged key by key
-// into f: its conditions then cannot change the user or window conditions
-// (which may be on the same fields), and c.Filter, shared by every query, is
-// never modified.
-func sourceMatch(c Component, f bson.D, startedAt time.Time) bson.D {
-	f = withWindow(f, c, startedAt)
+	f := withCond(nil, c.UserField, op, v)
+	if c.Window > 0 {
+		// BSON dates hold milliseconds; the bound rounded down, a document
+		// stamped exactly at the edge of the window counts.
+		f = withCond(f, c.TimeField, "$gte", startedAt.Add(-c.Window).Truncate(time.Millisecond))
+	}
 	if len(c.Filter) > 0 {
 		f = append(f, bson.E{Key: "$and", Value: bson.A{c.Filter}})
 	}
@@ -182,12 +150,11 @@ func (r *Recomputer) source(ctx context.Context, name string) (source, error) {
 	return src, nil
 }
 
-// listCollation asks the server (listCollections on the name) whether coll
-// has a default collation other than simple. A collection that does not
-// exist yet has none. Where the user may not list collections (MongoDB
-// with a custom role lacking listCollections), the queries carry the simple
-// collation anyway: MongoDB accepts it whatever the default, and FerretDB,
-// the one server that refuses the option, does not refuse listCollections.
+// listCollation asks the server (listCollections) whether coll, if it exists,
+// has a default collation other than simple. Where the user may not list
+// collections (a custom MongoDB role), the queries carry the simple collation
+// anyway: MongoDB accepts it whatever the default, and FerretDB, the one
+// server that refuses the option, never refuses listCollections.
 func (r *Recomputer) listCollation(ctx context.Context, coll string) (bool, error) {
 	noteRoundTrip(ctx)
 	specs, err := r.db.ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: coll}})
@@ -200,28 +167,10 @@ func (r *Recomputer) listCollation(ctx context.Context, coll string) (bool, erro
 	if err != nil {
 		return false, err
 	}
-	for _, s := range specs {
-		if loc, ok := s.Options.Lookup("collation", "locale").StringValueOK(); ok && loc != "simple" {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-// withWindow limits f to the component's window, if it has one.
-//
-// The window has a lower bound only: a producer whose clock runs slightly
-// ahead of ours writes documents stamped after startedAt, and an upper bound
-// would make exactly those just-written documents invisible to the refresh
-// their event asked for.
-func withWindow(f bson.D, c Component, startedAt time.Time) bson.D {
-	if c.Window > 0 {
-		// BSON dates hold milliseconds; round the bound down so a document
-		// stamped exactly at the edge of the window counts.
-		since := startedAt.Add(-c.Window).Truncate(time.Millisecond)
-		f = withCond(f, c.TimeField, "$gte", since)
-	}
-	return f
+	return slices.ContainsFunc(specs, func(s mongo.CollectionSpecification) bool {
+		loc, ok := s.Options.Lookup("collation", "locale").StringValueOK()
+		return ok && loc != "simple"
+	}), nil
 }
 
 // withCond adds {field: {op: v}} to f, merging with the operators already on

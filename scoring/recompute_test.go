@@ -428,7 +428,7 @@ func TestRecomputeOneCommandPerComponent(t *testing.T) {
 		t.Fatal(err)
 	}
 	learnt := len(rules.Collections())
-	if rec.noMaxAccumulator.Load() {
+	if rec.lacksAccumulator(OpMax).Load() {
 		learnt++
 	}
 	if got := log.take(); len(got) != len(rules.Components)+learnt {

@@ -12,9 +12,8 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
-// Refresher refreshes users' score documents: a full recompute from the
-// source collections, then an OCC write, a batch of users at a time (a user
-// alone is a batch of one).
+// Refresher refreshes users' score documents: a recompute, then an OCC
+// write, a batch of users at a time (a user alone is a batch of one).
 type Refresher struct {
 	scorer  Scorer
 	store   *Store
@@ -24,9 +23,8 @@ type Refresher struct {
 // RefreshStats describes one Refresh or RefreshBatch call, for metrics.
 type RefreshStats struct {
 	Users int // distinct users the call refreshed: 1 for Refresh
-	// RoundTrips counts the MongoDB commands the call sent: component
-	// queries (batched and per-user), score reads and writes, conflict
-	// retries, including those of failed calls.
+	// RoundTrips counts the MongoDB commands the call sent (queries, score
+	// reads and writes, retries), including those of failed calls.
 	RoundTrips int
 }
 
@@ -56,28 +54,29 @@ func (r *Refresher) Refresh(ctx context.Context, username string, startedAt time
 
 // RefreshBatch recomputes the scores of users and stores them as of
 // startedAt, the moment this refresh began (before any of its reads): the
-// stored documents' versions, the scorer, then one WriteBatchAfter for
-// several users, so a batch costs one round trip per component plus two,
-// instead of that per user. A user alone is a batch of one, written with
-// WriteAfter. A user whose document another refresh wrote meanwhile
-// (ErrSuperseded) is refreshed again, read, recompute and write, after a
-// backoff, up to MaxConflictRetries times: which of two concurrent
-// refreshes began first is unknowable from their stamps (see Prior), and
-// the recompute that follows the rival's write reflects both.
+// stored versions (ReadPrior), the scorer, then WriteBatchAfter (WriteAfter
+// for a user alone), so a batch costs one round trip per component plus two.
+// A user whose document another refresh wrote meanwhile (ErrSuperseded) is
+// refreshed again after a backoff, up to MaxConflictRetries times: which of
+// two concurrent refreshes began first is unknowable from their stamps (see
+// Prior), and the recompute that follows the rival's write reflects both.
 //
-// The result has an entry for every distinct user of users: nil when the
-// user's score was stored, else why not. A failed scorer call fails every
-// user of the batch with the same error, as does a failed batch read or
-// write for the users it left unsettled; a failed individual write fails
-// that user only.
+// The result has an entry per distinct user: nil when its score was stored,
+// else why not. A failed scorer call, batch read or batch write fails every
+// user it left unsettled with the same error; a failed write, its user only.
 func (r *Refresher) RefreshBatch(ctx context.Context, users []string, startedAt time.Time) map[string]error {
 	users = uniqueUsers(users)
 	errs := make(map[string]error, len(users))
 	if len(users) == 0 {
 		return errs
 	}
-	ctx, trips := withRoundTrips(ctx)
-	defer r.report(len(users), trips)
+	trips := new(atomic.Int64) // the round trips of the calls below (noteRoundTrip)
+	ctx = context.WithValue(ctx, roundTripsKey{}, trips)
+	defer func(n int) { // the users asked for, not those refreshed again
+		if r.observe != nil {
+			r.observe(RefreshStats{Users: n, RoundTrips: int(trips.Load())})
+		}
+	}(len(users))
 	for recomputes := 1; ; recomputes++ {
 		superseded := r.refresh(ctx, users, startedAt, errs)
 		if len(superseded) == 0 {
@@ -101,7 +100,7 @@ func (r *Refresher) RefreshBatch(ctx context.Context, users []string, startedAt 
 // errs, except the users it returns, whose documents were superseded.
 func (r *Refresher) refresh(ctx context.Context, users []string, startedAt time.Time, errs map[string]error) (superseded []string) {
 	// The stored documents first: a refresh supersedes what it read before
-	// its recompute, whatever the replicas' clocks say (see Prior).
+	// its recompute (see Prior).
 	prior, err := r.store.ReadPrior(ctx, users)
 	var results map[string]Result
 	var failed map[string]error
@@ -136,9 +135,8 @@ func (r *Refresher) refresh(ctx context.Context, users []string, startedAt time.
 
 // write stores the scored users' results over prior and records each one's
 // outcome in errs: several in one WriteBatchAfter, then WriteAfter for each
-// user it could not settle (mostly a race lost to a refresh running
-// alongside); a user alone with WriteAfter, the commands a refresh of one
-// user always sent. It returns the users superseded.
+// user it could not settle (mostly a race lost to a refresh alongside); a
+// user alone with WriteAfter. It returns the users superseded.
 func (r *Refresher) write(ctx context.Context, prior Prior, scored map[string]Result, startedAt time.Time, errs map[string]error) (superseded []string) {
 	var retry []string
 	var err error
@@ -170,8 +168,41 @@ func (r *Refresher) write(ctx context.Context, prior Prior, scored map[string]Re
 	return superseded
 }
 
-func (r *Refresher) report(users int, trips *atomic.Int64) {
-	if r.observe != nil {
-		r.observe(RefreshStats{Users: users, RoundTrips: int(trips.Load())})
+// Scorer computes users' scores: the part of a refresh a team may bring of
+// its own; the service keeps everything around it (claims, concurrency, the
+// OCC store, retries, dead letters, metrics). The rules (Recomputer) are one
+// Scorer, an external one over HTTP (HTTPScorer) another.
+//
+// Score is called with at most REFRESH_BATCH_SIZE distinct users, at most
+// REFRESH_CONCURRENCY calls at once, and asOf the moment the refresh began
+// by the server's clock: it must read data at least as fresh. Every user
+// comes back in exactly one of results or failed; a user in failed failed
+// alone (charged, backed off, dead-lettered after MAX_ATTEMPTS with the
+// error's text). A non-nil err fails the whole call: nobody is charged and
+// every user is retried (a user alone whose calls keep failing while others'
+// succeed is charged then).
+type Scorer interface {
+	Score(ctx context.Context, users []string, asOf time.Time) (results map[string]Result, failed map[string]error, err error)
+}
+
+// Score is the rules' Scorer: RecomputeBatch.
+func (r *Recomputer) Score(ctx context.Context, users []string, asOf time.Time) (map[string]Result, map[string]error, error) {
+	results, err := r.RecomputeBatch(ctx, users, asOf)
+	return results, nil, err // for a user alone, the caller names the user
+}
+
+// roundTripsKey carries a refresh's round-trip tally in its context: the
+// commands are sent several layers down, all of which take the context, and
+// a Recomputer or Store shared by concurrent refreshes has no other per-call
+// place to keep it.
+type roundTripsKey struct{}
+
+// noteRoundTrip records one command about to be sent, if ctx is tallied. One
+// driver call is one command: every query here gets its whole answer in the
+// first reply (one document, or a batchSize above the most it can hold); the
+// getMore of an answer beyond 16 MiB is not counted.
+func noteRoundTrip(ctx context.Context) {
+	if n, ok := ctx.Value(roundTripsKey{}).(*atomic.Int64); ok {
+		n.Add(1)
 	}
 }

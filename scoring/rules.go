@@ -14,18 +14,12 @@ type Op string
 
 // The operations the contract (docs/contract.md) defines.
 const (
-	// OpSum sums Field; missing and non-numeric values count as 0.
-	OpSum Op = "sum"
-	// OpCount counts the matching documents.
-	OpCount Op = "count"
-	// OpMax takes the largest numeric value of Field; 0 when there is none.
-	OpMax Op = "max"
-	// OpDistinct counts the distinct non-null values of Field.
-	OpDistinct Op = "distinct"
-	// OpMin takes the smallest numeric value of Field; 0 when there is none.
-	OpMin Op = "min"
-	// OpAvg takes the mean of the numeric values of Field; 0 when there is none.
-	OpAvg Op = "avg"
+	OpSum      Op = "sum"      // sums Field; missing and non-numeric values count as 0
+	OpCount    Op = "count"    // counts the matching documents
+	OpMax      Op = "max"      // the largest numeric value of Field; 0 when there is none
+	OpDistinct Op = "distinct" // counts the distinct non-null values of Field
+	OpMin      Op = "min"      // the smallest numeric value of Field; 0 when there is none
+	OpAvg      Op = "avg"      // the mean of the numeric values of Field; 0 when there is none
 )
 
 // opNames lists the ops in the order error messages name them.
@@ -42,8 +36,7 @@ const (
 const BuiltInSource = "built-in"
 
 // Component is one term of a score: Op over the documents of Collection whose
-// UserField equals the username and that match Filter, optionally limited to
-// a time window.
+// UserField is the username and that match Filter, within Window if any.
 type Component struct {
 	Name       string        // key in the score document's components
 	Collection string        // source collection
@@ -54,8 +47,8 @@ type Component struct {
 	Window     time.Duration // only documents this recent count; 0 means no window
 	TimeField  string        // date field the window applies to; defaults to "at"
 	// Filter is a query document a source document must match too (nil:
-	// none). The parser has checked it holds query operators only and no
-	// condition on UserField. Shared by every query: never modified.
+	// none), of query operators only and without a condition on UserField
+	// (the parser checked). Shared by every query: never modified.
 	Filter bson.D
 }
 

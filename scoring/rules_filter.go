@@ -1,27 +1,21 @@
 package scoring
 
 import (
-	"bytes"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"math"
 	"slices"
-	"strconv"
 	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.yaml.in/yaml/v3"
 )
 
-// A component's filter is written in YAML (or JSON, which is YAML) with
-// relaxed Extended JSON for the values YAML has no word for ({$date: ...},
-// {$oid: ...}, {$numberDecimal: ...}). The YAML is turned into JSON and read
-// by the driver's bson.UnmarshalExtJSON, the reader pkg/extjson uses too, so
-// every Extended JSON form the driver knows is a value here ($date, $oid,
-// $numberInt, $numberLong, $numberDouble, $numberDecimal, $binary, $uuid,
-// $regularExpression, $timestamp, $minKey, $maxKey, $code, $symbol, ...):
-// once read, such a value is a typed BSON value, and every "$" key still
-// left in the document is an operator, checked against the list below.
+// A component's filter is YAML (or JSON) with relaxed Extended JSON for the
+// values YAML has no word for ({$date: ...}, {$oid: ...}, ...). The YAML is
+// turned into JSON and read by the driver's bson.UnmarshalExtJSON, as
+// pkg/extjson reads, so every Extended JSON form the driver knows is a typed
+// BSON value here, and every "$" key still left is an operator, checked
+// against the lists below.
 
 // fieldOperators apply to a field: {field: {$op: ...}}.
 var fieldOperators = []string{"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin",
@@ -40,12 +34,16 @@ func (cp *componentParser) parseFilter(n *yaml.Node) (f bson.D, ok bool) {
 		cp.problem("filter must be a mapping (a MongoDB query document), got %s", kindName(n))
 		return nil, false
 	}
-	var buf bytes.Buffer
-	if err := writeJSON(&buf, n, 0); err != nil {
+	v, err := yamlValue(n, 0)
+	var js []byte
+	if err == nil {
+		js, err = bson.MarshalExtJSON(v, false, false)
+	}
+	if err != nil {
 		cp.problem("filter: %v", err)
 		return nil, false
 	}
-	if err := bson.UnmarshalExtJSON(buf.Bytes(), false, &f); err != nil {
+	if err := bson.UnmarshalExtJSON(js, false, &f); err != nil {
 		cp.problem("filter is not a valid query document (%v); dates are written {$date: \"2025-01-31T00:00:00Z\"}", err)
 		return nil, false
 	}
@@ -59,113 +57,74 @@ func resolveAlias(n *yaml.Node) *yaml.Node {
 	return n
 }
 
-// writeJSON writes n as JSON, keeping the order of mapping keys (it matters
-// for an embedded document compared whole) and writing each scalar as the
-// BSON type YAML gives it.
-func writeJSON(buf *bytes.Buffer, n *yaml.Node, depth int) error {
+// yamlValue is n as the value whose Extended JSON parseFilter reads: mapping
+// keys in their order (it matters for an embedded document compared whole),
+// each scalar the BSON type YAML gives it (5 an integer, 5.0 a double).
+func yamlValue(n *yaml.Node, depth int) (any, error) {
 	if depth > 100 {
-		return fmt.Errorf("nested too deeply")
+		return nil, errors.New("nested too deeply")
 	}
 	n = resolveAlias(n)
 	switch n.Kind {
 	case yaml.MappingNode:
-		buf.WriteByte('{')
+		d := bson.D{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := resolveAlias(n.Content[i])
 			if k.Kind != yaml.ScalarNode || k.ShortTag() == "!!merge" {
-				return fmt.Errorf("key %q: want a plain field name or operator (no merge keys or complex keys)", k.Value)
+				return nil, fmt.Errorf("key %q: want a plain field name or operator (no merge keys or complex keys)", k.Value)
 			}
-			if i > 0 {
-				buf.WriteByte(',')
+			v, err := yamlValue(n.Content[i+1], depth+1)
+			if err != nil {
+				return nil, err
 			}
-			writeString(buf, k.Value)
-			buf.WriteByte(':')
-			if err := writeJSON(buf, n.Content[i+1], depth+1); err != nil {
-				return err
-			}
+			d = append(d, bson.E{Key: k.Value, Value: v})
 		}
-		buf.WriteByte('}')
+		return d, nil
 	case yaml.SequenceNode:
-		buf.WriteByte('[')
-		for i, e := range n.Content {
-			if i > 0 {
-				buf.WriteByte(',')
+		a := bson.A{}
+		for _, e := range n.Content {
+			v, err := yamlValue(e, depth+1)
+			if err != nil {
+				return nil, err
 			}
-			if err := writeJSON(buf, e, depth+1); err != nil {
-				return err
-			}
+			a = append(a, v)
 		}
-		buf.WriteByte(']')
+		return a, nil
 	case yaml.ScalarNode:
-		return writeScalar(buf, n)
-	default:
-		return fmt.Errorf("unexpected %s", kindName(n))
+		return yamlScalar(n)
 	}
-	return nil
+	return nil, fmt.Errorf("unexpected %s", kindName(n))
 }
 
-// writeScalar writes each scalar so that its BSON type is the one YAML read:
-// 5 is an int32, 5.0 a double (written as $numberDouble, since JSON would
-// read 2.0 back as an integer).
-func writeScalar(buf *bytes.Buffer, n *yaml.Node) error {
+func yamlScalar(n *yaml.Node) (any, error) {
 	switch n.ShortTag() {
 	case "!!null":
-		buf.WriteString("null")
-	case "!!bool":
-		var b bool
-		if err := n.Decode(&b); err != nil {
-			return err
-		}
-		buf.WriteString(strconv.FormatBool(b))
+		return nil, nil
 	case "!!int":
+		// A plain JSON integer once written: an int32 read back (an int64
+		// beyond), as the wrappers taking numbers ($timestamp, $minKey) want.
 		var i int64
 		if err := n.Decode(&i); err != nil {
-			return fmt.Errorf("%s: not a 64-bit integer; use {$numberDecimal: %q}", n.Value, n.Value)
+			return nil, fmt.Errorf("%s: not a 64-bit integer; use {$numberDecimal: %q}", n.Value, n.Value)
 		}
-		// A plain JSON integer: Extended JSON reads it as an int32, or an
-		// int64 beyond, and the wrappers that take numbers ($timestamp,
-		// $minKey) want it plain.
-		buf.WriteString(strconv.FormatInt(i, 10))
-	case "!!float":
-		var f float64
-		if err := n.Decode(&f); err != nil {
-			return err
-		}
-		s := strconv.FormatFloat(f, 'g', -1, 64)
-		switch {
-		case math.IsInf(f, 1):
-			s = "Infinity"
-		case math.IsInf(f, -1):
-			s = "-Infinity"
-		case math.IsNaN(f):
-			s = "NaN"
-		}
-		fmt.Fprintf(buf, `{"$numberDouble":%q}`, s)
+		return i, nil
+	case "!!str":
+		return n.Value, nil
+	case "!!bool", "!!float":
+		var v any // bool or float64
+		err := n.Decode(&v)
+		return v, err
 	case "!!timestamp":
 		// Read as a date, 2025-01-31 would be midnight UTC; read as a
 		// string it would match no date field. Neither guess is safe.
-		return fmt.Errorf("unquoted date %s: write {$date: \"%sT00:00:00Z\"} for a date, or quote it for a string", n.Value, n.Value)
-	case "!!str":
-		writeString(buf, n.Value)
-	default:
-		return fmt.Errorf("%s: unsupported YAML type %s", n.Value, n.ShortTag())
+		return nil, fmt.Errorf("unquoted date %s: write {$date: \"%sT00:00:00Z\"} for a date, or quote it for a string", n.Value, n.Value)
 	}
-	return nil
+	return nil, fmt.Errorf("%s: unsupported YAML type %s", n.Value, n.ShortTag())
 }
 
-func writeString(buf *bytes.Buffer, s string) {
-	b, _ := json.Marshal(s) // a string always marshals
-	buf.Write(b)
-}
-
-// checkFilter reports every operator of f that is not a query operator and
-// every condition on the user field: the filter narrows a user's documents,
-// it never picks the user.
-func (cp *componentParser) checkFilter(f bson.D, userField string) {
-	fc := filterChecker{cp: cp, userField: userField}
-	fc.query(f, "", false)
-}
-
+// filterChecker reports every operator of a filter that is not a query
+// operator and every condition on the user field: the filter narrows a
+// user's documents, it never picks the user.
 type filterChecker struct {
 	cp        *componentParser
 	userField string
@@ -230,20 +189,20 @@ func (fc filterChecker) query(q bson.D, where string, inElem bool) {
 				fc.problem(at, "refused field %s: it is the component's userField (%s), which the refresh matches to the user itself", e.Key, fc.userField)
 				continue
 			}
-			fc.condition(e.Value, at)
+			if d, ok := opDoc(e.Value); ok {
+				fc.operators(d, at)
+			} else {
+				fc.literal(e.Value, at) // compared for equality
+			}
 		}
 	}
 }
 
-// condition checks the value of {field: value}: an operator document, or a
-// literal compared for equality.
-func (fc filterChecker) condition(v any, where string) {
+// opDoc returns v as an operator document: one whose first key is an
+// operator (a field's conditions, not a document compared whole).
+func opDoc(v any) (bson.D, bool) {
 	d, ok := v.(bson.D)
-	if !ok || len(d) == 0 || !strings.HasPrefix(d[0].Key, "$") {
-		fc.literal(v, where)
-		return
-	}
-	fc.operators(d, where)
+	return d, ok && len(d) > 0 && strings.HasPrefix(d[0].Key, "$")
 }
 
 // operators checks {$op: ..., $op2: ...}, the conditions on one field.
@@ -268,19 +227,16 @@ func (fc filterChecker) operators(d bson.D, where string) {
 func (fc filterChecker) operator(e bson.E, at string, hasRegex bool) {
 	switch e.Key {
 	case "$in", "$nin", "$all":
-		arr, ok := e.Value.(bson.A)
-		if !ok {
+		if _, ok := e.Value.(bson.A); !ok {
 			fc.problem(at, "%s needs a list", e.Key)
 			return
 		}
-		for i, x := range arr {
-			fc.literal(x, fmt.Sprintf("%s.%d", at, i))
-		}
+		fc.literal(e.Value, at) // each element at at.i
 	case "$not":
-		x, isDoc := e.Value.(bson.D)
+		x, isOps := opDoc(e.Value)
 		_, isRegex := e.Value.(bson.Regex)
 		switch {
-		case isDoc && len(x) > 0 && strings.HasPrefix(x[0].Key, "$"):
+		case isOps:
 			fc.operators(x, at)
 		case !isRegex:
 			fc.problem(at, "$not needs operators, e.g. {$not: {$gt: 5}}, or a regular expression")
@@ -327,10 +283,7 @@ func (r *Rules) RefuseOperators(ops []string, server string) error {
 			}
 		}
 	}
-	if len(p.problems) > 0 {
-		return p.err()
-	}
-	return nil
+	return p.err()
 }
 
 // usesOperator reports whether op is a key anywhere in v.
@@ -371,18 +324,10 @@ func join(where, key string) string {
 	return where + "." + key
 }
 
-// validFilterPath is validFieldPath, also refusing "$" inside the path
+// validFilterPath is validFieldPath, also refusing parts starting with "$"
 // (positional operators have no meaning in a query).
 func validFilterPath(path string) bool {
-	if !validFieldPath(path) {
-		return false
-	}
-	for part := range strings.SplitSeq(path, ".") {
-		if strings.HasPrefix(part, "$") {
-			return false
-		}
-	}
-	return true
+	return validFieldPath(path) && !strings.Contains(path, ".$")
 }
 
 // pathsOverlap reports whether a condition on one path constrains the other:
@@ -395,36 +340,24 @@ func pathsOverlap(a, b string) bool {
 // (a literal other than a regular expression, or $eq), at its top level or
 // in a top-level $and: an index serves them as it serves the user field.
 func filterEqualityFields(f bson.D) []string {
+	isEq := func(o bson.E) bool {
+		_, re := o.Value.(bson.Regex)
+		return o.Key == "$eq" && !re
+	}
 	var out []string
 	for _, e := range f {
-		if e.Key == "$and" {
-			if arr, ok := e.Value.(bson.A); ok {
-				for _, sub := range arr {
-					if d, ok := sub.(bson.D); ok {
-						out = append(out, filterEqualityFields(d)...)
-					}
+		_, re := e.Value.(bson.Regex)
+		d, ops := opDoc(e.Value)
+		switch {
+		case e.Key == "$and":
+			arr, _ := e.Value.(bson.A)
+			for _, sub := range arr {
+				if d, ok := sub.(bson.D); ok {
+					out = append(out, filterEqualityFields(d)...)
 				}
 			}
-			continue
-		}
-		if strings.HasPrefix(e.Key, "$") {
-			continue
-		}
-		switch v := e.Value.(type) {
-		case bson.Regex:
-			continue
-		case bson.D:
-			if len(v) > 0 && strings.HasPrefix(v[0].Key, "$") {
-				eq := slices.ContainsFunc(v, func(o bson.E) bool {
-					_, re := o.Value.(bson.Regex)
-					return o.Key == "$eq" && !re
-				})
-				if !eq {
-					continue
-				}
-			}
-		}
-		if !slices.Contains(out, e.Key) {
+		case strings.HasPrefix(e.Key, "$"), re, ops && !slices.ContainsFunc(d, isEq), slices.Contains(out, e.Key):
+		default:
 			out = append(out, e.Key)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,8 +16,7 @@ import (
 type RulesError struct {
 	Source string
 	// Problems each name the source, the component (1-based index and name)
-	// and the problem, e.g.
-	// `rules.yaml: component 2 ("posts"): unknown op "mean" (want sum, count, max, min, avg or distinct)`.
+	// and the problem: `rules.yaml: component 2 ("posts"): unknown op "mean" (want ...)`.
 	Problems []string
 }
 
@@ -45,8 +45,8 @@ func ParseRules(source string, data []byte) (*Rules, error) {
 		return nil, p.err()
 	}
 	comps := p.parseRoot(&root)
-	if len(p.problems) > 0 {
-		return nil, p.err()
+	if err := p.err(); err != nil {
+		return nil, err
 	}
 	return &Rules{Source: source, Components: comps}, nil
 }
@@ -62,7 +62,11 @@ func (p *rulesParser) problem(format string, args ...any) {
 	p.problems = append(p.problems, p.source+": "+fmt.Sprintf(format, args...))
 }
 
+// err is the *RulesError listing the problems found, nil when none was.
 func (p *rulesParser) err() error {
+	if len(p.problems) == 0 {
+		return nil
+	}
 	return &RulesError{Source: p.source, Problems: p.problems}
 }
 
@@ -211,7 +215,7 @@ func (cp *componentParser) validate(c *Component) {
 		}
 	}
 	if cp.filterOK && c.Filter != nil {
-		cp.checkFilter(c.Filter, c.UserField)
+		filterChecker{cp: cp, userField: c.UserField}.query(c.Filter, "", false)
 	}
 }
 
@@ -253,4 +257,53 @@ func (cp *componentParser) window(v *yaml.Node) time.Duration {
 		cp.problem("negative window %q", s)
 	}
 	return d
+}
+
+// validFieldPath reports whether path can be used as a field in a query and
+// as "$path" in an aggregation expression.
+func validFieldPath(path string) bool {
+	return !strings.HasPrefix(path, "$") && !strings.ContainsRune(path, 0) && !slices.Contains(strings.Split(path, "."), "")
+}
+
+// suggestKey returns the known component key closest to a misspelt one, or ""
+// when none is close enough to be a likely typo.
+func suggestKey(key string) string {
+	best, bestDist := "", 3 // at most two edits away
+	for _, k := range componentKeys {
+		d := editDistance(strings.ToLower(key), strings.ToLower(k))
+		// Short keys need a closer match: "x" is not a typo of "op".
+		if d < bestDist && d < len(k)/2+1 {
+			best, bestDist = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b (bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// kindName names n's kind for error messages.
+func kindName(n *yaml.Node) string {
+	if n.Kind == yaml.ScalarNode {
+		return "a scalar " + n.Value
+	}
+	return cmp.Or(map[yaml.Kind]string{yaml.SequenceNode: "a list", yaml.MappingNode: "a mapping", yaml.AliasNode: "an alias"}[n.Kind], "nothing")
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -21,9 +22,8 @@ import (
 var ErrConflict = errors.New("score document version conflict")
 
 // ErrSuperseded is wrapped by the error WriteAfter returns when the score
-// document was written since the refresh read it (ReadPrior): by a refresh
-// that ran alongside, whose start cannot be ordered against this one's (see
-// Prior). The caller recomputes over the document as it is now.
+// document was written since the refresh read it (ReadPrior), by a refresh
+// that ran alongside (see Prior): the caller recomputes over it.
 var ErrSuperseded = errors.New("score document written by another refresh since this one read it")
 
 // ScoreDoc is a document of user_scores (docs/contract.md).
@@ -42,8 +42,7 @@ type StoreConfig struct {
 	BackoffMax         time.Duration // cap on the wait, doubling from BackoffBase; default 500ms
 	OnConflict         func()        // called once per version conflict (metrics hook); may be nil
 	// OnSkip is called once per write skipped because the stored document is
-	// newer, with the reason (SkipNewer); may be nil. Each skip is also
-	// logged to Logger.
+	// newer, with the reason (SkipNewer), which is also logged; may be nil.
 	OnSkip func(reason string)
 	Logger *slog.Logger // receives one line per skipped write; nil discards
 	Clock  clock.Clock  // what conflict backoffs wait on; nil is the wall clock
@@ -63,11 +62,10 @@ const (
 	DefaultBackoffMax         = 500 * time.Millisecond
 )
 
-// WriteOutcome says what Write did.
+// WriteOutcome says what Write did; 0: no write (Write returned an error).
 type WriteOutcome int
 
-// The outcomes of a successful Write. The zero value means no write happened
-// (Write returned an error).
+// The outcomes of a successful Write.
 const (
 	WriteInserted     WriteOutcome = iota + 1 // first document of the user, version 1
 	WriteUpdated                              // replaced the document, version + 1
@@ -76,21 +74,15 @@ const (
 
 // String names the outcome for logs.
 func (o WriteOutcome) String() string {
-	switch o {
-	case WriteInserted:
-		return "inserted"
-	case WriteUpdated:
-		return "updated"
-	case WriteSkippedNewer:
-		return "skipped_newer"
+	if o >= WriteInserted && o <= WriteSkippedNewer {
+		return [...]string{"inserted", "updated", "skipped_newer"}[o-1]
 	}
 	return fmt.Sprintf("WriteOutcome(%d)", int(o))
 }
 
-// Store reads and writes score documents. It is safe for concurrent use.
-// Share one per process: it also serialises the writes of each user within
-// the process (see userLocks), which saves conflicts everywhere and is what
-// keeps writes correct on FerretDB.
+// Store reads and writes score documents; it is safe for concurrent use.
+// Share one per process: it serialises each user's writes in the process
+// (userLocks), which saves conflicts and keeps writes correct on FerretDB.
 type Store struct {
 	coll  *mongo.Collection
 	cfg   StoreConfig
@@ -133,50 +125,19 @@ func (s *Store) Get(ctx context.Context, username string) (doc ScoreDoc, found b
 
 // Write stores res as username's score, computed by a recompute that began at
 // refreshedAt, under optimistic concurrency (docs/contract.md): it reads the
-// document, then inserts version 1 if there is none or updates the version it
-// read to version + 1. A racing insert (duplicate key) or update (no match on
-// the version read) is a conflict: Write calls OnConflict, waits a jittered,
-// exponentially growing backoff and starts again from the read. After
-// MaxConflictRetries conflicts it returns an error wrapping ErrConflict.
-//
-// If the stored document comes from a recompute that began after refreshedAt,
-// Write leaves it alone and returns WriteSkippedNewer: the older result lost,
-// which is not an error, but is counted (OnSkip) and logged. An equal
-// refreshedAt is written (version + 1).
+// document, then inserts version 1 or updates the version it read to version
+// + 1. A racing insert or update is a conflict: Write calls OnConflict, waits
+// a jittered, exponentially growing backoff and starts again from the read;
+// after MaxConflictRetries conflicts it returns an error wrapping ErrConflict.
+// A stored document from a recompute that began after refreshedAt is left
+// alone (WriteSkippedNewer, counted with OnSkip and logged); an equal
+// refreshedAt is written.
 func (s *Store) Write(ctx context.Context, username string, res Result, refreshedAt time.Time) (WriteOutcome, error) {
-	return s.write(ctx, username, res, refreshedAt)
-}
-
-// WriteAfter is Write for a refresh that read prior (ReadPrior) before its
-// recompute read anything: a document still at the version prior holds was
-// written before this refresh began, so it is replaced whatever its
-// refreshedAt says, and the refreshedAt written is moved past its own (see
-// causalAfter). One round trip, the read having been done. A document
-// written since, by a refresh that ran alongside this one, is left alone:
-// WriteAfter calls OnConflict and returns an error wrapping ErrSuperseded,
-// and the refresh recomputes (Refresher does).
-func (s *Store) WriteAfter(ctx context.Context, prior Prior, username string, res Result, refreshedAt time.Time) (WriteOutcome, error) {
 	unlock, err := s.locks.lock(ctx, username)
 	if err != nil {
 		return 0, fmt.Errorf("waiting for another write of the score of %q: %w", username, err)
 	}
 	defer unlock()
-	cur, found := prior[username]
-	outcome, err := s.writeOver(ctx, causalAfter(newScoreDoc(username, res, refreshedAt), cur, found), cur, found)
-	if errors.Is(err, errVersionMoved) {
-		s.conflicted()
-		return 0, fmt.Errorf("writing score of %q over version %d: %w", username, cur.Version, ErrSuperseded)
-	}
-	return outcome, err
-}
-
-func (s *Store) write(ctx context.Context, username string, res Result, refreshedAt time.Time) (WriteOutcome, error) {
-	unlock, err := s.locks.lock(ctx, username)
-	if err != nil {
-		return 0, fmt.Errorf("waiting for another write of the score of %q: %w", username, err)
-	}
-	defer unlock()
-
 	doc := newScoreDoc(username, res, refreshedAt)
 	for conflicts := 1; ; conflicts++ {
 		outcome, err := s.writeOnce(ctx, doc)
@@ -193,14 +154,34 @@ func (s *Store) write(ctx context.Context, username string, res Result, refreshe
 	}
 }
 
+// WriteAfter is Write for a refresh that read prior (ReadPrior) before its
+// recompute read anything, in one round trip: a document still at the
+// version prior holds is replaced whatever its refreshedAt says, and stamped
+// past it (causalAfter). A document written since, by a refresh that ran
+// alongside, is left alone: WriteAfter calls OnConflict and returns an error
+// wrapping ErrSuperseded, and the refresh recomputes (Refresher does).
+func (s *Store) WriteAfter(ctx context.Context, prior Prior, username string, res Result, refreshedAt time.Time) (WriteOutcome, error) {
+	unlock, err := s.locks.lock(ctx, username)
+	if err != nil {
+		return 0, fmt.Errorf("waiting for another write of the score of %q: %w", username, err)
+	}
+	defer unlock()
+	cur, found := prior[username]
+	outcome, err := s.writeOver(ctx, causalAfter(newScoreDoc(username, res, refreshedAt), cur, found), cur, found)
+	if errors.Is(err, errVersionMoved) {
+		s.conflicted()
+		return 0, fmt.Errorf("writing score of %q over version %d: %w", username, cur.Version, ErrSuperseded)
+	}
+	return outcome, err
+}
+
 func (s *Store) conflicted() {
 	if s.cfg.OnConflict != nil {
 		s.cfg.OnConflict()
 	}
 }
 
-// newScoreDoc is the document storing res as username's score, without its
-// version.
+// newScoreDoc is the document storing res as username's score, unversioned.
 func newScoreDoc(username string, res Result, refreshedAt time.Time) ScoreDoc {
 	doc := ScoreDoc{
 		Username:   username,
@@ -215,28 +196,20 @@ func newScoreDoc(username string, res Result, refreshedAt time.Time) ScoreDoc {
 	return doc
 }
 
-// Prior holds the score documents of a refresh's users as they were before
-// its recompute read anything (ReadPrior): version and refreshedAt, by
-// username; a user without a document is absent.
-//
-// It exists because refreshedAt alone cannot order two refreshes: each
-// replica stamps its refreshes with its own estimate of the server's clock,
-// and two estimates may disagree by more than the time between one user's
-// refresh on one replica and its next on another (under load, or after a
-// replica's estimate went stale). Judged by refreshedAt alone, the later
-// refresh, the one that read the user's newest documents, is then skipped
-// as older and its entries acknowledged without them: an event lost. A
-// document read before the recompute began was written before it, so the
-// recompute reflects everything that document does, whatever the stamps
-// say. A document written while the recompute ran is no better ordered by
-// its stamp (after a lease takeover, two replicas refresh one user at
-// once): the refresh that meets one recomputes instead, and that recompute,
-// begun after the rival's write, reflects everything either saw.
+// Prior holds the score documents (version and refreshedAt) of a refresh's
+// users as they were before its recompute read anything; a user without a
+// document is absent. refreshedAt alone cannot order two refreshes: replicas
+// stamp them by their own estimates of the server's clock, which may differ
+// by more than the time between a user's refresh on one and its next on
+// another, and the later refresh would be skipped as older: an event lost. A
+// document read before the recompute was written before it, so the recompute
+// reflects it; one written while it ran (a lease takeover) is no better
+// ordered by its stamp: the refresh that meets one recomputes instead.
 type Prior map[string]ScoreDoc
 
-// ReadPrior reads the version and refreshedAt of users' score documents,
-// before their recompute: one round trip per chunk WriteBatch writes (a find
-// by _id for one user, which every server answers from the _id index).
+// ReadPrior reads the version and refreshedAt of users' score documents
+// before their recompute: one find per chunk WriteBatch writes (by _id for
+// one user, which every server answers from the _id index).
 func (s *Store) ReadPrior(ctx context.Context, users []string) (Prior, error) {
 	if len(users) == 1 {
 		noteRoundTrip(ctx)
@@ -247,7 +220,7 @@ func (s *Store) ReadPrior(ctx context.Context, users []string) (Prior, error) {
 		return Prior{users[0]: doc}, nil
 	}
 	prior := Prior{}
-	for _, chunk := range sortedChunks(prior.set(users)) {
+	for _, chunk := range sortedChunks(users) {
 		docs, err := s.readMany(ctx, chunk, bson.D{{Key: "version", Value: 1}, {Key: "refreshedAt", Value: 1}})
 		if err != nil {
 			return nil, err
@@ -257,22 +230,10 @@ func (s *Store) ReadPrior(ctx context.Context, users []string) (Prior, error) {
 	return prior, nil
 }
 
-// set is users as the keys of a map, for sortedChunks: the chunks
-// WriteBatch writes, so each chunk costs its read and its write as before.
-func (Prior) set(users []string) map[string]struct{} {
-	m := make(map[string]struct{}, len(users))
-	for _, u := range users {
-		m[u] = struct{}{}
-	}
-	return m
-}
-
-// causalAfter returns doc stamped after cur, a document written before the
-// recompute of doc began (read into a Prior): that recompute began after
-// cur's write, so after cur's recompute began, whatever the two replicas'
-// clock estimates said. A refreshedAt one millisecond past cur's keeps
-// every write's refreshedAt newer than the one it replaces, which later
-// writers' comparisons rely on.
+// causalAfter returns doc stamped after cur, read into a Prior before doc's
+// recompute began: 1ms past cur's refreshedAt unless already later, so every
+// write's refreshedAt stays newer than the one it replaces (later writers
+// compare them).
 func causalAfter(doc, cur ScoreDoc, found bool) ScoreDoc {
 	if found && !cur.RefreshedAt.Before(doc.RefreshedAt) {
 		doc.RefreshedAt = cur.RefreshedAt.Add(time.Millisecond)
@@ -290,8 +251,7 @@ func (s *Store) skipped(username string, stored, ours time.Time) {
 		"user", username, "reason", SkipNewer, "storedRefreshedAt", stored, "refreshedAt", ours)
 }
 
-// errVersionMoved reports that another writer got in between our read and our
-// write.
+// errVersionMoved reports another writer between our read and our write.
 var errVersionMoved = errors.New("version moved")
 
 func (s *Store) writeOnce(ctx context.Context, doc ScoreDoc) (WriteOutcome, error) {
@@ -307,12 +267,11 @@ func (s *Store) writeOnce(ctx context.Context, doc ScoreDoc) (WriteOutcome, erro
 	return s.writeOver(ctx, doc, cur, found)
 }
 
-// writeOver writes doc over cur (absent unless found), guarded by cur's
-// version.
+// writeOver writes doc over cur (absent unless found), guarded by its version.
 func (s *Store) writeOver(ctx context.Context, doc ScoreDoc, cur ScoreDoc, found bool) (WriteOutcome, error) {
+	noteRoundTrip(ctx)
 	if !found {
 		doc.Version = 1
-		noteRoundTrip(ctx)
 		_, err := s.coll.InsertOne(ctx, doc)
 		if mongo.IsDuplicateKeyError(err) {
 			return 0, errVersionMoved
@@ -322,15 +281,8 @@ func (s *Store) writeOver(ctx context.Context, doc ScoreDoc, cur ScoreDoc, found
 		}
 		return WriteInserted, nil
 	}
-	noteRoundTrip(ctx)
-	r, err := s.coll.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: doc.Username}, {Key: "version", Value: cur.Version}},
-		bson.D{{Key: "$set", Value: bson.D{
-			{Key: "score", Value: doc.Score},
-			{Key: "components", Value: doc.Components},
-			{Key: "refreshedAt", Value: doc.RefreshedAt},
-			{Key: "version", Value: cur.Version + 1},
-		}}})
+	doc.Version = cur.Version + 1
+	r, err := s.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: doc.Username}, {Key: "version", Value: cur.Version}}, scoreSet(doc))
 	if err != nil {
 		return 0, fmt.Errorf("updating score document of %q from version %d: %w", doc.Username, cur.Version, err)
 	}
@@ -340,10 +292,20 @@ func (s *Store) writeOver(ctx context.Context, doc ScoreDoc, cur ScoreDoc, found
 	return WriteUpdated, nil
 }
 
+// scoreSet is the update that writes d over the stored document.
+func scoreSet(d ScoreDoc) bson.D {
+	return bson.D{{Key: "$set", Value: bson.D{
+		{Key: "score", Value: d.Score},
+		{Key: "components", Value: d.Components},
+		{Key: "refreshedAt", Value: d.RefreshedAt},
+		{Key: "version", Value: d.Version},
+	}}}
+}
+
 // backoff returns the wait before the retry that follows the n-th conflict:
 // uniformly random up to BackoffBase·2^(n-1), capped at BackoffMax ("full
 // jitter", so writers that collided do not collide again in lockstep).
-// Not consumer.Backoff: a pause after a version conflict (contention), not a retry after a failure.
+// Not consumer.Backoff: a pause after contention, not a retry after a failure.
 func (s *Store) backoff(n int) time.Duration {
 	ceiling := s.cfg.BackoffMax
 	if n <= 30 {
@@ -353,4 +315,76 @@ func (s *Store) backoff(n int) time.Duration {
 		}
 	}
 	return rand.N(ceiling + 1)
+}
+
+// userLocks serialises the writes of one user within a process: it saves the
+// round trips of conflicts between them (OCC guards against other
+// processes), and keeps writes correct on FerretDB 1.24, whose updateOne is
+// no atomic compare-and-set (a find, then a replace by _id): two concurrent
+// updates guarded by the same version can both match.
+type userLocks struct {
+	mu   sync.Mutex
+	held map[string]*userLock
+}
+
+type userLock struct {
+	slot    chan struct{} // holds a token while the lock is held
+	waiters int           // holders and waiters; the entry goes at 0
+}
+
+// lock blocks until username's lock is free or ctx is done.
+func (l *userLocks) lock(ctx context.Context, username string) (unlock func(), err error) {
+	l.mu.Lock()
+	if l.held == nil {
+		l.held = map[string]*userLock{}
+	}
+	ul := l.held[username]
+	if ul == nil {
+		ul = &userLock{slot: make(chan struct{}, 1)}
+		l.held[username] = ul
+	}
+	ul.waiters++
+	l.mu.Unlock()
+
+	select {
+	case ul.slot <- struct{}{}:
+		return func() {
+			<-ul.slot
+			l.release(username, ul)
+		}, nil
+	case <-ctx.Done():
+		l.release(username, ul)
+		return nil, ctx.Err()
+	}
+}
+
+func (l *userLocks) release(username string, ul *userLock) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ul.waiters--
+	if ul.waiters == 0 {
+		delete(l.held, username)
+	}
+}
+
+// lockAll takes the locks of users, which must be sorted and free of repeats,
+// in that order; on failure it releases those it took. The fixed order rules
+// out deadlock: a holder waits only for a lock later in the order than all it
+// holds, so no cycle of waiting can form.
+func (l *userLocks) lockAll(ctx context.Context, users []string) (unlock func(), err error) {
+	unlocks := make([]func(), 0, len(users))
+	unlock = func() {
+		for _, u := range unlocks {
+			u()
+		}
+	}
+	for _, u := range users {
+		un, err := l.lock(ctx, u)
+		if err != nil {
+			unlock()
+			return nil, err
+		}
+		unlocks = append(unlocks, un)
+	}
+	return unlock, nil
 }

@@ -1,16 +1,18 @@
 // Package servertraits is the one place that knows which server the service
-// talks to: MongoDB (a replica set, or a sharded cluster through mongos) or
-// FerretDB 1.24, which the embedded server runs. Every workaround for what a
-// server lacks is a named method here; code elsewhere never tests "is this
-// FerretDB" itself. Until the server has answered (buildInfo and hello),
-// every method reports MongoDB's behaviour: production is MongoDB.
+// talks to: MongoDB (a replica set, or sharded through mongos) or FerretDB
+// 1.24, the embedded server. Every workaround for what a server lacks is a
+// named method here; code elsewhere never asks "is this FerretDB". Until the
+// server has answered, every method reports MongoDB's behaviour.
 package servertraits
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -23,31 +25,31 @@ type Info struct {
 	Backend  string // FerretDB's storage ("SQLite", "PostgreSQL") from its startup warnings
 	Sharded  bool   // a mongos (hello's msg is "isdbgrid")
 	// A replica set's name, its primary and whether the member answering is
-	// it (hello), for the doctor; empty on a standalone server and a mongos.
+	// it (hello), for the doctor; empty on a standalone and a mongos.
 	SetName         string
 	Primary         string
 	WritablePrimary bool
 }
 
-// Traits holds what the server said, once it has, and what it turned out
-// to lack (see Feature). Use New or Fixed.
+// Traits holds what the server said and what it turned out to lack (see
+// Feature). Use New or Fixed.
 type Traits struct {
 	mu    sync.Mutex
 	known bool
 	fixed bool // Fixed: never asked, never changed by a probe
 	info  Info
-	learnt
+	flags sync.Map // what the server refused: Feature → *atomic.Bool
 }
 
 // New returns traits not yet probed (MongoDB's behaviour until Probe succeeds).
 func New() *Traits { return &Traits{} }
 
-// Fixed returns traits known to be info, for tests of what the service sends
-// to a server of that kind: Probe and Reprobe leave them as they are.
+// Fixed returns traits known to be info, which Probe and Reprobe leave as
+// they are: for tests of what the service sends to a server of that kind.
 func Fixed(info Info) *Traits { return &Traits{known: true, fixed: true, info: info} }
 
-// Probe asks the server what it is, unless it has already answered; a
-// failure leaves the traits unknown.
+// Probe asks the server what it is unless it has answered; a failure leaves
+// the traits unknown.
 func (t *Traits) Probe(ctx context.Context, db *mongo.Database) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -61,10 +63,9 @@ func (t *Traits) Probe(ctx context.Context, db *mongo.Database) error {
 	return err
 }
 
-// Reprobe asks the server again and reports whether it turned out to run
-// other software than before (another version, FerretDB, a mongos), as
-// after a reconnect or an upgrade under a running fleet: then every feature
-// learnt refused is forgotten, so the next use tries it again.
+// Reprobe asks the server again and reports whether it runs other software
+// than before (another version, FerretDB, a mongos; after a reconnect or an
+// upgrade): then every feature learnt refused is forgotten, to be tried again.
 func (t *Traits) Reprobe(ctx context.Context, db *mongo.Database) (changed bool, err error) {
 	if t.fixed { // set only by Fixed, never changed
 		return false, nil
@@ -84,8 +85,7 @@ func (t *Traits) Reprobe(ctx context.Context, db *mongo.Database) (changed bool,
 	return changed, nil
 }
 
-// Ask sends buildInfo and hello, which need no privilege on any database,
-// and reads what the server says about itself.
+// Ask sends buildInfo and hello (no privilege needed) and reads the replies.
 func Ask(ctx context.Context, db *mongo.Database) (Info, error) {
 	var replies [2]bson.Raw
 	for i, cmd := range []string{"buildInfo", "hello"} {
@@ -122,7 +122,7 @@ func ParseBackend(lines []string) string {
 	return ""
 }
 
-// Parse reads the replies to buildInfo and hello. A hello field of another
+// Parse reads the replies to buildInfo and hello; a hello field of another
 // type is an error, not a panic.
 func Parse(buildInfo, hello bson.Raw) (Info, error) {
 	var h struct {
@@ -139,9 +139,8 @@ func Parse(buildInfo, hello bson.Raw) (Info, error) {
 	return info, nil
 }
 
-// ParseBuildInfo reads the version and, on FerretDB, its own version. A field
-// of another type reads as absent, except ferretdbVersion, whose presence
-// alone says FerretDB ("unknown").
+// ParseBuildInfo reads the version and, on FerretDB, its own; a field of
+// another type reads as absent, but ferretdbVersion's presence says FerretDB.
 func ParseBuildInfo(raw bson.Raw) (version, ferret string) {
 	version, _ = raw.Lookup("version").StringValueOK()
 	if v, err := raw.LookupErr("ferretdbVersion"); err == nil {
@@ -172,25 +171,22 @@ func (t *Traits) ferret() bool { return t.Info().FerretDB != "" }
 // (the shard key) go to one shard instead of every shard.
 func (t *Traits) Sharded() bool { return t.Info().Sharded }
 
-// FiltersUsernamesCheaply reports a server that evaluates the claim
-// window's username regex on index keys (MongoDB). On FerretDB, which
-// decodes every document for it, the window filters usernames itself.
+// FiltersUsernamesCheaply reports a server that evaluates the claim window's
+// username regex on index keys (MongoDB). FerretDB decodes every document
+// for it, so there the window filters usernames itself.
 func (t *Traits) FiltersUsernamesCheaply() bool { return !t.ferret() }
 
-// SingleUpdatesHoldConnections reports FerretDB 1.24: each single-document
-// (multi: false) statement of an update command keeps its query, and one of
-// the SQLite backend's 100 connections, open until the whole command
-// returns (its limit of one never reads the query to its end), while each
-// matched document needs one more connection for its write. A command of
-// 100 such statements deadlocks the server; so do a fleet's concurrent
-// commands of a few dozen each. Statements with multi: true read their
-// query to its end and free the connection at once. See UpdateByID.
+// SingleUpdatesHoldConnections reports FerretDB 1.24: each multi: false
+// statement of an update command holds one of the SQLite backend's 100
+// connections until the whole command returns, and each matched document
+// needs one more for its write: 100 such statements in a command deadlock
+// the server, as do a fleet's concurrent commands of a few dozen each.
+// multi: true statements free it at once (see UpdateByID).
 func (t *Traits) SingleUpdatesHoldConnections() bool { return t.ferret() }
 
 // PushesInDown reports a server that answers {field: {$in: [...]}} from an
-// index (MongoDB). On FerretDB an $in over a batch of users decodes the
-// whole collection in Go, so per-user queries are faster there wherever
-// latency is not what binds (see the consumer's batch size).
+// index (MongoDB). FerretDB decodes the whole collection for it, so per-user
+// queries are faster there unless latency binds (the consumer's batch size).
 func (t *Traits) PushesInDown() bool { return !t.ferret() }
 
 // BackendUnknown reports a FerretDB that has not yet named its storage,
@@ -201,9 +197,8 @@ func (t *Traits) BackendUnknown() bool {
 }
 
 // PushesEqualityDown reports a server that answers {field: value} from its
-// storage rather than by decoding every document: MongoDB and FerretDB on
-// PostgreSQL. FerretDB on SQLite pushes only {_id: x} down, so a per-user
-// query there decodes the whole collection, once per user.
+// storage (MongoDB, FerretDB on PostgreSQL). FerretDB on SQLite pushes only
+// {_id: x} down: a per-user query decodes the whole collection.
 func (t *Traits) PushesEqualityDown() bool {
 	info := t.Info()
 	return info.FerretDB == "" || info.Backend != "SQLite"
@@ -215,8 +210,8 @@ func (t *Traits) PushesEqualityDown() bool {
 func (t *Traits) CheapUpserts() bool { return !t.ferret() }
 
 // BoundsReplies reports a server that cuts a cursor's reply at 16 MiB
-// (MongoDB). FerretDB 1.24 fails past the wire limit instead, so documents
-// of unknown size are read one reply each there.
+// (MongoDB). FerretDB 1.24 fails past it: documents of unknown size are read
+// one reply each there.
 func (t *Traits) BoundsReplies() bool { return !t.ferret() }
 
 // ExplainsPlans reports a server whose explain shows the plan it chose
@@ -225,9 +220,8 @@ func (t *Traits) ExplainsPlans() bool { return !t.ferret() }
 
 // EvaluatesElemMatch reports a server that evaluates $elemMatch as
 // documented (MongoDB). FerretDB 1.24 lets different elements satisfy each
-// of several conditions, matches nothing with conditions on fields of
-// document elements, and refuses it over $and, $or, $nor, $ne or $not, so
-// the service refuses rules using it at boot (see MisreadOperators).
+// condition, matches nothing on fields of document elements, and refuses it
+// over $and, $or, $nor, $ne or $not (see MisreadOperators).
 func (t *Traits) EvaluatesElemMatch() bool { return !t.ferret() }
 
 // MisreadOperators lists the query operators the server answers wrongly.
@@ -251,4 +245,109 @@ func (t *Traits) UpdateByID(filter, update any, upsert bool) mongo.WriteModel {
 		return &mongo.UpdateManyModel{Filter: filter, Update: update, Upsert: up}
 	}
 	return &mongo.UpdateOneModel{Filter: filter, Update: update, Upsert: up}
+}
+
+// IDIndexName names the _id index every collection has
+// (IndexConstants::kIdIndexName in MongoDB's source).
+const IDIndexName = "_id_"
+
+// IndexName is the name the server gives an unnamed index on keys, each key
+// and value joined by "_" ("createdAt_1__id_1"), the _id index excepted.
+// Hints name their index: MongoDB refuses a hint by a key pattern that two
+// indexes share (differing by collation or filter).
+func IndexName(keys bson.D) string {
+	if len(keys) == 1 && keys[0].Key == "_id" && fmt.Sprint(keys[0].Value) == "1" {
+		return IDIndexName
+	}
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s_%v", k.Key, k.Value)
+	}
+	return strings.Join(parts, "_")
+}
+
+// RefusesHint reports the server refusing a hint: MongoDB's planner answers
+// BadValue (2) "hint provided does not correspond to an existing index"
+// ("bad hint" in older releases) and IndexNotFound (27) "Hint matched
+// multiple indexes"; a BadValue not mentioning the hint is the query's own
+// error. FerretDB ignores hints.
+func RefusesHint(err error) bool {
+	var se mongo.ServerError
+	return errors.As(err, &se) && (se.HasErrorCode(27) || se.HasErrorCodeWithMessage(2, "hint"))
+}
+
+// sqliteOverload are the messages FerretDB 1.24's SQLite backend passes on
+// as an InternalError (code 1) when overloaded, recorded under load: the
+// writer's lock not granted within its busy timeout (SQLITE_BUSY), and a
+// query cut short by its maxTimeMS (SQLITE_INTERRUPT, not always converted
+// to MaxTimeMSExpired).
+var sqliteOverload = []string{"database is locked", "interrupted (9)"}
+
+// Overloaded reports an error saying the embedded server was too busy to
+// answer: "not now", as a MongoDB timeout is, retried and never charged.
+// Neither message can come from MongoDB.
+func Overloaded(err error) bool {
+	var se mongo.ServerError
+	// With the code: a write error of a bulk write carries its own.
+	return errors.As(err, &se) && slices.ContainsFunc(sqliteOverload, func(m string) bool {
+		return se.HasErrorCodeWithMessage(1, m)
+	})
+}
+
+// Feature names something a server may refuse as not implemented although
+// its version promises it; once refused, the service takes the way round.
+// Learnt, not probed: no reply to buildInfo or hello lists them.
+type Feature string
+
+// The features FerretDB 1.24 refuses: $group's $max, $min and $avg
+// accumulators (it has $sum and $count; scoring takes the way round), and
+// createIndexes' expireAfterSeconds and partialFilterExpression
+// (consumer.EnsureIndexes builds TTL indexes without it, skips partial ones).
+const (
+	AccumulatorMax Feature = "$max accumulator"
+	AccumulatorMin Feature = "$min accumulator"
+	AccumulatorAvg Feature = "$avg accumulator"
+	TTLIndexes     Feature = "TTL indexes"
+	PartialIndexes Feature = "partial indexes"
+)
+
+// BatchedShape names the batched query of a scoring op (one aggregation over
+// a batch of users), which a server may refuse while it answers per user.
+func BatchedShape(op string) Feature { return Feature("batched " + op) }
+
+// Learnt returns the flag recording that the server refused f, read without
+// a lock; CompareAndSwap(false, true) tells the first to learn it.
+func (t *Traits) Learnt(f Feature) *atomic.Bool {
+	b, ok := t.flags.Load(f)
+	if !ok {
+		b, _ = t.flags.LoadOrStore(f, new(atomic.Bool))
+	}
+	return b.(*atomic.Bool)
+}
+
+func (t *Traits) Lacks(f Feature) bool { return t.Learnt(f).Load() }
+
+// Refused records that the server refused f and reports whether this is
+// the first time since the last Reprobe that found other software.
+func (t *Traits) Refused(f Feature) (first bool) { return t.Learnt(f).CompareAndSwap(false, true) }
+
+// Lacking lists the features the server has refused, sorted.
+func (t *Traits) Lacking() []Feature {
+	var out []Feature
+	t.flags.Range(func(f, b any) bool {
+		if b.(*atomic.Bool).Load() {
+			out = append(out, f.(Feature))
+		}
+		return true
+	})
+	slices.Sort(out)
+	return out
+}
+
+// forget clears every flag in place: their holders see the change.
+func (t *Traits) forget() {
+	t.flags.Range(func(_, b any) bool {
+		b.(*atomic.Bool).Store(false)
+		return true
+	})
 }
