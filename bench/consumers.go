@@ -1,12 +1,10 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"embed"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"math"
@@ -15,10 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -31,6 +27,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/internal/app"
 	"github.com/scorerefresh/scorerefresh/internal/backlog"
 	"github.com/scorerefresh/scorerefresh/internal/config"
+	"github.com/scorerefresh/scorerefresh/internal/examplescorer"
 	"github.com/scorerefresh/scorerefresh/metrics"
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/pkg/faultproxy"
@@ -357,39 +354,26 @@ func (b *Bench) pool() int { return pick(size(b.cfg.Short), 2000, 300) }
 func (b *Bench) startHTTPScorer(ctx context.Context, db string, rtt time.Duration) (scorerURL string, stop func(), err error) {
 	bin := filepath.Join(b.tmp, "httpscorer")
 	if _, err := os.Stat(bin); err != nil {
-		// By import path: from anywhere in the module, as the tests run.
-		const pkg = "github.com/scorerefresh/scorerefresh/examples/httpscorer"
-		if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-			return "", nil, fmt.Errorf("go build %s: %v: %s", pkg, err, out)
+		if bin, err = examplescorer.BuildGo(ctx, b.tmp); err != nil {
+			return "", nil, err
 		}
 	}
-	// Killed with the run; a scorer that fails exits, which ends the read
-	// of where it listens (it says so once it accepts requests).
-	cmd := exec.CommandContext(ctx, bin)
-	cmd.Env = append(os.Environ(), "MONGODB_URI="+b.srv.URI, "MONGODB_DATABASE="+db, "SCORER_TOKEN=bench", "PORT=0")
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, os.Stderr
-	if err := cmd.Start(); err != nil {
-		return "", nil, err
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); pw.Close(); close(exited) }()
-	kill := func() { _ = cmd.Process.Signal(syscall.SIGTERM); <-exited }
-	out := bufio.NewReader(pr)
-	line, err := out.ReadString('\n')
-	go func() { _, _ = io.Copy(io.Discard, out) }()
-	u, perr := url.Parse(strings.TrimSpace(strings.TrimPrefix(line, "listening on ")))
-	if err != nil || perr != nil || u.Host == "" {
-		kill()
-		return "", nil, fmt.Errorf("the scorer did not say where it listens (%q): %v", line, errors.Join(err, perr))
-	}
-	proxy, err := faultproxy.Start(context.Background(), faultproxy.Config{Target: u.Host})
+	// Killed with the run.
+	p, err := examplescorer.Start(ctx, exec.CommandContext(ctx, bin),
+		[]string{"MONGODB_URI=" + b.srv.URI, "MONGODB_DATABASE=" + db, "SCORER_TOKEN=bench", "PORT=0"}, os.Stderr)
 	if err != nil {
-		kill()
 		return "", nil, err
 	}
-	proxy.SetDelay(rtt/2, rtt/2)
-	return "http://" + proxy.Addr() + "/score", func() { proxy.Close(); kill() }, nil
+	u, err := url.Parse(p.URL)
+	if err == nil {
+		var proxy *faultproxy.Proxy
+		if proxy, err = faultproxy.Start(context.Background(), faultproxy.Config{Target: u.Host}); err == nil {
+			proxy.SetDelay(rtt/2, rtt/2)
+			return "http://" + proxy.Addr() + "/score", func() { proxy.Close(); p.Stop() }, nil
+		}
+	}
+	p.Stop()
+	return "", nil, err
 }
 
 // ReferenceBatch is how many of the oldest entries the replaced consumer took per poll.

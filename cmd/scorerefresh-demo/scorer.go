@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -11,11 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
-	"time"
 
 	"github.com/scorerefresh/scorerefresh/internal/config"
+	"github.com/scorerefresh/scorerefresh/internal/examplescorer"
 )
 
 // scorerExample is --scorer-example: which example scorer of examples/ the
@@ -56,13 +53,6 @@ func takeScorerExampleArg(fs *flag.FlagSet, e *scorerExample) error {
 	return fs.Parse(fs.Args()[1:])
 }
 
-// exampleScorer is a running example scorer.
-type exampleScorer struct {
-	cmd  *exec.Cmd
-	tmp  string        // the Go example's build directory, removed at stop
-	done chan struct{} // closed once it exited
-}
-
 // withScorerExample builds or installs the example scorer which names (none
 // when empty), starts it on a free loopback port reading cfg's database at
 // uri, and points cfg at it once it listens. The context returned ends once
@@ -75,65 +65,38 @@ func withScorerExample(ctx context.Context, cfg *config.Config, which scorerExam
 	if err != nil {
 		return nil, nil, err
 	}
-	s := &exampleScorer{done: make(chan struct{})}
-	defer func() {
-		if err != nil {
-			s.stop()
-		}
-	}()
+	var cmd *exec.Cmd
+	tmp := ""
 	switch which {
 	case exampleNode:
-		s.cmd, err = nodeScorer(ctx, filepath.Join(root, "examples", "nodescorer"), stderr)
+		cmd, err = nodeScorer(ctx, filepath.Join(root, "examples", "nodescorer"), stderr)
 	case exampleGo:
-		s.cmd, s.tmp, err = goScorer(ctx, root)
+		cmd, tmp, err = goScorer(ctx)
+	}
+	removeTmp := func() {
+		if tmp != "" {
+			_ = os.RemoveAll(tmp)
+		}
 	}
 	if err != nil {
+		removeTmp()
 		return nil, nil, err
 	}
 	token := rand.Text()
-	s.cmd.Env = append(os.Environ(), "MONGODB_URI="+uri, "MONGODB_DATABASE="+cfg.Database, "SCORER_TOKEN="+token, "PORT=0", "LISTEN=127.0.0.1")
-	// The first line it prints is where it listens; the rest is dropped.
-	pr, pw := io.Pipe()
-	s.cmd.Stdout, s.cmd.Stderr = pw, stderr
-	if err := s.cmd.Start(); err != nil {
-		return nil, nil, fmt.Errorf("starting the %s example scorer: %w", which, err)
+	p, err := examplescorer.Start(ctx, cmd, []string{"MONGODB_URI=" + uri, "MONGODB_DATABASE=" + cfg.Database,
+		"SCORER_TOKEN=" + token, "PORT=0", "LISTEN=127.0.0.1"}, stderr)
+	if err != nil {
+		removeTmp()
+		return nil, nil, fmt.Errorf("the %s example scorer: %w", which, err)
 	}
-	listening := firstLine(pr)
 	runCtx, cancel := context.WithCancelCause(ctx)
 	go func() {
-		err := s.cmd.Wait()
-		pw.Close()
-		cancel(scorerExitError{fmt.Errorf("the %s example scorer exited (%v); its log is above", which, err)})
-		close(s.done)
+		<-p.Done
+		cancel(scorerExitError{fmt.Errorf("the %s example scorer exited (%v); its log is above", which, p.Err)})
 	}()
-	select {
-	case line := <-listening:
-		url, ok := strings.CutPrefix(line, "listening on ")
-		if !ok {
-			return nil, nil, fmt.Errorf("the %s example scorer printed %q, not its address", which, line)
-		}
-		cfg.ScorerURL, cfg.ScorerToken = url+"/score", token
-		fmt.Fprintf(stdout, "the %s example scorer at %s computes the scores\n", which, cfg.ScorerURL)
-		return runCtx, s.stop, nil
-	case <-s.done:
-		return nil, nil, context.Cause(runCtx)
-	case <-ctx.Done():
-		return nil, nil, ctx.Err()
-	}
-}
-
-// firstLine sends the first line r yields and discards the rest, so the
-// writer never blocks.
-func firstLine(r io.Reader) <-chan string {
-	line := make(chan string, 1)
-	go func() {
-		out := bufio.NewReader(r)
-		if l, err := out.ReadString('\n'); err == nil {
-			line <- strings.TrimSpace(l)
-		}
-		_, _ = io.Copy(io.Discard, out)
-	}()
-	return line
+	cfg.ScorerURL, cfg.ScorerToken = p.URL+"/score", token
+	fmt.Fprintf(stdout, "the %s example scorer at %s computes the scores\n", which, cfg.ScorerURL)
+	return runCtx, func() { p.Stop(); removeTmp() }, nil
 }
 
 // scorerExitError ends the context of withScorerExample.
@@ -146,23 +109,6 @@ func scorerExited(ctx context.Context) error {
 		return exited
 	}
 	return nil
-}
-
-// stop asks the scorer to stop as a deployment would (SIGTERM), and kills it
-// if it has not within ten seconds.
-func (s *exampleScorer) stop() {
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.done:
-		case <-time.After(10 * time.Second):
-			_ = s.cmd.Process.Kill()
-			<-s.done
-		}
-	}
-	if s.tmp != "" {
-		_ = os.RemoveAll(s.tmp)
-	}
 }
 
 // nodeScorer is `node server.js`, after `npm ci` if its driver is not
@@ -186,20 +132,17 @@ func nodeScorer(ctx context.Context, dir string, stderr io.Writer) (*exec.Cmd, e
 }
 
 // goScorer builds examples/httpscorer into a temporary directory, tmp.
-func goScorer(ctx context.Context, root string) (_ *exec.Cmd, tmp string, _ error) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
+func goScorer(ctx context.Context) (_ *exec.Cmd, tmp string, _ error) {
+	if _, err := exec.LookPath("go"); err != nil {
 		return nil, "", errors.New("--scorer-example go builds examples/httpscorer: it needs go on PATH")
 	}
-	tmp, err = os.MkdirTemp("", "scorerefresh-demo-")
+	tmp, err := os.MkdirTemp("", "scorerefresh-demo-")
 	if err != nil {
 		return nil, "", fmt.Errorf("building examples/httpscorer: %w", err)
 	}
-	bin := filepath.Join(tmp, "httpscorer")
-	build := exec.CommandContext(ctx, goTool, "build", "-o", bin, "./examples/httpscorer")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, tmp, fmt.Errorf("building examples/httpscorer: %w\n%s", err, out)
+	bin, err := examplescorer.BuildGo(ctx, tmp)
+	if err != nil {
+		return nil, tmp, err
 	}
 	return exec.Command(bin), tmp, nil
 }
