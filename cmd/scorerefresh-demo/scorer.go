@@ -87,7 +87,7 @@ func withScorerExample(ctx context.Context, cfg *config.Config, which scorerExam
 		"SCORER_TOKEN=" + token, "PORT=0", "LISTEN=127.0.0.1"}, stderr)
 	if err != nil {
 		removeTmp()
-		return nil, nil, fmt.Errorf("the %s example scorer: %w", which, err)
+		return nil, nil, fmt.Errorf("the %s example scorer: %w (its log is above)", which, err)
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	go func() {
