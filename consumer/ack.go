@@ -36,8 +36,7 @@ type outcome struct {
 //
 // Every step is safe to repeat (deletes are idempotent, lease writes
 // fenced): a failed flush retries the steps not done, its users held (and
-// renewed) meanwhile; a failing step does not hold up the others. Users out
-// of attempts go to the dead-letter lane.
+// renewed) meanwhile.
 type acker struct {
 	settler
 	queue       *mongo.Collection
@@ -48,9 +47,7 @@ type acker struct {
 
 // settler is the batching the acker and the dead-letter lane share (river's
 // BatchCompleter): a flush waits AckFlushInterval for company after its
-// first item, or goes at once with AckFlushBatch waiting; a failed one is
-// retried with backoff, and one cut short by shutdown is kept for the final
-// flushAll.
+// first item, or goes at once with AckFlushBatch waiting.
 type settler struct {
 	leases     *leaseStore
 	clock      clock.Clock
@@ -92,7 +89,6 @@ func (a *acker) add(o outcome) {
 	a.settler.add(o)
 }
 
-// run flushes until ctx ends; call flushAll after it for the final flush.
 func (a *acker) run(ctx context.Context) { a.loop(ctx, a.pending, a.flushAll) }
 
 func (a *acker) pending() int {
@@ -101,7 +97,6 @@ func (a *acker) pending() int {
 	return len(a.outcomes)
 }
 
-// flushAll flushes everything pending, retrying until done or ctx ends.
 func (a *acker) flushAll(ctx context.Context) error {
 	return a.flush(ctx, func() flushRun {
 		a.mu.Lock()
@@ -146,7 +141,7 @@ func (a *acker) newFlush(batch []outcome) *ackFlush {
 		case o.transient:
 			f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(a.retryDelay.Delay(1)), err: truncate(o.err.Error(), 1024), solo: o.solo})
 		default:
-			f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(a.retryDelay.Delay(l.Attempts + 1)), err: truncate(o.err.Error(), 1024), countAttempt: true})
+			f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(a.retryDelay.Delay(l.Attempts + 1)), err: truncate(o.err.Error(), 1024), charge: 1})
 		}
 	}
 	return f
@@ -154,8 +149,7 @@ func (a *acker) newFlush(batch []outcome) *ackFlush {
 
 func (f *ackFlush) settledLeases() []lease { return f.settled }
 
-// run does every step not yet done; acknowledged users' leases go once
-// their entries are deleted.
+// run does every step not yet done; leases go once their entries are deleted.
 func (f *ackFlush) run(ctx context.Context) error {
 	var errs []error
 	step(&errs, &f.ackDone, func() error { return f.ack(ctx) })
@@ -180,7 +174,6 @@ func step(errs *[]error, done *bool, fn func() error) {
 	}
 }
 
-// ack deletes the acknowledged entries in one command (deleteStatements).
 func (f *ackFlush) ack(ctx context.Context) error {
 	c := f.a
 	if len(f.ackIDs) == 0 {
@@ -202,57 +195,44 @@ func (f *ackFlush) ack(ctx context.Context) error {
 	return nil
 }
 
-// deleteStatements delete queue entries by _id in one command. Up to
-// maxIDStatements, one statement per _id: an index lookup each on MongoDB,
-// and the only filter FerretDB pushes down to storage (an $in would read its
-// whole queue for a flush of three entries). Past that (a firehose user's
-// backlog), $in lists: cheaper per entry on MongoDB, and one scan instead of
-// thousands of queries on FerretDB. users, given through a mongos only, are
-// the entries' usernames ("" if malformed): a statement naming its user goes
-// to one shard of a queue sharded on username, hinting the _id index (the
-// username's would read all that user's entries). docs/query-plans.md
-// measures both.
+// deleteStatements delete queue entries by _id in one command: up to
+// maxIDStatements one statement per _id, the only filter FerretDB pushes down
+// (an $in reads its whole queue); past that (a firehose user's backlog) $in
+// lists, one scan instead of thousands of queries. users, given through a
+// mongos only, are the entries' usernames ("" if malformed): a statement
+// naming its user goes to one shard, hinting the _id index (the username's
+// would read all that user's entries). docs/query-plans.md measures both.
 func deleteStatements(ids bson.A, users ...string) []mongo.WriteModel {
 	users = append(users, make([]string, len(ids)-len(users))...) // "": no user named
-	if len(ids) > maxIDStatements {
-		return deleteInLists(ids, users)
-	}
-	models := make([]mongo.WriteModel, len(ids))
-	for i, id := range ids {
-		filter := bson.D{{Key: "_id", Value: id}}
-		m := mongo.NewDeleteOneModel()
-		if u := users[i]; u != "" {
-			filter = append(filter, bson.E{Key: "username", Value: u})
-			m.SetHint(indexName(idIndex))
+	del := func(id any, u string) (filter bson.D, hint any) {
+		filter = bson.D{{Key: "_id", Value: id}}
+		if u != "" {
+			filter, hint = append(filter, bson.E{Key: "username", Value: u}), IDIndex
 		}
-		models[i] = m.SetFilter(filter)
+		return filter, hint
 	}
-	return models
-}
-
-// deleteInLists is deleteStatements past maxIDStatements: $in lists of at
-// most maxInIDs ids and about maxInBytes (an _id may be any value, and a
-// list past 16 MiB is refused on every retry), one user's each.
-func deleteInLists(ids bson.A, users []string) []mongo.WriteModel {
+	models := make([]mongo.WriteModel, 0, len(ids))
+	if len(ids) <= maxIDStatements {
+		for i, id := range ids {
+			filter, hint := del(id, users[i])
+			models = append(models, &mongo.DeleteOneModel{Filter: filter, Hint: hint})
+		}
+		return models
+	}
+	// $in lists of at most maxInIDs ids and about maxInBytes (an _id may be
+	// any value, and a list past 16 MiB is refused on every retry), one user's each.
 	byUser := map[string]bson.A{}
 	var order []string
 	for i, id := range ids {
-		u := users[i]
-		if _, ok := byUser[u]; !ok {
-			order = append(order, u)
+		if _, ok := byUser[users[i]]; !ok {
+			order = append(order, users[i])
 		}
-		byUser[u] = append(byUser[u], id)
+		byUser[users[i]] = append(byUser[users[i]], id)
 	}
-	var models []mongo.WriteModel
 	for _, u := range order {
 		for _, chunk := range idChunks(byUser[u], maxInIDs, maxInBytes) {
-			filter := bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: chunk}}}}
-			m := mongo.NewDeleteManyModel()
-			if u != "" {
-				filter = append(filter, bson.E{Key: "username", Value: u})
-				m.SetHint(indexName(idIndex))
-			}
-			models = append(models, m.SetFilter(filter))
+			filter, hint := del(bson.D{{Key: "$in", Value: chunk}}, u)
+			models = append(models, &mongo.DeleteManyModel{Filter: filter, Hint: hint})
 		}
 	}
 	return models
@@ -280,7 +260,6 @@ func (s *settler) releaseHeld(ctx context.Context, held []lease, tried *bool) er
 	return nil
 }
 
-// loop flushes until ctx ends.
 func (s *settler) loop(ctx context.Context, pending func() int, flushAll func(context.Context) error) {
 	timer := s.clock.NewTimer(time.Hour)
 	timer.Stop()
@@ -305,8 +284,7 @@ func (s *settler) loop(ctx context.Context, pending func() int, flushAll func(co
 }
 
 // flush finishes a flush kept from shutdown, with its steps' state (nothing
-// done is redone or miscounted), then settles the one next takes (nil:
-// nothing pending).
+// done is redone or miscounted), then settles next's (nil: nothing pending).
 func (s *settler) flush(ctx context.Context, next func() flushRun) error {
 	s.mu.Lock()
 	carried := s.carry
@@ -323,8 +301,8 @@ func (s *settler) flush(ctx context.Context, next func() flushRun) error {
 	return nil
 }
 
-// settle runs r until it succeeds, or until ctx ends: then r is kept for the
-// next flushAll.
+// settle retries r with backoff until it succeeds or ctx ends: then r is
+// kept for the next (final) flushAll.
 func (s *settler) settle(ctx context.Context, r flushRun) error {
 	for attempt := 1; ; attempt++ {
 		err := r.run(ctx)

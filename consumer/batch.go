@@ -7,10 +7,8 @@ import (
 	"time"
 )
 
-// BatchRefresher recomputes and stores many users' scores in a fixed number
-// of round trips for the batch (scoring.Refresher), and returns each user's
-// outcome (nil: stored). startedAt is when the batch's refresh began: every
-// user's recompute sees every source write made before it.
+// BatchRefresher is a Refresher of many users in a fixed number of round
+// trips (scoring.Refresher), returning each user's outcome (nil: stored).
 type BatchRefresher interface {
 	RefreshBatch(ctx context.Context, users []string, startedAt time.Time) map[string]error
 }
@@ -28,13 +26,10 @@ func (a alone) RefreshBatch(ctx context.Context, users []string, startedAt time.
 
 // batcher spreads claimed users over the refresh slots, without a tick
 // barrier. Every claimed user brings a goroutine that waits for a slot; the
-// one that gets it takes its share of the users waiting: the waiting
-// divided by the free slots, rounded up, at most max. Spreading beats
-// filling wherever latency binds: 64 waiting users on 16 free slots run as
-// 16 batches of 4, each as quick as a batch of one, where batches of 16
-// would leave 12 slots idle. A batch grows past its share only while every
-// slot is busy, which is when fewer, larger queries pay. The users waiting
-// never outnumber the goroutines waiting for a slot, so none is left behind.
+// one that gets it takes the waiting divided by the free slots, rounded up,
+// at most max: 64 users on 16 free slots run as 16 batches of 4, each as
+// quick as one user, where batches of 16 would leave 12 slots idle. The users
+// waiting never outnumber the goroutines waiting, so none is left behind.
 type batcher struct {
 	mu      sync.Mutex
 	waiting []work
@@ -42,8 +37,7 @@ type batcher struct {
 }
 
 // SpreadBatch is the batch size when a consumer holds as many users as it
-// may: an even share of them per slot, at most maxBatch (4 with the
-// defaults). Capacity models use it: a batch runs that many, not maxBatch.
+// may, at most maxBatch (4 with the defaults): what capacity models use.
 func SpreadBatch(maxBatch, maxUsersInFlight, slots int) int {
 	if slots < 1 {
 		return max(1, maxBatch)
@@ -59,9 +53,8 @@ func (g *batcher) add(works ...work) {
 	g.mu.Unlock()
 }
 
-// take is called by a goroutine that holds one of limit slots: it returns
-// its batch, at most maxBatch users, or nothing when the others took them
-// all (the caller gives its slot back). A batch holds its slot until done.
+// take returns the batch of a goroutine holding one of limit slots, or
+// nothing when the others took every user (the caller gives its slot back).
 func (g *batcher) take(limit, maxBatch int) []work {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -93,7 +86,7 @@ func (g *batcher) done() {
 }
 
 // drop takes one waiting user, if any, for a goroutine that will never get
-// a slot (shutdown): the caller releases it.
+// a slot (shutdown).
 func (g *batcher) drop() []work {
 	g.mu.Lock()
 	defer g.mu.Unlock()

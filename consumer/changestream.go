@@ -30,12 +30,11 @@ type changeStream interface {
 }
 
 // ChangeStreamSource wakes the claim loop the moment a producer inserts into
-// the queue, not up to POLL_INTERVAL later. It watches inserts projected to
-// their resume token (no documents cross the wire), resumes after a transient
-// error, and opens a fresh stream after an invalidation (the queue dropped or
-// renamed). Without change streams (standalone mongod, FerretDB) or while the
-// stream keeps failing, it says so once, reports polling as the active source
-// and tries again streamRetryAfter later. The poll stays on either way.
+// the queue. It watches inserts projected to their resume token, resumes
+// after a transient error, and opens a fresh stream after an invalidation.
+// Without change streams (standalone mongod, FerretDB) or while the stream
+// keeps failing, it reports polling as the active source and tries again
+// streamRetryAfter later.
 type ChangeStreamSource struct {
 	clock   clock.Clock                                                           // what retries wait on
 	watch   func(ctx context.Context, resumeAfter bson.Raw) (changeStream, error) // inserts, after the token if set
@@ -86,9 +85,8 @@ func (s *ChangeStreamSource) Run(ctx context.Context, wake func()) error {
 			}
 			continue
 		case invalidated:
-			// A fresh stream, not startAfter: the driver gives no token of
-			// an invalidate event $match filtered out; the poll covers the
-			// gap.
+			// A fresh stream, not startAfter: the driver gives no token of an
+			// invalidate event $match filtered out; the poll covers the gap.
 			s.log.Info("change stream invalidated (the queue collection was dropped or renamed); opening a fresh one", "op", "change stream", "err", err)
 			token = nil
 		case tokenUnusable(err):
@@ -111,9 +109,8 @@ func (s *ChangeStreamSource) Run(ctx context.Context, wake func()) error {
 	return nil
 }
 
-// drain wakes the claim loop for each event of an open stream until it ends,
-// closes it, and returns the token to resume from, whether it was
-// invalidated, and its error.
+// drain wakes the claim loop for each event until the stream ends, closes it,
+// and returns the token to resume from, whether it was invalidated, its error.
 func (s *ChangeStreamSource) drain(ctx context.Context, stream changeStream, token bson.Raw, failures *int, wake func()) (bson.Raw, bool, error) {
 	s.use(metrics.WakeupChangeStream, nil)
 	invalidated := false
@@ -178,8 +175,7 @@ func tokenUnusable(err error) bool {
 }
 
 // WakeupSource tells the claim loop that work may have arrived, sooner than
-// the next poll. Only a hint: the poll stays on, so a source that misses an
-// event (or dies) delays work by at most one poll period.
+// the next poll, which stays on: a missed event costs one poll period at most.
 type WakeupSource interface {
 	// Run calls wake whenever work may have arrived, until ctx ends.
 	Run(ctx context.Context, wake func()) error

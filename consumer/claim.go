@@ -29,7 +29,6 @@ type work struct {
 	entries []Entry
 }
 
-// claimResult is what one claim round produced.
 type claimResult struct {
 	works       []work
 	malformed   []malformed
@@ -44,18 +43,16 @@ func (r *claimResult) contended() bool {
 	return r.picked >= 4 && 2*r.won < r.picked
 }
 
-// Claim-round bounds, so a round's commands and memory do not grow with the
-// fleet, the users held or the users backing off.
+// Bounds, so a round's commands and memory do not grow with the fleet.
 const (
 	maxSkipUsers       = 1000            // users remembered as blocked and left out of the window
 	heldElsewhereSkip  = 2 * time.Second // short: its holder usually releases it within a refresh
 	malformedScanLimit = 64              // malformed entries one scan returns
 )
 
-// validUsername matches the usernames a window may carry, 1 to 256
-// characters, on the server: a producer's 8 MiB username never crosses the
-// wire (the exact 256-byte rule is parseEntry's). \z, not $: PCRE's $ also
-// matches before a trailing newline.
+// validUsername keeps a producer's 8 MiB username on the server (the exact
+// 256-byte rule is parseEntry's). \z, not $: PCRE's $ also matches before a
+// trailing newline.
 const validUsername = `^[\s\S]{1,256}\z`
 
 // claimer takes work from the queue in a fixed number of round trips per
@@ -69,8 +66,8 @@ const validUsername = `^[\s\S]{1,256}\z`
 //  4. absorb every pending entry of the users won (absorbIndex, covered);
 //  5. at most once per PollInterval, find malformed entries at the head.
 //
-// Entries are read after the lease: the refresh begins after every entry it
-// acknowledges was read. Used by the claim loop alone: nothing is locked.
+// Entries are read after the lease, so every entry a refresh acknowledges
+// was read before it began. Used by the claim loop alone: nothing is locked.
 type claimer struct {
 	queue      *mongo.Collection
 	leases     *leaseStore
@@ -85,9 +82,8 @@ type claimer struct {
 	windowHints, absorbHints *hints       // the window's and malformed scan's; absorb's
 	byUser                   *atomic.Bool // set on a mongos: deletes name each entry's user (deleteStatements)
 	traits                   *servertraits.Traits
-	// filter: usernames are length-filtered on the server (validUsername);
-	// nil until asked. FerretDB compiles a regex per document (~0.5 ms):
-	// there the window carries every username, clipped by readBounded.
+	// filter: usernames are length-filtered on the server (validUsername); nil until asked.
+	// FerretDB compiles a regex per document (~0.5 ms): there readBounded clips them.
 	filter *bool
 }
 
@@ -122,9 +118,8 @@ func (c *claimer) round(ctx context.Context, room, absorbLimit int, exclude []st
 		return res, err
 	}
 	candidates := c.remember(users, blocked, now)
-	// The next window starts behind this one only when it was full of users
-	// nobody may claim (more than the skip list holds): otherwise at the
-	// head, so the oldest entry is always claimed next.
+	// Past this window only when it was full of users nobody may claim (more
+	// than the skip list holds): otherwise the oldest entry is claimed next.
 	res.paged = len(candidates) == 0 && res.windowFull && last != nil
 	c.resume = nil
 	if res.paged {
@@ -153,10 +148,9 @@ func (c *claimer) round(ctx context.Context, room, absorbLimit int, exclude []st
 	return res, nil
 }
 
-// leaseFor is how long a round's leases last: LeaseDuration, or, when the
-// round's stretched deadline is further, its remaining time plus a third of
-// a lease. Renewal starts after the round; a lease expiring in a slow absorb
-// would be taken over, and both replicas would refresh the user.
+// leaseFor is LeaseDuration or, when the round's stretched deadline is
+// further, its remaining time plus a third of a lease: renewal starts after
+// the round, and a lease expiring in a slow absorb would be taken over.
 func (c *claimer) leaseFor(ctx context.Context) time.Duration {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) > c.lease {
 		return time.Until(dl) + c.lease/3
@@ -195,16 +189,12 @@ func (c *claimer) readWindow(ctx context.Context, now time.Time, exclude []strin
 }
 
 // windowFilter is the claim window's filter: usernames of plausible length
-// (where the server filters them cheaply), minus nin, from resume on. It is an
-// $or of ranges of createdAt, the window index's leading field, each carrying
-// the username conditions. MongoDB's planner assigns predicates to an index
-// only when one fills its first field (plan_enumerator.cpp); otherwise a
-// hinted index is scanned whole under a FETCH holding the filter
-// (planner_access.cpp, scanWholeIndex), checking username on a document per
-// key. With a createdAt range per branch, each branch checks username on the
-// keys and the branches merge in sort order. The username conditions go into
-// every branch: only some releases move outside predicates (and a $nin) into
-// an $or's branches.
+// (where the server filters them cheaply), minus nin, from resume on, as an
+// $or of createdAt ranges each carrying the username conditions. MongoDB
+// assigns predicates to an index only when one fills its first field
+// (plan_enumerator.cpp); otherwise a hinted index is scanned whole under a
+// FETCH (scanWholeIndex), reading a document per key. Only some releases
+// move outside predicates into an $or's branches.
 func windowFilter(nin []string, lengthFilter bool, resume *position) bson.D {
 	var userCond bson.D
 	if lengthFilter {
@@ -217,11 +207,9 @@ func windowFilter(nin []string, lengthFilter bool, resume *position) bson.D {
 	if resume == nil {
 		branches = everyCreatedAt()
 	} else {
-		// Behind (t, id) in index order: later times, and the same time
-		// with a later _id, so a window of entries stamped with one time is
-		// not re-read by every page. $not $lte rather than $gt keeps _ids of
-		// other BSON types (position.before sorts them out). Undated entries
-		// sort first: never behind a page.
+		// Behind (t, id) in index order, so entries stamped with one time
+		// are not re-read by every page. $not $lte, not $gt, keeps _ids of
+		// other BSON types (position.before sorts them out).
 		branches = []bson.D{
 			{{Key: "createdAt", Value: bson.D{{Key: "$gt", Value: resume.createdAt}}}},
 			{{Key: "createdAt", Value: resume.createdAt}, {Key: "_id", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$lte", Value: resume.id}}}}}},
@@ -237,18 +225,15 @@ func windowFilter(nin []string, lengthFilter bool, resume *position) bson.D {
 	return bson.D{{Key: "$or", Value: or}}
 }
 
-// nonDateTypes are the $type aliases of every createdAt that is neither a
-// date nor null, except arrays (matched by their elements, an empty one by
-// the null branch). Deprecated types and MinKey/MaxKey are left out: the
-// embedded server refuses their aliases, and no driver writes a time so.
+// nonDateTypes are the $type aliases of every createdAt neither a date, null
+// nor an array (matched by its elements, an empty one by the null branch);
+// the embedded server refuses those of deprecated types and MinKey/MaxKey.
 var nonDateTypes = bson.A{"number", "string", "object", "binData", "objectId", "bool", "timestamp", "regex"}
 
 // everyCreatedAt is every createdAt as ranges of the window's index: every
-// date (the index answers alone); no date (missing, null, an empty array),
-// which the contract allows with an ObjectId _id; other types a hostile
-// producer may write, read so they are dead-lettered. The last two are
-// checked on documents, costing a read only for their entries. Bounds are
-// dates: the embedded server refuses MinKey and MaxKey.
+// date (the index answers alone; the embedded server refuses MinKey and
+// MaxKey bounds), no date (allowed with an ObjectId _id), and other types, read
+// to be dead-lettered. The last two cost a document read for their entries only.
 func everyCreatedAt() []bson.D {
 	return []bson.D{
 		{{Key: "createdAt", Value: bson.D{{Key: "$gte", Value: bson.DateTime(math.MinInt64)}, {Key: "$lte", Value: bson.DateTime(math.MaxInt64)}}}},
@@ -268,9 +253,8 @@ func malformedFilter(bound *time.Time) bson.D {
 	return filter
 }
 
-// find reads queue entries hinting the first index of h the server has not
-// refused (unhinted, the window's regex and $nin could get absorb's index and
-// an in-memory sort).
+// find reads entries hinting h's first index not refused (unhinted, the
+// window's regex and $nin could get absorb's index and an in-memory sort).
 func (c *claimer) find(ctx context.Context, h *hints, filter bson.D, opts *options.FindOptionsBuilder) ([]rawEntry, error) {
 	out, err := c.readBounded(ctx, filter, opts.SetHint(h.hint()))
 	for h.refused(err) {
@@ -293,8 +277,7 @@ func (c *claimer) readBounded(ctx context.Context, filter bson.D, opts *options.
 		if err := cur.Decode(&r); err != nil {
 			return nil, err
 		}
-		// Clip (decoded values alias a copy of the document) to a length
-		// parseEntry still rejects.
+		// Clip (values alias a copy) to a length parseEntry still rejects.
 		if r.Username.Type == bson.TypeString && len(r.Username.Value) > MaxUsernameBytes+5 {
 			t, data, _ := bson.MarshalValue(r.Username.StringValue()[:MaxUsernameBytes+1])
 			r.Username = bson.RawValue{Type: t, Value: data}
@@ -304,8 +287,8 @@ func (c *claimer) readBounded(ctx context.Context, filter bson.D, opts *options.
 	return out, cur.Err()
 }
 
-// detect asks the server once (again next round if it does not answer)
-// whether it length-filters usernames cheaply and is a mongos.
+// detect asks the server once whether it length-filters usernames cheaply
+// and is a mongos (again next round if it does not answer).
 func (c *claimer) detect(ctx context.Context) error {
 	if c.filter != nil {
 		return nil
@@ -324,18 +307,16 @@ var (
 	queueOrder      = bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}
 	entryProjection = bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}
 	windowIndex     = bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}
-	// absorbIndex: with _id in it each user's keys are in absorb's order,
-	// so MongoDB merges the users' scans, stops at the limit, reads no
-	// document.
+	// absorbIndex: with _id, each user's keys are in absorb's order: MongoDB
+	// merges the users' scans, stops at the limit, reads no document.
 	absorbIndex = bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}
 	// legacyAbsorbIndex is 0.2.0's: a fallback while the new one builds on
 	// a queue upgraded in place (docs/compatibility.md).
 	legacyAbsorbIndex = bson.D{{Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}
 )
 
-// scanMalformed finds entries whose username the window's filter keeps out,
-// reading only their _id, at most once per scanEvery and, after a full
-// window, no further than its end: its cost follows the head, not the depth.
+// scanMalformed finds entries the window's filter keeps out, by _id, at most
+// once per scanEvery and after a full window no further than its end.
 func (c *claimer) scanMalformed(ctx context.Context, now time.Time, windowFull bool, last *position) ([]malformed, error) {
 	if !*c.filter || now.Sub(c.lastScan) < c.scanEvery {
 		return nil, nil // without the filter, the window carries them
@@ -381,11 +362,10 @@ func (c *claimer) remember(users []string, blocked map[string]LeaseDoc, now time
 	return candidates
 }
 
-// spread picks up to room of the candidates (oldest first). Every replica
-// reads the same head: taking the first would make all race for the same
-// leases. The oldest half is taken in order (the oldest entry is always
-// among the next picks), the other half from the next 1.5·room candidates by
-// the smallest hash of (replica, user).
+// spread picks up to room candidates. Every replica reads the same head:
+// taking the first would make all race for the same leases. The oldest half
+// is taken in order, the other half from the next 1.5·room candidates by the
+// smallest hash of (replica, user).
 func spread(candidates []string, room int, owner string) []string {
 	if room <= 0 {
 		return nil
@@ -416,8 +396,8 @@ func (c *claimer) absorb(ctx context.Context, won []lease, limit int) ([]work, [
 		want[l.User] = struct{}{}
 	}
 	limit = max(limit, len(won)) // at least one entry per user won
-	// Hinted: the window's index, which wins the trial when the users sit at
-	// the head, walks the whole queue when they have fewer entries than limit.
+	// Hinted: the window's index, winning the trial when the users sit at the
+	// head, walks the whole queue when they have fewer entries than limit.
 	raw, err := c.find(ctx, c.absorbHints,
 		bson.D{{Key: "username", Value: bson.D{{Key: "$in", Value: names}}}},
 		options.Find().
@@ -441,11 +421,10 @@ func (c *claimer) absorb(ctx context.Context, won []lease, limit int) ([]work, [
 const hintRetry = 5 * time.Minute
 
 // hints are the indexes one query hints, in order of preference, by name
-// (indexName): MongoDB refuses a key pattern that two indexes match (an
-// operator's with another collation or partial filter). A hint naming no
-// index (missing, failed, still building) is refused too: the query then
-// hints the next, and none after the last, so a missing index costs speed,
-// never the query.
+// (EnsureIndexes names none): MongoDB refuses a key pattern that two indexes
+// match (an operator's with another collation or partial filter). A hint
+// naming no index (missing, failed, still building) is refused too: the
+// query then hints the next, and none after the last.
 type hints struct {
 	indexes []bson.D
 	skip    int // leading indexes refused; len(indexes): hint none
@@ -463,7 +442,7 @@ func (h *hints) hint() any {
 		h.skip = 0
 	}
 	if h.skip < len(h.indexes) {
-		return indexName(h.indexes[h.skip])
+		return servertraits.IndexName(h.indexes[h.skip])
 	}
 	return nil
 }
@@ -478,7 +457,3 @@ func (h *hints) refused(err error) bool {
 	h.retryAt = h.now().Add(hintRetry)
 	return true
 }
-
-// indexName is the server's name for the index on keys (EnsureIndexes
-// names none, so deployed queues have exactly these).
-func indexName(keys bson.D) string { return servertraits.IndexName(keys) }

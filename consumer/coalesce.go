@@ -9,10 +9,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// distinctUsers lists the users of the window in order of their oldest
-// entry, each once (500 entries of 20 users cost 20 refreshes), the
-// malformed entries, and the window's last position (nil for an empty window
-// or one ending in an undated entry).
+// distinctUsers lists the window's users by oldest entry, each once, its
+// malformed entries, and its last position (nil if empty or undated).
 func distinctUsers(window []rawEntry) (users []string, bad []malformed, last *position) {
 	seen := make(map[string]struct{}, len(window))
 	for _, r := range window {
@@ -52,8 +50,7 @@ func (p *position) before(r rawEntry) bool {
 	return !bytes.Equal(p.id.Value, r.ID.Value)
 }
 
-// groupByUser coalesces absorbed entries into one batch per user, ignoring
-// users not in want (which the query should never return).
+// groupByUser coalesces absorbed entries into one batch per user of want.
 func groupByUser(raw []rawEntry, want map[string]struct{}) (byUser map[string][]Entry, bad []malformed) {
 	byUser = make(map[string][]Entry, len(want))
 	for _, r := range raw {
@@ -74,7 +71,6 @@ func groupByUser(raw []rawEntry, want map[string]struct{}) (byUser map[string][]
 const MaxUsernameBytes = 256
 
 // Entry is a queue entry as the pipeline needs it: which user, since when.
-// Producers' other fields are read back only to dead-letter.
 type Entry struct {
 	ID        any // the raw _id value, whatever type the producer chose
 	Username  string

@@ -71,10 +71,9 @@ type Config struct {
 }
 
 // BatchAuto as Config.BatchSize batches up to DefaultBatchSize users where
-// the server answers {user: {$in: batch}} from an index (MongoDB), or where
-// a user's own query scans too (FerretDB on SQLite: one scan for the batch
-// wins). Where only the $in scans (FerretDB on PostgreSQL) a batch is slower
-// than its users one by one, so each slot refreshes one user.
+// the server answers {user: {$in: batch}} from an index (MongoDB), or scans
+// for one user's query too (FerretDB on SQLite). Where only the $in scans
+// (FerretDB on PostgreSQL) each slot refreshes one user.
 const BatchAuto = -1
 
 func (c Config) withDefaults() Config {
@@ -113,15 +112,12 @@ type Deps struct {
 	Metrics   *metrics.Consumer // required
 	Logger    *slog.Logger      // default: discard
 	Clock     clock.Clock       // what it waits on and times with; default: the wall clock
-	// ServerTime dates leases and backoffs, which other replicas read: the
-	// MongoDB server's clock (serverclock). Default: Clock.
+	// ServerTime dates leases and backoffs, which other replicas read (serverclock); default: Clock.
 	ServerTime clock.Nower
 	Wakeups    []WakeupSource       // hints that work arrived; polling stays on regardless
 	Traits     *servertraits.Traits // shared with the scorer; default: traits of its own
-	// AfterClaim gets every claim-loop pass's error (nil: success or no
-	// room): the liveness watchdog's heartbeat and readiness.
-	AfterClaim func(err error)
-	AfterFlush func(err error) // every ack flush attempt's error: readiness
+	AfterClaim func(err error)      // every claim-loop pass's error (nil: success or no room): liveness, readiness
+	AfterFlush func(err error)      // every ack flush attempt's error: readiness
 }
 
 // Consumer is one replica's pipeline. Several may share a queue.
@@ -150,15 +146,12 @@ type Consumer struct {
 	contention int // claim loop only: contended rounds in a row (contentionDelay)
 	claimRnd   *rand.Rand
 
-	mu     sync.Mutex
-	held   map[string]lease // users claimed and not yet settled: renewed, and never claimed twice
-	heldN  map[string]int   // entries absorbed per held user
-	heldE  int              // Σ heldN: bounded by AbsorbLimit across claim rounds
-	queued int              // held users waiting for a refresh slot
-	// backlog: the last claim round stopped for lack of room, not of work;
-	// only then is a freed slot worth a round of its own (caught up, new
-	// work announces itself).
-	backlog bool
+	mu      sync.Mutex
+	held    map[string]lease // users claimed and not yet settled: renewed, and never claimed twice
+	heldN   map[string]int   // entries absorbed per held user
+	heldE   int              // Σ heldN: bounded by AbsorbLimit across claim rounds
+	queued  int              // held users waiting for a refresh slot
+	backlog bool             // the last round stopped for lack of room, not of work: a freed slot is worth a round
 }
 
 // New builds a consumer; it does nothing until Run.
@@ -177,7 +170,7 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 		claimRnd:   rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		held:       map[string]lease{},
 		heldN:      map[string]int{},
-		failures:   newFailureWindow(widespreadSpan, widespreadMinSample),
+		failures:   &failureWindow{span: widespreadSpan, minSample: widespreadMinSample},
 	}
 	c.serverTime = cmp.Or[clock.Nower](deps.ServerTime, c.clock)
 	c.leases = &leaseStore{coll: colls.Claims, owner: cfg.Owner, traits: c.traits}
@@ -278,12 +271,11 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 	poll := c.clock.NewTicker(c.cfg.PollInterval)
 	defer poll.Stop()
 	failures, pages := 0, 0
-	var lastRound time.Time
 	// A head of huge entries, or a server slowed for minutes, can need more
 	// than OpTimeout: a round that runs out of time gets longer next time.
 	limit := deadline.Stretch{Base: c.cfg.OpTimeout, Max: maxClaimStretch * c.cfg.OpTimeout}
 	for ctx.Err() == nil {
-		lastRound = c.clock.Now()
+		lastRound := c.clock.Now()
 		timeout := limit.Next()
 		pass, err := c.claimOnce(ctx, workCtx, refreshes, timeout)
 		if ctx.Err() == nil && c.afterClaim != nil {
@@ -291,15 +283,22 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 		}
 		if err != nil && ctx.Err() == nil {
 			failures++
-			c.claimFailed(ctx, &limit, failures, timeout, err)
+			c.metrics.ClaimErrors.Inc()
+			delay := Backoff{Base: 200 * time.Millisecond, Max: claimRetryMax}.Delay(failures)
+			if limit.Observe(err) {
+				c.log.Error("claim round ran out of time; retrying with a longer deadline", "op", "claim", "attempt", failures,
+					"deadline", timeout, "next_deadline", limit.Next(), "retry_in", delay, "err", err)
+			} else {
+				c.log.Error("claim failed; retrying", "op", "claim", "attempt", failures, "retry_in", delay, "err", err)
+			}
+			_ = clock.Sleep(ctx, c.clock, delay)
 			continue
 		}
 		failures = 0
 		if pass.ran {
 			limit.Observe(nil) // (a pass without room says nothing)
 			if c.contention > 0 {
-				// Other replicas won most picks: the losers back off
-				// rather than pay full rounds for nothing.
+				// Other replicas won most picks: back off rather than pay rounds for nothing.
 				_ = clock.Sleep(ctx, c.clock, c.contentionDelay())
 			}
 		}
@@ -313,32 +312,15 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 		// Paging ends with the wait: the next round reads the head again.
 		pages = 0
 		c.claimer.resume = nil
-		c.awaitWork(ctx, poll, lastRound)
-	}
-}
-
-// claimFailed counts and logs the failures-th failed round in a row, and waits.
-func (c *Consumer) claimFailed(ctx context.Context, limit *deadline.Stretch, failures int, timeout time.Duration, err error) {
-	c.metrics.ClaimErrors.Inc()
-	delay := Backoff{Base: 200 * time.Millisecond, Max: claimRetryMax}.Delay(failures)
-	if limit.Observe(err) {
-		c.log.Error("claim round ran out of time; retrying with a longer deadline", "op", "claim", "attempt", failures,
-			"deadline", timeout, "next_deadline", limit.Next(), "retry_in", delay, "err", err)
-	} else {
-		c.log.Error("claim failed; retrying", "op", "claim", "attempt", failures, "retry_in", delay, "err", err)
-	}
-	_ = clock.Sleep(ctx, c.clock, delay)
-}
-
-func (c *Consumer) awaitWork(ctx context.Context, poll clock.Ticker, lastRound time.Time) {
-	select {
-	case <-ctx.Done():
-	case <-poll.C():
-		c.metrics.Wakeups.WithLabelValues(metrics.WakeupPoll).Inc()
-	case <-c.wake:
-		// Every insert wakes every replica: at most one woken round per
-		// wakeGap, not one per insert.
-		_ = clock.Sleep(ctx, c.clock, wakeGap-clock.Since(c.clock, lastRound))
+		select {
+		case <-ctx.Done():
+		case <-poll.C():
+			c.metrics.Wakeups.WithLabelValues(metrics.WakeupPoll).Inc()
+		case <-c.wake:
+			// Every insert wakes every replica: at most one woken round per
+			// wakeGap, not one per insert.
+			_ = clock.Sleep(ctx, c.clock, wakeGap-clock.Since(c.clock, lastRound))
+		}
 	}
 }
 
@@ -362,10 +344,9 @@ func LongestClaimPass(opTimeout time.Duration) time.Duration {
 }
 
 // ShutdownBudget is the longest Run takes from the end of its context to its
-// return with the given timeouts (0: the defaults) when MongoDB answers
-// nothing: the cancelled round's cleanup (the change streams close
-// meanwhile), shutdownTimeout for running refreshes, one OpTimeout for the
-// final flush. A process killed sooner leaves its leases to expire.
+// return (0: the defaults) when MongoDB answers nothing: the cancelled
+// round's cleanup (the change streams close meanwhile), shutdownTimeout for
+// running refreshes, one OpTimeout for the final flush.
 func ShutdownBudget(opTimeout, shutdownTimeout time.Duration) time.Duration {
 	return max(claimCleanup, streamClose) + cmp.Or(shutdownTimeout, DefaultShutdownTimeout) + cmp.Or(opTimeout, DefaultOpTimeout)
 }
@@ -409,11 +390,10 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 	} else {
 		c.contention = 0
 	}
-	entries := c.hold(res.works)
+	entries := c.hold(ctx, workCtx, refreshes, res.works)
 	if len(res.works) > 0 || len(res.malformed) > 0 {
 		c.log.Debug("claim batch", "users", len(res.works), "entries", entries, "malformed", len(res.malformed), "room", room, "duration", clock.Since(c.clock, start))
 	}
-	c.dispatch(ctx, workCtx, refreshes, res.works)
 	// Again at once only after progress: a full window of malformed entries
 	// or of users other replicas won would otherwise spin the loop.
 	more := len(res.works) > 0 && (res.windowFull || len(res.works) == room)
@@ -423,35 +403,30 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 	return claimPass{ran: true, more: more, paged: res.paged}, nil
 }
 
-// hold records the users a round won as held and returns their entries.
-func (c *Consumer) hold(works []work) (entries int) {
+// hold records the users a round won as held, hands them to refresh slots
+// (those that wait for one join the batcher's line at once, batcher.add) and
+// returns their entries.
+func (c *Consumer) hold(ctx, workCtx context.Context, refreshes *sync.WaitGroup, works []work) (entries int) {
+	var batchable []work
 	c.mu.Lock()
 	for _, w := range works {
 		c.held[w.lease.User] = w.lease
 		c.heldN[w.lease.User] = len(w.entries)
 		c.heldE += len(w.entries)
 		entries += len(w.entries)
+		if len(w.entries) > 0 && w.lease.Attempts < c.cfg.MaxAttempts && !w.lease.Solo {
+			batchable = append(batchable, w) // (process settles the others at once, without a slot)
+		}
 	}
 	c.queued += len(works)
 	c.metrics.UsersInFlight.Set(float64(len(c.held)))
 	c.mu.Unlock()
 	c.metrics.EntriesClaimed.Add(float64(entries))
-	return entries
-}
-
-// dispatch hands the users a round won to refresh slots; those that wait
-// for one join the batcher's line at once (batcher.add).
-func (c *Consumer) dispatch(ctx, workCtx context.Context, refreshes *sync.WaitGroup, works []work) {
-	var batchable []work
-	for _, w := range works { // (process settles the others at once, without a slot)
-		if len(w.entries) > 0 && w.lease.Attempts < c.cfg.MaxAttempts && !w.lease.Solo {
-			batchable = append(batchable, w)
-		}
-	}
 	c.batches.add(batchable...)
 	for _, w := range works {
 		refreshes.Go(func() { c.process(ctx, workCtx, w) })
 	}
+	return entries
 }
 
 // process waits for a refresh slot on behalf of one claimed user, then runs
@@ -535,11 +510,10 @@ func batchWide(errs []error) bool {
 	return len(errs) >= 2 && !slices.ContainsFunc(errs, func(err error) bool { return err == nil || transient(err) })
 }
 
-// settleBatchFailure hands on a batch that failed as a whole, charging
-// nobody: each member backs off (retrying all alone at once would multiply
-// the load on a struggling server) and refreshes alone next time
-// (lease.Solo), charged only for its own failure. The batch counts as one
-// failure in failureWindow, so one bad batch does not look widespread.
+// settleBatchFailure charges nobody for a batch that failed as a whole: each
+// member backs off (retrying all alone at once would multiply the load on a
+// struggling server) and refreshes alone next time (lease.Solo). The batch
+// is one failure in failureWindow: one bad batch does not look widespread.
 func (c *Consumer) settleBatchFailure(works []work, errs []error) {
 	c.failures.record(c.serverTime.Now(), true)
 	c.metrics.Refreshes.WithLabelValues(metrics.OutcomeError).Add(float64(len(works)))
@@ -615,10 +589,9 @@ func (c *Consumer) settled(users []lease) {
 	c.roomWake()
 }
 
-// maxHeld is how many users this consumer may hold: MAX_USERS_IN_FLIGHT,
-// never more than LeadFactor × the refresh slots (a limit cut by the
-// adaptive policy must not leave dozens of leases waiting behind one slot
-// while other replicas have room).
+// maxHeld is MAX_USERS_IN_FLIGHT, never more than LeadFactor × the refresh
+// slots: a limit cut by the adaptive policy must not leave dozens of leases
+// waiting behind one slot while other replicas have room.
 func (c *Consumer) maxHeld() int { return min(c.cfg.MaxUsersInFlight, LeadFactor*c.slots()) }
 
 // room is how many more users one claim round may take.
@@ -693,12 +666,11 @@ func (c *Consumer) renewOnce(ctx context.Context) error {
 	return nil
 }
 
-// failureWindow tells a user's own failure from a failure of everything: a
-// refresh failing while most around it do (a source down, the server slowed
-// to a crawl) says nothing about that user, and charging it would
-// dead-letter a healthy backlog. Outcomes are counted in two buckets of span
-// each; failure is widespread while the last span to 2·span holds at least
-// minSample refreshes, more than half failed.
+// failureWindow tells a user's own failure from a failure of everything (a
+// source down, the server slowed to a crawl), which charging would turn into
+// a dead-lettered healthy backlog. Outcomes are counted in two buckets of
+// span each; failure is widespread while the last span to 2·span holds at
+// least minSample refreshes, more than half failed.
 type failureWindow struct {
 	span      time.Duration
 	minSample int
@@ -709,10 +681,6 @@ type failureWindow struct {
 }
 
 type bucket struct{ ok, failed int }
-
-func newFailureWindow(span time.Duration, minSample int) *failureWindow {
-	return &failureWindow{span: span, minSample: minSample}
-}
 
 func (w *failureWindow) record(now time.Time, failed bool) {
 	w.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -46,9 +47,6 @@ const (
 //	                  (a read per entry on FerretDB, see deadLetterer.read)
 //	release leases    1 deleteMany of the dead-lettered users
 //	back off          1 bulk update of users whose dead letter failed, only if any
-//
-// Each flush tries its dead letters once; one that fails is postponed on
-// its own (deadFlush.deadLetters).
 type deadLane struct {
 	settler   // mu also guards:
 	letters   *deadLetterer
@@ -164,29 +162,20 @@ func (f *deadFlush) deadLetters(ctx context.Context) error {
 // (noteDeadLetters); an exhausted user backs off and is dead-lettered again
 // after it, without another refresh.
 func (f *deadFlush) postponeDeadLetters(failed []deadLetter) {
-	c := f.d
 	users := map[string]bool{}
 	for _, b := range failed {
-		if b.User != "" {
-			users[b.User] = true
-		}
-	}
-	if len(users) == 0 {
-		return
+		users[b.User] = true // ("" for a malformed entry, which has no lease)
 	}
 	if f.backOffDone { // (a final flush finishing a move cut short)
 		f.retries, f.backOffDone = nil, false
 	}
-	now := c.serverTime.Now()
-	kept := f.exhausted[:0]
-	for _, l := range f.exhausted {
-		if !users[l.User] {
-			kept = append(kept, l)
-			continue
+	now := f.d.serverTime.Now()
+	f.exhausted = slices.DeleteFunc(f.exhausted, func(l lease) bool {
+		if users[l.User] {
+			f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(f.d.retryDelay.Delay(l.Attempts)), err: "dead-lettering failed; postponed"})
 		}
-		f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(c.retryDelay.Delay(l.Attempts)), err: "dead-lettering failed; postponed"})
-	}
-	f.exhausted = kept
+		return users[l.User]
+	})
 }
 
 // deadRetry is when a malformed entry whose dead letter failed may be tried
@@ -381,42 +370,36 @@ func (m *mover) insertCopies(ctx context.Context, batch []pendingCopy, onDup fun
 		docs[i] = p.doc
 	}
 	_, err := m.d.dead.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
-	if err == nil {
+	var bwe mongo.BulkWriteException
+	if err != nil && (!errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0) {
+		if ctx.Err() != nil || transient(err) || len(batch) == 1 {
+			return m.failAll(ctx, batch, fmt.Sprintf("inserting %d dead letters", len(batch)), err)
+		}
+		// Failed as a whole, maybe for one copy: retry each alone.
 		for _, p := range batch {
+			if err := m.insertCopies(ctx, []pendingCopy{p}, onDup); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	bad := make(map[int]bool, len(bwe.WriteErrors))
+	var dups []pendingCopy
+	for _, we := range bwe.WriteErrors {
+		bad[we.Index] = true
+		if mongo.IsDuplicateKeyError(we) {
+			dups = append(dups, batch[we.Index])
+		} else {
+			m.fail(batch[we.Index].b, fmt.Errorf("inserting its dead letter: %w", we))
+		}
+	}
+	for i, p := range batch {
+		if !bad[i] {
 			m.stored(p, true)
 		}
-		return nil
 	}
-	var bwe mongo.BulkWriteException
-	if errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0 {
-		bad := make(map[int]bool, len(bwe.WriteErrors))
-		var dups []pendingCopy
-		for _, we := range bwe.WriteErrors {
-			bad[we.Index] = true
-			if mongo.IsDuplicateKeyError(we) {
-				dups = append(dups, batch[we.Index])
-			} else {
-				m.fail(batch[we.Index].b, fmt.Errorf("inserting its dead letter: %w", we))
-			}
-		}
-		for i, p := range batch {
-			if !bad[i] {
-				m.stored(p, true)
-			}
-		}
-		if len(dups) > 0 {
-			return onDup(ctx, dups)
-		}
-		return nil
-	}
-	if ctx.Err() != nil || transient(err) || len(batch) == 1 {
-		return m.failAll(ctx, batch, fmt.Sprintf("inserting %d dead letters", len(batch)), err)
-	}
-	// Failed as a whole, maybe for one copy: retry each alone.
-	for _, p := range batch {
-		if err := m.insertCopies(ctx, []pendingCopy{p}, onDup); err != nil {
-			return err
-		}
+	if len(dups) > 0 {
+		return onDup(ctx, dups)
 	}
 	return nil
 }
@@ -586,10 +569,19 @@ func deadLetterDoc(orig bson.Raw, b deadLetter, now time.Time, limit int) (bson.
 		return nil, "", fmt.Errorf("reading entry to dead-letter: %w", err)
 	}
 	verdict := DeadLetterInfo{Reason: b.Reason, At: now, Attempts: int32(b.Attempts), Error: prefix(b.Detail, keptStringBytes)}
-	doc, err := withDeadLetter(elems, verdict)
+	sub, err := bson.Marshal(verdict)
 	if err != nil {
-		return nil, "", err
+		return nil, "", fmt.Errorf("encoding dead letter: %w", err)
 	}
+	// The original's fields byte for byte (copied, never decoded), but for
+	// the verdict of a replayed dead letter.
+	fields := make([][]byte, 0, len(elems)+1)
+	for _, e := range elems {
+		if e.Key() != "deadLetter" {
+			fields = append(fields, e)
+		}
+	}
+	doc := bson.Raw(bsoncore.BuildDocumentFromElements(nil, append(fields, bsoncore.AppendDocumentElement(nil, "deadLetter", sub))...))
 	if len(doc) <= limit {
 		return doc, b.Reason, nil
 	}
@@ -601,23 +593,6 @@ func deadLetterDoc(orig bson.Raw, b deadLetter, now time.Time, limit int) (bson.
 		return nil, "", fmt.Errorf("the entry (%d bytes) cannot be dead-lettered even reduced: its copy would be %d bytes, more than %d", len(orig), len(doc), limit)
 	}
 	return doc, metrics.ReasonTooLarge, nil
-}
-
-// withDeadLetter appends {deadLetter: verdict} to the original's fields,
-// kept byte for byte (copied, never decoded).
-func withDeadLetter(elems []bson.RawElement, verdict DeadLetterInfo) (bson.Raw, error) {
-	sub, err := bson.Marshal(verdict)
-	if err != nil {
-		return nil, fmt.Errorf("encoding dead letter: %w", err)
-	}
-	fields := make([][]byte, 0, len(elems)+1)
-	for _, e := range elems {
-		if e.Key() != "deadLetter" { // a replayed dead letter gets a fresh verdict
-			fields = append(fields, e)
-		}
-	}
-	fields = append(fields, bsoncore.AppendDocumentElement(nil, "deadLetter", sub))
-	return bsoncore.BuildDocumentFromElements(nil, fields...), nil
 }
 
 // reducedDeadLetter is what is kept of an entry too large to store whole:

@@ -13,6 +13,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/metrics"
 	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 	"github.com/scorerefresh/scorerefresh/pkg/queryplan"
+	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
 // The hot queries of the claim path, recorded as the driver sends them while
@@ -177,7 +178,7 @@ func (s *hotScenario) run(t *testing.T, inspect func(r *hotRound, cmds []querypl
 	if err := c.renewOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.leases.markRunning(ctx, held); err != nil {
+	if err := c.leases.mark(ctx, held...); err != nil {
 		t.Fatal(err)
 	}
 	r.hold = s.rec.Take()
@@ -432,12 +433,12 @@ func checkHotPlan(t *testing.T, r *hotRound, coll string, cmd bson.D, p querypla
 	case hasField(f, "username", "$not"):
 		// The $not $regex is checked on each document: bounded by the
 		// window's end, not covered.
-		expectPlan(t, "malformed scan", raw, p, indexName(windowIndex), 2*explainHead+2, 2*explainHead+2, false)
+		expectPlan(t, "malformed scan", raw, p, servertraits.IndexName(windowIndex), 2*explainHead+2, 2*explainHead+2, false)
 	case hasField(f, "username", "$in"):
 		// The users' scans merged in (createdAt, _id) order: no sort, no
 		// document read, stopped by the limit.
 		won := int64(len(r.res.works))
-		expectPlan(t, "absorb", raw, p, indexName(absorbIndex), int64(r.absorbed)+2*won+1, 0, false)
+		expectPlan(t, "absorb", raw, p, servertraits.IndexName(absorbIndex), int64(r.absorbed)+2*won+1, 0, false)
 		if !p.Covered() {
 			t.Errorf("absorb: %v, want covered (no document read)", p)
 		}
@@ -446,7 +447,7 @@ func checkHotPlan(t *testing.T, r *hotRound, coll string, cmd bson.D, p querypla
 		// from the keys, and the undated and non-date entries, whose
 		// branches fetch what they hold (none here) and examine at most a
 		// key each to find it so.
-		expectPlan(t, "window", raw, p, indexName(windowIndex), 2*explainHead+3, 0, false)
+		expectPlan(t, "window", raw, p, servertraits.IndexName(windowIndex), 2*explainHead+3, 0, false)
 		if !p.Has("SORT_MERGE") || p.DocsExamined != 0 {
 			t.Errorf("window: %v, want the branches merged in order and no document read", p)
 		}
@@ -478,7 +479,7 @@ func TestWindowPlanWhenUsernameIsAnArray(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("window on a multikey index: %v", p)
-	if !p.Uses(indexName(windowIndex)) || p.BlockingSort() || !p.MultiKey {
+	if !p.Uses(servertraits.IndexName(windowIndex)) || p.BlockingSort() || !p.MultiKey {
 		t.Errorf("window: %v, want the window's index, multikey, in order", p)
 	}
 	if p.DocsExamined == 0 || p.DocsExamined > p.KeysExamined || p.KeysExamined > 2*explainHead+3 {
@@ -570,8 +571,8 @@ func list(v bson.RawValue) []bson.RawValue {
 // checkHint holds a command to hinting index by its name (see hints).
 func checkHint(t *testing.T, what string, c queryplan.Command, index bson.D) {
 	t.Helper()
-	if name, ok := c.Body.Lookup("hint").StringValueOK(); !ok || name != indexName(index) {
-		t.Errorf("%s hint %s, want the name %q", what, c.Body.Lookup("hint"), indexName(index))
+	if name, ok := c.Body.Lookup("hint").StringValueOK(); !ok || name != servertraits.IndexName(index) {
+		t.Errorf("%s hint %s, want the name %q", what, c.Body.Lookup("hint"), servertraits.IndexName(index))
 	}
 }
 

@@ -24,7 +24,7 @@ func TestHintsFallBackThroughTheListAndRetryThePreferredIndex(t *testing.T) {
 			return got == nil
 		}
 		name, ok := got.(string)
-		return ok && name == indexName(want)
+		return ok && name == servertraits.IndexName(want)
 	}
 	steps := []struct {
 		err  error
@@ -91,8 +91,8 @@ func TestIndexNamesAreTheDeployedOnes(t *testing.T) {
 		"_id_":                         idIndex,
 	}
 	for name, keys := range want {
-		if got := indexName(keys); got != name {
-			t.Errorf("indexName(%v) = %q, want %q", keys, got, name)
+		if got := servertraits.IndexName(keys); got != name {
+			t.Errorf("servertraits.IndexName(%v) = %q, want %q", keys, got, name)
 		}
 	}
 	b := setup(t)
@@ -108,7 +108,7 @@ func TestIndexNamesAreTheDeployedOnes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ix := range built {
-		if got := indexName(ix.Key); got != ix.Name {
+		if got := servertraits.IndexName(ix.Key); got != ix.Name {
 			t.Errorf("the server named the index on %v %q; indexName says %q", ix.Key, ix.Name, got)
 		}
 	}

@@ -15,8 +15,7 @@ import (
 )
 
 // StaleLeaseTTL is how long after its leaseUntil the TTL monitor removes a
-// lease document: only a backoff whose entries another replica acknowledged
-// gets that old.
+// lease document (a backoff whose entries another replica acknowledged).
 const StaleLeaseTTL = 24 * time.Hour
 
 // Capabilities is what the server turned out to support, logged once at start.
@@ -68,9 +67,8 @@ func IndexSpecs(colls Collections) []IndexSpec {
 }
 
 // RetiredIndex is an index an earlier release built and this one uses only
-// as a fallback while ReplacedBy is missing. The service never drops it (the
-// release before may still run during a rollout); `scorerefresh doctor`
-// names it for an operator to drop once that release is gone.
+// while ReplacedBy is missing. Never dropped (the release before may still
+// run during a rollout): `scorerefresh doctor` names it for an operator.
 type RetiredIndex struct {
 	Coll       *mongo.Collection
 	Keys       bson.D
@@ -90,11 +88,9 @@ func RetiredIndexes(colls Collections) []RetiredIndex {
 // which optional index features the server has. It is idempotent and never
 // fatal: every query stays correct without an index, only slower. The error
 // is non-nil only when the server could not be reached or ctx ended: call
-// again later, or an outage at start leaves the queue unindexed for good (a
-// build running or aborted is no such error: starting it again at once would
-// keep the index from ever existing). Each createIndexes waits for its build
-// however long it takes (untimed): run it beside the consumer, with no
-// deadline on ctx.
+// again later (a build running or aborted is no such error: starting it
+// again would keep the index from ever existing). Each createIndexes waits
+// for its build, untimed: run it beside the consumer, no deadline on ctx.
 func EnsureIndexes(ctx context.Context, colls Collections, log *slog.Logger) (Capabilities, error) {
 	caps := Capabilities{TTLIndexes: true, PartialIndexes: true}
 	var unreachable error
@@ -146,10 +142,9 @@ func createIndex(ctx context.Context, s IndexSpec, model mongo.IndexModel, log *
 	return s.Coll.Indexes().CreateOne(buildCtx, model)
 }
 
-// indexBuildDeadline is each createIndexes' deadline, whatever the caller's
-// or the client's (timeoutMS). The driver sends a deadline as maxTimeMS,
-// except one past the server's limit of 2^31-1 ms (~24.9 days), and a
-// createIndexes out of maxTimeMS aborts its build: a year is past both.
+// indexBuildDeadline overrides the caller's or the client's (timeoutMS): the
+// driver sends a deadline as maxTimeMS, which aborts a build, except one past
+// the server's limit of 2^31-1 ms (~24.9 days).
 const indexBuildDeadline = 365 * 24 * time.Hour
 
 // untimed returns the context of one index build: cancelled with parent (the
@@ -171,12 +166,10 @@ const (
 	buildRefused                  // the server will not build it (an option it lacks, a conflicting index)
 )
 
-// classifyBuild sorts a createIndexes answer. An interrupted or aborted
-// build is not "unreachable": someone stopped it (killOp, dropIndexes,
-// maxTimeMS), and starting it again would repeat that. InterruptedAtShutdown
-// and InterruptedDueToReplStateChange stay transient: after a stepdown the
-// build goes on, and a createIndexes sent again waits for it. Codes are from
-// MongoDB's src/mongo/base/error_codes.yml.
+// classifyBuild sorts a createIndexes answer. An aborted build is not
+// "unreachable": someone stopped it, and starting it again would repeat that.
+// InterruptedDueToReplStateChange and InterruptedAtShutdown stay transient:
+// after a stepdown a createIndexes sent again waits for the build going on.
 func classifyBuild(err error) buildOutcome {
 	if err == nil {
 		return buildDone

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -21,12 +22,10 @@ import (
 //	{_id: <username>, token, owner, leaseUntil, attempts, lastError, claimedAt, running, solo}
 //
 // A user is claimable when it has no lease document or its leaseUntil has
-// passed (State). A failed refresh keeps the document with token null and
-// leaseUntil at the end of the backoff: "held" and "backing off" are one
-// condition and one index. Queue entries are never modified (one write per
-// user, not per entry; FerretDB's updateMany is pathologically slow). Every
-// field is read raw: a document this release did not write must fail
-// neither a claim round nor a status for every other user.
+// passed (State); a failed refresh keeps it with token null and leaseUntil at
+// the end of the backoff: one condition, one index. Queue entries are never
+// modified (FerretDB's updateMany is pathologically slow). Fields are read
+// raw: a document this release did not write must fail no other user.
 type LeaseDoc struct {
 	ID         bson.RawValue `bson:"_id"`
 	Token      bson.RawValue `bson:"token"`
@@ -35,7 +34,7 @@ type LeaseDoc struct {
 	Attempts   bson.RawValue `bson:"attempts"`
 	LastError  bson.RawValue `bson:"lastError"`
 	ClaimedAt  bson.RawValue `bson:"claimedAt"`
-	Running    bson.RawValue `bson:"running"` // the token whose refresh has started (markRunning)
+	Running    bson.RawValue `bson:"running"` // the token whose refresh has started (mark)
 	Solo       bson.RawValue `bson:"solo"`    // refresh alone: its last batch failed as a whole (runBatch)
 }
 
@@ -85,8 +84,7 @@ func live(now time.Time) bson.E {
 	return bson.E{Key: "leaseUntil", Value: bson.D{{Key: "$gt", Value: now}}}
 }
 
-// blockedFilter matches the documents of users nobody may claim at now;
-// blockedAmong reads blockedProjection of them (QueryLeaseRead).
+// blockedFilter and blockedProjection are blockedAmong's (QueryLeaseRead).
 func blockedFilter(users any, now time.Time) bson.D {
 	return bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, live(now)}
 }
@@ -115,18 +113,16 @@ type leaseStore struct {
 	writing bool
 }
 
-// blockedAmong returns which of users nobody may claim now: held (by anyone)
-// or backing off. It reads only their documents, by _id, so its cost follows
-// the window, not the fleet's leases.
+// blockedAmong returns which of users are held (by anyone) or backing off,
+// reading only their documents by _id: its cost follows the window, not the fleet.
 func (s *leaseStore) blockedAmong(ctx context.Context, users []string, now time.Time) (map[string]LeaseDoc, error) {
 	if len(users) == 0 {
 		return nil, nil
 	}
-	// Hinted: the leaseUntil index, which wins the trial while few leases
-	// are live, reads every live lease of the fleet. +1: a batch filled
-	// exactly leaves the cursor open.
+	// Hinted: the leaseUntil index, winning the trial while few leases are
+	// live, reads the fleet's. +1: a batch filled exactly leaves the cursor open.
 	docs, err := s.find(ctx, blockedFilter(users, now), options.Find().SetProjection(blockedProjection).
-		SetBatchSize(int32(len(users))+1).SetHint(indexName(idIndex)), fmt.Sprintf("reading the leases of %d users in the window", len(users)))
+		SetBatchSize(int32(len(users))+1).SetHint(IDIndex), fmt.Sprintf("reading the leases of %d users in the window", len(users)))
 	if err != nil {
 		return nil, err
 	}
@@ -139,11 +135,10 @@ func (s *leaseStore) blockedAmong(ctx context.Context, users []string, now time.
 	return blocked, nil
 }
 
-// acquire claims users for token: one insert per user in one round trip (a
-// duplicate key means a lease document exists), then, for those only, the
-// takeover. The token is new every round, so a round is never retried: when
-// the insert's outcome is unknown, the leases it may have written are
-// deleted at once rather than left to expire.
+// acquire claims users for token: one insert per user in one round trip,
+// then the takeover of those with a lease document (duplicate key). A round's
+// token is new, so it is never retried: when the insert's outcome is
+// unknown, what it may have written is deleted rather than left to expire.
 func (s *leaseStore) acquire(ctx context.Context, users []string, token string, now time.Time, d time.Duration) ([]lease, error) {
 	if len(users) == 0 {
 		return nil, nil
@@ -205,10 +200,8 @@ func (s *leaseStore) abandon(ctx context.Context, users []string, token string, 
 
 // takeOver wins expired leases in three round trips (read them, take them
 // fenced by the token read, read back what was won). A lease that expired
-// while its refresh was running counts as a failed attempt, so an entry
-// that kills every consumer ends in the dead letters instead of cycling.
-// The holder's other users were only waiting: taken without a charge, so
-// one poison user does not dead-letter its neighbours.
+// while its refresh was running is charged an attempt, so an entry killing
+// every consumer ends in the dead letters; the holder's other users are not.
 func (s *leaseStore) takeOver(ctx context.Context, users []string, token string, now, until time.Time) ([]lease, error) {
 	// Not ours among them: a token this round just inserted is not expired.
 	expired, err := s.find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "leaseUntil", Value: notAfter(now)}},
@@ -262,28 +255,11 @@ func (s *leaseStore) takeOver(ctx context.Context, users []string, token string,
 // renew extends every lease in one round trip and reports how many were
 // still ours (a lease taken over costs only a duplicate refresh).
 func (s *leaseStore) renew(ctx context.Context, held []lease, until time.Time) (int, error) {
-	if len(held) == 0 {
-		return 0, nil
-	}
 	res, err := s.coll.UpdateMany(ctx, fenceFilter(held), bson.D{{Key: "$set", Value: bson.D{{Key: "leaseUntil", Value: until}}}})
 	if err != nil {
 		return 0, fmt.Errorf("renewing %d leases: %w", len(held), err)
 	}
 	return int(res.MatchedCount), nil
-}
-
-// markRunning records that these refreshes are starting, in one round trip,
-// so a takeover after a crash charges them and no other user (takeOver).
-func (s *leaseStore) markRunning(ctx context.Context, held []lease) error {
-	if len(held) == 0 {
-		return nil
-	}
-	// One statement per _id: FerretDB would scan the claims for an $in.
-	models := make([]mongo.WriteModel, len(held))
-	for i, l := range held {
-		models[i] = s.fenced(l, bson.D{{Key: "$set", Value: bson.D{{Key: "running", Value: l.Token}}}})
-	}
-	return s.bulk(ctx, models, "marking %d refreshes as running")
 }
 
 // fenced updates l's document if it is still l's.
@@ -320,22 +296,17 @@ func (s *leaseStore) backOff(ctx context.Context, failed []retry) error {
 	}
 	models := make([]mongo.WriteModel, len(failed))
 	for i, f := range failed {
-		inc := 0
-		if f.countAttempt {
-			inc = 1
-		}
 		set := bson.D{{Key: "token", Value: nil}, {Key: "leaseUntil", Value: f.notBefore}, {Key: "lastError", Value: f.err}, {Key: "running", Value: nil}}
 		if f.solo {
 			set = append(set, bson.E{Key: "solo", Value: true})
 		}
-		models[i] = s.fenced(f.lease, bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "attempts", Value: inc}}}})
+		models[i] = s.fenced(f.lease, bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "attempts", Value: f.charge}}}})
 	}
 	return s.bulk(ctx, models, "backing off %d failed users")
 }
 
-// Count is the attempts so far: 0 to maxCount, or absent (0). ok is false
-// for anything else: a string, a negative count (never reaching
-// MAX_ATTEMPTS), a huge or non-finite double.
+// Count is the attempts so far: 0 to maxCount, or absent (0); ok is false for
+// a string, a negative count (never reaching MAX_ATTEMPTS), a huge double.
 func (d LeaseDoc) Count() (n int, ok bool) {
 	if d.Attempts.Type == 0 || d.Attempts.Type == bson.TypeNull {
 		return 0, true
@@ -382,11 +353,11 @@ func (s *leaseStore) find(ctx context.Context, filter bson.D, opts *options.Find
 
 // retry is a failed user to back off.
 type retry struct {
-	lease        lease
-	notBefore    time.Time
-	err          string
-	countAttempt bool // false for transient failures, which never dead-letter
-	solo         bool // set the document's solo flag; it goes with the user's next success
+	lease     lease
+	notBefore time.Time
+	err       string
+	charge    int  // attempts it counts: 0 for transient failures, which never dead-letter
+	solo      bool // set the document's solo flag; it goes with the user's next success
 }
 
 // idIndex is the index every collection has, on _id.
@@ -396,16 +367,12 @@ var idIndex = bson.D{{Key: "_id", Value: 1}}
 // and a user is won at most once per round.
 func fenceFilter(held []lease) bson.D {
 	users := make([]string, len(held))
-	tokens := make([]string, 0, 4)
-	seen := map[string]bool{}
+	tokens := map[string]bool{}
 	for i, l := range held {
 		users[i] = l.User
-		if !seen[l.Token] {
-			seen[l.Token] = true
-			tokens = append(tokens, l.Token)
-		}
+		tokens[l.Token] = true
 	}
-	return bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "token", Value: bson.D{{Key: "$in", Value: tokens}}}}
+	return bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "token", Value: bson.D{{Key: "$in", Value: slices.Sorted(maps.Keys(tokens))}}}}
 }
 
 // notAfter matches a leaseUntil not after t, or missing, null or not a
@@ -415,11 +382,10 @@ func notAfter(t time.Time) bson.D {
 	return bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: t}}}}
 }
 
-// mark marks lease documents running before their refreshes begin, in one
-// round trip for the users starting together (group commit: whoever finds no
-// write in flight writes for everyone waiting), so a takeover after a crash
-// charges those users and nobody else. It returns once the leases are marked
-// or the attempt failed (the refresh goes ahead, a crash in it uncharged).
+// mark marks lease documents running before their refreshes begin, so a
+// takeover after a crash charges them and nobody else, in one round trip for
+// the users starting together (group commit: whoever finds no write in
+// flight writes for everyone waiting). A failure leaves a crash uncharged.
 func (s *leaseStore) mark(ctx context.Context, ls ...lease) error {
 	done := make(chan struct{})
 	s.mu.Lock()
@@ -440,7 +406,12 @@ func (s *leaseStore) mark(ctx context.Context, ls ...lease) error {
 		batch, waiters := s.pending, s.waiters
 		s.pending, s.waiters = nil, nil
 		s.mu.Unlock()
-		err = s.markRunning(ctx, batch)
+		// One statement per _id: FerretDB would scan the claims for an $in.
+		models := make([]mongo.WriteModel, len(batch))
+		for i, l := range batch {
+			models[i] = s.fenced(l, bson.D{{Key: "$set", Value: bson.D{{Key: "running", Value: l.Token}}}})
+		}
+		err = s.bulk(ctx, models, "marking %d refreshes as running")
 		for _, w := range waiters {
 			close(w)
 		}

@@ -188,7 +188,7 @@ func TestMongoModeCommandSizesOnLongUsernames(t *testing.T) {
 		held[i] = w.lease
 		c.held[w.lease.User] = w.lease
 	}
-	if err := c.leases.markRunning(t.Context(), held); err != nil {
+	if err := c.leases.mark(t.Context(), held...); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.leases.renew(t.Context(), held, time.Now().Add(time.Minute)); err != nil {

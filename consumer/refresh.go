@@ -12,15 +12,14 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/limiter"
 )
 
-// Refresher recomputes and stores one user's score (scoring.Refresher).
-// startedAt is when the refresh began: the recompute sees every source write
-// made before it.
+// Refresher recomputes and stores one user's score (scoring.Refresher),
+// seeing every source write made before startedAt.
 type Refresher interface {
 	Refresh(ctx context.Context, username string, startedAt time.Time) error
 }
 
-// Limiter bounds the refreshes running at once. Acquire blocks until a slot is
-// free or ctx ends. An adaptive limiter can resize itself behind this.
+// Limiter bounds the refreshes running at once; Acquire blocks until a slot
+// is free or ctx ends.
 type Limiter interface {
 	Acquire(ctx context.Context) error
 	Release()
@@ -33,11 +32,10 @@ type FixedLimiter = limiter.Limiter
 // NewFixedLimiter returns a limiter admitting n refreshes at once.
 func NewFixedLimiter(n int) *FixedLimiter { return limiter.New(n) }
 
-// ownDeadline reports whether err is the refresh running out of its own
-// time rather than MongoDB failing, or a user whose refresh is always too
-// slow would never be charged. The driver gives up on a command it cannot
-// finish before the context's deadline while ctx has not expired yet: a
-// timeout in the last tenth of the refresh's time counts too.
+// ownDeadline reports the refresh running out of its own time, not MongoDB
+// failing (a user always too slow must be charged). The driver gives up on a
+// command it cannot finish before ctx's deadline: a timeout in the last
+// tenth of the refresh's time counts too.
 func ownDeadline(ctx context.Context, err error, timeout time.Duration) bool {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return true
@@ -50,11 +48,9 @@ func ownDeadline(ctx context.Context, err error, timeout time.Duration) bool {
 // towards MAX_ATTEMPTS although it looks like a timeout.
 var errRefreshTimeout = errors.New("refresh timed out")
 
-// refreshBatch refreshes the users of works in one refresh slot and returns
-// each user's outcome. The batch shares one deadline and one start: windows
-// are measured from it, and every entry of every user was claimed before it.
-// A panic in the scorer is the batch's failure, not the process's: its stack
-// goes in the error, so the dead letter says where it came from.
+// refreshBatch refreshes works in one slot, sharing one deadline and one
+// start (after every entry was claimed), and returns each user's outcome. A
+// panic in the scorer fails the batch, its stack in the error.
 func (c *Consumer) refreshBatch(ctx context.Context, works []work) (errs []error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RefreshTimeout)
 	defer cancel()
@@ -66,9 +62,8 @@ func (c *Consumer) refreshBatch(ctx context.Context, works []work) (errs []error
 	if len(users) > 1 {
 		batch = fmt.Sprintf(" (batch of %d users)", len(users))
 	}
-	// The recompute starts by the server's clock (what sources were
-	// written before it); its duration is measured on the local clock,
-	// which does not jump when the server's is sampled again.
+	// Started by the server's clock (which source writes came before),
+	// timed on the local one (which does not jump when the server's is resampled).
 	start, began := c.serverTime.Now(), c.clock.Now()
 	defer func() {
 		if r := recover(); r != nil {

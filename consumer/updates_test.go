@@ -37,14 +37,14 @@ func TestBulkLeaseUpdatesOfManyUsersComplete(t *testing.T) {
 	failed := make([]retry, len(res.works))
 	for i, w := range res.works {
 		held[i] = w.lease
-		failed[i] = retry{lease: w.lease, notBefore: time.Now().Add(time.Hour), err: "test", countAttempt: true}
+		failed[i] = retry{lease: w.lease, notBefore: time.Now().Add(time.Hour), err: "test", charge: 1}
 	}
 	// A jammed server never answers: bound each command so the test
 	// fails instead of hanging (the client's disconnect at the end frees
 	// the server again).
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute) // a deadlock never ends; a busy machine is slow
 	defer cancel()
-	if err := c.leases.markRunning(ctx, held); err != nil {
+	if err := c.leases.mark(ctx, held...); err != nil {
 		t.Fatalf("marking %d refreshes as running: %v", len(held), err)
 	}
 	if err := c.leases.backOff(ctx, failed); err != nil {
@@ -105,7 +105,7 @@ func TestUpdateStatementsFollowTheServer(t *testing.T) {
 				failed = append(failed, retry{lease: w.lease, notBefore: time.Now(), err: "test"})
 			}
 			rec.Reset()
-			if err := c.leases.markRunning(t.Context(), held); err != nil {
+			if err := c.leases.mark(t.Context(), held...); err != nil {
 				t.Fatal(err)
 			}
 			if err := c.leases.backOff(t.Context(), failed); err != nil {

@@ -30,7 +30,7 @@ func TestFailureWindowTellsWidespreadFromIsolated(t *testing.T) {
 		{"forgotten after two spans", 0, 8, 21 * time.Second, false},
 	}
 	for _, tc := range cases {
-		w := newFailureWindow(10*time.Second, 8)
+		w := &failureWindow{span: 10 * time.Second, minSample: 8}
 		for range tc.ok {
 			w.record(t0, false)
 		}
