@@ -62,13 +62,13 @@ type settler struct {
 
 	mu       sync.Mutex
 	outcomes []outcome
-	carry    flushRun // cut short by shutdown, finished by the next flush
+	carry    *flushRun // cut short by shutdown, finished by the next flush
 }
 
-// flushRun is one batch on its way to MongoDB.
-type flushRun interface {
-	run(ctx context.Context) error
-	settledLeases() []lease
+// flushRun is one batch on its way to MongoDB; a retry of run skips the steps done.
+type flushRun struct {
+	run     func(ctx context.Context) error
+	settled []lease // no longer held once run succeeds
 }
 
 func (s *settler) add(o outcome) {
@@ -98,7 +98,7 @@ func (a *acker) pending() int {
 }
 
 func (a *acker) flushAll(ctx context.Context) error {
-	return a.flush(ctx, func() flushRun {
+	return a.flush(ctx, func() *flushRun {
 		a.mu.Lock()
 		batch := a.outcomes
 		a.outcomes = nil
@@ -110,10 +110,9 @@ func (a *acker) flushAll(ctx context.Context) error {
 	})
 }
 
-// ackFlush is one batch on its way; a retry skips the steps done.
 type ackFlush struct {
 	a                            *acker
-	acked, releases, settled     []lease
+	acked, releases              []lease
 	ackIDs                       bson.A
 	ackUsers                     []string // ackIDs' usernames, in the same order
 	ackEntries                   []int
@@ -122,12 +121,12 @@ type ackFlush struct {
 	releaseTried                 bool
 }
 
-func (a *acker) newFlush(batch []outcome) *ackFlush {
-	f := &ackFlush{a: a}
+func (a *acker) newFlush(batch []outcome) *flushRun {
+	f, r := &ackFlush{a: a}, &flushRun{}
 	now := a.serverTime.Now()
 	for _, o := range batch {
 		l := o.work.lease
-		f.settled = append(f.settled, l)
+		r.settled = append(r.settled, l)
 		switch {
 		case o.release:
 			f.releases = append(f.releases, l)
@@ -144,10 +143,9 @@ func (a *acker) newFlush(batch []outcome) *ackFlush {
 			f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(a.retryDelay.Delay(l.Attempts + 1)), err: truncate(o.err.Error(), 1024), charge: 1})
 		}
 	}
-	return f
+	r.run = f.run
+	return r
 }
-
-func (f *ackFlush) settledLeases() []lease { return f.settled }
 
 // run does every step not yet done; leases go once their entries are deleted.
 func (f *ackFlush) run(ctx context.Context) error {
@@ -285,7 +283,7 @@ func (s *settler) loop(ctx context.Context, pending func() int, flushAll func(co
 
 // flush finishes a flush kept from shutdown, with its steps' state (nothing
 // done is redone or miscounted), then settles next's (nil: nothing pending).
-func (s *settler) flush(ctx context.Context, next func() flushRun) error {
+func (s *settler) flush(ctx context.Context, next func() *flushRun) error {
 	s.mu.Lock()
 	carried := s.carry
 	s.carry = nil
@@ -303,18 +301,18 @@ func (s *settler) flush(ctx context.Context, next func() flushRun) error {
 
 // settle retries r with backoff until it succeeds or ctx ends: then r is
 // kept for the next (final) flushAll.
-func (s *settler) settle(ctx context.Context, r flushRun) error {
+func (s *settler) settle(ctx context.Context, r *flushRun) error {
 	for attempt := 1; ; attempt++ {
 		err := r.run(ctx)
 		if err == nil {
-			s.onSettled(r.settledLeases())
+			s.onSettled(r.settled)
 			s.afterFlush(nil)
 			return nil
 		}
 		if ctx.Err() == nil { // (one cut short by shutdown is not a failure)
 			s.metrics.AckFlushErrors.Inc()
 			s.afterFlush(err)
-			s.log.Error("flushing finished users failed; will retry", "op", "ack flush", "users", len(r.settledLeases()), "attempt", attempt, "err", err)
+			s.log.Error("flushing finished users failed; will retry", "op", "ack flush", "users", len(r.settled), "attempt", attempt, "err", err)
 		}
 		delay := Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}.Delay(attempt)
 		if clock.Sleep(ctx, s.clock, delay) != nil {

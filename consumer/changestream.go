@@ -57,10 +57,6 @@ func NewChangeStreamSource(queue *mongo.Collection, clk clock.Clock, m *metrics.
 		}
 		return queue.Watch(ctx, pipeline, opts)
 	}
-	return newChangeStreamSource(watch, clk, m, log)
-}
-
-func newChangeStreamSource(watch func(context.Context, bson.Raw) (changeStream, error), clk clock.Clock, m *metrics.Consumer, log *slog.Logger) *ChangeStreamSource {
 	return &ChangeStreamSource{clock: clock.Or(clk), watch: watch, metrics: m, log: cmp.Or(log, slog.New(slog.DiscardHandler))}
 }
 

@@ -101,7 +101,8 @@ func TestChangeStreamResumesWithItsTokenAfterAnError(t *testing.T) {
 		func() (changeStream, error) { return &fakeStream{tokens: []string{"t3"}, err: reset}, nil },
 	}}
 	m := metrics.NewConsumer(prometheus.NewRegistry())
-	src := newChangeStreamSource(w.watch, immediately(), m, nil)
+	src := NewChangeStreamSource(nil, immediately(), m, nil)
+	src.watch = w.watch
 	ctx, cancel := context.WithCancel(t.Context())
 	var wakes int
 	done := make(chan error)
@@ -139,7 +140,8 @@ func TestChangeStreamStartsAfreshAfterAnInvalidation(t *testing.T) {
 		func() (changeStream, error) { return &fakeStream{tokens: []string{"t4"}, err: reset}, nil },
 	}}
 	m := metrics.NewConsumer(prometheus.NewRegistry())
-	src := newChangeStreamSource(w.watch, immediately(), m, nil)
+	src := NewChangeStreamSource(nil, immediately(), m, nil)
+	src.watch = w.watch
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error)
 	go func() { done <- src.Run(ctx, func() {}) }()
@@ -178,7 +180,8 @@ func TestChangeStreamDropsATokenTheServerRefuses(t *testing.T) {
 				func() (changeStream, error) { return &fakeStream{tokens: []string{"t1"}, err: reset}, nil },
 				func() (changeStream, error) { return nil, refused },
 			}}
-			src := newChangeStreamSource(w.watch, immediately(), metrics.NewConsumer(prometheus.NewRegistry()), nil)
+			src := NewChangeStreamSource(nil, immediately(), metrics.NewConsumer(prometheus.NewRegistry()), nil)
+			src.watch = w.watch
 			ctx, cancel := context.WithCancel(t.Context())
 			done := make(chan error)
 			go func() { done <- src.Run(ctx, func() {}) }()
@@ -197,7 +200,8 @@ func TestChangeStreamFallsBackToPollingAfterRepeatedFailures(t *testing.T) {
 	fail := func() (changeStream, error) { return nil, errors.New("server selection timeout") }
 	w := &scriptedWatch{done: make(chan struct{}), streams: slices.Repeat([]func() (changeStream, error){fail}, maxStreamFailures)}
 	m := metrics.NewConsumer(prometheus.NewRegistry())
-	src := newChangeStreamSource(w.watch, immediately(), m, nil)
+	src := NewChangeStreamSource(nil, immediately(), m, nil)
+	src.watch = w.watch
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error)
 	go func() { done <- src.Run(ctx, func() {}) }()

@@ -96,38 +96,34 @@ func parseEntry(r rawEntry) (Entry, *malformed) {
 	if r.ID.Type == 0 {
 		return Entry{}, &malformed{Detail: "entry has no _id"}
 	}
-	// The RawValue encodes back to the identical BSON: filters on it match.
-	e := Entry{ID: r.ID}
 	bad := func(format string, args ...any) (Entry, *malformed) {
 		return Entry{}, &malformed{ID: r.ID, Detail: fmt.Sprintf(format, args...)}
 	}
-	switch r.Username.Type {
-	case 0:
-		return bad("username is missing")
-	case bson.TypeString:
-		e.Username = r.Username.StringValue()
-	default:
-		return bad("username is a %s, not a string", r.Username.Type)
-	}
+	user, ok := r.Username.StringValueOK()
 	switch {
-	case e.Username == "":
+	case r.Username.Type == 0:
+		return bad("username is missing")
+	case !ok:
+		return bad("username is a %s, not a string", r.Username.Type)
+	case user == "":
 		return bad("username is empty")
-	case len(e.Username) > MaxUsernameBytes:
-		return bad("username is %d bytes, more than %d", len(e.Username), MaxUsernameBytes)
-	case !utf8.ValidString(e.Username):
+	case len(user) > MaxUsernameBytes:
+		return bad("username is %d bytes, more than %d", len(user), MaxUsernameBytes)
+	case !utf8.ValidString(user):
 		return bad("username is not valid UTF-8")
 	}
-	switch r.CreatedAt.Type {
-	case bson.TypeDateTime:
+	// The RawValue encodes back to the identical BSON: filters on it match.
+	e := Entry{ID: r.ID, Username: user}
+	oid, isOID := r.ID.ObjectIDOK()
+	switch t := r.CreatedAt.Type; {
+	case t == bson.TypeDateTime:
 		e.CreatedAt = r.CreatedAt.Time()
-	case 0, bson.TypeNull:
-		oid, ok := r.ID.ObjectIDOK()
-		if !ok {
-			return bad("createdAt is missing and _id is not an ObjectId")
-		}
-		e.CreatedAt = oid.Timestamp()
+	case t != 0 && t != bson.TypeNull:
+		return bad("createdAt is a %s, not a date", t)
+	case !isOID:
+		return bad("createdAt is missing and _id is not an ObjectId")
 	default:
-		return bad("createdAt is a %s, not a date", r.CreatedAt.Type)
+		e.CreatedAt = oid.Timestamp()
 	}
 	return e, nil
 }

@@ -46,7 +46,7 @@ import (
 const (
 	DefaultClaimWindow        = 500
 	DefaultMaxUsersInFlight   = 64
-	DefaultRefreshConcurrency = 16 // the FixedLimiter New builds when Deps has none
+	DefaultRefreshConcurrency = 16 // the fixed limiter New builds when Deps has none
 	DefaultLeaseDuration      = 60 * time.Second
 	DefaultPollInterval       = time.Second
 	DefaultMaxAttempts        = 5
@@ -95,11 +95,6 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// refreshObserver is a Limiter that learns from refreshes (adaptive.Limiter).
-type refreshObserver interface {
-	RefreshStarted() (finished func(overload, cancelled bool))
-}
-
 // Collections are the MongoDB collections the consumer works on.
 type Collections struct {
 	Queue, Claims, DeadLetter *mongo.Collection
@@ -108,7 +103,7 @@ type Collections struct {
 // Deps are the consumer's collaborators.
 type Deps struct {
 	Refresher Refresher
-	Limiter   Limiter           // default: a FixedLimiter of DefaultRefreshConcurrency
+	Limiter   Limiter           // default: NewFixedLimiter(DefaultRefreshConcurrency)
 	Metrics   *metrics.Consumer // required
 	Logger    *slog.Logger      // default: discard
 	Clock     clock.Clock       // what it waits on and times with; default: the wall clock
@@ -210,10 +205,9 @@ func (c *Consumer) flushAll(ctx context.Context) error {
 // Wake tells the claim loop that work may have arrived.
 func (c *Consumer) Wake() { c.wake.notify() }
 
-// Run drains the queue until ctx ends, then shuts down gracefully: no new
-// claims, running refreshes get ShutdownTimeout, everything else is released
-// in one round trip. It returns nil after a clean shutdown; MongoDB errors
-// while running are logged and retried, never returned.
+// Run drains the queue until ctx ends, then stops claiming, gives running
+// refreshes ShutdownTimeout and releases the rest in one round trip. MongoDB
+// errors while running are logged and retried, never returned.
 func (c *Consumer) Run(ctx context.Context) error {
 	// Work in flight runs on a context that outlives ctx (SIGTERM).
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
@@ -264,9 +258,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return nil
 }
 
-// claimLoop claims whenever there is room and maybe work: right after a round
-// that filled the room or the window, when a user settles, on a wake-up, and
-// every PollInterval regardless.
+// claimLoop claims whenever there is room and maybe work: after a round that
+// filled the room or the window, when users settle, on a wake-up, every PollInterval.
 func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitGroup) {
 	poll := c.clock.NewTicker(c.cfg.PollInterval)
 	defer poll.Stop()
@@ -329,16 +322,13 @@ const (
 	claimRetryMax   = 30 * time.Second      // longest wait after a failed round
 	maxPagesPerWake = 8                     // rounds paging past a blocked head before waiting again
 	wakeGap         = 50 * time.Millisecond // least time between a round and a woken one
-	// claimCleanup bounds a failed or cancelled round deleting the leases it
-	// wrote (leaseStore.abandon, the release after a failed absorb).
-	claimCleanup = 10 * time.Second
-	streamClose  = 3 * time.Second // closing a change stream once ctx ends
+	claimCleanup    = 10 * time.Second      // a failed or cancelled round deleting the leases it wrote
+	streamClose     = 3 * time.Second       // closing a change stream once ctx ends
 )
 
-// LongestClaimPass is the longest one claim-loop pass takes with the given
-// OpTimeout (0: the default): a round at its most stretched deadline, its
-// cleanup, the longest wait after it. A watchdog fed by Deps.AfterClaim must
-// allow at least this.
+// LongestClaimPass is the longest claim-loop pass (0: the default OpTimeout),
+// which a watchdog fed by Deps.AfterClaim must allow: a round at its most
+// stretched deadline, its cleanup, the longest wait after it.
 func LongestClaimPass(opTimeout time.Duration) time.Duration {
 	return maxClaimStretch*cmp.Or(opTimeout, DefaultOpTimeout) + claimCleanup + claimRetryMax
 }
@@ -352,8 +342,7 @@ func ShutdownBudget(opTimeout, shutdownTimeout time.Duration) time.Duration {
 }
 
 // contentionDelay is a random wait in [0, wakeGap·2^(k−1)], at most
-// PollInterval, after the k-th contended round in a row: full jitter (not a
-// Backoff), so replicas stop colliding.
+// PollInterval, after the k-th contended round in a row: full jitter.
 func (c *Consumer) contentionDelay() time.Duration {
 	ceiling := min(wakeGap<<min(c.contention-1, 10), c.cfg.PollInterval)
 	return time.Duration(c.claimRnd.Int64N(int64(ceiling) + 1))
@@ -430,9 +419,8 @@ func (c *Consumer) hold(ctx, workCtx context.Context, refreshes *sync.WaitGroup,
 }
 
 // process waits for a refresh slot on behalf of one claimed user, then runs
-// the batch it takes from the users waiting (which need not hold that user).
-// Waiting ends with ctx (shutdown releases a refresh not started); the
-// refresh runs on workCtx. Every outcome goes to the acker.
+// the batch it takes from the users waiting (which need not hold that user)
+// on workCtx. Shutdown (ctx) releases a refresh not started.
 func (c *Consumer) process(ctx, workCtx context.Context, w work) {
 	if len(w.entries) == 0 || w.lease.Attempts >= c.cfg.MaxAttempts {
 		o := outcome{work: w, release: true} // acknowledged by someone else between window and absorb
@@ -477,7 +465,9 @@ func (c *Consumer) process(ctx, workCtx context.Context, w work) {
 
 func (c *Consumer) runBatch(workCtx context.Context, works []work) {
 	finished := func(bool, bool) {}
-	if o, ok := c.limiter.(refreshObserver); ok {
+	if o, ok := c.limiter.(interface {
+		RefreshStarted() func(overload, cancelled bool)
+	}); ok { // adaptive.Limiter
 		finished = o.RefreshStarted()
 	}
 	leases := make([]lease, len(works))
@@ -503,9 +493,8 @@ func (c *Consumer) runBatch(workCtx context.Context, works []work) {
 	}
 }
 
-// batchWide reports a batch of several users that failed as a whole, not
-// for MongoDB being unreachable: a shared query, write or deadline fails
-// every member alike, whichever caused it.
+// batchWide reports a batch of several users failed as a whole, not for
+// MongoDB being unreachable: a shared query, write or deadline fails them all.
 func batchWide(errs []error) bool {
 	return len(errs) >= 2 && !slices.ContainsFunc(errs, func(err error) bool { return err == nil || transient(err) })
 }
@@ -604,9 +593,8 @@ func (c *Consumer) room() int {
 	return c.maxHeld() - len(c.held)
 }
 
-// roomFloor is the least room a room wake-up waits for: an eighth of
-// maxHeld. With batches wantMore's low-water mark never binds, and a claim
-// round per flush settling a user or two would be most of the claim cost.
+// roomFloor is the least room a room wake-up waits for: with batches
+// wantMore never binds, and a round per user settled would cost too much.
 func (c *Consumer) roomFloor() int { return max(1, c.maxHeld()/8) }
 
 // slots is how many users can be refreshing at once.
@@ -628,9 +616,8 @@ func (c *Consumer) batchSize() int {
 }
 
 // wantMore says whether a claim round is worth its cost now: there is room,
-// and fewer users wait than there are slots. This low-water mark keeps every
-// slot busy at about one round per REFRESH_CONCURRENCY refreshes, never
-// leasing much more work than is about to start.
+// and fewer users wait than there are slots, which keeps every slot busy
+// without leasing much more work than is about to start.
 func (c *Consumer) wantMore() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -660,8 +647,7 @@ func (c *Consumer) renewOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Fewer matches is normal (users settled meanwhile); a lost lease shows
-	// when its release finds it gone.
+	// Fewer is normal (users settled meanwhile); a lost lease shows at its release.
 	c.log.Debug("leases renewed", "held", len(held), "renewed", n)
 	return nil
 }

@@ -80,7 +80,7 @@ func (d *deadLane) pending() int {
 }
 
 func (d *deadLane) flushAll(ctx context.Context) error {
-	return d.flush(ctx, func() flushRun {
+	return d.flush(ctx, func() *flushRun {
 		d.mu.Lock()
 		batch, bad := d.outcomes, d.malformed
 		d.outcomes, d.malformed = nil, map[string]malformed{}
@@ -92,33 +92,31 @@ func (d *deadLane) flushAll(ctx context.Context) error {
 	})
 }
 
-// deadFlush is one batch on its way; a retry skips the steps done.
 type deadFlush struct {
 	d                                    *deadLane
-	exhausted, settled                   []lease
+	exhausted                            []lease
 	dead                                 []deadLetter
 	retries                              []retry
 	deadDone, exhaustedDone, backOffDone bool
 	exhaustedTried                       bool
 }
 
-func (d *deadLane) newFlush(batch []outcome, bad map[string]malformed) *deadFlush {
-	f := &deadFlush{d: d}
+func (d *deadLane) newFlush(batch []outcome, bad map[string]malformed) *flushRun {
+	f, r := &deadFlush{d: d}, &flushRun{}
 	for _, m := range bad {
 		f.dead = append(f.dead, deadLetter{ID: m.ID, Reason: metrics.ReasonMalformed, Detail: m.Detail})
 	}
 	for _, o := range batch {
 		l := o.work.lease
-		f.settled = append(f.settled, l)
+		r.settled = append(r.settled, l)
 		f.exhausted = append(f.exhausted, l)
 		for _, e := range o.work.entries {
 			f.dead = append(f.dead, deadLetter{ID: e.ID, User: e.Username, Reason: metrics.ReasonMaxAttempts, Detail: o.err.Error(), Attempts: l.Attempts + 1})
 		}
 	}
-	return f
+	r.run = f.run
+	return r
 }
-
-func (f *deadFlush) settledLeases() []lease { return f.settled }
 
 // run does every step not yet done; exhausted users' leases go once their
 // entries are dead-lettered.

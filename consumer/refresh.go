@@ -26,11 +26,8 @@ type Limiter interface {
 	Limit() int
 }
 
-// FixedLimiter is a Limiter of constant size, FIFO among waiters.
-type FixedLimiter = limiter.Limiter
-
-// NewFixedLimiter returns a limiter admitting n refreshes at once.
-func NewFixedLimiter(n int) *FixedLimiter { return limiter.New(n) }
+// NewFixedLimiter returns a Limiter admitting n refreshes at once, FIFO among waiters.
+func NewFixedLimiter(n int) *limiter.Limiter { return limiter.New(n) }
 
 // ownDeadline reports the refresh running out of its own time, not MongoDB
 // failing (a user always too slow must be charged). The driver gives up on a

@@ -29,9 +29,8 @@ type Limiter struct {
 
 	mu        sync.Mutex
 	policy    *limiter.Policy
-	saturated bool                 // every slot was taken at some point this interval
-	running   map[uint64]time.Time // start of every refresh in flight
-	nextID    uint64
+	saturated bool                // every slot was taken at some point this interval
+	running   map[*time.Time]bool // start of every refresh in flight
 }
 
 // New starts at max/4 (at least 1), which grows within seconds given
@@ -47,7 +46,7 @@ func New(max int, interval time.Duration, cfg limiter.PolicyConfig, m *metrics.C
 		log:      cmp.Or(log, slog.New(slog.DiscardHandler)),
 		policy:   limiter.NewPolicy(cfg, start),
 		clock:    clock.Or(clk),
-		running:  map[uint64]time.Time{},
+		running:  map[*time.Time]bool{},
 	}
 	m.ConcurrencyLimit.Set(float64(start))
 	return a
@@ -71,16 +70,14 @@ func (a *Limiter) Acquire(ctx context.Context) error {
 // shutdown (its latency means nothing).
 func (a *Limiter) RefreshStarted() (finished func(overload, cancelled bool)) {
 	a.mu.Lock()
-	id := a.nextID
-	a.nextID++
 	start := a.clock.Now()
-	a.running[id] = start
+	a.running[&start] = true
 	a.mu.Unlock()
 	return func(overload, cancelled bool) {
 		d := a.clock.Now().Sub(start)
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		delete(a.running, id)
+		delete(a.running, &start)
 		if !cancelled {
 			a.policy.ObserveLatency(d, overload)
 		}
@@ -103,8 +100,8 @@ func (a *Limiter) decide() {
 	a.mu.Lock()
 	now := a.clock.Now()
 	ages := make([]time.Duration, 0, len(a.running))
-	for _, start := range a.running {
-		ages = append(ages, now.Sub(start))
+	for start := range a.running {
+		ages = append(ages, now.Sub(*start))
 	}
 	a.policy.ObserveRunning(ages)
 	// Waiters mean the slots were full all along.

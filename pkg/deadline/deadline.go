@@ -1,12 +1,8 @@
-// Package deadline gives a repeated operation a deadline that stretches while
-// the operation keeps running out of time, and returns to its base once it
-// succeeds.
-//
+// Package deadline gives a repeated operation a deadline that doubles while
+// it keeps running out of time, and returns to its base once it succeeds.
 // The Go driver sends no maxTimeMS with find or aggregate, so the server
-// finishes a read abandoned at its client-side deadline. Retrying with the
-// same deadline piles a second copy on a server still busy with the first,
-// and an operation that needs a little longer never succeeds. Doubling the
-// deadline after each timeout in a row gets through in a few tries.
+// finishes a read abandoned at its client-side deadline: retrying with the
+// same deadline piles a second copy on it, and never gets through.
 package deadline
 
 import (
@@ -26,8 +22,8 @@ type Stretch struct {
 	timeouts int // consecutive outcomes that ran out of time
 }
 
-// Next is the deadline for the next try: Base doubled once per timeout in a
-// row, at most Max. It is how long a try may run, not a delay: no jitter.
+// Next is how long the next try may run: Base doubled once per timeout in a
+// row, at most Max.
 func (s *Stretch) Next() time.Duration {
 	d := s.Base
 	for range s.timeouts {
@@ -39,9 +35,8 @@ func (s *Stretch) Next() time.Duration {
 	return d
 }
 
-// Observe records a try's outcome and reports whether it ran out of time
-// (so the next deadline is longer). Other errors say nothing about how long
-// the operation needs: they leave the deadline as it is.
+// Observe records a try's outcome and reports whether it ran out of time.
+// Other errors say nothing about how long the operation needs.
 func (s *Stretch) Observe(err error) (timedOut bool) {
 	switch {
 	case err == nil:
@@ -53,8 +48,7 @@ func (s *Stretch) Observe(err error) (timedOut bool) {
 	return false
 }
 
-// TimedOut reports whether err is an operation running out of time, as the
-// context or the driver reports it.
+// TimedOut reports an operation out of time, as the context or the driver says it.
 func TimedOut(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || mongo.IsTimeout(err)
 }

@@ -32,10 +32,8 @@ const (
 // the baseline is the latency at no load (the minimum interval mean over a
 // long window); while latency stays within tolerance of it and demand fills
 // every slot, the limit grows by one slot per interval; when latency stays
-// above it, queueing has begun downstream and the limit shrinks by a factor.
-// Overload signals (server errors and timeouts, failed checkouts) cut
-// straight to Min. Noise within the tolerance band moves nothing. Not safe
-// for concurrent use.
+// above it, the limit shrinks by a factor; overload cuts straight to Min.
+// Not safe for concurrent use.
 type Policy struct {
 	cfg PolicyConfig
 	// value is the limit before rounding down: steps smaller than one slot
@@ -135,10 +133,8 @@ func (p *Policy) Decide(saturated bool) (limit int, reason string, changed bool)
 			}
 		} else {
 			p.slow = 0
-			// Growth is per interval elapsed, not per judgement: a replica
-			// with few slots is judged less often, and growing per judgement
-			// would let replicas with more slots grow faster, while AIMD is
-			// fair only when all grow alike.
+			// Growth per interval elapsed, not per judgement: replicas with
+			// few slots are judged less often, and AIMD is fair only when all grow alike.
 			if p.cur.saturated && p.value < float64(p.cfg.Max) {
 				p.value, reason = min(float64(p.cfg.Max), p.value+float64(min(p.cur.elapsed, maxCatchUp))), ReasonHeadroom
 			}
