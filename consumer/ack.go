@@ -59,10 +59,12 @@ type settler struct {
 	onSettled  func(users []lease) // the users are no longer held
 	afterFlush func(err error)     // each flush attempt's outcome (readiness)
 	kick       signal
+	build      func([]outcome, map[string]malformed) *flushRun // the acker's or the lane's newFlush
 
-	mu       sync.Mutex
-	outcomes []outcome
-	carry    *flushRun // cut short by shutdown, finished by the next flush
+	mu        sync.Mutex
+	outcomes  []outcome
+	malformed map[string]malformed // the lane's, by IDKey: a bad entry seen by several rounds is moved once
+	carry     *flushRun            // cut short by shutdown, finished by the next flush
 }
 
 // flushRun is one batch on its way to MongoDB; a retry of run skips the steps done.
@@ -89,27 +91,6 @@ func (a *acker) add(o outcome) {
 	a.settler.add(o)
 }
 
-func (a *acker) run(ctx context.Context) { a.loop(ctx, a.pending, a.flushAll) }
-
-func (a *acker) pending() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.outcomes)
-}
-
-func (a *acker) flushAll(ctx context.Context) error {
-	return a.flush(ctx, func() *flushRun {
-		a.mu.Lock()
-		batch := a.outcomes
-		a.outcomes = nil
-		a.mu.Unlock()
-		if len(batch) == 0 {
-			return nil
-		}
-		return a.newFlush(batch)
-	})
-}
-
 type ackFlush struct {
 	a                            *acker
 	acked, releases              []lease
@@ -121,7 +102,7 @@ type ackFlush struct {
 	releaseTried                 bool
 }
 
-func (a *acker) newFlush(batch []outcome) *flushRun {
+func (a *acker) newFlush(batch []outcome, _ map[string]malformed) *flushRun {
 	f, r := &ackFlush{a: a}, &flushRun{}
 	now := a.serverTime.Now()
 	for _, o := range batch {
@@ -258,7 +239,8 @@ func (s *settler) releaseHeld(ctx context.Context, held []lease, tried *bool) er
 	return nil
 }
 
-func (s *settler) loop(ctx context.Context, pending func() int, flushAll func(context.Context) error) {
+// run flushes until ctx ends; flushAll after it is the final flush.
+func (s *settler) run(ctx context.Context) {
 	timer := s.clock.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -266,7 +248,7 @@ func (s *settler) loop(ctx context.Context, pending func() int, flushAll func(co
 		case <-ctx.Done():
 			return
 		case <-s.kick:
-			if pending() < AckFlushBatch { // wait for the users finishing around now
+			if s.pending() < AckFlushBatch { // wait for the users finishing around now
 				timer.Reset(s.interval)
 				select {
 				case <-ctx.Done():
@@ -276,14 +258,20 @@ func (s *settler) loop(ctx context.Context, pending func() int, flushAll func(co
 					timer.Stop()
 				}
 			}
-			_ = flushAll(ctx) // failures are retried, logged and counted by settle
+			_ = s.flushAll(ctx) // failures are retried, logged and counted by settle
 		}
 	}
 }
 
-// flush finishes a flush kept from shutdown, with its steps' state (nothing
-// done is redone or miscounted), then settles next's (nil: nothing pending).
-func (s *settler) flush(ctx context.Context, next func() *flushRun) error {
+func (s *settler) pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.outcomes) + len(s.malformed)
+}
+
+// flushAll finishes a flush kept from shutdown, with its steps' state
+// (nothing done is redone or miscounted), then settles what is pending.
+func (s *settler) flushAll(ctx context.Context) error {
 	s.mu.Lock()
 	carried := s.carry
 	s.carry = nil
@@ -293,10 +281,14 @@ func (s *settler) flush(ctx context.Context, next func() *flushRun) error {
 			return err
 		}
 	}
-	if r := next(); r != nil {
-		return s.settle(ctx, r)
+	s.mu.Lock()
+	batch, bad := s.outcomes, s.malformed
+	s.outcomes, s.malformed = nil, nil
+	s.mu.Unlock()
+	if len(batch) == 0 && len(bad) == 0 {
+		return nil
 	}
-	return nil
+	return s.settle(ctx, s.build(batch, bad))
 }
 
 // settle retries r with backoff until it succeeds or ctx ends: then r is

@@ -56,18 +56,15 @@ const (
 const validUsername = `^[\s\S]{1,256}\z`
 
 // claimer takes work from the queue in a fixed number of round trips per
-// round, whatever the number of users, replicas or backoffs:
-//
-//  1. read the oldest CLAIM_WINDOW entries with a plausible username, minus
-//     the users held or known blocked (windowIndex, covered);
-//  2. read the live leases of the window's users only (by _id);
-//  3. pick up to `room` claimable users, spread across replicas, and lease
-//     them (one insert, two more round trips only for takeovers);
-//  4. absorb every pending entry of the users won (absorbIndex, covered);
-//  5. at most once per PollInterval, find malformed entries at the head.
-//
-// Entries are read after the lease, so every entry a refresh acknowledges
-// was read before it began. Used by the claim loop alone: nothing is locked.
+// round, whatever the number of users, replicas or backoffs: (1) the oldest
+// CLAIM_WINDOW entries with a plausible username, minus the users held or
+// known blocked (windowIndex, covered); (2) the live leases of the window's
+// users, by _id; (3) up to room claimable users, spread across replicas,
+// leased in one insert (two more round trips for takeovers); (4) every entry
+// of the users won (absorbIndex, covered); (5) at most once per
+// PollInterval, the malformed entries at the head. Entries are read after the
+// lease: a refresh begins after every entry it acknowledges was read. Used
+// by the claim loop alone: nothing is locked.
 type claimer struct {
 	queue      *mongo.Collection
 	leases     *leaseStore
@@ -390,10 +387,8 @@ func spread(candidates []string, room int, owner string) []string {
 // absorb reads the pending entries of the users won, oldest first.
 func (c *claimer) absorb(ctx context.Context, won []lease, limit int) ([]work, []malformed, error) {
 	names := make([]string, len(won))
-	want := make(map[string]struct{}, len(won))
 	for i, l := range won {
 		names[i] = l.User
-		want[l.User] = struct{}{}
 	}
 	limit = max(limit, len(won)) // at least one entry per user won
 	// Hinted: the window's index, winning the trial when the users sit at the
@@ -408,7 +403,7 @@ func (c *claimer) absorb(ctx context.Context, won []lease, limit int) ([]work, [
 	if err != nil {
 		return nil, nil, err
 	}
-	byUser, bad := groupByUser(raw, want)
+	byUser, bad := groupByUser(raw)
 	works := make([]work, len(won))
 	for i, l := range won {
 		works[i] = work{lease: l, entries: byUser[l.User]}

@@ -50,16 +50,13 @@ func (p *position) before(r rawEntry) bool {
 	return !bytes.Equal(p.id.Value, r.ID.Value)
 }
 
-// groupByUser coalesces absorbed entries into one batch per user of want.
-func groupByUser(raw []rawEntry, want map[string]struct{}) (byUser map[string][]Entry, bad []malformed) {
-	byUser = make(map[string][]Entry, len(want))
+// groupByUser coalesces absorbed entries into one batch per user.
+func groupByUser(raw []rawEntry) (byUser map[string][]Entry, bad []malformed) {
+	byUser = map[string][]Entry{}
 	for _, r := range raw {
 		e, m := parseEntry(r)
 		if m != nil {
 			bad = append(bad, *m)
-			continue
-		}
-		if _, ok := want[e.Username]; !ok {
 			continue
 		}
 		byUser[e.Username] = append(byUser[e.Username], e)

@@ -1,23 +1,12 @@
-// Package consumer drains the score-event queue: it claims the oldest
-// claimable users, coalesces their entries to one refresh each, runs the
-// refreshes with bounded parallelism and acknowledges them in batches.
-//
-//	wake-up (poll, change stream, a slot freed)
-//	     │
-//	claim.go ── window of oldest entries ─► pick users ─► lease per user ─► absorb their entries
-//	     │                                    (coalesce.go)   (lease.go)
-//	     ▼
-//	refresh.go ── at most REFRESH_CONCURRENCY at once, no tick barrier
-//	     │
-//	     ▼
-//	ack.go ── batched: delete acked entries, release leases, back off failures
-//	     │                         └─► deadletter.go (malformed, max attempts)
-//	     ▼
-//	room for more users ─► claim again
-//
-// Every held lease is renewed in one round trip per period (renewLoop); at
-// shutdown claiming stops, running refreshes get SHUTDOWN_TIMEOUT, the rest
-// is released.
+// Package consumer drains the score-event queue. A claim round (claim.go)
+// reads a window of the oldest entries, picks users, leases each (lease.go)
+// and absorbs its entries (coalesce.go), on a poll, a change stream or a
+// freed slot; refreshes run at most REFRESH_CONCURRENCY at once, with no
+// tick barrier (refresh.go, batch.go); outcomes are acknowledged in batches
+// (ack.go), malformed entries and users out of attempts dead-lettered
+// (deadletter.go). Every held lease is renewed in one round trip per period;
+// at shutdown claiming stops, running refreshes get SHUTDOWN_TIMEOUT, the
+// rest is released.
 package consumer
 
 import (
@@ -188,10 +177,10 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 	c.dead = &deadLane{
 		settler:   base(nil), // (readiness is about acknowledgements)
 		letters:   &deadLetterer{queue: colls.Queue, dead: colls.DeadLetter, byUser: byUser, traits: c.traits},
-		malformed: map[string]malformed{},
 		deadRetry: map[string]deadRetry{},
 	}
 	c.acks = &acker{settler: base(deps.AfterFlush), queue: colls.Queue, dead: c.dead, byUser: byUser, maxAttempts: cfg.MaxAttempts}
+	c.dead.build, c.acks.build = c.dead.newFlush, c.acks.newFlush
 	c.metrics.UsersInFlightCap.Set(float64(cfg.MaxUsersInFlight))
 	c.metrics.ConcurrencyLimit.Set(float64(c.limiter.Limit()))
 	return c

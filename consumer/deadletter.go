@@ -50,7 +50,6 @@ const (
 type deadLane struct {
 	settler   // mu also guards:
 	letters   *deadLetterer
-	malformed map[string]malformed // by IDKey: a bad entry seen by several rounds is moved once
 	deadRetry map[string]deadRetry // by IDKey: malformed entries whose dead letter failed
 }
 
@@ -60,6 +59,9 @@ func (d *deadLane) addMalformed(ms []malformed) {
 	}
 	now := d.serverTime.Now()
 	d.mu.Lock()
+	if d.malformed == nil {
+		d.malformed = map[string]malformed{}
+	}
 	for _, m := range ms {
 		k := IDKey(m.ID)
 		if r, ok := d.deadRetry[k]; ok && now.Before(r.notBefore) {
@@ -69,27 +71,6 @@ func (d *deadLane) addMalformed(ms []malformed) {
 	}
 	d.mu.Unlock()
 	d.kick.notify()
-}
-
-func (d *deadLane) run(ctx context.Context) { d.loop(ctx, d.pending, d.flushAll) }
-
-func (d *deadLane) pending() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.outcomes) + len(d.malformed)
-}
-
-func (d *deadLane) flushAll(ctx context.Context) error {
-	return d.flush(ctx, func() *flushRun {
-		d.mu.Lock()
-		batch, bad := d.outcomes, d.malformed
-		d.outcomes, d.malformed = nil, map[string]malformed{}
-		d.mu.Unlock()
-		if len(batch) == 0 && len(bad) == 0 {
-			return nil
-		}
-		return d.newFlush(batch, bad)
-	})
 }
 
 type deadFlush struct {
@@ -131,9 +112,10 @@ func (f *deadFlush) run(ctx context.Context) error {
 }
 
 // deadLetters moves this flush's dead letters, once. An entry that fails is
-// postponed on its own, counted and logged, not returned: it holds back
-// nothing. Only a move cut short by shutdown returns an error, leaving the
-// unfinished entries to the final flush.
+// counted, logged and postponed on its own, still queued: a malformed one
+// until a claim round after its backoff (noteDeadLetters), an exhausted user
+// until its backoff ends (no other refresh). Only a move cut short by
+// shutdown returns an error, leaving the rest to the final flush.
 func (f *deadFlush) deadLetters(ctx context.Context) error {
 	c := f.d
 	counts, failed, err := c.letters.move(ctx, f.dead, c.serverTime.Now())
@@ -149,31 +131,23 @@ func (f *deadFlush) deadLetters(ctx context.Context) error {
 		c.metrics.AckFlushErrors.Inc()
 		c.log.Error("dead letters failed; postponed, the entries stay in the queue",
 			"op", "dead letter", "failed", len(failed), "entries", len(f.dead), "err", err)
-		f.postponeDeadLetters(failed)
+		users := map[string]bool{}
+		for _, b := range failed {
+			users[b.User] = true // ("" for a malformed entry, which has no lease)
+		}
+		if f.backOffDone { // (a final flush finishing a move cut short)
+			f.retries, f.backOffDone = nil, false
+		}
+		now := c.serverTime.Now()
+		f.exhausted = slices.DeleteFunc(f.exhausted, func(l lease) bool {
+			if users[l.User] {
+				f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(c.retryDelay.Delay(l.Attempts)), err: "dead-lettering failed; postponed"})
+			}
+			return users[l.User]
+		})
 	}
 	f.dead, f.deadDone = nil, true
 	return nil
-}
-
-// postponeDeadLetters gives up on failed dead letters for now; the entries
-// stay queued. A malformed one returns with a claim round after its backoff
-// (noteDeadLetters); an exhausted user backs off and is dead-lettered again
-// after it, without another refresh.
-func (f *deadFlush) postponeDeadLetters(failed []deadLetter) {
-	users := map[string]bool{}
-	for _, b := range failed {
-		users[b.User] = true // ("" for a malformed entry, which has no lease)
-	}
-	if f.backOffDone { // (a final flush finishing a move cut short)
-		f.retries, f.backOffDone = nil, false
-	}
-	now := f.d.serverTime.Now()
-	f.exhausted = slices.DeleteFunc(f.exhausted, func(l lease) bool {
-		if users[l.User] {
-			f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(f.d.retryDelay.Delay(l.Attempts)), err: "dead-lettering failed; postponed"})
-		}
-		return users[l.User]
-	})
 }
 
 // deadRetry is when a malformed entry whose dead letter failed may be tried
@@ -212,11 +186,10 @@ func (c *deadLane) noteDeadLetters(batch, failed []deadLetter) {
 	}
 }
 
-// deadLetterer moves entries to the dead-letter collection: read the
-// originals, insert copies with a deadLetter subdocument, delete the
-// originals, three round trips a batch (see read for the exception). The
-// copy keeps the original _id, so a batch run twice inserts nothing twice,
-// and an original is deleted only once its copy is stored. Every entry
+// deadLetterer moves entries to the dead-letter collection in three round
+// trips a batch (but see read): read the originals, insert copies with a
+// deadLetter subdocument under the original _id (a batch run twice inserts
+// nothing twice), delete the originals whose copy is stored. Every entry
 // succeeds or fails on its own. Used by the lane's goroutine alone.
 type deadLetterer struct {
 	queue   *mongo.Collection

@@ -84,13 +84,12 @@ func RetiredIndexes(colls Collections) []RetiredIndex {
 	}
 }
 
-// EnsureIndexes creates the indexes the pipeline's queries need and reports
-// which optional index features the server has. It is idempotent and never
-// fatal: every query stays correct without an index, only slower. The error
-// is non-nil only when the server could not be reached or ctx ended: call
-// again later (a build running or aborted is no such error: starting it
-// again would keep the index from ever existing). Each createIndexes waits
-// for its build, untimed: run it beside the consumer, no deadline on ctx.
+// EnsureIndexes creates the indexes the queries need (idempotent; without
+// one a query is only slower) and reports the server's optional index
+// features. It fails only when the server is unreachable or ctx ended: call
+// again later (not so a build running or aborted: starting it again would
+// keep the index from ever existing). Each build is waited for, untimed: run
+// it beside the consumer, no deadline on ctx.
 func EnsureIndexes(ctx context.Context, colls Collections, log *slog.Logger) (Capabilities, error) {
 	caps := Capabilities{TTLIndexes: true, PartialIndexes: true}
 	var unreachable error

@@ -213,7 +213,11 @@ func (s *leaseStore) takeOver(ctx context.Context, users []string, token string,
 	set := bson.D{{Key: "token", Value: token}, {Key: "owner", Value: s.owner}, {Key: "leaseUntil", Value: until}, {Key: "claimedAt", Value: now}, {Key: "running", Value: nil}}
 	models := make([]mongo.WriteModel, 0, len(expired))
 	for _, e := range expired {
-		// Fenced by the token seen: a lease taken since matches nothing.
+		// Fenced by the token seen (null matches a missing one): a lease taken since matches nothing.
+		seen := any(e.Token)
+		if e.Token.Type == 0 {
+			seen = nil
+		}
 		set := slices.Clone(set)
 		charge := 0
 		if e.wasRunning() {
@@ -230,7 +234,7 @@ func (s *leaseStore) takeOver(ctx context.Context, users []string, token string,
 			update = append(update, bson.E{Key: "$inc", Value: bson.D{{Key: "attempts", Value: charge}}})
 		}
 		models = append(models, s.traits.UpdateByID(
-			bson.D{{Key: "_id", Value: e.ID}, {Key: "token", Value: e.tokenSeen()}, {Key: "leaseUntil", Value: notAfter(now)}},
+			bson.D{{Key: "_id", Value: e.ID}, {Key: "token", Value: seen}, {Key: "leaseUntil", Value: notAfter(now)}},
 			update, false))
 	}
 	if err := s.bulk(ctx, models, "taking over %d expired leases"); err != nil {
@@ -327,15 +331,6 @@ func (d LeaseDoc) wasRunning() bool {
 	t, ok := d.Token.StringValueOK()
 	r, _ := d.Running.StringValueOK()
 	return ok && t != "" && r == t
-}
-
-// tokenSeen is the token a takeover fences on: the one read, or null
-// (which matches a missing field too).
-func (d LeaseDoc) tokenSeen() any {
-	if d.Token.Type == 0 {
-		return nil
-	}
-	return d.Token
 }
 
 // find reads lease documents; what names the read in its error.
