@@ -291,8 +291,7 @@ func (s *settler) flushAll(ctx context.Context) error {
 	return s.settle(ctx, s.build(batch, bad))
 }
 
-// settle retries r with backoff until it succeeds or ctx ends: then r is
-// kept for the next (final) flushAll.
+// settle retries r until it succeeds, or ctx ends: then r waits for flushAll.
 func (s *settler) settle(ctx context.Context, r *flushRun) error {
 	for attempt := 1; ; attempt++ {
 		err := r.run(ctx)

@@ -90,10 +90,8 @@ func (g *batcher) done() {
 func (g *batcher) drop() []work {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.waiting) == 0 {
-		return nil
-	}
-	w := g.waiting[0]
-	g.waiting = slices.Delete(g.waiting, 0, 1)
-	return []work{w}
+	n := min(1, len(g.waiting))
+	out := slices.Clone(g.waiting[:n])
+	g.waiting = slices.Delete(g.waiting, 0, n)
+	return out
 }

@@ -199,9 +199,8 @@ func DetectChangeStreams(ctx context.Context, queue *mongo.Collection) bool {
 	return true
 }
 
-// HotQuery is a query the pipeline runs every claim round or flush, as the
-// command MongoDB's explain takes, with the index meant to serve it
-// (`scorerefresh doctor` explains them; hotqueries_test.go checks the shapes).
+// HotQuery is a query run every claim round or flush, as the command explain
+// takes, with the index meant to serve it (`scorerefresh doctor` explains them).
 type HotQuery struct {
 	Name    string
 	Coll    *mongo.Collection

@@ -91,9 +91,8 @@ func blockedFilter(users any, now time.Time) bson.D {
 
 var blockedProjection = bson.D{{Key: "_id", Value: 1}, {Key: "leaseUntil", Value: 1}, {Key: "token", Value: 1}}
 
-// lease is a user this consumer holds, fenced by the token of the claim that
-// won it: every later write matches {_id, token}, so a consumer whose lease
-// was taken over cannot touch the new holder's document.
+// lease is a user this consumer holds, fenced by its claim's token: every
+// later write matches {_id, token}, so it cannot touch a new holder's document.
 type lease struct {
 	User     string
 	Token    string
@@ -183,8 +182,7 @@ func (s *leaseStore) acquire(ctx context.Context, users []string, token string, 
 	return append(won, taken...), nil
 }
 
-// abandon deletes whatever leases a failed acquire may have written under
-// its token, and returns cause.
+// abandon deletes what a failed acquire may have written; it returns cause.
 func (s *leaseStore) abandon(ctx context.Context, users []string, token string, cause error) error {
 	held := make([]lease, len(users))
 	for i, u := range users {
@@ -292,8 +290,7 @@ func (s *leaseStore) release(ctx context.Context, held []lease) (int, error) {
 	return int(res.DeletedCount), nil
 }
 
-// backOff blocks each user until its retry time, attempts+1 for failures
-// that count, in one round trip.
+// backOff blocks each user until its retry time, in one round trip.
 func (s *leaseStore) backOff(ctx context.Context, failed []retry) error {
 	if len(failed) == 0 {
 		return nil
@@ -324,9 +321,8 @@ func (d LeaseDoc) Count() (n int, ok bool) {
 
 const maxCount = 1 << 30 // far above any MAX_ATTEMPTS
 
-// wasRunning says the holder died (or hung) in this user's refresh: the
-// mark carries its writer's token, so an earlier holder's mark (kept by a
-// release that does not know the field) is not taken for this one's.
+// wasRunning says the holder died (or hung) in this user's refresh: the mark
+// carries its writer's token, so an earlier holder's mark is not taken for it.
 func (d LeaseDoc) wasRunning() bool {
 	t, ok := d.Token.StringValueOK()
 	r, _ := d.Running.StringValueOK()
