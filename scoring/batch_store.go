@@ -15,22 +15,18 @@ import (
 )
 
 // WriteBatch is Write for results, in two round trips per chunk of
-// MaxBatchUsers (one more when a write was lost or refused, see settle): one
-// find reads every version, one unordered bulk write guards each write.
-// outcomes holds each user written or skipped (newer, as in Write); retry
-// the users whose write did not happen, lost races (OnConflict is called for
-// each) or refusals, for the caller to retry with Write. Unless err is set
-// every user is in exactly one; with it, those in neither were not written,
-// or not known to be.
+// MaxBatchUsers (one more when a write was lost or refused, see settle): a
+// find of every version, an unordered bulk write guarding each. outcomes holds
+// each user written or skipped (newer, as in Write); retry the users whose
+// write did not happen (lost races, with OnConflict, or refusals), to retry
+// with Write. Unless err is set every user is in exactly one.
 func (s *Store) WriteBatch(ctx context.Context, results map[string]Result, refreshedAt time.Time) (outcomes map[string]WriteOutcome, retry []string, err error) {
 	return s.WriteBatchAfter(ctx, nil, results, refreshedAt) // nil: read in each chunk
 }
 
-// WriteBatchAfter is WriteBatch for a refresh that read prior (ReadPrior),
-// as WriteAfter is Write's: documents still at the version prior holds are
-// replaced and stamped past their refreshedAt, in one round trip. A user
-// whose document was written since is in retry, never skipped by its stamp:
-// the caller's WriteAfter then reports it superseded, or a refusal's error.
+// WriteBatchAfter is WriteBatch over prior, as WriteAfter is Write's, in one
+// round trip; a user whose document was written since is in retry, never
+// skipped by its stamp (the caller's WriteAfter then says why).
 func (s *Store) WriteBatchAfter(ctx context.Context, prior Prior, results map[string]Result, refreshedAt time.Time) (outcomes map[string]WriteOutcome, retry []string, err error) {
 	outcomes = make(map[string]WriteOutcome, len(results))
 	for _, chunk := range sortedChunks(slices.Collect(maps.Keys(results))) {
@@ -45,8 +41,6 @@ func (s *Store) WriteBatchAfter(ctx context.Context, prior Prior, results map[st
 
 // writeChunk is WriteBatch for users, sorted.
 func (s *Store) writeChunk(ctx context.Context, prior Prior, users []string, results map[string]Result, refreshedAt time.Time, outcomes map[string]WriteOutcome) (retry []string, err error) {
-	// Every user's lock, as Write takes it (see userLocks), in sorted order
-	// so that two batches sharing users cannot deadlock (see lockAll).
 	unlock, err := s.locks.lockAll(ctx, users)
 	if err != nil {
 		return nil, fmt.Errorf("waiting for other writes of the scores of %d users: %w", len(users), err)
@@ -80,9 +74,8 @@ func (s *Store) writeChunk(ctx context.Context, prior Prior, users []string, res
 	return s.bulkGuarded(ctx, docs, prior != nil, outcomes)
 }
 
-// readMany reads the score documents of users (projected) in one find: a
-// batch size of one more than can match, so the first reply holds them all
-// and the server closes the cursor.
+// readMany reads users' score documents (projected) in one find: a batch size
+// above what can match, so the server closes the cursor after the first reply.
 func (s *Store) readMany(ctx context.Context, users []string, projection bson.D) (map[string]ScoreDoc, error) {
 	noteRoundTrip(ctx)
 	opts := options.Find().SetBatchSize(int32(len(users) + 1))
@@ -104,13 +97,11 @@ func (s *Store) readMany(ctx context.Context, users []string, projection bson.D)
 	return byUser, nil
 }
 
-// bulkGuarded writes each of docs over the version before its own: an update
-// with upsert guarded by {_id, version: read} (an absent document reads as
-// version 0, so its upsert inserts version 1), all in one update command. A
-// guard that no longer matches makes the upsert insert a second document with
-// the same _id, which the unique _id refuses: a lost race is a duplicate key
-// error, reported per write, where a plain update would only lower the
-// matched count without saying whose.
+// bulkGuarded writes each of docs with an upsert guarded by {_id, version:
+// read} (absent reads as version 0), all in one command. A guard that no
+// longer matches makes the upsert insert a second _id, which the unique index
+// refuses: a lost race is a duplicate key error, per write, where a plain
+// update would only lower the matched count without saying whose.
 func (s *Store) bulkGuarded(ctx context.Context, docs []ScoreDoc, after bool, outcomes map[string]WriteOutcome) (retry []string, err error) {
 	// Unknown (the server did not answer) reads as MongoDB: the bulk
 	// upsert is correct anywhere, only slower on FerretDB.
@@ -119,25 +110,22 @@ func (s *Store) bulkGuarded(ctx context.Context, docs []ScoreDoc, after bool, ou
 		return s.bulkWrite(ctx, docs, false, after, outcomes)
 	}
 	// FerretDB takes ~150 ms for each upsert that inserts (measured on the
-	// embedded server): new users' documents go in an insert of their own,
-	// so a batch mixing new and known users costs one more command there.
-	absent := slices.DeleteFunc(slices.Clone(docs), func(d ScoreDoc) bool { return d.Version != 1 })
-	present := slices.DeleteFunc(docs, func(d ScoreDoc) bool { return d.Version == 1 })
-	if len(absent) > 0 {
-		if retry, err = s.bulkWrite(ctx, absent, true, after, outcomes); err != nil {
-			return nil, err
+	// embedded server): new users' documents go in an insert of their own.
+	for _, insert := range []bool{true, false} {
+		part := slices.DeleteFunc(slices.Clone(docs), func(d ScoreDoc) bool { return (d.Version == 1) != insert })
+		if len(part) == 0 {
+			continue
+		}
+		r, err := s.bulkWrite(ctx, part, insert, after, outcomes)
+		if retry = append(retry, r...); err != nil {
+			return retry, err
 		}
 	}
-	if len(present) == 0 {
-		return retry, nil
-	}
-	retryU, err := s.bulkWrite(ctx, present, false, after, outcomes)
-	return append(retry, retryU...), err
+	return retry, nil
 }
 
-// bulkWrite sends docs in one unordered command: the first documents of
-// users that had none (insert; a duplicate key is a racing writer's insert),
-// or guarded upserts.
+// bulkWrite sends docs in one unordered command: inserts of first documents
+// (a duplicate key is a racing writer's insert), or guarded upserts.
 func (s *Store) bulkWrite(ctx context.Context, docs []ScoreDoc, insert, after bool, outcomes map[string]WriteOutcome) (retry []string, err error) {
 	models := make([]mongo.WriteModel, len(docs))
 	for i, d := range docs {
@@ -174,17 +162,15 @@ func (s *Store) bulkWrite(ctx context.Context, docs []ScoreDoc, insert, after bo
 	return nil, fmt.Errorf("writing the scores of %d users: %w", len(docs), err)
 }
 
-// settle finds out, by reading the documents back, which of docs were
-// written after a bulk write that reported lost or refused writes (not from
-// its per-write errors: FerretDB 1.24 stops an unordered update at its first
-// error, reports it at the wrong index and counts nothing). A document
-// holding exactly what we sent, at our version, is ours (or an identical
-// write's, which leaves the same document). A document whose version moved is a conflict, settled as skipped when it
-// holds a recompute that began no earlier than ours: as fresh as ours, which
-// may be under it, and a retry would write twice for one refresh (Write does
-// not skip an equal refreshedAt). Any other document is retried. After a
-// prior read (after), stamps order nothing (see Prior): every document not
-// ours is retried, and WriteAfter tells a conflict from a refusal.
+// settle reads docs back to learn which were written after a bulk write that
+// reported lost or refused writes (not from its per-write errors: FerretDB
+// 1.24 stops an unordered update at its first error, reports it at the wrong
+// index and counts nothing). A document holding exactly what we sent is ours
+// (or an identical write's). One whose version moved is a conflict, skipped
+// when it holds a recompute begun no earlier than ours (a retry would write
+// twice for one refresh: Write does not skip an equal refreshedAt). The rest
+// are retried; after a prior read (after) every document not ours is, as
+// stamps order nothing (see Prior) and WriteAfter tells a conflict from a refusal.
 func (s *Store) settle(ctx context.Context, docs []ScoreDoc, after bool, outcomes map[string]WriteOutcome) (retry []string, err error) {
 	users := make([]string, len(docs))
 	for i, d := range docs {

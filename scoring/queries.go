@@ -16,9 +16,9 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
-// Each query here answers one component, for one user or for a batch, with a
-// single command whose result fits in the first batch, so the cursor is
-// closed by the server and no getMore or killCursors follows: one round trip.
+// Each query here answers one component, for one user or a batch, with one
+// command whose result fits in the first batch: the server closes the cursor,
+// no getMore or killCursors follows.
 
 // source is a source collection as the queries address it: with the simple
 // collation where the collection's default is another, so that usernames and
@@ -43,13 +43,11 @@ func (s source) aggregate(ctx context.Context, pipeline mongo.Pipeline, batchSiz
 	return s.coll.Aggregate(ctx, pipeline, opts)
 }
 
-// componentValues returns c's value for each of users that has documents. A
-// user alone gets the per-user query; several get the batched one, except
-// the users a document with an array in the user field names (a per-user $eq
-// matches it for each name it holds, where $group keys it by the whole
-// array), and all of them once the server has refused the batched shape
-// (learnt once per Recomputer, at the cost of one refused command, and
-// logged once): those get the per-user query each.
+// componentValues returns c's value for each of users that has documents: the
+// batched query for several, except for the users a document with an array in
+// the user field names (a per-user $eq matches it for each name it holds,
+// $group keys it by the whole array), and for all once the server has refused
+// the batched shape (learnt and logged once): those get the per-user query.
 func (r *Recomputer) componentValues(ctx context.Context, c Component, users []string, startedAt time.Time) (map[string]float64, error) {
 	src, err := r.source(ctx, c.Collection)
 	if err != nil {
@@ -76,8 +74,8 @@ func (r *Recomputer) componentValues(ctx context.Context, c Component, users []s
 }
 
 // batchValues sets values from c's batched query over users and returns the
-// users to query alone. A refusal is tried once more: for avg, the first is
-// of $avg, which has a batched fallback.
+// users to query alone. A refusal is tried once more: avg without $avg has a
+// batched fallback.
 func (r *Recomputer) batchValues(ctx context.Context, src source, c Component, users []string, startedAt time.Time, values map[string]float64) ([]string, error) {
 	for range 2 {
 		if r.unbatched(c.Op).Load() {
@@ -87,7 +85,13 @@ func (r *Recomputer) batchValues(ctx context.Context, src source, c Component, u
 		if !isNotImplemented(err) {
 			return alone, err
 		}
-		r.learnUnbatched(c, err)
+		// For max and min, and for avg the first time, what was refused is the accumulator.
+		if c.Op == OpMax || c.Op == OpMin || c.Op == OpAvg && !r.lacksAccumulator(OpAvg).Load() {
+			r.learnLacksAccumulator(c.Op, err)
+		} else if r.unbatched(c.Op).CompareAndSwap(false, true) {
+			r.log.Info("server lacks what the batched query needs; these components use one query per user",
+				"op", string(c.Op), "err", err)
+		}
 	}
 	return users, nil
 }
@@ -110,8 +114,8 @@ func (r *Recomputer) userValue(ctx context.Context, src source, c Component, u s
 	}
 }
 
-// query runs c's query for users, one aggregation (two for avg without
-// $avg), into values; alone is run's.
+// query runs c's query for users into values: one aggregation (two for avg
+// without $avg); alone is run's.
 func (r *Recomputer) query(ctx context.Context, src source, c Component, users []string, startedAt time.Time, values map[string]float64) (alone []string, err error) {
 	f := userMatch(c, users, startedAt)
 	batched := len(users) > 1
@@ -145,9 +149,9 @@ func (r *Recomputer) query(ctx context.Context, src source, c Component, users [
 }
 
 // pipeline is op's aggregation over the documents matching f, and the key of
-// the value in its results: one result for one user, {_id: user, v} per user
-// of a batch. One accumulator per $group on purpose: FerretDB 1.24 answered a
-// second one in the same stage ({n: {$sum: 1}}) with a wrong 0.
+// the value in its results: one result for a user, {_id: user, v} per user of
+// a batch. One accumulator per $group: FerretDB 1.24 answered a second one in
+// the same stage ({n: {$sum: 1}}) with a wrong 0.
 func pipeline(c Component, op Op, f bson.D, batched bool) (mongo.Pipeline, string) {
 	var user any // one user: a single group
 	if batched {
@@ -320,19 +324,6 @@ func (r *Recomputer) unbatched(op Op) *atomic.Bool {
 	return r.traits.Learnt(servertraits.BatchedShape(string(op)))
 }
 
-// learnUnbatched records that the server refused c's batched shape, logging
-// it the first time; for avg, the first refusal is of $avg (see batchValues).
-func (r *Recomputer) learnUnbatched(c Component, err error) {
-	if c.Op == OpMax || c.Op == OpMin || (c.Op == OpAvg && !r.lacksAccumulator(OpAvg).Load()) {
-		r.learnLacksAccumulator(c.Op, err)
-		return
-	}
-	if r.unbatched(c.Op).CompareAndSwap(false, true) {
-		r.log.Info("server lacks what the batched query needs; these components use one query per user",
-			"op", string(c.Op), "err", err)
-	}
-}
-
 // numberAt reads the numeric value at path in doc.
 func numberAt(doc bson.Raw, path ...string) (float64, error) {
 	v, err := doc.LookupErr(path...)
@@ -356,21 +347,12 @@ func isNotImplemented(err error) bool {
 // number converts the BSON numeric types (int32, int64, double, decimal128)
 // to float64; ok is false for anything else.
 func number(v bson.RawValue) (n float64, ok bool) {
-	switch v.Type {
-	case bson.TypeInt32:
-		return float64(v.Int32()), true
-	case bson.TypeInt64:
-		return float64(v.Int64()), true
-	case bson.TypeDouble:
-		return v.Double(), true
-	case bson.TypeDecimal128:
-		// String gives e.g. "2.5", "1.5E+3", "NaN" or "-Infinity", all of which
-		// ParseFloat reads; beyond float64's range it saturates to ±Inf.
-		f, err := strconv.ParseFloat(v.Decimal128().String(), 64)
-		if err != nil && !errors.Is(err, strconv.ErrRange) {
-			return 0, false
-		}
-		return f, true
+	d, ok := v.Decimal128OK()
+	if !ok {
+		return v.AsFloat64OK()
 	}
-	return 0, false
+	// String gives e.g. "2.5", "1.5E+3", "NaN" or "-Infinity", all of which
+	// ParseFloat reads; beyond float64's range it saturates to ±Inf.
+	n, err := strconv.ParseFloat(d.String(), 64)
+	return n, err == nil || errors.Is(err, strconv.ErrRange)
 }

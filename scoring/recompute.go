@@ -28,16 +28,13 @@ type Recomputer struct {
 	db    *mongo.Database
 	rules *Rules
 	log   *slog.Logger
-	// traits records what the server refused as not implemented (see
-	// lacksAccumulator, unbatched), so that a refusal costs one round trip
-	// per process rather than one per refresh.
+	// traits records what the server refused as not implemented, so that a
+	// refusal costs one round trip per process rather than one per refresh.
 	traits *servertraits.Traits
-
 	// learnCollation tells whether a collection's default collation is not
 	// simple; a field so tests can answer as a server with such collections.
 	learnCollation func(ctx context.Context, coll string) (nonSimple bool, err error)
-	// collations caches learnCollation's answer per collection name (bool).
-	collations sync.Map
+	collations     sync.Map // learnCollation's answer (bool) per collection name
 }
 
 // RecomputerOption configures a Recomputer.
@@ -72,14 +69,13 @@ func (r *Recomputer) Recompute(ctx context.Context, username string, startedAt t
 	return out[username], err
 }
 
-// RecomputeBatch computes the scores of users as of startedAt, the moment
-// the refresh began, with one query per component: per-user ($eq) for a user
-// alone, batched ($in) for several, computing exactly what each user's own
-// would (see componentValues), per chunk of MaxBatchUsers. Every user, repeats
-// removed, gets an entry (0 for each component without documents). Once per
-// Recomputer, a missing accumulator costs one refused query (avg then costs
-// two) and each collection's first query a listCollections for its default
-// collation. A failing query fails the whole batch, naming the component.
+// RecomputeBatch computes users' scores as of startedAt, when the refresh
+// began, with one query per component and chunk of MaxBatchUsers: per-user
+// ($eq) for a user alone, batched ($in) for several, exactly what each user's
+// own would compute (see componentValues). Every distinct user gets an entry
+// (0 for each component without documents). Once per Recomputer, a missing
+// accumulator costs one refused query (avg: two) and each collection's first
+// query a listCollections. A failing query fails the batch, naming the component.
 func (r *Recomputer) RecomputeBatch(ctx context.Context, users []string, startedAt time.Time) (map[string]Result, error) {
 	out := make(map[string]Result, len(users))
 	for _, chunk := range batchChunks(users) {
@@ -108,13 +104,12 @@ func (r *Recomputer) RecomputeBatch(ctx context.Context, users []string, started
 	return out, nil
 }
 
-// userMatch is the $match of c's query for users: $eq for a user alone, $in
-// for several (literal operands: a name such as "$gt" is never read as an
-// operator), the window, the filter. The window has a lower bound only: a
-// producer whose clock runs ahead of ours stamps documents after startedAt,
-// which an upper bound would hide from the refresh their event asked for.
-// The filter goes in whole under $and: it cannot change the user or window
-// conditions (maybe on the same fields), and c.Filter, shared, is not modified.
+// userMatch is the $match of c's query for users: $eq for one, $in for several
+// (literal operands: a name such as "$gt" is never an operator), the window,
+// the filter. The window has a lower bound only: a producer whose clock runs
+// ahead stamps documents after startedAt, which an upper bound would hide from
+// the refresh their event asked for. The filter goes in whole under $and: it
+// cannot change the user or window conditions, and c.Filter is not modified.
 func userMatch(c Component, users []string, startedAt time.Time) bson.D {
 	op, v := "$in", any(users)
 	if len(users) == 1 {

@@ -22,10 +22,8 @@ type Refresher struct {
 
 // RefreshStats describes one Refresh or RefreshBatch call, for metrics.
 type RefreshStats struct {
-	Users int // distinct users the call refreshed: 1 for Refresh
-	// RoundTrips counts the MongoDB commands the call sent (queries, score
-	// reads and writes, retries), including those of failed calls.
-	RoundTrips int
+	Users      int // distinct users the call refreshed: 1 for Refresh
+	RoundTrips int // MongoDB commands the call sent (queries, score reads and writes, retries), failed or not
 }
 
 // RefresherOption configures a Refresher.
@@ -52,14 +50,13 @@ func (r *Refresher) Refresh(ctx context.Context, username string, startedAt time
 	return r.RefreshBatch(ctx, []string{username}, startedAt)[username]
 }
 
-// RefreshBatch recomputes the scores of users and stores them as of
-// startedAt, the moment this refresh began (before any of its reads): the
-// stored versions (ReadPrior), the scorer, then WriteBatchAfter (WriteAfter
-// for a user alone), so a batch costs one round trip per component plus two.
-// A user whose document another refresh wrote meanwhile (ErrSuperseded) is
-// refreshed again after a backoff, up to MaxConflictRetries times: which of
-// two concurrent refreshes began first is unknowable from their stamps (see
-// Prior), and the recompute that follows the rival's write reflects both.
+// RefreshBatch recomputes users' scores and stores them as of startedAt, when
+// this refresh began (before any of its reads): ReadPrior, the scorer, then
+// WriteBatchAfter (WriteAfter for a user alone), so a batch costs one round
+// trip per component plus two. A user whose document another refresh wrote
+// meanwhile (ErrSuperseded) is refreshed again after a backoff, up to
+// MaxConflictRetries times: stamps cannot tell which began first (see Prior),
+// and the recompute after the rival's write reflects both.
 //
 // The result has an entry per distinct user: nil when its score was stored,
 // else why not. A failed scorer call, batch read or batch write fails every
@@ -99,8 +96,7 @@ func (r *Refresher) RefreshBatch(ctx context.Context, users []string, startedAt 
 // refresh is one pass of RefreshBatch: it records each user's outcome in
 // errs, except the users it returns, whose documents were superseded.
 func (r *Refresher) refresh(ctx context.Context, users []string, startedAt time.Time, errs map[string]error) (superseded []string) {
-	// The stored documents first: a refresh supersedes what it read before
-	// its recompute (see Prior).
+	// The stored documents first: a refresh supersedes what it read before its recompute.
 	prior, err := r.store.ReadPrior(ctx, users)
 	var results map[string]Result
 	var failed map[string]error
@@ -133,10 +129,9 @@ func (r *Refresher) refresh(ctx context.Context, users []string, startedAt time.
 	return r.write(ctx, prior, scored, startedAt, errs)
 }
 
-// write stores the scored users' results over prior and records each one's
-// outcome in errs: several in one WriteBatchAfter, then WriteAfter for each
-// user it could not settle (mostly a race lost to a refresh alongside); a
-// user alone with WriteAfter. It returns the users superseded.
+// write stores the scored results over prior, recording outcomes in errs:
+// several in one WriteBatchAfter, then WriteAfter for each user it could not
+// settle (and for a user alone). It returns the users superseded.
 func (r *Refresher) write(ctx context.Context, prior Prior, scored map[string]Result, startedAt time.Time, errs map[string]error) (superseded []string) {
 	var retry []string
 	var err error
@@ -191,16 +186,14 @@ func (r *Recomputer) Score(ctx context.Context, users []string, asOf time.Time) 
 	return results, nil, err // for a user alone, the caller names the user
 }
 
-// roundTripsKey carries a refresh's round-trip tally in its context: the
-// commands are sent several layers down, all of which take the context, and
-// a Recomputer or Store shared by concurrent refreshes has no other per-call
+// roundTripsKey carries a refresh's round-trip tally in its context: a
+// Recomputer or Store shared by concurrent refreshes has no other per-call
 // place to keep it.
 type roundTripsKey struct{}
 
 // noteRoundTrip records one command about to be sent, if ctx is tallied. One
-// driver call is one command: every query here gets its whole answer in the
-// first reply (one document, or a batchSize above the most it can hold); the
-// getMore of an answer beyond 16 MiB is not counted.
+// driver call is one command: every answer here fits in the first reply (the
+// getMore of one beyond 16 MiB is not counted).
 func noteRoundTrip(ctx context.Context) {
 	if n, ok := ctx.Value(roundTripsKey{}).(*atomic.Int64); ok {
 		n.Add(1)

@@ -11,11 +11,9 @@ import (
 )
 
 // A component's filter is YAML (or JSON) with relaxed Extended JSON for the
-// values YAML has no word for ({$date: ...}, {$oid: ...}, ...). The YAML is
-// turned into JSON and read by the driver's bson.UnmarshalExtJSON, as
-// pkg/extjson reads, so every Extended JSON form the driver knows is a typed
-// BSON value here, and every "$" key still left is an operator, checked
-// against the lists below.
+// values YAML has no word for ({$date: ...}, {$oid: ...}): turned into JSON
+// and read by bson.UnmarshalExtJSON, so every "$" key still left is an
+// operator, checked against the lists below.
 
 // fieldOperators apply to a field: {field: {$op: ...}}.
 var fieldOperators = []string{"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin",
@@ -24,8 +22,7 @@ var fieldOperators = []string{"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in",
 // logicalOperators combine whole queries: {$op: [query, ...]}.
 var logicalOperators = []string{"$and", "$or", "$nor"}
 
-// parseFilter converts a filter node to a query document. Problems are
-// reported through cp; ok is false when there were any.
+// parseFilter converts a filter node to a query document; ok is false when cp got problems.
 func (cp *componentParser) parseFilter(n *yaml.Node) (f bson.D, ok bool) {
 	if n.ShortTag() == "!!null" {
 		return nil, true
@@ -123,8 +120,7 @@ func yamlScalar(n *yaml.Node) (any, error) {
 }
 
 // filterChecker reports every operator of a filter that is not a query
-// operator and every condition on the user field: the filter narrows a
-// user's documents, it never picks the user.
+// operator and every condition on the user field: the filter never picks the user.
 type filterChecker struct {
 	cp        *componentParser
 	userField string
@@ -153,9 +149,8 @@ func (fc filterChecker) refuse(where, op string) {
 }
 
 // query checks a query document (the filter, an element of $and, $or or
-// $nor, or the query of an $elemMatch over documents). inElem is set inside
-// $elemMatch, where field names are relative to an array element and so
-// cannot name the user field.
+// $nor, or an $elemMatch's query). inElem is set inside $elemMatch, where
+// field names are relative to an array element, never the user field.
 func (fc filterChecker) query(q bson.D, where string, inElem bool) {
 	for _, e := range q {
 		at := join(where, e.Key)
@@ -167,12 +162,11 @@ func (fc filterChecker) query(q bson.D, where string, inElem bool) {
 				continue
 			}
 			for i, sub := range arr {
-				d, ok := sub.(bson.D)
-				if !ok {
+				if d, ok := sub.(bson.D); ok {
+					fc.query(d, fmt.Sprintf("%s.%d", at, i), inElem)
+				} else {
 					fc.problem(fmt.Sprintf("%s.%d", at, i), "%s lists query documents, got %v", e.Key, sub)
-					continue
 				}
-				fc.query(d, fmt.Sprintf("%s.%d", at, i), inElem)
 			}
 		case strings.HasPrefix(e.Key, "$"):
 			if slices.Contains(fieldOperators, e.Key) {
@@ -270,9 +264,8 @@ func (fc filterChecker) operator(e bson.E, at string, hasRegex bool) {
 }
 
 // RefuseOperators returns a *RulesError naming each component whose filter
-// uses one of ops, the query operators server (named so in the message)
-// answers wrongly; nil when none does. The parser has checked the filters,
-// so every "$" key left in one is an operator.
+// uses one of ops, which server answers wrongly; nil when none does (every
+// "$" key left in a parsed filter is an operator).
 func (r *Rules) RefuseOperators(ops []string, server string) error {
 	p := &rulesParser{source: r.Source}
 	for i, c := range r.Components {
@@ -297,9 +290,8 @@ func usesOperator(v any, op string) bool {
 	return false
 }
 
-// literal checks a value compared as it is: it holds no "$" key, so that
-// nothing in it can be read as an operator by one server and as a value by
-// another ({$all: [{$elemMatch: ...}]} is one such).
+// literal checks a value compared as it is: no "$" key, which one server
+// may read as an operator and another as a value ({$all: [{$elemMatch: ...}]}).
 func (fc filterChecker) literal(v any, where string) {
 	switch x := v.(type) {
 	case bson.D:
@@ -336,9 +328,9 @@ func pathsOverlap(a, b string) bool {
 	return a == b || strings.HasPrefix(a, b+".") || strings.HasPrefix(b, a+".")
 }
 
-// filterEqualityFields returns the fields the filter pins to one value
-// (a literal other than a regular expression, or $eq), at its top level or
-// in a top-level $and: an index serves them as it serves the user field.
+// filterEqualityFields returns the fields the filter pins to one value (a
+// literal or $eq, no regular expression), at its top level or in a top-level
+// $and: an index serves them as it serves the user field.
 func filterEqualityFields(f bson.D) []string {
 	isEq := func(o bson.E) bool {
 		_, re := o.Value.(bson.Regex)

@@ -14,10 +14,8 @@ import (
 // RulesError reports every problem found in a rules file, so an operator fixes
 // them all in one go instead of one per restart.
 type RulesError struct {
-	Source string
-	// Problems each name the source, the component (1-based index and name)
-	// and the problem: `rules.yaml: component 2 ("posts"): unknown op "mean" (want ...)`.
-	Problems []string
+	Source   string
+	Problems []string // `rules.yaml: component 2 ("posts"): unknown op "mean" (want ...)`
 }
 
 // Error lists every problem, one per line when there are several.
@@ -29,14 +27,13 @@ func (e *RulesError) Error() string {
 		len(e.Problems), strings.Join(e.Problems, "\n\t"))
 }
 
-// componentKeys are the keys a component may have, in the order the error
-// message lists them. Anything else is rejected: a typo such as "colection"
-// silently falling back to a default would score from the wrong data.
+// componentKeys are the keys a component may have, as errors list them. Any
+// other is refused: a typo such as "colection" falling back to a default
+// would score from the wrong data.
 var componentKeys = []string{"name", "collection", "userField", "op", "field", "weight", "window", "timeField", "filter"}
 
-// ParseRules parses and validates rules in YAML (JSON, being YAML, works too).
-// source names the data in error messages, usually the file path. A non-nil
-// error is a *RulesError listing every problem found.
+// ParseRules parses and validates rules in YAML (or JSON). source, usually the
+// file path, names the data in errors; a non-nil error is a *RulesError.
 func ParseRules(source string, data []byte) (*Rules, error) {
 	p := &rulesParser{source: source}
 	var root yaml.Node
@@ -219,8 +216,7 @@ func (cp *componentParser) validate(c *Component) {
 	}
 }
 
-// str reads a scalar. A null value reads as "" so that it is reported as
-// missing or replaced by the default, like an absent key.
+// str reads a scalar; null reads as "", missing or the default like an absent key.
 func (cp *componentParser) str(key string, v *yaml.Node) string {
 	if v.Kind != yaml.ScalarNode {
 		cp.problem("%s must be a string, got %s", key, kindName(v))
@@ -259,14 +255,12 @@ func (cp *componentParser) window(v *yaml.Node) time.Duration {
 	return d
 }
 
-// validFieldPath reports whether path can be used as a field in a query and
-// as "$path" in an aggregation expression.
+// validFieldPath reports whether path can be a field in a query and "$path" in an aggregation.
 func validFieldPath(path string) bool {
 	return !strings.HasPrefix(path, "$") && !strings.ContainsRune(path, 0) && !slices.Contains(strings.Split(path, "."), "")
 }
 
-// suggestKey returns the known component key closest to a misspelt one, or ""
-// when none is close enough to be a likely typo.
+// suggestKey returns the component key closest to a misspelt one, or "" when none is a likely typo.
 func suggestKey(key string) string {
 	best, bestDist := "", 3 // at most two edits away
 	for _, k := range componentKeys {

@@ -21,9 +21,8 @@ import (
 // MaxConflictRetries version conflicts.
 var ErrConflict = errors.New("score document version conflict")
 
-// ErrSuperseded is wrapped by the error WriteAfter returns when the score
-// document was written since the refresh read it (ReadPrior), by a refresh
-// that ran alongside (see Prior): the caller recomputes over it.
+// ErrSuperseded is wrapped by the error WriteAfter returns when a refresh
+// alongside wrote the score document since ReadPrior (see Prior).
 var ErrSuperseded = errors.New("score document written by another refresh since this one read it")
 
 // ScoreDoc is a document of user_scores (docs/contract.md).
@@ -37,30 +36,18 @@ type ScoreDoc struct {
 
 // StoreConfig tunes a Store. The zero value uses the defaults.
 type StoreConfig struct {
-	MaxConflictRetries int           // give up after this many conflicts in one Write; default 10
-	BackoffBase        time.Duration // the first retry waits up to this (full jitter); default 5ms
-	BackoffMax         time.Duration // cap on the wait, doubling from BackoffBase; default 500ms
-	OnConflict         func()        // called once per version conflict (metrics hook); may be nil
-	// OnSkip is called once per write skipped because the stored document is
-	// newer, with the reason (SkipNewer), which is also logged; may be nil.
-	OnSkip func(reason string)
-	Logger *slog.Logger // receives one line per skipped write; nil discards
-	Clock  clock.Clock  // what conflict backoffs wait on; nil is the wall clock
-	// Traits is what the server is (shared with the consumer); nil: traits
-	// of the Store's own, learnt on its first batched write.
-	Traits *servertraits.Traits
+	MaxConflictRetries int                  // give up after this many conflicts in one Write; default 10
+	BackoffBase        time.Duration        // the first retry waits up to this (full jitter); default 5ms
+	BackoffMax         time.Duration        // cap on the wait, doubling from BackoffBase; default 500ms
+	OnConflict         func()               // called once per version conflict (metrics hook); may be nil
+	OnSkip             func(reason string)  // called (and logged) once per write skipped, with SkipNewer; may be nil
+	Logger             *slog.Logger         // receives one line per skipped write; nil discards
+	Clock              clock.Clock          // what conflict backoffs wait on; nil is the wall clock
+	Traits             *servertraits.Traits // shared with the consumer; nil: its own, learnt on the first batched write
 }
 
-// SkipNewer is the reason of a write skipped because the stored document came
-// from a recompute that began later.
+// SkipNewer is the reason of a write skipped for a document from a later recompute.
 const SkipNewer = "newer"
-
-// Defaults of StoreConfig.
-const (
-	DefaultMaxConflictRetries = 10
-	DefaultBackoffBase        = 5 * time.Millisecond
-	DefaultBackoffMax         = 500 * time.Millisecond
-)
 
 // WriteOutcome says what Write did; 0: no write (Write returned an error).
 type WriteOutcome int
@@ -71,14 +58,6 @@ const (
 	WriteUpdated                              // replaced the document, version + 1
 	WriteSkippedNewer                         // the stored document came from a newer recompute
 )
-
-// String names the outcome for logs.
-func (o WriteOutcome) String() string {
-	if o >= WriteInserted && o <= WriteSkippedNewer {
-		return [...]string{"inserted", "updated", "skipped_newer"}[o-1]
-	}
-	return fmt.Sprintf("WriteOutcome(%d)", int(o))
-}
 
 // Store reads and writes score documents; it is safe for concurrent use.
 // Share one per process: it serialises each user's writes in the process
@@ -92,13 +71,13 @@ type Store struct {
 // NewStore returns a Store writing to coll (user_scores).
 func NewStore(coll *mongo.Collection, cfg StoreConfig) *Store {
 	if cfg.MaxConflictRetries <= 0 {
-		cfg.MaxConflictRetries = DefaultMaxConflictRetries
+		cfg.MaxConflictRetries = 10
 	}
 	if cfg.BackoffBase <= 0 {
-		cfg.BackoffBase = DefaultBackoffBase
+		cfg.BackoffBase = 5 * time.Millisecond
 	}
 	if cfg.BackoffMax <= 0 {
-		cfg.BackoffMax = DefaultBackoffMax
+		cfg.BackoffMax = 500 * time.Millisecond
 	}
 	cfg.BackoffMax = max(cfg.BackoffMax, cfg.BackoffBase)
 	if cfg.Logger == nil {
@@ -123,15 +102,12 @@ func (s *Store) Get(ctx context.Context, username string) (doc ScoreDoc, found b
 	return doc, true, nil
 }
 
-// Write stores res as username's score, computed by a recompute that began at
-// refreshedAt, under optimistic concurrency (docs/contract.md): it reads the
-// document, then inserts version 1 or updates the version it read to version
-// + 1. A racing insert or update is a conflict: Write calls OnConflict, waits
-// a jittered, exponentially growing backoff and starts again from the read;
-// after MaxConflictRetries conflicts it returns an error wrapping ErrConflict.
-// A stored document from a recompute that began after refreshedAt is left
-// alone (WriteSkippedNewer, counted with OnSkip and logged); an equal
-// refreshedAt is written.
+// Write stores res as username's score from a recompute begun at refreshedAt,
+// under optimistic concurrency (docs/contract.md): read, then insert version 1
+// or update the version read to version + 1. A racing write is a conflict:
+// OnConflict, a jittered exponential backoff, and again from the read, up to
+// MaxConflictRetries (then ErrConflict). A document from a recompute begun
+// later is left alone (WriteSkippedNewer); an equal refreshedAt is written.
 func (s *Store) Write(ctx context.Context, username string, res Result, refreshedAt time.Time) (WriteOutcome, error) {
 	unlock, err := s.locks.lock(ctx, username)
 	if err != nil {
@@ -140,7 +116,16 @@ func (s *Store) Write(ctx context.Context, username string, res Result, refreshe
 	defer unlock()
 	doc := newScoreDoc(username, res, refreshedAt)
 	for conflicts := 1; ; conflicts++ {
-		outcome, err := s.writeOnce(ctx, doc)
+		noteRoundTrip(ctx)
+		cur, found, err := s.Get(ctx, username)
+		if err != nil {
+			return 0, err
+		}
+		if found && cur.RefreshedAt.After(doc.RefreshedAt) {
+			s.skipped(username, cur.RefreshedAt, doc.RefreshedAt)
+			return WriteSkippedNewer, nil
+		}
+		outcome, err := s.writeOver(ctx, doc, cur, found)
 		if !errors.Is(err, errVersionMoved) {
 			return outcome, err
 		}
@@ -154,12 +139,10 @@ func (s *Store) Write(ctx context.Context, username string, res Result, refreshe
 	}
 }
 
-// WriteAfter is Write for a refresh that read prior (ReadPrior) before its
-// recompute read anything, in one round trip: a document still at the
-// version prior holds is replaced whatever its refreshedAt says, and stamped
-// past it (causalAfter). A document written since, by a refresh that ran
-// alongside, is left alone: WriteAfter calls OnConflict and returns an error
-// wrapping ErrSuperseded, and the refresh recomputes (Refresher does).
+// WriteAfter is Write over prior (ReadPrior, read before the recompute), in
+// one round trip: a document still at prior's version is replaced whatever its
+// refreshedAt and stamped past it (causalAfter); one written since is left
+// alone, with OnConflict and an error wrapping ErrSuperseded.
 func (s *Store) WriteAfter(ctx context.Context, prior Prior, username string, res Result, refreshedAt time.Time) (WriteOutcome, error) {
 	unlock, err := s.locks.lock(ctx, username)
 	if err != nil {
@@ -196,15 +179,12 @@ func newScoreDoc(username string, res Result, refreshedAt time.Time) ScoreDoc {
 	return doc
 }
 
-// Prior holds the score documents (version and refreshedAt) of a refresh's
-// users as they were before its recompute read anything; a user without a
-// document is absent. refreshedAt alone cannot order two refreshes: replicas
-// stamp them by their own estimates of the server's clock, which may differ
-// by more than the time between a user's refresh on one and its next on
-// another, and the later refresh would be skipped as older: an event lost. A
-// document read before the recompute was written before it, so the recompute
-// reflects it; one written while it ran (a lease takeover) is no better
-// ordered by its stamp: the refresh that meets one recomputes instead.
+// Prior holds a refresh's users' score documents (version, refreshedAt) as
+// read before its recompute; a user without one is absent. Stamps alone cannot
+// order two refreshes: replicas stamp by their own estimates of the server's
+// clock, and a later refresh skipped as older loses an event. A document read
+// before the recompute is reflected in it; one written while it ran (a lease
+// takeover) makes the refresh that meets it recompute.
 type Prior map[string]ScoreDoc
 
 // ReadPrior reads the version and refreshedAt of users' score documents
@@ -230,10 +210,8 @@ func (s *Store) ReadPrior(ctx context.Context, users []string) (Prior, error) {
 	return prior, nil
 }
 
-// causalAfter returns doc stamped after cur, read into a Prior before doc's
-// recompute began: 1ms past cur's refreshedAt unless already later, so every
-// write's refreshedAt stays newer than the one it replaces (later writers
-// compare them).
+// causalAfter returns doc stamped 1ms past cur (from a Prior) unless already
+// later: every write's refreshedAt stays newer than the one it replaces.
 func causalAfter(doc, cur ScoreDoc, found bool) ScoreDoc {
 	if found && !cur.RefreshedAt.Before(doc.RefreshedAt) {
 		doc.RefreshedAt = cur.RefreshedAt.Add(time.Millisecond)
@@ -241,8 +219,7 @@ func causalAfter(doc, cur ScoreDoc, found bool) ScoreDoc {
 	return doc
 }
 
-// skipped counts and logs a write left out because the stored document is
-// newer: losing to a newer recompute is correct, but never silent.
+// skipped counts and logs a write lost to a newer recompute: correct, but never silent.
 func (s *Store) skipped(username string, stored, ours time.Time) {
 	if s.cfg.OnSkip != nil {
 		s.cfg.OnSkip(SkipNewer)
@@ -253,19 +230,6 @@ func (s *Store) skipped(username string, stored, ours time.Time) {
 
 // errVersionMoved reports another writer between our read and our write.
 var errVersionMoved = errors.New("version moved")
-
-func (s *Store) writeOnce(ctx context.Context, doc ScoreDoc) (WriteOutcome, error) {
-	noteRoundTrip(ctx)
-	cur, found, err := s.Get(ctx, doc.Username)
-	if err != nil {
-		return 0, err
-	}
-	if found && cur.RefreshedAt.After(doc.RefreshedAt) {
-		s.skipped(doc.Username, cur.RefreshedAt, doc.RefreshedAt)
-		return WriteSkippedNewer, nil
-	}
-	return s.writeOver(ctx, doc, cur, found)
-}
 
 // writeOver writes doc over cur (absent unless found), guarded by its version.
 func (s *Store) writeOver(ctx context.Context, doc ScoreDoc, cur ScoreDoc, found bool) (WriteOutcome, error) {
@@ -302,10 +266,9 @@ func scoreSet(d ScoreDoc) bson.D {
 	}}}
 }
 
-// backoff returns the wait before the retry that follows the n-th conflict:
-// uniformly random up to BackoffBase·2^(n-1), capped at BackoffMax ("full
-// jitter", so writers that collided do not collide again in lockstep).
-// Not consumer.Backoff: a pause after contention, not a retry after a failure.
+// backoff is the wait after the n-th conflict: uniformly random up to
+// BackoffBase·2^(n-1), capped at BackoffMax ("full jitter", so writers that
+// collided do not collide again in lockstep); consumer.Backoff follows failures.
 func (s *Store) backoff(n int) time.Duration {
 	ceiling := s.cfg.BackoffMax
 	if n <= 30 {
