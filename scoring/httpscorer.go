@@ -31,17 +31,11 @@ const (
 
 // HTTPScorerConfig configures an external scorer (SCORER_URL).
 type HTTPScorerConfig struct {
-	URL string
-	// Token, if set, is sent as "Authorization: Bearer <Token>". It is a
-	// secret: no error or log line of this package carries it.
-	Token string
-	// Timeout is one request's deadline, whole (SCORER_TIMEOUT); default 10s.
-	Timeout time.Duration
-	// Conns is how many keep-alive connections are kept: one per refresh
-	// slot (REFRESH_CONCURRENCY); default 16.
-	Conns int
-	// Observe, if set, gets each request's outcome and duration (metrics).
-	Observe func(outcome string, seconds float64)
+	URL     string
+	Token   string                                // if set, sent as "Authorization: Bearer <Token>"; secret: no error or log has it
+	Timeout time.Duration                         // one request's deadline, whole (SCORER_TIMEOUT); default 10s
+	Conns   int                                   // keep-alive connections kept: one per refresh slot (REFRESH_CONCURRENCY); default 16
+	Observe func(outcome string, seconds float64) // if set, gets each request's outcome and duration (metrics)
 }
 
 // HTTPScorer asks an external service for scores (docs/scorers.md): one POST
@@ -87,14 +81,7 @@ func (s *HTTPScorer) Score(ctx context.Context, users []string, asOf time.Time) 
 	start := time.Now()
 	results, failed, err := s.score(ctx, users, asOf)
 	if s.cfg.Observe != nil {
-		outcome := ScorerOK
-		switch {
-		case isTimeout(err):
-			outcome = ScorerTimeout
-		case err != nil:
-			outcome = ScorerError
-		}
-		s.cfg.Observe(outcome, time.Since(start).Seconds())
+		s.cfg.Observe(scorerOutcome(err), time.Since(start).Seconds())
 	}
 	if err != nil {
 		// %v, not %w: a scorer's timeout or refused connection must not
@@ -106,13 +93,10 @@ func (s *HTTPScorer) Score(ctx context.Context, users []string, asOf time.Time) 
 }
 
 func (s *HTTPScorer) score(ctx context.Context, users []string, asOf time.Time) (map[string]Result, map[string]error, error) {
-	body, err := json.Marshal(struct {
+	body, _ := json.Marshal(struct { // strings: it cannot fail
 		Users []string `json:"users"`
 		AsOf  string   `json:"asOf"`
 	}{users, asOf.UTC().Format("2006-01-02T15:04:05.000Z07:00")})
-	if err != nil {
-		return nil, nil, fmt.Errorf("encoding the request: %w", err)
-	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.URL, bytes.NewReader(body))
 	if err != nil {
 		return nil, nil, errors.New("building the request failed") // the URL was checked at start
@@ -207,9 +191,15 @@ func stripURL(err error) error {
 	return err
 }
 
-// isTimeout reports a request that ran out of time: SCORER_TIMEOUT, the
-// refresh's own deadline, or a dial or read timeout.
-func isTimeout(err error) bool {
+// scorerOutcome is a request's: a timeout is SCORER_TIMEOUT, the refresh's own
+// deadline, or a dial or read timeout.
+func scorerOutcome(err error) string {
 	var ne net.Error
-	return err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout())
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+		return ScorerTimeout
+	case err != nil:
+		return ScorerError
+	}
+	return ScorerOK
 }

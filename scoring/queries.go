@@ -241,14 +241,8 @@ func run(ctx context.Context, src source, p mongo.Pipeline, key string, users []
 // namesIn adds to into the strings that the array v holds, at any depth (a
 // dotted user field through arrays of documents yields nested arrays).
 func namesIn(v bson.RawValue, into map[string]bool) {
-	arr, ok := v.ArrayOK()
-	if !ok {
-		return
-	}
-	vals, err := arr.Values()
-	if err != nil {
-		return // the server sent it, so it is well formed
-	}
+	arr, _ := v.ArrayOK()
+	vals, _ := arr.Values() // none unless v is an array (well formed: the server sent it)
 	for _, e := range vals {
 		if s, ok := e.StringValueOK(); ok {
 			into[s] = true

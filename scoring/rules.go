@@ -38,17 +38,16 @@ const BuiltInSource = "built-in"
 // Component is one term of a score: Op over the documents of Collection whose
 // UserField is the username and that match Filter, within Window if any.
 type Component struct {
-	Name       string        // key in the score document's components
-	Collection string        // source collection
-	UserField  string        // field holding the username; defaults to "username"
-	Op         Op            // sum, count, max, min, avg or distinct
+	Name       string // key in the score document's components
+	Collection string // source collection
+	UserField  string // field holding the username; defaults to "username"
+	Op         Op
 	Field      string        // field read by every op but count
 	Weight     float64       // multiplies the value in the score; 1 when the file omits it
 	Window     time.Duration // only documents this recent count; 0 means no window
 	TimeField  string        // date field the window applies to; defaults to "at"
 	// Filter is a query document a source document must match too (nil:
-	// none), of query operators only and without a condition on UserField
-	// (the parser checked). Shared by every query: never modified.
+	// none), checked by the parser; shared by every query: never modified.
 	Filter bson.D
 }
 
@@ -96,8 +95,7 @@ func DefaultRules() *Rules {
 func LoadRules(path string) (*Rules, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		// The *PathError already names the file.
-		return nil, fmt.Errorf("reading scoring rules: %w", err)
+		return nil, fmt.Errorf("reading scoring rules: %w", err) // the *PathError names the file
 	}
 	return ParseRules(path, data)
 }
@@ -108,6 +106,5 @@ func (r *Rules) Collections() []string {
 	for _, c := range r.Components {
 		names = append(names, c.Collection)
 	}
-	slices.Sort(names)
-	return slices.Compact(names)
+	return slices.Compact(slices.Sorted(slices.Values(names)))
 }
