@@ -22,13 +22,6 @@ const MaxScorerResponse = 16 << 20
 // DefaultScorerTimeout is one request's deadline unless SCORER_TIMEOUT says.
 const DefaultScorerTimeout = 10 * time.Second
 
-// Outcomes of one request (the label of scorerefresh_scorer_requests_total).
-const (
-	ScorerOK      = "ok"
-	ScorerError   = "error"
-	ScorerTimeout = "timeout"
-)
-
 // HTTPScorerConfig configures an external scorer (SCORER_URL).
 type HTTPScorerConfig struct {
 	URL     string
@@ -191,15 +184,16 @@ func stripURL(err error) error {
 	return err
 }
 
-// scorerOutcome is a request's: a timeout is SCORER_TIMEOUT, the refresh's own
-// deadline, or a dial or read timeout.
+// scorerOutcome is a request's outcome, the label of
+// scorerefresh_scorer_requests_total: a timeout is SCORER_TIMEOUT, the
+// refresh's own deadline, or a dial or read timeout.
 func scorerOutcome(err error) string {
 	var ne net.Error
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
-		return ScorerTimeout
+		return "timeout"
 	case err != nil:
-		return ScorerError
+		return "error"
 	}
-	return ScorerOK
+	return "ok"
 }

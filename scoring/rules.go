@@ -32,9 +32,6 @@ const (
 	DefaultWeight    = 1.0
 )
 
-// BuiltInSource is the Source of DefaultRules.
-const BuiltInSource = "built-in"
-
 // Component is one term of a score: Op over the documents of Collection whose
 // UserField is the username and that match Filter, within Window if any.
 type Component struct {
@@ -77,7 +74,7 @@ type Rules struct {
 // exactly the first component of the contract's (docs/contract.md) example.
 func DefaultRules() *Rules {
 	return &Rules{
-		Source: BuiltInSource,
+		Source: "built-in",
 		Components: []Component{{
 			Name:       "activity",
 			Collection: "user_activity",

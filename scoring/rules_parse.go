@@ -98,7 +98,6 @@ func (p *rulesParser) parseRoot(root *yaml.Node) []Component {
 		return nil
 	case len(list.Content) == 0:
 		p.problem("no components (the components list is empty)")
-		return nil
 	}
 	comps := make([]Component, 0, len(list.Content))
 	firstIndex := map[string]int{} // name -> 1-based index of its first use
@@ -147,40 +146,49 @@ func (cp *componentParser) parse(n *yaml.Node) Component {
 	}
 	c.Name = cp.name
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		cp.setKey(&c, n.Content[i].Value, n.Content[i+1])
+		switch key, v := n.Content[i].Value, n.Content[i+1]; key {
+		case "name": // read above
+		case "collection":
+			c.Collection = cp.str(key, v)
+		case "userField":
+			c.UserField = cmp.Or(cp.str(key, v), DefaultUserField)
+		case "op":
+			c.Op = Op(cp.str(key, v))
+		case "field":
+			c.Field = cp.str(key, v)
+		case "timeField":
+			c.TimeField = cmp.Or(cp.str(key, v), DefaultTimeField)
+		case "weight":
+			if v.Kind != yaml.ScalarNode || v.Decode(&c.Weight) != nil {
+				cp.problem("weight %q is not a number", v.Value)
+				c.Weight = DefaultWeight
+			} else if math.IsNaN(c.Weight) || math.IsInf(c.Weight, 0) {
+				cp.problem("weight %s is not a finite number", v.Value)
+			}
+		case "window":
+			s := cp.str(key, v)
+			var err error
+			c.Window, err = time.ParseDuration(s) // 0 on error
+			switch {
+			case s == "":
+			case err != nil:
+				cp.problem("window %q is not a duration such as \"720h\" or \"90m\"", s)
+			case c.Window < 0:
+				cp.problem("negative window %q", s)
+			}
+		case "filter":
+			// Checked in validate, once userField is known whatever the key order.
+			c.Filter, cp.filterOK = cp.parseFilter(v)
+		default:
+			msg := fmt.Sprintf("unknown key %q", key)
+			if s := suggestKey(key); s != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", s)
+			}
+			cp.problem("%s; known keys are %s", msg, strings.Join(componentKeys, ", "))
+		}
 	}
 	cp.validate(&c)
 	return c
-}
-
-func (cp *componentParser) setKey(c *Component, key string, v *yaml.Node) {
-	switch key {
-	case "name":
-		// Read before the others.
-	case "collection":
-		c.Collection = cp.str(key, v)
-	case "userField":
-		c.UserField = cmp.Or(cp.str(key, v), DefaultUserField)
-	case "op":
-		c.Op = Op(cp.str(key, v))
-	case "field":
-		c.Field = cp.str(key, v)
-	case "timeField":
-		c.TimeField = cmp.Or(cp.str(key, v), DefaultTimeField)
-	case "weight":
-		c.Weight = cp.weight(v)
-	case "window":
-		c.Window = cp.window(v)
-	case "filter":
-		// Checked in validate, once userField is known whatever the key order.
-		c.Filter, cp.filterOK = cp.parseFilter(v)
-	default:
-		msg := fmt.Sprintf("unknown key %q", key)
-		if s := suggestKey(key); s != "" {
-			msg += fmt.Sprintf(" (did you mean %q?)", s)
-		}
-		cp.problem("%s; known keys are %s", msg, strings.Join(componentKeys, ", "))
-	}
 }
 
 func (cp *componentParser) validate(c *Component) {
@@ -226,33 +234,6 @@ func (cp *componentParser) str(key string, v *yaml.Node) string {
 		return ""
 	}
 	return v.Value
-}
-
-func (cp *componentParser) weight(v *yaml.Node) float64 {
-	var w float64
-	if v.Kind != yaml.ScalarNode || v.Decode(&w) != nil {
-		cp.problem("weight %q is not a number", v.Value)
-		return DefaultWeight
-	}
-	if math.IsNaN(w) || math.IsInf(w, 0) {
-		cp.problem("weight %s is not a finite number", v.Value)
-	}
-	return w
-}
-
-func (cp *componentParser) window(v *yaml.Node) time.Duration {
-	s := cp.str("window", v)
-	if s == "" {
-		return 0
-	}
-	d, err := time.ParseDuration(s)
-	switch {
-	case err != nil:
-		cp.problem("window %q is not a duration such as \"720h\" or \"90m\"", s)
-	case d < 0:
-		cp.problem("negative window %q", s)
-	}
-	return d
 }
 
 // validFieldPath reports whether path can be a field in a query and "$path" in an aggregation.
