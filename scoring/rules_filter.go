@@ -95,8 +95,10 @@ func yamlValue(n *yaml.Node, depth int) (any, error) {
 
 func yamlScalar(n *yaml.Node) (any, error) {
 	switch n.ShortTag() {
-	case "!!null":
-		return nil, nil
+	case "!!null", "!!str", "!!bool", "!!float":
+		var v any // nil, string, bool or float64
+		err := n.Decode(&v)
+		return v, err
 	case "!!int":
 		// A plain JSON integer once written: an int32 read back (an int64
 		// beyond), as the wrappers taking numbers ($timestamp, $minKey) want.
@@ -105,12 +107,6 @@ func yamlScalar(n *yaml.Node) (any, error) {
 			return nil, fmt.Errorf("%s: not a 64-bit integer; use {$numberDecimal: %q}", n.Value, n.Value)
 		}
 		return i, nil
-	case "!!str":
-		return n.Value, nil
-	case "!!bool", "!!float":
-		var v any // bool or float64
-		err := n.Decode(&v)
-		return v, err
 	case "!!timestamp":
 		// Read as a date, 2025-01-31 would be midnight UTC; read as a
 		// string it would match no date field. Neither guess is safe.

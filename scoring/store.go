@@ -92,6 +92,7 @@ func NewStore(coll *mongo.Collection, cfg StoreConfig) *Store {
 
 // Get returns username's score document; found is false when there is none.
 func (s *Store) Get(ctx context.Context, username string) (doc ScoreDoc, found bool, err error) {
+	noteRoundTrip(ctx)
 	err = s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: username}}).Decode(&doc)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return ScoreDoc{}, false, nil
@@ -116,7 +117,6 @@ func (s *Store) Write(ctx context.Context, username string, res Result, refreshe
 	defer unlock()
 	doc := newScoreDoc(username, res, refreshedAt)
 	for conflicts := 1; ; conflicts++ {
-		noteRoundTrip(ctx)
 		cur, found, err := s.Get(ctx, username)
 		if err != nil {
 			return 0, err
@@ -192,7 +192,6 @@ type Prior map[string]ScoreDoc
 // one user, which every server answers from the _id index).
 func (s *Store) ReadPrior(ctx context.Context, users []string) (Prior, error) {
 	if len(users) == 1 {
-		noteRoundTrip(ctx)
 		doc, found, err := s.Get(ctx, users[0])
 		if err != nil || !found {
 			return Prior{}, err
