@@ -155,30 +155,23 @@ func (fc filterChecker) query(q bson.D, where string, inElem bool) {
 			arr, ok := e.Value.(bson.A)
 			if !ok || len(arr) == 0 {
 				fc.problem(at, "%s needs a non-empty list of query documents", e.Key)
-				continue
 			}
-			for i, sub := range arr {
+			for i, sub := range arr { // none unless a list
 				if d, ok := sub.(bson.D); ok {
 					fc.query(d, fmt.Sprintf("%s.%d", at, i), inElem)
 				} else {
 					fc.problem(fmt.Sprintf("%s.%d", at, i), "%s lists query documents, got %v", e.Key, sub)
 				}
 			}
+		case slices.Contains(fieldOperators, e.Key):
+			fc.problem(at, "%s applies to a field, e.g. {points: {%s: ...}}", e.Key, e.Key)
 		case strings.HasPrefix(e.Key, "$"):
-			if slices.Contains(fieldOperators, e.Key) {
-				fc.problem(at, "%s applies to a field, e.g. {points: {%s: ...}}", e.Key, e.Key)
-				continue
-			}
 			fc.refuse(at, e.Key)
+		case !validFieldPath(e.Key) || strings.Contains(e.Key, ".$"): // positional operators mean nothing in a query
+			fc.problem(at, "invalid field %q: a field path must not have empty parts or parts starting with \"$\"", e.Key)
+		case !inElem && pathsOverlap(e.Key, fc.userField):
+			fc.problem(at, "refused field %s: it is the component's userField (%s), which the refresh matches to the user itself", e.Key, fc.userField)
 		default:
-			if !validFilterPath(e.Key) {
-				fc.problem(at, "invalid field %q: a field path must not have empty parts or parts starting with \"$\"", e.Key)
-				continue
-			}
-			if !inElem && pathsOverlap(e.Key, fc.userField) {
-				fc.problem(at, "refused field %s: it is the component's userField (%s), which the refresh matches to the user itself", e.Key, fc.userField)
-				continue
-			}
 			if d, ok := opDoc(e.Value); ok {
 				fc.operators(d, at)
 			} else {
@@ -294,9 +287,9 @@ func (fc filterChecker) literal(v any, where string) {
 		for _, e := range x {
 			if strings.HasPrefix(e.Key, "$") {
 				fc.problem(join(where, e.Key), "%s inside a value: only the operators of a field's condition may start with \"$\"", e.Key)
-				continue
+			} else {
+				fc.literal(e.Value, join(where, e.Key))
 			}
-			fc.literal(e.Value, join(where, e.Key))
 		}
 	case bson.A:
 		for i, e := range x {
@@ -310,12 +303,6 @@ func join(where, key string) string {
 		return key
 	}
 	return where + "." + key
-}
-
-// validFilterPath is validFieldPath, also refusing parts starting with "$"
-// (positional operators have no meaning in a query).
-func validFilterPath(path string) bool {
-	return validFieldPath(path) && !strings.Contains(path, ".$")
 }
 
 // pathsOverlap reports whether a condition on one path constrains the other:
