@@ -7,27 +7,21 @@ const (
 	// MaxBatchUsers bounds the users in one batched command: the work, and
 	// so the latency, that every user of the batch waits for.
 	MaxBatchUsers = 64
-	// maxBatchNameBytes bounds the usernames one batched command carries
-	// (at most twice: an $in list, or a bulk write's filters and documents),
-	// so a chunk stays far below the 16 MiB command limit however long the
-	// names (64 of the queue's 256-byte maximum are 16 KiB).
+	// maxBatchNameBytes bounds the usernames a batched command carries (at
+	// most twice: $in, or a bulk write's filters and documents), far below
+	// the 16 MiB command limit however long the names.
 	maxBatchNameBytes = 1 << 20
-	// batchNameOverhead approximates the BSON framing around one name
-	// (type byte, array index key, length, terminator).
-	batchNameOverhead = 16
+	batchNameOverhead = 16 // BSON framing around a name (type, index key, length, terminator)
 )
 
 // uniqueUsers returns users without repeats, in first-seen order.
 func uniqueUsers(users []string) []string {
 	seen := make(map[string]bool, len(users))
-	out := make([]string, 0, len(users))
-	for _, u := range users {
-		if !seen[u] {
-			seen[u] = true
-			out = append(out, u)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(users), func(u string) bool {
+		dup := seen[u]
+		seen[u] = true
+		return dup
+	})
 }
 
 // chunkUsers splits users, in order, into chunks of at most maxUsers users

@@ -31,18 +31,6 @@ type source struct {
 
 var simpleCollation = &options.Collation{Locale: "simple"}
 
-func (s source) aggregate(ctx context.Context, pipeline mongo.Pipeline, batchSize int32) (*mongo.Cursor, error) {
-	opts := options.Aggregate()
-	if batchSize > 0 {
-		opts.SetBatchSize(batchSize)
-	}
-	if s.collation != nil {
-		opts.SetCollation(s.collation)
-	}
-	noteRoundTrip(ctx)
-	return s.coll.Aggregate(ctx, pipeline, opts)
-}
-
 // componentValues returns c's value for each of users that has documents: the
 // batched query for several, except for the users a document with an array in
 // the user field names (a per-user $eq matches it for each name it holds,
@@ -196,14 +184,18 @@ func pipeline(c Component, op Op, f bson.D, batched bool) (mongo.Pipeline, strin
 // (none means 0), or a batch's {_id: user, v: value}. alone lists the users
 // of a batch that a document with an array in the user field names.
 func run(ctx context.Context, src source, p mongo.Pipeline, key string, users []string, values map[string]float64) (alone []string, err error) {
-	batched, what := len(users) > 1, "aggregation"
-	var batchSize int32 // the driver's default for one result
+	batched, what, opts := len(users) > 1, "aggregation", options.Aggregate()
 	if batched {
 		// One more than the groups expected, so the first reply holds them
 		// all and the server closes the cursor: no getMore.
-		batchSize, what = int32(len(users)+1), "batched aggregation"
+		opts.SetBatchSize(int32(len(users) + 1))
+		what = "batched aggregation"
 	}
-	cur, err := src.aggregate(ctx, p, batchSize)
+	if src.collation != nil {
+		opts.SetCollation(src.collation)
+	}
+	noteRoundTrip(ctx)
+	cur, err := src.coll.Aggregate(ctx, p, opts)
 	if err != nil {
 		return nil, fmt.Errorf("running %s: %w", what, err)
 	}
@@ -262,10 +254,7 @@ func numericOnly(f bson.D, field string) bson.D {
 // extremeBySort is a max or min component's value for one user (f) without
 // the accumulator: the first document sorted by field; 0 when there is none.
 func extremeBySort(ctx context.Context, src source, op Op, field string, f bson.D) (float64, error) {
-	dir := 1
-	if op == OpMax {
-		dir = -1
-	}
+	dir := map[Op]int{OpMax: -1, OpMin: 1}[op]
 	opts := options.FindOne().SetSort(bson.D{{Key: field, Value: dir}}).SetProjection(bson.D{{Key: field, Value: 1}, {Key: "_id", Value: 0}})
 	if src.collation != nil {
 		opts.SetCollation(src.collation)
