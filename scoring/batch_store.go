@@ -212,6 +212,5 @@ func sameDoc(a, b ScoreDoc) bool {
 		maps.EqualFunc(a.Components, b.Components, sameFloat)
 }
 
-// sameFloat is == except that NaN equals NaN: a NaN score read back is the
-// NaN we wrote.
+// sameFloat is == except that NaN equals NaN: a NaN score read back is the NaN we wrote.
 func sameFloat(a, b float64) bool { return a == b || math.IsNaN(a) && math.IsNaN(b) }

@@ -174,8 +174,7 @@ func (s *HTTPScorer) snippet(b []byte) string {
 	return out
 }
 
-// stripURL drops the URL from a client error (it may carry credentials;
-// Score names the redacted URL once).
+// stripURL drops the URL (it may hold credentials) from a client error; Score names it redacted.
 func stripURL(err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {

@@ -102,8 +102,7 @@ func (r *Recomputer) userValue(ctx context.Context, src source, c Component, u s
 	}
 }
 
-// query runs c's query for users into values: one aggregation (two for avg
-// without $avg); alone is run's.
+// query runs c's query for users into values (avg without $avg: two aggregations); alone is run's.
 func (r *Recomputer) query(ctx context.Context, src source, c Component, users []string, startedAt time.Time, values map[string]float64) (alone []string, err error) {
 	f := userMatch(c, users, startedAt)
 	batched := len(users) > 1
@@ -270,14 +269,12 @@ func extremeBySort(ctx context.Context, src source, op Op, field string, f bson.
 	return numberAt(doc, strings.Split(field, ".")...)
 }
 
-// accumulators are the features of the ops whose $group accumulator a
-// server may lack (FerretDB 1.24 lacks all three).
+// accumulators are the features of the $group accumulators a server may lack (FerretDB 1.24: all).
 var accumulators = map[Op]servertraits.Feature{
 	OpMax: servertraits.AccumulatorMax, OpMin: servertraits.AccumulatorMin, OpAvg: servertraits.AccumulatorAvg,
 }
 
-// lacksAccumulator is the flag set once the server has refused op's
-// accumulator; nil for the ops every server has.
+// lacksAccumulator is set once the server refused op's accumulator; nil for ops every server has.
 func (r *Recomputer) lacksAccumulator(op Op) *atomic.Bool {
 	if f, ok := accumulators[op]; ok {
 		return r.traits.Learnt(f)
@@ -285,8 +282,7 @@ func (r *Recomputer) lacksAccumulator(op Op) *atomic.Bool {
 	return nil
 }
 
-// learnLacksAccumulator records that the server lacks op's $group
-// accumulator, logging it the first time.
+// learnLacksAccumulator records that the server lacks op's $group accumulator, logging it once.
 func (r *Recomputer) learnLacksAccumulator(op Op, err error) {
 	if !r.lacksAccumulator(op).CompareAndSwap(false, true) {
 		return
@@ -327,8 +323,7 @@ func isNotImplemented(err error) bool {
 	return err != nil && (errors.As(err, &se) && se.HasErrorCode(238) || strings.Contains(strings.ToLower(err.Error()), "not implemented"))
 }
 
-// number converts the BSON numeric types (int32, int64, double, decimal128)
-// to float64; ok is false for anything else.
+// number converts the BSON numeric types (int32, int64, double, decimal128) to float64, or !ok.
 func number(v bson.RawValue) (n float64, ok bool) {
 	d, ok := v.Decimal128OK()
 	if !ok {

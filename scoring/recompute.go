@@ -52,8 +52,7 @@ func WithRecomputerTraits(t *servertraits.Traits) RecomputerOption {
 	return func(r *Recomputer) { r.traits = t }
 }
 
-// NewRecomputer returns a Recomputer reading the source collections of rules
-// from db.
+// NewRecomputer returns a Recomputer reading the source collections of rules from db.
 func NewRecomputer(db *mongo.Database, rules *Rules, opts ...RecomputerOption) *Recomputer {
 	r := &Recomputer{db: db, rules: rules, log: slog.New(slog.DiscardHandler), traits: servertraits.New()}
 	r.learnCollation = r.listCollation

@@ -29,14 +29,12 @@ type RefreshStats struct {
 // RefresherOption configures a Refresher.
 type RefresherOption func(*Refresher)
 
-// WithRefreshObserver has f called once at the end of every Refresh and
-// RefreshBatch call, whatever its outcome.
+// WithRefreshObserver has f called after every Refresh and RefreshBatch, whatever the outcome.
 func WithRefreshObserver(f func(RefreshStats)) RefresherOption {
 	return func(r *Refresher) { r.observe = f }
 }
 
-// NewRefresher returns a Refresher scoring with scorer (the rules'
-// Recomputer, or a team's own) and writing to store.
+// NewRefresher returns a Refresher scoring with scorer (Recomputer, or a team's own) into store.
 func NewRefresher(scorer Scorer, store *Store, opts ...RefresherOption) *Refresher {
 	r := &Refresher{scorer: scorer, store: store}
 	for _, o := range opts {

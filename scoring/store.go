@@ -17,8 +17,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
-// ErrConflict is wrapped by the error Write returns when it gives up after
-// MaxConflictRetries version conflicts.
+// ErrConflict is wrapped by Write's error when it gives up after MaxConflictRetries conflicts.
 var ErrConflict = errors.New("score document version conflict")
 
 // ErrSuperseded is wrapped by the error WriteAfter returns when a refresh
