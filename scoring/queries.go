@@ -43,35 +43,15 @@ func (r *Recomputer) componentValues(ctx context.Context, c Component, users []s
 	}
 	values := make(map[string]float64, len(users))
 	alone := users
-	if len(users) > 1 {
-		if alone, err = r.batchValues(ctx, src, c, users, startedAt, values); err != nil {
-			return nil, err
-		}
-	}
-	for _, u := range alone {
-		v, err := r.userValue(ctx, src, c, u, startedAt)
-		if err != nil && len(users) > 1 {
-			err = fmt.Errorf("for user %q: %w", u, err)
-		}
-		if err != nil {
-			return nil, err
-		}
-		values[u] = v
-	}
-	return values, nil
-}
-
-// batchValues sets values from c's batched query over users and returns the
-// users to query alone. A refusal is tried once more: avg without $avg has a
-// batched fallback.
-func (r *Recomputer) batchValues(ctx context.Context, src source, c Component, users []string, startedAt time.Time, values map[string]float64) ([]string, error) {
-	for range 2 {
-		if r.unbatched(c.Op).Load() {
-			break
-		}
-		alone, err := r.query(ctx, src, c, users, startedAt, values)
+	// A refused batched query is tried once more: avg without $avg has a batched fallback.
+	for try := 0; len(users) > 1 && try < 2 && !r.unbatched(c.Op).Load(); try++ {
+		a, err := r.query(ctx, src, c, users, startedAt, values)
 		if !isNotImplemented(err) {
-			return alone, err
+			if err != nil {
+				return nil, err
+			}
+			alone = a
+			break
 		}
 		// For max and min, and for avg the first time, what was refused is the accumulator.
 		if c.Op == OpMax || c.Op == OpMin || c.Op == OpAvg && !r.lacksAccumulator(OpAvg).Load() {
@@ -81,7 +61,14 @@ func (r *Recomputer) batchValues(ctx context.Context, src source, c Component, u
 				"op", string(c.Op), "err", err)
 		}
 	}
-	return users, nil
+	for _, u := range alone {
+		if values[u], err = r.userValue(ctx, src, c, u, startedAt); err != nil && len(users) > 1 {
+			return nil, fmt.Errorf("for user %q: %w", u, err)
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	return values, nil
 }
 
 // userValue is c's value for u alone: its accumulator while the server has

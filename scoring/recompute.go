@@ -158,13 +158,10 @@ func (r *Recomputer) listCollation(ctx context.Context, coll string) (bool, erro
 			"collection", coll, "err", err)
 		return true, nil
 	}
-	if err != nil {
-		return false, err
-	}
-	return slices.ContainsFunc(specs, func(s mongo.CollectionSpecification) bool {
+	return slices.ContainsFunc(specs, func(s mongo.CollectionSpecification) bool { // none on an error
 		loc, ok := s.Options.Lookup("collation", "locale").StringValueOK()
 		return ok && loc != "simple"
-	}), nil
+	}), err
 }
 
 // withCond adds {field: {op: v}} to f, merging with the operators already on
