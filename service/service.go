@@ -1,8 +1,7 @@
-// Package service runs scorerefresh as `scorerefresh run` does, for a team
-// that builds its own binary around a scorer of its own: the same
+// Package service runs scorerefresh as `scorerefresh run` does (the same
 // configuration, metrics, probes, claims, OCC writes, retries and dead
-// letters; only the numbers come from the team's scoring.Scorer. A program
-// of about thirty lines is enough (see examples/goscorer and docs/scorers.md):
+// letters) around a team's own scoring.Scorer, in a program of about thirty
+// lines (examples/goscorer, docs/scorers.md):
 //
 //	func main() {
 //		os.Exit(service.Main(os.Args[1:], service.Options{
@@ -10,9 +9,8 @@
 //		}))
 //	}
 //
-// The operator commands (status, deadletters, doctor, snapshot, replay,
-// plan) do not depend on the scorer: the stock scorerefresh binary runs
-// them against the same environment.
+// The operator commands (status, deadletters, doctor, snapshot, replay, plan)
+// do not depend on the scorer: the stock scorerefresh binary runs them.
 package service
 
 import (
@@ -39,9 +37,8 @@ import (
 type Options struct {
 	// Scorer builds the scorer from the service's database (reads go to
 	// the primary). Nil: the rules or SCORER_URL, as `scorerefresh run`.
-	Scorer func(db *mongo.Database) scoring.Scorer
-	// Name is the program's name in usage and errors; default scorerefresh.
-	Name              string
+	Scorer            func(db *mongo.Database) scoring.Scorer
+	Name              string // in usage and errors; default scorerefresh
 	Version, Revision string // for scorerefresh_build_info
 }
 
