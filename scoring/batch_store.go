@@ -162,15 +162,14 @@ func (s *Store) bulkWrite(ctx context.Context, docs []ScoreDoc, insert, after bo
 	return nil, fmt.Errorf("writing the scores of %d users: %w", len(docs), err)
 }
 
-// settle reads docs back to learn which were written after a bulk write that
-// reported lost or refused writes (not from its per-write errors: FerretDB
-// 1.24 stops an unordered update at its first error, reports it at the wrong
-// index and counts nothing). A document holding exactly what we sent is ours
-// (or an identical write's). One whose version moved is a conflict, skipped
-// when it holds a recompute begun no earlier than ours (a retry would write
-// twice for one refresh: Write does not skip an equal refreshedAt). The rest
-// are retried; after a prior read (after) every document not ours is, as
-// stamps order nothing (see Prior) and WriteAfter tells a conflict from a refusal.
+// settle reads docs back to learn which a bulk write that reported lost or
+// refused writes wrote (its per-write errors cannot say: FerretDB 1.24 stops
+// an unordered update at its first error, reports it at the wrong index and
+// counts nothing). A document holding exactly what we sent is ours (or an
+// identical write's). One whose version moved is a conflict, skipped if from
+// a recompute begun no earlier (a retry would write twice for one refresh).
+// The rest are retried; after a prior read (after), all not ours are, as
+// stamps order nothing (see Prior).
 func (s *Store) settle(ctx context.Context, docs []ScoreDoc, after bool, outcomes map[string]WriteOutcome) (retry []string, err error) {
 	users := make([]string, len(docs))
 	for i, d := range docs {
@@ -187,7 +186,7 @@ func (s *Store) settle(ctx context.Context, docs []ScoreDoc, after bool, outcome
 			outcomes[d.Username] = writtenOutcome(d.Version == 1)
 			continue
 		case found && cur.Version != d.Version-1 && !after:
-			s.conflicted()
+			s.cfg.OnConflict()
 			if !cur.RefreshedAt.Before(d.RefreshedAt) {
 				s.skipped(d.Username, cur.RefreshedAt, d.RefreshedAt)
 				outcomes[d.Username] = WriteSkippedNewer

@@ -50,15 +50,12 @@ func (r *Refresher) Refresh(ctx context.Context, username string, startedAt time
 
 // RefreshBatch recomputes users' scores and stores them as of startedAt, when
 // this refresh began (before any of its reads): ReadPrior, the scorer, then
-// WriteBatchAfter (WriteAfter for a user alone), so a batch costs one round
-// trip per component plus two. A user whose document another refresh wrote
-// meanwhile (ErrSuperseded) is refreshed again after a backoff, up to
-// MaxConflictRetries times: stamps cannot tell which began first (see Prior),
-// and the recompute after the rival's write reflects both.
-//
-// The result has an entry per distinct user: nil when its score was stored,
-// else why not. A failed scorer call, batch read or batch write fails every
-// user it left unsettled with the same error; a failed write, its user only.
+// WriteBatchAfter (WriteAfter for a user alone), one round trip per component
+// plus two. A user superseded meanwhile (ErrSuperseded) is refreshed again
+// after a backoff, up to MaxConflictRetries times: stamps cannot tell which
+// refresh began first (see Prior), the recompute after the rival's reflects both.
+// The result holds, per distinct user, nil once stored or else why not; a
+// failed scorer call, batch read or batch write fails every user it left unsettled.
 func (r *Refresher) RefreshBatch(ctx context.Context, users []string, startedAt time.Time) map[string]error {
 	users = uniqueUsers(users)
 	errs := make(map[string]error, len(users))

@@ -79,6 +79,9 @@ func NewStore(coll *mongo.Collection, cfg StoreConfig) *Store {
 		cfg.BackoffMax = 500 * time.Millisecond
 	}
 	cfg.BackoffMax = max(cfg.BackoffMax, cfg.BackoffBase)
+	if cfg.OnConflict == nil {
+		cfg.OnConflict = func() {}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -128,7 +131,7 @@ func (s *Store) Write(ctx context.Context, username string, res Result, refreshe
 		if !errors.Is(err, errVersionMoved) {
 			return outcome, err
 		}
-		s.conflicted()
+		s.cfg.OnConflict()
 		if conflicts >= s.cfg.MaxConflictRetries {
 			return 0, fmt.Errorf("writing score of %q: gave up after %d version conflicts: %w", username, conflicts, ErrConflict)
 		}
@@ -151,16 +154,10 @@ func (s *Store) WriteAfter(ctx context.Context, prior Prior, username string, re
 	cur, found := prior[username]
 	outcome, err := s.writeOver(ctx, causalAfter(newScoreDoc(username, res, refreshedAt), cur, found), cur, found)
 	if errors.Is(err, errVersionMoved) {
-		s.conflicted()
+		s.cfg.OnConflict()
 		return 0, fmt.Errorf("writing score of %q over version %d: %w", username, cur.Version, ErrSuperseded)
 	}
 	return outcome, err
-}
-
-func (s *Store) conflicted() {
-	if s.cfg.OnConflict != nil {
-		s.cfg.OnConflict()
-	}
 }
 
 // newScoreDoc is the document storing res as username's score, unversioned.
