@@ -1,6 +1,7 @@
 package scoring
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -273,10 +274,7 @@ func (r *Recomputer) learnLacksAccumulator(op Op, err error) {
 	if !r.lacksAccumulator(op).CompareAndSwap(false, true) {
 		return
 	}
-	how := "one sorted find per user"
-	if op == OpAvg {
-		how = "a $sum and a count, as two queries"
-	}
+	how := cmp.Or(map[Op]string{OpAvg: "a $sum and a count, as two queries"}[op], "one sorted find per user")
 	r.log.Info(fmt.Sprintf("server lacks the $%s $group accumulator; %s components use %s", op, op, how), "err", err)
 }
 

@@ -256,23 +256,22 @@ func suggestKey(key string) string {
 
 // editDistance is the Levenshtein distance between a and b (bytes).
 func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
+	row := make([]int, len(b)+1) // distances from a[:i] to each b[:j]
+	for j := range row {
+		row[j] = j
 	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
+	for i := range len(a) {
+		diag := row[0] // a[:i] to b[:j]
+		row[0] = i + 1
+		for j := range len(b) {
 			cost := 1
-			if a[i-1] == b[j-1] {
+			if a[i] == b[j] {
 				cost = 0
 			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			diag, row[j+1] = row[j+1], min(row[j+1]+1, row[j]+1, diag+cost)
 		}
-		prev, cur = cur, prev
 	}
-	return prev[len(b)]
+	return row[len(b)]
 }
 
 // kindName names n's kind for error messages.
