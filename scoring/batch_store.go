@@ -143,14 +143,9 @@ func (s *Store) bulkWrite(ctx context.Context, docs []ScoreDoc, insert, after bo
 	var bwe mongo.BulkWriteException
 	switch {
 	case err == nil && res.InsertedCount+res.MatchedCount+res.UpsertedCount == int64(len(docs)):
-		upserted := make(map[string]bool, len(res.UpsertedIDs))
-		for _, id := range res.UpsertedIDs {
-			if u, ok := id.(string); ok {
-				upserted[u] = true
-			}
-		}
+		upserted := slices.Collect(maps.Values(res.UpsertedIDs)) // the usernames
 		for _, d := range docs {
-			outcomes[d.Username] = writtenOutcome(insert || upserted[d.Username])
+			outcomes[d.Username] = writtenOutcome(insert || slices.Contains(upserted, any(d.Username)))
 		}
 		return nil, nil
 	case err == nil || errors.As(err, &bwe) && bwe.WriteConcernError == nil:

@@ -163,13 +163,12 @@ func decodeScores(raw []byte, users []string) (map[string]Result, map[string]err
 // snippet is the start of an error body, for the dead letter's reason,
 // without the token should the scorer echo the request's headers.
 func (s *HTTPScorer) snippet(b []byte) string {
-	const n = 200
 	out := string(b)
 	if s.cfg.Token != "" {
 		out = strings.ReplaceAll(out, s.cfg.Token, "REDACTED")
 	}
-	if len(out) > n {
-		return out[:n] + "…"
+	if len(out) > 200 {
+		return out[:200] + "…"
 	}
 	return out
 }

@@ -35,10 +35,10 @@ const (
 // Component is one term of a score: Op over the documents of Collection whose
 // UserField is the username and that match Filter, within Window if any.
 type Component struct {
-	Name       string // key in the score document's components
-	Collection string // source collection
-	UserField  string // field holding the username; defaults to "username"
-	Op         Op
+	Name       string        // key in the score document's components
+	Collection string        // source collection
+	UserField  string        // field holding the username; defaults to "username"
+	Op         Op            // sum, count, max, min, avg or distinct
 	Field      string        // field read by every op but count
 	Weight     float64       // multiplies the value in the score; 1 when the file omits it
 	Window     time.Duration // only documents this recent count; 0 means no window
