@@ -41,9 +41,8 @@ type HTTPScorer struct {
 	client *http.Client
 }
 
-// NewHTTPScorer returns a scorer posting to cfg.URL with a client of its own:
-// every phase of a request is bounded, and its keep-alive pool is sized to
-// the refresh slots so a busy service does not open a connection per request.
+// NewHTTPScorer returns a scorer posting to cfg.URL with a client of its own: every phase of a
+// request bounded, its keep-alive pool sized to the refresh slots (no connection per request).
 func NewHTTPScorer(cfg HTTPScorerConfig) (*HTTPScorer, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -117,9 +116,8 @@ func (s *HTTPScorer) score(ctx context.Context, users []string, asOf time.Time) 
 	return decodeScores(raw, users)
 }
 
-// decodeScores checks the answer's shape: every user in exactly one of
-// scores and errors, each score a finite number, components (optional) an
-// object of finite numbers. Unknown top-level keys are ignored.
+// decodeScores checks the answer's shape: every user in exactly one of scores and errors, each
+// score a finite number, components (optional) an object of finite numbers; other keys ignored.
 func decodeScores(raw []byte, users []string) (map[string]Result, map[string]error, error) {
 	var r struct {
 		Scores map[string]json.RawMessage `json:"scores"`
@@ -182,9 +180,8 @@ func stripURL(err error) error {
 	return err
 }
 
-// scorerOutcome is a request's outcome, the label of
-// scorerefresh_scorer_requests_total: a timeout is SCORER_TIMEOUT, the
-// refresh's own deadline, or a dial or read timeout.
+// scorerOutcome labels a request in scorerefresh_scorer_requests_total: a timeout is
+// SCORER_TIMEOUT, the refresh's own deadline, or a dial or read timeout.
 func scorerOutcome(err error) string {
 	var ne net.Error
 	switch {

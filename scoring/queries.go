@@ -17,9 +17,8 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/servertraits"
 )
 
-// Each query here answers one component, for one user or a batch, with one
-// command whose result fits in the first batch: the server closes the cursor,
-// no getMore or killCursors follows.
+// Each query here answers one component, for one user or a batch, with one command whose
+// result fits in the first batch: the server closes the cursor, no getMore or killCursors follows.
 
 // source is a source collection as the queries address it: with the simple
 // collation where the collection's default is another, so that usernames and

@@ -21,9 +21,8 @@ type Result struct {
 	Components map[string]float64 // component name -> value before weighting
 }
 
-// Recomputer computes scores from the source collections. It is safe for
-// concurrent use; share one per process so what it learns about the server
-// is learnt once.
+// Recomputer computes scores from the source collections; it is safe for concurrent use.
+// Share one per process, so that what it learns about the server is learnt once.
 type Recomputer struct {
 	db    *mongo.Database
 	rules *Rules

@@ -124,9 +124,8 @@ func (r *Refresher) refresh(ctx context.Context, users []string, startedAt time.
 	return r.write(ctx, prior, scored, startedAt, errs)
 }
 
-// write stores the scored results over prior, recording outcomes in errs:
-// several in one WriteBatchAfter, then WriteAfter for each user it could not
-// settle (and for a user alone). It returns the users superseded.
+// write stores the scored results over prior, recording outcomes in errs: WriteBatchAfter for
+// several, then WriteAfter for each user left (or alone). It returns the users superseded.
 func (r *Refresher) write(ctx context.Context, prior Prior, scored map[string]Result, startedAt time.Time, errs map[string]error) (superseded []string) {
 	var retry []string
 	var err error
@@ -177,9 +176,8 @@ func (r *Recomputer) Score(ctx context.Context, users []string, asOf time.Time) 
 	return results, nil, err // for a user alone, the caller names the user
 }
 
-// roundTripsKey carries a refresh's round-trip tally in its context: a
-// Recomputer or Store shared by concurrent refreshes has no other per-call
-// place to keep it.
+// roundTripsKey carries a refresh's round-trip tally in its context: a Recomputer or Store
+// shared by concurrent refreshes has no other per-call place to keep it.
 type roundTripsKey struct{}
 
 // noteRoundTrip records one command about to be sent, if ctx is tallied. One

@@ -1,6 +1,7 @@
 package scoring
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -82,13 +83,9 @@ func NewStore(coll *mongo.Collection, cfg StoreConfig) *Store {
 	if cfg.OnConflict == nil {
 		cfg.OnConflict = func() {}
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	cfg.Clock = clock.Or(cfg.Clock)
-	if cfg.Traits == nil {
-		cfg.Traits = servertraits.New()
-	}
+	cfg.Traits = cmp.Or(cfg.Traits, servertraits.New())
 	return &Store{coll: coll, cfg: cfg}
 }
 
