@@ -82,12 +82,11 @@ func (p *rulesParser) parseRoot(root *yaml.Node) []Component {
 	}
 	var list *yaml.Node
 	for i := 0; i+1 < len(doc.Content); i += 2 {
-		key, val := doc.Content[i], doc.Content[i+1]
-		if key.Value != "components" {
-			p.problem("unknown top-level key %q (want components)", key.Value)
-			continue
+		if key := doc.Content[i].Value; key != "components" {
+			p.problem("unknown top-level key %q (want components)", key)
+		} else {
+			list = doc.Content[i+1]
 		}
-		list = val
 	}
 	switch {
 	case list == nil:
@@ -226,14 +225,13 @@ func (cp *componentParser) validate(c *Component) {
 
 // str reads a scalar; null reads as "", missing or the default like an absent key.
 func (cp *componentParser) str(key string, v *yaml.Node) string {
-	if v.Kind != yaml.ScalarNode {
+	switch {
+	case v.Kind != yaml.ScalarNode:
 		cp.problem("%s must be a string, got %s", key, kindName(v))
-		return ""
+	case v.Tag != "!!null":
+		return v.Value
 	}
-	if v.Tag == "!!null" {
-		return ""
-	}
-	return v.Value
+	return ""
 }
 
 // validFieldPath reports whether path can be a field in a query and "$path" in an aggregation.
