@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -194,25 +195,18 @@ func run(ctx context.Context, src source, p mongo.Pipeline, key string, users []
 			values[users[0]], err = numberAt(cur.Current, key)
 			return nil, err
 		}
-		if u, ok := cur.Current.Lookup("_id").StringValueOK(); ok {
-			if values[u], err = numberAt(cur.Current, key); err != nil {
-				return nil, err
-			}
-			continue
+		if u, ok := cur.Current.Lookup("_id").StringValueOK(); !ok {
+			// The user field held an array: $group keyed the documents by the
+			// whole array, which a per-user $eq matches element by element.
+			namesIn(cur.Current.Lookup("_id"), named)
+		} else if values[u], err = numberAt(cur.Current, key); err != nil {
+			return nil, err
 		}
-		// The user field held an array: $group keyed the documents by the
-		// whole array, which a per-user $eq matches element by element.
-		namesIn(cur.Current.Lookup("_id"), named)
 	}
 	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("reading %s result: %w", what, err)
 	}
-	for _, u := range users {
-		if named[u] {
-			alone = append(alone, u)
-		}
-	}
-	return alone, nil
+	return slices.DeleteFunc(slices.Clone(users), func(u string) bool { return !named[u] }), nil
 }
 
 // namesIn adds to into the strings that the array v holds, at any depth (a
