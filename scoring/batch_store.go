@@ -31,8 +31,7 @@ func (s *Store) WriteBatchAfter(ctx context.Context, prior Prior, results map[st
 	outcomes = make(map[string]WriteOutcome, len(results))
 	for _, chunk := range sortedChunks(slices.Collect(maps.Keys(results))) {
 		r, err := s.writeChunk(ctx, prior, chunk, results, refreshedAt, outcomes)
-		retry = append(retry, r...)
-		if err != nil {
+		if retry = append(retry, r...); err != nil {
 			return outcomes, retry, err
 		}
 	}

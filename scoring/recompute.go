@@ -39,14 +39,12 @@ type Recomputer struct {
 // RecomputerOption configures a Recomputer.
 type RecomputerOption func(*Recomputer)
 
-// WithRecomputerLogger sends the Recomputer's log lines (one per feature the
-// server turns out to lack) to l. Without it they are discarded.
+// WithRecomputerLogger sends the log lines (one per feature the server lacks) to l, not nowhere.
 func WithRecomputerLogger(l *slog.Logger) RecomputerOption {
 	return func(r *Recomputer) { r.log = l }
 }
 
-// WithRecomputerTraits records what the server refuses in t, the traits the
-// rest of the service shares, instead of traits of the Recomputer's own.
+// WithRecomputerTraits records what the server refuses in t, the service's, not in its own.
 func WithRecomputerTraits(t *servertraits.Traits) RecomputerOption {
 	return func(r *Recomputer) { r.traits = t }
 }
