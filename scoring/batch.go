@@ -45,11 +45,6 @@ func chunkUsers(users []string, maxUsers, maxBytes int) [][]string {
 	return chunks
 }
 
-// batchChunks is chunkUsers with the package's limits, after removing repeats.
-func batchChunks(users []string) [][]string {
-	return chunkUsers(uniqueUsers(users), MaxBatchUsers, maxBatchNameBytes)
-}
-
 // sortedChunks returns users sorted, without repeats, then chunked: the
 // order in which the Store takes user locks (see lockAll).
 func sortedChunks(users []string) [][]string {

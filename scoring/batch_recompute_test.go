@@ -127,7 +127,7 @@ func TestRefreshBatchRoundTrips(t *testing.T) {
 			r := NewRefresher(rec, store, WithRefreshObserver(func(s RefreshStats) { stats = append(stats, s) }))
 			log.take()
 
-			chunks := len(batchChunks(users))
+			chunks := len(chunkUsers(uniqueUsers(users), MaxBatchUsers, maxBatchNameBytes))
 			for round := range 2 {
 				learnt := map[Op]bool{}
 				for _, op := range []Op{OpMax, OpMin, OpAvg} {

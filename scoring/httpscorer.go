@@ -31,10 +31,8 @@ type HTTPScorerConfig struct {
 	Observe func(outcome string, seconds float64) // if set, gets each request's outcome and duration (metrics)
 }
 
-// HTTPScorer asks an external service for scores (docs/scorers.md): one POST
-// per batch, {"users": [...], "asOf": "..."}, answered by {"scores": {user:
-// {"score": n, "components": {...}}}, "errors": {user: "why"}}; nothing of
-// an answer of another shape reaches the score documents.
+// HTTPScorer asks an external service for scores, one POST per batch (docs/scorers.md); nothing
+// of an answer of another shape reaches the score documents.
 type HTTPScorer struct {
 	cfg    HTTPScorerConfig
 	where  string // the URL without credentials, for errors

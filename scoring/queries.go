@@ -21,10 +21,9 @@ import (
 // Each query here answers one component, for one user or a batch, with one command whose
 // result fits in the first batch: the server closes the cursor, no getMore or killCursors follows.
 
-// source is a source collection as the queries address it: with the simple
-// collation where the collection's default is another, so that usernames and
-// filter strings compare exactly (binary), as user_scores' _id does; without
-// any collation option otherwise (FerretDB refuses it).
+// source is a source collection as the queries address it: with the simple collation where
+// the default is another, so usernames and filter strings compare exactly (binary), as
+// user_scores' _id does; without any collation option otherwise (FerretDB refuses it).
 type source struct {
 	coll      *mongo.Collection
 	collation *options.Collation // nil: the collection's default is simple

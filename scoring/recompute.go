@@ -74,7 +74,7 @@ func (r *Recomputer) Recompute(ctx context.Context, username string, startedAt t
 // query a listCollections. A failing query fails the batch, naming the component.
 func (r *Recomputer) RecomputeBatch(ctx context.Context, users []string, startedAt time.Time) (map[string]Result, error) {
 	out := make(map[string]Result, len(users))
-	for _, chunk := range batchChunks(users) {
+	for _, chunk := range chunkUsers(uniqueUsers(users), MaxBatchUsers, maxBatchNameBytes) {
 		for _, u := range chunk {
 			out[u] = Result{Components: make(map[string]float64, len(r.rules.Components))}
 		}
