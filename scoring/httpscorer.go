@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -146,10 +147,7 @@ func decodeScores(raw []byte, users []string) (map[string]Result, map[string]err
 			if sc.Score == nil || math.IsNaN(*sc.Score) || math.IsInf(*sc.Score, 0) {
 				return nil, nil, fmt.Errorf("the score of user %q is missing or not a finite number", u)
 			}
-			if sc.Components == nil {
-				sc.Components = map[string]float64{}
-			}
-			results[u] = Result{Score: *sc.Score, Components: sc.Components}
+			results[u] = Result{Score: *sc.Score, Components: maps.Collect(maps.All(sc.Components))} // never nil
 		}
 	}
 	return results, failed, nil

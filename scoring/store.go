@@ -159,17 +159,13 @@ func (s *Store) WriteAfter(ctx context.Context, prior Prior, username string, re
 
 // newScoreDoc is the document storing res as username's score, unversioned.
 func newScoreDoc(username string, res Result, refreshedAt time.Time) ScoreDoc {
-	doc := ScoreDoc{
+	return ScoreDoc{
 		Username:   username,
 		Score:      res.Score,
-		Components: maps.Clone(res.Components),
+		Components: maps.Collect(maps.All(res.Components)), // a copy, never nil: a document, not null
 		// BSON dates hold milliseconds: compare what will be stored.
 		RefreshedAt: refreshedAt.Truncate(time.Millisecond).UTC(),
 	}
-	if doc.Components == nil {
-		doc.Components = map[string]float64{} // a document, never null
-	}
-	return doc
 }
 
 // Prior holds a refresh's users' score documents (version, refreshedAt) as
