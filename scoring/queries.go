@@ -239,10 +239,10 @@ func extremeBySort(ctx context.Context, src source, op Op, field string, f bson.
 	}
 	noteRoundTrip(ctx)
 	doc, err := src.coll.FindOne(ctx, f, opts).Raw()
-	if errors.Is(err, mongo.ErrNoDocuments) {
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
 		return 0, nil
-	}
-	if err != nil {
+	case err != nil:
 		return 0, fmt.Errorf("finding the %s %s: %w", map[Op]string{OpMax: "largest", OpMin: "smallest"}[op], field, err)
 	}
 	return numberAt(doc, strings.Split(field, ".")...)

@@ -92,11 +92,10 @@ func NewStore(coll *mongo.Collection, cfg StoreConfig) *Store {
 // Get returns username's score document; found is false when there is none.
 func (s *Store) Get(ctx context.Context, username string) (doc ScoreDoc, found bool, err error) {
 	noteRoundTrip(ctx)
-	err = s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: username}}).Decode(&doc)
-	if errors.Is(err, mongo.ErrNoDocuments) {
+	switch err = s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: username}}).Decode(&doc); {
+	case errors.Is(err, mongo.ErrNoDocuments):
 		return ScoreDoc{}, false, nil
-	}
-	if err != nil {
+	case err != nil:
 		return ScoreDoc{}, false, fmt.Errorf("reading score document of %q: %w", username, err)
 	}
 	return doc, true, nil
@@ -224,21 +223,19 @@ func (s *Store) writeOver(ctx context.Context, doc ScoreDoc, cur ScoreDoc, found
 	noteRoundTrip(ctx)
 	if !found {
 		doc.Version = 1
-		_, err := s.coll.InsertOne(ctx, doc)
-		if mongo.IsDuplicateKeyError(err) {
+		switch _, err := s.coll.InsertOne(ctx, doc); {
+		case mongo.IsDuplicateKeyError(err):
 			return 0, errVersionMoved
-		}
-		if err != nil {
+		case err != nil:
 			return 0, fmt.Errorf("inserting score document of %q: %w", doc.Username, err)
 		}
 		return WriteInserted, nil
 	}
 	doc.Version = cur.Version + 1
-	r, err := s.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: doc.Username}, {Key: "version", Value: cur.Version}}, scoreSet(doc))
-	if err != nil {
+	switch r, err := s.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: doc.Username}, {Key: "version", Value: cur.Version}}, scoreSet(doc)); {
+	case err != nil:
 		return 0, fmt.Errorf("updating score document of %q from version %d: %w", doc.Username, cur.Version, err)
-	}
-	if r.MatchedCount == 0 {
+	case r.MatchedCount == 0:
 		return 0, errVersionMoved
 	}
 	return WriteUpdated, nil
