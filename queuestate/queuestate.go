@@ -85,35 +85,29 @@ func (r *Reader) Oldest(ctx context.Context) (time.Time, error) {
 	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
 		return time.Time{}, fmt.Errorf("reading the oldest entry: %w", err)
 	}
-	undated, err := r.oldestUndated(ctx)
-	if err != nil || dated.CreatedAt.IsZero() || (!undated.IsZero() && undated.Before(dated.CreatedAt)) {
-		return undated, err
-	}
-	return dated.CreatedAt, nil
-}
-
-// oldestUndated is the ObjectId time of the first entry without createdAt.
-// Only ObjectId _ids: other types sort before ObjectIds, and a malformed
-// entry there would hide the undated entries behind it until dead-lettered.
-func (r *Reader) oldestUndated(ctx context.Context) (time.Time, error) {
+	// The first entry without createdAt, by its ObjectId. Only ObjectId
+	// _ids: other types sort before ObjectIds, and a malformed entry there
+	// would hide the undated entries behind it until dead-lettered. Hinted:
+	// a planner picking the _id index (which can win the trial while undated
+	// entries sit at the head) reads the whole queue once they are gone,
+	// every read, until it replans.
 	var undated struct {
 		ID bson.ObjectID `bson:"_id"`
 	}
-	// Hinted: a planner picking the _id index (which can win the trial while
-	// undated entries sit at the head) reads the whole queue once they are
-	// gone, every read, until it replans.
 	query := bson.D{{Key: "createdAt", Value: nil}, {Key: "_id", Value: bson.D{{Key: "$type", Value: "objectId"}}}}
 	opts := options.FindOne().SetSort(bson.D{{Key: "_id", Value: 1}}).SetProjection(bson.D{{Key: "_id", Value: 1}})
 	timeIndex := bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}, {Key: "username", Value: 1}}
-	err := r.queue.FindOne(ctx, query, opts.SetHint(servertraits.IndexName(timeIndex))).Decode(&undated)
+	err = r.queue.FindOne(ctx, query, opts.SetHint(servertraits.IndexName(timeIndex))).Decode(&undated)
 	if servertraits.RefusesHint(err) { // the index is missing (its build failed): plan freely
 		err = r.queue.FindOne(ctx, query, opts.SetHint(nil)).Decode(&undated)
 	}
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return time.Time{}, nil
-	}
-	if err != nil {
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return dated.CreatedAt, nil
+	case err != nil:
 		return time.Time{}, fmt.Errorf("reading the oldest undated entry: %w", err)
+	case dated.CreatedAt.IsZero() || undated.ID.Timestamp().Before(dated.CreatedAt):
+		return undated.ID.Timestamp(), nil
 	}
-	return undated.ID.Timestamp(), nil
+	return dated.CreatedAt, nil
 }

@@ -72,18 +72,24 @@ type DoctorConfig struct {
 }
 
 // Doctor runs every check against the configured server, changing nothing:
-// reads, explains and a change stream opened and closed at once. What the
-// server cannot answer (FerretDB has no plans, privileges or connection
-// figures) is a warning.
+// reads, explains and a change stream opened and closed at once.
 func Doctor(ctx context.Context, cfg DoctorConfig) *DoctorReport {
 	r := &DoctorReport{SchemaVersion: SchemaVersion, Kind: "doctor", At: time.Now(), Database: cfg.Colls.DB.Name()}
-	info, err := readServerInfo(ctx, cfg.Colls.DB)
+	start := time.Now()
+	err := cfg.Colls.DB.Client().Ping(ctx, nil)
+	rtt := time.Since(start)
+	var info servertraits.Info // what hello and buildInfo say, read as the service reads them
+	if err == nil {
+		info, err = servertraits.Ask(ctx, cfg.Colls.DB.Client().Database("admin"))
+	} else {
+		err = fmt.Errorf("ping: %w", err)
+	}
 	if err != nil {
 		r.add(Check{Name: "reachable", Status: Fail, Detail: err.Error(),
 			Fix: "check MONGODB_URI (host, credentials, TLS), the network path from here (DNS, firewall, Atlas IP access list)"})
 		return r
 	}
-	r.add(Check{Name: "reachable", Status: OK, Detail: fmt.Sprintf("ping answered in %.1f ms", float64(info.rtt.Microseconds())/1000)})
+	r.add(Check{Name: "reachable", Status: OK, Detail: fmt.Sprintf("ping answered in %.1f ms", float64(rtt.Microseconds())/1000)})
 	r.add(versionCheck(info), topologyCheck(info), changeStreamCheck(ctx, cfg.Colls), clockCheck(ctx, cfg), connectionsCheck(ctx, cfg))
 	names, err := cfg.Colls.DB.ListCollectionNames(ctx, bson.D{})
 	if err != nil {
@@ -95,7 +101,7 @@ func Doctor(ctx context.Context, cfg DoctorConfig) *DoctorReport {
 	for _, n := range names {
 		ix.exists[n] = true
 	}
-	r.add(slices.Concat(indexChecks(ctx, cfg, ix), planChecks(ctx, cfg, ix, info), sourceChecks(ctx, cfg, ix), privilegeChecks(ctx, cfg))...)
+	r.add(slices.Concat(indexChecks(ctx, cfg, ix), planChecks(ctx, cfg, ix, info.FerretDB != ""), sourceChecks(ctx, cfg, ix), privilegeChecks(ctx, cfg))...)
 	return r
 }
 
@@ -114,25 +120,7 @@ func WriteDoctor(w io.Writer, r *DoctorReport) error {
 	return p.flush()
 }
 
-// serverInfo is what hello and buildInfo say, read as the service reads
-// them, with ping's round trip, read once for several checks.
-type serverInfo struct {
-	rtt time.Duration
-	servertraits.Info
-}
-
-func readServerInfo(ctx context.Context, db *mongo.Database) (*serverInfo, error) {
-	start := time.Now()
-	if err := db.Client().Ping(ctx, nil); err != nil {
-		return nil, fmt.Errorf("ping: %w", err)
-	}
-	info := &serverInfo{rtt: time.Since(start)}
-	var err error
-	info.Info, err = servertraits.Ask(ctx, db.Client().Database("admin"))
-	return info, err
-}
-
-func versionCheck(info *serverInfo) Check {
+func versionCheck(info servertraits.Info) Check {
 	if info.FerretDB != "" {
 		return Check{Name: "server version", Status: Warn,
 			Detail: fmt.Sprintf("FerretDB, version %s (reports MongoDB %s): the embedded or development server, which lacks change streams, TTL and partial indexes and query plans", info.FerretDB, info.Version),
@@ -145,9 +133,9 @@ func versionCheck(info *serverInfo) Check {
 		Fix: "upgrade the server to 6.0 or later"}
 }
 
-func topologyCheck(info *serverInfo) Check {
+func topologyCheck(h servertraits.Info) Check {
 	c := Check{Name: "topology"}
-	switch h := info.Info; {
+	switch {
 	case h.Sharded:
 		c.Status, c.Detail = OK, "sharded cluster (through mongos): change streams available"
 	case h.SetName != "" && !h.WritablePrimary:
@@ -171,18 +159,16 @@ func changeStreamCheck(ctx context.Context, colls Collections) Check {
 		Fix:    "a replica set or sharded cluster, and the changeStream and find actions on the queue"}
 }
 
-// clockCheck compares this host's clock with the server's. Replicas date and
-// judge lease expiries by their own clocks: clocks a good part of
-// LEASE_DURATION apart take live leases early (a duplicate refresh) or hold
-// backoffs long.
+// clockCheck compares this host's clock with the server's: replicas judge
+// lease expiries by their own clocks, so clocks a good part of LEASE_DURATION
+// apart take live leases early (a duplicate refresh) or hold backoffs long.
 func clockCheck(ctx context.Context, cfg DoctorConfig) Check {
 	server, local, rtt, err := ServerTime(ctx, cfg.Colls.DB)
 	if err != nil {
 		return Check{Name: "clock", Status: Warn, Detail: err.Error()}
 	}
-	c := Check{Name: "clock"}
-	c.Status, c.Detail, c.Fix = clockVerdict(server.Sub(local), rtt, cfg.LeaseDuration)
-	return c
+	status, detail, fix := clockVerdict(server.Sub(local), rtt, cfg.LeaseDuration)
+	return Check{Name: "clock", Status: status, Detail: detail, Fix: fix}
 }
 
 func clockVerdict(skew, rtt, lease time.Duration) (status, detail, fix string) {
@@ -226,12 +212,8 @@ func connectionsCheck(ctx context.Context, cfg DoctorConfig) Check {
 // parseConnections reads serverStatus.connections: ok is false when either
 // figure is missing or not a number.
 func parseConnections(raw bson.Raw) (current, available int64, ok bool) {
-	conns, isDoc := raw.Lookup("connections").DocumentOK()
-	if !isDoc {
-		return 0, 0, false
-	}
-	current, okC := conns.Lookup("current").AsInt64OK()
-	available, okA := conns.Lookup("available").AsInt64OK()
+	current, okC := raw.Lookup("connections", "current").AsInt64OK()
+	available, okA := raw.Lookup("connections", "available").AsInt64OK()
 	return current, available, okC && okA
 }
 
@@ -287,18 +269,16 @@ func (ix *indexCache) list(ctx context.Context, coll string) ([]indexInfo, error
 	return out, nil
 }
 
-// keyList normalises a key pattern: 1, 1.0 and 1L are all "1". Anything
-// but a key pattern document gives nil.
+// keyList normalises a key pattern (see keyPattern): 1, 1.0 and 1L are all
+// "1". Anything else gives nil.
 func keyList(v any) []string {
-	switch k := v.(type) {
-	case bson.RawValue:
-		keys, _ := keyPattern(k)
-		return keys
-	case bson.D:
-		raw, _ := bson.Marshal(k) // nil on an error: no keys
+	if d, ok := v.(bson.D); ok {
+		raw, _ := bson.Marshal(d) // nil on an error: no keys
 		return keyDoc(raw)
 	}
-	return nil
+	k, _ := v.(bson.RawValue)
+	keys, _ := keyPattern(k)
+	return keys
 }
 
 // keyPattern reads a key pattern as listIndexes and the classic and
@@ -381,29 +361,24 @@ func findIndex(indexes []indexInfo, keys []string) (indexInfo, bool) {
 // indexChecks checks every index the service builds (consumer.IndexSpecs).
 func indexChecks(ctx context.Context, cfg DoctorConfig, ix *indexCache) []Check {
 	var checks []Check
-	for _, spec := range consumer.IndexSpecs(cfg.Colls.consumer()) {
+	for _, spec := range consumer.IndexSpecs(cfg.Colls.Collections) {
 		checks = append(checks, indexCheck(ctx, spec, ix))
 	}
-	for _, old := range consumer.RetiredIndexes(cfg.Colls.consumer()) {
-		if c, ok := retiredIndexCheck(ctx, old, ix); ok {
-			checks = append(checks, c)
-		}
+	for _, old := range consumer.RetiredIndexes(cfg.Colls.Collections) {
+		checks = append(checks, retiredIndexCheck(ctx, old, ix)...)
 	}
 	return checks
 }
 
 // retiredIndexCheck warns of an index an earlier release built and this one
 // does not use: it costs every insert an index update. Absent, it says nothing.
-func retiredIndexCheck(ctx context.Context, old consumer.RetiredIndex, ix *indexCache) (Check, bool) {
+func retiredIndexCheck(ctx context.Context, old consumer.RetiredIndex, ix *indexCache) []Check {
 	coll := old.Coll.Name()
 	keys := keyList(old.Keys)
-	indexes, err := ix.list(ctx, coll) // none when coll does not exist
-	if err != nil {
-		return Check{}, false // indexCheck already failed on listing this collection
-	}
+	indexes, err := ix.list(ctx, coll) // none when coll does not exist; an error fails indexCheck
 	found, ok := findIndex(indexes, keys)
-	if !ok {
-		return Check{}, false
+	if err != nil || !ok {
+		return nil
 	}
 	c := Check{Name: "index " + coll + " {" + strings.Join(keys, ", ") + "}", Status: Warn}
 	newKeys := "{" + strings.Join(keyList(old.ReplacedBy), ", ") + "}"
@@ -412,11 +387,11 @@ func retiredIndexCheck(ctx context.Context, old consumer.RetiredIndex, ix *index
 		// is what the query falls back to.
 		c.Detail = fmt.Sprintf("%s, left from %s, is what %s falls back to while %s is missing: do not drop it yet", found.Name, old.LastUsedBy, old.Serves, newKeys)
 		c.Fix = "build " + newKeys + " first (see its check)"
-		return c, true
+		return []Check{c}
 	}
 	c.Detail = fmt.Sprintf("%s is left from %s: this release's %s uses %s; every insert still updates both", found.Name, old.LastUsedBy, old.Serves, newKeys)
 	c.Fix = fmt.Sprintf("once no %s replica runs and no rollback to it is planned, in mongosh: db.getCollection(%q).dropIndex(%q)", old.LastUsedBy, coll, found.Name)
-	return c, true
+	return []Check{c}
 }
 
 func indexCheck(ctx context.Context, spec consumer.IndexSpec, ix *indexCache) Check {
@@ -609,10 +584,9 @@ func (p *plan) stage(doc bson.Raw) {
 		// index: its CLUSTERED_ stages read it by _id directly, naming no index.
 		p.indexes, p.fetches = append(p.indexes, consumer.IDIndex), true
 	case strings.HasPrefix(stage, "EXPRESS_"):
-		// MongoDB 8's express path (EXPRESS_IXSCAN, and EXPRESS_UPDATE and
-		// EXPRESS_DELETE for writes) serves point queries from an index it
-		// names in indexName, with keyPattern as a string. It reads the
-		// document unless it says the projection is covered.
+		// MongoDB 8's express path (EXPRESS_IXSCAN, _UPDATE, _DELETE) serves
+		// point queries from the index in indexName (keyPattern a string),
+		// reading the document unless it says the projection is covered.
 		if covered, _ := doc.Lookup("projectionCovered").BooleanOK(); !covered {
 			p.fetches = true
 		}
@@ -658,16 +632,16 @@ func childDocs(v bson.RawValue) []bson.Raw {
 // planChecks explains (queryPlanner: runs nothing) each hot query
 // (consumer.DoctorQueries) with the hint production sends and checks the
 // winning plan reads the index meant for it, covered where it is meant to be.
-func planChecks(ctx context.Context, cfg DoctorConfig, ix *indexCache, info *serverInfo) []Check {
+func planChecks(ctx context.Context, cfg DoctorConfig, ix *indexCache, ferret bool) []Check {
 	specs := map[string][]string{consumer.IDIndex: {"_id:1"}}
-	for _, s := range consumer.IndexSpecs(cfg.Colls.consumer()) {
+	for _, s := range consumer.IndexSpecs(cfg.Colls.Collections) {
 		specs[s.Name] = keyList(s.Model.Keys)
 	}
 	var checks []Check
-	for _, q := range consumer.DoctorQueries(cfg.Colls.consumer(), cfg.ClaimWindow, time.Now()) {
+	for _, q := range consumer.DoctorQueries(cfg.Colls.Collections, cfg.ClaimWindow, time.Now()) {
 		c := Check{Name: "plan: " + q.Name, Status: Warn, Detail: q.Coll.Name() + " does not exist yet: nothing to explain"}
 		if ix.exists[q.Coll.Name()] {
-			c.Status, c.Detail, c.Fix = explainQuery(ctx, cfg, q, specs[q.Index], info)
+			c.Status, c.Detail, c.Fix = explainQuery(ctx, cfg, q, specs[q.Index], ferret)
 		}
 		checks = append(checks, c)
 	}
@@ -677,7 +651,7 @@ func planChecks(ctx context.Context, cfg DoctorConfig, ix *indexCache, info *ser
 // explainQuery explains q with each of its hints in turn, as the pipeline
 // falls back through them when the server refuses one (an index missing or
 // still being built), and unhinted after the last.
-func explainQuery(ctx context.Context, cfg DoctorConfig, q consumer.DoctorQuery, want []string, info *serverInfo) (status, detail, fix string) {
+func explainQuery(ctx context.Context, cfg DoctorConfig, q consumer.DoctorQuery, want []string, ferret bool) (status, detail, fix string) {
 	var refused []string
 	for i := 0; ; i++ {
 		cmd, hint := q.Command, "no hint"
@@ -693,7 +667,7 @@ func explainQuery(ctx context.Context, cfg DoctorConfig, q consumer.DoctorQuery,
 		if err != nil {
 			return Warn, "the server cannot explain it: " + err.Error(), ""
 		}
-		status, detail, fix = planVerdict(readPlan(raw), q, want, info.FerretDB != "")
+		status, detail, fix = planVerdict(readPlan(raw), q, want, ferret)
 		if len(refused) == 0 {
 			return status, detail, fix
 		}

@@ -288,10 +288,10 @@ func FuzzServerReplies(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		doc := bsonfuzz.Doc(data, serverKeys, serverStrings)
 		if info, err := servertraits.Parse(doc, doc); err == nil {
-			topologyCheck(&serverInfo{Info: info})
+			topologyCheck(info)
 		}
 		version, ferret := servertraits.ParseBuildInfo(doc)
-		versionCheck(&serverInfo{Info: servertraits.Info{Version: version, FerretDB: ferret}})
+		versionCheck(servertraits.Info{Version: version, FerretDB: ferret})
 		if current, available, ok := parseConnections(doc); ok {
 			connectionVerdict(10, DoctorConfig{Replicas: 2, PoolSize: 3}, current, available)
 		}

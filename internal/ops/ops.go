@@ -27,33 +27,22 @@ import (
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
-// SchemaVersion is the version of every --json document the operator
-// commands print. It changes only when a field is removed or changes
-// meaning; new fields may appear within a version.
+// SchemaVersion is the version of every --json document: it changes only
+// when a field is removed or changes meaning, not when one is added.
 const SchemaVersion = 1
 
 // Collections are the collections the operator commands read and write.
 type Collections struct {
-	DB         *mongo.Database
-	Queue      *mongo.Collection
-	Claims     *mongo.Collection
-	DeadLetter *mongo.Collection
-	Scores     *mongo.Collection
+	DB *mongo.Database
+	consumer.Collections
+	Scores *mongo.Collection
 }
 
 // NewCollections names the collections of db as cfg configures them.
 func NewCollections(db *mongo.Database, cfg config.Config) Collections {
-	return Collections{
-		DB:         db,
-		Queue:      db.Collection(cfg.QueueCollection),
-		Claims:     db.Collection(cfg.ClaimsCollection),
-		DeadLetter: db.Collection(cfg.DeadLetterCollection),
-		Scores:     db.Collection(cfg.ScoresCollection),
-	}
-}
-
-func (c Collections) consumer() consumer.Collections {
-	return consumer.Collections{Queue: c.Queue, Claims: c.Claims, DeadLetter: c.DeadLetter}
+	return Collections{DB: db, Scores: db.Collection(cfg.ScoresCollection), Collections: consumer.Collections{
+		Queue: db.Collection(cfg.QueueCollection), Claims: db.Collection(cfg.ClaimsCollection), DeadLetter: db.Collection(cfg.DeadLetterCollection),
+	}}
 }
 
 // Env is a connection set up exactly as `scorerefresh run` sets up its own:
@@ -115,12 +104,10 @@ func depth(ctx context.Context, coll *mongo.Collection, limit int64) (n int64, e
 	if est > limit {
 		return est, false, nil
 	}
-	// Not exact, n is limit+1, more than est.
-	n, exact, err = countUpTo(ctx, coll, bson.D{}, limit)
-	if err != nil {
+	if n, exact, err = countUpTo(ctx, coll, bson.D{}, limit); err != nil {
 		return 0, false, fmt.Errorf("counting %s: %w", coll.Name(), err)
 	}
-	return n, exact, nil
+	return n, exact, nil // not exact: limit+1, more than estimated
 }
 
 // idString renders any _id for a human or a JSON field: an ObjectId as its
@@ -170,8 +157,7 @@ func (f Filter) String() string {
 	return cmp.Or(strings.Join(words, ", "), "all dead letters")
 }
 
-// query is the filter as a query document and in words.
-func (f Filter) query() (bson.D, []string) {
+func (f Filter) query() (q bson.D, words []string) {
 	q, at, words := bson.D{}, bson.D{}, []string{}
 	if len(f.Reasons) > 0 {
 		q = append(q, bson.E{Key: "deadLetter.reason", Value: bson.D{{Key: "$in", Value: f.Reasons}}})
@@ -436,19 +422,15 @@ func (r *RedriveResult) problem(format string, args ...any) {
 }
 
 // Redrive puts dead letters back in the queue (see Requeued), each under its
-// own _id, then deletes them from the dead letters.
-//
-// Crash-safe and idempotent without transactions: the insert comes before the
-// delete, so a run killed between them leaves the entry in both places, and
-// the next run's insert meets a duplicate key, finds its own stamp on the
-// queue entry (same deadLetter.at) and only deletes the dead letter: nothing
-// is lost or queued twice. A queue entry under the same _id without that
-// stamp is someone else's: the dead letter stays, reported. (Were the
-// half-done entry consumed before the re-run, it is queued once more: one
-// harmless extra refresh.)
-//
-// Each batch costs one read (the cursor's next batch), one insert command,
-// one delete command, and one read of the queue only when some _ids exist.
+// own _id, then deletes them from the dead letters. Crash-safe and idempotent
+// without transactions: the insert comes before the delete, so a run killed
+// between them leaves the entry in both places, and the next run's insert
+// meets a duplicate key, finds its own stamp on the queue entry (same
+// deadLetter.at) and only deletes the dead letter. A queue entry under the
+// same _id without that stamp is someone else's: the dead letter stays,
+// reported. (Were the half-done entry consumed before the re-run, it is
+// queued once more: one harmless extra refresh.) Each batch costs one read,
+// one insert, one delete, and one read of the queue only when some _ids exist.
 func Redrive(ctx context.Context, colls Collections, opts RedriveOptions) (RedriveResult, error) {
 	opts.Batch = cmp.Or(opts.Batch, 500)
 	res := RedriveResult{SchemaVersion: SchemaVersion, Kind: "deadletters.redrive", DryRun: opts.DryRun, Filter: opts.Filter, Problems: []string{}, Skipped: map[string]int64{}}

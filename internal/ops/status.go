@@ -235,15 +235,6 @@ func entryTime(e windowEntry) (time.Time, bool) {
 func WriteStatus(w io.Writer, s *Status) error {
 	p := newPrinter(w)
 	p.f("scorerefresh status: database %s, %s (server clock)\n\n", s.Database, stamp(s.At))
-	writeQueue(p, s)
-	writeTopUsers(p, s)
-	writeLeases(p, s)
-	writeDeadLetters(p, s)
-	writeRates(p, s.Rates)
-	return p.flush()
-}
-
-func writeQueue(p *printer, s *Status) {
 	q := s.Queue
 	p.f("queue %s\n", q.Collection)
 	p.f("  depth                %s\n", count(q.Depth, q.DepthExact))
@@ -253,11 +244,8 @@ func writeQueue(p *printer, s *Status) {
 		p.f("  oldest entry         %s (age %s)\n", stamp(*q.OldestCreatedAt), (time.Duration(q.OldestAgeSeconds) * time.Second).Round(time.Second))
 	}
 	p.f("  pending, last minute %s (still waiting, createdAt within the last minute)\n\n", count(q.PendingLastMinute, q.PendingLastMinuteExact))
-}
 
-func writeTopUsers(p *printer, s *Status) {
-	t := s.TopUsers
-	scope := "the whole queue"
+	t, scope := s.TopUsers, "the whole queue"
 	if !t.WholeQueue {
 		scope = "a window: the queue holds more; --window reads more"
 	}
@@ -276,16 +264,12 @@ func writeTopUsers(p *printer, s *Status) {
 	if t.Malformed > 0 {
 		p.f("  %d entries in the window have no usable username (the consumer dead-letters them as malformed)\n", t.Malformed)
 	}
-	p.f("\n")
-}
 
-func writeLeases(p *printer, s *Status) {
-	l := s.Leases
-	more := ""
+	l, more := s.Leases, ""
 	if l.Truncated {
 		more = " (at least: only the first --lease-limit were read)"
 	}
-	p.f("leases held: %d%s\n", l.Held, more)
+	p.f("\nleases held: %d%s\n", l.Held, more)
 	if len(l.Owners) > 0 {
 		p.f("  OWNER (REPLICA)\tHELD\tOLDEST CLAIM\tNEXT EXPIRY\n")
 		for _, o := range l.Owners {
@@ -304,12 +288,9 @@ func writeLeases(p *printer, s *Status) {
 			p.f("  %s\t%s\t%d\t%s\n", clip(u.Username, 40), stamp(u.NextAttemptAt), u.Attempts, clip(u.LastError, 80))
 		}
 	}
-	p.f("\n")
-}
 
-func writeDeadLetters(p *printer, s *Status) {
 	d := s.DeadLetters
-	p.f("dead letters %s: %s", d.Collection, count(d.Count, d.CountExact))
+	p.f("\ndead letters %s: %s", d.Collection, count(d.Count, d.CountExact))
 	if d.OldestAt != nil {
 		p.f(", oldest %s, newest %s", stamp(*d.OldestAt), stamp(*d.NewestAt))
 	}
@@ -325,21 +306,19 @@ func writeDeadLetters(p *printer, s *Status) {
 			p.f("  %s\t%d\t%s\t%s\n", r.Reason, r.Count, stamp(r.OldestAt), stamp(r.NewestAt))
 		}
 	}
-	p.f("\n")
-}
 
-func writeRates(p *printer, r *Rates) {
-	if r == nil {
-		p.f("rates: not sampled (--sample 0)\n")
-		return
+	if r := s.Rates; r == nil {
+		p.f("\nrates: not sampled (--sample 0)\n")
+	} else {
+		p.f("\nrates over %.1fs (lower bounds: entries enqueued and acknowledged between the two samples are in neither):\n", r.SampleSeconds)
+		p.f("  arrivals       %7.1f/s (%d)\n", r.ArrivalsPerSecond, r.Arrived)
+		p.f("  acknowledged   %7.1f/s (%d, removals %d minus dead letters)\n", r.AckedPerSecond, r.Acked, r.Removed)
+		p.f("  dead-lettered  %7.1f/s (%d)\n", r.DeadLetteredPerSecond, r.DeadLettered)
+		if !r.Exact {
+			p.f("  (from estimated counts: the collections are past --exact-limit)\n")
+		}
 	}
-	p.f("rates over %.1fs (lower bounds: entries enqueued and acknowledged between the two samples are in neither):\n", r.SampleSeconds)
-	p.f("  arrivals       %7.1f/s (%d)\n", r.ArrivalsPerSecond, r.Arrived)
-	p.f("  acknowledged   %7.1f/s (%d, removals %d minus dead letters)\n", r.AckedPerSecond, r.Acked, r.Removed)
-	p.f("  dead-lettered  %7.1f/s (%d)\n", r.DeadLetteredPerSecond, r.DeadLettered)
-	if !r.Exact {
-		p.f("  (from estimated counts: the collections are past --exact-limit)\n")
-	}
+	return p.flush()
 }
 
 // printer keeps the first write error, so the callers stay readable. Its
@@ -579,24 +558,6 @@ func deadLetterStatus(ctx context.Context, colls Collections, _ time.Time, opts 
 	}
 	s.Read = len(docs)
 	s.WholeSet = len(docs) < opts.Window || int64(len(docs)) >= s.Count
-	s.ByReason = groupByReason(docs)
-	return nil
-}
-
-func deadLetterEdge(ctx context.Context, dead *mongo.Collection, dir int) (*time.Time, error) {
-	var d storedDeadLetter
-	err := dead.FindOne(ctx, bson.D{{Key: "deadLetter.at", Value: bson.D{{Key: "$type", Value: "date"}}}},
-		options.FindOne().SetSort(bson.D{{Key: "deadLetter.at", Value: dir}}).SetProjection(bson.D{{Key: "deadLetter.at", Value: 1}})).Decode(&d)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading the %s dead letter: %w", map[int]string{1: "oldest", -1: "newest"}[dir], err)
-	}
-	return &d.DeadLetter.At, nil
-}
-
-func groupByReason(docs []storedDeadLetter) []ReasonStatus {
 	by := map[string]ReasonStatus{}
 	for _, d := range docs {
 		reason := cmp.Or(d.DeadLetter.Reason, "(none)")
@@ -613,9 +574,22 @@ func groupByReason(docs []storedDeadLetter) []ReasonStatus {
 		}
 		by[reason] = r
 	}
-	out := slices.AppendSeq(make([]ReasonStatus, 0, len(by)), maps.Values(by))
-	slices.SortFunc(out, func(a, b ReasonStatus) int {
+	s.ByReason = slices.AppendSeq(make([]ReasonStatus, 0, len(by)), maps.Values(by))
+	slices.SortFunc(s.ByReason, func(a, b ReasonStatus) int {
 		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Reason, b.Reason))
 	})
-	return out
+	return nil
+}
+
+func deadLetterEdge(ctx context.Context, dead *mongo.Collection, dir int) (*time.Time, error) {
+	var d storedDeadLetter
+	err := dead.FindOne(ctx, bson.D{{Key: "deadLetter.at", Value: bson.D{{Key: "$type", Value: "date"}}}},
+		options.FindOne().SetSort(bson.D{{Key: "deadLetter.at", Value: dir}}).SetProjection(bson.D{{Key: "deadLetter.at", Value: 1}})).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the %s dead letter: %w", map[int]string{1: "oldest", -1: "newest"}[dir], err)
+	}
+	return &d.DeadLetter.At, nil
 }

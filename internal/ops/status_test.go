@@ -28,7 +28,7 @@ func testColls(t *testing.T, mon *event.CommandMonitor) Collections {
 		t.Fatal(err)
 	}
 	c := NewCollections(db, cfg)
-	if _, err := consumer.EnsureIndexes(t.Context(), c.consumer(), discardLog()); err != nil {
+	if _, err := consumer.EnsureIndexes(t.Context(), c.Collections, discardLog()); err != nil {
 		t.Fatal(err)
 	}
 	return c
