@@ -236,8 +236,9 @@ type DeadLetterList struct {
 	DeadLetters   []DeadLetterRow `json:"deadLetters"`
 }
 
-// storedDeadLetter is what the operator commands read of a dead letter.
-type storedDeadLetter struct {
+// stored is what the operator commands read of a dead letter or a queue
+// entry: never the whole document, which a producer may have made huge.
+type stored struct {
 	ID         bson.RawValue           `bson:"_id"`
 	Username   bson.RawValue           `bson:"username"`
 	CreatedAt  bson.RawValue           `bson:"createdAt"`
@@ -252,7 +253,7 @@ func ListDeadLetters(ctx context.Context, dead *mongo.Collection, f Filter, limi
 	if l.Matching, l.MatchingExact, err = CountDeadLetters(ctx, dead, f, exactLimit); err != nil {
 		return nil, err
 	}
-	docs, err := findAll[storedDeadLetter](ctx, dead, f.BSON(), options.Find().SetSort(bson.D{{Key: "deadLetter.at", Value: -1}}).
+	docs, err := findAll[stored](ctx, dead, f.BSON(), options.Find().SetSort(bson.D{{Key: "deadLetter.at", Value: -1}}).
 		SetLimit(int64(limit)).SetBatchSize(int32(limit)).
 		SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}, {Key: "deadLetter", Value: 1}}), fmt.Sprintf("reading %d dead letters (%s)", limit, f))
 	if err != nil {
@@ -338,7 +339,7 @@ func Purge(ctx context.Context, dead *mongo.Collection, f Filter, limit int64, b
 		if limit > 0 {
 			n = min(n, limit-deleted)
 		}
-		docs, err := findAll[storedDeadLetter](ctx, dead, f.BSON(), options.Find().SetLimit(n).SetBatchSize(int32(n)).SetProjection(bson.D{{Key: "_id", Value: 1}}),
+		docs, err := findAll[stored](ctx, dead, f.BSON(), options.Find().SetLimit(n).SetBatchSize(int32(n)).SetProjection(bson.D{{Key: "_id", Value: 1}}),
 			fmt.Sprintf("reading %d dead letter ids", n))
 		if err != nil {
 			return deleted, err
@@ -620,11 +621,9 @@ func Requeued(dl bson.Raw, now time.Time) (bson.Raw, error) {
 	}
 	doc := bson.D{}
 	for _, e := range elems {
-		switch e.Key() {
-		case "deadLetter", "redrive", "createdAt":
-			continue
+		if k := e.Key(); k != "deadLetter" && k != "redrive" && k != "createdAt" {
+			doc = append(doc, bson.E{Key: k, Value: e.Value()})
 		}
-		doc = append(doc, bson.E{Key: e.Key(), Value: e.Value()})
 	}
 	stamp := bson.D{
 		{Key: "originalCreatedAt", Value: originalCreatedAt(dl)},

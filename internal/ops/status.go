@@ -174,18 +174,10 @@ func queueStatus(ctx context.Context, colls Collections, now time.Time, opts Sta
 	return nil
 }
 
-// windowEntry is the projection the windowed reads take of a queue entry:
-// never the whole document, which a producer may have made huge.
-type windowEntry struct {
-	ID        bson.RawValue `bson:"_id"`
-	Username  bson.RawValue `bson:"username"`
-	CreatedAt bson.RawValue `bson:"createdAt"`
-}
-
 // topUsers reads the oldest opts.Window entries (the claim window's index,
 // in one reply), ranks their users and reads the top ones' leases.
 func topUsers(ctx context.Context, colls Collections, now time.Time, opts StatusOptions, s *Status) error {
-	window, err := findAll[windowEntry](ctx, colls.Queue, bson.D{}, options.Find().
+	window, err := findAll[stored](ctx, colls.Queue, bson.D{}, options.Find().
 		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
 		SetLimit(int64(opts.Window)).SetBatchSize(int32(opts.Window)).
 		SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}, {Key: "createdAt", Value: 1}}), fmt.Sprintf("reading the oldest %d entries", opts.Window))
@@ -221,7 +213,7 @@ func topUsers(ctx context.Context, colls Collections, now time.Time, opts Status
 }
 
 // entryTime is an entry's createdAt, or its ObjectId's time without one.
-func entryTime(e windowEntry) (time.Time, bool) {
+func entryTime(e stored) (time.Time, bool) {
 	if e.CreatedAt.Type == bson.TypeDateTime {
 		return e.CreatedAt.Time(), true
 	}
@@ -337,10 +329,8 @@ func (p *printer) f(format string, args ...any) {
 }
 
 func (p *printer) flush() error {
-	if err := p.w.Flush(); p.err == nil {
-		p.err = err
-	}
-	return p.err
+	err := p.w.Flush()
+	return cmp.Or(p.err, err)
 }
 
 func count(n int64, exact bool) string {
@@ -544,13 +534,18 @@ func deadLetterStatus(ctx context.Context, colls Collections, _ time.Time, opts 
 	if s.Count, s.CountExact, err = depth(ctx, dead, opts.ExactLimit); err != nil {
 		return err
 	}
-	if s.OldestAt, err = deadLetterEdge(ctx, dead, 1); err != nil {
-		return err
+	for i, edge := range []**time.Time{&s.OldestAt, &s.NewestAt} {
+		var d stored
+		err := dead.FindOne(ctx, bson.D{{Key: "deadLetter.at", Value: bson.D{{Key: "$type", Value: "date"}}}},
+			options.FindOne().SetSort(bson.D{{Key: "deadLetter.at", Value: 1 - 2*i}}).SetProjection(bson.D{{Key: "deadLetter.at", Value: 1}})).Decode(&d)
+		switch {
+		case err == nil:
+			*edge = &d.DeadLetter.At
+		case !errors.Is(err, mongo.ErrNoDocuments):
+			return fmt.Errorf("reading the %s dead letter: %w", []string{"oldest", "newest"}[i], err)
+		}
 	}
-	if s.NewestAt, err = deadLetterEdge(ctx, dead, -1); err != nil {
-		return err
-	}
-	docs, err := findAll[storedDeadLetter](ctx, dead, bson.D{}, options.Find().SetSort(bson.D{{Key: "deadLetter.at", Value: -1}}).
+	docs, err := findAll[stored](ctx, dead, bson.D{}, options.Find().SetSort(bson.D{{Key: "deadLetter.at", Value: -1}}).
 		SetLimit(int64(opts.Window)).SetBatchSize(int32(opts.Window)).
 		SetProjection(bson.D{{Key: "deadLetter.reason", Value: 1}, {Key: "deadLetter.at", Value: 1}}), fmt.Sprintf("reading the newest %d dead letters", opts.Window))
 	if err != nil {
@@ -579,17 +574,4 @@ func deadLetterStatus(ctx context.Context, colls Collections, _ time.Time, opts 
 		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Reason, b.Reason))
 	})
 	return nil
-}
-
-func deadLetterEdge(ctx context.Context, dead *mongo.Collection, dir int) (*time.Time, error) {
-	var d storedDeadLetter
-	err := dead.FindOne(ctx, bson.D{{Key: "deadLetter.at", Value: bson.D{{Key: "$type", Value: "date"}}}},
-		options.FindOne().SetSort(bson.D{{Key: "deadLetter.at", Value: dir}}).SetProjection(bson.D{{Key: "deadLetter.at", Value: 1}})).Decode(&d)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading the %s dead letter: %w", map[int]string{1: "oldest", -1: "newest"}[dir], err)
-	}
-	return &d.DeadLetter.At, nil
 }
