@@ -127,32 +127,31 @@ func runDeadLettersList(args, environ []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail(stderr, f.name, err)
 		}
-		return emit(f.name, stdout, stderr, f.asJSON, l, func() error { return writeDeadLetterList(stdout, l, env.Colls.DeadLetter.Name()) })
+		return emit(f.name, stdout, stderr, f.asJSON, l, func() error {
+			more := ""
+			if !l.MatchingExact {
+				more = " or more"
+			}
+			const head = "%d of %d%s dead letters in %s (%s), newest first\n"
+			if _, err := fmt.Fprintf(stdout, head, len(l.DeadLetters), l.Matching, more, env.Colls.DeadLetter.Name(), l.Filter); err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintf(tw, "DEAD-LETTERED\tID\tUSER\tREASON\tATTEMPTS\tERROR\n")
+			for _, r := range l.DeadLetters {
+				user := "(" + r.UserNote + ")"
+				if r.Username != nil {
+					user = *r.Username
+				}
+				id := r.ID
+				if r.OriginalID != "" {
+					id += " (copy of " + r.OriginalID + ")"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", r.At.UTC().Format(time.RFC3339), id, cell(user, 40), r.Reason, r.Attempts, cell(r.Error, 70))
+			}
+			return tw.Flush()
+		})
 	})
-}
-
-func writeDeadLetterList(w io.Writer, l *ops.DeadLetterList, coll string) error {
-	more := ""
-	if !l.MatchingExact {
-		more = " or more"
-	}
-	if _, err := fmt.Fprintf(w, "%d of %d%s dead letters in %s (%s), newest first\n", len(l.DeadLetters), l.Matching, more, coll, l.Filter); err != nil {
-		return err
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "DEAD-LETTERED\tID\tUSER\tREASON\tATTEMPTS\tERROR\n")
-	for _, r := range l.DeadLetters {
-		user := "(" + r.UserNote + ")"
-		if r.Username != nil {
-			user = *r.Username
-		}
-		id := r.ID
-		if r.OriginalID != "" {
-			id += " (copy of " + r.OriginalID + ")"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", r.At.UTC().Format(time.RFC3339), id, cell(user, 40), r.Reason, r.Attempts, cell(r.Error, 70))
-	}
-	return tw.Flush()
 }
 
 func cell(s string, n int) string {
@@ -298,9 +297,13 @@ func runPurge(args, environ []string, stdin io.Reader, stdout, stderr io.Writer)
 		what := fmt.Sprintf("%d dead letters from %s.%s (%s)", res.Matching, env.Config.Database, env.Colls.DeadLetter.Name(), filter)
 		summary := fmt.Sprintf("dry run: would delete %s\n", what)
 		if !f.dryRun && res.Matching > 0 {
-			if !f.yes && !confirm(stdin, stderr, "Delete "+what+"? This cannot be undone. Type yes to go on: ") {
-				fmt.Fprintf(stderr, "%s: not confirmed; nothing deleted (--yes skips the question)\n", f.name)
-				return 1
+			if !f.yes {
+				fmt.Fprint(stderr, "Delete "+what+"? This cannot be undone. Type yes to go on: ")
+				// Only "yes" goes on. No input (a Job, a pipe closed) is a no.
+				if line, _ := bufio.NewReader(stdin).ReadString('\n'); strings.TrimSpace(line) != "yes" {
+					fmt.Fprintf(stderr, "%s: not confirmed; nothing deleted (--yes skips the question)\n", f.name)
+					return 1
+				}
 			}
 			show := progress(stderr, f.name, f.batch)
 			if res.Deleted, err = ops.Purge(ctx, env.Colls.DeadLetter, filter, f.limit, f.batch, func(n int64) { show(n, res.Matching, "deleted") }); err != nil {
@@ -316,14 +319,6 @@ func runPurge(args, environ []string, stdin io.Reader, stdout, stderr io.Writer)
 			return err
 		})
 	})
-}
-
-// confirm asks on stderr and reads one line: only "yes" goes on. No input
-// (a Job, a pipe closed) is a no.
-func confirm(stdin io.Reader, stderr io.Writer, question string) bool {
-	fmt.Fprint(stderr, question)
-	line, _ := bufio.NewReader(stdin).ReadString('\n')
-	return strings.TrimSpace(line) == "yes"
 }
 
 const statusHelp = `usage: scorerefresh status [--json] [--top N] [flags]

@@ -461,24 +461,18 @@ func sourceChecks(ctx context.Context, cfg DoctorConfig, ix *indexCache) []Check
 			if c.Status == Fail {
 				break
 			}
-			if locale := defaultCollation(ctx, cfg.Colls.DB, comp.Collection); locale != "" && locale != "simple" {
+			// The collection's default collation: none when the server does not say (FerretDB has no collations).
+			specs, err := cfg.Colls.DB.ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: comp.Collection}})
+			if err != nil || len(specs) == 0 {
+				break
+			}
+			if locale, _ := specs[0].Options.Lookup("collation", "locale").StringValueOK(); locale != "" && locale != "simple" {
 				c.Status, c.Detail, c.Fix = collationVerdict(comp, indexes, locale, c.Status, c.Detail, c.Fix)
 			}
 		}
 		checks = append(checks, c)
 	}
 	return checks
-}
-
-// defaultCollation is coll's default collation locale, "" when it has none
-// (or the server does not say: FerretDB has no collations).
-func defaultCollation(ctx context.Context, db *mongo.Database, coll string) string {
-	specs, err := db.ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: coll}})
-	if err != nil || len(specs) == 0 {
-		return ""
-	}
-	locale, _ := specs[0].Options.Lookup("collation", "locale").StringValueOK()
-	return locale
 }
 
 // collationVerdict amends a source's verdict where the collection's default

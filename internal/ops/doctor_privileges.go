@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -103,14 +104,8 @@ func privilegeChecks(ctx context.Context, cfg DoctorConfig) []Check {
 			if grants(privs, db, n) {
 				continue
 			}
-			switch n.coll {
-			case "":
-				gaps = append(gaps, n.action+" on database "+db)
-			case "cluster":
-				gaps = append(gaps, n.action+" on the cluster")
-			default:
-				gaps = append(gaps, n.action+" on "+db+"."+n.coll)
-			}
+			where := map[string]string{"": "database " + db, "cluster": "the cluster"}[n.coll]
+			gaps = append(gaps, n.action+" on "+cmp.Or(where, db+"."+n.coll))
 		}
 		if len(gaps) == 0 {
 			return Check{Name: name, Status: OK, Detail: "everything needed is granted to " + who}

@@ -439,9 +439,29 @@ func Redrive(ctx context.Context, colls Collections, opts RedriveOptions) (Redri
 	if err != nil {
 		return res, err
 	}
-	filter, err := redriveFilter(ctx, colls.DeadLetter, opts, now, &res)
-	if err != nil {
-		return res, err
+	// The operator's filter less the unredrivable reasons (unless forced),
+	// counted as skipped. Only dead letters older than the run are taken: an
+	// entry that fails again while the run goes on must not be redriven again
+	// and again by it.
+	and := func(a, b bson.D) bson.D { return bson.D{{Key: "$and", Value: bson.A{a, b}}} }
+	filter := and(opts.Filter.BSON(), bson.D{{Key: "deadLetter.at", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: now}}}}}})
+	if !opts.Force {
+		for _, reason := range Unredrivable {
+			n, _, err := countUpTo(ctx, colls.DeadLetter, and(filter, bson.D{{Key: "deadLetter.reason", Value: reason}}), 100_000)
+			if err != nil {
+				return res, fmt.Errorf("counting %s dead letters: %w", reason, err)
+			}
+			if n > 0 {
+				res.Skipped[reason] = n
+			}
+		}
+		filter = and(filter, bson.D{{Key: "deadLetter.reason", Value: bson.D{{Key: "$nin", Value: Unredrivable}}}})
+	}
+	if res.Total, _, err = countUpTo(ctx, colls.DeadLetter, filter, 100_000); err != nil {
+		return res, fmt.Errorf("counting dead letters to redrive: %w", err)
+	}
+	if opts.Limit > 0 {
+		res.Total = min(res.Total, opts.Limit)
 	}
 	find := options.Find().SetSort(bson.D{{Key: "deadLetter.at", Value: 1}}).SetBatchSize(int32(opts.Batch))
 	if opts.Limit > 0 {
@@ -475,36 +495,6 @@ func Redrive(ctx context.Context, colls Collections, opts RedriveOptions) (Redri
 			opts.Progress(res)
 		}
 	}
-}
-
-// redriveFilter is the operator's filter less the unredrivable reasons
-// (unless forced), counted as skipped; it sets the total. Only dead letters
-// older than the run are taken: an entry that fails again while the run goes
-// on must not be redriven again and again by it.
-func redriveFilter(ctx context.Context, dead *mongo.Collection, opts RedriveOptions, start time.Time, res *RedriveResult) (bson.D, error) {
-	and := func(a, b bson.D) bson.D { return bson.D{{Key: "$and", Value: bson.A{a, b}}} }
-	filter := and(opts.Filter.BSON(), bson.D{{Key: "deadLetter.at", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: start}}}}}})
-	if !opts.Force {
-		for _, reason := range Unredrivable {
-			n, _, err := countUpTo(ctx, dead, and(filter, bson.D{{Key: "deadLetter.reason", Value: reason}}), 100_000)
-			if err != nil {
-				return nil, fmt.Errorf("counting %s dead letters: %w", reason, err)
-			}
-			if n > 0 {
-				res.Skipped[reason] = n
-			}
-		}
-		filter = and(filter, bson.D{{Key: "deadLetter.reason", Value: bson.D{{Key: "$nin", Value: Unredrivable}}}})
-	}
-	total, _, err := countUpTo(ctx, dead, filter, 100_000)
-	if err != nil {
-		return nil, fmt.Errorf("counting dead letters to redrive: %w", err)
-	}
-	if opts.Limit > 0 {
-		total = min(total, opts.Limit)
-	}
-	res.Total = total
-	return filter, nil
 }
 
 // redriveBatch inserts the batch's entries unordered, sorts out duplicate

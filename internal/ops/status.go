@@ -36,37 +36,51 @@ type StatusOptions struct {
 // Status is what `status` reports; its JSON form is the `--json` output
 // (kind "status", documented in docs/operator-commands.md).
 type Status struct {
-	SchemaVersion int              `json:"schemaVersion"`
-	Kind          string           `json:"kind"`
-	At            time.Time        `json:"at"` // the server's clock
-	Database      string           `json:"database"`
-	Queue         QueueStatus      `json:"queue"`
-	TopUsers      TopUsers         `json:"topUsers"`
-	Leases        LeaseStatus      `json:"leases"`
-	Backoffs      BackoffStatus    `json:"backoffs"`
-	DeadLetters   DeadLetterStatus `json:"deadLetters"`
-	Rates         *Rates           `json:"rates"` // null when not sampled
-}
-
-// QueueStatus is the queue's size and age.
-type QueueStatus struct {
-	Collection       string     `json:"collection"`
-	Depth            int64      `json:"depth"`
-	DepthExact       bool       `json:"depthExact"`
-	OldestCreatedAt  *time.Time `json:"oldestCreatedAt"` // null when empty
-	OldestAgeSeconds float64    `json:"oldestAgeSeconds"`
-	// Entries still pending whose createdAt lies in the last minute (a lower
-	// bound of the minute's arrivals: those already acknowledged are gone).
-	PendingLastMinute      int64 `json:"pendingLastMinute"`
-	PendingLastMinuteExact bool  `json:"pendingLastMinuteExact"`
-}
-
-// TopUsers are the users with the most entries among the oldest Read entries.
-type TopUsers struct {
-	Read       int         `json:"read"`       // entries read (the window)
-	WholeQueue bool        `json:"wholeQueue"` // the window held every entry
-	Malformed  int         `json:"malformed"`  // entries in the window with no usable username
-	Users      []UserEntry `json:"users"`
+	SchemaVersion int       `json:"schemaVersion"`
+	Kind          string    `json:"kind"`
+	At            time.Time `json:"at"` // the server's clock
+	Database      string    `json:"database"`
+	Queue         struct {
+		Collection       string     `json:"collection"`
+		Depth            int64      `json:"depth"`
+		DepthExact       bool       `json:"depthExact"`
+		OldestCreatedAt  *time.Time `json:"oldestCreatedAt"` // null when empty
+		OldestAgeSeconds float64    `json:"oldestAgeSeconds"`
+		// Entries still pending whose createdAt lies in the last minute (a lower
+		// bound of the minute's arrivals: those already acknowledged are gone).
+		PendingLastMinute      int64 `json:"pendingLastMinute"`
+		PendingLastMinuteExact bool  `json:"pendingLastMinuteExact"`
+	} `json:"queue"`
+	// The users with the most entries among the oldest Read entries.
+	TopUsers struct {
+		Read       int         `json:"read"`       // entries read (the window)
+		WholeQueue bool        `json:"wholeQueue"` // the window held every entry
+		Malformed  int         `json:"malformed"`  // entries in the window with no usable username
+		Users      []UserEntry `json:"users"`
+	} `json:"topUsers"`
+	// The leases held now, per replica.
+	Leases struct {
+		Held      int           `json:"held"`
+		Truncated bool          `json:"truncated"` // more than LeaseLimit: counts are a lower bound
+		Owners    []OwnerLeases `json:"owners"`
+	} `json:"leases"`
+	// The users waiting out a backoff after a failed refresh.
+	Backoffs struct {
+		Count      int64     `json:"count"`
+		CountExact bool      `json:"countExact"`
+		Users      []Backoff `json:"users"` // the Top soonest to retry
+	} `json:"backoffs"`
+	DeadLetters struct {
+		Collection string         `json:"collection"`
+		Count      int64          `json:"count"`
+		CountExact bool           `json:"countExact"`
+		OldestAt   *time.Time     `json:"oldestAt"` // deadLetter.at, over the whole collection
+		NewestAt   *time.Time     `json:"newestAt"`
+		Read       int            `json:"read"`            // the newest Read dead letters give byReason
+		WholeSet   bool           `json:"wholeCollection"` // …and that was all of them
+		ByReason   []ReasonStatus `json:"byReason"`
+	} `json:"deadLetters"`
+	Rates *Rates `json:"rates"` // null when not sampled
 }
 
 type UserEntry struct {
@@ -78,13 +92,6 @@ type UserEntry struct {
 	Until           *time.Time `json:"until,omitempty"` // lease end or next attempt
 }
 
-// LeaseStatus counts the leases held now, per replica.
-type LeaseStatus struct {
-	Held      int           `json:"held"`
-	Truncated bool          `json:"truncated"` // more than LeaseLimit: counts are a lower bound
-	Owners    []OwnerLeases `json:"owners"`
-}
-
 type OwnerLeases struct {
 	Owner           string     `json:"owner"`
 	Held            int        `json:"held"`
@@ -92,30 +99,11 @@ type OwnerLeases struct {
 	NextExpiry      time.Time  `json:"nextExpiry"`
 }
 
-// BackoffStatus is the users waiting out a backoff after a failed refresh.
-type BackoffStatus struct {
-	Count      int64     `json:"count"`
-	CountExact bool      `json:"countExact"`
-	Users      []Backoff `json:"users"` // the Top soonest to retry
-}
-
 type Backoff struct {
 	Username      string    `json:"username"`
 	NextAttemptAt time.Time `json:"nextAttemptAt"`
 	Attempts      int       `json:"attempts"`
 	LastError     string    `json:"lastError"`
-}
-
-// DeadLetterStatus is the dead-letter collection by reason and age.
-type DeadLetterStatus struct {
-	Collection string         `json:"collection"`
-	Count      int64          `json:"count"`
-	CountExact bool           `json:"countExact"`
-	OldestAt   *time.Time     `json:"oldestAt"` // deadLetter.at, over the whole collection
-	NewestAt   *time.Time     `json:"newestAt"`
-	Read       int            `json:"read"`            // the newest Read dead letters give byReason
-	WholeSet   bool           `json:"wholeCollection"` // …and that was all of them
-	ByReason   []ReasonStatus `json:"byReason"`
 }
 
 type ReasonStatus struct {
@@ -193,13 +181,16 @@ func topUsers(ctx context.Context, colls Collections, now time.Time, opts Status
 			t.Malformed++
 			continue
 		}
-		created, ok := entryTime(e)
+		created, dated := e.CreatedAt.TimeOK() // else its ObjectId's time, without a createdAt
+		if oid, ok := e.ID.ObjectIDOK(); ok && (e.CreatedAt.Type == 0 || e.CreatedAt.Type == bson.TypeNull) {
+			created, dated = oid.Timestamp(), true
+		}
 		u, seen := byUser[name]
 		if !seen {
 			u = UserEntry{Username: name, OldestCreatedAt: created, State: consumer.LeaseClaimable}
 		}
 		u.Entries++
-		if ok && (u.OldestCreatedAt.IsZero() || created.Before(u.OldestCreatedAt)) {
+		if dated && (u.OldestCreatedAt.IsZero() || created.Before(u.OldestCreatedAt)) {
 			u.OldestCreatedAt = created
 		}
 		byUser[name] = u
@@ -209,18 +200,36 @@ func topUsers(ctx context.Context, colls Collections, now time.Time, opts Status
 		return cmp.Or(cmp.Compare(b.Entries, a.Entries), a.OldestCreatedAt.Compare(b.OldestCreatedAt), cmp.Compare(a.Username, b.Username))
 	})
 	t.Users = t.Users[:min(len(t.Users), opts.Top)]
-	return annotateLeases(ctx, colls.Claims, t.Users, now)
-}
-
-// entryTime is an entry's createdAt, or its ObjectId's time without one.
-func entryTime(e stored) (time.Time, bool) {
-	if e.CreatedAt.Type == bson.TypeDateTime {
-		return e.CreatedAt.Time(), true
+	if len(t.Users) == 0 {
+		return nil
 	}
-	if oid, ok := e.ID.ObjectIDOK(); ok && (e.CreatedAt.Type == 0 || e.CreatedAt.Type == bson.TypeNull) {
-		return oid.Timestamp(), true
+	// Their lease states, in one round trip by _id.
+	names, index := make(bson.A, len(t.Users)), map[string]int{}
+	for i, u := range t.Users {
+		names[i], index[u.Username] = u.Username, i
 	}
-	return time.Time{}, false
+	docs, err := findAll[consumer.LeaseDoc](ctx, colls.Claims, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}}},
+		options.Find().SetProjection(bson.D{{Key: "token", Value: 1}, {Key: "owner", Value: 1}, {Key: "leaseUntil", Value: 1}}),
+		"reading the top users' leases")
+	if err != nil {
+		return err
+	}
+	for _, d := range docs {
+		name, ok := d.User()
+		i, listed := index[name]
+		if !ok || !listed {
+			continue
+		}
+		u := &t.Users[i]
+		if u.State = d.State(now); u.State != consumer.LeaseClaimable {
+			until, _ := d.Until()
+			u.Until = &until
+			if u.State == consumer.LeaseHeld {
+				u.Owner = d.OwnerName()
+			}
+		}
+	}
+	return nil
 }
 
 // WriteStatus prints s for a human.
@@ -416,40 +425,6 @@ func backoffs(ctx context.Context, colls Collections, now time.Time, opts Status
 			until, _ := d.Until()
 			attempts, _ := d.Count()
 			s.Users = append(s.Users, Backoff{Username: u, NextAttemptAt: until, Attempts: attempts, LastError: d.LastErrorText()})
-		}
-	}
-	return nil
-}
-
-// annotateLeases fills in the lease state of the listed users, in one round
-// trip by _id.
-func annotateLeases(ctx context.Context, claims *mongo.Collection, users []UserEntry, now time.Time) error {
-	if len(users) == 0 {
-		return nil
-	}
-	names, index := make(bson.A, len(users)), map[string]int{}
-	for i, u := range users {
-		names[i], index[u.Username] = u.Username, i
-	}
-	docs, err := findAll[consumer.LeaseDoc](ctx, claims, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}}},
-		options.Find().SetProjection(bson.D{{Key: "token", Value: 1}, {Key: "owner", Value: 1}, {Key: "leaseUntil", Value: 1}}),
-		"reading the top users' leases")
-	if err != nil {
-		return err
-	}
-	for _, d := range docs {
-		name, ok := d.User()
-		i, listed := index[name]
-		if !ok || !listed {
-			continue
-		}
-		u := &users[i]
-		if u.State = d.State(now); u.State != consumer.LeaseClaimable {
-			until, _ := d.Until()
-			u.Until = &until
-			if u.State == consumer.LeaseHeld {
-				u.Owner = d.OwnerName()
-			}
 		}
 	}
 	return nil
