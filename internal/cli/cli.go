@@ -59,18 +59,16 @@ func WantsHelp(args []string) bool {
 // command takes operands; one that looks like a flag is refused even then
 // (the parser would not read it as one), unless it follows "--".
 func Parse(fs *flag.FlagSet, args []string, operands bool, stdout io.Writer) (code int, ok bool) {
-	if WantsHelp(args) {
-		fs.SetOutput(stdout)
-		fs.Usage()
-		return ExitHelp, false
-	}
 	// The parser prints the usage itself, before returning: hold it until
 	// it is known whether it was asked for ("-help=true") or a mistake.
-	stderr, held := fs.Output(), new(bytes.Buffer)
-	fs.SetOutput(held)
-	err := fs.Parse(args)
-	fs.SetOutput(stderr)
-	if errors.Is(err, flag.ErrHelp) {
+	stderr, held, help := fs.Output(), new(bytes.Buffer), WantsHelp(args)
+	var err error
+	if !help {
+		fs.SetOutput(held)
+		err = fs.Parse(args)
+		fs.SetOutput(stderr)
+	}
+	if help || errors.Is(err, flag.ErrHelp) {
 		fs.SetOutput(stdout)
 		fs.Usage()
 		return ExitHelp, false

@@ -107,17 +107,17 @@ func Doctor(ctx context.Context, cfg DoctorConfig) *DoctorReport {
 
 // WriteDoctor prints the report as a table, each fix under its check.
 func WriteDoctor(w io.Writer, r *DoctorReport) error {
-	p := newPrinter(w)
-	p.f("scorerefresh doctor: database %s\n\n", r.Database)
-	p.f("STATUS\tCHECK\tDETAIL\n")
-	for _, c := range r.Checks {
-		p.f("%s\t%s\t%s\n", c.Status, c.Name, c.Detail)
-		if c.Fix != "" && c.Status != OK {
-			p.f("\t\tfix: %s\n", c.Fix)
+	return table(w, func(p func(string, ...any)) {
+		p("scorerefresh doctor: database %s\n\n", r.Database)
+		p("STATUS\tCHECK\tDETAIL\n")
+		for _, c := range r.Checks {
+			p("%s\t%s\t%s\n", c.Status, c.Name, c.Detail)
+			if c.Fix != "" && c.Status != OK {
+				p("\t\tfix: %s\n", c.Fix)
+			}
 		}
-	}
-	p.f("\n%d ok, %d warnings, %d failures\n", r.OK, r.Warnings, r.Failures)
-	return p.flush()
+		p("\n%d ok, %d warnings, %d failures\n", r.OK, r.Warnings, r.Failures)
+	})
 }
 
 func versionCheck(info servertraits.Info) Check {

@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -234,112 +235,103 @@ func topUsers(ctx context.Context, colls Collections, now time.Time, opts Status
 
 // WriteStatus prints s for a human.
 func WriteStatus(w io.Writer, s *Status) error {
-	p := newPrinter(w)
-	p.f("scorerefresh status: database %s, %s (server clock)\n\n", s.Database, stamp(s.At))
-	q := s.Queue
-	p.f("queue %s\n", q.Collection)
-	p.f("  depth                %s\n", count(q.Depth, q.DepthExact))
-	if q.OldestCreatedAt == nil {
-		p.f("  oldest entry         none (empty)\n")
-	} else {
-		p.f("  oldest entry         %s (age %s)\n", stamp(*q.OldestCreatedAt), (time.Duration(q.OldestAgeSeconds) * time.Second).Round(time.Second))
-	}
-	p.f("  pending, last minute %s (still waiting, createdAt within the last minute)\n\n", count(q.PendingLastMinute, q.PendingLastMinuteExact))
-
-	t, scope := s.TopUsers, "the whole queue"
-	if !t.WholeQueue {
-		scope = "a window: the queue holds more; --window reads more"
-	}
-	p.f("top users among the oldest %d entries (%s)\n", t.Read, scope)
-	p.f("  USER\tENTRIES\tOLDEST\tSTATE\n")
-	for _, u := range t.Users {
-		state := u.State
-		switch {
-		case u.State == consumer.LeaseHeld:
-			state = fmt.Sprintf("held by %s until %s", u.Owner, stamp(*u.Until))
-		case u.Until != nil:
-			state = fmt.Sprintf("backing off until %s", stamp(*u.Until))
+	return table(w, func(p func(string, ...any)) {
+		p("scorerefresh status: database %s, %s (server clock)\n\n", s.Database, stamp(s.At))
+		q := s.Queue
+		p("queue %s\n", q.Collection)
+		p("  depth                %s\n", count(q.Depth, q.DepthExact))
+		if q.OldestCreatedAt == nil {
+			p("  oldest entry         none (empty)\n")
+		} else {
+			p("  oldest entry         %s (age %s)\n", stamp(*q.OldestCreatedAt), (time.Duration(q.OldestAgeSeconds) * time.Second).Round(time.Second))
 		}
-		p.f("  %s\t%d\t%s\t%s\n", clip(u.Username, 40), u.Entries, stamp(u.OldestCreatedAt), state)
-	}
-	if t.Malformed > 0 {
-		p.f("  %d entries in the window have no usable username (the consumer dead-letters them as malformed)\n", t.Malformed)
-	}
+		p("  pending, last minute %s (still waiting, createdAt within the last minute)\n\n", count(q.PendingLastMinute, q.PendingLastMinuteExact))
 
-	l, more := s.Leases, ""
-	if l.Truncated {
-		more = " (at least: only the first --lease-limit were read)"
-	}
-	p.f("\nleases held: %d%s\n", l.Held, more)
-	if len(l.Owners) > 0 {
-		p.f("  OWNER (REPLICA)\tHELD\tOLDEST CLAIM\tNEXT EXPIRY\n")
-		for _, o := range l.Owners {
-			oldest := "-"
-			if o.OldestClaimedAt != nil {
-				oldest = stamp(*o.OldestClaimedAt)
+		t, scope := s.TopUsers, "the whole queue"
+		if !t.WholeQueue {
+			scope = "a window: the queue holds more; --window reads more"
+		}
+		p("top users among the oldest %d entries (%s)\n", t.Read, scope)
+		p("  USER\tENTRIES\tOLDEST\tSTATE\n")
+		for _, u := range t.Users {
+			state := u.State
+			switch {
+			case u.State == consumer.LeaseHeld:
+				state = fmt.Sprintf("held by %s until %s", u.Owner, stamp(*u.Until))
+			case u.Until != nil:
+				state = fmt.Sprintf("backing off until %s", stamp(*u.Until))
 			}
-			p.f("  %s\t%d\t%s\t%s\n", o.Owner, o.Held, oldest, stamp(o.NextExpiry))
+			p("  %s\t%d\t%s\t%s\n", clip(u.Username, 40), u.Entries, stamp(u.OldestCreatedAt), state)
 		}
-	}
-	b := s.Backoffs
-	p.f("users backing off: %s\n", count(b.Count, b.CountExact))
-	if len(b.Users) > 0 {
-		p.f("  USER\tNEXT ATTEMPT\tATTEMPTS\tLAST ERROR\n")
-		for _, u := range b.Users {
-			p.f("  %s\t%s\t%d\t%s\n", clip(u.Username, 40), stamp(u.NextAttemptAt), u.Attempts, clip(u.LastError, 80))
+		if t.Malformed > 0 {
+			p("  %d entries in the window have no usable username (the consumer dead-letters them as malformed)\n", t.Malformed)
 		}
-	}
 
-	d := s.DeadLetters
-	p.f("\ndead letters %s: %s", d.Collection, count(d.Count, d.CountExact))
-	if d.OldestAt != nil {
-		p.f(", oldest %s, newest %s", stamp(*d.OldestAt), stamp(*d.NewestAt))
-	}
-	p.f("\n")
-	if len(d.ByReason) > 0 {
-		scope := "all of them"
-		if !d.WholeSet {
-			scope = fmt.Sprintf("the newest %d only", d.Read)
+		l, more := s.Leases, ""
+		if l.Truncated {
+			more = " (at least: only the first --lease-limit were read)"
 		}
-		p.f("  by reason (%s):\n", scope)
-		p.f("  REASON\tCOUNT\tOLDEST\tNEWEST\n")
-		for _, r := range d.ByReason {
-			p.f("  %s\t%d\t%s\t%s\n", r.Reason, r.Count, stamp(r.OldestAt), stamp(r.NewestAt))
+		p("\nleases held: %d%s\n", l.Held, more)
+		if len(l.Owners) > 0 {
+			p("  OWNER (REPLICA)\tHELD\tOLDEST CLAIM\tNEXT EXPIRY\n")
+			for _, o := range l.Owners {
+				oldest := "-"
+				if o.OldestClaimedAt != nil {
+					oldest = stamp(*o.OldestClaimedAt)
+				}
+				p("  %s\t%d\t%s\t%s\n", o.Owner, o.Held, oldest, stamp(o.NextExpiry))
+			}
 		}
-	}
+		b := s.Backoffs
+		p("users backing off: %s\n", count(b.Count, b.CountExact))
+		if len(b.Users) > 0 {
+			p("  USER\tNEXT ATTEMPT\tATTEMPTS\tLAST ERROR\n")
+			for _, u := range b.Users {
+				p("  %s\t%s\t%d\t%s\n", clip(u.Username, 40), stamp(u.NextAttemptAt), u.Attempts, clip(u.LastError, 80))
+			}
+		}
 
-	if r := s.Rates; r == nil {
-		p.f("\nrates: not sampled (--sample 0)\n")
-	} else {
-		p.f("\nrates over %.1fs (lower bounds: entries enqueued and acknowledged between the two samples are in neither):\n", r.SampleSeconds)
-		p.f("  arrivals       %7.1f/s (%d)\n", r.ArrivalsPerSecond, r.Arrived)
-		p.f("  acknowledged   %7.1f/s (%d, removals %d minus dead letters)\n", r.AckedPerSecond, r.Acked, r.Removed)
-		p.f("  dead-lettered  %7.1f/s (%d)\n", r.DeadLetteredPerSecond, r.DeadLettered)
-		if !r.Exact {
-			p.f("  (from estimated counts: the collections are past --exact-limit)\n")
+		d := s.DeadLetters
+		p("\ndead letters %s: %s", d.Collection, count(d.Count, d.CountExact))
+		if d.OldestAt != nil {
+			p(", oldest %s, newest %s", stamp(*d.OldestAt), stamp(*d.NewestAt))
 		}
-	}
-	return p.flush()
+		p("\n")
+		if len(d.ByReason) > 0 {
+			scope := "all of them"
+			if !d.WholeSet {
+				scope = fmt.Sprintf("the newest %d only", d.Read)
+			}
+			p("  by reason (%s):\n", scope)
+			p("  REASON\tCOUNT\tOLDEST\tNEWEST\n")
+			for _, r := range d.ByReason {
+				p("  %s\t%d\t%s\t%s\n", r.Reason, r.Count, stamp(r.OldestAt), stamp(r.NewestAt))
+			}
+		}
+
+		if r := s.Rates; r == nil {
+			p("\nrates: not sampled (--sample 0)\n")
+		} else {
+			p("\nrates over %.1fs (lower bounds: entries enqueued and acknowledged between the two samples are in neither):\n", r.SampleSeconds)
+			p("  arrivals       %7.1f/s (%d)\n", r.ArrivalsPerSecond, r.Arrived)
+			p("  acknowledged   %7.1f/s (%d, removals %d minus dead letters)\n", r.AckedPerSecond, r.Acked, r.Removed)
+			p("  dead-lettered  %7.1f/s (%d)\n", r.DeadLetteredPerSecond, r.DeadLettered)
+			if !r.Exact {
+				p("  (from estimated counts: the collections are past --exact-limit)\n")
+			}
+		}
+	})
 }
 
-// printer keeps the first write error, so the callers stay readable. Its
-// tab-separated lines are aligned as columns; a line without a tab ends a table.
-type printer struct {
-	w   *tabwriter.Writer
-	err error
-}
-
-func newPrinter(w io.Writer) *printer { return &printer{w: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)} }
-
-func (p *printer) f(format string, args ...any) {
-	if p.err == nil {
-		_, p.err = fmt.Fprintf(p.w, format, args...)
-	}
-}
-
-func (p *printer) flush() error {
-	err := p.w.Flush()
-	return cmp.Or(p.err, err)
+// table renders write's lines, their tab-separated cells aligned as columns
+// (a line without a tab ends a table), and writes them to w at once.
+func table(w io.Writer, write func(p func(format string, args ...any))) error {
+	var b bytes.Buffer
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	write(func(format string, args ...any) { fmt.Fprintf(tw, format, args...) })
+	tw.Flush()
+	_, err := w.Write(b.Bytes())
+	return err
 }
 
 func count(n int64, exact bool) string {
