@@ -124,10 +124,7 @@ func runDeadLettersList(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	return withOps(f.name, environ, 2*time.Minute, stderr, func(ctx context.Context, env *ops.Env) int {
 		l, err := ops.ListDeadLetters(ctx, env.Colls.DeadLetter, filter, int(f.limit), 100_000)
-		if err != nil {
-			return fail(stderr, f.name, err)
-		}
-		return emit(f.name, stdout, stderr, f.asJSON, l, func() error {
+		return emit(f.name, stdout, stderr, f.asJSON, l, err, func() error {
 			more := ""
 			if !l.MatchingExact {
 				more = " or more"
@@ -236,7 +233,8 @@ func runRedrive(args, environ []string, stdout, stderr io.Writer) int {
 			writeRedrive(stderr, res, env.Colls.DeadLetter.Name())
 			return 1
 		}
-		if code := emit(f.name, stdout, stderr, f.asJSON, res, func() error { return writeRedrive(stdout, res, env.Colls.DeadLetter.Name()) }); code != 0 || res.Conflicts+res.Failed == 0 {
+		code := emit(f.name, stdout, stderr, f.asJSON, res, nil, func() error { return writeRedrive(stdout, res, env.Colls.DeadLetter.Name()) })
+		if code != 0 || res.Conflicts+res.Failed == 0 {
 			return code
 		}
 		return exitPartial
@@ -314,7 +312,7 @@ func runPurge(args, environ []string, stdin io.Reader, stdout, stderr io.Writer)
 		if !f.dryRun {
 			summary = fmt.Sprintf("deleted %d of %s\n", res.Deleted, what)
 		}
-		return emit(f.name, stdout, stderr, f.asJSON, res, func() error {
+		return emit(f.name, stdout, stderr, f.asJSON, res, nil, func() error {
 			_, err := io.WriteString(stdout, summary)
 			return err
 		})
@@ -361,10 +359,7 @@ func runStatus(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	return withOps("scorerefresh status", environ, *timeout, stderr, func(ctx context.Context, env *ops.Env) int {
 		s, err := ops.GatherStatus(ctx, env.Colls, o)
-		if err != nil {
-			return fail(stderr, "scorerefresh status", err)
-		}
-		return emit("scorerefresh status", stdout, stderr, *asJSON, s, func() error { return ops.WriteStatus(stdout, s) })
+		return emit("scorerefresh status", stdout, stderr, *asJSON, s, err, func() error { return ops.WriteStatus(stdout, s) })
 	})
 }
 
@@ -399,14 +394,13 @@ func fail(stderr io.Writer, name string, err error) int {
 }
 
 // emit prints v as one JSON document with asJSON, else as text prints it:
-// exit code 0, or 1 when it cannot.
-func emit(name string, stdout, stderr io.Writer, asJSON bool, v any, text func() error) int {
-	var err error
-	if asJSON {
+// exit code 0, or 1 when it cannot or err (what producing v met) is not nil.
+func emit(name string, stdout, stderr io.Writer, asJSON bool, v any, err error, text func() error) int {
+	if err == nil && asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		err = enc.Encode(v)
-	} else {
+	} else if err == nil {
 		err = text()
 	}
 	if err != nil {
@@ -453,7 +447,7 @@ func runDoctor(args, environ []string, stdout, stderr io.Writer) int {
 			PoolSize: int(app.PoolSize(cfg)), PerReplica: app.ConnectionsPerReplica(cfg),
 			ClaimWindow: cfg.ClaimWindow, LeaseDuration: cfg.LeaseDuration,
 		})
-		if code := emit("scorerefresh doctor", stdout, stderr, *asJSON, r, func() error { return ops.WriteDoctor(stdout, r) }); code != 0 || r.Failures == 0 {
+		if code := emit("scorerefresh doctor", stdout, stderr, *asJSON, r, nil, func() error { return ops.WriteDoctor(stdout, r) }); code != 0 || r.Failures == 0 {
 			return code
 		}
 		return 1
