@@ -101,7 +101,53 @@ func Doctor(ctx context.Context, cfg DoctorConfig) *DoctorReport {
 	for _, n := range names {
 		ix.exists[n] = true
 	}
-	r.add(slices.Concat(indexChecks(ctx, cfg, ix), planChecks(ctx, cfg, ix, info.FerretDB != ""), sourceChecks(ctx, cfg, ix), privilegeChecks(ctx, cfg))...)
+	specs := map[string][]string{consumer.IDIndex: {"_id:1"}} // the keys of each index, by name
+	for _, spec := range consumer.IndexSpecs(cfg.Colls.Collections) {
+		r.add(indexCheck(ctx, spec, ix))
+		specs[spec.Name] = keyList(spec.Model.Keys)
+	}
+	for _, old := range consumer.RetiredIndexes(cfg.Colls.Collections) {
+		r.add(retiredIndexCheck(ctx, old, ix)...)
+	}
+	// Each hot query (consumer.DoctorQueries) explained (queryPlanner: runs
+	// nothing) with the hint production sends: the winning plan must read the
+	// index meant for it, covered where it is meant to be.
+	for _, q := range consumer.DoctorQueries(cfg.Colls.Collections, cfg.ClaimWindow, time.Now()) {
+		c := Check{Name: "plan: " + q.Name, Status: Warn, Detail: q.Coll.Name() + " does not exist yet: nothing to explain"}
+		if ix.exists[q.Coll.Name()] {
+			c.Status, c.Detail, c.Fix = explainQuery(ctx, cfg, q, specs[q.Index], info.FerretDB != "")
+		}
+		r.add(c)
+	}
+	// Each scoring rule's source collection: present, and indexed as every
+	// refresh queries it (Component.IndexKeys: userField, the fields its
+	// filter pins to one value, then timeField with a window).
+	for _, comp := range cfg.Rules.Components {
+		c := Check{Name: fmt.Sprintf("source %s (%s)", comp.Collection, comp.Name)}
+		indexes, err := ix.list(ctx, comp.Collection)
+		switch {
+		case !ix.exists[comp.Collection]:
+			c.Status, c.Detail = Fail, "collection does not exist: every user scores 0 on "+comp.Name
+			c.Fix = "check the collection name in the rules file (" + cfg.Rules.Source + ") and MONGODB_DATABASE"
+		case err != nil:
+			c.Status, c.Detail = Fail, err.Error()
+		default:
+			c.Status, c.Detail, c.Fix = sourceVerdict(comp, indexes)
+			if c.Status == Fail {
+				break
+			}
+			// The collection's default collation (FerretDB has none).
+			found, err := cfg.Colls.DB.ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: comp.Collection}})
+			if err != nil || len(found) == 0 {
+				break
+			}
+			if locale, _ := found[0].Options.Lookup("collation", "locale").StringValueOK(); locale != "" && locale != "simple" {
+				c.Status, c.Detail, c.Fix = collationVerdict(comp, indexes, locale, c.Status, c.Detail, c.Fix)
+			}
+		}
+		r.add(c)
+	}
+	r.add(privilegeChecks(ctx, cfg)...)
 	return r
 }
 
@@ -269,8 +315,7 @@ func (ix *indexCache) list(ctx context.Context, coll string) ([]indexInfo, error
 	return out, nil
 }
 
-// keyList normalises a key pattern (see keyPattern): 1, 1.0 and 1L are all
-// "1". Anything else gives nil.
+// keyList normalises a key pattern (see keyPattern): 1, 1.0 and 1L are "1".
 func keyList(v any) []string {
 	if d, ok := v.(bson.D); ok {
 		raw, _ := bson.Marshal(d) // nil on an error: no keys
@@ -305,7 +350,7 @@ func keyDoc(d bson.Raw) []string {
 		v := e.Value()
 		dir := v.String()
 		if f, ok := v.AsFloat64OK(); ok {
-			dir = direction(f)
+			dir = map[bool]string{true: "1", false: "-1"}[f > 0]
 		} else if s, ok := v.StringValueOK(); ok {
 			dir = s
 		}
@@ -335,18 +380,11 @@ func keyString(s string) ([]string, bool) {
 			return nil, false
 		}
 		if f, err := strconv.ParseFloat(dir, 64); err == nil {
-			dir = direction(f)
+			dir = map[bool]string{true: "1", false: "-1"}[f > 0]
 		}
 		out = append(out, name+":"+dir)
 	}
 	return out, true
-}
-
-func direction(f float64) string {
-	if f > 0 {
-		return "1"
-	}
-	return "-1"
 }
 
 func findIndex(indexes []indexInfo, keys []string) (indexInfo, bool) {
@@ -356,18 +394,6 @@ func findIndex(indexes []indexInfo, keys []string) (indexInfo, bool) {
 		}
 	}
 	return indexInfo{}, false
-}
-
-// indexChecks checks every index the service builds (consumer.IndexSpecs).
-func indexChecks(ctx context.Context, cfg DoctorConfig, ix *indexCache) []Check {
-	var checks []Check
-	for _, spec := range consumer.IndexSpecs(cfg.Colls.Collections) {
-		checks = append(checks, indexCheck(ctx, spec, ix))
-	}
-	for _, old := range consumer.RetiredIndexes(cfg.Colls.Collections) {
-		checks = append(checks, retiredIndexCheck(ctx, old, ix)...)
-	}
-	return checks
 }
 
 // retiredIndexCheck warns of an index an earlier release built and this one
@@ -442,43 +468,10 @@ func keysJS(keys []string) string {
 	return "{" + strings.Join(parts, ", ") + "}"
 }
 
-// sourceChecks checks each scoring rule's source collection: present, and
-// indexed as every refresh queries it (Component.IndexKeys: userField, the
-// fields its filter pins to one value, then timeField with a window).
-func sourceChecks(ctx context.Context, cfg DoctorConfig, ix *indexCache) []Check {
-	var checks []Check
-	for _, comp := range cfg.Rules.Components {
-		c := Check{Name: fmt.Sprintf("source %s (%s)", comp.Collection, comp.Name)}
-		indexes, err := ix.list(ctx, comp.Collection)
-		switch {
-		case !ix.exists[comp.Collection]:
-			c.Status, c.Detail = Fail, "collection does not exist: every user scores 0 on "+comp.Name
-			c.Fix = "check the collection name in the rules file (" + cfg.Rules.Source + ") and MONGODB_DATABASE"
-		case err != nil:
-			c.Status, c.Detail = Fail, err.Error()
-		default:
-			c.Status, c.Detail, c.Fix = sourceVerdict(comp, indexes)
-			if c.Status == Fail {
-				break
-			}
-			// The collection's default collation: none when the server does not say (FerretDB has no collations).
-			specs, err := cfg.Colls.DB.ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: comp.Collection}})
-			if err != nil || len(specs) == 0 {
-				break
-			}
-			if locale, _ := specs[0].Options.Lookup("collation", "locale").StringValueOK(); locale != "" && locale != "simple" {
-				c.Status, c.Detail, c.Fix = collationVerdict(comp, indexes, locale, c.Status, c.Detail, c.Fix)
-			}
-		}
-		checks = append(checks, c)
-	}
-	return checks
-}
-
 // collationVerdict amends a source's verdict where the collection's default
 // collation is not simple: the service's queries carry the simple collation
-// (usernames compared exactly), which only an index built with the simple
-// collation serves (one built without takes the collection's default).
+// (usernames compared exactly), which only an index built with it serves
+// (one built without inherits the collection's).
 func collationVerdict(comp scoring.Component, indexes []indexInfo, locale, status, detail, fix string) (string, string, string) {
 	want := comp.IndexKeys()
 	for _, ix := range indexes {
@@ -538,8 +531,7 @@ var planChildren = []string{"queryPlan", "inputStage", "inputStages", "shards", 
 	"thenStage", "elseStage", "outerStage", "innerStage"}
 
 // readPlan walks queryPlanner.winningPlan with accessors that report a type
-// mismatch instead of panicking: MongoDB 8 made keyPattern a string in
-// express stages.
+// mismatch instead of panicking (MongoDB 8's express stages: keyPattern a string).
 func readPlan(explain bson.Raw) plan {
 	var p plan
 	for _, d := range childDocs(explain.Lookup("queryPlanner", "winningPlan")) {
@@ -621,25 +613,6 @@ func childDocs(v bson.RawValue) []bson.Raw {
 		}
 	}
 	return out
-}
-
-// planChecks explains (queryPlanner: runs nothing) each hot query
-// (consumer.DoctorQueries) with the hint production sends and checks the
-// winning plan reads the index meant for it, covered where it is meant to be.
-func planChecks(ctx context.Context, cfg DoctorConfig, ix *indexCache, ferret bool) []Check {
-	specs := map[string][]string{consumer.IDIndex: {"_id:1"}}
-	for _, s := range consumer.IndexSpecs(cfg.Colls.Collections) {
-		specs[s.Name] = keyList(s.Model.Keys)
-	}
-	var checks []Check
-	for _, q := range consumer.DoctorQueries(cfg.Colls.Collections, cfg.ClaimWindow, time.Now()) {
-		c := Check{Name: "plan: " + q.Name, Status: Warn, Detail: q.Coll.Name() + " does not exist yet: nothing to explain"}
-		if ix.exists[q.Coll.Name()] {
-			c.Status, c.Detail, c.Fix = explainQuery(ctx, cfg, q, specs[q.Index], ferret)
-		}
-		checks = append(checks, c)
-	}
-	return checks
 }
 
 // explainQuery explains q with each of its hints in turn, as the pipeline

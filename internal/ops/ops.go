@@ -289,16 +289,14 @@ func IDCandidates(arg string) (bson.A, error) {
 		return bson.A{oid, arg}, nil
 	}
 	if strings.HasPrefix(arg, "{") || strings.HasPrefix(arg, `"`) || numeric.MatchString(arg) {
-		var holder struct {
-			V bson.RawValue `bson:"v"`
-		}
-		if err := bson.UnmarshalExtJSON([]byte(`{"v":`+arg+`}`), false, &holder); err != nil {
+		var doc bson.Raw
+		if err := bson.UnmarshalExtJSON([]byte(`{"v":`+arg+`}`), false, &doc); err != nil {
 			return nil, fmt.Errorf("reading %s as an Extended JSON value: %w", arg, err)
 		}
 		if numeric.MatchString(arg) {
-			return bson.A{holder.V, arg}, nil // "42" may be a string _id too
+			return bson.A{doc.Lookup("v"), arg}, nil // "42" may be a string _id too
 		}
-		return bson.A{holder.V}, nil
+		return bson.A{doc.Lookup("v")}, nil
 	}
 	return bson.A{arg}, nil
 }
