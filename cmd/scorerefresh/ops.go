@@ -200,12 +200,8 @@ func progress(w io.Writer, name string, batch int) func(done, total int64, detai
 		if total <= int64(batch) || done < total && !last.IsZero() && time.Since(last) < 2*time.Second {
 			return
 		}
-		last = time.Now()
-		pct := 100.0
-		if total > 0 {
-			pct = min(100, 100*float64(done)/float64(total))
-		}
-		fmt.Fprintf(w, "%s: %d/%d (%.0f%%) %s\n", name, done, total, pct, detail)
+		last = time.Now() // total > batch >= 1 here
+		fmt.Fprintf(w, "%s: %d/%d (%.0f%%) %s\n", name, done, total, min(100, 100*float64(done)/float64(total)), detail)
 	}
 }
 

@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/mongo"
-
 	"github.com/scorerefresh/scorerefresh/internal/cli"
 	"github.com/scorerefresh/scorerefresh/internal/ops"
 	"github.com/scorerefresh/scorerefresh/internal/replaycmd"
@@ -56,7 +54,29 @@ func runSnapshot(args, environ []string, stdout, stderr io.Writer) int {
 	return withOps("scorerefresh snapshot", environ, 0, stderr, func(ctx context.Context, env *ops.Env) int {
 		cfg := env.Config
 		if toStdout {
-			return snapshotToStdout(ctx, env.Colls.Queue, *gz, *format == "canonical", stdout, stderr)
+			// The queue as replay.Snapshot writes a file (in _id order, the same
+			// consistency), but to stdout: the image has no shell and a read-only
+			// root, so kubectl exec's stdout is the only way out of the pod. The
+			// summary goes to stderr, which must not mix with the data.
+			coll, cw := env.Colls.Queue, &countingWriter{w: stdout}
+			var dst io.Writer = cw
+			var zw *gzip.Writer
+			if *gz {
+				zw = gzip.NewWriter(cw)
+				dst = zw
+			}
+			w := extjson.NewWriter(dst, *format == "canonical")
+			if err := replay.Export(ctx, coll, w, cw.n.Load, "standard output", stderr); err != nil {
+				return fail(stderr, "scorerefresh snapshot", err)
+			}
+			if zw != nil {
+				if err := zw.Close(); err != nil {
+					return fail(stderr, "scorerefresh snapshot", fmt.Errorf("finishing the gzip stream of %s: %w", coll.Name(), err))
+				}
+			}
+			fmt.Fprintf(stderr, "-: %d documents of %s.%s, %d bytes\n", w.Docs(), coll.Database().Name(), coll.Name(), cw.n.Load())
+			fmt.Fprintf(stderr, "consistency: %s\n", replay.SnapshotConsistency)
+			return 0
 		}
 		sc := replay.SnapshotConfig{
 			DB: env.Colls.DB, Queue: cfg.QueueCollection, Out: *out, Gzip: *gz, Relaxed: *format == "relaxed",
@@ -75,32 +95,6 @@ func runSnapshot(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "consistency: %s\n", replay.SnapshotConsistency)
 		return 0
 	})
-}
-
-// snapshotToStdout streams the queue as replay.Snapshot does a file (in _id
-// order, the same consistency), but to stdout: the image has no shell and a
-// read-only root, so kubectl exec's stdout is the only way out of the pod.
-// The summary goes to stderr, which must not mix with the data.
-func snapshotToStdout(ctx context.Context, coll *mongo.Collection, gz, canonical bool, stdout, stderr io.Writer) int {
-	cw := &countingWriter{w: stdout}
-	var dst io.Writer = cw
-	var zw *gzip.Writer
-	if gz {
-		zw = gzip.NewWriter(cw)
-		dst = zw
-	}
-	w := extjson.NewWriter(dst, canonical)
-	if err := replay.Export(ctx, coll, w, cw.n.Load, "standard output", stderr); err != nil {
-		return fail(stderr, "scorerefresh snapshot", err)
-	}
-	if zw != nil {
-		if err := zw.Close(); err != nil {
-			return fail(stderr, "scorerefresh snapshot", fmt.Errorf("finishing the gzip stream of %s: %w", coll.Name(), err))
-		}
-	}
-	fmt.Fprintf(stderr, "-: %d documents of %s.%s, %d bytes\n", w.Docs(), coll.Database().Name(), coll.Name(), cw.n.Load())
-	fmt.Fprintf(stderr, "consistency: %s\n", replay.SnapshotConsistency)
-	return 0
 }
 
 // countingWriter counts what reaches stdout, for the progress line and the

@@ -78,10 +78,7 @@ func Parse(fs *flag.FlagSet, args []string, operands bool, stdout io.Writer) (co
 		return ExitUsage, false // the parser said what and printed the usage
 	}
 	rest := fs.Args()
-	if len(rest) == 0 {
-		return 0, true
-	}
-	if !operands {
+	if len(rest) > 0 && !operands {
 		return Refuse(fs, "unexpected argument %q", rest[0]), false
 	}
 	if afterDashes := len(args) > len(rest) && args[len(args)-len(rest)-1] == "--"; !afterDashes {

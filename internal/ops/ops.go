@@ -272,8 +272,7 @@ func ListDeadLetters(ctx context.Context, dead *mongo.Collection, f Filter, limi
 		} else {
 			r.UserNote = fmt.Sprintf("%s: %s", d.Username.Type, clip(d.Username.String(), 100))
 		}
-		if d.CreatedAt.Type == bson.TypeDateTime {
-			t := d.CreatedAt.Time()
+		if t, ok := d.CreatedAt.TimeOK(); ok {
 			r.CreatedAt = &t
 		}
 		l.DeadLetters = append(l.DeadLetters, r)
