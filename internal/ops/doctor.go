@@ -573,9 +573,8 @@ func (p *plan) stage(doc bson.Raw) {
 		// MongoDB 8's express path (EXPRESS_IXSCAN, _UPDATE, _DELETE) serves
 		// point queries from the index in indexName (keyPattern a string),
 		// reading the document unless it says the projection is covered.
-		if covered, _ := doc.Lookup("projectionCovered").BooleanOK(); !covered {
-			p.fetches = true
-		}
+		covered, _ := doc.Lookup("projectionCovered").BooleanOK()
+		p.fetches = p.fetches || !covered
 		if !named {
 			p.indexes = append(p.indexes, consumer.IDIndex)
 		}
@@ -589,10 +588,8 @@ func (p *plan) stage(doc bson.Raw) {
 }
 
 func (p plan) uses(name string, keys []string) bool {
-	if name == consumer.IDIndex && slices.Contains(p.indexes, consumer.IDIndex) {
-		return true
-	}
-	return slices.ContainsFunc(p.keys, func(k []string) bool { return slices.Equal(k, keys) })
+	return name == consumer.IDIndex && slices.Contains(p.indexes, consumer.IDIndex) ||
+		slices.ContainsFunc(p.keys, func(k []string) bool { return slices.Equal(k, keys) })
 }
 
 func (p plan) covered() bool {
