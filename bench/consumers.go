@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,93 +98,90 @@ func (b *Bench) serviceConfig(db string, row Row, scorerURL string) (config.Conf
 	return cfg, rules, err
 }
 
-// running is a consumer being measured. done is the entries acknowledged
-// (the reference: whose user's refresh completed; it acks per batch);
-// capacity is scorerefresh_drain_capacity summed (0: the reference).
-type running interface {
-	done() float64
-	figures() (refreshes, deadLettered, capacity float64)
-	stop() error
+// running is a consumer being measured. figures' done is the entries
+// acknowledged (the reference: whose user's refresh completed; it acks per
+// batch); capacity is scorerefresh_drain_capacity summed (0: the reference).
+type running struct {
+	figures func() (done, refreshes, deadLettered, capacity float64)
+	failing atomic.Bool // a step's Fail: every refresh fails (scorerefresh only)
+	cancel  context.CancelFunc
+	run     errgroup.Group
+	closers []func(context.Context) // once run has ended, last first
 }
 
-func (b *Bench) startConsumer(ctx context.Context, db string, row Row, rec *recorder) (running, error) {
+func (r *running) stop() error {
+	r.cancel()
+	err := r.run.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, undo := range slices.Backward(r.closers) {
+		undo(ctx)
+	}
+	return err
+}
+
+// startConsumer starts row's consumer: in-process instances of the service,
+// each with its own client, pool and registry (replicas sharing only the
+// queue), or the reference.
+func (b *Bench) startConsumer(ctx context.Context, db string, row Row, rec *recorder) (*running, error) {
 	runCtx, cancel := context.WithCancel(ctx)
-	s := &scorerefresh{cancel: cancel}
-	s.failing.Store(len(row.Steps) > 0 && row.Steps[0].At == 0 && row.Steps[0].Fail) // from the first refresh on
+	r := &running{cancel: cancel}
+	r.failing.Store(len(row.Steps) > 0 && row.Steps[0].At == 0 && row.Steps[0].Fail) // from the first refresh on
 	var scorerURL string
-	var err error
 	if row.Scorer == scorerHTTP {
-		if scorerURL, s.stopScorer, err = b.startHTTPScorer(ctx, db, row.RTT); err != nil {
+		url, stop, err := b.startHTTPScorer(ctx, db, row.RTT)
+		if err != nil {
 			cancel()
 			return nil, fmt.Errorf("starting the HTTP scorer: %w", err)
 		}
+		scorerURL, r.closers = url, append(r.closers, func(context.Context) { stop() })
 	}
 	cfg, rules, err := b.serviceConfig(db, row, scorerURL)
-	if err != nil || row.Consumer == consumerReference {
-		_ = s.stop() // nothing runs yet but the HTTP scorer
-		if err != nil {
-			return nil, err
-		}
-		return b.startReference(ctx, cfg, rules, rec)
+	if err == nil && row.Consumer == consumerReference {
+		err = b.startReference(runCtx, r, cfg, rules, rec)
+	} else if err == nil {
+		err = b.startService(ctx, runCtx, r, cfg, row, rec)
 	}
+	if err != nil {
+		_ = r.stop()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (b *Bench) startService(ctx, runCtx context.Context, r *running, cfg config.Config, row Row, rec *recorder) error {
+	var svcs []*app.Service
+	r.closers = append(r.closers, func(ctx context.Context) {
+		for _, svc := range svcs {
+			_ = svc.Close(ctx)
+		}
+	})
 	for range row.Replicas {
 		opts := app.Options{Logger: b.svcLog, Version: "bench", Monitor: rec.monitor(),
-			WrapRefresher: func(r consumer.Refresher) consumer.Refresher {
-				return &faultyScorer{inner: r, failing: &s.failing, instant: row.Scorer == scorerInstant}
+			WrapRefresher: func(inner consumer.Refresher) consumer.Refresher {
+				return &faultyScorer{inner: inner, failing: &r.failing, instant: row.Scorer == scorerInstant}
 			}}
 		svc, err := app.New(ctx, cfg, opts)
 		if err != nil {
-			_ = s.stop()
-			return nil, err
+			return err
 		}
-		s.svcs = append(s.svcs, svc)
+		svcs = append(svcs, svc)
 	}
-	for _, svc := range s.svcs {
-		s.run.Go(func() error { return svc.Run(runCtx) })
+	for _, svc := range svcs {
+		r.run.Go(func() error { return svc.Run(runCtx) })
 	}
-	return s, nil
-}
-
-// scorerefresh is in-process instances of the service, each with its own
-// client, pool and registry: replicas sharing only the queue.
-type scorerefresh struct {
-	svcs       []*app.Service
-	failing    atomic.Bool
-	cancel     context.CancelFunc
-	stopScorer func()
-	run        errgroup.Group
-}
-
-func (s *scorerefresh) done() (n float64) {
-	for _, svc := range s.svcs {
-		n += metrics.Read(svc.Metrics.EntriesAcked)
-	}
-	return n
-}
-
-func (s *scorerefresh) figures() (refreshes, deadLettered, capacity float64) {
-	for _, svc := range s.svcs {
-		refreshes += metrics.Read(svc.Metrics.Refreshes.WithLabelValues(metrics.OutcomeOK))
-		for _, r := range []string{metrics.ReasonMalformed, metrics.ReasonMaxAttempts, metrics.ReasonTooLarge} {
-			deadLettered += metrics.Read(svc.Metrics.EntriesDeadLettered.WithLabelValues(r))
+	r.figures = func() (done, refreshes, deadLettered, capacity float64) {
+		for _, svc := range svcs {
+			done += metrics.Read(svc.Metrics.EntriesAcked)
+			refreshes += metrics.Read(svc.Metrics.Refreshes.WithLabelValues(metrics.OutcomeOK))
+			for _, reason := range []string{metrics.ReasonMalformed, metrics.ReasonMaxAttempts, metrics.ReasonTooLarge} {
+				deadLettered += metrics.Read(svc.Metrics.EntriesDeadLettered.WithLabelValues(reason))
+			}
+			capacity += metrics.Read(svc.SLI.DrainCapacity)
 		}
-		capacity += metrics.Read(svc.SLI.DrainCapacity)
+		return done, refreshes, deadLettered, capacity
 	}
-	return refreshes, deadLettered, capacity
-}
-
-func (s *scorerefresh) stop() error {
-	s.cancel()
-	err := s.run.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for _, svc := range s.svcs {
-		_ = svc.Close(ctx)
-	}
-	if s.stopScorer != nil {
-		s.stopScorer()
-	}
-	return err
+	return nil
 }
 
 // faultyScorer fails every refresh while failing is set; with instant set
@@ -390,42 +388,31 @@ type reference struct {
 	refresher *scoring.Refresher
 	poll      time.Duration
 	log       *slog.Logger
-	client    *mongo.Client // its own, configured as scorerefresh's (app.ClientOptions)
-	cancel    context.CancelFunc
-	exited    chan struct{}
 	covered   atomic.Int64 // entries whose user's refresh has completed
 	refreshes atomic.Int64
 }
 
-// startReference runs the reference on cfg's database, counted by rec.
-func (b *Bench) startReference(ctx context.Context, cfg config.Config, rules *scoring.Rules, rec *recorder) (*reference, error) {
+// startReference runs the reference in r on cfg's database, with a client of
+// its own configured as scorerefresh's (app.ClientOptions), counted by rec.
+func (b *Bench) startReference(ctx context.Context, r *running, cfg config.Config, rules *scoring.Rules, rec *recorder) error {
 	if rules == nil {
-		return nil, errors.New("the reference computes rules only, not an HTTP scorer")
+		return errors.New("the reference computes rules only, not an HTTP scorer")
 	}
 	cfg.RefreshConcurrency = 1
 	m := metrics.NewMongo(metrics.NewRegistry())
 	client, err := mongo.Connect(app.ClientOptions(cfg, m).SetMonitor(m.CommandMonitor(rec.monitor())))
 	if err != nil {
-		return nil, err
+		return err
 	}
+	r.closers = append(r.closers, func(ctx context.Context) { _ = client.Disconnect(ctx) })
 	db := client.Database(cfg.Database)
-	runCtx, cancel := context.WithCancel(ctx)
-	r := &reference{queue: db.Collection(cfg.QueueCollection), poll: cfg.PollInterval, log: b.svcLog, client: client, cancel: cancel,
-		refresher: scoring.NewRefresher(scoring.NewRecomputer(db, rules), scoring.NewStore(db.Collection("user_scores"), scoring.StoreConfig{})),
-		exited:    make(chan struct{})}
-	go func() { defer close(r.exited); r.drain(runCtx) }()
-	return r, nil
-}
-
-func (r *reference) done() float64                        { return float64(r.covered.Load()) }
-func (r *reference) figures() (float64, float64, float64) { return float64(r.refreshes.Load()), 0, 0 }
-
-func (r *reference) stop() error {
-	r.cancel()
-	<-r.exited
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return r.client.Disconnect(ctx)
+	ref := &reference{queue: db.Collection(cfg.QueueCollection), poll: cfg.PollInterval, log: b.svcLog,
+		refresher: scoring.NewRefresher(scoring.NewRecomputer(db, rules), scoring.NewStore(db.Collection("user_scores"), scoring.StoreConfig{}))}
+	r.figures = func() (float64, float64, float64, float64) {
+		return float64(ref.covered.Load()), float64(ref.refreshes.Load()), 0, 0
+	}
+	r.run.Go(func() error { ref.drain(ctx); return nil })
+	return nil
 }
 
 func (r *reference) drain(ctx context.Context) {

@@ -155,9 +155,8 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 // finish reads a row's figures once it is over: the consumer's counters
 // and capacity estimate, then, after its shutdown flush (which belongs to
 // the run), the commands, the rates and the scores.
-func (b *Bench) finish(ctx context.Context, res *Result, c running, rec *recorder, seeded *seeded, db *mongo.Database, prodErr error) (*Result, error) {
-	res.Done = c.done()
-	res.Refreshes, res.DeadLettered, res.Capacity = c.figures()
+func (b *Bench) finish(ctx context.Context, res *Result, c *running, rec *recorder, seeded *seeded, db *mongo.Database, prodErr error) (*Result, error) {
+	res.Done, res.Refreshes, res.DeadLettered, res.Capacity = c.figures()
 	if err := c.stop(); err != nil {
 		b.logf("  (consumer stopped with: %v)", err)
 	}
@@ -192,7 +191,7 @@ func (b *Bench) finish(ctx context.Context, res *Result, c running, rec *recorde
 
 // watch steps the faults and samples the queue every 50 ms until the row
 // is over, and returns how long it ran.
-func (b *Bench) watch(ctx context.Context, row Row, c running, seeded *seeded, res *Result, arrived *atomic.Int64) (time.Duration, error) {
+func (b *Bench) watch(ctx context.Context, row Row, c *running, seeded *seeded, res *Result, arrived *atomic.Int64) (time.Duration, error) {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	steps := row.Steps
@@ -210,7 +209,7 @@ func (b *Bench) watch(ctx context.Context, row Row, c running, seeded *seeded, r
 			b.setFaults(steps[0], c)
 			steps = steps[1:]
 		}
-		done := c.done()
+		done, _, _, _ := c.figures()
 		// Everything queued and sent is done, and the producer has stopped.
 		drained := done >= float64(row.Backlog.Entries)+float64(arrived.Load()) &&
 			(row.Rate == 0 || elapsed >= row.For || row.Arrivals.Entries > 0 && arrived.Load() >= int64(row.Arrivals.Entries))
@@ -235,14 +234,14 @@ func (b *Bench) watch(ctx context.Context, row Row, c running, seeded *seeded, r
 }
 
 // setFaults puts the proxies and the scorer in step s's state.
-func (b *Bench) setFaults(s Step, c running) {
+func (b *Bench) setFaults(s Step, c *running) {
 	b.proxy.SetDelay(s.RTT/2, s.RTT/2)
 	b.knee.Store(int64(s.Knee))
 	b.slope.Store(int64(s.Slope))
 	b.proxy.Refuse(s.Outage)
 	b.proxy.Blackhole(s.Outage)
-	if svc, ok := c.(*scorerefresh); ok {
-		svc.failing.Store(s.Fail)
+	if c != nil {
+		c.failing.Store(s.Fail)
 	}
 }
 

@@ -70,7 +70,7 @@ func (b *Bench) startOnPostgres(ctx context.Context, pgURL string) (*server, err
 		version = "PostgreSQL at " + u.Redacted()
 	}
 	if pgURL == "" {
-		pg, err := startPostgres(ctx)
+		pg, err := startPostgres()
 		if err != nil {
 			return nil, err
 		}
@@ -116,31 +116,19 @@ func useMongoDB(ctx context.Context, uri string) (*server, error) {
 // and connecting directly (the proxy forwards to one address, so the
 // driver must not go looking for the replica set's other members).
 func splitMongoURI(uri string) (addr string, viaProxy func(string) string, err error) {
-	rest, ok := strings.CutPrefix(uri, "mongodb://")
-	if !ok {
+	u, err := url.Parse(uri)
+	if err != nil || u.Scheme != "mongodb" {
 		return "", nil, errors.New("-mongodb-uri: want mongodb://[user:password@]host:port[/db][?options] (mongodb+srv names many hosts; the proxy forwards to one)")
 	}
-	hosts, tail := rest, ""
-	if i := strings.IndexAny(rest, "/?"); i >= 0 {
-		hosts, tail = rest[:i], rest[i:]
-	}
-	userinfo := ""
-	if i := strings.LastIndex(hosts, "@"); i >= 0 {
-		userinfo, hosts = hosts[:i+1], hosts[i+1:]
-	}
-	if strings.Contains(hosts, ",") {
+	if strings.Contains(u.Host, ",") {
 		return "", nil, errors.New("-mongodb-uri names several hosts: give the primary's alone (the proxy forwards to one address)")
 	}
-	if _, _, err := net.SplitHostPort(hosts); err != nil {
-		hosts = net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(hosts, "["), "]"), "27017")
-		if _, _, err := net.SplitHostPort(hosts); err != nil {
-			return "", nil, errors.New("-mongodb-uri: host is not host:port")
-		}
+	addr = u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), "27017")
 	}
-	path, query, _ := strings.Cut(tail, "?")
-	path = cmp.Or(path, "/")
 	var kept []string
-	for _, kv := range strings.Split(query, "&") {
+	for kv := range strings.SplitSeq(u.RawQuery, "&") {
 		// The proxy is one host reached directly: options naming a
 		// replica set or a load balancer contradict directConnection.
 		key, _, _ := strings.Cut(strings.ToLower(kv), "=")
@@ -148,9 +136,11 @@ func splitMongoURI(uri string) (addr string, viaProxy func(string) string, err e
 			kept = append(kept, kv)
 		}
 	}
-	kept = append(kept, "directConnection=true")
-	return hosts, func(proxy string) string {
-		return "mongodb://" + userinfo + proxy + path + "?" + strings.Join(kept, "&")
+	u.Path, u.RawQuery = cmp.Or(u.Path, "/"), strings.Join(append(kept, "directConnection=true"), "&")
+	return addr, func(proxy string) string {
+		via := *u
+		via.Host = proxy
+		return via.String()
 	}, nil
 }
 
@@ -167,11 +157,12 @@ type postgres struct {
 	stop              func()
 }
 
-// startPostgres runs initdb and postgres from PATH (or Debian's
+// startPostgres runs initdb and pg_ctl from PATH (or Debian's
 // /usr/lib/postgresql/*/bin) under /dev/shm on a free loopback port, durability
 // off (a benchmark of the consumer, not the disk); as root, as the "postgres"
-// user, since PostgreSQL refuses root. pg.stop ends it and removes its files.
-func startPostgres(ctx context.Context) (_ *postgres, err error) {
+// user, since PostgreSQL refuses root. pg.stop ends it (a fast shutdown) and
+// removes its files.
+func startPostgres() (_ *postgres, err error) {
 	bin, err := postgresBin()
 	if err != nil {
 		return nil, err
@@ -184,24 +175,33 @@ func startPostgres(ctx context.Context) (_ *postgres, err error) {
 	if err != nil {
 		return nil, err
 	}
-	pg := &postgres{dir: dir, stop: func() { os.RemoveAll(dir) }}
+	cred, err := postgresUser(dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	command := func(name string, args ...string) error {
+		cmd := exec.Command(filepath.Join(bin, name), args...)
+		cmd.Dir, cmd.SysProcAttr = dir, &syscall.SysProcAttr{Credential: cred, Setpgid: true}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %v: %s", name, err, out)
+		}
+		return nil
+	}
+	data := filepath.Join(dir, "data")
+	pg := &postgres{dir: dir, stop: func() {
+		if command("pg_ctl", "stop", "-D", data, "-m", "fast", "-w") != nil {
+			_ = command("pg_ctl", "stop", "-D", data, "-m", "immediate")
+		}
+		os.RemoveAll(dir)
+	}}
 	defer func() {
 		if err != nil {
 			pg.stop()
 		}
 	}()
-	cred, err := postgresUser(dir)
-	if err != nil {
+	if err := command("initdb", "-D", data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"); err != nil {
 		return nil, err
-	}
-	command := func(name string, args ...string) *exec.Cmd {
-		cmd := exec.CommandContext(ctx, filepath.Join(bin, name), args...)
-		cmd.Dir, cmd.SysProcAttr = dir, &syscall.SysProcAttr{Credential: cred, Setpgid: true}
-		return cmd
-	}
-	data := filepath.Join(dir, "data")
-	if out, err := command("initdb", "-D", data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("initdb: %v: %s", err, out)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0") // a free port
 	if err != nil {
@@ -210,13 +210,10 @@ func startPostgres(ctx context.Context) (_ *postgres, err error) {
 	addr := l.Addr().String()
 	l.Close()
 	_, port, _ := net.SplitHostPort(addr)
-	exited, err := pg.serve(command("postgres", "-D", data, "-k", dir, "-h", "127.0.0.1", "-p", port,
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-		"-c", fmt.Sprintf("max_connections=%d", pgMaxConnections), "-c", "shared_buffers=256MB"))
-	if err != nil {
-		return nil, err
-	}
-	if err := waitAccepting(addr, exited); err != nil {
+	// -w: pg_ctl returns once the server accepts logins (at most -t seconds).
+	if err := command("pg_ctl", "start", "-w", "-t", "30", "-D", data, "-l", filepath.Join(dir, "postgres.log"), "-o",
+		fmt.Sprintf("-k %s -h 127.0.0.1 -p %s -c max_connections=%d -c shared_buffers=256MB ", dir, port, pgMaxConnections)+
+			"-c fsync=off -c synchronous_commit=off -c full_page_writes=off"); err != nil {
 		return nil, err
 	}
 	pg.url = fmt.Sprintf("postgres://postgres@%s/postgres?pool_max_conns=%d", addr, pgMaxConnections-100)
@@ -244,59 +241,6 @@ func postgresUser(dir string) (*syscall.Credential, error) {
 	return nil, fmt.Errorf("running as root, PostgreSQL runs as the postgres user: %w", err)
 }
 
-// serve starts the postgres server cmd, its log in pg.dir, and makes
-// pg.stop end it (a fast shutdown) and remove the files.
-func (pg *postgres) serve(cmd *exec.Cmd) (exited chan error, err error) {
-	logFile, err := os.Create(filepath.Join(pg.dir, "postgres.log"))
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) } // fast shutdown
-	cmd.WaitDelay = 10 * time.Second
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("starting postgres: %w", err)
-	}
-	exited = make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	pg.stop = func() {
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		logFile.Close()
-		os.RemoveAll(pg.dir)
-	}
-	return exited, nil
-}
-
-// waitAccepting waits up to 30 s for addr to accept connections, failing
-// early if the server exits (its exit is put back for pg.stop).
-func waitAccepting(addr string, exited chan error) error {
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			c.Close()
-			// PostgreSQL accepts TCP slightly before it accepts logins;
-			// FerretDB's pool retries, so a short pause is enough.
-			time.Sleep(500 * time.Millisecond)
-			return nil
-		}
-		select {
-		case err := <-exited:
-			exited <- err
-			return fmt.Errorf("postgres exited at start: %v", err)
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return errors.New("postgres did not accept connections within 30s")
-		}
-	}
-}
-
 func postgresBin() (string, error) {
 	if p, err := exec.LookPath("initdb"); err == nil {
 		if p, err = filepath.EvalSymlinks(p); err == nil {
@@ -306,5 +250,5 @@ func postgresBin() (string, error) {
 	if matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/postgres"); len(matches) > 0 {
 		return filepath.Dir(matches[len(matches)-1]), nil
 	}
-	return "", errors.New("no postgres and initdb binaries found (Debian: apt-get install postgresql)")
+	return "", errors.New("no initdb, pg_ctl and postgres binaries found (Debian: apt-get install postgresql)")
 }

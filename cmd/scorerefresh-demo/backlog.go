@@ -64,9 +64,20 @@ func (b *backlog) seed(ctx context.Context, db *mongo.Database, cfg config.Confi
 }
 
 // verify checks every user's stored score against the sum of their seeded
-// activity (the rules) or, with example, what the example scorers compute.
+// activity (the rules) or, with example, what the example scorers compute
+// from the source data the score was read at: two points per activity
+// document at or before refreshedAt plus their points.
 func verify(ctx context.Context, svc *app.Service, b *backlog, example bool, out io.Writer) error {
-	docs, err := readAll[scoring.ScoreDoc](ctx, svc.DB.Collection("user_scores"), "scores")
+	var docs []scoring.ScoreDoc
+	var activity []struct {
+		User   string        `bson:"username"`
+		Points bson.RawValue `bson:"points"`
+		At     time.Time     `bson:"at"`
+	}
+	err := readAll(ctx, svc.DB.Collection("user_scores"), "scores", &docs)
+	if err == nil && example {
+		err = readAll(ctx, svc.DB.Collection("user_activity"), "user_activity", &activity)
+	}
 	if err != nil {
 		return err
 	}
@@ -74,17 +85,26 @@ func verify(ctx context.Context, svc *app.Service, b *backlog, example bool, out
 	for _, d := range docs {
 		got[d.Username] = d
 	}
+	events, points := map[string]float64{}, map[string]float64{}
+	for _, a := range activity {
+		if d, ok := got[a.User]; ok && !a.At.After(d.RefreshedAt) {
+			p, _ := a.Points.AsFloat64OK()
+			events[a.User]++
+			points[a.User] += p
+		}
+	}
 	check := func(user string) string {
-		if d, ok := got[user]; !ok || math.Abs(d.Score-b.want[user]) > 1e-9 {
+		d, ok := got[user]
+		switch want := 2*events[user] + points[user]; {
+		case !example && (!ok || math.Abs(d.Score-b.want[user]) > 1e-9):
 			return fmt.Sprintf("scored %v, want %v", d.Score, b.want[user])
+		case example && (!ok || math.Abs(d.Score-want) > 1e-9 || d.Components["events"] != events[user] || math.Abs(d.Components["points"]-points[user]) > 1e-9):
+			return fmt.Sprintf("scored %v %v, want %v (events %v, points %v)", d.Score, d.Components, want, events[user], points[user])
 		}
 		return ""
 	}
 	done := "the sum of their seeded activity"
 	if example {
-		if check, err = exampleCheck(ctx, svc, got); err != nil {
-			return err
-		}
 		done = "the example scorer's (2 per activity document plus its points)"
 	}
 	wrong := 0
@@ -103,48 +123,16 @@ func verify(ctx context.Context, svc *app.Service, b *backlog, example bool, out
 	return nil
 }
 
-// exampleCheck compares a user's stored score with what the example scorers
-// compute from the source data the score was read at: two points per
-// activity document at or before refreshedAt plus their points.
-func exampleCheck(ctx context.Context, svc *app.Service, got map[string]scoring.ScoreDoc) (func(string) string, error) {
-	type activityDoc struct {
-		User   string        `bson:"username"`
-		Points bson.RawValue `bson:"points"`
-		At     time.Time     `bson:"at"`
-	}
-	activity, err := readAll[activityDoc](ctx, svc.DB.Collection("user_activity"), "user_activity")
-	if err != nil {
-		return nil, err
-	}
-	events, points := map[string]float64{}, map[string]float64{}
-	for _, a := range activity {
-		if d, ok := got[a.User]; ok && !a.At.After(d.RefreshedAt) {
-			p, _ := a.Points.AsFloat64OK()
-			events[a.User]++
-			points[a.User] += p
-		}
-	}
-	return func(user string) string {
-		d, ok := got[user]
-		want := 2*events[user] + points[user]
-		if !ok || math.Abs(d.Score-want) > 1e-9 || d.Components["events"] != events[user] || math.Abs(d.Components["points"]-points[user]) > 1e-9 {
-			return fmt.Sprintf("scored %v %v, want %v (events %v, points %v)", d.Score, d.Components, want, events[user], points[user])
-		}
-		return ""
-	}, nil
-}
-
-// readAll reads every document of coll, what naming it in the error.
-func readAll[T any](ctx context.Context, coll *mongo.Collection, what string) ([]T, error) {
-	var docs []T
+// readAll reads every document of coll into docs, what naming it in the error.
+func readAll(ctx context.Context, coll *mongo.Collection, what string, docs any) error {
 	cur, err := coll.Find(ctx, bson.D{})
 	if err == nil {
-		err = cur.All(ctx, &docs)
+		err = cur.All(ctx, docs)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading %s to verify: %w", what, err)
+		return fmt.Errorf("reading %s to verify: %w", what, err)
 	}
-	return docs, nil
+	return nil
 }
 
 // progress prints one line a second while the queue drains.

@@ -65,28 +65,29 @@ func withScorerExample(ctx context.Context, cfg *config.Config, which scorerExam
 	if err != nil {
 		return nil, nil, err
 	}
+	tmp, err := os.MkdirTemp("", "scorerefresh-demo-") // the Go scorer's binary
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(tmp)
+		}
+	}()
 	var cmd *exec.Cmd
-	tmp := ""
 	switch which {
 	case exampleNode:
 		cmd, err = nodeScorer(ctx, filepath.Join(root, "examples", "nodescorer"), stderr)
 	case exampleGo:
-		cmd, tmp, err = goScorer(ctx)
-	}
-	removeTmp := func() {
-		if tmp != "" {
-			_ = os.RemoveAll(tmp)
-		}
+		cmd, err = goScorer(ctx, tmp)
 	}
 	if err != nil {
-		removeTmp()
 		return nil, nil, err
 	}
 	token := rand.Text()
 	p, err := examplescorer.Start(ctx, cmd, []string{"MONGODB_URI=" + uri, "MONGODB_DATABASE=" + cfg.Database,
 		"SCORER_TOKEN=" + token, "PORT=0", "LISTEN=127.0.0.1"}, stderr)
 	if err != nil {
-		removeTmp()
 		return nil, nil, fmt.Errorf("the %s example scorer: %w (its log is above)", which, err)
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
@@ -96,7 +97,7 @@ func withScorerExample(ctx context.Context, cfg *config.Config, which scorerExam
 	}()
 	cfg.ScorerURL, cfg.ScorerToken = p.URL+"/score", token
 	fmt.Fprintf(stdout, "the %s example scorer at %s computes the scores\n", which, cfg.ScorerURL)
-	return runCtx, func() { p.Stop(); removeTmp() }, nil
+	return runCtx, func() { p.Stop(); _ = os.RemoveAll(tmp) }, nil
 }
 
 // scorerExitError ends the context of withScorerExample.
@@ -131,20 +132,13 @@ func nodeScorer(ctx context.Context, dir string, stderr io.Writer) (*exec.Cmd, e
 	return cmd, nil
 }
 
-// goScorer builds examples/httpscorer into a temporary directory, tmp.
-func goScorer(ctx context.Context) (_ *exec.Cmd, tmp string, _ error) {
+// goScorer builds examples/httpscorer into dir.
+func goScorer(ctx context.Context, dir string) (*exec.Cmd, error) {
 	if _, err := exec.LookPath("go"); err != nil {
-		return nil, "", errors.New("--scorer-example go builds examples/httpscorer: it needs go on PATH")
+		return nil, errors.New("--scorer-example go builds examples/httpscorer: it needs go on PATH")
 	}
-	tmp, err := os.MkdirTemp("", "scorerefresh-demo-")
-	if err != nil {
-		return nil, "", fmt.Errorf("building examples/httpscorer: %w", err)
-	}
-	bin, err := examplescorer.BuildGo(ctx, tmp)
-	if err != nil {
-		return nil, tmp, err
-	}
-	return exec.Command(bin), tmp, nil
+	bin, err := examplescorer.BuildGo(ctx, dir)
+	return exec.Command(bin), err
 }
 
 // repoRoot is the repository holding examples/: the working directory or

@@ -95,7 +95,7 @@ func TestScorerExampleSaysWhatIsMissing(t *testing.T) {
 	if _, err := nodeScorer(t.Context(), t.TempDir(), io.Discard); err == nil || !strings.Contains(err.Error(), "needs node (20 or later) and npm on PATH") {
 		t.Errorf("node missing: %v", err)
 	}
-	if _, _, err := goScorer(t.Context()); err == nil || !strings.Contains(err.Error(), "needs go on PATH") {
+	if _, err := goScorer(t.Context(), t.TempDir()); err == nil || !strings.Contains(err.Error(), "needs go on PATH") {
 		t.Errorf("go missing: %v", err)
 	}
 }

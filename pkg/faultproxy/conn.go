@@ -259,10 +259,7 @@ type loadModel struct {
 func (m loadModel) delay(d direction, busy int) time.Duration {
 	if m.fn != nil {
 		u, dn := m.fn(busy)
-		if d == up {
-			return max(u, 0)
-		}
-		return max(dn, 0)
+		return max([2]time.Duration{u, dn}[d], 0)
 	}
 	// The slope lands on requests only: holding a request back is how a
 	// slower server looks from outside, and it keeps the connection busy for
