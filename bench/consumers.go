@@ -32,7 +32,6 @@ import (
 	"github.com/scorerefresh/scorerefresh/metrics"
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
 	"github.com/scorerefresh/scorerefresh/pkg/faultproxy"
-	"github.com/scorerefresh/scorerefresh/queuestate"
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
@@ -53,10 +52,6 @@ const (
 //
 //go:embed rules
 var rulesFS embed.FS
-
-// activityPerDoc is what each user_activity document adds to a score
-// besides its points, in both scorers reading it.
-const activityPerDoc = 2
 
 // rulesFile writes the rules of scorer into the results (the service loads
 // them as SCORING_RULES) and returns its path.
@@ -247,7 +242,8 @@ func (b *Bench) seed(ctx context.Context, db *mongo.Database, row Row) (*seeded,
 	s := &seeded{queue: db.Collection(cfg.QueueCollection)}
 	if row.Scorer == scorerActivity || row.Scorer == scorerHTTP {
 		var docs []any
-		docs, s.want = backlog.Activity(entries, userName, rnd, activityPerDoc)
+		// 2: what each document adds to a score besides its points, in both scorers reading them.
+		docs, s.want = backlog.Activity(entries, userName, rnd, 2)
 		err = insertAll(ctx, db.Collection("user_activity"), docs)
 	} else {
 		err = b.seedSources(ctx, db)
@@ -309,18 +305,6 @@ func insertAll(ctx context.Context, coll *mongo.Collection, docs []any) error {
 	return nil
 }
 
-// sample reads the queue's depth and oldest age on the direct connection;
-// a failed read leaves them at 0: the timeline stays regular.
-func (b *Bench) sample(ctx context.Context, queue *mongo.Collection, elapsed time.Duration, done float64, arrived int64) sample {
-	s := sample{T: math.Round(elapsed.Seconds()*100) / 100, Done: done, Arrived: arrived}
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if st, err := queuestate.New(queue, nil).Read(sctx); err == nil {
-		s.Depth, s.OldestAge = st.Depth, st.OldestAge(time.Now()).Seconds()
-	}
-	return s
-}
-
 // verifyScores checks every user's stored score against want.
 func verifyScores(ctx context.Context, db *mongo.Database, want map[string]float64) (checked, wrong int, err error) {
 	var docs []scoring.ScoreDoc
@@ -328,17 +312,14 @@ func verifyScores(ctx context.Context, db *mongo.Database, want map[string]float
 	if err == nil {
 		err = cur.All(ctx, &docs)
 	}
+	wrong = len(want)
+	for _, d := range docs { // one per user: the username is the _id
+		if w, ok := want[d.Username]; ok && math.Abs(d.Score-w) <= 1e-9 {
+			wrong--
+		}
+	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("reading scores to verify: %w", err)
-	}
-	got := map[string]float64{}
-	for _, d := range docs {
-		got[d.Username] = d.Score
-	}
-	for user, w := range want {
-		if g, ok := got[user]; !ok || math.Abs(g-w) > 1e-9 {
-			wrong++
-		}
 	}
 	return len(want), wrong, nil
 }
@@ -411,20 +392,19 @@ func (b *Bench) startReference(ctx context.Context, r *running, cfg config.Confi
 	r.figures = func() (float64, float64, float64, float64) {
 		return float64(ref.covered.Load()), float64(ref.refreshes.Load()), 0, 0
 	}
-	r.run.Go(func() error { ref.drain(ctx); return nil })
+	r.run.Go(func() error {
+		for ctx.Err() == nil {
+			n, err := ref.pollOnce(ctx)
+			if err != nil && ctx.Err() == nil {
+				ref.log.Warn("reference poll failed", "err", err)
+			}
+			if n == 0 || err != nil {
+				_ = clock.Sleep(ctx, clock.Real{}, ref.poll)
+			}
+		}
+		return nil
+	})
 	return nil
-}
-
-func (r *reference) drain(ctx context.Context) {
-	for ctx.Err() == nil {
-		n, err := r.pollOnce(ctx)
-		if err != nil && ctx.Err() == nil {
-			r.log.Warn("reference poll failed", "err", err)
-		}
-		if n == 0 || err != nil {
-			_ = clock.Sleep(ctx, clock.Real{}, r.poll)
-		}
-	}
 }
 
 // pollOnce processes one batch and returns how many entries it held.

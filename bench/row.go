@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/scorerefresh/scorerefresh/internal/backlog"
+	"github.com/scorerefresh/scorerefresh/queuestate"
 )
 
 // Row is one scenario: what is queued, what arrives, who drains it, in what
@@ -149,13 +150,8 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 		return nil, err
 	}
 	res.Seconds, res.Produced = end.Seconds(), arrived.Load()
-	return b.finish(ctx, res, c, rec, seeded, db, prodErr)
-}
-
-// finish reads a row's figures once it is over: the consumer's counters
-// and capacity estimate, then, after its shutdown flush (which belongs to
-// the run), the commands, the rates and the scores.
-func (b *Bench) finish(ctx context.Context, res *Result, c *running, rec *recorder, seeded *seeded, db *mongo.Database, prodErr error) (*Result, error) {
+	// The consumer's counters and capacity estimate, then, after its shutdown
+	// flush (which belongs to the run), the commands, the rates and the scores.
 	res.Done, res.Refreshes, res.DeadLettered, res.Capacity = c.figures()
 	if err := c.stop(); err != nil {
 		b.logf("  (consumer stopped with: %v)", err)
@@ -194,7 +190,7 @@ func (b *Bench) finish(ctx context.Context, res *Result, c *running, rec *record
 func (b *Bench) watch(ctx context.Context, row Row, c *running, seeded *seeded, res *Result, arrived *atomic.Int64) (time.Duration, error) {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	steps := row.Steps
+	steps, queue := row.Steps, queuestate.New(seeded.queue, nil)
 	every := max(100*time.Millisecond, min(time.Second, cmp.Or(row.Max, row.For)/100))
 	start, nextSample, nextLog := time.Now(), time.Duration(0), 10*time.Second
 	for {
@@ -218,7 +214,14 @@ func (b *Bench) watch(ctx context.Context, row Row, c *running, seeded *seeded, 
 		capped := row.Max > 0 && elapsed >= row.Max && (done > 0 || !b.cfg.Short || elapsed >= row.Max+30*time.Second)
 		over := drained && elapsed >= row.For || capped
 		if elapsed >= nextSample || over {
-			s := b.sample(ctx, seeded.queue, elapsed, done, arrived.Load())
+			// On the direct connection; a failed read leaves the depth and age
+			// at 0: the timeline stays regular.
+			s := sample{T: math.Round(elapsed.Seconds()*100) / 100, Done: done, Arrived: arrived.Load()}
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if st, err := queue.Read(sctx); err == nil {
+				s.Depth, s.OldestAge = st.Depth, st.OldestAge(time.Now()).Seconds()
+			}
+			cancel()
 			res.Samples = append(res.Samples, s)
 			nextSample = elapsed + every
 			if elapsed >= nextLog {

@@ -187,27 +187,20 @@ func (p *progress) summary(entries, users int) {
 		metrics.Read(m.OCCConflicts),
 		metrics.Read(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonMalformed))+metrics.Read(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonMaxAttempts))+
 			metrics.Read(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonTooLarge)))
-	p.commands(acked)
+	// The MongoDB round trips by command, per acknowledged entry.
+	if mfs, err := p.svc.Registry.Gather(); err == nil {
+		fmt.Fprint(p.out, "MongoDB commands (count, total server+network time):")
+		total := 0.0
+		for _, mf := range mfs {
+			if mf.GetName() == "scorerefresh_mongo_command_duration_seconds" {
+				for _, m := range mf.GetMetric() {
+					h := m.GetHistogram()
+					total += float64(h.GetSampleCount())
+					fmt.Fprintf(p.out, " %s %d/%.1fs", m.GetLabel()[0].GetValue(), h.GetSampleCount(), h.GetSampleSum())
+				}
+			}
+		}
+		fmt.Fprintf(p.out, "; %.2f per entry\n", total/math.Max(acked, 1))
+	}
 	fmt.Fprintln(p.out, "(the progress line's counters are approximate: a line shows the entries acknowledged in that second, in flushes of up to 100 users)")
-}
-
-// commands prints the MongoDB round trips by command, per acknowledged entry.
-func (p *progress) commands(acked float64) {
-	mfs, err := p.svc.Registry.Gather()
-	if err != nil {
-		return
-	}
-	fmt.Fprint(p.out, "MongoDB commands (count, total server+network time):")
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != "scorerefresh_mongo_command_duration_seconds" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			h := m.GetHistogram()
-			total += float64(h.GetSampleCount())
-			fmt.Fprintf(p.out, " %s %d/%.1fs", m.GetLabel()[0].GetValue(), h.GetSampleCount(), h.GetSampleSum())
-		}
-	}
-	fmt.Fprintf(p.out, "; %.2f per entry\n", total/math.Max(acked, 1))
 }

@@ -149,7 +149,7 @@ func demo(ctx context.Context, cfg config.Config, o demoOptions, stdout, stderr 
 	if runErr := <-done; runErr != nil && err == nil {
 		err = runErr
 	}
-	if exited := scorerExited(ctx); exited != nil && (err != nil || !drained) {
+	if exited, ok := context.Cause(ctx).(scorerExitError); ok && (err != nil || !drained) {
 		return exited
 	}
 	if err != nil {

@@ -100,17 +100,9 @@ func withScorerExample(ctx context.Context, cfg *config.Config, which scorerExam
 	return runCtx, func() { p.Stop(); _ = os.RemoveAll(tmp) }, nil
 }
 
-// scorerExitError ends the context of withScorerExample.
+// scorerExitError ends the context of withScorerExample: the example
+// scorer exited (not an interrupt).
 type scorerExitError struct{ error }
-
-// scorerExited is why the drain of ctx stopped if the example scorer exited
-// under it, nil otherwise (an interrupt, or no example scorer).
-func scorerExited(ctx context.Context) error {
-	if exited, ok := context.Cause(ctx).(scorerExitError); ok {
-		return exited
-	}
-	return nil
-}
 
 // nodeScorer is `node server.js`, after `npm ci` if its driver is not
 // installed yet.

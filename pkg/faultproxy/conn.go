@@ -48,13 +48,15 @@ func (q *queue) push(ch chunk) {
 	}
 }
 
-// next waits for the oldest chunk, which stays queued until pop; false
-// means done closed first.
+// next takes the oldest chunk, waiting for one; false means done closed
+// first.
 func (q *queue) next(done <-chan struct{}) (chunk, bool) {
 	for {
 		q.mu.Lock()
 		if len(q.chunks) > 0 {
 			ch := q.chunks[0]
+			q.chunks[0] = chunk{} // let the bytes go
+			q.chunks = q.chunks[1:]
 			q.mu.Unlock()
 			return ch, true
 		}
@@ -65,13 +67,6 @@ func (q *queue) next(done <-chan struct{}) (chunk, bool) {
 			return chunk{}, false
 		}
 	}
-}
-
-func (q *queue) pop() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.chunks[0] = chunk{} // let the bytes go
-	q.chunks = q.chunks[1:]
 }
 
 // serve dials the target for c and pumps bytes both ways until c closes.
@@ -163,7 +158,6 @@ func (p *Proxy) write(c *conn, dst net.Conn, q *queue, d direction) {
 			return
 		}
 		p.bytes[d].Add(int64(len(ch.data)))
-		q.pop()
 	}
 }
 

@@ -162,8 +162,8 @@ func (p *Proxy) Cut() int {
 		}
 	}
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.stats.Cut += int64(n)
-	p.mu.Unlock()
 	return n
 }
 
@@ -195,10 +195,9 @@ func (p *Proxy) Restore() {
 // Stats returns the proxy's counts. It stays valid after Close.
 func (p *Proxy) Stats() Stats {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	s := p.stats
-	s.Active = len(p.conns)
-	s.Busy = p.busy
-	p.mu.Unlock()
+	s.Active, s.Busy = len(p.conns), p.busy
 	s.BytesUp, s.BytesDown = p.bytes[up].Load(), p.bytes[down].Load()
 	return s
 }
