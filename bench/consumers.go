@@ -409,19 +409,16 @@ func (b *Bench) startReference(ctx context.Context, r *running, cfg config.Confi
 
 // pollOnce processes one batch and returns how many entries it held.
 func (r *reference) pollOnce(ctx context.Context) (int, error) {
-	cur, err := r.queue.Find(ctx, bson.D{},
-		options.Find().
-			SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
-			SetLimit(ReferenceBatch).SetBatchSize(ReferenceBatch).
-			SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}}))
-	if err != nil {
-		return 0, err
-	}
 	var batch []struct {
 		ID       bson.RawValue `bson:"_id"`
 		Username string        `bson:"username"`
 	}
-	if err := cur.All(ctx, &batch); err != nil {
+	cur, err := r.queue.Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
+		SetLimit(ReferenceBatch).SetBatchSize(ReferenceBatch).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "username", Value: 1}}))
+	if err == nil {
+		err = cur.All(ctx, &batch)
+	}
+	if err != nil {
 		return 0, err
 	}
 	// Coalesce by username, users in order of their oldest entry.
@@ -449,9 +446,7 @@ func (r *reference) pollOnce(ctx context.Context) (int, error) {
 		ack = append(ack, ids[u]...)
 	}
 	if len(ack) > 0 {
-		if _, err := r.queue.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ack}}}}); err != nil {
-			return len(batch), err
-		}
+		_, err = r.queue.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ack}}}})
 	}
-	return len(batch), nil
+	return len(batch), err
 }

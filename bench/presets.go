@@ -72,8 +72,7 @@ var presets = []preset{
 		spec := backlog.Spec{Shape: backlog.Distinct, Entries: pick(s, 20000, 100), Users: pick(s, 20000, 100)}
 		base := Row{Name: "storm-none", Backlog: spec, Replicas: pick(s, 3, 2), RTT: 2 * time.Millisecond, Scorer: scorerInstant, Max: pick(s, 40*time.Minute, 30*time.Second)}
 		storm := base
-		storm.Name = "storm"
-		storm.Steps = []Step{{RTT: base.RTT, Fail: true}, {At: pick(s, 60*time.Second, 1500*time.Millisecond), RTT: base.RTT}}
+		storm.Name, storm.Steps = "storm", []Step{{RTT: base.RTT, Fail: true}, {At: pick(s, 60*time.Second, 1500*time.Millisecond), RTT: base.RTT}}
 		return []Row{base, storm}
 	}},
 	{"batched", func(s size) []Row { // per-user recompute against batches of users
@@ -221,26 +220,23 @@ func presetNames() (names []string) {
 // selectRows is the rows of the named presets, only those named in rows
 // when it is not empty.
 func selectRows(names, rows []string, short bool) ([]Row, error) {
-	var out, all []Row
+	var out []Row
+	var known []string
 	for _, p := range presets {
 		if !slices.Contains(names, p.name) {
 			continue
 		}
 		for _, r := range p.rows(size(short)) {
 			r.Preset = p.name
-			all = append(all, r)
-		}
-	}
-	var known []string
-	for _, r := range all {
-		if short && r.Consumer != consumerReference {
-			// A smoke row runs until its work is done (the race detector and a loaded
-			// machine slow it tenfold): every row must drain what it was given.
-			r.Max = r.For + 2*time.Minute
-		}
-		known = append(known, r.Name)
-		if len(rows) == 0 || slices.Contains(rows, r.Name) {
-			out = append(out, r)
+			if short && r.Consumer != consumerReference {
+				// A smoke row runs until its work is done (the race detector and a loaded
+				// machine slow it tenfold): every row must drain what it was given.
+				r.Max = r.For + 2*time.Minute
+			}
+			known = append(known, r.Name)
+			if len(rows) == 0 || slices.Contains(rows, r.Name) {
+				out = append(out, r)
+			}
 		}
 	}
 	for _, name := range rows {

@@ -70,12 +70,10 @@ func (b *Bench) startOnPostgres(ctx context.Context, pgURL string) (*server, err
 		version = "PostgreSQL at " + u.Redacted()
 	}
 	if pgURL == "" {
-		pg, err := startPostgres()
-		if err != nil {
+		var err error
+		if pgURL, version, err = b.startPostgres(); err != nil {
 			return nil, err
 		}
-		b.closers = append(b.closers, pg.stop)
-		pgURL, version = pg.url, pg.version+" (throwaway cluster in "+pg.dir+", fsync off)"
 	}
 	f, err := ferretdb.New(&ferretdb.Config{Listener: ferretdb.ListenerConfig{TCP: "127.0.0.1:0"}, Handler: "postgresql",
 		PostgreSQLURL: pgURL, Logger: slog.New(slog.DiscardHandler)})
@@ -151,21 +149,15 @@ func splitMongoURI(uri string) (addr string, viaProxy func(string) string, err e
 // every command) with MAX_USERS_IN_FLIGHT in the hundreds.
 const pgMaxConnections = 800
 
-// postgres is a throwaway PostgreSQL cluster started for one bench run.
-type postgres struct {
-	url, dir, version string
-	stop              func()
-}
-
-// startPostgres runs initdb and pg_ctl from PATH (or Debian's
-// /usr/lib/postgresql/*/bin) under /dev/shm on a free loopback port, durability
-// off (a benchmark of the consumer, not the disk); as root, as the "postgres"
-// user, since PostgreSQL refuses root. pg.stop ends it (a fast shutdown) and
-// removes its files.
-func startPostgres() (_ *postgres, err error) {
+// startPostgres runs a throwaway cluster with initdb and pg_ctl from PATH (or
+// Debian's /usr/lib/postgresql/*/bin) under /dev/shm on a free loopback port,
+// durability off (a benchmark of the consumer, not the disk); as root, as the
+// "postgres" user, since PostgreSQL refuses root. b.closers stop it (a fast
+// shutdown) and remove its files.
+func (b *Bench) startPostgres() (pgURL, version string, err error) {
 	bin, err := postgresBin()
 	if err != nil {
-		return nil, err
+		return "", "", err
 	}
 	root := os.TempDir()
 	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
@@ -173,12 +165,12 @@ func startPostgres() (_ *postgres, err error) {
 	}
 	dir, err := os.MkdirTemp(root, "scorerefresh-bench-pg-*")
 	if err != nil {
-		return nil, err
+		return "", "", err
 	}
+	b.closers = append(b.closers, func() { os.RemoveAll(dir) })
 	cred, err := postgresUser(dir)
 	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
+		return "", "", err
 	}
 	command := func(name string, args ...string) error {
 		cmd := exec.Command(filepath.Join(bin, name), args...)
@@ -189,39 +181,33 @@ func startPostgres() (_ *postgres, err error) {
 		return nil
 	}
 	data := filepath.Join(dir, "data")
-	pg := &postgres{dir: dir, stop: func() {
-		if command("pg_ctl", "stop", "-D", data, "-m", "fast", "-w") != nil {
-			_ = command("pg_ctl", "stop", "-D", data, "-m", "immediate")
-		}
-		os.RemoveAll(dir)
-	}}
-	defer func() {
-		if err != nil {
-			pg.stop()
-		}
-	}()
 	if err := command("initdb", "-D", data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"); err != nil {
-		return nil, err
+		return "", "", err
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0") // a free port
 	if err != nil {
-		return nil, err
+		return "", "", err
 	}
 	addr := l.Addr().String()
 	l.Close()
 	_, port, _ := net.SplitHostPort(addr)
+	b.closers = append(b.closers, func() {
+		if command("pg_ctl", "stop", "-D", data, "-m", "fast", "-w") != nil {
+			_ = command("pg_ctl", "stop", "-D", data, "-m", "immediate")
+		}
+	})
 	// -w: pg_ctl returns once the server accepts logins (at most -t seconds).
 	if err := command("pg_ctl", "start", "-w", "-t", "30", "-D", data, "-l", filepath.Join(dir, "postgres.log"), "-o",
 		fmt.Sprintf("-k %s -h 127.0.0.1 -p %s -c max_connections=%d -c shared_buffers=256MB ", dir, port, pgMaxConnections)+
 			"-c fsync=off -c synchronous_commit=off -c full_page_writes=off"); err != nil {
-		return nil, err
+		return "", "", err
 	}
-	pg.url = fmt.Sprintf("postgres://postgres@%s/postgres?pool_max_conns=%d", addr, pgMaxConnections-100)
-	pg.version = "PostgreSQL"
+	version = "PostgreSQL"
 	if out, err := exec.Command(filepath.Join(bin, "postgres"), "--version").Output(); err == nil {
-		pg.version += " " + strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "postgres (PostgreSQL) "))
+		version += " " + strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "postgres (PostgreSQL) "))
 	}
-	return pg, nil
+	return fmt.Sprintf("postgres://postgres@%s/postgres?pool_max_conns=%d", addr, pgMaxConnections-100),
+		version + " (throwaway cluster in " + dir + ", fsync off)", nil
 }
 
 // postgresUser is who PostgreSQL runs as: this process (nil), or the

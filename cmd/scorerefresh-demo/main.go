@@ -69,18 +69,6 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil || takeScorerExampleArg(fs, &o.scorer) != nil {
 		return 2
 	}
-	if *cpuProf != "" {
-		f, err := os.Create(*cpuProf)
-		if err == nil {
-			defer f.Close()
-			err = pprof.StartCPUProfile(f)
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "scorerefresh-demo: %v\n", err)
-			return 2
-		}
-		defer pprof.StopCPUProfile()
-	}
 	if o.entries <= 0 || o.users <= 0 || o.firehose < 0 || o.firehose > 1 {
 		fmt.Fprintln(stderr, "scorerefresh-demo: -entries and -users must be positive, -firehose within [0, 1]")
 		return 2
@@ -92,6 +80,14 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	cfg, err := config.Parse(environ)
 	if err == nil && o.scorer != "" && (cfg.ScoringRules != "" || cfg.ScorerURL != "") {
 		err = errors.New("--scorer-example brings its own scorer: unset SCORING_RULES and SCORER_URL")
+	}
+	if err == nil && *cpuProf != "" {
+		var f *os.File
+		if f, err = os.Create(*cpuProf); err == nil {
+			defer f.Close()
+			err = pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "scorerefresh-demo: %v\n", err)

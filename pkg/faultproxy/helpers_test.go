@@ -33,7 +33,8 @@ func setup(t *testing.T, cfg Config) *testBundle {
 		cfg.Target = startEcho(t)
 	}
 	signals := newTestSignals()
-	p, err := start(t.Context(), cfg, signals.chunkQueued)
+	cfg.onQueued = signals.chunkQueued
+	p, err := Start(t.Context(), cfg)
 	if err != nil {
 		t.Fatalf("starting proxy: %v", err)
 	}

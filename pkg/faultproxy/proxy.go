@@ -30,10 +30,10 @@ type Config struct {
 	// DelayFunc replaces LoadSlope (setting both is an error): called for
 	// every chunk, concurrently, with the busy connections (the chunk's own
 	// included when busy), it returns the extra delay of each direction.
-	DelayFunc   func(busy int) (up, down time.Duration)
-	Clock       clock.Clock   // measures delays; default the wall clock
-	DialTimeout time.Duration // bounds each dial to Target; default 5 s
-	ReadSize    int           // the most bytes read at once, and so the largest chunk
+	DelayFunc func(busy int) (up, down time.Duration)
+	Clock     clock.Clock              // measures delays; default the wall clock
+	ReadSize  int                      // the most bytes read at once, and so the largest chunk
+	onQueued  func(d direction, n int) // a test's hook: n bytes queued in d
 }
 
 // Stats counts what the proxy has done since it started.
@@ -56,7 +56,7 @@ type Proxy struct {
 	clock    clock.Clock
 	load     loadModel
 	size     int
-	onQueued func(d direction, n int) // a test's hook: n bytes queued in d
+	onQueued func(direction, int)
 
 	ctx       context.Context // ends at Close; bounds dials
 	cancel    context.CancelFunc
@@ -80,10 +80,6 @@ type Proxy struct {
 // Start listens on cfg.Listen and forwards every connection to cfg.Target
 // until Close or until ctx ends (with testing.T.Context: the test returns).
 func Start(ctx context.Context, cfg Config) (*Proxy, error) {
-	return start(ctx, cfg, nil)
-}
-
-func start(ctx context.Context, cfg Config, onQueued func(direction, int)) (*Proxy, error) {
 	if cfg.Target == "" {
 		return nil, errors.New("config: Target is required")
 	}
@@ -103,11 +99,11 @@ func start(ctx context.Context, cfg Config, onQueued func(direction, int)) (*Pro
 	p := &Proxy{
 		ln:       ln,
 		target:   cfg.Target,
-		dialer:   net.Dialer{Timeout: cmp.Or(cfg.DialTimeout, 5*time.Second)},
+		dialer:   net.Dialer{Timeout: 5 * time.Second},
 		clock:    clock.Or(cfg.Clock),
 		load:     loadModel{slope: cfg.LoadSlope, fn: cfg.DelayFunc},
 		size:     cmp.Or(cfg.ReadSize, ReadSizeDefault),
-		onQueued: onQueued,
+		onQueued: cfg.onQueued,
 		ctx:      pctx,
 		cancel:   cancel,
 		conns:    map[*conn]struct{}{},
