@@ -210,7 +210,6 @@ func (b *Bench) setUp(ctx context.Context) (err error) {
 	return err
 }
 
-// nextDatabase names the next row's fresh database.
 func (b *Bench) nextDatabase(name string) string {
 	b.runs++
 	return fmt.Sprintf("bench%s_%02d_%s", b.runID, b.runs, strings.NewReplacer("-", "_", ".", "_").Replace(name))

@@ -9,11 +9,11 @@ import (
 	"maps"
 	"math"
 	"math/rand/v2"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -295,7 +295,6 @@ func (b *Bench) seedSources(ctx context.Context, db *mongo.Database) error {
 	return err
 }
 
-// insertAll writes docs in batches of 1,000.
 func insertAll(ctx context.Context, coll *mongo.Collection, docs []any) error {
 	for i := 0; i < len(docs); i += 1000 {
 		if _, err := coll.InsertMany(ctx, docs[i:min(i+1000, len(docs))]); err != nil {
@@ -343,16 +342,12 @@ func (b *Bench) startHTTPScorer(ctx context.Context, db string, rtt time.Duratio
 	if err != nil {
 		return "", nil, err
 	}
-	u, err := url.Parse(p.URL)
-	if err == nil {
-		var proxy *faultproxy.Proxy
-		if proxy, err = faultproxy.Start(context.Background(), faultproxy.Config{Target: u.Host}); err == nil {
-			proxy.SetDelay(rtt/2, rtt/2)
-			return "http://" + proxy.Addr() + "/score", func() { proxy.Close(); p.Stop() }, nil
-		}
+	proxy, err := faultproxy.Start(context.Background(), faultproxy.Config{Target: strings.TrimPrefix(p.URL, "http://"), Up: rtt / 2, Down: rtt / 2})
+	if err != nil {
+		p.Stop()
+		return "", nil, err
 	}
-	p.Stop()
-	return "", nil, err
+	return "http://" + proxy.Addr() + "/score", func() { proxy.Close(); p.Stop() }, nil
 }
 
 // ReferenceBatch is how many of the oldest entries the replaced consumer took per poll.

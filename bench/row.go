@@ -298,7 +298,6 @@ func (b *Bench) produce(ctx context.Context, queue *mongo.Collection, row Row, s
 	}
 }
 
-// userName is the i-th user of the bench.
 func userName(i int) string { return fmt.Sprintf("user-%05d", i) }
 
 // Report is one run: results.json holds it, report.md shows it.
@@ -333,7 +332,6 @@ func (t target) verdict() string {
 	return map[bool]string{true: "met", false: "MISS"}[t.Met]
 }
 
-// find is the result of preset's row run by consumer, or nil.
 func (r *Report) find(preset, row, consumer string) *Result {
 	for _, x := range r.Results {
 		if x.Preset == preset && x.Name == row && x.Consumer == consumer {
@@ -406,7 +404,6 @@ func recovered(s []sample, at, restore float64) (pre, back float64) {
 	return pre, -1
 }
 
-// write writes results.json and report.md to dir.
 func (r *Report) write(dir string) error {
 	data, err := json.MarshalIndent(r, "", "  ")
 	if err == nil {

@@ -69,16 +69,15 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil || takeScorerExampleArg(fs, &o.scorer) != nil {
 		return 2
 	}
-	if o.entries <= 0 || o.users <= 0 || o.firehose < 0 || o.firehose > 1 {
-		fmt.Fprintln(stderr, "scorerefresh-demo: -entries and -users must be positive, -firehose within [0, 1]")
-		return 2
-	}
 	// The rest of the service's configuration comes from the environment as
 	// in production (REFRESH_CONCURRENCY=4 go run ./cmd/scorerefresh-demo),
 	// except where the demo must decide: its own server, a free metrics port.
 	environ = append(environ, "METRICS_ADDR=127.0.0.1:0", "LOG_LEVEL="+*logLevel, "POLL_INTERVAL=200ms")
 	cfg, err := config.Parse(environ)
-	if err == nil && o.scorer != "" && (cfg.ScoringRules != "" || cfg.ScorerURL != "") {
+	switch {
+	case o.entries <= 0 || o.users <= 0 || o.firehose < 0 || o.firehose > 1:
+		err = errors.New("-entries and -users must be positive, -firehose within [0, 1]")
+	case err == nil && o.scorer != "" && (cfg.ScoringRules != "" || cfg.ScorerURL != ""):
 		err = errors.New("--scorer-example brings its own scorer: unset SCORING_RULES and SCORER_URL")
 	}
 	if err == nil && *cpuProf != "" {

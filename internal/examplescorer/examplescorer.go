@@ -65,12 +65,10 @@ func Start(ctx context.Context, cmd *exec.Cmd, env []string, stderr io.Writer) (
 			<-p.Done
 			return nil, fmt.Errorf("%s exited before it listened: %v", cmd.Path, p.Err)
 		}
-		url, ok := strings.CutPrefix(l, "listening on ")
-		if !ok || url == "" {
+		if p.URL, ok = strings.CutPrefix(l, "listening on "); !ok || p.URL == "" {
 			p.Stop()
 			return nil, fmt.Errorf("%s printed %q, not where it listens", cmd.Path, l)
 		}
-		p.URL = url
 		return p, nil
 	case <-ctx.Done():
 		p.Stop()
