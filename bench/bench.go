@@ -1,8 +1,6 @@
 // Package bench measures scorerefresh, and the consumer it replaces, over a
-// table of scenarios (presets.go): each row a backlog from internal/backlog,
-// replicas, the service's environment, a scorer, fault steps for the latency
-// proxy, a producer rate and a cap, run in this process (wired by
-// internal/app as `scorerefresh run` wires it) on a fresh database.
+// table of scenarios (presets.go, each row a Row), run in this process (wired
+// by internal/app as `scorerefresh run` wires it) on a fresh database.
 // cmd/scorerefresh-bench is its command line; docs/performance.md says what
 // it measures. A run writes report.md and results.json.
 package bench

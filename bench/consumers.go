@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -302,25 +301,6 @@ func insertAll(ctx context.Context, coll *mongo.Collection, docs []any) error {
 		}
 	}
 	return nil
-}
-
-// verifyScores checks every user's stored score against want.
-func verifyScores(ctx context.Context, db *mongo.Database, want map[string]float64) (checked, wrong int, err error) {
-	var docs []scoring.ScoreDoc
-	cur, err := db.Collection("user_scores").Find(ctx, bson.D{})
-	if err == nil {
-		err = cur.All(ctx, &docs)
-	}
-	wrong = len(want)
-	for _, d := range docs { // one per user: the username is the _id
-		if w, ok := want[d.Username]; ok && math.Abs(d.Score-w) <= 1e-9 {
-			wrong--
-		}
-	}
-	if err != nil {
-		return 0, 0, fmt.Errorf("reading scores to verify: %w", err)
-	}
-	return len(want), wrong, nil
 }
 
 // pool is how many users the sources and the producers draw from.
