@@ -101,6 +101,7 @@ type running struct {
 	cancel  context.CancelFunc
 	run     errgroup.Group
 	closers []func(context.Context) // once run has ended, last first
+	recorder
 }
 
 func (r *running) stop() error {
@@ -117,9 +118,9 @@ func (r *running) stop() error {
 // startConsumer starts row's consumer: in-process instances of the service,
 // each with its own client, pool and registry (replicas sharing only the
 // queue), or the reference.
-func (b *Bench) startConsumer(ctx context.Context, db string, row Row, rec *recorder) (*running, error) {
+func (b *Bench) startConsumer(ctx context.Context, db string, row Row) (*running, error) {
 	runCtx, cancel := context.WithCancel(ctx)
-	r := &running{cancel: cancel}
+	r := &running{cancel: cancel, recorder: recorder{n: map[string]float64{}}}
 	r.failing.Store(len(row.Steps) > 0 && row.Steps[0].At == 0 && row.Steps[0].Fail) // from the first refresh on
 	var scorerURL string
 	if row.Scorer == scorerHTTP {
@@ -132,9 +133,9 @@ func (b *Bench) startConsumer(ctx context.Context, db string, row Row, rec *reco
 	}
 	cfg, rules, err := b.serviceConfig(db, row, scorerURL)
 	if err == nil && row.Consumer == consumerReference {
-		err = b.startReference(runCtx, r, cfg, rules, rec)
+		err = b.startReference(runCtx, r, cfg, rules)
 	} else if err == nil {
-		err = b.startService(ctx, runCtx, r, cfg, row, rec)
+		err = b.startService(ctx, runCtx, r, cfg, row)
 	}
 	if err != nil {
 		_ = r.stop()
@@ -143,7 +144,7 @@ func (b *Bench) startConsumer(ctx context.Context, db string, row Row, rec *reco
 	return r, nil
 }
 
-func (b *Bench) startService(ctx, runCtx context.Context, r *running, cfg config.Config, row Row, rec *recorder) error {
+func (b *Bench) startService(ctx, runCtx context.Context, r *running, cfg config.Config, row Row) error {
 	var svcs []*app.Service
 	r.closers = append(r.closers, func(ctx context.Context) {
 		for _, svc := range svcs {
@@ -151,7 +152,7 @@ func (b *Bench) startService(ctx, runCtx context.Context, r *running, cfg config
 		}
 	})
 	for range row.Replicas {
-		opts := app.Options{Logger: b.svcLog, Version: "bench", Monitor: rec.monitor(),
+		opts := app.Options{Logger: b.svcLog, Version: "bench", Monitor: r.monitor(),
 			WrapRefresher: func(inner consumer.Refresher) consumer.Refresher {
 				return &faultyScorer{inner: inner, failing: &r.failing, instant: row.Scorer == scorerInstant}
 			}}
@@ -349,14 +350,14 @@ type reference struct {
 }
 
 // startReference runs the reference in r on cfg's database, with a client of
-// its own configured as scorerefresh's (app.ClientOptions), counted by rec.
-func (b *Bench) startReference(ctx context.Context, r *running, cfg config.Config, rules *scoring.Rules, rec *recorder) error {
+// its own configured as scorerefresh's (app.ClientOptions).
+func (b *Bench) startReference(ctx context.Context, r *running, cfg config.Config, rules *scoring.Rules) error {
 	if rules == nil {
 		return errors.New("the reference computes rules only, not an HTTP scorer")
 	}
 	cfg.RefreshConcurrency = 1
 	m := metrics.NewMongo(metrics.NewRegistry())
-	client, err := mongo.Connect(app.ClientOptions(cfg, m).SetMonitor(m.CommandMonitor(rec.monitor())))
+	client, err := mongo.Connect(app.ClientOptions(cfg, m).SetMonitor(m.CommandMonitor(r.monitor())))
 	if err != nil {
 		return err
 	}

@@ -124,14 +124,13 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 	res := &Result{Row: row, Users: seeded.users}
 	b.logf("\n== %s/%s: %s, %d entries of %d users queued, %d replica(s), RTT %s, %s scorer, environment %v", row.Preset, row.Name, row.Consumer,
 		row.Backlog.Entries, res.Users, row.Replicas, row.RTT, row.Scorer, row.Env)
-	rec := &recorder{n: map[string]float64{}}
 	first := Step{RTT: row.RTT}
 	if len(row.Steps) > 0 && row.Steps[0].At == 0 {
 		first = row.Steps[0]
 	}
 	b.setFaults(first, nil)
 	defer b.setFaults(Step{}, nil)
-	c, err := b.startConsumer(ctx, db.Name(), row, rec)
+	c, err := b.startConsumer(ctx, db.Name(), row)
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +160,7 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 	if prodErr != nil {
 		return nil, fmt.Errorf("producer: %w", prodErr)
 	}
-	res.Commands = rec.counts()
+	res.Commands = c.counts()
 	commands := 0.0
 	for _, n := range res.Commands {
 		commands += n
