@@ -1,18 +1,21 @@
-// Package replaycmd is the part of `replay` that the production binary and
-// the demo build share: wiring the service to a replay, and `replay compare`.
-// Only where the MongoDB comes from differs between them (the demo can start
-// an embedded server; production cannot link one).
+// Package replaycmd is `replay` and `replay compare` for the production and
+// demo binaries, which differ only in where the MongoDB comes from.
 package replaycmd
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/scorerefresh/scorerefresh/internal/app"
 	"github.com/scorerefresh/scorerefresh/internal/cli"
 	"github.com/scorerefresh/scorerefresh/internal/config"
+	"github.com/scorerefresh/scorerefresh/pkg/redact"
 	"github.com/scorerefresh/scorerefresh/replay"
 )
 
@@ -20,10 +23,19 @@ import (
 // left: the backlog did not drain. 0, 1 (error) and 2 (usage) as usual.
 const ExitNotDrained = 3
 
-// Build names the binary running the replay, for messages and the report.
+// Build is the binary running the replay, named in messages and the report.
 type Build struct {
 	Name              string // e.g. "scorerefresh replay"
 	Version, Revision string
+	// Embedded starts a fresh embedded server for --embedded; nil in the
+	// production binary, which cannot link one.
+	Embedded func(context.Context) (Server, error)
+}
+
+// Server is an embedded MongoDB-compatible server.
+type Server interface {
+	URI() string
+	Close() error
 }
 
 const help = `usage: %[1]s --in FILE|DIR [--drain] [flags]
@@ -38,38 +50,53 @@ and writes a drain report (docs/replay.md). It reads the same environment as
 flags:
 `
 
-// ParseFlags reads replay's flags (the arguments after "replay") and checks
-// them. When ok is false the command stops with exit code code: 0 after the
-// help (on stdout), 2 after saying on stderr what is wrong.
-func ParseFlags(name string, args []string, stdout, stderr io.Writer) (o replay.Options, code int, ok bool) {
-	fs := cli.NewFlagSet(name, fmt.Sprintf(help, name), stderr)
+// Main is `replay` (args follow the word) and returns its exit code.
+func Main(b Build, args, environ []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "compare" {
+		return compare(b.Name+" compare", args[1:], stdout, stderr)
+	}
+	var o replay.Options
+	fs := cli.NewFlagSet(b.Name, fmt.Sprintf(help, b.Name), stderr)
 	o.Register(fs)
 	if code, ok := cli.Parse(fs, args, false, stdout); !ok {
-		return o, code, false
+		return code
 	}
 	if err := o.Validate(); err != nil {
-		return o, cli.Refuse(fs, "%v", err), false
+		return cli.Refuse(fs, "%v", err)
 	}
-	return o, 0, true
-}
-
-// ServiceConfig is the configuration of the replay's consumer: the
-// environment's, at the replay's log level, serving metrics only where
-// --metrics-addr asks (a replay often runs next to a service that holds
-// METRICS_ADDR). ok is false, after saying why on stderr, when it is wrong.
-func ServiceConfig(name string, environ []string, o replay.Options, stderr io.Writer) (cfg config.Config, ok bool) {
+	if o.Embedded && b.Embedded == nil {
+		fmt.Fprintln(stderr, b.Name+": --embedded is not in this binary: the production build does not link the embedded server.\n"+
+			"Run the demo build with the same flags instead:\n  go run ./cmd/scorerefresh-demo replay --embedded "+o.In)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	server := ""
+	if o.Embedded {
+		srv, err := b.Embedded(ctx)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", b.Name, err)
+			return 1
+		}
+		defer srv.Close()
+		environ = append(environ, "MONGODB_URI="+srv.URI())
+		server = "embedded FerretDB (SQLite)"
+		fmt.Fprintf(stdout, "embedded MongoDB-compatible server (FerretDB, SQLite) at %s\n", srv.URI())
+	}
+	// The environment's configuration, at the replay's log level, serving
+	// metrics only where --metrics-addr asks (a replay often runs next to a
+	// service that holds METRICS_ADDR).
 	cfg, err := config.Parse(append(environ, "LOG_LEVEL="+o.LogLevel))
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return cfg, false
+		fmt.Fprintf(stderr, "%s: %v\n", b.Name, err)
+		return 2
 	}
 	cfg.MetricsAddr = o.MetricsAddr
-	return cfg, true
+	return run(ctx, b, o, cfg, cmp.Or(server, redact.URI(cfg.MongoURI)), stdout, stderr)
 }
 
-// Run replays into cfg's server, described as server in the report, and
-// returns the exit code.
-func Run(ctx context.Context, b Build, o replay.Options, cfg config.Config, server string, stdout, stderr io.Writer) int {
+// run replays into cfg's server, described as server in the report.
+func run(ctx context.Context, b Build, o replay.Options, cfg config.Config, server string, stdout, stderr io.Writer) int {
 	level, _ := config.ParseLogLevel(cfg.LogLevel)
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	svc, err := app.New(ctx, cfg, app.Options{Logger: log, Version: b.Version, Revision: b.Revision})
@@ -97,8 +124,8 @@ func Run(ctx context.Context, b Build, o replay.Options, cfg config.Config, serv
 	return 0
 }
 
-// Compare is `replay compare A B`: two drain reports side by side.
-func Compare(name string, args []string, stdout, stderr io.Writer) int {
+// compare is `replay compare A B`: two drain reports side by side.
+func compare(name string, args []string, stdout, stderr io.Writer) int {
 	fs := cli.NewFlagSet(name, "usage: "+name+" A.json B.json\n\nSets two drain reports (report files or their directories) side by side.\n", stderr)
 	if code, ok := cli.Parse(fs, args, true, stdout); !ok {
 		return code
