@@ -21,7 +21,7 @@ import (
 )
 
 // Runner is the consumer: Run drains until ctx ends, then shuts down
-// gracefully (as app.Service does).
+// gracefully, as app.Service does.
 type Runner interface {
 	Run(ctx context.Context) error
 }
@@ -59,9 +59,9 @@ type DrainResult struct {
 	Err        error          // why the consumer or the load stopped, for those reasons
 }
 
-// Drain runs the consumer until the queue is empty and nothing more is to
-// arrive, or until cfg.Until or ctx ends, sampling the timeline every
-// interval; then it stops the consumer gracefully and takes a last sample.
+// Drain runs the consumer, sampling the timeline, until the queue is empty
+// and nothing more is to arrive, or cfg.Until or ctx ends; then it stops the
+// consumer gracefully and takes a last sample.
 func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
 	res := &DrainResult{Start: time.Now()}
 	s := newSampler(cfg.Queue, cfg.Metrics, cfg.Arrived, res.Start)
@@ -75,7 +75,20 @@ func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
 	p := StartProgress(cfg.Progress, Meter{Label: "draining", Unit: "entries",
 		Done:  func() int64 { l := last.Load(); return int64(l.Acked + l.DeadLetters) },
 		Total: func() int64 { return cfg.Expected },
-		Extra: func() string { return describeSample(last.Load()) },
+		Extra: func() string {
+			s := last.Load()
+			if s.T == 0 {
+				return "starting the consumer"
+			}
+			out := fmt.Sprintf("%.0f acked/s  %s refreshes  depth %s", s.AckedPerSec, planner.Thousands(int64(s.Refreshes)), planner.Thousands(s.Depth))
+			if s.Measured {
+				out += "  oldest " + (time.Duration(s.OldestAge) * time.Second).String()
+			}
+			if s.Arrived > 0 {
+				out += "  arrived " + planner.Thousands(s.Arrived)
+			}
+			return out
+		},
 	})
 	defer p.Stop()
 
@@ -101,9 +114,8 @@ func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
 	return res, nil
 }
 
-// watch samples the timeline into res every interval until the drain stops,
-// records why (res.Reason, res.Err, res.End when drained) and reports
-// whether the consumer returned.
+// watch samples the timeline into res until the drain stops, records why
+// and reports whether the consumer returned.
 func watch(ctx context.Context, cfg DrainConfig, s *sampler, done <-chan error, res *DrainResult, last *atomic.Pointer[planner.Sample]) (consumerDone bool) {
 	t := time.NewTicker(cmp.Or(cfg.Interval, time.Second))
 	defer t.Stop()
@@ -142,20 +154,6 @@ func watch(ctx context.Context, cfg DrainConfig, s *sampler, done <-chan error, 
 	}
 }
 
-func describeSample(s *planner.Sample) string {
-	if s.T == 0 {
-		return "starting the consumer"
-	}
-	out := fmt.Sprintf("%.0f acked/s  %s refreshes  depth %s", s.AckedPerSec, planner.Thousands(int64(s.Refreshes)), planner.Thousands(s.Depth))
-	if s.Measured {
-		out += "  oldest " + (time.Duration(s.OldestAge) * time.Second).String()
-	}
-	if s.Arrived > 0 {
-		out += "  arrived " + planner.Thousands(s.Arrived)
-	}
-	return out
-}
-
 // sampler takes timeline samples: counters from the consumer's metrics
 // in-process, depth and oldest age from a queuestate read. That read costs a
 // millisecond on MongoDB, but on a server that scans whole collections
@@ -173,7 +171,6 @@ type sampler struct {
 	nextScan time.Time
 }
 
-// counters reads the consumer's counters into a sample's totals.
 func counters(m *metrics.Consumer) planner.Sample {
 	return planner.Sample{
 		Acked:     metrics.Read(m.EntriesAcked),
@@ -191,7 +188,7 @@ func newSampler(queue *mongo.Collection, m *metrics.Consumer, arrived func() int
 }
 
 // runOnce takes the sample for now; force measures the queue even when the
-// budget says to wait (the drain's final figures).
+// budget says to wait.
 func (s *sampler) runOnce(ctx context.Context, now time.Time, force bool) (planner.Sample, error) {
 	c := counters(s.m)
 	smp := planner.Sample{T: now.Sub(s.start).Seconds(), OldestAge: -1, Arrived: s.arrived(),
@@ -228,9 +225,8 @@ type Meter struct {
 	Extra func() string // appended to the line; nil: nothing
 }
 
-// Progress redraws a bar in place on a terminal, about five times a second,
-// and prints a plain line every five seconds otherwise (a log file or CI),
-// where carriage returns would make a mess.
+// Progress redraws a bar in place on a terminal five times a second, else
+// (a log file, CI: no carriage returns) prints a line every five seconds.
 type Progress struct {
 	w      io.Writer
 	m      Meter
@@ -247,9 +243,8 @@ type progressPoint struct {
 	done int64
 }
 
-// recentWindow is how far back the rate looks: a drain's pace changes as
-// the backlog's shape does, and an ETA from the whole run's average would
-// lag behind.
+// recentWindow is how far back the rate looks: a drain's pace changes with
+// the backlog's shape, and the whole run's average would lag behind.
 const recentWindow = 30 * time.Second
 
 // StartProgress shows m on w (nil: nothing) until Stop.
@@ -306,7 +301,7 @@ func (p *Progress) draw(final bool) {
 }
 
 // formatProgress renders one line: label, bar, percentage, counts, bytes,
-// rate (per second), ETA at that rate, elapsed time and the extra text.
+// rate per second, ETA at that rate, elapsed time and m.Extra.
 func formatProgress(m Meter, elapsed time.Duration, rate float64, bar bool) string {
 	done, total := m.Done(), int64(0)
 	if m.Total != nil {

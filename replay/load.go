@@ -19,10 +19,9 @@ import (
 	"github.com/scorerefresh/scorerefresh/planner"
 )
 
-// Arrival is how queue entries are inserted (--arrival), the planner's
-// profiles of the same names: max inserts every entry at once; original
-// inserts each at its enqueue time relative to the first, divided by the
-// speed, so a replay reproduces producers racing the drain.
+// Arrival is --arrival, as the planner's profiles of the same names: max
+// inserts every entry at once; original each at its offset from the first
+// entry divided by the speed, so producers race the drain.
 type Arrival string
 
 const (
@@ -33,9 +32,9 @@ const (
 // DefaultBatchSize is the documents per insertMany (one round trip each).
 const DefaultBatchSize = 1000
 
-// pacingSlack is how early a paced entry may go in rather than sleeping for
-// it: batching entries that are due within it keeps a fast replay at a few
-// dozen round trips a second instead of one per entry.
+// pacingSlack is how early a paced entry may go in, batched, rather than
+// after a sleep: a fast replay makes dozens of round trips a second, not one
+// an entry.
 const pacingSlack = 20 * time.Millisecond
 
 // LoadConfig says what to load, where and how.
@@ -193,7 +192,14 @@ func (l *Loader) load(ctx context.Context, i int, prep func(bson.Raw) (any, time
 		if len(batch) == 0 {
 			return nil
 		}
-		n, err := insertCounted(ctx, coll, batch)
+		// Ordered: a failure leaves in the documents before the first failed.
+		_, err := coll.InsertMany(ctx, batch)
+		n := int64(len(batch))
+		if bwe := (mongo.BulkWriteException{}); errors.As(err, &bwe) && len(bwe.WriteErrors) > 0 {
+			n = int64(bwe.WriteErrors[0].Index)
+		} else if err != nil {
+			n = 0
+		}
 		done.Add(n)
 		if f.Queue {
 			l.inserted.Add(n)
@@ -234,20 +240,6 @@ func (l *Loader) load(ctx context.Context, i int, prep func(bson.Raw) (any, time
 		return fmt.Errorf("stopped after %d of %d documents of %s: %w", done.Load(), f.Documents, f.Path, err)
 	}
 	return err
-}
-
-// insertCounted inserts docs in one ordered insertMany and says how many
-// went in: all of them or, on a failure, the part before the first one.
-func insertCounted(ctx context.Context, coll *mongo.Collection, docs []any) (int64, error) {
-	_, err := coll.InsertMany(ctx, docs)
-	if err == nil {
-		return int64(len(docs)), nil
-	}
-	var bwe mongo.BulkWriteException
-	if errors.As(err, &bwe) && len(bwe.WriteErrors) > 0 {
-		return int64(bwe.WriteErrors[0].Index), err
-	}
-	return 0, err
 }
 
 // MaxListedSkips caps the skipped lines a report lists; all are counted.
@@ -392,12 +384,8 @@ func ReadQueue(ctx context.Context, in, queue string, skipBad bool, fn func(user
 	if m != nil {
 		q.Reference = m.CreatedAt
 	}
-	for _, f := range files {
-		if f.Queue {
-			files, q.Path = []InputFile{f}, f.Path
-			break
-		}
-	}
+	i := slices.IndexFunc(files, func(f InputFile) bool { return f.Queue }) // ResolveInput found exactly one
+	files, q.Path = files[i:i+1], files[i].Path
 	var newest time.Time
 	_, err = scan(ctx, files, skipBad, nil, func(user string, at time.Time) {
 		if user == "" || at.IsZero() {

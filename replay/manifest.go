@@ -60,10 +60,9 @@ type InputFile struct {
 // inputExtensions are the files a directory without a manifest holds.
 var inputExtensions = []string{".json", ".jsonl", ".ndjson"}
 
-// ResolveInput lists the files of --in, and the manifest that lists them
-// (nil when there is none). A file is the queue. A directory is read through
-// its manifest, else each input file (optionally .gz) is the collection its
-// name says, and the one named after queue is the queue.
+// ResolveInput lists the files of --in, and their manifest (or nil). A file
+// is the queue. A directory is read through its manifest, else each input
+// file (optionally .gz) is the collection it is named after, queue the queue.
 func ResolveInput(path, queue string) (files []InputFile, m *Manifest, err error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -91,13 +90,7 @@ func ResolveInput(path, queue string) (files []InputFile, m *Manifest, err error
 			}
 		}
 	}
-	n := 0
-	for _, f := range files {
-		if f.Queue {
-			n++
-		}
-	}
-	if n != 1 {
+	if n := len(slices.DeleteFunc(slices.Clone(files), func(f InputFile) bool { return !f.Queue })); n != 1 {
 		return files, m, fmt.Errorf("%s: %d files hold the queue, want exactly one (a %s naming it, or a file named after QUEUE_COLLECTION such as score_events.json)", path, n, ManifestName)
 	}
 	return files, m, nil
@@ -115,8 +108,8 @@ func ReadManifest(dir string) (*Manifest, error) {
 	return &m, nil
 }
 
-// writeManifest writes m into dir. The origin is redacted here, whatever
-// the caller passed: a manifest travels with the data it describes.
+// writeManifest writes m into dir, its origin redacted whatever the caller
+// passed: a manifest travels with the data it describes.
 func writeManifest(dir string, m *Manifest) error {
 	m.Origin = redact.String(m.Origin)
 	return writeJSON(filepath.Join(dir, ManifestName), m)
@@ -144,12 +137,14 @@ type SnapshotConfig struct {
 }
 
 // Snapshot streams the queue, then the sources, to files, one document a
-// line, in constant memory whatever their size. Into a directory it also
-// writes a manifest, last, so a directory with a manifest is complete.
+// line. Into a directory it writes a manifest last: with one, it is complete.
 func Snapshot(ctx context.Context, cfg SnapshotConfig) (*Manifest, error) {
 	m := &Manifest{Format: ManifestFormat, CreatedAt: time.Now().UTC(), Origin: cfg.Origin, Database: cfg.DB.Name(),
 		Rules: cfg.Rules, Consistency: SnapshotConsistency}
-	dir := isDirTarget(cfg.Out, len(cfg.Sources) > 0)
+	// Sources need a directory; else an existing one or a trailing slash says so.
+	st, err := os.Stat(cfg.Out)
+	dir := len(cfg.Sources) > 0 || strings.HasSuffix(cfg.Out, "/") || strings.HasSuffix(cfg.Out, string(filepath.Separator)) ||
+		err == nil && st.IsDir()
 	colls, path := []string{cfg.Queue}, func(string) string { return cfg.Out }
 	if dir {
 		if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
@@ -184,18 +179,8 @@ func Snapshot(ctx context.Context, cfg SnapshotConfig) (*Manifest, error) {
 	return m, writeManifest(cfg.Out, m)
 }
 
-// isDirTarget tells a directory --out from a file one: sources need a
-// directory; otherwise an existing directory or a trailing slash says so.
-func isDirTarget(out string, withSources bool) bool {
-	if withSources || strings.HasSuffix(out, "/") || strings.HasSuffix(out, string(filepath.Separator)) {
-		return true
-	}
-	st, err := os.Stat(out)
-	return err == nil && st.IsDir()
-}
-
 // writeFile writes coll's file at path with fill, which flushes w, and
-// commits it only if fill succeeds.
+// commits it if fill succeeds.
 func writeFile(path, coll string, canonical bool, fill func(w *extjson.Writer, bytes func() int64) error) (ManifestFile, error) {
 	mf := ManifestFile{File: path, Collection: coll}
 	out, err := extjson.Create(path)
@@ -215,8 +200,7 @@ func writeFile(path, coll string, canonical bool, fill func(w *extjson.Writer, b
 }
 
 // Export streams every document of coll to w in _id order, flushed, with a
-// progress line (bytes: what w's destination has taken so far). dest names
-// the destination in errors: a file, or standard output.
+// progress line (bytes: what w's destination took). dest names it in errors.
 func Export(ctx context.Context, coll *mongo.Collection, w *extjson.Writer, bytes func() int64, dest string, progress io.Writer) error {
 	total, err := coll.EstimatedDocumentCount(ctx)
 	if err != nil {
@@ -265,27 +249,29 @@ type GenerateConfig struct {
 	Progress    io.Writer
 }
 
-// Generate writes a synthetic snapshot: the queue, then source documents for
-// every user the queue names, shaped for cfg.Rules, and a manifest. It is
-// deterministic for a seed and End, and streams: memory grows with users,
-// not entries.
+// Generate writes a synthetic snapshot: the queue, source documents shaped
+// for cfg.Rules for every user it names, and a manifest. The same seed and
+// End give the same files; memory grows with users, not entries.
 func Generate(cfg GenerateConfig) (*Manifest, error) {
 	if cfg.Entries <= 0 || cfg.Users <= 0 {
 		return nil, fmt.Errorf("entries and users must be positive (got %d and %d)", cfg.Entries, cfg.Users)
 	}
-	cfg = cfg.withDefaults()
+	cfg.Span = cmp.Or(cfg.Span, 10*time.Minute)
+	cfg.DocsPerUser = cmp.Or(cfg.DocsPerUser, 2)
+	cfg.Queue = cmp.Or(cfg.Queue, "score_events")
+	cfg.End = cmp.Or(cfg.End, time.Now()).UTC().Truncate(time.Millisecond)
+	if cfg.Rules == nil {
+		cfg.Rules = scoring.DefaultRules()
+	}
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return nil, err
 	}
-	// One seeded source, drawn from in a fixed order (queue, then each
-	// collection): the same seed gives the same files.
+	// One seeded source, drawn from in a fixed order: queue, then collections.
 	rnd, used, ext := rand.New(rand.NewPCG(cfg.Seed, 0x5c0e)), make([]bool, cfg.Users), ".json"
 	if cfg.Gzip {
 		ext += ".gz"
 	}
 	m := &Manifest{Format: ManifestFormat, CreatedAt: cfg.End, Origin: cfg.Origin, Rules: cfg.Rules.Source}
-	// The queue: entries spread evenly over the span up to End, users drawn
-	// by the shape.
 	gen := backlog.New(backlog.Spec{Shape: cfg.Shape, Entries: cfg.Entries, Users: cfg.Users, Hot: backlog.FirehoseShare, Span: cfg.Span, End: cfg.End}, rnd)
 	f, err := generateFile(filepath.Join(cfg.Out, cfg.Queue+ext), cfg.Queue, cfg.Entries, cfg.Progress, func() (any, bool) {
 		e := gen.Next()
@@ -326,21 +312,6 @@ func Generate(cfg GenerateConfig) (*Manifest, error) {
 	return m, writeManifest(cfg.Out, m)
 }
 
-// withDefaults fills what cfg leaves unset.
-func (cfg GenerateConfig) withDefaults() GenerateConfig {
-	cfg.Span = cmp.Or(cfg.Span, 10*time.Minute)
-	cfg.DocsPerUser = cmp.Or(cfg.DocsPerUser, 2)
-	cfg.Queue = cmp.Or(cfg.Queue, "score_events")
-	if cfg.End.IsZero() {
-		cfg.End = time.Now()
-	}
-	cfg.End = cfg.End.UTC().Truncate(time.Millisecond)
-	if cfg.Rules == nil {
-		cfg.Rules = scoring.DefaultRules()
-	}
-	return cfg
-}
-
 // sourceDoc is one document every component reading its collection counts
 // for user: numeric fields for sum and max, a few distinct values for
 // distinct, and a time well inside the window.
@@ -368,8 +339,7 @@ func sourceDoc(rnd *rand.Rand, comps []scoring.Component, user string, end time.
 	return doc
 }
 
-// objectID mints an ObjectId for at from the seeded source, so generated
-// files are reproducible.
+// objectID mints an ObjectId for at from the seeded source (reproducible).
 func objectID(rnd *rand.Rand, at time.Time) bson.ObjectID {
 	var id bson.ObjectID
 	binary.BigEndian.PutUint32(id[:4], uint32(at.Unix()))
@@ -377,9 +347,8 @@ func objectID(rnd *rand.Rand, at time.Time) bson.ObjectID {
 	return id
 }
 
-// generateFile writes the documents next yields (until it says false) to
-// path: total of them, or an unknown number when total is negative. Its
-// progress line ends once the file is complete.
+// generateFile writes to path what next yields until it says false: total
+// documents, or an unknown number when total is negative.
 func generateFile(path, coll string, total int, progress io.Writer, next func() (any, bool)) (ManifestFile, error) {
 	var p *Progress
 	mf, err := writeFile(path, coll, true, func(w *extjson.Writer, bytes func() int64) error {
@@ -403,8 +372,7 @@ func generateFile(path, coll string, total int, progress io.Writer, next func() 
 	return mf, err
 }
 
-// Shape is the distribution of users over a generated backlog, drawn by
-// internal/backlog, whose constants say what each one means.
+// Shape is the distribution of users over a generated backlog.
 type Shape = backlog.Shape
 
 // The shapes of `backlog generate --shape`.

@@ -2,12 +2,10 @@
 // backlog wedge us, and how long would it take to drain?" before and after a
 // change, and to reproduce an incident in staging (docs/contract.md).
 //
-// Snapshot and Generate write Extended JSON files (what mongoexport writes)
-// and a manifest. A Loader validates the files, then inserts them, at once or
-// at their original arrival times sped up, on an injected Clock. Drain runs
-// the real consumer until the queue is empty, sampling it every second; a
-// Report is the summary (JSON), the timeline (CSV) and a chart (SVG). Replay
-// wires a replay together for both binaries.
+// Snapshot and Generate write Extended JSON files and a manifest; a Loader
+// checks them, then inserts them at once or at their arrival times sped up;
+// Drain runs the real consumer until the queue is empty, sampling it; a
+// Report is the summary (JSON), timeline (CSV) and chart (SVG).
 package replay
 
 import (
@@ -93,8 +91,16 @@ func Replay(ctx context.Context, o Options, t Target, out, progress io.Writer) (
 	}
 	describePlan(out, plan, l.shift)
 	if o.Drop {
-		if err := dropTargets(ctx, t, plan); err != nil {
-			return nil, err
+		names := []string{t.Queue, t.Claims, t.DeadLetter, t.Scores}
+		for _, f := range plan.Files {
+			if !f.Queue {
+				names = append(names, f.Collection)
+			}
+		}
+		for _, n := range names {
+			if err := t.DB.Collection(n).Drop(ctx); err != nil {
+				return nil, fmt.Errorf("dropping %s: %w", n, err)
+			}
 		}
 	}
 	if err := l.LoadSources(ctx); err != nil {
@@ -105,7 +111,12 @@ func Replay(ctx context.Context, o Options, t Target, out, progress io.Writer) (
 			return nil, loadFailed(l, err)
 		}
 		fmt.Fprintf(out, "loaded %s entries into %s.%s; the running service drains them\n", planner.Thousands(l.Inserted()), t.DB.Name(), t.Queue)
-		listSkipped(out, plan)
+		for _, s := range plan.Skipped {
+			fmt.Fprintf(out, "skipped %s:%d: %s\n", s.File, s.Line, s.Error)
+		}
+		if n := plan.SkippedTotal - int64(len(plan.Skipped)); n > 0 {
+			fmt.Fprintf(out, "... and %d more skipped\n", n)
+		}
 		return nil, nil
 	}
 	dc := DrainConfig{Queue: t.DB.Collection(t.Queue), Consumer: t.Consumer, Metrics: t.Metrics, Interval: o.SampleInterval,
@@ -128,10 +139,9 @@ func loadFailed(l *Loader, err error) error {
 	return fmt.Errorf("%w\nloaded so far: %s", err, l.LoadedSoFar())
 }
 
-// loadQueue loads the queue before the drain, or, paced, alongside it:
-// producers race the drain, so the consumer runs while the queue loads, and
-// the drain learns of arrivals through dc. stop ends a paced load early and
-// waits for it; it may be called more than once.
+// loadQueue loads the queue before the drain or, paced, alongside it (as
+// producers race the consumer), telling dc of arrivals. stop ends a paced
+// load early and waits for it; it may be called more than once.
 func loadQueue(ctx context.Context, l *Loader, paced bool, dc *DrainConfig) (stop func(), err error) {
 	if !paced {
 		return func() {}, l.LoadQueue(ctx)
@@ -180,21 +190,6 @@ func timeFields(r *scoring.Rules) map[string][]string {
 	return out
 }
 
-func dropTargets(ctx context.Context, t Target, plan *Plan) error {
-	names := []string{t.Queue, t.Claims, t.DeadLetter, t.Scores}
-	for _, f := range plan.Files {
-		if !f.Queue {
-			names = append(names, f.Collection)
-		}
-	}
-	for _, n := range names {
-		if err := t.DB.Collection(n).Drop(ctx); err != nil {
-			return fmt.Errorf("dropping %s: %w", n, err)
-		}
-	}
-	return nil
-}
-
 func describePlan(out io.Writer, p *Plan, shift time.Duration) {
 	for _, f := range p.Files {
 		what := "source documents for " + f.Collection
@@ -217,14 +212,5 @@ func describePlan(out io.Writer, p *Plan, shift time.Duration) {
 	}
 	if p.OutOfOrder > 0 {
 		fmt.Fprintf(out, "note: %s entries are older than one before them in the file; paced arrival inserts them late\n", planner.Thousands(p.OutOfOrder))
-	}
-}
-
-func listSkipped(out io.Writer, p *Plan) {
-	for _, s := range p.Skipped {
-		fmt.Fprintf(out, "skipped %s:%d: %s\n", s.File, s.Line, s.Error)
-	}
-	if n := p.SkippedTotal - int64(len(p.Skipped)); n > 0 {
-		fmt.Fprintf(out, "... and %d more skipped\n", n)
 	}
 }

@@ -62,10 +62,7 @@ type Generator struct {
 }
 
 func New(s Spec, rnd *rand.Rand) *Generator {
-	end := s.End
-	if end.IsZero() {
-		end = time.Now()
-	}
+	end := cmp.Or(s.End, time.Now())
 	step := cmp.Or(s.Span, 10*time.Minute) / time.Duration(max(s.Entries, 1))
 	return &Generator{pick: Picker(s.Shape, rnd, max(s.Users, 1), s.Hot), step: step, start: end.Add(-step * time.Duration(max(s.Entries-1, 0)))}
 }

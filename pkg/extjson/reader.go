@@ -1,9 +1,8 @@
-// Package extjson reads and writes MongoDB Extended JSON documents in the
-// layouts mongoexport writes, streaming, in constant memory: one document a
-// line (its default), canonical or relaxed; one JSON array of documents
-// (--jsonArray), on one line or pretty-printed; documents over several lines
-// each (--pretty). Every conversion goes through the driver's
-// bson.UnmarshalExtJSON and bson.MarshalExtJSON.
+// Package extjson streams MongoDB Extended JSON, canonical or relaxed, in
+// the layouts mongoexport writes: one document a line (its default), a JSON
+// array (--jsonArray, on one line or pretty), documents over several lines
+// each (--pretty). The driver's bson.UnmarshalExtJSON and MarshalExtJSON do
+// every conversion.
 package extjson
 
 import (
@@ -62,8 +61,7 @@ type Reader struct {
 	started bool
 	done    bool          // after io.EOF or a Fatal error
 	element int           // documents seen so far, good or bad
-	line    int           // line of the last document returned
-	next    int           // line layout: number of the next line to read
+	line    int           // line of the last document returned; the line layout's lines read
 	lines   *lineTracker  // array and concatenated layouts
 	dec     *json.Decoder // array and concatenated layouts
 }
@@ -71,7 +69,7 @@ type Reader struct {
 // NewReader reads documents from r. name appears in errors (a file name).
 func NewReader(r io.Reader, name string) *Reader {
 	lt := &lineTracker{r: r}
-	return &Reader{name: name, br: bufio.NewReaderSize(lt, 64<<10), lines: lt, next: 1}
+	return &Reader{name: name, br: bufio.NewReaderSize(lt, 64<<10), lines: lt}
 }
 
 // Next returns the next document, io.EOF after the last one, or an *Error for
@@ -127,15 +125,11 @@ func (r *Reader) nextLine() (bson.Raw, error) {
 			r.done = true
 			return nil, err // io.EOF or a read error
 		}
-		n := r.next
-		r.next++
-		line = bytes.TrimSpace(line)
-		if len(line) == 0 {
-			continue // blank lines (a trailing newline, hand edits) are not documents
+		r.line++
+		if line = bytes.TrimSpace(line); len(line) > 0 { // blank lines (a trailing newline, hand edits) are not documents
+			r.element++
+			return r.parse(line, false)
 		}
-		r.element++
-		r.line = n
-		return r.parse(line, false)
 	}
 }
 
@@ -312,13 +306,9 @@ func (o *Output) Commit() error {
 	if o.gz != nil {
 		err = o.gz.Close()
 	}
-	err = errors.Join(err, o.f.Sync(), o.f.Close())
-	if err != nil {
+	if err = errors.Join(err, o.f.Chmod(0o644), o.f.Sync(), o.f.Close()); err != nil {
 		os.Remove(o.f.Name())
 		return fmt.Errorf("writing %s: %w", o.path, err)
-	}
-	if err := os.Chmod(o.f.Name(), 0o644); err != nil {
-		return err
 	}
 	return os.Rename(o.f.Name(), o.path)
 }

@@ -2,7 +2,6 @@ package svgchart_test
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/scorerefresh/scorerefresh/pkg/svgchart"
 )
@@ -24,9 +23,7 @@ func ExampleChart() {
 		Markers:     []svgchart.Marker{{Label: "trigger", X: 5}},
 		PanelHeight: 200,
 	}
-	if err := c.WriteSVG(os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
+	fmt.Print(c.SVG())
 }
 
 func ExampleNiceTicks() {

@@ -1,14 +1,12 @@
 // Package svgchart draws stacked line charts as self-contained SVG: panels
-// one above the other sharing an x axis from 0, each with its own y axis
-// from 0 and a legend, optional vertical markers across them all, and "nice"
-// ticks (NiceTicks). It knows nothing of what it draws (see ExampleChart).
+// sharing an x axis from 0, each with its own y axis from 0 and a legend,
+// optional vertical markers across them all, and "nice" ticks (NiceTicks).
 package svgchart
 
 import (
 	"cmp"
 	"fmt"
 	"html"
-	"io"
 	"math"
 	"slices"
 	"strings"
@@ -60,12 +58,6 @@ const (
 	yTickCount  = 4
 )
 
-// WriteSVG writes c.SVG() to w.
-func (c Chart) WriteSVG(w io.Writer) error {
-	_, err := io.WriteString(w, c.SVG())
-	return err
-}
-
 // SVG returns the chart as a self-contained SVG document.
 func (c Chart) SVG() string {
 	panelH := cmp.Or(c.PanelHeight, 150)
@@ -106,7 +98,7 @@ func (c Chart) SVG() string {
 	return b.String()
 }
 
-// most is the largest coordinate i of the series' points, at least 0.
+// most is the largest coordinate i of the points, at least 0.
 func most(series []Series, i int) float64 {
 	v := 0.0
 	for _, s := range series {
@@ -117,8 +109,8 @@ func most(series []Series, i int) float64 {
 	return v
 }
 
-// plot draws one panel whose top edge is at top; x maps 0…xMax, the largest
-// x of any series or marker, onto the plots' width.
+// plot draws one panel whose top edge is at top; x maps 0…xMax onto the
+// plots' width.
 type plot struct {
 	b                 *strings.Builder
 	top, height, yTop float64 // yTop: the y axis's highest tick
@@ -175,11 +167,10 @@ const (
 	boldCharWidth = 7.4
 )
 
-// legend names the series in one row right of the panel's title, or, when
-// that row would run into the title, in a column inside the panel's top right
-// corner (over a white backing, so lines under it do not hide the names).
+// legend names the series in one row right of the panel's title or, if it
+// would run into the title, in a column over a white backing inside the
+// panel's top right corner.
 func (pl *plot) legend(p Panel) {
-	// A swatch and a name; the name's text baseline at y.
 	name := func(x, y float64, s Series) {
 		fmt.Fprintf(pl.b, `<rect x="%.1f" y="%.1f" width="12" height="4" fill="%s"/><text x="%.1f" y="%.1f" fill="#333">%s</text>`+"\n",
 			x, y-6, esc(s.Color), x+16, y, esc(s.Name))
@@ -207,9 +198,8 @@ func (pl *plot) legend(p Panel) {
 }
 
 // NiceTicks returns 0 and the multiples of a step up to the first at or above
-// top, about n of them (n below 1 counts as 1). The step is 1, 2 or 5 times a
-// power of ten, the smallest such step that is at least top/n. A top that is
-// not a positive finite number gives {0, 1}.
+// top: the smallest 1, 2 or 5 times a power of ten that is at least top/n (n
+// below 1 counts as 1). A top that is not positive and finite gives {0, 1}.
 func NiceTicks(top float64, n int) []float64 {
 	if !(top > 0) || math.IsInf(top, 0) {
 		return []float64{0, 1}
