@@ -42,8 +42,8 @@ type DrainConfig struct {
 	Metrics  *metrics.Consumer // the consumer's own counters, read in-process
 	Interval time.Duration     // timeline resolution; default 1s
 	Until    time.Duration     // stop after this long even if entries remain; 0: until empty
-	// Arrived counts the entries inserted so far and LoadDone delivers the
-	// load's result when the queue loads during the drain (paced arrival).
+	// Paced, Arrived counts the entries inserted and LoadDone delivers the
+	// result of the queue's load, which runs alongside the drain.
 	Arrived  func() int64
 	LoadDone <-chan error
 	Expected int64     // entries the drain should see through, for the progress bar
@@ -154,12 +154,11 @@ func watch(ctx context.Context, cfg DrainConfig, s *sampler, done <-chan error, 
 	}
 }
 
-// sampler takes timeline samples: counters from the consumer's metrics
-// in-process, depth and oldest age from a queuestate read. That read costs a
-// millisecond on MongoDB, but on a server that scans whole collections
-// (FerretDB: half a second at 20,000 entries) it would slow the drain it
-// measures, so it is repeated only after five times its cost, the samples in
-// between deriving the depth from the counters; a derived zero is checked.
+// sampler takes timeline samples: the consumer's counters, and depth and
+// oldest age from a queuestate read. That read costs a millisecond on
+// MongoDB but half a second at 20,000 entries on FerretDB, which scans, so
+// it waits five times its cost; samples in between derive the depth from the
+// counters, and a derived zero is checked.
 type sampler struct {
 	queue    *queuestate.Reader
 	m        *metrics.Consumer
@@ -232,9 +231,7 @@ type Progress struct {
 	m      Meter
 	tty    bool
 	start  time.Time
-	once   sync.Once
-	cancel context.CancelFunc // ends the redraw loop
-	done   sync.WaitGroup
+	stop   func()          // ends the redraw loop and draws the last line, once
 	recent []progressPoint // the last recentWindow of (time, done), for the rate and ETA
 }
 
@@ -262,20 +259,21 @@ func StartProgress(w io.Writer, m Meter) *Progress {
 		every = 200 * time.Millisecond
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p.cancel = cancel
-	p.done.Go(func() { clock.Every(ctx, clock.Real{}, every, func(context.Context) { p.draw(false) }) })
+	var loop sync.WaitGroup
+	loop.Go(func() { clock.Every(ctx, clock.Real{}, every, func(context.Context) { p.draw(false) }) })
+	p.stop = sync.OnceFunc(func() {
+		cancel()
+		loop.Wait()
+		p.draw(true)
+	})
 	return p
 }
 
-// Stop prints the final line; calling it again does nothing.
+// Stop prints the final line; calling it again, or on nil, does nothing.
 func (p *Progress) Stop() {
-	p.once.Do(func() {
-		if p.w != nil {
-			p.cancel()
-			p.done.Wait()
-			p.draw(true)
-		}
-	})
+	if p != nil && p.stop != nil {
+		p.stop()
+	}
 }
 
 func (p *Progress) draw(final bool) {

@@ -94,8 +94,7 @@ func (l *Loader) Scan(ctx context.Context) (*Plan, error) {
 // Inserted is the queue entries inserted so far; safe from any goroutine.
 func (l *Loader) Inserted() int64 { return l.inserted.Load() }
 
-// LoadedSoFar describes what is in the database, file by file, so a load
-// that fails half-way says exactly what it left behind.
+// LoadedSoFar says, file by file, what a load that failed left behind.
 func (l *Loader) LoadedSoFar() string {
 	var parts []string
 	for i, f := range l.plan.Files {
@@ -104,10 +103,9 @@ func (l *Loader) LoadedSoFar() string {
 	return strings.Join(parts, "; ")
 }
 
-// LoadSources inserts every source file, all at once: producers write
-// source data before they enqueue, so it is all there before any entry. The
-// date fields of cfg.TimeFields move with the queue, so that windowed
-// components (docs/contract.md) count what they counted at snapshot time.
+// LoadSources inserts every source file at once (producers write sources
+// before they enqueue), moving the date fields of cfg.TimeFields with the
+// queue so that windowed components count what they counted at snapshot time.
 func (l *Loader) LoadSources(ctx context.Context) error {
 	for i, f := range l.plan.Files {
 		fields := l.cfg.TimeFields[f.Collection]
@@ -259,9 +257,8 @@ type FilePlan struct {
 	Skipped   int64 // documents that do not (only with SkipBad)
 }
 
-// Plan is the result of reading every input file once before anything is
-// inserted, so that a bad line stops the load with nothing half-loaded, and
-// so --shift-to-now and --arrival original know the queue's time range.
+// Plan is what reading every file before inserting anything found: a bad
+// line stops the load with nothing in, and the queue's time range is known.
 type Plan struct {
 	Files         []FilePlan
 	Entries       int64     // queue entries that parse
@@ -346,7 +343,7 @@ func eachDocument(ctx context.Context, path string, progress io.Writer, fn func(
 		}
 		doc, err := r.Next()
 		if errors.Is(err, io.EOF) {
-			return nil
+			return nil // also after a Fatal error
 		}
 		var bad *extjson.Error
 		if err != nil && !errors.As(err, &bad) {
@@ -354,9 +351,6 @@ func eachDocument(ctx context.Context, path string, progress io.Writer, fn func(
 		}
 		if err := fn(doc, bad); err != nil {
 			return err
-		}
-		if bad != nil && bad.Fatal {
-			return nil
 		}
 	}
 }
@@ -371,10 +365,9 @@ type QueueScan struct {
 	Malformed int64 // no username or no enqueue time: the consumer dead-letters them
 }
 
-// ReadQueue streams the queue entries of anything replay's --in takes,
-// calling fn with each well-formed entry's username and enqueue time, read as
-// the consumer reads them; queue is as for ResolveInput. A document that does
-// not parse stops it, with its file and line, unless skipBad.
+// ReadQueue calls fn with the username and enqueue time (QueueEntry) of each
+// well-formed queue entry of anything --in takes; queue is as for
+// ResolveInput. A document that does not parse stops it, unless skipBad.
 func ReadQueue(ctx context.Context, in, queue string, skipBad bool, fn func(user string, createdAt time.Time)) (*QueueScan, error) {
 	files, m, err := ResolveInput(in, queue)
 	if err != nil {
@@ -407,11 +400,10 @@ func ReadQueue(ctx context.Context, in, queue string, skipBad bool, fn func(user
 	return q, nil
 }
 
-// BookkeepingFields are the top-level queue-entry fields a consumer (an
-// older version, another implementation) may have written to claim an entry,
-// count its attempts or back it off; producers never write them
-// (docs/contract.md). Replay strips them, and every field whose name starts
-// with BookkeepingPrefix, so every entry is pending again.
+// BookkeepingFields are the top-level fields a consumer (an older version,
+// another implementation) may have written to claim an entry, count its
+// attempts or back it off; producers never write them (docs/contract.md).
+// Replay strips them, and fields starting with BookkeepingPrefix.
 var BookkeepingFields = []string{
 	"claimToken", "claimedBy", "claimedAt", "claimOwner",
 	"leaseUntil", "lockedUntil", "lockedBy",

@@ -206,10 +206,8 @@ func Export(ctx context.Context, coll *mongo.Collection, w *extjson.Writer, byte
 	if err != nil {
 		return fmt.Errorf("counting %s: %w", coll.Name(), err)
 	}
-	p := StartProgress(progress, Meter{
-		Label: "snapshot " + coll.Name(), Unit: "documents",
-		Done: w.Docs, Total: func() int64 { return total }, Bytes: bytes,
-	})
+	p := StartProgress(progress, Meter{Label: "snapshot " + coll.Name(), Unit: "documents", Done: w.Docs, Bytes: bytes,
+		Total: func() int64 { return total }})
 	defer p.Stop()
 	// Sorting on _id walks the _id index: no in-memory sort, and _id never
 	// changes, so no document is met twice (see SnapshotConsistency).
@@ -365,9 +363,7 @@ func generateFile(path, coll string, total int, progress io.Writer, next func() 
 		}
 		return w.Flush()
 	})
-	if p != nil {
-		p.Stop()
-	}
+	p.Stop() // once the file is complete
 	mf.File = filepath.Base(path)
 	return mf, err
 }

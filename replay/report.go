@@ -26,8 +26,7 @@ const (
 	ChartFile    = "chart.svg"
 )
 
-// Settings are the configuration a drain ran with, so two reports say what
-// changed between them.
+// Settings are the configuration a drain ran with, for comparisons.
 type Settings struct {
 	Server              string `json:"server"` // the redacted URI, or the embedded server
 	Database            string `json:"database"`
@@ -41,8 +40,7 @@ type Settings struct {
 	Version             string `json:"version,omitempty"`
 }
 
-// Report is the drain report's JSON summary; the timeline goes to the CSV
-// file and the chart.
+// Report is report.json; its timeline goes to the CSV file and the chart.
 type Report struct {
 	Format       string    `json:"format"`
 	Input        string    `json:"input"`
@@ -241,8 +239,7 @@ var settings = []struct {
 	{"drained", func(r *Report) string { return fmt.Sprint(r.Drained) }},
 }
 
-// Compare prints two reports side by side, with the change from a to b and
-// whether it is for the better.
+// Compare prints two reports side by side, with the change from a to b.
 func Compare(w io.Writer, a, b *Report, nameA, nameB string) error {
 	nameWidth := 0
 	for _, m := range reportMetrics {
@@ -297,9 +294,8 @@ func change(a, b float64, better int) string {
 	}
 }
 
-// WriteSVG draws the timeline as a self-contained SVG: queue depth, oldest
-// age, entries and users per second stacked on one time axis, under the
-// summary, what was replayed where, with which settings, then the peaks.
+// WriteSVG draws the timeline (depth, oldest age, entries and users per
+// second) under the summary, what was replayed where, the settings and peaks.
 func (r *Report) WriteSVG(w io.Writer) error {
 	state, s := fmt.Sprintf("drained in %.1fs", r.DurationSeconds), r.Settings
 	if !r.Drained {

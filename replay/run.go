@@ -50,18 +50,15 @@ func (o *Options) Register(fs *flag.FlagSet) {
 
 func (o *Options) Validate() error {
 	var errs []error
-	if o.In == "" {
-		errs = append(errs, errors.New("--in is required"))
+	check := func(bad bool, format string, args ...any) {
+		if bad {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
 	}
-	if Arrival(o.Arrival) != ArrivalMax && Arrival(o.Arrival) != ArrivalOriginal {
-		errs = append(errs, fmt.Errorf("--arrival %q: want max or original", o.Arrival))
-	}
-	if o.Speed <= 0 {
-		errs = append(errs, fmt.Errorf("--speed %g: must be positive", o.Speed))
-	}
-	if o.Until < 0 || o.SampleInterval <= 0 {
-		errs = append(errs, errors.New("--until must not be negative and --sample-interval must be positive"))
-	}
+	check(o.In == "", "--in is required")
+	check(Arrival(o.Arrival) != ArrivalMax && Arrival(o.Arrival) != ArrivalOriginal, "--arrival %q: want max or original", o.Arrival)
+	check(o.Speed <= 0, "--speed %g: must be positive", o.Speed)
+	check(o.Until < 0 || o.SampleInterval <= 0, "--until must not be negative and --sample-interval must be positive")
 	return errors.Join(errs...)
 }
 
