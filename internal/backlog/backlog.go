@@ -1,6 +1,5 @@
-// Package backlog is the one generator of synthetic queue backlogs: the
-// bench, the demo and `backlog generate` (package replay) draw from it, so a
-// shape means the same thing in all three.
+// Package backlog generates synthetic queue backlogs for the bench, the demo
+// and `backlog generate`, so a shape means the same thing in all three.
 package backlog
 
 import (

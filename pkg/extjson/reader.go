@@ -104,7 +104,7 @@ func (r *Reader) start() error {
 	case (found || err != nil) && string(bytes.TrimSpace(line)) == "{":
 		r.layout = LayoutConcatenated
 	default:
-		r.lines.stop() // lines are counted as they are read
+		r.lines.off, r.lines.nl = true, nil // lines are counted as they are read
 		return nil
 	}
 	// The decoder's offsets start where the buffered reader stands now.
@@ -178,16 +178,15 @@ func (r *Reader) parse(data []byte, decoded bool) (bson.Raw, error) {
 }
 
 // lineTracker sits under the buffered reader and remembers where the
-// newlines it passed are, so an offset reported by json.Decoder (which reads
-// ahead) becomes a line number. It forgets newlines once counted: its memory
-// is bounded by the decoder's read-ahead.
+// newlines it passed are, so an offset json.Decoder (which reads ahead)
+// reports becomes a line number, forgetting them once counted.
 type lineTracker struct {
 	r       io.Reader
 	pos     int64   // bytes read from r
 	origin  int64   // pos at which the decoder's offset 0 lies
 	nl      []int64 // offsets of newlines not yet counted
 	counted int     // newlines already counted
-	off     bool
+	off     bool    // the line layout counts its own
 }
 
 func (t *lineTracker) Read(p []byte) (int, error) {
@@ -203,9 +202,6 @@ func (t *lineTracker) Read(p []byte) (int, error) {
 	t.pos += int64(n)
 	return n, err
 }
-
-// stop ends tracking (the line layout counts lines itself).
-func (t *lineTracker) stop() { t.off, t.nl = true, nil }
 
 // lineAt returns the 1-based line of the byte at the decoder's offset off,
 // which must never decrease from call to call.
