@@ -103,10 +103,27 @@ func Replay(ctx context.Context, o Options, t Target, out, progress io.Writer) (
 	if err := l.LoadSources(ctx); err != nil {
 		return nil, loadFailed(l, err)
 	}
-	if !o.Drain {
-		if err := l.LoadQueue(ctx); err != nil {
-			return nil, loadFailed(l, err)
+	dc := DrainConfig{Queue: t.DB.Collection(t.Queue), Consumer: t.Consumer, Metrics: t.Metrics, Interval: o.SampleInterval,
+		Until: o.Until, Expected: plan.Entries, Progress: progress}
+	// Paced, the queue loads alongside the drain, as producers race the
+	// consumer, and the drain learns of arrivals through dc.
+	stopLoad := func() {}
+	if paced && o.Drain {
+		loadCtx, cancel := context.WithCancel(ctx)
+		ch, finished := make(chan error, 1), make(chan struct{})
+		go func() {
+			defer close(finished)
+			ch <- l.LoadQueue(loadCtx)
+		}()
+		dc.Arrived, dc.LoadDone = l.Inserted, ch
+		stopLoad = func() {
+			cancel()
+			<-finished
 		}
+	} else if err := l.LoadQueue(ctx); err != nil {
+		return nil, loadFailed(l, err)
+	}
+	if !o.Drain {
 		fmt.Fprintf(out, "loaded %s entries into %s.%s; the running service drains them\n", planner.Thousands(l.Inserted()), t.DB.Name(), t.Queue)
 		for _, s := range plan.Skipped {
 			fmt.Fprintf(out, "skipped %s:%d: %s\n", s.File, s.Line, s.Error)
@@ -116,13 +133,6 @@ func Replay(ctx context.Context, o Options, t Target, out, progress io.Writer) (
 		}
 		return nil, nil
 	}
-	dc := DrainConfig{Queue: t.DB.Collection(t.Queue), Consumer: t.Consumer, Metrics: t.Metrics, Interval: o.SampleInterval,
-		Until: o.Until, Expected: plan.Entries, Progress: progress}
-	stopLoad, err := loadQueue(ctx, l, paced, &dc)
-	if err != nil {
-		return nil, loadFailed(l, err)
-	}
-	defer stopLoad()
 	res, err := Drain(ctx, dc)
 	stopLoad() // a drain stopped early (--until, an interrupt) ends the arrivals too
 	if res == nil {
@@ -134,20 +144,6 @@ func Replay(ctx context.Context, o Options, t Target, out, progress io.Writer) (
 // loadFailed says, whatever stopped a load, what is in the database.
 func loadFailed(l *Loader, err error) error {
 	return fmt.Errorf("%w\nloaded so far: %s", err, l.LoadedSoFar())
-}
-
-// loadQueue loads the queue before the drain or, paced, alongside it (as
-// producers race the consumer), telling dc of arrivals. stop ends a paced
-// load early and waits for it; it may be called more than once.
-func loadQueue(ctx context.Context, l *Loader, paced bool, dc *DrainConfig) (stop func(), err error) {
-	if !paced {
-		return func() {}, l.LoadQueue(ctx)
-	}
-	loadCtx, cancel := context.WithCancel(ctx)
-	ch, finished := make(chan error, 1), make(chan struct{})
-	go func() { defer close(finished); ch <- l.LoadQueue(loadCtx) }()
-	dc.Arrived, dc.LoadDone = l.Inserted, ch
-	return func() { cancel(); <-finished }, nil
 }
 
 // report writes the drain's report files and summary; drainErr is the
