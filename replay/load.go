@@ -32,9 +32,8 @@ const (
 // DefaultBatchSize is the documents per insertMany (one round trip each).
 const DefaultBatchSize = 1000
 
-// pacingSlack is how early a paced entry may go in, batched, rather than
-// after a sleep: a fast replay makes dozens of round trips a second, not one
-// an entry.
+// pacingSlack: entries due within it go in now, batched, not after a sleep:
+// a fast replay makes dozens of round trips a second, not one an entry.
 const pacingSlack = 20 * time.Millisecond
 
 // LoadConfig says what to load, where and how.
@@ -427,10 +426,9 @@ func QueueEntry(raw bson.Raw) (user string, createdAt time.Time) {
 	return user, createdAt
 }
 
-// prepareEntry returns the entry as it is inserted: without bookkeeping
-// fields (each removal counted in stripped), and with its enqueue time
-// changed to retimed when that is not zero. An entry whose time came from
-// its ObjectId gets an explicit createdAt, since an _id cannot move.
+// prepareEntry returns the entry to insert: without bookkeeping fields
+// (counting removals in stripped), its enqueue time set to retimed unless
+// zero; one timed by its ObjectId gets a createdAt (an _id cannot move).
 func prepareEntry(raw bson.Raw, retimed time.Time, stripped map[string]int) (bson.D, error) {
 	var doc bson.D
 	if err := bson.Unmarshal(raw, &doc); err != nil {

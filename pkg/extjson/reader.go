@@ -1,8 +1,7 @@
-// Package extjson streams MongoDB Extended JSON, canonical or relaxed, in
-// the layouts mongoexport writes: one document a line (its default), a JSON
-// array (--jsonArray, on one line or pretty), documents over several lines
-// each (--pretty). The driver's bson.UnmarshalExtJSON and MarshalExtJSON do
-// every conversion.
+// Package extjson streams MongoDB Extended JSON (canonical or relaxed, via
+// the driver's UnmarshalExtJSON and MarshalExtJSON) in mongoexport's layouts:
+// a document a line (its default), a JSON array (--jsonArray, on one line or
+// pretty), documents over several lines each (--pretty).
 package extjson
 
 import (
@@ -58,18 +57,20 @@ type Reader struct {
 	name    string
 	br      *bufio.Reader
 	layout  Layout
-	started bool
-	done    bool          // after io.EOF or a Fatal error
-	element int           // documents seen so far, good or bad
-	line    int           // line of the last document returned; the line layout's lines read
-	lines   *lineTracker  // array and concatenated layouts
-	dec     *json.Decoder // array and concatenated layouts
+	next    func() (bson.Raw, error) // start, then the layout's reader
+	done    bool                     // after io.EOF or a Fatal error
+	element int                      // documents seen so far, good or bad
+	line    int                      // line of the last document returned; the line layout's lines read
+	lines   *lineTracker             // array and concatenated layouts
+	dec     *json.Decoder            // array and concatenated layouts
 }
 
 // NewReader reads documents from r. name appears in errors (a file name).
 func NewReader(r io.Reader, name string) *Reader {
 	lt := &lineTracker{r: r}
-	return &Reader{name: name, br: bufio.NewReaderSize(lt, 64<<10), lines: lt}
+	rd := &Reader{name: name, br: bufio.NewReaderSize(lt, 64<<10), lines: lt}
+	rd.next = rd.start
+	return rd
 }
 
 // Next returns the next document, io.EOF after the last one, or an *Error for
@@ -78,23 +79,13 @@ func (r *Reader) Next() (bson.Raw, error) {
 	if r.done {
 		return nil, io.EOF
 	}
-	if !r.started {
-		if err := r.start(); err != nil {
-			r.done = true
-			return nil, err
-		}
-	}
-	if r.layout == LayoutLines {
-		return r.nextLine()
-	}
-	return r.nextElement()
+	return r.next()
 }
 
 // start detects the layout from the first bytes that are not blank: a '['
 // opens an array, a first line that is a lone '{' starts pretty-printed
 // documents, anything else is one a line.
-func (r *Reader) start() error {
-	r.started = true
+func (r *Reader) start() (bson.Raw, error) {
 	b, err := r.br.Peek(r.br.Size())
 	b = bytes.TrimLeft(b, " \t\r\n")
 	line, _, found := bytes.Cut(b, []byte{'\n'}) // not found in a full buffer: too long for a lone '{'
@@ -105,17 +96,19 @@ func (r *Reader) start() error {
 		r.layout = LayoutConcatenated
 	default:
 		r.lines.off, r.lines.nl = true, nil // lines are counted as they are read
-		return nil
+		r.next = r.nextLine
+		return r.next()
 	}
 	// The decoder's offsets start where the buffered reader stands now.
 	r.lines.origin = r.lines.pos - int64(r.br.Buffered())
-	r.dec = json.NewDecoder(r.br)
+	r.dec, r.next = json.NewDecoder(r.br), r.nextElement
 	if r.layout == LayoutArray {
 		if _, err := r.dec.Token(); err != nil {
-			return &Error{File: r.name, Line: r.lines.lineAt(r.dec.InputOffset()), Element: 1, Err: err, Fatal: true}
+			r.done = true
+			return nil, &Error{File: r.name, Line: r.lines.lineAt(r.dec.InputOffset()), Element: 1, Err: err, Fatal: true}
 		}
 	}
-	return nil
+	return r.next()
 }
 
 func (r *Reader) nextLine() (bson.Raw, error) {
