@@ -91,12 +91,7 @@ func Main(b Build, args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %v\n", b.Name, err)
 		return 2
 	}
-	cfg.MetricsAddr = o.MetricsAddr
-	return run(ctx, b, o, cfg, cmp.Or(server, redact.URI(cfg.MongoURI)), stdout, stderr)
-}
-
-// run replays into cfg's server, described as server in the report.
-func run(ctx context.Context, b Build, o replay.Options, cfg config.Config, server string, stdout, stderr io.Writer) int {
+	cfg.MetricsAddr, server = o.MetricsAddr, cmp.Or(server, redact.URI(cfg.MongoURI))
 	level, _ := config.ParseLogLevel(cfg.LogLevel)
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	svc, err := app.New(ctx, cfg, app.Options{Logger: log, Version: b.Version, Revision: b.Revision})
