@@ -150,10 +150,9 @@ func (l *Loader) LoadQueue(ctx context.Context) error {
 	return nil
 }
 
-// retime returns the new createdAt of an entry (zero: unchanged) and how
-// long until it is due. Paced, an entry is due at its original offset from
-// the first divided by the speed; with --shift-to-now it is stamped with that
-// moment, so the queue's oldest age is time spent waiting in this replay.
+// retime returns an entry's new createdAt (zero: unchanged) and how long until
+// it is due. Paced, it is due at its offset from the first divided by the speed
+// and, with --shift-to-now, stamped with it: its age is its wait in this replay.
 func (l *Loader) retime(createdAt time.Time) (time.Time, time.Duration) {
 	switch {
 	case createdAt.IsZero() || l.cfg.Arrival != ArrivalOriginal && l.shift == 0:
@@ -269,9 +268,8 @@ type Plan struct {
 	SkippedTotal  int64
 }
 
-// scan reads every file through, handing each queue entry to each (if not
-// nil). A bad document is an error naming its file and line, unless skipBad
-// and the reader can resynchronise after it.
+// scan reads every file, handing each queue entry to each (if not nil); a bad
+// document is an error unless skipBad and the reader resynchronises after it.
 func scan(ctx context.Context, files []InputFile, skipBad bool, progress io.Writer, each func(user string, createdAt time.Time)) (*Plan, error) {
 	p := &Plan{}
 	users := map[string]struct{}{}

@@ -160,9 +160,8 @@ func Snapshot(ctx context.Context, cfg SnapshotConfig) (*Manifest, error) {
 		if i > 0 && name == cfg.Queue {
 			continue
 		}
-		coll := cfg.DB.Collection(name)
 		f, err := writeFile(path(name), name, !cfg.Relaxed, func(w *extjson.Writer, bytes func() int64) error {
-			return Export(ctx, coll, w, bytes, path(name), cfg.Progress)
+			return Export(ctx, cfg.DB.Collection(name), w, bytes, path(name), cfg.Progress)
 		})
 		if err != nil {
 			return nil, err
@@ -310,9 +309,8 @@ func Generate(cfg GenerateConfig) (*Manifest, error) {
 	return m, writeManifest(cfg.Out, m)
 }
 
-// sourceDoc is one document every component reading its collection counts
-// for user: numeric fields for sum and max, a few distinct values for
-// distinct, and a time well inside the window.
+// sourceDoc is a document every component reading its collection counts for
+// user: numbers for sum and max, a few values for distinct, a time in the window.
 func sourceDoc(rnd *rand.Rand, comps []scoring.Component, user string, end time.Time, id bson.ObjectID) bson.D {
 	doc := bson.D{{Key: "_id", Value: id}}
 	set := func(k string, v any) {
