@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -110,15 +111,12 @@ func Replay(ctx context.Context, o Options, t Target, out, progress io.Writer) (
 	stopLoad := func() {}
 	if paced && o.Drain {
 		loadCtx, cancel := context.WithCancel(ctx)
-		ch, finished := make(chan error, 1), make(chan struct{})
-		go func() {
-			defer close(finished)
-			ch <- l.LoadQueue(loadCtx)
-		}()
+		ch, loading := make(chan error, 1), &sync.WaitGroup{}
+		loading.Go(func() { ch <- l.LoadQueue(loadCtx) })
 		dc.Arrived, dc.LoadDone = l.Inserted, ch
 		stopLoad = func() {
 			cancel()
-			<-finished
+			loading.Wait()
 		}
 	} else if err := l.LoadQueue(ctx); err != nil {
 		return nil, loadFailed(l, err)
