@@ -284,8 +284,7 @@ func Generate(cfg GenerateConfig) (*Manifest, error) {
 	}
 	f.Queue = true
 	m.Files = append(m.Files, f)
-	// Each collection: 1 to 2·DocsPerUser-1 documents for each user the
-	// queue names, in user order.
+	// Each collection: 1 to 2·DocsPerUser-1 documents per user the queue names.
 	for _, coll := range cfg.Rules.Collections() {
 		comps := slices.DeleteFunc(slices.Clone(cfg.Rules.Components), func(c scoring.Component) bool { return c.Collection != coll })
 		user, left := -1, 0
