@@ -93,9 +93,7 @@ func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
 	defer p.Stop()
 
 	consumerDone := watch(ctx, cfg, s, done, res, &last)
-	if res.End.IsZero() {
-		res.End = time.Now()
-	}
+	res.End = cmp.Or(res.End, time.Now())
 	stop()
 	if !consumerDone {
 		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {

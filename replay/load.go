@@ -391,9 +391,7 @@ func ReadQueue(ctx context.Context, in, queue string, skipBad bool, fn func(user
 	if err != nil {
 		return nil, fmt.Errorf("reading the queue of %s: %w", in, err)
 	}
-	if q.Reference.IsZero() {
-		q.Reference = newest
-	}
+	q.Reference = cmp.Or(q.Reference, newest)
 	return q, nil
 }
 

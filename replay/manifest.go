@@ -257,9 +257,7 @@ func Generate(cfg GenerateConfig) (*Manifest, error) {
 	cfg.DocsPerUser = cmp.Or(cfg.DocsPerUser, 2)
 	cfg.Queue = cmp.Or(cfg.Queue, "score_events")
 	cfg.End = cmp.Or(cfg.End, time.Now()).UTC().Truncate(time.Millisecond)
-	if cfg.Rules == nil {
-		cfg.Rules = scoring.DefaultRules()
-	}
+	cfg.Rules = cmp.Or(cfg.Rules, scoring.DefaultRules())
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@
 package replay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -153,10 +154,7 @@ func report(out io.Writer, o Options, settings Settings, l *Loader, plan *Plan, 
 	}
 	r.Input, r.Arrival, r.Speed, r.ShiftSeconds = o.In, Arrival(o.Arrival), o.Speed, l.shift.Seconds()
 	r.Settings, r.StrippedFields = settings, l.stripped
-	dir := o.ReportDir
-	if dir == "" {
-		dir = "replay-report-" + res.Start.Format("20060102-150405")
-	}
+	dir := cmp.Or(o.ReportDir, "replay-report-"+res.Start.Format("20060102-150405"))
 	if werr := r.WriteFiles(dir); werr != nil {
 		return r, errors.Join(drainErr, fmt.Errorf("writing the report: %w", werr))
 	}
