@@ -370,14 +370,13 @@ func ReadQueue(ctx context.Context, in, queue string, skipBad bool, fn func(user
 	if err != nil {
 		return nil, err
 	}
-	q := &QueueScan{}
+	i := slices.IndexFunc(files, func(f InputFile) bool { return f.Queue }) // ResolveInput found exactly one
+	q := &QueueScan{Path: files[i].Path}
 	if m != nil {
 		q.Reference = m.CreatedAt
 	}
-	i := slices.IndexFunc(files, func(f InputFile) bool { return f.Queue }) // ResolveInput found exactly one
-	files, q.Path = files[i:i+1], files[i].Path
 	var newest time.Time
-	_, err = scan(ctx, files, skipBad, nil, func(user string, at time.Time) {
+	_, err = scan(ctx, files[i:i+1], skipBad, nil, func(user string, at time.Time) {
 		if user == "" || at.IsZero() {
 			q.Malformed++
 			return
