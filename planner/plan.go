@@ -194,7 +194,7 @@ func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 	sp.Baseline = Simulate(c, in.Server, Transient{}, entries, users, o)
 	dEntries, dUsers := in.Backlog.Schedule(in.Arrival, in.Transient)
 	sp.Disturbed = Simulate(c, in.Server, in.Transient, dEntries, dUsers, o)
-	_, sp.PreLevel = peaks(sp.Disturbed.Timeline, in.Transient.At/3, in.Transient.At)
+	sp.PreLevel = peak(sp.Disturbed.Timeline, in.Transient.At/3, in.Transient.At).OldestAge
 	loadEnd := in.Transient.End()
 	if n := len(entries); n > 0 {
 		loadEnd = math.Max(loadEnd, entries[n-1].Arrive)
@@ -243,25 +243,25 @@ func RecoveredAt(tl []Sample, level, restore, loadEnd float64, whileLoaded bool)
 	return 0, false
 }
 
-// peaks is the highest depth and oldest age of the samples in [from, to).
-func peaks(tl []Sample, from, to float64) (depth int, age float64) {
+// peak is the highest depth, oldest age and wait of the samples in [from, to).
+func peak(tl []Sample, from, to float64) (p Sample) {
 	for _, s := range tl {
 		if s.T >= from && s.T < to {
-			depth, age = max(depth, s.Depth), math.Max(age, s.OldestAge)
+			p.Depth, p.OldestAge, p.Wait = max(p.Depth, s.Depth), math.Max(p.OldestAge, s.OldestAge), math.Max(p.Wait, s.Wait)
 		}
 	}
-	return depth, age
+	return p
 }
 
 func describeRecovery(sp *StabilityPlan, load, loadEnd, trStart, trEnd float64) string {
 	d := sp.Disturbed
-	peakDepth, peakAge := peaks(d.Timeline, trStart, math.Inf(1))
+	pk := peak(d.Timeline, trStart, math.Inf(1))
 	switch {
 	case load == 0 && sp.Recovered:
 		return fmt.Sprintf("no arrivals after the backlog: the transient delays the drain to %s (from %s)", Seconds(d.DrainSeconds), Seconds(sp.Baseline.DrainSeconds))
 	case sp.Recovered:
 		return fmt.Sprintf("recovers: the oldest age is back to its pre-transient %s %s after the transient ends (from the transient on: peak depth %d, peak oldest age %s)",
-			Seconds(sp.PreLevel), Seconds(sp.RecoverySeconds), peakDepth, Seconds(peakAge))
+			Seconds(sp.PreLevel), Seconds(sp.RecoverySeconds), pk.Depth, Seconds(pk.OldestAge))
 	}
 	at := d.End
 	for _, s := range d.Timeline {

@@ -1,8 +1,9 @@
 package planner
 
 import (
-	"container/heap"
 	"math"
+	"slices"
+	"sort"
 
 	"github.com/scorerefresh/scorerefresh/consumer"
 )
@@ -93,21 +94,16 @@ func Simulate(c Config, s Server, tr Transient, entries []Entry, users int, o Si
 	if m.refreshOps > 0 {
 		run.MeanRefreshSeconds = m.refreshTime / float64(m.refreshOps)
 	}
-	for _, s := range m.timeline {
-		run.PeakDepth = max(run.PeakDepth, s.Depth)
-		run.PeakOldestAge = math.Max(run.PeakOldestAge, s.OldestAge)
-		run.PeakWait = math.Max(run.PeakWait, s.Wait)
-	}
+	pk := peak(m.timeline, math.Inf(-1), math.Inf(1))
+	run.PeakDepth, run.PeakOldestAge, run.PeakWait = pk.Depth, pk.OldestAge, pk.Wait
 	return run
 }
 
 // event is do at t: a time, or for round-trip work (a claim round, a
-// refresh, a flush) the virtual round trip it ends at. Ties run in the
-// order they were scheduled.
+// refresh, a flush) the virtual round trip it ends at.
 type event struct {
-	t   float64
-	seq int64
-	do  func()
+	t  float64
+	do func()
 }
 
 type work struct {
@@ -150,8 +146,7 @@ type sim struct {
 
 	inFlight      int
 	rttFactor     float64
-	ops, timers   events
-	seq           int64
+	ops, timers   []event
 	reps          []*replica
 	refreshes     int
 	refreshTime   float64 // summed over refresh ops (batches)
@@ -163,12 +158,21 @@ type sim struct {
 	timeline      []Sample
 }
 
-func (m *sim) push(q *events, t float64, do func()) {
-	m.seq++
-	heap.Push(q, &event{t: t, seq: m.seq, do: do})
+// push schedules do at t in q, which stays in time order, ties in the
+// order they were scheduled.
+func push(q *[]event, t float64, do func()) {
+	i := sort.Search(len(*q), func(i int) bool { return (*q)[i].t > t })
+	*q = slices.Insert(*q, i, event{t, do})
 }
 
-func (m *sim) at(t float64, do func()) { m.push(&m.timers, t, do) }
+// pop takes q's first event.
+func pop(q *[]event) func() {
+	do := (*q)[0].do
+	*q = (*q)[1:]
+	return do
+}
+
+func (m *sim) at(t float64, do func()) { push(&m.timers, t, do) }
 
 // every runs do every dt from now on.
 func (m *sim) every(dt float64, do func()) {
@@ -192,7 +196,7 @@ func (m *sim) loop(o SimOptions) {
 		tEv := m.timers[0].t
 		if tEv <= tOp {
 			m.advance(tEv, lat)
-			heap.Pop(&m.timers).(*event).do()
+			pop(&m.timers)()
 			if m.stopped || (o.UntilDrained && m.drained()) {
 				return
 			}
@@ -200,7 +204,7 @@ func (m *sim) loop(o SimOptions) {
 		}
 		m.advance(tOp, lat)
 		m.inFlight--
-		heap.Pop(&m.ops).(*event).do()
+		pop(&m.ops)()
 		if o.UntilDrained && m.drained() {
 			m.sample()
 			return
@@ -255,7 +259,7 @@ func (m *sim) startOp(roundTrips int, work float64, done func()) {
 			})
 		}
 	}
-	m.push(&m.ops, m.v+float64(roundTrips), done)
+	push(&m.ops, m.v+float64(roundTrips), done)
 }
 
 // wantMore is the consumer's low-water mark: room for users, and fewer
@@ -447,21 +451,6 @@ func (m *sim) flushDone(r *replica, outcomes []work) {
 		m.kick(r)
 	}
 	m.roomWake(r)
-}
-
-// events is a min-heap by time, ties in push order.
-type events []*event
-
-func (q events) Len() int { return len(q) }
-func (q events) Less(i, j int) bool {
-	return q[i].t < q[j].t || (q[i].t == q[j].t && q[i].seq < q[j].seq)
-}
-func (q events) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *events) Push(x any)   { *q = append(*q, x.(*event)) }
-func (q *events) Pop() any {
-	x := (*q)[len(*q)-1]
-	*q = (*q)[:len(*q)-1]
-	return x
 }
 
 // skipList finds the next member at or after i of a set that only loses
