@@ -269,12 +269,8 @@ func (st Stability) Describe() string {
 	case ClassNoLoad:
 		return "no arrivals after the backlog: nothing to wedge; a transient only delays the drain"
 	case ClassStable:
-		s := fmt.Sprintf("stable: %.1f refreshes/s with every slot busy against a demand of %.1f/s (headroom %+.0f%%); any backlog drains",
-			st.Loaded, st.Demand, 100*st.Margin)
-		if st.RecoverySeconds > 0 {
-			s += fmt.Sprintf(" (this one's %d users in about %s)", st.BacklogUsers, Seconds(st.RecoverySeconds))
-		}
-		return s
+		return fmt.Sprintf("stable: %.1f refreshes/s with every slot busy against a demand of %.1f/s (headroom %+.0f%%); any backlog drains",
+			st.Loaded, st.Demand, 100*st.Margin) + when(st.RecoverySeconds > 0, " (this one's %d users in about %s)", st.BacklogUsers, Seconds(st.RecoverySeconds))
 	case ClassMetastable:
 		return fmt.Sprintf("METASTABLE: keeps up while lightly loaded (%.1f commands in flight), but with every slot busy it does %.1f refreshes/s against a demand of %.1f/s (headroom %+.0f%%): a transient that fills the slots leaves the queue %s",
 			st.BusyLow, st.Loaded, st.Demand, 100*st.Margin, settled(float64(st.SettledWait)))

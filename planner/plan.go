@@ -205,38 +205,30 @@ func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 	if p.Load == 0 && sp.Disturbed.Drained {
 		sp.Recovered, sp.RecoverySeconds = true, sp.Disturbed.DrainSeconds-in.Transient.End()
 	}
-	sp.Verdict = describeRecovery(sp, p.Load, loadEnd, in.Transient.At, in.Transient.End())
 	// A fleet keeping up holds the oldest age at about busyTime, and a poll
 	// without change streams.
 	light := busyTime(c, in.Server)
 	if !c.ChangeStreams {
 		light += c.PollInterval
 	}
-	if sp.PreLevel > 2*light+1 {
-		sp.Verdict = fmt.Sprintf("the queue is already backed up before the transient (oldest age %s where a fleet keeping up holds about %s): ",
-			Seconds(sp.PreLevel), Seconds(light)) + sp.Verdict
-	}
-	if in.Arrival.Mode == ArrivalRate && (sp.Baseline.ClearSeconds < 0 || sp.Baseline.ClearSeconds > in.Transient.At) {
-		sp.Verdict += fmt.Sprintf(" (the backlog present at the start is not cleared by %s, when the transient begins:"+
-			" the verdict compares against a queue still draining; a --transient-at after the backlog is cleared judges the steady state)", Seconds(in.Transient.At))
-	}
+	sp.Verdict = when(sp.PreLevel > 2*light+1, "the queue is already backed up before the transient (oldest age %s where a fleet keeping up holds about %s): ",
+		Seconds(sp.PreLevel), Seconds(light)) + describeRecovery(sp, p.Load, loadEnd, in.Transient.At, in.Transient.End()) +
+		when(in.Arrival.Mode == ArrivalRate && (sp.Baseline.ClearSeconds < 0 || sp.Baseline.ClearSeconds > in.Transient.At),
+			" (the backlog present at the start is not cleared by %s, when the transient begins:"+
+				" the verdict compares against a queue still draining; a --transient-at after the backlog is cleared judges the steady state)", Seconds(in.Transient.At))
 	return sp
 }
 
-// RecoveryTolerance is how close to its pre-transient level the oldest age
-// must come back to count as recovered: the age of an idle queue swings by
-// up to a poll interval, and the level is that swing's top.
-const RecoveryTolerance = 0.5
-
 // RecoveredAt is the first sample time from restore on whose oldest age is
-// back within RecoveryTolerance of level; with whileLoaded, up to loadEnd
-// only: a queue that drains because arrivals stopped has not recovered.
+// back within 0.5 s of level (an idle queue's age swings by up to a poll
+// interval, and the level is that swing's top); with whileLoaded, up to
+// loadEnd only: a queue that drains because arrivals stopped has not recovered.
 func RecoveredAt(tl []Sample, level, restore, loadEnd float64, whileLoaded bool) (float64, bool) {
 	for _, s := range tl {
 		if s.T < restore || (whileLoaded && s.T > loadEnd) {
 			continue
 		}
-		if s.OldestAge <= level+RecoveryTolerance {
+		if s.OldestAge <= level+0.5 {
 			return s.T, true
 		}
 	}
@@ -318,17 +310,40 @@ func sequential(b *Backlog, c Config, s Server, load float64) *Sequential {
 // WriteText prints the plan for a person: inputs, table, target, stability.
 func (p *Plan) WriteText(w io.Writer) error {
 	var b strings.Builder
-	p.writeInputs(&b)
-	b.WriteString("\n")
+	a, s, c := p.Arrival, p.Server, p.Config
+	fmt.Fprintf(&b, "backlog: %s entries of %s users over %s (%.1f entries per user; %.0f distinct users per %d-entry window)\n",
+		Thousands(p.Entries), Thousands(p.Users), Seconds(p.SpanSecs), p.EntriesPerUser, p.WindowUsers, c.ClaimWindow)
+	switch a.Mode {
+	case ArrivalMax:
+		b.WriteString("arrival: max (the backlog is in the queue at the start; nothing follows)\n")
+	case ArrivalOriginal:
+		fmt.Fprintf(&b, "arrival: original ×%g (%.1f entries/s on average over %s)\n", a.Speed, p.Load, Seconds(p.SpanSecs/a.Speed))
+	case ArrivalRate:
+		fmt.Fprintf(&b, "arrival: the backlog, then %.1f entries/s for %s (%.0f%% of them from users the backlog has not seen)\n",
+			a.Rate, Seconds(a.Duration), 100*p.Mix.New)
+	}
+	fmt.Fprintf(&b, "round trip: RTT %s + server %s per command", ms(s.RTT), ms(s.Cost))
+	b.WriteString(when(s.Capacity > 0, "; server capacity %.0f commands/s", s.Capacity) +
+		when(s.Slope > 0, "; +%s per command in flight past %d", ms(s.Slope), s.Knee) +
+		when(s.EntryCost > 0, "; %.0fµs per entry an ack deletes", s.EntryCost*1e6) +
+		when(s.ScanCost > 0, "; %.1fµs per queued entry per claim read", s.ScanCost*1e6))
+	fmt.Fprintf(&b, "\nrefresh: %d component%s + 2 = %d round trips", c.Components, when(c.Components != 1, "s"), p.RoundTrips)
+	b.WriteString(when(c.Batch > 1, " per batch of up to %d users spread over the free slots (%d with every slot busy)", c.Batch, c.SpreadBatch()))
+	wake := "poll every " + Seconds(c.PollInterval)
+	if c.ChangeStreams {
+		wake = "change streams"
+	}
+	fmt.Fprintf(&b, "\nconfig: REFRESH_CONCURRENCY %d, MAX_USERS_IN_FLIGHT %d, CLAIM_WINDOW %d, %d replica(s) now; wake-up: %s\n\n",
+		c.Concurrency, c.MaxUsersInFlight, c.ClaimWindow, c.Replicas, wake)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	drain := "drain"
-	if p.Arrival.Mode == ArrivalRate {
+	if a.Mode == ArrivalRate {
 		drain = "backlog cleared"
 	}
 	fmt.Fprintf(tw, "replicas\tbound/s\tbinding\t%s\tpeak depth\tpeak oldest age\tpeak wait\trefreshes/s\tsustainable/s\t\n", drain)
 	for _, r := range p.Rows {
 		d := r.Run.DrainSeconds
-		if p.Arrival.Mode == ArrivalRate {
+		if a.Mode == ArrivalRate {
 			d = r.Run.ClearSeconds
 		}
 		done, sustainable, perSecond := Seconds(d), "any", 0.0
@@ -357,81 +372,26 @@ func (p *Plan) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "replicas for an oldest age within %s: more than %d (%s)\n", Seconds(p.TargetAge), len(p.Rows), why)
 	}
 	if q := p.Sequential; q != nil {
-		fmt.Fprintf(&b, "for comparison, a one-at-a-time consumer (%d-entry window, %.0f distinct users in it) would drain %.1f entries/s here",
-			SequentialWindow, q.WindowUsers, q.EntriesPerSecond)
-		if p.Load > 0 && !q.KeepsUp {
-			b.WriteString(": below the load, so it would wedge")
-		}
-		b.WriteString("\n")
+		fmt.Fprintf(&b, "for comparison, a one-at-a-time consumer (%d-entry window, %.0f distinct users in it) would drain %.1f entries/s here%s\n",
+			SequentialWindow, q.WindowUsers, q.EntriesPerSecond, when(p.Load > 0 && !q.KeepsUp, ": below the load, so it would wedge"))
 	}
-	p.writeStability(&b)
+	sp, t := p.Stability, p.Transient
+	fmt.Fprintf(&b, "\nstability at %d replica(s)%s:\n  %s\n", sp.Replicas, when(p.Load > 0, ", load %.1f entries/s", p.Load), sp.Assessment.Describe())
+	if t.Active() {
+		slower := when(t.RTTFactor > 1 && t.For > 0, "round trips ×%g for %s", t.RTTFactor, Seconds(t.For))
+		burst := when(t.Burst > 0, "a burst of %s entries of new users", Thousands(t.Burst))
+		fmt.Fprintf(&b, "  transient (%s%s%s at %s): %s\n", slower, when(slower != "" && burst != "", " and "), burst, Seconds(t.At), sp.Verdict)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
 
-// writeStability writes the stability section, if the plan has one.
-func (p *Plan) writeStability(b *strings.Builder) {
-	if sp := p.Stability; sp != nil {
-		fmt.Fprintf(b, "\nstability at %d replica(s)", sp.Replicas)
-		if p.Load > 0 {
-			fmt.Fprintf(b, ", load %.1f entries/s", p.Load)
-		}
-		fmt.Fprintf(b, ":\n  %s\n", sp.Assessment.Describe())
-		if t := p.Transient; t.Active() {
-			var what []string
-			if t.RTTFactor > 1 && t.For > 0 {
-				what = append(what, fmt.Sprintf("round trips ×%g for %s", t.RTTFactor, Seconds(t.For)))
-			}
-			if t.Burst > 0 {
-				what = append(what, fmt.Sprintf("a burst of %s entries of new users", Thousands(t.Burst)))
-			}
-			fmt.Fprintf(b, "  transient (%s at %s): %s\n", strings.Join(what, " and "), Seconds(t.At), sp.Verdict)
-		}
+// when is format's text when cond holds, else "".
+func when(cond bool, format string, args ...any) string {
+	if !cond {
+		return ""
 	}
-}
-
-func (p *Plan) writeInputs(b *strings.Builder) {
-	fmt.Fprintf(b, "backlog: %s entries of %s users over %s (%.1f entries per user; %.0f distinct users per %d-entry window)\n",
-		Thousands(p.Entries), Thousands(p.Users), Seconds(p.SpanSecs), p.EntriesPerUser, p.WindowUsers, p.Config.ClaimWindow)
-	a := p.Arrival
-	switch a.Mode {
-	case ArrivalMax:
-		b.WriteString("arrival: max (the backlog is in the queue at the start; nothing follows)\n")
-	case ArrivalOriginal:
-		fmt.Fprintf(b, "arrival: original ×%g (%.1f entries/s on average over %s)\n", a.Speed, p.Load, Seconds(p.SpanSecs/a.Speed))
-	case ArrivalRate:
-		fmt.Fprintf(b, "arrival: the backlog, then %.1f entries/s for %s (%.0f%% of them from users the backlog has not seen)\n",
-			a.Rate, Seconds(a.Duration), 100*p.Mix.New)
-	}
-	s := p.Server
-	fmt.Fprintf(b, "round trip: RTT %s + server %s per command", ms(s.RTT), ms(s.Cost))
-	if s.Capacity > 0 {
-		fmt.Fprintf(b, "; server capacity %.0f commands/s", s.Capacity)
-	}
-	if s.Slope > 0 {
-		fmt.Fprintf(b, "; +%s per command in flight past %d", ms(s.Slope), s.Knee)
-	}
-	if s.EntryCost > 0 {
-		fmt.Fprintf(b, "; %.0fµs per entry an ack deletes", s.EntryCost*1e6)
-	}
-	if s.ScanCost > 0 {
-		fmt.Fprintf(b, "; %.1fµs per queued entry per claim read", s.ScanCost*1e6)
-	}
-	c := p.Config
-	comps := "components"
-	if c.Components == 1 {
-		comps = "component"
-	}
-	fmt.Fprintf(b, "\nrefresh: %d %s + 2 = %d round trips", c.Components, comps, p.RoundTrips)
-	if c.Batch > 1 {
-		fmt.Fprintf(b, " per batch of up to %d users spread over the free slots (%d with every slot busy)", c.Batch, c.SpreadBatch())
-	}
-	wake := "poll every " + Seconds(c.PollInterval)
-	if c.ChangeStreams {
-		wake = "change streams"
-	}
-	fmt.Fprintf(b, "\nconfig: REFRESH_CONCURRENCY %d, MAX_USERS_IN_FLIGHT %d, CLAIM_WINDOW %d, %d replica(s) now; wake-up: %s\n",
-		c.Concurrency, c.MaxUsersInFlight, c.ClaimWindow, c.Replicas, wake)
+	return fmt.Sprintf(format, args...)
 }
 
 // Thousands formats n with comma separators: 20,000 reads faster than 20000.
@@ -454,43 +414,38 @@ type Entry struct {
 	Arrive  float64 `json:"arrive"`  // when it is in the queue (0 for a backlog)
 }
 
-// Backlog is a queue's entries, oldest first, with users numbered from 0.
+// Backlog is a queue's entries, oldest first, with users numbered from 0;
+// Add and Build fill it from a snapshot or the queue.
 type Backlog struct {
 	Users   int
-	Names   []string // by number: the order BacklogBuilder.Add first saw them
+	Names   []string // by number: the order Add first saw them
 	Entries []Entry
-}
-
-// BacklogBuilder collects entries from a snapshot or the queue (zero: empty).
-type BacklogBuilder struct {
-	users map[string]int32
-	b     Backlog
+	ids     map[string]int32
 }
 
 // Add records an entry of user enqueued at created.
-func (bb *BacklogBuilder) Add(user string, created time.Time) {
-	id, ok := bb.users[user]
+func (b *Backlog) Add(user string, created time.Time) {
+	id, ok := b.ids[user]
 	if !ok {
-		if bb.users == nil {
-			bb.users = map[string]int32{}
+		if b.ids == nil {
+			b.ids = map[string]int32{}
 		}
-		id = int32(len(bb.users))
-		bb.users[user] = id
-		bb.b.Names = append(bb.b.Names, user)
+		id = int32(len(b.Names))
+		b.ids[user] = id
+		b.Names = append(b.Names, user)
 	}
 	// Seconds since the epoch until Build knows the reference.
-	bb.b.Entries = append(bb.b.Entries, Entry{User: id, Created: float64(created.UnixNano()) / 1e9})
+	b.Entries = append(b.Entries, Entry{User: id, Created: float64(created.UnixNano()) / 1e9})
 }
 
-// Build returns the backlog, oldest first, its ages counted from ref.
-func (bb *BacklogBuilder) Build(ref time.Time) *Backlog {
+// Build puts the entries oldest first, their ages counted from ref.
+func (b *Backlog) Build(ref time.Time) {
 	r := float64(ref.UnixNano()) / 1e9
-	for i := range bb.b.Entries {
-		bb.b.Entries[i].Created -= r
+	for i := range b.Entries {
+		b.Entries[i].Created -= r
 	}
-	slices.SortStableFunc(bb.b.Entries, func(x, y Entry) int { return cmp.Compare(x.Created, y.Created) })
-	bb.b.Users = len(bb.users)
-	return &bb.b
+	slices.SortStableFunc(b.Entries, func(x, y Entry) int { return cmp.Compare(x.Created, y.Created) })
+	b.Users = len(b.Names)
 }
 
 // Counts returns each user's number of entries.

@@ -32,7 +32,7 @@ type Sample struct {
 // SimOptions bound a simulation.
 type SimOptions struct {
 	Horizon      float64 // stop here at the latest (seconds)
-	SampleEvery  float64 // timeline resolution; default 1s
+	SampleEvery  float64 // timeline resolution (seconds, above 0)
 	UntilDrained bool    // stop once every entry is acknowledged
 }
 
@@ -59,9 +59,6 @@ type Run struct {
 // Simulate runs c.Replicas replicas over entries as Backlog.Schedule lays
 // them out, naming users below users.
 func Simulate(c Config, s Server, tr Transient, entries []Entry, users int, o SimOptions) *Run {
-	if o.SampleEvery <= 0 {
-		o.SampleEvery = 1
-	}
 	m := &sim{c: c, s: s, e: entries, rttFactor: 1,
 		pending: newSkipList(len(entries)), live: newSkipList(len(entries)),
 		userPending: make([][]int32, users), heldBy: make([]int32, users), mark: make([]int32, users)}

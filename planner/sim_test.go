@@ -24,7 +24,7 @@ func backlogOf(users ...int32) []Entry {
 
 func drain(t *testing.T, c Config, s Server, tr Transient, entries []Entry, users int) *Run {
 	t.Helper()
-	r := Simulate(c, s, tr, entries, users, SimOptions{Horizon: 10_000, UntilDrained: true})
+	r := Simulate(c, s, tr, entries, users, SimOptions{Horizon: 10_000, SampleEvery: 1, UntilDrained: true})
 	if !r.Drained {
 		t.Fatalf("not drained by %gs: %+v", r.EndSeconds, r.End)
 	}

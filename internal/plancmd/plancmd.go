@@ -161,7 +161,7 @@ func (o *planOptions) validate() error {
 		"times, capacities, knee and burst must not be negative")
 	check(o.measureCapacity > 0 && (o.slope > 0 || o.capacity > 0),
 		"--measure-capacity finds the server's behaviour under load, which --rtt-slope or --server-capacity give: use one or the other")
-	check(autoBatch(o.serverKind) == 0, "--server-kind %q: want %s, %s or %s", o.serverKind, serverMongoDB, serverSQLite, serverPostgreSQL)
+	check(autoBatch[o.serverKind] == 0, "--server-kind %q: want %s, %s or %s", o.serverKind, serverMongoDB, serverSQLite, serverPostgreSQL)
 	check(o.batch < 0, "--batch %d: 0 (the service's default) or more", o.batch)
 	check(o.trRTT != 0 && o.trRTT < 1, "--transient-rtt %g: a factor of at least 1", o.trRTT)
 	return errors.Join(errs...)
@@ -259,22 +259,21 @@ func (o *planOptions) input(ctx context.Context, cfg config.Config, stderr io.Wr
 		}
 		defer conn.close()
 	}
-	var bb planner.BacklogBuilder
-	var backlog *planner.Backlog
+	var backlog planner.Backlog
 	if o.fromQueue {
-		if err := conn.readQueue(ctx, cfg, o.maxEntries, bb.Add, stderr); err != nil {
+		if err := conn.readQueue(ctx, cfg, o.maxEntries, backlog.Add, stderr); err != nil {
 			return planner.Input{}, err
 		}
-		backlog = bb.Build(time.Now()) // the live queue's ages count from now
+		backlog.Build(time.Now()) // the live queue's ages count from now
 	} else {
-		scan, err := replay.ReadQueue(ctx, o.in, cfg.QueueCollection, false, bb.Add)
+		scan, err := replay.ReadQueue(ctx, o.in, cfg.QueueCollection, false, backlog.Add)
 		if err != nil {
 			return planner.Input{}, err
 		}
 		if scan.Malformed > 0 {
 			fmt.Fprintf(stderr, "%s: %d malformed entries left out (the consumer dead-letters them)\n", scan.Path, scan.Malformed)
 		}
-		backlog = bb.Build(scan.Reference)
+		backlog.Build(scan.Reference)
 	}
 	users := backlog.Names[:min(200, len(backlog.Names))] // to time the rules' queries on, the first seen first
 	srv := planner.Server{RTT: o.rtt.Seconds(), Cost: o.serverCost.Seconds(), Capacity: o.capacity, Knee: o.knee, Slope: o.slope.Seconds(),
@@ -287,10 +286,10 @@ func (o *planOptions) input(ctx context.Context, cfg config.Config, stderr io.Wr
 		fmt.Fprintln(stderr, m.describe(conn.server, o, srv))
 	}
 	return planner.Input{
-		Backlog: backlog,
+		Backlog: &backlog,
 		Arrival: planner.Arrival{Mode: o.arrival, Speed: o.speed, Rate: o.rate, Duration: o.duration.Seconds(), Seed: o.seed},
 		Config: planner.Config{Components: cmp.Or(o.comps, len(rules.Components)), Concurrency: o.concurrency, MaxUsersInFlight: o.maxUsers, ClaimWindow: o.window,
-			Replicas: o.replicas, Batch: cmp.Or(o.batch, autoBatch(o.serverKind)), PollInterval: o.poll.Seconds(), ChangeStreams: o.changeStreams},
+			Replicas: o.replicas, Batch: cmp.Or(o.batch, autoBatch[o.serverKind]), PollInterval: o.poll.Seconds(), ChangeStreams: o.changeStreams},
 		Server: srv, MaxReplicas: max(o.maxReplicas, o.replicas), TargetAge: o.target.Seconds(),
 		Transient: planner.Transient{At: o.trAt.Seconds(), For: o.trFor.Seconds(), RTTFactor: o.trRTT, Burst: o.burst},
 	}, nil
@@ -304,19 +303,8 @@ const (
 )
 
 // autoBatch is REFRESH_BATCH_SIZE unset (consumer.BatchAuto) as the
-// consumer resolves it: batches where a batch's $in is an index read
-// (MongoDB) or a user's own query decodes the collection as a batch's does
-// (FerretDB on SQLite); one user per slot on FerretDB on PostgreSQL, which
-// answers a user's query from its storage. 0: not a server it knows.
-func autoBatch(kind string) int {
-	switch kind {
-	case serverMongoDB, serverSQLite:
-		return consumer.DefaultBatchSize
-	case serverPostgreSQL:
-		return 1
-	}
-	return 0
-}
+// consumer resolves it on each server --server-kind names.
+var autoBatch = map[string]int{serverMongoDB: consumer.DefaultBatchSize, serverSQLite: consumer.DefaultBatchSize, serverPostgreSQL: 1}
 
 // planChart is the plan as stacked panels: depth and oldest age over time for
 // each fleet size, then the transient against the same load without it.
