@@ -1,14 +1,12 @@
 // Package planner predicts how scorerefresh drains a backlog (drain time,
 // the oldest age over time, the arrival rate a fleet sustains, the replicas
 // a target age needs) and whether a transient (slower round trips, a burst)
-// leaves the queue in a state it does not come back from; the model is
-// derived in docs/capacity-planning.md. It talks to no database: the
-// consumer's costs are its own constants (consumer/cost.go), its batch
-// spreading consumer.SpreadBatch, the capacity formula metrics.DrainRate
-// (the live headroom's). Simulate, a discrete-event simulation over the
-// backlog's own entries, gives the timelines; the closed forms (FleetBounds,
-// Mix.Demand, Mix.SustainableRate, Assess) the first-principles figures.
-// Make runs both for 1…N replicas.
+// leaves the queue in a state it does not come back from, by the model of
+// docs/capacity-planning.md. It talks to no database: it takes the
+// consumer's costs and batch spreading from package consumer, the capacity
+// formula from metrics.DrainRate. Simulate, a discrete-event simulation over
+// the backlog's own entries, gives the timelines; the closed forms
+// (FleetBounds, Mix, Assess) the first-principles figures; Make runs both.
 package planner
 
 import (

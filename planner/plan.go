@@ -115,11 +115,11 @@ func Make(in Input) (*Plan, error) {
 		return nil, err
 	}
 	b := in.Backlog
-	p := &Plan{Entries: len(b.Entries), Users: b.Users, SpanSecs: b.Span(), Arrival: in.Arrival, Config: in.Config,
+	p := &Plan{Entries: len(b.Entries), Users: b.Users, Arrival: in.Arrival, Config: in.Config,
 		Server: in.Server, TargetAge: in.TargetAge, Transient: in.Transient, RoundTrips: in.Config.RoundTrips(),
 		Mix: NewMix(b.Counts()), WindowUsers: windowUsers(b, in.Config.ClaimWindow)}
-	if b.Users > 0 {
-		p.EntriesPerUser = float64(len(b.Entries)) / float64(b.Users)
+	if n := len(b.Entries); n > 0 {
+		p.SpanSecs, p.EntriesPerUser = b.Entries[n-1].Created-b.Entries[0].Created, float64(n)/float64(b.Users)
 	}
 	switch in.Arrival.Mode { // the mean arrival rate after the start
 	case ArrivalRate:
@@ -172,38 +172,53 @@ func busyTime(c Config, s Server) float64 {
 
 // stability classifies the load and simulates the transient at the current fleet.
 func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
-	c := in.Config
+	c, tr := in.Config, in.Transient
 	sp := &StabilityPlan{Replicas: c.Replicas, RecoverySeconds: -1}
 	backlogUsers := 0
 	if in.Arrival.Mode == ArrivalRate {
 		backlogUsers = in.Backlog.Users
 	}
 	sp.Assessment = Assess(c, in.Server, c.Replicas, p.Mix, p.Load, backlogUsers)
-	if !in.Transient.Active() {
+	if !tr.Active() {
 		sp.Verdict = sp.Assessment.Describe()
 		return sp
 	}
-	o := simOptions(in, entries, FleetBounds(c, in.Server, c.Replicas))
+	end, o := tr.End(), simOptions(in, entries, FleetBounds(c, in.Server, c.Replicas))
 	if in.Arrival.Mode != ArrivalRate {
 		// Until drained, with room for the transient's delay.
-		o.Horizon = math.Max(o.Horizon, in.Transient.End()+600)
-		if in.Transient.RTTFactor > 1 {
-			o.Horizon += in.Transient.For * in.Transient.RTTFactor
+		o.Horizon = math.Max(o.Horizon, end+600)
+		if tr.RTTFactor > 1 {
+			o.Horizon += tr.For * tr.RTTFactor
 		}
 	}
 	sp.Baseline = Simulate(c, in.Server, Transient{}, entries, users, o)
-	dEntries, dUsers := in.Backlog.Schedule(in.Arrival, in.Transient)
-	sp.Disturbed = Simulate(c, in.Server, in.Transient, dEntries, dUsers, o)
-	sp.PreLevel = peak(sp.Disturbed.Timeline, in.Transient.At/3, in.Transient.At).OldestAge
-	loadEnd := in.Transient.End()
+	dEntries, dUsers := in.Backlog.Schedule(in.Arrival, tr)
+	d := Simulate(c, in.Server, tr, dEntries, dUsers, o)
+	sp.Disturbed, sp.PreLevel = d, peak(d.Timeline, tr.At/3, tr.At).OldestAge
+	loadEnd := end
 	if n := len(entries); n > 0 {
 		loadEnd = math.Max(loadEnd, entries[n-1].Arrive)
 	}
-	if t, ok := RecoveredAt(sp.Disturbed.Timeline, sp.PreLevel, in.Transient.End(), loadEnd, p.Load > 0); ok {
-		sp.Recovered, sp.RecoverySeconds = true, t-in.Transient.End()
+	if t, ok := RecoveredAt(d.Timeline, sp.PreLevel, end, loadEnd, p.Load > 0); ok {
+		sp.Recovered, sp.RecoverySeconds = true, t-end
 	}
-	if p.Load == 0 && sp.Disturbed.Drained {
-		sp.Recovered, sp.RecoverySeconds = true, sp.Disturbed.DrainSeconds-in.Transient.End()
+	if p.Load == 0 && d.Drained {
+		sp.Recovered, sp.RecoverySeconds = true, d.DrainSeconds-end
+	}
+	pk, at := peak(d.Timeline, tr.At, math.Inf(1)), d.End
+	for _, s := range d.Timeline {
+		if s.T <= loadEnd {
+			at = s
+		}
+	}
+	verdict := fmt.Sprintf("does NOT recover while the load lasts: %s after the transient ends the oldest age is %s (it was %s before), depth %d",
+		Seconds(at.T-end), Seconds(at.OldestAge), Seconds(sp.PreLevel), at.Depth)
+	switch {
+	case p.Load == 0 && sp.Recovered:
+		verdict = fmt.Sprintf("no arrivals after the backlog: the transient delays the drain to %s (from %s)", Seconds(d.DrainSeconds), Seconds(sp.Baseline.DrainSeconds))
+	case sp.Recovered:
+		verdict = fmt.Sprintf("recovers: the oldest age is back to its pre-transient %s %s after the transient ends (from the transient on: peak depth %d, peak oldest age %s)",
+			Seconds(sp.PreLevel), Seconds(sp.RecoverySeconds), pk.Depth, Seconds(pk.OldestAge))
 	}
 	// A fleet keeping up holds the oldest age at about busyTime, and a poll
 	// without change streams.
@@ -212,10 +227,10 @@ func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 		light += c.PollInterval
 	}
 	sp.Verdict = when(sp.PreLevel > 2*light+1, "the queue is already backed up before the transient (oldest age %s where a fleet keeping up holds about %s): ",
-		Seconds(sp.PreLevel), Seconds(light)) + describeRecovery(sp, p.Load, loadEnd, in.Transient.At, in.Transient.End()) +
-		when(in.Arrival.Mode == ArrivalRate && (sp.Baseline.ClearSeconds < 0 || sp.Baseline.ClearSeconds > in.Transient.At),
+		Seconds(sp.PreLevel), Seconds(light)) + verdict +
+		when(in.Arrival.Mode == ArrivalRate && (sp.Baseline.ClearSeconds < 0 || sp.Baseline.ClearSeconds > tr.At),
 			" (the backlog present at the start is not cleared by %s, when the transient begins:"+
-				" the verdict compares against a queue still draining; a --transient-at after the backlog is cleared judges the steady state)", Seconds(in.Transient.At))
+				" the verdict compares against a queue still draining; a --transient-at after the backlog is cleared judges the steady state)", Seconds(tr.At))
 	return sp
 }
 
@@ -225,10 +240,7 @@ func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 // loadEnd only: a queue that drains because arrivals stopped has not recovered.
 func RecoveredAt(tl []Sample, level, restore, loadEnd float64, whileLoaded bool) (float64, bool) {
 	for _, s := range tl {
-		if s.T < restore || (whileLoaded && s.T > loadEnd) {
-			continue
-		}
-		if s.OldestAge <= level+0.5 {
+		if s.T >= restore && (!whileLoaded || s.T <= loadEnd) && s.OldestAge <= level+0.5 {
 			return s.T, true
 		}
 	}
@@ -243,26 +255,6 @@ func peak(tl []Sample, from, to float64) (p Sample) {
 		}
 	}
 	return p
-}
-
-func describeRecovery(sp *StabilityPlan, load, loadEnd, trStart, trEnd float64) string {
-	d := sp.Disturbed
-	pk := peak(d.Timeline, trStart, math.Inf(1))
-	switch {
-	case load == 0 && sp.Recovered:
-		return fmt.Sprintf("no arrivals after the backlog: the transient delays the drain to %s (from %s)", Seconds(d.DrainSeconds), Seconds(sp.Baseline.DrainSeconds))
-	case sp.Recovered:
-		return fmt.Sprintf("recovers: the oldest age is back to its pre-transient %s %s after the transient ends (from the transient on: peak depth %d, peak oldest age %s)",
-			Seconds(sp.PreLevel), Seconds(sp.RecoverySeconds), pk.Depth, Seconds(pk.OldestAge))
-	}
-	at := d.End
-	for _, s := range d.Timeline {
-		if s.T <= loadEnd {
-			at = s
-		}
-	}
-	return fmt.Sprintf("does NOT recover while the load lasts: %s after the transient ends the oldest age is %s (it was %s before), depth %d",
-		Seconds(at.T-trEnd), Seconds(at.OldestAge), Seconds(sp.PreLevel), at.Depth)
 }
 
 // windowUsers is the mean count of distinct users in consecutive windows of w entries.
@@ -455,14 +447,6 @@ func (b *Backlog) Counts() []int {
 		n[e.User]++
 	}
 	return n
-}
-
-// Span is the time between the oldest and the newest entry.
-func (b *Backlog) Span() float64 {
-	if len(b.Entries) == 0 {
-		return 0
-	}
-	return b.Entries[len(b.Entries)-1].Created - b.Entries[0].Created
 }
 
 // The arrival profiles. Max: the backlog is in the queue at the start,

@@ -257,7 +257,7 @@ func (o *planOptions) input(ctx context.Context, cfg config.Config, stderr io.Wr
 		if conn, err = dialPlan(ctx, cfg); err != nil {
 			return planner.Input{}, err
 		}
-		defer conn.close()
+		defer func() { _ = conn.client.Disconnect(context.Background()) }()
 	}
 	var backlog planner.Backlog
 	if o.fromQueue {
@@ -283,7 +283,8 @@ func (o *planOptions) input(ctx context.Context, cfg config.Config, stderr io.Wr
 		if err != nil {
 			return planner.Input{}, err
 		}
-		fmt.Fprintln(stderr, m.describe(conn.server, o, srv))
+		fmt.Fprintf(stderr, "measured %s: round trip %.2f ms (median of %d pings, %d at once)%s%s%s%s; change streams: %t\n",
+			conn.server, srv.RTT*1000, o.pings*o.measureConc, o.measureConc, m.cost, m.capacity, m.scan, m.kind, m.changeStreams)
 	}
 	return planner.Input{
 		Backlog: &backlog,
@@ -312,10 +313,7 @@ func planChart(p *planner.Plan) svgchart.Chart {
 	depth := svgchart.Panel{Title: "Queue depth (entries), by replicas"}
 	age := svgchart.Panel{Title: "Oldest entry age, by replicas", Unit: "s"}
 	for i, r := range p.Rows {
-		name := fmt.Sprintf("%d replica", r.Replicas)
-		if r.Replicas > 1 {
-			name += "s"
-		}
+		name := fmt.Sprintf("%d replica%s", r.Replicas, strings.Repeat("s", min(r.Replicas-1, 1)))
 		d, a := series(name, svgchart.Palette[i%len(svgchart.Palette)], r.Run)
 		depth.Series, age.Series = append(depth.Series, d), append(age.Series, a)
 	}
@@ -391,41 +389,17 @@ func dialPlan(ctx context.Context, cfg config.Config) (*planConn, error) {
 	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if err := client.Ping(pctx, nil); err != nil {
-		c.close()
+		_ = client.Disconnect(context.Background())
 		return nil, fmt.Errorf("reaching %s: %w", server, err)
 	}
 	return c, nil
 }
 
-func (c *planConn) close() { _ = c.client.Disconnect(context.Background()) }
-
-// measurement is what --measure found besides the plan's planner.Server figures.
+// measurement is what --measure found besides the plan's planner.Server
+// figures, worded for the line it prints; a part is empty when not measured.
 type measurement struct {
-	costUsers     int // the users the server's time was measured on; 0: not measured
-	costNote      string
-	workers       int    // loading the server to find its capacity; 0: not measured
-	scanDepth     int64  // the queue depth the claim window was timed at; 0: not measured
-	kind          string // --server-kind as the server describes itself; empty: it did not say
-	changeStreams bool
-}
-
-func (m measurement) describe(server string, o *planOptions, srv planner.Server) string {
-	s := fmt.Sprintf("measured %s: round trip %.2f ms (median of %d pings, %d at once)", server, srv.RTT*1000, o.pings*o.measureConc, o.measureConc)
-	if m.costUsers > 0 {
-		s += fmt.Sprintf("; server time %.2f ms per command (the rules' queries for %d users of the backlog, less the round trip)", srv.Cost*1000, m.costUsers)
-	} else if m.costNote != "" {
-		s += "; server time not measured: " + m.costNote
-	}
-	if m.workers > 0 && srv.Capacity > 0 {
-		s += fmt.Sprintf("; %.0f queries/s with %d refreshes' queries at once", srv.Capacity, m.workers)
-	}
-	if m.scanDepth > 0 {
-		s += fmt.Sprintf("; claim window %.2f µs per queued entry (at %d entries)", srv.ScanCost*1e6, m.scanDepth)
-	}
-	if m.kind != "" {
-		s += "; server: " + m.kind
-	}
-	return s + fmt.Sprintf("; change streams: %t", m.changeStreams)
+	cost, capacity, scan, kind string
+	changeStreams              bool
 }
 
 // serverKind is the server as --server-kind names it, from what it says of
@@ -459,12 +433,14 @@ func (c *planConn) measure(ctx context.Context, o *planOptions, queue string, ru
 		return m, fmt.Errorf("measuring the round trip to %s: %w", c.server, err)
 	}
 	m.changeStreams = consumer.DetectChangeStreams(ctx, c.db.Collection(queue))
-	m.kind = c.serverKind(ctx)
 	if !o.set["change-streams"] {
 		o.changeStreams = m.changeStreams
 	}
-	if !o.set["server-kind"] && m.kind != "" {
-		o.serverKind = m.kind
+	if kind := c.serverKind(ctx); kind != "" {
+		m.kind = "; server: " + kind
+		if !o.set["server-kind"] {
+			o.serverKind = kind
+		}
 	}
 	if !o.set["scan-cost"] {
 		if err := c.measureScan(ctx, &m, srv, queue, o.window); err != nil {
@@ -479,7 +455,7 @@ func (c *planConn) measure(ctx context.Context, o *planOptions, queue string, ru
 		return m, nil
 	}
 	if len(users) == 0 {
-		m.costNote = "the backlog is empty"
+		m.cost = "; server time not measured: the backlog is empty"
 		return m, nil
 	}
 	rec := scoring.NewRecomputer(c.db, rules)
@@ -488,17 +464,21 @@ func (c *planConn) measure(ctx context.Context, o *planOptions, queue string, ru
 		for _, u := range users[:min(5, len(users))] {
 			start := time.Now()
 			if _, err := rec.Recompute(ctx, u, start); err != nil {
-				m.costNote = fmt.Sprintf("the rules' queries failed (%v)", err)
+				m.cost = fmt.Sprintf("; server time not measured: the rules' queries failed (%v)", err)
 				return m, nil
 			}
 			perCommand = append(perCommand, time.Since(start).Seconds()/float64(len(rules.Components)))
 		}
-		srv.Cost, m.costUsers = max(0, median(perCommand)-srv.RTT), len(perCommand)
+		srv.Cost = max(0, median(perCommand)-srv.RTT)
+		m.cost = fmt.Sprintf("; server time %.2f ms per command (the rules' queries for %d users of the backlog, less the round trip)", srv.Cost*1000, len(perCommand))
 	}
 	if capacityFor > 0 {
-		m.workers = o.replicas * o.concurrency
-		if srv.Capacity, err = loadServer(ctx, rec, users, len(rules.Components), m.workers, capacityFor); err != nil {
+		workers := o.replicas * o.concurrency
+		if srv.Capacity, err = loadServer(ctx, rec, users, len(rules.Components), workers, capacityFor); err != nil {
 			return m, fmt.Errorf("measuring the server's capacity: %w", err)
+		}
+		if srv.Capacity > 0 {
+			m.capacity = fmt.Sprintf("; %.0f queries/s with %d refreshes' queries at once", srv.Capacity, workers)
 		}
 	}
 	return m, nil
@@ -533,7 +513,8 @@ func (c *planConn) measureScan(ctx context.Context, m *measurement, srv *planner
 		}
 		times = append(times, time.Since(start).Seconds())
 	}
-	srv.ScanCost, m.scanDepth = max(0, slices.Min(times)-srv.RTT)/float64(depth), depth
+	srv.ScanCost = max(0, slices.Min(times)-srv.RTT) / float64(depth)
+	m.scan = fmt.Sprintf("; claim window %.2f µs per queued entry (at %d entries)", srv.ScanCost*1e6, depth)
 	return nil
 }
 
