@@ -56,12 +56,11 @@ func (c Config) SpreadBatch() int { return consumer.SpreadBatch(c.Batch, c.HeldC
 
 // Server is how long a round trip takes.
 type Server struct {
-	RTT  float64 `json:"rttSeconds"`  // network round trip
-	Cost float64 `json:"costSeconds"` // the server's time per command, uncontended
-	// Capacity is the most commands a second the server answers; 0: no limit.
-	Capacity float64 `json:"capacityPerSecond,omitempty"`
-	// Knee and Slope model a server that degrades under load: every command
-	// takes Slope longer per command in flight beyond Knee. Slope 0: none.
+	RTT      float64 `json:"rttSeconds"`                  // network round trip
+	Cost     float64 `json:"costSeconds"`                 // the server's time per command, uncontended
+	Capacity float64 `json:"capacityPerSecond,omitempty"` // the most commands a second it answers; 0: no limit
+	// A server that degrades under load: every command takes Slope longer
+	// per command in flight beyond Knee. Slope 0: none.
 	Knee  int     `json:"knee,omitempty"`
 	Slope float64 `json:"slopeSeconds,omitempty"`
 	// EntryCost is the server's time per queue entry an ack flush deletes
@@ -73,9 +72,8 @@ type Server struct {
 }
 
 // Latency is one command's round trip with inFlight commands in flight
-// (itself included), its network part multiplied by rttFactor. A closed
-// system of n clients in front of a server of capacity Q cannot complete
-// more than Q commands a second, so each takes at least n/Q.
+// (itself included), its network part times rttFactor: at least n/Q, as n
+// clients of a server of capacity Q complete at most Q commands a second.
 func (s Server) Latency(inFlight float64, rttFactor float64) float64 {
 	lat := s.RTT*rttFactor + s.Cost
 	if s.Capacity > 0 {
@@ -115,11 +113,9 @@ type Bounds struct {
 	Server   Limit   `json:"server"`   // capacity over a refresh's round trips; +Inf without one
 	// Loaded is the rate with every slot busy, the round trip taken at that
 	// load: what a deep backlog, or a transient that fills the slots, gets.
-	Loaded float64 `json:"loaded"`
-	// Lower, the least of Loaded and InFlight, is what the fleet does;
-	// Binding says what holds it there.
-	Lower   float64 `json:"lower"`
-	Binding string  `json:"binding"`
+	Loaded  float64 `json:"loaded"`
+	Lower   float64 `json:"lower"`   // the least of Loaded and InFlight: what the fleet does
+	Binding string  `json:"binding"` // what holds it there
 }
 
 // FleetBounds computes the bounds for replicas replicas.
@@ -163,8 +159,8 @@ func (l Limit) MarshalJSON() ([]byte, error) {
 }
 
 // LatencyCeiling and ServerCeiling are the ceilings no drain beats, as the
-// bench reports them: LatencyCeiling is the refreshes a second of
-// usersInRefresh users in refresh at once, each roundTrips trips of secondsPerTrip.
+// bench reports them: the refreshes a second of usersInRefresh users in
+// refresh at once, each roundTrips trips of secondsPerTrip.
 func LatencyCeiling(usersInRefresh, roundTrips, secondsPerTrip float64) float64 {
 	return metrics.DrainRate(usersInRefresh, 1, roundTrips*secondsPerTrip, 1)
 }
@@ -193,10 +189,8 @@ type Stability struct {
 	Demand     float64 `json:"demandRefreshesPerSecond"`
 	NormalWait float64 `json:"normalWaitSeconds"` // for its claim, while the fleet keeps up
 	Loaded     float64 `json:"loadedRefreshesPerSecond"`
-	Margin     float64 `json:"margin"` // Loaded / Demand − 1
-	// BusyLow is the commands in flight while the fleet keeps up (the low
-	// fixed point); -1 when there is none.
-	BusyLow float64 `json:"busyLow"`
+	Margin     float64 `json:"margin"`  // Loaded / Demand − 1
+	BusyLow    float64 `json:"busyLow"` // commands in flight while the fleet keeps up (the low fixed point); -1: none
 	// SettledWait is how old entries get once coalescing has brought a
 	// backed-up queue's demand down to Loaded (+Inf: none is enough).
 	SettledWait Limit `json:"settledWaitSeconds"`
@@ -358,10 +352,7 @@ func (m Mix) SustainableRate(capacity, wait float64) float64 {
 	if m.New == 0 && float64(m.Users)/math.Max(wait, 1e-9) <= capacity {
 		return math.Inf(1)
 	}
-	lo, _, ok := bisect(capacity, 1e12, func(r float64) bool { return m.Demand(r, wait) <= capacity })
-	if !ok {
-		return math.Inf(1)
-	}
+	lo, _ := bisect(capacity, 1e12, func(r float64) bool { return m.Demand(r, wait) <= capacity })
 	return lo
 }
 
@@ -374,21 +365,18 @@ func (m Mix) SettledWait(rate, capacity float64) float64 {
 	if rate*m.New >= capacity {
 		return math.Inf(1)
 	}
-	_, hi, ok := bisect(1, 1e9, func(w float64) bool { return m.Demand(rate, w) > capacity })
-	if !ok {
-		return math.Inf(1)
-	}
+	_, hi := bisect(1, 1e9, func(w float64) bool { return m.Demand(rate, w) > capacity })
 	return hi
 }
 
 // bisect finds where below turns false (true at 0): it doubles hi from
-// start (ok false past limit), then halves [lo, hi] a hundred times.
-func bisect(start, limit float64, below func(float64) bool) (lo, hi float64, ok bool) {
+// start (both +Inf past limit), then halves [lo, hi] a hundred times.
+func bisect(start, limit float64, below func(float64) bool) (lo, hi float64) {
 	hi = start
 	for below(hi) {
 		lo, hi = hi, hi*2
 		if hi > limit {
-			return 0, 0, false
+			return math.Inf(1), math.Inf(1)
 		}
 	}
 	for range 100 {
@@ -398,5 +386,5 @@ func bisect(start, limit float64, below func(float64) bool) (lo, hi float64, ok 
 			hi = mid
 		}
 	}
-	return lo, hi, true
+	return lo, hi
 }

@@ -61,14 +61,14 @@ type Run struct {
 func Simulate(c Config, s Server, tr Transient, entries []Entry, users int, o SimOptions) *Run {
 	m := &sim{c: c, s: s, e: entries, rttFactor: 1,
 		pending: newSkipList(len(entries)), live: newSkipList(len(entries)),
-		userPending: make([][]int32, users), heldBy: make([]int32, users), mark: make([]int32, users)}
+		userPending: make([][]int32, users), leased: make([]bool, users), mark: make([]int32, users)}
 	for _, e := range entries {
 		if e.Arrive <= 0 {
 			m.initialLeft, m.clearAt = m.initialLeft+1, -1 // until flushDone sees them all acknowledged
 		}
 	}
-	for i := range c.Replicas {
-		r := &replica{id: int32(i + 1)}
+	for range c.Replicas {
+		r := &replica{}
 		m.reps = append(m.reps, r)
 		m.every(c.PollInterval, func() { m.wake(r) })
 	}
@@ -110,7 +110,6 @@ type work struct {
 
 // replica is one consumer's pipeline state.
 type replica struct {
-	id                   int32
 	held                 int
 	waiting              []work // claimed, waiting for a refresh slot
 	running              int
@@ -137,7 +136,7 @@ type sim struct {
 	arrived, deleted, initialLeft int
 	pending, live                 skipList
 	userPending                   [][]int32
-	heldBy                        []int32
+	leased                        []bool // by user: claimed, not yet acknowledged
 	mark                          []int32
 	stamp                         int32
 
@@ -287,7 +286,7 @@ func (m *sim) tryClaim(r *replica) {
 		rt = consumer.EmptyClaimRoundTrips
 	}
 	for _, u := range users {
-		m.heldBy[u] = r.id
+		m.leased[u] = true
 	}
 	// The window and absorb read the queue (Server.ScanCost).
 	scan := 2 * float64(m.arrived-m.deleted) * m.s.ScanCost
@@ -303,7 +302,7 @@ func (m *sim) window(room int) (users []int32, more bool) {
 	counted := 0
 	for i := m.pending.find(0); i < m.arrived && counted < m.c.ClaimWindow; i = m.pending.find(i + 1) {
 		u := m.e[i].User
-		if m.heldBy[u] != 0 {
+		if m.leased[u] {
 			continue // leased: not in the window at all
 		}
 		counted++
@@ -439,7 +438,7 @@ func (m *sim) flushDone(r *replica, outcomes []work) {
 				}
 			}
 		}
-		m.heldBy[x.user] = 0
+		m.leased[x.user] = false
 	}
 	r.held -= len(outcomes)
 	m.lastFlush = m.now

@@ -216,11 +216,6 @@ func Run(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "scorerefresh plan: %v\n", err)
 		return 2
 	}
-	return writePlan(p, o, stdout, stderr)
-}
-
-func writePlan(p *planner.Plan, o planOptions, stdout, stderr io.Writer) int {
-	var err error
 	if o.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
