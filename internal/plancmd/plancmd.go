@@ -180,9 +180,8 @@ func Run(args, environ []string, stdout, stderr io.Writer) int {
 	var o planOptions
 	o.register(fs, cfg)
 	if cli.WantsHelp(args) {
-		fs.SetOutput(stdout)
-		cli.PrintUsage(fs, planHelp)
-		return cli.ExitHelp
+		code, _ := cli.Parse(fs, args, false, stdout) // the whole usage, on stdout
+		return code
 	}
 	// A mistake is named with the usage's first line only: the whole list
 	// of flags is --help's.
@@ -548,14 +547,13 @@ func loadServer(ctx context.Context, rec *scoring.Recomputer, users []string, co
 // one unmeasured ping each to open the connections.
 func (c *planConn) pingMedian(ctx context.Context, n, conc int) (float64, error) {
 	admin := c.client.Database("admin")
-	ping := func() error { return admin.RunCommand(ctx, bson.D{{Key: "ping", Value: 1}}).Err() }
 	times := make([][]float64, conc)
 	var g errgroup.Group
 	for i := range conc {
 		g.Go(func() error {
 			for j := range n + 1 {
 				start := time.Now()
-				if err := ping(); err != nil {
+				if err := admin.RunCommand(ctx, bson.D{{Key: "ping", Value: 1}}).Err(); err != nil {
 					return err
 				}
 				if j > 0 {
@@ -571,10 +569,8 @@ func (c *planConn) pingMedian(ctx context.Context, n, conc int) (float64, error)
 	return median(slices.Concat(times...)), nil
 }
 
+// median is the median of xs, which is not empty.
 func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
 	s := slices.Sorted(slices.Values(xs))
 	return (s[(len(s)-1)/2] + s[len(s)/2]) / 2
 }
