@@ -20,7 +20,7 @@ func TestLivenessFailsOnlyWhenALoopStopsBeating(t *testing.T) {
 	h.Set("mongodb", false, "down") // readiness must not affect liveness
 	for range 10 {
 		clock.Advance(50 * time.Second)
-		beat.Beat() // busy but alive
+		beat() // busy but alive
 		if ok, why := h.Live(); !ok {
 			t.Fatalf("live loop reported dead: %s", why)
 		}
@@ -29,7 +29,7 @@ func TestLivenessFailsOnlyWhenALoopStopsBeating(t *testing.T) {
 	if ok, why := h.Live(); ok || why == "" {
 		t.Fatalf("a loop silent for 61s with 60s allowed is live (%q)", why)
 	}
-	beat.Beat()
+	beat()
 	if ok, _ := h.Live(); !ok {
 		t.Fatal("liveness did not recover after a beat")
 	}

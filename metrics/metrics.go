@@ -153,21 +153,18 @@ func counterVec(f promauto.Factory, name, help, label string, values ...string) 
 // Read returns the current value of a counter or gauge, or the sample count
 // of a histogram, for in-process reports (the demo's progress, the bench).
 func Read(m prometheus.Metric) float64 {
-	var d dto.Metric
-	if err := m.Write(&d); err != nil {
-		return 0
-	}
+	d := write(m)
 	// One of the three is set; the getters of the others read 0.
 	return d.GetCounter().GetValue() + d.GetGauge().GetValue() + float64(d.GetHistogram().GetSampleCount())
 }
 
-// histogramSum returns the sum of a histogram's observations.
-func histogramSum(m prometheus.Metric) float64 {
+// write is m's current state: empty if m cannot say.
+func write(m prometheus.Metric) *dto.Metric {
 	var d dto.Metric
 	if m.Write(&d) != nil {
-		return 0
+		return &dto.Metric{}
 	}
-	return d.GetHistogram().GetSampleSum()
+	return &d
 }
 
 // Mongo reports the driver's connection pool and round trips. The command

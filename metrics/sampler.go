@@ -53,9 +53,7 @@ func NewSampler(cfg SamplerConfig, sli *SLI, consumer *Consumer, log *slog.Logge
 	cfg.Interval = cmp.Or(cfg.Interval, DefaultSampleInterval)
 	cfg.Timeout = cmp.Or(cfg.Timeout, cfg.Interval)
 	cfg.Clock = clock.Or(cfg.Clock)
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log = cmp.Or(log, slog.New(slog.DiscardHandler))
 	return &Sampler{cfg: cfg, queue: queuestate.New(cfg.Queue, cfg.DeadLetter), sli: sli, consumer: consumer, log: log,
 		limit: deadline.Stretch{Base: cfg.Timeout, Max: max(8*cfg.Timeout, maxSampleStretch)}}
 }
@@ -99,7 +97,7 @@ func (s *Sampler) RunOnce(ctx context.Context) error {
 		Removed:     Read(c.EntriesAcked) + Read(c.EntriesDeadLettered.WithLabelValues(ReasonMalformed)) + Read(c.EntriesDeadLettered.WithLabelValues(ReasonMaxAttempts)),
 		Refreshes:   Read(c.RefreshDuration),
 		Batches:     Read(c.RefreshBatchSeconds),
-		BatchSecs:   histogramSum(c.RefreshBatchSeconds),
+		BatchSecs:   write(c.RefreshBatchSeconds).GetHistogram().GetSampleSum(),
 		OKRefreshes: Read(c.Refreshes.WithLabelValues(OutcomeOK)),
 		Acked:       Read(c.EntriesAcked),
 		Limit:       Read(c.ConcurrencyLimit),
@@ -156,12 +154,9 @@ type SLI struct {
 
 // NewSLI registers the SLI gauges on reg; clk (nil: the wall clock) ages the oldest entry.
 func NewSLI(reg prometheus.Registerer, clk clock.Nower) *SLI {
-	if clk == nil {
-		clk = clock.Real{}
-	}
 	f := promauto.With(reg)
 	s := &SLI{
-		clock:           clk,
+		clock:           cmp.Or[clock.Nower](clk, clock.Real{}),
 		QueueDepth:      gauge(f, "queue_depth", "Documents in the queue collection at the last sample."),
 		DeadLetterDepth: gauge(f, "deadletter_depth", "Documents in the dead-letter collection at the last sample."),
 		ArrivalRate:     gauge(f, "arrival_rate", "Estimated entries enqueued per second over the recent window."),
@@ -239,10 +234,7 @@ type HeadroomEstimator struct {
 
 // Observe adds a sample and returns the estimate over the window.
 func (e *HeadroomEstimator) Observe(s HeadroomSample) Headroom {
-	window := e.Window
-	if window <= 0 {
-		window = 2 * time.Minute
-	}
+	window := cmp.Or(e.Window, 2*time.Minute)
 	e.samples = append(e.samples, s)
 	// Keep the newest sample at least window old as the baseline.
 	for len(e.samples) > 2 && s.At.Sub(e.samples[1].At) >= window {

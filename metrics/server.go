@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,33 +34,22 @@ type Server struct {
 	ln  net.Listener
 }
 
-// Timeouts bound how long one client may hold a connection in each phase, so
-// stalled clients (a slow-loris, a scraper that stops reading) cannot pile up.
-type Timeouts struct {
-	ReadHeader time.Duration // from accepting to the end of the headers
-	Read       time.Duration // from accepting to the end of the body
-	Write      time.Duration // from the end of the headers to the end of the response
-	Idle       time.Duration // a kept-alive connection waiting for its next request
-}
-
-// Listen binds addr (":0" picks a free port). The timeouts are generous for
-// a Prometheus scrape (10s, every 15s to 1m, kept alive) and Kubernetes
-// probes (1s), short for a client that stalls.
+// Listen binds addr (":0" picks a free port). The timeouts bound how long one
+// client may hold a connection in each phase, so stalled clients (a
+// slow-loris, a scraper that stops reading) cannot pile up: generous for a
+// Prometheus scrape (10s, every 15s to 1m, kept alive) and Kubernetes probes
+// (1s), short for a client that stalls.
 func Listen(addr string, handler http.Handler) (*Server, error) {
-	return listen(addr, handler, Timeouts{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 30 * time.Second, Idle: 2 * time.Minute})
-}
-
-func listen(addr string, handler http.Handler, to Timeouts) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listening for metrics on %s: %w", addr, err)
 	}
 	return &Server{ln: ln, srv: &http.Server{
 		Handler:           handler,
-		ReadHeaderTimeout: to.ReadHeader,
-		ReadTimeout:       to.Read,
-		WriteTimeout:      to.Write,
-		IdleTimeout:       to.Idle,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
 		// These endpoints take no headers of note, and the default (1 MiB)
 		// lets one client hold that much per connection.
 		MaxHeaderBytes: 16 << 10,
@@ -99,7 +89,7 @@ type Health struct {
 	clock clock.Nower
 
 	mu         sync.Mutex
-	beats      map[string]*Heartbeat
+	beats      map[string]*heartbeat
 	conditions map[string]condition
 }
 
@@ -108,9 +98,7 @@ type condition struct {
 	detail string
 }
 
-// Heartbeat is one watched loop.
-type Heartbeat struct {
-	h       *Health
+type heartbeat struct {
 	allowed time.Duration
 	last    time.Time
 }
@@ -118,26 +106,21 @@ type Heartbeat struct {
 // NewHealth returns a Health with no loops and no conditions (live and
 // ready); clk (nil: the wall clock) measures silences.
 func NewHealth(clk clock.Nower) *Health {
-	if clk == nil {
-		clk = clock.Real{}
-	}
-	return &Health{clock: clk, beats: map[string]*Heartbeat{}, conditions: map[string]condition{}}
+	return &Health{clock: cmp.Or[clock.Nower](clk, clock.Real{}), beats: map[string]*heartbeat{}, conditions: map[string]condition{}}
 }
 
-// Watch starts watching a loop that must beat at least every allowed.
-func (h *Health) Watch(name string, allowed time.Duration) *Heartbeat {
+// Watch starts watching a loop that must beat at least every allowed: call
+// beat each time it makes progress.
+func (h *Health) Watch(name string, allowed time.Duration) (beat func()) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	b := &Heartbeat{h: h, allowed: allowed, last: h.clock.Now()}
+	b := &heartbeat{allowed: allowed, last: h.clock.Now()}
 	h.beats[name] = b
-	return b
-}
-
-// Beat records that the loop made progress.
-func (b *Heartbeat) Beat() {
-	b.h.mu.Lock()
-	b.last = b.h.clock.Now()
-	b.h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		b.last = h.clock.Now()
+		h.mu.Unlock()
+	}
 }
 
 // Set records a readiness condition. Declare every condition at start with

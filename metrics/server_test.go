@@ -15,13 +15,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// serve starts a Server with the given timeouts on a free port.
-func serve(t *testing.T, to Timeouts) string {
+// serve starts a Server with the timeouts of hs on a free port.
+func serve(t *testing.T, hs *http.Server) string {
 	t.Helper()
-	srv, err := listen("127.0.0.1:0", Handler(prometheus.NewRegistry(), NewHealth(nil)), to)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	hs.Handler = Handler(prometheus.NewRegistry(), NewHealth(nil))
+	srv := &Server{ln: ln, srv: hs}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx) }()
@@ -51,7 +53,7 @@ func awaitClose(t *testing.T, conn net.Conn, r io.Reader, what string) {
 
 func TestSlowLorisWhoNeverFinishesHeadersIsCutOff(t *testing.T) {
 	t.Parallel()
-	addr := serve(t, Timeouts{ReadHeader: 50 * time.Millisecond, Read: time.Minute, Write: time.Minute, Idle: time.Minute})
+	addr := serve(t, &http.Server{ReadHeaderTimeout: 50 * time.Millisecond, ReadTimeout: time.Minute, WriteTimeout: time.Minute, IdleTimeout: time.Minute})
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +69,7 @@ func TestSlowLorisWhoNeverFinishesHeadersIsCutOff(t *testing.T) {
 
 func TestIdleKeepAliveConnectionIsClosed(t *testing.T) {
 	t.Parallel()
-	addr := serve(t, Timeouts{ReadHeader: time.Minute, Read: time.Minute, Write: time.Minute, Idle: 50 * time.Millisecond})
+	addr := serve(t, &http.Server{ReadHeaderTimeout: time.Minute, ReadTimeout: time.Minute, WriteTimeout: time.Minute, IdleTimeout: 50 * time.Millisecond})
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)

@@ -237,21 +237,13 @@ func rootFS(mtime time.Time, binary, ca []byte) ([]byte, error) {
 		_, err := tw.Write(data)
 		return err
 	}
+	var errs []error // a tar.Writer that failed fails every later call
 	for _, d := range []string{"etc", "etc/ssl", "etc/ssl/certs", "usr", "usr/local", "usr/local/bin"} {
-		if err := dir(d, 0o755, 0); err != nil {
-			return nil, err
-		}
+		errs = append(errs, dir(d, 0o755, 0))
 	}
-	if err := dir(strings.TrimPrefix(dataDir, "/"), 0o755, uid); err != nil {
-		return nil, err
-	}
-	if err := file(strings.TrimPrefix(caPath, "/"), 0o644, ca); err != nil {
-		return nil, err
-	}
-	if err := file(strings.TrimPrefix(binaryPath, "/"), 0o755, binary); err != nil {
-		return nil, err
-	}
-	if err := tw.Close(); err != nil {
+	errs = append(errs, dir(strings.TrimPrefix(dataDir, "/"), 0o755, uid), file(strings.TrimPrefix(caPath, "/"), 0o644, ca),
+		file(strings.TrimPrefix(binaryPath, "/"), 0o755, binary), tw.Close())
+	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil

@@ -9,7 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -65,9 +65,8 @@ type Service struct {
 	Clock  *serverclock.Clock
 	Traits *servertraits.Traits // what the server turned out to be, shared by the consumer and the scorer
 
-	clock clock.Clock // Options.Clock
-	// The ping loop's own: when to ask the server again what it is.
-	unreachable bool
+	clock       clock.Clock // Options.Clock
+	unreachable bool        // ping's: when to ask the server again what it is
 	probedAt    time.Time
 	server      *metrics.Server   // nil when METRICS_ADDR is empty
 	adaptive    *adaptive.Limiter // nil unless ADAPTIVE_CONCURRENCY
@@ -83,11 +82,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *Service, err 
 	if err != nil {
 		return nil, err
 	}
-	goVersion := "unknown"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		goVersion = bi.GoVersion
-	}
-	metrics.NewBuildInfo(reg, opts.Version, opts.Revision, goVersion)
+	metrics.NewBuildInfo(reg, opts.Version, opts.Revision, runtime.Version())
 	s := &Service{
 		cfg:      cfg,
 		log:      log,
@@ -159,7 +154,7 @@ func (s *Service) refuseMisreadFilters(ctx context.Context) error {
 	return s.Rules.RefuseOperators(s.Traits.MisreadOperators(), "FerretDB "+s.Traits.Info().FerretDB)
 }
 
-// newLimiter builds the limiter: fixed at REFRESH_CONCURRENCY, or adaptive below it.
+// newLimiter: fixed at REFRESH_CONCURRENCY, or adaptive below it.
 func (s *Service) newLimiter() consumer.Limiter {
 	if !s.cfg.AdaptiveConcurrency {
 		return consumer.NewFixedLimiter(s.cfg.RefreshConcurrency)
@@ -239,19 +234,13 @@ func (s *Service) newConsumer(limit consumer.Limiter, refresher consumer.Refresh
 		ServerTime: s.Clock,
 		Wakeups:    wakeups,
 		Traits:     s.Traits,
-		AfterFlush: func(err error) { s.Health.Set("acknowledging", err == nil, errText(err)) },
+		// A condition's detail shows only while it fails.
+		AfterFlush: func(err error) { s.Health.Set("acknowledging", err == nil, fmt.Sprint(err)) },
 		AfterClaim: func(err error) {
-			beat.Beat()
-			s.Health.Set("claiming", err == nil, errText(err))
+			beat()
+			s.Health.Set("claiming", err == nil, fmt.Sprint(err))
 		},
 	})
-}
-
-func errText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }
 
 // MetricsAddr is where /metrics, /healthz and /readyz are served, or "".
@@ -284,11 +273,9 @@ func FleetConnections(cfg config.Config, replicas int) int {
 	return (replicas + 1) * ConnectionsPerReplica(cfg)
 }
 
-// ShutdownBudget is the longest Run can take to return once its context
-// ends (SIGTERM), whatever MongoDB does: the consumer's shutdown
-// (consumer.ShutdownBudget), then the metrics server's. A shorter grace
-// period lets the kubelet kill the process before the final flush released
-// its leases, which then wait out LEASE_DURATION.
+// ShutdownBudget is the longest Run takes to return once ctx ends (SIGTERM),
+// whatever MongoDB does: the consumer's shutdown, then the metrics server's.
+// A shorter grace period kills the final flush: its leases wait out LEASE_DURATION.
 func ShutdownBudget(cfg config.Config) time.Duration {
 	return consumer.ShutdownBudget(0, cfg.ShutdownTimeout) + metrics.ServerShutdownTimeout
 }
@@ -419,9 +406,7 @@ func (s *Service) ping(ctx context.Context) {
 }
 
 // Close disconnects from MongoDB.
-func (s *Service) Close(ctx context.Context) error {
-	return s.Client.Disconnect(ctx)
-}
+func (s *Service) Close(ctx context.Context) error { return s.Client.Disconnect(ctx) }
 
 // The production refresher recomputes batches of users (REFRESH_BATCH_SIZE).
 var _ consumer.BatchRefresher = (*scoring.Refresher)(nil)

@@ -23,7 +23,7 @@ func Doc(data []byte, keys, strs []string) bson.Raw {
 		return bson.Raw(data)
 	}
 	b := builder{data: data, keys: keys, strs: strs}
-	return bson.Raw(b.doc(0))
+	return bson.Raw(b.doc(0, false))
 }
 
 type builder struct {
@@ -40,12 +40,20 @@ func (b *builder) next() byte {
 	return c
 }
 
-func (b *builder) doc(depth int) []byte {
-	n := int(b.next() % 6)
+// doc builds a document of up to 5 fields, or an array (a document keyed
+// "0", "1", …) of up to 3 documents and scalars.
+func (b *builder) doc(depth int, array bool) []byte {
+	c := b.next()
+	n := int(c % 6)
+	if array {
+		n = int(c % 4)
+	}
 	elems := make([][]byte, 0, n)
-	for range n {
+	for i := range n {
 		key := "x"
-		if len(b.keys) > 0 {
+		if array {
+			key = strconv.Itoa(i)
+		} else if len(b.keys) > 0 {
 			key = b.keys[int(b.next())%len(b.keys)]
 		}
 		elems = append(elems, b.element(key, depth))
@@ -69,25 +77,14 @@ func (b *builder) element(key string, depth int) []byte {
 		return bsoncore.AppendDateTimeElement(nil, key, int64(b.next())*1e9)
 	case 7, 8:
 		if depth < maxDepth {
-			return bsoncore.AppendDocumentElement(nil, key, b.doc(depth+1))
+			return bsoncore.AppendDocumentElement(nil, key, b.doc(depth+1, false))
 		}
 	case 9:
 		if depth < maxDepth {
-			return bsoncore.AppendArrayElement(nil, key, b.array(depth+1))
+			return bsoncore.AppendArrayElement(nil, key, b.doc(depth+1, true))
 		}
 	}
 	return bsoncore.AppendNullElement(nil, key) // 5, and nesting past maxDepth
-}
-
-// array builds an array of documents and scalars (an array is a document
-// keyed "0", "1", …).
-func (b *builder) array(depth int) []byte {
-	n := int(b.next() % 4)
-	elems := make([][]byte, 0, n)
-	for i := range n {
-		elems = append(elems, b.element(strconv.Itoa(i), depth))
-	}
-	return bsoncore.BuildDocument(nil, elems...)
 }
 
 func (b *builder) str() string {

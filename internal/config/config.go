@@ -168,44 +168,22 @@ func (c Config) validate() []problem {
 			p = append(p, problem{name, name + fmt.Sprintf(format, args...)})
 		}
 	}
+	const positive, positiveDuration = "=%d: must be a positive number", "=%s: must be a positive duration such as 30s"
 	add(c.ClaimWindow < 1 || c.ClaimWindow > MaxClaimWindow, "CLAIM_WINDOW",
 		"=%d: must be between 1 and %d (a claim round sends one username per user of its window in one command, and a command is at most 16 MiB)", c.ClaimWindow, MaxClaimWindow)
-	for _, v := range []struct {
-		name string
-		v    int
-	}{{"MAX_USERS_IN_FLIGHT", c.MaxUsersInFlight}, {"REFRESH_CONCURRENCY", c.RefreshConcurrency}, {"MAX_ATTEMPTS", c.MaxAttempts}} {
-		add(v.v <= 0, v.name, "=%d: must be a positive number", v.v)
-	}
+	add(c.MaxUsersInFlight <= 0, "MAX_USERS_IN_FLIGHT", positive, c.MaxUsersInFlight)
+	add(c.RefreshConcurrency <= 0, "REFRESH_CONCURRENCY", positive, c.RefreshConcurrency)
+	add(c.MaxAttempts <= 0, "MAX_ATTEMPTS", positive, c.MaxAttempts)
 	add(c.RefreshBatchSize < 0 || c.RefreshBatchSize > scoring.MaxBatchUsers, "REFRESH_BATCH_SIZE",
 		"=%d: must be 0 (by the server), 1 (no batching) or up to %d", c.RefreshBatchSize, scoring.MaxBatchUsers)
 	add(c.ConnectionBudget < 0, "MONGODB_CONNECTION_BUDGET", "=%d: must be 0 (unstated) or a positive number", c.ConnectionBudget)
 	add(c.RefreshConcurrency > 0 && c.MaxUsersInFlight > 0 && c.RefreshConcurrency > c.MaxUsersInFlight, "REFRESH_CONCURRENCY",
 		"=%d: must not exceed MAX_USERS_IN_FLIGHT=%d (a refresh slot with no claimed user to run is never used)", c.RefreshConcurrency, c.MaxUsersInFlight)
-	for _, v := range []struct {
-		name string
-		v    time.Duration
-	}{{"LEASE_DURATION", c.LeaseDuration}, {"POLL_INTERVAL", c.PollInterval}, {"SLI_INTERVAL", c.SLIInterval}, {"SHUTDOWN_TIMEOUT", c.ShutdownTimeout}} {
-		add(v.v <= 0, v.name, "=%s: must be a positive duration such as 30s", v.v)
-	}
-	c.validateNames(add)
-	add(c.ChangeStreams != ChangeStreamsAuto && c.ChangeStreams != ChangeStreamsOff, "CHANGE_STREAMS", "=%q: must be %s or %s", c.ChangeStreams, ChangeStreamsAuto, ChangeStreamsOff)
-	add(c.MongoURI != "" && !strings.HasPrefix(c.MongoURI, "mongodb://") && !strings.HasPrefix(c.MongoURI, "mongodb+srv://"), "MONGODB_URI",
-		"=%s: must start with mongodb:// or mongodb+srv://", redact.URI(c.MongoURI))
-	add(c.ScorerTimeout <= 0, "SCORER_TIMEOUT", "=%s: must be a positive duration such as 30s", c.ScorerTimeout)
-	both := c.ScorerURL != "" && c.ScoringRules != ""
-	add(both, "SCORING_RULES", "=%s and SCORER_URL are both set: the scores come from rules or from an external scorer, not both", c.ScoringRules)
-	add(both, "SCORER_URL", " and SCORING_RULES are both set: unset one")
-	u, err := url.Parse(c.ScorerURL)
-	add(c.ScorerURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == ""), "SCORER_URL", ": must be an absolute http:// or https:// URL")
-	if _, err := ParseLogLevel(c.LogLevel); err != nil {
-		p = append(p, problem{"LOG_LEVEL", err.Error()})
-	}
-	return p
-}
-
-// validateNames checks the URI and the collection names: none empty, no two
-// collections the same.
-func (c Config) validateNames(add func(bad bool, name, format string, args ...any)) {
+	add(c.LeaseDuration <= 0, "LEASE_DURATION", positiveDuration, c.LeaseDuration)
+	add(c.PollInterval <= 0, "POLL_INTERVAL", positiveDuration, c.PollInterval)
+	add(c.SLIInterval <= 0, "SLI_INTERVAL", positiveDuration, c.SLIInterval)
+	add(c.ShutdownTimeout <= 0, "SHUTDOWN_TIMEOUT", positiveDuration, c.ShutdownTimeout)
+	// The URI and the collection names: none empty, no two collections the same.
 	colls := [][2]string{
 		{"QUEUE_COLLECTION", c.QueueCollection}, {"SCORES_COLLECTION", c.ScoresCollection},
 		{"DEADLETTER_COLLECTION", c.DeadLetterCollection}, {"CLAIMS_COLLECTION", c.ClaimsCollection},
@@ -219,6 +197,19 @@ func (c Config) validateNames(add func(bad bool, name, format string, args ...an
 		add(dup && n[1] != "", n[0], "=%q: the same collection as %s", n[1], other)
 		names[n[1]] = n[0]
 	}
+	add(c.ChangeStreams != ChangeStreamsAuto && c.ChangeStreams != ChangeStreamsOff, "CHANGE_STREAMS", "=%q: must be %s or %s", c.ChangeStreams, ChangeStreamsAuto, ChangeStreamsOff)
+	add(c.MongoURI != "" && !strings.HasPrefix(c.MongoURI, "mongodb://") && !strings.HasPrefix(c.MongoURI, "mongodb+srv://"), "MONGODB_URI",
+		"=%s: must start with mongodb:// or mongodb+srv://", redact.URI(c.MongoURI))
+	add(c.ScorerTimeout <= 0, "SCORER_TIMEOUT", positiveDuration, c.ScorerTimeout)
+	both := c.ScorerURL != "" && c.ScoringRules != ""
+	add(both, "SCORING_RULES", "=%s and SCORER_URL are both set: the scores come from rules or from an external scorer, not both", c.ScoringRules)
+	add(both, "SCORER_URL", " and SCORING_RULES are both set: unset one")
+	u, err := url.Parse(c.ScorerURL)
+	add(c.ScorerURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == ""), "SCORER_URL", ": must be an absolute http:// or https:// URL")
+	if _, err := ParseLogLevel(c.LogLevel); err != nil {
+		p = append(p, problem{"LOG_LEVEL", err.Error()})
+	}
+	return p
 }
 
 // ParseLogLevel maps LOG_LEVEL to a slog level.
@@ -241,7 +232,7 @@ func (c Config) LogValue() slog.Value {
 	type plain Config // drops this method, so AnyValue does not recurse
 	c.MongoURI = redact.URI(c.MongoURI)
 	if c.ScorerToken != "" {
-		c.ScorerToken = "REDACTED"
+		c.ScorerToken = redact.Mask
 	}
 	if u, err := url.Parse(c.ScorerURL); err == nil {
 		c.ScorerURL = u.Redacted()

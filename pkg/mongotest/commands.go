@@ -123,12 +123,3 @@ func ByName(cmds []Command) map[string]int {
 	}
 	return n
 }
-
-// Bytes is the size of cmds as sent, and of their replies.
-func Bytes(cmds []Command) (sent, received int) {
-	for _, c := range cmds {
-		sent += len(c.Body)
-		received += len(c.Reply)
-	}
-	return sent, received
-}

@@ -34,30 +34,20 @@ import (
 // Mask replaces whatever is hidden.
 const Mask = "REDACTED"
 
-func ignore(string) {}
-
 var secretWords = []string{"pass", "pwd", "secret", "token", "key", "cred", "signature", "private"}
 
 // URI returns the connection string s with its user-info and secret-named
 // option values hidden. The whole of s is one value: spaces do not end it.
-func URI(s string) string { return redactWord(s, ignore) }
+func URI(s string) string { return redactWord(s, func(string) {}) }
 
 // String returns text with rules 1 and 2 applied to each word (words end at
 // whitespace and quotes), and with every secret found in sources (connection
 // strings) hidden wherever it appears.
 func String(text string, sources ...string) string {
-	var b strings.Builder
-	b.Grow(len(text))
-	for {
-		i := strings.IndexAny(text, " \t\n\r\v\f\"'`")
-		if i < 0 {
-			b.WriteString(redactWord(text, ignore))
-			return hideKnown(b.String(), secretsOf(sources...))
-		}
-		b.WriteString(redactWord(text[:i], ignore) + text[i:i+1])
-		text = text[i+1:]
-	}
+	return hideKnown(word.ReplaceAllStringFunc(text, URI), secretsOf(sources...))
 }
+
+var word = regexp.MustCompile("[^ \t\n\r\v\f\"'`]+")
 
 // Error returns err (nil for nil) with its message redacted as String
 // redacts text; errors.Is and errors.As still reach the original.

@@ -24,15 +24,13 @@ type Info struct {
 	FerretDB string // FerretDB's own version ("unknown" where it names none); empty on MongoDB
 	Backend  string // FerretDB's storage ("SQLite", "PostgreSQL") from its startup warnings
 	Sharded  bool   // a mongos (hello's msg is "isdbgrid")
-	// A replica set's name, its primary and whether the member answering is
-	// it (hello), for the doctor; empty on a standalone and a mongos.
+	// hello's, for the doctor; empty on a standalone and a mongos.
 	SetName         string
 	Primary         string
 	WritablePrimary bool
 }
 
-// Traits holds what the server said and what it turned out to lack (see
-// Feature). Use New or Fixed.
+// Traits holds what the server said and what it turned out to lack. Use New or Fixed.
 type Traits struct {
 	mu    sync.Mutex
 	known bool
@@ -67,7 +65,7 @@ func (t *Traits) Probe(ctx context.Context, db *mongo.Database) error {
 // than before (another version, FerretDB, a mongos; after a reconnect or an
 // upgrade): then every feature learnt refused is forgotten, to be tried again.
 func (t *Traits) Reprobe(ctx context.Context, db *mongo.Database) (changed bool, err error) {
-	if t.fixed { // set only by Fixed, never changed
+	if t.fixed {
 		return false, nil
 	}
 	info, err := Ask(ctx, db)
@@ -276,20 +274,16 @@ func RefusesHint(err error) bool {
 	return errors.As(err, &se) && (se.HasErrorCode(27) || se.HasErrorCodeWithMessage(2, "hint"))
 }
 
-// sqliteOverload are the messages FerretDB 1.24's SQLite backend passes on
-// as an InternalError (code 1) when overloaded, recorded under load: the
-// writer's lock not granted within its busy timeout (SQLITE_BUSY), and a
-// query cut short by its maxTimeMS (SQLITE_INTERRUPT, not always converted
-// to MaxTimeMSExpired).
-var sqliteOverload = []string{"database is locked", "interrupted (9)"}
-
 // Overloaded reports an error saying the embedded server was too busy to
-// answer: "not now", as a MongoDB timeout is, retried and never charged.
-// Neither message can come from MongoDB.
+// answer: "not now", as a MongoDB timeout is, retried and never charged. The
+// messages, which MongoDB never sends, are what FerretDB 1.24's SQLite
+// backend passes on as an InternalError (code 1) under load: the writer's
+// lock not granted within its busy timeout (SQLITE_BUSY), and a query cut
+// short by its maxTimeMS (SQLITE_INTERRUPT, not always MaxTimeMSExpired).
 func Overloaded(err error) bool {
 	var se mongo.ServerError
 	// With the code: a write error of a bulk write carries its own.
-	return errors.As(err, &se) && slices.ContainsFunc(sqliteOverload, func(m string) bool {
+	return errors.As(err, &se) && slices.ContainsFunc([]string{"database is locked", "interrupted (9)"}, func(m string) bool {
 		return se.HasErrorCodeWithMessage(1, m)
 	})
 }
