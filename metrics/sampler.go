@@ -36,8 +36,8 @@ type Sampler struct {
 	consumer *Consumer
 	log      *slog.Logger
 	headroom HeadroomEstimator
-	// limit stretches the deadline after samples that ran out of time, so a
-	// read needing longer than Timeout gets through instead of piling up.
+	// Stretched after samples that ran out of time, so a read needing longer
+	// than Timeout gets through instead of piling up.
 	limit       deadline.Stretch
 	summaryBase HeadroomSample // at the last summary line
 }
@@ -205,12 +205,12 @@ func NewBuildInfo(reg prometheus.Registerer, version, revision, goVersion string
 type HeadroomSample struct {
 	At          time.Time
 	Depth       float64 // queue documents
-	Removed     float64 // cumulative entries this consumer acked or dead-lettered
-	Refreshes   float64 // cumulative finished user refreshes (ok and error)
-	Batches     float64 // cumulative finished batches (a slot's refresh of one user or several)
-	BatchSecs   float64 // cumulative seconds those batches held their slots
-	OKRefreshes float64 // cumulative successful refreshes
-	Acked       float64 // cumulative entries acked
+	Removed     float64 // entries acked or dead-lettered
+	Refreshes   float64 // finished user refreshes (ok and error)
+	Batches     float64 // finished batches (a slot's refresh of one user or several)
+	BatchSecs   float64 // seconds those batches held their slots
+	OKRefreshes float64 // successful refreshes
+	Acked       float64 // entries acked
 	Limit       float64 // current refresh concurrency limit
 }
 

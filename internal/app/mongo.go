@@ -22,9 +22,7 @@ import (
 const PoolOverhead = 5
 
 // PoolSize is the driver's maxPoolSize for cfg: one per refresh slot plus the overhead.
-func PoolSize(cfg config.Config) uint64 {
-	return uint64(cfg.RefreshConcurrency + PoolOverhead)
-}
+func PoolSize(cfg config.Config) uint64 { return uint64(cfg.RefreshConcurrency + PoolOverhead) }
 
 // ClientOptions builds the driver options from the configuration. The pool is
 // sized from the concurrency (the driver's default of 100 per replica is how a
@@ -84,6 +82,4 @@ func (s *Service) connect(monitor *event.CommandMonitor, traits *servertraits.Tr
 const MonitoringConnections = 2
 
 // ConnectionsPerReplica is the most connections one replica opens to one server.
-func ConnectionsPerReplica(cfg config.Config) int {
-	return int(PoolSize(cfg)) + MonitoringConnections
-}
+func ConnectionsPerReplica(cfg config.Config) int { return int(PoolSize(cfg)) + MonitoringConnections }

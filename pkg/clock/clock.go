@@ -3,6 +3,7 @@
 package clock
 
 import (
+	"cmp"
 	"context"
 	"time"
 )
@@ -47,12 +48,7 @@ func (Real) NewTimer(d time.Duration) Timer         { return realTimer{time.NewT
 func (Real) NewTicker(d time.Duration) Ticker       { return realTicker{time.NewTicker(d)} }
 
 // Or returns c, or the wall clock when c is nil.
-func Or(c Clock) Clock {
-	if c == nil {
-		return Real{}
-	}
-	return c
-}
+func Or(c Clock) Clock { return cmp.Or[Clock](c, Real{}) }
 
 // realTimer and realTicker wrap package time's, their C field as a method.
 type realTimer struct{ *time.Timer }

@@ -36,9 +36,7 @@ type Clock struct {
 
 // New returns a clock for the server behind db. local is the clock to
 // correct, and the one Run waits on (nil: the wall clock).
-func New(db *mongo.Database, local clock.Clock) *Clock {
-	return &Clock{db: db, local: clock.Or(local)}
-}
+func New(db *mongo.Database, local clock.Clock) *Clock { return &Clock{db: db, local: clock.Or(local)} }
 
 // Now is the server's current time, estimated.
 func (c *Clock) Now() time.Time { return c.local.Now().Add(c.Offset()) }

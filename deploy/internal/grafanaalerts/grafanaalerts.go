@@ -4,17 +4,14 @@
 //
 // Each alert becomes a rule of two queries: A, the alert's PromQL as an
 // instant query, and B, a threshold on A. The PromQL already holds the
-// condition (every series it returns is past the threshold, so above zero),
-// so B only turns each returned series into a firing instance, and an empty
-// answer is a normal state (noDataState OK), not a missing one.
+// condition, so B only turns each returned series into a firing instance, and
+// an empty answer is a normal state (noDataState OK), not a missing one.
 //
-// Differences forced by Grafana, and nothing else:
-//   - recording rules are not provisioned: an alert that reads one gets the
-//     recorded expression in its place;
-//   - {{ $value }} in annotations becomes {{ $values.A.Value }}: in Grafana
-//     $value is a text listing every query's value;
-//   - runbook_url may get another base (Options.RunbookBase), as the
-//     kustomize component deploy/k8s/runbook does for the PrometheusRule.
+// Differences forced by Grafana, and nothing else: recording rules are not
+// provisioned (an alert gets the recorded expression in their place);
+// {{ $value }} becomes {{ $values.A.Value }} (in Grafana $value lists every
+// query's value); runbook_url may get another base (Options.RunbookBase), as
+// the kustomize component deploy/k8s/runbook does for the PrometheusRule.
 package grafanaalerts
 
 import (
