@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -148,8 +148,7 @@ type SLI struct {
 	SampleErrors    prometheus.Counter
 
 	clock  clock.Nower
-	mu     sync.Mutex
-	oldest time.Time // createdAt of the oldest entry at the last sample; zero when empty
+	oldest atomic.Pointer[time.Time] // createdAt of the oldest entry at the last sample; zero when empty
 }
 
 // NewSLI registers the SLI gauges on reg; clk (nil: the wall clock) ages the oldest entry.
@@ -175,20 +174,14 @@ func NewSLI(reg prometheus.Registerer, clk clock.Nower) *SLI {
 }
 
 // SetOldest records the oldest entry's createdAt; zero means the queue is empty.
-func (s *SLI) SetOldest(t time.Time) {
-	s.mu.Lock()
-	s.oldest = t
-	s.mu.Unlock()
-}
+func (s *SLI) SetOldest(t time.Time) { s.oldest.Store(&t) }
 
 // OldestAge is the oldest entry's age now, in seconds.
 func (s *SLI) OldestAge() float64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.oldest.IsZero() {
-		return 0
+	if t := s.oldest.Load(); t != nil && !t.IsZero() {
+		return max(0, s.clock.Now().Sub(*t).Seconds())
 	}
-	return max(0, s.clock.Now().Sub(s.oldest).Seconds())
+	return 0
 }
 
 // NewBuildInfo exports scorerefresh_build_info{version, revision, goversion} = 1.

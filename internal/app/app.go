@@ -138,8 +138,8 @@ func loadRules(cfg config.Config) (*scoring.Rules, error) {
 	return scoring.DefaultRules(), nil
 }
 
-// refuseMisreadFilters refuses rules whose filter uses an operator the server
-// answers wrongly ($elemMatch on FerretDB): it would count the wrong documents
+// refuseMisreadFilters refuses rules filtering with an operator the server
+// answers wrongly ($elemMatch on FerretDB), so counting the wrong documents
 // silently. Only rules with a filter wait (10 s at most) for the server.
 func (s *Service) refuseMisreadFilters(ctx context.Context) error {
 	if !slices.ContainsFunc(s.Rules.Components, func(c scoring.Component) bool { return len(c.Filter) > 0 }) {
@@ -258,17 +258,15 @@ func WedgedAfter(cfg config.Config) time.Duration {
 	return consumer.LongestClaimPass(0) + 2*cfg.PollInterval
 }
 
-// RestartAfter is the longest a wedged replica runs before the kubelet
-// restarts it under a liveness probe of the given period and failure
-// threshold: WedgedAfter, then up to one period until the first failed probe
-// and threshold − 1 more (402 s with the defaults and a 20 s × 6 probe).
+// RestartAfter is the longest a wedged replica runs before a liveness probe
+// of period and failureThreshold restarts it: WedgedAfter, up to one period
+// until the first failed probe and threshold − 1 more (402 s for 20 s × 6).
 func RestartAfter(cfg config.Config, period time.Duration, failureThreshold int) time.Duration {
 	return WedgedAfter(cfg) + time.Duration(failureThreshold)*period
 }
 
 // FleetConnections is the most connections one MongoDB server sees from
-// replicas replicas of cfg while a rollout surges one more (161 for 6
-// replicas and the defaults).
+// replicas of cfg while a rollout surges one more (161 for 6 and the defaults).
 func FleetConnections(cfg config.Config, replicas int) int {
 	return (replicas + 1) * ConnectionsPerReplica(cfg)
 }
@@ -373,9 +371,8 @@ func (s *Service) syncClock(ctx context.Context) {
 }
 
 // ping keeps the "mongodb" readiness condition current, and asks the server
-// what it is again after an outage (the client may have reconnected to
-// another primary, where what was learnt no longer holds) and every 5
-// minutes (a rolling upgrade changes versions without a failed ping).
+// what it is again after an outage (the client may now reach another primary)
+// and every 5 minutes (a rolling upgrade changes versions without a failed ping).
 func (s *Service) ping(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	err := s.Client.Ping(pctx, nil)

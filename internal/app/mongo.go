@@ -56,13 +56,11 @@ func (s *Service) connect(monitor *event.CommandMonitor, traits *servertraits.Tr
 	}
 	client, err := mongo.Connect(clientOpts)
 	if err != nil {
-		// The driver quotes what it could not parse, an option value say,
-		// without saying it is secret.
+		// The driver quotes what it could not parse, a secret option value say.
 		return redact.Error(fmt.Errorf("configuring MongoDB client for %s: %w", redact.URI(s.cfg.MongoURI), err), s.cfg.MongoURI)
 	}
-	// Every read goes to the primary whatever the URI asks: a refresh that
-	// recomputed from a lagging secondary would acknowledge events whose
-	// source writes it never saw.
+	// Every read goes to the primary whatever the URI asks: a refresh from a
+	// lagging secondary would acknowledge events whose source writes it never saw.
 	s.Client = client
 	s.DB = client.Database(s.cfg.Database, options.Database().SetReadPreference(readpref.Primary()))
 	if rp := clientOpts.ReadPreference; rp != nil && rp.Mode() != readpref.PrimaryMode {
