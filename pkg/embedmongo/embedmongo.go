@@ -25,9 +25,8 @@ type Config struct {
 	// Dir holds the SQLite files. Empty means a fresh temporary directory that
 	// Close removes, in memory (/dev/shm) where possible: SQLite syncs every
 	// commit, which on a disk makes inserts several times slower.
-	Dir string
-	// Addr is the TCP listen address. Defaults to "127.0.0.1:0" (a free port).
-	Addr string
+	Dir  string
+	Addr string // the TCP listen address; default "127.0.0.1:0" (a free port)
 }
 
 type Server struct {

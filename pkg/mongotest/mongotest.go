@@ -115,9 +115,8 @@ func RequireMongoDBURI(t testing.TB) {
 }
 
 // RecordedReply reads the server reply recorded at path (Extended JSON whose
-// first field "_source" names where it was taken from) without that field.
-// A fixture that names no source fails: replies written from memory are how
-// wrong shapes get in.
+// first field "_source" names where it was taken from) without that field. A
+// fixture that names no source fails: replies written from memory get shapes wrong.
 func RecordedReply(t testing.TB, path string) bson.Raw {
 	t.Helper()
 	data, err := os.ReadFile(path)

@@ -274,15 +274,13 @@ func asciiLower(s string) string {
 // where a connection string turns up unannounced. Other values are left
 // alone: a value known to hold a URI is redacted where it is logged.
 func Handler(h slog.Handler, sources ...string) slog.Handler {
-	return &handler{next: h, sources: sources}
+	return &handler{Handler: h, sources: sources}
 }
 
 type handler struct {
-	next    slog.Handler
-	sources []string
+	slog.Handler // the next one; Enabled is its
+	sources      []string
 }
-
-func (h *handler) Enabled(ctx context.Context, l slog.Level) bool { return h.next.Enabled(ctx, l) }
 
 func (h *handler) Handle(ctx context.Context, r slog.Record) error {
 	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
@@ -290,11 +288,11 @@ func (h *handler) Handle(ctx context.Context, r slog.Record) error {
 		out.AddAttrs(h.attr(a))
 		return true
 	})
-	return h.next.Handle(ctx, out)
+	return h.Handler.Handle(ctx, out)
 }
 
 func (h *handler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return &handler{next: h.next.WithAttrs(h.attrs(attrs)), sources: h.sources}
+	return &handler{Handler: h.Handler.WithAttrs(h.attrs(attrs)), sources: h.sources}
 }
 
 func (h *handler) attrs(as []slog.Attr) []slog.Attr {
@@ -306,7 +304,7 @@ func (h *handler) attrs(as []slog.Attr) []slog.Attr {
 }
 
 func (h *handler) WithGroup(name string) slog.Handler {
-	return &handler{next: h.next.WithGroup(name), sources: h.sources}
+	return &handler{Handler: h.Handler.WithGroup(name), sources: h.sources}
 }
 
 func (h *handler) attr(a slog.Attr) slog.Attr {

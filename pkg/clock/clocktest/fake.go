@@ -27,9 +27,8 @@ var _ clock.Clock = (*Fake)(nil)
 // NewFake returns a fake standing at start.
 func NewFake(start time.Time) *Fake { return &Fake{now: start, changed: make(chan struct{})} }
 
-// NewAuto returns a fake that jumps to every timer's deadline as the timer
-// is made: code that sleeps runs through at once. For code that waits on one
-// thing at a time.
+// NewAuto returns a fake that jumps to every timer's deadline as the timer is
+// made, so code that sleeps runs through at once: for code that waits on one thing at a time.
 func NewAuto(start time.Time) *Fake {
 	return &Fake{now: start, changed: make(chan struct{}), auto: true}
 }
