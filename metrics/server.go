@@ -34,11 +34,10 @@ type Server struct {
 	ln  net.Listener
 }
 
-// Listen binds addr (":0" picks a free port). The timeouts bound how long one
-// client may hold a connection in each phase, so stalled clients (a
-// slow-loris, a scraper that stops reading) cannot pile up: generous for a
-// Prometheus scrape (10s, every 15s to 1m, kept alive) and Kubernetes probes
-// (1s), short for a client that stalls.
+// Listen binds addr (":0" picks a free port). The timeouts bound each phase
+// of a connection, so stalled clients (a slow-loris, a scraper that stops
+// reading) cannot pile up; they are generous for a Prometheus scrape (10s,
+// every 15s to 1m, kept alive) and Kubernetes probes (1s).
 func Listen(addr string, handler http.Handler) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

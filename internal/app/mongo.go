@@ -45,10 +45,7 @@ func ClientOptions(cfg config.Config, m *metrics.Mongo) *options.ClientOptions {
 
 // connect builds the client (contacting no server), the collections and the server's clock.
 func (s *Service) connect(monitor *event.CommandMonitor, traits *servertraits.Traits) error {
-	clientOpts := ClientOptions(s.cfg, s.Mongo)
-	if monitor != nil {
-		clientOpts.SetMonitor(s.Mongo.CommandMonitor(monitor))
-	}
+	clientOpts := ClientOptions(s.cfg, s.Mongo).SetMonitor(s.Mongo.CommandMonitor(monitor))
 	if need := ConnectionsPerReplica(s.cfg); s.cfg.ConnectionBudget != 0 && need > s.cfg.ConnectionBudget {
 		s.log.Warn("this replica may open more MongoDB connections than MONGODB_CONNECTION_BUDGET; lower REFRESH_CONCURRENCY or raise the budget",
 			"budget", s.cfg.ConnectionBudget, "max_per_server", need, "pool", PoolSize(s.cfg), "monitoring", MonitoringConnections,

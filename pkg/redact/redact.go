@@ -41,8 +41,7 @@ var secretWords = []string{"pass", "pwd", "secret", "token", "key", "cred", "sig
 func URI(s string) string { return redactWord(s, func(string) {}) }
 
 // String returns text with rules 1 and 2 applied to each word (words end at
-// whitespace and quotes), and with every secret found in sources (connection
-// strings) hidden wherever it appears.
+// whitespace and quotes), and every secret of sources (connection strings) hidden anywhere.
 func String(text string, sources ...string) string {
 	return hideKnown(word.ReplaceAllStringFunc(text, URI), secretsOf(sources...))
 }
@@ -116,8 +115,7 @@ func hideUserInfo(w string, found func(string)) string {
 	return w[:start] + Mask + w[at:]
 }
 
-// authorityStart is where the user-info begins in head, the lower-cased word
-// before its last '@'.
+// authorityStart is where the user-info begins in head (the lower-cased word before its last '@').
 func authorityStart(head string) int {
 	for _, sep := range []string{"//", "%2f%2f"} {
 		if i := strings.Index(head, sep); i >= 0 {
@@ -257,8 +255,7 @@ func isWordByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_'
 }
 
-// asciiLower lower-cases ASCII letters only, so indexes into the result are
-// indexes into s.
+// asciiLower lower-cases ASCII letters only, so indexes into the result are indexes into s.
 func asciiLower(s string) string {
 	b := []byte(s)
 	for i, c := range b {
