@@ -14,12 +14,11 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// WriteBatch is Write for results, in two round trips per chunk of
-// MaxBatchUsers (one more when a write was lost or refused, see settle): a
-// find of every version, an unordered bulk write guarding each. outcomes holds
-// each user written or skipped (newer, as in Write); retry the users whose
-// write did not happen (lost races, with OnConflict, or refusals), to retry
-// with Write. Unless err is set every user is in exactly one.
+// WriteBatch is Write for results, in two round trips per chunk of MaxBatchUsers
+// (a find of every version, an unordered bulk write guarding each; one more when
+// a write was lost or refused, see settle). outcomes holds each user written or
+// skipped (newer, as in Write), retry those to retry with Write (lost races, with
+// OnConflict, or refusals); unless err is set every user is in exactly one.
 func (s *Store) WriteBatch(ctx context.Context, results map[string]Result, refreshedAt time.Time) (outcomes map[string]WriteOutcome, retry []string, err error) {
 	return s.WriteBatchAfter(ctx, nil, results, refreshedAt) // nil: read in each chunk
 }
@@ -96,11 +95,9 @@ func (s *Store) readMany(ctx context.Context, users []string, projection bson.D)
 	return byUser, nil
 }
 
-// bulkGuarded writes each of docs with an upsert guarded by {_id, version:
-// read} (absent reads as version 0), all in one command. A guard that no
-// longer matches makes the upsert insert a second _id, which the unique index
-// refuses: a lost race is a duplicate key error, per write, where a plain
-// update would only lower the matched count without saying whose.
+// bulkGuarded writes each of docs with an upsert guarded by {_id, version: read}
+// (absent: 0), all in one command: a guard that no longer matches makes the upsert
+// insert a second _id, a duplicate key error that says whose write lost the race.
 func (s *Store) bulkGuarded(ctx context.Context, docs []ScoreDoc, after bool, outcomes map[string]WriteOutcome) (retry []string, err error) {
 	// Unknown (the server did not answer) reads as MongoDB: the bulk
 	// upsert is correct anywhere, only slower on FerretDB.
@@ -156,14 +153,12 @@ func (s *Store) bulkWrite(ctx context.Context, docs []ScoreDoc, insert, after bo
 	return nil, fmt.Errorf("writing the scores of %d users: %w", len(docs), err)
 }
 
-// settle reads docs back to learn which a bulk write that reported lost or
-// refused writes wrote (its per-write errors cannot say: FerretDB 1.24 stops
-// an unordered update at its first error, reports it at the wrong index and
-// counts nothing). A document holding exactly what we sent is ours (or an
-// identical write's). One whose version moved is a conflict, skipped if from
-// a recompute begun no earlier (a retry would write twice for one refresh).
-// The rest are retried; after a prior read (after), all not ours are, as
-// stamps order nothing (see Prior).
+// settle reads docs back to learn which a bulk write that reported lost or refused
+// writes wrote (FerretDB 1.24 stops an unordered update at its first error, reports
+// it at the wrong index and counts nothing). A document holding what we sent is
+// ours; one whose version moved is a conflict, skipped if from a recompute begun no
+// earlier (a retry would write twice for one refresh). The rest are retried; after
+// a prior read (after), all not ours are, as stamps order nothing (see Prior).
 func (s *Store) settle(ctx context.Context, docs []ScoreDoc, after bool, outcomes map[string]WriteOutcome) (retry []string, err error) {
 	users := make([]string, len(docs))
 	for i, d := range docs {

@@ -2,6 +2,7 @@ package scoring
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -47,12 +48,8 @@ func NewHTTPScorer(cfg HTTPScorerConfig) (*HTTPScorer, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, errors.New("the scorer's URL must be an absolute http:// or https:// URL")
 	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultScorerTimeout
-	}
-	if cfg.Conns <= 0 {
-		cfg.Conns = 16
-	}
+	cfg.Timeout = cmp.Or(max(cfg.Timeout, 0), DefaultScorerTimeout)
+	cfg.Conns = cmp.Or(max(cfg.Conns, 0), 16)
 	bound := min(cfg.Timeout, 10*time.Second)
 	transport := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,

@@ -108,10 +108,7 @@ func (r *Recomputer) query(ctx context.Context, src source, c Component, users [
 			return nil, fmt.Errorf("counting %s values for the mean: %w", c.Field, err)
 		}
 		for u, n := range counts {
-			values[u] = 0 // no values
-			if n > 0 {
-				values[u] = sums[u] / n
-			}
+			values[u] = sums[u] / max(n, 1) // n is 0 only without values, which sum to 0
 		}
 		return alone, nil
 	}
@@ -169,15 +166,11 @@ func pipeline(c Component, op Op, f bson.D, batched bool) (mongo.Pipeline, strin
 // (none means 0), or a batch's {_id: user, v: value}. alone lists the users
 // of a batch that a document with an array in the user field names.
 func run(ctx context.Context, src source, p mongo.Pipeline, key string, users []string, values map[string]float64) (alone []string, err error) {
-	batched, what, opts := len(users) > 1, "aggregation", options.Aggregate()
+	batched, what, opts := len(users) > 1, "aggregation", options.Aggregate().SetCollation(src.collation) // nil: none
 	if batched {
-		// One more than the groups expected, so the first reply holds them
-		// all and the server closes the cursor: no getMore.
+		// One more than the groups expected: the first reply holds them all, no getMore.
 		opts.SetBatchSize(int32(len(users) + 1))
 		what = "batched aggregation"
-	}
-	if src.collation != nil {
-		opts.SetCollation(src.collation)
 	}
 	noteRoundTrip(ctx)
 	cur, err := src.coll.Aggregate(ctx, p, opts)
@@ -232,11 +225,8 @@ func numericOnly(f bson.D, field string) bson.D {
 // extremeBySort is a max or min component's value for one user (f) without
 // the accumulator: the first document sorted by field; 0 when there is none.
 func extremeBySort(ctx context.Context, src source, op Op, field string, f bson.D) (float64, error) {
-	dir := map[Op]int{OpMax: -1, OpMin: 1}[op]
-	opts := options.FindOne().SetSort(bson.D{{Key: field, Value: dir}}).SetProjection(bson.D{{Key: field, Value: 1}, {Key: "_id", Value: 0}})
-	if src.collation != nil {
-		opts.SetCollation(src.collation)
-	}
+	opts := options.FindOne().SetSort(bson.D{{Key: field, Value: map[Op]int{OpMax: -1, OpMin: 1}[op]}}).SetCollation(src.collation).
+		SetProjection(bson.D{{Key: field, Value: 1}, {Key: "_id", Value: 0}})
 	noteRoundTrip(ctx)
 	doc, err := src.coll.FindOne(ctx, f, opts).Raw()
 	switch {

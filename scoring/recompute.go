@@ -24,14 +24,11 @@ type Result struct {
 // Recomputer computes scores from the source collections; it is safe for concurrent use.
 // Share one per process, so that what it learns about the server is learnt once.
 type Recomputer struct {
-	db    *mongo.Database
-	rules *Rules
-	log   *slog.Logger
-	// traits records what the server refused as not implemented, so that a
-	// refusal costs one round trip per process rather than one per refresh.
-	traits *servertraits.Traits
-	// learnCollation tells whether a collection's default collation is not
-	// simple; a field so tests can answer as a server with such collections.
+	db     *mongo.Database
+	rules  *Rules
+	log    *slog.Logger
+	traits *servertraits.Traits // what the server refused: a round trip per process, not per refresh
+	// learnCollation (listCollation but in tests) tells whether a collection's default collation is not simple.
 	learnCollation func(ctx context.Context, coll string) (nonSimple bool, err error)
 	collations     sync.Map // learnCollation's answer (bool) per collection name
 }
@@ -65,13 +62,10 @@ func (r *Recomputer) Recompute(ctx context.Context, username string, startedAt t
 	return out[username], err
 }
 
-// RecomputeBatch computes users' scores as of startedAt, when the refresh
-// began, with one query per component and chunk of MaxBatchUsers: per-user
-// ($eq) for a user alone, batched ($in) for several, exactly what each user's
-// own would compute (see componentValues). Every distinct user gets an entry
-// (0 for each component without documents). Once per Recomputer, a missing
-// accumulator costs one refused query (avg: two) and each collection's first
-// query a listCollections. A failing query fails the batch, naming the component.
+// RecomputeBatch computes users' scores as of startedAt, when the refresh began,
+// with one query per component and chunk of MaxBatchUsers, per-user ($eq) or
+// batched ($in) alike (docs/batched-recompute.md). Every distinct user gets an
+// entry (0 for each component without documents). A failing query fails the batch.
 func (r *Recomputer) RecomputeBatch(ctx context.Context, users []string, startedAt time.Time) (map[string]Result, error) {
 	out := make(map[string]Result, len(users))
 	for _, chunk := range chunkUsers(uniqueUsers(users), MaxBatchUsers, maxBatchNameBytes) {

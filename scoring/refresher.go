@@ -48,14 +48,12 @@ func (r *Refresher) Refresh(ctx context.Context, username string, startedAt time
 	return r.RefreshBatch(ctx, []string{username}, startedAt)[username]
 }
 
-// RefreshBatch recomputes users' scores and stores them as of startedAt, when
-// this refresh began (before any of its reads): ReadPrior, the scorer, then
-// WriteBatchAfter (WriteAfter for a user alone), one round trip per component
-// plus two. A user superseded meanwhile (ErrSuperseded) is refreshed again
-// after a backoff, up to MaxConflictRetries times: stamps cannot tell which
-// refresh began first (see Prior), the recompute after the rival's reflects both.
-// The result holds, per distinct user, nil once stored or else why not; a
-// failed scorer call, batch read or batch write fails every user it left unsettled.
+// RefreshBatch recomputes users' scores and stores them as of startedAt, when this
+// refresh began (before any of its reads): ReadPrior, the scorer, then WriteBatchAfter
+// (WriteAfter for a user alone). A user superseded meanwhile (ErrSuperseded) is
+// refreshed again after a backoff, up to MaxConflictRetries times (see Prior). The
+// result holds, per distinct user, nil once stored or else why not; a failed scorer
+// call, batch read or batch write fails every user it left unsettled.
 func (r *Refresher) RefreshBatch(ctx context.Context, users []string, startedAt time.Time) map[string]error {
 	users = uniqueUsers(users)
 	errs := make(map[string]error, len(users))
@@ -127,7 +125,7 @@ func (r *Refresher) refresh(ctx context.Context, users []string, startedAt time.
 // write stores the scored results over prior, recording outcomes in errs: WriteBatchAfter for
 // several, then WriteAfter for each user left (or alone). It returns the users superseded.
 func (r *Refresher) write(ctx context.Context, prior Prior, scored map[string]Result, startedAt time.Time, errs map[string]error) (superseded []string) {
-	var retry []string
+	retry := slices.Collect(maps.Keys(scored))
 	var err error
 	if len(scored) > 1 {
 		var outcomes map[string]WriteOutcome
@@ -135,8 +133,6 @@ func (r *Refresher) write(ctx context.Context, prior Prior, scored map[string]Re
 		for u := range outcomes {
 			errs[u] = nil
 		}
-	} else {
-		retry = slices.Collect(maps.Keys(scored))
 	}
 	for _, u := range retry {
 		_, werr := r.store.WriteAfter(ctx, prior, u, scored[u], startedAt)
@@ -157,15 +153,14 @@ func (r *Refresher) write(ctx context.Context, prior Prior, scored map[string]Re
 	return superseded
 }
 
-// Scorer computes users' scores: the part of a refresh a team may bring of
-// its own (docs/scorers.md); Recomputer and HTTPScorer are two. Score gets at
-// most REFRESH_BATCH_SIZE distinct users, at most REFRESH_CONCURRENCY calls
-// at once, and asOf, when the refresh began by the server's clock: it must
-// read data at least as fresh. Every user comes back in exactly one of
-// results or failed; one in failed failed alone (charged, backed off,
-// dead-lettered after MAX_ATTEMPTS with the error's text). A non-nil err
-// fails the call: nobody is charged, every user is retried (a user alone
-// whose calls keep failing while others' succeed is charged then).
+// Scorer computes users' scores: the part of a refresh a team may bring of its own
+// (docs/scorers.md); Recomputer and HTTPScorer are two. Score gets at most
+// REFRESH_BATCH_SIZE distinct users, at most REFRESH_CONCURRENCY calls at once, and
+// asOf, when the refresh began by the server's clock: it must read data at least as
+// fresh. Every user comes back in exactly one of results or failed; one in failed
+// failed alone (charged, backed off, dead-lettered after MAX_ATTEMPTS with the
+// error's text). A non-nil err fails the call: nobody is charged, every user is
+// retried (a user alone whose calls keep failing while others' succeed is charged then).
 type Scorer interface {
 	Score(ctx context.Context, users []string, asOf time.Time) (results map[string]Result, failed map[string]error, err error)
 }
@@ -180,9 +175,8 @@ func (r *Recomputer) Score(ctx context.Context, users []string, asOf time.Time) 
 // shared by concurrent refreshes has no other per-call place to keep it.
 type roundTripsKey struct{}
 
-// noteRoundTrip records one command about to be sent, if ctx is tallied. One
-// driver call is one command: every answer here fits in the first reply (the
-// getMore of one beyond 16 MiB is not counted).
+// noteRoundTrip records one command about to be sent, if ctx is tallied: every answer
+// here fits in the first reply (the getMore of one beyond 16 MiB is not counted).
 func noteRoundTrip(ctx context.Context) {
 	if n, ok := ctx.Value(roundTripsKey{}).(*atomic.Int64); ok {
 		n.Add(1)

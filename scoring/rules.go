@@ -73,19 +73,10 @@ type Rules struct {
 // DefaultRules returns the rules used when no rules file is configured:
 // exactly the first component of the contract's (docs/contract.md) example.
 func DefaultRules() *Rules {
-	return &Rules{
-		Source: "built-in",
-		Components: []Component{{
-			Name:       "activity",
-			Collection: "user_activity",
-			UserField:  "username",
-			Op:         OpSum,
-			Field:      "points",
-			Weight:     1,
-			Window:     720 * time.Hour,
-			TimeField:  "at",
-		}},
-	}
+	return &Rules{Source: "built-in", Components: []Component{{
+		Name: "activity", Collection: "user_activity", UserField: "username", Op: OpSum,
+		Field: "points", Weight: 1, Window: 720 * time.Hour, TimeField: "at",
+	}}}
 }
 
 // LoadRules reads and validates the rules file at path. Errors name the path.

@@ -298,12 +298,8 @@ func (fc filterChecker) literal(v any, where string) {
 	}
 }
 
-func join(where, key string) string {
-	if where == "" {
-		return key
-	}
-	return where + "." + key
-}
+// join is where + "." + key, or key when where is "" (no where starts with ".").
+func join(where, key string) string { return strings.TrimPrefix(where+"."+key, ".") }
 
 // pathsOverlap reports whether a condition on one path constrains the other:
 // the same path, or one inside the other ("author" and "author.name").

@@ -147,16 +147,9 @@ func (cp *componentParser) parse(n *yaml.Node) Component {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		switch key, v := n.Content[i].Value, n.Content[i+1]; key {
 		case "name": // read above
-		case "collection":
-			c.Collection = cp.str(key, v)
-		case "userField":
-			c.UserField = cmp.Or(cp.str(key, v), DefaultUserField)
-		case "op":
-			c.Op = Op(cp.str(key, v))
-		case "field":
-			c.Field = cp.str(key, v)
-		case "timeField":
-			c.TimeField = cmp.Or(cp.str(key, v), DefaultTimeField)
+		case "collection", "userField", "op", "field", "timeField":
+			*map[string]*string{"collection": &c.Collection, "userField": &c.UserField, "op": (*string)(&c.Op),
+				"field": &c.Field, "timeField": &c.TimeField}[key] = cp.str(key, v)
 		case "weight":
 			if v.Kind != yaml.ScalarNode || v.Decode(&c.Weight) != nil {
 				cp.problem("weight %q is not a number", v.Value)
@@ -186,6 +179,7 @@ func (cp *componentParser) parse(n *yaml.Node) Component {
 			cp.problem("%s; known keys are %s", msg, strings.Join(componentKeys, ", "))
 		}
 	}
+	c.UserField, c.TimeField = cmp.Or(c.UserField, DefaultUserField), cmp.Or(c.TimeField, DefaultTimeField) // null or ""
 	cp.validate(&c)
 	return c
 }

@@ -70,16 +70,9 @@ type Store struct {
 
 // NewStore returns a Store writing to coll (user_scores).
 func NewStore(coll *mongo.Collection, cfg StoreConfig) *Store {
-	if cfg.MaxConflictRetries <= 0 {
-		cfg.MaxConflictRetries = 10
-	}
-	if cfg.BackoffBase <= 0 {
-		cfg.BackoffBase = 5 * time.Millisecond
-	}
-	if cfg.BackoffMax <= 0 {
-		cfg.BackoffMax = 500 * time.Millisecond
-	}
-	cfg.BackoffMax = max(cfg.BackoffMax, cfg.BackoffBase)
+	cfg.MaxConflictRetries = cmp.Or(max(cfg.MaxConflictRetries, 0), 10)
+	cfg.BackoffBase = cmp.Or(max(cfg.BackoffBase, 0), 5*time.Millisecond)
+	cfg.BackoffMax = max(cmp.Or(max(cfg.BackoffMax, 0), 500*time.Millisecond), cfg.BackoffBase)
 	if cfg.OnConflict == nil {
 		cfg.OnConflict = func() {}
 	}
@@ -167,17 +160,14 @@ func newScoreDoc(username string, res Result, refreshedAt time.Time) ScoreDoc {
 	}
 }
 
-// Prior holds a refresh's users' score documents (version, refreshedAt) as
-// read before its recompute; a user without one is absent. Stamps alone cannot
-// order two refreshes: replicas stamp by their own estimates of the server's
-// clock, and a later refresh skipped as older loses an event. A document read
-// before the recompute is reflected in it; one written while it ran (a lease
-// takeover) makes the refresh that meets it recompute.
+// Prior holds a refresh's users' score documents (version, refreshedAt) as read
+// before its recompute (absent: none). Stamps cannot order two refreshes (each
+// replica estimates the server's clock; a later one skipped as older loses an
+// event): a document written while the recompute ran makes the refresh recompute.
 type Prior map[string]ScoreDoc
 
-// ReadPrior reads the version and refreshedAt of users' score documents
-// before their recompute: one find per chunk WriteBatch writes (by _id for
-// one user, which every server answers from the _id index).
+// ReadPrior reads users' versions and refreshedAt before their recompute: one
+// find per chunk WriteBatch writes (by _id for one user: the _id index on every server).
 func (s *Store) ReadPrior(ctx context.Context, users []string) (Prior, error) {
 	if len(users) == 1 {
 		doc, found, err := s.Get(ctx, users[0])
@@ -256,20 +246,16 @@ func scoreSet(d ScoreDoc) bson.D {
 // collided do not collide again in lockstep); consumer.Backoff follows failures.
 func (s *Store) backoff(n int) time.Duration {
 	ceiling := s.cfg.BackoffMax
-	if n <= 30 {
-		ceiling = min(s.cfg.BackoffBase<<(n-1), s.cfg.BackoffMax)
-		if ceiling <= 0 { // overflowed
-			ceiling = s.cfg.BackoffMax
-		}
+	if n <= 30 && s.cfg.BackoffBase<<(n-1) > 0 { // else it overflowed
+		ceiling = min(s.cfg.BackoffBase<<(n-1), ceiling)
 	}
 	return rand.N(ceiling + 1)
 }
 
 // userLocks serialises the writes of one user within a process: it saves the
-// round trips of conflicts between them (OCC guards against other
-// processes), and keeps writes correct on FerretDB 1.24, whose updateOne is
-// no atomic compare-and-set (a find, then a replace by _id): two concurrent
-// updates guarded by the same version can both match.
+// round trips of conflicts between them, and keeps writes correct on FerretDB
+// 1.24, whose updateOne is no atomic compare-and-set (a find, then a replace by
+// _id): two concurrent updates guarded by the same version can both match.
 type userLocks struct {
 	mu   sync.Mutex
 	held map[string]*userLock
@@ -315,10 +301,8 @@ func (l *userLocks) release(username string, ul *userLock) {
 	}
 }
 
-// lockAll takes the locks of users, which must be sorted and free of repeats,
-// in that order; on failure it releases those it took. The fixed order rules
-// out deadlock: a holder waits only for a lock later in the order than all it
-// holds, so no cycle of waiting can form.
+// lockAll takes the locks of users, which must be sorted and free of repeats, in
+// that order (so no cycle of waiting can form); on failure it releases those it took.
 func (l *userLocks) lockAll(ctx context.Context, users []string) (unlock func(), err error) {
 	unlocks := make([]func(), 0, len(users))
 	unlock = func() {
