@@ -45,8 +45,7 @@ func chunkUsers(users []string, maxUsers, maxBytes int) [][]string {
 	return chunks
 }
 
-// sortedChunks returns users sorted, without repeats, then chunked: the
-// order in which the Store takes user locks (see lockAll).
+// sortedChunks is users sorted, without repeats, then chunked: the order the Store locks them in (lockAll).
 func sortedChunks(users []string) [][]string {
 	return chunkUsers(slices.Compact(slices.Sorted(slices.Values(users))), MaxBatchUsers, maxBatchNameBytes)
 }

@@ -23,9 +23,8 @@ func (s *Store) WriteBatch(ctx context.Context, results map[string]Result, refre
 	return s.WriteBatchAfter(ctx, nil, results, refreshedAt) // nil: read in each chunk
 }
 
-// WriteBatchAfter is WriteBatch over prior, as WriteAfter is Write's, in one
-// round trip; a user whose document was written since is in retry, never
-// skipped by its stamp (the caller's WriteAfter then says why).
+// WriteBatchAfter is WriteBatch over prior, as WriteAfter is Write's, in one round trip; a user whose
+// document was written since is in retry, never skipped by its stamp (the caller's WriteAfter says why).
 func (s *Store) WriteBatchAfter(ctx context.Context, prior Prior, results map[string]Result, refreshedAt time.Time) (outcomes map[string]WriteOutcome, retry []string, err error) {
 	outcomes = make(map[string]WriteOutcome, len(results))
 	for _, chunk := range sortedChunks(slices.Collect(maps.Keys(results))) {
@@ -120,8 +119,7 @@ func (s *Store) bulkGuarded(ctx context.Context, docs []ScoreDoc, after bool, ou
 	return retry, nil
 }
 
-// bulkWrite sends docs in one unordered command: inserts of first documents
-// (a duplicate key is a racing writer's insert), or guarded upserts.
+// bulkWrite sends docs in one unordered command: inserts of first documents, or guarded upserts.
 func (s *Store) bulkWrite(ctx context.Context, docs []ScoreDoc, insert, after bool, outcomes map[string]WriteOutcome) (retry []string, err error) {
 	models := make([]mongo.WriteModel, len(docs))
 	for i, d := range docs {

@@ -17,8 +17,7 @@ import (
 	"time"
 )
 
-// MaxScorerResponse is the largest body an external scorer may answer with;
-// a longer one fails the request, read no further.
+// MaxScorerResponse is the largest body an external scorer may answer with; a longer one fails the request.
 const MaxScorerResponse = 16 << 20
 
 // DefaultScorerTimeout is one request's deadline unless SCORER_TIMEOUT says.
@@ -33,8 +32,7 @@ type HTTPScorerConfig struct {
 	Observe func(outcome string, seconds float64) // if set, gets each request's outcome and duration (metrics)
 }
 
-// HTTPScorer asks an external service for scores, one POST per batch (docs/scorers.md); nothing
-// of an answer of another shape reaches the score documents.
+// HTTPScorer asks an external service for scores, one POST per batch (docs/scorers.md).
 type HTTPScorer struct {
 	cfg    HTTPScorerConfig
 	where  string // the URL without credentials, for errors
@@ -150,8 +148,7 @@ func decodeScores(raw []byte, users []string) (map[string]Result, map[string]err
 	return results, failed, nil
 }
 
-// snippet is the start of an error body, for the dead letter's reason,
-// without the token should the scorer echo the request's headers.
+// snippet is an error body's start, for the dead letter's reason, without the token should the scorer echo it.
 func (s *HTTPScorer) snippet(b []byte) string {
 	out := string(b)
 	if s.cfg.Token != "" {

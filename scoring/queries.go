@@ -21,9 +21,8 @@ import (
 // Each query here answers one component, for one user or a batch, with one command whose
 // result fits in the first batch: the server closes the cursor, no getMore or killCursors follows.
 
-// source is a source collection as the queries address it: with the simple collation where
-// the default is another, so usernames and filter strings compare exactly (binary), as
-// user_scores' _id does; without any collation option otherwise (FerretDB refuses it).
+// source is a source collection as the queries address it: with the simple collation where the default is
+// another (usernames and filter strings compare binary, as user_scores' _id does), else none (FerretDB refuses it).
 type source struct {
 	coll      *mongo.Collection
 	collation *options.Collation // nil: the collection's default is simple
@@ -31,11 +30,9 @@ type source struct {
 
 var simpleCollation = &options.Collation{Locale: "simple"}
 
-// componentValues returns c's value for each of users that has documents: the
-// batched query for several, except for the users a document with an array in
-// the user field names (a per-user $eq matches it for each name it holds,
-// $group keys it by the whole array), and for all once the server has refused
-// the batched shape (learnt and logged once): those get the per-user query.
+// componentValues returns c's value for each of users that has documents: the batched
+// query for several, but the per-user query for the users a document with an array in
+// the user field names (see run) and for all once the server refused the batched shape.
 func (r *Recomputer) componentValues(ctx context.Context, c Component, users []string, startedAt time.Time) (map[string]float64, error) {
 	src, err := r.source(ctx, c.Collection)
 	if err != nil {
@@ -94,8 +91,7 @@ func (r *Recomputer) query(ctx context.Context, src source, c Component, users [
 	f := userMatch(c, users, startedAt)
 	batched := len(users) > 1
 	if c.Op == OpAvg && r.lacksAccumulator(OpAvg).Load() {
-		// A $sum and a count as two aggregations (two accumulators in one
-		// $group come back wrong on FerretDB 1.24), divided here.
+		// A $sum and a count as two aggregations (one accumulator per $group: see pipeline), divided here.
 		f = numericOnly(f, c.Field)
 		sums, counts := map[string]float64{}, map[string]float64{}
 		p, key := pipeline(c, OpSum, f, batched)
@@ -119,10 +115,9 @@ func (r *Recomputer) query(ctx context.Context, src source, c Component, users [
 	return run(ctx, src, p, key, users, values)
 }
 
-// pipeline is op's aggregation over the documents matching f, and the key of
-// the value in its results: one result for a user, {_id: user, v} per user of
-// a batch. One accumulator per $group: FerretDB 1.24 answered a second one in
-// the same stage ({n: {$sum: 1}}) with a wrong 0.
+// pipeline is op's aggregation over the documents matching f, and the key of the value in its
+// results: one result for a user, {_id: user, v} per user of a batch. One accumulator per
+// $group: FerretDB 1.24 answered a second one in the same stage ({n: {$sum: 1}}) with a wrong 0.
 func pipeline(c Component, op Op, f bson.D, batched bool) (mongo.Pipeline, string) {
 	var user any // one user: a single group
 	if batched {
@@ -214,16 +209,14 @@ func namesIn(v bson.RawValue, into map[string]bool) {
 	}
 }
 
-// numericOnly limits f to documents whose field holds a number: else a
-// string would win a max, as strings sort above numbers. {$type: "number"}
-// also matches an array holding a number, hence the $not.
+// numericOnly limits f to documents whose field holds a number (strings sort above numbers: one would
+// win a max); {$type: "number"} also matches an array holding a number, hence the $not.
 func numericOnly(f bson.D, field string) bson.D {
 	f = withCond(f, field, "$type", "number")
 	return withCond(f, field, "$not", bson.D{{Key: "$type", Value: "array"}})
 }
 
-// extremeBySort is a max or min component's value for one user (f) without
-// the accumulator: the first document sorted by field; 0 when there is none.
+// extremeBySort is max or min for one user (f) without the accumulator: the first document by field, or 0.
 func extremeBySort(ctx context.Context, src source, op Op, field string, f bson.D) (float64, error) {
 	opts := options.FindOne().SetSort(bson.D{{Key: field, Value: map[Op]int{OpMax: -1, OpMin: 1}[op]}}).SetCollation(src.collation).
 		SetProjection(bson.D{{Key: field, Value: 1}, {Key: "_id", Value: 0}})
@@ -282,8 +275,7 @@ func numberAt(doc bson.Raw, path ...string) (float64, error) {
 	return n, nil
 }
 
-// isNotImplemented reports whether err is the server saying it lacks a
-// feature (code 238 NotImplemented, or FerretDB's "... is not implemented yet").
+// isNotImplemented reports the server lacking a feature: code 238, or FerretDB's "... is not implemented yet".
 func isNotImplemented(err error) bool {
 	var se mongo.ServerError
 	return err != nil && (errors.As(err, &se) && se.HasErrorCode(238) || strings.Contains(strings.ToLower(err.Error()), "not implemented"))

@@ -62,10 +62,9 @@ func (r *Recomputer) Recompute(ctx context.Context, username string, startedAt t
 	return out[username], err
 }
 
-// RecomputeBatch computes users' scores as of startedAt, when the refresh began,
-// with one query per component and chunk of MaxBatchUsers, per-user ($eq) or
-// batched ($in) alike (docs/batched-recompute.md). Every distinct user gets an
-// entry (0 for each component without documents). A failing query fails the batch.
+// RecomputeBatch computes users' scores as of startedAt, when the refresh began, with one query per
+// component and chunk of MaxBatchUsers, per-user ($eq) or batched ($in) alike (docs/batched-recompute.md).
+// Every distinct user gets an entry (0 for each component without documents); a failing query fails all.
 func (r *Recomputer) RecomputeBatch(ctx context.Context, users []string, startedAt time.Time) (map[string]Result, error) {
 	out := make(map[string]Result, len(users))
 	for _, chunk := range chunkUsers(uniqueUsers(users), MaxBatchUsers, maxBatchNameBytes) {
@@ -95,11 +94,9 @@ func (r *Recomputer) RecomputeBatch(ctx context.Context, users []string, started
 }
 
 // userMatch is the $match of c's query for users: $eq for one, $in for several
-// (literal operands: a name such as "$gt" is never an operator), the window,
-// the filter. The window has a lower bound only: a producer whose clock runs
-// ahead stamps documents after startedAt, which an upper bound would hide from
-// the refresh their event asked for. The filter goes in whole under $and: it
-// cannot change the user or window conditions, and c.Filter is not modified.
+// (literal operands: a name such as "$gt" is never an operator), the window (a
+// lower bound only: a producer whose clock runs ahead stamps documents after
+// startedAt), the filter whole under $and (it cannot change the other conditions).
 func userMatch(c Component, users []string, startedAt time.Time) bson.D {
 	op, v := "$in", any(users)
 	if len(users) == 1 {
@@ -117,8 +114,7 @@ func userMatch(c Component, users []string, startedAt time.Time) bson.D {
 	return f
 }
 
-// source returns the named source collection with the collation its
-// queries need, learning it on the first query of the collection.
+// source returns the named source collection with the collation its queries need, learnt on first use.
 func (r *Recomputer) source(ctx context.Context, name string) (source, error) {
 	src := source{coll: r.db.Collection(name)}
 	nonSimple, known := r.collations.Load(name)
@@ -135,11 +131,10 @@ func (r *Recomputer) source(ctx context.Context, name string) (source, error) {
 	return src, nil
 }
 
-// listCollation asks the server (listCollections) whether coll, if it exists,
-// has a default collation other than simple. Where the user may not list
-// collections (a custom MongoDB role), the queries carry the simple collation
-// anyway: MongoDB accepts it whatever the default, and FerretDB, the one
-// server that refuses the option, never refuses listCollections.
+// listCollation asks the server (listCollections) whether coll, if it exists, has a default
+// collation other than simple. Where the user may not list collections (a custom MongoDB role),
+// the queries carry the simple collation anyway: MongoDB accepts it whatever the default, and
+// FerretDB, the one server that refuses the option, never refuses listCollections.
 func (r *Recomputer) listCollation(ctx context.Context, coll string) (bool, error) {
 	noteRoundTrip(ctx)
 	specs, err := r.db.ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: coll}})

@@ -12,8 +12,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
-// Refresher refreshes users' score documents: a recompute, then an OCC
-// write, a batch of users at a time (a user alone is a batch of one).
+// Refresher refreshes users' score documents a batch at a time: a recompute, then an OCC write.
 type Refresher struct {
 	scorer  Scorer
 	store   *Store
@@ -48,12 +47,11 @@ func (r *Refresher) Refresh(ctx context.Context, username string, startedAt time
 	return r.RefreshBatch(ctx, []string{username}, startedAt)[username]
 }
 
-// RefreshBatch recomputes users' scores and stores them as of startedAt, when this
-// refresh began (before any of its reads): ReadPrior, the scorer, then WriteBatchAfter
-// (WriteAfter for a user alone). A user superseded meanwhile (ErrSuperseded) is
-// refreshed again after a backoff, up to MaxConflictRetries times (see Prior). The
-// result holds, per distinct user, nil once stored or else why not; a failed scorer
-// call, batch read or batch write fails every user it left unsettled.
+// RefreshBatch recomputes users' scores and stores them as of startedAt, when this refresh began
+// (before any of its reads): ReadPrior, the scorer, then WriteBatchAfter (WriteAfter for a user
+// alone). A user superseded meanwhile (ErrSuperseded) is refreshed again after a backoff, up to
+// MaxConflictRetries times (see Prior). The result holds, per distinct user, nil once stored or
+// else why not; a failed scorer call, batch read or batch write fails every user it left unsettled.
 func (r *Refresher) RefreshBatch(ctx context.Context, users []string, startedAt time.Time) map[string]error {
 	users = uniqueUsers(users)
 	errs := make(map[string]error, len(users))

@@ -48,9 +48,8 @@ type Component struct {
 	Filter bson.D
 }
 
-// IndexKeys returns the fields an index of Collection serves this component
-// best by, in order: UserField, the fields Filter pins to one value, then
-// TimeField when there is a window.
+// IndexKeys returns the fields an index of Collection serves this component best by, in order:
+// UserField, the fields Filter pins to one value, then TimeField when there is a window.
 func (c Component) IndexKeys() []string {
 	keys := []string{c.UserField}
 	for _, f := range filterEqualityFields(c.Filter) {
@@ -70,8 +69,7 @@ type Rules struct {
 	Components []Component
 }
 
-// DefaultRules returns the rules used when no rules file is configured:
-// exactly the first component of the contract's (docs/contract.md) example.
+// DefaultRules returns the rules used without a rules file: the first component of docs/contract.md's example.
 func DefaultRules() *Rules {
 	return &Rules{Source: "built-in", Components: []Component{{
 		Name: "activity", Collection: "user_activity", UserField: "username", Op: OpSum,

@@ -10,10 +10,9 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// A component's filter is YAML (or JSON) with relaxed Extended JSON for the
-// values YAML has no word for ({$date: ...}, {$oid: ...}): turned into JSON
-// and read by bson.UnmarshalExtJSON, so every "$" key still left is an
-// operator, checked against the lists below.
+// A component's filter is YAML (or JSON) with relaxed Extended JSON for the values YAML has
+// no word for ({$date: ...}, {$oid: ...}): turned into JSON and read by bson.UnmarshalExtJSON,
+// so every "$" key still left is an operator, checked against the lists below.
 
 // fieldOperators apply to a field: {field: {$op: ...}}.
 var fieldOperators = []string{"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin",
@@ -54,9 +53,8 @@ func resolveAlias(n *yaml.Node) *yaml.Node {
 	return n
 }
 
-// yamlValue is n as the value whose Extended JSON parseFilter reads: mapping
-// keys in their order (it matters for an embedded document compared whole),
-// each scalar the BSON type YAML gives it (5 an integer, 5.0 a double).
+// yamlValue is n as the value whose Extended JSON parseFilter reads: mapping keys in their order (it
+// matters for a document compared whole), each scalar the BSON type YAML gives it (5 an int, 5.0 a double).
 func yamlValue(n *yaml.Node, depth int) (any, error) {
 	if depth > 100 {
 		return nil, errors.New("nested too deeply")
@@ -144,9 +142,8 @@ func (fc filterChecker) refuse(where, op string) {
 	fc.problem(where, "refused operator %s: %s", op, why)
 }
 
-// query checks a query document (the filter, an element of $and, $or or
-// $nor, or an $elemMatch's query). inElem is set inside $elemMatch, where
-// field names are relative to an array element, never the user field.
+// query checks a query document (the filter, an element of $and, $or or $nor, or an $elemMatch's
+// query). inElem is set inside $elemMatch, whose fields are an array element's, never the user field.
 func (fc filterChecker) query(q bson.D, where string, inElem bool) {
 	for _, e := range q {
 		at := join(where, e.Key)
@@ -252,9 +249,8 @@ func (fc filterChecker) operator(e bson.E, at string, hasRegex bool) {
 	}
 }
 
-// RefuseOperators returns a *RulesError naming each component whose filter
-// uses one of ops, which server answers wrongly; nil when none does (every
-// "$" key left in a parsed filter is an operator).
+// RefuseOperators returns a *RulesError naming each component whose filter uses one of ops, which
+// server answers wrongly; nil when none does (every "$" key left in a parsed filter is an operator).
 func (r *Rules) RefuseOperators(ops []string, server string) error {
 	p := &rulesParser{source: r.Source}
 	for i, c := range r.Components {
@@ -307,9 +303,8 @@ func pathsOverlap(a, b string) bool {
 	return a == b || strings.HasPrefix(a, b+".") || strings.HasPrefix(b, a+".")
 }
 
-// filterEqualityFields returns the fields the filter pins to one value (a
-// literal or $eq, no regular expression), at its top level or in a top-level
-// $and: an index serves them as it serves the user field.
+// filterEqualityFields returns the fields the filter pins to one value (a literal or $eq, no regular
+// expression), at its top level or in a top-level $and: an index serves them as it serves the user field.
 func filterEqualityFields(f bson.D) []string {
 	isEq := func(o bson.E) bool {
 		_, re := o.Value.(bson.Regex)

@@ -11,8 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// RulesError reports every problem found in a rules file, so an operator fixes
-// them all in one go instead of one per restart.
+// RulesError reports every problem of a rules file, so an operator fixes them all in one restart.
 type RulesError struct {
 	Source   string
 	Problems []string // `rules.yaml: component 2 ("posts"): unknown op "mean" (want ...)`
@@ -27,9 +26,8 @@ func (e *RulesError) Error() string {
 		len(e.Problems), strings.Join(e.Problems, "\n\t"))
 }
 
-// componentKeys are the keys a component may have, as errors list them. Any
-// other is refused: a typo such as "colection" falling back to a default
-// would score from the wrong data.
+// componentKeys are the keys a component may have, as errors list them. Any other is refused:
+// a typo such as "colection" falling back to a default would score from the wrong data.
 var componentKeys = []string{"name", "collection", "userField", "op", "field", "weight", "window", "timeField", "filter"}
 
 // ParseRules parses and validates rules in YAML (or JSON). source, usually the

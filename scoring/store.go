@@ -21,8 +21,7 @@ import (
 // ErrConflict is wrapped by Write's error when it gives up after MaxConflictRetries conflicts.
 var ErrConflict = errors.New("score document version conflict")
 
-// ErrSuperseded is wrapped by the error WriteAfter returns when a refresh
-// alongside wrote the score document since ReadPrior (see Prior).
+// ErrSuperseded is wrapped by WriteAfter's error when another refresh wrote the document since ReadPrior.
 var ErrSuperseded = errors.New("score document written by another refresh since this one read it")
 
 // ScoreDoc is a document of user_scores (docs/contract.md).
@@ -59,9 +58,8 @@ const (
 	WriteSkippedNewer                         // the stored document came from a newer recompute
 )
 
-// Store reads and writes score documents; it is safe for concurrent use.
-// Share one per process: it serialises each user's writes in the process
-// (userLocks), which saves conflicts and keeps writes correct on FerretDB.
+// Store reads and writes score documents; it is safe for concurrent use. Share one per
+// process: its userLocks serialise each user's writes, which saves conflicts and keeps FerretDB's correct.
 type Store struct {
 	coll  *mongo.Collection
 	cfg   StoreConfig
@@ -94,11 +92,10 @@ func (s *Store) Get(ctx context.Context, username string) (doc ScoreDoc, found b
 	return doc, true, nil
 }
 
-// Write stores res as username's score from a recompute begun at refreshedAt,
-// under optimistic concurrency (docs/contract.md): read, then insert version 1
-// or update the version read to version + 1. A racing write is a conflict:
-// OnConflict, a jittered exponential backoff, and again from the read, up to
-// MaxConflictRetries (then ErrConflict). A document from a recompute begun
+// Write stores res as username's score from a recompute begun at refreshedAt, under OCC
+// (docs/contract.md): read, then insert version 1 or update the version read to version + 1.
+// A racing write is a conflict: OnConflict, a jittered exponential backoff, and again from
+// the read, up to MaxConflictRetries (then ErrConflict). A document from a recompute begun
 // later is left alone (WriteSkippedNewer); an equal refreshedAt is written.
 func (s *Store) Write(ctx context.Context, username string, res Result, refreshedAt time.Time) (WriteOutcome, error) {
 	unlock, err := s.locks.lock(ctx, username)
@@ -130,10 +127,9 @@ func (s *Store) Write(ctx context.Context, username string, res Result, refreshe
 	}
 }
 
-// WriteAfter is Write over prior (ReadPrior, read before the recompute), in
-// one round trip: a document still at prior's version is replaced whatever its
-// refreshedAt and stamped past it (causalAfter); one written since is left
-// alone, with OnConflict and an error wrapping ErrSuperseded.
+// WriteAfter is Write over prior (ReadPrior, read before the recompute), in one round trip: a
+// document still at prior's version is replaced whatever its refreshedAt and stamped past it
+// (causalAfter); one written since is left alone, with OnConflict and an error wrapping ErrSuperseded.
 func (s *Store) WriteAfter(ctx context.Context, prior Prior, username string, res Result, refreshedAt time.Time) (WriteOutcome, error) {
 	unlock, err := s.locks.lock(ctx, username)
 	if err != nil {
@@ -241,9 +237,8 @@ func scoreSet(d ScoreDoc) bson.D {
 	}}}
 }
 
-// backoff is the wait after the n-th conflict: uniformly random up to
-// BackoffBase·2^(n-1), capped at BackoffMax ("full jitter", so writers that
-// collided do not collide again in lockstep); consumer.Backoff follows failures.
+// backoff is the wait after the n-th conflict: uniformly random up to BackoffBase·2^(n-1), capped at BackoffMax
+// ("full jitter", so writers that collided do not collide again in lockstep); consumer.Backoff follows failures.
 func (s *Store) backoff(n int) time.Duration {
 	ceiling := s.cfg.BackoffMax
 	if n <= 30 && s.cfg.BackoffBase<<(n-1) > 0 { // else it overflowed
@@ -252,10 +247,9 @@ func (s *Store) backoff(n int) time.Duration {
 	return rand.N(ceiling + 1)
 }
 
-// userLocks serialises the writes of one user within a process: it saves the
-// round trips of conflicts between them, and keeps writes correct on FerretDB
-// 1.24, whose updateOne is no atomic compare-and-set (a find, then a replace by
-// _id): two concurrent updates guarded by the same version can both match.
+// userLocks serialises the writes of one user within a process: it saves the round trips of conflicts
+// between them, and keeps writes correct on FerretDB 1.24, whose updateOne is no atomic compare-and-set
+// (a find, then a replace by _id): two concurrent updates guarded by the same version can both match.
 type userLocks struct {
 	mu   sync.Mutex
 	held map[string]*userLock

@@ -47,10 +47,9 @@ func Main(args []string, o Options) int {
 	return Run(args, os.Environ(), os.Stdout, os.Stderr, o)
 }
 
-// Run runs the service until SIGTERM or SIGINT and returns the exit code:
-// 0 after a clean shutdown, 2 for bad arguments or configuration, 1 when it
-// stopped on an error. It refuses every argument but -h/--help, which prints
-// the variables it reads and starts nothing.
+// Run runs the service until SIGTERM or SIGINT and returns the exit code: 0 after a clean shutdown,
+// 2 for bad arguments or configuration, 1 when it stopped on an error. It refuses every argument but
+// -h/--help, which prints the variables it reads and starts nothing.
 func Run(args, environ []string, stdout, stderr io.Writer, o Options) int {
 	name := cmp.Or(o.Name, "scorerefresh")
 	fs := cli.NewFlagSet(name+" run", "", stderr)

@@ -1,6 +1,5 @@
-// Command goscorer is the whole scorerefresh service around a scorer of the
-// team's own, in Go: a user's score is two points per user_activity document
-// (the collection the demo seeds) plus the sum of their points.
+// Command goscorer is the whole scorerefresh service around a scorer of the team's own, in Go: a user's
+// score is two points per user_activity document (the collection the demo seeds) plus the sum of their points.
 package main
 
 import (
@@ -18,8 +17,7 @@ import (
 
 type activityScorer struct{ activity *mongo.Collection }
 
-// Score counts each user's activity documents made before asOf and sums
-// their points, reading the batch's documents in one round trip.
+// Score counts each user's activity documents made before asOf and sums their points, in one find.
 func (s activityScorer) Score(ctx context.Context, users []string, asOf time.Time) (map[string]scoring.Result, map[string]error, error) {
 	cur, err := s.activity.Find(ctx,
 		bson.D{{Key: "username", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "at", Value: bson.D{{Key: "$lte", Value: asOf}}}},

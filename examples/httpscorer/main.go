@@ -1,8 +1,7 @@
-// Command httpscorer is an external scorer for scorerefresh (SCORER_URL) in Go:
-// the protocol of docs/scorers.md, the score of examples/nodescorer (two points
-// per user_activity document at or before asOf plus the sum of their points).
-// It listens on 127.0.0.1 (LISTEN sets another host, PORT 0 a free port) and
-// prints "listening on http://HOST:PORT" once it accepts requests.
+// Command httpscorer is an external scorer for scorerefresh (SCORER_URL) in Go: the protocol of
+// docs/scorers.md, the score of examples/nodescorer (two points per user_activity document at or
+// before asOf plus the sum of their points). It listens on 127.0.0.1 (LISTEN sets another host,
+// PORT 0 a free port) and prints "listening on http://HOST:PORT" once it accepts requests.
 //
 //	MONGODB_URI=mongodb://... MONGODB_DATABASE=app SCORER_TOKEN=... PORT=8080 go run ./examples/httpscorer
 package main

@@ -1,6 +1,5 @@
-// Package examplescorer runs the example HTTP scorers of examples/ for the
-// demo and the bench: a process that prints "listening on URL" once it
-// accepts requests, stopped as a deployment stops it.
+// Package examplescorer runs the example HTTP scorers of examples/ for the demo and the bench: a
+// process that prints "listening on URL" once it accepts requests, stopped as a deployment stops it.
 package examplescorer
 
 import (
@@ -16,19 +15,16 @@ import (
 	"time"
 )
 
-// BuildGo builds examples/httpscorer into dir and returns the binary's path.
-// By import path: it builds from anywhere in the module.
+// BuildGo builds examples/httpscorer (by import path: from anywhere in the module) into dir, returning its path.
 func BuildGo(ctx context.Context, dir string) (string, error) {
 	bin := filepath.Join(dir, "httpscorer")
-	pkg := "github.com/scorerefresh/scorerefresh/examples/httpscorer"
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/scorerefresh/scorerefresh/examples/httpscorer").CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building examples/httpscorer: %w\n%s", err, out)
 	}
 	return bin, nil
 }
 
-// Process is a running example scorer. Done is closed once it has exited,
-// Err then saying how.
+// Process is a running example scorer; Done is closed once it has exited, Err then saying how.
 type Process struct {
 	URL  string // where it listens, as it said
 	Done chan struct{}
@@ -36,9 +32,8 @@ type Process struct {
 	cmd  *exec.Cmd
 }
 
-// Start runs cmd with env added to this process's environment and its
-// stderr on stderr, and returns once it says where it listens. A scorer that
-// fails exits, which ends the wait; so does ctx.
+// Start runs cmd with env added to this process's environment and its stderr on stderr, and
+// returns once it says where it listens. A scorer that fails exits, which ends the wait; so does ctx.
 func Start(ctx context.Context, cmd *exec.Cmd, env []string, stderr io.Writer) (*Process, error) {
 	cmd.Env = append(os.Environ(), env...)
 	pr, pw := io.Pipe()
@@ -76,8 +71,7 @@ func Start(ctx context.Context, cmd *exec.Cmd, env []string, stderr io.Writer) (
 	}
 }
 
-// Stop asks the scorer to stop (SIGTERM) and kills it if it has not within
-// ten seconds.
+// Stop asks the scorer to stop (SIGTERM) and kills it if it has not within ten seconds.
 func (p *Process) Stop() {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
