@@ -4,12 +4,10 @@ import "slices"
 
 // Limits on one batch; a larger batch is split into chunks of their own.
 const (
-	// MaxBatchUsers bounds the users in one batched command: the work, and
-	// so the latency, that every user of the batch waits for.
+	// MaxBatchUsers bounds the users in one batched command: the work, so the latency, every user waits for.
 	MaxBatchUsers = 64
-	// maxBatchNameBytes bounds the usernames a batched command carries (at
-	// most twice: $in, or a bulk write's filters and documents), far below
-	// the 16 MiB command limit however long the names.
+	// maxBatchNameBytes bounds the usernames a batched command carries (at most twice: $in, or a
+	// bulk write's filters and documents), far below the 16 MiB command limit however long the names.
 	maxBatchNameBytes = 1 << 20
 	batchNameOverhead = 16 // BSON framing around a name (type, index key, length, terminator)
 )

@@ -246,11 +246,10 @@ func (r *Recomputer) lacksAccumulator(op Op) *atomic.Bool {
 
 // learnLacksAccumulator records that the server lacks op's $group accumulator, logging it once.
 func (r *Recomputer) learnLacksAccumulator(op Op, err error) {
-	if !r.lacksAccumulator(op).CompareAndSwap(false, true) {
-		return
+	if r.lacksAccumulator(op).CompareAndSwap(false, true) {
+		how := cmp.Or(map[Op]string{OpAvg: "a $sum and a count, as two queries"}[op], "one sorted find per user")
+		r.log.Info(fmt.Sprintf("server lacks the $%s $group accumulator; %s components use %s", op, op, how), "err", err)
 	}
-	how := cmp.Or(map[Op]string{OpAvg: "a $sum and a count, as two queries"}[op], "one sorted find per user")
-	r.log.Info(fmt.Sprintf("server lacks the $%s $group accumulator; %s components use %s", op, op, how), "err", err)
 }
 
 // unbatched is the flag set once the server has refused op's batched shape;

@@ -80,13 +80,9 @@ func (r *Recomputer) RecomputeBatch(ctx context.Context, users []string, started
 				}
 				return nil, fmt.Errorf("computing component %q (%s over %s)%s: %w", c.Name, c.Op, c.Collection, batch, err)
 			}
-			for _, u := range chunk {
-				// The same arithmetic, in the same order, whatever the
-				// batch: the scores are equal to the last bit.
-				res := out[u]
-				res.Components[c.Name] = values[u]
-				res.Score += c.Weight * values[u]
-				out[u] = res
+			for _, u := range chunk { // the same arithmetic in the same order whatever the batch: equal to the last bit
+				out[u].Components[c.Name] = values[u]
+				out[u] = Result{Score: out[u].Score + c.Weight*values[u], Components: out[u].Components}
 			}
 		}
 	}

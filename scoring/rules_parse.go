@@ -22,8 +22,7 @@ func (e *RulesError) Error() string {
 	if len(e.Problems) == 1 {
 		return "invalid scoring rules: " + e.Problems[0]
 	}
-	return fmt.Sprintf("invalid scoring rules (%d problems):\n\t%s",
-		len(e.Problems), strings.Join(e.Problems, "\n\t"))
+	return fmt.Sprintf("invalid scoring rules (%d problems):\n\t%s", len(e.Problems), strings.Join(e.Problems, "\n\t"))
 }
 
 // componentKeys are the keys a component may have, as errors list them. Any other is refused:
@@ -101,12 +100,10 @@ func (p *rulesParser) parseRoot(root *yaml.Node) []Component {
 	for i, n := range list.Content {
 		cp := componentParser{p: p, index: i + 1}
 		c := cp.parse(n)
-		if c.Name != "" {
-			if first, dup := firstIndex[c.Name]; dup {
-				cp.problem("duplicate name %q (also component %d)", c.Name, first)
-			} else {
-				firstIndex[c.Name] = i + 1
-			}
+		if first, dup := firstIndex[c.Name]; dup && c.Name != "" {
+			cp.problem("duplicate name %q (also component %d)", c.Name, first)
+		} else if !dup {
+			firstIndex[c.Name] = i + 1
 		}
 		comps = append(comps, c)
 	}
@@ -204,8 +201,7 @@ func (cp *componentParser) validate(c *Component) {
 	default:
 		cp.problem("unknown op %q (want %s)", c.Op, opNames)
 	}
-	paths := []struct{ key, path string }{{"userField", c.UserField}, {"field", c.Field}, {"timeField", c.TimeField}}
-	for _, f := range paths {
+	for _, f := range []struct{ key, path string }{{"userField", c.UserField}, {"field", c.Field}, {"timeField", c.TimeField}} {
 		if f.path != "" && !validFieldPath(f.path) {
 			cp.problem("invalid %s %q: a field path must not start with \"$\" or have empty parts", f.key, f.path)
 		}

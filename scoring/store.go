@@ -59,7 +59,7 @@ const (
 )
 
 // Store reads and writes score documents; it is safe for concurrent use. Share one per
-// process: its userLocks serialise each user's writes, which saves conflicts and keeps FerretDB's correct.
+// process: it serialises each user's writes (userLocks), which saves conflicts and is needed on FerretDB.
 type Store struct {
 	coll  *mongo.Collection
 	cfg   StoreConfig
