@@ -43,7 +43,7 @@ func chunkUsers(users []string, maxUsers, maxBytes int) [][]string {
 	return chunks
 }
 
-// sortedChunks is users sorted, without repeats, then chunked: the order the Store locks them in (lockAll).
+// sortedChunks is users sorted, without repeats, then chunked: the order in which userLocks.lock takes them.
 func sortedChunks(users []string) [][]string {
 	return chunkUsers(slices.Compact(slices.Sorted(slices.Values(users))), MaxBatchUsers, maxBatchNameBytes)
 }

@@ -38,7 +38,7 @@ func (s *Store) WriteBatchAfter(ctx context.Context, prior Prior, results map[st
 
 // writeChunk is WriteBatch for users, sorted.
 func (s *Store) writeChunk(ctx context.Context, prior Prior, users []string, results map[string]Result, refreshedAt time.Time, outcomes map[string]WriteOutcome) (retry []string, err error) {
-	unlock, err := s.locks.lockAll(ctx, users)
+	unlock, err := s.locks.lock(ctx, users...)
 	if err != nil {
 		return nil, fmt.Errorf("waiting for other writes of the scores of %d users: %w", len(users), err)
 	}

@@ -346,7 +346,7 @@ func TestWriteBatchWithConcurrentWrites(t *testing.T) {
 func TestUserLocksLockAll(t *testing.T) {
 	t.Parallel()
 	var l userLocks
-	// c, the last in order, is held: lockAll takes a and b (their locks
+	// c, the last in order, is held: lock takes a and b (their locks
 	// are free and its context live, so no select can go the other way),
 	// then waits on c until its context ends, and must let a and b go.
 	unlockC, err := l.lock(context.Background(), "c")
@@ -355,14 +355,14 @@ func TestUserLocksLockAll(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if _, err := l.lockAll(ctx, []string{"a", "b", "c"}); err == nil {
-		t.Fatal("lockAll with one lock held until its context ended succeeded")
+	if _, err := l.lock(ctx, "a", "b", "c"); err == nil {
+		t.Fatal("lock of several users with one held until its context ended succeeded")
 	}
 	unlockC()
 	if n := len(l.held); n != 0 {
-		t.Fatalf("%d lock entries remain after a failed lockAll, want 0 (it must release what it took)", n)
+		t.Fatalf("%d lock entries remain after a failed lock of several users, want 0 (it must release what it took)", n)
 	}
-	unlock, err := l.lockAll(context.Background(), []string{"a", "b", "c"})
+	unlock, err := l.lock(context.Background(), "a", "b", "c")
 	if err != nil {
 		t.Fatal(err)
 	}

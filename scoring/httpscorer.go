@@ -70,8 +70,7 @@ func (s *HTTPScorer) Score(ctx context.Context, users []string, asOf time.Time) 
 		s.cfg.Observe(scorerOutcome(err), time.Since(start).Seconds())
 	}
 	if err != nil {
-		// %v, not %w: a scorer's timeout or refused connection must not read
-		// as MongoDB being unreachable, which is never charged (see Scorer).
+		// %v, not %w: a scorer's timeout must not read as MongoDB unreachable, never charged (see Scorer).
 		return nil, nil, fmt.Errorf("asking the scorer at %s for %d users: %v", s.where, len(users), err)
 	}
 	return results, failed, nil

@@ -261,17 +261,15 @@ func (r *Recomputer) unbatched(op Op) *atomic.Bool {
 	return r.traits.Learnt(servertraits.BatchedShape(string(op)))
 }
 
-// numberAt reads the numeric value at path in doc.
 func numberAt(doc bson.Raw, path ...string) (float64, error) {
 	v, err := doc.LookupErr(path...)
 	if err != nil {
 		return 0, fmt.Errorf("reading %s from result %s: %w", strings.Join(path, "."), doc, err)
 	}
-	n, ok := number(v)
-	if !ok {
-		return 0, fmt.Errorf("result %s holds a %s, not a number", doc, v.Type)
+	if n, ok := number(v); ok {
+		return n, nil
 	}
-	return n, nil
+	return 0, fmt.Errorf("result %s holds a %s, not a number", doc, v.Type)
 }
 
 // isNotImplemented reports the server lacking a feature: code 238, or FerretDB's "... is not implemented yet".

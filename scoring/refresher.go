@@ -133,8 +133,7 @@ func (r *Refresher) write(ctx context.Context, prior Prior, scored map[string]Re
 		}
 	}
 	for _, u := range retry {
-		_, werr := r.store.WriteAfter(ctx, prior, u, scored[u], startedAt)
-		switch {
+		switch _, werr := r.store.WriteAfter(ctx, prior, u, scored[u], startedAt); {
 		case errors.Is(werr, ErrSuperseded):
 			superseded = append(superseded, u)
 		case werr != nil:

@@ -203,7 +203,6 @@ func (fc filterChecker) operators(d bson.D, where string) {
 	}
 }
 
-// operator checks the operand of one field operator, at where.
 func (fc filterChecker) operator(e bson.E, at string, hasRegex bool) {
 	switch e.Key {
 	case "$in", "$nin", "$all":

@@ -260,7 +260,6 @@ func editDistance(a, b string) int {
 	return row[len(b)]
 }
 
-// kindName names n's kind for error messages.
 func kindName(n *yaml.Node) string {
 	if n.Kind == yaml.ScalarNode {
 		return "a scalar " + n.Value

@@ -260,30 +260,39 @@ type userLock struct {
 	waiters int           // holders and waiters; the entry goes at 0
 }
 
-// lock blocks until username's lock is free or ctx is done.
-func (l *userLocks) lock(ctx context.Context, username string) (unlock func(), err error) {
-	l.mu.Lock()
-	if l.held == nil {
-		l.held = map[string]*userLock{}
-	}
-	ul := l.held[username]
-	if ul == nil {
-		ul = &userLock{slot: make(chan struct{}, 1)}
-		l.held[username] = ul
-	}
-	ul.waiters++
-	l.mu.Unlock()
-
-	select {
-	case ul.slot <- struct{}{}:
-		return func() {
+// lock takes users' locks in the order given, each once it is free, until ctx is done (then it
+// releases those it took). Several must be sorted and free of repeats (sortedChunks): a holder
+// then waits only for a lock later in the order than all it holds, so no cycle of waiting forms.
+func (l *userLocks) lock(ctx context.Context, users ...string) (unlock func(), err error) {
+	taken := make([]*userLock, 0, len(users))
+	unlock = func() {
+		for i, ul := range taken {
 			<-ul.slot
-			l.release(username, ul)
-		}, nil
-	case <-ctx.Done():
-		l.release(username, ul)
-		return nil, ctx.Err()
+			l.release(users[i], ul)
+		}
 	}
+	for _, u := range users {
+		l.mu.Lock()
+		if l.held == nil {
+			l.held = map[string]*userLock{}
+		}
+		ul := l.held[u]
+		if ul == nil {
+			ul = &userLock{slot: make(chan struct{}, 1)}
+			l.held[u] = ul
+		}
+		ul.waiters++
+		l.mu.Unlock()
+		select {
+		case ul.slot <- struct{}{}:
+			taken = append(taken, ul)
+		case <-ctx.Done():
+			l.release(u, ul)
+			unlock()
+			return nil, ctx.Err()
+		}
+	}
+	return unlock, nil
 }
 
 func (l *userLocks) release(username string, ul *userLock) {
@@ -293,24 +302,4 @@ func (l *userLocks) release(username string, ul *userLock) {
 	if ul.waiters == 0 {
 		delete(l.held, username)
 	}
-}
-
-// lockAll takes the locks of users, which must be sorted and free of repeats, in
-// that order (so no cycle of waiting can form); on failure it releases those it took.
-func (l *userLocks) lockAll(ctx context.Context, users []string) (unlock func(), err error) {
-	unlocks := make([]func(), 0, len(users))
-	unlock = func() {
-		for _, u := range unlocks {
-			u()
-		}
-	}
-	for _, u := range users {
-		un, err := l.lock(ctx, u)
-		if err != nil {
-			unlock()
-			return nil, err
-		}
-		unlocks = append(unlocks, un)
-	}
-	return unlock, nil
 }
