@@ -140,10 +140,9 @@ func pipeline(c Component, op Op, f bson.D, batched bool) (mongo.Pipeline, strin
 	case OpMax, OpMin, OpAvg:
 		return mongo.Pipeline{match(numericOnly(f, c.Field)), group(bson.D{{Key: "$" + string(op), Value: "$" + c.Field}})}, "v"
 	case OpDistinct:
-		// Values equal as numbers (1, int64 1, 1.0) are one, as in $group, an
-		// array is one value, $ne: null excludes null and missing. A batch
-		// counts each user's (user, value) groups: $addToSet would hold a
-		// user's values in one array (and FerretDB 1.24 lacks it).
+		// Values equal as numbers (1, int64 1, 1.0) are one, as in $group, an array is one value,
+		// $ne: null excludes null and missing. A batch counts each user's (user, value) groups:
+		// $addToSet would hold a user's values in one array (and FerretDB 1.24 lacks it).
 		f = withCond(f, c.Field, "$ne", nil)
 		if !batched {
 			return mongo.Pipeline{match(f), {{Key: "$group", Value: bson.D{{Key: "_id", Value: "$" + c.Field}}}}, count}, "n"

@@ -151,13 +151,12 @@ func (r *Refresher) write(ctx context.Context, prior Prior, scored map[string]Re
 }
 
 // Scorer computes users' scores: the part of a refresh a team may bring of its own
-// (docs/scorers.md); Recomputer and HTTPScorer are two. Score gets at most
-// REFRESH_BATCH_SIZE distinct users, at most REFRESH_CONCURRENCY calls at once, and
-// asOf, when the refresh began by the server's clock: it must read data at least as
-// fresh. Every user comes back in exactly one of results or failed; one in failed
-// failed alone (charged, backed off, dead-lettered after MAX_ATTEMPTS with the
-// error's text). A non-nil err fails the call: nobody is charged, every user is
-// retried (a user alone whose calls keep failing while others' succeed is charged then).
+// (docs/scorers.md); Recomputer and HTTPScorer are two. Score gets at most REFRESH_BATCH_SIZE
+// distinct users, at most REFRESH_CONCURRENCY calls at once, and asOf, when the refresh began by
+// the server's clock: it must read data at least as fresh. Every user comes back in exactly one of
+// results or failed; one in failed failed alone (charged, backed off, dead-lettered after
+// MAX_ATTEMPTS with the error's text). A non-nil err fails the call: nobody is charged, every user
+// is retried (a user alone whose calls keep failing while others' succeed is charged then).
 type Scorer interface {
 	Score(ctx context.Context, users []string, asOf time.Time) (results map[string]Result, failed map[string]error, err error)
 }

@@ -1,7 +1,6 @@
-// Package service runs scorerefresh as `scorerefresh run` does (the same
-// configuration, metrics, probes, claims, OCC writes, retries and dead
-// letters) around a team's own scoring.Scorer, in a program of about thirty
-// lines (examples/goscorer, docs/scorers.md):
+// Package service runs scorerefresh as `scorerefresh run` does (the same configuration, metrics,
+// probes, claims, OCC writes, retries and dead letters) around a team's own scoring.Scorer, in a
+// program of about thirty lines (examples/goscorer, docs/scorers.md):
 //
 //	func main() {
 //		os.Exit(service.Main(os.Args[1:], service.Options{
