@@ -71,7 +71,7 @@ func (q *queue) next(done <-chan struct{}) (chunk, bool) {
 
 // serve dials the target for c and pumps bytes both ways until c closes.
 func (p *Proxy) serve(c *conn) {
-	server, err := p.dialer.DialContext(p.ctx, "tcp", p.target)
+	server, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(p.ctx, "tcp", p.cfg.Target)
 	if err != nil {
 		if p.ctx.Err() == nil { // not a dial that Close interrupted
 			p.mu.Lock()
@@ -99,13 +99,13 @@ func (p *Proxy) serve(c *conn) {
 
 // read queues what src sends, stamped with its delivery time, until it ends.
 func (p *Proxy) read(c *conn, src net.Conn, q *queue, d direction) {
-	buf := make([]byte, p.size)
+	buf := make([]byte, p.cfg.ReadSize)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
 			q.push(chunk{at: p.deliverAt(c, d), data: bytes.Clone(buf[:n])})
-			if p.onQueued != nil {
-				p.onQueued(d, n)
+			if p.cfg.onQueued != nil {
+				p.cfg.onQueued(d, n)
 			}
 		}
 		switch {
@@ -115,7 +115,7 @@ func (p *Proxy) read(c *conn, src net.Conn, q *queue, d direction) {
 			p.mu.Lock()
 			base := p.delay[d]
 			p.mu.Unlock()
-			q.push(chunk{at: p.clock.Now().Add(base), eof: true})
+			q.push(chunk{at: p.cfg.Clock.Now().Add(base), eof: true})
 			return
 		default:
 			// A reset from the peer, or the connection was closed here.
@@ -139,7 +139,7 @@ func (p *Proxy) deliverAt(c *conn, d direction) time.Time {
 		p.busy--
 	}
 	p.mu.Unlock()
-	return p.clock.Now().Add(base + p.load.delay(d, busy))
+	return p.cfg.Clock.Now().Add(base + p.cfg.loadDelay(d, busy))
 }
 
 // write delivers q's chunks to dst in order, each once due and not held.
@@ -170,11 +170,11 @@ func (p *Proxy) waitDue(c *conn, at time.Time) bool {
 		p.mu.Unlock()
 		var due <-chan time.Time // nil while held: only a change can wake us
 		if !held {
-			wait := at.Sub(p.clock.Now())
+			wait := at.Sub(p.cfg.Clock.Now())
 			if wait <= 0 {
 				return true
 			}
-			due = p.clock.After(wait)
+			due = p.cfg.Clock.After(wait)
 		}
 		select {
 		case <-due:
@@ -242,24 +242,18 @@ const (
 	down                  // target to client: replies
 )
 
-// loadModel is the extra delay a chunk gets for the load on the proxy.
-type loadModel struct {
-	slope time.Duration
-	fn    func(busy int) (up, down time.Duration)
-}
-
-// delay returns the extra delay of a chunk travelling in d while busy
+// loadDelay is the extra delay of a chunk travelling in d while busy
 // connections are busy (the chunk's own connection included when it is one).
-func (m loadModel) delay(d direction, busy int) time.Duration {
-	if m.fn != nil {
-		u, dn := m.fn(busy)
+func (c Config) loadDelay(d direction, busy int) time.Duration {
+	if c.DelayFunc != nil {
+		u, dn := c.DelayFunc(busy)
 		return max([2]time.Duration{u, dn}[d], 0)
 	}
 	// The slope lands on requests only: holding a request back is how a
 	// slower server looks from outside, and it keeps the connection busy for
 	// longer, so load feeds back on itself as it does on a real server.
 	if d == up && busy > 1 {
-		return m.slope * time.Duration(busy-1)
+		return c.LoadSlope * time.Duration(busy-1)
 	}
 	return 0
 }

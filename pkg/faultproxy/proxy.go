@@ -50,13 +50,8 @@ type Stats struct {
 
 // Proxy is a running proxy. Its methods are safe for concurrent use.
 type Proxy struct {
-	ln       net.Listener
-	target   string
-	dialer   net.Dialer
-	clock    clock.Clock
-	load     loadModel
-	size     int
-	onQueued func(direction, int)
+	ln  net.Listener
+	cfg Config // ReadSize and Clock defaulted
 
 	ctx       context.Context // ends at Close; bounds dials
 	cancel    context.CancelFunc
@@ -96,19 +91,15 @@ func Start(ctx context.Context, cfg Config) (*Proxy, error) {
 		return nil, fmt.Errorf("listening on %s: %w", listen, err)
 	}
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cfg.ReadSize, cfg.Clock = cmp.Or(cfg.ReadSize, ReadSizeDefault), clock.Or(cfg.Clock)
 	p := &Proxy{
-		ln:       ln,
-		target:   cfg.Target,
-		dialer:   net.Dialer{Timeout: 5 * time.Second},
-		clock:    clock.Or(cfg.Clock),
-		load:     loadModel{slope: cfg.LoadSlope, fn: cfg.DelayFunc},
-		size:     cmp.Or(cfg.ReadSize, ReadSizeDefault),
-		onQueued: cfg.onQueued,
-		ctx:      pctx,
-		cancel:   cancel,
-		conns:    map[*conn]struct{}{},
-		delay:    [2]time.Duration{max(cfg.Up, 0), max(cfg.Down, 0)},
-		changed:  make(chan struct{}),
+		ln:      ln,
+		cfg:     cfg,
+		ctx:     pctx,
+		cancel:  cancel,
+		conns:   map[*conn]struct{}{},
+		delay:   [2]time.Duration{max(cfg.Up, 0), max(cfg.Down, 0)},
+		changed: make(chan struct{}),
 	}
 	p.wg.Go(p.accept)
 	// After the accept loop has joined the WaitGroup: a ctx that has already

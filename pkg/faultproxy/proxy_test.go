@@ -349,30 +349,30 @@ func TestLoadSlopeHoldsRequestsUnderLoad(t *testing.T) {
 	}
 }
 
-func TestLoadModelDelay(t *testing.T) {
+func TestLoadDelay(t *testing.T) {
 	t.Parallel()
 	perBusy := func(busy int) (time.Duration, time.Duration) {
 		return time.Duration(busy) * time.Millisecond, time.Duration(busy) * 2 * time.Millisecond
 	}
 	tests := map[string]struct {
-		model loadModel
+		model Config
 		dir   direction
 		busy  int
 		want  time.Duration
 	}{
 		"no model":                      {dir: up, busy: 5, want: 0},
-		"slope, connection alone":       {model: loadModel{slope: 10 * time.Millisecond}, dir: up, busy: 1, want: 0},
-		"slope, two others busy":        {model: loadModel{slope: 10 * time.Millisecond}, dir: up, busy: 3, want: 20 * time.Millisecond},
-		"slope leaves replies alone":    {model: loadModel{slope: 10 * time.Millisecond}, dir: down, busy: 3, want: 0},
-		"slope, nothing busy":           {model: loadModel{slope: 10 * time.Millisecond}, dir: up, busy: 0, want: 0},
-		"func, request":                 {model: loadModel{fn: perBusy}, dir: up, busy: 3, want: 3 * time.Millisecond},
-		"func, reply":                   {model: loadModel{fn: perBusy}, dir: down, busy: 3, want: 6 * time.Millisecond},
-		"func, negative counts as zero": {model: loadModel{fn: func(int) (time.Duration, time.Duration) { return -1, -1 }}, dir: up, busy: 1, want: 0},
+		"slope, connection alone":       {model: Config{LoadSlope: 10 * time.Millisecond}, dir: up, busy: 1, want: 0},
+		"slope, two others busy":        {model: Config{LoadSlope: 10 * time.Millisecond}, dir: up, busy: 3, want: 20 * time.Millisecond},
+		"slope leaves replies alone":    {model: Config{LoadSlope: 10 * time.Millisecond}, dir: down, busy: 3, want: 0},
+		"slope, nothing busy":           {model: Config{LoadSlope: 10 * time.Millisecond}, dir: up, busy: 0, want: 0},
+		"func, request":                 {model: Config{DelayFunc: perBusy}, dir: up, busy: 3, want: 3 * time.Millisecond},
+		"func, reply":                   {model: Config{DelayFunc: perBusy}, dir: down, busy: 3, want: 6 * time.Millisecond},
+		"func, negative counts as zero": {model: Config{DelayFunc: func(int) (time.Duration, time.Duration) { return -1, -1 }}, dir: up, busy: 1, want: 0},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			if got := tt.model.delay(tt.dir, tt.busy); got != tt.want {
+			if got := tt.model.loadDelay(tt.dir, tt.busy); got != tt.want {
 				t.Fatalf("delay(%v, %d) = %v, want %v", tt.dir, tt.busy, got, tt.want)
 			}
 		})
