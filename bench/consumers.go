@@ -97,7 +97,6 @@ func (b *Bench) serviceConfig(db string, row Row, scorerURL string) (config.Conf
 // batch); capacity is scorerefresh_drain_capacity summed (0: the reference).
 type running struct {
 	figures func() (done, refreshes, deadLettered, capacity float64)
-	failing atomic.Bool // a step's Fail: every refresh fails (scorerefresh only)
 	cancel  context.CancelFunc
 	run     errgroup.Group
 	closers []func(context.Context) // once run has ended, last first
@@ -121,7 +120,6 @@ func (r *running) stop() error {
 func (b *Bench) startConsumer(ctx context.Context, db string, row Row) (*running, error) {
 	runCtx, cancel := context.WithCancel(ctx)
 	r := &running{cancel: cancel, recorder: recorder{n: map[string]float64{}}}
-	r.failing.Store(len(row.Steps) > 0 && row.Steps[0].At == 0 && row.Steps[0].Fail) // from the first refresh on
 	var scorerURL string
 	if row.Scorer == scorerHTTP {
 		url, stop, err := b.startHTTPScorer(ctx, db, row.RTT)
@@ -154,7 +152,7 @@ func (b *Bench) startService(ctx, runCtx context.Context, r *running, cfg config
 	for range row.Replicas {
 		opts := app.Options{Logger: b.svcLog, Version: "bench", Monitor: r.monitor(),
 			WrapRefresher: func(inner consumer.Refresher) consumer.Refresher {
-				return &faultyScorer{inner: inner, failing: &r.failing, instant: row.Scorer == scorerInstant}
+				return &faultyScorer{inner: inner, failing: &b.failing, instant: row.Scorer == scorerInstant}
 			}}
 		svc, err := app.New(ctx, cfg, opts)
 		if err != nil {

@@ -128,8 +128,8 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 	if len(row.Steps) > 0 && row.Steps[0].At == 0 {
 		first = row.Steps[0]
 	}
-	b.setFaults(first, nil)
-	defer b.setFaults(Step{}, nil)
+	b.setFaults(first)
+	defer b.setFaults(Step{})
 	c, err := b.startConsumer(ctx, db.Name(), row)
 	if err != nil {
 		return nil, err
@@ -151,8 +151,13 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 		return nil, err
 	}
 	res.Seconds, res.Produced = end.Seconds(), arrived.Load()
-	// The consumer's counters and capacity estimate, then, after its shutdown
-	// flush (which belongs to the run), the commands, the rates and the scores.
+	return b.finish(ctx, res, c, seeded, db, prodErr)
+}
+
+// finish reads a row's figures once it is over: the consumer's counters and
+// capacity estimate, then, after its shutdown flush (which belongs to the
+// run), the commands, the rates and the scores.
+func (b *Bench) finish(ctx context.Context, res *Result, c *running, seeded *seeded, db *mongo.Database, prodErr error) (*Result, error) {
 	res.Done, res.Refreshes, res.DeadLettered, res.Capacity = c.figures()
 	if err := c.stop(); err != nil {
 		b.logf("  (consumer stopped with: %v)", err)
@@ -213,7 +218,7 @@ func (b *Bench) watch(ctx context.Context, row Row, c *running, seeded *seeded, 
 		elapsed := time.Since(start)
 		for len(steps) > 0 && elapsed >= steps[0].At {
 			b.logf("  %6.1fs  %s", elapsed.Seconds(), steps[0])
-			b.setFaults(steps[0], c)
+			b.setFaults(steps[0])
 			steps = steps[1:]
 		}
 		done, _, _, _ := c.figures()
@@ -248,15 +253,13 @@ func (b *Bench) watch(ctx context.Context, row Row, c *running, seeded *seeded, 
 }
 
 // setFaults puts the proxies and the scorer in step s's state.
-func (b *Bench) setFaults(s Step, c *running) {
+func (b *Bench) setFaults(s Step) {
 	b.proxy.SetDelay(s.RTT/2, s.RTT/2)
 	b.knee.Store(int64(s.Knee))
 	b.slope.Store(int64(s.Slope))
 	b.proxy.Refuse(s.Outage)
 	b.proxy.Blackhole(s.Outage)
-	if c != nil {
-		c.failing.Store(s.Fail)
-	}
+	b.failing.Store(s.Fail)
 }
 
 // kneeDelay is the proxy's extra delay upstream: the current step's slope
