@@ -106,7 +106,7 @@ type Bench struct {
 	srv         *server
 	proxy       *faultproxy.Proxy
 	knee, slope atomic.Int64  // the proxy's delay past a knee of busy connections (kneeDelay), set by a row's steps
-	failing     atomic.Bool   // a step's Fail: every refresh of scorerefresh fails (faultyScorer)
+	failing     atomic.Bool   // a step's Fail: every refresh of scorerefresh fails (startService)
 	direct      *mongo.Client // producers, seeding and the sampler: no proxy, not counted
 	svcLog      *slog.Logger
 	cal         calibration

@@ -151,8 +151,18 @@ func (b *Bench) startService(ctx, runCtx context.Context, r *running, cfg config
 	})
 	for range row.Replicas {
 		opts := app.Options{Logger: b.svcLog, Version: "bench", Monitor: r.monitor(),
+			// Every refresh fails while a step says so; the instant scorer's others
+			// succeed at once, without a query.
 			WrapRefresher: func(inner consumer.Refresher) consumer.Refresher {
-				return &faultyScorer{inner: inner, failing: &b.failing, instant: row.Scorer == scorerInstant}
+				return refreshFunc(func(ctx context.Context, user string, at time.Time) error {
+					switch {
+					case b.failing.Load():
+						return errors.New("bench: injected scorer failure")
+					case row.Scorer == scorerInstant:
+						return nil
+					}
+					return inner.Refresh(ctx, user, at)
+				})
 			}}
 		svc, err := app.New(ctx, cfg, opts)
 		if err != nil {
@@ -177,22 +187,11 @@ func (b *Bench) startService(ctx, runCtx context.Context, r *running, cfg config
 	return nil
 }
 
-// faultyScorer fails every refresh while failing is set; with instant set
-// the others succeed at once, without a query.
-type faultyScorer struct {
-	inner   consumer.Refresher
-	failing *atomic.Bool
-	instant bool
-}
+// refreshFunc is a consumer.Refresher (one user at a time, never batched).
+type refreshFunc func(ctx context.Context, user string, at time.Time) error
 
-func (f *faultyScorer) Refresh(ctx context.Context, user string, at time.Time) error {
-	switch {
-	case f.failing.Load():
-		return errors.New("bench: injected scorer failure")
-	case f.instant:
-		return nil
-	}
-	return f.inner.Refresh(ctx, user, at)
+func (f refreshFunc) Refresh(ctx context.Context, user string, at time.Time) error {
+	return f(ctx, user, at)
 }
 
 // recorder counts every command of a row's consumer (all its clients), by
@@ -405,10 +404,7 @@ func (r *reference) pollOnce(ctx context.Context) (int, error) {
 		ids[e.Username] = append(ids[e.Username], e.ID)
 	}
 	var ack bson.A
-	for _, u := range order {
-		if ctx.Err() != nil {
-			return len(batch), nil
-		}
+	for _, u := range order { // past the run's end every refresh fails at once
 		if err := r.refresher.Refresh(ctx, u, time.Now()); err != nil {
 			if ctx.Err() == nil {
 				r.log.Warn("reference refresh failed", "err", err)

@@ -1,12 +1,6 @@
 // Command scorerefresh-bench runs the bench's table of scenarios (package
-// bench; docs/performance.md):
-//
-//	go run ./cmd/scorerefresh-bench -out bench/results                  # every preset at full size
-//	go run ./cmd/scorerefresh-bench -short -out /tmp/bench              # every preset in seconds: the smoke run CI does
-//	go run ./cmd/scorerefresh-bench -scenarios scorer -out DIR          # one preset
-//	go run ./cmd/scorerefresh-bench -scenarios plan -rows knee-wedge    # one row of it
-//
-// Exit codes: 0 done, 1 the run failed, 2 bad flags.
+// bench; docs/performance.md says how). Exit codes: 0 done, 1 the run
+// failed, 2 bad flags.
 package main
 
 import (

@@ -103,10 +103,6 @@ func verify(ctx context.Context, svc *app.Service, b *backlog, example bool, out
 		}
 		return ""
 	}
-	done := "the sum of their seeded activity"
-	if example {
-		done = "the example scorer's (2 per activity document plus its points)"
-	}
 	wrong := 0
 	for user := range b.want {
 		if problem := check(user); problem != "" {
@@ -119,7 +115,8 @@ func verify(ctx context.Context, svc *app.Service, b *backlog, example bool, out
 	if wrong > 0 {
 		return fmt.Errorf("%d of %d scores are wrong", wrong, len(b.want))
 	}
-	fmt.Fprintf(out, "verified: all %d scores equal %s\n", len(b.want), done)
+	fmt.Fprintf(out, "verified: all %d scores equal %s\n", len(b.want),
+		map[bool]string{false: "the sum of their seeded activity", true: "the example scorer's (2 per activity document plus its points)"}[example])
 	return nil
 }
 

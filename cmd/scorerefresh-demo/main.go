@@ -52,8 +52,10 @@ func (o *demoOptions) register(fs *flag.FlagSet, dataHelp string) {
 }
 
 func run(args, environ []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "replay" {
-		return runReplay(args[1:], environ, stdout, stderr)
+	if len(args) > 0 && args[0] == "replay" { // the production binary's replay, plus --embedded: a fresh embedded server
+		return replaycmd.Main(replaycmd.Build{Name: "scorerefresh-demo replay", Version: "demo",
+			Embedded: func(ctx context.Context) (replaycmd.Server, error) { return embedmongo.Start(ctx, embedmongo.Config{}) },
+		}, args[1:], environ, stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "serve" {
 		return runServe(args[1:], environ, stdout, stderr)
@@ -155,14 +157,6 @@ func demo(ctx context.Context, cfg config.Config, o demoOptions, stdout, stderr 
 	}
 	p.summary(len(b.entries), len(b.want))
 	return verify(ctx, svc, b, o.scorer != "", stdout)
-}
-
-// runReplay is `scorerefresh-demo replay`: the production binary's replay
-// plus the flag it cannot offer, --embedded (a fresh embedded server).
-func runReplay(args, environ []string, stdout, stderr io.Writer) int {
-	return replaycmd.Main(replaycmd.Build{Name: "scorerefresh-demo replay", Version: "demo",
-		Embedded: func(ctx context.Context) (replaycmd.Server, error) { return embedmongo.Start(ctx, embedmongo.Config{}) },
-	}, args, environ, stdout, stderr)
 }
 
 const serveUsage = `usage: scorerefresh-demo serve [-addr HOST:PORT] [-entries N] [-users N] [-firehose F] [-seed N] [-data DIR]
