@@ -340,7 +340,6 @@ const ReferenceBatch = 200
 type reference struct {
 	queue     *mongo.Collection
 	refresher *scoring.Refresher
-	poll      time.Duration
 	log       *slog.Logger
 	covered   atomic.Int64 // entries whose user's refresh has completed
 	refreshes atomic.Int64
@@ -360,7 +359,7 @@ func (b *Bench) startReference(ctx context.Context, r *running, cfg config.Confi
 	}
 	r.closers = append(r.closers, func(ctx context.Context) { _ = client.Disconnect(ctx) })
 	db := client.Database(cfg.Database)
-	ref := &reference{queue: db.Collection(cfg.QueueCollection), poll: cfg.PollInterval, log: b.svcLog,
+	ref := &reference{queue: db.Collection(cfg.QueueCollection), log: b.svcLog,
 		refresher: scoring.NewRefresher(scoring.NewRecomputer(db, rules), scoring.NewStore(db.Collection("user_scores"), scoring.StoreConfig{}))}
 	r.figures = func() (float64, float64, float64, float64) {
 		return float64(ref.covered.Load()), float64(ref.refreshes.Load()), 0, 0
@@ -372,7 +371,7 @@ func (b *Bench) startReference(ctx context.Context, r *running, cfg config.Confi
 				ref.log.Warn("reference poll failed", "err", err)
 			}
 			if n == 0 || err != nil {
-				_ = clock.Sleep(ctx, clock.Real{}, ref.poll)
+				_ = clock.Sleep(ctx, clock.Real{}, cfg.PollInterval)
 			}
 		}
 		return nil

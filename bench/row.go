@@ -135,11 +135,8 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 		return nil, err
 	}
 	var arrived atomic.Int64
-	prodCtx, stopProducer := context.WithCancel(ctx)
-	if row.For > 0 {
-		prodCtx, stopProducer = context.WithTimeout(ctx, row.For)
-	}
 	var producer errgroup.Group
+	prodCtx, stopProducer := context.WithTimeout(ctx, row.For) // a row with a Rate has a For
 	if row.Rate > 0 {
 		producer.Go(func() error { return b.produce(prodCtx, seeded.queue, row, &arrived) })
 	}
@@ -173,9 +170,6 @@ func (b *Bench) finish(ctx context.Context, res *Result, c *running, seeded *see
 	res.PerEntry = commands / math.Max(res.Done, 1)
 	if res.Seconds > 0 {
 		res.Rate, res.CommandsPer = res.Done/res.Seconds, commands/res.Seconds
-	}
-	for _, s := range res.Samples {
-		res.PeakDepth, res.MaxOldest = max(res.PeakDepth, s.Depth), math.Max(res.MaxOldest, s.OldestAge)
 	}
 	if seeded.want != nil && res.Consumer == consumerScorerefresh { // every user's stored score
 		var docs []scoring.ScoreDoc
@@ -239,6 +233,7 @@ func (b *Bench) watch(ctx context.Context, row Row, c *running, seeded *seeded, 
 			}
 			cancel()
 			res.Samples = append(res.Samples, s)
+			res.PeakDepth, res.MaxOldest = max(res.PeakDepth, s.Depth), math.Max(res.MaxOldest, s.OldestAge)
 			nextSample = elapsed + every
 			if elapsed >= nextLog {
 				b.logf("  %6.1fs  depth %6d  oldest %6.1fs  done %7.0f  arrived %6d", s.T, s.Depth, s.OldestAge, s.Done, s.Arrived)
