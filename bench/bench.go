@@ -81,16 +81,12 @@ func (c *Config) validate() error {
 			return fmt.Errorf("unknown scenario %q (have %s)", s, strings.Join(presetNames(), ", "))
 		}
 	}
-	switch c.Backend {
-	case backendSQLite, backendPostgreSQL:
-	case backendMongoDB:
-		if c.MongoDB == "" {
-			return errors.New("-backend mongodb needs -mongodb-uri (or $TEST_MONGODB_URI)")
-		}
-	default:
+	switch {
+	case !slices.Contains([]string{backendSQLite, backendPostgreSQL, backendMongoDB}, c.Backend):
 		return fmt.Errorf("-backend %q: want sqlite, postgresql or mongodb", c.Backend)
-	}
-	if c.Concurrency <= 0 || c.RTT < 0 {
+	case c.Backend == backendMongoDB && c.MongoDB == "":
+		return errors.New("-backend mongodb needs -mongodb-uri (or $TEST_MONGODB_URI)")
+	case c.Concurrency <= 0 || c.RTT < 0:
 		return errors.New("-concurrency must be positive and -rtt not negative")
 	}
 	return nil

@@ -46,8 +46,7 @@ const (
 	scorerCount12  = "count12"  // rules/count12.yaml: 14 round trips per refresh, and per batch, on any server
 )
 
-// rulesFS holds the scorers' rules; bench.yaml's 14 round trips (12 queries,
-// the OCC read, the write) are the production scorer's this was built for.
+// rulesFS holds the scorers' rules; bench.yaml has the shape of the production scorer this was built for.
 //
 //go:embed rules
 var rulesFS embed.FS

@@ -198,8 +198,7 @@ func (b *Bench) finish(ctx context.Context, res *Result, c *running, seeded *see
 // watch steps the faults and samples the queue every 50 ms until the row
 // is over, and returns how long it ran.
 func (b *Bench) watch(ctx context.Context, row Row, c *running, seeded *seeded, res *Result, arrived *atomic.Int64) (time.Duration, error) {
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
+	tick := time.Tick(50 * time.Millisecond)
 	steps, queue := row.Steps, queuestate.New(seeded.queue, nil)
 	every := max(100*time.Millisecond, min(time.Second, cmp.Or(row.Max, row.For)/100))
 	start, nextSample, nextLog := time.Now(), time.Duration(0), 10*time.Second
@@ -207,7 +206,7 @@ func (b *Bench) watch(ctx context.Context, row Row, c *running, seeded *seeded, 
 		select {
 		case <-ctx.Done():
 			return 0, ctx.Err()
-		case <-tick.C:
+		case <-tick:
 		}
 		elapsed := time.Since(start)
 		for len(steps) > 0 && elapsed >= steps[0].At {
@@ -275,13 +274,12 @@ func (b *Bench) produce(ctx context.Context, queue *mongo.Collection, row Row, s
 	}
 	pick := backlog.Picker(spec.Shape, rand.New(rand.NewPCG(b.cfg.Seed, uint64(b.runs))), spec.Users, spec.Hot)
 	start := time.Now()
-	t := time.NewTicker(50 * time.Millisecond)
-	defer t.Stop()
+	tick := time.Tick(50 * time.Millisecond)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-tick:
 		}
 		due := int64(row.Rate*time.Since(start).Seconds()) - sent.Load()
 		if spec.Entries > 0 {

@@ -188,9 +188,8 @@ func (b *Bench) startPostgres() (pgURL, version string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	addr := l.Addr().String()
+	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	_, port, _ := net.SplitHostPort(addr)
 	b.closers = append(b.closers, func() {
 		if command("pg_ctl", "stop", "-D", data, "-m", "fast", "-w") != nil {
 			_ = command("pg_ctl", "stop", "-D", data, "-m", "immediate")
@@ -198,7 +197,7 @@ func (b *Bench) startPostgres() (pgURL, version string, err error) {
 	})
 	// -w: pg_ctl returns once the server accepts logins (at most -t seconds).
 	if err := command("pg_ctl", "start", "-w", "-t", "30", "-D", data, "-l", filepath.Join(dir, "postgres.log"), "-o",
-		fmt.Sprintf("-k %s -h 127.0.0.1 -p %s -c max_connections=%d -c shared_buffers=256MB ", dir, port, pgMaxConnections)+
+		fmt.Sprintf("-k %s -h 127.0.0.1 -p %d -c max_connections=%d -c shared_buffers=256MB ", dir, port, pgMaxConnections)+
 			"-c fsync=off -c synchronous_commit=off -c full_page_writes=off"); err != nil {
 		return "", "", err
 	}
@@ -206,7 +205,7 @@ func (b *Bench) startPostgres() (pgURL, version string, err error) {
 	if out, err := exec.Command(filepath.Join(bin, "postgres"), "--version").Output(); err == nil {
 		version += " " + strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "postgres (PostgreSQL) "))
 	}
-	return fmt.Sprintf("postgres://postgres@%s/postgres?pool_max_conns=%d", addr, pgMaxConnections-100),
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?pool_max_conns=%d", port, pgMaxConnections-100),
 		version + " (throwaway cluster in " + dir + ", fsync off)", nil
 }
 

@@ -142,8 +142,7 @@ type progress struct {
 // untilDrained reports once a second until the queue is empty (true), ctx
 // ends (false) or the service stops on its own (its error).
 func (p *progress) untilDrained(ctx context.Context, done <-chan error) (bool, error) {
-	t, queue := time.NewTicker(time.Second), queuestate.New(p.svc.Colls.Queue, nil)
-	defer t.Stop()
+	tick, queue := time.Tick(time.Second), queuestate.New(p.svc.Colls.Queue, nil)
 	lastAcked, lastUsers, last := 0.0, 0.0, p.start
 	for {
 		select {
@@ -151,7 +150,7 @@ func (p *progress) untilDrained(ctx context.Context, done <-chan error) (bool, e
 			return false, nil
 		case err := <-done:
 			return false, errors.Join(errors.New("the service stopped before the queue drained"), err)
-		case now := <-t.C:
+		case now := <-tick:
 			st, err := queue.Read(ctx)
 			if err != nil {
 				fmt.Fprintf(p.out, "%6.1fs  (queue unreadable: %v)\n", now.Sub(p.start).Seconds(), err)

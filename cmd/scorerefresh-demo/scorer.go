@@ -65,21 +65,20 @@ func withScorerExample(ctx context.Context, cfg *config.Config, which scorerExam
 	if err != nil {
 		return nil, nil, err
 	}
-	tmp, err := os.MkdirTemp("", "scorerefresh-demo-") // the Go scorer's binary
-	if err != nil {
-		return nil, nil, err
-	}
+	var cmd *exec.Cmd
+	tmp := "" // the Go scorer's binary's folder
 	defer func() {
 		if err != nil {
 			_ = os.RemoveAll(tmp)
 		}
 	}()
-	var cmd *exec.Cmd
 	switch which {
 	case exampleNode:
 		cmd, err = nodeScorer(ctx, filepath.Join(root, "examples", "nodescorer"), stderr)
 	case exampleGo:
-		cmd, err = goScorer(ctx, tmp)
+		if tmp, err = os.MkdirTemp("", "scorerefresh-demo-"); err == nil {
+			cmd, err = goScorer(ctx, tmp)
+		}
 	}
 	if err != nil {
 		return nil, nil, err

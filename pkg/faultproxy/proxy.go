@@ -75,13 +75,12 @@ type Proxy struct {
 // Start listens on cfg.Listen and forwards every connection to cfg.Target
 // until Close or until ctx ends (with testing.T.Context: the test returns).
 func Start(ctx context.Context, cfg Config) (*Proxy, error) {
-	if cfg.Target == "" {
+	switch {
+	case cfg.Target == "":
 		return nil, errors.New("config: Target is required")
-	}
-	if cfg.DelayFunc != nil && cfg.LoadSlope != 0 {
+	case cfg.DelayFunc != nil && cfg.LoadSlope != 0:
 		return nil, errors.New("config: set DelayFunc or LoadSlope, not both")
-	}
-	if cfg.ReadSize < 0 {
+	case cfg.ReadSize < 0:
 		return nil, fmt.Errorf("config: ReadSize %d is negative", cfg.ReadSize)
 	}
 	listen := cmp.Or(cfg.Listen, "127.0.0.1:0")
