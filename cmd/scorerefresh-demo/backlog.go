@@ -93,19 +93,16 @@ func verify(ctx context.Context, svc *app.Service, b *backlog, example bool, out
 			points[a.User] += p
 		}
 	}
-	check := func(user string) string {
-		d, ok := got[user]
-		switch want := 2*events[user] + points[user]; {
-		case !example && (!ok || math.Abs(d.Score-b.want[user]) > 1e-9):
-			return fmt.Sprintf("scored %v, want %v", d.Score, b.want[user])
-		case example && (!ok || math.Abs(d.Score-want) > 1e-9 || d.Components["events"] != events[user] || math.Abs(d.Components["points"]-points[user]) > 1e-9):
-			return fmt.Sprintf("scored %v %v, want %v (events %v, points %v)", d.Score, d.Components, want, events[user], points[user])
-		}
-		return ""
-	}
 	wrong := 0
-	for user := range b.want {
-		if problem := check(user); problem != "" {
+	for user, want := range b.want {
+		d, ok := got[user]
+		problem := fmt.Sprintf("scored %v, want %v", d.Score, want)
+		if example {
+			want = 2*events[user] + points[user]
+			problem = fmt.Sprintf("scored %v %v, want %v (events %v, points %v)", d.Score, d.Components, want, events[user], points[user])
+			ok = ok && d.Components["events"] == events[user] && !(math.Abs(d.Components["points"]-points[user]) > 1e-9)
+		}
+		if !ok || math.Abs(d.Score-want) > 1e-9 {
 			if wrong < 5 {
 				fmt.Fprintf(out, "  WRONG: %s %s\n", user, problem)
 			}
