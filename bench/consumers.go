@@ -344,12 +344,9 @@ type reference struct {
 	refreshes atomic.Int64
 }
 
-// startReference runs the reference in r on cfg's database, with a client of
-// its own configured as scorerefresh's (app.ClientOptions).
+// startReference runs the reference in r on cfg's database (rules only), with
+// a client of its own configured as scorerefresh's (app.ClientOptions).
 func (b *Bench) startReference(ctx context.Context, r *running, cfg config.Config, rules *scoring.Rules) error {
-	if rules == nil {
-		return errors.New("the reference computes rules only, not an HTTP scorer")
-	}
 	cfg.RefreshConcurrency = 1
 	m := metrics.NewMongo(metrics.NewRegistry())
 	client, err := mongo.Connect(app.ClientOptions(cfg, m).SetMonitor(m.CommandMonitor(r.monitor())))

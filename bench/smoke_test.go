@@ -159,6 +159,9 @@ func TestRowsByName(t *testing.T) {
 			if r.Max <= 0 {
 				t.Errorf("row %s has no cap", r.Name)
 			}
+			if r.Consumer == consumerReference && r.Scorer == scorerHTTP {
+				t.Errorf("row %s: the reference computes rules only, not an HTTP scorer", r.Name)
+			}
 			if r.Rate > 0 && r.For <= 0 {
 				t.Errorf("row %s has a producer and no For: it would stop at once", r.Name)
 			}
