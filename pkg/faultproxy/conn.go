@@ -36,8 +36,6 @@ type queue struct {
 	ready  chan struct{} // capacity 1: a chunk was pushed
 }
 
-func newQueue() *queue { return &queue{ready: make(chan struct{}, 1)} }
-
 func (q *queue) push(ch chunk) {
 	q.mu.Lock()
 	q.chunks = append(q.chunks, ch)
@@ -90,7 +88,7 @@ func (p *Proxy) serve(c *conn) {
 	c.server = server
 	p.mu.Unlock()
 
-	ups, downs := newQueue(), newQueue()
+	ups, downs := &queue{ready: make(chan struct{}, 1)}, &queue{ready: make(chan struct{}, 1)}
 	p.wg.Go(func() { p.read(c, c.client, ups, up) })
 	p.wg.Go(func() { p.write(c, server, ups, up) })
 	p.wg.Go(func() { p.read(c, server, downs, down) })
