@@ -129,71 +129,64 @@ func readAll(ctx context.Context, coll *mongo.Collection, what string, docs any)
 	return nil
 }
 
-// progress prints one line a second while the queue drains.
-type progress struct {
-	svc        *app.Service
-	out        io.Writer
-	start, end time.Time
-}
-
-// untilDrained reports once a second until the queue is empty (true), ctx
-// ends (false) or the service stops on its own (its error).
-func (p *progress) untilDrained(ctx context.Context, done <-chan error) (bool, error) {
-	tick, queue := time.Tick(time.Second), queuestate.New(p.svc.Colls.Queue, nil)
-	lastAcked, lastUsers, last := 0.0, 0.0, p.start
+// untilDrained prints a progress line a second, from start, until the queue
+// is empty (the time it was seen so), ctx ends (zero) or the service stops on
+// its own (its error).
+func untilDrained(ctx context.Context, svc *app.Service, out io.Writer, start time.Time, done <-chan error) (time.Time, error) {
+	tick, queue := time.Tick(time.Second), queuestate.New(svc.Colls.Queue, nil)
+	lastAcked, lastUsers, last := 0.0, 0.0, start
 	for {
 		select {
 		case <-ctx.Done():
-			return false, nil
+			return time.Time{}, nil
 		case err := <-done:
-			return false, errors.Join(errors.New("the service stopped before the queue drained"), err)
+			return time.Time{}, errors.Join(errors.New("the service stopped before the queue drained"), err)
 		case now := <-tick:
 			st, err := queue.Read(ctx)
 			if err != nil {
-				fmt.Fprintf(p.out, "%6.1fs  (queue unreadable: %v)\n", now.Sub(p.start).Seconds(), err)
+				fmt.Fprintf(out, "%6.1fs  (queue unreadable: %v)\n", now.Sub(start).Seconds(), err)
 				continue
 			}
-			acked := metrics.Read(p.svc.Metrics.EntriesAcked)
-			users := metrics.Read(p.svc.Metrics.Refreshes.WithLabelValues(metrics.OutcomeOK))
+			acked := metrics.Read(svc.Metrics.EntriesAcked)
+			users := metrics.Read(svc.Metrics.Refreshes.WithLabelValues(metrics.OutcomeOK))
 			dt := now.Sub(last).Seconds()
-			fmt.Fprintf(p.out, "%6.1fs  depth %6d  oldest %7.1fs  %8.1f entries/s  %6.1f users/s  in flight %3.0f\n",
-				now.Sub(p.start).Seconds(), st.Depth, st.OldestAge(now).Seconds(), (acked-lastAcked)/dt, (users-lastUsers)/dt,
-				metrics.Read(p.svc.Metrics.UsersInFlight))
+			fmt.Fprintf(out, "%6.1fs  depth %6d  oldest %7.1fs  %8.1f entries/s  %6.1f users/s  in flight %3.0f\n",
+				now.Sub(start).Seconds(), st.Depth, st.OldestAge(now).Seconds(), (acked-lastAcked)/dt, (users-lastUsers)/dt,
+				metrics.Read(svc.Metrics.UsersInFlight))
 			lastAcked, lastUsers, last = acked, users, now
 			if st.Depth == 0 {
-				p.end = now
-				return true, nil
+				return now, nil
 			}
 		}
 	}
 }
 
-func (p *progress) summary(entries, users int) {
-	m := p.svc.Metrics
-	secs := p.end.Sub(p.start).Seconds()
+// summary prints what a drain of secs did.
+func summary(svc *app.Service, out io.Writer, secs float64, entries, users int) {
+	m := svc.Metrics
 	acked := metrics.Read(m.EntriesAcked)
 	refreshes := metrics.Read(m.Refreshes.WithLabelValues(metrics.OutcomeOK))
-	fmt.Fprintf(p.out, "\ndrained %d entries of %d users in %.1fs: %.0f entries/s, %.1f users/s\n",
+	fmt.Fprintf(out, "\ndrained %d entries of %d users in %.1fs: %.0f entries/s, %.1f users/s\n",
 		entries, users, secs, acked/secs, refreshes/secs)
-	fmt.Fprintf(p.out, "refreshes %.0f ok, %.0f failed; coalescing factor %.1f entries per refresh; OCC conflicts %.0f; dead letters %.0f\n",
+	fmt.Fprintf(out, "refreshes %.0f ok, %.0f failed; coalescing factor %.1f entries per refresh; OCC conflicts %.0f; dead letters %.0f\n",
 		refreshes, metrics.Read(m.Refreshes.WithLabelValues(metrics.OutcomeError)), acked/math.Max(refreshes, 1),
 		metrics.Read(m.OCCConflicts),
 		metrics.Read(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonMalformed))+metrics.Read(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonMaxAttempts))+
 			metrics.Read(m.EntriesDeadLettered.WithLabelValues(metrics.ReasonTooLarge)))
 	// The MongoDB round trips by command, per acknowledged entry.
-	if mfs, err := p.svc.Registry.Gather(); err == nil {
-		fmt.Fprint(p.out, "MongoDB commands (count, total server+network time):")
+	if mfs, err := svc.Registry.Gather(); err == nil {
+		fmt.Fprint(out, "MongoDB commands (count, total server+network time):")
 		total := 0.0
 		for _, mf := range mfs {
 			if mf.GetName() == "scorerefresh_mongo_command_duration_seconds" {
 				for _, m := range mf.GetMetric() {
 					h := m.GetHistogram()
 					total += float64(h.GetSampleCount())
-					fmt.Fprintf(p.out, " %s %d/%.1fs", m.GetLabel()[0].GetValue(), h.GetSampleCount(), h.GetSampleSum())
+					fmt.Fprintf(out, " %s %d/%.1fs", m.GetLabel()[0].GetValue(), h.GetSampleCount(), h.GetSampleSum())
 				}
 			}
 		}
-		fmt.Fprintf(p.out, "; %.2f per entry\n", total/math.Max(acked, 1))
+		fmt.Fprintf(out, "; %.2f per entry\n", total/math.Max(acked, 1))
 	}
-	fmt.Fprintln(p.out, "(the progress line's counters are approximate: a line shows the entries acknowledged in that second, in flushes of up to 100 users)")
+	fmt.Fprintln(out, "(the progress line's counters are approximate: a line shows the entries acknowledged in that second, in flushes of up to 100 users)")
 }

@@ -139,23 +139,23 @@ func demo(ctx context.Context, cfg config.Config, o demoOptions, stdout, stderr 
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(runCtx) }()
 
-	p := &progress{svc: svc, out: stdout, start: time.Now()}
-	drained, err := p.untilDrained(ctx, done)
+	start := time.Now()
+	end, err := untilDrained(ctx, svc, stdout, start, done)
 	cancel()
 	if runErr := <-done; runErr != nil && err == nil {
 		err = runErr
 	}
-	if exited, ok := context.Cause(ctx).(scorerExitError); ok && (err != nil || !drained) {
+	if exited, ok := context.Cause(ctx).(scorerExitError); ok && (err != nil || end.IsZero()) {
 		return exited
 	}
 	if err != nil {
 		return err
 	}
-	if !drained {
+	if end.IsZero() {
 		fmt.Fprintln(stdout, "interrupted before the queue drained")
 		return nil
 	}
-	p.summary(len(b.entries), len(b.want))
+	summary(svc, stdout, end.Sub(start).Seconds(), len(b.entries), len(b.want))
 	return verify(ctx, svc, b, o.scorer != "", stdout)
 }
 
