@@ -143,11 +143,6 @@ func (b *Bench) startConsumer(ctx context.Context, db string, row Row) (*running
 
 func (b *Bench) startService(ctx, runCtx context.Context, r *running, cfg config.Config, row Row) error {
 	var svcs []*app.Service
-	r.closers = append(r.closers, func(ctx context.Context) {
-		for _, svc := range svcs {
-			_ = svc.Close(ctx)
-		}
-	})
 	for range row.Replicas {
 		opts := app.Options{Logger: b.svcLog, Version: "bench", Monitor: r.monitor(),
 			// Every refresh fails while a step says so; the instant scorer's others
@@ -167,7 +162,7 @@ func (b *Bench) startService(ctx, runCtx context.Context, r *running, cfg config
 		if err != nil {
 			return err
 		}
-		svcs = append(svcs, svc)
+		svcs, r.closers = append(svcs, svc), append(r.closers, func(ctx context.Context) { _ = svc.Close(ctx) })
 	}
 	for _, svc := range svcs {
 		r.run.Go(func() error { return svc.Run(runCtx) })
@@ -218,46 +213,39 @@ func (r *recorder) counts() map[string]float64 {
 	return maps.Clone(r.n)
 }
 
-// seeded is what a row's database holds before its consumer starts.
-type seeded struct {
-	queue *mongo.Collection
-	users int
-	want  map[string]float64 // expected scores, for the scorers reading user_activity
-}
-
 // seed writes the sources and the backlog and creates the indexes, as in
 // production, before the clock starts.
-func (b *Bench) seed(ctx context.Context, db *mongo.Database, row Row) (*seeded, error) {
-	cfg, _, err := b.serviceConfig(db.Name(), row, "") // for the collections' names
+func (b *Bench) seed(ctx context.Context, db *mongo.Database, res *Result) error {
+	cfg, _, err := b.serviceConfig(db.Name(), res.Row, "") // for the collections' names
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// The same seed for every row: a preset's rows drain identical data.
 	rnd := rand.New(rand.NewPCG(b.cfg.Seed, 11))
-	entries := backlog.Generate(row.Backlog, rnd)
-	s := &seeded{queue: db.Collection(cfg.QueueCollection)}
-	if row.Scorer == scorerActivity || row.Scorer == scorerHTTP {
+	entries := backlog.Generate(res.Backlog, rnd)
+	res.queue = db.Collection(cfg.QueueCollection)
+	if res.Scorer == scorerActivity || res.Scorer == scorerHTTP {
 		var docs []any
 		// 2: what each document adds to a score besides its points, in both scorers reading them.
-		docs, s.want = backlog.Activity(entries, userName, rnd, 2)
+		docs, res.want = backlog.Activity(entries, userName, rnd, 2)
 		err = insertAll(ctx, db.Collection("user_activity"), docs)
 	} else {
 		err = b.seedSources(ctx, db)
 	}
 	if err == nil {
-		err = insertAll(ctx, s.queue, backlog.QueueDocs(entries, userName, "bench"))
+		err = insertAll(ctx, res.queue, backlog.QueueDocs(entries, userName, "bench"))
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	users := map[int]bool{}
 	for _, e := range entries {
 		users[e.User] = true
 	}
-	s.users = len(users)
-	_, err = consumer.EnsureIndexes(ctx, consumer.Collections{Queue: s.queue, Claims: db.Collection(cfg.ClaimsCollection),
+	res.Users = len(users)
+	_, err = consumer.EnsureIndexes(ctx, consumer.Collections{Queue: res.queue, Claims: db.Collection(cfg.ClaimsCollection),
 		DeadLetter: db.Collection(cfg.DeadLetterCollection)}, slog.New(slog.DiscardHandler))
-	return s, err
+	return err
 }
 
 // seedSources writes 150 source documents (40 in a smoke run) for

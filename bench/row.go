@@ -81,6 +81,9 @@ type Result struct {
 	Verified     int                `json:"verified,omitempty"`       // users whose stored score was checked against the seeded sources
 	Wrong        int                `json:"wrong,omitempty"`
 	Samples      []sample           `json:"samples"`
+
+	queue *mongo.Collection  // the row's queue, on the direct connection
+	want  map[string]float64 // expected scores, for the scorers reading user_activity
 }
 
 // sample is the queue as the bench saw it at one moment of a run.
@@ -113,15 +116,14 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 		defer cancel()
 		_ = db.Drop(dctx)
 	}()
-	seeded, err := b.seed(ctx, db, row)
-	if err != nil {
-		return nil, fmt.Errorf("seeding: %w", err)
-	}
 	row.Steps = slices.Clone(row.Steps)
 	for i := range row.Steps { // a step's round trip defaults to the row's
 		row.Steps[i].RTT = cmp.Or(row.Steps[i].RTT, row.RTT)
 	}
-	res := &Result{Row: row, Users: seeded.users}
+	res := &Result{Row: row}
+	if err := b.seed(ctx, db, res); err != nil {
+		return nil, fmt.Errorf("seeding: %w", err)
+	}
 	b.logf("\n== %s/%s: %s, %d entries of %d users queued, %d replica(s), RTT %s, %s scorer, environment %v", row.Preset, row.Name, row.Consumer,
 		row.Backlog.Entries, res.Users, row.Replicas, row.RTT, row.Scorer, row.Env)
 	first := Step{RTT: row.RTT}
@@ -138,9 +140,9 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 	var producer errgroup.Group
 	prodCtx, stopProducer := context.WithTimeout(ctx, row.For) // a row with a Rate has a For
 	if row.Rate > 0 {
-		producer.Go(func() error { return b.produce(prodCtx, seeded.queue, row, &arrived) })
+		producer.Go(func() error { return b.produce(prodCtx, res.queue, row, &arrived) })
 	}
-	end, err := b.watch(ctx, row, c, seeded, res, &arrived)
+	end, err := b.watch(ctx, row, c, res, &arrived)
 	stopProducer()
 	prodErr := producer.Wait()
 	if err != nil {
@@ -148,13 +150,13 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 		return nil, err
 	}
 	res.Seconds, res.Produced = end.Seconds(), arrived.Load()
-	return b.finish(ctx, res, c, seeded, db, prodErr)
+	return b.finish(ctx, res, c, db, prodErr)
 }
 
 // finish reads a row's figures once it is over: the consumer's counters and
 // capacity estimate, then, after its shutdown flush (which belongs to the
 // run), the commands, the rates and the scores.
-func (b *Bench) finish(ctx context.Context, res *Result, c *running, seeded *seeded, db *mongo.Database, prodErr error) (*Result, error) {
+func (b *Bench) finish(ctx context.Context, res *Result, c *running, db *mongo.Database, prodErr error) (*Result, error) {
 	res.Done, res.Refreshes, res.DeadLettered, res.Capacity = c.figures()
 	if err := c.stop(); err != nil {
 		b.logf("  (consumer stopped with: %v)", err)
@@ -171,7 +173,7 @@ func (b *Bench) finish(ctx context.Context, res *Result, c *running, seeded *see
 	if res.Seconds > 0 {
 		res.Rate, res.CommandsPer = res.Done/res.Seconds, commands/res.Seconds
 	}
-	if seeded.want != nil && res.Consumer == consumerScorerefresh { // every user's stored score
+	if res.want != nil && res.Consumer == consumerScorerefresh { // every user's stored score
 		var docs []scoring.ScoreDoc
 		cur, err := db.Collection("user_scores").Find(ctx, bson.D{})
 		if err == nil {
@@ -180,9 +182,9 @@ func (b *Bench) finish(ctx context.Context, res *Result, c *running, seeded *see
 		if err != nil {
 			return nil, fmt.Errorf("reading scores to verify: %w", err)
 		}
-		res.Verified, res.Wrong = len(seeded.want), len(seeded.want)
+		res.Verified, res.Wrong = len(res.want), len(res.want)
 		for _, d := range docs { // one per user: the username is the _id
-			if w, ok := seeded.want[d.Username]; ok && math.Abs(d.Score-w) <= 1e-9 {
+			if w, ok := res.want[d.Username]; ok && math.Abs(d.Score-w) <= 1e-9 {
 				res.Wrong--
 			}
 		}
@@ -197,9 +199,9 @@ func (b *Bench) finish(ctx context.Context, res *Result, c *running, seeded *see
 
 // watch steps the faults and samples the queue every 50 ms until the row
 // is over, and returns how long it ran.
-func (b *Bench) watch(ctx context.Context, row Row, c *running, seeded *seeded, res *Result, arrived *atomic.Int64) (time.Duration, error) {
+func (b *Bench) watch(ctx context.Context, row Row, c *running, res *Result, arrived *atomic.Int64) (time.Duration, error) {
 	tick := time.Tick(50 * time.Millisecond)
-	steps, queue := row.Steps, queuestate.New(seeded.queue, nil)
+	steps, queue := row.Steps, queuestate.New(res.queue, nil)
 	every := max(100*time.Millisecond, min(time.Second, cmp.Or(row.Max, row.For)/100))
 	start, nextSample, nextLog := time.Now(), time.Duration(0), 10*time.Second
 	for {
