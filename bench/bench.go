@@ -1,8 +1,7 @@
 // Package bench measures scorerefresh, and the consumer it replaces, over a
-// table of scenarios (presets.go, each row a Row), run in this process (wired
-// by internal/app as `scorerefresh run` wires it) on a fresh database.
-// cmd/scorerefresh-bench is its command line; docs/performance.md says what
-// it measures. A run writes report.md and results.json.
+// table of scenarios (presets.go), each row on a fresh database, in this
+// process as `scorerefresh run` wires it (internal/app). cmd/scorerefresh-bench
+// is its command line; docs/performance.md says what it measures.
 package bench
 
 import (

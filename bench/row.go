@@ -342,10 +342,8 @@ func (t target) verdict() string {
 }
 
 func (r *Report) find(preset, row, consumer string) *Result {
-	for _, x := range r.Results {
-		if x.Preset == preset && x.Name == row && x.Consumer == consumer {
-			return x
-		}
+	if i := slices.IndexFunc(r.Results, func(x *Result) bool { return x.Preset == preset && x.Name == row && x.Consumer == consumer }); i >= 0 {
+		return r.Results[i]
 	}
 	return nil
 }

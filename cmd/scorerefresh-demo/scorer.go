@@ -30,16 +30,11 @@ func (e *scorerExample) String() string { return string(*e) }
 func (e *scorerExample) IsBoolFlag() bool { return true }
 
 func (e *scorerExample) Set(v string) error {
-	switch v {
-	case "true", exampleNode:
-		*e = exampleNode
-	case exampleGo:
-		*e = exampleGo
-	case "false":
-		*e = ""
-	default:
+	x, ok := map[string]scorerExample{"true": exampleNode, exampleNode: exampleNode, exampleGo: exampleGo, "false": ""}[v]
+	if !ok {
 		return fmt.Errorf("%q: want node or go", v)
 	}
+	*e = x
 	return nil
 }
 
