@@ -100,7 +100,7 @@ type Bench struct {
 	cfg         Config
 	srv         *server
 	proxy       *faultproxy.Proxy
-	knee, slope atomic.Int64  // the proxy's delay past a knee of busy connections (kneeDelay), set by a row's steps
+	knee, slope atomic.Int64  // the proxy's delay past a knee of busy connections (setUp), set by a row's steps
 	failing     atomic.Bool   // a step's Fail: every refresh of scorerefresh fails (startService)
 	direct      *mongo.Client // producers, seeding and the sampler: no proxy, not counted
 	svcLog      *slog.Logger
@@ -193,7 +193,13 @@ func (b *Bench) setUp(ctx context.Context) (err error) {
 	if b.srv, err = b.startServer(ctx); err != nil {
 		return err
 	}
-	if b.proxy, err = faultproxy.Start(context.Background(), faultproxy.Config{Target: b.srv.Addr, DelayFunc: b.kneeDelay}); err != nil {
+	knee := func(busy int) (up, down time.Duration) { // the current step's slope per busy connection past its knee, upstream
+		if k := int(b.knee.Load()); busy > k {
+			return time.Duration(b.slope.Load()) * time.Duration(busy-k), 0
+		}
+		return 0, 0
+	}
+	if b.proxy, err = faultproxy.Start(context.Background(), faultproxy.Config{Target: b.srv.Addr, DelayFunc: knee}); err != nil {
 		return err
 	}
 	b.closers = append(b.closers, b.proxy.Close)

@@ -258,15 +258,6 @@ func (b *Bench) setFaults(s Step) {
 	b.failing.Store(s.Fail)
 }
 
-// kneeDelay is the proxy's extra delay upstream: the current step's slope
-// per busy connection past its knee.
-func (b *Bench) kneeDelay(busy int) (up, down time.Duration) {
-	if k := int(b.knee.Load()); busy > k {
-		return time.Duration(b.slope.Load()) * time.Duration(busy-k), 0
-	}
-	return 0, 0
-}
-
 // produce enqueues entries at row.Rate every 50 ms on the direct connection:
 // producers are other applications, not behind the consumer's latency.
 func (b *Bench) produce(ctx context.Context, queue *mongo.Collection, row Row, sent *atomic.Int64) error {

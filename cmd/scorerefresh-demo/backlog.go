@@ -20,8 +20,6 @@ import (
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
-const firehoseUser = "firehose"
-
 // backlog is a demo queue and the source data its events announce, shaped
 // for the built-in rules (activity: sum of user_activity.points over 720h).
 type backlog struct {
@@ -34,14 +32,15 @@ type backlog struct {
 // first; user 0 is the firehose user, the others are drawn uniformly.
 func newBacklog(o demoOptions) *backlog {
 	rnd := rand.New(rand.NewPCG(o.seed, 0))
-	users, name := o.users, func(i int) string { return fmt.Sprintf("user-%04d", i) }
+	users, first := o.users, 0
 	if o.firehose > 0 {
-		users, name = o.users+1, func(i int) string {
-			if i == 0 {
-				return firehoseUser
-			}
-			return fmt.Sprintf("user-%04d", i-1)
+		users, first = o.users+1, 1
+	}
+	name := func(i int) string {
+		if i < first {
+			return "firehose"
 		}
+		return fmt.Sprintf("user-%04d", i-first)
 	}
 	entries := gen.Generate(gen.Spec{Shape: gen.Firehose, Entries: o.entries, Users: users, Hot: o.firehose, End: time.Now()}, rnd)
 	b := &backlog{entries: gen.QueueDocs(entries, name, "demo")}
