@@ -318,12 +318,10 @@ func (b *Bench) startHTTPScorer(ctx context.Context, db string, rtt time.Duratio
 // ReferenceBatch is how many of the oldest entries the replaced consumer took per poll.
 const ReferenceBatch = 200
 
-// reference is the consumer scorerefresh replaces, for comparison: each poll
-// takes the oldest ReferenceBatch entries, coalesces them by username,
-// refreshes each user in turn with the same scoring.Refresher, then acks the
-// batch, sleeping PollInterval only when the queue is empty. The original
-// claimed its entries with an updateMany first: every difference from it
-// flatters the reference.
+// reference is the consumer scorerefresh replaces (docs/performance.md): each
+// poll refreshes the users of the oldest ReferenceBatch entries one after
+// another with the same scoring.Refresher, then acks them. It skips the
+// original's claiming updateMany: every difference from it flatters it.
 type reference struct {
 	queue     *mongo.Collection
 	refresher *scoring.Refresher

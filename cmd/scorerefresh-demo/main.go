@@ -1,10 +1,9 @@
-// Command scorerefresh-demo runs the real service against an embedded
-// MongoDB-compatible server (FerretDB, SQLite, in-process), which the
-// production binary does not link. It seeds a backlog of one firehose user
-// and many distinct users, drains it with the pipeline `scorerefresh run`
-// uses, and checks every score against the seeded data, or, with
-// --scorer-example, what that example HTTP scorer computes. `replay` and
-// `serve` are its other commands (docs/replay.md, README.md).
+// Command scorerefresh-demo runs the real service, wired as `scorerefresh run`
+// wires it, against an embedded MongoDB-compatible server (FerretDB, SQLite,
+// in-process) the production binary does not link: it seeds a backlog of one
+// firehose user and many distinct users, drains it and checks every score
+// against the seeded data (or what the --scorer-example HTTP scorer computes).
+// `replay` and `serve` are its other commands (docs/replay.md, README.md).
 package main
 
 import (
