@@ -178,30 +178,26 @@ func planRows(s size) []Row {
 			Env: env, Max: pick(s, 150*time.Second, 10*time.Second)}
 	}
 	// paced arrives entries over span at the original pace, with the RTT
-	// ×10 from at for lasts (lasts 0: no transient), past a knee.
-	paced := func(name string, entries int, span, at, lasts time.Duration, knee bool) Row {
+	// ×10 from at for lasts (lasts 0: no transient).
+	paced := func(name string, entries int, span, at, lasts time.Duration) Row {
 		span = pick(s, span, span/15)
 		r := Row{Name: name, Env: c16, Rate: float64(entries) / span.Seconds(), For: span, Max: pick(s, 150*time.Second, 15*time.Second),
 			Arrivals: backlog.Spec{Shape: backlog.Diverse, Entries: pick(s, entries, entries/15), Users: 100000}}
 		if lasts > 0 {
 			r.Steps = rttSpike(pick(s, at, at/15), pick(s, lasts, lasts/15), 10*s.rtt())
 		}
-		if knee {
-			return withKnee(r)
-		}
 		return r
 	}
-	mixedPaced := Row{Name: "mixed-paced-c16", Env: c16, Rate: 4000 / 30.0, For: pick(s, 30*time.Second, 1500*time.Millisecond), Max: pick(s, 150*time.Second, 15*time.Second),
-		Arrivals: backlog.Spec{Shape: backlog.Mixed, Entries: pick(s, 4000, 200), Users: pick(s, 500, 25)}}
 	rows := []Row{
 		static("diverse-c16", backlog.Diverse, 2000, 2000, c16), static("diverse-c4", backlog.Diverse, 500, 500, c4),
 		static("firehose-c16", backlog.Firehose, 10000, 300, c16), static("firehose-c4", backlog.Firehose, 4000, 150, c4),
 		static("mixed-c16", backlog.Mixed, 4000, 500, c16), static("mixed-c4", backlog.Mixed, 2000, 300, c4),
-		mixedPaced,
-		paced("knee-wedge", 720, 90*time.Second, 15*time.Second, 15*time.Second, true),
-		paced("knee-steady", 720, 90*time.Second, 0, 0, true),
-		paced("knee-recovery", 450, 90*time.Second, 15*time.Second, 15*time.Second, true),
-		paced("recovery", 900, 75*time.Second, 15*time.Second, 30*time.Second, false),
+		{Name: "mixed-paced-c16", Env: c16, Rate: 4000 / 30.0, For: pick(s, 30*time.Second, 1500*time.Millisecond), Max: pick(s, 150*time.Second, 15*time.Second),
+			Arrivals: backlog.Spec{Shape: backlog.Mixed, Entries: pick(s, 4000, 200), Users: pick(s, 500, 25)}},
+		withKnee(paced("knee-wedge", 720, 90*time.Second, 15*time.Second, 15*time.Second)),
+		withKnee(paced("knee-steady", 720, 90*time.Second, 0, 0)),
+		withKnee(paced("knee-recovery", 450, 90*time.Second, 15*time.Second, 15*time.Second)),
+		paced("recovery", 900, 75*time.Second, 15*time.Second, 30*time.Second),
 	}
 	if s {
 		// The smoke runs one of each kind.
