@@ -81,10 +81,8 @@ var presets = []preset{
 		for _, far := range []bool{false, true}[:pick(s, 2, 1)] {
 			for _, c := range pick(s, []string{"1", "16", "16x256", "64x256"}, []string{"1", "16x256"}) {
 				// REFRESH_BATCH_SIZE[xMAX_USERS_IN_FLIGHT]
-				r := Row{Name: "batched-" + c, Backlog: spec, Env: []string{"REFRESH_BATCH_SIZE=" + c}, Max: pick(s, 60*time.Second, 3*time.Second)}
-				if n, inFlight, ok := strings.Cut(c, "x"); ok {
-					r.Env = []string{"REFRESH_BATCH_SIZE=" + n, "MAX_USERS_IN_FLIGHT=" + inFlight}
-				}
+				r := Row{Name: "batched-" + c, Backlog: spec, Env: strings.Split("REFRESH_BATCH_SIZE="+strings.Replace(c, "x", ",MAX_USERS_IN_FLIGHT=", 1), ","),
+					Max: pick(s, 60*time.Second, 3*time.Second)}
 				if far { // latency-bound, far below the server's capacity
 					r.Name, r.RTT = "batched-far-"+c, pick(s, 200*time.Millisecond, 50*time.Millisecond)
 				}
