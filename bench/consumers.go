@@ -63,10 +63,10 @@ func (b *Bench) rulesFile(scorer string) (string, *scoring.Rules, error) {
 	if err = errors.Join(err, absErr); err == nil {
 		err = os.WriteFile(path, text, 0o644)
 	}
-	if err != nil {
-		return "", nil, err
+	var rules *scoring.Rules
+	if err == nil {
+		rules, err = scoring.LoadRules(path)
 	}
-	rules, err := scoring.LoadRules(path)
 	return path, rules, err
 }
 

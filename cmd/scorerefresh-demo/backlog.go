@@ -43,9 +43,8 @@ func newBacklog(o demoOptions) *backlog {
 		return fmt.Sprintf("user-%04d", i-first)
 	}
 	entries := gen.Generate(gen.Spec{Shape: gen.Firehose, Entries: o.entries, Users: users, Hot: o.firehose, End: time.Now()}, rnd)
-	b := &backlog{entries: gen.QueueDocs(entries, name, "demo")}
-	b.activity, b.want = gen.Activity(entries, name, rnd, 0)
-	return b
+	activity, want := gen.Activity(entries, name, rnd, 0)
+	return &backlog{entries: gen.QueueDocs(entries, name, "demo"), activity: activity, want: want}
 }
 
 // seed inserts the backlog as producers write it: the source data first,
