@@ -116,8 +116,7 @@ func demo(ctx context.Context, cfg config.Config, o demoOptions, stdout, stderr 
 	defer stopScorer()
 
 	level, _ := config.ParseLogLevel(cfg.LogLevel)
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
-	svc, err := app.New(ctx, cfg, app.Options{Logger: log, Version: "demo"})
+	svc, err := app.New(ctx, cfg, app.Options{Logger: slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})), Version: "demo"})
 	if err != nil {
 		return err
 	}
