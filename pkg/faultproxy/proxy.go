@@ -23,13 +23,11 @@ type Config struct {
 	Target   string        // host:port each accepted connection is dialled to
 	Listen   string        // where clients connect; default a free loopback port (Addr says which)
 	Up, Down time.Duration // the initial delays client→target and target→client
-	// LoadSlope holds each request chunk back LoadSlope longer for every
-	// other connection busy when it is read (see Load in the package
-	// comment), on top of Up: a server slowing down under concurrent load.
+	// LoadSlope holds each request chunk back LoadSlope longer per other connection busy when it
+	// is read (Load in the package comment), on top of Up: a server slowing down under load.
 	LoadSlope time.Duration
-	// DelayFunc replaces LoadSlope (setting both is an error): called for
-	// every chunk, concurrently, with the busy connections (the chunk's own
-	// included when busy), it returns the extra delay of each direction.
+	// DelayFunc replaces LoadSlope (setting both is an error): called concurrently for every chunk
+	// with the busy connections (its own included when busy), it returns each direction's extra delay.
 	DelayFunc func(busy int) (up, down time.Duration)
 	Clock     clock.Clock              // measures delays; default the wall clock
 	ReadSize  int                      // the most bytes read at once, and so the largest chunk
