@@ -109,7 +109,6 @@ func (b *Bench) runRow(ctx context.Context, row Row) (*Result, error) {
 	case consumerScorerefresh:
 		row.Rate *= 0.9 * b.cal.Bounds.Lower
 	}
-	row.RateOf = ""
 	db := b.direct.Database(b.nextDatabase(row.Name + "_" + row.Consumer[:3]))
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)

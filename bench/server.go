@@ -100,9 +100,7 @@ func useMongoDB(ctx context.Context, uri string) (*server, error) {
 		return nil, fmt.Errorf("connecting to -mongodb-uri: %w", err)
 	}
 	defer func() { _ = client.Disconnect(context.WithoutCancel(ctx)) }()
-	var info struct {
-		Version string `bson:"version"`
-	}
+	var info struct{ Version string } // the driver reads a field by its lowercased name
 	if err := client.Database("admin").RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&info); err != nil {
 		return nil, fmt.Errorf("asking -mongodb-uri's server its version (buildInfo): %w", err)
 	}
