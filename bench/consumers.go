@@ -249,9 +249,8 @@ func (b *Bench) seed(ctx context.Context, db *mongo.Database, res *Result) error
 }
 
 // seedSources writes 150 source documents (40 in a smoke run) for
-// rules/bench.yaml, of users of b.pool(). Few on purpose: FerretDB answers
-// every component query by reading the collection (SQLite) or the user's
-// rows (PostgreSQL).
+// rules/bench.yaml, of users of b.pool(): few, as FerretDB reads the whole
+// collection (SQLite) or the user's rows (PostgreSQL) for each query.
 func (b *Bench) seedSources(ctx context.Context, db *mongo.Database) error {
 	n, pool := pick(size(b.cfg.Short), 150, 40), b.pool()
 	rnd := rand.New(rand.NewPCG(b.cfg.Seed, 7))

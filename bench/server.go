@@ -149,9 +149,8 @@ const pgMaxConnections = 800
 
 // startPostgres runs a throwaway cluster with initdb and pg_ctl from PATH (or
 // Debian's /usr/lib/postgresql/*/bin) under /dev/shm on a free loopback port,
-// durability off (a benchmark of the consumer, not the disk); as root, as the
-// "postgres" user, since PostgreSQL refuses root. b.closers stop it (a fast
-// shutdown) and remove its files.
+// durability off (a benchmark of the consumer, not the disk), as "postgres"
+// when root (PostgreSQL refuses root); b.closers stop it and remove its files.
 func (b *Bench) startPostgres() (pgURL, version string, err error) {
 	bin, err := postgresBin()
 	if err != nil {

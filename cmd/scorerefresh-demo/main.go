@@ -279,9 +279,8 @@ func (b *backlog) seed(ctx context.Context, db *mongo.Database, cfg config.Confi
 }
 
 // verify checks every user's stored score against the sum of their seeded
-// activity (the rules) or, with example, what the example scorers compute
-// from the source data the score was read at: two points per activity
-// document at or before refreshedAt plus their points.
+// activity (the rules) or, with example, the example scorers' score of it at
+// refreshedAt: 2 per activity document then plus their points.
 func verify(ctx context.Context, svc *app.Service, b *backlog, example bool, out io.Writer) error {
 	var docs []scoring.ScoreDoc
 	var activity []struct {
