@@ -177,7 +177,6 @@ status, doctor, deadletters, snapshot) then have a server to talk to on a
 machine without MongoDB.
 `
 
-// runServe is `scorerefresh-demo serve`.
 func runServe(args, environ []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("scorerefresh-demo serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
