@@ -8,12 +8,11 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"github.com/scorerefresh/scorerefresh/consumer"
 )
 
 // Input is what to plan.
@@ -137,7 +136,7 @@ func Make(in Input) (*Plan, error) {
 		row := Row{Replicas: n, Bounds: FleetBounds(c, in.Server, n)}
 		row.Run = Simulate(c, in.Server, Transient{}, entries, users, simOptions(in, entries, row.Bounds))
 		// An entry may wait for its claim what the target age leaves after busyTime.
-		wait := math.Max(in.TargetAge-busyTime(c, in.Server), in.TargetAge/10)
+		wait := math.Max(in.TargetAge-busyTime(c, in.Server.Latency(1, 1)), in.TargetAge/10)
 		row.Sustainable = Limit(p.Mix.SustainableRate(row.Bounds.Lower, wait))
 		row.MeetsTarget = row.Run.PeakWait <= in.TargetAge && (row.Run.Drained || in.Arrival.Mode == ArrivalRate)
 		if row.MeetsTarget && p.ReplicasForTarget == 0 {
@@ -160,14 +159,7 @@ func simOptions(in Input, entries []Entry, b Bounds) SimOptions {
 		}
 		o.Horizon, o.UntilDrained = math.Min(math.Max(3*est, est+300), 14*24*3600), true
 	}
-	o.SampleEvery = math.Max(1, math.Ceil(o.Horizon/2000)) // enough for a chart
 	return o
-}
-
-// busyTime is an entry's time from its claim round to its ack while the fleet
-// keeps up: the round, the refresh, the ack flush's wait and round trips.
-func busyTime(c Config, s Server) float64 {
-	return float64(c.RoundTrips()+consumer.ClaimRoundTrips+consumer.AckRoundTrips)*s.Latency(1, 1) + ackInterval
 }
 
 // stability classifies the load and simulates the transient at the current fleet.
@@ -205,12 +197,8 @@ func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 	if p.Load == 0 && d.Drained {
 		sp.Recovered, sp.RecoverySeconds = true, d.DrainSeconds-end
 	}
-	pk, at := peak(d.Timeline, tr.At, math.Inf(1)), d.End
-	for _, s := range d.Timeline {
-		if s.T <= loadEnd {
-			at = s
-		}
-	}
+	pk := peak(d.Timeline, tr.At, math.Inf(1))
+	at := d.Timeline[sort.Search(len(d.Timeline), func(i int) bool { return d.Timeline[i].T > loadEnd })-1] // the last sample of the load
 	verdict := fmt.Sprintf("does NOT recover while the load lasts: %s after the transient ends the oldest age is %s (it was %s before), depth %d",
 		Seconds(at.T-end), Seconds(at.OldestAge), Seconds(sp.PreLevel), at.Depth)
 	switch {
@@ -222,7 +210,7 @@ func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 	}
 	// A fleet keeping up holds the oldest age at about busyTime, and a poll
 	// without change streams.
-	light := busyTime(c, in.Server)
+	light := busyTime(c, in.Server.Latency(1, 1))
 	if !c.ChangeStreams {
 		light += c.PollInterval
 	}
@@ -305,15 +293,10 @@ func (p *Plan) WriteText(w io.Writer) error {
 	a, s, c := p.Arrival, p.Server, p.Config
 	fmt.Fprintf(&b, "backlog: %s entries of %s users over %s (%.1f entries per user; %.0f distinct users per %d-entry window)\n",
 		Thousands(p.Entries), Thousands(p.Users), Seconds(p.SpanSecs), p.EntriesPerUser, p.WindowUsers, c.ClaimWindow)
-	switch a.Mode {
-	case ArrivalMax:
-		b.WriteString("arrival: max (the backlog is in the queue at the start; nothing follows)\n")
-	case ArrivalOriginal:
-		fmt.Fprintf(&b, "arrival: original ×%g (%.1f entries/s on average over %s)\n", a.Speed, p.Load, Seconds(p.SpanSecs/a.Speed))
-	case ArrivalRate:
-		fmt.Fprintf(&b, "arrival: the backlog, then %.1f entries/s for %s (%.0f%% of them from users the backlog has not seen)\n",
-			a.Rate, Seconds(a.Duration), 100*p.Mix.New)
-	}
+	b.WriteString(when(a.Mode == ArrivalMax, "arrival: max (the backlog is in the queue at the start; nothing follows)\n") +
+		when(a.Mode == ArrivalOriginal, "arrival: original ×%g (%.1f entries/s on average over %s)\n", a.Speed, p.Load, Seconds(p.SpanSecs/a.Speed)) +
+		when(a.Mode == ArrivalRate, "arrival: the backlog, then %.1f entries/s for %s (%.0f%% of them from users the backlog has not seen)\n",
+			a.Rate, Seconds(a.Duration), 100*p.Mix.New))
 	fmt.Fprintf(&b, "round trip: RTT %s + server %s per command", ms(s.RTT), ms(s.Cost))
 	b.WriteString(when(s.Capacity > 0, "; server capacity %.0f commands/s", s.Capacity) +
 		when(s.Slope > 0, "; +%s per command in flight past %d", ms(s.Slope), s.Knee) +
@@ -321,35 +304,19 @@ func (p *Plan) WriteText(w io.Writer) error {
 		when(s.ScanCost > 0, "; %.1fµs per queued entry per claim read", s.ScanCost*1e6))
 	fmt.Fprintf(&b, "\nrefresh: %d component%s + 2 = %d round trips", c.Components, when(c.Components != 1, "s"), p.RoundTrips)
 	b.WriteString(when(c.Batch > 1, " per batch of up to %d users spread over the free slots (%d with every slot busy)", c.Batch, c.SpreadBatch()))
-	wake := "poll every " + Seconds(c.PollInterval)
-	if c.ChangeStreams {
-		wake = "change streams"
-	}
 	fmt.Fprintf(&b, "\nconfig: REFRESH_CONCURRENCY %d, MAX_USERS_IN_FLIGHT %d, CLAIM_WINDOW %d, %d replica(s) now; wake-up: %s\n\n",
-		c.Concurrency, c.MaxUsersInFlight, c.ClaimWindow, c.Replicas, wake)
+		c.Concurrency, c.MaxUsersInFlight, c.ClaimWindow, c.Replicas, cmp.Or(when(c.ChangeStreams, "change streams"), "poll every "+Seconds(c.PollInterval)))
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	drain := "drain"
-	if a.Mode == ArrivalRate {
-		drain = "backlog cleared"
-	}
-	fmt.Fprintf(tw, "replicas\tbound/s\tbinding\t%s\tpeak depth\tpeak oldest age\tpeak wait\trefreshes/s\tsustainable/s\t\n", drain)
+	fmt.Fprintf(tw, "replicas\tbound/s\tbinding\t%s\tpeak depth\tpeak oldest age\tpeak wait\trefreshes/s\tsustainable/s\t\n",
+		cmp.Or(when(a.Mode == ArrivalRate, "backlog cleared"), "drain"))
 	for _, r := range p.Rows {
 		d := r.Run.DrainSeconds
 		if a.Mode == ArrivalRate {
 			d = r.Run.ClearSeconds
 		}
-		done, sustainable, perSecond := Seconds(d), "any", 0.0
-		if r.Run.EndSeconds > 0 {
-			perSecond = float64(r.Run.Refreshes) / r.Run.EndSeconds
-		}
-		if d < 0 {
-			done = "> " + Seconds(r.Run.EndSeconds)
-		}
-		if !math.IsInf(float64(r.Sustainable), 1) {
-			sustainable = fmt.Sprintf("%.1f", r.Sustainable)
-		}
-		fmt.Fprintf(tw, "%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t\n", r.Replicas, r.Bounds.Lower, r.Bounds.Binding, done,
-			Thousands(r.Run.PeakDepth), Seconds(r.Run.PeakOldestAge), Seconds(r.Run.PeakWait), perSecond, sustainable)
+		fmt.Fprintf(tw, "%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t\n", r.Replicas, r.Bounds.Lower, r.Bounds.Binding,
+			cmp.Or(when(d < 0, "> %s", Seconds(r.Run.EndSeconds)), Seconds(d)), Thousands(r.Run.PeakDepth), Seconds(r.Run.PeakOldestAge),
+			Seconds(r.Run.PeakWait), float64(r.Run.Refreshes)/r.Run.EndSeconds, cmp.Or(when(!math.IsInf(float64(r.Sustainable), 1), "%.1f", r.Sustainable), "any"))
 	}
 	tw.Flush()
 	fmt.Fprintf(&b, "(bound: refreshes/s with every slot busy; peak wait: the longest an entry waited since the plan began;\n"+

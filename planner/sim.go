@@ -20,19 +20,16 @@ type Sample struct {
 	Acked       float64 `json:"acked"`     // entries acknowledged since the start
 	Refreshes   float64 `json:"refreshes"` // successful user refreshes since the start
 	RTTFactor   float64 `json:"rttFactor,omitempty"`
-	DeadLetters float64 `json:"deadLetters,omitempty"` // entries dead-lettered since the start
-	// A replay's: Measured says Depth and OldestAge were queried this time
-	// (else Depth is derived from the counters), AckedPerSec is since the
-	// previous sample, Arrived counts the entries the replay inserted.
-	Measured    bool    `json:"measured,omitempty"`
-	AckedPerSec float64 `json:"ackedPerSecond,omitempty"`
-	Arrived     int64   `json:"arrived,omitempty"`
+	DeadLetters float64 `json:"deadLetters,omitempty"`    // entries dead-lettered since the start
+	Measured    bool    `json:"measured,omitempty"`       // a replay's: Depth and OldestAge queried now (else Depth from the counters)
+	AckedPerSec float64 `json:"ackedPerSecond,omitempty"` // a replay's, since the previous sample
+	Arrived     int64   `json:"arrived,omitempty"`        // a replay's: the entries it inserted
 }
 
 // SimOptions bound a simulation.
 type SimOptions struct {
 	Horizon      float64 // stop here at the latest (seconds)
-	SampleEvery  float64 // timeline resolution (seconds, above 0)
+	SampleEvery  float64 // timeline resolution (seconds); 0 or less: enough for a chart
 	UntilDrained bool    // stop once every entry is acknowledged
 }
 
@@ -78,6 +75,9 @@ func Simulate(c Config, s Server, tr Transient, entries []Entry, users int, o Si
 	}
 	m.arrive()
 	m.sample()
+	if o.SampleEvery <= 0 {
+		o.SampleEvery = math.Max(1, math.Ceil(o.Horizon/2000))
+	}
 	m.every(o.SampleEvery, m.sample)
 	for _, r := range m.reps {
 		m.tryClaim(r)
@@ -110,15 +110,11 @@ type work struct {
 
 // replica is one consumer's pipeline state.
 type replica struct {
-	held                 int
-	waiting              []work // claimed, waiting for a refresh slot
-	running              int
-	idle                 bool
-	wakePending, backlog bool
-	outcomes             []work
-	flushing, armed      bool
-	kickPending          bool
-	gen                  int // the ack timer's arming
+	held, running                int
+	waiting, outcomes            []work // claimed, waiting for a slot; refreshed, waiting for the ack flush
+	idle, wakePending, backlog   bool
+	flushing, armed, kickPending bool
+	gen                          int // the ack timer's arming
 }
 
 // sim is the discrete-event simulation. Round-trip work progresses in
@@ -127,11 +123,10 @@ type replica struct {
 // since the start) advances by dt/latency and a piece of work of k round
 // trips started at v0 ends when v reaches v0+k.
 type sim struct {
-	c   Config
-	s   Server
-	e   []Entry
-	now float64
-	v   float64
+	c      Config
+	s      Server
+	e      []Entry
+	now, v float64
 
 	arrived, deleted, initialLeft int
 	pending, live                 skipList
@@ -140,18 +135,13 @@ type sim struct {
 	mark                          []int32
 	stamp                         int32
 
-	inFlight      int
-	rttFactor     float64
-	ops, timers   []event
-	reps          []*replica
-	refreshes     int
-	refreshTime   float64 // summed over refresh ops (batches)
-	refreshOps    int
-	lastFlush     float64
-	clearAt       float64
-	wakeScheduled bool
-	stopped       bool
-	timeline      []Sample
+	inFlight, refreshes, refreshOps int
+	rttFactor, lastFlush, clearAt   float64
+	refreshTime                     float64 // summed over refresh ops (batches)
+	ops, timers                     []event
+	reps                            []*replica
+	wakeScheduled, stopped          bool
+	timeline                        []Sample
 }
 
 // push schedules do at t in q, which stays in time order, ties in the
