@@ -56,19 +56,13 @@ func (c Config) SpreadBatch() int { return consumer.SpreadBatch(c.Batch, c.HeldC
 
 // Server is how long a round trip takes.
 type Server struct {
-	RTT      float64 `json:"rttSeconds"`                  // network round trip
-	Cost     float64 `json:"costSeconds"`                 // the server's time per command, uncontended
-	Capacity float64 `json:"capacityPerSecond,omitempty"` // the most commands a second it answers; 0: no limit
-	// A server that degrades under load: every command takes Slope longer
-	// per command in flight beyond Knee. Slope 0: none.
-	Knee  int     `json:"knee,omitempty"`
-	Slope float64 `json:"slopeSeconds,omitempty"`
-	// EntryCost is the server's time per queue entry an ack flush deletes
-	// (a firehose user's refresh acknowledges thousands at once).
-	EntryCost float64 `json:"entryCostSeconds,omitempty"`
-	// ScanCost is the server's time per queued entry for each of a claim
-	// round's two queue reads: about 0 on MongoDB's index, not on FerretDB.
-	ScanCost float64 `json:"scanCostSeconds,omitempty"`
+	RTT       float64 `json:"rttSeconds"`                  // network round trip
+	Cost      float64 `json:"costSeconds"`                 // the server's time per command, uncontended
+	Capacity  float64 `json:"capacityPerSecond,omitempty"` // the most commands a second it answers; 0: no limit
+	Knee      int     `json:"knee,omitempty"`              // degrading under load: past Knee commands in flight,
+	Slope     float64 `json:"slopeSeconds,omitempty"`      // every command takes Slope longer per command beyond it; 0: none
+	EntryCost float64 `json:"entryCostSeconds,omitempty"`  // the server's time per entry an ack flush deletes (a firehose user's refresh deletes thousands)
+	ScanCost  float64 `json:"scanCostSeconds,omitempty"`   // per queued entry, each of a claim round's two reads: about 0 on MongoDB's index, not on FerretDB
 }
 
 // Latency is one command's round trip with inFlight commands in flight
@@ -111,11 +105,9 @@ type Bounds struct {
 	Latency  float64 `json:"latency"`  // every slot busy at an idle server's round trip
 	InFlight float64 `json:"inFlight"` // what MAX_USERS_IN_FLIGHT allows
 	Server   Limit   `json:"server"`   // capacity over a refresh's round trips; +Inf without one
-	// Loaded is the rate with every slot busy, the round trip taken at that
-	// load: what a deep backlog, or a transient that fills the slots, gets.
-	Loaded  float64 `json:"loaded"`
-	Lower   float64 `json:"lower"`   // the least of Loaded and InFlight: what the fleet does
-	Binding string  `json:"binding"` // what holds it there
+	Loaded   float64 `json:"loaded"`   // every slot busy at the round trip of that load: what a deep backlog, or a transient filling the slots, gets
+	Lower    float64 `json:"lower"`    // the least of Loaded and InFlight: what the fleet does
+	Binding  string  `json:"binding"`  // what holds it there
 }
 
 // FleetBounds computes the bounds for replicas replicas.
@@ -189,21 +181,15 @@ const (
 
 // Stability is the first-principles verdict for a load.
 type Stability struct {
-	Class string `json:"class"`
-	// Demand is the refreshes a second the load needs, with the coalescing
-	// of NormalWait; Loaded is the fleet's with every slot busy.
-	Demand     float64 `json:"demandRefreshesPerSecond"`
-	NormalWait float64 `json:"normalWaitSeconds"` // for its claim, while the fleet keeps up
-	Loaded     float64 `json:"loadedRefreshesPerSecond"`
-	Margin     float64 `json:"margin"`  // Loaded / Demand − 1
-	BusyLow    float64 `json:"busyLow"` // commands in flight while the fleet keeps up (the low fixed point); -1: none
-	// SettledWait is how old entries get once coalescing has brought a
-	// backed-up queue's demand down to Loaded (+Inf: none is enough).
-	SettledWait Limit `json:"settledWaitSeconds"`
-	// RecoverySeconds estimates how long BacklogUsers users take to clear
-	// at Loaded − Demand (stable only).
+	Class           string  `json:"class"`
+	Demand          float64 `json:"demandRefreshesPerSecond"` // the refreshes a second the load needs, with NormalWait's coalescing
+	NormalWait      float64 `json:"normalWaitSeconds"`        // for its claim, while the fleet keeps up
+	Loaded          float64 `json:"loadedRefreshesPerSecond"` // the fleet's with every slot busy
+	Margin          float64 `json:"margin"`                   // Loaded / Demand − 1
+	BusyLow         float64 `json:"busyLow"`                  // commands in flight while the fleet keeps up (the low fixed point); -1: none
+	SettledWait     Limit   `json:"settledWaitSeconds"`       // how old entries get once coalescing brings a backed-up queue's demand to Loaded; +Inf: never
 	BacklogUsers    int     `json:"backlogUsers,omitempty"`
-	RecoverySeconds float64 `json:"recoverySeconds,omitempty"`
+	RecoverySeconds float64 `json:"recoverySeconds,omitempty"` // the time BacklogUsers users take to clear at Loaded − Demand (stable only)
 }
 
 // Assess classifies a load of rate entries a second with mix's users, and
@@ -268,7 +254,7 @@ func (st Stability) Describe() string {
 		return "no arrivals after the backlog: nothing to wedge; a transient only delays the drain"
 	case ClassStable:
 		return fmt.Sprintf("stable: %.1f refreshes/s with every slot busy against a demand of %.1f/s (headroom %+.0f%%); any backlog drains",
-			st.Loaded, st.Demand, 100*st.Margin) + when(st.RecoverySeconds > 0, " (this one's %d users in about %s)", st.BacklogUsers, Seconds(st.RecoverySeconds))
+			st.Loaded, st.Demand, 100*st.Margin) + When(st.RecoverySeconds > 0, " (this one's %d users in about %s)", st.BacklogUsers, Seconds(st.RecoverySeconds))
 	case ClassMetastable:
 		return fmt.Sprintf("METASTABLE: keeps up while lightly loaded (%.1f commands in flight), but with every slot busy it does %.1f refreshes/s against a demand of %.1f/s (headroom %+.0f%%): a transient that fills the slots leaves the queue %s",
 			st.BusyLow, st.Loaded, st.Demand, 100*st.Margin, settled(float64(st.SettledWait)))

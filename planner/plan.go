@@ -62,50 +62,44 @@ func (in Input) Validate() error {
 
 // Plan is the planner's answer.
 type Plan struct {
-	Entries        int         `json:"entries"`
-	Users          int         `json:"users"`
-	SpanSecs       float64     `json:"spanSeconds"` // oldest to newest entry of the backlog
-	Arrival        Arrival     `json:"arrival"`
-	Load           float64     `json:"loadEntriesPerSecond"` // arrivals after the start (mean)
-	Config         Config      `json:"config"`
-	Server         Server      `json:"server"`
-	TargetAge      float64     `json:"targetAgeSeconds"`
-	Transient      Transient   `json:"transient"`
-	RoundTrips     int         `json:"roundTripsPerRefresh"`
-	EntriesPerUser float64     `json:"entriesPerUser"` // a static drain's coalescing
-	WindowUsers    float64     `json:"windowUsers"`    // distinct users per CLAIM_WINDOW entries
-	Mix            Mix         `json:"mix"`
-	Sequential     *Sequential `json:"sequential,omitempty"`
-	Rows           []Row       `json:"replicas"`
-	// ReplicasForTarget is the fewest replicas whose simulated peak wait
-	// is within TargetAge; 0: none up to MaxReplicas.
-	ReplicasForTarget int            `json:"replicasForTarget"`
+	Entries           int            `json:"entries"`
+	Users             int            `json:"users"`
+	SpanSecs          float64        `json:"spanSeconds"` // oldest to newest entry of the backlog
+	Arrival           Arrival        `json:"arrival"`
+	Load              float64        `json:"loadEntriesPerSecond"` // arrivals after the start (mean)
+	Config            Config         `json:"config"`
+	Server            Server         `json:"server"`
+	TargetAge         float64        `json:"targetAgeSeconds"`
+	Transient         Transient      `json:"transient"`
+	RoundTrips        int            `json:"roundTripsPerRefresh"`
+	EntriesPerUser    float64        `json:"entriesPerUser"` // a static drain's coalescing
+	WindowUsers       float64        `json:"windowUsers"`    // distinct users per CLAIM_WINDOW entries
+	Mix               Mix            `json:"mix"`
+	Sequential        *Sequential    `json:"sequential,omitempty"`
+	Rows              []Row          `json:"replicas"`
+	ReplicasForTarget int            `json:"replicasForTarget"` // the fewest whose simulated peak wait is within TargetAge; 0: none up to MaxReplicas
 	Stability         *StabilityPlan `json:"stability"`
 }
 
 // Row is one fleet size.
 type Row struct {
-	Replicas int    `json:"replicas"`
-	Bounds   Bounds `json:"bounds"`
-	Run      *Run   `json:"simulation"`
-	// Sustainable is the highest arrival rate, with the backlog's mix of
-	// users, whose oldest age stays within the target.
-	Sustainable Limit `json:"sustainableEntriesPerSecond"`
-	MeetsTarget bool  `json:"meetsTarget"`
+	Replicas    int    `json:"replicas"`
+	Bounds      Bounds `json:"bounds"`
+	Run         *Run   `json:"simulation"`
+	Sustainable Limit  `json:"sustainableEntriesPerSecond"` // the highest arrival rate, with the backlog's mix of users, within the target age
+	MeetsTarget bool   `json:"meetsTarget"`
 }
 
 // StabilityPlan is the verdict on a transient at the current fleet size.
 type StabilityPlan struct {
-	Replicas   int       `json:"replicas"`
-	Assessment Stability `json:"assessment"`
-	Baseline   *Run      `json:"baseline,omitempty"`  // the load without the transient
-	Disturbed  *Run      `json:"disturbed,omitempty"` // the same with it
-	// PreLevel is the oldest age before the transient (the highest over
-	// the last two thirds before it): what recovery gets back to.
-	PreLevel        float64 `json:"preLevelSeconds"`
-	Recovered       bool    `json:"recovered"`
-	RecoverySeconds float64 `json:"recoverySeconds"` // after the transient ended; -1: not while the load lasted
-	Verdict         string  `json:"verdict"`
+	Replicas        int       `json:"replicas"`
+	Assessment      Stability `json:"assessment"`
+	Baseline        *Run      `json:"baseline,omitempty"`  // the load without the transient
+	Disturbed       *Run      `json:"disturbed,omitempty"` // the same with it
+	PreLevel        float64   `json:"preLevelSeconds"`     // the oldest age before the transient (its highest over the last two thirds before it): recovery's goal
+	Recovered       bool      `json:"recovered"`
+	RecoverySeconds float64   `json:"recoverySeconds"` // after the transient ended; -1: not while the load lasted
+	Verdict         string    `json:"verdict"`
 }
 
 // Make runs the plan.
@@ -214,9 +208,9 @@ func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 	if !c.ChangeStreams {
 		light += c.PollInterval
 	}
-	sp.Verdict = when(sp.PreLevel > 2*light+1, "the queue is already backed up before the transient (oldest age %s where a fleet keeping up holds about %s): ",
+	sp.Verdict = When(sp.PreLevel > 2*light+1, "the queue is already backed up before the transient (oldest age %s where a fleet keeping up holds about %s): ",
 		Seconds(sp.PreLevel), Seconds(light)) + verdict +
-		when(in.Arrival.Mode == ArrivalRate && (sp.Baseline.ClearSeconds < 0 || sp.Baseline.ClearSeconds > tr.At),
+		When(in.Arrival.Mode == ArrivalRate && (sp.Baseline.ClearSeconds < 0 || sp.Baseline.ClearSeconds > tr.At),
 			" (the backlog present at the start is not cleared by %s, when the transient begins:"+
 				" the verdict compares against a queue still draining; a --transient-at after the backlog is cleared judges the steady state)", Seconds(tr.At))
 	return sp
@@ -293,30 +287,30 @@ func (p *Plan) WriteText(w io.Writer) error {
 	a, s, c := p.Arrival, p.Server, p.Config
 	fmt.Fprintf(&b, "backlog: %s entries of %s users over %s (%.1f entries per user; %.0f distinct users per %d-entry window)\n",
 		Thousands(p.Entries), Thousands(p.Users), Seconds(p.SpanSecs), p.EntriesPerUser, p.WindowUsers, c.ClaimWindow)
-	b.WriteString(when(a.Mode == ArrivalMax, "arrival: max (the backlog is in the queue at the start; nothing follows)\n") +
-		when(a.Mode == ArrivalOriginal, "arrival: original ×%g (%.1f entries/s on average over %s)\n", a.Speed, p.Load, Seconds(p.SpanSecs/a.Speed)) +
-		when(a.Mode == ArrivalRate, "arrival: the backlog, then %.1f entries/s for %s (%.0f%% of them from users the backlog has not seen)\n",
+	b.WriteString(When(a.Mode == ArrivalMax, "arrival: max (the backlog is in the queue at the start; nothing follows)\n") +
+		When(a.Mode == ArrivalOriginal, "arrival: original ×%g (%.1f entries/s on average over %s)\n", a.Speed, p.Load, Seconds(p.SpanSecs/a.Speed)) +
+		When(a.Mode == ArrivalRate, "arrival: the backlog, then %.1f entries/s for %s (%.0f%% of them from users the backlog has not seen)\n",
 			a.Rate, Seconds(a.Duration), 100*p.Mix.New))
 	fmt.Fprintf(&b, "round trip: RTT %s + server %s per command", ms(s.RTT), ms(s.Cost))
-	b.WriteString(when(s.Capacity > 0, "; server capacity %.0f commands/s", s.Capacity) +
-		when(s.Slope > 0, "; +%s per command in flight past %d", ms(s.Slope), s.Knee) +
-		when(s.EntryCost > 0, "; %.0fµs per entry an ack deletes", s.EntryCost*1e6) +
-		when(s.ScanCost > 0, "; %.1fµs per queued entry per claim read", s.ScanCost*1e6))
-	fmt.Fprintf(&b, "\nrefresh: %d component%s + 2 = %d round trips", c.Components, when(c.Components != 1, "s"), p.RoundTrips)
-	b.WriteString(when(c.Batch > 1, " per batch of up to %d users spread over the free slots (%d with every slot busy)", c.Batch, c.SpreadBatch()))
+	b.WriteString(When(s.Capacity > 0, "; server capacity %.0f commands/s", s.Capacity) +
+		When(s.Slope > 0, "; +%s per command in flight past %d", ms(s.Slope), s.Knee) +
+		When(s.EntryCost > 0, "; %.0fµs per entry an ack deletes", s.EntryCost*1e6) +
+		When(s.ScanCost > 0, "; %.1fµs per queued entry per claim read", s.ScanCost*1e6))
+	fmt.Fprintf(&b, "\nrefresh: %d component%s + 2 = %d round trips", c.Components, When(c.Components != 1, "s"), p.RoundTrips)
+	b.WriteString(When(c.Batch > 1, " per batch of up to %d users spread over the free slots (%d with every slot busy)", c.Batch, c.SpreadBatch()))
 	fmt.Fprintf(&b, "\nconfig: REFRESH_CONCURRENCY %d, MAX_USERS_IN_FLIGHT %d, CLAIM_WINDOW %d, %d replica(s) now; wake-up: %s\n\n",
-		c.Concurrency, c.MaxUsersInFlight, c.ClaimWindow, c.Replicas, cmp.Or(when(c.ChangeStreams, "change streams"), "poll every "+Seconds(c.PollInterval)))
+		c.Concurrency, c.MaxUsersInFlight, c.ClaimWindow, c.Replicas, cmp.Or(When(c.ChangeStreams, "change streams"), "poll every "+Seconds(c.PollInterval)))
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "replicas\tbound/s\tbinding\t%s\tpeak depth\tpeak oldest age\tpeak wait\trefreshes/s\tsustainable/s\t\n",
-		cmp.Or(when(a.Mode == ArrivalRate, "backlog cleared"), "drain"))
+		cmp.Or(When(a.Mode == ArrivalRate, "backlog cleared"), "drain"))
 	for _, r := range p.Rows {
 		d := r.Run.DrainSeconds
 		if a.Mode == ArrivalRate {
 			d = r.Run.ClearSeconds
 		}
 		fmt.Fprintf(tw, "%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t\n", r.Replicas, r.Bounds.Lower, r.Bounds.Binding,
-			cmp.Or(when(d < 0, "> %s", Seconds(r.Run.EndSeconds)), Seconds(d)), Thousands(r.Run.PeakDepth), Seconds(r.Run.PeakOldestAge),
-			Seconds(r.Run.PeakWait), float64(r.Run.Refreshes)/r.Run.EndSeconds, cmp.Or(when(!math.IsInf(float64(r.Sustainable), 1), "%.1f", r.Sustainable), "any"))
+			cmp.Or(When(d < 0, "> %s", Seconds(r.Run.EndSeconds)), Seconds(d)), Thousands(r.Run.PeakDepth), Seconds(r.Run.PeakOldestAge),
+			Seconds(r.Run.PeakWait), float64(r.Run.Refreshes)/r.Run.EndSeconds, cmp.Or(When(!math.IsInf(float64(r.Sustainable), 1), "%.1f", r.Sustainable), "any"))
 	}
 	tw.Flush()
 	fmt.Fprintf(&b, "(bound: refreshes/s with every slot busy; peak wait: the longest an entry waited since the plan began;\n"+
@@ -332,21 +326,21 @@ func (p *Plan) WriteText(w io.Writer) error {
 	}
 	if q := p.Sequential; q != nil {
 		fmt.Fprintf(&b, "for comparison, a one-at-a-time consumer (%d-entry window, %.0f distinct users in it) would drain %.1f entries/s here%s\n",
-			SequentialWindow, q.WindowUsers, q.EntriesPerSecond, when(p.Load > 0 && !q.KeepsUp, ": below the load, so it would wedge"))
+			SequentialWindow, q.WindowUsers, q.EntriesPerSecond, When(p.Load > 0 && !q.KeepsUp, ": below the load, so it would wedge"))
 	}
 	sp, t := p.Stability, p.Transient
-	fmt.Fprintf(&b, "\nstability at %d replica(s)%s:\n  %s\n", sp.Replicas, when(p.Load > 0, ", load %.1f entries/s", p.Load), sp.Assessment.Describe())
+	fmt.Fprintf(&b, "\nstability at %d replica(s)%s:\n  %s\n", sp.Replicas, When(p.Load > 0, ", load %.1f entries/s", p.Load), sp.Assessment.Describe())
 	if t.Active() {
-		slower := when(t.RTTFactor > 1 && t.For > 0, "round trips ×%g for %s", t.RTTFactor, Seconds(t.For))
-		burst := when(t.Burst > 0, "a burst of %s entries of new users", Thousands(t.Burst))
-		fmt.Fprintf(&b, "  transient (%s%s%s at %s): %s\n", slower, when(slower != "" && burst != "", " and "), burst, Seconds(t.At), sp.Verdict)
+		slower := When(t.RTTFactor > 1 && t.For > 0, "round trips ×%g for %s", t.RTTFactor, Seconds(t.For))
+		burst := When(t.Burst > 0, "a burst of %s entries of new users", Thousands(t.Burst))
+		fmt.Fprintf(&b, "  transient (%s%s%s at %s): %s\n", slower, When(slower != "" && burst != "", " and "), burst, Seconds(t.At), sp.Verdict)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
 
-// when is format's text when cond holds, else "".
-func when(cond bool, format string, args ...any) string {
+// When is format's text when cond holds, else "".
+func When(cond bool, format string, args ...any) string {
 	if !cond {
 		return ""
 	}
