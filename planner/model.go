@@ -2,11 +2,9 @@
 // the oldest age over time, the arrival rate a fleet sustains, the replicas
 // a target age needs) and whether a transient (slower round trips, a burst)
 // leaves the queue in a state it does not come back from, by the model of
-// docs/capacity-planning.md. It talks to no database: it takes the
-// consumer's costs and batch spreading from package consumer, the capacity
-// formula from metrics.DrainRate. Simulate, a discrete-event simulation over
-// the backlog's own entries, gives the timelines; the closed forms
-// (FleetBounds, Mix, Assess) the first-principles figures; Make runs both.
+// docs/capacity-planning.md, with no database. Simulate, a discrete-event
+// simulation over the backlog's own entries, gives the timelines; the closed
+// forms (FleetBounds, Mix, Assess) the first-principles figures; Make runs both.
 package planner
 
 import (
@@ -112,10 +110,8 @@ type Bounds struct {
 
 // FleetBounds computes the bounds for replicas replicas.
 func FleetBounds(c Config, s Server, replicas int) Bounds {
-	rt := float64(c.RoundTrips())
-	slots := float64(replicas * c.Concurrency)
+	rt, slots, batch := float64(c.RoundTrips()), float64(replicas*c.Concurrency), float64(c.SpreadBatch())
 	b := Bounds{Replicas: replicas, Server: Limit(math.Inf(1))}
-	batch := float64(c.SpreadBatch())
 	b.Latency = metrics.DrainRate(slots, batch, rt*s.Latency(1, 1), 1)
 	full := float64(replicas) * (float64(c.Concurrency) + overheadInFlight)
 	lat := s.Latency(full, 1)

@@ -35,12 +35,9 @@ func (in Input) Validate() error {
 		}
 	}
 	c, s, a, t := in.Config, in.Server, in.Arrival, in.Transient
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"components", c.Components}, {"REFRESH_CONCURRENCY", c.Concurrency}, {"MAX_USERS_IN_FLIGHT", c.MaxUsersInFlight},
-		{"CLAIM_WINDOW", c.ClaimWindow}, {"replicas", c.Replicas}, {"batch", c.Batch}} {
-		check(f.v <= 0, "%s must be positive (got %d)", f.name, f.v)
+	names := []string{"components", "REFRESH_CONCURRENCY", "MAX_USERS_IN_FLIGHT", "CLAIM_WINDOW", "replicas", "batch"}
+	for i, v := range []int{c.Components, c.Concurrency, c.MaxUsersInFlight, c.ClaimWindow, c.Replicas, c.Batch} {
+		check(v <= 0, "%s must be positive (got %d)", names[i], v)
 	}
 	check(c.Concurrency > c.MaxUsersInFlight && c.MaxUsersInFlight > 0, "REFRESH_CONCURRENCY %d is above MAX_USERS_IN_FLIGHT %d", c.Concurrency, c.MaxUsersInFlight)
 	check(c.PollInterval <= 0, "poll interval must be positive (got %gs)", c.PollInterval)
@@ -153,6 +150,7 @@ func simOptions(in Input, entries []Entry, b Bounds) SimOptions {
 		}
 		o.Horizon, o.UntilDrained = math.Min(math.Max(3*est, est+300), 14*24*3600), true
 	}
+	o.SampleEvery = math.Max(1, math.Ceil(o.Horizon/2000)) // enough for a chart
 	return o
 }
 
@@ -202,8 +200,7 @@ func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 		verdict = fmt.Sprintf("recovers: the oldest age is back to its pre-transient %s %s after the transient ends (from the transient on: peak depth %d, peak oldest age %s)",
 			Seconds(sp.PreLevel), Seconds(sp.RecoverySeconds), pk.Depth, Seconds(pk.OldestAge))
 	}
-	// A fleet keeping up holds the oldest age at about busyTime, and a poll
-	// without change streams.
+	// A fleet keeping up holds the oldest age at about busyTime, plus a poll without change streams.
 	light := busyTime(c, in.Server.Latency(1, 1))
 	if !c.ChangeStreams {
 		light += c.PollInterval
@@ -315,15 +312,11 @@ func (p *Plan) WriteText(w io.Writer) error {
 	tw.Flush()
 	fmt.Fprintf(&b, "(bound: refreshes/s with every slot busy; peak wait: the longest an entry waited since the plan began;\n"+
 		" sustainable: the highest arrival rate, with this backlog's mix of users, that keeps the oldest age within %s)\n\n", Seconds(p.TargetAge))
-	if p.ReplicasForTarget > 0 {
-		fmt.Fprintf(&b, "replicas for an oldest age within %s: %d\n", Seconds(p.TargetAge), p.ReplicasForTarget)
-	} else {
-		why := "try a larger --max-replicas"
-		if n := len(p.Rows); n > 1 && p.Rows[n-1].Bounds.Lower < 1.05*p.Rows[n-2].Bounds.Lower {
-			why = "the last replica added less than 5%: the server, not the fleet, is the limit"
-		}
-		fmt.Fprintf(&b, "replicas for an oldest age within %s: more than %d (%s)\n", Seconds(p.TargetAge), len(p.Rows), why)
-	}
+	n := len(p.Rows)
+	why := cmp.Or(When(n > 1 && p.Rows[n-1].Bounds.Lower < 1.05*p.Rows[n-2].Bounds.Lower,
+		"the last replica added less than 5%%: the server, not the fleet, is the limit"), "try a larger --max-replicas")
+	fmt.Fprintf(&b, "replicas for an oldest age within %s: %s\n", Seconds(p.TargetAge),
+		cmp.Or(When(p.ReplicasForTarget > 0, "%d", p.ReplicasForTarget), fmt.Sprintf("more than %d (%s)", n, why)))
 	if q := p.Sequential; q != nil {
 		fmt.Fprintf(&b, "for comparison, a one-at-a-time consumer (%d-entry window, %.0f distinct users in it) would drain %.1f entries/s here%s\n",
 			SequentialWindow, q.WindowUsers, q.EntriesPerSecond, When(p.Load > 0 && !q.KeepsUp, ": below the load, so it would wedge"))
@@ -446,9 +439,8 @@ func (b *Backlog) Schedule(a Arrival, tr Transient) ([]Entry, int) {
 	if a.Mode == ArrivalRate {
 		rnd := rand.New(rand.NewPCG(a.Seed, 0x91a7))
 		unseen := NewMix(b.Counts()).New
-		n := int(a.Rate * a.Duration)
-		for k := 1; k <= n; k++ {
-			t := float64(k) / a.Rate
+		for k := range int(a.Rate * a.Duration) {
+			t := float64(k+1) / a.Rate
 			u := int32(users) // a user the backlog has not seen (see Mix)
 			if rnd.Float64() < unseen {
 				users++

@@ -11,12 +11,10 @@ import (
 // Sample is the queue at one moment of a drain, simulated or measured (a
 // replay's timeline): one type, so both are judged (RecoveredAt) alike.
 type Sample struct {
-	T         float64 `json:"t"` // seconds since the plan (or the drain) began
-	Depth     int     `json:"depth"`
-	OldestAge float64 `json:"oldestAge"` // now − the oldest entry's enqueue time; 0 when empty, -1 when not measured
-	// Wait is now − max(the oldest entry's enqueue time, 0), simulated only:
-	// replicas cannot undo the age a backlog already had, they decide this.
-	Wait        float64 `json:"wait"`
+	T           float64 `json:"t"` // seconds since the plan (or the drain) began
+	Depth       int     `json:"depth"`
+	OldestAge   float64 `json:"oldestAge"` // now − the oldest entry's enqueue time; 0 when empty, -1 when not measured
+	Wait        float64 `json:"wait"`      // now − max(the oldest entry's enqueue time, 0), simulated only: the part of the age replicas decide
 	Acked       float64 `json:"acked"`     // entries acknowledged since the start
 	Refreshes   float64 `json:"refreshes"` // successful user refreshes since the start
 	RTTFactor   float64 `json:"rttFactor,omitempty"`
@@ -29,28 +27,26 @@ type Sample struct {
 // SimOptions bound a simulation.
 type SimOptions struct {
 	Horizon      float64 // stop here at the latest (seconds)
-	SampleEvery  float64 // timeline resolution (seconds); 0 or less: enough for a chart
+	SampleEvery  float64 // timeline resolution (seconds); 0 or less: 1
 	UntilDrained bool    // stop once every entry is acknowledged
 }
 
 // Run is one simulation's outcome.
 type Run struct {
-	Replicas int      `json:"replicas"`
-	Timeline []Sample `json:"timeline,omitempty"`
-	// Drained: every entry was acknowledged, by DrainSeconds (the last
-	// flush); ClearSeconds: every entry present at the start (-1: not).
-	Drained            bool    `json:"drained"`
-	DrainSeconds       float64 `json:"drainSeconds"`
-	ClearSeconds       float64 `json:"clearSeconds"`
-	PeakDepth          int     `json:"peakDepth"`
-	PeakOldestAge      float64 `json:"peakOldestAge"`
-	PeakWait           float64 `json:"peakWait"`
-	Refreshes          int     `json:"refreshes"`
-	MeanRefreshSeconds float64 `json:"meanRefreshSeconds"` // the refresh_duration histogram's mean
-	Acked              int     `json:"acked"`
-	Entries            int     `json:"entries"`
-	EndSeconds         float64 `json:"endSeconds"`
-	End                Sample  `json:"end"`
+	Replicas           int      `json:"replicas"`
+	Timeline           []Sample `json:"timeline,omitempty"`
+	Drained            bool     `json:"drained"` // every entry acknowledged, by DrainSeconds (the last flush; -1: not)
+	DrainSeconds       float64  `json:"drainSeconds"`
+	ClearSeconds       float64  `json:"clearSeconds"` // when every entry present at the start was; -1: not
+	PeakDepth          int      `json:"peakDepth"`
+	PeakOldestAge      float64  `json:"peakOldestAge"`
+	PeakWait           float64  `json:"peakWait"`
+	Refreshes          int      `json:"refreshes"`
+	MeanRefreshSeconds float64  `json:"meanRefreshSeconds"` // the refresh_duration histogram's mean
+	Acked              int      `json:"acked"`
+	Entries            int      `json:"entries"`
+	EndSeconds         float64  `json:"endSeconds"`
+	End                Sample   `json:"end"`
 }
 
 // Simulate runs c.Replicas replicas over entries as Backlog.Schedule lays
@@ -76,7 +72,7 @@ func Simulate(c Config, s Server, tr Transient, entries []Entry, users int, o Si
 	m.arrive()
 	m.sample()
 	if o.SampleEvery <= 0 {
-		o.SampleEvery = math.Max(1, math.Ceil(o.Horizon/2000))
+		o.SampleEvery = 1
 	}
 	m.every(o.SampleEvery, m.sample)
 	for _, r := range m.reps {
@@ -144,8 +140,7 @@ type sim struct {
 	timeline                        []Sample
 }
 
-// push schedules do at t in q, which stays in time order, ties in the
-// order they were scheduled.
+// push schedules do at t in q, kept in time order, ties in the order scheduled.
 func push(q *[]event, t float64, do func()) {
 	i := sort.Search(len(*q), func(i int) bool { return (*q)[i].t > t })
 	*q = slices.Insert(*q, i, event{t, do})
@@ -248,8 +243,7 @@ func (m *sim) startOp(roundTrips int, work float64, done func()) {
 	push(&m.ops, m.v+float64(roundTrips), done)
 }
 
-// wantMore is the consumer's low-water mark: room for users, and fewer
-// waiting for a slot than the slots refresh at once.
+// wantMore is the consumer's low-water mark: room for users, fewer waiting than slots() refresh at once.
 func (m *sim) wantMore(r *replica) bool {
 	return r.held < m.c.HeldCap() && len(r.waiting) < m.c.slots()
 }
@@ -359,8 +353,7 @@ func (m *sim) dispatch(r *replica) {
 	}
 }
 
-// roomWake wakes the claim loop when slots are about to run dry, but only
-// while the last round said more work is waiting.
+// roomWake wakes the claim loop when slots run low, if the last round said more was waiting.
 func (m *sim) roomWake(r *replica) {
 	if r.backlog && m.wantMore(r) {
 		m.wake(r)
@@ -406,14 +399,12 @@ func (m *sim) startFlush(r *replica) {
 	if len(r.outcomes) == 0 {
 		return
 	}
-	r.flushing = true
-	n := 0
-	for _, x := range r.outcomes {
+	outcomes, n := r.outcomes, 0
+	for _, x := range outcomes {
 		n += len(x.entries)
 	}
-	outcomes := r.outcomes
+	r.flushing, r.outcomes = true, nil
 	m.startOp(consumer.AckRoundTrips, float64(n)*m.s.EntryCost, func() { m.flushDone(r, outcomes) })
-	r.outcomes = nil
 }
 
 func (m *sim) flushDone(r *replica, outcomes []work) {
