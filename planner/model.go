@@ -195,8 +195,7 @@ func Assess(c Config, s Server, replicas int, mix Mix, rate float64, backlogUser
 	if !c.ChangeStreams {
 		st.NormalWait += c.PollInterval / 2
 	}
-	b := FleetBounds(c, s, replicas)
-	st.Loaded = math.Min(b.Loaded, b.InFlight)
+	st.Loaded = FleetBounds(c, s, replicas).Lower // the least of Loaded and InFlight
 	if rate <= 0 {
 		st.Class = ClassNoLoad
 		return st
@@ -226,9 +225,7 @@ func Assess(c Config, s Server, replicas int, mix Mix, rate float64, backlogUser
 // every slot. Iterating from an idle server climbs to the lowest fixed
 // point; if the users pass what full batches hold, the fleet cannot keep up.
 func lowFixedPoint(c Config, s Server, replicas int, d float64) (float64, bool) {
-	rt := float64(c.RoundTrips())
-	slots := float64(replicas * c.Concurrency)
-	n := 0.0
+	rt, slots, n := float64(c.RoundTrips()), float64(replicas*c.Concurrency), 0.0
 	for range 10_000 {
 		users := d * rt * s.Latency(math.Max(n, 1), 1)
 		if users > slots*float64(c.SpreadBatch()) {

@@ -220,8 +220,7 @@ func (m *sim) sample() {
 		s.RTTFactor = m.rttFactor
 	}
 	if i := m.live.find(0); i < m.arrived {
-		s.OldestAge = m.now - m.e[i].Created
-		s.Wait = m.now - math.Max(m.e[i].Created, 0)
+		s.OldestAge, s.Wait = m.now-m.e[i].Created, m.now-math.Max(m.e[i].Created, 0)
 	}
 	m.timeline = append(m.timeline, s)
 }
@@ -273,8 +272,7 @@ func (m *sim) tryClaim(r *replica) {
 		m.leased[u] = true
 	}
 	// The window and absorb read the queue (Server.ScanCost).
-	scan := 2 * float64(m.arrived-m.deleted) * m.s.ScanCost
-	start := m.now
+	scan, start := 2*float64(m.arrived-m.deleted)*m.s.ScanCost, m.now
 	m.startOp(rt, scan, func() { m.claimDone(r, users, more, start) })
 }
 
@@ -308,8 +306,7 @@ func (m *sim) claimDone(r *replica, users []int32, more bool, start float64) {
 		}
 		r.waiting = append(r.waiting, work{user: u, entries: ents})
 	}
-	r.held += len(users)
-	r.backlog = more
+	r.held, r.backlog = r.held+len(users), more
 	if m.c.ChangeStreams && m.arrived > 0 && m.e[m.arrived-1].Arrive > start {
 		r.wakePending = true // the change stream spoke while the round ran
 	}

@@ -169,3 +169,12 @@ func TestBatchesSpreadOverTheFreeSlots(t *testing.T) {
 		t.Errorf("refreshes %d, want 8 users refreshed", r.Refreshes)
 	}
 }
+
+func TestASampleIntervalOfZeroIsASecond(t *testing.T) {
+	for _, every := range []float64{0, -1} {
+		r := Simulate(oneSlot(10), slow, Transient{}, backlogOf(0), 1, SimOptions{Horizon: 100, SampleEvery: every, UntilDrained: true})
+		if !r.Drained || len(r.Timeline) < 2 || r.Timeline[1].T != 1 {
+			t.Errorf("SampleEvery %g: drained %t, %d samples; want a drain sampled every second", every, r.Drained, len(r.Timeline))
+		}
+	}
+}
