@@ -241,8 +241,7 @@ func windowUsers(b *Backlog, w int) float64 {
 	if len(b.Entries) == 0 || w <= 0 {
 		return 0
 	}
-	seen := map[int32]struct{}{}
-	total, windows := 0, 0
+	seen, total, windows := map[int32]struct{}{}, 0, 0
 	for i, e := range b.Entries {
 		seen[e.User] = struct{}{}
 		if (i+1)%w == 0 || i == len(b.Entries)-1 {
@@ -270,8 +269,7 @@ func sequential(b *Backlog, c Config, s Server, load float64) *Sequential {
 	if len(b.Entries) == 0 {
 		return nil
 	}
-	q := &Sequential{WindowUsers: windowUsers(b, SequentialWindow)}
-	lat := s.Latency(1, 1)
+	q, lat := &Sequential{WindowUsers: windowUsers(b, SequentialWindow)}, s.Latency(1, 1)
 	perWindow := q.WindowUsers*float64(c.RoundTrips())*lat + 2*lat // read the window, delete it
 	q.EntriesPerSecond = min(float64(SequentialWindow), float64(len(b.Entries))) / perWindow
 	q.KeepsUp = load > 0 && q.EntriesPerSecond > load
@@ -426,8 +424,7 @@ type Arrival struct {
 // Schedule lays the backlog out in time under the profile, with the
 // transient's burst, oldest first, and counts the users they name.
 func (b *Backlog) Schedule(a Arrival, tr Transient) ([]Entry, int) {
-	out := make([]Entry, 0, len(b.Entries))
-	users := b.Users
+	out, users := make([]Entry, 0, len(b.Entries)), b.Users
 	for _, e := range b.Entries {
 		created, arrive := min(e.Created, 0), 0.0
 		if a.Mode == ArrivalOriginal {

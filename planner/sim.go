@@ -271,8 +271,7 @@ func (m *sim) tryClaim(r *replica) {
 	for _, u := range users {
 		m.leased[u] = true
 	}
-	// The window and absorb read the queue (Server.ScanCost).
-	scan, start := 2*float64(m.arrived-m.deleted)*m.s.ScanCost, m.now
+	scan, start := 2*float64(m.arrived-m.deleted)*m.s.ScanCost, m.now // the window and absorb read the queue
 	m.startOp(rt, scan, func() { m.claimDone(r, users, more, start) })
 }
 

@@ -377,8 +377,7 @@ func dialPlan(ctx context.Context, cfg config.Config) (*planConn, error) {
 	return &planConn{client: client, db: client.Database(cfg.Database), server: server}, nil
 }
 
-// measurement is what --measure found besides the plan's planner.Server
-// figures, worded for the line it prints; a part is empty when not measured.
+// measurement is what --measure found besides planner.Server's figures, as its line words it (empty: not measured).
 type measurement struct {
 	cost, capacity, scan, kind string
 	changeStreams              bool
