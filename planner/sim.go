@@ -146,13 +146,6 @@ func push(q *[]event, t float64, do func()) {
 	*q = slices.Insert(*q, i, event{t, do})
 }
 
-// pop takes q's first event.
-func pop(q *[]event) func() {
-	do := (*q)[0].do
-	*q = (*q)[1:]
-	return do
-}
-
 func (m *sim) at(t float64, do func()) { push(&m.timers, t, do) }
 
 // every runs do every dt from now on.
@@ -170,24 +163,21 @@ func (m *sim) loop(o SimOptions) {
 	m.at(o.Horizon, func() { m.stopped = true })
 	for {
 		lat := m.s.Latency(float64(m.inFlight), m.rttFactor)
-		tOp := math.Inf(1)
+		q, t := &m.timers, m.timers[0].t // a timer first at a tie
 		if len(m.ops) > 0 {
-			tOp = m.now + (m.ops[0].t-m.v)*lat
-		}
-		tEv := m.timers[0].t
-		if tEv <= tOp {
-			m.advance(tEv, lat)
-			pop(&m.timers)()
-			if m.stopped || (o.UntilDrained && m.drained()) {
-				return
+			if tOp := m.now + (m.ops[0].t-m.v)*lat; tOp < t {
+				q, t = &m.ops, tOp
+				m.inFlight--
 			}
-			continue
 		}
-		m.advance(tOp, lat)
-		m.inFlight--
-		pop(&m.ops)()
-		if o.UntilDrained && m.drained() {
-			m.sample()
+		m.advance(t, lat)
+		do := (*q)[0].do
+		*q = (*q)[1:]
+		do()
+		if m.stopped || (o.UntilDrained && m.drained()) {
+			if q == &m.ops {
+				m.sample() // the drain's last moment
+			}
 			return
 		}
 	}
