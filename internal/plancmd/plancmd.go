@@ -144,8 +144,10 @@ func (o *planOptions) register(fs *flag.FlagSet, cfg config.Config) {
 	fs.StringVar(&o.svg, "svg", "", "also draw the plan as an SVG chart into this file")
 }
 
-// validate checks the flags together; every problem at once.
-func (o *planOptions) validate() error {
+// validate notes the flags fs was given and checks them together; every problem at once.
+func (o *planOptions) validate(fs *flag.FlagSet) error {
+	o.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	var errs []error
 	check := func(bad bool, format string, args ...any) {
 		if bad {
@@ -192,9 +194,7 @@ func Run(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "scorerefresh plan: %v\n", cfgErr)
 		return 2
 	}
-	o.set = map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
-	if err := o.validate(); err != nil {
+	if err := o.validate(fs); err != nil {
 		return cli.Refuse(fs, "%v", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
