@@ -434,8 +434,7 @@ func (b *Backlog) Schedule(a Arrival, tr Transient) ([]Entry, int) {
 		out = append(out, Entry{User: e.User, Created: created, Arrive: arrive})
 	}
 	if a.Mode == ArrivalRate {
-		rnd := rand.New(rand.NewPCG(a.Seed, 0x91a7))
-		unseen := NewMix(b.Counts()).New
+		rnd, unseen := rand.New(rand.NewPCG(a.Seed, 0x91a7)), NewMix(b.Counts()).New
 		for k := range int(a.Rate * a.Duration) {
 			t := float64(k+1) / a.Rate
 			u := int32(users) // a user the backlog has not seen (see Mix)

@@ -185,8 +185,7 @@ func (m *sim) loop(o SimOptions) {
 
 func (m *sim) advance(t, lat float64) {
 	if t > m.now {
-		m.v += (t - m.now) / lat
-		m.now = t
+		m.v, m.now = m.v+(t-m.now)/lat, t
 	}
 	m.arrive()
 }
