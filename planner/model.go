@@ -136,12 +136,6 @@ func FleetBounds(c Config, s Server, replicas int) Bounds {
 	return b
 }
 
-// busyTime is an entry's time from its claim round to its ack at round trips
-// of lat: the round, the refresh, the ack flush's wait and round trips.
-func busyTime(c Config, lat float64) float64 {
-	return float64(c.RoundTrips()+consumer.ClaimRoundTrips+consumer.AckRoundTrips)*lat + ackInterval
-}
-
 // Limit is a figure that may be unbounded (+Inf), null in JSON.
 type Limit float64
 

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/scorerefresh/scorerefresh/consumer"
 )
 
 // Input is what to plan.
@@ -127,7 +129,7 @@ func Make(in Input) (*Plan, error) {
 		row := Row{Replicas: n, Bounds: FleetBounds(c, in.Server, n)}
 		row.Run = Simulate(c, in.Server, Transient{}, entries, users, simOptions(in, entries, row.Bounds))
 		// An entry may wait for its claim what the target age leaves after busyTime.
-		wait := math.Max(in.TargetAge-busyTime(c, in.Server.Latency(1, 1)), in.TargetAge/10)
+		wait := math.Max(in.TargetAge-busyTime(c, in.Server), in.TargetAge/10)
 		row.Sustainable = Limit(p.Mix.SustainableRate(row.Bounds.Lower, wait))
 		row.MeetsTarget = row.Run.PeakWait <= in.TargetAge && (row.Run.Drained || in.Arrival.Mode == ArrivalRate)
 		if row.MeetsTarget && p.ReplicasForTarget == 0 {
@@ -152,6 +154,12 @@ func simOptions(in Input, entries []Entry, b Bounds) SimOptions {
 	}
 	o.SampleEvery = math.Max(1, math.Ceil(o.Horizon/2000)) // enough for a chart
 	return o
+}
+
+// busyTime is an entry's time from its claim round to its ack while the fleet
+// keeps up: the round, the refresh, the ack flush's wait and round trips.
+func busyTime(c Config, s Server) float64 {
+	return float64(c.RoundTrips()+consumer.ClaimRoundTrips+consumer.AckRoundTrips)*s.Latency(1, 1) + ackInterval
 }
 
 // stability classifies the load and simulates the transient at the current fleet.
@@ -201,7 +209,7 @@ func stability(in Input, p *Plan, entries []Entry, users int) *StabilityPlan {
 			Seconds(sp.PreLevel), Seconds(sp.RecoverySeconds), pk.Depth, Seconds(pk.OldestAge))
 	}
 	// A fleet keeping up holds the oldest age at about busyTime, plus a poll without change streams.
-	light := busyTime(c, in.Server.Latency(1, 1))
+	light := busyTime(c, in.Server)
 	if !c.ChangeStreams {
 		light += c.PollInterval
 	}
