@@ -295,12 +295,10 @@ func NewMix(counts []int) Mix {
 			byCount[n]++
 		}
 	}
-	m := Mix{Users: len(counts)}
 	if total == 0 {
-		m.New = 1
-		return m
+		return Mix{Users: len(counts), New: 1}
 	}
-	m.New = float64(byCount[1]) / float64(total)
+	m := Mix{Users: len(counts), New: float64(byCount[1]) / float64(total)}
 	for n, users := range byCount {
 		m.groups = append(m.groups, shareGroup{share: (1 - m.New) * float64(n) / float64(total), users: users})
 	}

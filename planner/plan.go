@@ -383,8 +383,7 @@ func (b *Backlog) Add(user string, created time.Time) {
 			b.ids = map[string]int32{}
 		}
 		id = int32(len(b.Names))
-		b.ids[user] = id
-		b.Names = append(b.Names, user)
+		b.ids[user], b.Names = id, append(b.Names, user)
 	}
 	// Seconds since the epoch until Build knows the reference.
 	b.Entries = append(b.Entries, Entry{User: id, Created: float64(created.UnixNano()) / 1e9})
