@@ -86,7 +86,7 @@ func (s *Sampler) RunOnce(ctx context.Context) error {
 	}
 	now := s.cfg.Clock.Now()
 	s.sli.QueueDepth.Set(float64(st.Depth))
-	s.sli.SetOldest(st.Oldest)
+	s.sli.oldest.Store(&st.Oldest)
 	s.sli.DeadLetterDepth.Set(float64(st.DeadLetters))
 	s.sli.LastSample.Set(float64(now.UnixNano()) / 1e9)
 
@@ -173,9 +173,6 @@ func NewSLI(reg prometheus.Registerer, clk clock.Nower) *SLI {
 	return s
 }
 
-// SetOldest records the oldest entry's createdAt; zero means the queue is empty.
-func (s *SLI) SetOldest(t time.Time) { s.oldest.Store(&t) }
-
 // OldestAge is the oldest entry's age now, in seconds.
 func (s *SLI) OldestAge() float64 {
 	if t := s.oldest.Load(); t != nil && !t.IsZero() {
@@ -193,8 +190,7 @@ func NewBuildInfo(reg prometheus.Registerer, version, revision, goVersion string
 	}).Set(1)
 }
 
-// HeadroomSample is the queue as one SLI sample saw it, and this consumer's
-// cumulative counters then.
+// HeadroomSample is the queue at one SLI sample, and this consumer's counters then.
 type HeadroomSample struct {
 	At          time.Time
 	Depth       float64 // queue documents

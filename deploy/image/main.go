@@ -82,9 +82,8 @@ func main() {
 	fmt.Printf("wrote %s (%s)\n", o.Out, strings.Join(o.Platforms, ", "))
 }
 
-// Build writes the layout: its index.json names one image index (tagged
-// with the version, for skopeo's oci:DIR:TAG), which holds one image per
-// platform.
+// Build writes the layout: its index.json names one image index (tagged with
+// the version, for skopeo's oci:DIR:TAG) of one image per platform.
 func Build(ctx context.Context, o Options) error {
 	if err := o.defaults(ctx); err != nil {
 		return err

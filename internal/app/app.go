@@ -39,10 +39,8 @@ type Options struct {
 	Monitor       *event.CommandMonitor                       // sees every command after the metrics (the bench measures with it)
 	Scorer        func(db *mongo.Database) scoring.Scorer     // a team's own instead of the rules or SCORER_URL
 	WrapRefresher func(consumer.Refresher) consumer.Refresher // wraps the scorer: the bench's faults
-	// Clock is what the service waits on and measures durations with
-	// (default: the wall clock); lease and score times follow Service.Clock.
-	Clock  clock.Clock
-	Traits *servertraits.Traits // taken instead of asking the server: tests run MongoDB's paths on FerretDB
+	Clock         clock.Clock                                 // waits and durations (default: the wall clock); leases and scores follow Service.Clock
+	Traits        *servertraits.Traits                        // taken instead of asking the server: tests run MongoDB's paths on FerretDB
 }
 
 // Service is a wired, not yet running, scorerefresh.
@@ -355,15 +353,11 @@ func (s *Service) setup(ctx context.Context) {
 func (s *Service) syncClock(ctx context.Context) {
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	var err error
 	for range 3 {
-		if _, err = s.Clock.Sync(sctx); err != nil {
-			break
+		if _, err := s.Clock.Sync(sctx); err != nil {
+			s.log.Warn("reading the server's clock failed; using the local clock until it succeeds", "op", "clock sync", "err", err)
+			return
 		}
-	}
-	if err != nil {
-		s.log.Warn("reading the server's clock failed; using the local clock until it succeeds", "op", "clock sync", "err", err)
-		return
 	}
 	if off := s.Clock.Offset(); off > time.Second || off < -time.Second {
 		s.log.Warn("this host's clock differs from the MongoDB server's; leases and refreshedAt follow the server's", "offset", off.String())

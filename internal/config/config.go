@@ -259,11 +259,10 @@ func Variables() []Variable {
 	for i := range typ.NumField() {
 		f, value := typ.Field(i), fmt.Sprint(def.Field(i).Interface())
 		if f.Type == reflect.TypeFor[time.Duration]() { // Duration.String writes 5m0s; an operator writes 5m
-			if strings.HasSuffix(value, "m0s") {
-				value = strings.TrimSuffix(value, "0s")
-			}
-			if strings.HasSuffix(value, "h0m") {
-				value = strings.TrimSuffix(value, "0m")
+			for _, zero := range []string{"m0s", "h0m"} {
+				if strings.HasSuffix(value, zero) {
+					value = value[:len(value)-2]
+				}
 			}
 		}
 		vars = append(vars, Variable{Name: strings.Split(f.Tag.Get("env"), ",")[0], Default: value, Help: f.Tag.Get("help")})

@@ -80,8 +80,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 // URI is the connection string of the server, e.g. mongodb://127.0.0.1:41234/.
 func (s *Server) URI() string { return s.uri }
 
-// Close stops the server, closes its connections and removes a temporary
-// data directory.
+// Close stops the server and its connections and removes a temporary data directory.
 func (s *Server) Close() error {
 	s.cancel()
 	err := <-s.done

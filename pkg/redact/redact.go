@@ -34,7 +34,12 @@ import (
 // Mask replaces whatever is hidden.
 const Mask = "REDACTED"
 
-var secretWords = []string{"pass", "pwd", "secret", "token", "key", "cred", "signature", "private"}
+// secretName matches the option names of rule 2, lower-cased; elementStart,
+// what may precede a NAME:value pair (the start of an option or list element).
+var (
+	secretName   = regexp.MustCompile("pass|pwd|secret|token|key|cred|signature|private")
+	elementStart = regexp.MustCompile(`(^|[=,?&;]|%3d|%2c)$`)
+)
 
 // URI returns the connection string s with its user-info and secret-named
 // option values hidden. The whole of s is one value: spaces do not end it.
@@ -160,7 +165,7 @@ func hideSecretValues(w string, found func(string)) string {
 			continue
 		}
 		n := nameLen(lw[:i])
-		if n == 0 || !suggestsSecret(lw[i-n:i]) || (colon && !startsElement(lw[:i-n])) {
+		if n == 0 || !secretName.MatchString(lw[i-n:i]) || (colon && !elementStart.MatchString(lw[:i-n])) {
 			continue
 		}
 		from := i + sepLen
@@ -185,14 +190,6 @@ func separatorAt(lw string, i int) (n int, colon bool) {
 	return 0, false
 }
 
-// startsElement reports whether a name after before begins an option or a
-// list element, where a NAME:value pair may stand.
-func startsElement(before string) bool {
-	return before == "" || slices.ContainsFunc([]string{"=", ",", "?", "&", ";", "%3d", "%2c"}, func(sep string) bool {
-		return strings.HasSuffix(before, sep)
-	})
-}
-
 func valueEnd(lw string, from int, colon bool) int {
 	ends := []string{"&", ";"}
 	if colon {
@@ -214,10 +211,6 @@ func nameLen(s string) int {
 		i--
 	}
 	return len(s) - i
-}
-
-func suggestsSecret(lowerName string) bool {
-	return slices.ContainsFunc(secretWords, func(w string) bool { return strings.Contains(lowerName, w) })
 }
 
 // hideKnown replaces each secret in text. Secrets shorter than four bytes

@@ -6,6 +6,7 @@
 package servertraits
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -46,8 +47,7 @@ func New() *Traits { return &Traits{} }
 // they are: for tests of what the service sends to a server of that kind.
 func Fixed(info Info) *Traits { return &Traits{known: true, fixed: true, info: info} }
 
-// Probe asks the server what it is unless it has answered; a failure leaves
-// the traits unknown.
+// Probe asks the server what it is unless it has answered; a failure leaves it unknown.
 func (t *Traits) Probe(ctx context.Context, db *mongo.Database) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -142,10 +142,8 @@ func Parse(buildInfo, hello bson.Raw) (Info, error) {
 func ParseBuildInfo(raw bson.Raw) (version, ferret string) {
 	version, _ = raw.Lookup("version").StringValueOK()
 	if v, err := raw.LookupErr("ferretdbVersion"); err == nil {
-		ferret, _ = v.StringValueOK()
-		if ferret == "" {
-			ferret = "unknown"
-		}
+		s, _ := v.StringValueOK()
+		ferret = cmp.Or(s, "unknown")
 	}
 	return version, ferret
 }
@@ -197,10 +195,7 @@ func (t *Traits) BackendUnknown() bool {
 // PushesEqualityDown reports a server that answers {field: value} from its
 // storage (MongoDB, FerretDB on PostgreSQL). FerretDB on SQLite pushes only
 // {_id: x} down: a per-user query decodes the whole collection.
-func (t *Traits) PushesEqualityDown() bool {
-	info := t.Info()
-	return info.FerretDB == "" || info.Backend != "SQLite"
-}
+func (t *Traits) PushesEqualityDown() bool { return !t.ferret() || t.Info().Backend != "SQLite" }
 
 // CheapUpserts reports a server whose upserts cost no more than updates.
 // FerretDB turns an upsert that matches nothing into a scan plus an insert:
@@ -312,10 +307,7 @@ func BatchedShape(op string) Feature { return Feature("batched " + op) }
 // Learnt returns the flag recording that the server refused f, read without
 // a lock; CompareAndSwap(false, true) tells the first to learn it.
 func (t *Traits) Learnt(f Feature) *atomic.Bool {
-	b, ok := t.flags.Load(f)
-	if !ok {
-		b, _ = t.flags.LoadOrStore(f, new(atomic.Bool))
-	}
+	b, _ := t.flags.LoadOrStore(f, new(atomic.Bool))
 	return b.(*atomic.Bool)
 }
 

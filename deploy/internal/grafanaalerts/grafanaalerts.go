@@ -213,8 +213,7 @@ func InlineRecorded(expr string, recorded map[string]string) (string, error) {
 	return out.String(), nil
 }
 
-// identRE finds PromQL identifiers, recording-rule names with colons
-// included.
+// identRE finds PromQL identifiers, recording-rule names with colons included.
 var identRE = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
 
 // GrafanaTemplate rewrites a Prometheus annotation template for Grafana:
@@ -223,8 +222,7 @@ func GrafanaTemplate(s string) string {
 	return regexp.MustCompile(`\$value\b`).ReplaceAllString(s, "$$values.A.Value")
 }
 
-// Generate is Convert, then the file as YAML under a header naming its
-// source.
+// Generate is Convert, then the file as YAML under a header naming its source.
 func Generate(src []byte, opts Options) ([]byte, error) {
 	f, err := Convert(src, opts)
 	if err != nil {

@@ -71,8 +71,7 @@ func (f *Fake) start(period, d time.Duration) *waiter {
 	return w
 }
 
-// arm starts w's wait of d (its period, for a ticker); a timer of d zero or
-// less fires at once. Called with mu held.
+// arm starts w's wait of d (its period, for a ticker); a timer of d <= 0 fires at once.
 func (f *Fake) arm(w *waiter, d time.Duration) {
 	w.at = f.now.Add(d)
 	if w.period == 0 && d <= 0 {
@@ -128,10 +127,6 @@ func (f *Fake) advanceTo(t time.Time) {
 func (f *Fake) Pending() []time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.pendingLocked()
-}
-
-func (f *Fake) pendingLocked() []time.Duration {
 	out := make([]time.Duration, len(f.waiters))
 	for i, w := range f.waiters {
 		out[i] = w.at.Sub(f.now)
@@ -166,9 +161,9 @@ func (f *Fake) BlockUntilWaiting(ctx context.Context, d time.Duration) error {
 func (f *Fake) WaitUntil(ctx context.Context, cond func(pending []time.Duration) bool) error {
 	for {
 		f.mu.Lock()
-		pending, changed := f.pendingLocked(), f.changed
+		changed := f.changed // taken first: a change after it closes it
 		f.mu.Unlock()
-		if cond(pending) {
+		if cond(f.Pending()) {
 			return nil
 		}
 		select {
