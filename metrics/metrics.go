@@ -4,6 +4,7 @@
 package metrics
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -183,7 +184,6 @@ type Mongo struct {
 	OnCheckout func(wait time.Duration, failed bool)
 }
 
-// NewMongo registers the MongoDB client metrics on reg.
 func NewMongo(reg prometheus.Registerer) *Mongo {
 	f := promauto.With(reg)
 	return &Mongo{
@@ -230,29 +230,26 @@ func (m *Mongo) PoolMonitor() *event.PoolMonitor {
 	}}
 }
 
-// CommandMonitor counts round trips; next, if not nil, sees every event too
-// (tests chain their own counter behind it).
+// CommandMonitor counts round trips; next, if not nil, sees every event too (tests chain theirs).
 func (m *Mongo) CommandMonitor(next *event.CommandMonitor) *event.CommandMonitor {
-	if next == nil {
-		next = &event.CommandMonitor{}
-	}
-	count := func(name, outcome string, d time.Duration) {
-		m.Commands.WithLabelValues(name, outcome).Inc()
-		m.CommandDuration.WithLabelValues(name).Observe(d.Seconds())
+	next = cmp.Or(next, &event.CommandMonitor{})
+	count := func(e event.CommandFinishedEvent, outcome string) {
+		m.Commands.WithLabelValues(e.CommandName, outcome).Inc()
+		m.CommandDuration.WithLabelValues(e.CommandName).Observe(e.Duration.Seconds())
 	}
 	return &event.CommandMonitor{
-		Started: next.Started, // the driver skips a nil one
-		Succeeded: func(ctx context.Context, e *event.CommandSucceededEvent) {
-			count(e.CommandName, "ok", e.Duration)
-			if next.Succeeded != nil {
-				next.Succeeded(ctx, e)
-			}
-		},
-		Failed: func(ctx context.Context, e *event.CommandFailedEvent) {
-			count(e.CommandName, "error", e.Duration)
-			if next.Failed != nil {
-				next.Failed(ctx, e)
-			}
-		},
+		Started:   next.Started, // the driver skips a nil one
+		Succeeded: then(func(e *event.CommandSucceededEvent) { count(e.CommandFinishedEvent, "ok") }, next.Succeeded),
+		Failed:    then(func(e *event.CommandFailedEvent) { count(e.CommandFinishedEvent, "error") }, next.Failed),
+	}
+}
+
+// then calls f, then next if it is set.
+func then[E any](f func(E), next func(context.Context, E)) func(context.Context, E) {
+	return func(ctx context.Context, e E) {
+		f(e)
+		if next != nil {
+			next(ctx, e)
+		}
 	}
 }

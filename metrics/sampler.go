@@ -18,7 +18,6 @@ import (
 	"github.com/scorerefresh/scorerefresh/queuestate"
 )
 
-// SamplerConfig configures the SLI sampler.
 type SamplerConfig struct {
 	Queue, DeadLetter *mongo.Collection
 	Interval          time.Duration // SLI_INTERVAL; default DefaultSampleInterval

@@ -28,7 +28,6 @@ func Handler(reg *prometheus.Registry, h *Health) http.Handler {
 	return mux
 }
 
-// Server is the metrics and health HTTP server.
 type Server struct {
 	srv *http.Server
 	ln  net.Listener
@@ -55,7 +54,6 @@ func Listen(addr string, handler http.Handler) (*Server, error) {
 	}}, nil
 }
 
-// Addr is the bound address.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
 // ServerShutdownTimeout is how long a scrape in progress gets once Serve's context ends.
@@ -108,8 +106,7 @@ func NewHealth(clk clock.Nower) *Health {
 	return &Health{clock: cmp.Or[clock.Nower](clk, clock.Real{}), beats: map[string]*heartbeat{}, conditions: map[string]condition{}}
 }
 
-// Watch starts watching a loop that must beat at least every allowed: call
-// beat each time it makes progress.
+// Watch watches a loop that must beat at least every allowed: call beat each time it progresses.
 func (h *Health) Watch(name string, allowed time.Duration) (beat func()) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -131,27 +128,24 @@ func (h *Health) Set(name string, ok bool, detail string) {
 }
 
 // Live reports whether every watched loop beat within its allowance.
-func (h *Health) Live() (bool, string) {
+func (h *Health) Live() (bool, string) { return h.check(true) }
+
+// Ready reports whether every condition holds.
+func (h *Health) Ready() (bool, string) { return h.check(false) }
+
+// check lists, sorted, the loops silent past their allowance (live) or the false conditions.
+func (h *Health) check(live bool) (bool, string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := h.clock.Now()
-	var stuck []string
+	var bad []string
 	for name, b := range h.beats {
-		if silent := now.Sub(b.last); silent > b.allowed {
-			stuck = append(stuck, fmt.Sprintf("%s: no progress for %s (allowed %s)", name, silent.Round(time.Second), b.allowed))
+		if silent := now.Sub(b.last); live && silent > b.allowed {
+			bad = append(bad, fmt.Sprintf("%s: no progress for %s (allowed %s)", name, silent.Round(time.Second), b.allowed))
 		}
 	}
-	sort.Strings(stuck)
-	return len(stuck) == 0, strings.Join(stuck, "; ")
-}
-
-// Ready reports whether every condition holds.
-func (h *Health) Ready() (bool, string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var bad []string
 	for name, c := range h.conditions {
-		if !c.ok {
+		if !live && !c.ok {
 			bad = append(bad, name+": "+c.detail)
 		}
 	}

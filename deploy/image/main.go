@@ -48,7 +48,6 @@ const (
 	refNameKey = "org.opencontainers.image.ref.name"
 )
 
-// Options says what to build and where.
 type Options struct {
 	Out       string   // the OCI layout directory to write
 	Repo      string   // the repository root (go.mod of the service, VERSION)

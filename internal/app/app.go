@@ -396,7 +396,6 @@ func (s *Service) ping(ctx context.Context) {
 	}
 }
 
-// Close disconnects from MongoDB.
 func (s *Service) Close(ctx context.Context) error { return s.Client.Disconnect(ctx) }
 
 // The production refresher recomputes batches of users (REFRESH_BATCH_SIZE).

@@ -152,7 +152,6 @@ func describe(pe env.ParseError) string {
 	return pe.Err.Error()
 }
 
-// Error lists every problem found in the environment.
 type Error struct{ Problems []string }
 
 func (e *Error) Error() string {
@@ -212,7 +211,6 @@ func (c Config) validate() []problem {
 	return p
 }
 
-// ParseLogLevel maps LOG_LEVEL to a slog level.
 func ParseLogLevel(s string) (slog.Level, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "debug":

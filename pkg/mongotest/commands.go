@@ -30,8 +30,7 @@ type Command struct {
 	Failed     bool     // the command failed (an error reply or none)
 }
 
-// Monitor returns the command monitor to give the client; next, if not
-// nil, sees every event too (Cursors.Monitor, say).
+// Monitor returns the command monitor to give the client; next, if not nil, sees every event too.
 func (r *Commands) Monitor(next *event.CommandMonitor) *event.CommandMonitor {
 	return Chain(&event.CommandMonitor{
 		Started: func(ctx context.Context, e *event.CommandStartedEvent) {
@@ -96,8 +95,7 @@ func (r *Commands) All() []Command {
 	return slices.Clone(r.cmds)
 }
 
-// Take returns the commands recorded since the last Take or Reset and
-// starts again.
+// Take returns the commands recorded since the last Take or Reset and starts again.
 func (r *Commands) Take() []Command {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -108,8 +106,7 @@ func (r *Commands) Take() []Command {
 
 func (r *Commands) Reset() { r.Take() }
 
-// Count is how many commands recorded since the last Take or Reset are
-// named name, on collection coll ("" for any).
+// Count is how many commands since the last Take or Reset are named name, on coll ("" for any).
 func (r *Commands) Count(name, coll string) int {
 	return len(slices.DeleteFunc(r.All(), func(c Command) bool {
 		return c.Name != name || coll != "" && c.Collection != coll

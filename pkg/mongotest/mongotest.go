@@ -35,8 +35,7 @@ var startServer = sync.OnceValues(func() (string, error) {
 	return s.URI(), nil
 })
 
-// URI returns the connection string of the test server, starting the shared
-// embedded server (which lives until the test binary exits) if needed.
+// URI returns the test server's connection string, starting the shared embedded one if needed.
 func URI(t testing.TB) string {
 	t.Helper()
 	if uri := os.Getenv(EnvURI); uri != "" {
@@ -49,7 +48,6 @@ func URI(t testing.TB) string {
 	return uri
 }
 
-// Options configures a client for a test.
 type Options struct {
 	// Monitor receives the driver's command events (to count round trips).
 	Monitor *event.CommandMonitor
@@ -66,8 +64,7 @@ func Client(t testing.TB, opts Options) *mongo.Client {
 	return c
 }
 
-// DatabaseName returns a database name unique to this test binary and call,
-// short enough for MongoDB's 64-byte limit.
+// DatabaseName returns a name unique to this test binary and call, within MongoDB's 64 bytes.
 func DatabaseName(t testing.TB) string {
 	name := strings.NewReplacer("/", "_", " ", "_", ".", "_").Replace(t.Name())
 	return fmt.Sprintf("t%d_%d_%s", os.Getpid()%100000, dbSeq.Add(1), name[:min(len(name), 40)])

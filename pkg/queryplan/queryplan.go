@@ -20,7 +20,6 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/mongotest"
 )
 
-// Command is one command as the driver sent it.
 type Command = mongotest.Command
 
 // Recorder keeps the commands the driver sends, until Take returns them.
@@ -59,8 +58,7 @@ func (p Plan) String() string {
 		p.Stages, p.Indexes, p.MultiKey, p.KeysExamined, p.DocsExamined, p.Returned)
 }
 
-// ErrNotMongoDB is Parse's answer to an explain reply without MongoDB's
-// query planner output (FerretDB's, for one).
+// ErrNotMongoDB is Parse's answer to an explain reply without MongoDB's planner output (FerretDB's).
 var ErrNotMongoDB = errors.New("explain reply has no MongoDB winning plan")
 
 // Explain runs cmd (one of Explainable's) under explain with executionStats.
@@ -77,8 +75,7 @@ func Explain(ctx context.Context, db *mongo.Database, cmd bson.D) (Plan, error) 
 	return p, nil
 }
 
-// ErrNotExplainable is Explainable's answer for commands with no plan
-// (insert, getMore, …).
+// ErrNotExplainable is Explainable's answer for commands with no plan (insert, getMore, …).
 var ErrNotExplainable = errors.New("command has no query plan")
 
 // kept lists, per command, the fields explain accepts; the driver's own
@@ -94,8 +91,7 @@ var kept = map[string][]string{
 	"delete":        {"delete", "let"},
 }
 
-// statements names the array of statements of the write commands: explain
-// takes exactly one statement per command.
+// statements names the write commands' statement arrays: explain takes one statement per command.
 var statements = map[string]string{"update": "updates", "delete": "deletes"}
 
 // Explainable returns what to explain for c: c itself without the driver's

@@ -38,7 +38,6 @@ type Clock struct {
 // correct, and the one Run waits on (nil: the wall clock).
 func New(db *mongo.Database, local clock.Clock) *Clock { return &Clock{db: db, local: clock.Or(local)} }
 
-// Now is the server's current time, estimated.
 func (c *Clock) Now() time.Time { return c.local.Now().Add(c.Offset()) }
 
 // Offset is the current estimate of server − local.

@@ -77,8 +77,11 @@ func (t *Traits) Reprobe(ctx context.Context, db *mongo.Database) (changed bool,
 	o := t.info
 	changed = t.known && (o.Version != info.Version || o.FerretDB != info.FerretDB || o.Sharded != info.Sharded)
 	t.info, t.known = info, true
-	if changed {
-		t.forget()
+	if changed { // every flag cleared in place: their holders see the change
+		t.flags.Range(func(_, b any) bool {
+			b.(*atomic.Bool).Store(false)
+			return true
+		})
 	}
 	return changed, nil
 }
@@ -328,12 +331,4 @@ func (t *Traits) Lacking() []Feature {
 	})
 	slices.Sort(out)
 	return out
-}
-
-// forget clears every flag in place: their holders see the change.
-func (t *Traits) forget() {
-	t.flags.Range(func(_, b any) bool {
-		b.(*atomic.Bool).Store(false)
-		return true
-	})
 }

@@ -24,7 +24,6 @@ type Fake struct {
 
 var _ clock.Clock = (*Fake)(nil)
 
-// NewFake returns a fake standing at start.
 func NewFake(start time.Time) *Fake { return &Fake{now: start, changed: make(chan struct{})} }
 
 // NewAuto returns a fake that jumps to every timer's deadline as the timer is
@@ -49,12 +48,10 @@ func (f *Fake) Now() time.Time {
 
 func (f *Fake) After(d time.Duration) <-chan time.Time { return f.NewTimer(d).C() }
 
-// NewTimer returns a timer that fires once the fake has moved d on; at once
-// if d is zero or less, as with package time.
+// NewTimer returns a timer firing once the fake has moved d on; at once if d <= 0, as with package time.
 func (f *Fake) NewTimer(d time.Duration) clock.Timer { return fakeTimer{f.start(0, d)} }
 
-// NewTicker returns a ticker that fires every d the fake moves on. It panics
-// on a d of zero or less, as time.NewTicker does.
+// NewTicker returns a ticker firing every d the fake moves on; it panics on d <= 0, as time's does.
 func (f *Fake) NewTicker(d time.Duration) clock.Ticker {
 	if d <= 0 {
 		panic("clocktest: non-positive interval for NewTicker")
@@ -97,8 +94,7 @@ func (f *Fake) Advance(d time.Duration) {
 	f.advanceTo(f.now.Add(d))
 }
 
-// advanceTo moves to t, firing what comes due. Called with mu held, as are
-// arm, remove and notify.
+// advanceTo moves to t, firing what comes due. Called with mu held, as are arm, remove and notify.
 func (f *Fake) advanceTo(t time.Time) {
 	for len(f.waiters) > 0 {
 		next := slices.MinFunc(f.waiters, func(a, b *waiter) int { return a.at.Compare(b.at) })
@@ -122,8 +118,7 @@ func (f *Fake) advanceTo(t time.Time) {
 	f.notify() // time left changed: WaitUntil looks again
 }
 
-// Pending returns how long until each pending timer and ticker next fires,
-// shortest first.
+// Pending returns how long until each pending timer and ticker next fires, shortest first.
 func (f *Fake) Pending() []time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -135,8 +130,7 @@ func (f *Fake) Pending() []time.Duration {
 	return out
 }
 
-// Armed returns the duration of every timer armed so far (NewTimer, After,
-// Reset) that had to wait, in order.
+// Armed returns the duration of every timer armed (NewTimer, After, Reset) that had to wait, in order.
 func (f *Fake) Armed() []time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -155,9 +149,8 @@ func (f *Fake) BlockUntilWaiting(ctx context.Context, d time.Duration) error {
 	return f.WaitUntil(ctx, func(pending []time.Duration) bool { return slices.Contains(pending, d) })
 }
 
-// WaitUntil waits until cond holds for the pending waits (as Pending lists
-// them), checked each time they change, or ctx ends (returning its error).
-// cond may call the fake's methods.
+// WaitUntil waits until cond holds for the waits Pending lists, checked each time they change, or
+// ctx ends (returning its error). cond may call the fake's methods.
 func (f *Fake) WaitUntil(ctx context.Context, cond func(pending []time.Duration) bool) error {
 	for {
 		f.mu.Lock()
