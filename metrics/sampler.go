@@ -41,10 +41,9 @@ type Sampler struct {
 	summaryBase HeadroomSample // at the last summary line
 }
 
-// maxSampleStretch is the least a sample's deadline may stretch to: a read
-// needing a minute, abandoned at 8 × Interval and restarted, kept the server
-// finishing abandoned copies instead of claim rounds (the gauges meanwhile go
-// stale, as scorerefresh_sli_last_sample_timestamp_seconds says).
+// maxSampleStretch is the least a sample's deadline may stretch to: a read needing a minute,
+// abandoned at 8 × Interval and restarted, kept the server finishing abandoned copies instead of
+// claim rounds (the gauges go stale meanwhile, as scorerefresh_sli_last_sample_timestamp_seconds says).
 const maxSampleStretch = 4 * time.Minute
 
 // NewSampler builds a sampler writing to sli, its headroom from consumer's counters.
@@ -209,11 +208,10 @@ type Headroom struct {
 	TimeToDrain   float64 // seconds; 0 when empty, +Inf when arrivals ≥ capacity
 }
 
-// HeadroomEstimator derives Headroom from the oldest and newest samples of a
-// sliding window. Arrivals are Δdepth + entries this consumer removed: exact
-// with one replica, a lower bound with several (the alert rules compute the
-// fleet's in PromQL). Capacity is DrainRate over the batches finished in the
-// window (the last known values while idle): slots count batches, not users.
+// HeadroomEstimator derives Headroom from the oldest and newest samples of a sliding window.
+// Arrivals are Δdepth + entries this consumer removed: exact with one replica, a lower bound
+// with several (the alert rules compute the fleet's in PromQL). Capacity is DrainRate over the
+// batches finished in the window (the last known values while idle): slots count batches.
 type HeadroomEstimator struct {
 	Window                               time.Duration // default 2m
 	samples                              []HeadroomSample
@@ -253,10 +251,9 @@ func (e *HeadroomEstimator) Observe(s HeadroomSample) Headroom {
 	return h
 }
 
-// DrainRate is what refresh slots acknowledge per second, every slot busy:
-// slots × users per batch ÷ a batch's seconds × entries acknowledged per user
-// refresh (0 when any is unknown): the one formula of the live headroom, the
-// planner's bounds and the bench's estimate.
+// DrainRate is what refresh slots acknowledge per second, every slot busy: slots × users per
+// batch ÷ a batch's seconds × entries acknowledged per user refresh (0 when any is unknown):
+// the one formula of the live headroom, the planner's bounds and the bench's estimate.
 func DrainRate(slots, usersPerBatch, batchSeconds, entriesPerUser float64) float64 {
 	if slots <= 0 || usersPerBatch <= 0 || batchSeconds <= 0 || entriesPerUser <= 0 {
 		return 0

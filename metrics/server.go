@@ -33,10 +33,9 @@ type Server struct {
 	ln  net.Listener
 }
 
-// Listen binds addr (":0" picks a free port). The timeouts bound each phase
-// of a connection, so stalled clients (a slow-loris, a scraper that stops
-// reading) cannot pile up; they are generous for a Prometheus scrape (10s,
-// every 15s to 1m, kept alive) and Kubernetes probes (1s).
+// Listen binds addr (":0" picks a free port). The timeouts bound each phase of a connection, so
+// stalled clients (a slow-loris, a scraper that stops reading) cannot pile up; they are generous
+// for a Prometheus scrape (10s, every 15s to 1m, kept alive) and Kubernetes probes (1s).
 func Listen(addr string, handler http.Handler) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -77,11 +76,10 @@ func (s *Server) Serve(ctx context.Context) error {
 	return err
 }
 
-// Health answers Kubernetes' probes. Liveness (/healthz) fails only when a
-// watched loop has not beaten within its allowance: a busy loop still beats,
-// a wedged one does not; MongoDB being down never fails it (a restart would
-// not help). Readiness (/readyz) fails while any condition is false (MongoDB
-// unreachable, the claim loop failing) and recovers by itself.
+// Health answers Kubernetes' probes. Liveness (/healthz) fails only when a watched loop has not
+// beaten within its allowance: a busy loop still beats, a wedged one does not; MongoDB being down
+// never fails it (a restart would not help). Readiness (/readyz) fails while any condition is
+// false (MongoDB unreachable, the claim loop failing) and recovers by itself.
 type Health struct {
 	clock clock.Nower
 

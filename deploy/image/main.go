@@ -1,8 +1,7 @@
-// Command image assembles the scorerefresh container image as an OCI image
-// layout, for linux/amd64 and linux/arm64, without Docker or pulling
-// anything: the image the Dockerfile builds (a static binary on an empty
-// base, the CA bundle, /data owned by the runtime user, uid 65532), from
-// this machine's Go toolchain and CA bundle.
+// Command image assembles the scorerefresh container image as an OCI image layout, for
+// linux/amd64 and linux/arm64, without Docker or pulling anything: the image the Dockerfile
+// builds (a static binary on an empty base, the CA bundle, /data owned by the runtime user, uid
+// 65532), from this machine's Go toolchain and CA bundle.
 //
 //	go -C deploy/image run . --out /tmp/scorerefresh-oci
 //	crane push /tmp/scorerefresh-oci ghcr.io/you/scorerefresh:v1.2.3
@@ -36,8 +35,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// What the Dockerfile's runtime stage holds (the test compares the
-// entrypoint and user with the Dockerfile).
+// What the Dockerfile's runtime stage holds (the test compares entrypoint and user with it).
 const (
 	binaryPath = "/usr/local/bin/scorerefresh"
 	caPath     = "/etc/ssl/certs/ca-certificates.crt"
@@ -102,11 +100,11 @@ func Build(ctx context.Context, o Options) error {
 		if err != nil || plat.OS != "linux" || plat.Architecture == "" {
 			return fmt.Errorf("platform %q: want linux/ARCH", p)
 		}
-		bin := filepath.Join(work, "scorerefresh-"+plat.Architecture)
-		if err := goBuild(ctx, o, plat.Architecture, bin); err != nil {
+		binary, err := goBuild(ctx, o, plat.Architecture, work)
+		if err != nil {
 			return err
 		}
-		img, err := platformImage(o, *plat, bin, ca)
+		img, err := platformImage(o, *plat, binary, ca)
 		if err != nil {
 			return fmt.Errorf("%s: %w", p, err)
 		}
@@ -158,24 +156,21 @@ func (o *Options) defaults(ctx context.Context) error {
 }
 
 // goBuild is the Dockerfile's go build: static, trimmed, the version and
-// revision baked in, cross-compiled without emulation.
-func goBuild(ctx context.Context, o Options, arch, out string) error {
+// revision baked in, cross-compiled without emulation; it returns the binary, built in dir.
+func goBuild(ctx context.Context, o Options, arch, dir string) ([]byte, error) {
+	out := filepath.Join(dir, "scorerefresh-"+arch)
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false",
 		"-ldflags", "-s -w -X main.version="+o.Version+" -X main.revision="+o.Revision,
 		"-o", out, "./cmd/scorerefresh")
 	cmd.Dir = o.Repo
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch, "GOFLAGS=")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build for linux/%s: %w\n%s", arch, err, b)
+		return nil, fmt.Errorf("go build for linux/%s: %w\n%s", arch, err, b)
 	}
-	return nil
+	return os.ReadFile(out)
 }
 
-func platformImage(o Options, plat v1.Platform, bin string, ca []byte) (v1.Image, error) {
-	binary, err := os.ReadFile(bin)
-	if err != nil {
-		return nil, err
-	}
+func platformImage(o Options, plat v1.Platform, binary, ca []byte) (v1.Image, error) {
 	rootfs, err := rootFS(o.Created, binary, ca)
 	if err != nil {
 		return nil, err

@@ -39,8 +39,8 @@ type Options struct {
 	Monitor       *event.CommandMonitor                       // sees every command after the metrics (the bench measures with it)
 	Scorer        func(db *mongo.Database) scoring.Scorer     // a team's own instead of the rules or SCORER_URL
 	WrapRefresher func(consumer.Refresher) consumer.Refresher // wraps the scorer: the bench's faults
-	Clock         clock.Clock                                 // waits and durations (default: the wall clock); leases and scores follow Service.Clock
-	Traits        *servertraits.Traits                        // taken instead of asking the server: tests run MongoDB's paths on FerretDB
+	Clock         clock.Clock                                 // to wait and time with (default: the wall clock); leases follow Service.Clock
+	Traits        *servertraits.Traits                        // instead of asking the server: tests run MongoDB's paths on FerretDB
 }
 
 // Service is a wired, not yet running, scorerefresh.
@@ -276,8 +276,7 @@ func ShutdownBudget(cfg config.Config) time.Duration {
 	return consumer.ShutdownBudget(0, cfg.ShutdownTimeout) + metrics.ServerShutdownTimeout
 }
 
-// Run serves metrics and health, keeps readiness current and drains the
-// queue until ctx ends, then shuts down gracefully.
+// Run serves metrics and health, keeps readiness and drains the queue until ctx ends, then shuts down.
 func (s *Service) Run(ctx context.Context) error {
 	var bg sync.WaitGroup
 	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
@@ -312,11 +311,10 @@ func (s *Service) Run(ctx context.Context) error {
 	return errors.Join(err, srvErr)
 }
 
-// setup creates the indexes and logs the server's capabilities once it is
-// reachable, retrying in the background: the consumer starts at once (its
-// queries only get slower without indexes), and a start during an outage must
-// not leave the queue unindexed. No deadline: MongoDB aborts a build whose
-// createIndexes times out, and every replica would start it again for good.
+// setup creates the indexes and logs the server's capabilities once it is reachable, retrying
+// in the background: the consumer starts at once (its queries only get slower without indexes),
+// and a start during an outage must not leave the queue unindexed. No deadline: MongoDB aborts
+// a build whose createIndexes times out, and every replica would start it again for good.
 func (s *Service) setup(ctx context.Context) {
 	for attempt := 1; ; attempt++ {
 		caps, err := consumer.EnsureIndexes(ctx, s.Colls, s.log)

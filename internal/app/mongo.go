@@ -24,12 +24,11 @@ const PoolOverhead = 5
 // PoolSize is the driver's maxPoolSize for cfg: one per refresh slot plus the overhead.
 func PoolSize(cfg config.Config) uint64 { return uint64(cfg.RefreshConcurrency + PoolOverhead) }
 
-// ClientOptions builds the driver options from the configuration. The pool is
-// sized from the concurrency (the driver's default of 100 per replica is how a
-// fleet runs a server out of connections), and maxConnecting is raised from
-// its 2, at which a burst of refreshes queues for connections. No client-wide
-// Timeout: each operation brings its own deadline, and the driver would send
-// it as maxTimeMS on every command without one (index builds opt out).
+// ClientOptions builds the driver options from the configuration. The pool is sized from the
+// concurrency (the driver's default of 100 per replica is how a fleet runs a server out of
+// connections), and maxConnecting is raised from its 2, at which a burst of refreshes queues for
+// connections. No client-wide Timeout: each operation brings its own deadline, and the driver
+// would send it as maxTimeMS on every command without one (index builds opt out).
 func ClientOptions(cfg config.Config, m *metrics.Mongo) *options.ClientOptions {
 	pool := PoolSize(cfg)
 	m.PoolMaxSize.Set(float64(pool))

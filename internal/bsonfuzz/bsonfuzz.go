@@ -1,7 +1,6 @@
-// Package bsonfuzz turns fuzz input into BSON documents for fuzz tests of
-// code that reads server replies: random bytes are almost never a valid
-// document, so Doc builds one whose shape the bytes choose, with field names
-// the reader looks for.
+// Package bsonfuzz turns fuzz input into BSON documents for fuzz tests of code reading server
+// replies: random bytes are almost never a valid document, so Doc builds one whose shape the
+// bytes choose, with field names the reader looks for.
 package bsonfuzz
 
 import (
@@ -40,8 +39,7 @@ func (b *builder) next() byte {
 	return c
 }
 
-// doc builds a document of up to 5 fields, or an array (a document keyed
-// "0", "1", …) of up to 3 documents and scalars.
+// doc builds a document of up to 5 fields, or an array (keys "0", "1", …) of up to 3 elements.
 func (b *builder) doc(depth int, array bool) []byte {
 	c := b.next()
 	n := int(c % 6)

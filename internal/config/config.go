@@ -19,9 +19,8 @@ import (
 	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
-// Config is every variable of the contract (docs/contract.md); an unset or
-// empty one keeps its Defaults() value. Each help tag is the field's line in
-// `scorerefresh run --help` (Variables).
+// Config is every variable of the contract (docs/contract.md); an unset or empty one keeps its
+// Defaults() value. Each help tag is the field's line in `scorerefresh run --help` (Variables).
 type Config struct {
 	MongoURI             string        `env:"MONGODB_URI" help:"connection string, mongodb:// or mongodb+srv://; its secrets are never logged or printed"`
 	Database             string        `env:"MONGODB_DATABASE" help:"database of every collection below; not empty"`
@@ -89,9 +88,8 @@ func Defaults() Config {
 	}
 }
 
-// Parse reads the configuration from environ (as os.Environ returns it) and
-// validates it. The error lists every bad variable at once: one crash loop
-// per mistake would not do.
+// Parse reads the configuration from environ (as os.Environ returns it) and validates it,
+// listing every bad variable at once: one crash loop per mistake would not do.
 func Parse(environ []string) (Config, error) {
 	// env leaves a field alone when its variable is unset or empty.
 	cfg := Defaults()
@@ -247,9 +245,8 @@ type Variable struct {
 	Help    string // what it sets and what it accepts, in one line
 }
 
-// Variables lists every variable Config reads, in its order, with its
-// default and help. It never reads the environment: `run --help` prints it,
-// and the environment may hold a password.
+// Variables lists every variable Config reads, in order, with its default and help, never
+// reading the environment: `run --help` prints it, and the environment may hold a password.
 func Variables() []Variable {
 	def := reflect.ValueOf(Defaults())
 	typ := def.Type()

@@ -61,8 +61,7 @@ func (t realTicker) C() <-chan time.Time { return t.Ticker.C }
 
 func Since(clk Nower, t time.Time) time.Duration { return clk.Now().Sub(t) }
 
-// Sleep waits d on clk, or until ctx ends, when it returns ctx's error. A
-// d of zero or less returns at once (ctx's error, if it has ended).
+// Sleep waits d on clk, or until ctx ends, returning ctx's error; d <= 0 returns ctx.Err() at once.
 func Sleep(ctx context.Context, clk Clock, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
@@ -77,9 +76,8 @@ func Sleep(ctx context.Context, clk Clock, d time.Duration) error {
 	}
 }
 
-// Every calls fn(ctx) each time interval passes on clk, the first after one
-// interval, until ctx ends and no call is running. A call that overruns the
-// interval delays the next, as with a time.Ticker.
+// Every calls fn(ctx) each time interval passes on clk, the first after one interval, until ctx
+// ends and no call is running. A call that overruns the interval delays the next, as with a time.Ticker.
 func Every(ctx context.Context, clk Clock, interval time.Duration, fn func(ctx context.Context)) {
 	t := clk.NewTicker(interval)
 	defer t.Stop()

@@ -1,7 +1,6 @@
-// Package embedmongo runs an in-process FerretDB 1.24 (SQLite handler) on a
-// loopback TCP port, so the demo and the tests need no MongoDB installed.
-// cmd/scorerefresh does not import it: FerretDB and SQLite add tens of
-// megabytes and a database engine production must never fall back to.
+// Package embedmongo runs an in-process FerretDB 1.24 (SQLite handler) on a loopback TCP port,
+// so the demo and the tests need no MongoDB installed. cmd/scorerefresh does not import it:
+// FerretDB and SQLite add tens of megabytes and a database engine production must never fall back to.
 //
 // Know its costs before measuring against it: the SQLite handler pushes down
 // only a filter that is exactly {_id: <string or ObjectId>}; every other

@@ -101,9 +101,8 @@ func RequireMongoDB(t testing.TB, db *mongo.Database) {
 	}
 }
 
-// RequireMongoDBURI skips t unless TEST_MONGODB_URI is set: the cheap half
-// of RequireMongoDB, to call before seeding data only a planner test needs
-// (seeding the embedded server only to skip can time out a loaded machine).
+// RequireMongoDBURI skips t unless TEST_MONGODB_URI is set: the cheap half of RequireMongoDB, to
+// call before seeding data only a planner test needs (seeding just to skip can time out a busy machine).
 func RequireMongoDBURI(t testing.TB) {
 	t.Helper()
 	if os.Getenv(EnvURI) == "" {
@@ -111,9 +110,8 @@ func RequireMongoDBURI(t testing.TB) {
 	}
 }
 
-// RecordedReply reads the server reply recorded at path (Extended JSON whose
-// first field "_source" names where it was taken from) without that field. A
-// fixture that names no source fails: replies written from memory get shapes wrong.
+// RecordedReply reads the server reply recorded at path (Extended JSON whose first field, _source,
+// says where it was taken) without _source; a fixture without one fails: memory gets shapes wrong.
 func RecordedReply(t testing.TB, path string) bson.Raw {
 	t.Helper()
 	data, err := os.ReadFile(path)

@@ -1,8 +1,7 @@
-// Package queryplan asks MongoDB how it runs the very commands a program
-// sends: a Recorder keeps them as they went on the wire, Explainable turns
-// one into what explain accepts, Explain runs that with executionStats and
-// Parse reduces the reply to what a plan check needs. Parse reads the classic
-// and slot-based engines, aggregations (whole or with a $cursor stage) and
+// Package queryplan asks MongoDB how it runs the very commands a program sends: a Recorder
+// keeps them as they went on the wire, Explainable turns one into what explain accepts, Explain
+// runs that with executionStats and Parse reduces the reply to what a plan check needs. Parse
+// reads the classic and slot-based engines, aggregations (whole or with a $cursor stage) and
 // sharded clusters; FerretDB's explain (its backend's plan) is ErrNotMongoDB.
 package queryplan
 
@@ -183,9 +182,8 @@ func collectStages(stage bson.Raw, p *Plan) {
 		if ok && !slices.Contains(p.Indexes, name) {
 			p.Indexes = append(p.Indexes, name)
 		}
-		if mk, _ := stage.Lookup("isMultiKey").BooleanOK(); mk {
-			p.MultiKey = true
-		}
+		mk, _ := stage.Lookup("isMultiKey").BooleanOK()
+		p.MultiKey = p.MultiKey || mk
 	}
 	for _, key := range stageChildren {
 		for _, child := range children(stage.Lookup(key)) {
@@ -194,9 +192,8 @@ func collectStages(stage bson.Raw, p *Plan) {
 	}
 }
 
-// addTotals adds the executionStats totals in doc: the top-level ones, or,
-// where there are none (an aggregation's $cursor, each shard of a sharded
-// aggregation), every one found below.
+// addTotals adds the executionStats totals in doc: the top-level ones, or, where there are none
+// (an aggregation's $cursor, each shard of a sharded aggregation), every one found below.
 func addTotals(doc bson.Raw, p *Plan) {
 	es, _ := doc.Lookup("executionStats").DocumentOK()
 	if keys, ok := es.Lookup("totalKeysExamined").AsInt64OK(); ok {

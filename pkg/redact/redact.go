@@ -70,9 +70,8 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
-// secretsOf returns what rules 1 and 2 hide in the connection strings: the
-// user-info, the password alone, each secret value, raw and percent-decoded,
-// longest first.
+// secretsOf returns what rules 1 and 2 hide in the connection strings (the user-info, the
+// password alone, each secret value), raw and percent-decoded, longest first.
 func secretsOf(sources ...string) []string {
 	seen := map[string]bool{}
 	add := func(s string) {
@@ -152,9 +151,8 @@ func authorityStart(head string) int {
 // scheme is a leading "scheme:" (RFC 3986), lower-cased.
 var scheme = regexp.MustCompile(`^[a-z][a-z0-9+.-]*:`)
 
-// hideSecretValues applies rule 2. A value introduced by '=' runs to the
-// end of its option (the next '&' or ';'), one introduced by ':' to the end
-// of its comma-separated element.
+// hideSecretValues applies rule 2: a value after '=' runs to the end of its option (the next
+// '&' or ';'), one after ':' to the end of its comma-separated element.
 func hideSecretValues(w string, found func(string)) string {
 	lw := asciiLower(w)
 	var b strings.Builder
@@ -213,9 +211,8 @@ func nameLen(s string) int {
 	return len(s) - i
 }
 
-// hideKnown replaces each secret in text. Secrets shorter than four bytes
-// are replaced only as whole words: hiding "pw" inside "pwned" would garble
-// a message without protecting anything.
+// hideKnown replaces each secret in text, those under four bytes only as whole words: hiding
+// "pw" inside "pwned" would garble a message without protecting anything.
 func hideKnown(text string, secrets []string) string {
 	for _, s := range secrets {
 		if len(s) >= 4 {
@@ -259,10 +256,9 @@ func asciiLower(s string) string {
 	return string(b)
 }
 
-// Handler wraps h so that every error logged through it is redacted as
-// String redacts text, with the secrets of sources hidden too: errors are
-// where a connection string turns up unannounced. Other values are left
-// alone: a value known to hold a URI is redacted where it is logged.
+// Handler wraps h so that every error logged through it is redacted as String redacts text,
+// the secrets of sources too: errors are where a connection string turns up unannounced.
+// Other values are left alone: one known to hold a URI is redacted where it is logged.
 func Handler(h slog.Handler, sources ...string) slog.Handler {
 	return &handler{Handler: h, sources: sources}
 }

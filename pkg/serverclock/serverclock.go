@@ -1,13 +1,12 @@
 // Package serverclock estimates a MongoDB server's clock from this process.
 //
-// Replicas that decide "is this lease expired?" or "is this write newer?" with
-// their own clocks disagree as much as their clocks do: one ten minutes fast
-// sees every other replica's lease as expired and stamps its writes ten
-// minutes ahead. Instead of a round trip per decision, the offset to the
-// server's clock is sampled now and then (hello's localTime, corrected by
-// half the round trip, keeping the sample with the shortest round trip, as
-// NTP does) and applied to the local monotonic clock. The error is at most
-// half the best round trip plus the drift between samples: milliseconds.
+// Replicas that decide "is this lease expired?" or "is this write newer?" with their own clocks
+// disagree as much as their clocks do: one ten minutes fast sees every other replica's lease as
+// expired and stamps its writes ten minutes ahead. Instead of a round trip per decision, the
+// offset to the server's clock is sampled now and then (hello's localTime, corrected by half the
+// round trip, keeping the sample with the shortest round trip, as NTP does) and applied to the
+// local monotonic clock. The error is at most half the best round trip plus the drift between
+// samples: milliseconds.
 package serverclock
 
 import (
@@ -47,9 +46,8 @@ func (c *Clock) Offset() time.Duration {
 	return c.offset
 }
 
-// sampleMaxAge is how long a sample with a short round trip is preferred to
-// a fresher one: long enough to ride out a slow minute, short enough that
-// clock drift (ppm) stays far below a millisecond.
+// sampleMaxAge is how long a sample with a short round trip is preferred to a fresher one: long
+// enough to ride out a slow minute, short enough that clock drift (ppm) stays far below 1 ms.
 const sampleMaxAge = 10 * time.Minute
 
 // Sync takes one sample, adopts it when its round trip is the shortest seen
@@ -78,11 +76,10 @@ func (c *Clock) Sync(ctx context.Context) (time.Duration, error) {
 	return offset, nil
 }
 
-// Run samples every interval until ctx ends, handing errors to onErr (if
-// not nil); the last good offset stays in use.
+// Run samples every interval until ctx ends, handing errors to onErr; the last good offset stays.
 func (c *Clock) Run(ctx context.Context, interval time.Duration, onErr func(error)) {
 	clock.Every(ctx, c.local, interval, func(ctx context.Context) {
-		if _, err := c.Sync(ctx); err != nil && ctx.Err() == nil && onErr != nil {
+		if _, err := c.Sync(ctx); err != nil && ctx.Err() == nil {
 			onErr(err)
 		}
 	})

@@ -123,8 +123,7 @@ func ParseBackend(lines []string) string {
 	return ""
 }
 
-// Parse reads the replies to buildInfo and hello; a hello field of another
-// type is an error, not a panic.
+// Parse reads the replies to buildInfo and hello; a hello field of another type errs, not panics.
 func Parse(buildInfo, hello bson.Raw) (Info, error) {
 	var h struct {
 		SetName           string `bson:"setName"`
@@ -166,26 +165,23 @@ func (t *Traits) Info() Info {
 
 func (t *Traits) ferret() bool { return t.Info().FerretDB != "" }
 
-// Sharded reports a sharded cluster: statements that name an entry's user
-// (the shard key) go to one shard instead of every shard.
+// Sharded reports a sharded cluster: statements naming an entry's user (the shard key) go to one shard.
 func (t *Traits) Sharded() bool { return t.Info().Sharded }
 
-// FiltersUsernamesCheaply reports a server that evaluates the claim window's
-// username regex on index keys (MongoDB). FerretDB decodes every document
-// for it, so there the window filters usernames itself.
+// FiltersUsernamesCheaply reports a server that evaluates the claim window's username regex on
+// index keys (MongoDB). FerretDB decodes every document for it: there the window filters itself.
 func (t *Traits) FiltersUsernamesCheaply() bool { return !t.ferret() }
 
-// SingleUpdatesHoldConnections reports FerretDB 1.24: each multi: false
-// statement of an update command holds one of the SQLite backend's 100
-// connections until the whole command returns, and each matched document
-// needs one more for its write: 100 such statements in a command deadlock
-// the server, as do a fleet's concurrent commands of a few dozen each.
-// multi: true statements free it at once (see UpdateByID).
+// SingleUpdatesHoldConnections reports FerretDB 1.24: each multi: false statement of an update
+// command holds one of the SQLite backend's 100 connections until the whole command returns, and
+// each matched document needs one more for its write: 100 such statements in a command deadlock
+// the server, as do a fleet's concurrent commands of a few dozen each. multi: true statements
+// free it at once (see UpdateByID).
 func (t *Traits) SingleUpdatesHoldConnections() bool { return t.ferret() }
 
-// PushesInDown reports a server that answers {field: {$in: [...]}} from an
-// index (MongoDB). FerretDB decodes the whole collection for it, so per-user
-// queries are faster there unless latency binds (the consumer's batch size).
+// PushesInDown reports a server that answers {field: {$in: [...]}} from an index (MongoDB).
+// FerretDB decodes the whole collection for it: per-user queries are faster there unless latency
+// binds (the consumer's batch size).
 func (t *Traits) PushesInDown() bool { return !t.ferret() }
 
 // BackendUnknown reports a FerretDB that has not yet named its storage,
@@ -200,24 +196,20 @@ func (t *Traits) BackendUnknown() bool {
 // {_id: x} down: a per-user query decodes the whole collection.
 func (t *Traits) PushesEqualityDown() bool { return !t.ferret() || t.Info().Backend != "SQLite" }
 
-// CheapUpserts reports a server whose upserts cost no more than updates.
-// FerretDB turns an upsert that matches nothing into a scan plus an insert:
-// batched score writes insert the first scores instead.
+// CheapUpserts reports a server whose upserts cost no more than updates. FerretDB turns one
+// matching nothing into a scan plus an insert: batched score writes insert first scores instead.
 func (t *Traits) CheapUpserts() bool { return !t.ferret() }
 
-// BoundsReplies reports a server that cuts a cursor's reply at 16 MiB
-// (MongoDB). FerretDB 1.24 fails past it: documents of unknown size are read
-// one reply each there.
+// BoundsReplies reports a server that cuts a cursor's reply at 16 MiB (MongoDB). FerretDB 1.24
+// fails past it: documents of unknown size are read one reply each there.
 func (t *Traits) BoundsReplies() bool { return !t.ferret() }
 
-// ExplainsPlans reports a server whose explain shows the plan it chose
-// (MongoDB); FerretDB's shows none the doctor can read.
+// ExplainsPlans reports a server whose explain shows the plan it chose (MongoDB, not FerretDB).
 func (t *Traits) ExplainsPlans() bool { return !t.ferret() }
 
-// EvaluatesElemMatch reports a server that evaluates $elemMatch as
-// documented (MongoDB). FerretDB 1.24 lets different elements satisfy each
-// condition, matches nothing on fields of document elements, and refuses it
-// over $and, $or, $nor, $ne or $not (see MisreadOperators).
+// EvaluatesElemMatch reports a server that evaluates $elemMatch as documented (MongoDB). FerretDB
+// 1.24 lets different elements satisfy each condition, matches nothing on fields of document
+// elements, and refuses it over $and, $or, $nor, $ne or $not (see MisreadOperators).
 func (t *Traits) EvaluatesElemMatch() bool { return !t.ferret() }
 
 // MisreadOperators lists the query operators the server answers wrongly.
@@ -228,10 +220,9 @@ func (t *Traits) MisreadOperators() []string {
 	return []string{"$elemMatch"}
 }
 
-// UpdateByID returns the write model for one statement of a bulk update
-// whose filter pins _id: updateOne on MongoDB (retryable), and updateMany,
-// which matches the same document and frees its connection at once, where
-// SingleUpdatesHoldConnections.
+// UpdateByID returns the write model for one statement of a bulk update whose filter pins _id:
+// updateOne on MongoDB (retryable), and updateMany, which matches the same document and frees
+// its connection at once, where SingleUpdatesHoldConnections.
 func (t *Traits) UpdateByID(filter, update any, upsert bool) mongo.WriteModel {
 	var up *bool // unset unless upserting: the statement carries no upsert field
 	if upsert {
@@ -243,14 +234,12 @@ func (t *Traits) UpdateByID(filter, update any, upsert bool) mongo.WriteModel {
 	return &mongo.UpdateOneModel{Filter: filter, Update: update, Upsert: up}
 }
 
-// IDIndexName names the _id index every collection has
-// (IndexConstants::kIdIndexName in MongoDB's source).
+// IDIndexName names the _id index every collection has (kIdIndexName in MongoDB's source).
 const IDIndexName = "_id_"
 
-// IndexName is the name the server gives an unnamed index on keys, each key
-// and value joined by "_" ("createdAt_1__id_1"), the _id index excepted.
-// Hints name their index: MongoDB refuses a hint by a key pattern that two
-// indexes share (differing by collation or filter).
+// IndexName is the name the server gives an unnamed index on keys, each key and value joined by
+// "_" ("createdAt_1__id_1"), the _id index excepted. Hints name their index: MongoDB refuses a
+// hint by a key pattern that two indexes share (differing by collation or filter).
 func IndexName(keys bson.D) string {
 	if len(keys) == 1 && keys[0].Key == "_id" && fmt.Sprint(keys[0].Value) == "1" {
 		return IDIndexName
@@ -262,22 +251,20 @@ func IndexName(keys bson.D) string {
 	return strings.Join(parts, "_")
 }
 
-// RefusesHint reports the server refusing a hint: MongoDB's planner answers
-// BadValue (2) "hint provided does not correspond to an existing index"
-// ("bad hint" in older releases) and IndexNotFound (27) "Hint matched
-// multiple indexes"; a BadValue not mentioning the hint is the query's own
-// error. FerretDB ignores hints.
+// RefusesHint reports the server refusing a hint: MongoDB's planner answers BadValue (2) "hint
+// provided does not correspond to an existing index" ("bad hint" in older releases) and
+// IndexNotFound (27) "Hint matched multiple indexes"; a BadValue not mentioning the hint is the
+// query's own error. FerretDB ignores hints.
 func RefusesHint(err error) bool {
 	var se mongo.ServerError
 	return errors.As(err, &se) && (se.HasErrorCode(27) || se.HasErrorCodeWithMessage(2, "hint"))
 }
 
-// Overloaded reports an error saying the embedded server was too busy to
-// answer: "not now", as a MongoDB timeout is, retried and never charged. The
-// messages, which MongoDB never sends, are what FerretDB 1.24's SQLite
-// backend passes on as an InternalError (code 1) under load: the writer's
-// lock not granted within its busy timeout (SQLITE_BUSY), and a query cut
-// short by its maxTimeMS (SQLITE_INTERRUPT, not always MaxTimeMSExpired).
+// Overloaded reports an error saying the embedded server was too busy to answer: "not now", as a
+// MongoDB timeout is, retried and never charged. The messages, which MongoDB never sends, are what
+// FerretDB 1.24's SQLite backend passes on as an InternalError (code 1) under load: the writer's
+// lock not granted within its busy timeout (SQLITE_BUSY), and a query cut short by its maxTimeMS
+// (SQLITE_INTERRUPT, not always MaxTimeMSExpired).
 func Overloaded(err error) bool {
 	var se mongo.ServerError
 	// With the code: a write error of a bulk write carries its own.
@@ -286,15 +273,13 @@ func Overloaded(err error) bool {
 	})
 }
 
-// Feature names something a server may refuse as not implemented although
-// its version promises it; once refused, the service takes the way round.
-// Learnt, not probed: no reply to buildInfo or hello lists them.
+// Feature names something a server may refuse as not implemented though its version promises it:
+// learnt, not probed (no buildInfo or hello reply lists them). Once refused, the way round is taken.
 type Feature string
 
-// The features FerretDB 1.24 refuses: $group's $max, $min and $avg
-// accumulators (it has $sum and $count; scoring takes the way round), and
-// createIndexes' expireAfterSeconds and partialFilterExpression
-// (consumer.EnsureIndexes builds TTL indexes without it, skips partial ones).
+// The features FerretDB 1.24 refuses: $group's $max, $min and $avg accumulators (it has $sum and
+// $count; scoring takes the way round), and createIndexes' expireAfterSeconds and
+// partialFilterExpression (consumer.EnsureIndexes builds TTL indexes without it, skips partial ones).
 const (
 	AccumulatorMax Feature = "$max accumulator"
 	AccumulatorMin Feature = "$min accumulator"

@@ -5,8 +5,7 @@
 //	go generate ./deploy
 //	go run ./deploy/cmd/grafana-alerts -runbook-base https://git.example.com/scorerefresh/blob/v1.2.3 -out my-alerts.yaml
 //
-// The paths default to the repository's, relative to deploy/ (where go
-// generate runs it).
+// The paths default to the repository's, relative to deploy/ (where go generate runs it).
 package main
 
 import (

@@ -191,9 +191,8 @@ func convertRule(r promRule, recorded map[string]string, opts Options) (Rule, er
 	}, nil
 }
 
-// InlineRecorded replaces each recorded series an expression selects with
-// the expression that records it, in parentheses. A selector with label
-// matchers or a range cannot be replaced so and is refused.
+// InlineRecorded replaces each recorded series an expression selects with the expression that
+// records it, in parentheses; a selector with label matchers or a range cannot be, and is refused.
 func InlineRecorded(expr string, recorded map[string]string) (string, error) {
 	var out strings.Builder
 	last := 0
@@ -216,8 +215,7 @@ func InlineRecorded(expr string, recorded map[string]string) (string, error) {
 // identRE finds PromQL identifiers, recording-rule names with colons included.
 var identRE = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
 
-// GrafanaTemplate rewrites a Prometheus annotation template for Grafana:
-// $value becomes the value of query A.
+// GrafanaTemplate rewrites a Prometheus annotation template for Grafana: $value is query A's value.
 func GrafanaTemplate(s string) string {
 	return regexp.MustCompile(`\$value\b`).ReplaceAllString(s, "$$values.A.Value")
 }

@@ -10,9 +10,8 @@ import (
 	"github.com/scorerefresh/scorerefresh/pkg/clock"
 )
 
-// Fake is a clock.Clock whose time stands still until Advance moves it,
-// firing the timers and tickers that come due on the way, in order. Tests
-// wait for the code to wait (BlockUntil) instead of sleeping.
+// Fake is a clock.Clock whose time stands still until Advance moves it, firing the timers and
+// tickers that come due on the way, in order. Tests wait for the code to wait (BlockUntil).
 type Fake struct {
 	mu      sync.Mutex
 	now     time.Time
@@ -21,8 +20,6 @@ type Fake struct {
 	auto    bool
 	armed   []time.Duration // every timer's duration, in the order armed
 }
-
-var _ clock.Clock = (*Fake)(nil)
 
 func NewFake(start time.Time) *Fake { return &Fake{now: start, changed: make(chan struct{})} }
 
@@ -85,9 +82,8 @@ func (f *Fake) arm(w *waiter, d time.Duration) {
 	}
 }
 
-// Advance moves the fake d on, firing every timer and ticker that comes due
-// on the way at its deadline, earliest first, a ticker once per period. As
-// with package time, a tick whose channel is still full is dropped.
+// Advance moves the fake d on, firing every timer and ticker due on the way at its deadline,
+// earliest first, a ticker once per period; as with package time, a tick to a full channel is dropped.
 func (f *Fake) Advance(d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
