@@ -56,11 +56,10 @@ const (
 	ChangeStreamsOff  = "off"
 )
 
-// MaxClaimWindow is the largest CLAIM_WINDOW accepted. A claim round's lease
-// read carries one name per distinct user of its window in one $in, in one
-// BSON command of at most 16 MiB; an element costs its username (at most
-// consumer.MaxUsernameBytes, 256) plus 12 bytes, so about 62,600 names fail
-// every round for good. 10,000 are at most 2.7 MB: a sixfold margin.
+// MaxClaimWindow is the largest CLAIM_WINDOW accepted. A claim round's lease read carries one
+// name per distinct user of its window in one $in, in one BSON command of at most 16 MiB; an
+// element costs its username (at most consumer.MaxUsernameBytes, 256) plus 12 bytes, so about
+// 62,600 names fail every round for good. 10,000 are at most 2.7 MB: a sixfold margin.
 const MaxClaimWindow = 10_000
 
 // Defaults is the configuration of an empty environment, the pipeline's from

@@ -17,9 +17,8 @@ type Nower interface {
 // Clock is the local clock: the time, and waiting for it to pass.
 type Clock interface {
 	Nower
-	// After returns a channel that receives the time once d has passed.
-	// Prefer Sleep or NewTimer where the wait can be abandoned: a fake
-	// counts an After as a waiter until it fires.
+	// After returns a channel that receives the time once d has passed. Prefer Sleep or NewTimer
+	// where the wait can be abandoned: a fake counts an After as a waiter until it fires.
 	After(d time.Duration) <-chan time.Time
 	NewTimer(d time.Duration) Timer
 	NewTicker(d time.Duration) Ticker

@@ -1,8 +1,7 @@
-// Package servertraits is the one place that knows which server the service
-// talks to: MongoDB (a replica set, or sharded through mongos) or FerretDB
-// 1.24, the embedded server. Every workaround for what a server lacks is a
-// named method here; code elsewhere never asks "is this FerretDB". Until the
-// server has answered, every method reports MongoDB's behaviour.
+// Package servertraits is the one place that knows which server the service talks to: MongoDB
+// (a replica set, or sharded through mongos) or FerretDB 1.24, the embedded server. Every
+// workaround for what a server lacks is a named method here; code elsewhere never asks "is this
+// FerretDB". Until the server has answered, every method reports MongoDB's behaviour.
 package servertraits
 
 import (

@@ -2,16 +2,14 @@
 // alert rules (file provisioning, apiVersion 1), so Grafana unified alerting
 // and Prometheus with Alertmanager run the same alerts from one definition.
 //
-// Each alert becomes a rule of two queries: A, the alert's PromQL as an
-// instant query, and B, a threshold on A. The PromQL already holds the
-// condition, so B only turns each returned series into a firing instance, and
-// an empty answer is a normal state (noDataState OK), not a missing one.
+// Each alert becomes a rule of two queries: A, the alert's PromQL as an instant query, and B, a
+// threshold on A. The PromQL already holds the condition, so B only turns each returned series
+// into a firing instance, and an empty answer is a normal state (noDataState OK), not a missing one.
 //
-// Differences forced by Grafana, and nothing else: recording rules are not
-// provisioned (an alert gets the recorded expression in their place);
-// {{ $value }} becomes {{ $values.A.Value }} (in Grafana $value lists every
-// query's value); runbook_url may get another base (Options.RunbookBase), as
-// the kustomize component deploy/k8s/runbook does for the PrometheusRule.
+// Differences forced by Grafana, and nothing else: recording rules are not provisioned (an alert
+// gets the recorded expression in their place); {{ $value }} becomes {{ $values.A.Value }} (in
+// Grafana $value lists every query's value); runbook_url may get another base
+// (Options.RunbookBase), as the kustomize component deploy/k8s/runbook does for the PrometheusRule.
 package grafanaalerts
 
 import (
