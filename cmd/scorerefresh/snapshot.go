@@ -49,7 +49,6 @@ func runSnapshot(args, environ []string, stdout, stderr io.Writer) int {
 		return cli.Refuse(fs, "--with-sources needs a directory for --out: standard output carries the queue alone")
 	}
 	return withOps("scorerefresh snapshot", environ, 0, stderr, func(ctx context.Context, env *ops.Env) int {
-		cfg := env.Config
 		if toStdout {
 			// The queue as replay.Snapshot writes a file (in _id order, the same
 			// consistency), but to stdout: the image has no shell and a read-only
@@ -76,8 +75,8 @@ func runSnapshot(args, environ []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		sc := replay.SnapshotConfig{
-			DB: env.Colls.DB, Queue: cfg.QueueCollection, Out: *out, Gzip: *gz, Relaxed: *format == "relaxed",
-			Origin: redact.URI(cfg.MongoURI), Progress: stderr,
+			DB: env.Colls.DB, Queue: env.Config.QueueCollection, Out: *out, Gzip: *gz, Relaxed: *format == "relaxed",
+			Origin: redact.URI(env.Config.MongoURI), Progress: stderr,
 		}
 		if *withSources {
 			sc.Sources, sc.Rules = env.Rules.Collections(), env.Rules.Source
@@ -87,7 +86,7 @@ func runSnapshot(args, environ []string, stdout, stderr io.Writer) int {
 			return fail(stderr, "scorerefresh snapshot", err)
 		}
 		for _, f := range m.Files {
-			fmt.Fprintf(stdout, "%s: %d documents of %s.%s, %d bytes\n", f.File, f.Documents, cfg.Database, f.Collection, f.Bytes)
+			fmt.Fprintf(stdout, "%s: %d documents of %s.%s, %d bytes\n", f.File, f.Documents, env.Config.Database, f.Collection, f.Bytes)
 		}
 		fmt.Fprintf(stdout, "consistency: %s\n", replay.SnapshotConsistency)
 		return 0

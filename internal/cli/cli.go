@@ -14,28 +14,18 @@ import (
 	"strings"
 )
 
-// Usage exit codes, as the binaries document them: 0 after the help, 2 for
-// a command line the command refuses.
-const (
-	ExitHelp  = 0
-	ExitUsage = 2
-)
-
 // NewFlagSet is a flag set named after the command ("scorerefresh status")
-// whose usage is help, then its flags' defaults; on stderr, or stdout when
-// asked for (Parse switches it).
+// whose usage is help, then its flags' defaults (a help whose command has
+// flags ends by introducing them); on stderr, or stdout when asked for
+// (Parse switches it).
 func NewFlagSet(name, help string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { PrintUsage(fs, help) }
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), help)
+		fs.PrintDefaults()
+	}
 	return fs
-}
-
-// PrintUsage writes help and fs's flags to fs's output; a help whose
-// command has flags ends by introducing them ("Flags:").
-func PrintUsage(fs *flag.FlagSet, help string) {
-	fmt.Fprint(fs.Output(), help)
-	fs.PrintDefaults()
 }
 
 // WantsHelp reports whether args ask for help anywhere before a "--", not
@@ -54,9 +44,9 @@ func WantsHelp(args []string) bool {
 }
 
 // Parse parses args into fs and says whether the command goes on; if not,
-// code is ExitHelp after the usage on stdout for -h or --help, or ExitUsage
-// after what is wrong and the usage on stderr. operands says whether the
-// command takes operands; one that looks like a flag is refused even then
+// code is 0 after the usage on stdout for -h or --help, or 2 (a command line
+// refused) after what is wrong and the usage on stderr. operands says whether
+// the command takes operands; one that looks like a flag is refused even then
 // (the parser would not read it as one), unless it follows "--".
 func Parse(fs *flag.FlagSet, args []string, operands bool, stdout io.Writer) (code int, ok bool) {
 	// The parser prints the usage itself, before returning: hold it until
@@ -71,11 +61,11 @@ func Parse(fs *flag.FlagSet, args []string, operands bool, stdout io.Writer) (co
 	if help || errors.Is(err, flag.ErrHelp) {
 		fs.SetOutput(stdout)
 		fs.Usage()
-		return ExitHelp, false
+		return 0, false
 	}
 	_, _ = held.WriteTo(stderr)
 	if err != nil {
-		return ExitUsage, false // the parser said what and printed the usage
+		return 2, false // the parser said what and printed the usage
 	}
 	rest := fs.Args()
 	if len(rest) > 0 && !operands {
@@ -91,9 +81,9 @@ func Parse(fs *flag.FlagSet, args []string, operands bool, stdout io.Writer) (co
 	return 0, true
 }
 
-// Refuse names what is wrong, prints the usage on stderr and returns ExitUsage.
+// Refuse names what is wrong, prints the usage on stderr and returns 2.
 func Refuse(fs *flag.FlagSet, format string, args ...any) int {
 	fmt.Fprintf(fs.Output(), "%s: %s\n\n", fs.Name(), fmt.Sprintf(format, args...))
 	fs.Usage()
-	return ExitUsage
+	return 2
 }

@@ -119,41 +119,45 @@ func Doctor(ctx context.Context, cfg DoctorConfig) *DoctorReport {
 		}
 		r.add(c)
 	}
-	// Each scoring rule's source collection: present, and indexed as every
-	// refresh queries it (Component.IndexKeys: userField, the fields its
-	// filter pins to one value, then timeField with a window).
 	for _, comp := range cfg.Rules.Components {
-		c := Check{Name: fmt.Sprintf("source %s (%s)", comp.Collection, comp.Name)}
-		indexes, err := ix.list(ctx, comp.Collection)
-		switch {
-		case !ix.exists[comp.Collection]:
-			c.Status, c.Detail = Fail, "collection does not exist: every user scores 0 on "+comp.Name
-			c.Fix = "check the collection name in the rules file (" + cfg.Rules.Source + ") and MONGODB_DATABASE"
-		case err != nil:
-			c.Status, c.Detail = Fail, err.Error()
-		default:
-			c.Status, c.Detail, c.Fix = sourceVerdict(comp, indexes)
-			if c.Status == Fail {
-				break
-			}
-			// The collection's default collation (FerretDB has none).
-			found, err := cfg.Colls.DB.ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: comp.Collection}})
-			if err != nil || len(found) == 0 {
-				break
-			}
-			if locale, _ := found[0].Options.Lookup("collation", "locale").StringValueOK(); locale != "" && locale != "simple" {
-				c.Status, c.Detail, c.Fix = collationVerdict(comp, indexes, locale, c.Status, c.Detail, c.Fix)
-			}
-		}
-		r.add(c)
+		r.add(sourceCheck(ctx, cfg, ix, comp))
 	}
 	r.add(privilegeChecks(ctx, cfg)...)
 	return r
 }
 
+// sourceCheck checks a scoring rule's source collection: present, and
+// indexed as every refresh queries it (Component.IndexKeys: userField, the
+// fields its filter pins to one value, then timeField with a window).
+func sourceCheck(ctx context.Context, cfg DoctorConfig, ix *indexCache, comp scoring.Component) Check {
+	c := Check{Name: fmt.Sprintf("source %s (%s)", comp.Collection, comp.Name), Status: Fail}
+	indexes, err := ix.list(ctx, comp.Collection)
+	switch {
+	case !ix.exists[comp.Collection]:
+		c.Detail = "collection does not exist: every user scores 0 on " + comp.Name
+		c.Fix = "check the collection name in the rules file (" + cfg.Rules.Source + ") and MONGODB_DATABASE"
+		return c
+	case err != nil:
+		c.Detail = err.Error()
+		return c
+	}
+	if c.Status, c.Detail, c.Fix = sourceVerdict(comp, indexes); c.Status == Fail {
+		return c
+	}
+	// The collection's default collation (FerretDB has none).
+	found, err := cfg.Colls.DB.ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: comp.Collection}})
+	if err != nil || len(found) == 0 {
+		return c
+	}
+	if locale, _ := found[0].Options.Lookup("collation", "locale").StringValueOK(); locale != "" && locale != "simple" {
+		c.Status, c.Detail, c.Fix = collationVerdict(comp, indexes, locale, c.Status, c.Detail, c.Fix)
+	}
+	return c
+}
+
 // WriteDoctor prints the report as a table, each fix under its check.
 func WriteDoctor(w io.Writer, r *DoctorReport) error {
-	return table(w, func(p func(string, ...any)) {
+	return table(w, func(p printer) {
 		p("scorerefresh doctor: database %s\n\n", r.Database)
 		p("STATUS\tCHECK\tDETAIL\n")
 		for _, c := range r.Checks {

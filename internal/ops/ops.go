@@ -437,9 +437,8 @@ func Redrive(ctx context.Context, colls Collections, opts RedriveOptions) (Redri
 		return res, err
 	}
 	// The operator's filter less the unredrivable reasons (unless forced),
-	// counted as skipped. Only dead letters older than the run are taken: an
-	// entry that fails again while the run goes on must not be redriven again
-	// and again by it.
+	// counted as skipped, and only dead letters older than the run: one that
+	// fails again during the run must not be redriven by it again and again.
 	and := func(a, b bson.D) bson.D { return bson.D{{Key: "$and", Value: bson.A{a, b}}} }
 	filter := and(opts.Filter.BSON(), bson.D{{Key: "deadLetter.at", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gte", Value: now}}}}}})
 	if !opts.Force {
@@ -457,11 +456,9 @@ func Redrive(ctx context.Context, colls Collections, opts RedriveOptions) (Redri
 	if res.Total, _, err = countUpTo(ctx, colls.DeadLetter, filter, 100_000); err != nil {
 		return res, fmt.Errorf("counting dead letters to redrive: %w", err)
 	}
-	if opts.Limit > 0 {
-		res.Total = min(res.Total, opts.Limit)
-	}
 	find := options.Find().SetSort(bson.D{{Key: "deadLetter.at", Value: 1}}).SetBatchSize(int32(opts.Batch))
 	if opts.Limit > 0 {
+		res.Total = min(res.Total, opts.Limit)
 		find.SetLimit(opts.Limit)
 	}
 	if opts.DryRun {
@@ -483,8 +480,6 @@ func Redrive(ctx context.Context, colls Collections, opts RedriveOptions) (Redri
 		if len(batch) == 0 {
 			return res, nil
 		}
-		res.Batches++
-		res.Read += int64(len(batch))
 		if err := redriveBatch(ctx, colls, batch, now, opts, &res); err != nil {
 			return res, err
 		}
@@ -497,6 +492,8 @@ func Redrive(ctx context.Context, colls Collections, opts RedriveOptions) (Redri
 // redriveBatch inserts the batch's entries unordered, sorts out duplicate
 // keys and deletes the dead letters whose entry is now in the queue.
 func redriveBatch(ctx context.Context, colls Collections, batch []bson.Raw, now time.Time, opts RedriveOptions, res *RedriveResult) error {
+	res.Batches++
+	res.Read += int64(len(batch))
 	if opts.DryRun {
 		_, err := alreadyQueued(ctx, colls.Queue, batch, true, res)
 		return err
@@ -540,13 +537,12 @@ func redriveBatch(ctx context.Context, colls Collections, batch []bson.Raw, now 
 		}
 		done = append(done, ours...)
 	}
+	var err error
 	if opts.AfterInsert != nil {
-		if err := opts.AfterInsert(res.Batches); err != nil {
-			return err
-		}
+		err = opts.AfterInsert(res.Batches)
 	}
-	if len(done) == 0 {
-		return nil
+	if err != nil || len(done) == 0 {
+		return err
 	}
 	removed, err := deleteByID(ctx, colls.DeadLetter, done)
 	res.Removed += removed

@@ -132,7 +132,7 @@ func GatherStatus(ctx context.Context, colls Collections, opts StatusOptions) (*
 		return nil, err
 	}
 	s := &Status{SchemaVersion: SchemaVersion, Kind: "status", At: now, Database: colls.DB.Name()}
-	for _, read := range []statusRead{queueStatus, topUsers, heldLeases, backoffs, deadLetterStatus, sampleRates} {
+	for _, read := range []statusRead{queueStatus, topUsers, topUserLeases, heldLeases, backoffs, deadLetterStatus, sampleRates} {
 		if err := read(ctx, colls, now, opts, s); err != nil {
 			return nil, err
 		}
@@ -164,7 +164,7 @@ func queueStatus(ctx context.Context, colls Collections, now time.Time, opts Sta
 }
 
 // topUsers reads the oldest opts.Window entries (the claim window's index,
-// in one reply), ranks their users and reads the top ones' leases.
+// in one reply) and ranks their users.
 func topUsers(ctx context.Context, colls Collections, now time.Time, opts StatusOptions, s *Status) error {
 	window, err := findAll[stored](ctx, colls.Queue, bson.D{}, options.Find().
 		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
@@ -201,10 +201,15 @@ func topUsers(ctx context.Context, colls Collections, now time.Time, opts Status
 		return cmp.Or(cmp.Compare(b.Entries, a.Entries), a.OldestCreatedAt.Compare(b.OldestCreatedAt), cmp.Compare(a.Username, b.Username))
 	})
 	t.Users = t.Users[:min(len(t.Users), opts.Top)]
+	return nil
+}
+
+// topUserLeases reads the top users' lease states, in one round trip by _id.
+func topUserLeases(ctx context.Context, colls Collections, now time.Time, _ StatusOptions, s *Status) error {
+	t := &s.TopUsers
 	if len(t.Users) == 0 {
 		return nil
 	}
-	// Their lease states, in one round trip by _id.
 	names, index := make(bson.A, len(t.Users)), map[string]int{}
 	for i, u := range t.Users {
 		names[i], index[u.Username] = u.Username, i
@@ -235,7 +240,7 @@ func topUsers(ctx context.Context, colls Collections, now time.Time, opts Status
 
 // WriteStatus prints s for a human.
 func WriteStatus(w io.Writer, s *Status) error {
-	return table(w, func(p func(string, ...any)) {
+	return table(w, func(p printer) {
 		p("scorerefresh status: database %s, %s (server clock)\n\n", s.Database, stamp(s.At))
 		q := s.Queue
 		p("queue %s\n", q.Collection)
@@ -246,51 +251,7 @@ func WriteStatus(w io.Writer, s *Status) error {
 			p("  oldest entry         %s (age %s)\n", stamp(*q.OldestCreatedAt), (time.Duration(q.OldestAgeSeconds) * time.Second).Round(time.Second))
 		}
 		p("  pending, last minute %s (still waiting, createdAt within the last minute)\n\n", count(q.PendingLastMinute, q.PendingLastMinuteExact))
-
-		t, scope := s.TopUsers, "the whole queue"
-		if !t.WholeQueue {
-			scope = "a window: the queue holds more; --window reads more"
-		}
-		p("top users among the oldest %d entries (%s)\n", t.Read, scope)
-		p("  USER\tENTRIES\tOLDEST\tSTATE\n")
-		for _, u := range t.Users {
-			state := u.State
-			switch {
-			case u.State == consumer.LeaseHeld:
-				state = fmt.Sprintf("held by %s until %s", u.Owner, stamp(*u.Until))
-			case u.Until != nil:
-				state = fmt.Sprintf("backing off until %s", stamp(*u.Until))
-			}
-			p("  %s\t%d\t%s\t%s\n", clip(u.Username, 40), u.Entries, stamp(u.OldestCreatedAt), state)
-		}
-		if t.Malformed > 0 {
-			p("  %d entries in the window have no usable username (the consumer dead-letters them as malformed)\n", t.Malformed)
-		}
-
-		l, more := s.Leases, ""
-		if l.Truncated {
-			more = " (at least: only the first --lease-limit were read)"
-		}
-		p("\nleases held: %d%s\n", l.Held, more)
-		if len(l.Owners) > 0 {
-			p("  OWNER (REPLICA)\tHELD\tOLDEST CLAIM\tNEXT EXPIRY\n")
-			for _, o := range l.Owners {
-				oldest := "-"
-				if o.OldestClaimedAt != nil {
-					oldest = stamp(*o.OldestClaimedAt)
-				}
-				p("  %s\t%d\t%s\t%s\n", o.Owner, o.Held, oldest, stamp(o.NextExpiry))
-			}
-		}
-		b := s.Backoffs
-		p("users backing off: %s\n", count(b.Count, b.CountExact))
-		if len(b.Users) > 0 {
-			p("  USER\tNEXT ATTEMPT\tATTEMPTS\tLAST ERROR\n")
-			for _, u := range b.Users {
-				p("  %s\t%s\t%d\t%s\n", clip(u.Username, 40), stamp(u.NextAttemptAt), u.Attempts, clip(u.LastError, 80))
-			}
-		}
-
+		writeUsers(p, s)
 		d := s.DeadLetters
 		p("\ndead letters %s: %s", d.Collection, count(d.Count, d.CountExact))
 		if d.OldestAt != nil {
@@ -298,17 +259,12 @@ func WriteStatus(w io.Writer, s *Status) error {
 		}
 		p("\n")
 		if len(d.ByReason) > 0 {
-			scope := "all of them"
-			if !d.WholeSet {
-				scope = fmt.Sprintf("the newest %d only", d.Read)
-			}
-			p("  by reason (%s):\n", scope)
+			p("  by reason (%s):\n", map[bool]string{true: "all of them", false: fmt.Sprintf("the newest %d only", d.Read)}[d.WholeSet])
 			p("  REASON\tCOUNT\tOLDEST\tNEWEST\n")
 			for _, r := range d.ByReason {
 				p("  %s\t%d\t%s\t%s\n", r.Reason, r.Count, stamp(r.OldestAt), stamp(r.NewestAt))
 			}
 		}
-
 		if r := s.Rates; r == nil {
 			p("\nrates: not sampled (--sample 0)\n")
 		} else {
@@ -323,9 +279,48 @@ func WriteStatus(w io.Writer, s *Status) error {
 	})
 }
 
+// writeUsers prints the top users, the leases and the backoffs.
+func writeUsers(p printer, s *Status) {
+	t := s.TopUsers
+	p("top users among the oldest %d entries (%s)\n", t.Read, map[bool]string{true: "the whole queue", false: "a window: the queue holds more; --window reads more"}[t.WholeQueue])
+	p("  USER\tENTRIES\tOLDEST\tSTATE\n")
+	for _, u := range t.Users {
+		state := u.State
+		switch {
+		case u.State == consumer.LeaseHeld:
+			state = fmt.Sprintf("held by %s until %s", u.Owner, stamp(*u.Until))
+		case u.Until != nil:
+			state = fmt.Sprintf("backing off until %s", stamp(*u.Until))
+		}
+		p("  %s\t%d\t%s\t%s\n", clip(u.Username, 40), u.Entries, stamp(u.OldestCreatedAt), state)
+	}
+	if t.Malformed > 0 {
+		p("  %d entries in the window have no usable username (the consumer dead-letters them as malformed)\n", t.Malformed)
+	}
+	l := s.Leases
+	p("\nleases held: %d%s\n", l.Held, map[bool]string{true: " (at least: only the first --lease-limit were read)"}[l.Truncated])
+	if len(l.Owners) > 0 {
+		p("  OWNER (REPLICA)\tHELD\tOLDEST CLAIM\tNEXT EXPIRY\n")
+		for _, o := range l.Owners {
+			p("  %s\t%d\t%s\t%s\n", o.Owner, o.Held, stamp(*cmp.Or(o.OldestClaimedAt, new(time.Time))), stamp(o.NextExpiry))
+		}
+	}
+	b := s.Backoffs
+	p("users backing off: %s\n", count(b.Count, b.CountExact))
+	if len(b.Users) > 0 {
+		p("  USER\tNEXT ATTEMPT\tATTEMPTS\tLAST ERROR\n")
+		for _, u := range b.Users {
+			p("  %s\t%s\t%d\t%s\n", clip(u.Username, 40), stamp(u.NextAttemptAt), u.Attempts, clip(u.LastError, 80))
+		}
+	}
+}
+
+// printer is fmt.Printf into a table.
+type printer func(format string, args ...any)
+
 // table renders write's lines, their tab-separated cells aligned as columns
 // (a line without a tab ends a table), and writes them to w at once.
-func table(w io.Writer, write func(p func(format string, args ...any))) error {
+func table(w io.Writer, write func(p printer)) error {
 	var b bytes.Buffer
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	write(func(format string, args ...any) { fmt.Fprintf(tw, format, args...) })
