@@ -96,8 +96,7 @@ func newDLFlags(sub string, stderr io.Writer, limit int64, batch int, dryRunHelp
 	return f
 }
 
-// parse reads args; when ok is false the command exits with code: 0 after
-// the help (on stdout), 2 after saying on stderr what is wrong.
+// parse reads args; when ok is false the command exits with code (cli.Parse).
 func (f *dlFlags) parse(args []string, stdout io.Writer) (filter ops.Filter, code int, ok bool) {
 	if code, ok := cli.Parse(f.fs, args, false, stdout); !ok {
 		return ops.Filter{}, code, false
@@ -205,10 +204,6 @@ func progress(w io.Writer, name string, batch int) func(done, total int64, detai
 	}
 }
 
-// exitPartial is redrive's exit code when it had to leave dead letters
-// behind (conflicts or refusals): the run finished, the job is not done.
-const exitPartial = 3
-
 func runRedrive(args, environ []string, stdout, stderr io.Writer) int {
 	f := newDLFlags("redrive", stderr, 0, 500, "report what would be redriven; write nothing")
 	f.fs.BoolVar(&f.force, "force", false, "also redrive dead letters whose reason is malformed or too_large, unchanged (fix the data first, or they come straight back)")
@@ -229,11 +224,10 @@ func runRedrive(args, environ []string, stdout, stderr io.Writer) int {
 			writeRedrive(stderr, res, env.Colls.DeadLetter.Name())
 			return 1
 		}
-		code := emit(f.name, stdout, stderr, f.asJSON, res, nil, func() error { return writeRedrive(stdout, res, env.Colls.DeadLetter.Name()) })
-		if code != 0 || res.Conflicts+res.Failed == 0 {
+		if code := emit(f.name, stdout, stderr, f.asJSON, res, nil, func() error { return writeRedrive(stdout, res, env.Colls.DeadLetter.Name()) }); code != 0 || res.Conflicts+res.Failed == 0 {
 			return code
 		}
-		return exitPartial
+		return 3 // dead letters left behind (conflicts, refusals): the run finished, the job is not done
 	})
 }
 

@@ -44,16 +44,13 @@ func runSnapshot(args, environ []string, stdout, stderr io.Writer) int {
 	if *out == "" || (*format != "canonical" && *format != "relaxed") {
 		return cli.Refuse(fs, "--out is required and --json-format must be canonical or relaxed")
 	}
-	toStdout := *out == "-"
-	if toStdout && *withSources {
+	if *out == "-" && *withSources {
 		return cli.Refuse(fs, "--with-sources needs a directory for --out: standard output carries the queue alone")
 	}
 	return withOps("scorerefresh snapshot", environ, 0, stderr, func(ctx context.Context, env *ops.Env) int {
-		if toStdout {
+		if *out == "-" {
 			// The queue as replay.Snapshot writes a file (in _id order, the same
-			// consistency), but to stdout: the image has no shell and a read-only
-			// root, so kubectl exec's stdout is the only way out of the pod. The
-			// summary goes to stderr, which must not mix with the data.
+			// consistency); the summary on stderr, apart from the data.
 			coll, cw := env.Colls.Queue, &countingWriter{w: stdout}
 			var dst io.Writer = cw
 			var zw *gzip.Writer
@@ -93,8 +90,7 @@ func runSnapshot(args, environ []string, stdout, stderr io.Writer) int {
 	})
 }
 
-// countingWriter counts what reaches stdout, for the progress line and the
-// summary.
+// countingWriter counts what reaches stdout, for the progress and the summary.
 type countingWriter struct {
 	w io.Writer
 	n atomic.Int64
@@ -107,8 +103,7 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 }
 
 func runReplay(args, environ []string, stdout, stderr io.Writer) int {
-	b := replaycmd.Build{Name: "scorerefresh replay", Version: version, Revision: revision}
-	return replaycmd.Main(b, args, environ, stdout, stderr)
+	return replaycmd.Main(replaycmd.Build{Name: "scorerefresh replay", Version: version, Revision: revision}, args, environ, stdout, stderr)
 }
 
 const backlogHelp = `usage: scorerefresh backlog generate --shape firehose|diverse|zipf|mixed --entries N --users M --out DIR [flags]
@@ -164,8 +159,7 @@ func runBacklog(args, environ []string, stdout, stderr io.Writer) int {
 		Origin: "scorerefresh backlog generate " + strings.Join(args[1:], " "),
 	})
 	if err != nil {
-		fmt.Fprintf(stderr, "scorerefresh backlog generate: %v\n", err)
-		return 1
+		return fail(stderr, "scorerefresh backlog generate", err)
 	}
 	for _, f := range m.Files {
 		fmt.Fprintf(stdout, "%s/%s: %d documents for %s\n", *out, f.File, f.Documents, f.Collection)

@@ -460,10 +460,14 @@ func indexCheck(ctx context.Context, spec consumer.IndexSpec, ix *indexCache) Ch
 	return c
 }
 
+// keysJS writes keys for mongosh; a field without a direction is ascending.
 func keysJS(keys []string) string {
 	parts := make([]string, len(keys))
 	for i, k := range keys {
-		name, dir, _ := strings.Cut(k, ":")
+		name, dir, found := strings.Cut(k, ":")
+		if !found {
+			dir = "1"
+		}
 		if dir != "1" && dir != "-1" {
 			dir = fmt.Sprintf("%q", dir)
 		}
@@ -484,7 +488,7 @@ func collationVerdict(comp scoring.Component, indexes []indexInfo, locale, statu
 		}
 	}
 	return Warn, fmt.Sprintf("the collection's default collation is %s: the service's queries of it use the simple collation (usernames compared exactly), and no index on %s has it, so none serves them", locale, comp.UserField),
-		fmt.Sprintf("in mongosh: db.getCollection(%q).createIndex(%s, {collation: {locale: \"simple\"}})", comp.Collection, keysJS(appendDir(want)))
+		fmt.Sprintf("in mongosh: db.getCollection(%q).createIndex(%s, {collation: {locale: \"simple\"}})", comp.Collection, keysJS(want))
 }
 
 func sourceVerdict(comp scoring.Component, indexes []indexInfo) (status, detail, fix string) {
@@ -499,7 +503,7 @@ func sourceVerdict(comp scoring.Component, indexes []indexInfo) (status, detail,
 			best, bestName = n, ix.Name
 		}
 	}
-	fix = fmt.Sprintf("in mongosh: db.getCollection(%q).createIndex(%s)", comp.Collection, keysJS(appendDir(want)))
+	fix = fmt.Sprintf("in mongosh: db.getCollection(%q).createIndex(%s)", comp.Collection, keysJS(want))
 	switch {
 	case best == len(want):
 		return OK, fmt.Sprintf("%s serves {%s}", bestName, strings.Join(want, ", ")), ""
@@ -507,14 +511,6 @@ func sourceVerdict(comp scoring.Component, indexes []indexInfo) (status, detail,
 		return Warn, fmt.Sprintf("%s serves {%s} but not {%s}: each refresh reads more of a user's documents than it counts", bestName, strings.Join(want[:best], ", "), strings.Join(want[best:], ", ")), fix
 	}
 	return Fail, fmt.Sprintf("no index starts with %s: every refresh scans the collection", comp.UserField), fix
-}
-
-func appendDir(fields []string) []string {
-	out := make([]string, len(fields))
-	for i, f := range fields {
-		out[i] = f + ":1"
-	}
-	return out
 }
 
 // plan is what an explain's winning plan says about index use.

@@ -118,10 +118,8 @@ func idString(v bson.RawValue) string {
 		return v.ObjectID().Hex()
 	case bson.TypeString:
 		return v.StringValue()
-	case 0:
-		return ""
 	}
-	return v.String()
+	return v.String() // "" when missing
 }
 
 // findAll reads every document of coll that filter matches; what says which
