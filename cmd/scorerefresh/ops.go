@@ -57,14 +57,13 @@ func runDeadLetters(args, environ []string, stdin io.Reader, stdout, stderr io.W
 
 // dlFlags are the flags the subcommands share.
 type dlFlags struct {
-	name                string
-	fs                  *flag.FlagSet
-	reasons             []string
-	user, since, until  string
-	limit, minLimit     int64
-	batch, minBatch     int
-	asJSON, dryRun, yes bool
-	force, all          bool
+	name               string
+	fs                 *flag.FlagSet
+	reasons            []string
+	user, since, until string
+	limit, minLimit    int64
+	batch, minBatch    int
+	asJSON, dryRun     bool
 }
 
 // newDLFlags defines the filter, --limit and --json; with a batch size (the
@@ -83,11 +82,8 @@ func newDLFlags(sub string, stderr io.Writer, limit int64, batch int, dryRunHelp
 	f.fs.StringVar(&f.user, "user", "", "only this username")
 	f.fs.StringVar(&f.since, "since", "", "only dead-lettered at or after: RFC 3339, a date, or a duration ago (24h)")
 	f.fs.StringVar(&f.until, "until", "", "only dead-lettered before: RFC 3339, a date, or a duration ago")
-	limitHelp := "dead letters at most (0: all)"
-	if limit > 0 { // list: a listing always has a length
-		limitHelp = "dead letters listed at most, newest first (at least 1)"
-	}
-	f.fs.Int64Var(&f.limit, "limit", limit, limitHelp)
+	limitHelp := map[bool]string{true: "dead letters listed at most, newest first (at least 1)", false: "dead letters at most (0: all)"}
+	f.fs.Int64Var(&f.limit, "limit", limit, limitHelp[limit > 0])
 	f.fs.BoolVar(&f.asJSON, "json", false, "print one JSON document (schemaVersion 1)")
 	if batch > 0 {
 		f.fs.IntVar(&f.batch, "batch", batch, "dead letters per batch (one round trip each)")
@@ -124,21 +120,15 @@ func runDeadLettersList(args, environ []string, stdout, stderr io.Writer) int {
 	return withOps(f.name, environ, 2*time.Minute, stderr, func(ctx context.Context, env *ops.Env) int {
 		l, err := ops.ListDeadLetters(ctx, env.Colls.DeadLetter, filter, int(f.limit), 100_000)
 		return emit(f.name, stdout, stderr, f.asJSON, l, err, func() error {
-			more := ""
-			if !l.MatchingExact {
-				more = " or more"
-			}
 			const head = "%d of %d%s dead letters in %s (%s), newest first\n"
+			more := map[bool]string{false: " or more"}[l.MatchingExact]
 			if _, err := fmt.Fprintf(stdout, head, len(l.DeadLetters), l.Matching, more, env.Colls.DeadLetter.Name(), l.Filter); err != nil {
 				return err
 			}
 			tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintf(tw, "DEAD-LETTERED\tID\tUSER\tREASON\tATTEMPTS\tERROR\n")
 			for _, r := range l.DeadLetters {
-				user := "(" + r.UserNote + ")"
-				if r.Username != nil {
-					user = *r.Username
-				}
+				user := *cmp.Or(r.Username, new("("+r.UserNote+")"))
 				id := r.ID
 				if r.OriginalID != "" {
 					id += " (copy of " + r.OriginalID + ")"
@@ -206,7 +196,7 @@ func progress(w io.Writer, name string, batch int) func(done, total int64, detai
 
 func runRedrive(args, environ []string, stdout, stderr io.Writer) int {
 	f := newDLFlags("redrive", stderr, 0, 500, "report what would be redriven; write nothing")
-	f.fs.BoolVar(&f.force, "force", false, "also redrive dead letters whose reason is malformed or too_large, unchanged (fix the data first, or they come straight back)")
+	force := f.fs.Bool("force", false, "also redrive dead letters whose reason is malformed or too_large, unchanged (fix the data first, or they come straight back)")
 	filter, code, ok := f.parse(args, stdout)
 	if !ok {
 		return code
@@ -214,7 +204,7 @@ func runRedrive(args, environ []string, stdout, stderr io.Writer) int {
 	return withOps(f.name, environ, 0, stderr, func(ctx context.Context, env *ops.Env) int {
 		show := progress(stderr, f.name, f.batch)
 		res, err := ops.Redrive(ctx, env.Colls, ops.RedriveOptions{
-			Filter: filter, Limit: f.limit, Batch: f.batch, DryRun: f.dryRun, Force: f.force,
+			Filter: filter, Limit: f.limit, Batch: f.batch, DryRun: f.dryRun, Force: *force,
 			Progress: func(r ops.RedriveResult) {
 				show(r.Read, r.Total, fmt.Sprintf("%d requeued, %d already queued, %d left (conflicts, refusals)", r.Requeued, r.AlreadyQueued, r.Conflicts+r.Failed))
 			},
@@ -265,13 +255,13 @@ type purgeResult struct {
 
 func runPurge(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	f := newDLFlags("purge", stderr, 0, 1000, "count what would be deleted; delete nothing")
-	f.fs.BoolVar(&f.yes, "yes", false, "do not ask for confirmation")
-	f.fs.BoolVar(&f.all, "all", false, "allow a purge without any filter (every dead letter)")
+	yes := f.fs.Bool("yes", false, "do not ask for confirmation")
+	all := f.fs.Bool("all", false, "allow a purge without any filter (every dead letter)")
 	filter, code, ok := f.parse(args, stdout)
 	if !ok {
 		return code
 	}
-	if len(filter.BSON()) == 0 && !f.all {
+	if len(filter.BSON()) == 0 && !*all {
 		return cli.Refuse(f.fs, "no filter: pass --reason, --user, --since or --until, or --all to delete every dead letter")
 	}
 	return withOps(f.name, environ, 0, stderr, func(ctx context.Context, env *ops.Env) int {
@@ -285,7 +275,7 @@ func runPurge(args, environ []string, stdin io.Reader, stdout, stderr io.Writer)
 		what := fmt.Sprintf("%d dead letters from %s.%s (%s)", res.Matching, env.Config.Database, env.Colls.DeadLetter.Name(), filter)
 		summary := fmt.Sprintf("dry run: would delete %s\n", what)
 		if !f.dryRun && res.Matching > 0 {
-			if !f.yes {
+			if !*yes {
 				fmt.Fprint(stderr, "Delete "+what+"? This cannot be undone. Type yes to go on: ")
 				// Only "yes" goes on. No input (a Job, a pipe closed) is a no.
 				if line, _ := bufio.NewReader(stdin).ReadString('\n'); strings.TrimSpace(line) != "yes" {

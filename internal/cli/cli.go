@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -32,15 +33,8 @@ func NewFlagSet(name, help string, stderr io.Writer) *flag.FlagSet {
 // only in flags: --help appended to a command line that would otherwise run
 // must get the help, and a flag parser stops at the first operand.
 func WantsHelp(args []string) bool {
-	for _, a := range args {
-		switch a {
-		case "--":
-			return false
-		case "-h", "-help", "--help":
-			return true
-		}
-	}
-	return false
+	i := slices.IndexFunc(args, func(a string) bool { return a == "--" || a == "-h" || a == "-help" || a == "--help" })
+	return i >= 0 && args[i] != "--"
 }
 
 // Parse parses args into fs and says whether the command goes on; if not,
@@ -71,12 +65,9 @@ func Parse(fs *flag.FlagSet, args []string, operands bool, stdout io.Writer) (co
 	if len(rest) > 0 && !operands {
 		return Refuse(fs, "unexpected argument %q", rest[0]), false
 	}
-	if afterDashes := len(args) > len(rest) && args[len(args)-len(rest)-1] == "--"; !afterDashes {
-		for _, a := range rest {
-			if len(a) > 1 && strings.HasPrefix(a, "-") {
-				return Refuse(fs, "%q after the operands: flags go first (put -- before an operand that starts with -)", a), false
-			}
-		}
+	afterDashes := len(args) > len(rest) && args[len(args)-len(rest)-1] == "--"
+	if i := slices.IndexFunc(rest, func(a string) bool { return len(a) > 1 && strings.HasPrefix(a, "-") }); i >= 0 && !afterDashes {
+		return Refuse(fs, "%q after the operands: flags go first (put -- before an operand that starts with -)", rest[i]), false
 	}
 	return 0, true
 }

@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,14 +50,7 @@ type DoctorReport struct {
 func (r *DoctorReport) add(checks ...Check) {
 	for _, c := range checks {
 		r.Checks = append(r.Checks, c)
-		switch c.Status {
-		case OK:
-			r.OK++
-		case Warn:
-			r.Warnings++
-		default:
-			r.Failures++
-		}
+		*cmp.Or(map[string]*int{OK: &r.OK, Warn: &r.Warnings}[c.Status], &r.Failures)++
 	}
 }
 

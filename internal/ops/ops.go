@@ -38,13 +38,6 @@ type Collections struct {
 	Scores *mongo.Collection
 }
 
-// NewCollections names the collections of db as cfg configures them.
-func NewCollections(db *mongo.Database, cfg config.Config) Collections {
-	return Collections{DB: db, Scores: db.Collection(cfg.ScoresCollection), Collections: consumer.Collections{
-		Queue: db.Collection(cfg.QueueCollection), Claims: db.Collection(cfg.ClaimsCollection), DeadLetter: db.Collection(cfg.DeadLetterCollection),
-	}}
-}
-
 // Env is a connection set up exactly as `scorerefresh run` sets up its own:
 // the same configuration, client options (pool, app name) and rules file.
 type Env struct {
@@ -62,7 +55,8 @@ func Open(ctx context.Context, cfg config.Config, version, revision string) (*En
 	if err != nil {
 		return nil, err
 	}
-	return &Env{Config: cfg, Colls: NewCollections(svc.DB, cfg), Rules: svc.Rules, svc: svc}, nil
+	colls := Collections{DB: svc.DB, Collections: svc.Colls, Scores: svc.DB.Collection(cfg.ScoresCollection)}
+	return &Env{Config: cfg, Colls: colls, Rules: svc.Rules, svc: svc}, nil
 }
 
 func (e *Env) Close(ctx context.Context) error { return e.svc.Close(ctx) }
@@ -263,8 +257,7 @@ func ListDeadLetters(ctx context.Context, dead *mongo.Collection, f Filter, limi
 			Attempts: int(d.DeadLetter.Attempts), Error: clip(d.DeadLetter.Error, 1024), OriginalID: idString(d.DeadLetter.OriginalID),
 		}
 		if u, ok := d.Username.StringValueOK(); ok {
-			u = clip(u, 300)
-			r.Username = &u
+			r.Username = new(clip(u, 300))
 		} else if d.Username.Type == 0 {
 			r.UserNote = "missing"
 		} else {
@@ -351,9 +344,7 @@ func Purge(ctx context.Context, dead *mongo.Collection, f Filter, limit int64, b
 		if err != nil {
 			return deleted, fmt.Errorf("deleting %d dead letters: %w", len(ids), err)
 		}
-		if progress != nil {
-			progress(deleted)
-		}
+		progress(deleted)
 		if int64(len(ids)) < n {
 			return deleted, nil
 		}

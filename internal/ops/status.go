@@ -59,13 +59,11 @@ type Status struct {
 		Malformed  int         `json:"malformed"`  // entries in the window with no usable username
 		Users      []UserEntry `json:"users"`
 	} `json:"topUsers"`
-	// The leases held now, per replica.
 	Leases struct {
 		Held      int           `json:"held"`
 		Truncated bool          `json:"truncated"` // more than LeaseLimit: counts are a lower bound
 		Owners    []OwnerLeases `json:"owners"`
 	} `json:"leases"`
-	// The users waiting out a backoff after a failed refresh.
 	Backoffs struct {
 		Count      int64     `json:"count"`
 		CountExact bool      `json:"countExact"`
@@ -186,10 +184,7 @@ func topUsers(ctx context.Context, colls Collections, now time.Time, opts Status
 		if oid, ok := e.ID.ObjectIDOK(); ok && (e.CreatedAt.Type == 0 || e.CreatedAt.Type == bson.TypeNull) {
 			created, dated = oid.Timestamp(), true
 		}
-		u, seen := byUser[name]
-		if !seen {
-			u = UserEntry{Username: name, OldestCreatedAt: created, State: consumer.LeaseClaimable}
-		}
+		u := cmp.Or(byUser[name], UserEntry{Username: name, State: consumer.LeaseClaimable})
 		u.Entries++
 		if dated && (u.OldestCreatedAt.IsZero() || created.Before(u.OldestCreatedAt)) {
 			u.OldestCreatedAt = created
@@ -375,10 +370,7 @@ func heldLeases(ctx context.Context, colls Collections, now time.Time, opts Stat
 		}
 		s.Held++
 		until, _ := d.Until()
-		o, seen := byOwner[d.OwnerName()]
-		if !seen {
-			o = OwnerLeases{Owner: d.OwnerName(), NextExpiry: until}
-		}
+		o := cmp.Or(byOwner[d.OwnerName()], OwnerLeases{Owner: d.OwnerName(), NextExpiry: until})
 		o.Held++
 		if until.Before(o.NextExpiry) {
 			o.NextExpiry = until
@@ -518,10 +510,7 @@ func deadLetterStatus(ctx context.Context, colls Collections, _ time.Time, opts 
 	by := map[string]ReasonStatus{}
 	for _, d := range docs {
 		reason := cmp.Or(d.DeadLetter.Reason, "(none)")
-		r, seen := by[reason]
-		if !seen {
-			r = ReasonStatus{Reason: reason, OldestAt: d.DeadLetter.At, NewestAt: d.DeadLetter.At}
-		}
+		r := cmp.Or(by[reason], ReasonStatus{Reason: reason, OldestAt: d.DeadLetter.At, NewestAt: d.DeadLetter.At})
 		r.Count++
 		if d.DeadLetter.At.Before(r.OldestAt) {
 			r.OldestAt = d.DeadLetter.At

@@ -27,7 +27,9 @@ func testColls(t *testing.T, mon *event.CommandMonitor) Collections {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := NewCollections(db, cfg)
+	c := Collections{DB: db, Scores: db.Collection(cfg.ScoresCollection), Collections: consumer.Collections{
+		Queue: db.Collection(cfg.QueueCollection), Claims: db.Collection(cfg.ClaimsCollection), DeadLetter: db.Collection(cfg.DeadLetterCollection),
+	}}
 	if _, err := consumer.EnsureIndexes(t.Context(), c.Collections, discardLog()); err != nil {
 		t.Fatal(err)
 	}
