@@ -151,7 +151,7 @@ func sourceCheck(ctx context.Context, cfg DoctorConfig, ix *indexCache, comp sco
 
 // WriteDoctor prints the report as a table, each fix under its check.
 func WriteDoctor(w io.Writer, r *DoctorReport) error {
-	return table(w, func(p printer) {
+	return table(w, func(p func(string, ...any)) {
 		p("scorerefresh doctor: database %s\n\n", r.Database)
 		p("STATUS\tCHECK\tDETAIL\n")
 		for _, c := range r.Checks {

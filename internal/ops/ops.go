@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -24,7 +25,6 @@ import (
 	"github.com/scorerefresh/scorerefresh/consumer"
 	"github.com/scorerefresh/scorerefresh/internal/app"
 	"github.com/scorerefresh/scorerefresh/internal/config"
-	"github.com/scorerefresh/scorerefresh/scoring"
 )
 
 // SchemaVersion is the version of every --json document: it changes only
@@ -43,8 +43,7 @@ type Collections struct {
 type Env struct {
 	Config config.Config
 	Colls  Collections
-	Rules  *scoring.Rules
-	svc    *app.Service
+	*app.Service
 }
 
 // Open connects as the service would, without serving metrics (an operator
@@ -56,14 +55,11 @@ func Open(ctx context.Context, cfg config.Config, version, revision string) (*En
 		return nil, err
 	}
 	colls := Collections{DB: svc.DB, Collections: svc.Colls, Scores: svc.DB.Collection(cfg.ScoresCollection)}
-	return &Env{Config: cfg, Colls: colls, Rules: svc.Rules, svc: svc}, nil
+	return &Env{Config: cfg, Colls: colls, Service: svc}, nil
 }
 
-func (e *Env) Close(ctx context.Context) error { return e.svc.Close(ctx) }
-
-// ServerTime is the database server's clock (hello.localTime), the one
-// clock every replica and operator shares, and the local time halfway
-// through the round trip, to compare it with.
+// ServerTime is the server's clock (hello.localTime), the one every replica
+// and operator shares, and the local time halfway through the round trip.
 func ServerTime(ctx context.Context, db *mongo.Database) (server, local time.Time, rtt time.Duration, err error) {
 	start := time.Now()
 	raw, err := db.Client().Database("admin").RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
@@ -116,8 +112,7 @@ func idString(v bson.RawValue) string {
 	return v.String() // "" when missing
 }
 
-// findAll reads every document of coll that filter matches; what says which
-// read failed, in its error.
+// findAll reads every document of coll that filter matches; what names the read in its error.
 func findAll[T any](ctx context.Context, coll *mongo.Collection, filter any, opts *options.FindOptionsBuilder, what string) ([]T, error) {
 	var docs []T
 	cur, err := coll.Find(ctx, filter, opts)
@@ -323,10 +318,7 @@ func WriteExtJSON(w io.Writer, docs []bson.Raw) error {
 func Purge(ctx context.Context, dead *mongo.Collection, f Filter, limit int64, batch int, progress func(deleted int64)) (int64, error) {
 	var deleted int64
 	for limit == 0 || deleted < limit {
-		n := int64(batch)
-		if limit > 0 {
-			n = min(n, limit-deleted)
-		}
+		n := min(int64(batch), cmp.Or(limit, math.MaxInt64)-deleted)
 		docs, err := findAll[stored](ctx, dead, f.BSON(), options.Find().SetLimit(n).SetBatchSize(int32(n)).SetProjection(bson.D{{Key: "_id", Value: 1}}),
 			fmt.Sprintf("reading %d dead letter ids", n))
 		if err != nil {
@@ -410,14 +402,13 @@ func (r *RedriveResult) problem(format string, args ...any) {
 
 // Redrive puts dead letters back in the queue (see Requeued), each under its
 // own _id, then deletes them from the dead letters. Crash-safe and idempotent
-// without transactions: the insert comes before the delete, so a run killed
-// between them leaves the entry in both places, and the next run's insert
-// meets a duplicate key, finds its own stamp on the queue entry (same
-// deadLetter.at) and only deletes the dead letter. A queue entry under the
-// same _id without that stamp is someone else's: the dead letter stays,
-// reported. (Were the half-done entry consumed before the re-run, it is
-// queued once more: one harmless extra refresh.) Each batch costs one read,
-// one insert, one delete, and one read of the queue only when some _ids exist.
+// without transactions: the insert comes before the delete, so a re-run after
+// a crash between them meets a duplicate key, finds its own stamp on the
+// queue entry (same deadLetter.at) and only deletes the dead letter; an entry
+// without that stamp is someone else's: the dead letter stays, reported. (Were
+// the half-done entry consumed before the re-run, it is queued once more: one
+// harmless extra refresh.) Each batch costs one read, one insert, one delete,
+// and one read of the queue only when some _ids exist.
 func Redrive(ctx context.Context, colls Collections, opts RedriveOptions) (RedriveResult, error) {
 	opts.Batch = cmp.Or(opts.Batch, 500)
 	res := RedriveResult{SchemaVersion: SchemaVersion, Kind: "deadletters.redrive", DryRun: opts.DryRun, Filter: opts.Filter, Problems: []string{}, Skipped: map[string]int64{}}

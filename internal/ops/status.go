@@ -235,7 +235,7 @@ func topUserLeases(ctx context.Context, colls Collections, now time.Time, _ Stat
 
 // WriteStatus prints s for a human.
 func WriteStatus(w io.Writer, s *Status) error {
-	return table(w, func(p printer) {
+	return table(w, func(p func(string, ...any)) {
 		p("scorerefresh status: database %s, %s (server clock)\n\n", s.Database, stamp(s.At))
 		q := s.Queue
 		p("queue %s\n", q.Collection)
@@ -275,7 +275,7 @@ func WriteStatus(w io.Writer, s *Status) error {
 }
 
 // writeUsers prints the top users, the leases and the backoffs.
-func writeUsers(p printer, s *Status) {
+func writeUsers(p func(string, ...any), s *Status) {
 	t := s.TopUsers
 	p("top users among the oldest %d entries (%s)\n", t.Read, map[bool]string{true: "the whole queue", false: "a window: the queue holds more; --window reads more"}[t.WholeQueue])
 	p("  USER\tENTRIES\tOLDEST\tSTATE\n")
@@ -310,12 +310,9 @@ func writeUsers(p printer, s *Status) {
 	}
 }
 
-// printer is fmt.Printf into a table.
-type printer func(format string, args ...any)
-
 // table renders write's lines, their tab-separated cells aligned as columns
 // (a line without a tab ends a table), and writes them to w at once.
-func table(w io.Writer, write func(p printer)) error {
+func table(w io.Writer, write func(p func(format string, args ...any))) error {
 	var b bytes.Buffer
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	write(func(format string, args ...any) { fmt.Fprintf(tw, format, args...) })
@@ -325,10 +322,7 @@ func table(w io.Writer, write func(p printer)) error {
 }
 
 func count(n int64, exact bool) string {
-	if exact {
-		return fmt.Sprintf("%d", n)
-	}
-	return fmt.Sprintf("~%d (estimated)", n)
+	return fmt.Sprintf(map[bool]string{true: "%d", false: "~%d (estimated)"}[exact], n)
 }
 
 func stamp(t time.Time) string {
