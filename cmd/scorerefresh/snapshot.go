@@ -52,20 +52,16 @@ func runSnapshot(args, environ []string, stdout, stderr io.Writer) int {
 			// The queue as replay.Snapshot writes a file (in _id order, the same
 			// consistency); the summary on stderr, apart from the data.
 			coll, cw := env.Colls.Queue, &countingWriter{w: stdout}
-			var dst io.Writer = cw
-			var zw *gzip.Writer
+			var dst io.WriteCloser = cw
 			if *gz {
-				zw = gzip.NewWriter(cw)
-				dst = zw
+				dst = gzip.NewWriter(cw)
 			}
 			w := extjson.NewWriter(dst, *format == "canonical")
 			if err := replay.Export(ctx, coll, w, cw.n.Load, "standard output", stderr); err != nil {
 				return fail(stderr, "scorerefresh snapshot", err)
 			}
-			if zw != nil {
-				if err := zw.Close(); err != nil {
-					return fail(stderr, "scorerefresh snapshot", fmt.Errorf("finishing the gzip stream of %s: %w", coll.Name(), err))
-				}
+			if err := dst.Close(); err != nil { // only a gzip stream has anything to finish
+				return fail(stderr, "scorerefresh snapshot", fmt.Errorf("finishing the gzip stream of %s: %w", coll.Name(), err))
 			}
 			fmt.Fprintf(stderr, "-: %d documents of %s.%s, %d bytes\n", w.Docs(), coll.Database().Name(), coll.Name(), cw.n.Load())
 			fmt.Fprintf(stderr, "consistency: %s\n", replay.SnapshotConsistency)
@@ -90,7 +86,8 @@ func runSnapshot(args, environ []string, stdout, stderr io.Writer) int {
 	})
 }
 
-// countingWriter counts what reaches stdout, for the progress and the summary.
+// countingWriter counts what reaches stdout, for the progress and the summary;
+// closing it closes nothing.
 type countingWriter struct {
 	w io.Writer
 	n atomic.Int64
@@ -101,6 +98,8 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	c.n.Add(int64(n))
 	return n, err
 }
+
+func (c *countingWriter) Close() error { return nil }
 
 func runReplay(args, environ []string, stdout, stderr io.Writer) int {
 	return replaycmd.Main(replaycmd.Build{Name: "scorerefresh replay", Version: version, Revision: revision}, args, environ, stdout, stderr)

@@ -315,11 +315,11 @@ func (ix *indexCache) list(ctx context.Context, coll string) ([]indexInfo, error
 
 // keyList normalises a key pattern (see keyPattern): 1, 1.0 and 1L are "1".
 func keyList(v any) []string {
+	k, _ := v.(bson.RawValue)
 	if d, ok := v.(bson.D); ok {
 		raw, _ := bson.Marshal(d) // nil on an error: no keys
-		return keyDoc(raw)
+		k = bson.RawValue{Type: bson.TypeEmbeddedDocument, Value: raw}
 	}
-	k, _ := v.(bson.RawValue)
 	keys, _ := keyPattern(k)
 	return keys
 }
@@ -328,22 +328,14 @@ func keyList(v any) []string {
 // slot-based plans give it (a document), or as MongoDB 8's express stages
 // give it (a string such as "{ a: 1, b: -1 }"); ok is false for anything else.
 func keyPattern(v bson.RawValue) (keys []string, ok bool) {
-	if d, isDoc := v.DocumentOK(); isDoc {
-		keys = keyDoc(d)
-		return keys, len(keys) > 0
-	}
 	if s, isString := v.StringValueOK(); isString {
 		return keyString(s)
 	}
-	return nil, false
-}
-
-func keyDoc(d bson.Raw) []string {
+	d, isDoc := v.DocumentOK()
 	elems, err := d.Elements()
-	if err != nil {
-		return nil
+	if !isDoc || err != nil {
+		return nil, false
 	}
-	out := make([]string, 0, len(elems))
 	for _, e := range elems {
 		v := e.Value()
 		dir := v.String()
@@ -352,9 +344,9 @@ func keyDoc(d bson.Raw) []string {
 		} else if s, ok := v.StringValueOK(); ok {
 			dir = s
 		}
-		out = append(out, e.Key()+":"+dir)
+		keys = append(keys, e.Key()+":"+dir)
 	}
-	return out
+	return keys, len(keys) > 0
 }
 
 // keyString parses the express stages' key pattern, which the server
@@ -422,16 +414,7 @@ func indexCheck(ctx context.Context, spec consumer.IndexSpec, ix *indexCache) Ch
 	coll := spec.Coll.Name()
 	keys := keyList(spec.Model.Keys)
 	c := Check{Name: "index " + coll + " {" + strings.Join(keys, ", ") + "}"}
-	if !ix.exists[coll] {
-		c.Status, c.Detail = Warn, coll+" does not exist yet"
-		c.Fix = "`scorerefresh run` creates the collection's indexes when it starts"
-		return c
-	}
-	indexes, err := ix.list(ctx, coll)
-	if err != nil {
-		c.Status, c.Detail, c.Fix = Fail, err.Error(), "grant listIndexes on the database (readWrite includes it)"
-		return c
-	}
+	indexes, err := ix.list(ctx, coll) // none, and no round trip, when coll does not exist
 	var want options.IndexOptions
 	if spec.Model.Options != nil {
 		for _, set := range spec.Model.Options.List() {
@@ -440,6 +423,11 @@ func indexCheck(ctx context.Context, spec consumer.IndexSpec, ix *indexCache) Ch
 	}
 	found, ok := findIndex(indexes, keys)
 	switch {
+	case !ix.exists[coll]:
+		c.Status, c.Detail = Warn, coll+" does not exist yet"
+		c.Fix = "`scorerefresh run` creates the collection's indexes when it starts"
+	case err != nil:
+		c.Status, c.Detail, c.Fix = Fail, err.Error(), "grant listIndexes on the database (readWrite includes it)"
 	case !ok && spec.Optional:
 		c.Status, c.Detail = Warn, "missing, optional (servers without partial indexes cannot build it); it serves: "+spec.Serves
 	case !ok:
@@ -528,20 +516,18 @@ var planChildren = []string{"queryPlan", "inputStage", "inputStages", "shards", 
 // mismatch instead of panicking (MongoDB 8's express stages: keyPattern a string).
 func readPlan(explain bson.Raw) plan {
 	var p plan
-	for _, d := range childDocs(explain.Lookup("queryPlanner", "winningPlan")) {
-		p.walk(d, 0)
-	}
+	p.walk(explain.Lookup("queryPlanner", "winningPlan"), 0)
 	return p
 }
 
-func (p *plan) walk(doc bson.Raw, depth int) {
-	if depth > 64 { // a real plan is a few stages deep
-		return
-	}
-	p.stage(doc)
-	for _, key := range planChildren {
-		for _, child := range childDocs(doc.Lookup(key)) {
-			p.walk(child, depth+1)
+func (p *plan) walk(v bson.RawValue, depth int) {
+	for _, doc := range childDocs(v) {
+		if depth > 64 { // a real plan is a few stages deep
+			return
+		}
+		p.stage(doc)
+		for _, key := range planChildren {
+			p.walk(doc.Lookup(key), depth+1)
 		}
 	}
 }

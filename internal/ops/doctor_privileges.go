@@ -37,13 +37,9 @@ func grants(privs []privilege, db string, n need) bool {
 		}
 		r := p.Resource
 		switch {
-		case r.AnyResource:
+		case r.AnyResource || n.coll == "cluster" && r.Cluster:
 			return true
-		case n.coll == "cluster":
-			if r.Cluster {
-				return true
-			}
-		case r.Cluster || r.DB == nil || r.Collection == nil:
+		case n.coll == "cluster" || r.Cluster || r.DB == nil || r.Collection == nil:
 			continue
 		case (*r.DB == "" || *r.DB == db) && (*r.Collection == "" || *r.Collection == n.coll):
 			return true
@@ -101,11 +97,9 @@ func privilegeChecks(ctx context.Context, cfg DoctorConfig) []Check {
 	check := func(name string, ns []need, level, fix string) Check {
 		var gaps []string
 		for _, n := range ns {
-			if grants(privs, db, n) {
-				continue
+			if where := map[string]string{"": "database " + db, "cluster": "the cluster"}[n.coll]; !grants(privs, db, n) {
+				gaps = append(gaps, n.action+" on "+cmp.Or(where, db+"."+n.coll))
 			}
-			where := map[string]string{"": "database " + db, "cluster": "the cluster"}[n.coll]
-			gaps = append(gaps, n.action+" on "+cmp.Or(where, db+"."+n.coll))
 		}
 		if len(gaps) == 0 {
 			return Check{Name: name, Status: OK, Detail: "everything needed is granted to " + who}

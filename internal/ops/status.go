@@ -217,16 +217,14 @@ func topUserLeases(ctx context.Context, colls Collections, now time.Time, _ Stat
 	}
 	for _, d := range docs {
 		name, ok := d.User()
-		i, listed := index[name]
-		if !ok || !listed {
-			continue
-		}
-		u := &t.Users[i]
-		if u.State = d.State(now); u.State != consumer.LeaseClaimable {
-			until, _ := d.Until()
-			u.Until = &until
-			if u.State == consumer.LeaseHeld {
-				u.Owner = d.OwnerName()
+		if i, listed := index[name]; ok && listed {
+			u := &t.Users[i]
+			if u.State = d.State(now); u.State != consumer.LeaseClaimable {
+				until, _ := d.Until()
+				u.Until = &until
+				if u.State == consumer.LeaseHeld {
+					u.Owner = d.OwnerName()
+				}
 			}
 		}
 	}
