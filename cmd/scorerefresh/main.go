@@ -12,6 +12,7 @@ import (
 
 	"github.com/scorerefresh/scorerefresh/internal/cli"
 	"github.com/scorerefresh/scorerefresh/internal/plancmd"
+	"github.com/scorerefresh/scorerefresh/internal/replaycmd"
 	"github.com/scorerefresh/scorerefresh/service"
 )
 
@@ -59,8 +60,10 @@ func runWith(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) 
 		"run": func(a []string) int {
 			return service.Run(a, environ, stdout, stderr, service.Options{Version: version, Revision: revision})
 		},
+		"replay": func(a []string) int {
+			return replaycmd.Main(replaycmd.Build{Name: "scorerefresh replay", Version: version, Revision: revision}, a, environ, stdout, stderr)
+		},
 		"snapshot":    func(a []string) int { return runSnapshot(a, environ, stdout, stderr) },
-		"replay":      func(a []string) int { return runReplay(a, environ, stdout, stderr) },
 		"backlog":     func(a []string) int { return runBacklog(a, environ, stdout, stderr) },
 		"status":      func(a []string) int { return runStatus(a, environ, stdout, stderr) },
 		"deadletters": func(a []string) int { return runDeadLetters(a, environ, stdin, stdout, stderr) },

@@ -5,13 +5,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/scorerefresh/scorerefresh/internal/cli"
 	"github.com/scorerefresh/scorerefresh/internal/ops"
-	"github.com/scorerefresh/scorerefresh/internal/replaycmd"
 	"github.com/scorerefresh/scorerefresh/pkg/extjson"
 	"github.com/scorerefresh/scorerefresh/pkg/redact"
 	"github.com/scorerefresh/scorerefresh/replay"
@@ -101,10 +101,6 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 
 func (c *countingWriter) Close() error { return nil }
 
-func runReplay(args, environ []string, stdout, stderr io.Writer) int {
-	return replaycmd.Main(replaycmd.Build{Name: "scorerefresh replay", Version: version, Revision: revision}, args, environ, stdout, stderr)
-}
-
 const backlogHelp = `usage: scorerefresh backlog generate --shape firehose|diverse|zipf|mixed --entries N --users M --out DIR [flags]
 
 Writes a synthetic snapshot (the queue, the source collections the rules
@@ -128,7 +124,11 @@ func runBacklog(args, environ []string, stdout, stderr io.Writer) int {
 	entries := fs.Int("entries", 10000, "queue entries")
 	users := fs.Int("users", 1000, "users to draw from (user-00000 is the firehose)")
 	out := fs.String("out", "", "directory to write: the queue, one file per source collection, a manifest (required)")
-	rules := fs.String("rules", lookupEnv(environ, "SCORING_RULES"), "rules file the source data is shaped for (default: SCORING_RULES, else the built-in rules)")
+	rulesEnv := "" // the first SCORING_RULES of environ
+	if i := slices.IndexFunc(environ, func(kv string) bool { return strings.HasPrefix(kv, "SCORING_RULES=") }); i >= 0 {
+		rulesEnv = strings.TrimPrefix(environ[i], "SCORING_RULES=")
+	}
+	rules := fs.String("rules", rulesEnv, "rules file the source data is shaped for (default: SCORING_RULES, else the built-in rules)")
 	queue := fs.String("queue", "score_events", "the queue's file name, without extension")
 	seed := fs.Uint64("seed", 1, "random seed: the same seed gives the same files")
 	span := fs.Duration("span", 10*time.Minute, "the entries' enqueue times spread over this, ending now")
@@ -164,13 +164,4 @@ func runBacklog(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s/%s: %d documents for %s\n", *out, f.File, f.Documents, f.Collection)
 	}
 	return 0
-}
-
-func lookupEnv(environ []string, name string) string {
-	for _, kv := range environ {
-		if v, ok := strings.CutPrefix(kv, name+"="); ok {
-			return v
-		}
-	}
-	return ""
 }

@@ -16,9 +16,8 @@ import (
 )
 
 // NewFlagSet is a flag set named after the command ("scorerefresh status")
-// whose usage is help, then its flags' defaults (a help whose command has
-// flags ends by introducing them); on stderr, or stdout when asked for
-// (Parse switches it).
+// whose usage is help (introducing the flags, if any), then their defaults;
+// on stderr, or stdout when asked for (Parse switches it).
 func NewFlagSet(name, help string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -84,7 +84,13 @@ func Doctor(ctx context.Context, cfg DoctorConfig) *DoctorReport {
 		return r
 	}
 	r.add(Check{Name: "reachable", Status: OK, Detail: fmt.Sprintf("ping answered in %.1f ms", float64(rtt.Microseconds())/1000)})
-	r.add(versionCheck(info), topologyCheck(info), changeStreamCheck(ctx, cfg.Colls), clockCheck(ctx, cfg), connectionsCheck(ctx, cfg))
+	q := cfg.Colls.Queue.Name()
+	streams := Check{Name: "change streams", Status: OK, Detail: "a change stream on " + q + " opens: new entries wake the consumer at once"}
+	if !consumer.DetectChangeStreams(ctx, cfg.Colls.Queue) {
+		streams.Status, streams.Detail = Warn, "a change stream on "+q+" does not open: the consumer polls every POLL_INTERVAL instead (up to that much extra latency)"
+		streams.Fix = "a replica set or sharded cluster, and the changeStream and find actions on the queue"
+	}
+	r.add(versionCheck(info), topologyCheck(info), streams, clockCheck(ctx, cfg), connectionsCheck(ctx, cfg))
 	names, err := cfg.Colls.DB.ListCollectionNames(ctx, bson.D{})
 	if err != nil {
 		r.add(Check{Name: "collections", Status: Fail, Detail: fmt.Sprintf("listing the collections of %s: %v", cfg.Colls.DB.Name(), err),
@@ -192,15 +198,6 @@ func topologyCheck(h servertraits.Info) Check {
 		c.Fix = "run MongoDB as a replica set (a single-node set will do) or use Atlas"
 	}
 	return c
-}
-
-func changeStreamCheck(ctx context.Context, colls Collections) Check {
-	if consumer.DetectChangeStreams(ctx, colls.Queue) {
-		return Check{Name: "change streams", Status: OK, Detail: "a change stream on " + colls.Queue.Name() + " opens: new entries wake the consumer at once"}
-	}
-	return Check{Name: "change streams", Status: Warn,
-		Detail: "a change stream on " + colls.Queue.Name() + " does not open: the consumer polls every POLL_INTERVAL instead (up to that much extra latency)",
-		Fix:    "a replica set or sharded cluster, and the changeStream and find actions on the queue"}
 }
 
 // clockCheck compares this host's clock with the server's: replicas judge
@@ -399,8 +396,6 @@ func retiredIndexCheck(ctx context.Context, old consumer.RetiredIndex, ix *index
 	c := Check{Name: "index " + coll + " {" + strings.Join(keys, ", ") + "}", Status: Warn}
 	newKeys := "{" + strings.Join(keyList(old.ReplacedBy), ", ") + "}"
 	if _, built := findIndex(indexes, keyList(old.ReplacedBy)); !built {
-		// The replacement's own check fails; until it is built, this one
-		// is what the query falls back to.
 		c.Detail = fmt.Sprintf("%s, left from %s, is what %s falls back to while %s is missing: do not drop it yet", found.Name, old.LastUsedBy, old.Serves, newKeys)
 		c.Fix = "build " + newKeys + " first (see its check)"
 		return []Check{c}

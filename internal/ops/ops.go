@@ -571,12 +571,10 @@ func alreadyQueued(ctx context.Context, queue *mongo.Collection, dls []bson.Raw,
 }
 
 // Requeued is the queue entry a dead letter becomes: every original field,
-// createdAt set to now, deadLetter removed, and
-//
-//	redrive: {originalCreatedAt, at, reason, deadLetteredAt, attempts, originalId?}
-//
-// originalCreatedAt survives repeated redrives (the first one's is kept);
-// without a createdAt it is the original ObjectId's time, else null.
+// createdAt set to now, deadLetter removed, and redrive: {originalCreatedAt,
+// at, reason, deadLetteredAt, attempts, originalId?}. originalCreatedAt
+// survives repeated redrives (the first one's is kept); without a createdAt
+// it is the original ObjectId's time, else null.
 func Requeued(dl bson.Raw, now time.Time) (bson.Raw, error) {
 	elems, err := dl.Elements()
 	if err != nil {

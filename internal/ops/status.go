@@ -112,7 +112,6 @@ type ReasonStatus struct {
 	NewestAt time.Time `json:"newestAt"`
 }
 
-// statusRead reads one part of s.
 type statusRead func(ctx context.Context, colls Collections, now time.Time, opts StatusOptions, s *Status) error
 
 // GatherStatus reads everything `status` reports in a fixed number of
@@ -130,7 +129,7 @@ func GatherStatus(ctx context.Context, colls Collections, opts StatusOptions) (*
 		return nil, err
 	}
 	s := &Status{SchemaVersion: SchemaVersion, Kind: "status", At: now, Database: colls.DB.Name()}
-	for _, read := range []statusRead{queueStatus, topUsers, topUserLeases, heldLeases, backoffs, deadLetterStatus, sampleRates} {
+	for _, read := range []statusRead{queueStatus, topUsers, heldLeases, backoffs, deadLetterStatus, sampleRates} {
 		if err := read(ctx, colls, now, opts, s); err != nil {
 			return nil, err
 		}
@@ -162,7 +161,7 @@ func queueStatus(ctx context.Context, colls Collections, now time.Time, opts Sta
 }
 
 // topUsers reads the oldest opts.Window entries (the claim window's index,
-// in one reply) and ranks their users.
+// in one reply), ranks their users and reads the top ones' leases.
 func topUsers(ctx context.Context, colls Collections, now time.Time, opts StatusOptions, s *Status) error {
 	window, err := findAll[stored](ctx, colls.Queue, bson.D{}, options.Find().
 		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).
@@ -196,15 +195,10 @@ func topUsers(ctx context.Context, colls Collections, now time.Time, opts Status
 		return cmp.Or(cmp.Compare(b.Entries, a.Entries), a.OldestCreatedAt.Compare(b.OldestCreatedAt), cmp.Compare(a.Username, b.Username))
 	})
 	t.Users = t.Users[:min(len(t.Users), opts.Top)]
-	return nil
-}
-
-// topUserLeases reads the top users' lease states, in one round trip by _id.
-func topUserLeases(ctx context.Context, colls Collections, now time.Time, _ StatusOptions, s *Status) error {
-	t := &s.TopUsers
 	if len(t.Users) == 0 {
 		return nil
 	}
+	// Their lease states, in one round trip by _id.
 	names, index := make(bson.A, len(t.Users)), map[string]int{}
 	for i, u := range t.Users {
 		names[i], index[u.Username] = u.Username, i
@@ -222,9 +216,7 @@ func topUserLeases(ctx context.Context, colls Collections, now time.Time, _ Stat
 			if u.State = d.State(now); u.State != consumer.LeaseClaimable {
 				until, _ := d.Until()
 				u.Until = &until
-				if u.State == consumer.LeaseHeld {
-					u.Owner = d.OwnerName()
-				}
+				u.Owner = map[bool]string{true: d.OwnerName()}[u.State == consumer.LeaseHeld]
 			}
 		}
 	}
@@ -272,7 +264,6 @@ func WriteStatus(w io.Writer, s *Status) error {
 	})
 }
 
-// writeUsers prints the top users, the leases and the backoffs.
 func writeUsers(p func(string, ...any), s *Status) {
 	t := s.TopUsers
 	p("top users among the oldest %d entries (%s)\n", t.Read, map[bool]string{true: "the whole queue", false: "a window: the queue holds more; --window reads more"}[t.WholeQueue])
@@ -497,8 +488,7 @@ func deadLetterStatus(ctx context.Context, colls Collections, _ time.Time, opts 
 	if err != nil {
 		return err
 	}
-	s.Read = len(docs)
-	s.WholeSet = len(docs) < opts.Window || int64(len(docs)) >= s.Count
+	s.Read, s.WholeSet = len(docs), len(docs) < opts.Window || int64(len(docs)) >= s.Count
 	by := map[string]ReasonStatus{}
 	for _, d := range docs {
 		reason := cmp.Or(d.DeadLetter.Reason, "(none)")
