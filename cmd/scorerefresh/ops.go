@@ -55,7 +55,6 @@ func runDeadLetters(args, environ []string, stdin io.Reader, stdout, stderr io.W
 	})
 }
 
-// dlFlags are the flags the subcommands share.
 type dlFlags struct {
 	name               string
 	fs                 *flag.FlagSet

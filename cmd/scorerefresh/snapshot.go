@@ -86,8 +86,7 @@ func runSnapshot(args, environ []string, stdout, stderr io.Writer) int {
 	})
 }
 
-// countingWriter counts what reaches stdout, for the progress and the summary;
-// closing it closes nothing.
+// countingWriter counts what reaches stdout (progress, summary); Close is a no-op.
 type countingWriter struct {
 	w io.Writer
 	n atomic.Int64

@@ -386,8 +386,7 @@ func findIndex(indexes []indexInfo, keys []string) (indexInfo, bool) {
 // retiredIndexCheck warns of an index an earlier release built and this one
 // does not use: it costs every insert an index update. Absent, it says nothing.
 func retiredIndexCheck(ctx context.Context, old consumer.RetiredIndex, ix *indexCache) []Check {
-	coll := old.Coll.Name()
-	keys := keyList(old.Keys)
+	coll, keys := old.Coll.Name(), keyList(old.Keys)
 	indexes, err := ix.list(ctx, coll) // none when coll does not exist; an error fails indexCheck
 	found, ok := findIndex(indexes, keys)
 	if err != nil || !ok {
@@ -406,8 +405,7 @@ func retiredIndexCheck(ctx context.Context, old consumer.RetiredIndex, ix *index
 }
 
 func indexCheck(ctx context.Context, spec consumer.IndexSpec, ix *indexCache) Check {
-	coll := spec.Coll.Name()
-	keys := keyList(spec.Model.Keys)
+	coll, keys := spec.Coll.Name(), keyList(spec.Model.Keys)
 	c := Check{Name: "index " + coll + " {" + strings.Join(keys, ", ") + "}"}
 	indexes, err := ix.list(ctx, coll) // none, and no round trip, when coll does not exist
 	var want options.IndexOptions

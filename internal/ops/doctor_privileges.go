@@ -91,8 +91,7 @@ func privilegeChecks(ctx context.Context, cfg DoctorConfig) []Check {
 			Detail: "no authenticated user: the server runs without access control (everything is allowed) or cannot say; nothing to check",
 			Fix:    "production servers should require authentication (Atlas always does)"}}
 	}
-	who := strings.Join(users, ", ")
-	db := cfg.Colls.DB.Name()
+	who, db := strings.Join(users, ", "), cfg.Colls.DB.Name()
 	service, stream, operator := needs(cfg)
 	check := func(name string, ns []need, level, fix string) Check {
 		var gaps []string

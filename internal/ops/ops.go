@@ -77,11 +77,8 @@ func ServerTime(ctx context.Context, db *mongo.Database) (server, local time.Tim
 // countUpTo counts filter's documents exactly while they are at most limit,
 // reading at most limit+1 index keys; past that it reports limit+1, not exact.
 func countUpTo(ctx context.Context, coll *mongo.Collection, filter bson.D, limit int64) (n int64, exact bool, err error) {
-	n, err = coll.CountDocuments(ctx, filter, options.Count().SetLimit(limit+1))
-	if err != nil {
-		return 0, false, err
-	}
-	return n, n <= limit, nil
+	n, err = coll.CountDocuments(ctx, filter, options.Count().SetLimit(limit+1)) // 0 on an error
+	return n, err == nil && n <= limit, err
 }
 
 // depth is a collection's size: estimatedDocumentCount (collection
@@ -472,19 +469,18 @@ func Redrive(ctx context.Context, colls Collections, opts RedriveOptions) (Redri
 // redriveBatch inserts the batch's entries unordered, sorts out duplicate
 // keys and deletes the dead letters whose entry is now in the queue.
 func redriveBatch(ctx context.Context, colls Collections, batch []bson.Raw, now time.Time, opts RedriveOptions, res *RedriveResult) error {
+	var err error
 	res.Batches++
 	res.Read += int64(len(batch))
 	if opts.DryRun {
-		_, err := alreadyQueued(ctx, colls.Queue, batch, true, res)
+		_, err = alreadyQueued(ctx, colls.Queue, batch, true, res)
 		return err
 	}
 	docs := make([]any, len(batch))
 	for i, d := range batch {
-		doc, err := Requeued(d, now)
-		if err != nil {
+		if docs[i], err = Requeued(d, now); err != nil {
 			return err
 		}
-		docs[i] = doc
 	}
 	failed := map[int]bool{}
 	var dups []bson.Raw
@@ -517,7 +513,6 @@ func redriveBatch(ctx context.Context, colls Collections, batch []bson.Raw, now 
 		}
 		done = append(done, ours...)
 	}
-	var err error
 	if opts.AfterInsert != nil {
 		err = opts.AfterInsert(res.Batches)
 	}
@@ -549,10 +544,8 @@ func alreadyQueued(ctx context.Context, queue *mongo.Collection, dls []bson.Raw,
 	for _, d := range docs {
 		stamps[consumer.IDKey(d.Lookup("_id"))] = d.Lookup("redrive", "deadLetteredAt")
 	}
-	conflict := "the queue holds a different entry under this _id"
-	if !dry {
-		conflict += "; the dead letter stays (redrive it once that entry is processed)"
-	}
+	conflict := "the queue holds a different entry under this _id" +
+		map[bool]string{false: "; the dead letter stays (redrive it once that entry is processed)"}[dry]
 	var ours bson.A
 	for i, d := range dls {
 		stamp, present := stamps[consumer.IDKey(ids[i].(bson.RawValue))]

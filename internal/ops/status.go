@@ -348,20 +348,19 @@ func heldLeases(ctx context.Context, colls Collections, now time.Time, opts Stat
 	s.Truncated = len(docs) > limit
 	byOwner := map[string]OwnerLeases{}
 	for _, d := range docs[:min(len(docs), limit)] {
-		if _, ok := d.User(); !ok || d.State(now) != consumer.LeaseHeld {
-			continue
+		if _, ok := d.User(); ok && d.State(now) == consumer.LeaseHeld {
+			s.Held++
+			until, _ := d.Until()
+			o := cmp.Or(byOwner[d.OwnerName()], OwnerLeases{Owner: d.OwnerName(), NextExpiry: until})
+			o.Held++
+			if until.Before(o.NextExpiry) {
+				o.NextExpiry = until
+			}
+			if at := d.ClaimedAtTime(); !at.IsZero() && (o.OldestClaimedAt == nil || at.Before(*o.OldestClaimedAt)) {
+				o.OldestClaimedAt = &at
+			}
+			byOwner[d.OwnerName()] = o
 		}
-		s.Held++
-		until, _ := d.Until()
-		o := cmp.Or(byOwner[d.OwnerName()], OwnerLeases{Owner: d.OwnerName(), NextExpiry: until})
-		o.Held++
-		if until.Before(o.NextExpiry) {
-			o.NextExpiry = until
-		}
-		if at := d.ClaimedAtTime(); !at.IsZero() && (o.OldestClaimedAt == nil || at.Before(*o.OldestClaimedAt)) {
-			o.OldestClaimedAt = &at
-		}
-		byOwner[d.OwnerName()] = o
 	}
 	s.Owners = slices.AppendSeq(make([]OwnerLeases, 0, len(byOwner)), maps.Values(byOwner))
 	slices.SortFunc(s.Owners, func(a, b OwnerLeases) int { return cmp.Or(cmp.Compare(b.Held, a.Held), cmp.Compare(a.Owner, b.Owner)) })
@@ -443,8 +442,7 @@ func sampleRates(ctx context.Context, colls Collections, _ time.Time, opts Statu
 			depths[i][j], r.Exact = n, r.Exact && exact
 		}
 	}
-	arrivedFilter := bson.D{{Key: "createdAt", Value: bson.D{{Key: "$gte", Value: since}}}}
-	arrived, exact, err := countUpTo(ctx, colls.Queue, arrivedFilter, opts.ExactLimit)
+	arrived, exact, err := countUpTo(ctx, colls.Queue, bson.D{{Key: "createdAt", Value: bson.D{{Key: "$gte", Value: since}}}}, opts.ExactLimit)
 	if err != nil {
 		return fmt.Errorf("counting arrivals since the first sample: %w", err)
 	}
