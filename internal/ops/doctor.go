@@ -84,10 +84,10 @@ func Doctor(ctx context.Context, cfg DoctorConfig) *DoctorReport {
 		return r
 	}
 	r.add(Check{Name: "reachable", Status: OK, Detail: fmt.Sprintf("ping answered in %.1f ms", float64(rtt.Microseconds())/1000)})
-	q := cfg.Colls.Queue.Name()
-	streams := Check{Name: "change streams", Status: OK, Detail: "a change stream on " + q + " opens: new entries wake the consumer at once"}
+	queue := cfg.Colls.Queue.Name()
+	streams := Check{Name: "change streams", Status: OK, Detail: "a change stream on " + queue + " opens: new entries wake the consumer at once"}
 	if !consumer.DetectChangeStreams(ctx, cfg.Colls.Queue) {
-		streams.Status, streams.Detail = Warn, "a change stream on "+q+" does not open: the consumer polls every POLL_INTERVAL instead (up to that much extra latency)"
+		streams.Status, streams.Detail = Warn, "a change stream on "+queue+" does not open: the consumer polls every POLL_INTERVAL instead (up to that much extra latency)"
 		streams.Fix = "a replica set or sharded cluster, and the changeStream and find actions on the queue"
 	}
 	r.add(versionCheck(info), topologyCheck(info), streams, clockCheck(ctx, cfg), connectionsCheck(ctx, cfg))
