@@ -195,8 +195,7 @@ func ParseTime(s string, now time.Time) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time (2026-03-01T12:00:00Z), a date (2026-03-01) or a duration ago (24h)", s)
 }
 
-// DeadLetterRow is one dead letter as `deadletters list` shows it, never
-// the whole document.
+// DeadLetterRow is one dead letter as `deadletters list` shows it, never the whole document.
 type DeadLetterRow struct {
 	ID         string     `json:"id"`       // ObjectId hex, a string as is, else Extended JSON
 	Username   *string    `json:"username"` // null when not a string
@@ -294,8 +293,7 @@ func ShowDeadLetters(ctx context.Context, dead *mongo.Collection, ids bson.A) ([
 	}}}, options.Find().SetLimit(100), fmt.Sprintf("reading dead letter %v", ids))
 }
 
-// WriteExtJSON prints documents as indented relaxed Extended JSON, the
-// format mongosh and mongoexport show.
+// WriteExtJSON prints documents as indented relaxed Extended JSON, as mongosh shows them.
 func WriteExtJSON(w io.Writer, docs []bson.Raw) error {
 	for _, d := range docs {
 		b, err := bson.MarshalExtJSONIndent(d, false, false, "", "  ")
