@@ -276,8 +276,25 @@ func TestEmptyInputs(t *testing.T) {
 // Bytes returns the uncompressed bytes written so far.
 func (w *Writer) Bytes() int64 { return w.bytes.Load() }
 
+// Layout is how documents are laid out in a file.
+type Layout int
+
+const (
+	LayoutLines        Layout = iota // one document per line
+	LayoutArray                      // a JSON array of documents
+	LayoutConcatenated               // documents back to back, each over several lines
+)
+
 // Layout returns the layout detected by the first call to Next.
-func (r *Reader) Layout() Layout { return r.layout }
+func (r *Reader) Layout() Layout {
+	switch {
+	case r.dec == nil:
+		return LayoutLines
+	case r.array:
+		return LayoutArray
+	}
+	return LayoutConcatenated
+}
 
 // Line returns the line where the document last returned (or rejected) starts.
 func (r *Reader) Line() int { return r.line }

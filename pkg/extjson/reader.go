@@ -21,16 +21,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// Layout is how documents are laid out in a file.
-type Layout int
-
-// The layouts a Reader recognises from the file's first bytes.
-const (
-	LayoutLines        Layout = iota // one document per line
-	LayoutArray                      // a JSON array of documents
-	LayoutConcatenated               // documents back to back, each over several lines
-)
-
 // Error is a document that could not be read: its file, line and position.
 type Error struct {
 	File    string
@@ -56,7 +46,7 @@ func (e *Error) Unwrap() error { return e.Err }
 type Reader struct {
 	name    string
 	br      *bufio.Reader
-	layout  Layout
+	array   bool                     // dec reads a JSON array, not documents back to back
 	next    func() (bson.Raw, error) // start, then the layout's reader
 	done    bool                     // after io.EOF or a Fatal error
 	element int                      // documents seen so far, good or bad
@@ -89,12 +79,8 @@ func (r *Reader) start() (bson.Raw, error) {
 	b, err := r.br.Peek(r.br.Size())
 	b = bytes.TrimLeft(b, " \t\r\n")
 	line, _, found := bytes.Cut(b, []byte{'\n'}) // not found in a full buffer: too long for a lone '{'
-	switch {
-	case len(b) > 0 && b[0] == '[':
-		r.layout = LayoutArray
-	case (found || err != nil) && string(bytes.TrimSpace(line)) == "{":
-		r.layout = LayoutConcatenated
-	default:
+	r.array = len(b) > 0 && b[0] == '['
+	if !r.array && !((found || err != nil) && string(bytes.TrimSpace(line)) == "{") {
 		r.lines.off, r.lines.nl = true, nil // lines are counted as they are read
 		r.next = r.nextLine
 		return r.next()
@@ -102,7 +88,7 @@ func (r *Reader) start() (bson.Raw, error) {
 	// The decoder's offsets start where the buffered reader stands now.
 	r.lines.origin = r.lines.pos - int64(r.br.Buffered())
 	r.dec, r.next = json.NewDecoder(r.br), r.nextElement
-	if r.layout == LayoutArray {
+	if r.array {
 		if _, err := r.dec.Token(); err != nil {
 			r.done = true
 			return nil, &Error{File: r.name, Line: r.lines.lineAt(r.dec.InputOffset()), Element: 1, Err: err, Fatal: true}
@@ -127,7 +113,7 @@ func (r *Reader) nextLine() (bson.Raw, error) {
 }
 
 func (r *Reader) nextElement() (bson.Raw, error) {
-	if r.layout == LayoutArray && !r.dec.More() {
+	if r.array && !r.dec.More() {
 		r.done = true
 		if _, err := r.dec.Token(); err != nil { // the closing ']'
 			return nil, &Error{File: r.name, Line: r.lines.lineAt(r.dec.InputOffset()), Element: r.element + 1, Err: err, Fatal: true}
@@ -136,7 +122,7 @@ func (r *Reader) nextElement() (bson.Raw, error) {
 	}
 	var raw json.RawMessage
 	err := r.dec.Decode(&raw)
-	if errors.Is(err, io.EOF) && r.layout == LayoutConcatenated {
+	if errors.Is(err, io.EOF) && !r.array {
 		r.done = true
 		return nil, io.EOF
 	}
@@ -208,10 +194,9 @@ func (t *lineTracker) lineAt(off int64) int {
 // File is an input file opened by Open, decompressed if it is gzip.
 type File struct {
 	io.Reader
-	f    *os.File
-	gz   *gzip.Reader
-	read byteCounter // bytes read from disk (compressed), for progress
-	size int64
+	close func() error
+	read  byteCounter // bytes read from disk (compressed), for progress
+	size  int64
 }
 
 // Open opens path for reading, decompressing a gzip file (recognised by its
@@ -226,7 +211,7 @@ func Open(path string) (*File, error) {
 		f.Close()
 		return nil, err
 	}
-	in := &File{f: f, size: st.Size()}
+	in := &File{close: f.Close, size: st.Size()}
 	br := bufio.NewReader(io.TeeReader(f, &in.read))
 	in.Reader = br
 	if magic, _ := br.Peek(2); bytes.Equal(magic, []byte{0x1f, 0x8b}) {
@@ -235,7 +220,7 @@ func Open(path string) (*File, error) {
 			f.Close()
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		in.gz, in.Reader = gz, gz
+		in.Reader, in.close = gz, func() error { return errors.Join(gz.Close(), f.Close()) }
 	}
 	return in, nil
 }
@@ -246,13 +231,7 @@ func (f *File) Size() int64 { return f.size }
 // from another goroutine (a progress bar), as are BytesWritten and Docs.
 func (f *File) BytesRead() int64 { return f.read.Load() }
 
-func (f *File) Close() error {
-	var err error
-	if f.gz != nil {
-		err = f.gz.Close()
-	}
-	return errors.Join(err, f.f.Close())
-}
+func (f *File) Close() error { return f.close() }
 
 type byteCounter struct{ atomic.Int64 }
 
@@ -266,7 +245,7 @@ func (c *byteCounter) Write(p []byte) (int, error) {
 type Output struct {
 	io.Writer
 	f       *os.File
-	gz      *gzip.Writer
+	finish  func() error // ends the gzip stream, if any
 	path    string
 	written byteCounter
 }
@@ -277,11 +256,11 @@ func Create(path string) (*Output, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &Output{f: f, path: path}
+	o := &Output{f: f, path: path, finish: func() error { return nil }}
 	o.Writer = io.MultiWriter(f, &o.written)
 	if strings.HasSuffix(path, ".gz") {
-		o.gz = gzip.NewWriter(o.Writer)
-		o.Writer = o.gz
+		gz := gzip.NewWriter(o.Writer)
+		o.Writer, o.finish = gz, gz.Close
 	}
 	return o, nil
 }
@@ -291,11 +270,7 @@ func (o *Output) BytesWritten() int64 { return o.written.Load() }
 
 // Commit finishes the file and gives it its final name.
 func (o *Output) Commit() error {
-	var err error
-	if o.gz != nil {
-		err = o.gz.Close()
-	}
-	if err = errors.Join(err, o.f.Chmod(0o644), o.f.Sync(), o.f.Close()); err != nil {
+	if err := errors.Join(o.finish(), o.f.Chmod(0o644), o.f.Sync(), o.f.Close()); err != nil {
 		os.Remove(o.f.Name())
 		return fmt.Errorf("writing %s: %w", o.path, err)
 	}
