@@ -72,7 +72,7 @@ func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
 
 	var last atomic.Pointer[planner.Sample]
 	last.Store(&planner.Sample{})
-	p := StartProgress(cfg.Progress, Meter{Label: "draining", Unit: "entries",
+	defer StartProgress(cfg.Progress, Meter{Label: "draining", Unit: "entries",
 		Done:  func() int64 { l := last.Load(); return int64(l.Acked + l.DeadLetters) },
 		Total: func() int64 { return cfg.Expected },
 		Extra: func() string {
@@ -89,8 +89,7 @@ func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
 			}
 			return out
 		},
-	})
-	defer p.Stop()
+	})()
 
 	consumerDone := watch(ctx, cfg, s, done, res, &last)
 	res.End = cmp.Or(res.End, time.Now())
@@ -229,7 +228,6 @@ type Progress struct {
 	m      Meter
 	tty    bool
 	start  time.Time
-	stop   func()          // ends the redraw loop and draws the last line, once
 	recent []progressPoint // the last recentWindow of (time, done), for the rate and ETA
 }
 
@@ -242,12 +240,13 @@ type progressPoint struct {
 // the backlog's shape, and the whole run's average would lag behind.
 const recentWindow = 30 * time.Second
 
-// StartProgress shows m on w (nil: nothing) until Stop.
-func StartProgress(w io.Writer, m Meter) *Progress {
-	p := &Progress{w: w, m: m, start: time.Now()}
+// StartProgress shows m on w (nil: nothing) until stop, which ends the
+// redraw loop and draws the last line, once however often it is called.
+func StartProgress(w io.Writer, m Meter) (stop func()) {
 	if w == nil {
-		return p
+		return func() {}
 	}
+	p := &Progress{w: w, m: m, start: time.Now()}
 	every := 5 * time.Second
 	if f, ok := w.(*os.File); ok {
 		st, err := f.Stat()
@@ -259,19 +258,11 @@ func StartProgress(w io.Writer, m Meter) *Progress {
 	ctx, cancel := context.WithCancel(context.Background())
 	var loop sync.WaitGroup
 	loop.Go(func() { clock.Every(ctx, clock.Real{}, every, func(context.Context) { p.draw(false) }) })
-	p.stop = sync.OnceFunc(func() {
+	return sync.OnceFunc(func() {
 		cancel()
 		loop.Wait()
 		p.draw(true)
 	})
-	return p
-}
-
-// Stop prints the final line; calling it again, or on nil, does nothing.
-func (p *Progress) Stop() {
-	if p != nil && p.stop != nil {
-		p.stop()
-	}
 }
 
 func (p *Progress) draw(final bool) {

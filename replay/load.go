@@ -39,8 +39,8 @@ const pacingSlack = 20 * time.Millisecond
 // LoadConfig says what to load, where and how.
 type LoadConfig struct {
 	DB         *mongo.Database
-	Queue      string // the collection the queue file goes into (QUEUE_COLLECTION)
-	Files      []InputFile
+	Queue      string              // the collection the queue file goes into (QUEUE_COLLECTION)
+	Files      []InputFile         // one of them the queue, as ResolveInput lists them
 	ShiftToNow bool                // move createdAt so the newest entry is now, keeping gaps
 	TimeFields map[string][]string // source collection -> date fields shifted with the queue (the rules' time fields)
 	Arrival    Arrival             // default ArrivalMax
@@ -56,9 +56,9 @@ type LoadConfig struct {
 type Loader struct {
 	cfg      LoadConfig
 	plan     *Plan
-	shift    time.Duration // how far --shift-to-now moves times
-	origin   time.Time     // when the first queue entry is due, for paced arrival
-	inserted atomic.Int64
+	shift    time.Duration  // how far --shift-to-now moves times
+	origin   time.Time      // when the first queue entry is due, for paced arrival
+	queue    int            // the queue's index in plan.Files
 	stripped map[string]int // how many times each bookkeeping field was removed
 	loaded   []atomic.Int64 // documents inserted, by index in plan.Files
 }
@@ -84,6 +84,7 @@ func (l *Loader) Scan(ctx context.Context) (*Plan, error) {
 		return nil, err
 	}
 	l.plan, l.loaded = p, make([]atomic.Int64, len(p.Files))
+	l.queue = slices.IndexFunc(p.Files, func(f FilePlan) bool { return f.Queue })
 	if l.cfg.ShiftToNow && !p.Last.IsZero() {
 		l.shift = l.cfg.Clock.Now().Sub(p.Last)
 	}
@@ -91,7 +92,7 @@ func (l *Loader) Scan(ctx context.Context) (*Plan, error) {
 }
 
 // Inserted is the queue entries inserted so far; safe from any goroutine.
-func (l *Loader) Inserted() int64 { return l.inserted.Load() }
+func (l *Loader) Inserted() int64 { return l.loaded[l.queue].Load() }
 
 // LoadedSoFar says, file by file, what a load that failed left behind.
 func (l *Loader) LoadedSoFar() string {
@@ -111,7 +112,7 @@ func (l *Loader) LoadSources(ctx context.Context) error {
 		if f.Queue {
 			continue
 		}
-		err := l.load(ctx, i, func(raw bson.Raw) (any, time.Duration, error) {
+		err := l.load(ctx, i, f.Collection, l.cfg.Progress, func(raw bson.Raw) (any, time.Duration, error) {
 			if l.shift == 0 || len(fields) == 0 {
 				return raw, 0, nil
 			}
@@ -137,17 +138,16 @@ func (l *Loader) LoadSources(ctx context.Context) error {
 // of cfg.Arrival.
 func (l *Loader) LoadQueue(ctx context.Context) error {
 	l.origin = l.cfg.Clock.Now()
-	for i, f := range l.plan.Files {
-		if f.Queue {
-			return l.load(ctx, i, func(raw bson.Raw) (any, time.Duration, error) {
-				_, createdAt := QueueEntry(raw)
-				at, wait := l.retime(createdAt)
-				doc, err := prepareEntry(raw, at, l.stripped)
-				return doc, wait, err
-			})
-		}
+	progress := l.cfg.Progress
+	if l.cfg.QuietQueue {
+		progress = nil
 	}
-	return nil
+	return l.load(ctx, l.queue, l.cfg.Queue, progress, func(raw bson.Raw) (any, time.Duration, error) {
+		_, createdAt := QueueEntry(raw)
+		at, wait := l.retime(createdAt)
+		doc, err := prepareEntry(raw, at, l.stripped)
+		return doc, wait, err
+	})
 }
 
 // retime returns an entry's new createdAt (zero: unchanged) and how long until
@@ -168,21 +168,13 @@ func (l *Loader) retime(createdAt time.Time) (time.Time, time.Duration) {
 	return due, wait
 }
 
-// load streams the i-th file of the plan into its collection in batches.
+// load streams the i-th file of the plan into collection into in batches.
 // prep turns a parsed document into the one to insert and how long to wait
 // before it: one due later than pacingSlack flushes the batch, then sleeps.
-func (l *Loader) load(ctx context.Context, i int, prep func(bson.Raw) (any, time.Duration, error)) error {
-	f, done := l.plan.Files[i], &l.loaded[i]
-	coll, progress := l.cfg.DB.Collection(f.Collection), l.cfg.Progress
-	if f.Queue {
-		coll = l.cfg.DB.Collection(l.cfg.Queue)
-		if l.cfg.QuietQueue {
-			progress = nil
-		}
-	}
-	p := StartProgress(progress, Meter{Label: "loading " + coll.Name(), Unit: "documents",
-		Done: done.Load, Total: func() int64 { return f.Documents }})
-	defer p.Stop()
+func (l *Loader) load(ctx context.Context, i int, into string, progress io.Writer, prep func(bson.Raw) (any, time.Duration, error)) error {
+	f, done, coll := l.plan.Files[i], &l.loaded[i], l.cfg.DB.Collection(into)
+	defer StartProgress(progress, Meter{Label: "loading " + coll.Name(), Unit: "documents",
+		Done: done.Load, Total: func() int64 { return f.Documents }})()
 	batch := make([]any, 0, DefaultBatchSize)
 	flush := func() error {
 		if len(batch) == 0 {
@@ -197,9 +189,6 @@ func (l *Loader) load(ctx context.Context, i int, prep func(bson.Raw) (any, time
 			n = 0
 		}
 		done.Add(n)
-		if f.Queue {
-			l.inserted.Add(n)
-		}
 		batch = batch[:0]
 		if err != nil {
 			return fmt.Errorf("inserting into %s: %d of %d documents of %s are in, the rest are not: %w\n"+
@@ -331,8 +320,7 @@ func eachDocument(ctx context.Context, path string, progress io.Writer, fn func(
 		return err
 	}
 	defer in.Close()
-	p := StartProgress(progress, Meter{Label: "checking " + path, Unit: "bytes read", Done: in.BytesRead, Total: in.Size})
-	defer p.Stop()
+	defer StartProgress(progress, Meter{Label: "checking " + path, Unit: "bytes read", Done: in.BytesRead, Total: in.Size})()
 	r := extjson.NewReader(in, path)
 	for n := 1; ; n++ {
 		if n%1024 == 0 && ctx.Err() != nil {

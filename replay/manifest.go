@@ -150,11 +150,7 @@ func Snapshot(ctx context.Context, cfg SnapshotConfig) (*Manifest, error) {
 		if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 			return nil, err
 		}
-		ext := ".json"
-		if cfg.Gzip {
-			ext += ".gz"
-		}
-		colls, path = append(colls, cfg.Sources...), func(name string) string { return filepath.Join(cfg.Out, name+ext) }
+		colls, path = append(colls, cfg.Sources...), func(name string) string { return filepath.Join(cfg.Out, name+jsonExt(cfg.Gzip)) }
 	}
 	for i, name := range colls {
 		if i > 0 && name == cfg.Queue {
@@ -176,6 +172,14 @@ func Snapshot(ctx context.Context, cfg SnapshotConfig) (*Manifest, error) {
 		return m, nil
 	}
 	return m, writeManifest(cfg.Out, m)
+}
+
+// jsonExt is the extension of a directory's files.
+func jsonExt(gz bool) string {
+	if gz {
+		return ".json.gz"
+	}
+	return ".json"
 }
 
 // writeFile writes coll's file at path with fill, which flushes w, and
@@ -205,9 +209,8 @@ func Export(ctx context.Context, coll *mongo.Collection, w *extjson.Writer, byte
 	if err != nil {
 		return fmt.Errorf("counting %s: %w", coll.Name(), err)
 	}
-	p := StartProgress(progress, Meter{Label: "snapshot " + coll.Name(), Unit: "documents", Done: w.Docs, Bytes: bytes,
-		Total: func() int64 { return total }})
-	defer p.Stop()
+	defer StartProgress(progress, Meter{Label: "snapshot " + coll.Name(), Unit: "documents", Done: w.Docs, Bytes: bytes,
+		Total: func() int64 { return total }})()
 	// Sorting on _id walks the _id index: no in-memory sort, and _id never
 	// changes, so no document is met twice (see SnapshotConsistency).
 	cur, err := coll.Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(1000))
@@ -262,10 +265,7 @@ func Generate(cfg GenerateConfig) (*Manifest, error) {
 		return nil, err
 	}
 	// One seeded source, drawn from in a fixed order: queue, then collections.
-	rnd, used, ext := rand.New(rand.NewPCG(cfg.Seed, 0x5c0e)), make([]bool, cfg.Users), ".json"
-	if cfg.Gzip {
-		ext += ".gz"
-	}
+	rnd, used, ext := rand.New(rand.NewPCG(cfg.Seed, 0x5c0e)), make([]bool, cfg.Users), jsonExt(cfg.Gzip)
 	m := &Manifest{Format: ManifestFormat, CreatedAt: cfg.End, Origin: cfg.Origin, Rules: cfg.Rules.Source}
 	gen := backlog.New(backlog.Spec{Shape: cfg.Shape, Entries: cfg.Entries, Users: cfg.Users, Hot: backlog.FirehoseShare, Span: cfg.Span, End: cfg.End}, rnd)
 	f, err := generateFile(filepath.Join(cfg.Out, cfg.Queue+ext), cfg.Queue, cfg.Entries, cfg.Progress, func() (any, bool) {
@@ -343,9 +343,9 @@ func objectID(rnd *rand.Rand, at time.Time) bson.ObjectID {
 // generateFile writes to path what next yields until it says false: total
 // documents, or an unknown number when total is negative.
 func generateFile(path, coll string, total int, progress io.Writer, next func() (any, bool)) (ManifestFile, error) {
-	var p *Progress
+	stop := func() {}
 	mf, err := writeFile(path, coll, true, func(w *extjson.Writer, bytes func() int64) error {
-		p = StartProgress(progress, Meter{Label: "generating " + coll, Unit: "documents", Done: w.Docs, Bytes: bytes,
+		stop = StartProgress(progress, Meter{Label: "generating " + coll, Unit: "documents", Done: w.Docs, Bytes: bytes,
 			Total: func() int64 { return int64(max(total, 0)) }})
 		for i := 0; total < 0 || i < total; i++ {
 			doc, ok := next()
@@ -358,7 +358,7 @@ func generateFile(path, coll string, total int, progress io.Writer, next func() 
 		}
 		return w.Flush()
 	})
-	p.Stop() // once the file is complete
+	stop() // once the file is complete
 	mf.File = filepath.Base(path)
 	return mf, err
 }

@@ -26,11 +26,11 @@ func TestProgressLine(t *testing.T) {
 func TestProgressOffATerminalPrintsPlainLines(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
-	p := StartProgress(&buf, Meter{Label: "x", Done: func() int64 { return 1 }})
-	p.Stop()
-	p.Stop()
+	stop := StartProgress(&buf, Meter{Label: "x", Done: func() int64 { return 1 }})
+	stop()
+	stop()
 	if out := buf.String(); strings.Contains(out, "\r") || strings.Count(out, "\n") != 1 || !strings.HasPrefix(out, "x 1") {
 		t.Errorf("%q: want one plain final line", out)
 	}
-	StartProgress(nil, Meter{Label: "x", Done: func() int64 { return 1 }}).Stop() // nil writer: nothing, no panic
+	StartProgress(nil, Meter{Label: "x", Done: func() int64 { return 1 }})() // nil writer: nothing, no panic
 }

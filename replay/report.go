@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -115,16 +116,11 @@ func (r *Report) WriteFiles(dir string) error {
 	if err := writeJSON(filepath.Join(dir, ReportFile), r); err != nil {
 		return err
 	}
-	for name, write := range map[string]func(io.Writer) error{TimelineFile: r.WriteCSV, ChartFile: r.WriteSVG} {
-		var b bytes.Buffer
-		if err := write(&b); err != nil {
-			return fmt.Errorf("writing %s: %w", name, err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), b.Bytes(), 0o666); err != nil {
-			return err
-		}
-	}
-	return nil
+	var timeline, chart bytes.Buffer // a buffer takes every write
+	r.WriteCSV(&timeline)
+	r.WriteSVG(&chart)
+	return errors.Join(os.WriteFile(filepath.Join(dir, TimelineFile), timeline.Bytes(), 0o666),
+		os.WriteFile(filepath.Join(dir, ChartFile), chart.Bytes(), 0o666))
 }
 
 func writeJSON(path string, v any) error {

@@ -134,9 +134,6 @@ func Replay(ctx context.Context, o Options, t Target, out, progress io.Writer) (
 	}
 	res, err := Drain(ctx, dc)
 	stopLoad() // a drain stopped early (--until, an interrupt) ends the arrivals too
-	if res == nil {
-		return nil, err
-	}
 	return report(out, o, t.Settings, l, plan, res, err)
 }
 
@@ -168,9 +165,6 @@ func report(out io.Writer, o Options, settings Settings, l *Loader, plan *Plan, 
 // components read, which --shift-to-now moves with the queue.
 func timeFields(r *scoring.Rules) map[string][]string {
 	out := map[string][]string{}
-	if r == nil {
-		return out
-	}
 	for _, c := range r.Components {
 		if c.Window > 0 {
 			out[c.Collection] = append(out[c.Collection], c.TimeField)

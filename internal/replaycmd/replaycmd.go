@@ -5,6 +5,7 @@ package replaycmd
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -65,9 +66,8 @@ func Main(b Build, args, environ []string, stdout, stderr io.Writer) int {
 		return cli.Refuse(fs, "%v", err)
 	}
 	if o.Embedded && b.Embedded == nil {
-		fmt.Fprintln(stderr, b.Name+": --embedded is not in this binary: the production build does not link the embedded server.\n"+
-			"Run the demo build with the same flags instead:\n  go run ./cmd/scorerefresh-demo replay --embedded "+o.In)
-		return 2
+		return fail(stderr, b.Name, 2, errors.New("--embedded is not in this binary: the production build does not link the embedded server.\n"+
+			"Run the demo build with the same flags instead:\n  go run ./cmd/scorerefresh-demo replay --embedded "+o.In))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -75,29 +75,24 @@ func Main(b Build, args, environ []string, stdout, stderr io.Writer) int {
 	if o.Embedded {
 		srv, err := b.Embedded(ctx)
 		if err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", b.Name, err)
-			return 1
+			return fail(stderr, b.Name, 1, err)
 		}
 		defer srv.Close()
-		environ = append(environ, "MONGODB_URI="+srv.URI())
-		server = "embedded FerretDB (SQLite)"
+		environ, server = append(environ, "MONGODB_URI="+srv.URI()), "embedded FerretDB (SQLite)"
 		fmt.Fprintf(stdout, "embedded MongoDB-compatible server (FerretDB, SQLite) at %s\n", srv.URI())
 	}
-	// The environment's configuration, at the replay's log level, serving
-	// metrics only where --metrics-addr asks (a replay often runs next to a
-	// service that holds METRICS_ADDR).
+	// The environment's configuration at the replay's log level, metrics only
+	// on --metrics-addr (a replay often runs next to a service on METRICS_ADDR).
 	cfg, err := config.Parse(append(environ, "LOG_LEVEL="+o.LogLevel))
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", b.Name, err)
-		return 2
+		return fail(stderr, b.Name, 2, err)
 	}
 	cfg.MetricsAddr, server = o.MetricsAddr, cmp.Or(server, redact.URI(cfg.MongoURI))
 	level, _ := config.ParseLogLevel(cfg.LogLevel)
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	svc, err := app.New(ctx, cfg, app.Options{Logger: log, Version: b.Version, Revision: b.Revision})
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", b.Name, err)
-		return 2
+		return fail(stderr, b.Name, 2, err)
 	}
 	defer svc.Close(context.Background())
 	r, err := replay.Replay(ctx, o, replay.Target{
@@ -110,8 +105,7 @@ func Main(b Build, args, environ []string, stdout, stderr io.Writer) int {
 		},
 	}, stdout, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", b.Name, err)
-		return 1
+		return fail(stderr, b.Name, 1, err)
 	}
 	if r != nil && !r.Drained {
 		return ExitNotDrained
@@ -139,8 +133,13 @@ func compare(name string, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return 1
+		return fail(stderr, name, 1, err)
 	}
 	return 0
+}
+
+// fail prints err under the command's name and returns code.
+func fail(stderr io.Writer, name string, code int, err error) int {
+	fmt.Fprintf(stderr, "%s: %v\n", name, err)
+	return code
 }
