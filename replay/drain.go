@@ -20,8 +20,7 @@ import (
 	"github.com/scorerefresh/scorerefresh/queuestate"
 )
 
-// Runner is the consumer: Run drains until ctx ends, then shuts down
-// gracefully, as app.Service does.
+// Runner is the consumer (app.Service): Run drains until ctx ends, then shuts down gracefully.
 type Runner interface {
 	Run(ctx context.Context) error
 }

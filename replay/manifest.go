@@ -256,7 +256,6 @@ func Generate(cfg GenerateConfig) (*Manifest, error) {
 	if cfg.Entries <= 0 || cfg.Users <= 0 {
 		return nil, fmt.Errorf("entries and users must be positive (got %d and %d)", cfg.Entries, cfg.Users)
 	}
-	cfg.Span = cmp.Or(cfg.Span, 10*time.Minute)
 	cfg.DocsPerUser = cmp.Or(cfg.DocsPerUser, 2)
 	cfg.Queue = cmp.Or(cfg.Queue, "score_events")
 	cfg.End = cmp.Or(cfg.End, time.Now()).UTC().Truncate(time.Millisecond)

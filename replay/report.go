@@ -113,13 +113,11 @@ func (r *Report) WriteFiles(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := writeJSON(filepath.Join(dir, ReportFile), r); err != nil {
-		return err
-	}
 	var timeline, chart bytes.Buffer // a buffer takes every write
 	r.WriteCSV(&timeline)
 	r.WriteSVG(&chart)
-	return errors.Join(os.WriteFile(filepath.Join(dir, TimelineFile), timeline.Bytes(), 0o666),
+	return errors.Join(writeJSON(filepath.Join(dir, ReportFile), r),
+		os.WriteFile(filepath.Join(dir, TimelineFile), timeline.Bytes(), 0o666),
 		os.WriteFile(filepath.Join(dir, ChartFile), chart.Bytes(), 0o666))
 }
 

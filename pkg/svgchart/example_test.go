@@ -20,8 +20,7 @@ func ExampleChart() {
 				{Name: "scorerefresh", Color: "#1c7ed6", Points: [][2]float64{{0, 20000}, {12, 0}}},
 			},
 		}},
-		Markers:     []svgchart.Marker{{Label: "trigger", X: 5}},
-		PanelHeight: 200,
+		Markers: []svgchart.Marker{{Label: "trigger", X: 5}},
 	}
 	fmt.Print(c.SVG())
 }

@@ -4,7 +4,6 @@
 package svgchart
 
 import (
-	"cmp"
 	"fmt"
 	"html"
 	"math"
@@ -41,8 +40,6 @@ type Chart struct {
 	XUnit    string // appended to the x tick labels
 	XLabel   string // centred under the last panel
 	Footer   string // small print at the bottom left (provenance)
-
-	PanelHeight int // default 150
 }
 
 // Palette is colours for series to take in turn.
@@ -53,6 +50,7 @@ const (
 	width       = 960
 	marginLeft  = 78
 	marginRight = 24
+	panelHeight = 150
 	panelGap    = 46
 	xTickCount  = 8
 	yTickCount  = 4
@@ -60,9 +58,8 @@ const (
 
 // SVG returns the chart as a self-contained SVG document.
 func (c Chart) SVG() string {
-	panelH := cmp.Or(c.PanelHeight, 150)
 	top0 := 63 + 15*len(c.Subtitle)
-	height := top0 + len(c.Panels)*(panelH+panelGap) + 10
+	height := top0 + len(c.Panels)*(panelHeight+panelGap) + 10
 	if c.XLabel != "" {
 		height += 16
 	}
@@ -84,10 +81,10 @@ func (c Chart) SVG() string {
 	if !(xMax > 0) || math.IsInf(xMax, 0) {
 		xMax = 1
 	}
-	pl := plot{b: &b, height: float64(panelH), right: width - marginRight, xMax: xMax, xWidth: float64(width - marginLeft - marginRight),
+	pl := plot{b: &b, height: float64(panelHeight), right: width - marginRight, xMax: xMax, xWidth: float64(width - marginLeft - marginRight),
 		xTicks: slices.DeleteFunc(NiceTicks(xMax, xTickCount), func(t float64) bool { return t > xMax*(1+1e-9) })}
 	for i, p := range c.Panels {
-		pl.top = float64(top0 + i*(panelH+panelGap))
+		pl.top = float64(top0 + i*(panelHeight+panelGap))
 		pl.draw(p, c.Markers, c.XUnit)
 	}
 	if c.XLabel != "" {
