@@ -57,9 +57,6 @@ type InputFile struct {
 	Queue      bool
 }
 
-// inputExtensions are the files a directory without a manifest holds.
-var inputExtensions = []string{".json", ".jsonl", ".ndjson"}
-
 // ResolveInput lists the files of --in, and their manifest (or nil). A file
 // is the queue. A directory is read through its manifest, else each input
 // file (optionally .gz) is the collection it is named after, queue the queue.
@@ -85,7 +82,7 @@ func ResolveInput(path, queue string) (files []InputFile, m *Manifest, err error
 		for _, e := range ents {
 			name := strings.TrimSuffix(e.Name(), ".gz")
 			ext := filepath.Ext(name)
-			if coll := strings.TrimSuffix(name, ext); !e.IsDir() && slices.Contains(inputExtensions, ext) {
+			if coll := strings.TrimSuffix(name, ext); !e.IsDir() && slices.Contains([]string{".json", ".jsonl", ".ndjson"}, ext) {
 				files = append(files, InputFile{Path: filepath.Join(path, e.Name()), Collection: coll, Queue: coll == queue})
 			}
 		}

@@ -170,13 +170,10 @@ type lineTracker struct {
 
 func (t *lineTracker) Read(p []byte) (int, error) {
 	n, err := t.r.Read(p)
-	for i := 0; !t.off; {
-		j := bytes.IndexByte(p[i:n], '\n')
-		if j < 0 {
-			break
+	for i := 0; i < n && !t.off; i++ {
+		if p[i] == '\n' {
+			t.nl = append(t.nl, t.pos+int64(i))
 		}
-		t.nl = append(t.nl, t.pos+int64(i+j))
-		i += j + 1
 	}
 	t.pos += int64(n)
 	return n, err

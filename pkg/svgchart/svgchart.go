@@ -67,9 +67,9 @@ func (c Chart) SVG() string {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif" font-size="12">`+"\n",
 		width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="#ffffff"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="%d" y="26" font-size="17" font-weight="600" fill="#111">%s</text>`+"\n", marginLeft, esc(c.Title))
+	fmt.Fprintf(&b, `<text x="%d" y="26" font-size="17" font-weight="600" fill="#111">%s</text>`+"\n", marginLeft, html.EscapeString(c.Title))
 	for i, line := range c.Subtitle {
-		fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#555">%s</text>`+"\n", marginLeft, 46+15*i, esc(line))
+		fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#555">%s</text>`+"\n", marginLeft, 46+15*i, html.EscapeString(line))
 	}
 	xMax := 0.0
 	for _, p := range c.Panels {
@@ -88,9 +88,9 @@ func (c Chart) SVG() string {
 		pl.draw(p, c.Markers, c.XUnit)
 	}
 	if c.XLabel != "" {
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle" fill="#444">%s</text>`+"\n", marginLeft+pl.xWidth/2, height-22, esc(c.XLabel))
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle" fill="#444">%s</text>`+"\n", marginLeft+pl.xWidth/2, height-22, html.EscapeString(c.XLabel))
 	}
-	fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#888" font-size="11">%s</text>`+"\n", marginLeft, height-6, esc(c.Footer))
+	fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#888" font-size="11">%s</text>`+"\n", marginLeft, height-6, html.EscapeString(c.Footer))
 	b.WriteString("</svg>\n")
 	return b.String()
 }
@@ -124,20 +124,20 @@ func (pl *plot) draw(p Panel, markers []Marker, xUnit string) {
 	yTicks := NiceTicks(most(p.Series, 1), yTickCount)
 	pl.yTop = yTicks[len(yTicks)-1]
 	b := pl.b
-	fmt.Fprintf(b, `<text x="%d" y="%.1f" font-weight="600" fill="#222">%s</text>`+"\n", marginLeft, pl.top-8, esc(p.Title))
+	fmt.Fprintf(b, `<text x="%d" y="%.1f" font-weight="600" fill="#222">%s</text>`+"\n", marginLeft, pl.top-8, html.EscapeString(p.Title))
 	for _, v := range yTicks {
 		fmt.Fprintf(b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#e5e5e5"/>`, marginLeft, pl.right, pl.y(v), pl.y(v))
-		fmt.Fprintf(b, `<text x="%d" y="%.1f" text-anchor="end" fill="#666">%s</text>`+"\n", marginLeft-6, pl.y(v)+4, esc(Label(v)+p.Unit))
+		fmt.Fprintf(b, `<text x="%d" y="%.1f" text-anchor="end" fill="#666">%s</text>`+"\n", marginLeft-6, pl.y(v)+4, html.EscapeString(Label(v)+p.Unit))
 	}
 	bottom := pl.top + pl.height
 	for _, t := range pl.xTicks {
 		fmt.Fprintf(b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#f0f0f0"/>`, pl.x(t), pl.x(t), pl.top, bottom)
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="#666">%s</text>`+"\n", pl.x(t), bottom+15, esc(Label(t)+xUnit))
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="#666">%s</text>`+"\n", pl.x(t), bottom+15, html.EscapeString(Label(t)+xUnit))
 	}
 	fmt.Fprintf(b, `<rect x="%d" y="%.1f" width="%.1f" height="%.0f" fill="none" stroke="#bbb"/>`+"\n", marginLeft, pl.top, pl.xWidth, pl.height)
 	for _, m := range markers {
 		fmt.Fprintf(b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#888" stroke-dasharray="4 3"/>`, pl.x(m.X), pl.x(m.X), pl.top, bottom)
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" fill="#666">%s</text>`+"\n", pl.x(m.X)+3, pl.top+12, esc(m.Label))
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" fill="#666">%s</text>`+"\n", pl.x(m.X)+3, pl.top+12, html.EscapeString(m.Label))
 	}
 	for _, s := range p.Series { // a line, and the area under it with Fill
 		if len(s.Points) == 0 {
@@ -150,10 +150,10 @@ func (pl *plot) draw(p Panel, markers []Marker, xUnit string) {
 		if s.Fill {
 			first, last := s.Points[0], s.Points[len(s.Points)-1]
 			fmt.Fprintf(b, `<polygon points="%.1f,%.1f %s%.1f,%.1f" fill="%s" fill-opacity="0.18"/>`+"\n",
-				pl.x(first[0]), bottom, pts.String(), pl.x(last[0]), bottom, esc(s.Color))
+				pl.x(first[0]), bottom, pts.String(), pl.x(last[0]), bottom, html.EscapeString(s.Color))
 		}
 		fmt.Fprintf(b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="1.8" stroke-linejoin="round"/>`+"\n",
-			strings.TrimSpace(pts.String()), esc(s.Color))
+			strings.TrimSpace(pts.String()), html.EscapeString(s.Color))
 	}
 	pl.legend(p)
 }
@@ -170,7 +170,7 @@ const (
 func (pl *plot) legend(p Panel) {
 	name := func(x, y float64, s Series) {
 		fmt.Fprintf(pl.b, `<rect x="%.1f" y="%.1f" width="12" height="4" fill="%s"/><text x="%.1f" y="%.1f" fill="#333">%s</text>`+"\n",
-			x, y-6, esc(s.Color), x+16, y, esc(s.Name))
+			x, y-6, html.EscapeString(s.Color), x+16, y, html.EscapeString(s.Name))
 	}
 	row, widest := 0.0, 0
 	entry := func(s Series) float64 { return float64(len([]rune(s.Name)))*charWidth + 26 }
@@ -234,5 +234,3 @@ func Label(v float64) string {
 	}
 	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.2f", v), "0"), ".")
 }
-
-func esc(s string) string { return html.EscapeString(s) }
