@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"iter"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -264,14 +265,18 @@ func Generate(cfg GenerateConfig) (*Manifest, error) {
 	rnd, used, ext := rand.New(rand.NewPCG(cfg.Seed, 0x5c0e)), make([]bool, cfg.Users), jsonExt(cfg.Gzip)
 	m := &Manifest{Format: ManifestFormat, CreatedAt: cfg.End, Origin: cfg.Origin, Rules: cfg.Rules.Source}
 	gen := backlog.New(backlog.Spec{Shape: cfg.Shape, Entries: cfg.Entries, Users: cfg.Users, Hot: backlog.FirehoseShare, Span: cfg.Span, End: cfg.End}, rnd)
-	f, err := generateFile(filepath.Join(cfg.Out, cfg.Queue+ext), cfg.Queue, cfg.Entries, cfg.Progress, func() (any, bool) {
-		e := gen.Next()
-		used[e.User] = true
-		// Jitter within the step keeps times in file order, as a snapshot
-		// taken in _id order of ObjectIds minted at enqueue time has them.
-		at := e.At.Add(time.Duration(rnd.Int64N(int64(max(gen.Step()/2, 1)))))
-		return bson.D{{Key: "_id", Value: objectID(rnd, at)}, {Key: "username", Value: userName(e.User)},
-			{Key: "createdAt", Value: bson.NewDateTimeFromTime(at)}, {Key: "kind", Value: "generated"}, {Key: "shape", Value: string(cfg.Shape)}}, true
+	f, err := generateFile(filepath.Join(cfg.Out, cfg.Queue+ext), cfg.Queue, int64(cfg.Entries), cfg.Progress, func(yield func(any) bool) {
+		for range cfg.Entries {
+			e := gen.Next()
+			used[e.User] = true
+			// Jitter within the step keeps times in file order, as a snapshot
+			// taken in _id order of ObjectIds minted at enqueue time has them.
+			at := e.At.Add(time.Duration(rnd.Int64N(int64(max(gen.Step()/2, 1)))))
+			if !yield(bson.D{{Key: "_id", Value: objectID(rnd, at)}, {Key: "username", Value: userName(e.User)},
+				{Key: "createdAt", Value: bson.NewDateTimeFromTime(at)}, {Key: "kind", Value: "generated"}, {Key: "shape", Value: string(cfg.Shape)}}) {
+				return
+			}
+		}
 	})
 	if err != nil {
 		return nil, err
@@ -281,18 +286,17 @@ func Generate(cfg GenerateConfig) (*Manifest, error) {
 	// Each collection: 1 to 2·DocsPerUser-1 documents per user the queue names.
 	for _, coll := range cfg.Rules.Collections() {
 		comps := slices.DeleteFunc(slices.Clone(cfg.Rules.Components), func(c scoring.Component) bool { return c.Collection != coll })
-		user, left := -1, 0
-		f, err := generateFile(filepath.Join(cfg.Out, coll+ext), coll, -1, cfg.Progress, func() (any, bool) {
-			for left == 0 {
-				if user++; user >= cfg.Users {
-					return nil, false
+		f, err := generateFile(filepath.Join(cfg.Out, coll+ext), coll, 0, cfg.Progress, func(yield func(any) bool) {
+			for user, named := range used {
+				if !named {
+					continue
 				}
-				if used[user] {
-					left = 1 + rnd.IntN(2*cfg.DocsPerUser-1)
+				for range 1 + rnd.IntN(2*cfg.DocsPerUser-1) {
+					if !yield(sourceDoc(rnd, comps, userName(user), cfg.End, objectID(rnd, cfg.End))) {
+						return
+					}
 				}
 			}
-			left--
-			return sourceDoc(rnd, comps, userName(user), cfg.End, objectID(rnd, cfg.End)), true
 		})
 		if err != nil {
 			return nil, err
@@ -336,18 +340,14 @@ func objectID(rnd *rand.Rand, at time.Time) bson.ObjectID {
 	return id
 }
 
-// generateFile writes to path what next yields until it says false: total
-// documents, or an unknown number when total is negative.
-func generateFile(path, coll string, total int, progress io.Writer, next func() (any, bool)) (ManifestFile, error) {
+// generateFile writes docs to path: total documents, or an unknown number
+// when total is 0.
+func generateFile(path, coll string, total int64, progress io.Writer, docs iter.Seq[any]) (ManifestFile, error) {
 	stop := func() {}
 	mf, err := writeFile(path, coll, true, func(w *extjson.Writer, bytes func() int64) error {
 		stop = StartProgress(progress, Meter{Label: "generating " + coll, Unit: "documents", Done: w.Docs, Bytes: bytes,
-			Total: func() int64 { return int64(max(total, 0)) }})
-		for i := 0; total < 0 || i < total; i++ {
-			doc, ok := next()
-			if !ok {
-				break
-			}
+			Total: func() int64 { return total }})
+		for doc := range docs {
 			if err := w.Write(doc); err != nil {
 				return err
 			}
