@@ -58,9 +58,8 @@ type DrainResult struct {
 	Err        error          // why the consumer or the load stopped, for those reasons
 }
 
-// Drain runs the consumer, sampling the timeline, until the queue is empty
-// and nothing more is to arrive, or cfg.Until or ctx ends; then it stops the
-// consumer gracefully and takes a last sample.
+// Drain runs the consumer, sampling the timeline, until the queue is empty and
+// nothing more is to arrive, or cfg.Until or ctx ends; then stops it and samples.
 func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
 	res := &DrainResult{Start: time.Now()}
 	s := newSampler(cfg.Queue, cfg.Metrics, cfg.Arrived, res.Start)

@@ -168,9 +168,8 @@ func (l *Loader) retime(createdAt time.Time) (time.Time, time.Duration) {
 	return due, wait
 }
 
-// load streams the i-th file of the plan into collection into in batches.
-// prep turns a parsed document into the one to insert and how long to wait
-// before it: one due later than pacingSlack flushes the batch, then sleeps.
+// load streams file i of the plan into collection into in batches. prep gives
+// what to insert and the wait before it: past pacingSlack, flush, then sleep.
 func (l *Loader) load(ctx context.Context, i int, into string, progress io.Writer, prep func(bson.Raw) (any, time.Duration, error)) error {
 	f, done, coll := l.plan.Files[i], &l.loaded[i], l.cfg.DB.Collection(into)
 	defer StartProgress(progress, Meter{Label: "loading " + coll.Name(), Unit: "documents",

@@ -155,9 +155,8 @@ func ReadReport(path string) (*Report, error) {
 	return &r, nil
 }
 
-// WriteCSV writes the timeline, one row per sample. measured is 1 where
-// depth and oldest age were queried; elsewhere depth is derived from the
-// counters and the oldest age cell is empty.
+// WriteCSV writes the timeline, one row per sample. measured is 1 where depth
+// and oldest age were queried; elsewhere the depth is derived, the age empty.
 func (r *Report) WriteCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
 	cw.Write([]string{"t_seconds", "depth", "oldest_age_seconds", "acked_per_second", "acked_total", "refreshes_total", "dead_letters_total", "arrived_total", "measured"})

@@ -72,9 +72,8 @@ func (r *Reader) Next() (bson.Raw, error) {
 	return r.next()
 }
 
-// start detects the layout from the first bytes that are not blank: a '['
-// opens an array, a first line that is a lone '{' starts pretty-printed
-// documents, anything else is one a line.
+// start detects the layout from the first non-blank bytes: '[' opens an array,
+// a lone '{' on the first line starts pretty documents, else one a line.
 func (r *Reader) start() (bson.Raw, error) {
 	b, err := r.br.Peek(r.br.Size())
 	b = bytes.TrimLeft(b, " \t\r\n")
@@ -280,9 +279,8 @@ func (o *Output) Abort() {
 	os.Remove(o.f.Name())
 }
 
-// Writer writes one document a line, as mongoexport does (canonical: as
-// --jsonFormat=canonical, the lossless choice; relaxed mode writes int32 and
-// int64 alike, so a small int64 comes back as an int32).
+// Writer writes one document a line, as mongoexport does; canonical is lossless
+// (relaxed writes int32 and int64 alike: a small int64 comes back an int32).
 type Writer struct {
 	w         *bufio.Writer
 	canonical bool

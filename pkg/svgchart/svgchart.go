@@ -164,9 +164,8 @@ const (
 	boldCharWidth = 7.4
 )
 
-// legend names the series in one row right of the panel's title or, if it
-// would run into the title, in a column over a white backing inside the
-// panel's top right corner.
+// legend names the series in one row right of the panel's title or, if it would
+// run into the title, in a column on a white backing in the top right corner.
 func (pl *plot) legend(p Panel) {
 	name := func(x, y float64, s Series) {
 		fmt.Fprintf(pl.b, `<rect x="%.1f" y="%.1f" width="12" height="4" fill="%s"/><text x="%.1f" y="%.1f" fill="#333">%s</text>`+"\n",
