@@ -216,7 +216,7 @@ type Meter struct {
 	Done  func() int64  // work done so far
 	Total func() int64  // expected total (an estimate is fine); nil or 0: unknown, no bar or ETA
 	Bytes func() int64  // bytes moved so far; nil: not shown
-	Extra func() string // appended to the line; nil: nothing
+	Extra func() string // appended to the line (never empty); nil: nothing
 }
 
 // Progress redraws a bar in place on a terminal five times a second, else
@@ -319,9 +319,7 @@ func formatProgress(m Meter, elapsed time.Duration, rate float64, bar bool) stri
 	}
 	fmt.Fprintf(&b, "  %s", elapsed.Round(100*time.Millisecond))
 	if m.Extra != nil {
-		if s := m.Extra(); s != "" {
-			b.WriteString("  " + s)
-		}
+		b.WriteString("  " + m.Extra())
 	}
 	return b.String()
 }

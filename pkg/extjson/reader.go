@@ -47,8 +47,7 @@ type Reader struct {
 	name    string
 	br      *bufio.Reader
 	array   bool                     // dec reads a JSON array, not documents back to back
-	next    func() (bson.Raw, error) // start, then the layout's reader
-	done    bool                     // after io.EOF or a Fatal error
+	next    func() (bson.Raw, error) // start, the layout's reader, eof after io.EOF or a Fatal error
 	element int                      // documents seen so far, good or bad
 	line    int                      // line of the last document returned; the line layout's lines read
 	lines   *lineTracker             // array and concatenated layouts
@@ -65,12 +64,9 @@ func NewReader(r io.Reader, name string) *Reader {
 
 // Next returns the next document, io.EOF after the last one, or an *Error for
 // one that does not parse, after which Next goes on unless it is Fatal.
-func (r *Reader) Next() (bson.Raw, error) {
-	if r.done {
-		return nil, io.EOF
-	}
-	return r.next()
-}
+func (r *Reader) Next() (bson.Raw, error) { return r.next() }
+
+func eof() (bson.Raw, error) { return nil, io.EOF }
 
 // start detects the layout from the first non-blank bytes: '[' opens an array,
 // a lone '{' on the first line starts pretty documents, else one a line.
@@ -89,7 +85,7 @@ func (r *Reader) start() (bson.Raw, error) {
 	r.dec, r.next = json.NewDecoder(r.br), r.nextElement
 	if r.array {
 		if _, err := r.dec.Token(); err != nil {
-			r.done = true
+			r.next = eof
 			return nil, &Error{File: r.name, Line: r.lines.lineAt(r.dec.InputOffset()), Element: 1, Err: err, Fatal: true}
 		}
 	}
@@ -100,7 +96,7 @@ func (r *Reader) nextLine() (bson.Raw, error) {
 	for {
 		line, err := r.br.ReadBytes('\n')
 		if len(line) == 0 && err != nil {
-			r.done = true
+			r.next = eof
 			return nil, err // io.EOF or a read error
 		}
 		r.line++
@@ -113,7 +109,7 @@ func (r *Reader) nextLine() (bson.Raw, error) {
 
 func (r *Reader) nextElement() (bson.Raw, error) {
 	if r.array && !r.dec.More() {
-		r.done = true
+		r.next = eof
 		if _, err := r.dec.Token(); err != nil { // the closing ']'
 			return nil, &Error{File: r.name, Line: r.lines.lineAt(r.dec.InputOffset()), Element: r.element + 1, Err: err, Fatal: true}
 		}
@@ -122,12 +118,12 @@ func (r *Reader) nextElement() (bson.Raw, error) {
 	var raw json.RawMessage
 	err := r.dec.Decode(&raw)
 	if errors.Is(err, io.EOF) && !r.array {
-		r.done = true
+		r.next = eof
 		return nil, io.EOF
 	}
 	r.element++
 	if err != nil {
-		r.done = true
+		r.next = eof
 		at := r.dec.InputOffset()
 		if se := (*json.SyntaxError)(nil); errors.As(err, &se) {
 			at = se.Offset // where the syntax breaks, in the decoder's offsets
