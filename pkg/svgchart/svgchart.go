@@ -228,8 +228,6 @@ func Label(v float64) string {
 		return strings.TrimSuffix(fmt.Sprintf("%.1f", v/1e6), ".0") + "M"
 	case math.Abs(v) >= 1e3:
 		return strings.TrimSuffix(fmt.Sprintf("%.1f", v/1e3), ".0") + "k"
-	case v == math.Trunc(v):
-		return fmt.Sprintf("%.0f", v)
 	}
 	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.2f", v), "0"), ".")
 }
