@@ -21,11 +21,9 @@ const (
 	// Diverse: every entry's user is drawn uniformly, so the claim window
 	// holds as many distinct users as it can: the metastable wedge's trigger.
 	Diverse Shape = "diverse"
-	// Zipf: users drawn from a Zipf law (s=1.1), as real activity is: a few
-	// hot users, a long tail.
+	// Zipf: users drawn from a Zipf law (s=1.1), as real activity is: a few hot, a long tail.
 	Zipf Shape = "zipf"
-	// Mixed: 40% user 0, 30% Zipf, 30% uniform: a firehose and a diverse
-	// tail at once.
+	// Mixed: 40% user 0, 30% Zipf, 30% uniform: a firehose and a diverse tail at once.
 	Mixed Shape = "mixed"
 	// Distinct: the users in a random order without repeats, starting over
 	// once every user had an entry: n entries of n users are n refreshes.
