@@ -141,8 +141,7 @@ func Snapshot(ctx context.Context, cfg SnapshotConfig) (*Manifest, error) {
 		Rules: cfg.Rules, Consistency: SnapshotConsistency}
 	// Sources need a directory; else an existing one or a trailing slash says so.
 	st, err := os.Stat(cfg.Out)
-	dir := len(cfg.Sources) > 0 || strings.HasSuffix(cfg.Out, "/") || strings.HasSuffix(cfg.Out, string(filepath.Separator)) ||
-		err == nil && st.IsDir()
+	dir := len(cfg.Sources) > 0 || strings.HasSuffix(filepath.ToSlash(cfg.Out), "/") || err == nil && st.IsDir()
 	colls, path := []string{cfg.Queue}, func(string) string { return cfg.Out }
 	if dir {
 		if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
