@@ -282,9 +282,8 @@ func change(a, b float64, better int) string {
 		return pct
 	case (b > a) == (better > 0):
 		return pct + " better"
-	default:
-		return pct + " worse"
 	}
+	return pct + " worse"
 }
 
 // WriteSVG draws the timeline (depth, oldest age, entries and users per
