@@ -48,7 +48,6 @@ type LoadConfig struct {
 	SkipBad    bool                // leave out documents that do not parse, listing them, instead of stopping
 	Clock      clock.Clock         // paces arrival; default the wall clock
 	Progress   io.Writer           // progress lines; nil: none
-	QuietQueue bool                // no progress line for the queue's load: a drain alongside reports arrivals
 }
 
 // Loader loads one replay's files: Scan first, then LoadSources, then
@@ -112,7 +111,7 @@ func (l *Loader) LoadSources(ctx context.Context) error {
 		if f.Queue {
 			continue
 		}
-		err := l.load(ctx, i, f.Collection, l.cfg.Progress, func(raw bson.Raw) (any, time.Duration, error) {
+		err := l.load(ctx, i, f.Collection, func(raw bson.Raw) (any, time.Duration, error) {
 			if l.shift == 0 || len(fields) == 0 {
 				return raw, 0, nil
 			}
@@ -138,11 +137,7 @@ func (l *Loader) LoadSources(ctx context.Context) error {
 // of cfg.Arrival.
 func (l *Loader) LoadQueue(ctx context.Context) error {
 	l.origin = l.cfg.Clock.Now()
-	progress := l.cfg.Progress
-	if l.cfg.QuietQueue {
-		progress = nil
-	}
-	return l.load(ctx, l.queue, l.cfg.Queue, progress, func(raw bson.Raw) (any, time.Duration, error) {
+	return l.load(ctx, l.queue, l.cfg.Queue, func(raw bson.Raw) (any, time.Duration, error) {
 		_, createdAt := QueueEntry(raw)
 		at, wait := l.retime(createdAt)
 		doc, err := prepareEntry(raw, at, l.stripped)
@@ -170,9 +165,9 @@ func (l *Loader) retime(createdAt time.Time) (time.Time, time.Duration) {
 
 // load streams file i of the plan into collection into in batches. prep gives
 // what to insert and the wait before it: past pacingSlack, flush, then sleep.
-func (l *Loader) load(ctx context.Context, i int, into string, progress io.Writer, prep func(bson.Raw) (any, time.Duration, error)) error {
+func (l *Loader) load(ctx context.Context, i int, into string, prep func(bson.Raw) (any, time.Duration, error)) error {
 	f, done, coll := l.plan.Files[i], &l.loaded[i], l.cfg.DB.Collection(into)
-	defer StartProgress(progress, Meter{Label: "loading " + coll.Name(), Unit: "documents",
+	defer StartProgress(l.cfg.Progress, Meter{Label: "loading " + coll.Name(), Unit: "documents",
 		Done: done.Load, Total: func() int64 { return f.Documents }})()
 	batch := make([]any, 0, DefaultBatchSize)
 	flush := func() error {

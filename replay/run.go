@@ -81,9 +81,8 @@ func Replay(ctx context.Context, o Options, t Target, out, progress io.Writer) (
 	if err != nil {
 		return nil, err
 	}
-	paced := Arrival(o.Arrival) == ArrivalOriginal
 	l := NewLoader(LoadConfig{DB: t.DB, Queue: t.Queue, Files: files, ShiftToNow: o.ShiftToNow, TimeFields: timeFields(t.Rules),
-		Arrival: Arrival(o.Arrival), Speed: o.Speed, SkipBad: o.SkipBad, Progress: progress, QuietQueue: paced && o.Drain})
+		Arrival: Arrival(o.Arrival), Speed: o.Speed, SkipBad: o.SkipBad, Progress: progress})
 	plan, err := l.Scan(ctx)
 	if err != nil {
 		return nil, err
@@ -110,7 +109,8 @@ func Replay(ctx context.Context, o Options, t Target, out, progress io.Writer) (
 	// Paced, the queue loads alongside the drain, as producers race the
 	// consumer, and the drain learns of arrivals through dc.
 	stopLoad := func() {}
-	if paced && o.Drain {
+	if Arrival(o.Arrival) == ArrivalOriginal && o.Drain {
+		l.cfg.Progress = nil // the drain's progress line reports arrivals
 		loadCtx, cancel := context.WithCancel(ctx)
 		ch, loading := make(chan error, 1), &sync.WaitGroup{}
 		loading.Go(func() { ch <- l.LoadQueue(loadCtx) })

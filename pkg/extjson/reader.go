@@ -27,9 +27,7 @@ type Error struct {
 	Line    int   // line where the document starts, 1-based
 	Element int   // position of the document in the file, 1-based
 	Err     error // what the driver (or the JSON syntax) said
-	// Fatal: the reader cannot find the next document (a JSON syntax error
-	// in an array or a multi-line layout). In the line layout none is.
-	Fatal bool
+	Fatal   bool  // no next document to be found (a JSON syntax error outside the line layout)
 }
 
 func (e *Error) Error() string {
