@@ -160,8 +160,8 @@ func Snapshot(ctx context.Context, cfg SnapshotConfig) (*Manifest, error) {
 			return nil, err
 		}
 		f.Queue = i == 0
-		if dir {
-			f.File = filepath.Base(f.File)
+		if !dir {
+			f.File = cfg.Out
 		}
 		m.Files = append(m.Files, f)
 	}
@@ -182,7 +182,7 @@ func jsonExt(gz bool) string {
 // writeFile writes coll's file at path with fill, which flushes w, and
 // commits it if fill succeeds.
 func writeFile(path, coll string, canonical bool, fill func(w *extjson.Writer, bytes func() int64) error) (ManifestFile, error) {
-	mf := ManifestFile{File: path, Collection: coll}
+	mf := ManifestFile{File: filepath.Base(path), Collection: coll}
 	out, err := extjson.Create(path)
 	if err != nil {
 		return mf, err
@@ -354,7 +354,6 @@ func generateFile(path, coll string, total int64, progress io.Writer, docs iter.
 		return w.Flush()
 	})
 	stop() // once the file is complete
-	mf.File = filepath.Base(path)
 	return mf, err
 }
 
