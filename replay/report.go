@@ -190,20 +190,18 @@ func (r *Report) WriteSummary(w io.Writer) {
 	}
 }
 
-// metric is one figure of a report, with how to print it and which way is
-// better (+1 higher, -1 lower, 0 neither).
-type metric struct {
-	name   string
-	value  func(*Report) float64
-	format func(float64) string
-	better int
-}
-
 func count(v float64) string   { return planner.Thousands(int64(math.Round(v))) }
 func rate(v float64) string    { return fmt.Sprintf("%.1f", v) }
 func seconds(v float64) string { return fmt.Sprintf("%.1fs", v) }
 
-var reportMetrics = []metric{
+// reportMetrics are the figures of a comparison, with how to print each and
+// which way is better (+1 higher, -1 lower, 0 neither).
+var reportMetrics = []struct {
+	name   string
+	value  func(*Report) float64
+	format func(float64) string
+	better int
+}{
 	{"entries", func(r *Report) float64 { return float64(r.Entries) }, count, 0},
 	{"distinct users", func(r *Report) float64 { return float64(r.DistinctUsers) }, count, 0},
 	{"coalescing factor", func(r *Report) float64 { return r.CoalescingFactor }, rate, 0},
