@@ -125,12 +125,10 @@ func compare(name string, args []string, stdout, stderr io.Writer) int {
 	case len(args) < 2:
 		return cli.Refuse(fs, "it compares two reports, got %d", len(args))
 	}
-	a, err := replay.ReadReport(args[0])
-	if err == nil {
-		var b *replay.Report
-		if b, err = replay.ReadReport(args[1]); err == nil {
-			err = replay.Compare(stdout, a, b, "A: "+args[0], "B: "+args[1])
-		}
+	a, errA := replay.ReadReport(args[0])
+	b, err := replay.ReadReport(args[1])
+	if err = cmp.Or(errA, err); err == nil {
+		err = replay.Compare(stdout, a, b, "A: "+args[0], "B: "+args[1])
 	}
 	if err != nil {
 		return fail(stderr, name, 1, err)
