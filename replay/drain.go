@@ -41,12 +41,10 @@ type DrainConfig struct {
 	Metrics  *metrics.Consumer // the consumer's own counters, read in-process
 	Interval time.Duration     // timeline resolution; default 1s
 	Until    time.Duration     // stop after this long even if entries remain; 0: until empty
-	// Paced, Arrived counts the entries inserted and LoadDone delivers the
-	// result of the queue's load, which runs alongside the drain.
-	Arrived  func() int64
-	LoadDone <-chan error
-	Expected int64     // entries the drain should see through, for the progress bar
-	Progress io.Writer // progress line; nil: none
+	Arrived  func() int64      // paced: the entries inserted so far
+	LoadDone <-chan error      // paced: the result of the queue's load, which runs alongside
+	Expected int64             // entries the drain should see through, for the progress bar
+	Progress io.Writer         // progress line; nil: none
 }
 
 // DrainResult is what a drain measured.

@@ -336,12 +336,10 @@ func eachDocument(ctx context.Context, path string, progress io.Writer, fn func(
 
 // QueueScan is what ReadQueue found besides the entries it handed over.
 type QueueScan struct {
-	Path string // the queue's file
-	// Reference is the moment the snapshot stands for: its manifest's
-	// time, else the newest entry's enqueue time. Ages count from it.
-	Reference time.Time
-	Entries   int64 // handed to the callback
-	Malformed int64 // no username or no enqueue time: the consumer dead-letters them
+	Path      string    // the queue's file
+	Reference time.Time // the snapshot's moment, which ages count from: its manifest's time, else the newest entry's
+	Entries   int64     // handed to the callback
+	Malformed int64     // no username or no enqueue time: the consumer dead-letters them
 }
 
 // ReadQueue calls fn with the username and enqueue time (QueueEntry) of each

@@ -20,17 +20,14 @@ import (
 	"github.com/scorerefresh/scorerefresh/replay"
 )
 
-// ExitNotDrained is replay's exit code when --drain stopped with entries
-// left: the backlog did not drain. 0, 1 (error) and 2 (usage) as usual.
+// ExitNotDrained is replay's exit code when --drain stopped with entries left.
 const ExitNotDrained = 3
 
 // Build is the binary running the replay, named in messages and the report.
 type Build struct {
 	Name              string // e.g. "scorerefresh replay"
 	Version, Revision string
-	// Embedded starts a fresh embedded server for --embedded; nil in the
-	// production binary, which cannot link one.
-	Embedded func(context.Context) (Server, error)
+	Embedded          func(context.Context) (Server, error) // a fresh server for --embedded; nil in production, which cannot link one
 }
 
 // Server is an embedded MongoDB-compatible server.
