@@ -107,8 +107,7 @@ func Drain(ctx context.Context, cfg DrainConfig) (*DrainResult, error) {
 	return res, nil
 }
 
-// watch samples the timeline into res until the drain stops, records why
-// and reports whether the consumer returned.
+// watch samples into res until the drain stops, records why, and says whether the consumer returned.
 func watch(ctx context.Context, cfg DrainConfig, s *sampler, done <-chan error, res *DrainResult, last *atomic.Pointer[planner.Sample]) (consumerDone bool) {
 	t := time.NewTicker(cmp.Or(cfg.Interval, time.Second))
 	defer t.Stop()
@@ -179,8 +178,7 @@ func newSampler(queue *mongo.Collection, m *metrics.Consumer, arrived func() int
 	return &sampler{queue: queuestate.New(queue, nil), m: m, arrived: arrived, start: start, base: counters(m)}
 }
 
-// runOnce takes the sample for now; force measures the queue even when the
-// budget says to wait.
+// runOnce takes the sample for now; force queries the queue whatever the budget says.
 func (s *sampler) runOnce(ctx context.Context, now time.Time, force bool) (planner.Sample, error) {
 	c := counters(s.m)
 	smp := planner.Sample{T: now.Sub(s.start).Seconds(), OldestAge: -1, Arrived: s.arrived(),

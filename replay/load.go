@@ -50,8 +50,7 @@ type LoadConfig struct {
 	Progress   io.Writer           // progress lines; nil: none
 }
 
-// Loader loads one replay's files: Scan first, then LoadSources, then
-// LoadQueue (which a drain may run alongside).
+// Loader loads one replay's files: Scan, then LoadSources, then LoadQueue (which a drain may run alongside).
 type Loader struct {
 	cfg      LoadConfig
 	plan     *Plan
@@ -69,8 +68,7 @@ func NewLoader(cfg LoadConfig) *Loader {
 	return &Loader{cfg: cfg, stripped: map[string]int{}}
 }
 
-// Scan reads every file once and fails, with nothing inserted, on the first
-// bad document unless SkipBad.
+// Scan reads every file once and fails, inserting nothing, on the first bad document unless SkipBad.
 func (l *Loader) Scan(ctx context.Context) (*Plan, error) {
 	p, err := scan(ctx, l.cfg.Files, l.cfg.SkipBad, l.cfg.Progress, nil)
 	var bad *extjson.Error
@@ -133,8 +131,7 @@ func (l *Loader) LoadSources(ctx context.Context) error {
 	return nil
 }
 
-// LoadQueue inserts the queue file, without bookkeeping fields, at the pace
-// of cfg.Arrival.
+// LoadQueue inserts the queue file, without bookkeeping fields, at the pace of cfg.Arrival.
 func (l *Loader) LoadQueue(ctx context.Context) error {
 	l.origin = l.cfg.Clock.Now()
 	return l.load(ctx, l.queue, l.cfg.Queue, func(raw bson.Raw) (any, time.Duration, error) {

@@ -179,8 +179,7 @@ func jsonExt(gz bool) string {
 	return ".json"
 }
 
-// writeFile writes coll's file at path with fill, which flushes w, and
-// commits it if fill succeeds.
+// writeFile writes coll's file at path with fill (which flushes w), committing it if fill succeeds.
 func writeFile(path, coll string, canonical bool, fill func(w *extjson.Writer, bytes func() int64) error) (ManifestFile, error) {
 	mf := ManifestFile{File: filepath.Base(path), Collection: coll}
 	out, err := extjson.Create(path)
@@ -339,8 +338,7 @@ func objectID(rnd *rand.Rand, at time.Time) bson.ObjectID {
 	return id
 }
 
-// generateFile writes docs to path: total documents, or an unknown number
-// when total is 0.
+// generateFile writes docs to path: total of them, or an unknown number when total is 0.
 func generateFile(path, coll string, total int64, progress io.Writer, docs iter.Seq[any]) (ManifestFile, error) {
 	stop := func() {}
 	mf, err := writeFile(path, coll, true, func(w *extjson.Writer, bytes func() int64) error {

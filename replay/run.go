@@ -74,8 +74,7 @@ type Target struct {
 	Settings                          Settings
 }
 
-// Replay loads o.In into t and, with o.Drain, drains it and writes a report
-// (returned). Without o.Drain it returns a nil report once loaded.
+// Replay loads o.In into t and, with o.Drain, drains it and returns the report it writes (else nil).
 func Replay(ctx context.Context, o Options, t Target, out, progress io.Writer) (*Report, error) {
 	files, _, err := ResolveInput(o.In, t.Queue)
 	if err != nil {
@@ -106,8 +105,7 @@ func Replay(ctx context.Context, o Options, t Target, out, progress io.Writer) (
 	}
 	dc := DrainConfig{Queue: t.DB.Collection(t.Queue), Consumer: t.Consumer, Metrics: t.Metrics, Interval: o.SampleInterval,
 		Until: o.Until, Expected: plan.Entries, Progress: progress}
-	// Paced, the queue loads alongside the drain, as producers race the
-	// consumer, and the drain learns of arrivals through dc.
+	// Paced, the queue loads alongside the drain (producers racing the consumer), telling dc of arrivals.
 	stopLoad := func() {}
 	if Arrival(o.Arrival) == ArrivalOriginal && o.Drain {
 		l.cfg.Progress = nil // the drain's progress line reports arrivals
@@ -142,8 +140,7 @@ func loadFailed(l *Loader, err error) error {
 	return fmt.Errorf("%w\nloaded so far: %s", err, l.LoadedSoFar())
 }
 
-// report writes the drain's report files and summary; drainErr is the
-// drain's own error, returned with any failure to write.
+// report writes the drain's report files and summary, returning drainErr with any failure to write.
 func report(out io.Writer, o Options, settings Settings, l *Loader, plan *Plan, res *DrainResult, drainErr error) (*Report, error) {
 	r := NewReport(plan, res)
 	if res.Reason == StopLoadFailed {
@@ -161,8 +158,7 @@ func report(out io.Writer, o Options, settings Settings, l *Loader, plan *Plan, 
 	return r, drainErr
 }
 
-// timeFields maps each source collection to the date fields its windowed
-// components read, which --shift-to-now moves with the queue.
+// timeFields maps each source collection to its windowed components' date fields (--shift-to-now moves them).
 func timeFields(r *scoring.Rules) map[string][]string {
 	out := map[string][]string{}
 	for _, c := range r.Components {

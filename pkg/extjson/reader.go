@@ -172,8 +172,7 @@ func (t *lineTracker) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// lineAt returns the 1-based line of the byte at the decoder's offset off,
-// which must never decrease from call to call.
+// lineAt returns the 1-based line of the byte at decoder offset off, which must never decrease.
 func (t *lineTracker) lineAt(off int64) int {
 	i, _ := slices.BinarySearch(t.nl, t.origin+off) // the newlines before off
 	t.counted += i
@@ -189,8 +188,7 @@ type File struct {
 	size  int64
 }
 
-// Open opens path for reading, decompressing a gzip file (recognised by its
-// magic bytes, whatever its name).
+// Open opens path for reading, decompressing gzip (known by its magic bytes, whatever the name).
 func Open(path string) (*File, error) {
 	f, err := os.Open(path)
 	if err != nil {

@@ -106,8 +106,7 @@ func most(series []Series, i int) float64 {
 	return v
 }
 
-// plot draws one panel whose top edge is at top; x maps 0…xMax onto the
-// plots' width.
+// plot draws one panel whose top edge is at top; x maps 0…xMax onto the plots' width.
 type plot struct {
 	b                 *strings.Builder
 	top, height, yTop float64 // yTop: the y axis's highest tick
