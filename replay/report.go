@@ -265,8 +265,7 @@ func Compare(w io.Writer, a, b *Report, nameA, nameB string) error {
 	return tw.Flush()
 }
 
-// change describes b relative to a: a percentage and, for figures with a
-// better direction, whether b is better or worse.
+// change describes b relative to a: a percentage and, for directed figures, better or worse.
 func change(a, b float64, better int) string {
 	if a == b {
 		return "="

@@ -219,8 +219,7 @@ func NiceTicks(top float64, n int) []float64 {
 	return ticks
 }
 
-// Label prints a tick value briefly: 1500 as 1.5k, 20000 as 20k, 2500000 as
-// 2.5M, 0.25 as 0.25.
+// Label prints a tick value briefly: 1500 as 1.5k, 20000 as 20k, 2500000 as 2.5M, 0.25 as 0.25.
 func Label(v float64) string {
 	switch {
 	case math.Abs(v) >= 1e6:
