@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,10 +66,16 @@ type settler struct {
 	carry     *flushRun            // cut short by shutdown, finished by the next flush
 }
 
-// flushRun is one batch on its way to MongoDB; a retry of run skips the steps done.
+// flushRun is one batch on its way to MongoDB: first (the acker's deletes,
+// the lane's dead letters), then the release of the leases whose entries
+// are gone, then the backoff of failed users. A retry skips the steps done.
 type flushRun struct {
-	run     func(ctx context.Context) error
-	settled []lease // no longer held once run succeeds
+	first   func(ctx context.Context) error
+	release []lease // deleted once first succeeds
+	retries []retry
+	settled []lease // no longer held once every step succeeds
+
+	firstDone, releaseDone, backedOff, releaseTried bool
 }
 
 func (s *settler) add(o outcome) {
@@ -91,53 +96,39 @@ func (a *acker) add(o outcome) {
 	a.settler.add(o)
 }
 
-type ackFlush struct {
-	a                            *acker
-	acked, releases              []lease
-	ackIDs                       bson.A
-	ackUsers                     []string // ackIDs' usernames, in the same order
-	ackEntries                   []int
-	retries                      []retry
-	ackDone, releaseDone, backed bool
-	releaseTried                 bool
-}
-
 func (a *acker) newFlush(batch []outcome, _ map[string]malformed) *flushRun {
-	f, r := &ackFlush{a: a}, &flushRun{}
+	r := &flushRun{}
+	var acked []work
+	var released []lease
 	now := a.serverTime.Now()
 	for _, o := range batch {
 		l := o.work.lease
 		r.settled = append(r.settled, l)
 		switch {
 		case o.release:
-			f.releases = append(f.releases, l)
+			released = append(released, l)
 		case o.err == nil:
-			f.acked = append(f.acked, l)
-			f.ackEntries = append(f.ackEntries, len(o.work.entries))
-			for _, e := range o.work.entries {
-				f.ackIDs = append(f.ackIDs, e.ID)
-				f.ackUsers = append(f.ackUsers, e.Username)
-			}
+			acked = append(acked, o.work)
+			r.release = append(r.release, l)
 		case o.transient:
-			f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(a.retryDelay.Delay(1)), err: truncate(o.err.Error(), 1024), solo: o.solo})
+			r.retries = append(r.retries, retry{lease: l, notBefore: now.Add(a.retryDelay.Delay(1)), err: truncate(o.err.Error(), 1024), solo: o.solo})
 		default:
-			f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(a.retryDelay.Delay(l.Attempts + 1)), err: truncate(o.err.Error(), 1024), charge: 1})
+			r.retries = append(r.retries, retry{lease: l, notBefore: now.Add(a.retryDelay.Delay(l.Attempts + 1)), err: truncate(o.err.Error(), 1024), charge: 1})
 		}
 	}
-	r.run = f.run
+	r.release = append(r.release, released...)
+	r.first = func(ctx context.Context) error { return a.ack(ctx, acked) }
 	return r
 }
 
-// run does every step not yet done; leases go once their entries are deleted.
-func (f *ackFlush) run(ctx context.Context) error {
+// runFlush does every step of r not yet done.
+func (s *settler) runFlush(ctx context.Context, r *flushRun) error {
 	var errs []error
-	step(&errs, &f.ackDone, func() error { return f.ack(ctx) })
-	if f.ackDone {
-		step(&errs, &f.releaseDone, func() error {
-			return f.a.releaseHeld(ctx, slices.Concat(f.acked, f.releases), &f.releaseTried)
-		})
+	step(&errs, &r.firstDone, func() error { return r.first(ctx) })
+	if r.firstDone {
+		step(&errs, &r.releaseDone, func() error { return s.releaseHeld(ctx, r) })
 	}
-	step(&errs, &f.backed, func() error { return f.a.leases.backOff(ctx, f.retries) })
+	step(&errs, &r.backedOff, func() error { return s.leases.backOff(ctx, r.retries) })
 	return errors.Join(errs...)
 }
 
@@ -153,24 +144,31 @@ func step(errs *[]error, done *bool, fn func() error) {
 	}
 }
 
-func (f *ackFlush) ack(ctx context.Context) error {
-	c := f.a
-	if len(f.ackIDs) == 0 {
+// ack deletes the acknowledged users' entries in one command.
+func (a *acker) ack(ctx context.Context, acked []work) error {
+	var ids bson.A
+	var users []string // ids' usernames, through a mongos only
+	byUser := a.byUser.Load()
+	for _, w := range acked {
+		for _, e := range w.entries {
+			ids = append(ids, e.ID)
+			if byUser {
+				users = append(users, e.Username)
+			}
+		}
+	}
+	if len(ids) == 0 {
 		return nil
 	}
-	var users []string
-	if c.byUser.Load() {
-		users = f.ackUsers
-	}
-	res, err := c.queue.BulkWrite(ctx, deleteStatements(f.ackIDs, users...), options.BulkWrite().SetOrdered(false))
+	res, err := a.queue.BulkWrite(ctx, deleteStatements(ids, users...), options.BulkWrite().SetOrdered(false))
 	if err != nil {
-		return fmt.Errorf("acknowledging %d entries of %d users: %w", len(f.ackIDs), len(f.acked), err)
+		return fmt.Errorf("acknowledging %d entries of %d users: %w", len(ids), len(acked), err)
 	}
-	c.metrics.EntriesAcked.Add(float64(res.DeletedCount))
-	for _, n := range f.ackEntries {
-		c.metrics.CoalescedEntries.Observe(float64(n))
+	a.metrics.EntriesAcked.Add(float64(res.DeletedCount))
+	for _, w := range acked {
+		a.metrics.CoalescedEntries.Observe(float64(len(w.entries)))
 	}
-	c.log.Debug("ack flush", "users", len(f.acked), "entries", res.DeletedCount)
+	a.log.Debug("ack flush", "users", len(acked), "entries", res.DeletedCount)
 	return nil
 }
 
@@ -224,9 +222,9 @@ const (
 
 // releaseHeld deletes leases. Fewer deleted than held means leases were
 // taken over, on the first try only (a retry may find its own delete done).
-func (s *settler) releaseHeld(ctx context.Context, held []lease, tried *bool) error {
-	first := !*tried
-	*tried = true
+func (s *settler) releaseHeld(ctx context.Context, r *flushRun) error {
+	first, held := !r.releaseTried, r.release
+	r.releaseTried = true
 	n, err := s.leases.release(ctx, held)
 	if err != nil {
 		return err
@@ -294,7 +292,7 @@ func (s *settler) flushAll(ctx context.Context) error {
 // settle retries r until it succeeds, or ctx ends: then r waits for flushAll.
 func (s *settler) settle(ctx context.Context, r *flushRun) error {
 	for attempt := 1; ; attempt++ {
-		err := r.run(ctx)
+		err := s.runFlush(ctx, r)
 		if err == nil {
 			s.onSettled(r.settled)
 			s.afterFlush(nil)

@@ -73,80 +73,59 @@ func (d *deadLane) addMalformed(ms []malformed) {
 	d.kick.notify()
 }
 
-type deadFlush struct {
-	d                                    *deadLane
-	exhausted                            []lease
-	dead                                 []deadLetter
-	retries                              []retry
-	deadDone, exhaustedDone, backOffDone bool
-	exhaustedTried                       bool
-}
-
 func (d *deadLane) newFlush(batch []outcome, bad map[string]malformed) *flushRun {
-	f, r := &deadFlush{d: d}, &flushRun{}
+	r := &flushRun{}
+	var dead []deadLetter
 	for _, m := range bad {
-		f.dead = append(f.dead, deadLetter{ID: m.ID, Reason: metrics.ReasonMalformed, Detail: m.Detail})
+		dead = append(dead, deadLetter{ID: m.ID, Reason: metrics.ReasonMalformed, Detail: m.Detail})
 	}
 	for _, o := range batch {
 		l := o.work.lease
-		r.settled = append(r.settled, l)
-		f.exhausted = append(f.exhausted, l)
+		r.settled, r.release = append(r.settled, l), append(r.release, l)
 		for _, e := range o.work.entries {
-			f.dead = append(f.dead, deadLetter{ID: e.ID, User: e.Username, Reason: metrics.ReasonMaxAttempts, Detail: o.err.Error(), Attempts: l.Attempts + 1})
+			dead = append(dead, deadLetter{ID: e.ID, User: e.Username, Reason: metrics.ReasonMaxAttempts, Detail: o.err.Error(), Attempts: l.Attempts + 1})
 		}
 	}
-	r.run = f.run
+	r.first = func(ctx context.Context) error { return d.deadLetters(ctx, r, &dead) }
 	return r
 }
 
-// run does every step not yet done; exhausted users' leases go once their
-// entries are dead-lettered.
-func (f *deadFlush) run(ctx context.Context) error {
-	var errs []error
-	step(&errs, &f.deadDone, func() error { return f.deadLetters(ctx) })
-	if f.deadDone {
-		step(&errs, &f.exhaustedDone, func() error { return f.d.releaseHeld(ctx, f.exhausted, &f.exhaustedTried) })
-	}
-	step(&errs, &f.backOffDone, func() error { return f.d.leases.backOff(ctx, f.retries) })
-	return errors.Join(errs...)
-}
-
-// deadLetters moves this flush's dead letters, once. An entry that fails is
-// counted, logged and postponed on its own, still queued: a malformed one
-// until a claim round after its backoff (noteDeadLetters), an exhausted user
-// until its backoff ends (no other refresh). Only a move cut short by
-// shutdown returns an error, leaving the rest to the final flush.
-func (f *deadFlush) deadLetters(ctx context.Context) error {
-	c := f.d
-	counts, failed, err := c.letters.move(ctx, f.dead, c.serverTime.Now())
+// deadLetters moves a flush's dead letters; exhausted users' leases go once
+// their entries are dead-lettered. An entry that fails is counted, logged
+// and postponed on its own, still queued: a malformed one until a claim
+// round after its backoff (noteDeadLetters), an exhausted user until its
+// backoff ends (no other refresh). Only a move cut short by shutdown returns
+// an error, leaving the rest to the final flush.
+func (c *deadLane) deadLetters(ctx context.Context, r *flushRun, dead *[]deadLetter) error {
+	counts, failed, err := c.letters.move(ctx, *dead, c.serverTime.Now())
 	for reason, n := range counts {
 		c.metrics.EntriesDeadLettered.WithLabelValues(reason).Add(float64(n))
 	}
 	if err != nil && ctx.Err() != nil {
-		f.dead = failed // the others are done and counted
+		*dead = failed // the others are done and counted
 		return err
 	}
-	c.noteDeadLetters(f.dead, failed)
+	c.noteDeadLetters(*dead, failed)
 	if err != nil {
 		c.metrics.AckFlushErrors.Inc()
 		c.log.Error("dead letters failed; postponed, the entries stay in the queue",
-			"op", "dead letter", "failed", len(failed), "entries", len(f.dead), "err", err)
+			"op", "dead letter", "failed", len(failed), "entries", len(*dead), "err", err)
 		users := map[string]bool{}
 		for _, b := range failed {
 			users[b.User] = true // ("" for a malformed entry, which has no lease)
 		}
-		if f.backOffDone { // (a final flush finishing a move cut short)
-			f.retries, f.backOffDone = nil, false
+		if r.backedOff { // (a final flush finishing a move cut short)
+			r.retries, r.backedOff = nil, false
 		}
 		now := c.serverTime.Now()
-		f.exhausted = slices.DeleteFunc(f.exhausted, func(l lease) bool {
+		r.release = slices.DeleteFunc(r.release, func(l lease) bool {
 			if users[l.User] {
-				f.retries = append(f.retries, retry{lease: l, notBefore: now.Add(c.retryDelay.Delay(l.Attempts)), err: "dead-lettering failed; postponed"})
+				r.retries = append(r.retries, retry{lease: l, notBefore: now.Add(c.retryDelay.Delay(l.Attempts)), err: "dead-lettering failed; postponed"})
 			}
 			return users[l.User]
 		})
 	}
-	f.dead, f.deadDone = nil, true
+	*dead = nil
 	return nil
 }
 
