@@ -102,14 +102,12 @@ func (c *claimer) round(ctx context.Context, room, absorbLimit int, exclude []st
 	if err != nil {
 		return nil, err
 	}
-	res := &claimResult{windowFull: len(window) >= c.window}
 	users, bad, last := distinctUsers(window)
-	res.malformed = bad
+	res := &claimResult{windowFull: len(window) >= c.window, malformed: bad}
 	more, err := c.scanMalformed(ctx, now, res.windowFull, last)
-	if err != nil {
+	if res.malformed = append(res.malformed, more...); err != nil {
 		return res, err
 	}
-	res.malformed = append(res.malformed, more...)
 	blocked, err := c.leases.blockedAmong(ctx, users, now)
 	if err != nil {
 		return res, err
@@ -126,8 +124,7 @@ func (c *claimer) round(ctx context.Context, room, absorbLimit int, exclude []st
 	if len(picks) == 0 {
 		return res, nil
 	}
-	token := bson.NewObjectID().Hex()
-	won, err := c.leases.acquire(ctx, picks, token, c.serverTime.Now(), c.leaseFor(ctx))
+	won, err := c.leases.acquire(ctx, picks, bson.NewObjectID().Hex(), c.serverTime.Now(), c.leaseFor(ctx))
 	res.picked, res.won = len(picks), len(won)
 	if err != nil || len(won) == 0 {
 		return res, err
@@ -186,12 +183,11 @@ func (c *claimer) readWindow(ctx context.Context, now time.Time, exclude []strin
 }
 
 // windowFilter is the claim window's filter: usernames of plausible length
-// (where the server filters them cheaply), minus nin, from resume on, as an
-// $or of createdAt ranges each carrying the username conditions. MongoDB
-// assigns predicates to an index only when one fills its first field
-// (plan_enumerator.cpp); otherwise a hinted index is scanned whole under a
-// FETCH (scanWholeIndex), reading a document per key. Only some releases
-// move outside predicates into an $or's branches.
+// (where the server filters them cheaply), minus nin, from resume on. Each
+// createdAt range of its $or carries the username conditions: MongoDB assigns
+// predicates to an index only when one fills its first field
+// (plan_enumerator.cpp), else scans a hinted index whole under a FETCH; only
+// some releases move outside predicates into an $or's branches.
 func windowFilter(nin []string, lengthFilter bool, resume *position) bson.D {
 	var userCond bson.D
 	if lengthFilter {
@@ -375,9 +371,7 @@ func spread(candidates []string, room int, owner string) []string {
 	pool := slices.Clone(candidates[oldest:min(len(candidates), 2*room)])
 	key := func(u string) uint64 {
 		h := fnv.New64a()
-		h.Write([]byte(owner))
-		h.Write([]byte{0})
-		h.Write([]byte(u))
+		h.Write([]byte(owner + "\x00" + u))
 		return h.Sum64()
 	}
 	slices.SortFunc(pool, func(a, b string) int { return cmp.Compare(key(a), key(b)) })

@@ -59,9 +59,8 @@ type Config struct {
 	Owner          string        // written on leases for operators; default hostname:pid
 }
 
-// BatchAuto as Config.BatchSize batches up to DefaultBatchSize users where
-// the server answers {user: {$in: batch}} from an index (MongoDB), or scans
-// for one user's query too (FerretDB on SQLite). Where only the $in scans
+// BatchAuto as Config.BatchSize batches DefaultBatchSize users, but where the
+// server scans for a batch's {user: {$in}} and not for one user's query
 // (FerretDB on PostgreSQL) each slot refreshes one user.
 const BatchAuto = -1
 
@@ -154,7 +153,10 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 		claimRnd:   rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		held:       map[string]lease{},
 		heldN:      map[string]int{},
-		failures:   &failureWindow{span: widespreadSpan, minSample: widespreadMinSample},
+		batches:    &batcher{},
+		// A failure is not charged while more than half of the last 10–20 s
+		// of refreshes failed too, out of at least 8.
+		failures: &failureWindow{span: 10 * time.Second, minSample: 8},
 	}
 	c.serverTime = cmp.Or[clock.Nower](deps.ServerTime, c.clock)
 	c.leases = &leaseStore{coll: colls.Claims, owner: cfg.Owner, traits: c.traits}
@@ -166,7 +168,6 @@ func New(cfg Config, colls Collections, deps Deps) *Consumer {
 	if c.refresher, ok = deps.Refresher.(BatchRefresher); !ok {
 		c.refresher, c.cfg.BatchSize = alone{deps.Refresher}, 1
 	}
-	c.batches = &batcher{}
 	base := func(afterFlush func(error)) settler {
 		if afterFlush == nil {
 			afterFlush = func(error) {}
@@ -523,13 +524,6 @@ func (c *Consumer) settleRefresh(workCtx context.Context, w work, err error) {
 	}
 	c.acks.add(outcome{work: w, err: err, transient: uncharged})
 }
-
-// A failure is not charged while more than half of the last 10–20 s of
-// refreshes failed too, out of at least 8 (failureWindow).
-const (
-	widespreadSpan      = 10 * time.Second
-	widespreadMinSample = 8
-)
 
 // dequeued notes claimed users that stopped waiting for a slot (started, or
 // never will): a line shorter than the slots means claim more now.

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -270,13 +271,6 @@ func (m *mover) failAll(ctx context.Context, batch []pendingCopy, doing string, 
 	return nil
 }
 
-func (m *mover) stored(p pendingCopy, inserted bool) {
-	if inserted {
-		m.counts[p.reason]++
-	}
-	m.done = append(m.done, p.b)
-}
-
 // add builds the copy of one original just read (valid during the call
 // only), first inserting those gathered if it would pass insertBatchBytes.
 func (m *mover) add(ctx context.Context, orig bson.Raw) error {
@@ -345,7 +339,8 @@ func (m *mover) insertCopies(ctx context.Context, batch []pendingCopy, onDup fun
 	}
 	for i, p := range batch {
 		if !bad[i] {
-			m.stored(p, true)
+			m.counts[p.reason]++
+			m.done = append(m.done, p.b)
 		}
 	}
 	if len(dups) > 0 {
@@ -379,7 +374,7 @@ func (m *mover) keepDistinct(ctx context.Context, dups []pendingCopy) error {
 	var renamed []pendingCopy
 	for _, p := range dups {
 		if moved[IDKey(p.b.ID)] {
-			m.stored(p, false)
+			m.done = append(m.done, p.b)
 			continue
 		}
 		doc, err := renamedDeadLetter(p.doc)
@@ -462,17 +457,19 @@ func idChunks(ids bson.A, n, maxBytes int) []bson.A {
 // same reports whether a stored dead letter holds exactly the fields of
 // this copy, but for the deadLetter subdocument (dated per run).
 func same(stored, want bson.Raw) bool {
-	strip := func(r bson.Raw) []byte {
-		elems, _ := r.Elements()
-		var b []byte
-		for _, e := range elems {
-			if e.Key() != "deadLetter" {
-				b = append(b, e...)
-			}
+	a, _ := stored.Elements()
+	b, _ := want.Elements()
+	return bytes.Equal(bytes.Join(verdictless(a), nil), bytes.Join(verdictless(b), nil))
+}
+
+// verdictless is a document's fields but its deadLetter subdocument.
+func verdictless(elems []bson.RawElement) (fields [][]byte) {
+	for _, e := range elems {
+		if e.Key() != "deadLetter" {
+			fields = append(fields, e)
 		}
-		return b
 	}
-	return string(strip(stored)) == string(strip(want))
+	return fields
 }
 
 // renamedDeadLetter gives a dead letter a fresh _id and records the original
@@ -525,13 +522,8 @@ func deadLetterDoc(orig bson.Raw, b deadLetter, now time.Time, limit int) (bson.
 	}
 	// The original's fields byte for byte (copied, never decoded), but for
 	// the verdict of a replayed dead letter.
-	fields := make([][]byte, 0, len(elems)+1)
-	for _, e := range elems {
-		if e.Key() != "deadLetter" {
-			fields = append(fields, e)
-		}
-	}
-	doc := bson.Raw(bsoncore.BuildDocumentFromElements(nil, append(fields, bsoncore.AppendDocumentElement(nil, "deadLetter", sub))...))
+	fields := append(verdictless(elems), bsoncore.AppendDocumentElement(nil, "deadLetter", sub))
+	doc := bson.Raw(bsoncore.BuildDocumentFromElements(nil, fields...))
 	if len(doc) <= limit {
 		return doc, b.Reason, nil
 	}

@@ -94,11 +94,12 @@ func EnsureIndexes(ctx context.Context, colls Collections, log *slog.Logger) (Ca
 	caps := Capabilities{TTLIndexes: true, PartialIndexes: true}
 	var unreachable error
 	for _, s := range IndexSpecs(colls) {
+		where := []any{"collection", s.Coll.Name(), "keys", fmt.Sprint(s.Model.Keys)}
 		name, err := createIndex(ctx, s, s.Model, log)
 		outcome := classifyBuild(err)
 		if outcome == buildRefused && s.Fallback != nil {
 			caps.TTLIndexes = false
-			log.Info("index option not supported by this server; building the index without it", "collection", s.Coll.Name(), "keys", fmt.Sprint(s.Model.Keys), "err", err)
+			log.Info("index option not supported by this server; building the index without it", append(where, "err", err)...)
 			name, err = createIndex(ctx, s, *s.Fallback, log)
 			if outcome = classifyBuild(err); outcome != buildUnreachable {
 				outcome = buildRefused // only an unreachable server is retried; any other answer is judged by its error below
@@ -111,16 +112,15 @@ func EnsureIndexes(ctx context.Context, colls Collections, log *slog.Logger) (Ca
 			}
 			unreachable = fmt.Errorf("creating index on %s: %w", s.Coll.Name(), err)
 		case outcome == buildRunning:
-			log.Info("index build already running on the server; not starting another, the queries use the index once it is built",
-				"collection", s.Coll.Name(), "keys", fmt.Sprint(s.Model.Keys), "err", err)
+			log.Info("index build already running on the server; not starting another, the queries use the index once it is built", append(where, "err", err)...)
 		case outcome == buildInterrupted:
 			log.Warn("the server aborted this index build (interrupted: killOp, dropIndexes, a maxTimeMS or a client that went away); not starting it again, queries still work, slower; build it by hand (docs/runbook.md, Building the indexes before a deploy)",
-				"collection", s.Coll.Name(), "keys", fmt.Sprint(s.Model.Keys), "serves", s.Serves, "err", err)
+				append(where, "serves", s.Serves, "err", err)...)
 		case err != nil && s.Optional:
 			caps.PartialIndexes = false
-			log.Info("optional index not supported by this server; skipped", "collection", s.Coll.Name(), "keys", fmt.Sprint(s.Model.Keys), "serves", s.Serves, "err", err)
+			log.Info("optional index not supported by this server; skipped", append(where, "serves", s.Serves, "err", err)...)
 		case err != nil:
-			log.Warn("index not created; queries still work, slower", "collection", s.Coll.Name(), "keys", fmt.Sprint(s.Model.Keys), "serves", s.Serves, "err", err)
+			log.Warn("index not created; queries still work, slower", append(where, "serves", s.Serves, "err", err)...)
 		default:
 			log.Debug("index ready", "collection", s.Coll.Name(), "index", name)
 		}

@@ -331,12 +331,12 @@ func (d LeaseDoc) wasRunning() bool {
 
 // find reads lease documents; what names the read in its error.
 func (s *leaseStore) find(ctx context.Context, filter bson.D, opts *options.FindOptionsBuilder, what string) ([]LeaseDoc, error) {
-	cur, err := s.coll.Find(ctx, filter, opts)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
 	var docs []LeaseDoc
-	if err := cur.All(ctx, &docs); err != nil {
+	cur, err := s.coll.Find(ctx, filter, opts)
+	if err == nil {
+		err = cur.All(ctx, &docs)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return docs, nil
