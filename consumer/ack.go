@@ -32,10 +32,6 @@ type outcome struct {
 //	ack               1 delete command for every acknowledged entry (deleteStatements)
 //	release leases    1 deleteMany of acked and released users
 //	back off          1 bulk update of failed users, only if any
-//
-// Every step is safe to repeat (deletes are idempotent, lease writes
-// fenced): a failed flush retries the steps not done, its users held (and
-// renewed) meanwhile.
 type acker struct {
 	settler
 	queue       *mongo.Collection
@@ -67,8 +63,10 @@ type settler struct {
 }
 
 // flushRun is one batch on its way to MongoDB: first (the acker's deletes,
-// the lane's dead letters), then the release of the leases whose entries
-// are gone, then the backoff of failed users. A retry skips the steps done.
+// the lane's dead letters), the release of the leases whose entries are
+// gone, the backoff of failed users. Every step is safe to repeat (deletes
+// are idempotent, lease writes fenced): a retry runs those not done, its
+// users held (and renewed) meanwhile.
 type flushRun struct {
 	first   func(ctx context.Context) error
 	release []lease // deleted once first succeeds

@@ -72,33 +72,28 @@ func (s *ChangeStreamSource) Run(ctx context.Context, wake func()) error {
 				return nil
 			}
 		}
-		switch {
-		case unsupported(err):
-			s.use(metrics.WakeupPoll, err)
-			token = nil
-			if clock.Sleep(ctx, s.clock, streamRetryAfter) != nil {
-				return nil
-			}
-			continue
-		case invalidated:
+		poll := unsupported(err)
+		if invalidated && !poll {
 			// A fresh stream, not startAfter: the driver gives no token of an
-			// invalidate event $match filtered out; the poll covers the gap.
+			// invalidate event $match filtered out.
 			s.log.Info("change stream invalidated (the queue collection was dropped or renamed); opening a fresh one", "op", "change stream", "err", err)
-			token = nil
-		case tokenUnusable(err):
-			// Start from now; polling has covered the gap.
-			token = nil
 		}
-		if failures++; failures >= maxStreamFailures {
-			s.use(metrics.WakeupPoll, err)
-			failures = 0
-			if clock.Sleep(ctx, s.clock, streamRetryAfter) != nil {
-				return nil
+		if poll || invalidated || tokenUnusable(err) {
+			token = nil // start from now: polling has covered the gap
+		}
+		if !poll {
+			if failures++; failures >= maxStreamFailures {
+				poll, failures = true, 0
 			}
-			continue
 		}
-		s.log.Debug("change stream interrupted; resuming", "op", "change stream", "attempt", failures, "err", err)
-		if clock.Sleep(ctx, s.clock, Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}.Delay(failures)) != nil {
+		wait := streamRetryAfter
+		if poll {
+			s.use(metrics.WakeupPoll, err)
+		} else {
+			s.log.Debug("change stream interrupted; resuming", "op", "change stream", "attempt", failures, "err", err)
+			wait = Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}.Delay(failures)
+		}
+		if clock.Sleep(ctx, s.clock, wait) != nil {
 			return nil
 		}
 	}

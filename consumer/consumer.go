@@ -324,9 +324,8 @@ func LongestClaimPass(opTimeout time.Duration) time.Duration {
 }
 
 // ShutdownBudget is the longest Run takes from the end of its context to its
-// return (0: the defaults) when MongoDB answers nothing: the cancelled
-// round's cleanup (the change streams close meanwhile), shutdownTimeout for
-// running refreshes, one OpTimeout for the final flush.
+// return (0: the defaults) when MongoDB answers nothing: the cancelled round's
+// cleanup (as the change streams close), the refreshes', the final flush's.
 func ShutdownBudget(opTimeout, shutdownTimeout time.Duration) time.Duration {
 	return max(claimCleanup, streamClose) + cmp.Or(shutdownTimeout, DefaultShutdownTimeout) + cmp.Or(opTimeout, DefaultOpTimeout)
 }
@@ -598,9 +597,8 @@ func (c *Consumer) batchSize() int {
 	return 1
 }
 
-// wantMore says whether a claim round is worth its cost now: there is room,
-// and fewer users wait than there are slots, which keeps every slot busy
-// without leasing much more work than is about to start.
+// wantMore says a claim round is worth its cost now: there is room, and fewer
+// users wait than there are slots (busy slots, little leased beyond them).
 func (c *Consumer) wantMore() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
