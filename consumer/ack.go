@@ -22,7 +22,7 @@ type outcome struct {
 	work      work
 	err       error // nil: refreshed, acknowledge the entries
 	release   bool  // never refreshed (shutdown, no entries left): hand back, no attempt counted
-	transient bool  // back off, but count no attempt (see transient.go)
+	transient bool  // back off, but count no attempt (see transient)
 	solo      bool  // its batch failed as a whole: refresh alone next time (settleBatchFailure)
 }
 

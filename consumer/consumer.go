@@ -44,6 +44,20 @@ const (
 	DefaultOpTimeout          = 30 * time.Second
 )
 
+// What the pipeline costs, for the capacity model (the live headroom, the
+// planner and the bench). Tests count these round trips against the server's.
+const (
+	// LeadFactor bounds held users per refresh slot: one running and three
+	// waiting keep it busy across a claim round (16 × 4 = MAX_USERS_IN_FLIGHT).
+	LeadFactor = 4
+
+	ClaimRoundTrips      = 4                     // a round that claims: live leases, the window, the lease insert, the absorb
+	EmptyClaimRoundTrips = 2                     // a round that found nobody to claim
+	AckRoundTrips        = 2                     // one flush: delete the entries, release the leases
+	AckFlushInterval     = 50 * time.Millisecond // a flush waits this long for company after its first outcome
+	AckFlushBatch        = 100                   // outcomes that make a flush go at once
+)
+
 // Config tunes the pipeline. Zero values take the defaults.
 type Config struct {
 	ClaimWindow      int           // entries one claim round reads; default DefaultClaimWindow
