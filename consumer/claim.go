@@ -327,11 +327,9 @@ func (c *claimer) scanMalformed(ctx context.Context, now time.Time, windowFull b
 	if err != nil {
 		return nil, fmt.Errorf("looking for malformed entries: %w", err)
 	}
-	bad := make([]malformed, len(docs))
-	for i, d := range docs {
-		bad[i] = malformed{ID: d.ID, Detail: "username is missing, not a string, empty or longer than 256 bytes"}
-	}
-	return bad, nil
+	return mapped(docs, func(d rawEntry) malformed {
+		return malformed{ID: d.ID, Detail: "username is missing, not a string, empty or longer than 256 bytes"}
+	}), nil
 }
 
 // remember notes the window's blocked users for the next rounds to leave
@@ -380,10 +378,7 @@ func spread(candidates []string, room int, owner string) []string {
 
 // absorb reads the pending entries of the users won, oldest first.
 func (c *claimer) absorb(ctx context.Context, won []lease, limit int) ([]work, []malformed, error) {
-	names := make([]string, len(won))
-	for i, l := range won {
-		names[i] = l.User
-	}
+	names := mapped(won, func(l lease) string { return l.User })
 	limit = max(limit, len(won)) // at least one entry per user won
 	// Hinted: the window's index, winning the trial when the users sit at the
 	// head, walks the whole queue when they have fewer entries than limit.
@@ -398,11 +393,7 @@ func (c *claimer) absorb(ctx context.Context, won []lease, limit int) ([]work, [
 		return nil, nil, err
 	}
 	byUser, bad := groupByUser(raw)
-	works := make([]work, len(won))
-	for i, l := range won {
-		works[i] = work{lease: l, entries: byUser[l.User]}
-	}
-	return works, bad, nil
+	return mapped(won, func(l lease) work { return work{lease: l, entries: byUser[l.User]} }), bad, nil
 }
 
 // hintRetry is how long a query goes without a refused index before asking

@@ -473,10 +473,7 @@ func (c *Consumer) runBatch(workCtx context.Context, works []work) {
 	}); ok { // adaptive.Limiter
 		finished = o.RefreshStarted()
 	}
-	leases := make([]lease, len(works))
-	for i, w := range works {
-		leases[i] = w.lease
-	}
+	leases := mapped(works, func(w work) lease { return w.lease })
 	markCtx, cancelMark := context.WithTimeout(workCtx, c.cfg.OpTimeout)
 	err := c.leases.mark(markCtx, leases...)
 	cancelMark()
@@ -689,4 +686,13 @@ func (w *failureWindow) roll(now time.Time) {
 	case d >= w.span:
 		w.start, w.prev, w.cur = w.start.Add(w.span), w.cur, bucket{}
 	}
+}
+
+// mapped is f of every element of xs, in order.
+func mapped[T, U any](xs []T, f func(T) U) []U {
+	out := make([]U, len(xs))
+	for i, x := range xs {
+		out[i] = f(x)
+	}
+	return out
 }

@@ -208,12 +208,10 @@ func (d *deadLetterer) move(ctx context.Context, batch []deadLetter, now time.Ti
 		}
 	}
 	if len(m.done) > 0 {
-		ids, users := make(bson.A, len(m.done)), make([]string, len(m.done))
-		for i, b := range m.done {
-			ids[i], users[i] = b.ID, b.User
-		}
-		if d.byUser == nil || !d.byUser.Load() {
-			users = nil
+		ids := bson.A(mapped(m.done, func(b deadLetter) any { return b.ID }))
+		var users []string
+		if d.byUser != nil && d.byUser.Load() {
+			users = mapped(m.done, func(b deadLetter) string { return b.User })
 		}
 		if _, err := d.queue.BulkWrite(ctx, deleteStatements(ids, users...), options.BulkWrite().SetOrdered(false)); err != nil {
 			// Their copies are stored: a retry finds them and only deletes.
@@ -309,11 +307,7 @@ func (m *mover) insert(ctx context.Context) error {
 
 // insertCopies inserts batch unordered; onDup sorts out duplicate keys.
 func (m *mover) insertCopies(ctx context.Context, batch []pendingCopy, onDup func(context.Context, []pendingCopy) error) error {
-	docs := make([]any, len(batch))
-	for i, p := range batch {
-		docs[i] = p.doc
-	}
-	_, err := m.d.dead.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+	_, err := m.d.dead.InsertMany(ctx, mapped(batch, func(p pendingCopy) any { return p.doc }), options.InsertMany().SetOrdered(false))
 	var bwe mongo.BulkWriteException
 	if err != nil && (!errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0) {
 		if ctx.Err() != nil || transient(err) || len(batch) == 1 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -149,18 +148,16 @@ func (s *leaseStore) acquire(ctx context.Context, users []string, token string, 
 			{Key: "leaseUntil", Value: until}, {Key: "attempts", Value: 0}, {Key: "claimedAt", Value: now}, {Key: "running", Value: nil}}
 	}
 	_, err := s.coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+	var bwe mongo.BulkWriteException
+	if err != nil && (!errors.As(err, &bwe) || bwe.WriteConcernError != nil) {
+		return nil, s.abandon(ctx, users, token, fmt.Errorf("inserting %d leases: %w", len(users), err))
+	}
 	dup := map[int]bool{}
-	if err != nil {
-		var bwe mongo.BulkWriteException
-		if !errors.As(err, &bwe) || bwe.WriteConcernError != nil {
-			return nil, s.abandon(ctx, users, token, fmt.Errorf("inserting %d leases: %w", len(users), err))
+	for _, we := range bwe.WriteErrors {
+		if !mongo.IsDuplicateKeyError(we) {
+			return nil, s.abandon(ctx, users, token, fmt.Errorf("inserting lease for a user: %w", err))
 		}
-		for _, we := range bwe.WriteErrors {
-			if !mongo.IsDuplicateKeyError(we) {
-				return nil, s.abandon(ctx, users, token, fmt.Errorf("inserting lease for a user: %w", err))
-			}
-			dup[we.Index] = true
-		}
+		dup[we.Index] = true
 	}
 	var contested []string
 	won := make([]lease, 0, len(users))
@@ -184,10 +181,7 @@ func (s *leaseStore) acquire(ctx context.Context, users []string, token string, 
 
 // abandon deletes what a failed acquire may have written; it returns cause.
 func (s *leaseStore) abandon(ctx context.Context, users []string, token string, cause error) error {
-	held := make([]lease, len(users))
-	for i, u := range users {
-		held[i] = lease{User: u, Token: token}
-	}
+	held := mapped(users, func(u string) lease { return lease{User: u, Token: token} })
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimCleanup)
 	defer cancel()
 	if _, err := s.release(rctx, held); err != nil {
@@ -357,13 +351,9 @@ var idIndex = bson.D{{Key: "_id", Value: 1}}
 // fenceFilter matches exactly the given leases: tokens are unique per round
 // and a user is won at most once per round.
 func fenceFilter(held []lease) bson.D {
-	users := make([]string, len(held))
-	tokens := map[string]bool{}
-	for i, l := range held {
-		users[i] = l.User
-		tokens[l.Token] = true
-	}
-	return bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "token", Value: bson.D{{Key: "$in", Value: slices.Sorted(maps.Keys(tokens))}}}}
+	users := mapped(held, func(l lease) string { return l.User })
+	tokens := slices.Compact(slices.Sorted(slices.Values(mapped(held, func(l lease) string { return l.Token }))))
+	return bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: users}}}, {Key: "token", Value: bson.D{{Key: "$in", Value: tokens}}}}
 }
 
 // notAfter matches a leaseUntil not after t, or missing, null or not a

@@ -58,10 +58,7 @@ var errRefreshTimeout = errors.New("refresh timed out")
 func (c *Consumer) refreshBatch(ctx context.Context, works []work) (errs []error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RefreshTimeout)
 	defer cancel()
-	users := make([]string, len(works))
-	for i, w := range works {
-		users[i] = w.lease.User
-	}
+	users := mapped(works, func(w work) string { return w.lease.User })
 	batch := ""
 	if len(users) > 1 {
 		batch = fmt.Sprintf(" (batch of %d users)", len(users))
@@ -72,10 +69,7 @@ func (c *Consumer) refreshBatch(ctx context.Context, works []work) (errs []error
 	defer func() {
 		if r := recover(); r != nil {
 			err := fmt.Errorf("refresh panicked%s: %v\n%s", batch, r, debug.Stack())
-			errs = make([]error, len(works))
-			for i := range errs {
-				errs[i] = err
-			}
+			errs = slices.Repeat([]error{err}, len(works))
 		}
 		d := clock.Since(c.clock, began).Seconds()
 		for range works {
