@@ -124,7 +124,18 @@ func (s *settler) runFlush(ctx context.Context, r *flushRun) error {
 	var errs []error
 	step(&errs, &r.firstDone, func() error { return r.first(ctx) })
 	if r.firstDone {
-		step(&errs, &r.releaseDone, func() error { return s.releaseHeld(ctx, r) })
+		// Fewer deleted than held means leases were taken over, on the first
+		// try only (a retry may find its own delete done).
+		step(&errs, &r.releaseDone, func() error {
+			n, err := s.leases.release(ctx, r.release)
+			if err == nil && n < len(r.release) && !r.releaseTried {
+				s.metrics.LeasesLost.Add(float64(len(r.release) - n))
+				s.log.Warn("leases were taken over while held (expired during a stall); those users may be refreshed twice, which is harmless",
+					"op", "ack flush", "released", n, "held", len(r.release))
+			}
+			r.releaseTried = true
+			return err
+		})
 	}
 	step(&errs, &r.backedOff, func() error { return s.leases.backOff(ctx, r.retries) })
 	return errors.Join(errs...)
@@ -217,23 +228,6 @@ const (
 	maxIDStatements = 1000   // most entries deleted with one statement per _id
 	maxInIDs        = 50_000 // ids in one $in: ~1 MB of 20-byte ids, far below 16 MiB
 )
-
-// releaseHeld deletes leases. Fewer deleted than held means leases were
-// taken over, on the first try only (a retry may find its own delete done).
-func (s *settler) releaseHeld(ctx context.Context, r *flushRun) error {
-	first, held := !r.releaseTried, r.release
-	r.releaseTried = true
-	n, err := s.leases.release(ctx, held)
-	if err != nil {
-		return err
-	}
-	if n < len(held) && first {
-		s.metrics.LeasesLost.Add(float64(len(held) - n))
-		s.log.Warn("leases were taken over while held (expired during a stall); those users may be refreshed twice, which is harmless",
-			"op", "ack flush", "released", n, "held", len(held))
-	}
-	return nil
-}
 
 // run flushes until ctx ends; flushAll after it is the final flush.
 func (s *settler) run(ctx context.Context) {

@@ -12,18 +12,16 @@ import (
 // distinctUsers lists the window's users by oldest entry, each once, its
 // malformed entries, and its last position (nil if empty or undated).
 func distinctUsers(window []rawEntry) (users []string, bad []malformed, last *position) {
-	seen := make(map[string]struct{}, len(window))
+	seen := make(map[string]bool, len(window))
 	for _, r := range window {
 		e, m := parseEntry(r)
-		if m != nil {
+		switch {
+		case m != nil:
 			bad = append(bad, *m)
-			continue
+		case !seen[e.Username]:
+			seen[e.Username] = true
+			users = append(users, e.Username)
 		}
-		if _, dup := seen[e.Username]; dup {
-			continue
-		}
-		seen[e.Username] = struct{}{}
-		users = append(users, e.Username)
 	}
 	if n := len(window); n > 0 && window[n-1].CreatedAt.Type == bson.TypeDateTime {
 		last = &position{createdAt: window[n-1].CreatedAt.Time(), id: window[n-1].ID}
@@ -54,12 +52,11 @@ func (p *position) before(r rawEntry) bool {
 func groupByUser(raw []rawEntry) (byUser map[string][]Entry, bad []malformed) {
 	byUser = map[string][]Entry{}
 	for _, r := range raw {
-		e, m := parseEntry(r)
-		if m != nil {
+		if e, m := parseEntry(r); m != nil {
 			bad = append(bad, *m)
-			continue
+		} else {
+			byUser[e.Username] = append(byUser[e.Username], e)
 		}
-		byUser[e.Username] = append(byUser[e.Username], e)
 	}
 	return byUser, bad
 }

@@ -102,3 +102,7 @@ func skeleton(v bson.RawValue) string {
 	}
 	return "{" + strings.Join(parts, ",") + "}"
 }
+
+func objectIDValue(id bson.ObjectID) bson.RawValue {
+	return bson.RawValue{Type: bson.TypeObjectID, Value: id[:]}
+}

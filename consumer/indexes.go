@@ -238,7 +238,8 @@ func DoctorQueries(colls Collections, claimWindow int, now time.Time) []DoctorQu
 		return bson.D{{Key: "find", Value: colls.Queue.Name()}, {Key: "filter", Value: filter},
 			{Key: "sort", Value: queueOrder}, {Key: "projection", Value: projection}, {Key: "limit", Value: int64(limit)}}
 	}
-	paged := &position{createdAt: now, id: objectIDValue(bson.NewObjectID())}
+	oid := bson.NewObjectID()
+	paged := &position{createdAt: now, id: bson.RawValue{Type: bson.TypeObjectID, Value: oid[:]}}
 	return []DoctorQuery{
 		{HotQuery: HotQuery{Name: QueryClaimWindow, Coll: colls.Queue, Index: IndexClaimWindow,
 			Command: head(windowFilter([]string{"\x00scorerefresh-doctor"}, true, nil), entryProjection, claimWindow),
@@ -262,8 +263,4 @@ func DoctorQueries(colls Collections, claimWindow int, now time.Time) []DoctorQu
 			{Key: "projection", Value: blockedProjection},
 		}}, Hints: []bson.D{idIndex}},
 	}
-}
-
-func objectIDValue(id bson.ObjectID) bson.RawValue {
-	return bson.RawValue{Type: bson.TypeObjectID, Value: id[:]}
 }

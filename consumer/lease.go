@@ -142,11 +142,10 @@ func (s *leaseStore) acquire(ctx context.Context, users []string, token string, 
 		return nil, nil
 	}
 	until := now.Add(d)
-	docs := make([]any, len(users))
-	for i, u := range users {
-		docs[i] = bson.D{{Key: "_id", Value: u}, {Key: "token", Value: token}, {Key: "owner", Value: s.owner},
+	docs := mapped(users, func(u string) any {
+		return bson.D{{Key: "_id", Value: u}, {Key: "token", Value: token}, {Key: "owner", Value: s.owner},
 			{Key: "leaseUntil", Value: until}, {Key: "attempts", Value: 0}, {Key: "claimedAt", Value: now}, {Key: "running", Value: nil}}
-	}
+	})
 	_, err := s.coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
 	var bwe mongo.BulkWriteException
 	if err != nil && (!errors.As(err, &bwe) || bwe.WriteConcernError != nil) {
@@ -388,10 +387,9 @@ func (s *leaseStore) mark(ctx context.Context, ls ...lease) error {
 		s.pending, s.waiters = nil, nil
 		s.mu.Unlock()
 		// One statement per _id: FerretDB would scan the claims for an $in.
-		models := make([]mongo.WriteModel, len(batch))
-		for i, l := range batch {
-			models[i] = s.fenced(l, bson.D{{Key: "$set", Value: bson.D{{Key: "running", Value: l.Token}}}})
-		}
+		models := mapped(batch, func(l lease) mongo.WriteModel {
+			return s.fenced(l, bson.D{{Key: "$set", Value: bson.D{{Key: "running", Value: l.Token}}}})
+		})
 		err = s.bulk(ctx, models, "marking %d refreshes as running")
 		for _, w := range waiters {
 			close(w)
