@@ -295,8 +295,7 @@ func (s *settler) settle(ctx context.Context, r *flushRun) error {
 			s.afterFlush(err)
 			s.log.Error("flushing finished users failed; will retry", "op", "ack flush", "users", len(r.settled), "attempt", attempt, "err", err)
 		}
-		delay := Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}.Delay(attempt)
-		if clock.Sleep(ctx, s.clock, delay) != nil {
+		if clock.Sleep(ctx, s.clock, Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}.Delay(attempt)) != nil {
 			s.mu.Lock()
 			s.carry = r
 			s.mu.Unlock()

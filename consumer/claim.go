@@ -196,10 +196,16 @@ func windowFilter(nin []string, lengthFilter bool, resume *position) bson.D {
 	if len(nin) > 0 {
 		userCond = append(userCond, bson.E{Key: "$nin", Value: nin})
 	}
-	var branches []bson.D
-	if resume == nil {
-		branches = everyCreatedAt()
-	} else {
+	// Every createdAt as ranges of the window's index: every date (the index
+	// answers alone; the embedded server refuses MinKey and MaxKey bounds), no
+	// date (allowed with an ObjectId _id), and other types, read to be
+	// dead-lettered. The last two cost a document read for their entries only.
+	branches := []bson.D{
+		{{Key: "createdAt", Value: bson.D{{Key: "$gte", Value: bson.DateTime(math.MinInt64)}, {Key: "$lte", Value: bson.DateTime(math.MaxInt64)}}}},
+		{{Key: "createdAt", Value: bson.D{{Key: "$in", Value: bson.A{nil, bson.A{}}}}}},
+		{{Key: "createdAt", Value: bson.D{{Key: "$type", Value: nonDateTypes}}}},
+	}
+	if resume != nil {
 		// Behind (t, id) in index order, so entries stamped with one time
 		// are not re-read by every page. $not $lte, not $gt, keeps _ids of
 		// other BSON types (position.before sorts them out).
@@ -222,18 +228,6 @@ func windowFilter(nin []string, lengthFilter bool, resume *position) bson.D {
 // nor an array (matched by its elements, an empty one by the null branch);
 // the embedded server refuses those of deprecated types and MinKey/MaxKey.
 var nonDateTypes = bson.A{"number", "string", "object", "binData", "objectId", "bool", "timestamp", "regex"}
-
-// everyCreatedAt is every createdAt as ranges of the window's index: every
-// date (the index answers alone; the embedded server refuses MinKey and
-// MaxKey bounds), no date (allowed with an ObjectId _id), and other types, read
-// to be dead-lettered. The last two cost a document read for their entries only.
-func everyCreatedAt() []bson.D {
-	return []bson.D{
-		{{Key: "createdAt", Value: bson.D{{Key: "$gte", Value: bson.DateTime(math.MinInt64)}, {Key: "$lte", Value: bson.DateTime(math.MaxInt64)}}}},
-		{{Key: "createdAt", Value: bson.D{{Key: "$in", Value: bson.A{nil, bson.A{}}}}}},
-		{{Key: "createdAt", Value: bson.D{{Key: "$type", Value: nonDateTypes}}}},
-	}
-}
 
 // malformedFilter matches the entries windowFilter's regex keeps out, no
 // later than bound when it is set.

@@ -222,7 +222,15 @@ func (c *Consumer) Run(ctx context.Context) error {
 	bg.Go(func() { c.acks.run(settleCtx) })
 	bg.Go(func() { c.dead.run(settleCtx) })
 	renewCtx, stopRenew := context.WithCancel(workCtx)
-	bg.Go(func() { c.renewLoop(renewCtx) })
+	// Every held lease renewed, in one round trip, a third of the way into
+	// its life: it expires only after two missed renewals.
+	bg.Go(func() {
+		clock.Every(renewCtx, c.clock, c.cfg.LeaseDuration/3, func(ctx context.Context) {
+			if err := c.renewOnce(ctx); err != nil && ctx.Err() == nil {
+				c.log.Error("renewing leases failed; retrying next period", "op", "lease renewal", "err", err)
+			}
+		})
+	})
 	for _, w := range c.wakeups {
 		bg.Go(func() {
 			if err := w.Run(ctx, c.Wake); err != nil && ctx.Err() == nil {
@@ -484,19 +492,15 @@ func (c *Consumer) runBatch(workCtx context.Context, works []work) {
 	c.batches.done()
 	c.limiter.Release()
 	finished(slices.ContainsFunc(errs, transient), workCtx.Err() != nil)
-	if batchWide(errs) && workCtx.Err() == nil {
+	// Several failed as a whole (a shared query, write or deadline), not for MongoDB being unreachable.
+	wide := len(errs) >= 2 && !slices.ContainsFunc(errs, func(err error) bool { return err == nil || transient(err) })
+	if wide && workCtx.Err() == nil {
 		c.settleBatchFailure(works, errs)
 		return
 	}
 	for i, w := range works {
 		c.settleRefresh(workCtx, w, errs[i])
 	}
-}
-
-// batchWide reports a batch of several users failed as a whole, not for
-// MongoDB being unreachable: a shared query, write or deadline fails them all.
-func batchWide(errs []error) bool {
-	return len(errs) >= 2 && !slices.ContainsFunc(errs, func(err error) bool { return err == nil || transient(err) })
 }
 
 // settleBatchFailure charges nobody for a batch that failed as a whole: each
@@ -614,16 +618,6 @@ func (c *Consumer) wantMore() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.held) < c.maxHeld() && c.queued < c.slots()
-}
-
-// renewLoop extends every held lease, in one round trip, a third of the way
-// into its life: it expires only after two missed renewals.
-func (c *Consumer) renewLoop(ctx context.Context) {
-	clock.Every(ctx, c.clock, c.cfg.LeaseDuration/3, func(ctx context.Context) {
-		if err := c.renewOnce(ctx); err != nil && ctx.Err() == nil {
-			c.log.Error("renewing leases failed; retrying next period", "op", "lease renewal", "err", err)
-		}
-	})
 }
 
 func (c *Consumer) renewOnce(ctx context.Context) error {

@@ -211,7 +211,10 @@ func (s *leaseStore) takeOver(ctx context.Context, users []string, token string,
 		}
 		set := slices.Clone(set)
 		charge := 0
-		if e.wasRunning() {
+		// The holder died (or hung) in this user's refresh: the mark carries its
+		// writer's token, so an earlier holder's mark is not taken for it.
+		t, ok := e.Token.StringValueOK()
+		if r, _ := e.Running.StringValueOK(); ok && t != "" && r == t {
 			set = append(set, bson.E{Key: "lastError", Value: "lease expired while its refresh was running (consumer crashed or hung)"})
 			charge = 1
 		}
@@ -313,14 +316,6 @@ func (d LeaseDoc) Count() (n int, ok bool) {
 }
 
 const maxCount = 1 << 30 // far above any MAX_ATTEMPTS
-
-// wasRunning says the holder died (or hung) in this user's refresh: the mark
-// carries its writer's token, so an earlier holder's mark is not taken for it.
-func (d LeaseDoc) wasRunning() bool {
-	t, ok := d.Token.StringValueOK()
-	r, _ := d.Running.StringValueOK()
-	return ok && t != "" && r == t
-}
 
 // find reads lease documents; what names the read in its error.
 func (s *leaseStore) find(ctx context.Context, filter bson.D, opts *options.FindOptionsBuilder, what string) ([]LeaseDoc, error) {
