@@ -85,8 +85,7 @@ func (g *batcher) done() {
 	g.mu.Unlock()
 }
 
-// drop takes one waiting user, if any, for a goroutine that will never get
-// a slot (shutdown).
+// drop takes one waiting user, if any, for a goroutine that will never get a slot (shutdown).
 func (g *batcher) drop() []work {
 	g.mu.Lock()
 	defer g.mu.Unlock()

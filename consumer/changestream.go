@@ -43,8 +43,7 @@ type ChangeStreamSource struct {
 	active  string // metrics.WakeupChangeStream or metrics.WakeupPoll; "" before the first attempt
 }
 
-// NewChangeStreamSource watches inserts into queue; retries wait on clk
-// (nil: the wall clock).
+// NewChangeStreamSource watches inserts into queue; retries wait on clk (nil: the wall clock).
 func NewChangeStreamSource(queue *mongo.Collection, clk clock.Clock, m *metrics.Consumer, log *slog.Logger) *ChangeStreamSource {
 	pipeline := mongo.Pipeline{
 		{{Key: "$match", Value: bson.D{{Key: "operationType", Value: "insert"}}}},
@@ -122,9 +121,8 @@ func (s *ChangeStreamSource) drain(ctx context.Context, stream changeStream, tok
 	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), streamClose)
 	_ = stream.Close(closeCtx)
 	cancel()
-	// The server ends a stream without an error only when it invalidates
-	// it, and our $match hides the invalidate event: resuming from the last
-	// insert's token would meet the invalidation again, for good.
+	// A stream ends without an error only when invalidated, the event hidden by
+	// our $match: resuming from the last insert's token would meet it again, for good.
 	invalidated = invalidated || err == nil
 	if ctx.Err() == nil { // for what arrived while it was down
 		wake()

@@ -51,8 +51,7 @@ const (
 )
 
 // validUsername keeps a producer's 8 MiB username on the server (the exact
-// 256-byte rule is parseEntry's). \z, not $: PCRE's $ also matches before a
-// trailing newline.
+// 256-byte rule is parseEntry's); \z, not $: PCRE's $ also matches before a final newline.
 const validUsername = `^[\s\S]{1,256}\z`
 
 // claimer takes work from the queue in a fixed number of round trips per
@@ -229,8 +228,7 @@ func windowFilter(nin []string, lengthFilter bool, resume *position) bson.D {
 // the embedded server refuses those of deprecated types and MinKey/MaxKey.
 var nonDateTypes = bson.A{"number", "string", "object", "binData", "objectId", "bool", "timestamp", "regex"}
 
-// malformedFilter matches the entries windowFilter's regex keeps out, no
-// later than bound when it is set.
+// malformedFilter matches the entries windowFilter's regex keeps out, no later than bound if set.
 func malformedFilter(bound *time.Time) bson.D {
 	filter := bson.D{{Key: "username", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$regex", Value: validUsername}}}}}}
 	if bound != nil {

@@ -222,8 +222,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	bg.Go(func() { c.acks.run(settleCtx) })
 	bg.Go(func() { c.dead.run(settleCtx) })
 	renewCtx, stopRenew := context.WithCancel(workCtx)
-	// Every held lease renewed, in one round trip, a third of the way into
-	// its life: it expires only after two missed renewals.
+	// Renewed a third of the way into a lease's life: it expires only after two missed.
 	bg.Go(func() {
 		clock.Every(renewCtx, c.clock, c.cfg.LeaseDuration/3, func(ctx context.Context) {
 			if err := c.renewOnce(ctx); err != nil && ctx.Err() == nil {
@@ -322,8 +321,7 @@ func (c *Consumer) claimLoop(ctx, workCtx context.Context, refreshes *sync.WaitG
 		case <-poll.C():
 			c.metrics.Wakeups.WithLabelValues(metrics.WakeupPoll).Inc()
 		case <-c.wake:
-			// Every insert wakes every replica: at most one woken round per
-			// wakeGap, not one per insert.
+			// Every insert wakes every replica: one woken round per wakeGap at most.
 			_ = clock.Sleep(ctx, c.clock, wakeGap-clock.Since(c.clock, lastRound))
 		}
 	}
@@ -403,9 +401,8 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 	return claimPass{ran: true, more: more, paged: res.paged}, nil
 }
 
-// hold records the users a round won as held, hands them to refresh slots
-// (those that wait for one join the batcher's line at once, batcher.add) and
-// returns their entries.
+// hold records the users a round won as held and hands them to refresh slots
+// (the waiting join the batcher's line at once); it returns their entries.
 func (c *Consumer) hold(ctx, workCtx context.Context, refreshes *sync.WaitGroup, works []work) (entries int) {
 	var batchable []work
 	c.mu.Lock()
@@ -460,8 +457,7 @@ func (c *Consumer) process(ctx, workCtx context.Context, w work) {
 		}
 		return
 	case w.lease.Solo:
-		// Its last batch failed as a whole: alone, it is charged only if
-		// it breaks batches.
+		// Its last batch failed as a whole: alone, it is charged only if it breaks batches.
 		works = c.batches.hold(w)
 	default:
 		works = c.batches.take(c.limiter.Limit(), c.batchSize())
@@ -504,9 +500,8 @@ func (c *Consumer) runBatch(workCtx context.Context, works []work) {
 }
 
 // settleBatchFailure charges nobody for a batch that failed as a whole: each
-// member backs off (retrying all alone at once would multiply the load on a
-// struggling server) and refreshes alone next time (lease.Solo). The batch
-// is one failure in failureWindow: one bad batch does not look widespread.
+// member backs off (all retrying at once would load a struggling server) and
+// refreshes alone next time (lease.Solo); the batch is one failure in failureWindow.
 func (c *Consumer) settleBatchFailure(works []work, errs []error) {
 	c.failures.record(c.serverTime.Now(), true)
 	c.metrics.Refreshes.WithLabelValues(metrics.OutcomeError).Add(float64(len(works)))

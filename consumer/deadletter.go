@@ -91,12 +91,11 @@ func (d *deadLane) newFlush(batch []outcome, bad map[string]malformed) *flushRun
 	return r
 }
 
-// deadLetters moves a flush's dead letters; exhausted users' leases go once
-// their entries are dead-lettered. An entry that fails is counted, logged
-// and postponed on its own, still queued: a malformed one until a claim
-// round after its backoff (noteDeadLetters), an exhausted user until its
-// backoff ends (no other refresh). Only a move cut short by shutdown returns
-// an error, leaving the rest to the final flush.
+// deadLetters moves a flush's dead letters (exhausted users' leases go once
+// theirs are). An entry that fails is counted, logged and postponed alone,
+// still queued: a malformed one until a claim round after its backoff
+// (noteDeadLetters), an exhausted user until its backoff ends. Only a move
+// cut short by shutdown returns an error, leaving the rest to the final flush.
 func (c *deadLane) deadLetters(ctx context.Context, r *flushRun, dead *[]deadLetter) error {
 	counts, failed, err := c.letters.move(ctx, *dead, c.serverTime.Now())
 	for reason, n := range counts {
@@ -343,10 +342,9 @@ func (m *mover) insertCopies(ctx context.Context, batch []pendingCopy, onDup fun
 	return nil
 }
 
-// keepDistinct sorts out duplicate keys on the insert. Usually an earlier
-// run of this batch stored the copy. But a producer may reuse an _id, or an
-// operator re-enqueue a dead letter by _id: a copy differing from the stored
-// one goes under a fresh _id with deadLetter.originalId.
+// keepDistinct sorts out duplicate keys on the insert: usually an earlier run
+// of this batch stored the copy, but a producer may reuse an _id, or an operator
+// re-enqueue a dead letter: a differing copy goes under a fresh _id (originalId).
 func (m *mover) keepDistinct(ctx context.Context, dups []pendingCopy) error {
 	byKey := make(map[string]pendingCopy, len(dups))
 	ids := make(bson.A, len(dups))
@@ -466,8 +464,7 @@ func verdictless(elems []bson.RawElement) (fields [][]byte) {
 	return fields
 }
 
-// renamedDeadLetter gives a dead letter a fresh _id and records the original
-// in deadLetter.originalId.
+// renamedDeadLetter gives a dead letter a fresh _id, the original in deadLetter.originalId.
 func renamedDeadLetter(doc bson.Raw) (bson.Raw, error) {
 	var d bson.D
 	if err := bson.Unmarshal(doc, &d); err != nil {
@@ -531,10 +528,9 @@ func deadLetterDoc(orig bson.Raw, b deadLetter, now time.Time, limit int) (bson.
 	return doc, metrics.ReasonTooLarge, nil
 }
 
-// reducedDeadLetter is what is kept of an entry too large to store whole:
-// _id, createdAt, the first KiB of each top-level string (1 MiB in all), and
-// in deadLetter reason too_large, originalReason, originalSize and how many
-// strings did not fit (omittedStrings).
+// reducedDeadLetter keeps of an entry too large to store whole its _id,
+// createdAt and the first KiB of each top-level string (1 MiB in all); its
+// deadLetter says too_large, originalReason, originalSize, omittedStrings.
 func reducedDeadLetter(elems []bson.RawElement, b deadLetter, verdict DeadLetterInfo, size int) (bson.Raw, error) {
 	doc := bson.D{}
 	kept, omitted := 0, 0

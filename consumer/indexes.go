@@ -174,16 +174,13 @@ func classifyBuild(err error) buildOutcome {
 		return buildDone
 	}
 	var se mongo.ServerError
-	if errors.As(err, &se) {
-		switch {
-		case se.HasErrorCode(285): // IndexBuildAlreadyInProgress
-			return buildRunning
-		// IndexBuildAborted, Interrupted, ClientDisconnect, MaxTimeMSExpired
-		case slices.ContainsFunc([]int{276, 11601, 279, 50}, se.HasErrorCode):
-			return buildInterrupted
-		}
-	}
-	if transient(err) || errors.Is(err, context.Canceled) {
+	server := errors.As(err, &se)
+	switch {
+	case server && se.HasErrorCode(285): // IndexBuildAlreadyInProgress
+		return buildRunning
+	case server && slices.ContainsFunc([]int{276, 11601, 279, 50}, se.HasErrorCode): // IndexBuildAborted, Interrupted, ClientDisconnect, MaxTimeMSExpired
+		return buildInterrupted
+	case transient(err) || errors.Is(err, context.Canceled):
 		return buildUnreachable
 	}
 	return buildRefused

@@ -221,8 +221,7 @@ func (s *leaseStore) takeOver(ctx context.Context, users []string, token string,
 		update := bson.D{{Key: "$set", Value: set}}
 		switch _, ok := e.Count(); {
 		case !ok:
-			// Not a number: $inc would fail here and in every backoff
-			// after it, so the count starts again.
+			// Not a number: $inc would fail here and in every backoff after, so the count restarts.
 			update = bson.D{{Key: "$set", Value: append(set, bson.E{Key: "attempts", Value: charge})}}
 		case charge > 0:
 			update = append(update, bson.E{Key: "$inc", Value: bson.D{{Key: "attempts", Value: charge}}})

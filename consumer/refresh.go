@@ -25,8 +25,7 @@ type Refresher interface {
 	Refresh(ctx context.Context, username string, startedAt time.Time) error
 }
 
-// Limiter bounds the refreshes running at once; Acquire blocks until a slot
-// is free or ctx ends.
+// Limiter bounds the refreshes running at once; Acquire blocks until a slot is free or ctx ends.
 type Limiter interface {
 	Acquire(ctx context.Context) error
 	Release()
