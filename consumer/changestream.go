@@ -30,11 +30,10 @@ type changeStream interface {
 }
 
 // ChangeStreamSource wakes the claim loop the moment a producer inserts into
-// the queue. It watches inserts projected to their resume token, resumes
-// after a transient error, and opens a fresh stream after an invalidation.
-// Without change streams (standalone mongod, FerretDB) or while the stream
-// keeps failing, it reports polling as the active source and tries again
-// streamRetryAfter later.
+// the queue: it watches inserts projected to their resume token, resumes after
+// a transient error, opens a fresh stream after an invalidation. Without change
+// streams (standalone mongod, FerretDB) or while they keep failing, it reports
+// polling as the active source and tries again streamRetryAfter later.
 type ChangeStreamSource struct {
 	clock   clock.Clock                                                           // what retries wait on
 	watch   func(ctx context.Context, resumeAfter bson.Raw) (changeStream, error) // inserts, after the token if set
@@ -170,8 +169,7 @@ type WakeupSource interface {
 	Run(ctx context.Context, wake func()) error
 }
 
-// signal is a wake-up that coalesces: any number of sends before the
-// receiver looks count as one.
+// signal is a wake-up that coalesces: sends before the receiver looks count as one.
 type signal chan struct{}
 
 func newSignal() signal { return make(signal, 1) }

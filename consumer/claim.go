@@ -345,10 +345,9 @@ func (c *claimer) remember(users []string, blocked map[string]LeaseDoc, now time
 	return candidates
 }
 
-// spread picks up to room candidates. Every replica reads the same head:
-// taking the first would make all race for the same leases. The oldest half
-// is taken in order, the other half from the next 1.5·room candidates by the
-// smallest hash of (replica, user).
+// spread picks up to room candidates. Every replica reads the same head, and
+// taking the first would make all race for the same leases: the oldest half is
+// taken in order, the rest from the next 1.5·room by the smallest hash of (replica, user).
 func spread(candidates []string, room int, owner string) []string {
 	if room <= 0 {
 		return nil
@@ -393,10 +392,9 @@ func (c *claimer) absorb(ctx context.Context, won []lease, limit int) ([]work, [
 const hintRetry = 5 * time.Minute
 
 // hints are the indexes one query hints, in order of preference, by name
-// (EnsureIndexes names none): MongoDB refuses a key pattern that two indexes
-// match (an operator's with another collation or partial filter). A hint
-// naming no index (missing, failed, still building) is refused too: the
-// query then hints the next, and none after the last.
+// (EnsureIndexes names none): MongoDB refuses a key pattern two indexes match
+// (an operator's with another collation or partial filter). A hint naming no
+// index (missing, failed, building) is refused too: the next is hinted, then none.
 type hints struct {
 	indexes []bson.D
 	skip    int // leading indexes refused; len(indexes): hint none

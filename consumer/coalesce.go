@@ -29,9 +29,8 @@ func distinctUsers(window []rawEntry) (users []string, bad []malformed, last *po
 	return users, bad, last
 }
 
-// before reports whether r comes after p in (createdAt, _id) order. At one
-// createdAt, _ids are ordered as MongoDB orders them only when both are
-// ObjectIds; others are re-read, which is harmless.
+// before reports whether r comes after p in (createdAt, _id) order; at one
+// createdAt only ObjectIds are ordered as MongoDB does, others re-read (harmless).
 func (p *position) before(r rawEntry) bool {
 	if r.CreatedAt.Type != bson.TypeDateTime {
 		return true
@@ -40,10 +39,9 @@ func (p *position) before(r rawEntry) bool {
 	if !t.Equal(p.createdAt) {
 		return t.After(p.createdAt)
 	}
-	if a, ok := p.id.ObjectIDOK(); ok {
-		if b, ok := r.ID.ObjectIDOK(); ok {
-			return bytes.Compare(b[:], a[:]) > 0
-		}
+	a, okA := p.id.ObjectIDOK()
+	if b, okB := r.ID.ObjectIDOK(); okA && okB {
+		return bytes.Compare(b[:], a[:]) > 0
 	}
 	return !bytes.Equal(p.id.Value, r.ID.Value)
 }

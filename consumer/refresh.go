@@ -125,9 +125,8 @@ func transient(err error) bool {
 	return errors.As(err, &se) && slices.ContainsFunc(transientCodes, se.HasErrorCode)
 }
 
-// Backoff is the pipeline's one retry delay after a failure: attempt n
-// (1-based) waits a random time in [d/2, d], d = min(Base·2^(n-1), Max), so
-// a retry storm spreads out but never retries at once.
+// Backoff is the pipeline's one retry delay: attempt n (1-based) waits a random
+// time in [d/2, d], d = min(Base·2^(n-1), Max): a retry storm spreads out, never at once.
 type Backoff struct {
 	Base time.Duration // first delay; defaults to 1s
 	Max  time.Duration // cap; defaults to 5m

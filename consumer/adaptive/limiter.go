@@ -66,8 +66,7 @@ func (a *Limiter) Acquire(ctx context.Context) error {
 }
 
 // RefreshStarted notes a refresh starting; the returned func reports its end:
-// overload for a transient MongoDB failure, cancelled for one cut short by
-// shutdown (its latency means nothing).
+// overload (a transient MongoDB failure) or cancelled (by shutdown: its latency means nothing).
 func (a *Limiter) RefreshStarted() (finished func(overload, cancelled bool)) {
 	a.mu.Lock()
 	start := a.clock.Now()

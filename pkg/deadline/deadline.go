@@ -22,8 +22,7 @@ type Stretch struct {
 	timeouts int // consecutive outcomes that ran out of time
 }
 
-// Next is how long the next try may run: Base doubled once per timeout in a
-// row, at most Max.
+// Next is how long the next try may run: Base doubled per timeout in a row, at most Max.
 func (s *Stretch) Next() time.Duration {
 	d := s.Base
 	for range s.timeouts {

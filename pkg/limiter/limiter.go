@@ -20,8 +20,7 @@ type Limiter struct {
 // New returns a limiter admitting limit operations at once (at least 1).
 func New(limit int) *Limiter { return &Limiter{limit: max(limit, 1)} }
 
-// Acquire waits for a slot or for ctx to end. A caller that gets nil must call
-// Release exactly once.
+// Acquire waits for a slot or for ctx to end; a caller that gets nil must Release exactly once.
 func (l *Limiter) Acquire(ctx context.Context) error {
 	l.mu.Lock()
 	if l.inFlight < l.limit && l.waiters.Len() == 0 {

@@ -62,8 +62,8 @@ func NewPolicy(cfg PolicyConfig, initial int) *Policy {
 	return &Policy{cfg: cfg, value: float64(l)}
 }
 
-// ObserveLatency records one unit of work's latency; overload reports that it
-// failed because the server was unreachable, timing out or overloaded.
+// ObserveLatency records one unit of work's latency; overload: it failed for
+// a server unreachable, timing out or overloaded.
 func (p *Policy) ObserveLatency(d time.Duration, overload bool) {
 	p.cur.samples++
 	p.cur.latencySum += d
@@ -90,8 +90,7 @@ func (p *Policy) ObserveRunning(ages []time.Duration) {
 	p.cur.stuck = p.cur.stuck || 2*past > len(ages)
 }
 
-// ObserveCheckout records a wait for a pooled connection; failed means the
-// checkout gave up (the pool was exhausted).
+// ObserveCheckout records a wait for a pooled connection; failed: it gave up (pool exhausted).
 func (p *Policy) ObserveCheckout(wait time.Duration, failed bool) {
 	p.cur.checkouts++
 	p.cur.checkoutSum += wait
