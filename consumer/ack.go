@@ -62,11 +62,10 @@ type settler struct {
 	carry     *flushRun            // cut short by shutdown, finished by the next flush
 }
 
-// flushRun is one batch on its way to MongoDB: first (the acker's deletes,
-// the lane's dead letters), the release of the leases whose entries are
-// gone, the backoff of failed users. Every step is safe to repeat (deletes
-// are idempotent, lease writes fenced): a retry runs those not done, its
-// users held (and renewed) meanwhile.
+// flushRun is one batch on its way to MongoDB: first (the acker's deletes or
+// the lane's dead letters), the release of leases whose entries are gone, the
+// backoff of failed users. Each step is safe to repeat (idempotent deletes,
+// fenced lease writes): a retry runs those not done, its users held meanwhile.
 type flushRun struct {
 	first   func(ctx context.Context) error
 	release []lease // deleted once first succeeds

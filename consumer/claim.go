@@ -195,19 +195,17 @@ func windowFilter(nin []string, lengthFilter bool, resume *position) bson.D {
 	if len(nin) > 0 {
 		userCond = append(userCond, bson.E{Key: "$nin", Value: nin})
 	}
-	// Every createdAt as ranges of the window's index: every date (the index
-	// answers alone; the embedded server refuses MinKey and MaxKey bounds), no
-	// date (allowed with an ObjectId _id), and other types, read to be
-	// dead-lettered. The last two cost a document read for their entries only.
+	// Every createdAt in ranges of the window's index: every date (answered by the
+	// index alone; the embedded server refuses MinKey/MaxKey bounds), none (allowed
+	// with an ObjectId _id), other types (dead-lettered): a document read for those only.
 	branches := []bson.D{
 		{{Key: "createdAt", Value: bson.D{{Key: "$gte", Value: bson.DateTime(math.MinInt64)}, {Key: "$lte", Value: bson.DateTime(math.MaxInt64)}}}},
 		{{Key: "createdAt", Value: bson.D{{Key: "$in", Value: bson.A{nil, bson.A{}}}}}},
 		{{Key: "createdAt", Value: bson.D{{Key: "$type", Value: nonDateTypes}}}},
 	}
 	if resume != nil {
-		// Behind (t, id) in index order, so entries stamped with one time
-		// are not re-read by every page. $not $lte, not $gt, keeps _ids of
-		// other BSON types (position.before sorts them out).
+		// Behind (t, id) in index order: one time's entries are not re-read by every
+		// page; $not $lte, not $gt, keeps other _id types (position.before sorts them out).
 		branches = []bson.D{
 			{{Key: "createdAt", Value: bson.D{{Key: "$gt", Value: resume.createdAt}}}},
 			{{Key: "createdAt", Value: resume.createdAt}, {Key: "_id", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$lte", Value: resume.id}}}}}},

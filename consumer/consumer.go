@@ -633,11 +633,10 @@ func (c *Consumer) renewOnce(ctx context.Context) error {
 	return nil
 }
 
-// failureWindow tells a user's own failure from a failure of everything (a
-// source down, the server slowed to a crawl), which charging would turn into
-// a dead-lettered healthy backlog. Outcomes are counted in two buckets of
-// span each; failure is widespread while the last span to 2·span holds at
-// least minSample refreshes, more than half failed.
+// failureWindow tells a user's own failure from everything failing (a source
+// down, the server crawling), which charging would turn into a dead-lettered
+// healthy backlog. Outcomes count in two buckets of span: failure is widespread
+// while the last span to 2·span holds minSample refreshes or more, over half failed.
 type failureWindow struct {
 	span      time.Duration
 	minSample int

@@ -165,10 +165,9 @@ func (c *deadLane) noteDeadLetters(batch, failed []deadLetter) {
 	}
 }
 
-// deadLetterer moves entries to the dead-letter collection in three round
-// trips a batch (but see read): read the originals, insert copies with a
+// deadLetterer moves entries to the dead-letter collection: copies with a
 // deadLetter subdocument under the original _id (a batch run twice inserts
-// nothing twice), delete the originals whose copy is stored. Every entry
+// nothing twice), then the originals deleted whose copy is stored. Every entry
 // succeeds or fails on its own. Used by the lane's goroutine alone.
 type deadLetterer struct {
 	queue   *mongo.Collection
@@ -390,10 +389,10 @@ func (m *mover) keepDistinct(ctx context.Context, dups []pendingCopy) error {
 // read hands fn every document of coll whose _id is in ids. A server that cuts
 // replies at 16 MiB (MongoDB) gets an $in per 50,000 ids through a cursor. One
 // that fills a reply by count (FerretDB) could send one past the 48 MB the
-// driver accepts, dropping the connection and the pool: there each document is
-// read alone, by _id (the only filter FerretDB answers without a scan).
+// driver accepts, dropping the connection and the pool: there, or while the
+// server is unknown, each document is read alone, by _id (the only filter
+// FerretDB answers without a scan).
 func (d *deadLetterer) read(ctx context.Context, coll *mongo.Collection, ids bson.A, fn func(context.Context, bson.Raw) error) error {
-	// Whether the server stops a reply at 16 MiB; unknown takes the safe path.
 	if d.traits.Probe(ctx, d.queue.Database()) != nil || !d.traits.BoundsReplies() {
 		for _, id := range ids {
 			raw, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()

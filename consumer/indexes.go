@@ -84,12 +84,11 @@ func RetiredIndexes(colls Collections) []RetiredIndex {
 	}
 }
 
-// EnsureIndexes creates the indexes the queries need (idempotent; without
-// one a query is only slower) and reports the server's optional index
-// features. It fails only when the server is unreachable or ctx ended: call
-// again later (not so a build running or aborted: starting it again would
-// keep the index from ever existing). Each build is waited for, untimed: run
-// it beside the consumer, no deadline on ctx.
+// EnsureIndexes creates the indexes the queries need (idempotent; without one a
+// query is only slower) and reports the server's optional index features. It
+// fails only when the server is unreachable or ctx ended: call again later (not
+// so a build running or aborted, which starting again would keep from ever
+// existing). Each build is waited for, untimed: run it beside the consumer.
 func EnsureIndexes(ctx context.Context, colls Collections, log *slog.Logger) (Capabilities, error) {
 	caps := Capabilities{TTLIndexes: true, PartialIndexes: true}
 	var unreachable error
@@ -141,9 +140,8 @@ func createIndex(ctx context.Context, s IndexSpec, model mongo.IndexModel, log *
 	return s.Coll.Indexes().CreateOne(buildCtx, model)
 }
 
-// indexBuildDeadline overrides the caller's or the client's (timeoutMS): the
-// driver sends a deadline as maxTimeMS, which aborts a build, except one past
-// the server's limit of 2^31-1 ms (~24.9 days).
+// indexBuildDeadline overrides the caller's or the client's (timeoutMS): a deadline
+// goes as maxTimeMS, which aborts a build, unless past the server's 2^31-1 ms (~24.9 days).
 const indexBuildDeadline = 365 * 24 * time.Hour
 
 // untimed returns the context of one index build: cancelled with parent (the
@@ -165,10 +163,9 @@ const (
 	buildRefused                  // the server will not build it (an option it lacks, a conflicting index)
 )
 
-// classifyBuild sorts a createIndexes answer. An aborted build is not
-// "unreachable": someone stopped it, and starting it again would repeat that.
-// InterruptedDueToReplStateChange and InterruptedAtShutdown stay transient:
-// after a stepdown a createIndexes sent again waits for the build going on.
+// classifyBuild sorts a createIndexes answer. An aborted build is not "unreachable":
+// someone stopped it, and starting it again would repeat that. InterruptedDueToReplStateChange
+// and InterruptedAtShutdown stay transient: a createIndexes sent again waits for the build.
 func classifyBuild(err error) buildOutcome {
 	if err == nil {
 		return buildDone

@@ -133,10 +133,9 @@ func (s *leaseStore) blockedAmong(ctx context.Context, users []string, now time.
 	return blocked, nil
 }
 
-// acquire claims users for token: one insert per user in one round trip,
-// then the takeover of those with a lease document (duplicate key). A round's
-// token is new, so it is never retried: when the insert's outcome is
-// unknown, what it may have written is deleted rather than left to expire.
+// acquire claims users for token: one insert per user in one round trip, then
+// the takeover of those with a lease document (duplicate key). A round's token is
+// new, never retried: after an insert of unknown outcome, what it may have written is deleted.
 func (s *leaseStore) acquire(ctx context.Context, users []string, token string, now time.Time, d time.Duration) ([]lease, error) {
 	if len(users) == 0 {
 		return nil, nil

@@ -1,7 +1,6 @@
-// Package limiter bounds how many operations run at once, with a limit that
-// can change while work is in flight. Growing the limit admits waiters at
-// once; shrinking never interrupts running work, it only admits fewer until
-// the number in flight has dropped below the new limit.
+// Package limiter bounds how many operations run at once, with a limit that can
+// change while work is in flight: growing admits waiters at once; shrinking never
+// interrupts running work, it admits fewer until fewer run than the new limit.
 package limiter
 
 import (

@@ -28,12 +28,11 @@ const (
 	ReasonOverload = "overload" // errors, timeouts or pool exhaustion: straight to Min
 )
 
-// Policy decides the limit once per interval, in the manner of TCP Vegas:
-// the baseline is the latency at no load (the minimum interval mean over a
-// long window); while latency stays within tolerance of it and demand fills
-// every slot, the limit grows by one slot per interval; when latency stays
-// above it, the limit shrinks by a factor; overload cuts straight to Min.
-// Not safe for concurrent use.
+// Policy decides the limit once per interval, in the manner of TCP Vegas: the
+// baseline is the latency at no load (the lowest interval mean over a long
+// window); while latency stays within tolerance of it and demand fills every
+// slot, the limit grows a slot per interval; above it, the limit shrinks by a
+// factor; overload cuts straight to Min. Not safe for concurrent use.
 type Policy struct {
 	cfg PolicyConfig
 	// value is the limit before rounding down: steps smaller than one slot
@@ -72,10 +71,9 @@ func (p *Policy) ObserveLatency(d time.Duration, overload bool) {
 	}
 }
 
-// ObserveRunning records the ages of the work in flight as an interval
-// ends. When more than half of it is older than the slow threshold, the
-// interval is slow whatever has completed: a latency spike is judged while
-// the slow work still runs. One straggler among healthy work is not.
+// ObserveRunning records the ages of the work in flight as an interval ends: with
+// more than half of it past the slow threshold the interval is slow, whatever has
+// completed (a spike is judged while the slow work runs); one straggler is not.
 func (p *Policy) ObserveRunning(ages []time.Duration) {
 	b := p.Baseline()
 	if b == 0 || len(ages) == 0 {
