@@ -303,8 +303,7 @@ func (s *settler) settle(ctx context.Context, r *flushRun) error {
 	}
 }
 
-// truncate cuts s to n bytes on a character boundary (lastError is stored,
-// and must be valid UTF-8), marked when cut.
+// truncate cuts s to n bytes on a character boundary, marked (lastError must be valid UTF-8).
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s

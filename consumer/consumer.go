@@ -336,9 +336,8 @@ const (
 	streamClose     = 3 * time.Second       // closing a change stream once ctx ends
 )
 
-// LongestClaimPass is the longest claim-loop pass (0: the default OpTimeout),
-// which a watchdog fed by Deps.AfterClaim must allow: a round at its most
-// stretched deadline, its cleanup, the longest wait after it.
+// LongestClaimPass is the longest claim-loop pass (0: the default OpTimeout), which a
+// watchdog fed by Deps.AfterClaim must allow: the most stretched round, its cleanup, the longest wait after.
 func LongestClaimPass(opTimeout time.Duration) time.Duration {
 	return maxClaimStretch*cmp.Or(opTimeout, DefaultOpTimeout) + claimCleanup + claimRetryMax
 }
@@ -366,8 +365,7 @@ func (c *Consumer) claimOnce(ctx, workCtx context.Context, refreshes *sync.WaitG
 	if room <= 0 || !c.wantMore() {
 		return claimPass{}, nil
 	}
-	// Shutdown cancels a round in flight (what it won would only be
-	// released); it cleans up within claimCleanup.
+	// Shutdown cancels a round in flight (its wins would only be released); it cleans up within claimCleanup.
 	opCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := c.clock.Now()
@@ -592,8 +590,7 @@ func (c *Consumer) roomFloor() int { return max(1, c.maxHeld()/8) }
 // slots is how many users can be refreshing at once.
 func (c *Consumer) slots() int { return c.limiter.Limit() * c.batchSize() }
 
-// batchSize is Config.BatchSize, BatchAuto resolved by the server's traits
-// (MongoDB's until it answered).
+// batchSize is Config.BatchSize, BatchAuto resolved by the server's traits (MongoDB's until it answered).
 func (c *Consumer) batchSize() int {
 	if c.cfg.BatchSize != BatchAuto {
 		return c.cfg.BatchSize

@@ -228,25 +228,21 @@ const (
 // writes, a fresh ObjectId) for the pipeline's values, and the hints it sends.
 func DoctorQueries(colls Collections, claimWindow int, now time.Time) []DoctorQuery {
 	probe := bson.A{"\x00scorerefresh-doctor"}
-	head := func(filter, projection bson.D, limit int) bson.D {
-		return bson.D{{Key: "find", Value: colls.Queue.Name()}, {Key: "filter", Value: filter},
-			{Key: "sort", Value: queueOrder}, {Key: "projection", Value: projection}, {Key: "limit", Value: int64(limit)}}
+	nin := []string{"\x00scorerefresh-doctor"}
+	find := func(name, index string, filter, projection bson.D, limit int, covered bool, hints ...bson.D) DoctorQuery {
+		return DoctorQuery{HotQuery: HotQuery{Name: name, Coll: colls.Queue, Index: index, Command: bson.D{
+			{Key: "find", Value: colls.Queue.Name()}, {Key: "filter", Value: filter},
+			{Key: "sort", Value: queueOrder}, {Key: "projection", Value: projection}, {Key: "limit", Value: int64(limit)},
+		}}, Hints: hints, Covered: covered}
 	}
 	oid := bson.NewObjectID()
 	paged := &position{createdAt: now, id: bson.RawValue{Type: bson.TypeObjectID, Value: oid[:]}}
 	return []DoctorQuery{
-		{HotQuery: HotQuery{Name: QueryClaimWindow, Coll: colls.Queue, Index: IndexClaimWindow,
-			Command: head(windowFilter([]string{"\x00scorerefresh-doctor"}, true, nil), entryProjection, claimWindow),
-		}, Hints: []bson.D{windowIndex}, Covered: true},
-		{HotQuery: HotQuery{Name: QueryWindowPaged, Coll: colls.Queue, Index: IndexClaimWindow,
-			Command: head(windowFilter([]string{"\x00scorerefresh-doctor"}, true, paged), entryProjection, claimWindow),
-		}, Hints: []bson.D{windowIndex}, Covered: true},
-		{HotQuery: HotQuery{Name: QueryMalformed, Coll: colls.Queue, Index: IndexClaimWindow,
-			Command: head(malformedFilter(&now), bson.D{{Key: "_id", Value: 1}}, malformedScanLimit),
-		}, Hints: []bson.D{windowIndex}},
-		{HotQuery: HotQuery{Name: QueryAbsorb, Coll: colls.Queue, Index: IndexAbsorb,
-			Command: head(bson.D{{Key: "username", Value: bson.D{{Key: "$in", Value: probe}}}}, entryProjection, AbsorbLimit),
-		}, Hints: []bson.D{absorbIndex, legacyAbsorbIndex}, Covered: true},
+		find(QueryClaimWindow, IndexClaimWindow, windowFilter(nin, true, nil), entryProjection, claimWindow, true, windowIndex),
+		find(QueryWindowPaged, IndexClaimWindow, windowFilter(nin, true, paged), entryProjection, claimWindow, true, windowIndex),
+		find(QueryMalformed, IndexClaimWindow, malformedFilter(&now), bson.D{{Key: "_id", Value: 1}}, malformedScanLimit, false, windowIndex),
+		find(QueryAbsorb, IndexAbsorb, bson.D{{Key: "username", Value: bson.D{{Key: "$in", Value: probe}}}}, entryProjection, AbsorbLimit,
+			true, absorbIndex, legacyAbsorbIndex),
 		{HotQuery: HotQuery{Name: QueryAck, Coll: colls.Queue, Index: IDIndex, Command: bson.D{
 			{Key: "delete", Value: colls.Queue.Name()},
 			{Key: "deletes", Value: bson.A{bson.D{{Key: "q", Value: bson.D{{Key: "_id", Value: bson.NewObjectID()}}}, {Key: "limit", Value: int32(1)}}}},

@@ -47,8 +47,7 @@ func ownDeadline(ctx context.Context, err error, timeout time.Duration) bool {
 	return ok && time.Until(dl) < timeout/10 && deadline.TimedOut(err)
 }
 
-// errRefreshTimeout marks a refresh that outlived RefreshTimeout; it counts
-// towards MAX_ATTEMPTS although it looks like a timeout.
+// errRefreshTimeout marks a refresh that outlived RefreshTimeout: charged, though it looks like a timeout.
 var errRefreshTimeout = errors.New("refresh timed out")
 
 // refreshBatch refreshes works in one slot, sharing one deadline and one
@@ -110,19 +109,14 @@ func transient(err error) bool {
 	if err == nil || errors.Is(err, errRefreshTimeout) {
 		return false
 	}
-	if errors.Is(err, context.DeadlineExceeded) || mongo.IsTimeout(err) || mongo.IsNetworkError(err) {
-		return true
-	}
 	var sse topology.ServerSelectionError
-	if errors.As(err, &sse) || servertraits.Overloaded(err) {
+	if deadline.TimedOut(err) || mongo.IsNetworkError(err) || errors.As(err, &sse) || servertraits.Overloaded(err) {
 		return true
 	}
 	var le mongo.LabeledError
-	if errors.As(err, &le) && (le.HasErrorLabel("RetryableWriteError") || le.HasErrorLabel("TransientTransactionError") || le.HasErrorLabel("SystemOverloadedError")) {
-		return true
-	}
 	var se mongo.ServerError
-	return errors.As(err, &se) && slices.ContainsFunc(transientCodes, se.HasErrorCode)
+	return errors.As(err, &le) && slices.ContainsFunc([]string{"RetryableWriteError", "TransientTransactionError", "SystemOverloadedError"}, le.HasErrorLabel) ||
+		errors.As(err, &se) && slices.ContainsFunc(transientCodes, se.HasErrorCode)
 }
 
 // Backoff is the pipeline's one retry delay: attempt n (1-based) waits a random
