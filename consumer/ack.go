@@ -140,15 +140,12 @@ func (s *settler) runFlush(ctx context.Context, r *flushRun) error {
 	return errors.Join(errs...)
 }
 
-// step runs fn unless done, and notes it done or adds its error to errs.
+// step runs fn unless done, and notes it done or adds its error to errs
+// (errors.Join drops the nils).
 func step(errs *[]error, done *bool, fn func() error) {
-	if *done {
-		return
-	}
-	if err := fn(); err != nil {
-		*errs = append(*errs, err)
-	} else {
-		*done = true
+	if !*done {
+		err := fn()
+		*errs, *done = append(*errs, err), err == nil
 	}
 }
 
