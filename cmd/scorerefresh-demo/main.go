@@ -145,15 +145,18 @@ func demo(ctx context.Context, cfg config.Config, o demoOptions, stdout, stderr 
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(runCtx) }()
+	var runErr error
+	stopped := make(chan struct{}) // closed, not sent on: untilDrained and the wait below both receive
+	go func() {
+		runErr = svc.Run(runCtx)
+		close(stopped)
+	}()
 
 	start := time.Now()
-	end, err := untilDrained(ctx, svc, stdout, start, done)
+	end, err := untilDrained(ctx, svc, stdout, start, stopped)
 	cancel()
-	if runErr := <-done; runErr != nil && err == nil {
-		err = runErr
-	}
+	<-stopped
+	err = errors.Join(err, runErr)
 	if exited, ok := context.Cause(ctx).(scorerExitError); ok && (err != nil || end.IsZero()) {
 		return exited
 	}
@@ -345,15 +348,15 @@ func readAll(ctx context.Context, coll *mongo.Collection, what string, docs any)
 // untilDrained prints a progress line a second, from start, until the queue
 // is empty (the time it was seen so), ctx ends (zero) or the service stops on
 // its own (its error).
-func untilDrained(ctx context.Context, svc *app.Service, out io.Writer, start time.Time, done <-chan error) (time.Time, error) {
+func untilDrained(ctx context.Context, svc *app.Service, out io.Writer, start time.Time, stopped <-chan struct{}) (time.Time, error) {
 	tick, queue := time.Tick(time.Second), queuestate.New(svc.Colls.Queue, nil)
 	lastAcked, lastUsers, last := 0.0, 0.0, start
 	for {
 		select {
 		case <-ctx.Done():
 			return time.Time{}, nil
-		case err := <-done:
-			return time.Time{}, errors.Join(errors.New("the service stopped before the queue drained"), err)
+		case <-stopped:
+			return time.Time{}, errors.New("the service stopped before the queue drained")
 		case now := <-tick:
 			st, err := queue.Read(ctx)
 			if err != nil {
