@@ -253,7 +253,7 @@ func (c *claimer) readBounded(ctx context.Context, filter bson.D, opts *options.
 	if err != nil {
 		return nil, err
 	}
-	defer cur.Close(ctx)
+	defer cur.Close(context.WithoutCancel(ctx)) // one reply per entry: a cut-short read leaves a cursor to kill
 	var out []rawEntry
 	for cur.Next(ctx) {
 		var r rawEntry
