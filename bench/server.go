@@ -113,7 +113,10 @@ func useMongoDB(ctx context.Context, uri string) (*server, error) {
 // driver must not go looking for the replica set's other members).
 func splitMongoURI(uri string) (addr string, viaProxy func(string) string, err error) {
 	u, err := url.Parse(uri)
-	if err != nil || u.Scheme != "mongodb" {
+	if err != nil { // (its message quotes the URI, password and all)
+		return "", nil, errors.New("-mongodb-uri is not a URL: percent-encode the user name's and password's special characters (%XX)")
+	}
+	if u.Scheme != "mongodb" {
 		return "", nil, errors.New("-mongodb-uri: want mongodb://[user:password@]host:port[/db][?options] (mongodb+srv names many hosts; the proxy forwards to one)")
 	}
 	if strings.Contains(u.Host, ",") {

@@ -39,6 +39,10 @@ func TestSplitMongoURI(t *testing.T) {
 			t.Errorf("%s accepted: the proxy forwards to one address", uri)
 		}
 	}
+	// url.Parse refuses an unescaped ^ in a password, and its error quotes the URI.
+	if _, _, err := splitMongoURI("mongodb://app:s3cr^t@db:27017/"); err == nil || strings.Contains(err.Error(), "s3cr") {
+		t.Errorf("an unparsable URI: %v; want an error that does not quote the password", err)
+	}
 }
 
 func TestMongoDBURIPicksTheBackend(t *testing.T) {

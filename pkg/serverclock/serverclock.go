@@ -76,7 +76,7 @@ func (c *Clock) Sync(ctx context.Context) (time.Duration, error) {
 	return offset, nil
 }
 
-// Run samples every interval until ctx ends, handing errors to onErr; the last good offset stays.
+// Run samples every interval until ctx ends, handing errors to onErr (not nil); the last good offset stays.
 func (c *Clock) Run(ctx context.Context, interval time.Duration, onErr func(error)) {
 	clock.Every(ctx, c.local, interval, func(ctx context.Context) {
 		if _, err := c.Sync(ctx); err != nil && ctx.Err() == nil {

@@ -193,7 +193,10 @@ func (t *Traits) BackendUnknown() bool {
 // PushesEqualityDown reports a server that answers {field: value} from its
 // storage (MongoDB, FerretDB on PostgreSQL). FerretDB on SQLite pushes only
 // {_id: x} down: a per-user query decodes the whole collection.
-func (t *Traits) PushesEqualityDown() bool { return !t.ferret() || t.Info().Backend != "SQLite" }
+func (t *Traits) PushesEqualityDown() bool {
+	info := t.Info() // one snapshot: a Reprobe between two reads could mix servers
+	return info.FerretDB == "" || info.Backend != "SQLite"
+}
 
 // CheapUpserts reports a server whose upserts cost no more than updates. FerretDB turns one
 // matching nothing into a scan plus an insert: batched score writes insert first scores instead.
@@ -294,7 +297,10 @@ func BatchedShape(op string) Feature { return Feature("batched " + op) }
 // Learnt returns the flag recording that the server refused f, read without
 // a lock; CompareAndSwap(false, true) tells the first to learn it.
 func (t *Traits) Learnt(f Feature) *atomic.Bool {
-	b, _ := t.flags.LoadOrStore(f, new(atomic.Bool))
+	b, ok := t.flags.Load(f) // per rule component and recompute: allocate only the first time
+	if !ok {
+		b, _ = t.flags.LoadOrStore(f, new(atomic.Bool))
+	}
 	return b.(*atomic.Bool)
 }
 
