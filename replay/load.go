@@ -88,8 +88,14 @@ func (l *Loader) Scan(ctx context.Context) (*Plan, error) {
 	return p, nil
 }
 
-// Inserted is the queue entries inserted so far; safe from any goroutine.
-func (l *Loader) Inserted() int64 { return l.loaded[l.queue].Load() }
+// Inserted is the queue entries inserted so far (0 before Scan, or without a queue file);
+// safe from any goroutine.
+func (l *Loader) Inserted() int64 {
+	if l.queue < 0 || l.queue >= len(l.loaded) {
+		return 0
+	}
+	return l.loaded[l.queue].Load()
+}
 
 // LoadedSoFar says, file by file, what a load that failed left behind.
 func (l *Loader) LoadedSoFar() string {
@@ -133,6 +139,9 @@ func (l *Loader) LoadSources(ctx context.Context) error {
 
 // LoadQueue inserts the queue file, without bookkeeping fields, at the pace of cfg.Arrival.
 func (l *Loader) LoadQueue(ctx context.Context) error {
+	if l.queue < 0 || l.queue >= len(l.loaded) {
+		return nil // no queue file (or not scanned): nothing to pace
+	}
 	l.origin = l.cfg.Clock.Now()
 	return l.load(ctx, l.queue, l.cfg.Queue, func(raw bson.Raw) (any, time.Duration, error) {
 		_, createdAt := QueueEntry(raw)

@@ -104,7 +104,9 @@ func (r *Recomputer) query(ctx context.Context, src source, c Component, users [
 			return nil, fmt.Errorf("counting %s values for the mean: %w", c.Field, err)
 		}
 		for u, n := range counts {
-			values[u] = sums[u] / max(n, 1) // n is 0 only without values, which sum to 0
+			if n > 0 { // else 0, also when the documents changed between the two reads
+				values[u] = sums[u] / n
+			}
 		}
 		return alone, nil
 	}

@@ -146,10 +146,12 @@ func (cp *componentParser) parse(n *yaml.Node) Component {
 			*map[string]*string{"collection": &c.Collection, "userField": &c.UserField, "op": (*string)(&c.Op),
 				"field": &c.Field, "timeField": &c.TimeField}[key] = cp.str(key, v)
 		case "weight":
-			if v.Kind != yaml.ScalarNode || v.Decode(&c.Weight) != nil {
+			var w float64 // not c.Weight: null decodes to nothing, and weight: null has always meant 0
+			if v.Kind != yaml.ScalarNode || v.Decode(&w) != nil {
 				cp.problem("weight %q is not a number", v.Value)
-				c.Weight = DefaultWeight
-			} else if math.IsNaN(c.Weight) || math.IsInf(c.Weight, 0) {
+				w = DefaultWeight
+			}
+			if c.Weight = w; math.IsNaN(w) || math.IsInf(w, 0) {
 				cp.problem("weight %s is not a finite number", v.Value)
 			}
 		case "window":

@@ -525,3 +525,18 @@ func TestRefuseOperators(t *testing.T) {
 		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(re.Problems, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// weight: null (or ~, or nothing) has always parsed as a weight of 0, not
+// as the default: a rules file that switched a component off that way must
+// not find it scored at full weight after an upgrade.
+func TestNullWeightIsZero(t *testing.T) {
+	for _, w := range []string{"null", "~", ""} {
+		r, err := ParseRules("rules.yaml", []byte("components:\n  - name: v\n    collection: src\n    op: count\n    weight: "+w+"\n"))
+		if err != nil {
+			t.Fatalf("weight: %q: %v", w, err)
+		}
+		if got := r.Components[0].Weight; got != 0 {
+			t.Errorf("weight: %q parsed as %v, want 0", w, got)
+		}
+	}
+}

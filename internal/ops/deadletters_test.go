@@ -83,7 +83,7 @@ func TestPurgeDeletesTheMatchesInBatches(t *testing.T) {
 		t.Errorf("progress %v", progress)
 	}
 	deadLetters(t, c, 5)
-	if n, err := Purge(t.Context(), c.DeadLetter, Filter{}, 3, 10, func(int64) {}); err != nil || n != 3 {
+	if n, err := Purge(t.Context(), c.DeadLetter, Filter{}, 3, 10, nil); err != nil || n != 3 {
 		t.Errorf("purge --limit 3: %d, %v", n, err)
 	}
 }

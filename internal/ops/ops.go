@@ -331,7 +331,9 @@ func Purge(ctx context.Context, dead *mongo.Collection, f Filter, limit int64, b
 		if err != nil {
 			return deleted, fmt.Errorf("deleting %d dead letters: %w", len(ids), err)
 		}
-		progress(deleted)
+		if progress != nil {
+			progress(deleted)
+		}
 		if int64(len(ids)) < n {
 			return deleted, nil
 		}
@@ -512,10 +514,12 @@ func redriveBatch(ctx context.Context, colls Collections, batch []bson.Raw, now 
 		done = append(done, ours...)
 	}
 	if opts.AfterInsert != nil {
-		err = opts.AfterInsert(res.Batches)
+		if err := opts.AfterInsert(res.Batches); err != nil {
+			return err
+		}
 	}
-	if err != nil || len(done) == 0 {
-		return err
+	if len(done) == 0 {
+		return nil
 	}
 	removed, err := deleteByID(ctx, colls.DeadLetter, done)
 	res.Removed += removed
