@@ -337,13 +337,21 @@ func keyPattern(v bson.RawValue) (keys []string, ok bool) {
 		v := e.Value()
 		dir := v.String()
 		if f, ok := v.AsFloat64OK(); ok {
-			dir = map[bool]string{true: "1", false: "-1"}[f > 0]
+			dir = direction(f)
 		} else if s, ok := v.StringValueOK(); ok {
 			dir = s
 		}
 		keys = append(keys, e.Key()+":"+dir)
 	}
 	return keys, len(keys) > 0
+}
+
+// direction is an index key's order as the doctor prints it: 1 or -1.
+func direction(f float64) string {
+	if f > 0 {
+		return "1"
+	}
+	return "-1"
 }
 
 // keyString parses the express stages' key pattern, which the server
@@ -367,7 +375,7 @@ func keyString(s string) ([]string, bool) {
 			return nil, false
 		}
 		if f, err := strconv.ParseFloat(dir, 64); err == nil {
-			dir = map[bool]string{true: "1", false: "-1"}[f > 0]
+			dir = direction(f)
 		}
 		out = append(out, name+":"+dir)
 	}
